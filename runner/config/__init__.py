@@ -1,0 +1,41 @@
+"""Config: typed schema, Hydra registration, loading and cross-group validation."""
+
+from runner.config.load import CONF_DIR, ConfigError, compose, load, recipes
+from runner.config.schema import (
+    AfterWarmup,
+    CompileConfig,
+    CudaGraphMode,
+    CudaGraphsConfig,
+    DynamicConfig,
+    OffloadConfig,
+    OffloadStrategy,
+    OnError,
+    OptimizerPolicy,
+    RunConfig,
+    Scope,
+    ShapePolicy,
+    TelemetryConfig,
+    TrainerConfig,
+)
+
+__all__ = [
+    "CONF_DIR",
+    "AfterWarmup",
+    "CompileConfig",
+    "ConfigError",
+    "CudaGraphMode",
+    "CudaGraphsConfig",
+    "DynamicConfig",
+    "OffloadConfig",
+    "OffloadStrategy",
+    "OnError",
+    "OptimizerPolicy",
+    "RunConfig",
+    "Scope",
+    "ShapePolicy",
+    "TelemetryConfig",
+    "TrainerConfig",
+    "compose",
+    "load",
+    "recipes",
+]

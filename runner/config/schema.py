@@ -1,0 +1,215 @@
+"""Typed schema of every config node.
+
+Hydra composes YAML from ``conf/`` and ``recipes/``; these dataclasses give every node a type, so a
+wrong key or a wrong type fails at composition with the key named. ``OmegaConf.to_object`` turns the
+composed config into these objects once (``runner.config.load``), running each ``__post_init__``;
+everything downstream receives typed objects, never a ``DictConfig``.
+
+Nodes that users swap (model, data, optimizer, scheduler, loggers) are open ``_target_`` nodes.
+Compile policies are closed enums, checked together in ``runner.config.validate``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Optional
+
+
+class Scope(Enum):
+    """What the strategy hands to ``torch.compile``."""
+
+    none = "none"  # nothing: plain eager training
+    model = "model"  # the module's forward only (what Lightning does today)
+    step = "step"  # training_step: forward and loss; backward runs the AOT-compiled backward
+    step_backward = "step_backward"  # forward, loss and backward traced into one graph
+    blocks = "blocks"  # each repeated block (e.g. transformer layer) compiled once, reused
+
+
+class OptimizerPolicy(Enum):
+    """How the optimizer step runs."""
+
+    none = "none"  # the optimizer as configured, eager
+    compiled = "compiled"  # optimizer.step traced by Dynamo, tensor learning rate
+    fused = "fused"  # the optimizer's fused kernel (fused=True), eager
+    auto = "auto"  # the fastest correct choice for the device; the choice is logged
+
+
+# ``raise`` is a keyword, and OmegaConf matches enum members by name: the functional form allows it.
+OnError = Enum("OnError", {"raise": "raise", "eager": "eager"})
+"""What a compile failure does: ``raise`` stops with the failing frame and reason named; ``eager``
+runs that frame eagerly, counts it in compile/fallbacks and goes on."""
+
+
+class ShapePolicy(Enum):
+    """How batch shapes that vary are presented to the compiler."""
+
+    static = "static"  # pad every batch to the maximum length: one graph
+    bucket = "bucket"  # pad to the next bucket boundary: at most one graph per bucket
+    automatic = "automatic"  # torch's automatic dynamic: static first, dynamic after a change
+    dynamic = "dynamic"  # mark_dynamic on the configured dims: one graph for all lengths
+    unbacked = "unbacked"  # mark_unbacked: no specialisation at all, not even on 0/1
+
+
+class AfterWarmup(Enum):
+    """What a recompile after warm-up does."""
+
+    none = "none"  # recompile as usual
+    fail_on_recompile = "fail_on_recompile"  # raise, naming the guard that failed
+    eager_on_recompile = "eager_on_recompile"  # run the new shape eagerly instead
+
+
+class OffloadStrategy(Enum):
+    """What happens to tensors autograd saves for backward."""
+
+    none = "none"
+    cpu = "cpu"  # copy to pinned host memory on a side stream (CUDA only; a no-op on CPU)
+    bf16 = "bf16"  # store floating tensors as bfloat16
+    fp8 = "fp8"  # store floating tensors as float8_e4m3fn with a per-tensor scale
+    checkpoint = "checkpoint"  # recompute in backward instead of saving
+
+
+class CudaGraphMode(Enum):
+    """CUDA-graph capture of the compiled graphs."""
+
+    disabled = "disabled"
+    reduce_overhead = "reduce_overhead"  # Inductor's CUDA-graph trees (mode="reduce-overhead")
+
+
+@dataclass
+class CompileConfig:
+    """The ``compile`` group: what is compiled and how."""
+
+    scope: Scope = Scope.step
+    """What to compile: none, model, step, step_backward or blocks."""
+    backend: str = "inductor"
+    """``torch.compile`` backend: inductor, aot_eager, eager (Dynamo capture, no codegen), ..."""
+    mode: Optional[str] = None
+    """Inductor mode (default, max-autotune-no-cudagraphs, ...); CUDA graphs use the cudagraphs group."""
+    fullgraph: bool = False
+    """Fail on any graph break instead of splitting the graph."""
+    options: dict[str, Any] = field(default_factory=dict)
+    """Extra Inductor options passed through to ``torch.compile(options=...)``."""
+    optimizer: OptimizerPolicy = OptimizerPolicy.auto
+    """How the optimizer step runs."""
+    compiled_autograd: bool = False
+    """Capture the whole backward (with user gradient hooks) through compiled autograd."""
+    block_types: list[str] = field(default_factory=list)
+    """For scope=blocks: class names of the repeated blocks; empty finds the largest ModuleList."""
+    on_error: OnError = OnError["raise"]  # type: ignore[valid-type]
+    """What a compile failure does: raise, or run that frame eagerly and log it."""
+    cache_dir: Optional[str] = None
+    """Inductor/AOTAutograd on-disk cache directory; None keeps torch's default."""
+
+
+@dataclass
+class CudaGraphsConfig:
+    """The ``cudagraphs`` group."""
+
+    mode: CudaGraphMode = CudaGraphMode.disabled
+    skip_dynamic_graphs: bool = True
+    """Do not capture graphs with dynamic shapes (each new size would record a new graph)."""
+    warmup_steps: int = 3
+    """Steps run before the first capture."""
+
+
+@dataclass
+class DynamicConfig:
+    """The ``dynamic`` group: the shape policy for inputs whose sizes vary."""
+
+    policy: ShapePolicy = ShapePolicy.automatic
+    buckets: list[int] = field(default_factory=list)
+    """For policy=bucket: the padded lengths (sorted, the last >= the longest sequence)."""
+    dims: list[int] = field(default_factory=lambda: [1])
+    """Dims of every input tensor that vary (1 = sequence length of a [batch, seq] batch)."""
+    min: int = 2
+    """Lower bound given to mark_dynamic."""
+    max: Optional[int] = None
+    """Upper bound given to mark_dynamic (None: unbounded)."""
+    specialize_float: bool = True
+    """False traces Python floats as symbols instead of constants."""
+    recompile_limit: int = 8
+    """torch._dynamo.config.recompile_limit."""
+    after_warmup: AfterWarmup = AfterWarmup.none
+    """What a recompile after ``warmup_steps`` does."""
+    warmup_steps: int = 10
+    """Steps after which after_warmup takes effect."""
+    compiler_collectives: bool = True
+    """Under DDP, make every rank take the same dynamic-shape decision."""
+
+
+@dataclass
+class OffloadConfig:
+    """The ``offload`` group: saved-activation strategy."""
+
+    strategy: OffloadStrategy = OffloadStrategy.none
+    min_bytes: int = 1024
+    """Saved tensors smaller than this are left alone."""
+    exclude: list[str] = field(default_factory=lambda: ["head"])
+    """Module names (prefix match) whose activations are left alone, e.g. the output head."""
+    memory_budget: Optional[float] = None
+    """For strategy=checkpoint: None checkpoints every block; a value in (0, 1) uses the compiler's
+    activation memory budget instead."""
+    measure: bool = True
+    """Measure saved bytes and gradient error against ``none`` on a check batch at the start."""
+
+
+@dataclass
+class TrainerConfig:
+    """The ``trainer`` group: arguments to ``lightning.Trainer`` that runner manages."""
+
+    accelerator: str = "cpu"
+    devices: Any = 1
+    num_nodes: int = 1
+    distributed: str = "auto"
+    """auto (one device: single; more: ddp) or ddp."""
+    precision: str = "32-true"
+    max_steps: int = 200
+    max_time: Optional[str] = None
+    """Wall-clock limit, DD:HH:MM:SS."""
+    val_check_interval: int = 100
+    limit_val_batches: int = 20
+    log_every_n_steps: int = 10
+    gradient_clip_val: Optional[float] = 1.0
+    accumulate_grad_batches: int = 1
+    enable_progress_bar: bool = True
+    deterministic: bool = False
+    checkpoint_every_n_steps: int = 100
+    """Save ``last.ckpt`` (atomically) every N steps and at the end."""
+
+
+@dataclass
+class TelemetryConfig:
+    """The ``telemetry`` group: what is measured about compilation."""
+
+    log_every_n_steps: int = 10
+    speedup_steps: int = 10
+    """Batches run eagerly and compiled, interleaved, to measure the speedup (0 disables)."""
+    peak_tflops: Optional[float] = None
+    """Device peak for MFU; None picks a default for the device and precision."""
+
+
+@dataclass
+class RunConfig:
+    """The root config."""
+
+    model: Any = None
+    data: Any = None
+    optimizer: Any = None
+    scheduler: Any = None
+    compile: CompileConfig = field(default_factory=CompileConfig)
+    dynamic: DynamicConfig = field(default_factory=DynamicConfig)
+    offload: OffloadConfig = field(default_factory=OffloadConfig)
+    cudagraphs: CudaGraphsConfig = field(default_factory=CudaGraphsConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
+    logger: dict[str, Any] = field(default_factory=dict)
+    """Lightning loggers by name, each a ``_target_`` node; CSV is always added."""
+    seed: int = 1234
+    ckpt_path: Optional[str] = None
+    """Checkpoint to resume from: a path, or ``last`` for this run dir's last checkpoint."""
+    run_dir: str = "."
+    """Filled by Hydra with the run directory."""
+    name: str = "run"
+    recipe: Optional[str] = None
+    """Name of the recipe that was applied, if any."""

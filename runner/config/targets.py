@@ -1,0 +1,137 @@
+"""Typed schemas of the open ``_target_`` nodes runner ships: models, data, optimizers, schedulers,
+loggers. Each is registered in its group (``<option>_schema``) and extended by the option's YAML, so
+a misspelt key fails at composition. A user's own class is selected with its own YAML option (see
+``conf/model/custom.yaml``), which has no schema beyond ``_target_``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Optional
+
+
+class Batching(Enum):
+    """How text becomes batches."""
+
+    packed = "packed"  # fixed-length windows over the concatenated corpus
+    documents = "documents"  # one sequence per document (chunked at max_len), padded per batch
+
+
+@dataclass
+class GPTSchema:
+    """A small decoder-only transformer (``runner.models.gpt.GPT``)."""
+
+    _target_: str = "runner.models.gpt.GPT"
+    vocab_size: int = 256
+    n_layer: int = 4
+    n_head: int = 4
+    n_embd: int = 128
+    block_size: int = 256
+    """Longest sequence the position embedding covers."""
+    dropout: float = 0.0
+    bias: bool = False
+
+
+@dataclass
+class MLPSchema:
+    """A small MLP classifier for fast checks (``runner.models.mlp.MLP``)."""
+
+    _target_: str = "runner.models.mlp.MLP"
+    in_features: int = 32
+    hidden: int = 256
+    depth: int = 4
+    out_features: int = 10
+
+
+@dataclass
+class TextDataSchema:
+    """Byte-level language modelling over local text (``runner.data.text.TextDataModule``)."""
+
+    _target_: str = "runner.data.text.TextDataModule"
+    path: Optional[str] = None
+    """A directory (its *.py, *.txt, *.md files) or a file; None: the Python stdlib source."""
+    batching: Batching = Batching.packed
+    seq_len: int = 256
+    """Packed: window length. Documents: documents longer than this are cut into chunks."""
+    min_len: int = 16
+    """Documents: shorter chunks are dropped."""
+    batch_size: int = 16
+    max_bytes: Optional[int] = 4_000_000
+    """Read at most this many bytes of text (None: all)."""
+    val_fraction: float = 0.05
+    seed: int = 0
+    num_workers: int = 0
+
+
+@dataclass
+class SyntheticDataSchema:
+    """Random classification data for the MLP (``runner.data.synthetic.SyntheticDataModule``)."""
+
+    _target_: str = "runner.data.synthetic.SyntheticDataModule"
+    in_features: int = 32
+    num_classes: int = 10
+    num_samples: int = 4096
+    batch_size: int = 64
+    seed: int = 0
+
+
+@dataclass
+class AdamWSchema:
+    """``torch.optim.AdamW``, built later with the model's parameters (``_partial_``)."""
+
+    _target_: str = "torch.optim.AdamW"
+    _partial_: bool = True
+    lr: float = 3e-3
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.95])
+    weight_decay: float = 0.1
+    eps: float = 1e-8
+
+
+@dataclass
+class SGDSchema:
+    """``torch.optim.SGD`` (``_partial_``)."""
+
+    _target_: str = "torch.optim.SGD"
+    _partial_: bool = True
+    lr: float = 0.1
+    momentum: float = 0.9
+    weight_decay: float = 0.0
+
+
+@dataclass
+class WarmupCosineSchema:
+    """Linear warm-up then cosine decay (``runner.training.schedules.warmup_cosine``)."""
+
+    _target_: str = "runner.training.schedules.warmup_cosine"
+    _partial_: bool = True
+    warmup_steps: int = 20
+    total_steps: Any = "${trainer.max_steps}"
+    min_lr_ratio: float = 0.1
+
+
+@dataclass
+class CSVLoggerSchema:
+    _target_: str = "lightning.pytorch.loggers.CSVLogger"
+    save_dir: str = "${run_dir}"
+    name: str = "csv"
+    version: str = ""
+
+
+@dataclass
+class WandbLoggerSchema:
+    """wandb, offline by default (no network): ``wandb sync <run_dir>/wandb/offline-run-*``."""
+
+    _target_: str = "lightning.pytorch.loggers.WandbLogger"
+    save_dir: str = "${run_dir}"
+    project: str = "runner"
+    name: str = "${name}"
+    offline: bool = True
+
+
+@dataclass
+class TensorBoardLoggerSchema:
+    _target_: str = "lightning.pytorch.loggers.TensorBoardLogger"
+    save_dir: str = "${run_dir}"
+    name: str = "tensorboard"
+    version: str = ""
