@@ -1,0 +1,1 @@
+"""Local data only (no network at run time): byte-level text and synthetic classification."""

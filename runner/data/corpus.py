@@ -1,0 +1,61 @@
+"""Reading a text corpus from disk: documents as bytes, in a deterministic order."""
+
+from __future__ import annotations
+
+import math
+import sysconfig
+from collections import Counter
+from pathlib import Path
+
+TEXT_SUFFIXES = (".py", ".txt", ".md", ".rst")
+
+
+def stdlib_dir() -> Path:
+    """The running interpreter's standard-library source: present on every machine."""
+    return Path(sysconfig.get_paths()["stdlib"])
+
+
+def read_documents(path: str | Path | None, max_bytes: int | None) -> list[bytes]:
+    """Every text file under ``path`` (or the file itself) as one document, sorted by path so the
+    corpus is the same on every run; stops once ``max_bytes`` have been read.
+
+    ``None`` reads the stdlib source (``site-packages`` excluded: it differs between machines).
+    Raises ``FileNotFoundError`` with the fix when the path is missing or holds no text.
+    """
+    root = stdlib_dir() if path is None else Path(path).expanduser()
+    if not root.exists():
+        raise FileNotFoundError(
+            f"data.path={path!s} does not exist. Point data.path at a directory of text files "
+            f"({', '.join(TEXT_SUFFIXES)}) or a single file, or drop it to use the Python stdlib source."
+        )
+    if root.is_file():
+        files = [root]
+    else:
+        files = sorted(
+            p for p in root.rglob("*") if p.suffix in TEXT_SUFFIXES and "site-packages" not in p.parts and p.is_file()
+        )
+    docs: list[bytes] = []
+    total = 0
+    for f in files:
+        data = f.read_bytes()
+        if not data:
+            continue
+        docs.append(data)
+        total += len(data)
+        if max_bytes is not None and total >= max_bytes:
+            break
+    if not docs:
+        raise FileNotFoundError(
+            f"data.path={root} holds no non-empty text files ({', '.join(TEXT_SUFFIXES)}). "
+            "Point data.path at a directory or file of text."
+        )
+    return docs
+
+
+def unigram_bits_per_byte(docs: list[bytes]) -> float:
+    """Entropy of the byte distribution: what a model that ignores context would reach."""
+    counts: Counter[int] = Counter()
+    for d in docs:
+        counts.update(d)
+    n = sum(counts.values())
+    return -sum(c / n * math.log2(c / n) for c in counts.values())

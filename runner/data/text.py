@@ -1,0 +1,162 @@
+"""Byte-level language-modelling data: packed windows or one variable-length sequence per document.
+
+Targets of padded positions are ``IGNORE_INDEX``, so padding never counts in the loss. How far a
+batch of documents is padded is the dynamic-shape policy's choice (``pad_to``), set by the builder.
+"""
+
+from __future__ import annotations
+
+import random
+from bisect import bisect_left
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import lightning as L
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from runner.config.targets import Batching
+from runner.data.corpus import read_documents, unigram_bits_per_byte
+
+IGNORE_INDEX = -100
+
+
+@dataclass(frozen=True)
+class PadTo:
+    """Where a batch whose longest sequence is ``n`` is padded to: ``n`` itself (no lengths
+    given), or the first of ``lengths`` that fits (a single length pads everything to it)."""
+
+    lengths: tuple[int, ...] = ()
+
+    def __call__(self, n: int) -> int:
+        if not self.lengths:
+            return n
+        i = bisect_left(self.lengths, n)
+        if i == len(self.lengths):
+            raise ValueError(f"a sequence of {n} tokens exceeds the largest pad length {self.lengths[-1]}")
+        return self.lengths[i]
+
+
+class PackedWindows(Dataset[tuple[torch.Tensor, torch.Tensor]]):
+    """Non-overlapping windows of ``seq_len + 1`` bytes over the concatenated documents."""
+
+    def __init__(self, data: torch.Tensor, seq_len: int) -> None:
+        self.data, self.seq_len = data, seq_len
+
+    def __len__(self) -> int:
+        return max(0, (len(self.data) - 1) // self.seq_len)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        chunk = self.data[i * self.seq_len : (i + 1) * self.seq_len + 1].long()
+        return chunk[:-1], chunk[1:]
+
+
+class DocumentChunks(Dataset[torch.Tensor]):
+    """One sequence per document, cut into chunks of at most ``seq_len + 1`` bytes."""
+
+    def __init__(self, docs: Sequence[bytes], seq_len: int, min_len: int) -> None:
+        self.chunks = [
+            torch.frombuffer(bytearray(d[i : i + seq_len + 1]), dtype=torch.uint8)
+            for d in docs
+            for i in range(0, len(d), seq_len + 1)
+            if len(d[i : i + seq_len + 1]) > min_len
+        ]
+
+    def __len__(self) -> int:
+        return len(self.chunks)
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        return self.chunks[i]
+
+
+@dataclass(frozen=True)
+class PadCollate:
+    """Pads a list of chunks to ``pad_to(longest)``; inputs with 0, targets with IGNORE_INDEX."""
+
+    pad_to: PadTo
+
+    def __call__(self, chunks: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        t = self.pad_to(max(len(c) for c in chunks) - 1)
+        x = torch.zeros(len(chunks), t, dtype=torch.long)
+        y = torch.full((len(chunks), t), IGNORE_INDEX, dtype=torch.long)
+        for row, c in enumerate(chunks):
+            n = len(c) - 1
+            x[row, :n] = c[:-1]
+            y[row, :n] = c[1:]
+        return x, y
+
+
+class TextDataModule(L.LightningDataModule):
+    """Byte-level text from ``path`` (default: the Python stdlib source). Documents are split
+    train/val by a seeded shuffle, so the split is the same on every run and every rank."""
+
+    def __init__(
+        self,
+        path: str | None = None,
+        batching: Batching | str = Batching.packed,
+        seq_len: int = 256,
+        min_len: int = 16,
+        batch_size: int = 16,
+        max_bytes: int | None = 4_000_000,
+        val_fraction: float = 0.05,
+        seed: int = 0,
+        num_workers: int = 0,
+        pad_to: PadTo | None = None,
+    ) -> None:
+        super().__init__()
+        self.path, self.seq_len, self.min_len = path, seq_len, min_len
+        self.batching = Batching(batching) if isinstance(batching, str) else batching
+        self.batch_size, self.max_bytes, self.val_fraction = batch_size, max_bytes, val_fraction
+        self.seed, self.num_workers = seed, num_workers
+        self.pad_to = pad_to or PadTo()
+        self.unigram_bits: float | None = None
+        self._train: Dataset | None = None
+        self._val: Dataset | None = None
+
+    def check(self) -> None:
+        """Fail fast (before any model is built) if the data cannot be read."""
+        read_documents(self.path, max_bytes=1)
+
+    def setup(self, stage: str | None = None) -> None:
+        if self._train is not None:
+            return
+        docs = read_documents(self.path, self.max_bytes)
+        order = list(range(len(docs)))
+        random.Random(self.seed).shuffle(order)
+        n_val = max(1, round(len(docs) * self.val_fraction)) if len(docs) > 1 else 0
+        val_docs = [docs[i] for i in order[:n_val]] or docs[:1]
+        train_docs = [docs[i] for i in order[n_val:]] or docs
+        self.unigram_bits = unigram_bits_per_byte(train_docs)
+        self._train, self._val = (self._dataset(d) for d in (train_docs, val_docs))
+        if len(self._train) == 0:
+            raise ValueError(
+                f"data: no training sequences of seq_len={self.seq_len} in {len(train_docs)} documents; "
+                "lower data.seq_len or raise data.max_bytes."
+            )
+
+    def _dataset(self, docs: list[bytes]) -> Dataset:
+        if self.batching is Batching.packed:
+            flat = torch.frombuffer(bytearray(b"".join(docs)), dtype=torch.uint8)
+            return PackedWindows(flat, self.seq_len)
+        return DocumentChunks(docs, self.seq_len, self.min_len)
+
+    def _loader(self, ds: Dataset | None, shuffle: bool) -> DataLoader:
+        assert ds is not None, "setup() first"
+        collate = PadCollate(self.pad_to) if self.batching is Batching.documents else None
+        g = torch.Generator().manual_seed(self.seed)
+        return DataLoader(
+            ds,
+            batch_size=self.batch_size,
+            shuffle=shuffle,
+            drop_last=shuffle,
+            collate_fn=collate,
+            generator=g,
+            num_workers=self.num_workers,
+            persistent_workers=self.num_workers > 0,
+        )
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader(self._train, shuffle=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader(self._val, shuffle=False)

@@ -1,0 +1,178 @@
+"""The run report: ``report.json``, ``report.md``, ``step_times.png`` and a printed summary.
+
+``figures`` is the flat dict :meth:`runner.telemetry.callback.CompileTelemetry.figures` returns:
+scalar figures under namespaced keys with units (``compile/time_s``, ``perf/speedup_x``,
+``memory/peak_gib``), plus a few list-valued keys:
+
+* ``compile/recompile_reasons``: ``[{"name", "reason", "step"}]``
+* ``compile/graph_break_reasons``: ``[{"reason", "user_frame", "count"}]``
+* ``compile/events``: ``[{"kind", "name", "step", "duration_s"}]`` (compile starts, recompiles)
+* ``perf/step_series``: ``[{"step", "ms", "mode"}]`` with mode ``compiled`` / ``eager`` / ``warmup``
+
+Every writer tolerates missing keys, so a partial figures dict (a run that crashed) still reports.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+# Rows of the summary table, in order: (key, label). Keys absent from the figures are skipped.
+SUMMARY_ROWS: tuple[tuple[str, str], ...] = (
+    ("compile/frames", "frames compiled"),
+    ("compile/graphs", "graphs"),
+    ("compile/recompiles", "recompiles"),
+    ("compile/graph_breaks", "graph breaks"),
+    ("compile/guards_total", "guards (total)"),
+    ("compile/guards_max", "guards (max per entry)"),
+    ("compile/time_s", "compile time [s]"),
+    ("compile/dynamo_s", "  Dynamo [s]"),
+    ("compile/aot_autograd_s", "  AOTAutograd [s]"),
+    ("compile/inductor_s", "  Inductor [s]"),
+    ("compile/cache_hits", "compile-cache hits"),
+    ("compile/cache_misses", "compile-cache misses"),
+    ("compile/cudagraph_skips", "CUDA-graph skips"),
+    ("compile/fallbacks", "eager fallbacks"),
+    ("perf/step_ms", "step [ms]"),
+    ("perf/eager_step_ms", "eager step [ms]"),
+    ("perf/compiled_step_ms", "compiled step [ms]"),
+    ("perf/speedup_x", "speedup [x]"),
+    ("perf/break_even_step", "break-even step"),
+    ("perf/samples_per_s", "samples/s"),
+    ("perf/tokens_per_s", "tokens/s"),
+    ("perf/tflops_per_step", "TFLOP per step"),
+    ("perf/mfu", "MFU"),
+    ("memory/peak_gib", "peak memory [GiB]"),
+)
+
+
+def _fmt(value: Any) -> str:
+    """Format a figure for humans: floats with 4 significant digits, NaN/None as a dash."""
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        if math.isnan(value) or math.isinf(value):
+            return "-"
+        return f"{value:.4g}"
+    return str(value)
+
+
+def _json_safe(value: Any) -> Any:
+    """JSON has no NaN/inf: map them to None so any JSON reader accepts the report."""
+    if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
+        return None
+    if isinstance(value, dict):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    return str(value)  # e.g. a torch.dtype or Path slipped into the figures: keep it readable
+
+
+def summary_rows(figures: dict[str, Any]) -> list[tuple[str, str]]:
+    """The (label, formatted value) rows of the summary, for the table and ``report.md``."""
+    return [(label, _fmt(figures[key])) for key, label in SUMMARY_ROWS if key in figures]
+
+
+def format_summary(figures: dict[str, Any], title: str = "compile telemetry") -> str:
+    """Render the headline figures as a text table (rich, no colour codes) for printing."""
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(title=title)
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    for label, value in summary_rows(figures):
+        # Text, not a markup string: labels contain "[s]" / "[x]", which rich would read as tags.
+        table.add_row(Text(label), Text(value))
+    # Render to a string (no terminal control codes), so the caller can print or log it.
+    console = Console(width=80, record=True, force_terminal=False, color_system=None)
+    with console.capture() as capture:
+        console.print(table)
+    text = capture.get()
+    reasons = _reason_lines(figures)
+    if reasons:
+        text += "\n".join(reasons) + "\n"
+    return text
+
+
+def _reason_lines(figures: dict[str, Any], limit: int = 10) -> list[str]:
+    """Recompile and graph-break reasons as short lines, the first ``limit`` of each."""
+    lines: list[str] = []
+    recompiles = figures.get("compile/recompile_reasons") or []
+    if recompiles:
+        lines.append("recompiles:")
+        lines += [f"  - {r.get('name', '?')}: {r.get('reason', '?')}" for r in recompiles[:limit]]
+    breaks = figures.get("compile/graph_break_reasons") or []
+    if breaks:
+        lines.append("graph breaks:")
+        lines += [
+            f"  - {b.get('reason', '?')} at {b.get('user_frame') or '?'} (x{b.get('count', 1)})"
+            for b in breaks[:limit]
+        ]
+    return lines
+
+
+def _markdown(figures: dict[str, Any]) -> str:
+    """``report.md``: the summary table and every reason, in GitHub markdown."""
+    out = ["# Compile telemetry", "", "| figure | value |", "|---|---:|"]
+    out += [f"| {label.strip()} | {value} |" for label, value in summary_rows(figures)]
+    recompiles = figures.get("compile/recompile_reasons") or []
+    out += ["", f"## Recompiles ({len(recompiles)})", ""]
+    out += [f"- `{r.get('name', '?')}` (step {r.get('step', '?')}): {r.get('reason', '?')}" for r in recompiles]
+    breaks = figures.get("compile/graph_break_reasons") or []
+    out += ["", f"## Graph breaks ({len(breaks)})", ""]
+    out += [f"- {b.get('reason', '?')} at `{b.get('user_frame') or '?'}` (x{b.get('count', 1)})" for b in breaks]
+    out += ["", "![step times](step_times.png)", ""]
+    return "\n".join(out)
+
+
+def plot_step_times(figures: dict[str, Any], path: Path) -> bool:
+    """Plot step time per step, coloured by mode, with compile/recompile events as vertical lines.
+
+    Returns False (and writes nothing) when there are no step times to plot.
+    """
+    series = figures.get("perf/step_series") or []
+    if not series:
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display on training machines; must precede pyplot's import
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 4))
+    for mode, color in (("warmup", "tab:gray"), ("compiled", "tab:blue"), ("eager", "tab:orange")):
+        pts = [(p["step"], p["ms"]) for p in series if p.get("mode") == mode]
+        if pts:
+            ax.scatter([s for s, _ in pts], [m for _, m in pts], s=8, color=color, label=mode)
+    for event in figures.get("compile/events") or []:
+        step = event.get("step")
+        if step is None:
+            continue
+        color = "tab:red" if event.get("kind") == "recompile" else "tab:green"
+        ax.axvline(step, color=color, alpha=0.5, linewidth=1)
+    ax.plot([], [], color="tab:green", label="compile")  # legend entries for the event lines
+    ax.plot([], [], color="tab:red", label="recompile")
+    ax.set_yscale("log")  # compile steps are 1000x a normal step: log keeps both readable
+    ax.set_xlabel("step")
+    ax.set_ylabel("step time [ms]")
+    ax.legend(loc="upper right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return True
+
+
+def write_report(run_dir: Path, figures: dict[str, Any]) -> None:
+    """Write ``report.json`` (all figures and reasons), ``report.md`` and ``step_times.png``."""
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "report.json").write_text(json.dumps(_json_safe(figures), indent=2, sort_keys=True) + "\n")
+    plot_step_times(figures, run_dir / "step_times.png")
+    (run_dir / "report.md").write_text(_markdown(figures))

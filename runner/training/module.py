@@ -1,0 +1,74 @@
+"""``TrainModule``: trains any ``nn.Module`` that maps inputs to logits, with cross-entropy.
+
+It knows nothing about compilation: ``CompileStrategy`` compiles around it. It logs with
+``self.log`` like any LightningModule; the strategy makes those calls safe inside compiled code.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.optim import Optimizer
+from torch.optim.lr_scheduler import LRScheduler
+
+from runner.data.text import IGNORE_INDEX
+
+OptimizerFactory = Callable[..., Optimizer]
+SchedulerFactory = Callable[[Optimizer], LRScheduler]
+
+
+def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy over positions whose target is not padding (float32 for stability)."""
+    return F.cross_entropy(logits.flatten(0, -2).float(), targets.flatten(), ignore_index=IGNORE_INDEX)
+
+
+class TrainModule(L.LightningModule):
+    """A model, a loss and an optimizer recipe. ``batch`` is ``(inputs, targets)``."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        optimizer: OptimizerFactory,
+        scheduler: SchedulerFactory | None = None,
+        weight_decay_min_dim: int = 2,
+    ) -> None:
+        super().__init__()
+        self.model = model
+        self.optimizer_factory = optimizer
+        self.scheduler_factory = scheduler
+        self.weight_decay_min_dim = weight_decay_min_dim
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.model(x)
+
+    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        x, y = batch
+        loss = lm_loss(self.model(x), y)
+        self.log("train/loss", loss, prog_bar=True)
+        return loss
+
+    def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        x, y = batch
+        loss = lm_loss(self.model(x), y)
+        self.log("val/loss", loss, prog_bar=True)
+        # For byte-level data, nats per byte / ln 2 = bits per byte.
+        self.log("val/bpb", loss / math.log(2))
+        return loss
+
+    def configure_optimizers(self) -> Any:
+        # Weight decay on matrices only (nanoGPT): norms, biases and 1-d params are left alone.
+        params = [p for p in self.parameters() if p.requires_grad]
+        decay = [p for p in params if p.dim() >= self.weight_decay_min_dim]
+        no_decay = [p for p in params if p.dim() < self.weight_decay_min_dim]
+        groups = [{"params": decay}, {"params": no_decay, "weight_decay": 0.0}]
+        optimizer = self.optimizer_factory([g for g in groups if g["params"]])
+        if self.scheduler_factory is None:
+            return optimizer
+        scheduler = self.scheduler_factory(optimizer)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
