@@ -1,0 +1,27 @@
+# Two entry points for a newcomer: `make run` (the quickstart job) and `make test`.
+# Both create .venv and install the pinned stack first (seconds once installed).
+VENV ?= .venv
+PY := $(VENV)/bin/python
+RECIPE ?= quickstart
+
+.PHONY: setup run test lint bench
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml constraints.txt
+	python3 -m venv $(VENV)
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev]'
+	touch $@
+
+run: setup
+	$(PY) -m runner +recipe=$(RECIPE) $(ARGS)
+
+lint: setup
+	$(PY) -m ruff check runner tests benchmarks
+	$(PY) -m mypy runner
+
+test: lint
+	WANDB_MODE=offline $(PY) -m pytest -q $(PYTEST_ARGS)
+
+bench: setup
+	$(PY) benchmarks/compare.py

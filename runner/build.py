@@ -1,0 +1,109 @@
+"""Builders: typed config in, plain objects out (model, data, loggers, strategy, trainer).
+
+No config object is threaded past this module: each builder turns one node into constructor
+arguments (torchtune's rule), so the strategy and the LightningModule never see a config tree.
+"""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+from hydra.utils import instantiate
+from lightning.pytorch.callbacks import Callback, LearningRateMonitor, ModelCheckpoint
+from lightning.pytorch.loggers import CSVLogger, Logger
+from torch import nn
+
+from runner.config.schema import RunConfig
+from runner.config.targets import Batching
+from runner.dynamic.policy import resolve_pad_to
+from runner.strategy import CompileStrategy, DDPCompileStrategy
+from runner.training.module import TrainModule
+
+
+def build_datamodule(cfg: RunConfig) -> L.LightningDataModule:
+    """The data module; documents batching gets the shape policy's padding rule."""
+    extra: dict[str, Any] = {}
+    if getattr(cfg.data, "batching", None) is Batching.documents:
+        extra["pad_to"] = resolve_pad_to(cfg.dynamic, cfg.data.seq_len)
+    return instantiate(cfg.data, **extra)
+
+
+def build_module(cfg: RunConfig) -> L.LightningModule:
+    """The LightningModule: the user's own, or ``TrainModule`` around any ``nn.Module``."""
+    model = instantiate(cfg.model)
+    if isinstance(model, L.LightningModule):
+        return model
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model._target_={cfg.model._target_} built a {type(model).__name__}, not an nn.Module")
+    optimizer = instantiate(cfg.optimizer)
+    scheduler = instantiate(cfg.scheduler) if cfg.scheduler else None
+    return TrainModule(model, optimizer=optimizer, scheduler=scheduler)
+
+
+def build_loggers(cfg: RunConfig) -> list[Logger]:
+    """Every configured logger; CSV is always on."""
+    loggers = [instantiate(node) for node in cfg.logger.values()]
+    if not any(isinstance(lg, CSVLogger) for lg in loggers):
+        loggers.insert(0, CSVLogger(save_dir=cfg.run_dir, name="csv", version=""))
+    return loggers
+
+
+def build_strategy(cfg: RunConfig) -> CompileStrategy | DDPCompileStrategy:
+    """Single device, or DDP when more than one device/node is asked for (gloo on CPU)."""
+    t = cfg.trainer
+    stack = {"compile": cfg.compile, "dynamic": cfg.dynamic, "offload": cfg.offload, "cudagraphs": cfg.cudagraphs}
+    if is_distributed(cfg):
+        backend = "gloo" if t.accelerator == "cpu" else None
+        return DDPCompileStrategy(**stack, process_group_backend=backend)
+    device = "cpu" if t.accelerator == "cpu" else None
+    return CompileStrategy(**stack, device=device)
+
+
+def is_distributed(cfg: RunConfig) -> bool:
+    t = cfg.trainer
+    many = (isinstance(t.devices, int) and t.devices > 1) or t.devices == -1 or t.num_nodes > 1
+    return t.distributed == "ddp" or many
+
+
+def build_callbacks(cfg: RunConfig) -> list[Callback]:
+    """Checkpointing into the run dir (``last.ckpt`` always), LR monitoring and telemetry."""
+    from runner.telemetry import CompileTelemetry
+
+    ckpt_dir = Path(cfg.run_dir) / "checkpoints"
+    callbacks: list[Callback] = [
+        ModelCheckpoint(dirpath=ckpt_dir, save_last=True, save_top_k=0,
+                        every_n_train_steps=cfg.trainer.checkpoint_every_n_steps),
+        LearningRateMonitor(logging_interval="step"),
+        CompileTelemetry(cfg.telemetry, Path(cfg.run_dir)),
+    ]
+    return callbacks
+
+
+def build_trainer(cfg: RunConfig, strategy: Any, loggers: list[Logger], callbacks: list[Callback]) -> L.Trainer:
+    t = cfg.trainer
+    kwargs: dict[str, Any] = dict(
+        accelerator=t.accelerator,
+        devices=t.devices,
+        num_nodes=t.num_nodes,
+        strategy=strategy,
+        precision=t.precision,
+        max_steps=t.max_steps,
+        max_time=t.max_time,
+        val_check_interval=t.val_check_interval,
+        check_val_every_n_epoch=None,
+        limit_val_batches=t.limit_val_batches,
+        log_every_n_steps=t.log_every_n_steps,
+        gradient_clip_val=t.gradient_clip_val,
+        accumulate_grad_batches=t.accumulate_grad_batches,
+        enable_progress_bar=t.enable_progress_bar,
+        deterministic=t.deterministic,
+        logger=loggers,
+        callbacks=callbacks,
+        default_root_dir=cfg.run_dir,
+        enable_model_summary=True,
+    )
+    accepted = inspect.signature(L.Trainer.__init__).parameters
+    return L.Trainer(**{k: v for k, v in kwargs.items() if k in accepted})

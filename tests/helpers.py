@@ -1,0 +1,56 @@
+"""Small real training setups shared by the tests (tiny GPT on real stdlib text, CPU)."""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+import lightning as L
+import torch
+from lightning.pytorch.callbacks import Callback
+
+from runner.config.schema import CompileConfig, OptimizerPolicy, Scope
+from runner.data.text import TextDataModule
+from runner.models.gpt import GPT
+from runner.strategy import CompileStrategy
+from runner.training.module import TrainModule
+from runner.training.schedules import warmup_cosine
+
+
+class LossRecorder(Callback):
+    """Records the training loss of every step."""
+
+    def __init__(self) -> None:
+        self.losses: list[float] = []
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
+        self.losses.append(float(outputs["loss"]))
+
+
+def tiny_module(seed: int = 0) -> TrainModule:
+    torch.manual_seed(seed)
+    return TrainModule(
+        GPT(n_layer=2, n_embd=32, n_head=2, block_size=32),
+        optimizer=partial(torch.optim.AdamW, lr=3e-3, weight_decay=0.1),
+        scheduler=partial(warmup_cosine, warmup_steps=3, total_steps=20),
+    )
+
+
+def tiny_data(**kwargs: Any) -> TextDataModule:
+    return TextDataModule(**{"seq_len": 32, "batch_size": 4, "max_bytes": 100_000, **kwargs})
+
+
+def fit_losses(scope: Scope = Scope.none, backend: str = "aot_eager", optimizer: OptimizerPolicy = OptimizerPolicy.none,
+               steps: int = 20, **trainer_kwargs: Any) -> tuple[list[float], CompileStrategy, TrainModule]:
+    """Train the tiny GPT for ``steps`` through CompileStrategy; return per-step losses."""
+    module = tiny_module()
+    strategy = CompileStrategy(compile=CompileConfig(scope=scope, backend=backend, optimizer=optimizer), device="cpu")
+    rec = LossRecorder()
+    kwargs: dict[str, Any] = dict(max_steps=steps, logger=False, enable_checkpointing=False,
+                                  enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0,
+                                  gradient_clip_val=1.0)
+    kwargs.update(trainer_kwargs)
+    trainer = L.Trainer(strategy=strategy, callbacks=[rec, *kwargs.pop("callbacks", [])], **kwargs)
+    trainer.fit(module, tiny_data())
+    return rec.losses, strategy, module
