@@ -54,12 +54,13 @@ def build_loggers(cfg: RunConfig) -> list[Logger]:
 def build_strategy(cfg: RunConfig) -> CompileStrategy | DDPCompileStrategy:
     """Single device, or DDP when more than one device/node is asked for (gloo on CPU)."""
     t = cfg.trainer
-    stack = {"compile": cfg.compile, "dynamic": cfg.dynamic, "offload": cfg.offload, "cudagraphs": cfg.cudagraphs}
     if is_distributed(cfg):
         backend = "gloo" if t.accelerator == "cpu" else None
-        return DDPCompileStrategy(**stack, process_group_backend=backend)
+        return DDPCompileStrategy(compile=cfg.compile, dynamic=cfg.dynamic, offload=cfg.offload,
+                                  cudagraphs=cfg.cudagraphs, process_group_backend=backend)
     device = "cpu" if t.accelerator == "cpu" else None
-    return CompileStrategy(**stack, device=device)
+    return CompileStrategy(compile=cfg.compile, dynamic=cfg.dynamic, offload=cfg.offload, cudagraphs=cfg.cudagraphs,
+                           device=device)
 
 
 def is_distributed(cfg: RunConfig) -> bool:

@@ -61,7 +61,8 @@ def explain(e: Exception) -> str:
         cause = cause.__cause__
     msg = " ".join(parts)
     if "not in" in msg or "Key '" in msg:
-        fix = "Check the key's spelling; `python -m runner --cfg job` prints every valid key, and `+key=value` adds a new one."
+        fix = ("Check the key's spelling; `python -m runner --cfg job` prints every valid key, "
+               "and `+key=value` adds a new one.")
     elif "Could not find" in msg or "Could not load" in msg:
         fix = "Pick one of the available options listed above; `python -m runner --list-recipes` lists recipes."
     elif "Value '" in msg or "Invalid value" in msg:

@@ -47,7 +47,8 @@ def check_mode_and_options(cfg: RunConfig) -> str | None:
 def check_cudagraphs_unbacked(cfg: RunConfig) -> str | None:
     if cfg.cudagraphs.mode is CudaGraphMode.reduce_overhead and cfg.dynamic.policy is ShapePolicy.unbacked:
         return ("cudagraphs=reduce_overhead with dynamic.policy=unbacked: a CUDA graph records fixed sizes, and "
-                "unbacked sizes are unknown until run time. Use dynamic=bucket (one graph per bucket) or cudagraphs=disabled.")
+                "unbacked sizes are unknown until run time. Use dynamic=bucket (one graph per bucket) or "
+                "cudagraphs=disabled.")
     return None
 
 
@@ -56,7 +57,8 @@ def check_buckets(cfg: RunConfig) -> str | None:
     if d.policy is not ShapePolicy.bucket:
         return None
     if not d.buckets or any(b <= 0 for b in d.buckets):
-        return f"dynamic.policy=bucket needs positive dynamic.buckets (got {list(d.buckets)}), e.g. dynamic.buckets=[64,128,256,512]."
+        return (f"dynamic.policy=bucket needs positive dynamic.buckets (got {list(d.buckets)}), "
+                "e.g. dynamic.buckets=[64,128,256,512].")
     seq_len = getattr(cfg.data, "seq_len", None)
     if seq_len is not None and max(d.buckets) < seq_len:
         return (f"dynamic.buckets={list(d.buckets)}: the largest bucket is below data.seq_len={seq_len}, so the "
@@ -109,7 +111,8 @@ def check_model_fits_data(cfg: RunConfig) -> str | None:
 def check_trainer(cfg: RunConfig) -> str | None:
     t = cfg.trainer
     if t.precision not in _PRECISIONS:
-        return f"trainer.precision={t.precision} is not one of {sorted(_PRECISIONS)}; on this CPU use 32-true or bf16-mixed."
+        return (f"trainer.precision={t.precision} is not one of {sorted(_PRECISIONS)}; "
+                "on a CPU use 32-true or bf16-mixed.")
     if t.max_steps <= 0 and t.max_time is None:
         return f"trainer.max_steps={t.max_steps}: give a positive number of steps (or trainer.max_time)."
     if t.accumulate_grad_batches < 1:

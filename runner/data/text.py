@@ -128,7 +128,7 @@ class TextDataModule(L.LightningDataModule):
         train_docs = [docs[i] for i in order[n_val:]] or docs
         self.unigram_bits = unigram_bits_per_byte(train_docs)
         self._train, self._val = (self._dataset(d) for d in (train_docs, val_docs))
-        if len(self._train) == 0:
+        if len(self._train) == 0:  # type: ignore[arg-type]
             raise ValueError(
                 f"data: no training sequences of seq_len={self.seq_len} in {len(train_docs)} documents; "
                 "lower data.seq_len or raise data.max_bytes."

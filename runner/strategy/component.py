@@ -9,7 +9,8 @@ the hot loop has no ``if enabled:``.
 from __future__ import annotations
 
 import contextlib
-from typing import Any, ContextManager
+from contextlib import AbstractContextManager as ContextManager
+from typing import Any
 
 from torch import nn
 

@@ -37,8 +37,8 @@ class DeferredLog:
     @contextlib.contextmanager
     def capture(self, module: L.LightningModule) -> Iterator[None]:
         """Swap the module's ``log``/``log_dict`` for the recorder, then replay the calls."""
-        module.log = self.log  # type: ignore[method-assign]
-        module.log_dict = self.log_dict  # type: ignore[method-assign]
+        module.log = self.log  # type: ignore[method-assign,assignment]
+        module.log_dict = self.log_dict  # type: ignore[method-assign,assignment]
         try:
             yield
         finally:

@@ -28,8 +28,8 @@ from runner.config.schema import (
     Scope,
 )
 from runner.dynamic import build_shape_policy
-from runner.strategy.component import StackComponent
 from runner.strategy.compiler import apply_module_compile, compile_step, resolve_compile_kwargs
+from runner.strategy.component import StackComponent
 from runner.strategy.cudagraphs import build_cudagraphs
 from runner.strategy.deferred_log import DeferredLog
 from runner.strategy.optimizer_step import OptimizerStep, resolve_optimizer_policy

@@ -56,9 +56,9 @@ class TrainModule(L.LightningModule):
     def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
         x, y = batch
         loss = lm_loss(self.model(x), y)
-        self.log("val/loss", loss, prog_bar=True)
+        self.log("val/loss", loss, prog_bar=True, sync_dist=True)
         # For byte-level data, nats per byte / ln 2 = bits per byte.
-        self.log("val/bpb", loss / math.log(2))
+        self.log("val/bpb", loss / math.log(2), sync_dist=True)
         return loss
 
     def configure_optimizers(self) -> Any:
@@ -66,7 +66,7 @@ class TrainModule(L.LightningModule):
         params = [p for p in self.parameters() if p.requires_grad]
         decay = [p for p in params if p.dim() >= self.weight_decay_min_dim]
         no_decay = [p for p in params if p.dim() < self.weight_decay_min_dim]
-        groups = [{"params": decay}, {"params": no_decay, "weight_decay": 0.0}]
+        groups: list[dict[str, Any]] = [{"params": decay}, {"params": no_decay, "weight_decay": 0.0}]
         optimizer = self.optimizer_factory([g for g in groups if g["params"]])
         if self.scheduler_factory is None:
             return optimizer
