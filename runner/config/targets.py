@@ -56,6 +56,9 @@ class TextDataSchema:
     """Packed: window length. Documents: documents longer than this are cut into chunks."""
     min_len: int = 16
     """Documents: shorter chunks are dropped."""
+    separator: Optional[str] = "\n\n"
+    """Documents: split each file into documents here (blank lines: one block of code or prose per
+    sequence, so lengths vary naturally); null keeps each file whole."""
     batch_size: int = 16
     max_bytes: Optional[int] = 4_000_000
     """Read at most this many bytes of text (None: all)."""

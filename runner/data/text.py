@@ -52,9 +52,12 @@ class PackedWindows(Dataset[tuple[torch.Tensor, torch.Tensor]]):
 
 
 class DocumentChunks(Dataset[torch.Tensor]):
-    """One sequence per document, cut into chunks of at most ``seq_len + 1`` bytes."""
+    """One sequence per document, cut into chunks of at most ``seq_len + 1`` bytes. Files are first
+    split at ``separator`` (if given) into documents."""
 
-    def __init__(self, docs: Sequence[bytes], seq_len: int, min_len: int) -> None:
+    def __init__(self, docs: Sequence[bytes], seq_len: int, min_len: int, separator: str | None = None) -> None:
+        if separator:
+            docs = [part for d in docs for part in d.split(separator.encode())]
         self.chunks = [
             torch.frombuffer(bytearray(d[i : i + seq_len + 1]), dtype=torch.uint8)
             for d in docs
@@ -96,6 +99,7 @@ class TextDataModule(L.LightningDataModule):
         batching: Batching | str = Batching.packed,
         seq_len: int = 256,
         min_len: int = 16,
+        separator: str | None = "\n\n",
         batch_size: int = 16,
         max_bytes: int | None = 4_000_000,
         val_fraction: float = 0.05,
@@ -104,7 +108,7 @@ class TextDataModule(L.LightningDataModule):
         pad_to: PadTo | None = None,
     ) -> None:
         super().__init__()
-        self.path, self.seq_len, self.min_len = path, seq_len, min_len
+        self.path, self.seq_len, self.min_len, self.separator = path, seq_len, min_len, separator
         self.batching = Batching(batching) if isinstance(batching, str) else batching
         self.batch_size, self.max_bytes, self.val_fraction = batch_size, max_bytes, val_fraction
         self.seed, self.num_workers = seed, num_workers
@@ -138,7 +142,7 @@ class TextDataModule(L.LightningDataModule):
         if self.batching is Batching.packed:
             flat = torch.frombuffer(bytearray(b"".join(docs)), dtype=torch.uint8)
             return PackedWindows(flat, self.seq_len)
-        return DocumentChunks(docs, self.seq_len, self.min_len)
+        return DocumentChunks(docs, self.seq_len, self.min_len, self.separator)
 
     def _loader(self, ds: Dataset | None, shuffle: bool) -> DataLoader:
         assert ds is not None, "setup() first"
