@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import math
+import os
 import sysconfig
+from collections.abc import Iterator
 from collections import Counter
 from pathlib import Path
 
 TEXT_SUFFIXES = (".py", ".txt", ".md", ".rst")
+_SKIP_DIRS = {"site-packages", "dist-packages", "__pycache__", ".git"}
 
 
 def stdlib_dir() -> Path:
@@ -28,15 +31,9 @@ def read_documents(path: str | Path | None, max_bytes: int | None) -> list[bytes
             f"data.path={path!s} does not exist. Point data.path at a directory of text files "
             f"({', '.join(TEXT_SUFFIXES)}) or a single file, or drop it to use the Python stdlib source."
         )
-    if root.is_file():
-        files = [root]
-    else:
-        files = sorted(
-            p for p in root.rglob("*") if p.suffix in TEXT_SUFFIXES and "site-packages" not in p.parts and p.is_file()
-        )
     docs: list[bytes] = []
     total = 0
-    for f in files:
+    for f in _text_files(root):
         data = f.read_bytes()
         if not data:
             continue
@@ -50,6 +47,19 @@ def read_documents(path: str | Path | None, max_bytes: int | None) -> list[bytes
             "Point data.path at a directory or file of text."
         )
     return docs
+
+
+def _text_files(root: Path) -> Iterator[Path]:
+    """Text files under ``root`` in sorted order, lazily (reading stops at max_bytes), never
+    descending into installed packages or caches (they differ between machines, and are large)."""
+    if root.is_file():
+        yield root
+        return
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS)
+        for name in sorted(filenames):
+            if name.endswith(TEXT_SUFFIXES):
+                yield Path(dirpath) / name
 
 
 def unigram_bits_per_byte(docs: list[bytes]) -> float:

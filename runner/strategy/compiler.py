@@ -39,8 +39,8 @@ def find_blocks(module: nn.Module, block_types: list[str]) -> list[nn.Module]:
     ``block_types``, or else the children of the largest ``nn.ModuleList``."""
     if block_types:
         return [m for m in module.modules() if type(m).__name__ in block_types]
-    lists = [m for m in module.modules() if isinstance(m, nn.ModuleList)]
-    return list(max(lists, key=lambda m: len(list(m.children())))) if lists else []
+    lists = [list(m) for m in module.modules() if isinstance(m, nn.ModuleList)]
+    return max(lists, key=len) if lists else []
 
 
 def compiled_submodules(module: nn.Module) -> list[nn.Module]:

@@ -42,7 +42,7 @@ SUMMARY_ROWS: tuple[tuple[str, str], ...] = (
     ("perf/break_even_step", "break-even step"),
     ("perf/samples_per_s", "samples/s"),
     ("perf/tokens_per_s", "tokens/s"),
-    ("perf/tflops_per_step", "TFLOP per step"),
+    ("perf/tflop_per_step", "TFLOP per step"),
     ("perf/mfu", "MFU"),
     ("memory/peak_gib", "peak memory [GiB]"),
 )
@@ -76,7 +76,11 @@ def _json_safe(value: Any) -> Any:
 
 def summary_rows(figures: dict[str, Any]) -> list[tuple[str, str]]:
     """The (label, formatted value) rows of the summary, for the table and ``report.md``."""
-    return [(label, _fmt(figures[key])) for key, label in SUMMARY_ROWS if key in figures]
+    rows = [(label, _fmt(figures[key])) for key, label in SUMMARY_ROWS if key in figures]
+    # An infinite break-even step means the compiled step is not faster: it never pays off.
+    if figures.get("perf/break_even_step") == math.inf:
+        rows = [(label, "never") if label == "break-even step" else (label, v) for label, v in rows]
+    return rows
 
 
 def format_summary(figures: dict[str, Any], title: str = "compile telemetry") -> str:

@@ -1,0 +1,241 @@
+"""``CompileCollector``: what torch.compile did since ``start()``, from torch's own records.
+
+Sources, in order of preference (all reached through :mod:`runner.telemetry.torch_internals`):
+
+* Dynamo's per-compile records (``CompilationMetrics``): frames, guards, recompile reasons, compile
+  time split into Dynamo / AOTAutograd / Inductor, failures. Structured, no log parsing.
+* Dynamo's counters: graphs, graph-break reasons, cache hits/misses, CUDA-graph skips, eager fallbacks.
+* Compile start/end callbacks: live progress and wall-clock per compile, the step it happened in.
+* The graph-break artifact logger: the only place torch names the user file:line of a graph break.
+
+Definitions (the figures' contract):
+
+* ``compile/frames``: distinct Python frames (code objects) Dynamo compiled, continuations included.
+* ``compile/frame_compiles``: every forward compile, first compiles and recompiles of every frame.
+* ``compile/recompiles``: compiles caused by a guard failure of an earlier compile of the *same user
+  frame*. When a frame with a graph break recompiles, Dynamo also recompiles its continuation
+  (``torch_dynamo_resume_in_f_at_N``) for the same input change; those are folded into the parent's
+  recompile (counted once) and appear only in ``compile/frame_recompiles``.
+* ``compile/graph_breaks``: distinct graph-break sites (reason + user file:line); how often each was hit
+  while tracing is its ``count``, the total is ``compile/graph_break_hits``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from runner.telemetry import torch_internals as ti
+from runner.telemetry.reasons import GraphBreakHandler, recompile_events, short_path, short_reason
+
+
+class CompileListener(Protocol):
+    """Told when a compile starts and ends (e.g. the live progress printer)."""
+
+    def compile_started(self, label: str, kind: str) -> None: ...
+
+    def compile_finished(self, label: str, kind: str, seconds: float) -> None: ...
+
+
+@dataclass
+class _Open:
+    """A compile in progress, between the start and end callbacks."""
+
+    label: str
+    kind: str
+    step: int | None
+    started: float = field(default_factory=time.perf_counter)
+
+
+class CompileCollector:
+    """Collects compile figures from the moment :meth:`start` is called until :meth:`stop`.
+
+    Constructing one touches nothing process-wide, so it is safe in any process; ``start`` registers
+    torch callbacks and a log handler, ``stop`` removes them. Set :attr:`step` from the training loop
+    so events carry the step they happened in.
+    """
+
+    def __init__(self, listeners: tuple[CompileListener, ...] = (), metrics_limit: int = 100_000) -> None:
+        """``metrics_limit``: compile records torch keeps (its default, 64, loses records in long runs)."""
+        self.listeners = listeners
+        self.metrics_limit = metrics_limit
+        self.step: int | None = None
+        self.events: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+        self._open: dict[tuple[str, str], _Open] = {}
+        self._names: dict[str, str] = {}  # compile_id -> label, so the backward compile is named too
+        self._baseline_records: list[Any] = []
+        self._baseline_counters: dict[str, dict[str, int]] = {}
+        self._unregister: Any = None
+        self._handler: GraphBreakHandler | None = None
+        self._logger_state: tuple[int, bool] | None = None
+        self._final: list[ti.CompileRecord] | None = None
+        self._final_counters: dict[str, dict[str, int]] | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def start(self) -> CompileCollector:
+        """Begin collecting: everything compiled before this call is excluded."""
+        limit = ti.compilation_metrics_limit()
+        if limit is not None and limit < self.metrics_limit:
+            ti.set_compilation_metrics_limit(self.metrics_limit)
+        # Holding the old records keeps them alive, so their ids cannot be reused by new ones.
+        self._baseline_records = ti.compilation_metrics()
+        self._baseline_counters = ti.counters_snapshot()
+        self._final = self._final_counters = None
+        self._unregister = ti.register_compile_callbacks(self._on_start, self._on_end)
+        self._attach_graph_break_handler()
+        return self
+
+    def stop(self) -> None:
+        """Stop collecting; the figures stay readable and frozen at this point."""
+        self._final, self._final_counters = self._records(), self._counter_delta()
+        if self._unregister is not None:
+            self._unregister()
+            self._unregister = None
+        self._detach_graph_break_handler()
+
+    def __enter__(self) -> CompileCollector:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _attach_graph_break_handler(self) -> None:
+        logger = ti.graph_break_logger()
+        self._handler = GraphBreakHandler()
+        self._logger_state = (logger.level, logger.propagate)
+        if not logger.isEnabledFor(logging.DEBUG):
+            # The user did not ask for graph-break logs: capture them without echoing to stderr.
+            logger.setLevel(logging.DEBUG)
+            logger.propagate = False
+        logger.addHandler(self._handler)
+
+    def _detach_graph_break_handler(self) -> None:
+        if self._handler is None or self._logger_state is None:
+            return
+        logger = ti.graph_break_logger()
+        logger.removeHandler(self._handler)
+        logger.setLevel(self._logger_state[0])
+        logger.propagate = self._logger_state[1]
+        self._logger_state = None
+
+    # -- compile callbacks (run inside torch's compile; must be cheap and never raise) ---------
+    def _on_start(self, trigger: str, compile_id: str) -> None:
+        kind = {"DYNAMO": "compile", "LAZY_BACKWARD": "backward"}.get(trigger, trigger.lower())
+        if kind == "compile":
+            target = ti.compiling_target()
+            label = f"{target[0]} ({short_path(target[1])}:{target[2]})" if target else compile_id
+            self._names[compile_id] = label
+            if not compile_id.endswith("/0"):
+                kind = "recompile"
+        else:
+            label = f"{self._names.get(compile_id, compile_id)} [{kind}]"
+        with self._lock:
+            self._open[(trigger, compile_id)] = _Open(label, kind, self.step)
+        for listener in self.listeners:
+            listener.compile_started(label, kind)
+
+    def _on_end(self, trigger: str, compile_id: str) -> None:
+        with self._lock:
+            job = self._open.pop((trigger, compile_id), None)
+        if job is None:
+            return
+        seconds = time.perf_counter() - job.started
+        self.events.append(
+            {"kind": job.kind, "name": job.label, "compile_id": compile_id, "step": job.step, "duration_s": seconds}
+        )
+        for listener in self.listeners:
+            listener.compile_finished(job.label, job.kind, seconds)
+
+    def compiling(self) -> list[tuple[str, float]]:
+        """Compiles in progress now: (label, seconds so far)."""
+        now = time.perf_counter()
+        with self._lock:
+            return [(job.label, now - job.started) for job in self._open.values()]
+
+    # -- figures -----------------------------------------------------------------------------
+    def _records(self) -> list[ti.CompileRecord]:
+        if self._final is not None:
+            return self._final
+        seen = {id(m) for m in self._baseline_records}
+        return [ti.to_record(m) for m in ti.compilation_metrics() if id(m) not in seen]
+
+    def _counter_delta(self) -> dict[str, dict[str, int]]:
+        if self._final_counters is not None:
+            return self._final_counters
+        now, base = ti.counters_snapshot(), self._baseline_counters
+        # torch never decreases counters; max(0, .) guards against someone clearing them mid-run.
+        return {
+            g: {k: max(0, v - base.get(g, {}).get(k, 0)) for k, v in values.items()} for g, values in now.items()
+        }
+
+    def figures(self) -> dict[str, Any]:
+        """All figures since :meth:`start` (see the module docstring for definitions)."""
+        records = self._records()
+        counters = self._counter_delta()
+        forward = [r for r in records if r.is_forward]
+        backward = [r for r in records if not r.is_forward]
+        guards = [r.guard_count for r in forward if r.guard_count is not None]
+        live = [n for entries in ti.live_guard_counts().values() for n in entries]
+        hit = ti.counter(counters, "fx_cache_hit") + ti.counter(counters, "aot_cache_hit")
+        miss = ti.counter(counters, "fx_cache_miss") + ti.counter(counters, "aot_cache_miss")
+        recompiles = recompile_events(forward)
+        steps = {e["compile_id"]: e["step"] for e in self.events if e["kind"] != "backward"}
+        for event in recompiles:
+            event["step"] = steps.get(event["compile_id"])
+        breaks = self.graph_breaks(counters)
+        fallbacks = ti.counter(counters, "frames_total") - ti.counter(counters, "frames_ok")
+        return {
+            "compile/frames": len({(r.co_filename, r.co_name, r.co_firstlineno) for r in forward}),
+            "compile/frame_compiles": len(forward),
+            "compile/graphs": ti.counter(counters, "unique_graphs"),
+            "compile/recompiles": len(recompiles),
+            "compile/frame_recompiles": sum(1 for r in forward if r.recompile_reason and not r.fail_type),
+            "compile/graph_breaks": len(breaks),
+            "compile/graph_break_hits": sum(b["count"] for b in breaks),
+            "compile/guards_total": sum(guards),
+            "compile/guards_max": max(guards, default=0),
+            "compile/live_guards_total": sum(live),
+            "compile/live_guards_max": max(live, default=0),
+            "compile/time_s": sum(r.total_s for r in records),
+            "compile/dynamo_s": sum(r.total_s - r.backend_s for r in forward),
+            "compile/aot_autograd_s": sum(r.backend_s - r.inductor_s for r in forward)
+            + sum(r.total_s - r.inductor_s for r in backward),
+            "compile/inductor_s": sum(r.inductor_s for r in records),
+            "compile/backward_s": sum(r.total_s for r in backward),
+            "compile/wall_s": sum(e["duration_s"] for e in self.events),
+            "compile/cache_hits": hit,
+            "compile/cache_misses": miss,
+            "compile/cudagraph_skips": ti.counter(counters, "cudagraph_skips"),
+            "compile/cudagraph_recordings": sum(1 for e in self.events if e["kind"] == "cudagraph_recording"),
+            "compile/fallbacks": max(0, fallbacks),
+            "compile/recompile_reasons": recompiles,
+            "compile/graph_break_reasons": breaks,
+            "compile/fallback_reasons": [self._fallback(r) for r in forward if r.fail_type],
+            "compile/events": list(self.events),
+        }
+
+    def _fallback(self, r: ti.CompileRecord) -> dict[str, Any]:
+        """A failed compile (the frame ran eagerly): its frame, torch's reason, the guard that failed."""
+        frame = r.compile_id.split("/")[0]
+        name = r.co_name or next((v for k, v in self._names.items() if k.split("/")[0] == frame), None)
+        reason = f"{r.fail_type}: {short_reason(r.fail_reason or '')}"
+        if r.recompile_reason:
+            reason += f" (recompiling after: {r.recompile_reason})"
+        return {"name": name or r.compile_id, "compile_id": r.compile_id, "reason": reason}
+
+    def graph_breaks(self, counters: dict[str, dict[str, int]]) -> list[dict[str, Any]]:
+        """Distinct graph-break sites: reason, user file:line (from the log) and hits."""
+        sites = self._handler.sites if self._handler is not None else Counter()
+        if sites:
+            return [{"reason": r, "user_frame": loc, "count": n} for (r, loc), n in sites.items()]
+        # No log records (e.g. the logger was reconfigured): reasons from the counters, no location.
+        return [
+            {"reason": short_reason(reason), "user_frame": None, "count": n}
+            for reason, n in ti.graph_break_counts(counters).items()
+            if n > 0
+        ]

@@ -1,0 +1,103 @@
+"""Where telemetry goes: Lightning loggers, the wandb reasons table, a text file, the console.
+
+The single metrics interface (style principle 8): :func:`log_scalars` sends namespaced, unit-suffixed
+keys to every logger of the trainer (CSV, TensorBoard, wandb...), always from callbacks, i.e. outside
+compiled code, so logging can neither break a graph nor trigger a recompile. wandb is imported only
+when a ``WandbLogger`` is present.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+
+from runner.telemetry.progress import Sink, default_sink
+
+
+def scalars(figures: dict[str, Any]) -> dict[str, float]:
+    """The loggable part of the figures: finite numbers (bools as 0/1); lists and None dropped."""
+    out: dict[str, float] = {}
+    for key, value in figures.items():
+        if isinstance(value, bool) or (isinstance(value, (int, float)) and math.isfinite(value)):
+            out[key] = float(value)
+    return out
+
+
+def log_scalars(trainer: pl.Trainer, metrics: dict[str, float], step: int) -> None:
+    """Send ``metrics`` to every logger of the trainer (loggers are rank-zero-only themselves)."""
+    for logger in trainer.loggers:
+        logger.log_metrics(metrics, step=step)
+
+
+def reason_rows(figures: dict[str, Any]) -> list[list[Any]]:
+    """One row per recompile, graph-break site and eager fallback: kind, name, location, step, count, reason."""
+    rows: list[list[Any]] = []
+    for r in figures.get("compile/recompile_reasons") or []:
+        rows.append(["recompile", r.get("name"), r.get("location"), r.get("step"), 1, r.get("reason")])
+    for b in figures.get("compile/graph_break_reasons") or []:
+        rows.append(["graph_break", None, b.get("user_frame"), None, b.get("count"), b.get("reason")])
+    for f in figures.get("compile/fallback_reasons") or []:
+        rows.append(["fallback", f.get("name"), None, None, 1, f.get("reason")])
+    return rows
+
+
+def log_reason_table(trainer: pl.Trainer, figures: dict[str, Any]) -> None:
+    """Reasons as a ``wandb.Table`` on every WandbLogger (none: nothing, and wandb is not imported)."""
+    from lightning.pytorch.loggers import WandbLogger
+
+    wandb_loggers = [lg for lg in trainer.loggers if isinstance(lg, WandbLogger)]
+    if not wandb_loggers:
+        return
+    import wandb
+
+    columns = ["kind", "name", "location", "step", "count", "reason"]
+    for logger in wandb_loggers:
+        table = wandb.Table(columns=list[Any](columns), data=[[_cell(v) for v in row] for row in reason_rows(figures)])
+        logger.experiment.log({"compile/reasons": table})
+
+
+def _cell(value: Any) -> Any:
+    # wandb.Table wants one type per column; None would make "step"/"count" mixed-type.
+    return "" if value is None else value
+
+
+def write_events_text(path: Path, figures: dict[str, Any]) -> None:
+    """``compile_events.txt``: every compile event with its step and duration, then every reason."""
+    lines = ["# compile events: step, kind, seconds, name"]
+    for e in figures.get("compile/events") or []:
+        lines.append(f"step {e.get('step')}\t{e.get('kind')}\t{e.get('duration_s', 0.0):.2f} s\t{e.get('name')}")
+    lines += ["", "# reasons: kind, name, location, step, count, reason"]
+    for row in reason_rows(figures):
+        kind, name, location, step, count, reason = row
+        lines.append(f"{kind}\t{name or '-'}\t{location or '-'}\tstep {step}\tx{count}\n    {reason}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n")
+
+
+def progress_sink(trainer: pl.Trainer) -> Sink:
+    """Print around the active progress bar, on rank 0 only.
+
+    The bar is looked up at each message because Lightning creates it after ``setup``.
+    """
+    if not trainer.is_global_zero:
+        return lambda message: None
+
+    def sink(message: str) -> None:
+        from lightning.pytorch.callbacks import RichProgressBar, TQDMProgressBar
+
+        bar = trainer.progress_bar_callback
+        progress = getattr(bar, "progress", None) if isinstance(bar, RichProgressBar) else None
+        if progress is not None:
+            progress.console.print(message, markup=False, highlight=False, soft_wrap=True)
+        elif isinstance(bar, TQDMProgressBar):
+            from tqdm import tqdm
+
+            tqdm.write(message, file=sys.stderr)  # redraws the bar below the line
+        else:
+            default_sink(message)
+
+    return sink

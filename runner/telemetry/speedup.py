@@ -1,0 +1,93 @@
+"""Eager vs compiled step time, measured in the same run, interleaved.
+
+Step times drift 20-30 % between processes on a shared machine, so a speedup is only real when
+eager and compiled steps alternate in one process and the noise hits both. ``SpeedupMeter`` decides
+the mode of each training step:
+
+1. ``warmup``: compiled steps until ``steady_steps`` consecutive steps compiled nothing (the first
+   step compiles the forward, the backward compiles lazily, a graph break may compile more later).
+2. ``flops``: one eager step counted by ``FlopCounterMode`` (optional; its time is not used).
+3. ``eager`` / ``compiled``: ``pairs`` pairs in ABBA order (E C C E E C ...), so a slow drift
+   over the window adds equally to both sides. A step that compiled is discarded.
+4. ``compiled``: the rest of training; still timed, for ``perf/step_ms`` and the plot.
+
+Eager and compiled run the same math, so alternating does not change training.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Any
+
+
+class SpeedupMeter:
+    """Chooses each step's mode and aggregates step times; pure Python, no torch."""
+
+    def __init__(self, pairs: int, steady_steps: int = 2, count_flops: bool = True) -> None:
+        """``pairs``: eager+compiled step pairs to time (0: no eager steps, no speedup figure)."""
+        self.pairs = pairs
+        self.steady_steps = steady_steps
+        self.schedule: list[str] = []
+        if pairs > 0:
+            self.schedule = (["flops"] if count_flops else []) + [
+                mode for i in range(pairs) for mode in (("eager", "compiled") if i % 2 == 0 else ("compiled", "eager"))
+            ]
+        self.series: list[dict[str, Any]] = []
+        self.window: list[tuple[str, float]] = []  # (mode, ms) of the interleaved steps only
+        self._quiet = 0  # consecutive steps that compiled nothing
+        self._measuring = False
+
+    def next_mode(self) -> str:
+        """The mode of the step about to run."""
+        if not self._measuring:
+            return "warmup"
+        return self.schedule[0] if self.schedule else "compiled"
+
+    def record(self, step: int, mode: str, ms: float, compiled_something: bool) -> None:
+        """Record the step that just ran (``mode`` as returned by :meth:`next_mode`)."""
+        shown = "compile" if compiled_something else mode
+        self.series.append({"step": step, "ms": ms, "mode": shown})
+        if not self._measuring:
+            self._quiet = 0 if compiled_something else self._quiet + 1
+            self._measuring = self._quiet >= self.steady_steps
+            return
+        if self.schedule and not compiled_something:
+            if mode in ("eager", "compiled"):
+                self.window.append((mode, ms))
+            self.schedule.pop(0)  # a step that compiled is repeated: its time is not a step time
+
+    def _times(self, mode: str) -> list[float]:
+        return [p["ms"] for p in self.series if p["mode"] == mode]
+
+    @property
+    def done(self) -> bool:
+        """True once every eager/compiled pair has been timed."""
+        return self._measuring and not self.schedule
+
+    def figures(self, compile_time_s: float) -> dict[str, Any]:
+        """``perf/*`` step-time figures; the speedup ones only after the interleaved window."""
+        compiled = self._times("compiled")
+        out: dict[str, Any] = {"perf/step_series": list(self.series)}
+        if compiled:
+            out["perf/step_ms"] = statistics.median(compiled[-50:])  # recent: recompiles change it
+        steady = [p["ms"] for p in self.series if p["mode"] in ("warmup", "compiled")]
+        if not compiled and steady:
+            out["perf/step_ms"] = statistics.median(steady)
+        if self.done and self.window:
+            # Only the interleaved window, so both medians saw the same machine conditions.
+            e_ms = statistics.median([ms for mode, ms in self.window if mode == "eager"])
+            c_ms = statistics.median([ms for mode, ms in self.window if mode == "compiled"])
+            out["perf/eager_step_ms"] = e_ms
+            out["perf/compiled_step_ms"] = c_ms
+            out["perf/speedup_x"] = e_ms / c_ms if c_ms > 0 else math.nan
+            out["perf/break_even_step"] = break_even_step(compile_time_s, e_ms, c_ms)
+        return out
+
+
+def break_even_step(compile_time_s: float, eager_ms: float, compiled_ms: float) -> float:
+    """Steps after which compiling has paid for itself; ``inf`` when compiled is not faster."""
+    saved_s = (eager_ms - compiled_ms) / 1000.0
+    if saved_s <= 0:
+        return math.inf
+    return math.ceil(compile_time_s / saved_s)

@@ -1,0 +1,98 @@
+"""``python -m runner`` as a user runs it: real subprocesses, real Hydra, real loggers, CPU."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def runner(*args: str, cwd: Path = ROOT, timeout: int = 600) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "WANDB_MODE": "offline", "PYTHONWARNINGS": "ignore"}
+    return subprocess.run([sys.executable, "-m", "runner", *args], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def _rows(metrics: Path) -> list[dict[str, str]]:
+    with metrics.open() as f:
+        return list(csv.DictReader(f))
+
+
+def test_smoke_recipe_leaves_a_complete_run_dir(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    proc = runner("+recipe=smoke", f"hydra.run.dir={run_dir}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (run_dir / ".hydra" / "config.yaml").exists()
+    rows = _rows(run_dir / "csv" / "metrics.csv")
+    assert any(r.get("train/loss") for r in rows) and any(r.get("val/bpb") for r in rows)
+    ckpt = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=False)
+    assert ckpt["global_step"] == 8
+    report = json.loads((run_dir / "report.json").read_text())
+    assert report["run/steps"] == 8
+    assert report["val/bpb"] > 0 and report["data/unigram_bpb"] > 0
+    assert report["compile/scope"] == "step"
+    assert "runner: smoke" in proc.stdout  # the printed summary table
+
+
+def test_mlp_on_synthetic_data(tmp_path: Path) -> None:
+    run_dir = tmp_path / "mlp"
+    proc = runner("+recipe=smoke_mlp", f"hydra.run.dir={run_dir}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads((run_dir / "report.json").read_text())
+    assert report["run/steps"] == 8 and report["compile/scope"] == "step"
+
+
+def test_all_loggers_offline(tmp_path: Path) -> None:
+    run_dir = tmp_path / "loggers"
+    proc = runner("+recipe=smoke", "logger=all", f"hydra.run.dir={run_dir}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert list((run_dir / "wandb").glob("offline-run-*")), "wandb wrote no offline run"
+    assert list((run_dir / "tensorboard").rglob("events.out.tfevents.*")), "TensorBoard wrote no events"
+    assert (run_dir / "csv" / "metrics.csv").exists()
+
+
+def test_list_recipes() -> None:
+    proc = runner("--list-recipes")
+    assert proc.returncode == 0
+    assert "quickstart" in proc.stdout and "smoke" in proc.stdout
+
+
+def test_cfg_job_prints_the_composed_config() -> None:
+    proc = runner("+recipe=quickstart", "--cfg", "job")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "scope: step" in proc.stdout and "n_layer: 4" in proc.stdout
+
+
+@pytest.mark.parametrize(
+    ("override", "named"),
+    [
+        ("compile.scop=step", "scop"),
+        ("compile=stepp", "compile"),
+        ("trainer.max_steps=abc", "max_steps"),
+        ("data.path=/does/not/exist", "data.path"),
+    ],
+)
+def test_bad_input_fails_before_anything_is_written(override: str, named: str, tmp_path: Path) -> None:
+    run_dir = tmp_path / "never"
+    proc = runner("+recipe=smoke", override, f"hydra.run.dir={run_dir}", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert named in proc.stderr and "Traceback" not in proc.stderr
+    assert not run_dir.exists() and not (tmp_path / "outputs").exists()
+
+
+def test_multirun_writes_one_dir_per_job(tmp_path: Path) -> None:
+    sweep_dir = tmp_path / "sweep"
+    proc = runner("-m", "+recipe=smoke", "compile=eager,step", f"hydra.sweep.dir={sweep_dir}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    reports = sorted(sweep_dir.glob("*/report.json"))
+    assert len(reports) == 2
+    scopes = {json.loads(r.read_text())["compile/scope"] for r in reports}
+    assert scopes == {"none", "step"}
