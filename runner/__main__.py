@@ -26,9 +26,16 @@ def _list_recipes() -> None:
 
 @hydra.main(config_path=str(CONF_DIR), config_name="config", version_base=None)
 def _hydra_main(cfg: DictConfig) -> None:
+    from runner.reliability import RunStopped
     from runner.run import run
 
-    run(load(cfg))
+    try:
+        result = run(load(cfg))
+    except RunStopped as e:  # a compile failure or a non-finite loss: the message says it all
+        print(f"runner: {e}", file=sys.stderr)
+        sys.exit(e.exit_code)
+    if result.exit_code:  # stopped by SIGINT/SIGTERM after saving last.ckpt: 128+signum
+        sys.exit(result.exit_code)
 
 
 def main() -> None:

@@ -19,6 +19,7 @@ from torch import nn
 from runner.config.schema import RunConfig
 from runner.config.targets import Batching
 from runner.dynamic.policy import resolve_pad_to
+from runner.reliability import AtomicCheckpointIO, build_reliability_callbacks
 from runner.strategy import CompileStrategy, DDPCompileStrategy
 from runner.training.module import TrainModule
 
@@ -79,6 +80,7 @@ def build_callbacks(cfg: RunConfig) -> list[Callback]:
                         every_n_train_steps=cfg.trainer.checkpoint_every_n_steps),
         LearningRateMonitor(logging_interval="step"),
         CompileTelemetry(cfg.telemetry, Path(cfg.run_dir)),
+        *build_reliability_callbacks(cfg),
     ]
     return callbacks
 
@@ -105,6 +107,7 @@ def build_trainer(cfg: RunConfig, strategy: Any, loggers: list[Logger], callback
         callbacks=callbacks,
         default_root_dir=cfg.run_dir,
         enable_model_summary=True,
+        plugins=[AtomicCheckpointIO()],  # last.ckpt is never half-written (runner.reliability.checkpoint_io)
     )
     accepted = inspect.signature(L.Trainer.__init__).parameters
     return L.Trainer(**{k: v for k, v in kwargs.items() if k in accepted})

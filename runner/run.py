@@ -8,6 +8,7 @@ Loggers are closed in ``finally``, so an exception loses nothing already logged.
 from __future__ import annotations
 
 import logging
+import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,6 +16,7 @@ from typing import Any
 
 import lightning as L
 import torch
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from runner.build import (
     build_callbacks,
@@ -25,6 +27,18 @@ from runner.build import (
     build_trainer,
 )
 from runner.config.schema import RunConfig
+from runner.reliability import (
+    CompileCacheArtifacts,
+    CompileErrorCallback,
+    CompileFailure,
+    GracefulInterrupt,
+    NonFiniteGuard,
+    exit_code,
+    explain_compile_error,
+    flush_loggers,
+    make_resumable,
+)
+from runner.reliability.csv_history import CsvHistory
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +50,8 @@ class RunResult:
     run_dir: Path
     figures: dict[str, Any] = field(default_factory=dict)
     last_checkpoint: Path | None = None
+    exit_code: int = 0
+    """0, or 128+signum when SIGINT/SIGTERM stopped the run (``last.ckpt`` holds its state)."""
 
 
 def _metric(trainer: L.Trainer, key: str) -> float | None:
@@ -54,18 +70,31 @@ def run(cfg: RunConfig) -> RunResult:
     datamodule = build_datamodule(cfg)
     if hasattr(datamodule, "check"):
         datamodule.check()  # a missing data path fails here, before any model is built
+    make_resumable(datamodule)  # mid-epoch resume continues at the same batch
     module = build_module(cfg)
     loggers = build_loggers(cfg)
     strategy = build_strategy(cfg)
     callbacks = build_callbacks(cfg)
+    history = CsvHistory(loggers)  # a resumed run keeps the rows logged before the interruption
+    if cfg.ckpt_path:
+        history.stash()
+    callbacks.append(history)
     trainer = build_trainer(cfg, strategy, loggers, callbacks)
 
     start = time.perf_counter()
+    stopped = False
     try:
         trainer.fit(module, datamodule=datamodule, ckpt_path=cfg.ckpt_path)
+    except SIGTERMException:
+        stopped = True  # SIGINT/SIGTERM: GracefulInterrupt saved last.ckpt at a step boundary
+    except Exception as e:
+        watch = next((cb.watch for cb in callbacks if isinstance(cb, CompileErrorCallback)), None)
+        if (message := explain_compile_error(e, watch)) is not None:
+            raise CompileFailure(message) from e
+        raise
     finally:
-        for lg in loggers:
-            lg.finalize("success" if trainer.state.status.value == "finished" else "failed")
+        flush_loggers(loggers, "success" if trainer.state.status.value == "finished" else "failed")
+        history.restore()
 
     figures: dict[str, Any] = {
         "run/name": cfg.name,
@@ -87,9 +116,27 @@ def run(cfg: RunConfig) -> RunResult:
     for cb in callbacks:
         if isinstance(cb, CompileTelemetry):
             figures.update(cb.figures())
+    for cb in callbacks:
+        if isinstance(cb, (CompileErrorCallback, CompileCacheArtifacts, NonFiniteGuard)):
+            figures.update(cb.figures())
     ckpt = run_dir / "checkpoints" / "last.ckpt"
     figures["run/last_checkpoint"] = str(ckpt) if ckpt.exists() else None
+    code = _interrupted(callbacks, figures, ckpt) if stopped else 0
     if trainer.is_global_zero:
         write_report(run_dir, figures)
         print(format_summary(figures, title=f"runner: {cfg.name}"))
-    return RunResult(run_dir=run_dir, figures=figures, last_checkpoint=ckpt if ckpt.exists() else None)
+    return RunResult(run_dir=run_dir, figures=figures, last_checkpoint=ckpt if ckpt.exists() else None,
+                     exit_code=code)
+
+
+def _interrupted(callbacks: list[Any], figures: dict[str, Any], ckpt: Path) -> int:
+    """Record a SIGINT/SIGTERM stop in the figures and say how to resume; the exit code."""
+    grace = next((cb for cb in callbacks if isinstance(cb, GracefulInterrupt)), None)
+    if grace is None or grace.signum is None:
+        return exit_code(signal.SIGTERM)  # Lightning's own SIGTERM handling, without a checkpoint
+    figures["run/interrupted_by"] = signal.Signals(grace.signum).name
+    figures["run/interrupted_at_step"] = grace.step
+    log.warning("stopped by %s at step %s; checkpoint %s. Resume with the same overrides plus "
+                "hydra.run.dir=%s ckpt_path=last", figures["run/interrupted_by"], grace.step, ckpt,
+                ckpt.parent.parent)
+    return exit_code(grace.signum)

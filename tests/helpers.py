@@ -12,6 +12,7 @@ from lightning.pytorch.callbacks import Callback
 from runner.config.schema import CompileConfig, OptimizerPolicy, Scope
 from runner.data.text import TextDataModule
 from runner.models.gpt import GPT
+from runner.reliability import make_resumable
 from runner.strategy import CompileStrategy
 from runner.training.module import TrainModule
 from runner.training.schedules import warmup_cosine
@@ -38,7 +39,10 @@ def tiny_module(seed: int = 0) -> TrainModule:
 
 
 def tiny_data(**kwargs: Any) -> TextDataModule:
-    return TextDataModule(**{"seq_len": 32, "batch_size": 4, "max_bytes": 100_000, **kwargs})
+    """Resumable, as ``python -m runner`` makes it: a mid-epoch resume continues at the same batch."""
+    dm = TextDataModule(**{"seq_len": 32, "batch_size": 4, "max_bytes": 100_000, **kwargs})
+    make_resumable(dm)
+    return dm
 
 
 def fit_losses(scope: Scope = Scope.none, backend: str = "aot_eager", optimizer: OptimizerPolicy = OptimizerPolicy.none,

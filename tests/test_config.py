@@ -11,7 +11,7 @@ from runner.config import CONF_DIR, ConfigError, RunConfig, compose, load, recip
 from runner.config.schema import Scope
 
 GROUPS = ["model", "data", "optimizer", "scheduler", "compile", "dynamic", "offload", "cudagraphs", "trainer",
-          "telemetry", "logger"]
+          "telemetry", "logger", "reliability"]
 
 
 def _options(group: str) -> list[str]:

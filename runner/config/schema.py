@@ -189,6 +189,29 @@ class TelemetryConfig:
     """Device peak for MFU; None picks a default for the device and precision."""
 
 
+class OnNonFinite(Enum):
+    """What a non-finite (nan/inf) training loss does."""
+
+    stop = "stop"  # save the last good state to last.ckpt and stop, naming the step
+    skip = "skip"  # drop that step (no optimizer update) and go on, up to max_skipped_steps
+
+
+@dataclass
+class ReliabilityConfig:
+    """The ``reliability`` group: non-finite losses, interruption and compile-cache artifacts."""
+
+    on_nonfinite: OnNonFinite = OnNonFinite.stop
+    """A nan/inf loss stops the run (checkpointing the last good state) or skips that step."""
+    max_skipped_steps: int = 10
+    """With on_nonfinite=skip: stop (as with stop) once this many steps have been skipped."""
+    checkpoint_on_interrupt: bool = True
+    """SIGINT/SIGTERM finish the current step, save last.ckpt, flush loggers and exit 128+signum."""
+    save_cache_artifacts: bool = True
+    """Save torch.compiler.save_cache_artifacts() to <run_dir>/compile_cache/artifacts.bin at the end."""
+    load_cache_artifacts: Optional[str] = None
+    """An artifacts.bin (or the run dir holding one) from another run, loaded before compiling."""
+
+
 @dataclass
 class RunConfig:
     """The root config."""
@@ -203,6 +226,7 @@ class RunConfig:
     cudagraphs: CudaGraphsConfig = field(default_factory=CudaGraphsConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
+    reliability: ReliabilityConfig = field(default_factory=ReliabilityConfig)
     logger: dict[str, Any] = field(default_factory=dict)
     """Lightning loggers by name, each a ``_target_`` node; CSV is always added."""
     seed: int = 1234

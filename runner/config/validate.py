@@ -12,7 +12,8 @@ from pathlib import Path
 import torch
 
 from runner.config.load import ConfigError
-from runner.config.schema import CudaGraphMode, OffloadStrategy, RunConfig, Scope, ShapePolicy
+from runner.config.schema import AfterWarmup, CudaGraphMode, OffloadStrategy, RunConfig, Scope, ShapePolicy
+from runner.reliability import checks as reliability_checks
 
 _PRECISIONS = {"32-true", "32", "bf16-mixed", "bf16-true", "16-mixed", "16-true", "64-true", "transformer-engine"}
 
@@ -75,6 +76,47 @@ def check_dynamic_bounds(cfg: RunConfig) -> str | None:
     return None
 
 
+def check_bucket_fits(cfg: RunConfig) -> str | None:
+    d = cfg.dynamic
+    if d.policy is not ShapePolicy.bucket or not d.buckets or any(b <= 0 for b in d.buckets):
+        return None
+    if len(set(d.buckets)) > d.recompile_limit:
+        return (f"dynamic.buckets has {len(set(d.buckets))} buckets but dynamic.recompile_limit={d.recompile_limit}: "
+                "each bucket compiles its own graph, and past the limit torch silently runs eagerly. Raise "
+                f"dynamic.recompile_limit to >= {len(set(d.buckets))} or use fewer buckets.")
+    seq_len, block = getattr(cfg.data, "seq_len", None), getattr(cfg.model, "block_size", None)
+    if isinstance(seq_len, int) and isinstance(block, int):
+        longest = min((b for b in d.buckets if b >= seq_len), default=None)
+        if longest is not None and longest > block:
+            return (f"dynamic.buckets={list(d.buckets)} pads data.seq_len={seq_len} up to {longest} tokens, beyond "
+                    f"model.block_size={block} (the position embedding). Add a bucket equal to {seq_len}.")
+    return None
+
+
+def check_shape_marks(cfg: RunConfig) -> str | None:
+    d = cfg.dynamic
+    if d.policy not in (ShapePolicy.dynamic, ShapePolicy.unbacked):
+        return None
+    if not d.dims:
+        return f"dynamic.policy={d.policy.value} with dynamic.dims=[]: nothing would be marked. Use dynamic.dims=[1]."
+    seq_len = getattr(cfg.data, "seq_len", None)
+    if d.max is not None and isinstance(seq_len, int) and d.max < seq_len:
+        return (f"dynamic.max={d.max} is below data.seq_len={seq_len}: longer batches would break the bound and "
+                f"recompile. Set dynamic.max >= {seq_len} or null.")
+    if d.policy is ShapePolicy.unbacked and d.min < 2:
+        return (f"dynamic.policy=unbacked with dynamic.min={d.min}: without a lower bound of 2, causal attention "
+                "cannot rule out an empty sequence, graph-breaks and falls back to eager. Use dynamic.min=2.")
+    return None
+
+
+def check_after_warmup(cfg: RunConfig) -> str | None:
+    d = cfg.dynamic
+    if d.after_warmup is not AfterWarmup.none and d.warmup_steps < 1:
+        return (f"dynamic.after_warmup={d.after_warmup.value} with dynamic.warmup_steps={d.warmup_steps}: the stance "
+                "would apply to the very first compile. Give at least 1 warm-up step.")
+    return None
+
+
 def check_fp8(cfg: RunConfig) -> str | None:
     if cfg.offload.strategy is OffloadStrategy.fp8 and not hasattr(torch, "float8_e4m3fn"):
         return (f"offload=fp8 needs torch.float8_e4m3fn, which torch {torch.__version__} lacks. "
@@ -127,11 +169,15 @@ CHECKS: list[Callable[[RunConfig], str | None]] = [
     check_cudagraphs_unbacked,
     check_buckets,
     check_dynamic_bounds,
+    check_bucket_fits,
+    check_shape_marks,
+    check_after_warmup,
     check_fp8,
     check_memory_budget,
     check_data_path,
     check_model_fits_data,
     check_trainer,
+    *reliability_checks.CHECKS,  # ranges, torch names, fullgraph combinations (runner/reliability/checks.py)
 ]
 
 
@@ -140,3 +186,4 @@ def validate(cfg: RunConfig) -> None:
     problems = [msg for check in CHECKS if (msg := check(cfg))]
     if problems:
         raise ConfigError(" ".join(problems))
+    reliability_checks.emit_warnings(cfg)  # e.g. CUDA graphs on a CPU: logged once, the run goes on

@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 import os
 import sysconfig
-from collections.abc import Iterator
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 TEXT_SUFFIXES = (".py", ".txt", ".md", ".rst")

@@ -1,0 +1,98 @@
+"""SIGINT and SIGTERM stop a run cleanly: finish the step, checkpoint, flush loggers, exit 128+signum.
+
+Lightning 2.6 handles SIGTERM with ``_SignalConnector``: its handler only sets
+``trainer.received_sigterm``; the loops then raise ``SIGTERMException`` (a ``SystemExit``) at the next
+step boundary, between validation batches or after an epoch ends, and ``Trainer.fit`` calls every
+callback's ``on_exception`` and ``finalize("failed")`` on every logger. SIGINT raises
+``KeyboardInterrupt`` wherever Python happens to be (mid-backward, mid-optimizer-step).
+
+A checkpoint taken in ``on_exception`` after such a stop is not always resumable exactly: when the
+stop comes after validation or after the epoch ended, Lightning 2.6 restores it with the batch
+counter one ahead (an off-by-one ``step`` in the logs) or ends the resumed epoch after one batch
+(a different data order from then on); both measured here. ``ModelCheckpoint``'s own saves happen
+in ``on_train_batch_end``, the state Lightning's restart logic handles in every case.
+
+So ``GracefulInterrupt`` takes over both signals: the first only records the signal; at the next
+``on_train_batch_end`` it writes ``last.ckpt`` (the same state ``ModelCheckpoint`` saves) and only
+then hands over to Lightning's SIGTERM handler, which stops the loops at the step boundary. A second
+signal raises ``KeyboardInterrupt``: the user insists. Lightning restores the original handlers in
+its teardown. A signal during validation takes effect after the next training step.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import lightning as L
+from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.loggers import Logger, WandbLogger
+from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+log = logging.getLogger(__name__)
+
+INTERRUPT_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def exit_code(signum: int) -> int:
+    """The shell's convention for a process stopped by a signal: 130 for SIGINT, 143 for SIGTERM."""
+    return 128 + int(signum)
+
+
+class GracefulInterrupt(Callback):
+    """Checkpoint on SIGINT/SIGTERM at a step boundary (see the module docstring)."""
+
+    def __init__(self, ckpt_path: Path) -> None:
+        self.ckpt_path = ckpt_path
+        self.signum: int | None = None
+        """The first interrupting signal received, if any."""
+        self.step: int | None = None
+        """The global step the interrupt checkpoint was written at."""
+        self._lightning_sigterm: Any = None
+
+    @property
+    def interrupted(self) -> bool:
+        return self.signum is not None
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # Lightning registers its SIGTERM handler after on_fit_start, just before the loops run.
+        self._lightning_sigterm = signal.getsignal(signal.SIGTERM)
+        for signum in INTERRUPT_SIGNALS:
+            signal.signal(signum, self._on_signal)
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        if self.signum is not None:
+            raise KeyboardInterrupt  # a second signal: stop now, without the checkpoint
+        self.signum = signum
+        log.warning("received %s: finishing the current step, then saving a checkpoint", signal.Signals(signum).name)
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
+        if self.signum is None or self.step is not None:
+            return
+        trainer.save_checkpoint(self.ckpt_path)
+        self.step = trainer.global_step
+        log.warning("interrupted at step %d: checkpoint saved to %s", trainer.global_step, self.ckpt_path)
+        # Lightning's handler sets trainer.received_sigterm (and tells DDP ranks); its loops stop next.
+        if callable(self._lightning_sigterm):
+            self._lightning_sigterm(signal.SIGTERM, None)
+
+    def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
+        if isinstance(exception, SIGTERMException) and self.signum is None:
+            self.signum = int(signal.SIGTERM)  # Lightning's own handler caught it (before on_train_start)
+
+
+def flush_loggers(loggers: list[Logger], status: str) -> None:
+    """Finalize every logger (CSV writes its buffered rows) and close wandb's run, whose offline
+    files are otherwise completed only at interpreter exit (``WandbLogger.finalize`` does not
+    finish the run). Each logger is closed even if another one fails."""
+    for lg in loggers:
+        try:
+            lg.finalize(status)
+            if isinstance(lg, WandbLogger) and lg._experiment is not None:
+                lg._experiment.finish(exit_code=0 if status == "success" else 1)
+        except Exception:  # closing one logger must not lose the others' data
+            log.exception("closing logger %s failed", type(lg).__name__)

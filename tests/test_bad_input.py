@@ -1,0 +1,106 @@
+"""Bad input is refused up front: one message naming the key, the value and the fix; exit code 2;
+nothing written (not even a run directory). The table runs ``precheck`` in-process (what
+``python -m runner`` runs before Hydra); two real processes check the exit code and the empty cwd."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from runner.config.load import ConfigError
+from runner.config.precheck import precheck
+from tests.test_reliability_support import env
+
+# (overrides on top of +recipe=smoke, fragments the message must contain: key, value, fix)
+BAD_INPUTS: list[tuple[list[str], list[str]]] = [
+    # unknown keys
+    (["compile.scop=step"], ["scop", "spelling"]),
+    (["model.n_layr=3"], ["n_layr", "spelling"]),
+    (["trainer.max_step=5"], ["max_step", "spelling"]),
+    # wrong types / unknown enum values
+    (["trainer.max_steps=abc"], ["max_steps", "abc", "type"]),
+    (["compile.scope=bogus"], ["bogus", "expected one of", "step_backward"]),
+    (["compile.on_error=skip"], ["skip", "raise, eager"]),
+    (["reliability.on_nonfinite=ignore"], ["ignore", "stop, skip"]),
+    (["compile.fullgraph=maybe"], ["fullgraph", "maybe"]),
+    # unknown group options
+    (["compile=bogus"], ["compile/bogus", "blocks eager model step step_backward"]),
+    (["reliability=bogus"], ["reliability/bogus", "default"]),
+    # out-of-range values
+    (["trainer.max_steps=0"], ["trainer.max_steps=0", "positive"]),
+    (["trainer.val_check_interval=0"], ["trainer.val_check_interval=0", "> 0"]),
+    (["data.batch_size=0"], ["data.batch_size=0", "> 0"]),
+    (["optimizer.lr=-0.1"], ["optimizer.lr=-0.1", "> 0"]),
+    (["data.val_fraction=1.5"], ["data.val_fraction=1.5", "[0, 1)"]),
+    (["model.dropout=1.0"], ["model.dropout=1.0", "[0, 1)"]),
+    (["trainer.limit_val_batches=-1"], ["trainer.limit_val_batches=-1", ">= 0"]),
+    (["reliability.max_skipped_steps=-1"], ["reliability.max_skipped_steps=-1", ">= 0"]),
+    (["offload.memory_budget=2"], ["offload.memory_budget=2.0", "(0, 1)"]),
+    (["trainer.accumulate_grad_batches=0"], ["trainer.accumulate_grad_batches=0", "at least 1"]),
+    (["dynamic.min=10", "dynamic.max=5"], ["dynamic.min=10", "dynamic.max=5", "min < max"]),
+    (["trainer.max_time=90min"], ["trainer.max_time=90min", "DD:HH:MM:SS"]),
+    # names torch or the machine does not know
+    (["compile.backend=inductr"], ["compile.backend=inductr", "inductor, aot_eager, eager"]),
+    (["compile.mode=fastest"], ["compile.mode=fastest", "max-autotune"]),
+    (["trainer.precision=fp8"], ["trainer.precision=fp8", "32-true or bf16-mixed"]),
+    (["trainer.accelerator=cuda"], ["trainer.accelerator=cuda", "no CUDA device", "trainer=cpu"]),
+    (["data.path=/nonexistent/corpus"], ["data.path=/nonexistent/corpus", "does not exist"]),
+    (["ckpt_path=/nonexistent/x.ckpt"], ["ckpt_path=/nonexistent/x.ckpt", "ckpt_path=last"]),
+    (["reliability.load_cache_artifacts=/nonexistent"], ["reliability.load_cache_artifacts=/nonexistent",
+                                                          "compile_cache/artifacts.bin"]),
+    # impossible combinations across groups
+    (["compile.fullgraph=true", "compile.on_error=eager"], ["compile.fullgraph=true", "compile.on_error=eager",
+                                                             "compile.fullgraph=false"]),
+    (["compile=eager", "compile.fullgraph=true"], ["compile.scope=none", "fullgraph", "compile=step"]),
+    (["cudagraphs.mode=reduce_overhead", "dynamic.policy=unbacked"], ["unbacked", "cudagraphs=disabled"]),
+    (["compile.mode=reduce-overhead"], ["compile.mode=reduce-overhead", "cudagraphs.mode=reduce_overhead"]),
+    (["compile.mode=default", "+compile.options={a:1}"], ["compile.mode=default", "compile.options"]),
+    (["compile=step_backward", "trainer.devices=2"], ["step_backward", "compile.scope=step"]),
+    (["data.seq_len=64", "model.block_size=32"], ["data.seq_len=64", "model.block_size=32"]),
+    (["dynamic.policy=bucket"], ["dynamic.policy=bucket", "dynamic.buckets=[64,128,256,512]"]),
+]
+
+
+def test_table_has_at_least_20_bad_inputs() -> None:
+    assert len(BAD_INPUTS) >= 20
+
+
+@pytest.mark.parametrize(("overrides", "fragments"), BAD_INPUTS, ids=lambda v: " ".join(v) if isinstance(v[0], str)
+                         and "=" in v[0] else None)
+def test_bad_input_is_named_with_its_fix(overrides: list[str], fragments: list[str]) -> None:
+    with pytest.raises(ConfigError) as info:
+        precheck(["+recipe=smoke", *overrides])
+    message = str(info.value)
+    assert "\n" not in message.strip(), "one paragraph"
+    for fragment in fragments:
+        assert fragment in message, f"{fragment!r} not in: {message}"
+
+
+def test_fp8_offload_on_a_torch_without_float8(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delattr(torch, "float8_e4m3fn")
+    with pytest.raises(ConfigError, match=r"offload=fp8 needs torch.float8_e4m3fn.*offload=bf16"):
+        precheck(["+recipe=smoke", "offload.strategy=fp8"])
+
+
+def test_cuda_graphs_on_cpu_is_a_warning_not_an_error(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING):
+        precheck(["+recipe=smoke", "cudagraphs.mode=reduce_overhead", "seed=4321"])
+    assert "cudagraphs.mode=reduce_overhead on trainer.accelerator=cpu" in caplog.text
+    assert "cudagraphs=disabled" in caplog.text
+
+
+@pytest.mark.parametrize("overrides", [["model.n_layr=3"], ["compile.fullgraph=true", "compile.on_error=eager"]])
+def test_cli_refuses_bad_input_and_writes_nothing(overrides: list[str], tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "runner", "+recipe=smoke", *overrides], cwd=tmp_path, env=env(),
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("runner: "), proc.stderr
+    assert overrides[0].split("=")[0].split(".")[-1] in lines[0]
+    assert proc.stdout == ""
+    assert list(tmp_path.iterdir()) == [], "nothing may be written (no outputs/ run dir)"

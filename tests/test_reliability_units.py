@@ -1,0 +1,128 @@
+"""Unit tests of the reliability pieces, and pins of the torch internals they read."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from runner.config.schema import OnError
+from runner.reliability.checkpoint_io import atomic_torch_save, remove_stale_temps
+from runner.reliability.compile_errors import (
+    CompileErrorWatch,
+    explain_compile_error,
+    fallback_from_record,
+    limit_hit_from_record,
+)
+from runner.reliability.resumable_data import ResumableDataLoader, as_resumable
+
+
+def _loader(workers: int = 0) -> DataLoader:
+    data = TensorDataset(torch.arange(30))
+    return DataLoader(data, batch_size=4, shuffle=True, drop_last=True, generator=torch.Generator().manual_seed(7),
+                      num_workers=workers, persistent_workers=workers > 0)
+
+
+def _take(it: object, n: int) -> list[list[int]]:
+    return [next(it)[0].tolist() for _ in range(n)]  # type: ignore[call-overload]
+
+
+@pytest.mark.parametrize("stop_at", [3, 7])  # mid-epoch, and exactly at the end of epoch 0 (7 batches)
+def test_resumable_loader_continues_with_the_same_batches(stop_at: int) -> None:
+    ref = as_resumable(_loader())
+    expected = [b[0].tolist() for epoch in range(3) for b in ref]
+    first = as_resumable(_loader())
+    it = iter(first)
+    seen = _take(it, stop_at)
+    state = first.state_dict()
+
+    resumed = as_resumable(_loader())  # a new process: fresh generator, then the checkpoint's state
+    resumed.load_state_dict(state)
+    rest = [b[0].tolist() for epoch in range(3) for b in resumed]
+    assert isinstance(resumed, ResumableDataLoader) and len(resumed) == 7
+    assert seen + rest[: len(expected) - stop_at] == expected
+
+
+def test_atomic_save_replaces_whole_file_and_cleans_stale_temps(tmp_path: Path) -> None:
+    target = tmp_path / "last.ckpt"
+    stale = tmp_path / ".last.ckpt.abc123.tmp"
+    stale.write_bytes(b"half a checkpoint")
+    atomic_torch_save({"step": 1}, target)
+    assert not stale.exists()
+    atomic_torch_save({"step": 2}, target)
+    assert torch.load(target)["step"] == 2
+    assert remove_stale_temps(target) == []
+    assert [p.name for p in tmp_path.iterdir()] == ["last.ckpt"]
+
+
+# -- compile errors, with real torch exceptions --------------------------------------------------------
+def _recompiling() -> None:
+    def g(x: torch.Tensor, n: int) -> torch.Tensor:
+        return x * n
+
+    cg = torch.compile(g, backend="eager", dynamic=False)
+    for n in range(6):
+        cg(torch.ones(3), n)
+
+
+def test_recompile_limit_hit_names_the_failing_guard() -> None:
+    watch = CompileErrorWatch()
+    with torch._dynamo.config.patch(recompile_limit=2, fail_on_recompile_limit_hit=False):
+        watch.attach(OnError["raise"])  # sets fail_on_recompile_limit_hit (restored by the patch)
+        try:
+            with pytest.raises(torch._dynamo.exc.FailOnRecompileLimitHit) as info:
+                _recompiling()
+        finally:
+            watch.detach()
+    msg = explain_compile_error(info.value, watch)
+    assert msg is not None
+    assert "recompile limit recompile_limit=2 hit by 'g'" in msg
+    assert "`n == 1`" in msg  # the guard that kept failing
+    assert "dynamic.recompile_limit" in msg and "compile.on_error=eager" in msg
+
+
+def test_recompile_limit_under_eager_is_logged_with_the_guard(caplog: pytest.LogCaptureFixture) -> None:
+    watch = CompileErrorWatch()
+    with torch._dynamo.config.patch(recompile_limit=2, fail_on_recompile_limit_hit=False):
+        watch.attach(OnError["eager"])
+        try:
+            with caplog.at_level(logging.WARNING, logger="runner.reliability.compile_errors"):
+                _recompiling()  # runs on, eagerly
+        finally:
+            watch.detach()
+    assert watch.limit_hits and watch.limit_hits[0]["guard"] == "n == 1"
+    assert "the guard that kept failing: n == 1" in caplog.text
+    assert watch.figures()["compile/recompile_limit_hits"][0]["function"].startswith("'g'")
+
+
+def test_graph_break_under_fullgraph_is_explained() -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        print("side effect")
+        return x + 1
+
+    with pytest.raises(torch._dynamo.exc.Unsupported) as info:
+        torch.compile(f, backend="eager", fullgraph=True)(torch.ones(2))
+    msg = explain_compile_error(info.value)
+    assert msg is not None
+    assert "frame 'f'" in msg and "test_reliability_units.py" in msg and 'print("side effect")' in msg
+    assert "graph break 'Failed to trace builtin operator'" in msg and "compile.fullgraph=false" in msg
+
+
+def test_non_compile_errors_are_left_alone() -> None:
+    assert explain_compile_error(ValueError("not a compile error")) is None
+
+
+# -- pins: the torch log records runner parses ------------------------------------------------------------
+def test_pinned_convert_frame_records() -> None:
+    hit = logging.LogRecord("torch._dynamo.convert_frame", logging.WARNING, "", 0,
+                            "torch._dynamo hit config.%s (%s)\n   function: %s\n   last reason: %s\n", (
+                                "recompile_limit", 8, "'g' (x.py:3)", "0/7: n == 7  # x.py:3 in g", "url"), None)
+    assert limit_hit_from_record(hit) == {"limit": "recompile_limit=8", "function": "'g' (x.py:3)", "guard": "n == 7"}
+    fb = logging.LogRecord("torch._dynamo.convert_frame", logging.WARNING, "", 0,
+                           "WON'T CONVERT g /a/x.py line 13 \ndue to: \nTraceback ...\n"
+                           "torch._dynamo.exc.BackendCompilerFailed: backend='b' raised:\nValueError: boom", (), None)
+    parsed = fallback_from_record(fb)
+    assert parsed is not None and parsed["function"] == "'g' (/a/x.py:13)" and "ValueError: boom" in parsed["reason"]
