@@ -26,7 +26,8 @@ from runner.build import (
     build_strategy,
     build_trainer,
 )
-from runner.config.schema import RunConfig
+from runner.config.schema import OffloadStrategy, RunConfig
+from runner.training.module import TrainModule, lm_loss
 from runner.reliability import (
     CompileCacheArtifacts,
     CompileErrorCallback,
@@ -59,6 +60,20 @@ def _metric(trainer: L.Trainer, key: str) -> float | None:
     return None if value is None else float(value)
 
 
+def measure_saved_activations(cfg: RunConfig, module: L.LightningModule,
+                              datamodule: L.LightningDataModule) -> dict[str, Any]:
+    """Saved-activation bytes and gradient error of the offload strategy against ``none``, measured
+    eagerly on one validation batch (the training order stays untouched) before anything is
+    transformed. Only for ``TrainModule``, whose loss runner knows."""
+    if cfg.offload.strategy is OffloadStrategy.none or not cfg.offload.measure or not isinstance(module, TrainModule):
+        return {}
+    from runner.offload import measure_offload
+
+    datamodule.setup("fit")
+    batch = next(iter(datamodule.val_dataloader()))
+    return measure_offload(module.model, batch, lambda m, b: lm_loss(m(b[0]), b[1]), cfg.offload)
+
+
 def run(cfg: RunConfig) -> RunResult:
     """Train as configured and write the run's report into ``cfg.run_dir``."""
     from runner.telemetry import CompileTelemetry
@@ -72,6 +87,7 @@ def run(cfg: RunConfig) -> RunResult:
         datamodule.check()  # a missing data path fails here, before any model is built
     make_resumable(datamodule)  # mid-epoch resume continues at the same batch
     module = build_module(cfg)
+    offload_figures = measure_saved_activations(cfg, module, datamodule)
     loggers = build_loggers(cfg)
     strategy = build_strategy(cfg)
     callbacks = build_callbacks(cfg)
@@ -113,6 +129,7 @@ def run(cfg: RunConfig) -> RunResult:
     if unigram is not None:
         figures["data/unigram_bpb"] = round(unigram, 4)
     figures.update(strategy.stack.summary())
+    figures.update(offload_figures)
     for cb in callbacks:
         if isinstance(cb, CompileTelemetry):
             figures.update(cb.figures())

@@ -1,0 +1,99 @@
+"""How a saved tensor is stored between forward and backward, and how it is restored.
+
+``encode`` returns a flat tuple of tensors and constants; ``decode`` turns it back into a tensor of
+the original dtype, size and stride. The same functions run eagerly (plain saved-tensor hooks) and
+under AOTAutograd tracing (hooks inlined into the compiled graphs), so they use only shape-static
+Python logic: every branch depends on dtype, size or stride, never on tensor values.
+
+Restoring the stride matters: Inductor's backward checks each saved input with
+``assert_size_stride``, and a plain ``.to(dtype)`` of a non-dense view (e.g. one of the q/k/v slices
+of a fused projection) returns a contiguous tensor.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+FP8_DTYPE = torch.float8_e4m3fn
+FP8_MAX = float(torch.finfo(FP8_DTYPE).max)  # 448: the largest finite e4m3fn value
+_FP8_EPS = 1e-12  # keeps the scale of an all-zero tensor finite
+
+# Bytes per element of each storage format: a tensor already this small is not worth packing.
+STORED_ITEMSIZE = {"bf16": 2, "fp8": 1}
+
+Packed = tuple[Any, ...]
+_VIEW = "view"  # tag of a packed view (eager only; the traced path packs graph values, not views)
+
+
+def encode(x: torch.Tensor, kind: str) -> Packed:
+    """Pack a floating tensor as ``kind`` ("bf16" or "fp8").
+
+    bf16: ``(payload, dtype, size, stride, restride)``.
+    fp8: ``(payload, scale, dtype, size, stride, restride)`` with a per-tensor scale
+    ``amax / 448`` (float32, 0-dim), so the largest magnitude maps to the largest e4m3fn value.
+    """
+    # Detach: the pack hook must not record autograd history (it would keep ``x`` alive).
+    x = x.detach()
+    if kind == "bf16":
+        payload = x.to(torch.bfloat16)
+        return (payload, x.dtype, tuple(x.size()), tuple(x.stride()), _restride(payload, x))
+    if kind == "fp8":
+        xf = x.float()
+        scale = (xf.abs().amax() / FP8_MAX).clamp(min=_FP8_EPS)
+        payload = (xf / scale).to(FP8_DTYPE)
+        return (payload, scale, x.dtype, tuple(x.size()), tuple(x.stride()), _restride(payload, x))
+    raise ValueError(f"unknown saved-tensor encoding {kind!r} (expected 'bf16' or 'fp8')")
+
+
+def encode_storage(x: torch.Tensor, kind: str) -> Packed:
+    """Pack the whole storage under ``x`` as one flat tensor (eager path only).
+
+    Eagerly, several saved tensors are often views of one storage (SDPA's output and the
+    projection's reshaped input): packing each view would store the data twice. Packing the
+    storage once and rebuilding each view with ``as_strided`` stores it once.
+    """
+    numel = x.untyped_storage().nbytes() // x.element_size()
+    flat = torch.as_strided(x.detach(), (numel,), (1,), 0)
+    return encode(flat, kind)
+
+
+def view_of(storage_packed: Packed, x: torch.Tensor) -> Packed:
+    """A packed view: the packed storage plus ``x``'s size, stride and offset."""
+    return (_VIEW, storage_packed, tuple(x.size()), tuple(x.stride()), x.storage_offset())
+
+
+def decode(packed: Any) -> torch.Tensor:
+    """Restore what ``encode`` or ``view_of`` produced; a tensor passed through is returned as is."""
+    if isinstance(packed, torch.Tensor):
+        return packed
+    if isinstance(packed[0], str):  # view_of: rebuild the view on the decoded storage
+        _, storage_packed, size, stride, offset = packed
+        return decode(storage_packed).as_strided(size, stride, offset)
+    if len(packed) == 5:
+        payload, dtype, size, stride, restride = packed
+        y = payload.to(dtype)
+    else:
+        payload, scale, dtype, size, stride, restride = packed
+        y = (payload.to(torch.float32) * scale).to(dtype)
+    if restride:
+        out = torch.empty_strided(size, stride, dtype=dtype, device=y.device)
+        out.copy_(y)
+        return out
+    return y
+
+
+def _restride(payload: torch.Tensor, x: torch.Tensor) -> bool:
+    """Whether decode must copy into ``x``'s exact strides (``.to`` only keeps dense layouts)."""
+    return tuple(payload.stride()) != tuple(x.stride())
+
+
+def stored_nbytes(x: torch.Tensor) -> int:
+    """Bytes of ``x``'s elements (not its storage); symbolic sizes use their hint."""
+    numel = x.numel()
+    if isinstance(numel, torch.SymInt):
+        # A dynamic dimension: decide on the size seen when tracing rather than install a guard.
+        hint = getattr(numel.node, "hint", None)
+        numel = int(hint) if hint is not None else 1 << 62
+    return int(numel) * x.element_size()

@@ -1,0 +1,235 @@
+"""The saved-activation strategy as a compile-stack component, and ``build_offload``.
+
+The strategy calls ``configure()`` once, ``apply(model)`` once on the plain module before
+compiling, and enters ``step_context()`` around every training step's forward and loss. Backward
+may run after the context exits: packed tensors carry their own unpack hook (eager path) or the
+unpack code is already inlined into the compiled backward (traced path).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager as ContextManager
+from typing import Any, Optional, Union
+
+import torch
+from torch import nn
+
+from runner.config.schema import OffloadConfig, OffloadStrategy
+from runner.offload import compat, policy
+from runner.offload.checkpointing import apply_checkpointing
+from runner.offload.hooks import SavedTensorCodec
+from runner.strategy.component import StackComponent
+
+CPU_OFFLOAD_ON_CPU = (
+    "offload.strategy=cpu moves saved activations to host memory, which is pointless on a {device} "
+    "device: saved activations are kept as they are (acting as offload.strategy=none)."
+)
+
+
+class OffloadComponent(StackComponent):
+    """Base of every saved-activation strategy: a no-op that reports itself (strategy ``none``)."""
+
+    name = "offload"
+    path = "none"
+    active = False
+
+    def __init__(self, cfg: OffloadConfig, device: torch.device) -> None:
+        self.cfg = cfg
+        self.device = device
+        self.steps = 0
+        self.measured: dict[str, Any] = {}
+
+    def measure(
+        self,
+        model: Union[nn.Module, Callable[[], nn.Module]],
+        batch: Any,
+        loss_fn: Callable[[nn.Module, Any], torch.Tensor],
+        compile_fn: Optional[Callable[[Callable[..., Any]], Callable[..., Any]]] = None,
+    ) -> dict[str, Any]:
+        """Run ``measure_offload`` for this config and keep its figures for ``summary()``.
+
+        Pass the plain model (before ``apply``) or a factory: each variant trains a deep copy.
+        """
+        from runner.offload.measure import measure_offload
+
+        self.measured = measure_offload(model, batch, loss_fn, self.cfg, compile_fn=compile_fn,
+                                        device=self.device)
+        return self.measured
+
+    def current_path(self) -> str:
+        return self.path
+
+    def summary(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "offload/strategy": self.cfg.strategy.value,
+            "offload/active": self.active,
+            "offload/path": self.current_path(),
+        }
+        out.update({k: v for k, v in self.measured.items() if k not in out})
+        return out
+
+
+class HookOffload(OffloadComponent):
+    """bf16 / fp8: floating saved tensors stored narrow, restored to their dtype in backward."""
+
+    active = True
+
+    def __init__(self, cfg: OffloadConfig, device: torch.device) -> None:
+        super().__init__(cfg, device)
+        self.codec = SavedTensorCodec(cfg.strategy.value, cfg.min_bytes, tuple(cfg.exclude))
+
+    def apply(self, module: nn.Module) -> None:
+        self.codec.attach(module)
+
+    def prepare_batch(self, batch: Any) -> Any:
+        self.codec.hold(batch)
+        return batch
+
+    @contextlib.contextmanager
+    def _context(self) -> Iterator[None]:
+        self.steps += 1
+        self.codec.begin_step()
+        try:
+            # Opened outside any compiled call: opened inside, it would break the graph and run eagerly.
+            with torch.autograd.graph.saved_tensors_hooks(self.codec.pack_gm, self.codec.unpack_gm):
+                yield
+        finally:
+            self.codec.end_step()
+
+    def step_context(self) -> ContextManager[Any]:
+        return self._context()
+
+    def current_path(self) -> str:
+        return self.codec.path(self.steps)
+
+    def summary(self) -> dict[str, Any]:
+        out = super().summary()
+        out.update({f"offload/{k}": v for k, v in sorted(self.codec.counts.items())})
+        out["offload/excluded_modules"] = len(self.codec.excluded)
+        return out
+
+
+class CheckpointOffload(OffloadComponent):
+    """Recompute instead of save: per-block checkpoints, or the compiler's memory budget."""
+
+    active = True
+    path = "checkpoint"
+
+    def __init__(self, cfg: OffloadConfig, device: torch.device, block_types: Sequence[str] = ()) -> None:
+        super().__init__(cfg, device)
+        self.block_types = tuple(block_types)
+        self.wrapped: list[str] = []
+        self._previous_budget: Optional[float] = None
+
+    @property
+    def mode(self) -> str:
+        return "per_block" if self.cfg.memory_budget is None else "memory_budget"
+
+    def configure(self) -> None:
+        """With ``memory_budget`` set: set the process-wide partitioner budget (``restore`` undoes it)."""
+        if self.cfg.memory_budget is not None and self._previous_budget is None:
+            self._previous_budget = compat.set_memory_budget(self.cfg.memory_budget)
+
+    def restore(self) -> None:
+        """Put back the budget found by ``configure`` (tests and measurements call this)."""
+        if self._previous_budget is not None:
+            compat.set_memory_budget(self._previous_budget)
+            self._previous_budget = None
+
+    def apply(self, module: nn.Module) -> None:
+        if self.cfg.memory_budget is not None:
+            return
+        excluded = policy.excluded_module_names(module, self.cfg.exclude)
+        self.wrapped = apply_checkpointing(module, self.block_types, excluded)
+        if not self.wrapped:
+            warnings.warn("offload.strategy=checkpoint found no repeated blocks to checkpoint "
+                          "(no nn.ModuleList and no matching block_types): nothing is recomputed.",
+                          stacklevel=2)
+
+    def step_context(self) -> ContextManager[Any]:
+        self.steps += 1
+        return contextlib.nullcontext()
+
+    def summary(self) -> dict[str, Any]:
+        out = super().summary()
+        out["offload/checkpoint_mode"] = self.mode
+        out["offload/checkpointed_blocks"] = len(self.wrapped)
+        if self.cfg.memory_budget is not None:
+            out["offload/memory_budget"] = compat.get_memory_budget()
+        return out
+
+
+class CudaOffload(OffloadComponent):
+    """Saved activations in pinned host memory, copied on a side stream (CUDA)."""
+
+    active = True
+    path = "eager_hooks"  # stream and event calls cannot be traced: the hooks always run eagerly
+
+    def __init__(self, cfg: OffloadConfig, device: torch.device) -> None:
+        super().__init__(cfg, device)
+        from runner.offload.cuda_offload import PinnedOffloadHooks
+
+        self.hooks = PinnedOffloadHooks(device, cfg.min_bytes)
+
+    def apply(self, module: nn.Module) -> None:
+        excluded = policy.excluded_module_names(module, self.cfg.exclude)
+        hooks = self.hooks
+        self.hooks.held = {t.untyped_storage().data_ptr() for t in module.parameters()}
+
+        def enter(mod: nn.Module, args: Any) -> None:
+            if not torch.compiler.is_compiling():
+                hooks.excluded_depth += 1
+
+        def leave(mod: nn.Module, args: Any, output: Any) -> None:
+            if not torch.compiler.is_compiling():
+                hooks.excluded_depth = max(0, hooks.excluded_depth - 1)
+
+        for name, mod in module.named_modules():
+            if policy.clean_name(name) in excluded:
+                mod.register_forward_pre_hook(enter)
+                mod.register_forward_hook(leave, always_call=True)
+
+    @contextlib.contextmanager
+    def _context(self) -> Iterator[None]:
+        self.steps += 1
+        self.hooks.begin_step()
+        try:
+            with torch.autograd.graph.saved_tensors_hooks(self.hooks.pack, self.hooks.unpack):
+                yield
+        finally:
+            self.hooks.end_step()
+
+    def step_context(self) -> ContextManager[Any]:
+        return self._context()
+
+    def summary(self) -> dict[str, Any]:
+        out = super().summary()
+        out["offload/offloaded_bytes_total"] = self.hooks.offloaded_bytes
+        return out
+
+
+def build_offload(cfg: OffloadConfig, device: torch.device, block_types: Sequence[str] = ()) -> OffloadComponent:
+    """The component for ``cfg.strategy`` on ``device``.
+
+    ``block_types`` (class names) selects the blocks for ``checkpoint``; empty uses the children of
+    the largest ``nn.ModuleList``. ``cpu`` on a non-CUDA device warns once and returns the no-op.
+    """
+    device = torch.device(device)
+    strategy = cfg.strategy
+    if strategy is OffloadStrategy.none:
+        return OffloadComponent(cfg, device)
+    if strategy is OffloadStrategy.cpu:
+        if device.type != "cuda":
+            message = CPU_OFFLOAD_ON_CPU.format(device=device.type)
+            # One line, at build time: configure/apply/step_context of the no-op stay silent.
+            warnings.warn(message, UserWarning, stacklevel=2)
+            return OffloadComponent(cfg, device)
+        return CudaOffload(cfg, device)
+    if strategy in (OffloadStrategy.bf16, OffloadStrategy.fp8):
+        return HookOffload(cfg, device)
+    if strategy is OffloadStrategy.checkpoint:
+        return CheckpointOffload(cfg, device, block_types)
+    raise ValueError(f"unknown offload.strategy {strategy!r}")

@@ -1,0 +1,191 @@
+"""Saved-tensor hooks that compile: one hook pair that is both traceable and eager-safe.
+
+The pair is a pair of ``torch.fx.GraphModule`` objects, each a single call to a module-level
+function. When a compiled region runs inside ``saved_tensors_hooks(pack_gm, unpack_gm)``,
+AOTAutograd recognises GraphModule hooks as inlineable, traces them on fake tensors and inlines pack
+into the forward epilogue and unpack into the backward prologue; the compiled forward then returns
+the packed (bf16 / fp8) tensors, and the runtime disables the hooks for that call. Outside compiled
+regions (eager models, graph breaks, compiled autograd) the same GraphModules run as ordinary
+Python hooks. Decisions use only dtype, size and module membership, so both paths agree.
+
+The GraphModules are created once per codec and reused every step: Dynamo guards on the identity
+of the active hooks, and a new pair would recompile every graph.
+"""
+
+from __future__ import annotations
+
+import itertools
+import weakref
+from collections import Counter
+from typing import Any, Optional
+
+import torch
+import torch.fx
+from torch import nn
+
+from runner.offload import codecs, compat, policy
+
+_CACHE_VERSION = "runner.offload.hooks/1"  # bump when pack/unpack trace to something different
+_REGISTRY: weakref.WeakValueDictionary[int, SavedTensorCodec] = weakref.WeakValueDictionary()
+_IDS = itertools.count()
+
+
+def _pack_entry(x: torch.Tensor, codec_id: int) -> Any:
+    """The function the pack graph calls (a graph leaf, so its Python runs at trace time)."""
+    return _REGISTRY[codec_id].pack(x)
+
+
+def _unpack_entry(packed: Any, codec_id: int) -> torch.Tensor:
+    """The function the unpack graph calls. It needs no codec state: backward may run after the
+    component that packed is gone."""
+    return codecs.decode(packed)
+
+
+def _hook_graph(fn: Any, codec_id: int, cache_hash: str, name: str) -> torch.fx.GraphModule:
+    # Built by hand rather than by symbolic_trace: the codec id is a constant argument, so the graph
+    # holds only a module-level function and an int (picklable for AOTAutograd's cache key).
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    call = graph.call_function(fn, (x, codec_id))
+    compat.mark_wrapped(call, cache_hash)
+    graph.output(call)
+    return torch.fx.GraphModule(torch.nn.Module(), graph, class_name=name)
+
+
+class SavedTensorCodec:
+    """Packs floating saved tensors as bf16 or fp8 (see ``codecs``); everything else passes through.
+
+    Args:
+        kind: ``"bf16"`` or ``"fp8"``.
+        min_bytes: saved tensors with fewer bytes are left alone.
+        exclude: module-name prefixes whose activations are left alone (resolved in ``attach``).
+    """
+
+    def __init__(self, kind: str, min_bytes: int, exclude: tuple[str, ...]) -> None:
+        if kind not in codecs.STORED_ITEMSIZE:
+            raise ValueError(f"unknown saved-tensor encoding {kind!r}")
+        self.kind = kind
+        self.min_bytes = int(min_bytes)
+        self.exclude = tuple(exclude)
+        self.excluded: frozenset[str] = frozenset()
+        self.counts: Counter[str] = Counter()
+        self._excluded_depth = 0  # > 0 while an excluded module runs eagerly
+        self._held: set[int] = set()  # storages alive anyway: parameters and buffers
+        self._batch: set[int] = set()  # ... and this step's batch
+        self._model: Optional[nn.Module] = None
+        self._by_storage: Optional[dict[int, tuple[weakref.ref[torch.Tensor], int, Any]]] = None
+        self.codec_id = next(_IDS)
+        _REGISTRY[self.codec_id] = self
+        self._build_graphs()
+
+    def _build_graphs(self) -> None:
+        digest = f"{_CACHE_VERSION}:{self.kind}:{self.min_bytes}:{sorted(self.excluded)}"
+        self.pack_gm = _hook_graph(_pack_entry, self.codec_id, digest, "OffloadPack")
+        self.unpack_gm = _hook_graph(_unpack_entry, self.codec_id, digest, "OffloadUnpack")
+
+    # -- setup ---------------------------------------------------------------------------------
+    def attach(self, model: nn.Module) -> None:
+        """Resolve ``exclude`` against ``model`` and track excluded modules when they run eagerly."""
+        self._model = model
+        self.excluded = policy.excluded_module_names(model, self.exclude)
+        self._build_graphs()  # the cache hash covers the resolved exclusions
+        for name, mod in model.named_modules():
+            if policy.clean_name(name) in self.excluded:
+                mod.register_forward_pre_hook(self._enter_excluded)
+                mod.register_forward_hook(self._leave_excluded, always_call=True)
+
+    def _enter_excluded(self, module: nn.Module, args: Any) -> None:
+        # Under Dynamo the hook is traced and must not mutate Python state: there, exclusion is read
+        # from the saved node's module stack instead (``policy.node_is_excluded``).
+        if not torch.compiler.is_compiling():
+            self._excluded_depth += 1
+
+    def _leave_excluded(self, module: nn.Module, args: Any, output: Any) -> None:
+        if not torch.compiler.is_compiling():
+            self._excluded_depth = max(0, self._excluded_depth - 1)
+
+    def begin_step(self) -> None:
+        """Reset per-step eager state (entered by the component's ``step_context``)."""
+        self._excluded_depth = 0
+        self._by_storage = {}
+        if self._model is not None and not self._held:
+            # Once: parameters do not move during training (optimizers update them in place).
+            tensors = itertools.chain(self._model.parameters(), self._model.buffers())
+            self._held = {t.untyped_storage().data_ptr() for t in tensors}
+
+    def end_step(self) -> None:
+        """Drop per-step eager state; the autograd graph keeps what it saved."""
+        self._by_storage = None
+
+    def hold(self, tensors: Any) -> None:
+        """Declare this step's batch alive anyway: packing it would only add memory.
+
+        Replaces the previous step's set: a freed batch's address may be reused by an activation.
+        """
+        self._batch = {
+            t.untyped_storage().data_ptr()
+            for t in torch.utils._pytree.tree_leaves(tensors)
+            if isinstance(t, torch.Tensor) and t.is_floating_point()
+        }
+
+    # -- hooks -----------------------------------------------------------------------------------
+    def pack(self, x: torch.Tensor) -> Any:
+        """Pack hook body (runs eagerly on real tensors, or at trace time on fake ones)."""
+        node = compat.traced_saved_node()
+        path = "traced" if node is not None else "eager"
+        nbytes = codecs.stored_nbytes(x)
+        if not policy.wants_packing(x, nbytes, codecs.STORED_ITEMSIZE[self.kind], self.min_bytes):
+            self.counts[f"{path}_skipped"] += 1
+            return x
+        if node is not None:
+            # AOTAutograd traces each hook twice per saved value; counts are per trace, not per step.
+            if policy.node_is_excluded(node, self.excluded):
+                self.counts["traced_skipped"] += 1
+                return x
+            self.counts["traced_packed"] += 1
+            return codecs.encode(x, self.kind)
+        if self._excluded_depth > 0 or self._is_held(x):
+            self.counts["eager_skipped"] += 1
+            return x
+        self.counts["eager_packed"] += 1
+        storage = x.untyped_storage()
+        if self._by_storage is None or 2 * nbytes < storage.nbytes():
+            # A small slice of a larger storage (one of q/k/v): pack just the slice.
+            return codecs.encode(x, self.kind)
+        # Several saved tensors are often views of one storage (a block input saved by LayerNorm
+        # and by the residual path; SDPA's output and the projection's reshaped input): pack the
+        # storage once and rebuild each view. The entry is valid while the tensor that created it
+        # is alive (so the storage is too) and unmodified (same version counter).
+        key = storage.data_ptr()
+        entry = self._by_storage.get(key)
+        if entry is None or entry[0]() is None or entry[1] != x._version:
+            entry = (weakref.ref(x), x._version, codecs.encode_storage(x, self.kind))
+            self._by_storage[key] = entry
+        return codecs.view_of(entry[2], x)
+
+    def unpack(self, packed: Any) -> torch.Tensor:
+        """Unpack hook body."""
+        return codecs.decode(packed)
+
+    def _is_held(self, x: torch.Tensor) -> bool:
+        base = x._base if x._base is not None else x
+        if base.is_leaf and base.requires_grad:  # a trainable parameter (or a view of one)
+            return True
+        ptr = x.untyped_storage().data_ptr()
+        return ptr in self._held or ptr in self._batch
+
+    def path(self, steps: int) -> str:
+        """Which path the hooks took: traced, eager_hooks, mixed, or pending (no step yet).
+
+        Eagerly every saved tensor passes through pack, so steps without any eager pack call mean
+        compiled graphs handled the saved tensors: "traced". That includes an AOTAutograd cache hit
+        (nothing is traced, ``traced_packed`` stays 0) and a step whose forward, loss and backward
+        are one graph (no tensor is saved across a graph boundary, so there is nothing to pack).
+        """
+        eager = self.counts["eager_packed"] + self.counts["eager_skipped"]
+        traced = self.counts["traced_packed"] + self.counts["traced_skipped"]
+        if steps == 0 and not traced:
+            return "pending"
+        if eager and traced:
+            return "mixed"
+        return "eager_hooks" if eager else "traced"

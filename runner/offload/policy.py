@@ -1,0 +1,109 @@
+"""Pure decisions: which modules are blocks, which are excluded, which saved tensors are packed.
+
+Nothing here touches autograd or the compiler, so each rule is unit-tested without compiling.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from typing import Optional
+
+import torch
+from torch import nn
+
+# Path components that wrappers insert and that are not part of a module's user-facing name:
+# torch.compile's OptimizedModule and checkpoint_wrapper's inner module.
+_WRAPPER_PARTS = frozenset({"_orig_mod", "_checkpoint_wrapped_module"})
+# Dynamo writes module paths as source expressions: L['self']._modules['model'].blocks[0].attn
+_ROOT = re.compile(r"^[LG]\[['\"][^'\"]*['\"]\]")
+_ITEM = re.compile(r"\[['\"]?([^'\"\]]+)['\"]?\]")
+
+
+def clean_name(name: str) -> str:
+    """A module name without wrapper components (``blocks.0._checkpoint_wrapped_module`` -> ``blocks.0``)."""
+    return ".".join(p for p in name.split(".") if p and p not in _WRAPPER_PARTS)
+
+
+def normalize_source_path(path: str) -> str:
+    """Turn Dynamo's module source (``L['self']._modules['model'].blocks[0]``) into ``model.blocks.0``."""
+    path = _ROOT.sub("", path)
+    path = path.replace("._modules", "")
+    path = _ITEM.sub(r".\1", path)
+    return clean_name(path)
+
+
+def excluded_module_names(model: nn.Module, exclude: Sequence[str]) -> frozenset[str]:
+    """Names (relative to ``model``) of every module that an ``exclude`` prefix selects.
+
+    A prefix selects a module and everything under it: ``head`` selects ``head``; ``blocks.3``
+    selects ``blocks.3`` and ``blocks.3.attn.qkv``, but not ``blocks.30``.
+    """
+    prefixes = [clean_name(p) for p in exclude if clean_name(p)]
+    names = set()
+    for raw, _ in model.named_modules():
+        name = clean_name(raw)
+        if name and any(name == p or name.startswith(p + ".") for p in prefixes):
+            names.add(name)
+    return frozenset(names)
+
+
+def path_is_excluded(path: str, excluded: frozenset[str]) -> bool:
+    """Whether a normalized module path from a compiled graph lies in an excluded module.
+
+    The compiled root may be the model or something holding it (a LightningModule's ``model``
+    attribute), so a path matches when it ends with an excluded name on a component boundary.
+    """
+    if not path or not excluded:
+        return False
+    parts = path.split(".")
+    return any(".".join(parts[i:]) in excluded for i in range(len(parts)))
+
+
+def node_is_excluded(node: torch.fx.Node, excluded: frozenset[str]) -> bool:
+    """Whether a saved forward-graph value belongs to an excluded module.
+
+    Eagerly, "belongs" means "saved while the module ran"; in a graph, the op that saves a value is
+    gone, so a value counts as the module's when it is produced or consumed inside it (the head's
+    input, produced by ``ln_f`` and consumed by ``head``, is the head's).
+    """
+    if not excluded:
+        return False
+    for n in (node, *node.users):
+        stack = n.meta.get("nn_module_stack") or {}
+        for entry in stack.values():
+            source = entry[0] if isinstance(entry, tuple) else str(entry)
+            if path_is_excluded(normalize_source_path(str(source)), excluded):
+                return True
+    return False
+
+
+def wants_packing(x: torch.Tensor, nbytes: int, stored_itemsize: int, min_bytes: int) -> bool:
+    """Whether a saved tensor is worth re-encoding.
+
+    Integer and bool tensors (indices, masks) must stay exact; tensors already at or below the
+    storage width gain nothing; tensors under ``min_bytes`` cost more in kernels than they save.
+    """
+    return x.is_floating_point() and x.element_size() > stored_itemsize and nbytes >= min_bytes
+
+
+def find_blocks(model: nn.Module, block_types: Iterable[str] = ()) -> list[tuple[str, nn.Module]]:
+    """The repeated blocks to checkpoint: modules whose class name is in ``block_types``, else the
+    children of the largest ``nn.ModuleList`` (ties: the first found). Names are relative to ``model``.
+    """
+    types = set(block_types)
+    if types:
+        found: list[tuple[str, nn.Module]] = []
+        for name, mod in model.named_modules():
+            # Skip modules nested in an already-found block: checkpointing both would recompute twice.
+            if type(mod).__name__ in types and not any(name.startswith(f + ".") for f, _ in found):
+                found.append((name, mod))
+        return found
+    best: Optional[tuple[str, nn.ModuleList]] = None
+    for name, mod in model.named_modules():
+        if isinstance(mod, nn.ModuleList) and (best is None or len(mod) > len(best[1])):
+            best = (name, mod)
+    if best is None:
+        return []
+    prefix = f"{best[0]}." if best[0] else ""
+    return [(f"{prefix}{i}", child) for i, child in enumerate(best[1])]
