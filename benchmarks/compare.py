@@ -1,0 +1,248 @@
+"""runner against the tools its users would pick instead, interleaved in one process.
+
+    .venv/bin/python benchmarks/compare.py            # full run: both models, cold/warm compile
+    .venv/bin/python benchmarks/compare.py --quick    # tiny sizes, seconds of steps (the test uses it)
+
+Method: every contestant (``contestants.py``) trains its own copy of the same model (same seed) on
+the same batches (same DataLoader seed) with the same AdamW hyper-parameters, in its own thread.
+The driver first lets each contestant build and run its warm-up steps alone (the first step is
+where compilation happens: compile time = first step - steady median), then runs ``--rounds``
+rounds in which every contestant in turn runs ``--turn`` timed steps (order reversed on odd
+rounds). A step is the time between two consecutive step starts. Reported: the median step per
+contestant, and each ratio as the median over rounds of the per-round ratio of medians, which
+cancels the machine's drift. Finally the cold/warm compile runs (``compile_cache.py``). Prints
+markdown tables; writes ``benchmarks/results/compare.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import logging
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import threading
+import warnings
+from pathlib import Path
+from typing import Any
+
+import lightning
+import torch
+from compile_cache import child, cold_warm  # sibling modules: run as a script
+from contestants import Contestant, Pacer, Workload, contestants, gpt_workload, many_params_workload
+
+from runner.config.schema import Scope
+
+PEERS = ["lightning", "lightning_compile", "lightning_compile_fused", "hand_loop"]
+OUT = Path(__file__).resolve().parent / "results" / "compare.json"
+
+
+def workloads(names: list[str], quick: bool) -> list[Workload]:
+    """Full sizes: the quickstart GPT (``GPT()`` defaults, seq 256, batch 16) and a 50-deep MLP (204 tensors)."""
+    out = []
+    for name in names:
+        if name == "gpt":
+            sizes = (1, 16, 2, 16, 2, 20_000) if quick else (4, 128, 4, 256, 16, 4_000_000)
+            out.append(gpt_workload(*sizes))
+        else:
+            out.append(many_params_workload(*((8, 4, 4) if quick else (128, 50, 256))))
+    return out
+
+
+def race(work: Workload, field: list[Contestant], warmup: int, rounds: int, turn: int) -> dict[str, Any]:
+    """Run the contestants interleaved (see the module docstring); per-contestant figures."""
+    pacers = {c.name: Pacer() for c in field}
+    threads = []
+    total = warmup + rounds * turn + 1  # the last step only closes the last timed one
+
+    for c in field:
+        pacer = pacers[c.name]
+
+        def body(c: Contestant = c, pacer: Pacer = pacer) -> None:
+            try:
+                c.run(c, work, total, pacer)
+            except BaseException as e:  # reported by the driver
+                pacer.error = e
+            finally:
+                pacer.done.set()
+
+        t = threading.Thread(target=body, name=c.name, daemon=True)
+        t.start()
+        pacer.done.wait()  # built, waiting at its first step
+        threads.append(t)
+        pacer.turn(warmup)  # compiles here, alone on the machine
+    for r in range(rounds):
+        for c in field if r % 2 == 0 else field[::-1]:
+            pacers[c.name].turn(turn)
+    for c, t in zip(field, threads, strict=True):
+        pacers[c.name].turn(10**9)
+        t.join()
+
+    x, y = next(iter(work.loader(seed=123)))
+    out: dict[str, Any] = {}
+    for c in field:
+        times = pacers[c.name].times
+        steady = times[warmup:]
+        per_round = [statistics.median(steady[i * turn:(i + 1) * turn]) for i in range(rounds)]
+        q = statistics.quantiles(steady, n=4) if len(steady) > 1 else [steady[0]] * 3
+        assert c.model is not None
+        with torch.no_grad(), torch.compiler.set_stance("force_eager"):
+            eval_loss = float(torch.nn.functional.cross_entropy(c.model(x).flatten(0, -2), y.flatten()))
+        out[c.name] = {
+            "label": c.label,
+            "median_ms": 1e3 * statistics.median(steady),
+            "p25_ms": 1e3 * q[0],
+            "p75_ms": 1e3 * q[2],
+            "first_step_s": times[0],
+            "compile_s": times[0] - statistics.median(steady),
+            "round_medians_ms": [1e3 * m for m in per_round],
+            "eval_loss": eval_loss,
+        }
+    add_ratios(out)
+    return out
+
+
+def add_ratios(figs: dict[str, Any]) -> None:
+    """Each contestant against each peer: the median over rounds of the ratio of round medians."""
+    for fig in figs.values():
+        fig["ratio"] = {
+            peer: statistics.median(
+                a / b for a, b in zip(fig["round_medians_ms"], figs[peer]["round_medians_ms"], strict=True))
+            for peer in PEERS if peer in figs
+        }
+
+
+def table(figs: dict[str, Any], best: str) -> str:
+    peers = [p for p in PEERS if p in next(iter(figs.values()))["ratio"]]
+    head = ["contestant", "median ms", "p25-p75 ms", "compile s", *[f"vs {p}" for p in peers], "eval loss"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for name, f in figs.items():
+        label = f"**{f['label']}**" if name == best else f["label"]
+        cells = [label, f"{f['median_ms']:.2f}", f"{f['p25_ms']:.2f}-{f['p75_ms']:.2f}", f"{f['compile_s']:.1f}",
+                 *[f"{f['ratio'][p]:.3f}" for p in peers], f"{f['eval_loss']:.4f}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def machine() -> dict[str, Any]:
+    cpu = platform.processor()
+    if Path("/proc/cpuinfo").exists():
+        names = [ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
+                 if ln.startswith("model name")]
+        cpu = names[0] if names else cpu
+    return {"cpu": cpu, "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+            "torch": torch.__version__, "lightning": lightning.__version__, "python": platform.python_version(),
+            "load_avg": os.getloadavg(), "date": datetime.datetime.now().isoformat(timespec="seconds")}
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="tiny models and few steps (plumbing check)")
+    p.add_argument("--models", nargs="+", default=["gpt", "many_params"], choices=["gpt", "many_params"])
+    p.add_argument("--backend", default="inductor")
+    p.add_argument("--scopes", nargs="+", default=["step_backward", "step", "model", "blocks"])
+    p.add_argument("--best", default="step_backward", help="runner's configuration for this device")
+    p.add_argument("--no-fused-peer", action="store_true", help="skip Lightning + compile + fused AdamW")
+    p.add_argument("--warmup", type=int, default=None)
+    p.add_argument("--rounds", type=int, default=None)
+    p.add_argument("--turn", type=int, default=None, help="timed steps per contestant per round")
+    p.add_argument("--no-cache-runs", action="store_true", help="skip the cold/warm compile processes")
+    p.add_argument("--cache-model", default="gpt", choices=["gpt", "many_params"])
+    p.add_argument("--out", type=Path, default=OUT)
+    p.add_argument("--render", type=Path, help="print the tables of a saved JSON result instead of running")
+    # internal: one cold/warm compile process
+    p.add_argument("--cache-child", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--save-artifacts", help=argparse.SUPPRESS)
+    p.add_argument("--load-artifacts", help=argparse.SUPPRESS)
+    a = p.parse_args(argv)
+    a.warmup = a.warmup or (2 if a.quick else 3)
+    a.rounds = a.rounds or (2 if a.quick else 8)
+    a.turn = a.turn or (2 if a.quick else 6)
+    return a
+
+
+def main(argv: list[str] | None = None) -> None:
+    a = parse(argv)
+    warnings.filterwarnings("ignore")
+    logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
+    if a.render:
+        result = json.loads(a.render.read_text())
+        for m in result["models"].values():
+            add_ratios(m["contestants"])
+        result["targets"] = targets(result, f"runner_{a.best}")
+        print(report(result, f"runner_{a.best}"))
+        return
+    if a.cache_child:
+        work = workloads([a.cache_model], a.quick)[0]
+        steps = a.warmup + 4
+        print(json.dumps(child(work, Scope(a.best), a.backend, steps, a.save_artifacts, a.load_artifacts)))
+        return
+    # A fresh Inductor cache: compile times in the race are cold, except for graphs an earlier
+    # contestant of this run already compiled (those hit the FX-graph cache).
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="bench-inductor-")
+    scopes = [Scope(s) for s in a.scopes]
+    result: dict[str, Any] = {"machine": machine(), "method": __doc__, "args": {k: str(v) for k, v in vars(a).items()},
+                              "models": {}}
+    best = f"runner_{a.best}"
+    for work in workloads(a.models, a.quick):
+        field = contestants(a.backend, scopes, Scope(a.best), fused_peer=not a.no_fused_peer)
+        figs = race(work, field, a.warmup, a.rounds, a.turn)
+        torch._dynamo.reset()
+        result["models"][work.name] = {"describe": work.describe, "contestants": figs}
+        print(f"{work.name}: done", file=sys.stderr, flush=True)
+    if not a.no_cache_runs:
+        argv_child = ["--cache-model", a.cache_model, "--best", a.best, "--backend", a.backend,
+                      *(["--quick"] if a.quick else [])]
+        result["compile_cache"] = {"model": a.cache_model, "contestant": best, **cold_warm(argv_child)}
+    result["targets"] = targets(result, best)
+    a.out.parent.mkdir(parents=True, exist_ok=True)
+    a.out.write_text(json.dumps(result, indent=2))
+    print(report(result, best) + f"\nwrote {a.out}")
+
+
+def report(result: dict[str, Any], best: str) -> str:
+    """The markdown tables: one per model, the compile-cache runs, the targets."""
+    m, a = result["machine"], result["args"]
+    out = [f"# runner benchmarks ({m['cpu']}, {m['cores']} cores, load average {m['load_avg'][0]:.1f} at start, "
+           f"torch {m['torch']}, lightning {m['lightning']}, backend {a['backend']}, {m['date']})\n",
+           f"{a['rounds']} rounds x {a['turn']} timed steps per contestant, after {a['warmup']} warm-up steps; fp32; "
+           "ratios = median over rounds of per-round median ratios (< 1: faster than that peer); compile s = first "
+           "step - median step, in race order, so a contestant whose graphs an earlier one compiled reuses them "
+           "(Dynamo/FX-graph caches): compile cost is measured in separate processes below\n"]
+    for name, model in result["models"].items():
+        out.append(f"## {name}: {model['describe']}\n\n{table(model['contestants'], best)}\n")
+    cache = result.get("compile_cache")
+    if cache:
+        out += [f"## compile time, {cache['model']}, {cache['contestant']}: separate processes\n",
+                "| run | compile s | first step s |\n|---|---|---|"]
+        out += [f"| {k} | {cache[k]['compile_s']:.2f} | {cache[k]['first_step_s']:.2f} |"
+                for k in ("cold", "warm", "artifacts")]
+        if cache["warm_over_cold"] is not None:
+            out.append(f"\nwarm / cold = {cache['warm_over_cold']:.3f}; artifacts (fresh cache dir + "
+                       f"load_cache_artifacts) / cold = {cache['artifacts_over_cold']:.3f}\n")
+    out.append("## targets\n\n" + "\n".join(f"- {t}" for t in result["targets"]))
+    return "\n".join(out)
+
+
+def targets(result: dict[str, Any], best: str) -> list[str]:
+    """The issue's targets, each with its measured figure and met/missed."""
+    out = []
+    for model, m in result["models"].items():
+        r = m["contestants"].get(best, {}).get("ratio", {})
+        for peer, bound in (("lightning", 1.0), ("lightning_compile", 1.0), ("hand_loop", 1.05)):
+            if peer in r:
+                ok = "met" if r[peer] < bound else "MISSED"
+                out.append(f"{model}: {best} / {peer} = {r[peer]:.3f} (target < {bound}): {ok}")
+    cache = result.get("compile_cache")
+    if cache and cache["warm_over_cold"] is not None:
+        ok = "met" if cache["warm_over_cold"] <= 0.25 else "MISSED"
+        out.append(f"warm / cold compile = {cache['warm_over_cold']:.3f} (target <= 0.25): {ok}")
+    return out
+
+
+if __name__ == "__main__":
+    main()

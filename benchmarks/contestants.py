@@ -1,0 +1,254 @@
+"""The contestants of ``compare.py``: one training loop per tool, each in its own thread.
+
+Every contestant builds its own model copy from the same seed, its own DataLoader over the same
+dataset with the same shuffling seed (so the same batches in the same order) and the same AdamW
+hyper-parameters, and trains for the same number of steps. Each calls ``Pacer.tick()`` at the start
+of every step: the tick records the time since the previous tick (one whole step: data fetch,
+forward, backward, optimizer, framework hooks and logging) and, when the contestant's turn is over,
+blocks until the driver hands it the next turn. Only one contestant runs at a time, so the threads
+never compete for the two cores; the time spent waiting is never inside a measured step.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+import lightning as L
+import torch
+from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.loggers import CSVLogger
+from torch import nn
+from torch.utils.data import DataLoader, Dataset, TensorDataset
+
+from runner.config.schema import CompileConfig, OptimizerPolicy, Scope
+from runner.models.gpt import GPT
+from runner.strategy import CompileStrategy
+from runner.training.module import TrainModule, lm_loss
+
+LR, WEIGHT_DECAY = 1e-3, 0.1
+
+
+class ResidualBlock(nn.Module):
+    """``x + gelu(fc(norm(x)))``: four small parameter tensors."""
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(width)
+        self.fc = nn.Linear(width, width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + nn.functional.gelu(self.fc(self.norm(x)))
+
+
+class ManyParams(nn.Module):
+    """A deep, narrow residual MLP: ``4 * depth + 4`` parameter tensors, so the optimizer step and
+    the per-op overhead matter as much as the matmuls."""
+
+    def __init__(self, in_features: int = 32, width: int = 128, depth: int = 64, classes: int = 10) -> None:
+        super().__init__()
+        self.inp = nn.Linear(in_features, width)
+        self.blocks = nn.ModuleList(ResidualBlock(width) for _ in range(depth))
+        self.head = nn.Linear(width, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.inp(x)
+        for block in self.blocks:
+            x = block(x)
+        return self.head(x)
+
+
+@dataclass
+class Workload:
+    """A model recipe and the batches every contestant trains it on."""
+
+    name: str
+    describe: str
+    make_model: Callable[[], nn.Module]
+    dataset: Dataset[Any]
+    batch_size: int
+
+    def model(self, seed: int) -> nn.Module:
+        torch.manual_seed(seed)
+        return self.make_model()
+
+    def loader(self, seed: int) -> DataLoader[Any]:
+        g = torch.Generator().manual_seed(seed)
+        return DataLoader(self.dataset, batch_size=self.batch_size, shuffle=True, drop_last=True, generator=g)
+
+
+def gpt_workload(n_layer: int, n_embd: int, n_head: int, seq_len: int, batch: int, max_bytes: int) -> Workload:
+    """The quickstart GPT on packed windows of the stdlib source (``TextDataModule``)."""
+    from runner.data.text import TextDataModule
+
+    dm = TextDataModule(seq_len=seq_len, batch_size=batch, max_bytes=max_bytes)
+    dm.setup("fit")
+    make = partial(GPT, n_layer=n_layer, n_embd=n_embd, n_head=n_head, block_size=seq_len)
+    return Workload("gpt", f"GPT {n_layer}x{n_embd}, {n_head} heads, seq {seq_len}, batch {batch}", make,
+                    dm.train_dataloader().dataset, batch)
+
+
+def many_params_workload(width: int, depth: int, batch: int, samples: int = 8192) -> Workload:
+    """``ManyParams`` on a fixed random classification set."""
+    g = torch.Generator().manual_seed(1)
+    data = TensorDataset(torch.randn(samples, 32, generator=g), torch.randint(0, 10, (samples,), generator=g))
+    make = partial(ManyParams, width=width, depth=depth)
+    n = sum(1 for _ in make().parameters())
+    return Workload("many_params", f"residual MLP {depth}x{width}, {n} parameter tensors, batch {batch}", make,
+                    data, batch)
+
+
+@dataclass
+class Pacer:
+    """Step clock and turn-taking for one contestant thread (see the module docstring)."""
+
+    times: list[float] = field(default_factory=list)
+    go: threading.Event = field(default_factory=threading.Event)
+    done: threading.Event = field(default_factory=threading.Event)
+    quota: int = 0
+    left: int = 0
+    last: float | None = None
+    error: BaseException | None = None
+
+    def tick(self) -> None:
+        """Called by the contestant at the start of every step."""
+        now = time.perf_counter()
+        if self.last is not None:
+            self.times.append(now - self.last)
+            self.left -= 1
+        if self.left <= 0:
+            self.done.set()
+            self.go.wait()
+            self.go.clear()
+            self.left = self.quota
+            now = time.perf_counter()
+        self.last = now
+
+    def turn(self, steps: int) -> None:
+        """Driver side: let the contestant run ``steps`` timed steps, and wait for them."""
+        self.quota = steps
+        self.done.clear()
+        self.go.set()
+        self.done.wait()
+        if self.error is not None:
+            raise RuntimeError("a contestant failed") from self.error
+
+
+class _Tick(Callback):
+    def __init__(self, pacer: Pacer) -> None:
+        self.pacer = pacer
+
+    def on_train_batch_start(self, *args: Any) -> None:
+        self.pacer.tick()
+
+
+class PeerModule(TrainModule):
+    """What a Lightning user writes: the loss logged from ``on_train_batch_end``, since ``self.log``
+    inside a ``training_step`` compiled by ``torch.compile(module)`` crashes Dynamo (torch 2.13)."""
+
+    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        x, y = batch
+        return lm_loss(self.model(x), y)
+
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        self.log("train/loss", outputs["loss"], prog_bar=True)
+
+
+@dataclass
+class Contestant:
+    """One tool's training loop. ``run`` is the thread body; ``model`` is set once it is built."""
+
+    name: str
+    label: str
+    run: Callable[[Contestant, Workload, int, Pacer], None]
+    extra: dict[str, Any] = field(default_factory=dict)
+    model: nn.Module | None = None
+
+
+def _adamw(**kw: Any) -> Callable[..., torch.optim.Optimizer]:
+    return partial(torch.optim.AdamW, lr=LR, weight_decay=WEIGHT_DECAY, **kw)
+
+
+def _fit(module: L.LightningModule, work: Workload, steps: int, pacer: Pacer, strategy: Any = "auto") -> None:
+    trainer = L.Trainer(
+        accelerator="cpu", devices=1, strategy=strategy, max_steps=steps, limit_val_batches=0,
+        num_sanity_val_steps=0, enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False,
+        logger=CSVLogger(tempfile.mkdtemp(prefix="bench-csv-")), callbacks=[_Tick(pacer)],
+    )
+    trainer.fit(module, work.loader(seed=0))
+
+
+def run_lightning(c: Contestant, work: Workload, steps: int, pacer: Pacer) -> None:
+    """Eager Lightning: a plain LightningModule, AdamW as constructed by default."""
+    module = PeerModule(work.model(seed=0), optimizer=_adamw())
+    c.model = module.model
+    _fit(module, work, steps, pacer)
+
+
+def run_lightning_compile(c: Contestant, work: Workload, steps: int, pacer: Pacer) -> None:
+    """Lightning's documented recipe: ``trainer.fit(torch.compile(module))``."""
+    module = PeerModule(work.model(seed=0), optimizer=_adamw(**c.extra.get("adamw", {})))
+    c.model = module.model
+    _fit(torch.compile(module, backend=c.extra["backend"]), work, steps, pacer)  # type: ignore[arg-type]
+
+
+def run_runner(c: Contestant, work: Workload, steps: int, pacer: Pacer) -> None:
+    """runner: ``TrainModule`` (logs inside the step) under ``CompileStrategy``."""
+    module = TrainModule(work.model(seed=0), optimizer=_adamw())
+    c.model = module.model
+    cfg = CompileConfig(scope=c.extra["scope"], backend=c.extra["backend"], optimizer=OptimizerPolicy.auto)
+    _fit(module, work, steps, pacer, strategy=CompileStrategy(compile=cfg, device="cpu"))
+
+
+def run_hand_loop(c: Contestant, work: Workload, steps: int, pacer: Pacer) -> None:
+    """No framework: forward, loss and backward in one compiled graph, fused AdamW."""
+    model = work.model(seed=0)
+    c.model = model
+    params = [p for p in model.parameters() if p.requires_grad]
+    groups = [{"params": [p for p in params if p.dim() >= 2]},
+              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+    opt = _adamw(fused=True)(groups)
+    torch._dynamo.config.trace_autograd_ops = True  # loss.backward() inside the graph (runner sets it too)
+
+    def step(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        loss = lm_loss(model(x), y)
+        loss.backward()
+        return loss.detach()
+
+    compiled = torch.compile(step, backend=c.extra["backend"])
+    batches = _forever(work.loader(seed=0))
+    for _ in range(steps):
+        pacer.tick()
+        x, y = next(batches)
+        opt.zero_grad(set_to_none=True)
+        compiled(x, y)
+        opt.step()
+
+
+def _forever(loader: DataLoader[Any]) -> Iterator[Any]:
+    while True:
+        yield from loader
+
+
+def contestants(backend: str, scopes: list[Scope], best: Scope, fused_peer: bool) -> list[Contestant]:
+    """The peers, then runner with each compile scope (``best`` is runner's configuration for the device)."""
+    out = [
+        Contestant("lightning", "Lightning eager", run_lightning),
+        Contestant("lightning_compile", "Lightning + torch.compile(module)", run_lightning_compile,
+                   {"backend": backend}),
+    ]
+    if fused_peer:
+        out.append(Contestant("lightning_compile_fused", "Lightning + torch.compile(module) + fused AdamW",
+                              run_lightning_compile, {"backend": backend, "adamw": {"fused": True}}))
+    out.append(Contestant("hand_loop", "hand-written loop: compiled step + fused AdamW", run_hand_loop,
+                          {"backend": backend}))
+    for scope in scopes:
+        star = " (best)" if scope is best else ""
+        out.append(Contestant(f"runner_{scope.value}", f"runner scope={scope.value}, optimizer=auto{star}",
+                              run_runner, {"backend": backend, "scope": scope}))
+    return out

@@ -1,0 +1,45 @@
+"""``benchmarks/compare.py`` runs end to end (tiny sizes, ``--quick``) and prints/writes its tables.
+
+Structure only: timings are never asserted (the machine is shared and they drift).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_compare_quick_prints_table_and_writes_json(tmp_path: Path) -> None:
+    out = tmp_path / "compare.json"
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "compare.py"), "--quick", "--backend", "eager",
+         "--out", str(out)],
+        capture_output=True, text=True, cwd=tmp_path, timeout=900, check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    text = proc.stdout
+    for heading in ("## gpt:", "## many_params:", "## compile time", "## targets"):
+        assert heading in text
+    assert "| contestant | median ms |" in text and "vs hand_loop" in text
+
+    result = json.loads(out.read_text())
+    assert {"machine", "method", "args", "models", "compile_cache", "targets"} <= result.keys()
+    assert set(result["models"]) == {"gpt", "many_params"}
+    expected = {"lightning", "lightning_compile", "lightning_compile_fused", "hand_loop", "runner_step_backward",
+                "runner_step", "runner_model", "runner_blocks"}
+    for model in result["models"].values():
+        figs = model["contestants"]
+        assert set(figs) == expected
+        for f in figs.values():
+            assert f["median_ms"] > 0 and len(f["round_medians_ms"]) == 2
+            assert set(f["ratio"]) == {"lightning", "lightning_compile", "lightning_compile_fused", "hand_loop"}
+        # Same seed, same batches, same optimizer hyper-parameters: every contestant trained the same model.
+        losses = [f["eval_loss"] for f in figs.values()]
+        assert max(losses) - min(losses) < 1e-3
+    cache = result["compile_cache"]
+    assert {"cold", "warm", "artifacts", "warm_over_cold"} <= cache.keys()
+    assert cache["cold"]["artifact_bytes"] >= 0 and cache["warm"]["first_step_s"] > 0
