@@ -37,12 +37,14 @@ class DeferredLog:
     @contextlib.contextmanager
     def capture(self, module: L.LightningModule) -> Iterator[None]:
         """Swap the module's ``log``/``log_dict`` for the recorder, then replay the calls."""
-        module.log = self.log  # type: ignore[method-assign,assignment]
-        module.log_dict = self.log_dict  # type: ignore[method-assign,assignment]
+        # Instance attributes set through ``__dict__``: ``nn.Module.__setattr__``/``__delattr__`` would
+        # search the parameter, buffer and module registries on every step for nothing.
+        attrs = vars(module)
+        attrs["log"], attrs["log_dict"] = self.log, self.log_dict
         try:
             yield
         finally:
-            del module.log, module.log_dict  # back to the class's methods
+            del attrs["log"], attrs["log_dict"]  # back to the class's methods
         calls, self.calls = self.calls, []
         for name, value, kwargs in calls:
             module.log(name, value, **kwargs)
