@@ -27,7 +27,6 @@ from runner.build import (
     build_trainer,
 )
 from runner.config.schema import OffloadStrategy, RunConfig
-from runner.training.module import TrainModule, lm_loss
 from runner.reliability import (
     CompileCacheArtifacts,
     CompileErrorCallback,
@@ -40,6 +39,7 @@ from runner.reliability import (
     make_resumable,
 )
 from runner.reliability.csv_history import CsvHistory
+from runner.training.module import TrainModule, lm_loss
 
 log = logging.getLogger(__name__)
 
