@@ -21,12 +21,26 @@ from runner.data.corpus import read_documents, unigram_bits_per_byte
 IGNORE_INDEX = -100
 
 
-@dataclass(frozen=True)
 class PadTo:
     """Where a batch whose longest sequence is ``n`` is padded to: ``n`` itself (no lengths
-    given), or the first of ``lengths`` that fits (a single length pads everything to it)."""
+    given), or the first of ``lengths`` that fits (a single length pads everything to it).
 
-    lengths: tuple[int, ...] = ()
+    A plain class, not a dataclass: ``build_datamodule`` passes it through Hydra's ``instantiate``,
+    which turns a dataclass argument into a ``DictConfig`` (and the collate then fails)."""
+
+    __slots__ = ("lengths",)
+
+    def __init__(self, lengths: Sequence[int] = ()) -> None:
+        self.lengths: tuple[int, ...] = tuple(lengths)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, PadTo) and other.lengths == self.lengths
+
+    def __hash__(self) -> int:
+        return hash(self.lengths)
+
+    def __repr__(self) -> str:
+        return f"PadTo({self.lengths})"
 
     def __call__(self, n: int) -> int:
         if not self.lengths:

@@ -1,5 +1,21 @@
 """Dynamic-shape policies: how batches whose sizes vary are presented to the compiler."""
 
-from runner.dynamic.policy import ShapePolicyComponent, build_shape_policy
+from runner.dynamic.agreement import Agreement, ShapeAgreement, resolve_agreement
+from runner.dynamic.policy import (
+    RecompileAfterWarmupError,
+    ShapePolicyComponent,
+    build_shape_policy,
+    resolve_dynamic_arg,
+    resolve_pad_to,
+)
 
-__all__ = ["ShapePolicyComponent", "build_shape_policy"]
+__all__ = [
+    "Agreement",
+    "RecompileAfterWarmupError",
+    "ShapeAgreement",
+    "ShapePolicyComponent",
+    "build_shape_policy",
+    "resolve_agreement",
+    "resolve_dynamic_arg",
+    "resolve_pad_to",
+]

@@ -1,9 +1,13 @@
-"""The ``dynamic`` group as a stack component.
+"""The ``dynamic`` group as a stack component: how batches whose lengths vary meet the compiler.
 
-``static`` and ``bucket`` are data-side policies (the collate pads to fixed lengths, and compiling
-with ``dynamic=False`` gives one static graph per length); ``automatic`` leaves torch's automatic
-dynamic on; ``dynamic`` and ``unbacked`` mark the configured dims of every input tensor before the
-compiled step sees them, so the first graph is already dynamic.
+``static`` and ``bucket`` are data-side policies: the collate pads to fixed lengths and the step is
+compiled with ``dynamic=False`` (one static graph per length). ``automatic`` is torch's automatic
+dynamic (static first, one dynamic recompile on the first change). ``dynamic`` and ``unbacked`` mark
+the configured dims of every batch tensor before the compiled step sees them, so the first graph is
+already dynamic and serves every length. Under DDP the non-static policies make the same decision on
+every rank (``runner.dynamic.agreement``). After ``warmup_steps``, ``after_warmup`` puts the training
+step under a compiler stance: ``fail_on_recompile`` raises ``RecompileAfterWarmupError`` naming the
+failed guard, ``eager_on_recompile`` runs unseen shapes eagerly.
 """
 
 from __future__ import annotations
@@ -16,84 +20,184 @@ from typing import Any
 import torch
 
 from runner.config.schema import AfterWarmup, DynamicConfig, ShapePolicy
-from runner.data.text import PadTo
+from runner.data.text import IGNORE_INDEX, PadTo
+from runner.dynamic import watch
+from runner.dynamic.agreement import Agreement, ShapeAgreement, process_group_info, resolve_agreement, shapes_of
 from runner.strategy.component import StackComponent
+
+_MAX_REASONS = 20
+
+
+class RecompileAfterWarmupError(RuntimeError):
+    """A new shape after warm-up under ``dynamic.after_warmup=fail_on_recompile``."""
 
 
 def resolve_dynamic_arg(policy: ShapePolicy) -> bool | None:
-    """``torch.compile(dynamic=...)`` for the policy: padded policies compile static graphs only."""
+    """``torch.compile(dynamic=...)`` for the policy: padded policies compile static graphs only;
+    the others leave it to marks (``dynamic``, ``unbacked``) or to automatic dynamic."""
     return False if policy in (ShapePolicy.static, ShapePolicy.bucket) else None
 
 
 def resolve_pad_to(cfg: DynamicConfig, max_len: int) -> PadTo:
-    """Where the collate pads a batch: to ``max_len`` (static), the next bucket, or not at all."""
+    """Where the collate pads a batch: to ``max_len`` (static), the next bucket, or its longest sequence."""
     if cfg.policy is ShapePolicy.static:
         return PadTo((max_len,))
     if cfg.policy is ShapePolicy.bucket:
-        return PadTo(tuple(sorted(cfg.buckets)))
+        return PadTo(tuple(sorted(set(cfg.buckets))))
     return PadTo()
 
 
-def _tensors(batch: Any) -> Iterator[torch.Tensor]:
+def iter_tensors(batch: Any) -> Iterator[torch.Tensor]:
+    """The tensors of a batch (nested tuples, lists, dicts), in a fixed order."""
     if isinstance(batch, torch.Tensor):
         yield batch
     elif isinstance(batch, (list, tuple)):
         for b in batch:
-            yield from _tensors(b)
+            yield from iter_tensors(b)
     elif isinstance(batch, dict):
         for b in batch.values():
-            yield from _tensors(b)
+            yield from iter_tensors(b)
+
+
+def targets_of(batch: Any) -> torch.Tensor | None:
+    """The targets of an ``(inputs, targets)`` batch with integer targets (padding = IGNORE_INDEX)."""
+    if isinstance(batch, (list, tuple)) and len(batch) == 2 and isinstance(batch[1], torch.Tensor):
+        y = batch[1]
+        if not y.is_floating_point() and not y.is_complex():
+            return y
+    return None
+
+
+def format_recompile_error(exc: BaseException, step: int, cfg: DynamicConfig, shapes: list[tuple[int, ...]]) -> str:
+    """torch's message (it names the failed guard) with what runner knows: when, which shapes, the fix."""
+    return (f"recompile after warm-up (dynamic.after_warmup=fail_on_recompile, warm-up {cfg.warmup_steps} steps): "
+            f"training step {step} brought batch shapes {shapes} that no compiled graph accepts under "
+            f"dynamic.policy={cfg.policy.value}.\n{exc}\nFix: use dynamic.policy=dynamic (one graph for all "
+            "lengths) or bucket, raise dynamic.warmup_steps so warm-up sees every shape, or set "
+            "dynamic.after_warmup=eager_on_recompile to run unseen shapes eagerly.")
 
 
 class ShapePolicyComponent(StackComponent):
-    """Applies the shape policy: compiler settings once, dim marking per batch, and the stance
-    after warm-up (inside the training step only, so validation shapes are unaffected)."""
+    """Applies the shape policy: compiler settings once, dim marking per batch, the stance after
+    warm-up (inside the training step only, so validation is unaffected), and its own figures."""
 
     name = "dynamic"
 
     def __init__(self, cfg: DynamicConfig) -> None:
         self.cfg = cfg
         self.dynamic_arg = resolve_dynamic_arg(cfg.policy)
+        self.agreement = Agreement.local
+        self._sync: ShapeAgreement | None = None
         self.steps = 0
+        self.graphs = 0
+        self._padding: torch.Tensor | int = 0
+        self._tokens = 0
+        self._shapes: list[tuple[int, ...]] = []
+        self._since_us = watch.now_us()
+        self._compile_s0 = 0.0
 
+    # -- once ----------------------------------------------------------------------------------
     def configure(self) -> None:
-        import torch._dynamo.config as dynamo_config
+        world, backend = process_group_info()
+        self.agreement = resolve_agreement(self.cfg.policy, world, backend, _accelerator_count(),
+                                           self.cfg.compiler_collectives)
+        watch.set_dynamo_flags(
+            recompile_limit=self.cfg.recompile_limit,
+            specialize_float=self.cfg.specialize_float,
+            # Padded policies want one static graph per length, never a dynamic one.
+            automatic_dynamic=self.dynamic_arg is None,
+            compiler_collectives=self.agreement is Agreement.torch,
+        )
+        if self.agreement is Agreement.runner:
+            import torch.distributed as dist
 
-        dynamo_config.recompile_limit = self.cfg.recompile_limit
-        dynamo_config.specialize_float = self.cfg.specialize_float
-        # Padded policies want one static graph per length, never a dynamic one.
-        dynamo_config.automatic_dynamic_shapes = self.dynamic_arg is None
+            # A group of its own (all ranks call configure), so the exchange never queues behind DDP's buckets.
+            self._sync = ShapeAgreement(dist.new_group(backend="gloo"))
+        watch.keep_compilation_metrics()
+        self._since_us = watch.now_us()
+        self._compile_s0 = watch.compile_seconds()
 
+    # -- per step ------------------------------------------------------------------------------
     def prepare_batch(self, batch: Any) -> Any:
-        policy = self.cfg.policy
-        if policy not in (ShapePolicy.dynamic, ShapePolicy.unbacked):
-            return batch
-        for t in _tensors(batch):
-            for dim in self.cfg.dims:
-                if dim >= t.dim():
-                    continue
-                if policy is ShapePolicy.dynamic:
-                    torch._dynamo.mark_dynamic(t, dim, min=self.cfg.min, max=self.cfg.max)
-                else:
-                    torch._dynamo.decorators.mark_unbacked(t, dim)
+        tensors = list(iter_tensors(batch))
+        self._shapes = shapes_of(tensors)
+        y = targets_of(batch)
+        if y is not None:
+            # Summed on the device, read once in summary(): no host sync per step.
+            self._padding = self._padding + (y == IGNORE_INDEX).sum()
+            self._tokens += y.numel()
+        agreed = self._sync.observe(self._shapes) if self._sync is not None else set()
+        policy, c = self.cfg.policy, self.cfg
+        for i, t in enumerate(tensors):
+            marked: set[int] = set()
+            if policy in (ShapePolicy.dynamic, ShapePolicy.unbacked):
+                for dim in c.dims:
+                    if not -t.dim() <= dim < t.dim():
+                        continue  # e.g. dim 1 of a 1-d tensor
+                    d = dim % t.dim()
+                    if policy is ShapePolicy.dynamic:
+                        watch.mark_dynamic(t, d, min=c.min, max=c.max)
+                    else:
+                        # One symbol per dim for every tensor (inputs and targets have one length): a
+                        # runtime assert checks it. A size in the id would be guarded and recompile.
+                        watch.mark_unbacked(t, d, min=c.min, max=c.max, shape_id=f"dim{d}")
+                    marked.add(d)
+            for j, d in agreed:
+                if j == i and d not in marked:
+                    torch._dynamo.maybe_mark_dynamic(t, d)
         return batch
 
-    @contextlib.contextmanager
-    def _after_warmup(self) -> Iterator[None]:
-        with torch.compiler.set_stance(self.cfg.after_warmup.value):
-            yield
-
     def step_context(self) -> ContextManager[Any]:
-        if self.cfg.after_warmup is AfterWarmup.none or self.steps < self.cfg.warmup_steps:
-            return contextlib.nullcontext()
-        return self._after_warmup()
+        return self._step()
+
+    @contextlib.contextmanager
+    def _step(self) -> Iterator[None]:
+        before = watch.graphs_compiled()
+        after_warmup = self.cfg.after_warmup is not AfterWarmup.none and self.steps >= self.cfg.warmup_steps
+        stance = torch.compiler.set_stance(self.cfg.after_warmup.value) if after_warmup else contextlib.nullcontext()
+        try:
+            with stance:
+                yield
+        except RuntimeError as e:
+            if watch.is_fail_on_recompile(e):
+                raise RecompileAfterWarmupError(format_recompile_error(e, self.steps, self.cfg, self._shapes)) from e
+            raise
+        finally:
+            self.graphs += watch.graphs_compiled() - before
 
     def on_step_end(self, step: int) -> None:
         self.steps = step
 
+    # -- report --------------------------------------------------------------------------------
+    def padding_waste_pct(self) -> float | None:
+        """Share of target tokens that are padding, over every training batch seen."""
+        if not self._tokens:
+            return None
+        return 100.0 * float(self._padding) / self._tokens
+
     def summary(self) -> dict[str, Any]:
-        return {"dynamic/policy": self.cfg.policy.value, "dynamic/after_warmup": self.cfg.after_warmup.value}
+        reasons = watch.recompile_reasons(self._since_us)
+        waste = self.padding_waste_pct()
+        out: dict[str, Any] = {
+            "dynamic/policy": self.cfg.policy.value,
+            "dynamic/after_warmup": self.cfg.after_warmup.value,
+            "dynamic/agreement": self.agreement.value,
+            "dynamic/graphs": self.graphs,
+            "dynamic/recompiles": len(reasons),
+            "dynamic/recompile_reasons": reasons[:_MAX_REASONS],
+            "dynamic/compile_s": round(watch.compile_seconds() - self._compile_s0, 3),
+            "dynamic/padding_waste_pct": None if waste is None else round(waste, 2),
+        }
+        if self._sync is not None:
+            out["dynamic/agreed_dynamic_dims"] = sorted(self._sync.dynamic)
+        return out
+
+
+def _accelerator_count() -> int:
+    acc = getattr(torch, "accelerator", None)
+    return int(acc.device_count()) if acc is not None else int(torch.cuda.device_count())
 
 
 def build_shape_policy(cfg: DynamicConfig) -> ShapePolicyComponent:
+    """The shape-policy component for the stack; ``dynamic_arg`` goes to ``torch.compile(dynamic=...)``."""
     return ShapePolicyComponent(cfg)

@@ -1,0 +1,107 @@
+"""2-process CPU DDP (gloo) where the ranks see different sequence lengths: every rank takes the same
+dynamic-shape decision and compiles the same number of graphs.
+
+The file is also the script each rank runs (``python -m tests.test_dynamic_ddp POLICY COLLECTIVES``):
+Lightning's launcher re-executes it for rank 1, so the fit cannot run inside pytest itself.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+STEPS = 8
+# Rank 0 sees one length throughout; rank 1's lengths change at step 2. Without agreement, torch's
+# automatic dynamic recompiles on rank 1 only (1 graph vs 2).
+LENGTHS = {0: [24] * STEPS, 1: [24, 24, 31, 17, 28, 20, 24, 30]}
+
+
+def _fit(policy: str, collectives: bool, accelerator: str = "cpu") -> None:
+    import lightning as L
+    import torch
+    from lightning.pytorch.callbacks import Callback
+    from torch.utils.data import DataLoader
+
+    from runner.config.schema import CompileConfig, DynamicConfig, OptimizerPolicy, Scope, ShapePolicy
+    from runner.strategy import DDPCompileStrategy
+    from tests.helpers import tiny_module
+
+    class RankData(L.LightningDataModule):
+        def train_dataloader(self) -> DataLoader:
+            rank = self.trainer.global_rank if self.trainer is not None else 0
+            g = torch.Generator().manual_seed(rank)
+            batches = []
+            for t in LENGTHS[rank]:
+                x = torch.randint(0, 256, (2, t + 1), generator=g)
+                batches.append((x[:, :-1].contiguous(), x[:, 1:].contiguous()))
+            return DataLoader(batches, batch_size=None, shuffle=False)  # type: ignore[arg-type]
+
+    class Report(Callback):
+        def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+            s = trainer.strategy.stack.summary()  # type: ignore[attr-defined]
+            mine = {"graphs": s["dynamic/graphs"], "agreement": s["dynamic/agreement"],
+                    "dims": s.get("dynamic/agreed_dynamic_dims"), "steps": trainer.global_step}
+            gathered: list[Any] = [None] * trainer.world_size
+            torch.distributed.all_gather_object(gathered, mine)
+            if trainer.is_global_zero:
+                print("RESULT " + json.dumps(gathered), flush=True)
+
+    dynamic = DynamicConfig(policy=ShapePolicy(policy), compiler_collectives=collectives)
+    compile = CompileConfig(scope=Scope.step, backend="eager", optimizer=OptimizerPolicy.none)
+    backend = "gloo" if accelerator == "cpu" else "nccl"
+    strategy = DDPCompileStrategy(compile=compile, dynamic=dynamic, process_group_backend=backend)
+    trainer = L.Trainer(accelerator=accelerator, devices=2, strategy=strategy, max_steps=STEPS, logger=False,
+                        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                        limit_val_batches=0, use_distributed_sampler=False, callbacks=[Report()])
+    trainer.fit(tiny_module(), RankData())
+
+
+def _launch(policy: str, collectives: bool, accelerator: str = "cpu") -> list[dict[str, Any]]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, "-m", "tests.test_dynamic_ddp", policy, str(int(collectives)), accelerator]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT "))
+    return json.loads(line.removeprefix("RESULT "))  # type: ignore[no-any-return]
+
+
+@pytest.mark.slow
+def test_ranks_with_different_lengths_compile_the_same_graphs() -> None:
+    rank0, rank1 = _launch("automatic", collectives=True)
+    assert rank0["steps"] == rank1["steps"] == STEPS
+    assert rank0["agreement"] == rank1["agreement"] == "runner"  # torch's collectives crash on CPU (module doc)
+    assert rank0["graphs"] == rank1["graphs"] == 2, (rank0, rank1)  # static, then dynamic: on both ranks
+    assert rank0["dims"] == rank1["dims"] == [[0, 1], [1, 1]]  # the sequence dim of inputs and targets
+
+
+
+@pytest.mark.slow
+def test_without_agreement_the_ranks_diverge() -> None:
+    """The control: the same run with dynamic.compiler_collectives=false compiles 1 graph on rank 0, 2 on rank 1."""
+    rank0, rank1 = _launch("automatic", collectives=False)
+    assert rank0["agreement"] == rank1["agreement"] == "local"
+    assert (rank0["graphs"], rank1["graphs"]) == (1, 2)
+
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+def test_accelerators_use_torch_compiler_collectives() -> None:
+    import torch
+
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs 2 CUDA devices")
+    rank0, rank1 = _launch("automatic", collectives=True, accelerator="cuda")
+    assert rank0["agreement"] == rank1["agreement"] == "torch"
+    assert rank0["graphs"] == rank1["graphs"] == 2, (rank0, rank1)
+
+
+if __name__ == "__main__":
+    _fit(sys.argv[1], bool(int(sys.argv[2])), sys.argv[3] if len(sys.argv) > 3 else "cpu")
