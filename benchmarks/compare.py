@@ -181,9 +181,22 @@ def main(argv: list[str] | None = None) -> None:
         steps = a.warmup + 4
         print(json.dumps(child(work, Scope(a.best), a.backend, steps, a.save_artifacts, a.load_artifacts)))
         return
+    with tempfile.TemporaryDirectory(prefix="runner-bench-") as scratch:
+        # Every temporary file of the run (Inductor caches, contestants' CSV logs, the cold/warm child
+        # processes' files, which inherit TMPDIR) lands here and is removed at the end.
+        os.environ["TMPDIR"] = tempfile.tempdir = scratch
+        try:
+            run(a)
+        finally:
+            tempfile.tempdir = None
+            os.environ.pop("TMPDIR", None)
+
+
+def run(a: argparse.Namespace) -> None:
+    """The race on each model, then the cold/warm compile runs; prints and writes the result."""
     # A fresh Inductor cache: compile times in the race are cold, except for graphs an earlier
     # contestant of this run already compiled (those hit the FX-graph cache).
-    os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="bench-inductor-")
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="inductor-")
     scopes = [Scope(s) for s in a.scopes]
     result: dict[str, Any] = {"machine": machine(), "method": __doc__, "args": {k: str(v) for k, v in vars(a).items()},
                               "models": {}}

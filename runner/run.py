@@ -7,10 +7,12 @@ Loggers are closed in ``finally``, so an exception loses nothing already logged.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import signal
 import time
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +57,22 @@ class RunResult:
     """0, or 128+signum when SIGINT/SIGTERM stopped the run (``last.ckpt`` holds its state)."""
 
 
+def config_hparams(cfg: RunConfig) -> dict[str, Any]:
+    """The run's whole typed config as plain values (enums by value, nested dicts), for every logger's
+    hyperparameters: wandb's dashboard and TensorBoard's HParams tab group a sweep's runs by them."""
+
+    def plain(value: Any) -> Any:
+        if isinstance(value, Enum):
+            return value.value
+        if isinstance(value, dict):
+            return {str(k): plain(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [plain(v) for v in value]
+        return value
+
+    return {k: plain(v) for k, v in dataclasses.asdict(cfg).items() if k not in ("logger", "run_dir")}
+
+
 def _metric(trainer: L.Trainer, key: str) -> float | None:
     value = trainer.callback_metrics.get(key)
     return None if value is None else float(value)
@@ -89,6 +107,9 @@ def run(cfg: RunConfig) -> RunResult:
     module = build_module(cfg)
     offload_figures = measure_saved_activations(cfg, module, datamodule)
     loggers = build_loggers(cfg)
+    hparams = config_hparams(cfg)
+    for lg in loggers:
+        lg.log_hyperparams(hparams)
     strategy = build_strategy(cfg)
     callbacks = build_callbacks(cfg)
     history = CsvHistory(loggers)  # a resumed run keeps the rows logged before the interruption

@@ -6,6 +6,7 @@ Structure only: timings are never asserted (the machine is shared and they drift
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,12 +16,16 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_compare_quick_prints_table_and_writes_json(tmp_path: Path) -> None:
     out = tmp_path / "compare.json"
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
     proc = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "compare.py"), "--quick", "--backend", "eager",
          "--out", str(out)],
         capture_output=True, text=True, cwd=tmp_path, timeout=900, check=False,
+        env={**os.environ, "TMPDIR": str(scratch)},
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert list(scratch.iterdir()) == []  # caches, CSV logs and child processes' files are cleaned up
     text = proc.stdout
     for heading in ("## gpt:", "## many_params:", "## compile time", "## targets"):
         assert heading in text

@@ -40,6 +40,9 @@ def test_smoke_recipe_leaves_a_complete_run_dir(tmp_path: Path) -> None:
     assert report["val/bpb"] > 0 and report["data/unigram_bpb"] > 0
     assert report["compile/scope"] == "step"
     assert "runner: smoke" in proc.stdout  # the printed summary table
+    assert "val bits per byte" in proc.stdout
+    hparams = (run_dir / "csv" / "hparams.yaml").read_text()  # the config, as every logger's hyperparameters
+    assert "scope: step" in hparams and "n_layer: 2" in hparams and "policy: automatic" in hparams
 
 
 def test_mlp_on_synthetic_data(tmp_path: Path) -> None:

@@ -68,3 +68,24 @@ def test_cuda_graphs_capture_and_replay_on_gpu() -> None:
     from torch._dynamo.utils import counters
 
     assert counters["inductor"]["cudagraph_skips"] == 0  # the graphs were really captured
+
+
+def test_optimizer_state_is_marked_static_once_it_exists() -> None:
+    """The CUDA-graph component marks parameters and (after the first step creates it) optimizer state
+    static-address; the marking itself is device-independent, so it is checked here on CPU."""
+    from tests.helpers import tiny_module
+
+    model = tiny_module()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    component = CudaGraphs(REQUESTED)
+    component.apply(model)
+    component.bind_optimizers([opt])
+    assert all(getattr(p, "_dynamo_static_input_type", None) == "unguarded" for p in model.parameters())
+    component.on_step_end(0)
+    assert component.static_state_tensors == 0  # no state before the first optimizer step
+    sum(p.sum() for p in model.parameters()).backward()
+    opt.step()
+    component.on_step_end(1)
+    state = [v for s in opt.state.values() for v in s.values() if isinstance(v, torch.Tensor)]
+    assert component.static_state_tensors == len(state) > 0
+    assert all(getattr(t, "_dynamo_static_input_type", None) == "unguarded" for t in state)

@@ -69,3 +69,12 @@ def test_compiled_optimizer_with_scheduler_does_not_recompile() -> None:
 def test_inductor_step_and_compiled_optimizer_match_eager(eager_losses: list[float]) -> None:
     losses, _, _ = fit_losses(Scope.step_backward, backend="inductor", optimizer=OptimizerPolicy.compiled, steps=STEPS)
     torch.testing.assert_close(torch.tensor(losses), torch.tensor(eager_losses), rtol=INDUCTOR_RTOL, atol=0)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scope", [Scope.model, Scope.step, Scope.blocks])
+def test_inductor_scopes_with_fused_optimizer_match_eager(scope: Scope, eager_losses: list[float]) -> None:
+    """Real Inductor code for every other scope, with the optimizer auto picks on this CPU (fused)."""
+    losses, strategy, _ = fit_losses(scope, backend="inductor", optimizer=OptimizerPolicy.auto, steps=STEPS)
+    assert strategy.stack.summary()["compile/optimizer"] == "fused"
+    torch.testing.assert_close(torch.tensor(losses), torch.tensor(eager_losses), rtol=INDUCTOR_RTOL, atol=0)

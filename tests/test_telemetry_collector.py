@@ -93,7 +93,7 @@ def test_continuation_recompile_without_parent_recompile_is_counted() -> None:
     from runner.telemetry.torch_internals import CompileRecord
 
     def rec(cid: str, name: str, reason: str | None) -> CompileRecord:
-        return CompileRecord(cid, True, name, "m.py", 1, 3, 0.1, 0.0, 0.0, reason, (), None, None, None)
+        return CompileRecord(cid, True, name, "m.py", 1, 3, 0.1, 0.0, 0.0, reason, (), None, None, None, None)
 
     parent, child = "f", "torch_dynamo_resume_in_f_at_4"
     records = [rec("0/0", parent, None), rec("1/0", child, None), rec("1/1", child, "y changed")]

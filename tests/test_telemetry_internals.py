@@ -50,7 +50,7 @@ def test_metrics_fields_used_by_to_record_exist() -> None:
         "compile_id", "is_forward", "co_name", "co_filename", "co_firstlineno", "guard_count",
         "dynamo_cumulative_compile_time_us", "aot_autograd_cumulative_compile_time_us",
         "backward_cumulative_compile_time_us", "inductor_cumulative_compile_time_us", "recompile_reason",
-        "restart_reasons", "fail_type", "fail_reason", "cudagraph_skip_reason",
+        "restart_reasons", "fail_type", "fail_reason", "cudagraph_skip_reason", "start_time_us",
     }
     assert used <= fields, used - fields
 

@@ -139,6 +139,18 @@ def test_speedup_disabled_runs_no_eager_steps() -> None:
     assert "perf/speedup_x" not in meter.figures(1.0)
 
 
+def test_nothing_compiled_runs_no_eager_steps_and_reports_no_speedup() -> None:
+    """compile=eager: timing eager against itself would print a meaningless "speedup"."""
+    meter = SpeedupMeter(pairs=3)
+    modes = []
+    for step in range(10):
+        modes.append(meter.next_mode())
+        meter.record(step, modes[-1], 5.0, compiled_something=False)
+    assert set(modes) == {"warmup", "compiled"} and not meter.compiled_any
+    figures = meter.figures(0.0)
+    assert "perf/speedup_x" not in figures and figures["perf/step_ms"] == 5.0
+
+
 def test_throughput_helpers() -> None:
     assert batch_counts((torch.zeros(4, 16, dtype=torch.long), torch.zeros(4, 16, dtype=torch.long))) == (4, 64)
     assert batch_counts({"x": torch.zeros(8, 3), "y": torch.zeros(8)}) == (8, None)

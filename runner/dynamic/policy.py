@@ -13,6 +13,7 @@ failed guard, ``eager_on_recompile`` runs unseen shapes eagerly.
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Iterator
 from contextlib import AbstractContextManager as ContextManager
 from typing import Any
@@ -24,8 +25,10 @@ from runner.data.text import IGNORE_INDEX, PadTo
 from runner.dynamic import watch
 from runner.dynamic.agreement import Agreement, ShapeAgreement, process_group_info, resolve_agreement, shapes_of
 from runner.strategy.component import StackComponent
+from runner.telemetry import torch_internals as ti
 
 _MAX_REASONS = 20
+_METRICS_LIMIT = 4096  # compile records torch keeps (its default, 64, loses a long run's)
 
 
 class RecompileAfterWarmupError(RuntimeError):
@@ -93,8 +96,7 @@ class ShapePolicyComponent(StackComponent):
         self._padding: torch.Tensor | int = 0
         self._tokens = 0
         self._shapes: list[tuple[int, ...]] = []
-        self._since_us = watch.now_us()
-        self._compile_s0 = 0.0
+        self._since_us = _now_us()
 
     # -- once ----------------------------------------------------------------------------------
     def configure(self) -> None:
@@ -113,9 +115,8 @@ class ShapePolicyComponent(StackComponent):
 
             # A group of its own (all ranks call configure), so the exchange never queues behind DDP's buckets.
             self._sync = ShapeAgreement(dist.new_group(backend="gloo"))
-        watch.keep_compilation_metrics()
-        self._since_us = watch.now_us()
-        self._compile_s0 = watch.compile_seconds()
+        ti.keep_compilation_metrics(_METRICS_LIMIT)
+        self._since_us = _now_us()
 
     # -- per step ------------------------------------------------------------------------------
     def prepare_batch(self, batch: Any) -> Any:
@@ -152,9 +153,9 @@ class ShapePolicyComponent(StackComponent):
 
     @contextlib.contextmanager
     def _step(self) -> Iterator[None]:
-        before = watch.graphs_compiled()
+        before = ti.graphs_compiled()
         after_warmup = self.cfg.after_warmup is not AfterWarmup.none and self.steps >= self.cfg.warmup_steps
-        stance = torch.compiler.set_stance(self.cfg.after_warmup.value) if after_warmup else contextlib.nullcontext()
+        stance = ti.step_stance(self.cfg.after_warmup.value) if after_warmup else contextlib.nullcontext()
         try:
             with stance:
                 yield
@@ -163,7 +164,7 @@ class ShapePolicyComponent(StackComponent):
                 raise RecompileAfterWarmupError(format_recompile_error(e, self.steps, self.cfg, self._shapes)) from e
             raise
         finally:
-            self.graphs += watch.graphs_compiled() - before
+            self.graphs += ti.graphs_compiled() - before
 
     def on_step_end(self, step: int) -> None:
         self.steps = step
@@ -176,7 +177,9 @@ class ShapePolicyComponent(StackComponent):
         return 100.0 * float(self._padding) / self._tokens
 
     def summary(self) -> dict[str, Any]:
-        reasons = watch.recompile_reasons(self._since_us)
+        # This run's compiles: torch's records started since configure() (forward and backward).
+        records = [r for r in map(ti.to_record, ti.compilation_metrics()) if (r.start_us or 0) >= self._since_us]
+        reasons = [r.recompile_reason for r in records if r.is_forward and r.recompile_reason]
         waste = self.padding_waste_pct()
         out: dict[str, Any] = {
             "dynamic/policy": self.cfg.policy.value,
@@ -185,12 +188,17 @@ class ShapePolicyComponent(StackComponent):
             "dynamic/graphs": self.graphs,
             "dynamic/recompiles": len(reasons),
             "dynamic/recompile_reasons": reasons[:_MAX_REASONS],
-            "dynamic/compile_s": round(watch.compile_seconds() - self._compile_s0, 3),
+            "dynamic/compile_s": round(sum(r.total_s for r in records), 3),
             "dynamic/padding_waste_pct": None if waste is None else round(waste, 2),
         }
         if self._sync is not None:
             out["dynamic/agreed_dynamic_dims"] = sorted(self._sync.dynamic)
         return out
+
+
+def _now_us() -> int:
+    """Wall-clock microseconds: the clock of torch's compile records (``start_time_us``)."""
+    return time.time_ns() // 1000
 
 
 def _accelerator_count() -> int:

@@ -13,6 +13,7 @@ from contextlib import AbstractContextManager as ContextManager
 from typing import Any
 
 from torch import nn
+from torch.optim import Optimizer
 
 
 class StackComponent:
@@ -25,6 +26,9 @@ class StackComponent:
 
     def apply(self, module: nn.Module) -> None:
         """Transform the model in place before compilation (e.g. wrap blocks in checkpoints)."""
+
+    def bind_optimizers(self, optimizers: list[Optimizer]) -> None:
+        """Called once with the run's optimizers, after the optimizer-step policy prepared them."""
 
     def prepare_batch(self, batch: Any) -> Any:
         """Called each training step on the device batch, before the compiled step sees it."""

@@ -14,9 +14,11 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.optim import Optimizer
 
 from runner.config.schema import CudaGraphMode, CudaGraphsConfig
 from runner.strategy.component import StackComponent
+from runner.telemetry.torch_internals import step_stance
 
 
 class CudaGraphs(StackComponent):
@@ -27,6 +29,8 @@ class CudaGraphs(StackComponent):
     def __init__(self, cfg: CudaGraphsConfig) -> None:
         self.cfg = cfg
         self.steps = 0
+        self.optimizers: list[Optimizer] = []
+        self.static_state_tensors = 0
 
     def configure(self) -> None:
         import torch._inductor.config as inductor_config
@@ -40,12 +44,22 @@ class CudaGraphs(StackComponent):
         for p in module.parameters():
             torch._dynamo.mark_static_address(p)
 
+    def bind_optimizers(self, optimizers: list[Optimizer]) -> None:
+        self.optimizers = list(optimizers)
+
+    def on_step_end(self, step: int) -> None:
+        # Optimizer state (Adam's moments, step counters) is created by the first step. Its tensors are
+        # updated in place and never move: marked static, a captured graph that reads them (a compiled
+        # optimizer step) reads them in place instead of copying each into a static buffer every replay.
+        if self.static_state_tensors == 0:
+            self.static_state_tensors = mark_optimizer_state_static(self.optimizers)
+
     @contextlib.contextmanager
     def _step(self) -> Iterator[None]:
         # The first warmup_steps run eagerly, so lazily built state (optimizer moments, caches) exists
         # before anything is recorded.
         stance = "force_eager" if self.steps < self.cfg.warmup_steps else "default"
-        with torch.compiler.set_stance(stance):
+        with step_stance(stance):
             torch.compiler.cudagraph_mark_step_begin()
             yield
         self.steps += 1
@@ -54,7 +68,20 @@ class CudaGraphs(StackComponent):
         return self._step()
 
     def summary(self) -> dict[str, Any]:
-        return {"cudagraphs/active": True, "cudagraphs/mode": self.cfg.mode.value}
+        return {"cudagraphs/active": True, "cudagraphs/mode": self.cfg.mode.value,
+                "cudagraphs/static_state_tensors": self.static_state_tensors}
+
+
+def mark_optimizer_state_static(optimizers: list[Optimizer]) -> int:
+    """Mark every tensor of the optimizers' state static-address; returns how many were marked."""
+    marked = 0
+    for opt in optimizers:
+        for state in opt.state.values():
+            for value in state.values():
+                if isinstance(value, torch.Tensor):
+                    torch._dynamo.mark_static_address(value)
+                    marked += 1
+    return marked
 
 
 class CudaGraphsInactive(StackComponent):

@@ -124,6 +124,8 @@ class CompileStack:
         self.optimizer_step_policy = OptimizerStep(policy, reason, kwargs)
         for opt in optimizers:
             self.optimizer_step_policy.prepare(opt, device)
+        for c in self.components:
+            c.bind_optimizers(optimizers)
         log.info("compile stack: scope=%s backend=%s optimizer=%s (%s)", scope.value, kwargs["backend"],
                  policy.value, reason)
 

@@ -79,9 +79,7 @@ class CompileCollector:
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> CompileCollector:
         """Begin collecting: everything compiled before this call is excluded."""
-        limit = ti.compilation_metrics_limit()
-        if limit is not None and limit < self.metrics_limit:
-            ti.set_compilation_metrics_limit(self.metrics_limit)
+        ti.keep_compilation_metrics(self.metrics_limit)
         # Holding the old records keeps them alive, so their ids cannot be reused by new ones.
         self._baseline_records = ti.compilation_metrics()
         self._baseline_counters = ti.counters_snapshot()

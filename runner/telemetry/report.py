@@ -21,6 +21,23 @@ from typing import Any
 
 # Rows of the summary table, in order: (key, label). Keys absent from the figures are skipped.
 SUMMARY_ROWS: tuple[tuple[str, str], ...] = (
+    # what was trained, and how well
+    ("run/steps", "steps"),
+    ("run/wall_s", "wall time [s]"),
+    ("train/loss", "train loss"),
+    ("val/loss", "val loss"),
+    ("val/bpb", "val bits per byte"),
+    ("data/unigram_bpb", "  unigram entropy [bits/byte]"),
+    # what the compile stack applied
+    ("compile/scope", "compile scope"),
+    ("compile/optimizer", "optimizer step"),
+    ("dynamic/policy", "shape policy"),
+    ("dynamic/padding_waste_pct", "  padding [% of tokens]"),
+    ("offload/strategy", "saved activations"),
+    ("offload/reduction_x", "  saved bytes reduction [x]"),
+    ("offload/grad_rel_error", "  grad rel. error vs none"),
+    ("cudagraphs/active", "CUDA graphs active"),
+    # what compilation did, and what it bought
     ("compile/frames", "frames compiled"),
     ("compile/graphs", "graphs"),
     ("compile/recompiles", "recompiles"),
@@ -125,7 +142,7 @@ def _reason_lines(figures: dict[str, Any], limit: int = 10) -> list[str]:
 
 def _markdown(figures: dict[str, Any]) -> str:
     """``report.md``: the summary table and every reason, in GitHub markdown."""
-    out = ["# Compile telemetry", "", "| figure | value |", "|---|---:|"]
+    out = ["# Run report", "", "| figure | value |", "|---|---:|"]
     out += [f"| {label.strip()} | {value} |" for label, value in summary_rows(figures)]
     recompiles = figures.get("compile/recompile_reasons") or []
     out += ["", f"## Recompiles ({len(recompiles)})", ""]

@@ -6,6 +6,7 @@ the mode of each training step:
 
 1. ``warmup``: compiled steps until ``steady_steps`` consecutive steps compiled nothing (the first
    step compiles the forward, the backward compiles lazily, a graph break may compile more later).
+   If no warm-up step compiled anything, nothing is compiled: no eager steps, no speedup figure.
 2. ``flops``: one eager step counted by ``FlopCounterMode`` (optional; its time is not used).
 3. ``eager`` / ``compiled``: ``pairs`` pairs in ABBA order (E C C E E C ...), so a slow drift
    over the window adds equally to both sides. A step that compiled is discarded.
@@ -37,6 +38,7 @@ class SpeedupMeter:
         self.window: list[tuple[str, float]] = []  # (mode, ms) of the interleaved steps only
         self._quiet = 0  # consecutive steps that compiled nothing
         self._measuring = False
+        self.compiled_any = False  # a warm-up step compiled something: there is a speedup to measure
 
     def next_mode(self) -> str:
         """The mode of the step about to run."""
@@ -50,7 +52,12 @@ class SpeedupMeter:
         self.series.append({"step": step, "ms": ms, "mode": shown})
         if not self._measuring:
             self._quiet = 0 if compiled_something else self._quiet + 1
+            self.compiled_any = self.compiled_any or compiled_something
             self._measuring = self._quiet >= self.steady_steps
+            if self._measuring and not self.compiled_any:
+                # Nothing was compiled (compile=eager): "eager vs compiled" would time eager against
+                # itself. No eager steps are forced and no speedup is reported.
+                self.schedule = []
             return
         if self.schedule and not compiled_something:
             if mode in ("eager", "compiled"):
@@ -74,7 +81,7 @@ class SpeedupMeter:
         steady = [p["ms"] for p in self.series if p["mode"] in ("warmup", "compiled")]
         if not compiled and steady:
             out["perf/step_ms"] = statistics.median(steady)
-        if self.done and self.window:
+        if self.done and self.window and self.compiled_any:
             # Only the interleaved window, so both medians saw the same machine conditions.
             e_ms = statistics.median([ms for mode, ms in self.window if mode == "eager"])
             c_ms = statistics.median([ms for mode, ms in self.window if mode == "compiled"])

@@ -79,6 +79,21 @@ def set_compilation_metrics_limit(limit: int) -> None:
     _set(limit)
 
 
+def keep_compilation_metrics(limit: int) -> None:
+    """Keep at least ``limit`` compile records (never lowers a limit someone else raised)."""
+    current = compilation_metrics_limit()
+    if current is not None and current < limit:
+        set_compilation_metrics_limit(limit)
+
+
+def graphs_compiled() -> int:
+    """Dynamo graphs compiled in this process so far (one counter read: cheap enough per step)."""
+    from torch._dynamo.utils import counters
+
+    group, name, _ = COUNTERS["unique_graphs"]
+    return int(counters[group][name])
+
+
 @dataclass(frozen=True)
 class CompileRecord:
     """The fields of one ``CompilationMetrics`` that telemetry uses, under stable names."""
@@ -97,6 +112,7 @@ class CompileRecord:
     fail_type: str | None  # set when the compile failed and the frame ran eagerly
     fail_reason: str | None
     cudagraph_skip_reason: str | None
+    start_us: int | None  # wall clock (time.time_ns() // 1000) when this compile started
 
 
 def _us(value: int | None) -> float:
@@ -126,6 +142,7 @@ def to_record(metrics: Any) -> CompileRecord:
         fail_type=metrics.fail_type,
         fail_reason=metrics.fail_reason,
         cudagraph_skip_reason=metrics.cudagraph_skip_reason,
+        start_us=metrics.start_time_us,
     )
 
 
@@ -257,3 +274,16 @@ def current_stance() -> str:
     from torch._dynamo import eval_frame
 
     return str(eval_frame._stance.stance)
+
+
+def step_stance(stance: str) -> contextlib.AbstractContextManager[Any]:
+    """``torch.compiler.set_stance(stance)`` around one step, unless Dynamo is already forced eager.
+
+    The speedup meter forces eager steps from a callback, outside the step; a stance set inside the
+    step (``dynamic.after_warmup``, CUDA-graph warm-up) would otherwise turn them back into compiled
+    steps (a speedup of compiled vs compiled), or make them recompile. An eager step compiles nothing,
+    so no other stance has anything to do in it.
+    """
+    if current_stance() == "force_eager":
+        return contextlib.nullcontext()
+    return torch.compiler.set_stance(stance)

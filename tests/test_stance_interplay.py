@@ -1,0 +1,57 @@
+"""The speedup meter's eager steps stay eager whatever stance another part of the stack sets.
+
+A backend that counts calls of its compiled graphs tells eager steps (no call) from compiled ones.
+``dynamic.after_warmup`` sets a compiler stance inside every step after warm-up; it must not turn
+the telemetry's ``force_eager`` steps back into compiled ones, or the in-run speedup compares
+compiled with compiled.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import lightning as L
+import torch
+
+from runner.config.schema import (
+    AfterWarmup,
+    CompileConfig,
+    DynamicConfig,
+    OptimizerPolicy,
+    Scope,
+    ShapePolicy,
+    TelemetryConfig,
+)
+from runner.strategy import CompileStrategy
+from runner.telemetry.callback import CompileTelemetry
+from tests.helpers import tiny_data, tiny_module
+
+CALLS = {"n": 0}
+
+
+@torch._dynamo.register_backend(name="runner_test_counting")
+def _counting(gm: torch.fx.GraphModule, example_inputs: Any) -> Any:
+    def run(*args: Any) -> Any:
+        CALLS["n"] += 1
+        return gm(*args)
+
+    return run
+
+
+def test_eager_steps_of_the_speedup_meter_stay_eager_under_a_dynamic_stance() -> None:
+    torch._dynamo.reset()
+    CALLS["n"] = 0
+    steps, pairs = 16, 4
+    dynamic = DynamicConfig(policy=ShapePolicy.dynamic, after_warmup=AfterWarmup.fail_on_recompile, warmup_steps=1)
+    strategy = CompileStrategy(compile=CompileConfig(scope=Scope.step, backend="runner_test_counting",
+                                                     optimizer=OptimizerPolicy.none), dynamic=dynamic, device="cpu")
+    telemetry = CompileTelemetry(TelemetryConfig(speedup_steps=pairs), heartbeat_s=60)
+    trainer = L.Trainer(strategy=strategy, max_steps=steps, logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0,
+                        callbacks=[telemetry])
+    trainer.fit(tiny_module(), tiny_data())
+    modes = [p["mode"] for p in telemetry.figures()["perf/step_series"]]
+    eager_steps = modes.count("eager") + modes.count("flops")
+    assert modes.count("eager") == pairs
+    # One compiled call per compiled step (scope=step: forward + loss in one graph).
+    assert CALLS["n"] == steps - eager_steps, (CALLS["n"], modes)
