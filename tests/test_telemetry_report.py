@@ -125,7 +125,7 @@ def test_speedup_meter_schedule_and_figures() -> None:
     # step 5 compiled (a recompile): its slot is repeated, its time discarded
     assert modes[:9] == ["warmup", "warmup", "warmup", "flops", "eager", "compiled", "compiled", "compiled", "eager"]
     figures = meter.figures(compile_time_s=1.0)
-    assert figures["perf/speedup_x"] == 2.0
+    assert figures["perf/speedup_x"] == 2.0 == figures["perf/speedup_p25_x"] == figures["perf/speedup_p75_x"]
     assert figures["perf/eager_step_ms"] == 20.0 and figures["perf/compiled_step_ms"] == 10.0
     assert figures["perf/break_even_step"] == 100  # 1 s / 10 ms saved per step
     assert break_even_step(1.0, 10.0, 12.0) == math.inf
@@ -137,6 +137,19 @@ def test_speedup_disabled_runs_no_eager_steps() -> None:
         assert meter.next_mode() in ("warmup", "compiled")
         meter.record(step, meter.next_mode(), 5.0, False)
     assert "perf/speedup_x" not in meter.figures(1.0)
+
+
+def test_speedup_is_the_median_of_pair_ratios() -> None:
+    """A load burst that slows one pair's two steps alike cancels in that pair's ratio."""
+    from runner.telemetry.speedup import pair_ratios
+
+    window = [("eager", 20.0), ("compiled", 10.0), ("compiled", 30.0), ("eager", 60.0), ("eager", 22.0),
+              ("compiled", 10.0)]
+    assert pair_ratios(window) == [2.0, 2.0, 2.2]
+    meter = SpeedupMeter(pairs=3, count_flops=False)
+    meter.compiled_any, meter._measuring, meter.schedule = True, True, []
+    meter.window = window
+    assert meter.figures(0.0)["perf/speedup_x"] == 2.0  # a ratio of medians would say 22/10 = 2.2
 
 
 def test_nothing_compiled_runs_no_eager_steps_and_reports_no_speedup() -> None:

@@ -183,8 +183,8 @@ class TelemetryConfig:
     """The ``telemetry`` group: what is measured about compilation."""
 
     log_every_n_steps: int = 10
-    speedup_steps: int = 10
-    """Batches run eagerly and compiled, interleaved, to measure the speedup (0 disables)."""
+    speedup_steps: int = 20
+    """Eager + compiled step pairs, interleaved after warm-up, that measure the speedup (0 disables)."""
     peak_tflops: Optional[float] = None
     """Device peak for MFU; None picks a default for the device and precision."""
 

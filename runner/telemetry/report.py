@@ -56,6 +56,8 @@ SUMMARY_ROWS: tuple[tuple[str, str], ...] = (
     ("perf/eager_step_ms", "eager step [ms]"),
     ("perf/compiled_step_ms", "compiled step [ms]"),
     ("perf/speedup_x", "speedup [x]"),
+    ("perf/speedup_p25_x", "  speedup, 25th pct. of pairs [x]"),
+    ("perf/speedup_p75_x", "  speedup, 75th pct. of pairs [x]"),
     ("perf/break_even_step", "break-even step"),
     ("perf/samples_per_s", "samples/s"),
     ("perf/tokens_per_s", "tokens/s"),
