@@ -107,14 +107,15 @@ def run(cfg: RunConfig) -> RunResult:
     module = build_module(cfg)
     offload_figures = measure_saved_activations(cfg, module, datamodule)
     loggers = build_loggers(cfg)
-    hparams = config_hparams(cfg)
-    for lg in loggers:
-        lg.log_hyperparams(hparams)
     strategy = build_strategy(cfg)
     callbacks = build_callbacks(cfg)
     history = CsvHistory(loggers)  # a resumed run keeps the rows logged before the interruption
     if cfg.ckpt_path:
         history.stash()
+    # After the stash: the CSV logger's writer, created by its first write, clears its directory.
+    hparams = config_hparams(cfg)
+    for lg in loggers:
+        lg.log_hyperparams(hparams)
     callbacks.append(history)
     trainer = build_trainer(cfg, strategy, loggers, callbacks)
 
