@@ -4,7 +4,8 @@
     .venv/bin/python benchmarks/compare.py --quick    # tiny sizes, seconds of steps (the test uses it)
 
 Method: every contestant (``contestants.py``) trains its own copy of the same model (same seed) on
-the same batches (same DataLoader seed) with the same AdamW hyper-parameters, in its own thread.
+the same batches (same DataLoader seed) with the same AdamW hyper-parameters, in its own process
+(threads of one process slow each other's OpenMP kernels: see ``contestants.py``).
 The driver first lets each contestant build and run its warm-up steps alone (the first step is
 where compilation happens: compile time = first step - steady median), then runs ``--rounds``
 rounds in which every contestant in turn runs ``--turn`` timed steps (order reversed on odd
@@ -20,12 +21,13 @@ import argparse
 import datetime
 import json
 import logging
+import multiprocessing
 import os
 import platform
 import statistics
 import sys
 import tempfile
-import threading
+import traceback
 import warnings
 from pathlib import Path
 from typing import Any
@@ -53,45 +55,80 @@ def workloads(names: list[str], quick: bool) -> list[Workload]:
     return out
 
 
-def race(work: Workload, field: list[Contestant], warmup: int, rounds: int, turn: int) -> dict[str, Any]:
-    """Run the contestants interleaved (see the module docstring); per-contestant figures."""
-    pacers = {c.name: Pacer() for c in field}
-    threads = []
-    total = warmup + rounds * turn + 1  # the last step only closes the last timed one
-
-    for c in field:
-        pacer = pacers[c.name]
-
-        def body(c: Contestant = c, pacer: Pacer = pacer) -> None:
-            try:
-                c.run(c, work, total, pacer)
-            except BaseException as e:  # reported by the driver
-                pacer.error = e
-            finally:
-                pacer.done.set()
-
-        t = threading.Thread(target=body, name=c.name, daemon=True)
-        t.start()
-        pacer.done.wait()  # built, waiting at its first step
-        threads.append(t)
-        pacer.turn(warmup)  # compiles here, alone on the machine
-    for r in range(rounds):
-        for c in field if r % 2 == 0 else field[::-1]:
-            pacers[c.name].turn(turn)
-    for c, t in zip(field, threads, strict=True):
-        pacers[c.name].turn(10**9)
-        t.join()
-
-    x, y = next(iter(work.loader(seed=123)))
-    out: dict[str, Any] = {}
-    for c in field:
-        times = pacers[c.name].times
-        steady = times[warmup:]
-        per_round = [statistics.median(steady[i * turn:(i + 1) * turn]) for i in range(rounds)]
-        q = statistics.quantiles(steady, n=4) if len(steady) > 1 else [steady[0]] * 3
+def _contestant_process(c: Contestant, model: str, quick: bool, total: int, conn: Any) -> None:
+    """A contestant's process: build its workload, train ``total`` steps taking turns, report."""
+    warnings.filterwarnings("ignore")
+    logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
+    try:
+        work = workloads([model], quick)[0]
+        pacer = Pacer(conn=conn)
+        c.run(c, work, total, pacer)
+        x, y = next(iter(work.loader(seed=123)))
         assert c.model is not None
         with torch.no_grad(), torch.compiler.set_stance("force_eager"):
             eval_loss = float(torch.nn.functional.cross_entropy(c.model(x).flatten(0, -2), y.flatten()))
+        conn.send(("result", {"times": pacer.times, "eval_loss": eval_loss}))
+    except BaseException:  # reported by the driver, with the contestant's traceback
+        conn.send(("error", traceback.format_exc()))
+
+
+class _Remote:
+    """The driver's handle on one contestant process."""
+
+    def __init__(self, c: Contestant, model: str, quick: bool, total: int) -> None:
+        ctx = multiprocessing.get_context("spawn")  # a fresh interpreter: no OpenMP or Dynamo state shared
+        self.name = c.name
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=_contestant_process, args=(c, model, quick, total, child), name=c.name)
+        self.proc.start()
+        self.result: dict[str, Any] | None = None
+        self._expect("done")  # built, waiting at its first step
+
+    def _expect(self, kind: str) -> None:
+        got, payload = self.conn.recv()
+        if got == "error":
+            raise RuntimeError(f"contestant {self.name} failed:\n{payload}")
+        if got == "result":
+            self.result = payload
+        elif got != kind:
+            raise RuntimeError(f"contestant {self.name}: expected {kind}, got {got}")
+
+    def turn(self, steps: int) -> None:
+        """Let the contestant run ``steps`` timed steps, and wait for them."""
+        self.conn.send(steps)
+        self._expect("done")
+
+    def finish(self) -> dict[str, Any]:
+        self.conn.send(10**9)
+        self._expect("result")
+        self.proc.join()
+        assert self.result is not None
+        return self.result
+
+
+def race(model: str, quick: bool, field: list[Contestant], warmup: int, rounds: int, turn: int) -> dict[str, Any]:
+    """Run the contestants interleaved (see the module docstring); per-contestant figures."""
+    total = warmup + rounds * turn + 1  # the last step only closes the last timed one
+    remotes: dict[str, _Remote] = {}
+    try:
+        for c in field:
+            remotes[c.name] = _Remote(c, model, quick, total)
+            remotes[c.name].turn(warmup)  # compiles here, alone on the machine
+        for r in range(rounds):
+            for c in field if r % 2 == 0 else field[::-1]:
+                remotes[c.name].turn(turn)
+        results = {name: remote.finish() for name, remote in remotes.items()}
+    finally:
+        for remote in remotes.values():
+            if remote.proc.is_alive():
+                remote.proc.kill()
+
+    out: dict[str, Any] = {}
+    for c in field:
+        times, eval_loss = results[c.name]["times"], results[c.name]["eval_loss"]
+        steady = times[warmup:]
+        per_round = [statistics.median(steady[i * turn:(i + 1) * turn]) for i in range(rounds)]
+        q = statistics.quantiles(steady, n=4) if len(steady) > 1 else [steady[0]] * 3
         out[c.name] = {
             "label": c.label,
             "median_ms": 1e3 * statistics.median(steady),
@@ -144,8 +181,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="tiny models and few steps (plumbing check)")
     p.add_argument("--models", nargs="+", default=["gpt", "many_params"], choices=["gpt", "many_params"])
     p.add_argument("--backend", default="inductor")
-    p.add_argument("--scopes", nargs="+", default=["step_backward", "step", "model", "blocks"])
-    p.add_argument("--best", default="step_backward", help="runner's configuration for this device")
+    p.add_argument("--scopes", nargs="+", default=["step", "step_backward", "model", "blocks"])
+    p.add_argument("--best", default="step", help="runner's configuration for this device (compile.scope; "
+                   "step: forward+loss compiled, AOT-compiled backward, fused AdamW measured fastest here)")
     p.add_argument("--no-fused-peer", action="store_true", help="skip Lightning + compile + fused AdamW")
     p.add_argument("--warmup", type=int, default=None)
     p.add_argument("--rounds", type=int, default=None)
@@ -203,8 +241,7 @@ def run(a: argparse.Namespace) -> None:
     best = f"runner_{a.best}"
     for work in workloads(a.models, a.quick):
         field = contestants(a.backend, scopes, Scope(a.best), fused_peer=not a.no_fused_peer)
-        figs = race(work, field, a.warmup, a.rounds, a.turn)
-        torch._dynamo.reset()
+        figs = race(work.name, a.quick, field, a.warmup, a.rounds, a.turn)
         result["models"][work.name] = {"describe": work.describe, "contestants": figs}
         print(f"{work.name}: done", file=sys.stderr, flush=True)
     if not a.no_cache_runs:

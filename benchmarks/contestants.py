@@ -2,17 +2,23 @@
 
 Every contestant builds its own model copy from the same seed, its own DataLoader over the same
 dataset with the same shuffling seed (so the same batches in the same order) and the same AdamW
-hyper-parameters, and trains for the same number of steps. Each calls ``Pacer.tick()`` at the start
-of every step: the tick records the time since the previous tick (one whole step: data fetch,
-forward, backward, optimizer, framework hooks and logging) and, when the contestant's turn is over,
-blocks until the driver hands it the next turn. Only one contestant runs at a time, so the threads
-never compete for the two cores; the time spent waiting is never inside a measured step.
+hyper-parameters, and trains for the same number of steps, each in its own process. Each calls
+``Pacer.tick()`` at the start of every step: the tick records the time since the previous tick (one
+whole step: data fetch, forward, backward, optimizer, framework hooks and logging) and, when the
+contestant's turn is over, blocks until the driver hands it the next turn. Only one contestant runs
+at a time, so they never compete for the two cores; the time spent waiting is never inside a
+measured step.
+
+Processes, not threads: torch's CPU kernels run on OpenMP (libgomp), which keeps one thread team per
+calling thread and, once a process holds more OpenMP threads than cores, stops spinning between
+parallel regions (sleep and wake for each one). Contestants as threads of one process measured 2.2-2.5x
+slower steps on this 2-core machine (25 -> 58 ms for the many-parameter MLP), penalising most the
+loops with the most small kernels.
 """
 
 from __future__ import annotations
 
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -105,15 +111,18 @@ def many_params_workload(width: int, depth: int, batch: int, samples: int = 8192
 
 @dataclass
 class Pacer:
-    """Step clock and turn-taking for one contestant thread (see the module docstring)."""
+    """Step clock and turn-taking for one contestant (see the module docstring).
 
+    ``conn`` is the contestant process's end of a pipe to the driver: when its turn is over the
+    contestant sends ``("done", None)`` and blocks until the driver sends the next turn's number of
+    steps. Without a pipe (one contestant alone, as in ``compile_cache.child``) it never waits.
+    """
+
+    conn: Any = None
     times: list[float] = field(default_factory=list)
-    go: threading.Event = field(default_factory=threading.Event)
-    done: threading.Event = field(default_factory=threading.Event)
     quota: int = 0
     left: int = 0
     last: float | None = None
-    error: BaseException | None = None
 
     def tick(self) -> None:
         """Called by the contestant at the start of every step."""
@@ -121,22 +130,11 @@ class Pacer:
         if self.last is not None:
             self.times.append(now - self.last)
             self.left -= 1
-        if self.left <= 0:
-            self.done.set()
-            self.go.wait()
-            self.go.clear()
-            self.left = self.quota
+        if self.left <= 0 and self.conn is not None:
+            self.conn.send(("done", None))
+            self.left = self.quota = self.conn.recv()
             now = time.perf_counter()
         self.last = now
-
-    def turn(self, steps: int) -> None:
-        """Driver side: let the contestant run ``steps`` timed steps, and wait for them."""
-        self.quota = steps
-        self.done.clear()
-        self.go.set()
-        self.done.wait()
-        if self.error is not None:
-            raise RuntimeError("a contestant failed") from self.error
 
 
 class _Tick(Callback):

@@ -8,8 +8,8 @@ wide, block 256) on per-document batches of the stdlib source (split at blank li
 batch 8) through ``CompileStrategy`` with Inductor, in its own process with an empty Inductor cache,
 so compile times are cold and Dynamo state is fresh. Figures come from the shape-policy component's
 ``summary()`` and a step timer. Orders: ``random`` is the data module's shuffled batches; ``grouped``
-sorts chunks by length within windows of 64 batches (then shuffles the batches), which is what makes
-short batches, and so the dynamic policies, pay off. Prints a markdown table; writes
+is ``data.length_grouping=64`` (chunks sorted by length within windows of 64 batches, the batches
+then shuffled), which is what makes short batches, and so the dynamic policies, pay off. Prints a markdown table; writes
 ``benchmarks/results/dynamic_shapes.json``.
 """
 
@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import statistics
 import subprocess
 import sys
@@ -38,30 +37,13 @@ def _worker(policy: str, order: str, steps: int) -> dict[str, Any]:
     import lightning as L
     import torch
     from lightning.pytorch.callbacks import Callback
-    from torch.utils.data import DataLoader
 
     from runner.config.schema import CompileConfig, DynamicConfig, OptimizerPolicy, Scope, ShapePolicy
-    from runner.data.text import PadCollate, TextDataModule
+    from runner.data.text import TextDataModule
     from runner.dynamic import resolve_pad_to
     from runner.models.gpt import GPT
     from runner.strategy import CompileStrategy
     from runner.training.module import TrainModule
-
-    class Grouped(TextDataModule):
-        def train_dataloader(self) -> DataLoader:
-            assert self._train is not None
-            lengths = [len(c) for c in self._train.chunks]  # type: ignore[attr-defined]
-            rng = random.Random(self.seed)
-            order = list(range(len(lengths)))
-            rng.shuffle(order)
-            window = self.batch_size * 64
-            batches: list[list[int]] = []
-            for w in range(0, len(order), window):
-                chunk = sorted(order[w:w + window], key=lengths.__getitem__)
-                batches += [chunk[i:i + self.batch_size] for i in range(0, len(chunk) - self.batch_size + 1,
-                                                                         self.batch_size)]
-            rng.shuffle(batches)
-            return DataLoader(self._train, batch_sampler=batches, collate_fn=PadCollate(self.pad_to))
 
     class StepTimer(Callback):
         def __init__(self) -> None:
@@ -77,8 +59,8 @@ def _worker(policy: str, order: str, steps: int) -> dict[str, Any]:
     cfg = DynamicConfig(policy=ShapePolicy(policy), buckets=BUCKETS, max=SEQ_LEN)
     torch.manual_seed(0)
     module = TrainModule(GPT(block_size=SEQ_LEN), optimizer=partial(torch.optim.AdamW, lr=1e-3))
-    data_cls = Grouped if order == "grouped" else TextDataModule
-    data = data_cls(batching="documents", seq_len=SEQ_LEN, batch_size=BATCH, pad_to=resolve_pad_to(cfg, SEQ_LEN))
+    data = TextDataModule(batching="documents", seq_len=SEQ_LEN, batch_size=BATCH, pad_to=resolve_pad_to(cfg, SEQ_LEN),
+                          length_grouping=64 if order == "grouped" else 0)
     strategy = CompileStrategy(compile=CompileConfig(scope=Scope.step, backend="inductor",
                                                      optimizer=OptimizerPolicy.fused), dynamic=cfg, device="cpu")
     timer = StepTimer()

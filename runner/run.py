@@ -99,6 +99,11 @@ def run(cfg: RunConfig) -> RunResult:
 
     run_dir = Path(cfg.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
+    # Hydra's multirun runs its jobs one after another in this process. Dynamo's caches, per-frame
+    # automatic-dynamic decisions and recompile counts are per process and keyed by code object (every
+    # job's training_step is the same one): without a reset, job 2 "recompiles" job 1's graph and a
+    # long sweep exhausts the recompile limit, silently falling back to eager.
+    torch._dynamo.reset()
     L.seed_everything(cfg.seed, workers=True)
     datamodule = build_datamodule(cfg)
     if hasattr(datamodule, "check"):

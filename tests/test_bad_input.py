@@ -58,6 +58,7 @@ BAD_INPUTS: list[tuple[list[str], list[str]]] = [
                                                              "compile.fullgraph=false"]),
     (["compile=eager", "compile.fullgraph=true"], ["compile.scope=none", "fullgraph", "compile=step"]),
     (["cudagraphs.mode=reduce_overhead", "dynamic.policy=unbacked"], ["unbacked", "cudagraphs=disabled"]),
+    (["data.length_grouping=8"], ["data.length_grouping=8", "packed", "data=text_documents"]),
     (["compile.mode=reduce-overhead"], ["compile.mode=reduce-overhead", "cudagraphs.mode=reduce_overhead"]),
     (["compile.mode=default", "+compile.options={a:1}"], ["compile.mode=default", "compile.options"]),
     (["compile=step_backward", "trainer.devices=2"], ["step_backward", "compile.scope=step"]),

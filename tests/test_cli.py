@@ -99,3 +99,36 @@ def test_multirun_writes_one_dir_per_job(tmp_path: Path) -> None:
     assert len(reports) == 2
     scopes = {json.loads(r.read_text())["compile/scope"] for r in reports}
     assert scopes == {"none", "step"}
+    summary = json.loads((sweep_dir / "summary.json").read_text())  # any multirun is summarised
+    assert {r["job"] for r in summary["runs"]} == {"compile=eager", "compile=step"}
+    assert "# Sweep summary" in (sweep_dir / "summary.md").read_text()
+
+
+def test_multirun_jobs_start_from_a_fresh_compiler(tmp_path: Path) -> None:
+    """Hydra runs the jobs one after another in one process, each compiling the same training_step.
+    Job 2 (bf16 saved-tensor hooks) must compile its own graph, not "recompile" job 1's."""
+    sweep_dir = tmp_path / "sweep"
+    proc = runner("-m", "+recipe=smoke", "offload=none,bf16", f"hydra.sweep.dir={sweep_dir}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    reports = {r.parent.name.split("-")[0]: json.loads(r.read_text()) for r in sweep_dir.glob("*/report.json")}
+    assert reports["1"]["offload/strategy"] == "bf16"
+    for job in reports.values():
+        assert job["compile/recompiles"] == 0, job["compile/recompile_reasons"]
+        assert [e["kind"] for e in job["compile/events"]][0] == "compile"
+
+
+def test_dynamic_documents_recipe_one_graph_for_every_length(tmp_path: Path) -> None:
+    """The recipe as shipped (strict dynamic on per-document batches), shrunk to seconds: varying
+    lengths, one graph, no recompile after warm-up (fail_on_recompile would have stopped the run)."""
+    run_dir = tmp_path / "docs"
+    proc = runner("+recipe=dynamic_documents", "compile.backend=eager", "trainer.max_steps=14",
+                  "dynamic.warmup_steps=3", "data.max_bytes=300000", "data.batch_size=4",
+                  "trainer.val_check_interval=7", "trainer.limit_val_batches=2", "model.n_layer=2", "model.n_embd=32",
+                  "model.n_head=2", "telemetry.speedup_steps=2", f"hydra.run.dir={run_dir}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads((run_dir / "report.json").read_text())
+    assert report["run/steps"] == 14
+    assert report["dynamic/policy"] == "dynamic" and report["dynamic/after_warmup"] == "fail_on_recompile"
+    assert report["dynamic/graphs"] == 1 and report["dynamic/recompiles"] == 0
+    # Length-grouped batches padded to their own longest: 1.1% measured (dynamic=static: 48.8%).
+    assert 0 <= report["dynamic/padding_waste_pct"] < 5

@@ -61,10 +61,11 @@ def _job(sweep: Path, num: int, overrides: list[str], figures: dict) -> None:
 
 
 def test_summarize_sweep_ranks_runs(tmp_path: Path) -> None:
-    _job(tmp_path, 0, ["compile=eager", "offload=none"], _figures(1.0, 0.0, 0, 0.40))
-    _job(tmp_path, 1, ["compile=step", "offload=none"], _figures(1.4, 40.0, 2, 0.60))
-    _job(tmp_path, 2, ["compile=step", "offload=bf16"], _figures(1.2, 45.0, 0, 0.30))
-    _job(tmp_path, 3, ["compile=eager", "offload=bf16"], _figures(1.2, 5.0, 1, 0.35))
+    shared = ["+recipe=quickstart", "trainer.max_steps=80"]  # in every job: not part of the names
+    _job(tmp_path, 0, ["compile=eager", "offload=none", *shared], _figures(1.0, 0.0, 0, 0.40))
+    _job(tmp_path, 1, ["compile=step", "offload=none", *shared], _figures(1.4, 40.0, 2, 0.60))
+    _job(tmp_path, 2, ["compile=step", "offload=bf16", *shared], _figures(1.2, 45.0, 0, 0.30))
+    _job(tmp_path, 3, ["compile=eager", "offload=bf16", *shared], _figures(1.2, 5.0, 1, 0.35))
     (tmp_path / "4-broken").mkdir()
     (tmp_path / "4-broken" / "report.json").write_text("{truncated")
 
@@ -84,6 +85,7 @@ def test_summarize_sweep_ranks_runs(tmp_path: Path) -> None:
     assert summary["runs"][0]["ranks"] == {"speedup": 1, "compile_time": 3, "recompiles": 4, "memory": 4}
     assert json.loads((tmp_path / "summary.json").read_text())["best"] == summary["best"]
     assert "| 1 | `compile=step,offload=none` | 1.4 |" in (tmp_path / "summary.md").read_text()
+    assert "Every run: `+recipe=quickstart trainer.max_steps=80`" in (tmp_path / "summary.md").read_text()
     assert (tmp_path / "summary.png").stat().st_size > 1000
 
 
@@ -107,11 +109,9 @@ def test_sweep_configs_compose(sweep: str) -> None:
     assert cfg.hydra.callbacks.sweep_summary._target_ == "runner.telemetry.sweep.SweepSummary"
     params = cfg.hydra.sweeper.params
     assert params, "a sweep without parameters"
-    # compile is the one group whose options all exist today; dynamic/offload options are added by
-    # their own issues, and the sweeps name them already.
-    for option in str(params.get("compile", "")).split(","):
-        if option:
-            assert (CONF / "compile" / f"{option}.yaml").exists(), option
+    for group, options in params.items():  # every swept option is a real file of its group
+        for option in str(options).split(","):
+            assert (CONF / str(group) / f"{option}.yaml").exists(), (group, option)
 
 
 def test_speedup_meter_schedule_and_figures() -> None:

@@ -65,6 +65,9 @@ class TextDataSchema:
     val_fraction: float = 0.05
     seed: int = 0
     num_workers: int = 0
+    length_grouping: int = 0
+    """Documents: sort each window of this many shuffled batches by length (0: random batches). Less
+    padding per batch, which is what the dynamic-shape policies turn into shorter steps."""
 
 
 @dataclass

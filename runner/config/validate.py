@@ -13,6 +13,7 @@ import torch
 
 from runner.config.load import ConfigError
 from runner.config.schema import AfterWarmup, CudaGraphMode, OffloadStrategy, RunConfig, Scope, ShapePolicy
+from runner.config.targets import Batching
 from runner.reliability import checks as reliability_checks
 
 _PRECISIONS = {"32-true", "32", "bf16-mixed", "bf16-true", "16-mixed", "16-true", "64-true", "transformer-engine"}
@@ -139,6 +140,18 @@ def check_data_path(cfg: RunConfig) -> str | None:
     return None
 
 
+def check_length_grouping(cfg: RunConfig) -> str | None:
+    grouping = getattr(cfg.data, "length_grouping", 0)
+    if not isinstance(grouping, int) or grouping == 0:
+        return None
+    if grouping < 0:
+        return f"data.length_grouping={grouping} must be >= 0 (batches per sorting window; 0 turns it off)."
+    if getattr(cfg.data, "batching", None) is not Batching.documents:
+        return (f"data.length_grouping={grouping} groups documents of similar length, but data.batching is "
+                "packed (every window has the same length). Use data=text_documents or drop data.length_grouping.")
+    return None
+
+
 def check_model_fits_data(cfg: RunConfig) -> str | None:
     block = getattr(cfg.model, "block_size", None)
     seq_len = getattr(cfg.data, "seq_len", None)
@@ -175,6 +188,7 @@ CHECKS: list[Callable[[RunConfig], str | None]] = [
     check_fp8,
     check_memory_budget,
     check_data_path,
+    check_length_grouping,
     check_model_fits_data,
     check_trainer,
     *reliability_checks.CHECKS,  # ranges, torch names, fullgraph combinations (runner/reliability/checks.py)

@@ -153,8 +153,9 @@ class CompileStack:
             os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(c.cache_dir)
         # on_error=eager: a frame that fails to compile runs eagerly (counted by telemetry).
         dynamo_config.suppress_errors = c.on_error is OnError["eager"]
-        if c.scope is Scope.step_backward:
-            dynamo_config.trace_autograd_ops = True  # loss.backward() traced into the step's graph
+        # loss.backward() traced into the step's graph for step_backward, and only then: the flag is
+        # process-wide and would outlive this run (the next job of a sweep, a user's own compile).
+        dynamo_config.trace_autograd_ops = c.scope is Scope.step_backward
 
     def _step_and_backward(self, step: Callable[..., Any]) -> Callable[..., Any]:
         accumulate = self._accumulate

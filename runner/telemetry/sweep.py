@@ -85,12 +85,19 @@ def summarize_sweep(sweep_dir: Path) -> dict[str, Any]:
             continue  # a job that crashed while writing: skip it, rank the rest
         job, overrides = _job_name(report.parent, sweep_dir)
         runs.append({"job": job, "dir": str(report.parent), "overrides": overrides, "figures": figures})
+    # Overrides every job shares (+recipe=..., trainer.max_steps=...) say nothing about which is which:
+    # each job is named by the ones that differ, and the shared ones head the summary.
+    shared = [o for o in runs[0]["overrides"] if all(o in r["overrides"] for r in runs)] if len(runs) > 1 else []
+    for r in runs:
+        distinct = [o for o in r["overrides"] if o not in shared]
+        if distinct:
+            r["job"] = ",".join(distinct)
     rankings = {name: _rank(runs, key, higher) for name, key, higher in CRITERIA}
     position = {name: {job: i for i, job in enumerate(order)} for name, order in rankings.items()}
     runs.sort(key=_overall_key)
     for r in runs:
         r["ranks"] = {name: position[name][r["job"]] + 1 for name, _, _ in CRITERIA}
-    summary = {"runs": runs, "rankings": rankings, "best": runs[0]["job"] if runs else None}
+    summary = {"runs": runs, "rankings": rankings, "best": runs[0]["job"] if runs else None, "shared": shared}
     sweep_dir.mkdir(parents=True, exist_ok=True)
     (sweep_dir / "summary.json").write_text(json.dumps(_json_safe(summary), indent=2) + "\n")
     (sweep_dir / "summary.md").write_text(summary_markdown(summary))
@@ -116,7 +123,10 @@ def summary_markdown(summary: dict[str, Any]) -> str:
         return "-" if number is None else f"{number:.4g}"
 
     header = "| # | run | " + " | ".join(label for _, label in COLUMNS) + " |"
-    lines = ["# Sweep summary", "", header, "|" + "---|" * (len(COLUMNS) + 2)]
+    lines = ["# Sweep summary", ""]
+    if summary.get("shared"):
+        lines += ["Every run: `" + " ".join(summary["shared"]) + "`", ""]
+    lines += [header, "|" + "---|" * (len(COLUMNS) + 2)]
     for i, run in enumerate(summary["runs"], 1):
         values = " | ".join(cell(run["figures"].get(key)) for key, _ in COLUMNS)
         lines.append(f"| {i} | `{run['job']}` | {values} |")
