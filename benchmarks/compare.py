@@ -198,7 +198,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--load-artifacts", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     a.warmup = a.warmup or (2 if a.quick else 3)
-    a.rounds = a.rounds or (2 if a.quick else 8)
+    a.rounds = a.rounds or (2 if a.quick else 16)
     a.turn = a.turn or (2 if a.quick else 6)
     return a
 

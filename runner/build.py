@@ -18,7 +18,7 @@ from torch import nn
 
 from runner.config.schema import RunConfig
 from runner.config.targets import Batching
-from runner.dynamic.policy import resolve_pad_to
+from runner.dynamic.policy import resolve_bounds, resolve_pad_to
 from runner.reliability import AtomicCheckpointIO, build_reliability_callbacks
 from runner.strategy import CompileStrategy, DDPCompileStrategy
 from runner.training.module import TrainModule
@@ -55,12 +55,14 @@ def build_loggers(cfg: RunConfig) -> list[Logger]:
 def build_strategy(cfg: RunConfig) -> CompileStrategy | DDPCompileStrategy:
     """Single device, or DDP when more than one device/node is asked for (gloo on CPU)."""
     t = cfg.trainer
+    seq_len = getattr(cfg.data, "seq_len", None)
+    dynamic = resolve_bounds(cfg.dynamic, seq_len if isinstance(seq_len, int) else None)
     if is_distributed(cfg):
         backend = "gloo" if t.accelerator == "cpu" else None
-        return DDPCompileStrategy(compile=cfg.compile, dynamic=cfg.dynamic, offload=cfg.offload,
+        return DDPCompileStrategy(compile=cfg.compile, dynamic=dynamic, offload=cfg.offload,
                                   cudagraphs=cfg.cudagraphs, process_group_backend=backend)
     device = "cpu" if t.accelerator == "cpu" else None
-    return CompileStrategy(compile=cfg.compile, dynamic=cfg.dynamic, offload=cfg.offload, cudagraphs=cfg.cudagraphs,
+    return CompileStrategy(compile=cfg.compile, dynamic=dynamic, offload=cfg.offload, cudagraphs=cfg.cudagraphs,
                            device=device)
 
 

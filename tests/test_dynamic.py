@@ -283,3 +283,16 @@ def test_built_datamodule_pads_as_the_policy_says(option: str, padded: int, tmp_
     assert isinstance(dm, TextDataModule) and isinstance(dm.pad_to, PadTo)
     x, y = PadCollate(dm.pad_to)([torch.arange(38, dtype=torch.uint8)])
     assert x.shape == y.shape == (1, padded)
+
+
+def test_unset_max_becomes_the_datas_longest_batch(tmp_path: Path) -> None:
+    """mark_dynamic ranges are strict; an unbounded one breaks on the first size the compiler guards."""
+    from runner.build import build_strategy
+    from runner.config import compose, load
+    from runner.dynamic import resolve_bounds
+
+    assert resolve_bounds(DynamicConfig(policy=ShapePolicy.dynamic), 256).max == 256
+    assert resolve_bounds(DynamicConfig(policy=ShapePolicy.dynamic, max=100), 256).max == 100
+    assert resolve_bounds(DynamicConfig(policy=ShapePolicy.automatic), 256).max is None  # nothing is marked
+    cfg = load(compose(["dynamic=strict", "data=text_documents", "data.seq_len=128"], run_dir=str(tmp_path)))
+    assert cfg.dynamic.max is None and build_strategy(cfg).stack.settings.dynamic.max == 128

@@ -111,6 +111,24 @@ def test_graph_break_under_fullgraph_is_explained() -> None:
     assert "graph break 'Failed to trace builtin operator'" in msg and "compile.fullgraph=false" in msg
 
 
+@pytest.mark.slow
+def test_dynamic_range_specialised_by_inductor_is_explained() -> None:
+    """A real Inductor compile on CPU: a float sum over a dim marked dynamic up to 10000 is guarded
+    at <= 4096 by the C++ codegen, and mark_dynamic's strict range fails. The paragraph says so."""
+    from torch.fx.experimental.symbolic_shapes import ConstraintViolationError
+
+    torch._dynamo.reset()
+    x = torch.randn(100)
+    torch._dynamo.mark_dynamic(x, 0, min=2, max=10_000)
+    with pytest.raises(ConstraintViolationError) as info:
+        torch.compile(lambda t: t.sum() * 2, backend="inductor")(x)
+    msg = explain_compile_error(info.value)
+    assert msg is not None and "frame '<lambda>'" in msg
+    assert "over `L['t'].size()[0] <= 10000`" in msg
+    assert "to `2 <= L['t'].size()[0] and L['t'].size()[0] <= 4096`" in msg
+    assert "dynamic=unbacked" in msg and "dynamic.max" in msg
+
+
 def test_non_compile_errors_are_left_alone() -> None:
     assert explain_compile_error(ValueError("not a compile error")) is None
 

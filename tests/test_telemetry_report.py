@@ -143,9 +143,12 @@ def test_speedup_is_the_median_of_pair_ratios() -> None:
     """A load burst that slows one pair's two steps alike cancels in that pair's ratio."""
     from runner.telemetry.speedup import pair_ratios
 
-    window = [("eager", 20.0), ("compiled", 10.0), ("compiled", 30.0), ("eager", 60.0), ("eager", 22.0),
-              ("compiled", 10.0)]
+    window = [("eager", 20.0, 1), ("compiled", 10.0, 1), ("compiled", 30.0, 1), ("eager", 60.0, 1),
+              ("eager", 22.0, 1), ("compiled", 10.0, 1)]
     assert pair_ratios(window) == [2.0, 2.0, 2.2]
+    # Variable-length batches: a pair compares time per token (eager 40 ms for 200 tokens, compiled 10 ms
+    # for 100 tokens: 0.2 vs 0.1 ms per token).
+    assert pair_ratios([("eager", 40.0, 200), ("compiled", 10.0, 100)]) == [2.0]
     meter = SpeedupMeter(pairs=3, count_flops=False)
     meter.compiled_any, meter._measuring, meter.schedule = True, True, []
     meter.window = window

@@ -125,7 +125,7 @@ class DynamicConfig:
     min: int = 2
     """Lower bound given to mark_dynamic."""
     max: Optional[int] = None
-    """Upper bound given to mark_dynamic (None: unbounded)."""
+    """Upper bound given to mark_dynamic (None: the data's seq_len, the longest batch it makes)."""
     specialize_float: bool = True
     """False traces Python floats as symbols instead of constants."""
     recompile_limit: int = 8

@@ -5,6 +5,7 @@ from runner.dynamic.policy import (
     RecompileAfterWarmupError,
     ShapePolicyComponent,
     build_shape_policy,
+    resolve_bounds,
     resolve_dynamic_arg,
     resolve_pad_to,
 )
@@ -16,6 +17,7 @@ __all__ = [
     "ShapePolicyComponent",
     "build_shape_policy",
     "resolve_agreement",
+    "resolve_bounds",
     "resolve_dynamic_arg",
     "resolve_pad_to",
 ]

@@ -13,6 +13,7 @@ failed guard, ``eager_on_recompile`` runs unseen shapes eagerly.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 from collections.abc import Iterator
 from contextlib import AbstractContextManager as ContextManager
@@ -39,6 +40,18 @@ def resolve_dynamic_arg(policy: ShapePolicy) -> bool | None:
     """``torch.compile(dynamic=...)`` for the policy: padded policies compile static graphs only;
     the others leave it to marks (``dynamic``, ``unbacked``) or to automatic dynamic."""
     return False if policy in (ShapePolicy.static, ShapePolicy.bucket) else None
+
+
+def resolve_bounds(cfg: DynamicConfig, max_len: int | None) -> DynamicConfig:
+    """The config with ``max`` filled in from the data's longest sequence when left unset.
+
+    ``mark_dynamic`` bounds are strict: if the compiler specialises any size inside ``[min, max]``,
+    compiling fails. An unbounded range is the easiest to break (on CPU, Inductor's C++ reductions
+    guard on ``batch x length <= 4096``), and no batch is ever longer than the data's ``seq_len``.
+    """
+    if cfg.max is not None or max_len is None or cfg.policy not in (ShapePolicy.dynamic, ShapePolicy.unbacked):
+        return cfg
+    return dataclasses.replace(cfg, max=max_len)
 
 
 def resolve_pad_to(cfg: DynamicConfig, max_len: int) -> PadTo:

@@ -18,6 +18,7 @@ import re
 from typing import Any
 
 import torch
+from torch.fx.experimental.symbolic_shapes import ConstraintViolationError
 
 from runner.config.schema import OnError
 from runner.reliability.errors import RunStopped
@@ -119,7 +120,7 @@ def _first_lines(text: str, n: int = 2) -> str:
 
 def _is_compile_error(exc: BaseException) -> bool:
     exc_mod = torch._dynamo.exc
-    if isinstance(exc, (exc_mod.TorchDynamoException, exc_mod.FailOnRecompileLimitHit)):
+    if isinstance(exc, (exc_mod.TorchDynamoException, exc_mod.FailOnRecompileLimitHit, ConstraintViolationError)):
         return True
     return isinstance(exc, RuntimeError) and "torch.compile stance is 'fail_on_recompile'" in str(exc)
 
@@ -144,6 +145,15 @@ def explain_compile_error(exc: BaseException, watch: CompileErrorWatch | None = 
                 else _first_lines(str(exc)))
         fix = ("use a shape policy that covers the new shapes (dynamic=bucket or dynamic=dynamic), or "
                "dynamic.after_warmup=eager_on_recompile to run new shapes eagerly")
+    elif isinstance(exc, ConstraintViolationError):
+        m = re.search(r"specified range (.+?) satisfy the generated guard (.+?)$", str(exc), re.M)
+        what = (f"a dim marked dynamic over `{m[1]}` was specialised by the compiler to `{m[2].strip()}`" if m
+                else _first_lines(str(exc)))
+        fix = ("mark_dynamic bounds are strict. On CPU, Inductor's C++ float sums guard on their size "
+               "(batch x length <= 4096, to choose an accumulation helper), which splits a wide range: use "
+               "dynamic=unbacked (no size guards, still one graph), or set dynamic.max (and data.batch_size) "
+               "so that batch x max stays on one side of the guard, or dynamic=automatic / bucket, which let "
+               "the compiler choose its graphs")
     elif isinstance(exc, exc_mod.BackendCompilerFailed):
         what = f"backend {exc.backend_name!r} failed: {_first_lines(str(getattr(exc, 'inner_exception', exc)), 1)}"
         fix = ("try compile.backend=aot_eager to tell a Dynamo/AOTAutograd problem from a backend one, or set "

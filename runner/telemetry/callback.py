@@ -54,6 +54,7 @@ class CompileTelemetry(pl.Callback):
         self.progress: CompileProgress | None = None
         self._flops = FlopCounter()
         self._flops_per_step: float | None = None
+        self._flops_per_unit: float | None = None  # per token (or per sample without a sequence dim)
         self._flops_source = "none"
         self._counts: tuple[int | None, int | None] = (None, None)
         self._world = 1
@@ -82,8 +83,7 @@ class CompileTelemetry(pl.Callback):
         """Pick this step's stance, start the timer."""
         if self.collector is None:
             return
-        if self._counts == (None, None):
-            self._counts = batch_counts(batch)
+        self._counts = batch_counts(batch)  # every step: document batches vary in length
         mode = self.meter.next_mode()
         prior = ti.force_eager_stance() if mode in ("eager", "flops") else None
         if mode == "flops":
@@ -102,10 +102,12 @@ class CompileTelemetry(pl.Callback):
         mode, prior, t0, n_events = self._step_state
         ms = (time.perf_counter() - t0) * 1000.0
         self._end_step_state()
-        if mode == "flops" and self._flops.total:
+        samples, tokens = self._counts
+        if mode == "flops" and self._flops.total and (tokens or samples):
             self._flops_per_step, self._flops_source = float(self._flops.total), "flop_counter"
+            self._flops_per_unit = self._flops_per_step / float(tokens or samples or 1)
         compiled = len(self.collector.events) > n_events or bool(self.collector.compiling())
-        self.meter.record(self.collector.step or 0, mode, ms, compiled)
+        self.meter.record(self.collector.step or 0, mode, ms, compiled, samples=samples, tokens=tokens)
         step = trainer.global_step
         every = max(1, self.cfg.log_every_n_steps)
         if step % every == 0 and trainer.is_global_zero:
@@ -162,20 +164,23 @@ class CompileTelemetry(pl.Callback):
         figures: dict[str, Any] = dict(self.collector.figures()) if self.collector is not None else {}
         figures.update(self.meter.figures(compile_time_s=figures.get("compile/time_s", 0.0)))
         figures["memory/peak_gib"] = peak_memory_gib(self._device)
-        step_ms = figures.get("perf/compiled_step_ms", figures.get("perf/step_ms"))
+        # Throughput over recent compiled steps (total work / total time: right for varying lengths).
+        samples_rate, tokens_rate = self.meter.rate("samples"), self.meter.rate("tokens")
+        if samples_rate:
+            figures["perf/samples_per_s"] = samples_rate * self._world
+        if tokens_rate:
+            figures["perf/tokens_per_s"] = tokens_rate * self._world
         samples, tokens = self._counts
-        if step_ms and samples:
-            figures["perf/samples_per_s"] = samples * self._world / (step_ms / 1000.0)
-            if tokens:
-                figures["perf/tokens_per_s"] = tokens * self._world / (step_ms / 1000.0)
-        flops = self._flops_per_step
-        if flops is None and self._module is not None:
+        per_unit, flops = self._flops_per_unit, self._flops_per_step
+        if per_unit is None and self._module is not None:
             flops, self._flops_source = estimate_flops(self._module, samples, tokens), "6*params*tokens"
-        if flops:
+            per_unit = flops / float(tokens or samples or 1) if flops else None
+        if flops and per_unit:
             figures["perf/tflop_per_step"] = flops / 1e12
             figures["perf/flops_source"] = self._flops_source
-            if step_ms and self._peak_tflops:
-                figures["perf/mfu"] = flops / (step_ms / 1000.0) / (self._peak_tflops * 1e12)
+            unit_rate = tokens_rate if tokens else samples_rate  # per rank, in the unit FLOPs were counted per
+            if unit_rate and self._peak_tflops:
+                figures["perf/mfu"] = per_unit * unit_rate / (self._peak_tflops * 1e12)
         if self._peak_tflops:
             figures["perf/peak_tflops"] = self._peak_tflops
         return figures

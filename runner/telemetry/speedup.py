@@ -37,7 +37,7 @@ class SpeedupMeter:
                 mode for i in range(pairs) for mode in (("eager", "compiled") if i % 2 == 0 else ("compiled", "eager"))
             ]
         self.series: list[dict[str, Any]] = []
-        self.window: list[tuple[str, float]] = []  # (mode, ms) of the interleaved steps only
+        self.window: list[tuple[str, float, int]] = []  # (mode, ms, tokens or samples) of the interleaved steps
         self._quiet = 0  # consecutive steps that compiled nothing
         self._measuring = False
         self.compiled_any = False  # a warm-up step compiled something: there is a speedup to measure
@@ -48,10 +48,14 @@ class SpeedupMeter:
             return "warmup"
         return self.schedule[0] if self.schedule else "compiled"
 
-    def record(self, step: int, mode: str, ms: float, compiled_something: bool) -> None:
-        """Record the step that just ran (``mode`` as returned by :meth:`next_mode`)."""
+    def record(self, step: int, mode: str, ms: float, compiled_something: bool, samples: int | None = None,
+               tokens: int | None = None) -> None:
+        """Record the step that just ran (``mode`` as returned by :meth:`next_mode`). ``samples`` and
+        ``tokens`` are the step's batch size and token count (padded), for throughput and for pairs
+        whose batches differ in length (variable-length data): those compare time per token."""
         shown = "compile" if compiled_something else mode
-        self.series.append({"step": step, "ms": ms, "mode": shown})
+        self.series.append({"step": step, "ms": ms, "mode": shown, "samples": samples, "tokens": tokens})
+        work = tokens or samples or 1
         if not self._measuring:
             self._quiet = 0 if compiled_something else self._quiet + 1
             self.compiled_any = self.compiled_any or compiled_something
@@ -63,11 +67,21 @@ class SpeedupMeter:
             return
         if self.schedule and not compiled_something:
             if mode in ("eager", "compiled"):
-                self.window.append((mode, ms))
+                self.window.append((mode, ms, work))
             self.schedule.pop(0)  # a step that compiled is repeated: its time is not a step time
 
     def _times(self, mode: str) -> list[float]:
         return [p["ms"] for p in self.series if p["mode"] == mode]
+
+    def rate(self, key: str, last: int = 50) -> float | None:
+        """``key`` (samples or tokens) per second over the last ``last`` compiled steps (or, when
+        nothing is compiled, the steady ones): total work over total time, right for any lengths."""
+        steps = [p for p in self.series if p["mode"] == "compiled" and p.get(key)]
+        if not steps:
+            steps = [p for p in self.series if p["mode"] == "warmup" and p.get(key)][1:]  # the first may compile
+        steps = steps[-last:]
+        seconds = sum(p["ms"] for p in steps) / 1000.0
+        return sum(p[key] for p in steps) / seconds if steps and seconds > 0 else None
 
     @property
     def done(self) -> bool:
@@ -85,12 +99,13 @@ class SpeedupMeter:
             out["perf/step_ms"] = statistics.median(steady)
         if self.done and self.window and self.compiled_any:
             # Only the interleaved window, so both medians saw the same machine conditions.
-            e_ms = statistics.median([ms for mode, ms in self.window if mode == "eager"])
-            c_ms = statistics.median([ms for mode, ms in self.window if mode == "compiled"])
+            e_ms = statistics.median([ms for mode, ms, _ in self.window if mode == "eager"])
+            c_ms = statistics.median([ms for mode, ms, _ in self.window if mode == "compiled"])
             out["perf/eager_step_ms"] = e_ms
             out["perf/compiled_step_ms"] = c_ms
-            # The speedup is the median of each adjacent pair's eager/compiled ratio: a load burst
-            # hits both steps of a pair, so it cancels in the ratio (it does not in a ratio of medians).
+            # The speedup is the median of each adjacent pair's eager/compiled ratio of time per token:
+            # a load burst hits both steps of a pair, so it cancels in the ratio (it does not in a ratio
+            # of medians), and per token, pairs whose batches differ in length still compare like with like.
             ratios = pair_ratios(self.window)
             out["perf/speedup_x"] = statistics.median(ratios) if ratios else math.nan
             if len(ratios) >= 2:
@@ -100,13 +115,13 @@ class SpeedupMeter:
         return out
 
 
-def pair_ratios(window: list[tuple[str, float]]) -> list[float]:
-    """Eager/compiled step-time ratio of each interleaved pair (window[2k], window[2k+1])."""
+def pair_ratios(window: list[tuple[str, float, int]]) -> list[float]:
+    """Eager/compiled ratio of time per unit of work of each interleaved pair (window[2k], window[2k+1])."""
     ratios = []
     for a, b in zip(window[::2], window[1::2], strict=False):
-        times = dict((a, b))
-        if times.keys() == {"eager", "compiled"} and times["compiled"] > 0:
-            ratios.append(times["eager"] / times["compiled"])
+        per_unit = {mode: ms / work for mode, ms, work in (a, b)}
+        if per_unit.keys() == {"eager", "compiled"} and per_unit["compiled"] > 0:
+            ratios.append(per_unit["eager"] / per_unit["compiled"])
     return ratios
 
 
