@@ -33,6 +33,8 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("perf/step_ms", "step [ms]"),
     ("perf/break_even_step", "break-even step"),
     ("memory/peak_gib", "peak [GiB]"),
+    ("offload/reduction_x", "saved activations reduction [x]"),
+    ("val/bpb", "val bits/byte"),
 )
 
 
