@@ -99,8 +99,10 @@ def gpt_workload(n_layer: int, n_embd: int, n_head: int, seq_len: int, batch: in
                     dm.train_dataloader().dataset, batch)
 
 
-def many_params_workload(width: int, depth: int, batch: int, samples: int = 8192) -> Workload:
-    """``ManyParams`` on a fixed random classification set."""
+def many_params_workload(width: int, depth: int, batch: int, samples: int = 32768) -> Workload:
+    """``ManyParams`` on a fixed random classification set, large enough that a race stays within one
+    epoch: from the second epoch on, Lightning draws a different shuffle than a plain loop re-iterating
+    the same DataLoader, and the hand-written loop would train on other batches."""
     g = torch.Generator().manual_seed(1)
     data = TensorDataset(torch.randn(samples, 32, generator=g), torch.randint(0, 10, (samples,), generator=g))
     make = partial(ManyParams, width=width, depth=depth)

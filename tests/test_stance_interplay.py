@@ -55,3 +55,17 @@ def test_eager_steps_of_the_speedup_meter_stay_eager_under_a_dynamic_stance() ->
     assert modes.count("eager") == pairs
     # One compiled call per compiled step (scope=step: forward + loss in one graph).
     assert CALLS["n"] == steps - eager_steps, (CALLS["n"], modes)
+
+
+def test_cuda_graph_warmup_forces_eager_then_leaves_other_stances_alone() -> None:
+    """The component's own stance only covers its warm-up steps (pure stance logic: runs on CPU)."""
+    from runner.config.schema import CudaGraphMode, CudaGraphsConfig
+    from runner.strategy.cudagraphs import CudaGraphs
+    from runner.telemetry import torch_internals as ti
+
+    component = CudaGraphs(CudaGraphsConfig(mode=CudaGraphMode.reduce_overhead, warmup_steps=1))
+    with torch.compiler.set_stance("fail_on_recompile"):
+        with component.step_context():
+            assert ti.current_stance() == "force_eager"  # warm-up step
+        with component.step_context():
+            assert ti.current_stance() == "fail_on_recompile"  # not reset to "default"

@@ -57,9 +57,10 @@ class CudaGraphs(StackComponent):
     @contextlib.contextmanager
     def _step(self) -> Iterator[None]:
         # The first warmup_steps run eagerly, so lazily built state (optimizer moments, caches) exists
-        # before anything is recorded.
-        stance = "force_eager" if self.steps < self.cfg.warmup_steps else "default"
-        with step_stance(stance):
+        # before anything is recorded. After that the stance is left alone: setting "default" would
+        # cancel another component's (dynamic.after_warmup's fail_on_recompile).
+        warming_up = self.steps < self.cfg.warmup_steps
+        with step_stance("force_eager") if warming_up else contextlib.nullcontext():
             torch.compiler.cudagraph_mark_step_begin()
             yield
         self.steps += 1
