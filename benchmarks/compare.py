@@ -1,6 +1,6 @@
 """runner against the tools its users would pick instead, interleaved in one process.
 
-    .venv/bin/python benchmarks/compare.py            # full run: both models, cold/warm compile
+    .venv/bin/python benchmarks/compare.py            # full run: gpt, many_params, overhead; cold/warm compile
     .venv/bin/python benchmarks/compare.py --quick    # tiny sizes, seconds of steps (the test uses it)
 
 Method: every contestant (``contestants.py``) trains its own copy of the same model (same seed) on
@@ -39,19 +39,25 @@ from contestants import Contestant, Pacer, Workload, contestants, gpt_workload, 
 
 from runner.config.schema import Scope
 
+MODELS = ("gpt", "many_params", "overhead")
 PEERS = ["lightning", "lightning_compile", "lightning_compile_fused", "hand_loop"]
 OUT = Path(__file__).resolve().parent / "results" / "compare.json"
 
 
 def workloads(names: list[str], quick: bool) -> list[Workload]:
-    """Full sizes: the quickstart GPT (``GPT()`` defaults, seq 256, batch 16) and a 50-deep MLP (204 tensors)."""
+    """Full sizes: the quickstart GPT (``GPT()`` defaults, seq 256, batch 16), a 50-deep MLP (204 tensors),
+    and ``overhead``: a one-block MLP of width 4 whose step is nearly all framework."""
     out = []
     for name in names:
         if name == "gpt":
             sizes = (1, 16, 2, 16, 2, 20_000) if quick else (4, 128, 4, 256, 16, 4_000_000)
             out.append(gpt_workload(*sizes))
-        else:
+        elif name == "many_params":
             out.append(many_params_workload(*((8, 4, 4) if quick else (128, 50, 256))))
+        else:
+            # Framework cost alone: a step of a few microseconds of compute, so what is left is each
+            # tool's per-step machinery (hooks, closure, logging, guards). Many steps per turn.
+            out.append(many_params_workload(4, 1, 4, samples=16384, name="overhead", turn_scale=1 if quick else 20))
     return out
 
 
@@ -179,7 +185,7 @@ def machine() -> dict[str, Any]:
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="tiny models and few steps (plumbing check)")
-    p.add_argument("--models", nargs="+", default=["gpt", "many_params"], choices=["gpt", "many_params"])
+    p.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
     p.add_argument("--backend", default="inductor")
     p.add_argument("--scopes", nargs="+", default=["step", "step_backward", "model", "blocks"])
     p.add_argument("--best", default="step", help="runner's configuration for this device (compile.scope; "
@@ -241,8 +247,9 @@ def run(a: argparse.Namespace) -> None:
     best = f"runner_{a.best}"
     for work in workloads(a.models, a.quick):
         field = contestants(a.backend, scopes, Scope(a.best), fused_peer=not a.no_fused_peer)
-        figs = race(work.name, a.quick, field, a.warmup, a.rounds, a.turn)
-        result["models"][work.name] = {"describe": work.describe, "contestants": figs}
+        figs = race(work.name, a.quick, field, a.warmup, a.rounds, a.turn * work.turn_scale)
+        result["models"][work.name] = {"describe": work.describe, "turn": a.turn * work.turn_scale,
+                                       "contestants": figs}
         print(f"{work.name}: done", file=sys.stderr, flush=True)
     if not a.no_cache_runs:
         argv_child = ["--cache-model", a.cache_model, "--best", a.best, "--backend", a.backend,
@@ -264,7 +271,8 @@ def report(result: dict[str, Any], best: str) -> str:
            "step - median step, in race order, so a contestant whose graphs an earlier one compiled reuses them "
            "(Dynamo/FX-graph caches): compile cost is measured in separate processes below\n"]
     for name, model in result["models"].items():
-        out.append(f"## {name}: {model['describe']}\n\n{table(model['contestants'], best)}\n")
+        turn = f" ({model['turn']} timed steps per turn)" if model.get("turn", a["turn"]) != int(a["turn"]) else ""
+        out.append(f"## {name}: {model['describe']}{turn}\n\n{table(model['contestants'], best)}\n")
     cache = result.get("compile_cache")
     if cache:
         out += [f"## compile time, {cache['model']}, {cache['contestant']}: separate processes\n",
@@ -282,6 +290,9 @@ def targets(result: dict[str, Any], best: str) -> list[str]:
     """The issue's targets, each with its measured figure and met/missed."""
     out = []
     for model, m in result["models"].items():
+        if model == "overhead":
+            out.append(overhead_line(result["models"], best))
+            continue  # a diagnostic, not one of the issue's models
         r = m["contestants"].get(best, {}).get("ratio", {})
         for peer, bound in (("lightning", 1.0), ("lightning_compile", 1.0), ("hand_loop", 1.05)):
             if peer in r:
@@ -292,6 +303,20 @@ def targets(result: dict[str, Any], best: str) -> list[str]:
         ok = "met" if cache["warm_over_cold"] <= 0.25 else "MISSED"
         out.append(f"warm / cold compile = {cache['warm_over_cold']:.3f} (target <= 0.25): {ok}")
     return out
+
+
+def overhead_line(models: dict[str, Any], best: str) -> str:
+    """Per-step framework cost (``overhead`` model, median minus the hand loop's), next to each other
+    model's gap between ``best`` and the hand loop: how much of that gap the framework explains."""
+    figs = models["overhead"]["contestants"]
+    floor = figs["hand_loop"]["median_ms"]
+    cost = ", ".join(f"{name} +{f['median_ms'] - floor:.2f} ms" for name, f in figs.items()
+                     if name != "hand_loop" and name in (*PEERS, best))
+    gaps = "; ".join(f"{name}: {c[best]['median_ms'] - c['hand_loop']['median_ms']:+.2f} ms"
+                     for name, c in ((n, m["contestants"]) for n, m in models.items())
+                     if name != "overhead" and best in c)
+    return (f"framework cost per step over the hand loop ({floor:.2f} ms), overhead model: {cost}. "
+            f"{best} minus hand loop on the other models: {gaps or '-'}")
 
 
 if __name__ == "__main__":

@@ -78,6 +78,8 @@ class Workload:
     make_model: Callable[[], nn.Module]
     dataset: Dataset[Any]
     batch_size: int
+    turn_scale: int = 1
+    """Timed steps per turn, as a multiple of ``--turn`` (tiny steps need more of them per round)."""
 
     def model(self, seed: int) -> nn.Module:
         torch.manual_seed(seed)
@@ -99,7 +101,8 @@ def gpt_workload(n_layer: int, n_embd: int, n_head: int, seq_len: int, batch: in
                     dm.train_dataloader().dataset, batch)
 
 
-def many_params_workload(width: int, depth: int, batch: int, samples: int = 32768) -> Workload:
+def many_params_workload(width: int, depth: int, batch: int, samples: int = 32768, name: str = "many_params",
+                         turn_scale: int = 1) -> Workload:
     """``ManyParams`` on a fixed random classification set, large enough that a race stays within one
     epoch: from the second epoch on, Lightning draws a different shuffle than a plain loop re-iterating
     the same DataLoader, and the hand-written loop would train on other batches."""
@@ -107,8 +110,8 @@ def many_params_workload(width: int, depth: int, batch: int, samples: int = 3276
     data = TensorDataset(torch.randn(samples, 32, generator=g), torch.randint(0, 10, (samples,), generator=g))
     make = partial(ManyParams, width=width, depth=depth)
     n = sum(1 for _ in make().parameters())
-    return Workload("many_params", f"residual MLP {depth}x{width}, {n} parameter tensors, batch {batch}", make,
-                    data, batch)
+    return Workload(name, f"residual MLP {depth}x{width}, {n} parameter tensors, batch {batch}", make,
+                    data, batch, turn_scale)
 
 
 @dataclass

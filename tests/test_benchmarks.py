@@ -27,13 +27,16 @@ def test_compare_quick_prints_table_and_writes_json(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert list(scratch.iterdir()) == []  # caches, CSV logs and child processes' files are cleaned up
     text = proc.stdout
-    for heading in ("## gpt:", "## many_params:", "## compile time", "## targets"):
+    for heading in ("## gpt:", "## many_params:", "## overhead:", "## compile time", "## targets"):
         assert heading in text
     assert "| contestant | median ms |" in text and "vs hand_loop" in text
 
     result = json.loads(out.read_text())
     assert {"machine", "method", "args", "models", "compile_cache", "targets"} <= result.keys()
-    assert set(result["models"]) == {"gpt", "many_params"}
+    assert set(result["models"]) == {"gpt", "many_params", "overhead"}
+    # The framework-cost diagnostic: every tool's per-step cost over the hand loop, next to runner's gap.
+    assert any(t.startswith("framework cost per step over the hand loop") and "runner_step +" in t
+               and "many_params:" in t for t in result["targets"])
     expected = {"lightning", "lightning_compile", "lightning_compile_fused", "hand_loop", "runner_step_backward",
                 "runner_step", "runner_model", "runner_blocks"}
     for model in result["models"].values():
