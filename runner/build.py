@@ -22,6 +22,7 @@ from runner.dynamic.policy import resolve_bounds, resolve_pad_to
 from runner.reliability import AtomicCheckpointIO, build_reliability_callbacks
 from runner.strategy import CompileStrategy, DDPCompileStrategy
 from runner.training.module import TrainModule
+from runner.training.progress_bar import RunProgressBar
 
 
 def build_datamodule(cfg: RunConfig) -> L.LightningDataModule:
@@ -73,7 +74,7 @@ def is_distributed(cfg: RunConfig) -> bool:
 
 
 def build_callbacks(cfg: RunConfig) -> list[Callback]:
-    """Checkpointing into the run dir (``last.ckpt`` always), LR monitoring and telemetry."""
+    """Checkpointing into the run dir (``last.ckpt`` always), LR monitoring, telemetry, the progress bar."""
     from runner.telemetry import CompileTelemetry
 
     ckpt_dir = Path(cfg.run_dir) / "checkpoints"
@@ -84,6 +85,8 @@ def build_callbacks(cfg: RunConfig) -> list[Callback]:
         CompileTelemetry(cfg.telemetry, Path(cfg.run_dir)),
         *build_reliability_callbacks(cfg),
     ]
+    if cfg.trainer.enable_progress_bar:  # Lightning refuses a progress-bar callback when bars are off
+        callbacks.append(RunProgressBar())
     return callbacks
 
 
