@@ -271,7 +271,7 @@ def report(result: dict[str, Any], best: str) -> str:
            "step - median step, in race order, so a contestant whose graphs an earlier one compiled reuses them "
            "(Dynamo/FX-graph caches): compile cost is measured in separate processes below\n"]
     for name, model in result["models"].items():
-        turn = f" ({model['turn']} timed steps per turn)" if model.get("turn", a["turn"]) != int(a["turn"]) else ""
+        turn = f" ({model['turn']} timed steps per turn)" if str(model.get("turn", a["turn"])) != a["turn"] else ""
         out.append(f"## {name}: {model['describe']}{turn}\n\n{table(model['contestants'], best)}\n")
     cache = result.get("compile_cache")
     if cache:
@@ -308,13 +308,15 @@ def targets(result: dict[str, Any], best: str) -> list[str]:
 def overhead_line(models: dict[str, Any], best: str) -> str:
     """Per-step framework cost (``overhead`` model, median minus the hand loop's), next to each other
     model's gap between ``best`` and the hand loop: how much of that gap the framework explains."""
+    def over_hand_loop(figs: dict[str, Any], name: str) -> float:
+        return figs[name]["median_ms"] - figs["hand_loop"]["median_ms"]
+
     figs = models["overhead"]["contestants"]
     floor = figs["hand_loop"]["median_ms"]
-    cost = ", ".join(f"{name} +{f['median_ms'] - floor:.2f} ms" for name, f in figs.items()
+    cost = ", ".join(f"{name} +{over_hand_loop(figs, name):.2f} ms" for name in figs
                      if name != "hand_loop" and name in (*PEERS, best))
-    gaps = "; ".join(f"{name}: {c[best]['median_ms'] - c['hand_loop']['median_ms']:+.2f} ms"
-                     for name, c in ((n, m["contestants"]) for n, m in models.items())
-                     if name != "overhead" and best in c)
+    gaps = "; ".join(f"{name}: {over_hand_loop(m['contestants'], best):+.2f} ms" for name, m in models.items()
+                     if name != "overhead" and best in m["contestants"])
     return (f"framework cost per step over the hand loop ({floor:.2f} ms), overhead model: {cost}. "
             f"{best} minus hand loop on the other models: {gaps or '-'}")
 
