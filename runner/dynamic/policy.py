@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from runner.config.schema import AfterWarmup, DynamicConfig, ShapePolicy
+from runner.data.batch import iter_tensors
 from runner.data.text import IGNORE_INDEX, PadTo
 from runner.dynamic import watch
 from runner.dynamic.agreement import Agreement, ShapeAgreement, process_group_info, resolve_agreement, shapes_of
@@ -61,18 +62,6 @@ def resolve_pad_to(cfg: DynamicConfig, max_len: int) -> PadTo:
     if cfg.policy is ShapePolicy.bucket:
         return PadTo(tuple(sorted(set(cfg.buckets))))
     return PadTo()
-
-
-def iter_tensors(batch: Any) -> Iterator[torch.Tensor]:
-    """The tensors of a batch (nested tuples, lists, dicts), in a fixed order."""
-    if isinstance(batch, torch.Tensor):
-        yield batch
-    elif isinstance(batch, (list, tuple)):
-        for b in batch:
-            yield from iter_tensors(b)
-    elif isinstance(batch, dict):
-        for b in batch.values():
-            yield from iter_tensors(b)
 
 
 def targets_of(batch: Any) -> torch.Tensor | None:

@@ -14,6 +14,8 @@ from typing import Any
 
 import torch
 
+from runner.data.batch import iter_tensors
+
 # Dense peak TFLOP/s by (device-name substring, precision). bf16/fp16 are tensor-core dense peaks;
 # fp32 is the plain (non-TF32) peak, as Lightning's "32-true" does not enable TF32 by default.
 _CUDA_PEAKS: tuple[tuple[str, float, float], ...] = (  # (name, bf16, fp32)
@@ -54,19 +56,7 @@ def default_peak_tflops(device: torch.device, precision: str | None) -> float | 
 
 def batch_counts(batch: Any) -> tuple[int | None, int | None]:
     """(samples, tokens) of a batch: the first tensor's dim 0; tokens for a [batch, seq] int tensor."""
-    tensors: list[torch.Tensor] = []
-
-    def walk(obj: Any) -> None:
-        if isinstance(obj, torch.Tensor):
-            tensors.append(obj)
-        elif isinstance(obj, dict):
-            for value in obj.values():
-                walk(value)
-        elif isinstance(obj, (list, tuple)):
-            for value in obj:
-                walk(value)
-
-    walk(batch)
+    tensors = list(iter_tensors(batch))
     if not tensors or tensors[0].dim() == 0:
         return None, None
     samples = int(tensors[0].shape[0])
