@@ -19,6 +19,7 @@ run: setup
 lint: setup
 	$(PY) -m ruff check runner tests benchmarks
 	$(PY) -m mypy runner
+	$(VENV)/bin/lint-imports
 
 test: lint
 	WANDB_MODE=offline $(PY) -m pytest -q $(PYTEST_ARGS)

@@ -7,7 +7,7 @@ Each (policy, order) trains the quickstart GPT (``runner.models.gpt.GPT`` defaul
 wide, block 256) on per-document batches of the stdlib source (split at blank lines, seq_len 256,
 batch 8) through ``CompileStrategy`` with Inductor, in its own process with an empty Inductor cache,
 so compile times are cold and Dynamo state is fresh. Figures come from the shape-policy component's
-``summary()`` and a step timer. Orders: ``random`` is the data module's shuffled batches; ``grouped``
+``figures()`` and a step timer. Orders: ``random`` is the data module's shuffled batches; ``grouped``
 is ``data.length_grouping=64`` (chunks sorted by length within windows of 64 batches, the batches
 then shuffled), which is what makes short batches, and so the dynamic policies, pay off. Prints a markdown table; writes
 ``benchmarks/results/dynamic_shapes.json``.
@@ -40,8 +40,8 @@ def _worker(policy: str, order: str, steps: int) -> dict[str, Any]:
 
     from runner.config.schema import CompileConfig, DynamicConfig, OptimizerPolicy, Scope, ShapePolicy
     from runner.data.text import TextDataModule
-    from runner.dynamic import resolve_pad_to
     from runner.models.gpt import GPT
+    from runner.stack.dynamic import resolve_pad_to
     from runner.strategy import CompileStrategy
     from runner.training.module import TrainModule
 
@@ -68,7 +68,7 @@ def _worker(policy: str, order: str, steps: int) -> dict[str, Any]:
                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                         callbacks=[timer])
     trainer.fit(module, data)
-    s = strategy.stack.summary()
+    s = strategy.stack.figures()
     return {
         "policy": policy, "order": order, "steps": trainer.global_step,
         "graphs": s["dynamic/graphs"], "recompiles": s["dynamic/recompiles"],

@@ -7,7 +7,7 @@ Model: ``GPT()`` defaults (4 layers, n_embd 128, block_size 256); batch 16 x 256
 (the Python standard library's own source files). Every variant starts from the same weights and
 sees the same batches. Per mode (compiled, eager) and strategy it reports:
 
-- saved-activation bytes after forward+loss on the first batch (``runner.offload.measure``'s
+- saved-activation bytes after forward+loss on the first batch (``runner.stack.offload.measure``'s
   definition: bytes the step leaves allocated, as stored) and the reduction vs ``none``;
 - the gradient's relative error vs ``none`` on that batch;
 - the median step time (forward, loss, backward, AdamW) over the training steps, the variants run
@@ -39,9 +39,9 @@ import torch.nn.functional as F
 
 from runner.config.schema import OffloadConfig, OffloadStrategy
 from runner.models.gpt import GPT
-from runner.offload import build_offload
-from runner.offload.component import CheckpointOffload, OffloadComponent
-from runner.offload.measure import _fresh_code, flat_grads, rel_error, saved_bytes_meter
+from runner.stack.offload import build_offload
+from runner.stack.offload.component import CheckpointOffload, OffloadComponent
+from runner.stack.offload.measure import _fresh_code, flat_grads, rel_error, saved_bytes_meter
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 VARIANTS: list[tuple[str, OffloadConfig]] = [

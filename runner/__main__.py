@@ -26,7 +26,7 @@ def _list_recipes() -> None:
 
 @hydra.main(config_path=str(CONF_DIR), config_name="config", version_base=None)
 def _hydra_main(cfg: DictConfig) -> None:
-    from runner.reliability import RunStopped
+    from runner.errors import RunStopped
     from runner.run import run
 
     try:

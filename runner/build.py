@@ -16,10 +16,11 @@ from lightning.pytorch.callbacks import Callback, LearningRateMonitor, ModelChec
 from lightning.pytorch.loggers import CSVLogger, Logger
 from torch import nn
 
+from runner.config.paths import checkpoint_dir
 from runner.config.schema import RunConfig
 from runner.config.targets import Batching
-from runner.dynamic.policy import resolve_bounds, resolve_pad_to
 from runner.reliability import AtomicCheckpointIO, build_reliability_callbacks
+from runner.stack.dynamic.policy import resolve_bounds, resolve_pad_to
 from runner.strategy import CompileStrategy, DDPCompileStrategy
 from runner.training.module import TrainModule
 from runner.training.progress_bar import RunProgressBar
@@ -58,7 +59,7 @@ def build_strategy(cfg: RunConfig) -> CompileStrategy | DDPCompileStrategy:
     t = cfg.trainer
     seq_len = getattr(cfg.data, "seq_len", None)
     dynamic = resolve_bounds(cfg.dynamic, seq_len if isinstance(seq_len, int) else None)
-    if is_distributed(cfg):
+    if t.is_distributed():
         backend = "gloo" if t.accelerator == "cpu" else None
         return DDPCompileStrategy(compile=cfg.compile, dynamic=dynamic, offload=cfg.offload,
                                   cudagraphs=cfg.cudagraphs, process_group_backend=backend)
@@ -67,17 +68,11 @@ def build_strategy(cfg: RunConfig) -> CompileStrategy | DDPCompileStrategy:
                            device=device)
 
 
-def is_distributed(cfg: RunConfig) -> bool:
-    t = cfg.trainer
-    many = (isinstance(t.devices, int) and t.devices > 1) or t.devices == -1 or t.num_nodes > 1
-    return t.distributed == "ddp" or many
-
-
 def build_callbacks(cfg: RunConfig) -> list[Callback]:
     """Checkpointing into the run dir (``last.ckpt`` always), LR monitoring, telemetry, the progress bar."""
     from runner.telemetry import CompileTelemetry
 
-    ckpt_dir = Path(cfg.run_dir) / "checkpoints"
+    ckpt_dir = checkpoint_dir(cfg.run_dir)
     callbacks: list[Callback] = [
         ModelCheckpoint(dirpath=ckpt_dir, save_last=True, save_top_k=0,
                         every_n_train_steps=cfg.trainer.checkpoint_every_n_steps),

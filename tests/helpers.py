@@ -10,9 +10,9 @@ import torch
 from lightning.pytorch.callbacks import Callback
 
 from runner.config.schema import CompileConfig, OptimizerPolicy, Scope
+from runner.data.resumable import make_resumable
 from runner.data.text import TextDataModule
 from runner.models.gpt import GPT
-from runner.reliability import make_resumable
 from runner.strategy import CompileStrategy
 from runner.training.module import TrainModule
 from runner.training.schedules import warmup_cosine

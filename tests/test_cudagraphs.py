@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from runner.config.schema import CompileConfig, CudaGraphMode, CudaGraphsConfig, Scope
-from runner.strategy.compiler import resolve_compile_kwargs
-from runner.strategy.cudagraphs import CudaGraphs, build_cudagraphs
+from runner.stack.cudagraphs import CudaGraphs, build_cudagraphs
+from runner.stack.plan import resolve_compile_kwargs
 
 REQUESTED = CudaGraphsConfig(mode=CudaGraphMode.reduce_overhead)
 
@@ -20,14 +20,14 @@ def test_cpu_degrades_with_one_warning_and_a_flag() -> None:
         component = build_cudagraphs(REQUESTED, torch.device("cpu"))
     messages = [str(w.message) for w in caught if "CUDA" in str(w.message)]
     assert len(messages) == 1 and "not active" in messages[0]
-    assert component.summary() == {"cudagraphs/active": False, "cudagraphs/requested": True}
+    assert component.figures() == {"cudagraphs/active": False, "cudagraphs/requested": True}
 
 
 def test_disabled_is_silent() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         component = build_cudagraphs(CudaGraphsConfig(), torch.device("cpu"))
-    assert component.summary()["cudagraphs/active"] is False
+    assert component.figures()["cudagraphs/active"] is False
 
 
 def test_reduce_overhead_mode_only_on_cuda() -> None:
@@ -49,7 +49,7 @@ def test_cpu_run_with_cudagraphs_requested_goes_on() -> None:
                             enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0)
         trainer.fit(tiny_module(), tiny_data())
     assert trainer.global_step == 3
-    assert strategy.stack.summary()["cudagraphs/active"] is False
+    assert strategy.stack.figures()["cudagraphs/active"] is False
 
 
 @pytest.mark.gpu
@@ -64,7 +64,7 @@ def test_cuda_graphs_capture_and_replay_on_gpu() -> None:
                         enable_checkpointing=False, enable_progress_bar=False, limit_val_batches=0)
     trainer.fit(tiny_module(), tiny_data())
     assert isinstance(strategy.stack.components[-1], CudaGraphs)
-    assert strategy.stack.summary()["cudagraphs/active"] is True
+    assert strategy.stack.figures()["cudagraphs/active"] is True
     from torch._dynamo.utils import counters
 
     assert counters["inductor"]["cudagraph_skips"] == 0  # the graphs were really captured

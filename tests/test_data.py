@@ -115,7 +115,7 @@ def test_length_grouping_keeps_every_document_once_and_cuts_padding() -> None:
 
 
 def test_length_grouped_loader_resumes_mid_epoch_at_the_same_batch() -> None:
-    from runner.reliability import make_resumable
+    from runner.data.resumable import make_resumable
 
     dm = make_resumable(_documents(length_grouping=16))
     loader = dm.train_dataloader()

@@ -4,7 +4,6 @@ per-document text whose lengths vary, counting graphs as Dynamo does."""
 from __future__ import annotations
 
 import random
-import time
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -16,17 +15,16 @@ import torch.nn.functional as F
 
 from runner.config.schema import AfterWarmup, CompileConfig, DynamicConfig, OptimizerPolicy, Scope, ShapePolicy
 from runner.data.text import IGNORE_INDEX, PadCollate, PadTo, TextDataModule
-from runner.dynamic import (
+from runner.models.gpt import GPT
+from runner.stack.dynamic import (
     Agreement,
     RecompileAfterWarmupError,
     ShapeAgreement,
     resolve_agreement,
     resolve_dynamic_arg,
     resolve_pad_to,
-    watch,
 )
-from runner.dynamic.policy import targets_of
-from runner.models.gpt import GPT
+from runner.stack.dynamic.policy import targets_of
 from runner.strategy import CompileStrategy
 from runner.training.module import TrainModule, lm_loss
 from tests.helpers import LossRecorder
@@ -87,30 +85,6 @@ def test_targets_of_finds_integer_targets_only() -> None:
     assert targets_of(x) is None
 
 
-def test_torch_internals_are_pinned() -> None:
-    """Every private torch name runner.dynamic.watch relies on, exercised once (and the shared
-    reads of runner.telemetry.torch_internals the shape policy uses)."""
-    from runner.telemetry import torch_internals as ti
-
-    torch._dynamo.reset()
-    start = time.time_ns() // 1000
-    f = torch.compile(lambda t: t.sin() + 1, backend="eager", dynamic=False)
-    f(torch.randn(3))
-    with pytest.raises(RuntimeError) as info, torch.compiler.set_stance("fail_on_recompile"):
-        f(torch.randn(4))
-    assert watch.is_fail_on_recompile(info.value)
-    assert "size mismatch at index 0. expected 3, actual 4" in str(info.value)
-    f(torch.randn(4))
-    assert ti.graphs_compiled() == 2
-    records = [r for r in map(ti.to_record, ti.compilation_metrics()) if (r.start_us or 0) >= start]
-    assert len(records) == 2 and all(r.total_s > 0 for r in records)
-    assert any("expected 3, actual 4" in (r.recompile_reason or "") for r in records)
-    t = torch.randn(2, 5)
-    watch.mark_unbacked(t, 1, min=2, max=None, shape_id="dim1")
-    watch.mark_dynamic(t, 1, min=2, max=None)
-    torch._dynamo.maybe_mark_dynamic(t, 0)
-
-
 # -- padding is invisible to the loss ----------------------------------------------------------------
 def test_padded_loss_and_grads_equal_unpadded() -> None:
     torch.manual_seed(0)
@@ -169,7 +143,7 @@ def fit(corpus: Path, dynamic: DynamicConfig, steps: int = 10, backend: str = "e
                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                         callbacks=[rec])
     trainer.fit(module, data)
-    return rec.losses, strategy.stack.summary(), lengths
+    return rec.losses, strategy.stack.figures(), lengths
 
 
 @pytest.mark.parametrize(("policy", "max_graphs"),
@@ -227,7 +201,7 @@ def test_eager_on_recompile_runs_new_shapes_eagerly(corpus: Path) -> None:
 def test_dynamo_flags_are_set_each_run() -> None:
     import torch._dynamo.config as dc
 
-    from runner.dynamic import build_shape_policy
+    from runner.stack.dynamic import build_shape_policy
 
     build_shape_policy(DynamicConfig(policy=ShapePolicy.bucket, recompile_limit=5, specialize_float=False)).configure()
     assert (dc.recompile_limit, dc.specialize_float, dc.automatic_dynamic_shapes) == (5, False, False)
@@ -289,7 +263,7 @@ def test_unset_max_becomes_the_datas_longest_batch(tmp_path: Path) -> None:
     """mark_dynamic ranges are strict; an unbounded one breaks on the first size the compiler guards."""
     from runner.build import build_strategy
     from runner.config import compose, load
-    from runner.dynamic import resolve_bounds
+    from runner.stack.dynamic import resolve_bounds
 
     assert resolve_bounds(DynamicConfig(policy=ShapePolicy.dynamic), 256).max == 256
     assert resolve_bounds(DynamicConfig(policy=ShapePolicy.dynamic, max=100), 256).max == 100

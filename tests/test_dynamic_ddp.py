@@ -45,7 +45,7 @@ def _fit(policy: str, collectives: bool, accelerator: str = "cpu") -> None:
 
     class Report(Callback):
         def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-            s = trainer.strategy.stack.summary()  # type: ignore[attr-defined]
+            s = trainer.strategy.stack.figures()  # type: ignore[attr-defined]
             mine = {"graphs": s["dynamic/graphs"], "agreement": s["dynamic/agreement"],
                     "dims": s.get("dynamic/agreed_dynamic_dims"), "steps": trainer.global_step}
             gathered: list[Any] = [None] * trainer.world_size

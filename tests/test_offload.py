@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Iterator
+from functools import partial
 from typing import Any, Optional
 
 import pytest
@@ -17,9 +18,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from runner.config.schema import OffloadConfig, OffloadStrategy
+from runner.config.schema import CompileConfig, OffloadConfig, OffloadStrategy, Scope
 from runner.models.gpt import GPT
-from runner.offload import build_offload, measure_offload
+from runner.stack.offload import build_offload, measure_offload
 
 GRAD_TOL = {"bf16": 1e-2, "fp8": 1e-1, "checkpoint": 1e-6}
 MIN_REDUCTION = {"bf16": 1.9, "fp8": 3.5, "checkpoint": 3.0}
@@ -72,7 +73,7 @@ def test_parity_reduction_and_path(strategy: str, backend: Optional[str]) -> Non
     r = measure(strategy, backend, exclude=[])
     assert r["offload/reduction_x"] >= MIN_REDUCTION[strategy], r
     assert r["offload/grad_rel_error"] <= GRAD_TOL[strategy], r
-    expected_path = {"checkpoint": "checkpoint"}.get(strategy, "eager_hooks" if backend is None else "traced")
+    expected_path = {"checkpoint": "checkpoint_per_block"}.get(strategy, "eager_hooks" if backend is None else "traced")
     assert r["offload/measure_path"] == expected_path
 
 
@@ -94,6 +95,7 @@ def test_min_bytes_larger_than_any_activation_packs_nothing(backend: Optional[st
     r = measure("fp8", backend, min_bytes=1 << 30, exclude=[])
     assert r["offload/reduction_x"] == pytest.approx(1.0, abs=0.01)
     assert r["offload/grad_rel_error"] == 0.0
+    assert r["offload/measure_path"] == "none"  # nothing packed: never reported as traced
 
 
 def test_memory_budget_recomputes_under_compile_and_is_restored() -> None:
@@ -116,12 +118,12 @@ def test_cpu_strategy_on_cpu_warns_once_and_acts_as_none() -> None:
         with comp.step_context():
             loss = loss_fn(model, comp.prepare_batch(b))
         loss.backward()
-        r = comp.measure(tiny_gpt(), b, loss_fn)
-    summary = comp.summary()
+        r = measure_offload(tiny_gpt(), b, loss_fn, cfg)
+    summary = comp.figures()
     assert summary["offload/strategy"] == "cpu" and summary["offload/active"] is False
     assert summary["offload/path"] == "none"
-    assert r["offload/reduction_x"] == 1.0 and r["offload/grad_rel_error"] == 0.0
-    assert summary["offload/grad_rel_error"] == 0.0
+    assert r["offload/reduction_x"] == pytest.approx(1.0, abs=0.01) and r["offload/grad_rel_error"] == 0.0
+    assert r["offload/measure_path"] == "none"
 
 
 def test_integer_saved_tensors_pass_through_when_traced() -> None:
@@ -160,7 +162,7 @@ def test_strategy_flow_compiled_step_no_graph_breaks_no_recompiles() -> None:
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == graphs
     assert not torch._dynamo.utils.counters["graph_break"]
     assert losses[2] < losses[0]
-    summary = comp.summary()
+    summary = comp.figures()
     assert summary["offload/path"] == "traced" and summary["offload/active"] is True
     assert summary["offload/traced_packed"] > 0
 
@@ -183,10 +185,14 @@ def test_whole_step_in_one_graph_runs_inside_the_context() -> None:
     ref_loss = loss_fn(ref, batch())
     ref_loss.backward()
     assert float(loss) == pytest.approx(float(ref_loss.detach()), rel=1e-5)
-    # One graph saves nothing across a boundary: gradients are the unpacked ones.
+    # One graph saves nothing across a boundary: nothing is packed, gradients are exact, and the
+    # component says so (path none, not traced).
     for p, q in zip(model.parameters(), ref.parameters(), strict=True):
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-6)
     assert not torch._dynamo.utils.counters["graph_break"]
+    counts = comp.codec.counts  # type: ignore[attr-defined]
+    assert counts["traced_packed"] == 0 and counts["eager_packed"] == 0
+    assert comp.figures()["offload/path"] == "none" and comp.figures()["offload/active"] is False
 
 
 @pytest.mark.slow
@@ -207,3 +213,48 @@ def test_cpu_offload_on_cuda_parity(backend: Optional[str]) -> None:
     assert r["offload/measure_path"] == "eager_hooks"
     assert r["offload/grad_rel_error"] <= 1e-6, r
     assert r["offload/reduction_x"] >= 2.0, r  # most saved bytes leave the device
+
+
+# -- measured on the run's path (CompileStack.measure_saved_activations) ------------------------------
+def _stack_measure(strategy: OffloadStrategy, scope: Scope, backend: str, **offload: Any) -> dict[str, Any]:
+    from runner.stack import CompileSettings, CompileStack
+    from runner.training.module import TrainModule
+
+    settings = CompileSettings(compile=CompileConfig(scope=scope, backend=backend),
+                               offload=OffloadConfig(strategy=strategy, exclude=[], **offload))
+    stack = CompileStack(settings)
+    module = TrainModule(tiny_gpt(), optimizer=partial(torch.optim.AdamW, lr=1e-3))
+    figures = stack.measure_saved_activations(module, batch(), torch.device("cpu"))
+    assert figures == {k: v for k, v in stack.offload_measured.items()}
+    return figures
+
+
+def test_run_path_measure_matches_the_benchmark_method_for_the_same_path() -> None:
+    """The stack measures the module's own training_step, compiled as the run compiles it; the
+    benchmark's method (a loss function compiled the same way) finds the same bytes."""
+    run_path = _stack_measure(OffloadStrategy.bf16, Scope.step, "aot_eager")
+    bench = measure("bf16", "aot_eager", exclude=[])
+    assert run_path["offload/measure_path"] == bench["offload/measure_path"] == "traced"
+    assert run_path["offload/measure_compiled"] is True
+    assert run_path["offload/saved_bytes"] == pytest.approx(bench["offload/saved_bytes"], rel=0.02)
+    assert run_path["offload/reduction_x"] == pytest.approx(bench["offload/reduction_x"], rel=0.02)
+
+
+def test_run_path_measure_step_backward_packs_nothing() -> None:
+    """Forward, loss and backward in one graph: the bf16 hooks pack nothing, and the run says so."""
+    r = _stack_measure(OffloadStrategy.bf16, Scope.step_backward, "aot_eager")
+    assert r["offload/measure_path"] == "none"
+    assert r["offload/reduction_x"] == pytest.approx(1.0, abs=0.02)
+
+
+def test_run_path_measure_budget_acts_only_when_compiled() -> None:
+    compiled = _stack_measure(OffloadStrategy.checkpoint, Scope.step, "aot_eager", memory_budget=0.5)
+    eager = _stack_measure(OffloadStrategy.checkpoint, Scope.none, "aot_eager", memory_budget=0.5)
+    assert compiled["offload/measure_path"] == "partitioner_budget" and compiled["offload/reduction_x"] >= 1.5
+    assert eager["offload/measure_path"] == "none" and eager["offload/reduction_x"] == pytest.approx(1.0, abs=0.02)
+    assert eager["offload/measure_compiled"] is False
+
+
+def test_run_path_measure_eager_bf16_uses_python_hooks() -> None:
+    r = _stack_measure(OffloadStrategy.bf16, Scope.none, "aot_eager")
+    assert r["offload/measure_path"] == "eager_hooks" and r["offload/reduction_x"] >= 1.9

@@ -6,34 +6,17 @@ import pytest
 import torch
 from torch import nn
 
+from runner import torch_internals as ti
 from runner.config.schema import OffloadConfig, OffloadStrategy
 from runner.models.gpt import GPT, Block
-from runner.offload import build_offload, codecs, compat, policy
-from runner.offload.checkpointing import apply_checkpointing
-from runner.offload.hooks import SavedTensorCodec
+from runner.stack.offload import build_offload, codecs, policy
+from runner.stack.offload.checkpointing import apply_checkpointing
+from runner.stack.offload.hooks import SavedTensorCodec
 
 
 def tiny_gpt() -> GPT:
     torch.manual_seed(0)
     return GPT(n_layer=2, n_embd=32, n_head=2, block_size=32)
-
-
-# -- torch internals (one test per private name: a torch upgrade breaks here first) ---------------
-def test_pinned_torch_internals() -> None:
-    from torch._functorch._aot_autograd import graph_compile, utils
-
-    assert callable(graph_compile._get_saved_tensor_hook_context)
-    assert callable(utils.saved_tensors_hooks_are_inlineable)
-    assert compat.traced_saved_node() is None  # eagerly there is no traced node
-    codec = SavedTensorCodec("bf16", 0, ())
-    assert compat.hooks_are_inlineable(codec.pack_gm, codec.unpack_gm)
-    assert not compat.hooks_are_inlineable(codec.pack, codec.unpack)
-    previous = compat.set_memory_budget(0.25)
-    try:
-        assert compat.get_memory_budget() == 0.25
-    finally:
-        compat.set_memory_budget(previous)
-    assert compat.get_memory_budget() == previous
 
 
 # -- names ----------------------------------------------------------------------------------------
@@ -137,18 +120,18 @@ def test_build_offload_returns_the_component_for_each_strategy() -> None:
              for s in OffloadStrategy if s is not OffloadStrategy.cpu}
     assert kinds == {OffloadStrategy.none: "OffloadComponent", OffloadStrategy.bf16: "HookOffload",
                      OffloadStrategy.fp8: "HookOffload", OffloadStrategy.checkpoint: "CheckpointOffload"}
-    summary = build_offload(OffloadConfig(), cpu).summary()
+    summary = build_offload(OffloadConfig(), cpu).figures()
     assert summary == {"offload/strategy": "none", "offload/active": False, "offload/path": "none"}
 
 
 def test_memory_budget_is_configured_and_restored() -> None:
-    before = compat.get_memory_budget()
+    before = ti.memory_budget()
     comp = build_offload(OffloadConfig(strategy=OffloadStrategy.checkpoint, memory_budget=0.3), "cpu")
     comp.configure()
-    assert compat.get_memory_budget() == pytest.approx(0.3)
+    assert ti.memory_budget() == pytest.approx(0.3)
     model = tiny_gpt()
     comp.apply(model)  # the budget replaces per-block wrapping
     assert isinstance(model.blocks[0], Block)
-    assert comp.summary()["offload/checkpoint_mode"] == "memory_budget"
-    comp.restore()  # type: ignore[attr-defined]
-    assert compat.get_memory_budget() == before
+    assert comp.figures()["offload/checkpoint_mode"] == "memory_budget"
+    comp.teardown()
+    assert ti.memory_budget() == before

@@ -27,5 +27,5 @@ def test_readme_example_trains(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     example = importlib.import_module("readme_example")
     trainer = example.trainer
     assert trainer.global_step == 50
-    assert trainer.strategy.stack.summary()["compile/scope"] == "step"
+    assert trainer.strategy.stack.figures()["compile/scope"] == "step"
     assert float(trainer.callback_metrics["loss"]) > 0

@@ -10,14 +10,9 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from runner.config.schema import OnError
+from runner.data.resumable import ResumableDataLoader, as_resumable
 from runner.reliability.checkpoint_io import atomic_torch_save, remove_stale_temps
-from runner.reliability.compile_errors import (
-    CompileErrorWatch,
-    explain_compile_error,
-    fallback_from_record,
-    limit_hit_from_record,
-)
-from runner.reliability.resumable_data import ResumableDataLoader, as_resumable
+from runner.stack.compile_errors import CompileErrorWatch, explain_compile_error
 
 
 def _loader(workers: int = 0) -> DataLoader:
@@ -69,14 +64,15 @@ def _recompiling() -> None:
 
 
 def test_recompile_limit_hit_names_the_failing_guard() -> None:
-    watch = CompileErrorWatch()
+    watch = CompileErrorWatch(OnError["raise"])
     with torch._dynamo.config.patch(recompile_limit=2, fail_on_recompile_limit_hit=False):
-        watch.attach(OnError["raise"])  # sets fail_on_recompile_limit_hit (restored by the patch)
+        watch.configure()  # sets fail_on_recompile_limit_hit; teardown restores it
         try:
             with pytest.raises(torch._dynamo.exc.FailOnRecompileLimitHit) as info:
                 _recompiling()
         finally:
-            watch.detach()
+            watch.teardown()
+        assert torch._dynamo.config.fail_on_recompile_limit_hit is False
     msg = explain_compile_error(info.value, watch)
     assert msg is not None
     assert "recompile limit recompile_limit=2 hit by 'g'" in msg
@@ -85,14 +81,14 @@ def test_recompile_limit_hit_names_the_failing_guard() -> None:
 
 
 def test_recompile_limit_under_eager_is_logged_with_the_guard(caplog: pytest.LogCaptureFixture) -> None:
-    watch = CompileErrorWatch()
+    watch = CompileErrorWatch(OnError["eager"])
     with torch._dynamo.config.patch(recompile_limit=2, fail_on_recompile_limit_hit=False):
-        watch.attach(OnError["eager"])
+        watch.configure()
         try:
-            with caplog.at_level(logging.WARNING, logger="runner.reliability.compile_errors"):
+            with caplog.at_level(logging.WARNING, logger="runner.stack.compile_errors"):
                 _recompiling()  # runs on, eagerly
         finally:
-            watch.detach()
+            watch.teardown()
     assert watch.limit_hits and watch.limit_hits[0]["guard"] == "n == 1"
     assert "the guard that kept failing: n == 1" in caplog.text
     assert watch.figures()["compile/recompile_limit_hits"][0]["function"].startswith("'g'")
@@ -133,14 +129,3 @@ def test_non_compile_errors_are_left_alone() -> None:
     assert explain_compile_error(ValueError("not a compile error")) is None
 
 
-# -- pins: the torch log records runner parses ------------------------------------------------------------
-def test_pinned_convert_frame_records() -> None:
-    hit = logging.LogRecord("torch._dynamo.convert_frame", logging.WARNING, "", 0,
-                            "torch._dynamo hit config.%s (%s)\n   function: %s\n   last reason: %s\n", (
-                                "recompile_limit", 8, "'g' (x.py:3)", "0/7: n == 7  # x.py:3 in g", "url"), None)
-    assert limit_hit_from_record(hit) == {"limit": "recompile_limit=8", "function": "'g' (x.py:3)", "guard": "n == 7"}
-    fb = logging.LogRecord("torch._dynamo.convert_frame", logging.WARNING, "", 0,
-                           "WON'T CONVERT g /a/x.py line 13 \ndue to: \nTraceback ...\n"
-                           "torch._dynamo.exc.BackendCompilerFailed: backend='b' raised:\nValueError: boom", (), None)
-    parsed = fallback_from_record(fb)
-    assert parsed is not None and parsed["function"] == "'g' (/a/x.py:13)" and "ValueError: boom" in parsed["reason"]

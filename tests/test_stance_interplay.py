@@ -59,9 +59,9 @@ def test_eager_steps_of_the_speedup_meter_stay_eager_under_a_dynamic_stance() ->
 
 def test_cuda_graph_warmup_forces_eager_then_leaves_other_stances_alone() -> None:
     """The component's own stance only covers its warm-up steps (pure stance logic: runs on CPU)."""
+    from runner import torch_internals as ti
     from runner.config.schema import CudaGraphMode, CudaGraphsConfig
-    from runner.strategy.cudagraphs import CudaGraphs
-    from runner.telemetry import torch_internals as ti
+    from runner.stack.cudagraphs import CudaGraphs
 
     component = CudaGraphs(CudaGraphsConfig(mode=CudaGraphMode.reduce_overhead, warmup_steps=1))
     with torch.compiler.set_stance("fail_on_recompile"):

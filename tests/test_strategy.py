@@ -35,7 +35,7 @@ def test_scope_matches_eager(scope: Scope, eager_losses: list[float]) -> None:
 def test_optimizer_policy_matches_eager(policy: OptimizerPolicy, eager_losses: list[float]) -> None:
     losses, strategy, _ = fit_losses(Scope.step, optimizer=policy, steps=STEPS)
     torch.testing.assert_close(torch.tensor(losses), torch.tensor(eager_losses), rtol=FUSED_RTOL, atol=0)
-    summary = strategy.stack.summary()
+    summary = strategy.stack.figures()
     expected = OptimizerPolicy.fused if policy is OptimizerPolicy.auto else policy
     assert summary["compile/optimizer"] == expected.value
     assert summary["compile/optimizer_reason"]
@@ -76,5 +76,5 @@ def test_inductor_step_and_compiled_optimizer_match_eager(eager_losses: list[flo
 def test_inductor_scopes_with_fused_optimizer_match_eager(scope: Scope, eager_losses: list[float]) -> None:
     """Real Inductor code for every other scope, with the optimizer auto picks on this CPU (fused)."""
     losses, strategy, _ = fit_losses(scope, backend="inductor", optimizer=OptimizerPolicy.auto, steps=STEPS)
-    assert strategy.stack.summary()["compile/optimizer"] == "fused"
+    assert strategy.stack.figures()["compile/optimizer"] == "fused"
     torch.testing.assert_close(torch.tensor(losses), torch.tensor(eager_losses), rtol=INDUCTOR_RTOL, atol=0)

@@ -12,8 +12,8 @@ import torch
 from lightning.pytorch.loggers import CSVLogger
 from torch import nn
 
+from runner import torch_internals as ti
 from runner.config.schema import TelemetryConfig
-from runner.telemetry import torch_internals as ti
 from runner.telemetry.callback import CompileTelemetry
 from runner.telemetry.report import format_summary, write_report
 

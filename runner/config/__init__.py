@@ -1,6 +1,7 @@
 """Config: typed schema, Hydra registration, loading and cross-group validation."""
 
-from runner.config.load import CONF_DIR, ConfigError, compose, load, recipes
+from runner.config.errors import ConfigError
+from runner.config.load import CONF_DIR, compose, load, recipes
 from runner.config.schema import (
     AfterWarmup,
     CompileConfig,

@@ -8,15 +8,12 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from runner.config.errors import ConfigError
 from runner.config.schema import RunConfig
 from runner.config.store import register_configs
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 RECIPES_DIR = CONF_DIR.parent / "recipes"
-
-
-class ConfigError(ValueError):
-    """A configuration that cannot run; the message names the key, the value and the fix."""
 
 
 def load(cfg: DictConfig) -> RunConfig:

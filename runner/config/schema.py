@@ -177,6 +177,11 @@ class TrainerConfig:
     checkpoint_every_n_steps: int = 100
     """Save ``last.ckpt`` (atomically) every N steps and at the end."""
 
+    def is_distributed(self) -> bool:
+        """Whether this trainer runs DDP: asked for, or more than one device or node."""
+        many = (isinstance(self.devices, int) and self.devices > 1) or self.devices == -1 or self.num_nodes > 1
+        return self.distributed == "ddp" or many
+
 
 @dataclass
 class TelemetryConfig:

@@ -1,15 +1,15 @@
-"""Reliability: bad input, compile failures, non-finite losses, interruption and resume, caches.
+"""Reliability: a run that stops keeps what it did. Atomic checkpoints, SIGINT/SIGTERM at a step
+boundary, non-finite losses, compile-cache artifacts that outlive the run, CSV history on resume.
 
 Where each piece plugs in (``runner.build`` / ``runner.run``):
 
 * ``AtomicCheckpointIO``: the Trainer's checkpoint plugin, so every ``last.ckpt`` is written atomically.
-* ``make_resumable``: the datamodule's train loader resumes mid-epoch at the exact batch.
 * ``build_reliability_callbacks``: ``NonFiniteGuard`` (stop/skip), ``GracefulInterrupt``
-  (SIGINT/SIGTERM -> checkpoint), ``CompileErrorCallback`` (recompile limits, eager fallbacks) and
-  ``CompileCacheArtifacts`` (save/load torch's compile-cache artifacts).
-* ``RunStopped`` subclasses (``CompileFailure``, ``NonFiniteLossError``): one-paragraph messages
-  that ``python -m runner`` prints without a traceback, with distinct exit codes.
+  (SIGINT/SIGTERM -> checkpoint) and ``CompileCacheArtifacts`` (save/load torch's compile-cache artifacts).
+* ``CsvHistory``: a resumed run keeps the CSV rows logged before the interruption.
 
+Elsewhere: resumable data in ``runner.data.resumable``, compile-error explanation in
+``runner.stack.compile_errors``, config checks in ``runner.config``, ``RunStopped`` in ``runner.errors``.
 Resume a stopped run in place: ``python -m runner <same overrides> hydra.run.dir=<run dir> ckpt_path=last``.
 """
 
@@ -19,49 +19,34 @@ from pathlib import Path
 
 from lightning.pytorch.callbacks import Callback
 
+from runner.config.paths import last_checkpoint_path
 from runner.config.schema import RunConfig
 from runner.reliability.checkpoint_io import AtomicCheckpointIO, atomic_torch_save
 from runner.reliability.compile_cache import CompileCacheArtifacts
-from runner.reliability.compile_errors import CompileErrorWatch, CompileFailure, explain_compile_error
-from runner.reliability.errors import RunStopped
+from runner.reliability.csv_history import CsvHistory
 from runner.reliability.numerics import NonFiniteGuard, NonFiniteLossError
-from runner.reliability.resumable_data import ResumableDataLoader, make_resumable
 from runner.reliability.signals import GracefulInterrupt, exit_code, flush_loggers
-from runner.reliability.watch import CompileErrorCallback
 
 __all__ = [
     "AtomicCheckpointIO",
     "CompileCacheArtifacts",
-    "CompileErrorCallback",
-    "CompileErrorWatch",
-    "CompileFailure",
+    "CsvHistory",
     "GracefulInterrupt",
     "NonFiniteGuard",
     "NonFiniteLossError",
-    "ResumableDataLoader",
-    "RunStopped",
     "atomic_torch_save",
     "build_reliability_callbacks",
     "exit_code",
-    "explain_compile_error",
     "flush_loggers",
-    "last_checkpoint_path",
-    "make_resumable",
 ]
 
 
-def last_checkpoint_path(run_dir: str | Path) -> Path:
-    """Where ``ModelCheckpoint(save_last=True)`` keeps ``last.ckpt``; ``ckpt_path=last`` finds it there."""
-    return Path(run_dir) / "checkpoints" / "last.ckpt"
-
-
 def build_reliability_callbacks(cfg: RunConfig) -> list[Callback]:
-    """The reliability callbacks for a run, from the ``reliability`` and ``compile`` groups."""
+    """The reliability callbacks for a run, from the ``reliability`` group."""
     r = cfg.reliability
     last = last_checkpoint_path(cfg.run_dir)
     callbacks: list[Callback] = [
         NonFiniteGuard(r.on_nonfinite, last, r.max_skipped_steps),
-        CompileErrorCallback(cfg.compile.on_error),
         CompileCacheArtifacts(Path(cfg.run_dir), save=r.save_cache_artifacts, load=r.load_cache_artifacts),
     ]
     if r.checkpoint_on_interrupt:

@@ -24,24 +24,10 @@ import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback
 
+from runner.config.paths import ARTIFACTS_DIR, ARTIFACTS_FILE, artifacts_path, resolve_artifacts_path
 from runner.reliability.checkpoint_io import atomic_write_bytes
 
 log = logging.getLogger(__name__)
-
-ARTIFACTS_DIR = "compile_cache"
-ARTIFACTS_FILE = "artifacts.bin"
-
-
-def resolve_artifacts_path(path: str | Path) -> Path:
-    """A file as is; a directory -> its ``compile_cache/artifacts.bin`` (or ``artifacts.bin``)."""
-    p = Path(path).expanduser()
-    if p.is_dir():
-        for candidate in (p / ARTIFACTS_DIR / ARTIFACTS_FILE, p / ARTIFACTS_FILE):
-            if candidate.exists():
-                return candidate
-        return p / ARTIFACTS_DIR / ARTIFACTS_FILE
-    return p
-
 
 def _info_counts(info: Any) -> dict[str, int]:
     """``CacheInfo`` -> {artifact kind: entries} (its fields are lists of keys, per cache)."""
@@ -86,7 +72,7 @@ class CompileCacheArtifacts(Callback):
     """Loads another run's artifacts at fit start; saves this run's at the end (see module docstring)."""
 
     def __init__(self, run_dir: Path, save: bool = True, load: str | None = None) -> None:
-        self.path = run_dir / ARTIFACTS_DIR / ARTIFACTS_FILE
+        self.path = artifacts_path(run_dir)
         self.save = save
         self.load = resolve_artifacts_path(load) if load else None
         self.loaded: dict[str, int] = {}

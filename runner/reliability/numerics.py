@@ -27,7 +27,7 @@ import torch
 from lightning.pytorch.callbacks import Callback
 
 from runner.config.schema import OnNonFinite
-from runner.reliability.errors import RunStopped
+from runner.errors import RunStopped
 
 log = logging.getLogger(__name__)
 

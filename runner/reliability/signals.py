@@ -84,6 +84,12 @@ class GracefulInterrupt(Callback):
         if isinstance(exception, SIGTERMException) and self.signum is None:
             self.signum = int(signal.SIGTERM)  # Lightning's own handler caught it (before on_train_start)
 
+    def figures(self) -> dict[str, Any]:
+        """Which signal stopped the run, and at which step its checkpoint was written."""
+        if self.signum is None:
+            return {}
+        return {"run/interrupted_by": signal.Signals(self.signum).name, "run/interrupted_at_step": self.step}
+
 
 def flush_loggers(loggers: list[Logger], status: str) -> None:
     """Finalize every logger (CSV writes its buffered rows) and close wandb's run, whose offline

@@ -1,6 +1,5 @@
-"""The compile stack and the Lightning strategies that apply it."""
+"""The Lightning strategies that apply the compile stack (``runner.stack``) to any LightningModule."""
 
 from runner.strategy.lightning import CompileStrategy, DDPCompileStrategy
-from runner.strategy.stack import CompileSettings, CompileStack
 
-__all__ = ["CompileSettings", "CompileStack", "CompileStrategy", "DDPCompileStrategy"]
+__all__ = ["CompileStrategy", "DDPCompileStrategy"]

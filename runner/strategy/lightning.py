@@ -19,7 +19,7 @@ from torch import Tensor
 from torch.optim import Optimizer
 
 from runner.config.schema import CompileConfig, CudaGraphsConfig, DynamicConfig, OffloadConfig
-from runner.strategy.stack import CompileSettings, CompileStack
+from runner.stack import CompileSettings, CompileStack
 
 
 class _CompileHooks:

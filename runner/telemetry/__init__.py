@@ -4,7 +4,7 @@ memory), logged to every Lightning logger and written to the run report.
 
 Public API: :class:`CompileTelemetry` (Lightning callback), :class:`CompileCollector`,
 :func:`write_report`, :func:`format_summary`, :func:`summarize_sweep`, :class:`SweepSummary`.
-Imported lazily, so ``runner.telemetry.torch_internals`` and the Hydra sweep callback do not pull in
+Imported lazily, so ``runner.torch_internals`` and the Hydra sweep callback do not pull in
 Lightning.
 """
 

@@ -19,9 +19,9 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 
+from runner import torch_internals as ti
 from runner.config.schema import TelemetryConfig
 from runner.telemetry import sinks
-from runner.telemetry import torch_internals as ti
 from runner.telemetry.collector import CompileCollector
 from runner.telemetry.progress import CompileProgress
 from runner.telemetry.speedup import SpeedupMeter

@@ -1,6 +1,6 @@
 """``CompileCollector``: what torch.compile did since ``start()``, from torch's own records.
 
-Sources, in order of preference (all reached through :mod:`runner.telemetry.torch_internals`):
+Sources, in order of preference (all reached through :mod:`runner.torch_internals`):
 
 * Dynamo's per-compile records (``CompilationMetrics``): frames, guards, recompile reasons, compile
   time split into Dynamo / AOTAutograd / Inductor, failures. Structured, no log parsing.
@@ -29,7 +29,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from runner.telemetry import torch_internals as ti
+from runner import torch_internals as ti
 from runner.telemetry.reasons import GraphBreakHandler, recompile_events, short_path, short_reason
 
 
@@ -75,11 +75,12 @@ class CompileCollector:
         self._logger_state: tuple[int, bool] | None = None
         self._final: list[ti.CompileRecord] | None = None
         self._final_counters: dict[str, dict[str, int]] | None = None
+        self._settings = ti.TorchSettings()  # the compile-record limit, put back by stop()
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> CompileCollector:
         """Begin collecting: everything compiled before this call is excluded."""
-        ti.keep_compilation_metrics(self.metrics_limit)
+        self._settings.compilation_metrics_limit(self.metrics_limit)
         # Holding the old records keeps them alive, so their ids cannot be reused by new ones.
         self._baseline_records = ti.compilation_metrics()
         self._baseline_counters = ti.counters_snapshot()
@@ -95,6 +96,7 @@ class CompileCollector:
             self._unregister()
             self._unregister = None
         self._detach_graph_break_handler()
+        self._settings.restore()
 
     def __enter__(self) -> CompileCollector:
         return self.start()

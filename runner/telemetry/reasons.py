@@ -12,7 +12,7 @@ import re
 from collections import Counter
 from typing import Any
 
-from runner.telemetry import torch_internals as ti
+from runner import torch_internals as ti
 
 _LOCATION_RE = re.compile(r"in user code at (?P<file>.+?):(?P<line>\d+)\s*$", re.MULTILINE)
 

@@ -16,9 +16,9 @@ import torch
 from torch import nn
 from torch.optim import Optimizer
 
+from runner import torch_internals as ti
 from runner.config.schema import CudaGraphMode, CudaGraphsConfig
-from runner.strategy.component import StackComponent
-from runner.telemetry.torch_internals import step_stance
+from runner.stack.component import StackComponent
 
 
 class CudaGraphs(StackComponent):
@@ -33,16 +33,14 @@ class CudaGraphs(StackComponent):
         self.static_state_tensors = 0
 
     def configure(self) -> None:
-        import torch._inductor.config as inductor_config
-
         # Each new size would record (and keep) another graph: skip dynamic-shape graphs instead.
-        inductor_config.triton.cudagraph_skip_dynamic_graphs = self.cfg.skip_dynamic_graphs
+        self.torch_settings.inductor("triton.cudagraph_skip_dynamic_graphs", self.cfg.skip_dynamic_graphs)
 
     def apply(self, module: nn.Module) -> None:
         # Parameters never move: telling the compiler lets CUDA graphs read them in place instead of
         # copying each into a static buffer every replay.
         for p in module.parameters():
-            torch._dynamo.mark_static_address(p)
+            ti.mark_static_address(p)
 
     def bind_optimizers(self, optimizers: list[Optimizer]) -> None:
         self.optimizers = list(optimizers)
@@ -60,7 +58,7 @@ class CudaGraphs(StackComponent):
         # before anything is recorded. After that the stance is left alone: setting "default" would
         # cancel another component's (dynamic.after_warmup's fail_on_recompile).
         warming_up = self.steps < self.cfg.warmup_steps
-        with step_stance("force_eager") if warming_up else contextlib.nullcontext():
+        with ti.step_stance("force_eager") if warming_up else contextlib.nullcontext():
             torch.compiler.cudagraph_mark_step_begin()
             yield
         self.steps += 1
@@ -68,7 +66,7 @@ class CudaGraphs(StackComponent):
     def step_context(self) -> ContextManager[Any]:
         return self._step()
 
-    def summary(self) -> dict[str, Any]:
+    def figures(self) -> dict[str, Any]:
         return {"cudagraphs/active": True, "cudagraphs/mode": self.cfg.mode.value,
                 "cudagraphs/static_state_tensors": self.static_state_tensors}
 
@@ -80,7 +78,7 @@ def mark_optimizer_state_static(optimizers: list[Optimizer]) -> int:
         for state in opt.state.values():
             for value in state.values():
                 if isinstance(value, torch.Tensor):
-                    torch._dynamo.mark_static_address(value)
+                    ti.mark_static_address(value)
                     marked += 1
     return marked
 
@@ -100,7 +98,7 @@ class CudaGraphsInactive(StackComponent):
                 stacklevel=2,
             )
 
-    def summary(self) -> dict[str, Any]:
+    def figures(self) -> dict[str, Any]:
         return {"cudagraphs/active": False, "cudagraphs/requested": self.requested}
 
 

@@ -1,26 +1,20 @@
-"""Config checks added by the reliability work: out-of-range values, names torch does not know, and
-combinations that cannot work, each one message naming the key, the value and the fix.
-
-``runner.config.validate`` runs ``CHECKS`` with its own (errors) and ``WARNINGS`` (logged once,
-the run goes on). Each check is a small pure function of the typed ``RunConfig``.
+"""Checks of the run's own config: trainer, data, model sizes, paths and value ranges. Each is a
+small pure function of the typed ``RunConfig`` returning one message (key, value, fix) or None;
+``runner.config.validate`` runs them.
 """
 
 from __future__ import annotations
 
-import logging
 import re
-from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
-from runner.config.schema import CudaGraphMode, OnError, RunConfig, Scope
+from runner.config.paths import resolve_artifacts_path
+from runner.config.schema import RunConfig
+from runner.config.targets import Batching
 
-log = logging.getLogger(__name__)
-
-Check = Callable[[RunConfig], "str | None"]
-
-_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+_PRECISIONS = {"32-true", "32", "bf16-mixed", "bf16-true", "16-mixed", "16-true", "64-true", "transformer-engine"}
 _ACCELERATORS = ("cpu", "cuda", "gpu", "mps", "auto")
 _MAX_TIME = re.compile(r"^\d{2}:\d{2}:\d{2}:\d{2}$")
 
@@ -68,39 +62,7 @@ def check_fractions(cfg: RunConfig) -> str | None:
     return None
 
 
-def check_backend(cfg: RunConfig) -> str | None:
-    backend = cfg.compile.backend
-    if cfg.compile.scope is Scope.none:
-        return None  # nothing is compiled
-    known = torch._dynamo.list_backends(exclude_tags=())
-    if backend not in known:
-        return (f"compile.backend={backend} is not a torch.compile backend. Use one of inductor, aot_eager, eager "
-                f"(all registered: {', '.join(b for b in known if 'TESTING' not in b)}).")
-    return None
 
-
-def check_mode(cfg: RunConfig) -> str | None:
-    mode = cfg.compile.mode
-    if mode is not None and mode not in _MODES:
-        return f"compile.mode={mode} is not an Inductor mode; use one of {', '.join(_MODES)} (or null)."
-    if mode == "reduce-overhead":
-        return ("compile.mode=reduce-overhead: CUDA graphs are configured by the cudagraphs group. Use "
-                "cudagraphs=reduce_overhead (or +cudagraphs.mode=reduce_overhead) and leave compile.mode unset.")
-    return None
-
-
-def check_fullgraph(cfg: RunConfig) -> str | None:
-    c = cfg.compile
-    if not c.fullgraph:
-        return None
-    if c.on_error is OnError["eager"]:
-        return ("compile.fullgraph=true with compile.on_error=eager: under fullgraph torch raises on any graph break "
-                "even when errors are suppressed, so there is no frame to fall back from. Set "
-                "compile.fullgraph=false to allow eager fallbacks, or compile.on_error=raise to fail on breaks.")
-    if c.scope is Scope.none:
-        return ("compile.fullgraph=true with compile.scope=none: nothing is compiled, so fullgraph has no effect. "
-                "Pick a scope (compile=step) or drop compile.fullgraph.")
-    return None
 
 
 def check_accelerator(cfg: RunConfig) -> str | None:
@@ -131,8 +93,6 @@ def check_resume_path(cfg: RunConfig) -> str | None:
 
 
 def check_cache_artifacts(cfg: RunConfig) -> str | None:
-    from runner.reliability.compile_cache import resolve_artifacts_path
-
     src = cfg.reliability.load_cache_artifacts
     if src is not None and not resolve_artifacts_path(src).exists():
         return (f"reliability.load_cache_artifacts={src}: no artifacts there (looked for "
@@ -141,36 +101,58 @@ def check_cache_artifacts(cfg: RunConfig) -> str | None:
     return None
 
 
-def warn_cudagraphs_on_cpu(cfg: RunConfig) -> str | None:
-    if cfg.cudagraphs.mode is not CudaGraphMode.disabled and cfg.trainer.accelerator == "cpu":
-        return (f"cudagraphs.mode={cfg.cudagraphs.mode.value} on trainer.accelerator=cpu: CUDA graphs need a CUDA "
-                "device and are skipped here (reported as inactive). Use cudagraphs=disabled on CPU.")
+
+
+def check_data_path(cfg: RunConfig) -> str | None:
+    path = getattr(cfg.data, "path", None)
+    if path is not None and not Path(path).expanduser().exists():
+        return (f"data.path={path} does not exist. Point data.path at a directory or file of text, "
+                "or drop it (data.path=null) to use the Python stdlib source.")
+    return None
+
+def check_length_grouping(cfg: RunConfig) -> str | None:
+    grouping = getattr(cfg.data, "length_grouping", 0)
+    if not isinstance(grouping, int) or grouping == 0:
+        return None
+    if grouping < 0:
+        return f"data.length_grouping={grouping} must be >= 0 (batches per sorting window; 0 turns it off)."
+    if getattr(cfg.data, "batching", None) is not Batching.documents:
+        return (f"data.length_grouping={grouping} groups documents of similar length, but data.batching is "
+                "packed (every window has the same length). Use data=text_documents or drop data.length_grouping.")
+    return None
+
+def check_model_fits_data(cfg: RunConfig) -> str | None:
+    block = getattr(cfg.model, "block_size", None)
+    seq_len = getattr(cfg.data, "seq_len", None)
+    if isinstance(block, int) and isinstance(seq_len, int) and seq_len > block:
+        return f"data.seq_len={seq_len} exceeds model.block_size={block}: raise model.block_size or lower data.seq_len."
+    n_embd, n_head = getattr(cfg.model, "n_embd", None), getattr(cfg.model, "n_head", None)
+    if isinstance(n_embd, int) and isinstance(n_head, int) and (n_head <= 0 or n_embd % n_head):
+        return f"model.n_embd={n_embd} must be divisible by model.n_head={n_head}."
+    return None
+
+def check_trainer(cfg: RunConfig) -> str | None:
+    t = cfg.trainer
+    if t.precision not in _PRECISIONS:
+        return (f"trainer.precision={t.precision} is not one of {sorted(_PRECISIONS)}; "
+                "on a CPU use 32-true or bf16-mixed.")
+    if t.max_steps <= 0 and t.max_time is None:
+        return f"trainer.max_steps={t.max_steps}: give a positive number of steps (or trainer.max_time)."
+    if t.accumulate_grad_batches < 1:
+        return f"trainer.accumulate_grad_batches={t.accumulate_grad_batches} must be at least 1."
     return None
 
 
-CHECKS: list[Check] = [
+CHECKS = [
     check_positive_counts,
     check_non_negative,
     check_fractions,
-    check_backend,
-    check_mode,
-    check_fullgraph,
     check_accelerator,
     check_max_time,
     check_resume_path,
     check_cache_artifacts,
+    check_data_path,
+    check_length_grouping,
+    check_model_fits_data,
+    check_trainer,
 ]
-
-WARNINGS: list[Check] = [warn_cudagraphs_on_cpu]
-
-_warned: set[str] = set()
-
-
-def emit_warnings(cfg: RunConfig) -> list[str]:
-    """Log each warning once per process (the config is loaded twice: precheck, then the run)."""
-    messages = [msg for check in WARNINGS if (msg := check(cfg))]
-    for msg in messages:
-        if msg not in _warned:
-            _warned.add(msg)
-            log.warning("config warning: %s", msg)
-    return messages

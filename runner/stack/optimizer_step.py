@@ -6,7 +6,6 @@ called without a closure: a compiled function cannot take Lightning's closure.
 
 from __future__ import annotations
 
-import inspect
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -16,34 +15,9 @@ import torch
 from torch.optim import Optimizer
 
 from runner.config.schema import OptimizerPolicy
+from runner.stack.plan import supports_fused
 
 log = logging.getLogger(__name__)
-
-
-def supports_fused(optimizer: Optimizer, device: torch.device) -> bool:
-    """Whether the optimizer class takes ``fused=True`` and has a fused kernel for the device."""
-    if "fused" not in inspect.signature(type(optimizer).__init__).parameters:
-        return False
-    from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
-
-    return device.type in _get_fused_kernels_supported_devices()
-
-
-def resolve_optimizer_policy(
-    policy: OptimizerPolicy, optimizer: Optimizer, device: torch.device, cudagraphs_active: bool
-) -> tuple[OptimizerPolicy, str]:
-    """The concrete policy for ``auto``, with the reason (logged and in the report)."""
-    if policy is not OptimizerPolicy.auto:
-        return policy, "set in config"
-    name = type(optimizer).__name__
-    if cudagraphs_active:
-        return OptimizerPolicy.compiled, "CUDA graphs are on: a compiled step is captured with the rest of the step"
-    if supports_fused(optimizer, device):
-        return OptimizerPolicy.fused, (
-            f"{name} has a fused {device.type} kernel: one kernel for all parameters, no compile time "
-            "(on a 2-core CPU it measured ~5x faster than foreach, and faster than a compiled step)"
-        )
-    return OptimizerPolicy.compiled, f"{name} has no fused {device.type} kernel: compiling the step fuses it"
 
 
 @dataclass
@@ -53,6 +27,7 @@ class OptimizerStep:
     policy: OptimizerPolicy
     reason: str
     compile_kwargs: dict[str, Any]
+    """``torch.compile`` arguments of a compiled step (``CompilePlan.optimizer_kwargs``)."""
 
     def __post_init__(self) -> None:
         self._compiled: dict[int, Callable[[], Any]] = {}
@@ -75,7 +50,7 @@ class OptimizerStep:
             for group in optimizer.param_groups:
                 if not isinstance(group["lr"], torch.Tensor):
                     group["lr"] = torch.tensor(float(group["lr"]), device=device)
-            kwargs = {k: v for k, v in self.compile_kwargs.items() if k != "dynamic"}
+            kwargs = self.compile_kwargs
             # The class's step, not ``optimizer.step``: an LR scheduler replaces the latter with a
             # wrapper that Dynamo refuses to trace (a graph break and an eager step every time).
             step = type(optimizer).step.__get__(optimizer)
@@ -89,5 +64,5 @@ class OptimizerStep:
         else:
             optimizer.step()
 
-    def summary(self) -> dict[str, Any]:
+    def figures(self) -> dict[str, Any]:
         return {"compile/optimizer": self.policy.value, "compile/optimizer_reason": self.reason}

@@ -9,6 +9,11 @@ checkpointing, Inductor's own buffers): on CUDA from ``torch.cuda.memory_allocat
 the profiler's memory events (net bytes allocated by the step's ops). The CPU profiler prints two
 ``USDT: profiler_start/stop`` lines to stderr per measurement; they are harmless.
 
+Measured on the path the run takes (``CompileStack.measure_saved_activations``): the run's module
+and step, on the run's device after the model is moved, compiled as the run compiles it. A strategy
+that packs nothing there (``compile.scope=step_backward`` saves nothing across a graph boundary;
+``checkpoint_budget`` acts only on compiled graphs) reports ``path: none``.
+
 The gradient error is ``||g - g_none|| / ||g_none||`` over all parameters' gradients concatenated,
 on one batch, from identical weights.
 """
@@ -75,47 +80,52 @@ def rel_error(g: torch.Tensor, ref: torch.Tensor) -> float:
     return float((g - ref).norm()) / denom if denom > 0 else float(g.norm())
 
 
+StepBuilder = Callable[[nn.Module], Callable[[Any], torch.Tensor]]
+"""Given a fresh copy of the model with the strategy applied, the step as the run runs it: a function
+of the batch that returns the loss (forward and loss, compiled the way the run compiles them). A step
+that already ran backward (``compile.scope=step_backward``) returns a loss without ``grad_fn``."""
+
+_NO_REDUCTION = 1.02
+"""A strategy whose saved bytes fall by less than this factor packed nothing: its path is ``none``."""
+
+
 def run_variant(
     model: Union[nn.Module, Callable[[], nn.Module]],
     batch: Any,
-    loss_fn: LossFn,
     cfg: OffloadConfig,
-    *,
-    compile_fn: Optional[CompileFn] = None,
-    device: Optional[torch.device] = None,
+    build_step: StepBuilder,
+    device: torch.device,
+    block_types: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """One check step of ``cfg`` on a fresh copy of ``model``: saved bytes, gradients, loss, path.
 
-    Builds the component, configures it (restored on exit), applies it, compiles the step with
-    ``compile_fn`` if given, runs a warm-up step (compiles forward and backward), then measures.
+    Builds the component, configures it (undone by its teardown), applies it, builds the step, runs a
+    warm-up step (compiles forward and backward), then measures a second one.
     """
-    from runner.offload.component import CheckpointOffload, build_offload
+    from runner.stack.offload.component import build_offload
 
-    dev = torch.device(device) if device is not None else _device_of(batch)
-    m = (copy.deepcopy(model) if isinstance(model, nn.Module) else model()).to(dev)
+    m = (copy.deepcopy(model) if isinstance(model, nn.Module) else model()).to(device)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the cpu-on-CPU warning was already given by the run
-        comp = build_offload(cfg, dev)
+        comp = build_offload(cfg, device, block_types)
     comp.configure()
     try:
         comp.apply(m)
-
-        def step(b: Any) -> torch.Tensor:
-            return loss_fn(m, b)
-
-        fn = compile_fn(_fresh_code(step)) if compile_fn is not None else step
+        fn = build_step(m)
         b = comp.prepare_batch(batch)
         t0 = time.perf_counter()
         with comp.step_context():
             loss = fn(b)
-        loss.backward()
+        if loss.requires_grad:
+            loss.backward()
         first_s = time.perf_counter() - t0
         m.zero_grad(set_to_none=True)
         del loss
         gc.collect()
-        with saved_bytes_meter(dev) as meter, comp.step_context():
+        with saved_bytes_meter(device) as meter, comp.step_context():
             loss = fn(b)
-        loss.backward()
+        if loss.requires_grad:
+            loss.backward()
         return {
             "saved_bytes": meter.bytes,
             "grads": flat_grads(m),
@@ -124,8 +134,43 @@ def run_variant(
             "first_step_s": first_s,
         }
     finally:
-        if isinstance(comp, CheckpointOffload):
-            comp.restore()
+        comp.teardown()
+
+
+def compare_with_none(
+    model: Union[nn.Module, Callable[[], nn.Module]],
+    batch: Any,
+    cfg: OffloadConfig,
+    build_step: StepBuilder,
+    device: torch.device,
+    block_types: tuple[str, ...] = (),
+    compiled: bool = False,
+) -> dict[str, Any]:
+    """Compare ``cfg`` with ``strategy=none`` on one batch from identical weights, each variant on a
+    fresh copy and a fresh compiler (Dynamo does not guard on settings such as the memory budget, so a
+    variant could otherwise reuse the other's graphs). Returns the ``offload/*`` figures."""
+    from runner import torch_internals as ti
+
+    if isinstance(model, nn.Module):
+        model = copy.deepcopy(model)  # both variants start from the weights as they are now
+    results = []
+    for variant in (replace(cfg, strategy=OffloadStrategy.none), cfg):
+        ti.reset_compiler()
+        results.append(run_variant(model, batch, variant, build_step, device, block_types))
+    ti.reset_compiler()
+    base, var = results
+    saved_none, saved = base["saved_bytes"], var["saved_bytes"]
+    reduction = saved_none / saved if saved > 0 else float("inf")
+    return {
+        "offload/saved_bytes_none": saved_none,
+        "offload/saved_bytes": saved,
+        "offload/reduction_x": reduction,
+        "offload/grad_rel_error": rel_error(var["grads"], base["grads"]),
+        "offload/loss_abs_diff": abs(var["loss"] - base["loss"]),
+        "offload/measure_path": var["path"] if reduction >= _NO_REDUCTION else "none",
+        "offload/measure_compiled": compiled,
+        "offload/measure_device": str(device),
+    }
 
 
 def measure_offload(
@@ -137,7 +182,7 @@ def measure_offload(
     compile_fn: Optional[CompileFn] = None,
     device: Optional[torch.device] = None,
 ) -> dict[str, Any]:
-    """Compare ``cfg`` with ``strategy=none`` on one batch from identical weights.
+    """:func:`compare_with_none` for a plain model and a loss function.
 
     Args:
         model: the plain model (deep-copied per variant, never modified) or a factory returning a
@@ -146,28 +191,18 @@ def measure_offload(
         loss_fn: ``loss_fn(model, batch) -> scalar loss``.
         cfg: the offload config to measure.
         compile_fn: e.g. ``lambda f: torch.compile(f, backend="inductor")`` to measure the compiled
-            step (two compiles); ``None`` measures eagerly.
+            step; ``None`` measures eagerly.
         device: where to run (default: the device of the batch's first tensor).
-
-    Returns namespaced figures: ``offload/saved_bytes_none``, ``offload/saved_bytes``,
-    ``offload/reduction_x``, ``offload/grad_rel_error``, ``offload/loss_abs_diff``,
-    ``offload/measure_path``, ``offload/measure_compiled``.
     """
-    if isinstance(model, nn.Module):
-        model = copy.deepcopy(model)  # both variants start from the weights as they are now
-    base = run_variant(model, batch, loss_fn, replace(cfg, strategy=OffloadStrategy.none),
-                       compile_fn=compile_fn, device=device)
-    var = run_variant(model, batch, loss_fn, cfg, compile_fn=compile_fn, device=device)
-    saved_none, saved = base["saved_bytes"], var["saved_bytes"]
-    return {
-        "offload/saved_bytes_none": saved_none,
-        "offload/saved_bytes": saved,
-        "offload/reduction_x": saved_none / saved if saved > 0 else float("inf"),
-        "offload/grad_rel_error": rel_error(var["grads"], base["grads"]),
-        "offload/loss_abs_diff": abs(var["loss"] - base["loss"]),
-        "offload/measure_path": var["path"],
-        "offload/measure_compiled": compile_fn is not None,
-    }
+
+    def build_step(m: nn.Module) -> Callable[[Any], torch.Tensor]:
+        def step(b: Any) -> torch.Tensor:
+            return loss_fn(m, b)
+
+        return compile_fn(_fresh_code(step)) if compile_fn is not None else step
+
+    dev = torch.device(device) if device is not None else _device_of(batch)
+    return compare_with_none(model, batch, cfg, build_step, dev, compiled=compile_fn is not None)
 
 
 def _fresh_code(fn: Callable[..., Any]) -> Callable[..., Any]:

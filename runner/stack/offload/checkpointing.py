@@ -26,7 +26,7 @@ from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
     checkpoint_wrapper,
 )
 
-from runner.offload import policy
+from runner.stack.offload import policy
 
 
 def apply_checkpointing(

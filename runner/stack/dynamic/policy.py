@@ -5,7 +5,7 @@ compiled with ``dynamic=False`` (one static graph per length). ``automatic`` is 
 dynamic (static first, one dynamic recompile on the first change). ``dynamic`` and ``unbacked`` mark
 the configured dims of every batch tensor before the compiled step sees them, so the first graph is
 already dynamic and serves every length. Under DDP the non-static policies make the same decision on
-every rank (``runner.dynamic.agreement``). After ``warmup_steps``, ``after_warmup`` puts the training
+every rank (``runner.stack.dynamic.agreement``). After ``warmup_steps``, ``after_warmup`` puts the training
 step under a compiler stance: ``fail_on_recompile`` raises ``RecompileAfterWarmupError`` naming the
 failed guard, ``eager_on_recompile`` runs unseen shapes eagerly.
 """
@@ -21,13 +21,12 @@ from typing import Any
 
 import torch
 
+from runner import torch_internals as ti
 from runner.config.schema import AfterWarmup, DynamicConfig, ShapePolicy
 from runner.data.batch import iter_tensors
 from runner.data.text import IGNORE_INDEX, PadTo
-from runner.dynamic import watch
-from runner.dynamic.agreement import Agreement, ShapeAgreement, process_group_info, resolve_agreement, shapes_of
-from runner.strategy.component import StackComponent
-from runner.telemetry import torch_internals as ti
+from runner.stack.component import StackComponent
+from runner.stack.dynamic.agreement import Agreement, ShapeAgreement, process_group_info, resolve_agreement, shapes_of
 
 _MAX_REASONS = 20
 _METRICS_LIMIT = 4096  # compile records torch keeps (its default, 64, loses a long run's)
@@ -99,25 +98,29 @@ class ShapePolicyComponent(StackComponent):
         self._tokens = 0
         self._shapes: list[tuple[int, ...]] = []
         self._since_us = _now_us()
+        self._final: dict[str, Any] | None = None
 
     # -- once ----------------------------------------------------------------------------------
     def configure(self) -> None:
         world, backend = process_group_info()
         self.agreement = resolve_agreement(self.cfg.policy, world, backend, _accelerator_count(),
                                            self.cfg.compiler_collectives)
-        watch.set_dynamo_flags(
-            recompile_limit=self.cfg.recompile_limit,
-            specialize_float=self.cfg.specialize_float,
-            # Padded policies want one static graph per length, never a dynamic one.
-            automatic_dynamic=self.dynamic_arg is None,
-            compiler_collectives=self.agreement is Agreement.torch,
-        )
+        torch_collectives = self.agreement is Agreement.torch
+        settings = self.torch_settings
+        settings.dynamo("recompile_limit", self.cfg.recompile_limit)
+        settings.dynamo("specialize_float", self.cfg.specialize_float)
+        # Padded policies want one static graph per length, never a dynamic one.
+        settings.dynamo("automatic_dynamic_shapes", self.dynamic_arg is None)
+        settings.dynamo("enable_compiler_collectives", torch_collectives)
+        # Compiler collectives run only when every rank compiles at once; if one rank's guards fail and the
+        # others' do not, it waits alone (a hang). Guard collectives make a miss on any rank a miss on all.
+        settings.guard_collectives(torch_collectives)
         if self.agreement is Agreement.runner:
             import torch.distributed as dist
 
             # A group of its own (all ranks call configure), so the exchange never queues behind DDP's buckets.
             self._sync = ShapeAgreement(dist.new_group(backend="gloo"))
-        ti.keep_compilation_metrics(_METRICS_LIMIT)
+        settings.compilation_metrics_limit(_METRICS_LIMIT)
         self._since_us = _now_us()
 
     # -- per step ------------------------------------------------------------------------------
@@ -126,7 +129,7 @@ class ShapePolicyComponent(StackComponent):
         self._shapes = shapes_of(tensors)
         y = targets_of(batch)
         if y is not None:
-            # Summed on the device, read once in summary(): no host sync per step.
+            # Summed on the device, read once in figures(): no host sync per step.
             self._padding = self._padding + (y == IGNORE_INDEX).sum()
             self._tokens += y.numel()
         agreed = self._sync.observe(self._shapes) if self._sync is not None else set()
@@ -139,15 +142,15 @@ class ShapePolicyComponent(StackComponent):
                         continue  # e.g. dim 1 of a 1-d tensor
                     d = dim % t.dim()
                     if policy is ShapePolicy.dynamic:
-                        watch.mark_dynamic(t, d, min=c.min, max=c.max)
+                        ti.mark_dynamic(t, d, min=c.min, max=c.max)
                     else:
                         # One symbol per dim for every tensor (inputs and targets have one length): a
                         # runtime assert checks it. A size in the id would be guarded and recompile.
-                        watch.mark_unbacked(t, d, min=c.min, max=c.max, shape_id=f"dim{d}")
+                        ti.mark_unbacked(t, d, min=c.min, max=c.max, shape_id=f"dim{d}")
                     marked.add(d)
             for j, d in agreed:
                 if j == i and d not in marked:
-                    torch._dynamo.maybe_mark_dynamic(t, d)
+                    ti.maybe_mark_dynamic(t, d)
         return batch
 
     def step_context(self) -> ContextManager[Any]:
@@ -162,7 +165,7 @@ class ShapePolicyComponent(StackComponent):
             with stance:
                 yield
         except RuntimeError as e:
-            if watch.is_fail_on_recompile(e):
+            if ti.is_fail_on_recompile(e):
                 raise RecompileAfterWarmupError(format_recompile_error(e, self.steps, self.cfg, self._shapes)) from e
             raise
         finally:
@@ -178,7 +181,14 @@ class ShapePolicyComponent(StackComponent):
             return None
         return 100.0 * float(self._padding) / self._tokens
 
-    def summary(self) -> dict[str, Any]:
+    def teardown(self) -> None:
+        # Freeze the figures first: restoring torch's compile-record limit may drop this run's records.
+        self._final = self.figures()
+        super().teardown()
+
+    def figures(self) -> dict[str, Any]:
+        if self._final is not None:
+            return dict(self._final)
         # This run's compiles: torch's records started since configure() (forward and backward).
         records = [r for r in map(ti.to_record, ti.compilation_metrics()) if (r.start_us or 0) >= self._since_us]
         reasons = [r.recompile_reason for r in records if r.is_forward and r.recompile_reason]

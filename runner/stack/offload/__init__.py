@@ -13,14 +13,14 @@
 ``measure_offload`` measures saved bytes and gradient error against ``none`` on one batch.
 """
 
-from runner.offload.component import (
+from runner.stack.offload.component import (
     CheckpointOffload,
     CudaOffload,
     HookOffload,
     OffloadComponent,
     build_offload,
 )
-from runner.offload.measure import measure_offload, saved_bytes_meter
+from runner.stack.offload.measure import measure_offload, saved_bytes_meter
 
 __all__ = [
     "CheckpointOffload",

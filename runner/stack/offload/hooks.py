@@ -23,9 +23,10 @@ import torch
 import torch.fx
 from torch import nn
 
-from runner.offload import codecs, compat, policy
+from runner import torch_internals as ti
+from runner.stack.offload import codecs, policy
 
-_CACHE_VERSION = "runner.offload.hooks/1"  # bump when pack/unpack trace to something different
+_CACHE_VERSION = "runner.stack.offload.hooks/1"  # bump when pack/unpack trace to something different
 _REGISTRY: weakref.WeakValueDictionary[int, SavedTensorCodec] = weakref.WeakValueDictionary()
 _IDS = itertools.count()
 
@@ -47,7 +48,7 @@ def _hook_graph(fn: Any, codec_id: int, cache_hash: str, name: str) -> torch.fx.
     graph = torch.fx.Graph()
     x = graph.placeholder("x")
     call = graph.call_function(fn, (x, codec_id))
-    compat.mark_wrapped(call, cache_hash)
+    ti.mark_wrapped(call, cache_hash)
     graph.output(call)
     return torch.fx.GraphModule(torch.nn.Module(), graph, class_name=name)
 
@@ -131,7 +132,7 @@ class SavedTensorCodec:
     # -- hooks -----------------------------------------------------------------------------------
     def pack(self, x: torch.Tensor) -> Any:
         """Pack hook body (runs eagerly on real tensors, or at trace time on fake ones)."""
-        node = compat.traced_saved_node()
+        node = ti.traced_saved_node()
         path = "traced" if node is not None else "eager"
         nbytes = codecs.stored_nbytes(x)
         if not policy.wants_packing(x, nbytes, codecs.STORED_ITEMSIZE[self.kind], self.min_bytes):
@@ -175,17 +176,19 @@ class SavedTensorCodec:
         return ptr in self._held or ptr in self._batch
 
     def path(self, steps: int) -> str:
-        """Which path the hooks took: traced, eager_hooks, mixed, or pending (no step yet).
+        """Which path the hooks took: traced, eager_hooks, mixed, none, or pending (no step yet).
 
-        Eagerly every saved tensor passes through pack, so steps without any eager pack call mean
-        compiled graphs handled the saved tensors: "traced". That includes an AOTAutograd cache hit
-        (nothing is traced, ``traced_packed`` stays 0) and a step whose forward, loss and backward
-        are one graph (no tensor is saved across a graph boundary, so there is nothing to pack).
+        Eagerly every saved tensor passes through pack; traced, AOTAutograd calls pack while it traces
+        each compiled graph. No pack call after a step means nothing was packed: "none" (e.g. forward,
+        loss and backward in one graph save nothing across a graph boundary). A compiled-graph cache
+        hit also skips tracing; the run's measurement (``offload.measure``) tells the two apart.
         """
         eager = self.counts["eager_packed"] + self.counts["eager_skipped"]
-        traced = self.counts["traced_packed"] + self.counts["traced_skipped"]
-        if steps == 0 and not traced:
+        traced = self.counts["traced_packed"]
+        if steps == 0 and not (eager or traced):
             return "pending"
         if eager and traced:
             return "mixed"
-        return "eager_hooks" if eager else "traced"
+        if eager:
+            return "eager_hooks"
+        return "traced" if traced else "none"

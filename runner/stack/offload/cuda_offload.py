@@ -20,7 +20,7 @@ from typing import Any, Optional
 import torch
 from torch.utils.weak import WeakIdKeyDictionary
 
-from runner.offload import codecs, policy
+from runner.stack.offload import codecs, policy
 
 
 class PinnedOffloadHooks:

@@ -48,3 +48,18 @@ class DeferredLog:
         calls, self.calls = self.calls, []
         for name, value, kwargs in calls:
             module.log(name, value, **kwargs)
+
+
+def _ignore(*args: Any, **kwargs: Any) -> None:
+    """Stands in for ``log``/``log_dict`` where nothing should be logged."""
+
+
+@contextlib.contextmanager
+def discard_logs(module: Any) -> Iterator[None]:
+    """Run the module's step with ``log``/``log_dict`` as no-ops (a measurement outside any Trainer)."""
+    attrs = vars(module)
+    attrs["log"], attrs["log_dict"] = _ignore, _ignore
+    try:
+        yield
+    finally:
+        del attrs["log"], attrs["log_dict"]

@@ -10,18 +10,19 @@ from __future__ import annotations
 
 import contextlib
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager as ContextManager
-from typing import Any, Optional, Union
+from typing import Any
 
 import torch
 from torch import nn
 
+from runner import torch_internals as ti
 from runner.config.schema import OffloadConfig, OffloadStrategy
-from runner.offload import compat, policy
-from runner.offload.checkpointing import apply_checkpointing
-from runner.offload.hooks import SavedTensorCodec
-from runner.strategy.component import StackComponent
+from runner.stack.component import StackComponent
+from runner.stack.offload import policy
+from runner.stack.offload.checkpointing import apply_checkpointing
+from runner.stack.offload.hooks import SavedTensorCodec
 
 CPU_OFFLOAD_ON_CPU = (
     "offload.strategy=cpu moves saved activations to host memory, which is pointless on a {device} "
@@ -42,31 +43,17 @@ class OffloadComponent(StackComponent):
         self.steps = 0
         self.measured: dict[str, Any] = {}
 
-    def measure(
-        self,
-        model: Union[nn.Module, Callable[[], nn.Module]],
-        batch: Any,
-        loss_fn: Callable[[nn.Module, Any], torch.Tensor],
-        compile_fn: Optional[Callable[[Callable[..., Any]], Callable[..., Any]]] = None,
-    ) -> dict[str, Any]:
-        """Run ``measure_offload`` for this config and keep its figures for ``summary()``.
-
-        Pass the plain model (before ``apply``) or a factory: each variant trains a deep copy.
-        """
-        from runner.offload.measure import measure_offload
-
-        self.measured = measure_offload(model, batch, loss_fn, self.cfg, compile_fn=compile_fn,
-                                        device=self.device)
-        return self.measured
-
     def current_path(self) -> str:
         return self.path
 
-    def summary(self) -> dict[str, Any]:
+    def figures(self) -> dict[str, Any]:
+        # The measured path (on the run's path, before training) wins over the live counts: a
+        # compiled-graph cache hit packs without tracing the hooks, so live counts cannot see it.
+        path = self.measured.get("offload/measure_path", self.current_path())
         out: dict[str, Any] = {
             "offload/strategy": self.cfg.strategy.value,
-            "offload/active": self.active,
-            "offload/path": self.current_path(),
+            "offload/active": self.active and path != "none",
+            "offload/path": path,
         }
         out.update({k: v for k, v in self.measured.items() if k not in out})
         return out
@@ -105,8 +92,8 @@ class HookOffload(OffloadComponent):
     def current_path(self) -> str:
         return self.codec.path(self.steps)
 
-    def summary(self) -> dict[str, Any]:
-        out = super().summary()
+    def figures(self) -> dict[str, Any]:
+        out = super().figures()
         out.update({f"offload/{k}": v for k, v in sorted(self.codec.counts.items())})
         out["offload/excluded_modules"] = len(self.codec.excluded)
         return out
@@ -116,28 +103,21 @@ class CheckpointOffload(OffloadComponent):
     """Recompute instead of save: per-block checkpoints, or the compiler's memory budget."""
 
     active = True
-    path = "checkpoint"
 
     def __init__(self, cfg: OffloadConfig, device: torch.device, block_types: Sequence[str] = ()) -> None:
         super().__init__(cfg, device)
         self.block_types = tuple(block_types)
         self.wrapped: list[str] = []
-        self._previous_budget: Optional[float] = None
 
     @property
     def mode(self) -> str:
         return "per_block" if self.cfg.memory_budget is None else "memory_budget"
 
     def configure(self) -> None:
-        """With ``memory_budget`` set: set the process-wide partitioner budget (``restore`` undoes it)."""
-        if self.cfg.memory_budget is not None and self._previous_budget is None:
-            self._previous_budget = compat.set_memory_budget(self.cfg.memory_budget)
-
-    def restore(self) -> None:
-        """Put back the budget found by ``configure`` (tests and measurements call this)."""
-        if self._previous_budget is not None:
-            compat.set_memory_budget(self._previous_budget)
-            self._previous_budget = None
+        """With ``memory_budget`` set: set the process-wide partitioner budget (``teardown`` undoes it).
+        Dynamo does not guard on it: it must be set before the first compile."""
+        if self.cfg.memory_budget is not None:
+            self.torch_settings.functorch("activation_memory_budget", float(self.cfg.memory_budget))
 
     def apply(self, module: nn.Module) -> None:
         if self.cfg.memory_budget is not None:
@@ -153,12 +133,17 @@ class CheckpointOffload(OffloadComponent):
         self.steps += 1
         return contextlib.nullcontext()
 
-    def summary(self) -> dict[str, Any]:
-        out = super().summary()
+    def current_path(self) -> str:
+        # The budget acts only on graphs AOTAutograd partitions: eagerly it saves nothing (the
+        # measurement then reports path none).
+        return "checkpoint_per_block" if self.cfg.memory_budget is None else "partitioner_budget"
+
+    def figures(self) -> dict[str, Any]:
+        out = super().figures()
         out["offload/checkpoint_mode"] = self.mode
         out["offload/checkpointed_blocks"] = len(self.wrapped)
         if self.cfg.memory_budget is not None:
-            out["offload/memory_budget"] = compat.get_memory_budget()
+            out["offload/memory_budget"] = ti.memory_budget()
         return out
 
 
@@ -170,7 +155,7 @@ class CudaOffload(OffloadComponent):
 
     def __init__(self, cfg: OffloadConfig, device: torch.device) -> None:
         super().__init__(cfg, device)
-        from runner.offload.cuda_offload import PinnedOffloadHooks
+        from runner.stack.offload.cuda_offload import PinnedOffloadHooks
 
         self.hooks = PinnedOffloadHooks(device, cfg.min_bytes)
 
@@ -205,8 +190,8 @@ class CudaOffload(OffloadComponent):
     def step_context(self) -> ContextManager[Any]:
         return self._context()
 
-    def summary(self) -> dict[str, Any]:
-        out = super().summary()
+    def figures(self) -> dict[str, Any]:
+        out = super().figures()
         out["offload/offloaded_bytes_total"] = self.hooks.offloaded_bytes
         return out
 

@@ -1,7 +1,7 @@
 """Dynamic-shape policies: how batches whose sizes vary are presented to the compiler."""
 
-from runner.dynamic.agreement import Agreement, ShapeAgreement, resolve_agreement
-from runner.dynamic.policy import (
+from runner.stack.dynamic.agreement import Agreement, ShapeAgreement, resolve_agreement
+from runner.stack.dynamic.policy import (
     RecompileAfterWarmupError,
     ShapePolicyComponent,
     build_shape_policy,

@@ -1,0 +1,183 @@
+"""Cross-group checks of the compile stack's config: ``compile``, ``dynamic``, ``offload``,
+``cudagraphs`` and how they meet the trainer. Each check is a small pure function of the typed
+``RunConfig`` returning one message (key, value, fix) or None; ``runner.config.validate`` runs them.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from runner.config.schema import AfterWarmup, CudaGraphMode, OffloadStrategy, OnError, RunConfig, Scope, ShapePolicy
+
+_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+
+def check_step_backward_ddp(cfg: RunConfig) -> str | None:
+    if cfg.compile.scope is Scope.step_backward and cfg.trainer.is_distributed():
+        return ("compile.scope=step_backward runs backward inside the forward call, which DDP's gradient reducer "
+                "cannot synchronise. Use compile.scope=step (backward still runs compiled) with DDP.")
+    return None
+
+
+def check_compiled_autograd_ddp(cfg: RunConfig) -> str | None:
+    if cfg.compile.compiled_autograd and cfg.trainer.is_distributed():
+        return ("compile.compiled_autograd=true is not supported with DDP in runner yet (DDP's C++ reducer hooks "
+                "are opaque to compiled autograd). Set compile.compiled_autograd=false or train on one device.")
+    return None
+
+
+def check_mode_and_options(cfg: RunConfig) -> str | None:
+    if cfg.compile.mode is not None and cfg.compile.options:
+        return (f"compile.mode={cfg.compile.mode} and compile.options={dict(cfg.compile.options)} are both set; "
+                "torch.compile takes one or the other. Move the mode's settings into compile.options or drop one.")
+    return None
+
+
+def check_cudagraphs_unbacked(cfg: RunConfig) -> str | None:
+    if cfg.cudagraphs.mode is CudaGraphMode.reduce_overhead and cfg.dynamic.policy is ShapePolicy.unbacked:
+        return ("cudagraphs=reduce_overhead with dynamic.policy=unbacked: a CUDA graph records fixed sizes, and "
+                "unbacked sizes are unknown until run time. Use dynamic=bucket (one graph per bucket) or "
+                "cudagraphs=disabled.")
+    return None
+
+
+def check_buckets(cfg: RunConfig) -> str | None:
+    d = cfg.dynamic
+    if d.policy is not ShapePolicy.bucket:
+        return None
+    if not d.buckets or any(b <= 0 for b in d.buckets):
+        return (f"dynamic.policy=bucket needs positive dynamic.buckets (got {list(d.buckets)}), "
+                "e.g. dynamic.buckets=[64,128,256,512].")
+    seq_len = getattr(cfg.data, "seq_len", None)
+    if seq_len is not None and max(d.buckets) < seq_len:
+        return (f"dynamic.buckets={list(d.buckets)}: the largest bucket is below data.seq_len={seq_len}, so the "
+                f"longest sequences would not fit. Add a bucket >= {seq_len}.")
+    return None
+
+
+def check_dynamic_bounds(cfg: RunConfig) -> str | None:
+    d = cfg.dynamic
+    if d.min < 0 or (d.max is not None and d.max <= d.min):
+        return f"dynamic.min={d.min}, dynamic.max={d.max}: need 0 <= min < max (or max=null)."
+    if d.recompile_limit < 1:
+        return f"dynamic.recompile_limit={d.recompile_limit} must be at least 1."
+    return None
+
+
+def check_bucket_fits(cfg: RunConfig) -> str | None:
+    d = cfg.dynamic
+    if d.policy is not ShapePolicy.bucket or not d.buckets or any(b <= 0 for b in d.buckets):
+        return None
+    if len(set(d.buckets)) > d.recompile_limit:
+        return (f"dynamic.buckets has {len(set(d.buckets))} buckets but dynamic.recompile_limit={d.recompile_limit}: "
+                "each bucket compiles its own graph, and past the limit torch silently runs eagerly. Raise "
+                f"dynamic.recompile_limit to >= {len(set(d.buckets))} or use fewer buckets.")
+    seq_len, block = getattr(cfg.data, "seq_len", None), getattr(cfg.model, "block_size", None)
+    if isinstance(seq_len, int) and isinstance(block, int):
+        longest = min((b for b in d.buckets if b >= seq_len), default=None)
+        if longest is not None and longest > block:
+            return (f"dynamic.buckets={list(d.buckets)} pads data.seq_len={seq_len} up to {longest} tokens, beyond "
+                    f"model.block_size={block} (the position embedding). Add a bucket equal to {seq_len}.")
+    return None
+
+
+def check_shape_marks(cfg: RunConfig) -> str | None:
+    d = cfg.dynamic
+    if d.policy not in (ShapePolicy.dynamic, ShapePolicy.unbacked):
+        return None
+    if not d.dims:
+        return f"dynamic.policy={d.policy.value} with dynamic.dims=[]: nothing would be marked. Use dynamic.dims=[1]."
+    seq_len = getattr(cfg.data, "seq_len", None)
+    if d.max is not None and isinstance(seq_len, int) and d.max < seq_len:
+        return (f"dynamic.max={d.max} is below data.seq_len={seq_len}: longer batches would break the bound and "
+                f"recompile. Set dynamic.max >= {seq_len} or null.")
+    if d.policy is ShapePolicy.unbacked and d.min < 2:
+        return (f"dynamic.policy=unbacked with dynamic.min={d.min}: without a lower bound of 2, causal attention "
+                "cannot rule out an empty sequence, graph-breaks and falls back to eager. Use dynamic.min=2.")
+    return None
+
+
+def check_after_warmup(cfg: RunConfig) -> str | None:
+    d = cfg.dynamic
+    if d.after_warmup is not AfterWarmup.none and d.warmup_steps < 1:
+        return (f"dynamic.after_warmup={d.after_warmup.value} with dynamic.warmup_steps={d.warmup_steps}: the stance "
+                "would apply to the very first compile. Give at least 1 warm-up step.")
+    return None
+
+
+def check_fp8(cfg: RunConfig) -> str | None:
+    if cfg.offload.strategy is OffloadStrategy.fp8 and not hasattr(torch, "float8_e4m3fn"):
+        return (f"offload=fp8 needs torch.float8_e4m3fn, which torch {torch.__version__} lacks. "
+                "Use offload=bf16 or upgrade torch.")
+    return None
+
+
+def check_memory_budget(cfg: RunConfig) -> str | None:
+    b = cfg.offload.memory_budget
+    if b is not None and not 0.0 < b < 1.0:
+        return f"offload.memory_budget={b} must be in (0, 1) (a fraction of the activations kept), or null."
+    return None
+
+
+
+
+
+
+
+def check_backend(cfg: RunConfig) -> str | None:
+    backend = cfg.compile.backend
+    if cfg.compile.scope is Scope.none:
+        return None  # nothing is compiled
+    known = torch.compiler.list_backends(exclude_tags=())
+    if backend not in known:
+        return (f"compile.backend={backend} is not a torch.compile backend. Use one of inductor, aot_eager, eager "
+                f"(all registered: {', '.join(b for b in known if 'TESTING' not in b)}).")
+    return None
+
+def check_mode(cfg: RunConfig) -> str | None:
+    mode = cfg.compile.mode
+    if mode is not None and mode not in _MODES:
+        return f"compile.mode={mode} is not an Inductor mode; use one of {', '.join(_MODES)} (or null)."
+    if mode == "reduce-overhead":
+        return ("compile.mode=reduce-overhead: CUDA graphs are configured by the cudagraphs group. Use "
+                "cudagraphs=reduce_overhead (or +cudagraphs.mode=reduce_overhead) and leave compile.mode unset.")
+    return None
+
+def check_fullgraph(cfg: RunConfig) -> str | None:
+    c = cfg.compile
+    if not c.fullgraph:
+        return None
+    if c.on_error is OnError["eager"]:
+        return ("compile.fullgraph=true with compile.on_error=eager: under fullgraph torch raises on any graph break "
+                "even when errors are suppressed, so there is no frame to fall back from. Set "
+                "compile.fullgraph=false to allow eager fallbacks, or compile.on_error=raise to fail on breaks.")
+    if c.scope is Scope.none:
+        return ("compile.fullgraph=true with compile.scope=none: nothing is compiled, so fullgraph has no effect. "
+                "Pick a scope (compile=step) or drop compile.fullgraph.")
+    return None
+
+def warn_cudagraphs_on_cpu(cfg: RunConfig) -> str | None:
+    if cfg.cudagraphs.mode is not CudaGraphMode.disabled and cfg.trainer.accelerator == "cpu":
+        return (f"cudagraphs.mode={cfg.cudagraphs.mode.value} on trainer.accelerator=cpu: CUDA graphs need a CUDA "
+                "device and are skipped here (reported as inactive). Use cudagraphs=disabled on CPU.")
+    return None
+
+
+CHECKS = [
+    check_step_backward_ddp,
+    check_compiled_autograd_ddp,
+    check_mode_and_options,
+    check_cudagraphs_unbacked,
+    check_buckets,
+    check_dynamic_bounds,
+    check_bucket_fits,
+    check_shape_marks,
+    check_after_warmup,
+    check_fp8,
+    check_memory_budget,
+    check_backend,
+    check_mode,
+    check_fullgraph,
+]
+
+WARNINGS = [warn_cudagraphs_on_cpu]

@@ -1,0 +1,136 @@
+"""Compile failures in one paragraph (the failing frame, the reason, the fix), and the watch.
+
+``compile.on_error=raise`` stops the run with ``CompileFailure`` (the paragraph); ``eager`` lets
+Dynamo run a failing frame eagerly (``suppress_errors``, set by the compile stack), and
+``CompileErrorWatch`` logs one line per fallback (telemetry counts ``compile/fallbacks`` and their
+reasons). A recompile-limit hit is reported with the guard that kept failing in both modes: under
+``raise`` it stops the run (``fail_on_recompile_limit_hit``), under ``eager`` it is a console warning
+and a figure (``compile/recompile_limit_hits``), never silent.
+
+``CompileErrorWatch`` is a stack component: it listens from ``configure`` to ``teardown``. The torch
+internals it reads (log records, exception attributes) go through ``runner.torch_internals``.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import Any
+
+from runner import torch_internals as ti
+from runner.config.schema import OnError
+from runner.errors import RunStopped
+from runner.stack.component import StackComponent
+
+log = logging.getLogger(__name__)
+
+
+class CompileFailure(RunStopped):
+    """A compile error under ``compile.on_error=raise``; the message is the one paragraph."""
+
+    exit_code = 3
+
+
+def _guard_text(reason: str) -> str:
+    # "0/1: n == 1    # def g(x, n): ...  # file:17 in g" -> "n == 1"
+    return reason.split(":", 1)[-1].split("#", 1)[0].strip() if reason else "unknown"
+
+
+class _Handler(logging.Handler):
+    """Forwards Dynamo's frame-conversion warnings to the watch."""
+
+    def __init__(self, watch: CompileErrorWatch) -> None:
+        super().__init__(level=logging.WARNING)
+        self.watch = watch
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self.watch.on_record(record)
+        except Exception:  # a logging handler must never break the run it observes
+            self.handleError(record)
+
+
+class CompileErrorWatch(StackComponent):
+    """Listens to Dynamo's frame-conversion warnings: recompile-limit hits and eager fallbacks."""
+
+    name = "compile_errors"
+
+    def __init__(self, on_error: Any = OnError["raise"]) -> None:
+        self.on_error = on_error
+        self.limit_hits: list[dict[str, str]] = []
+        self.fallbacks: list[dict[str, str]] = []
+        self._handler = _Handler(self)
+
+    def on_record(self, record: logging.LogRecord) -> None:
+        """One Dynamo warning: a limit hit or an eager fallback is logged in one line and kept."""
+        if (hit := ti.limit_hit_from_record(record)) is not None:
+            hit = {"limit": hit["limit"], "function": hit["function"], "guard": _guard_text(hit["reason"])}
+            self.limit_hits.append(hit)
+            log.warning("compile: recompile limit %s hit by %s; the guard that kept failing: %s. "
+                        "That frame now runs eagerly.", hit["limit"], hit["function"], hit["guard"])
+        elif (fb := ti.fallback_from_record(record)) is not None:
+            self.fallbacks.append(fb)
+            log.warning("compile: %s runs eagerly (compile.on_error=eager): %s", fb["function"], fb["reason"])
+
+    def configure(self) -> None:
+        """Start listening; under ``on_error=raise`` a recompile-limit hit becomes an error."""
+        self.torch_settings.dynamo("fail_on_recompile_limit_hit", self.on_error is OnError["raise"])
+        logging.getLogger(ti.CONVERT_FRAME_LOGGER).addHandler(self._handler)
+
+    def teardown(self) -> None:
+        logging.getLogger(ti.CONVERT_FRAME_LOGGER).removeHandler(self._handler)
+        super().teardown()
+
+    def figures(self) -> dict[str, Any]:
+        return {"compile/recompile_limit_hits": list(self.limit_hits)}
+
+
+# -- the paragraph -----------------------------------------------------------------------------------
+def _first_lines(text: str, n: int = 2) -> str:
+    lines = [ln.strip() for ln in str(text).splitlines() if ln.strip() and not ln.startswith("Set TORCHDYNAMO")]
+    return " ".join(lines[:n])
+
+
+def explain_compile_error(exc: BaseException, watch: CompileErrorWatch | None = None) -> str | None:
+    """One paragraph for a compile error (None when ``exc`` is not one)."""
+    kind = ti.compile_error_kind(exc)
+    if kind is None:
+        return None
+    where = ti.frame_of(exc) or (ti.frame_of(exc.__cause__) if exc.__cause__ else None)
+    if kind == "recompile_limit":
+        hit = watch.limit_hits[-1] if watch and watch.limit_hits else None
+        what = (f"recompile limit {hit['limit']} hit by {hit['function']}; the guard that kept failing: "
+                f"`{hit['guard']}`" if hit else "recompile limit hit")
+        fix = ("make that value stable or dynamic (dynamic=dynamic marks sizes dynamic; a Python number that "
+               "changes every step should be a tensor), raise dynamic.recompile_limit, or set "
+               "compile.on_error=eager to run that frame eagerly after the limit")
+    elif kind == "fail_on_recompile":
+        m = re.search(r"function name: '([^']+)'.*?guard failure\(s\):\s*-\s*(.+?)\n", str(exc), re.S)
+        what = (f"recompile after warm-up in '{m[1]}'; failing guard: `{_guard_text(m[2])}`" if m
+                else _first_lines(str(exc)))
+        fix = ("use a shape policy that covers the new shapes (dynamic=bucket or dynamic=dynamic), or "
+               "dynamic.after_warmup=eager_on_recompile to run new shapes eagerly")
+    elif kind == "constraint":
+        m = re.search(r"specified range (.+?) satisfy the generated guard (.+?)$", str(exc), re.M)
+        what = (f"a dim marked dynamic over `{m[1]}` was specialised by the compiler to `{m[2].strip()}`" if m
+                else _first_lines(str(exc)))
+        fix = ("mark_dynamic bounds are strict. On CPU, Inductor's C++ float sums guard on their size "
+               "(batch x length <= 4096, to choose an accumulation helper), which splits a wide range: use "
+               "dynamic=unbacked (no size guards, still one graph), or set dynamic.max (and data.batch_size) "
+               "so that batch x max stays on one side of the guard, or dynamic=automatic / bucket, which let "
+               "the compiler choose its graphs")
+    elif kind == "backend":
+        what = f"backend {ti.backend_name(exc)!r} failed: {_first_lines(str(ti.inner_exception(exc)), 1)}"
+        fix = ("try compile.backend=aot_eager to tell a Dynamo/AOTAutograd problem from a backend one, or set "
+               "compile.on_error=eager to run this frame eagerly")
+    elif kind == "unsupported":
+        gb_type = ti.graph_break_type(exc) or "unsupported"
+        explanation = re.search(r"Explanation: (.+)", str(exc))
+        what = f"graph break '{gb_type}'" + (f": {explanation[1].strip()}" if explanation else "")
+        fix = ("set compile.fullgraph=false to let Dynamo split the graph there, move that call out of the "
+               "compiled code, or set compile.on_error=eager to run this frame eagerly")
+    else:
+        what = f"{type(exc).__name__}: {_first_lines(str(exc))}"
+        fix = "set compile.on_error=eager to run this frame eagerly, or compile.backend=aot_eager to narrow it down"
+    place = f" in {where}" if where else ""
+    return f"compile failed{place}: {what}. Fix: {fix}."

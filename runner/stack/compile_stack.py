@@ -1,0 +1,280 @@
+"""``CompileStack``: the compile stack as one plain object, applied to a LightningModule.
+
+``setup`` applies the transforms in one ordered sequence (torchtitan's ``parallelize_llama`` is the
+model: each transform one call, in order):
+
+    shape policy -> saved-activation strategy -> compile -> optimizer step -> CUDA graphs
+
+What is compiled is decided once, up front, by ``runner.stack.plan.resolve_plan``. Each step then
+runs through ``training_step`` (batch preparation, the components' contexts, deferred logging), and
+``teardown`` restores every process-wide setting the stack changed. The Lightning strategies hold one
+``CompileStack`` and delegate to it; it holds no Lightning state beyond the module it patches, so it
+is testable on its own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import logging
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import lightning as L
+import torch
+from torch.optim import Optimizer
+
+from runner import torch_internals as ti
+from runner.config.schema import (
+    CompileConfig,
+    CudaGraphsConfig,
+    DynamicConfig,
+    OffloadConfig,
+    OffloadStrategy,
+    OnError,
+    Scope,
+)
+from runner.stack.compile import apply_compile
+from runner.stack.compile_errors import CompileErrorWatch, explain_compile_error
+from runner.stack.component import StackComponent, overrides
+from runner.stack.cudagraphs import CudaGraphs, build_cudagraphs
+from runner.stack.deferred_log import DeferredLog, discard_logs
+from runner.stack.dynamic import ShapePolicyComponent, build_shape_policy
+from runner.stack.offload import OffloadComponent, build_offload
+from runner.stack.optimizer_step import OptimizerStep
+from runner.stack.plan import CompilePlan, resolve_plan
+
+log = logging.getLogger(__name__)
+
+_CACHE_DIR_ENV = "TORCHINDUCTOR_CACHE_DIR"
+
+
+@dataclass
+class CompileSettings:
+    """Everything the compile stack is configured by: the typed ``compile``, ``dynamic``,
+    ``offload`` and ``cudagraphs`` config nodes, usable without Hydra."""
+
+    compile: CompileConfig = field(default_factory=CompileConfig)
+    dynamic: DynamicConfig = field(default_factory=DynamicConfig)
+    offload: OffloadConfig = field(default_factory=OffloadConfig)
+    cudagraphs: CudaGraphsConfig = field(default_factory=CudaGraphsConfig)
+
+
+def _skip_zero_grad(*args: Any, **kwargs: Any) -> None:
+    """Stands in for ``LightningModule.optimizer_zero_grad`` when the step zeroes gradients itself."""
+
+
+class CompileStack:
+    """Applies the compile stack to a LightningModule and runs each training step through it."""
+
+    def __init__(self, settings: CompileSettings) -> None:
+        self.settings = settings
+        self.deferred_log = DeferredLog()
+        self.plan: CompilePlan | None = None
+        self.components: list[StackComponent] = []
+        self.errors = CompileErrorWatch(settings.compile.on_error)
+        self.optimizer_step_policy: OptimizerStep | None = None
+        self.offload_measured: dict[str, Any] = {}
+        self.modules_compiled = 0
+        self.steps = 0
+        self._torch = ti.TorchSettings()
+        self._module: L.LightningModule | None = None
+        self._step: Callable[..., Any] | None = None
+        self._accumulate = 1
+        self._micro_batches = 0
+        self._optimizers: list[Optimizer] = []
+        self._preparers: list[Callable[[Any], Any]] = []
+        self._contexts: list[Callable[[], contextlib.AbstractContextManager[Any]]] = []
+        self._step_enders: list[Callable[[int], None]] = []
+
+    @property
+    def backward_in_step(self) -> bool:
+        return self.settings.compile.scope is Scope.step_backward
+
+    # -- setup: the ordered sequence -----------------------------------------------------------
+    def setup(self, module: L.LightningModule, optimizers: list[Optimizer], device: torch.device,
+              accumulate_grad_batches: int = 1) -> None:
+        """Configure torch, transform the module in order, compile, and prepare the optimizers."""
+        s = self.settings
+        self._accumulate = accumulate_grad_batches
+        shape = build_shape_policy(s.dynamic)
+        offload = build_offload(s.offload, device, s.compile.block_types)
+        offload.measured = self.offload_measured
+        cudagraphs = build_cudagraphs(s.cudagraphs, device)
+        plan = self.plan = resolve_plan(s.compile, s.cudagraphs, shape.dynamic_arg, device, optimizers,
+                                        cudagraphs_active=isinstance(cudagraphs, CudaGraphs))
+        self.components = [self.errors, shape, offload, cudagraphs]
+        self._configure_compiler()
+        self.errors.configure()
+        apply_shape_policy(shape, module)
+        apply_saved_activations(offload, module)
+        self._step, self.modules_compiled = apply_compile(module, module.training_step, plan, accumulate_grad_batches)
+        self.optimizer_step_policy = apply_optimizer_step(optimizers, plan, device)
+        apply_cudagraphs(cudagraphs, module, optimizers)
+        log.info("compile stack: scope=%s backend=%s optimizer=%s (%s)", plan.scope.value, plan.kwargs["backend"],
+                 plan.optimizer.value, plan.optimizer_reason)
+        self._bind(module, optimizers)
+
+    def _configure_compiler(self) -> None:
+        """The process-wide settings the compile config owns (restored by ``teardown``)."""
+        c, t = self.settings.compile, self._torch
+        if c.cache_dir:
+            t.env(_CACHE_DIR_ENV, str(c.cache_dir))
+        # on_error=eager: a frame that fails to compile runs eagerly (counted by telemetry).
+        t.dynamo("suppress_errors", c.on_error is OnError["eager"])
+        # loss.backward() traced into the step's graph for step_backward, and only then.
+        t.dynamo("trace_autograd_ops", c.scope is Scope.step_backward)
+
+    def _bind(self, module: L.LightningModule, optimizers: list[Optimizer]) -> None:
+        """Route every training_step call through the stack; per-step hooks only of components that
+        override them (a disabled feature costs nothing in the hot loop)."""
+        self._module, self._optimizers = module, optimizers
+        comps = self.components
+        self._preparers = [c.prepare_batch for c in comps if overrides(c, "prepare_batch")]
+        self._contexts = [c.step_context for c in comps if overrides(c, "step_context")]
+        if self.plan is not None and self.plan.compiled_autograd:
+            compiler = torch.compile(**self.plan.compiled_autograd_kwargs)
+            self._contexts.append(lambda: ti.compiled_autograd(compiler))
+            self._backward_context: Callable[[], contextlib.AbstractContextManager[Any]] = \
+                lambda: ti.compiled_autograd(compiler)
+        else:
+            self._backward_context = contextlib.nullcontext
+        self._step_enders = [c.on_step_end for c in comps if overrides(c, "on_step_end")]
+        if self.backward_in_step:
+            # Lightning zeroes gradients between training_step and backward; here backward runs inside
+            # the step, so zeroing moves to just before it (same accumulation boundaries).
+            module.optimizer_zero_grad = _skip_zero_grad  # type: ignore[method-assign]
+        # The strategy's call and DDP's forward redirection both reach training_step.
+        module.training_step = self.training_step  # type: ignore[method-assign]
+
+    def teardown(self) -> None:
+        """Unpatch the module and restore every process-wide setting the stack changed."""
+        if self._module is not None:
+            for name in ("training_step", "optimizer_zero_grad"):
+                vars(self._module).pop(name, None)
+        self._module = None
+        for c in reversed(self.components):
+            c.teardown()
+        self._torch.restore()
+
+    # -- per step ------------------------------------------------------------------------------
+    def training_step(self, *args: Any, **kwargs: Any) -> Any:
+        """One training step through every component's context, with deferred logging."""
+        assert self._module is not None and self._step is not None
+        if args and self._preparers:
+            batch = args[0]
+            for prepare in self._preparers:
+                batch = prepare(batch)
+            args = (batch, *args[1:])
+        if self.backward_in_step and self._micro_batches % self._accumulate == 0:
+            for opt in self._optimizers:
+                opt.zero_grad(set_to_none=True)
+        self._micro_batches += 1
+        with contextlib.ExitStack() as stack:
+            for context in self._contexts:
+                stack.enter_context(context())
+            stack.enter_context(self.deferred_log.capture(self._module))
+            return self._step(*args, **kwargs)
+
+    @contextlib.contextmanager
+    def backward_context(self) -> Iterator[None]:
+        with self._backward_context():
+            yield
+
+    def optimizer_step(self, optimizer: Optimizer) -> None:
+        assert self.optimizer_step_policy is not None
+        self.optimizer_step_policy.step(optimizer)
+        self.steps += 1
+        for step_end in self._step_enders:
+            step_end(self.steps)
+
+    # -- what it did ---------------------------------------------------------------------------
+    def explain_compile_error(self, exc: BaseException) -> str | None:
+        """One paragraph for a compile error raised during fit (None when it is not one)."""
+        return explain_compile_error(exc, self.errors)
+
+    def measure_saved_activations(self, module: L.LightningModule, batch: Any, device: torch.device,
+                                  context: Callable[[], contextlib.AbstractContextManager[Any]]
+                                  = contextlib.nullcontext) -> dict[str, Any]:
+        """Saved-activation bytes and gradient error of the offload strategy against ``none``, on the
+        path the run takes: a copy of ``module`` on ``device``, its own ``training_step`` compiled as
+        the plan says, under ``context`` (the trainer's precision). Call before ``fit``: it resets the
+        compiler between variants. The figures also go into this stack's report."""
+        from runner.stack.offload.measure import compare_with_none
+
+        s = self.settings
+        if s.offload.strategy is OffloadStrategy.none or not s.offload.measure:
+            return {}
+        shape = build_shape_policy(s.dynamic)
+        plan = resolve_plan(s.compile, s.cudagraphs, shape.dynamic_arg, device, [], cudagraphs_active=False)
+        original = copy.deepcopy(module).to(device)
+        batch = torch.utils._pytree.tree_map(lambda t: t.to(device) if isinstance(t, torch.Tensor) else t, batch)
+
+        def build_step(m: torch.nn.Module) -> Callable[[Any], torch.Tensor]:
+            lm: Any = m
+            step, _ = apply_compile(lm, lm.training_step, plan)
+
+            def loss(b: Any) -> torch.Tensor:
+                with context(), discard_logs(lm):
+                    out = step(b, 0)
+                return out["loss"] if isinstance(out, Mapping) else out
+
+            return loss
+
+        with self._measurement_settings(plan):
+            self.offload_measured.update(compare_with_none(
+                original, batch, s.offload, build_step, device, tuple(s.compile.block_types), compiled=plan.compiles))
+        return dict(self.offload_measured)
+
+    @contextlib.contextmanager
+    def _measurement_settings(self, plan: CompilePlan) -> Iterator[None]:
+        saved = ti.TorchSettings()
+        saved.dynamo("trace_autograd_ops", plan.backward_in_step)
+        try:
+            yield
+        finally:
+            saved.restore()
+
+    def figures(self) -> dict[str, Any]:
+        """What the stack applied, for the report."""
+        c = self.settings.compile
+        out: dict[str, Any] = {
+            "compile/scope": c.scope.value,
+            "compile/backend": c.backend,
+            "compile/modules_compiled": self.modules_compiled,
+            "compile/compiled_autograd": c.compiled_autograd,
+        }
+        if self.optimizer_step_policy is not None:
+            out.update(self.optimizer_step_policy.figures())
+        for comp in self.components:
+            out.update(comp.figures())
+        return out
+
+
+# -- the ordered transforms, one call each ---------------------------------------------------------
+def apply_shape_policy(shape: ShapePolicyComponent, module: torch.nn.Module) -> None:
+    """1. Dynamo's dynamic-shape settings and (per step) the batch marks."""
+    shape.configure()
+    shape.apply(module)
+
+
+def apply_saved_activations(offload: OffloadComponent, module: torch.nn.Module) -> None:
+    """2. Saved-tensor hooks or checkpoint wrappers, on the plain module, before it is compiled."""
+    offload.configure()
+    offload.apply(module)
+
+
+def apply_optimizer_step(optimizers: list[Optimizer], plan: CompilePlan, device: torch.device) -> OptimizerStep:
+    """4. The optimizer step the plan chose (fused kernel, compiled, or as configured)."""
+    step = OptimizerStep(plan.optimizer, plan.optimizer_reason, plan.optimizer_kwargs)
+    for opt in optimizers:
+        step.prepare(opt, device)
+    return step
+
+
+def apply_cudagraphs(cudagraphs: StackComponent, module: torch.nn.Module, optimizers: list[Optimizer]) -> None:
+    """5. CUDA graphs: static addresses for parameters and optimizer state, step marking."""
+    cudagraphs.configure()
+    cudagraphs.apply(module)
+    cudagraphs.bind_optimizers(optimizers)

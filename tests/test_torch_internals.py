@@ -1,0 +1,221 @@
+"""Pins every torch internal in runner.torch_internals against the installed torch.
+
+A torch upgrade that renames a counter, a metrics field or a private hook fails here, by name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import inspect
+import logging
+import time
+
+import pytest
+import torch
+
+from runner import torch_internals as ti
+
+
+@pytest.fixture(autouse=True)
+def _reset_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def _break_fn(x: torch.Tensor) -> torch.Tensor:
+    y = x.sin()
+    torch._dynamo.graph_break()
+    return y.cos() + 1
+
+
+@pytest.mark.parametrize("key", sorted(ti.COUNTERS))
+def test_counter_names_are_incremented_by_torch(key: str) -> None:
+    group, name, module = ti.COUNTERS[key]
+    source = inspect.getsource(importlib.import_module(module))
+    assert f'counters["{group}"]["{name}"]' in source
+
+
+def test_graph_break_counter_group() -> None:
+    from torch._dynamo import symbolic_convert
+
+    assert f'add_to_stats("{ti.GRAPH_BREAK_GROUP}")' in inspect.getsource(symbolic_convert)
+
+
+def test_metrics_fields_used_by_to_record_exist() -> None:
+    from torch._dynamo.utils import CompilationMetrics
+
+    fields = {f.name for f in dataclasses.fields(CompilationMetrics)}
+    used = {
+        "compile_id", "is_forward", "co_name", "co_filename", "co_firstlineno", "guard_count",
+        "dynamo_cumulative_compile_time_us", "aot_autograd_cumulative_compile_time_us",
+        "backward_cumulative_compile_time_us", "inductor_cumulative_compile_time_us", "recompile_reason",
+        "restart_reasons", "fail_type", "fail_reason", "cudagraph_skip_reason", "start_time_us",
+    }
+    assert used <= fields, used - fields
+
+
+def test_metrics_limit_roundtrip() -> None:
+    before = ti.compilation_metrics_limit()
+    ti.set_compilation_metrics_limit(1234)
+    try:
+        assert ti.compilation_metrics_limit() == 1234
+    finally:
+        ti.set_compilation_metrics_limit(before or 64)
+
+
+def test_real_compile_records_callbacks_guards_and_resume_names() -> None:
+    calls: list[tuple[str, str, object]] = []
+    remove = ti.register_compile_callbacks(
+        lambda trig, cid: calls.append(("start", trig, ti.compiling_target())),
+        lambda trig, cid: calls.append(("end", trig, None)),
+    )
+    n_before = len(ti.compilation_metrics())
+    try:
+        torch.compile(_break_fn, backend="eager", dynamic=False)(torch.randn(3))
+    finally:
+        remove()
+    records = [ti.to_record(m) for m in ti.compilation_metrics()[n_before:]]
+    assert [r.co_name for r in records][0] == "_break_fn"
+    assert ti.resume_parent(records[1].co_name) == "_break_fn"  # continuation naming
+    assert records[0].guard_count and records[0].total_s > 0
+    assert any("graph_break()" in reason for reason in records[0].restart_reasons)
+    assert calls[0][:2] == ("start", "DYNAMO") and calls[0][2][0] == "_break_fn"  # type: ignore[index]
+    assert sum(1 for c in calls if c[0] == "end") == 2
+    live = ti.live_guard_counts()
+    assert any(k.startswith("_break_fn") and v[0] > 0 for k, v in live.items())
+    snap = ti.counters_snapshot()
+    assert sum(ti.graph_break_counts(snap).values()) >= 1
+    assert ti.counter(snap, "unique_graphs") >= 2
+    assert ti.compiling_target() is None  # outside a compile
+
+
+def test_compiling_target_names_the_wrapped_module() -> None:
+    names: list[object] = []
+    remove = ti.register_compile_callbacks(lambda t, c: names.append(ti.compiling_target()), lambda t, c: None)
+    try:
+        torch.compile(torch.nn.Linear(2, 2), backend="eager")(torch.randn(1, 2))
+    finally:
+        remove()
+    assert names[0][0] == "Linear.forward"  # type: ignore[index]
+
+
+def test_graph_break_logger_is_the_artifact_logger() -> None:
+    logger = ti.graph_break_logger()
+    assert isinstance(logger, logging.Logger) and logger.name.endswith("__graph_breaks")
+
+
+def test_stance_swap_and_restore() -> None:
+    assert ti.current_stance() == "default"
+    prior = ti.force_eager_stance()
+    try:
+        assert ti.current_stance() == "force_eager"
+    finally:
+        ti.restore_stance(prior)
+    assert ti.current_stance() == "default"
+
+
+# -- dynamic shapes ------------------------------------------------------------------------------
+def test_torch_internals_are_pinned() -> None:
+    """The fail_on_recompile message, compile records and dynamic-shape marks the shape policies use."""
+    torch._dynamo.reset()
+    start = time.time_ns() // 1000
+    f = torch.compile(lambda t: t.sin() + 1, backend="eager", dynamic=False)
+    f(torch.randn(3))
+    with pytest.raises(RuntimeError) as info, torch.compiler.set_stance("fail_on_recompile"):
+        f(torch.randn(4))
+    assert ti.is_fail_on_recompile(info.value)
+    assert "size mismatch at index 0. expected 3, actual 4" in str(info.value)
+    f(torch.randn(4))
+    assert ti.graphs_compiled() == 2
+    records = [r for r in map(ti.to_record, ti.compilation_metrics()) if (r.start_us or 0) >= start]
+    assert len(records) == 2 and all(r.total_s > 0 for r in records)
+    assert any("expected 3, actual 4" in (r.recompile_reason or "") for r in records)
+    t = torch.randn(2, 5)
+    ti.mark_unbacked(t, 1, min=2, max=None, shape_id="dim1")
+    ti.mark_dynamic(t, 1, min=2, max=None)
+    ti.maybe_mark_dynamic(t, 0)
+
+
+
+# -- saved-tensor hooks traced into the graph ------------------------------------------------------
+def test_pinned_saved_tensor_hook_internals() -> None:
+    from torch._functorch._aot_autograd import graph_compile, utils
+
+    from runner.stack.offload.hooks import SavedTensorCodec
+
+    assert callable(graph_compile._get_saved_tensor_hook_context)
+    assert callable(utils.saved_tensors_hooks_are_inlineable)
+    assert ti.traced_saved_node() is None  # eagerly there is no traced node
+    codec = SavedTensorCodec("bf16", 0, ())
+    assert ti.hooks_are_inlineable(codec.pack_gm, codec.unpack_gm)
+    assert not ti.hooks_are_inlineable(codec.pack, codec.unpack)
+    assert ti.memory_budget() == 1.0
+
+
+# -- pins: the torch log records runner parses ------------------------------------------------------------
+def test_pinned_convert_frame_records() -> None:
+    hit = logging.LogRecord("torch._dynamo.convert_frame", logging.WARNING, "", 0,
+                            "torch._dynamo hit config.%s (%s)\n   function: %s\n   last reason: %s\n", (
+                                "recompile_limit", 8, "'g' (x.py:3)", "0/7: n == 7  # x.py:3 in g", "url"), None)
+    assert ti.limit_hit_from_record(hit) == {"limit": "recompile_limit=8", "function": "'g' (x.py:3)",
+                                             "reason": "0/7: n == 7  # x.py:3 in g"}
+    fb = logging.LogRecord("torch._dynamo.convert_frame", logging.WARNING, "", 0,
+                           "WON'T CONVERT g /a/x.py line 13 \ndue to: \nTraceback ...\n"
+                           "torch._dynamo.exc.BackendCompilerFailed: backend='b' raised:\nValueError: boom", (), None)
+    parsed = ti.fallback_from_record(fb)
+    assert parsed is not None and parsed["function"] == "'g' (/a/x.py:13)" and "ValueError: boom" in parsed["reason"]
+
+
+# -- process-wide settings ---------------------------------------------------------------------------
+def test_torch_settings_restore_what_they_found(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    before_limit = torch._dynamo.config.recompile_limit
+    s = ti.TorchSettings()
+    s.dynamo("recompile_limit", before_limit + 5)
+    s.dynamo("recompile_limit", before_limit + 6)  # a second change still restores the first value
+    s.inductor("triton.cudagraph_skip_dynamic_graphs", True)
+    s.functorch("activation_memory_budget", 0.25)
+    s.env("TORCHINDUCTOR_CACHE_DIR", "/tmp/x")
+    prior_collectives = torch.compiler.set_enable_guard_collectives(False)
+    s.guard_collectives(True)
+    assert torch._dynamo.config.recompile_limit == before_limit + 6
+    assert torch._inductor.config.triton.cudagraph_skip_dynamic_graphs is True
+    assert torch._functorch.config.activation_memory_budget == 0.25
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == "/tmp/x"
+    assert ti.managed_settings()["guard_collectives"] is True
+    s.restore()
+    assert torch._dynamo.config.recompile_limit == before_limit
+    assert torch._inductor.config.triton.cudagraph_skip_dynamic_graphs is False
+    assert torch._functorch.config.activation_memory_budget == 1.0
+    assert "TORCHINDUCTOR_CACHE_DIR" not in os.environ
+    assert ti.managed_settings()["guard_collectives"] is False
+    torch.compiler.set_enable_guard_collectives(prior_collectives)
+
+
+def test_no_other_module_names_private_torch_compile_internals() -> None:
+    """Only runner/torch_internals.py may reach into torch._dynamo, torch._inductor or torch._functorch
+    (imports or attribute access; docstrings may name them)."""
+    import ast
+    from pathlib import Path
+
+    private = ("_dynamo", "_inductor", "_functorch")
+    root = Path(ti.__file__).parent
+    offenders = []
+    for path in sorted(root.rglob("*.py")):
+        if path.name == "torch_internals.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names: list[str] = []
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "torch":
+                names = [f"torch.{node.attr}"]
+            if any(n.split(".")[:2] in (["torch", p] for p in private) for n in names):
+                offenders.append(f"{path.relative_to(root.parent)}:{node.lineno}")
+    assert offenders == []
