@@ -40,7 +40,7 @@ import torch.nn.functional as F
 from runner.config.schema import OffloadConfig, OffloadStrategy
 from runner.models.gpt import GPT
 from runner.stack.offload import build_offload
-from runner.stack.offload.component import CheckpointOffload, OffloadComponent
+from runner.stack.offload.component import OffloadComponent
 from runner.stack.offload.measure import _fresh_code, flat_grads, rel_error, saved_bytes_meter
 
 Batch = tuple[torch.Tensor, torch.Tensor]
@@ -93,14 +93,16 @@ class Variant:
         t0 = time.perf_counter()
         with self.comp.step_context():
             loss = self.step_fn(self.comp.prepare_batch(b))
-        loss.backward()
+        if loss.requires_grad:  # step_backward mode: backward already ran inside the compiled step
+            loss.backward()
         if train:
             self.opt.step()
             self.opt.zero_grad(set_to_none=True)
         return time.perf_counter() - t0, float(loss.detach())
 
 
-def build(name: str, cfg: OffloadConfig, base: torch.nn.Module, backend: str | None, check: Batch) -> Variant:
+def build(name: str, cfg: OffloadConfig, base: torch.nn.Module, backend: str | None, check: Batch,
+          with_backward: bool = False) -> Variant:
     model = copy.deepcopy(base)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -112,7 +114,13 @@ def build(name: str, cfg: OffloadConfig, base: torch.nn.Module, backend: str | N
         def step(b: Batch) -> torch.Tensor:
             return loss_of(model, b)
 
-        fn = torch.compile(_fresh_code(step), backend=backend) if backend else step
+        def step_and_backward(b: Batch) -> torch.Tensor:
+            loss = loss_of(model, b)
+            loss.backward()
+            return loss.detach()
+
+        chosen = step_and_backward if with_backward else step
+        fn = torch.compile(_fresh_code(chosen), backend=backend) if backend else chosen
         opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.1)
         v = Variant(name, cfg, model, comp, fn, opt)
         # First step on the check batch compiles forward and backward (within the configured
@@ -121,22 +129,25 @@ def build(name: str, cfg: OffloadConfig, base: torch.nn.Module, backend: str | N
         model.zero_grad(set_to_none=True)
         with saved_bytes_meter(torch.device("cpu")) as meter, comp.step_context():
             loss = fn(check)
-        loss.backward()
+        if loss.requires_grad:
+            loss.backward()
         v.figures["saved_bytes"] = meter.bytes
         v.figures["grads"] = flat_grads(model)
         model.zero_grad(set_to_none=True)
         return v
     finally:
-        if isinstance(comp, CheckpointOffload):
-            comp.restore()
+        comp.teardown()
 
 
-def run_mode(mode: str, backend: str | None, base: torch.nn.Module, batches: list[Batch]) -> list[dict[str, Any]]:
+def run_mode(mode: str, backend: str | None, base: torch.nn.Module, batches: list[Batch],
+             with_backward: bool = False, names: tuple[str, ...] | None = None) -> list[dict[str, Any]]:
     check, train = batches[0], batches[1:]
     variants = []
     for name, cfg in VARIANTS:
+        if names is not None and name not in names:
+            continue
         torch.manual_seed(0)
-        variants.append(build(name, cfg, base, backend, check))
+        variants.append(build(name, cfg, base, backend, check, with_backward))
         print(f"  [{mode}] {name}: first step {variants[-1].figures['first_step_s']:.1f} s", flush=True)
     for i, b in enumerate(train):
         k = i % len(variants)
@@ -147,10 +158,12 @@ def run_mode(mode: str, backend: str | None, base: torch.nn.Module, batches: lis
     ref = variants[0]
     rows = []
     for v in variants:
+        reduction = ref.figures["saved_bytes"] / max(1, v.figures["saved_bytes"])
         rows.append({
-            "mode": mode, "strategy": v.name, "path": v.comp.current_path(),
+            # the same rule as a run's measurement: a strategy that packs nothing reports path none
+            "mode": mode, "strategy": v.name, "path": v.comp.current_path() if reduction >= 1.02 else "none",
             "saved_mib": v.figures["saved_bytes"] / 2**20,
-            "reduction_x": ref.figures["saved_bytes"] / max(1, v.figures["saved_bytes"]),
+            "reduction_x": reduction,
             "step_ms": 1e3 * statistics.median(v.times),
             "step_ratio": statistics.median(v.times) / statistics.median(ref.times),
             "grad_rel_error": rel_error(v.figures["grads"], ref.figures["grads"]),
@@ -189,8 +202,13 @@ def main() -> None:
     t0 = time.time()
     rows: list[dict[str, Any]] = []
     for mode, be in ((f"compiled ({backend})", backend), ("eager", None)):
-        torch._dynamo.reset()
+        torch.compiler.reset()
         rows += run_mode(mode, be, base, batches)
+    # compile.scope=step_backward: forward, loss and backward in one graph (trace_autograd_ops)
+    torch.compiler.reset()
+    with torch._dynamo.config.patch(trace_autograd_ops=True):
+        rows += run_mode(f"step_backward ({backend})", backend, base, batches, with_backward=True,
+                         names=("none", "bf16"))
     print()
     print(table(rows))
     if not torch.cuda.is_available():

@@ -1,27 +1,50 @@
-"""``python -m runner +recipe=NAME [overrides]``; ``python -m runner --list-recipes``.
+"""``runner [+recipe=NAME] [overrides]`` (or ``python -m runner``); ``runner --list-recipes``; ``--help``.
 
-The config is composed and validated once before Hydra's own entry point runs, so a bad key, value
-or combination is reported in one paragraph and nothing (not even a run directory) is written.
+Run from any directory: ``./conf/<group>/`` and ``./recipes/`` there (and in ``--config-dir`` /
+``hydra.searchpath`` directories) come before runner's own, and the directory is importable, so a
+project's recipe can name its own classes by ``_target_``. The config is composed and validated
+once before Hydra's own entry point runs, so a bad key, value or combination is reported in one
+paragraph and nothing (not even a run directory) is written.
 """
 
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig
 
-from runner.config import CONF_DIR, ConfigError, load, recipes
-from runner.config.precheck import precheck
-from runner.config.store import register_configs
+from runner.config import CONF_DIR, ConfigError, load
+from runner.config.load import list_recipes
+from runner.config.precheck import command_line, precheck, search_dirs
+from runner.config.store import config_dirs, register_configs, set_config_dirs
+from runner.console import quiet_third_party
+
+_LIST = "--list-recipes"
 
 
 def _list_recipes() -> None:
-    items = recipes()
-    width = max(len(n) for n in items)
-    print("recipes (use: python -m runner +recipe=NAME):")
-    for name, desc in items.items():
-        print(f"  {name:<{width}}  {desc}")
+    """Every recipe, grouped by where it comes from (the project's first: they win)."""
+    items = list_recipes()
+    width = max((len(r.name) for r in items), default=0)
+    origin = None
+    for r in items:
+        if r.origin != origin:
+            origin = r.origin
+            print(f"recipes from {origin}{' (this project)' if origin.startswith('./') else ''}:")
+        note = "" if r.active else f"  (replaced by {next(o.origin for o in items if o.name == r.name)}/{r.name}.yaml)"
+        print(f"  {r.name:<{width}}  {r.description}{note}")
+    print("run one with: runner +recipe=NAME" if items else "no recipes found")
+
+
+def _make_importable(extra_roots: list[Path]) -> None:
+    """The current directory (and project roots given with --config-dir) on ``sys.path``, as
+    ``python -m`` has it: a recipe's ``_target_`` may name the project's own classes. The
+    ``runner`` console script starts with its own bin/ directory there instead."""
+    for i, root in enumerate([Path.cwd(), *extra_roots]):
+        if str(root) not in sys.path:
+            sys.path.insert(0 if i == 0 else len(sys.path), str(root))
 
 
 @hydra.main(config_path=str(CONF_DIR), config_name="config", version_base=None)
@@ -39,12 +62,17 @@ def _hydra_main(cfg: DictConfig) -> None:
 
 
 def main() -> None:
-    if "--list-recipes" in sys.argv[1:]:
+    quiet_third_party()
+    argv = sys.argv[1:]
+    args = command_line([a for a in argv if a != _LIST])
+    set_config_dirs(search_dirs(args) if args is not None else [])
+    _make_importable([d for d in config_dirs() if (d / "conf").is_dir() or (d / "recipes").is_dir()])
+    if _LIST in argv:
         _list_recipes()
         return
     register_configs()
     try:
-        precheck(sys.argv[1:])
+        precheck(argv)
     except ConfigError as e:
         print(f"runner: {e}", file=sys.stderr)
         sys.exit(2)

@@ -6,6 +6,7 @@ arguments (torchtune's rule), so the strategy and the LightningModule never see 
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from pathlib import Path
 from typing import Any
@@ -18,12 +19,13 @@ from torch import nn
 
 from runner.config.paths import checkpoint_dir
 from runner.config.schema import RunConfig
-from runner.config.targets import Batching
+from runner.config.targets import Batching, SyntheticDataSchema, TextDataSchema
 from runner.reliability import AtomicCheckpointIO, build_reliability_callbacks
 from runner.stack.dynamic.policy import resolve_bounds, resolve_pad_to
 from runner.strategy import CompileStrategy, DDPCompileStrategy
 from runner.training.module import TrainModule
 from runner.training.progress_bar import RunProgressBar
+from runner.training.summary import RunModelSummary
 
 
 def build_datamodule(cfg: RunConfig) -> L.LightningDataModule:
@@ -59,13 +61,25 @@ def build_strategy(cfg: RunConfig) -> CompileStrategy | DDPCompileStrategy:
     t = cfg.trainer
     seq_len = getattr(cfg.data, "seq_len", None)
     dynamic = resolve_bounds(cfg.dynamic, seq_len if isinstance(seq_len, int) else None)
+    if not shapes_vary(cfg):
+        # Ranks agree on dynamic dims only when shapes can differ: with fixed shapes the agreement would
+        # be pure cost (torch's guard collectives: an all-gather per compiled-frame entry, every step).
+        dynamic = dataclasses.replace(dynamic, compiler_collectives=False)
     if t.is_distributed():
         backend = "gloo" if t.accelerator == "cpu" else None
         return DDPCompileStrategy(compile=cfg.compile, dynamic=dynamic, offload=cfg.offload,
                                   cudagraphs=cfg.cudagraphs, process_group_backend=backend)
-    device = "cpu" if t.accelerator == "cpu" else None
+    device = t.single_device()
     return CompileStrategy(compile=cfg.compile, dynamic=dynamic, offload=cfg.offload, cudagraphs=cfg.cudagraphs,
                            device=device)
+
+
+def shapes_vary(cfg: RunConfig) -> bool:
+    """Whether batch shapes can change between steps or ranks: runner's packed text and synthetic data
+    never do; documents do; a user's own data module might."""
+    if isinstance(cfg.data, (TextDataSchema, SyntheticDataSchema)):
+        return getattr(cfg.data, "batching", None) is Batching.documents
+    return True
 
 
 def build_callbacks(cfg: RunConfig) -> list[Callback]:
@@ -79,6 +93,7 @@ def build_callbacks(cfg: RunConfig) -> list[Callback]:
         LearningRateMonitor(logging_interval="step"),
         CompileTelemetry(cfg.telemetry, Path(cfg.run_dir)),
         *build_reliability_callbacks(cfg),
+        RunModelSummary(),  # Lightning's summary without its "FLOPs: 0" column
     ]
     if cfg.trainer.enable_progress_bar:  # Lightning refuses a progress-bar callback when bars are off
         callbacks.append(RunProgressBar())

@@ -559,3 +559,38 @@ def mark_wrapped(node: Any, cache_hash: str) -> None:
 def memory_budget() -> float:
     """The partitioner's ``activation_memory_budget`` (1.0, torch's default, saves everything)."""
     return float(torch._functorch.config.activation_memory_budget)
+
+
+# -- CUDA-graph trees ----------------------------------------------------------------------------
+def cudagraph_tree_state(device_index: int) -> str | None:
+    """What Inductor's CUDA-graph tree on ``device_index`` did last in this thread: ``NONE``,
+    ``WARMUP``, ``RECORDING`` or ``EXECUTION`` (a replay); None when no tree exists there.
+    (``torch._inductor.cudagraph_trees``: ``get_manager(...).path_state``.)"""
+    from torch._inductor import cudagraph_trees
+
+    manager = cudagraph_trees.get_manager(device_index, create_if_none_exists=False)
+    return None if manager is None else str(manager.path_state.name)
+
+
+CUDAGRAPH_RECORDING_TRIGGER = "CUDAGRAPH_RECORDING"
+"""The compile-callback trigger torch reports while a CUDA graph is recorded (``CallbackTrigger``)."""
+
+
+# -- Python state read inside a compiled step --------------------------------------------------------
+def local_source_pattern(local: str, attributes: str = "") -> str:
+    """A ``dynamic_sources`` regex for what Dynamo names frame local ``local`` (``L['self']``), then
+    ``attributes`` (a regex for the attribute path below it, e.g. ``r"\\._trainer\\.fit_loop\\..*"``)."""
+    return re.escape(f"L['{local}']") + attributes
+
+
+def add_dynamic_sources(settings: TorchSettings, patterns: list[str]) -> None:
+    """Ints (and tensors) whose Dynamo source name matches one of ``patterns`` are dynamic from their
+    first compile: ``torch.compiler.config.dynamic_sources``, kept with what was set before.
+
+    A matching int becomes a graph input (a backed SymInt, not specialised on 0/1) instead of a
+    constant guarded with ``==``: Dynamo specialises every int reached through an ``nn.Module``
+    (``is_int_specialization_case``), so ``self.global_step`` would recompile every step.
+    """
+    prior = str(_config_module("torch.compiler.config").dynamic_sources)
+    entries = [p for p in prior.split(",") if p] + [p for p in patterns if p not in prior.split(",")]
+    settings._config("torch.compiler.config", "dynamic_sources", ",".join(entries))

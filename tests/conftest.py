@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Iterator
 
 import pytest
 import torch
 
 os.environ.setdefault("WANDB_MODE", "offline")
+# The MFU peak probe caches per machine; tests (and the processes they start) keep theirs out of ~/.cache.
+os.environ.setdefault("RUNNER_CACHE_DIR", tempfile.mkdtemp(prefix="runner-test-cache-"))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -146,3 +146,36 @@ def test_lightning_injects_a_distributed_sampler_into_the_grouped_batches() -> N
         sampler = DistributedSampler(loader.dataset, num_replicas=2, rank=rank, shuffle=True, seed=0)
         ranks.append([i for b in _update_dataloader(loader, sampler).batch_sampler for i in b])  # type: ignore[union-attr]
     assert ranks[0] and ranks[1] and not set(ranks[0]) & set(ranks[1])
+
+
+# -- data.path: any UTF-8 text, whatever its name; binary skipped by content ---------------------------
+def test_every_text_file_is_read_whatever_its_name(tmp_path: Path) -> None:
+    (tmp_path / "notes").write_text("plain notes without an extension\n" * 20)
+    (tmp_path / "train.jsonl").write_text('{"text": "a json line"}\n' * 20)
+    (tmp_path / "main.rs").write_text("fn main() { println!(\"héllo\"); }\n" * 20)
+    (tmp_path / "image.png").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00" + bytes(range(256)) * 8)
+    (tmp_path / "latin1.txt").write_bytes("caf\xe9 cr\xe8me\n".encode("latin-1") * 20)  # not UTF-8
+    (tmp_path / ".git").mkdir()
+    (tmp_path / ".git" / "config").write_text("[core]\n" * 50)  # hidden directories are not the user's text
+    (tmp_path / "empty").write_text("")
+    docs = read_documents(tmp_path, max_bytes=None)
+    assert sorted(d[:10] for d in docs) == [b"fn main() ", b"plain note", b'{"text": "']
+
+
+def test_a_single_file_without_extension_is_read(tmp_path: Path) -> None:
+    (tmp_path / "corpus").write_text("some text " * 100)
+    assert read_documents(tmp_path / "corpus", max_bytes=None) == [b"some text " * 100]
+
+
+def test_binary_only_path_is_refused_with_the_fix(tmp_path: Path) -> None:
+    (tmp_path / "weights.bin").write_bytes(bytes(range(256)) * 64)
+    with pytest.raises(FileNotFoundError, match=r"no non-empty text files.*binary or not UTF-8.*data.path=null"):
+        read_documents(tmp_path, max_bytes=None)
+
+
+def test_utf8_sniffing_accepts_a_character_cut_at_the_head() -> None:
+    from runner.data.corpus import is_text
+
+    text = "naïve café ".encode() * 10
+    assert is_text(text[:-1]) and is_text(text)  # the last é cut in half: still text
+    assert not is_text(b"abc\x00def") and not is_text(b"\xff\xfe\x00a")

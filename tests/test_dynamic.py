@@ -121,6 +121,7 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def fit(corpus: Path, dynamic: DynamicConfig, steps: int = 10, backend: str = "eager",
+        optimizer: OptimizerPolicy = OptimizerPolicy.none, val_batches: int = 0,
         ) -> tuple[list[float], dict[str, Any], list[int]]:
     """Train a tiny GPT on per-document batches; return losses, the stack summary and batch lengths."""
     torch._dynamo.reset()  # a second fit in one test would reuse the first one's graphs
@@ -137,9 +138,10 @@ def fit(corpus: Path, dynamic: DynamicConfig, steps: int = 10, backend: str = "e
             lengths.append(batch[0].shape[1])
 
     rec = Lengths()
-    strategy = CompileStrategy(compile=CompileConfig(scope=Scope.step, backend=backend, optimizer=OptimizerPolicy.none),
+    strategy = CompileStrategy(compile=CompileConfig(scope=Scope.step, backend=backend, optimizer=optimizer),
                                dynamic=dynamic, device="cpu")
-    trainer = L.Trainer(accelerator="cpu", strategy=strategy, max_steps=steps, logger=False, limit_val_batches=0,
+    trainer = L.Trainer(accelerator="cpu", strategy=strategy, max_steps=steps, logger=False,
+                        limit_val_batches=val_batches, val_check_interval=max(1, steps // 2),
                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                         callbacks=[rec])
     trainer.fit(module, data)
@@ -198,17 +200,28 @@ def test_eager_on_recompile_runs_new_shapes_eagerly(corpus: Path) -> None:
     assert s["dynamic/graphs"] == 1  # nothing compiled after warm-up
 
 
-def test_dynamo_flags_are_set_each_run() -> None:
+def test_dynamo_flags_are_set_each_run_and_restored() -> None:
     import torch._dynamo.config as dc
 
     from runner.stack.dynamic import build_shape_policy
 
-    build_shape_policy(DynamicConfig(policy=ShapePolicy.bucket, recompile_limit=5, specialize_float=False)).configure()
+    before = (dc.recompile_limit, dc.specialize_float, dc.automatic_dynamic_shapes)
+    policy = build_shape_policy(DynamicConfig(policy=ShapePolicy.bucket, recompile_limit=5, specialize_float=False))
+    policy.configure()
     assert (dc.recompile_limit, dc.specialize_float, dc.automatic_dynamic_shapes) == (5, False, False)
-    build_shape_policy(DynamicConfig()).configure()
-    assert (dc.recompile_limit, dc.specialize_float, dc.automatic_dynamic_shapes) == (8, True, True)
     assert dc.enable_compiler_collectives is False
+    policy.teardown()
+    assert (dc.recompile_limit, dc.specialize_float, dc.automatic_dynamic_shapes) == before
     assert torch.compiler.set_enable_guard_collectives(False) is False  # returns the previous setting
+
+
+def test_policy_figures_count_the_training_step_frame_only(corpus: Path) -> None:
+    """A compiled optimizer step and validation compile too; the shape policy's figures are about the
+    training step's frame (compiles that started inside a training step)."""
+    _, s, _ = fit(corpus, DynamicConfig(policy=ShapePolicy.dynamic), steps=4, optimizer=OptimizerPolicy.compiled,
+                  val_batches=1)
+    assert s["dynamic/frame_compiles"] == 1 and s["dynamic/recompiles"] == 0
+    assert s["dynamic/graphs"] == 1
 
 
 # -- config ------------------------------------------------------------------------------------------
@@ -270,3 +283,21 @@ def test_unset_max_becomes_the_datas_longest_batch(tmp_path: Path) -> None:
     assert resolve_bounds(DynamicConfig(policy=ShapePolicy.automatic), 256).max is None  # nothing is marked
     cfg = load(compose(["dynamic=strict", "data=text_documents", "data.seq_len=128"], run_dir=str(tmp_path)))
     assert cfg.dynamic.max is None and build_strategy(cfg).stack.settings.dynamic.max == 128
+
+
+@pytest.mark.parametrize(("data", "collectives"), [("text", False), ("text_documents", True), ("synthetic", False)])
+def test_ranks_agree_on_shapes_only_when_shapes_can_vary(data: str, collectives: bool, tmp_path: Path) -> None:
+    """Fixed-shape data needs no cross-rank agreement: under DDP on NCCL it would cost an all-gather
+    per compiled-frame entry every step (torch's guard collectives)."""
+    from runner.build import build_strategy
+    from runner.config import compose, load
+
+    overrides = ["+recipe=smoke", f"data={data}", "trainer.devices=2"]
+    if data == "synthetic":
+        overrides = ["+recipe=smoke_mlp", "trainer.devices=2"]
+    cfg = load(compose(overrides, run_dir=str(tmp_path)))
+    strategy = build_strategy(cfg)
+    assert strategy.stack.settings.dynamic.compiler_collectives is collectives
+    enabled = strategy.stack.settings.dynamic.compiler_collectives
+    agreement = resolve_agreement(cfg.dynamic.policy, 2, "nccl", 2, enabled)
+    assert (agreement is not Agreement.local) is collectives

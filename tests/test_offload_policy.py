@@ -135,3 +135,4 @@ def test_memory_budget_is_configured_and_restored() -> None:
     assert comp.figures()["offload/checkpoint_mode"] == "memory_budget"
     comp.teardown()
     assert ti.memory_budget() == before
+    assert comp.figures()["offload/memory_budget"] == pytest.approx(0.3)  # what the run compiled with

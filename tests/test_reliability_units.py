@@ -129,3 +129,17 @@ def test_non_compile_errors_are_left_alone() -> None:
     assert explain_compile_error(ValueError("not a compile error")) is None
 
 
+
+
+# -- the non-finite flag every rank agrees on (the 2-process runs: tests/test_nonfinite_ddp.py) ------
+def test_nonfinite_flag_orders_nan_above_inf() -> None:
+    """The flag is all-reduced with max across ranks: nan anywhere must win over inf elsewhere."""
+    from types import SimpleNamespace
+
+    from runner.reliability.numerics import agreed_flag, nonfinite_flag
+
+    inf, nan = float("inf"), float("nan")
+    flags = [int(nonfinite_flag(torch.tensor(v))) for v in ([1.0, 2.0], [1.0, inf], [nan, 1.0], [nan, -inf])]
+    assert flags == [0, 1, 2, 2]
+    one_process = SimpleNamespace(world_size=1)
+    assert agreed_flag(one_process, torch.tensor(2)) == 2  # type: ignore[arg-type]  # no process group: local

@@ -63,9 +63,25 @@ def test_cuda_graph_warmup_forces_eager_then_leaves_other_stances_alone() -> Non
     from runner.config.schema import CudaGraphMode, CudaGraphsConfig
     from runner.stack.cudagraphs import CudaGraphs
 
-    component = CudaGraphs(CudaGraphsConfig(mode=CudaGraphMode.reduce_overhead, warmup_steps=1))
+    cfg = CudaGraphsConfig(mode=CudaGraphMode.reduce_overhead, warmup_steps=1)
+    component = CudaGraphs(cfg, torch.device("cuda", 0))
     with torch.compiler.set_stance("fail_on_recompile"):
         with component.step_context():
             assert ti.current_stance() == "force_eager"  # warm-up step
         with component.step_context():
             assert ti.current_stance() == "fail_on_recompile"  # not reset to "default"
+        with component.optimizer_step_context():
+            assert ti.current_stance() == "fail_on_recompile"
+
+
+def test_cuda_graph_warmup_covers_the_compiled_optimizer_step() -> None:
+    from runner import torch_internals as ti
+    from runner.config.schema import CudaGraphMode, CudaGraphsConfig
+    from runner.stack.cudagraphs import CudaGraphs
+
+    cfg = CudaGraphsConfig(mode=CudaGraphMode.reduce_overhead, warmup_steps=1)
+    component = CudaGraphs(cfg, torch.device("cuda", 0))
+    with component.step_context():
+        pass
+    with component.optimizer_step_context():
+        assert ti.current_stance() == "force_eager"  # the warm-up step's optimizer step stays eager

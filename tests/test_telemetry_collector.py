@@ -56,6 +56,14 @@ def test_two_recompiles_one_graph_break_with_reasons() -> None:
     assert "graph_break()" in gb["reason"]
     line = breaks_once.__code__.co_firstlineno + 2
     assert gb["user_frame"] == f"{__file__}:{line}"
+    # Every reason comes with a suggested fix (runner.telemetry.advice), in the figures and the report.
+    from runner.telemetry.advice import graph_break_fix, guard_location, recompile_fix
+    from runner.telemetry.report import format_summary
+
+    assert gb["fix"] == graph_break_fix(gb["reason"], gb["user_frame"]) != ""
+    assert all(r["fix"] for r in reasons)
+    assert reasons[0]["fix"] == recompile_fix(reasons[0]["reason"], guard_location(reasons[0]["reason"]))
+    assert f"Fix: {gb['fix']}" in format_summary(figures)
     assert figures["compile/guards_total"] > 0 and figures["compile/guards_max"] > 0
     assert figures["compile/live_guards_total"] > 0
     assert figures["compile/time_s"] > 0 and figures["compile/dynamo_s"] > 0
@@ -105,18 +113,54 @@ def test_short_reason_skips_torch_preamble() -> None:
     assert short_reason(text) == "Call to `foo()`"
 
 
+def test_cudagraph_recording_keeps_the_recompile_step_in_the_event_log() -> None:
+    """A CUDA-graph recording of a recompiled graph reaches the callbacks with the same compile id,
+    steps later (after cudagraphs' warm-up). It must not move the recompile to its own step.
+    Driven through torch's own callback handler with the trigger cudagraph trees use (CPU)."""
+    from torch._dynamo.callback import CallbackTrigger
+
+    compiled = torch.compile(lambda x: x * 2, backend="eager", dynamic=False)
+    with CompileCollector() as collector:
+        collector.step = 3
+        compiled(torch.randn(2))
+        collector.step = 4
+        compiled(torch.randn(3))  # recompile "0/1", in step 4
+        (recompile,) = [e for e in collector.events if e["kind"] == "recompile"]
+        collector.step = 9  # the graph is recorded later, as cudagraph_trees does after warm-up
+        with torch._dynamo.callback_handler.install_callbacks(
+            CallbackTrigger.CUDAGRAPH_RECORDING, recompile["compile_id"]
+        ):
+            time.sleep(0.01)
+        figures = collector.figures()
+    (reason,) = figures["compile/recompile_reasons"]
+    assert reason["step"] == 4, reason  # the step the recompile happened in, not the recording's (9)
+    recording = figures["compile/events"][-1]
+    assert recording["kind"] == "cudagraph_recording" and recording["step"] == 9
+    assert recording["compile_id"] == recompile["compile_id"]
+    assert figures["compile/cudagraph_recordings"] == 1
+    assert figures["compile/cudagraph_recording_s"] >= 0.01
+    # A recording runs the graph, it does not compile it: not in the compile wall time.
+    compiles = [e["duration_s"] for e in figures["compile/events"] if e["kind"] != "cudagraph_recording"]
+    assert figures["compile/wall_s"] == pytest.approx(sum(compiles))
+
+
 def test_progress_prints_start_heartbeat_and_end_from_real_compile() -> None:
+    """The compile lasts until a heartbeat has been printed (an event, not a fixed sleep), so the
+    test does not depend on the heartbeat thread being scheduled within some time on a busy machine."""
     lines: list[str] = []
     lock = threading.Lock()
+    heartbeat = threading.Event()
 
     def sink(message: str) -> None:
         with lock:
             lines.append(message)
+        if message.startswith("  still compiling"):
+            heartbeat.set()
 
     progress = CompileProgress(sink, interval_s=0.05)
 
     def slow_backend(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]):  # noqa: ANN202
-        time.sleep(0.3)  # a compile long enough to need heartbeats
+        assert heartbeat.wait(timeout=60), "no heartbeat within 60 s while compiling"
         return gm.forward
 
     def add_one(x: torch.Tensor) -> torch.Tensor:
@@ -125,6 +169,7 @@ def test_progress_prints_start_heartbeat_and_end_from_real_compile() -> None:
     with CompileCollector(listeners=(progress,)):
         torch.compile(add_one, backend=slow_backend)(torch.randn(2))
     progress.close()
-    assert lines[0].startswith("compiling add_one (") and lines[0].endswith(" ...")
-    assert any(line.startswith("  still compiling add_one") for line in lines[1:-1])
-    assert lines[-1].startswith("compiled add_one (") and lines[-1].endswith(" s")
+    start, end = [line for line in lines if not line.startswith("  still compiling")]
+    assert start.startswith("compiling add_one (") and start.endswith(" ...")
+    assert end.startswith("compiled add_one (") and end.endswith(" s")
+    assert lines.index(start) < min(i for i, line in enumerate(lines) if line.startswith("  still compiling add_one"))

@@ -12,7 +12,7 @@ import torch
 from runner.telemetry.report import format_summary, write_report
 from runner.telemetry.speedup import SpeedupMeter, break_even_step
 from runner.telemetry.sweep import SweepSummary, summarize_sweep
-from runner.telemetry.throughput import batch_counts, default_peak_tflops, estimate_flops, precision_kind
+from runner.telemetry.throughput import batch_counts, estimate_flops
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 
@@ -171,5 +171,25 @@ def test_throughput_helpers() -> None:
     assert batch_counts((torch.zeros(4, 16, dtype=torch.long), torch.zeros(4, 16, dtype=torch.long))) == (4, 64)
     assert batch_counts({"x": torch.zeros(8, 3), "y": torch.zeros(8)}) == (8, None)
     assert estimate_flops(torch.nn.Linear(10, 10), 4, None) == 6 * 110 * 4
-    assert precision_kind("bf16-mixed") == "bf16" and precision_kind("32-true") == "fp32"
-    assert default_peak_tflops(torch.device("cpu"), "32-true") == 0.21
+
+
+def test_untimed_steps_feed_no_step_time_figure() -> None:
+    """On a GPU most steps are not waited for: their host time (the launches) is kept in the series
+    but no step time, throughput or speedup figure uses it, and the plot leaves it out."""
+    meter = SpeedupMeter(pairs=1, steady_steps=1, count_flops=False)
+    meter.record(0, meter.next_mode(), 900.0, compiled_something=True, samples=4)  # the compile
+    meter.record(1, meter.next_mode(), 1.0, compiled_something=False, samples=4, timed=False)
+    assert meter.wants_time(meter.next_mode())  # the pair steps are timed
+    meter.record(2, meter.next_mode(), 1.0, compiled_something=False, samples=4, timed=False)
+    assert not meter.window and meter.next_mode() == "eager"  # an untimed pair step is run again
+    for step, mode in ((3, "eager"), (4, "compiled")):
+        assert meter.next_mode() == mode
+        meter.record(step, mode, 20.0 if mode == "eager" else 10.0, compiled_something=False, samples=4)
+    assert not meter.wants_time(meter.next_mode())  # after the window only sampled steps are timed
+    meter.record(5, meter.next_mode(), 0.5, compiled_something=False, samples=4, timed=False)
+    meter.record(6, meter.next_mode(), 12.0, compiled_something=False, samples=4)
+    figures = meter.figures(compile_time_s=0.9)
+    assert figures["perf/speedup_x"] == 2.0
+    assert figures["perf/step_ms"] == 11.0  # median of the timed compiled steps 10 and 12
+    assert meter.rate("samples") == pytest.approx(8 / 0.022)
+    assert [p["timed"] for p in figures["perf/step_series"]] == [True, False, False, True, True, False, True]

@@ -132,10 +132,20 @@ def test_torch_internals_are_pinned() -> None:
     records = [r for r in map(ti.to_record, ti.compilation_metrics()) if (r.start_us or 0) >= start]
     assert len(records) == 2 and all(r.total_s > 0 for r in records)
     assert any("expected 3, actual 4" in (r.recompile_reason or "") for r in records)
-    t = torch.randn(2, 5)
-    ti.mark_unbacked(t, 1, min=2, max=None, shape_id="dim1")
-    ti.mark_dynamic(t, 1, min=2, max=None)
-    ti.maybe_mark_dynamic(t, 0)
+    # Each mark records itself on the tensor, and a marked dim compiles one graph for every size.
+    u, d, m = torch.randn(2, 5), torch.randn(2, 5), torch.randn(2, 5)
+    ti.mark_unbacked(u, 1, min=2, max=None, shape_id="dim1")
+    ti.mark_dynamic(d, 1, min=2, max=None)
+    ti.maybe_mark_dynamic(m, 0)
+    assert 1 in u._dynamo_unbacked_indices and 1 in d._dynamo_dynamic_indices and 0 in m._dynamo_weak_dynamic_indices
+    torch._dynamo.reset()
+    before = ti.graphs_compiled()
+    g = torch.compile(lambda t: t * 2, backend="eager")
+    for n in (5, 7, 9):
+        x = torch.randn(2, n)
+        ti.mark_dynamic(x, 1, min=2, max=None)
+        g(x)
+    assert ti.graphs_compiled() - before == 1
 
 
 
@@ -219,3 +229,40 @@ def test_no_other_module_names_private_torch_compile_internals() -> None:
             if any(n.split(".")[:2] in (["torch", p] for p in private) for n in names):
                 offenders.append(f"{path.relative_to(root.parent)}:{node.lineno}")
     assert offenders == []
+
+
+# -- Python state read inside a compiled step ----------------------------------------------------------
+def test_dynamic_sources_make_an_nn_module_int_a_graph_input() -> None:
+    """An int reached through an nn.Module is specialised (``== 3``, a recompile per value) unless its
+    source name matches ``torch.compiler.config.dynamic_sources``; the pattern names Dynamo's ``L['x']``."""
+    from torch._dynamo.utils import counters
+
+    class Holder:
+        step = 0
+
+    class M(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.holder = Holder()
+
+        def f(self, x: torch.Tensor, idx: int) -> torch.Tensor:
+            return x * min(1.0, self.holder.step / 10) + idx
+
+    m = M()
+    settings = ti.TorchSettings()
+    before = torch.compiler.config.dynamic_sources
+    pattern = ti.local_source_pattern("self", r"\.holder\..*")
+    assert pattern == r"L\['self'\]\.holder\..*"
+    ti.add_dynamic_sources(settings, [pattern, ti.local_source_pattern("idx", "$")])
+    ti.add_dynamic_sources(settings, [pattern])  # idempotent
+    assert torch.compiler.config.dynamic_sources.split(",")[-2:] == [pattern, r"L\['idx'\]$"]
+    try:
+        counters.clear()
+        f = torch.compile(m.f, backend="eager")
+        for i in range(4):  # 0 and 1 are not specialised either
+            m.holder.step = i
+            assert float(f(torch.ones(1), i)) == pytest.approx(min(1.0, i / 10) + i)
+        assert counters["stats"]["unique_graphs"] == 1
+    finally:
+        settings.restore()
+    assert torch.compiler.config.dynamic_sources == before

@@ -72,6 +72,15 @@ def check_accelerator(cfg: RunConfig) -> str | None:
     if acc in ("cuda", "gpu") and not torch.cuda.is_available():
         return (f"trainer.accelerator={acc} but this machine has no CUDA device (torch {torch.__version__}). "
                 "Use trainer=cpu (trainer.accelerator=cpu).")
+    if acc == "mps" and not torch.backends.mps.is_available():
+        return "trainer.accelerator=mps but this machine has no MPS device. Use trainer=cpu (trainer.accelerator=cpu)."
+    devices = cfg.trainer.devices
+    if acc in ("cuda", "gpu") and isinstance(devices, (list, tuple)):
+        count = torch.cuda.device_count()
+        missing = [d for d in devices if not isinstance(d, int) or not 0 <= d < count]
+        if missing:
+            return (f"trainer.devices={list(devices)}: this machine has {count} CUDA device(s) (indices 0 to "
+                    f"{count - 1}). Name existing ones, e.g. trainer.devices=[0].")
     return None
 
 

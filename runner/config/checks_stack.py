@@ -11,6 +11,13 @@ from runner.config.schema import AfterWarmup, CudaGraphMode, OffloadStrategy, On
 
 _MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
+def cudagraphs_accumulation_error(accumulate_grad_batches: int) -> str:
+    """Why CUDA graphs and gradient accumulation are refused together (config check and stack)."""
+    return (f"cudagraphs=reduce_overhead with trainer.accumulate_grad_batches={accumulate_grad_batches}: each "
+            "micro-batch replays the backward graph into the same static output buffers, so the gradients of "
+            "earlier micro-batches are overwritten before the optimizer step (pytorch/pytorch#169545). Use "
+            "trainer.accumulate_grad_batches=1 with a larger data.batch_size, or cudagraphs=disabled.")
+
 
 def check_step_backward_ddp(cfg: RunConfig) -> str | None:
     if cfg.compile.scope is Scope.step_backward and cfg.trainer.is_distributed():
@@ -119,11 +126,6 @@ def check_memory_budget(cfg: RunConfig) -> str | None:
     return None
 
 
-
-
-
-
-
 def check_backend(cfg: RunConfig) -> str | None:
     backend = cfg.compile.backend
     if cfg.compile.scope is Scope.none:
@@ -134,14 +136,16 @@ def check_backend(cfg: RunConfig) -> str | None:
                 f"(all registered: {', '.join(b for b in known if 'TESTING' not in b)}).")
     return None
 
+
 def check_mode(cfg: RunConfig) -> str | None:
     mode = cfg.compile.mode
     if mode is not None and mode not in _MODES:
         return f"compile.mode={mode} is not an Inductor mode; use one of {', '.join(_MODES)} (or null)."
     if mode == "reduce-overhead":
         return ("compile.mode=reduce-overhead: CUDA graphs are configured by the cudagraphs group. Use "
-                "cudagraphs=reduce_overhead (or +cudagraphs.mode=reduce_overhead) and leave compile.mode unset.")
+                "cudagraphs=reduce_overhead (or cudagraphs.mode=reduce_overhead) and leave compile.mode unset.")
     return None
+
 
 def check_fullgraph(cfg: RunConfig) -> str | None:
     c = cfg.compile
@@ -155,6 +159,31 @@ def check_fullgraph(cfg: RunConfig) -> str | None:
         return ("compile.fullgraph=true with compile.scope=none: nothing is compiled, so fullgraph has no effect. "
                 "Pick a scope (compile=step) or drop compile.fullgraph.")
     return None
+
+
+def check_cudagraphs_combinations(cfg: RunConfig) -> str | None:
+    """CUDA graphs with what cannot work beside them: refused before anything runs."""
+    if cfg.cudagraphs.mode is not CudaGraphMode.reduce_overhead:
+        return None
+    if cfg.trainer.accumulate_grad_batches > 1:
+        return cudagraphs_accumulation_error(cfg.trainer.accumulate_grad_batches)
+    if cfg.compile.scope is Scope.none:
+        return ("cudagraphs=reduce_overhead with compile.scope=none: CUDA graphs record compiled graphs, and "
+                "nothing is compiled. Pick a scope (compile=step) or use cudagraphs=disabled.")
+    if cfg.compile.backend != "inductor":
+        return (f"cudagraphs=reduce_overhead with compile.backend={cfg.compile.backend}: CUDA-graph trees are "
+                "Inductor's; other backends would drop them silently. Use compile.backend=inductor or "
+                "cudagraphs=disabled.")
+    if cfg.offload.strategy is OffloadStrategy.cpu:
+        return ("cudagraphs=reduce_overhead with offload=cpu: offloading to host memory runs stream and event "
+                "calls in eager saved-tensor hooks, which a CUDA graph cannot capture or replay. Use offload=bf16 "
+                "or offload=checkpoint (both work under CUDA graphs), or cudagraphs=disabled.")
+    if cfg.compile.mode not in (None, "max-autotune"):
+        return (f"cudagraphs=reduce_overhead with compile.mode={cfg.compile.mode}: the cudagraphs group sets the "
+                "mode (reduce-overhead). Leave compile.mode unset, or use compile.mode=max-autotune (which "
+                "includes CUDA graphs).")
+    return None
+
 
 def warn_cudagraphs_on_cpu(cfg: RunConfig) -> str | None:
     if cfg.cudagraphs.mode is not CudaGraphMode.disabled and cfg.trainer.accelerator == "cpu":
@@ -178,6 +207,8 @@ CHECKS = [
     check_backend,
     check_mode,
     check_fullgraph,
+    check_cudagraphs_combinations,
 ]
+
 
 WARNINGS = [warn_cudagraphs_on_cpu]

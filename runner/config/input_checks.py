@@ -1,9 +1,260 @@
-"""Checks of what a user types: paths, device counts, checkpoints, recipe fields (see validate)."""
+"""Checks of what a user types that is not a config value's type: paths, device counts, checkpoints,
+classes named by ``_target_`` and the fields given to them.
+
+Each check is a small pure function of the typed ``RunConfig`` returning one paragraph (the key,
+the value, the fix) or None; ``CHECKS`` lists them for the validation that runs before Hydra writes
+anything. A check that needs something that does not exist yet (a missing path, a class that does
+not import) leaves it to the check that names that problem.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
+import os
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 from runner.config.schema import RunConfig
 
-CHECKS: list[Callable[[RunConfig], str | None]] = []
+Check = Callable[[RunConfig], "str | None"]
+
+_GROUPS = ("model", "data", "optimizer", "scheduler")
+_HYDRA_KEYS = {"_target_", "_partial_", "_args_", "_recursive_", "_convert_"}
+_CKPT_KEYWORDS = ("last", "best", "hpc", "registry")
+
+
+def _fields(node: Any) -> dict[str, Any]:
+    """A ``_target_`` node's keys: a schema dataclass or, for an option without one, a dict."""
+    if dataclasses.is_dataclass(node) and not isinstance(node, type):
+        return {f.name: getattr(node, f.name) for f in dataclasses.fields(node)}
+    return dict(node) if isinstance(node, dict) else {}
+
+
+def _locate(target: str) -> tuple[Any, str | None]:
+    """The object ``target`` names, or None and why it cannot be imported."""
+    from hydra._internal.utils import _locate  # what instantiate uses; get_object also logs the error
+
+    try:
+        return _locate(target), None
+    except Exception as e:  # ImportError, AttributeError, or the user's module failing on import
+        cause = e.__cause__ or e
+        return None, f"{type(cause).__name__}: {str(cause).splitlines()[0] if str(cause) else ''}".rstrip(": ")
+
+
+def check_targets(cfg: RunConfig) -> str | None:
+    """Every ``_target_`` imports: a typo or a package that is not importable from here."""
+    for group in _GROUPS:
+        target = _fields(getattr(cfg, group)).get("_target_")
+        if not isinstance(target, str):
+            continue
+        _, error = _locate(target)
+        if error is not None:
+            return (f"{group}._target_={target} cannot be imported ({error}). Check the dotted path "
+                    f"(package.module.Class); a class of your own must be importable from here: run runner "
+                    f"from the directory that holds its package ({Path.cwd()} is on the path), or "
+                    "`pip install -e` that package.")
+    return None
+
+
+def _unexpected(obj: Any, fields: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """Fields ``obj``'s signature does not take, and the parameters it does take."""
+    try:
+        params = inspect.signature(obj).parameters
+    except (TypeError, ValueError):  # a builtin without a signature: nothing to compare
+        return [], []
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return [], []
+    names = [n for n, p in params.items() if p.kind is not inspect.Parameter.VAR_POSITIONAL and n != "self"]
+    return [k for k in fields if k not in _HYDRA_KEYS and k not in names], names
+
+
+def check_target_fields(cfg: RunConfig) -> str | None:
+    """Every field of a group node is an argument its class takes: a recipe written for one model
+    (``model.n_layer``) must not reach another (``model=custom model._target_=my_package.Net``)."""
+    for group in _GROUPS:
+        fields = _fields(getattr(cfg, group))
+        target = fields.get("_target_")
+        obj = _locate(target)[0] if isinstance(target, str) else None
+        if obj is None:
+            continue
+        extra, takes = _unexpected(obj, fields)
+        if extra:
+            source = f"recipe {cfg.recipe} or the command line" if cfg.recipe else "the command line"
+            shown = ", ".join(f"{group}.{k}={fields[k]}" for k in extra)
+            return (f"{shown}: {target} (the selected {group}) takes no argument {', '.join(extra)} "
+                    f"(it takes: {', '.join(takes) or 'nothing'}). It is set by {source}, for "
+                    f"another {group}. Drop it (~{group}.{extra[0]}), or keep {group}-specific settings in a "
+                    f"conf/{group}/NAME.yaml option that the recipe selects (`override /{group}: NAME`).")
+    return None
+
+
+def check_data_arguments(cfg: RunConfig) -> str | None:
+    """The data module's own check of its arguments, when its class has one (``check_arguments``,
+    e.g. ``TextDataModule``: ``data.path`` holds text, at least one batch of it). Found through
+    ``data._target_``, so a user's data module can refuse its config up front the same way."""
+    data = _fields(cfg.data)
+    target = data.get("_target_")
+    cls = _locate(target)[0] if isinstance(target, str) else None
+    check = getattr(cls, "check_arguments", None)
+    if not callable(check):
+        return None
+    message = check(**{k: v for k, v in data.items() if k not in _HYDRA_KEYS})
+    return message if isinstance(message, str) else None
+
+
+def _device_count_error(devices: Any, accelerator: str) -> str | None:
+    if devices == "auto":
+        return None
+    if isinstance(devices, str) and devices.strip().lstrip("-").isdigit():
+        devices = int(devices)
+    on_cpu = accelerator == "cpu" or (accelerator == "auto" and not _cuda_count())
+    if on_cpu:
+        if isinstance(devices, int) and not isinstance(devices, bool) and devices >= 1:
+            return None
+        return (f"trainer.devices={devices!r} on the CPU: give a number of processes >= 1 "
+                "(trainer.devices=2 trains with two DDP processes over gloo), or trainer.devices=auto.")
+    count = _cuda_count()
+    if count == 0:
+        return None  # no CUDA device at all: check_accelerator says so
+    if isinstance(devices, int) and not isinstance(devices, bool) and (devices == -1 or 1 <= devices <= count):
+        return None
+    return (f"trainer.devices={devices!r} on trainer.accelerator={accelerator}, which has {count} device(s): "
+            f"give a count from 1 to {count}, -1 for all, or a list of device indices (trainer.devices=[0]).")
+
+
+def _cuda_count() -> int:
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def check_devices(cfg: RunConfig) -> str | None:
+    """``trainer.devices`` is a count the accelerator has (lists of CUDA indices: ``check_accelerator``)."""
+    t = cfg.trainer
+    if t.accelerator not in ("cpu", "cuda", "gpu", "auto"):
+        return None  # mps and others: Lightning's own checks
+    if isinstance(t.devices, (list, tuple)) and t.accelerator != "cpu":
+        return None
+    return _device_count_error(t.devices, t.accelerator)
+
+
+def _multi_node_launch() -> bool:
+    """Whether a launcher started this process as one node of several (torchrun, SLURM, LSF, MPI,
+    or the env vars of a manual launch)."""
+    from lightning.fabric.plugins.environments import (
+        LSFEnvironment,
+        MPIEnvironment,
+        SLURMEnvironment,
+        TorchElasticEnvironment,
+    )
+
+    if any(k in os.environ for k in ("NODE_RANK", "GROUP_RANK", "WORLD_SIZE")):
+        return True
+    return any(env.detect() for env in (SLURMEnvironment, TorchElasticEnvironment, LSFEnvironment, MPIEnvironment))
+
+
+def check_num_nodes(cfg: RunConfig) -> str | None:
+    """``trainer.num_nodes`` >= 1, and > 1 only under a multi-node launcher (else it waits forever)."""
+    n = cfg.trainer.num_nodes
+    if n < 1:
+        return f"trainer.num_nodes={n}: give the number of machines, >= 1 (1 for this machine alone)."
+    if n > 1 and not _multi_node_launch():
+        return (f"trainer.num_nodes={n}, but this process was not started as one node of {n} (no torchrun, "
+                "SLURM, LSF or MPI environment, no NODE_RANK): it would wait for the other nodes forever. "
+                f"Start runner on each node with a launcher (torchrun --nnodes={n} --node-rank=I -m runner ...) "
+                "or with MASTER_ADDR, MASTER_PORT and NODE_RANK set, or train on this machine with "
+                "trainer.num_nodes=1.")
+    return None
+
+
+def _load_checkpoint(path: Path) -> tuple[Any, str | None]:
+    import torch
+
+    try:  # mmap: only the pickled structure is read, not the tensors
+        return torch.load(path, map_location="cpu", weights_only=False, mmap=True), None
+    except Exception:
+        pass
+    try:
+        return torch.load(path, map_location="cpu", weights_only=False), None
+    except Exception as e:
+        return None, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}".rstrip(": ")
+
+
+def _expected_state(cfg: RunConfig) -> dict[str, tuple[int, ...]] | None:
+    """Parameter and buffer shapes of the configured model, built on the meta device (no memory,
+    no initialisation); None when the model cannot be built that way."""
+    import lightning as L
+    import torch
+    from hydra.utils import instantiate
+
+    try:
+        with torch.device("meta"):
+            model = instantiate(cfg.model)
+    except Exception:
+        return None
+    if not isinstance(model, torch.nn.Module):
+        return None
+    prefix = "" if isinstance(model, L.LightningModule) else "model."  # runner's TrainModule holds it as .model
+    return {prefix + k: tuple(v.shape) for k, v in model.state_dict().items()}
+
+
+def _compare(saved: dict[str, Any], expected: dict[str, tuple[int, ...]]) -> str | None:
+    shaped = {k: tuple(v.shape) for k, v in saved.items() if hasattr(v, "shape")}
+    missing = [k for k in expected if k not in shaped]
+    unexpected = [k for k in shaped if k not in expected]
+    different = [k for k in expected if k in shaped and shaped[k] != expected[k]]
+    if not (missing or unexpected or different):
+        return None
+    parts = []
+    if different:
+        k = different[0]
+        parts.append(f"{len(different)} weight(s) differ in shape (e.g. {k}: {list(shaped[k])} in the checkpoint, "
+                     f"{list(expected[k])} in this model)")
+    if missing:
+        parts.append(f"{len(missing)} of this model's weights are not in it (e.g. {missing[0]})")
+    if unexpected:
+        parts.append(f"{len(unexpected)} of its weights are not in this model (e.g. {unexpected[0]})")
+    return "; ".join(parts)
+
+
+def check_ckpt_path(cfg: RunConfig) -> str | None:
+    """``ckpt_path`` is a Lightning checkpoint of the configured model."""
+    value = cfg.ckpt_path
+    if value is None or value in _CKPT_KEYWORDS or "://" in value:
+        return None
+    path = Path(value).expanduser()
+    if not path.exists():
+        return None  # named by the existence check
+    fix = ("Give the checkpoints/last.ckpt of an earlier run, or resume a run in place with "
+           "hydra.run.dir=<its run dir> ckpt_path=last.")
+    if path.is_dir():
+        last = path / "checkpoints" / "last.ckpt"  # a run directory
+        hint = f" (did you mean ckpt_path={last}?)" if last.is_file() else ""
+        return f"ckpt_path={value} is a directory, not a checkpoint file{hint}. {fix}"
+    ckpt, error = _load_checkpoint(path)
+    if error is not None:
+        return f"ckpt_path={value} is not a checkpoint torch can load ({error}). {fix}"
+    if not isinstance(ckpt, dict) or not isinstance(ckpt.get("state_dict"), dict):
+        keys = ", ".join(map(str, list(ckpt)[:5])) if isinstance(ckpt, dict) else type(ckpt).__name__
+        return (f"ckpt_path={value} is not a Lightning checkpoint (no 'state_dict'; it holds: {keys}). A bare "
+                f"model state dict cannot resume a run. {fix}")
+    expected = _expected_state(cfg)
+    mismatch = None if expected is None else _compare(ckpt["state_dict"], expected)
+    if mismatch is not None:
+        target = _fields(cfg.model).get("_target_", "?")
+        return (f"ckpt_path={value} belongs to another model than the selected one ({target}): {mismatch}. "
+                "Resume with the settings it was trained with (its run's .hydra/overrides.yaml lists them, "
+                "e.g. the same +recipe=NAME), or train from scratch without ckpt_path.")
+    return None
+
+
+CHECKS: list[Check] = [
+    check_targets,
+    check_target_fields,
+    check_data_arguments,
+    check_devices,
+    check_num_nodes,
+    check_ckpt_path,
+]

@@ -179,8 +179,28 @@ class TrainerConfig:
 
     def is_distributed(self) -> bool:
         """Whether this trainer runs DDP: asked for, or more than one device or node."""
-        many = (isinstance(self.devices, int) and self.devices > 1) or self.devices == -1 or self.num_nodes > 1
-        return self.distributed == "ddp" or many
+        d = self.devices
+        many = (isinstance(d, int) and (d > 1 or d == -1)) or (isinstance(d, (list, tuple)) and len(d) > 1)
+        return self.distributed == "ddp" or many or self.num_nodes > 1
+
+    def single_device(self) -> str:
+        """The device of a one-device run, as the user named it: ``cpu``, ``cuda:<index>`` (the index
+        from ``devices=[k]``, else 0), ``mps``; ``auto`` picks CUDA, then MPS, then the CPU."""
+        acc = self.accelerator
+        if acc == "auto":
+            import torch
+
+            if torch.cuda.is_available():
+                acc = "cuda"
+            elif torch.backends.mps.is_available():
+                acc = "mps"
+            else:
+                acc = "cpu"
+        if acc in ("cuda", "gpu"):
+            d = self.devices
+            index = int(d[0]) if isinstance(d, (list, tuple)) and d else 0
+            return f"cuda:{index}"
+        return acc
 
 
 @dataclass
@@ -191,7 +211,9 @@ class TelemetryConfig:
     speedup_steps: int = 20
     """Eager + compiled step pairs, interleaved after warm-up, that measure the speedup (0 disables)."""
     peak_tflops: Optional[float] = None
-    """Device peak for MFU; None picks a default for the device and precision."""
+    """Device peak for MFU in TFLOP/s (reported as given); None measures it at start-up with a short
+    matmul probe on the run's device in the run's precision, cached per machine in
+    $RUNNER_CACHE_DIR (default $XDG_CACHE_HOME/runner or ~/.cache/runner)/peak_tflops.json."""
 
 
 class OnNonFinite(Enum):

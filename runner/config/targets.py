@@ -50,7 +50,8 @@ class TextDataSchema:
 
     _target_: str = "runner.data.text.TextDataModule"
     path: Optional[str] = None
-    """A directory (its *.py, *.txt, *.md files) or a file; None: the Python stdlib source."""
+    """A directory (every UTF-8 text file under it, whatever its name; binary files are skipped) or a
+    file; None: the Python stdlib source."""
     batching: Batching = Batching.packed
     seq_len: int = 256
     """Packed: window length. Documents: documents longer than this are cut into chunks."""

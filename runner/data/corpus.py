@@ -1,7 +1,14 @@
-"""Reading a text corpus from disk: documents as bytes, in a deterministic order."""
+"""Reading a text corpus from disk: documents as bytes, in a deterministic order.
+
+``data.path`` may hold any files: every UTF-8 text file is read whatever its name (``notes``,
+``train.jsonl``, ``main.rs``), and binary files are skipped by their content (a NUL byte, or bytes
+that are not UTF-8), never by their extension. The default corpus, the Python stdlib's source, is
+read by extension as before, so its bytes (and every figure measured on it) stay the same.
+"""
 
 from __future__ import annotations
 
+import codecs
 import math
 import os
 import sysconfig
@@ -9,13 +16,59 @@ from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
-TEXT_SUFFIXES = (".py", ".txt", ".md", ".rst")
-_SKIP_DIRS = {"site-packages", "dist-packages", "__pycache__", ".git"}
+STDLIB_SUFFIXES = (".py", ".txt", ".md", ".rst")
+_SKIP_DIRS = {"site-packages", "dist-packages", "__pycache__", "node_modules"}
+SNIFF_BYTES = 8192
 
 
 def stdlib_dir() -> Path:
     """The running interpreter's standard-library source: present on every machine."""
     return Path(sysconfig.get_paths()["stdlib"])
+
+
+def is_text(data: bytes) -> bool:
+    """UTF-8 without NUL bytes. ``data`` may be a file's head: a character cut at its end is fine."""
+    if b"\x00" in data:
+        return False
+    try:
+        codecs.getincrementaldecoder("utf-8")().decode(data, final=False)
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def sniff(path: Path) -> bool:
+    """Whether the file at ``path`` looks like text from its first ``SNIFF_BYTES`` (empty: no)."""
+    try:
+        with path.open("rb") as f:
+            head = f.read(SNIFF_BYTES)
+    except OSError:  # unreadable (permissions, a dangling link): not part of the corpus
+        return False
+    return bool(head) and is_text(head)
+
+
+def text_files(root: Path) -> Iterator[Path]:
+    """Text files under ``root`` (or ``root`` itself) in sorted order, lazily (reading stops at
+    max_bytes), never descending into hidden directories (``.git``, ``.venv``), installed packages
+    or caches: they differ between machines, are large, and are not the user's text."""
+    stdlib = root == stdlib_dir()
+    if root.is_file():
+        if sniff(root):
+            yield root
+        return
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS and not d.startswith("."))
+        for name in sorted(filenames):
+            path = Path(dirpath) / name
+            if (name.endswith(STDLIB_SUFFIXES) if stdlib else sniff(path)):
+                yield path
+
+
+def describe_missing_text(path: str | Path) -> str:
+    """The message for a ``data.path`` that exists but holds no text."""
+    return (f"data.path={path} holds no non-empty text files (every file there is empty, binary or not "
+            "UTF-8; hidden directories such as .git are skipped). Point data.path at a directory or file "
+            "of UTF-8 text, or drop it (data.path=null) to use the Python stdlib source.")
 
 
 def read_documents(path: str | Path | None, max_bytes: int | None) -> list[bytes]:
@@ -29,37 +82,32 @@ def read_documents(path: str | Path | None, max_bytes: int | None) -> list[bytes
     if not root.exists():
         raise FileNotFoundError(
             f"data.path={path!s} does not exist. Point data.path at a directory of text files "
-            f"({', '.join(TEXT_SUFFIXES)}) or a single file, or drop it to use the Python stdlib source."
+            "or a single file, or drop it to use the Python stdlib source."
         )
     docs: list[bytes] = []
     total = 0
-    for f in _text_files(root):
+    for f in text_files(root):
         data = f.read_bytes()
-        if not data:
+        if not data or (path is not None and not is_text(data)):  # text at its head, binary further on
             continue
         docs.append(data)
         total += len(data)
         if max_bytes is not None and total >= max_bytes:
             break
     if not docs:
-        raise FileNotFoundError(
-            f"data.path={root} holds no non-empty text files ({', '.join(TEXT_SUFFIXES)}). "
-            "Point data.path at a directory or file of text."
-        )
+        raise FileNotFoundError(describe_missing_text(root))
     return docs
 
 
-def _text_files(root: Path) -> Iterator[Path]:
-    """Text files under ``root`` in sorted order, lazily (reading stops at max_bytes), never
-    descending into installed packages or caches (they differ between machines, and are large)."""
-    if root.is_file():
-        yield root
-        return
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS)
-        for name in sorted(filenames):
-            if name.endswith(TEXT_SUFFIXES):
-                yield Path(dirpath) / name
+def text_bytes(path: str | Path, enough: int) -> int:
+    """Bytes of text under ``path``, counted from file sizes until ``enough`` is reached (cheap:
+    each file's head is sniffed, nothing else is read)."""
+    total = 0
+    for f in text_files(Path(path).expanduser()):
+        total += f.stat().st_size
+        if total >= enough:
+            break
+    return total
 
 
 def unigram_bits_per_byte(docs: list[bytes]) -> float:

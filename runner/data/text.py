@@ -10,6 +10,7 @@ import random
 from bisect import bisect_left
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import lightning as L
@@ -17,7 +18,7 @@ import torch
 from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler, Sampler
 
 from runner.config.targets import Batching
-from runner.data.corpus import read_documents, unigram_bits_per_byte
+from runner.data.corpus import describe_missing_text, read_documents, text_bytes, unigram_bits_per_byte
 
 IGNORE_INDEX = -100
 
@@ -132,8 +133,9 @@ class LengthGroupedBatchSampler(BatchSampler):
 
 
 class TextDataModule(L.LightningDataModule):
-    """Byte-level text from ``path`` (default: the Python stdlib source). Documents are split
-    train/val by a seeded shuffle, so the split is the same on every run and every rank."""
+    """Byte-level text from ``path``: every UTF-8 text file under a directory, whatever its name, or
+    one file (default: the Python stdlib source). Documents are split train/val by a seeded
+    shuffle, so the split is the same on every run and every rank."""
 
     def __init__(
         self,
@@ -159,6 +161,23 @@ class TextDataModule(L.LightningDataModule):
         self.unigram_bits: float | None = None
         self._train: Dataset | None = None
         self._val: Dataset | None = None
+
+    @staticmethod
+    def check_arguments(path: str | None = None, seq_len: int = 256, batch_size: int = 16, **_: Any) -> str | None:
+        """What is wrong with these arguments, in one paragraph, before a run directory exists (None:
+        nothing): a ``path`` that holds no text, or less than one batch of it. A missing path is the
+        config check's to name."""
+        if path is None or not Path(path).expanduser().exists():
+            return None
+        need = seq_len * batch_size + 1
+        have = text_bytes(path, enough=need)
+        if have == 0:
+            return describe_missing_text(path)
+        if have < need:
+            return (f"data.path={path} holds {have} bytes of text, less than one batch takes (data.batch_size="
+                    f"{batch_size} x data.seq_len={seq_len} = {need - 1} bytes), so training would have no batch. "
+                    "Point data.path at more text, or lower data.seq_len or data.batch_size.")
+        return None
 
     def check(self) -> None:
         """Fail fast (before any model is built) if the data cannot be read."""

@@ -12,7 +12,15 @@ not stepped, so the weights and optimizer state are still the last good ones:
   Gradients are zeroed before the next step as usual. After ``max_skipped_steps`` skips the run
   stops as with ``stop``.
 
-The check costs one device sync per micro-batch (``bool(isfinite)``); logging the loss syncs anyway.
+Under DDP every rank takes the same decision: the non-finite flag is all-reduced (max) over the
+ranks before anyone acts on it. A decision per rank would let the rank with the bad loss stop at the
+checkpoint barrier while the others wait in backward's gradient all-reduce (a hang), or skip its
+update while the others apply gradients that the all-reduce made non-finite (diverged weights). So
+a nan on any rank stops every rank (all save through the same collective ``save_checkpoint``, rank
+0 writes) or skips the step on every rank.
+
+The check costs one device sync per micro-batch (the flag's ``.item()``), plus one small all-reduce
+per micro-batch under DDP; logging the loss syncs anyway.
 """
 
 from __future__ import annotations
@@ -42,8 +50,24 @@ class _SkipStep(Exception):
     """Raised inside the optimizer closure to skip one optimizer step."""
 
 
-def _describe(loss: torch.Tensor) -> str:
-    return "nan" if torch.isnan(loss).any() else "inf"
+_KINDS = {1: "inf", 2: "nan"}  # the flag's values: 0 finite; the worst (max) wins across ranks
+
+
+def nonfinite_flag(loss: torch.Tensor) -> torch.Tensor:
+    """0 (finite), 1 (inf) or 2 (nan), as a tensor on the loss's device (no host sync yet)."""
+    nan = torch.isnan(loss).any()
+    inf = torch.isinf(loss).any()
+    return 2 * nan.long() + (inf & ~nan).long()
+
+
+def agreed_flag(trainer: L.Trainer, local: torch.Tensor) -> int:
+    """The worst flag over all ranks (every rank gets the same answer); ``local`` itself with one
+    process or no initialised process group."""
+    if trainer.world_size > 1 and torch.distributed.is_available() and torch.distributed.is_initialized():
+        # torch's all_reduce, not strategy.reduce: Lightning's adds a barrier (a second collective).
+        local = local.clone()
+        torch.distributed.all_reduce(local, op=torch.distributed.ReduceOp.MAX)
+    return int(local.item())
 
 
 class NonFiniteGuard(Callback):
@@ -72,10 +96,15 @@ class NonFiniteGuard(Callback):
 
     # -- the check -----------------------------------------------------------------------------
     def on_before_backward(self, trainer: L.Trainer, pl_module: L.LightningModule, loss: torch.Tensor) -> None:
-        if bool(torch.isfinite(loss.detach()).all()):
+        local = nonfinite_flag(loss.detach())
+        flag = agreed_flag(trainer, local)
+        if flag == 0:
             return
         step = trainer.global_step + 1
-        kind = _describe(loss.detach())
+        kind = _KINDS[flag]
+        if trainer.world_size > 1:
+            mine = int(local.item())
+            kind += f" on rank {trainer.global_rank}" if mine else " on another rank"
         if self.policy is OnNonFinite.stop or len(self.skipped) >= self.max_skipped_steps:
             self._stop(trainer, step, kind)
         self._bad = (kind, step)

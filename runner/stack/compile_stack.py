@@ -26,6 +26,7 @@ import torch
 from torch.optim import Optimizer
 
 from runner import torch_internals as ti
+from runner.config.checks_stack import cudagraphs_accumulation_error
 from runner.config.schema import (
     CompileConfig,
     CudaGraphsConfig,
@@ -33,7 +34,6 @@ from runner.config.schema import (
     OffloadConfig,
     OffloadStrategy,
     OnError,
-    Scope,
 )
 from runner.stack.compile import apply_compile
 from runner.stack.compile_errors import CompileErrorWatch, explain_compile_error
@@ -41,9 +41,11 @@ from runner.stack.component import StackComponent, overrides
 from runner.stack.cudagraphs import CudaGraphs, build_cudagraphs
 from runner.stack.deferred_log import DeferredLog, discard_logs
 from runner.stack.dynamic import ShapePolicyComponent, build_shape_policy
+from runner.stack.metrics import metric_methods
 from runner.stack.offload import OffloadComponent, build_offload
 from runner.stack.optimizer_step import OptimizerStep
-from runner.stack.plan import CompilePlan, resolve_plan
+from runner.stack.plan import CompilePlan, manual_optimization_note, resolve_plan
+from runner.stack.python_state import PythonState
 
 log = logging.getLogger(__name__)
 
@@ -87,10 +89,13 @@ class CompileStack:
         self._preparers: list[Callable[[Any], Any]] = []
         self._contexts: list[Callable[[], contextlib.AbstractContextManager[Any]]] = []
         self._step_enders: list[Callable[[int], None]] = []
+        self._optimizer_contexts: list[Callable[[], contextlib.AbstractContextManager[Any]]] = []
+        self._zero_grad_in_step = False
 
     @property
     def backward_in_step(self) -> bool:
-        return self.settings.compile.scope is Scope.step_backward
+        """Whether the compiled step runs backward itself (``scope=step_backward``, automatic optimization)."""
+        return self.plan is not None and self.plan.backward_in_step
 
     # -- setup: the ordered sequence -----------------------------------------------------------
     def setup(self, module: L.LightningModule, optimizers: list[Optimizer], device: torch.device,
@@ -102,12 +107,19 @@ class CompileStack:
         offload = build_offload(s.offload, device, s.compile.block_types)
         offload.measured = self.offload_measured
         cudagraphs = build_cudagraphs(s.cudagraphs, device)
+        if isinstance(cudagraphs, CudaGraphs) and accumulate_grad_batches > 1:
+            raise ValueError(cudagraphs_accumulation_error(accumulate_grad_batches))
         plan = self.plan = resolve_plan(s.compile, s.cudagraphs, shape.dynamic_arg, device, optimizers,
-                                        cudagraphs_active=isinstance(cudagraphs, CudaGraphs))
-        self.components = [self.errors, shape, offload, cudagraphs]
-        self._configure_compiler()
+                                        cudagraphs_active=isinstance(cudagraphs, CudaGraphs),
+                                        automatic_optimization=module.automatic_optimization)
+        if (note := manual_optimization_note(s.compile.scope, plan)) is not None:
+            log.info(note)
+        # Lightning's loop counters and batch_idx become graph inputs: no recompile per step.
+        state = PythonState(module.training_step)
+        self.components = [self.errors, shape, state, offload, cudagraphs]
+        self._configure_compiler(plan)
         self.errors.configure()
-        apply_shape_policy(shape, module)
+        apply_shape_policy(shape, state, module)
         apply_saved_activations(offload, module)
         self._step, self.modules_compiled = apply_compile(module, module.training_step, plan, accumulate_grad_batches)
         self.optimizer_step_policy = apply_optimizer_step(optimizers, plan, device)
@@ -116,7 +128,7 @@ class CompileStack:
                  plan.optimizer.value, plan.optimizer_reason)
         self._bind(module, optimizers)
 
-    def _configure_compiler(self) -> None:
+    def _configure_compiler(self, plan: CompilePlan) -> None:
         """The process-wide settings the compile config owns (restored by ``teardown``)."""
         c, t = self.settings.compile, self._torch
         if c.cache_dir:
@@ -124,7 +136,7 @@ class CompileStack:
         # on_error=eager: a frame that fails to compile runs eagerly (counted by telemetry).
         t.dynamo("suppress_errors", c.on_error is OnError["eager"])
         # loss.backward() traced into the step's graph for step_backward, and only then.
-        t.dynamo("trace_autograd_ops", c.scope is Scope.step_backward)
+        t.dynamo("trace_autograd_ops", plan.backward_in_step)
 
     def _bind(self, module: L.LightningModule, optimizers: list[Optimizer]) -> None:
         """Route every training_step call through the stack; per-step hooks only of components that
@@ -141,7 +153,11 @@ class CompileStack:
         else:
             self._backward_context = contextlib.nullcontext
         self._step_enders = [c.on_step_end for c in comps if overrides(c, "on_step_end")]
-        if self.backward_in_step:
+        # self.log/log_dict and every torchmetrics object's methods run after the compiled step.
+        self.deferred_log.bind(module, metric_methods(module))
+        self._optimizer_contexts = [c.optimizer_step_context for c in comps if overrides(c, "optimizer_step_context")]
+        self._zero_grad_in_step = self.plan is not None and self.plan.backward_in_step
+        if self._zero_grad_in_step:
             # Lightning zeroes gradients between training_step and backward; here backward runs inside
             # the step, so zeroing moves to just before it (same accumulation boundaries).
             module.optimizer_zero_grad = _skip_zero_grad  # type: ignore[method-assign]
@@ -167,7 +183,7 @@ class CompileStack:
             for prepare in self._preparers:
                 batch = prepare(batch)
             args = (batch, *args[1:])
-        if self.backward_in_step and self._micro_batches % self._accumulate == 0:
+        if self._zero_grad_in_step and self._micro_batches % self._accumulate == 0:
             for opt in self._optimizers:
                 opt.zero_grad(set_to_none=True)
         self._micro_batches += 1
@@ -175,7 +191,8 @@ class CompileStack:
             for context in self._contexts:
                 stack.enter_context(context())
             stack.enter_context(self.deferred_log.capture(self._module))
-            return self._step(*args, **kwargs)
+            out = self._step(*args, **kwargs)
+        return self.deferred_log.resolve(out)
 
     @contextlib.contextmanager
     def backward_context(self) -> Iterator[None]:
@@ -184,7 +201,10 @@ class CompileStack:
 
     def optimizer_step(self, optimizer: Optimizer) -> None:
         assert self.optimizer_step_policy is not None
-        self.optimizer_step_policy.step(optimizer)
+        with contextlib.ExitStack() as stack:
+            for context in self._optimizer_contexts:
+                stack.enter_context(context())
+            self.optimizer_step_policy.step(optimizer)
         self.steps += 1
         for step_end in self._step_enders:
             step_end(self.steps)
@@ -206,6 +226,9 @@ class CompileStack:
         s = self.settings
         if s.offload.strategy is OffloadStrategy.none or not s.offload.measure:
             return {}
+        if not module.automatic_optimization:  # its step needs a trainer (manual_backward, opt.step)
+            self.offload_measured["offload/measure_skipped"] = "manual optimization: the step needs the trainer"
+            return dict(self.offload_measured)
         shape = build_shape_policy(s.dynamic)
         plan = resolve_plan(s.compile, s.cudagraphs, shape.dynamic_arg, device, [], cudagraphs_active=False)
         original = copy.deepcopy(module).to(device)
@@ -216,7 +239,7 @@ class CompileStack:
             step, _ = apply_compile(lm, lm.training_step, plan)
 
             def loss(b: Any) -> torch.Tensor:
-                with context(), discard_logs(lm):
+                with context(), discard_logs(lm, metric_methods(lm)):
                     out = step(b, 0)
                 return out["loss"] if isinstance(out, Mapping) else out
 
@@ -245,6 +268,8 @@ class CompileStack:
             "compile/modules_compiled": self.modules_compiled,
             "compile/compiled_autograd": c.compiled_autograd,
         }
+        if self.plan is not None:
+            out["compile/mode"] = self.plan.kwargs.get("mode")
         if self.optimizer_step_policy is not None:
             out.update(self.optimizer_step_policy.figures())
         for comp in self.components:
@@ -253,9 +278,11 @@ class CompileStack:
 
 
 # -- the ordered transforms, one call each ---------------------------------------------------------
-def apply_shape_policy(shape: ShapePolicyComponent, module: torch.nn.Module) -> None:
-    """1. Dynamo's dynamic-shape settings and (per step) the batch marks."""
+def apply_shape_policy(shape: ShapePolicyComponent, state: PythonState, module: torch.nn.Module) -> None:
+    """1. Dynamo's dynamic-shape settings, (per step) the batch marks, and Lightning's counters as
+    symbolic inputs."""
     shape.configure()
+    state.configure()
     shape.apply(module)
 
 

@@ -53,6 +53,10 @@ class StackComponent:
         """A context entered around each training step's forward and backward."""
         return contextlib.nullcontext()
 
+    def optimizer_step_context(self) -> ContextManager[Any]:
+        """A context entered around each optimizer step (after backward)."""
+        return contextlib.nullcontext()
+
     def on_step_end(self, step: int) -> None:
         """Called after each optimizer step with the global step count."""
 

@@ -22,19 +22,32 @@ from runner.stack.component import StackComponent
 
 
 class CudaGraphs(StackComponent):
-    """Marks step boundaries for CUDA-graph trees and keeps parameters at static addresses."""
+    """Marks step boundaries for CUDA-graph trees, keeps parameters and optimizer state at static
+    addresses, and counts what really happened: graphs recorded, steps that replayed them."""
 
     name = "cudagraphs"
 
-    def __init__(self, cfg: CudaGraphsConfig) -> None:
+    def __init__(self, cfg: CudaGraphsConfig, device: torch.device) -> None:
         self.cfg = cfg
+        self.device_index = device.index if device.index is not None else 0
         self.steps = 0
         self.optimizers: list[Optimizer] = []
         self.static_state_tensors = 0
+        self.recordings = 0
+        """CUDA graphs recorded (torch's CUDAGRAPH_RECORDING compile callbacks)."""
+        self.replay_steps = 0
+        """Steps whose last CUDA-graph tree action was a replay (the tree's ``EXECUTION`` state)."""
+        self._warming_up = True
+        self._unregister: Any = None
 
     def configure(self) -> None:
         # Each new size would record (and keep) another graph: skip dynamic-shape graphs instead.
         self.torch_settings.inductor("triton.cudagraph_skip_dynamic_graphs", self.cfg.skip_dynamic_graphs)
+        self._unregister = ti.register_compile_callbacks(self._on_compile_start, lambda trigger, cid: None)
+
+    def _on_compile_start(self, trigger: str, compile_id: str) -> None:
+        if trigger == ti.CUDAGRAPH_RECORDING_TRIGGER:
+            self.recordings += 1
 
     def apply(self, module: nn.Module) -> None:
         # Parameters never move: telling the compiler lets CUDA graphs read them in place instead of
@@ -45,20 +58,13 @@ class CudaGraphs(StackComponent):
     def bind_optimizers(self, optimizers: list[Optimizer]) -> None:
         self.optimizers = list(optimizers)
 
-    def on_step_end(self, step: int) -> None:
-        # Optimizer state (Adam's moments, step counters) is created by the first step. Its tensors are
-        # updated in place and never move: marked static, a captured graph that reads them (a compiled
-        # optimizer step) reads them in place instead of copying each into a static buffer every replay.
-        if self.static_state_tensors == 0:
-            self.static_state_tensors = mark_optimizer_state_static(self.optimizers)
-
     @contextlib.contextmanager
     def _step(self) -> Iterator[None]:
         # The first warmup_steps run eagerly, so lazily built state (optimizer moments, caches) exists
         # before anything is recorded. After that the stance is left alone: setting "default" would
         # cancel another component's (dynamic.after_warmup's fail_on_recompile).
-        warming_up = self.steps < self.cfg.warmup_steps
-        with ti.step_stance("force_eager") if warming_up else contextlib.nullcontext():
+        self._warming_up = self.steps < self.cfg.warmup_steps
+        with ti.step_stance("force_eager") if self._warming_up else contextlib.nullcontext():
             torch.compiler.cudagraph_mark_step_begin()
             yield
         self.steps += 1
@@ -66,8 +72,31 @@ class CudaGraphs(StackComponent):
     def step_context(self) -> ContextManager[Any]:
         return self._step()
 
+    def optimizer_step_context(self) -> ContextManager[Any]:
+        # The warm-up covers the compiled optimizer step too: recorded during warm-up, it would capture
+        # optimizer state that does not exist yet.
+        return ti.step_stance("force_eager") if self._warming_up else contextlib.nullcontext()
+
+    def on_step_end(self, step: int) -> None:
+        # Optimizer state (Adam's moments, step counters) is created by the first step. Its tensors are
+        # updated in place and never move: marked static, a captured graph that reads them (a compiled
+        # optimizer step) reads them in place instead of copying each into a static buffer every replay.
+        if self.static_state_tensors == 0:
+            self.static_state_tensors = mark_optimizer_state_static(self.optimizers)
+        if ti.cudagraph_tree_state(self.device_index) == "EXECUTION":
+            self.replay_steps += 1
+
+    def teardown(self) -> None:
+        if self._unregister is not None:
+            self._unregister()
+            self._unregister = None
+        super().teardown()
+
     def figures(self) -> dict[str, Any]:
-        return {"cudagraphs/active": True, "cudagraphs/mode": self.cfg.mode.value,
+        # Active only if graphs were recorded and then replayed: what happened, not what was asked.
+        return {"cudagraphs/active": self.recordings > 0 and self.replay_steps > 0,
+                "cudagraphs/requested": True, "cudagraphs/mode": self.cfg.mode.value,
+                "cudagraphs/recordings": self.recordings, "cudagraphs/replay_steps": self.replay_steps,
                 "cudagraphs/static_state_tensors": self.static_state_tensors}
 
 
@@ -105,5 +134,5 @@ class CudaGraphsInactive(StackComponent):
 def build_cudagraphs(cfg: CudaGraphsConfig, device: torch.device) -> StackComponent:
     """The CUDA-graph component for the device."""
     if cfg.mode is CudaGraphMode.reduce_overhead and device.type == "cuda":
-        return CudaGraphs(cfg)
+        return CudaGraphs(cfg, device)
     return CudaGraphsInactive(cfg.mode is CudaGraphMode.reduce_overhead, device)

@@ -1,65 +1,186 @@
-"""``self.log`` inside a compiled ``training_step`` without graph breaks.
+"""Bookkeeping inside a compiled ``training_step`` without graph breaks: ``self.log``/``self.log_dict``
+and the methods of metric objects, recorded during the step and replayed eagerly after it, in order.
 
 Lightning's ``LightningModule.log`` inspects the caller and touches trainer state, which Dynamo
 cannot trace (``InternalTorchDynamoError`` in torch 2.13, or a graph break per call when wrapped in
-``torch.compiler.disable``). While the compiled step runs, ``log``/``log_dict`` are swapped for a
-recorder that only appends ``(name, value, kwargs)`` to a list: Dynamo traces that as a side effect
-and replays it after the graph. The strategy then replays each call through the real ``log``
-eagerly, outside the compiled region. The recorder object is the same every step, so it adds no
-guard that can fail.
+``torch.compiler.disable``). torchmetrics' ``Metric.forward`` graph-breaks on data-dependent branches
+and recompiles on ``len(args)`` guards until ``recompile_limit`` (issue 15: 19 graphs, 14 breaks for
+a template MNIST module). While the compiled step runs, each such method is swapped for a recorder
+that only appends ``(object, method, args, kwargs)`` to one list: Dynamo traces that as a side effect
+and replays it after the graph, so the graph computes the tensors and nothing else. After the step the
+originals are put back and every call runs through them eagerly, in the order the step made them:
+``self.train_acc(preds, y)`` then ``self.log("train/acc", self.train_acc)`` updates the metric before
+Lightning reads it, exactly as eagerly. The recorders are created once per run, so they add no guard
+that can fail.
+
+A deferred call that returns something (``metric(...)``, ``metric.compute()``) returns a
+:class:`Deferred` inside the step; it becomes the real value when replayed, so it can be logged or
+returned from the step. It cannot take part in the step's arithmetic: it has no value yet.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import lightning as L
 import torch
 
+DeferredMethods = Iterable[tuple[Any, Iterable[str]]]
+"""Objects and the names of their methods to defer while a compiled step runs."""
+
+_MISSING = object()
+_RETURNS_NOTHING = frozenset({"update", "reset", "log", "log_dict"})
+
+
+class DeferredValueError(TypeError):
+    """A deferred call's result was used in the step's computation."""
+
+
+class Deferred:
+    """The result of a call deferred to after the compiled step: filled in when it is replayed.
+
+    Log it (``self.log(name, acc)``), put it in the step's output: both see the real value. Any
+    arithmetic or comparison raises :class:`DeferredValueError` naming the fix.
+    """
+
+    def __init__(self, call: str) -> None:
+        self.call = call
+        self.value: Any = None
+
+    def _refuse(self, *args: Any, **kwargs: Any) -> Any:
+        raise DeferredValueError(
+            f"{self.call} inside a compiled training_step runs after the step (runner defers metric "
+            "bookkeeping out of the graph), so its result cannot be used in the step's computation. Compute "
+            "that value with tensor ops (e.g. torchmetrics.functional) in the step, or use it in "
+            "on_train_batch_end; logging it with self.log or returning it from the step works as is."
+        )
+
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __truediv__ = __rtruediv__ = _refuse
+    __lt__ = __le__ = __gt__ = __ge__ = __bool__ = __float__ = __int__ = __neg__ = __getitem__ = _refuse
+
+    def __getattr__(self, name: str) -> Any:  # .item(), .float(), ...: only missing attributes get here
+        if name.startswith("__"):
+            raise AttributeError(name)  # copy/pickle protocol probes
+        return self._refuse()
+
+    def __repr__(self) -> str:
+        return f"Deferred({self.call})"
+
+
+class _Recorder:
+    """Stands in for ``target.<method>`` during a compiled step: records the call, returns a placeholder."""
+
+    def __init__(self, calls: list[Any], target: Any, method: str) -> None:
+        self.calls = calls
+        self.target = target
+        # A module's forward is replayed through __call__, so its hooks run as they would eagerly.
+        self.replay = "__call__" if method == "forward" and isinstance(target, torch.nn.Module) else method
+        self.returns = method not in _RETURNS_NOTHING
+        self.label = f"{type(target).__name__}.{method}(...)"
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        result = Deferred(self.label) if self.returns else None
+        self.calls.append((self.target, self.replay, args, kwargs, result))
+        return result
+
 
 class DeferredLog:
-    """Records ``log``/``log_dict`` calls during a compiled step and replays them afterwards."""
+    """Records ``log``/``log_dict`` and the bound metric methods during a compiled step; replays them."""
 
     def __init__(self) -> None:
-        self.calls: list[tuple[str, Any, dict[str, Any]]] = []
+        self.calls: list[tuple[Any, str, tuple[Any, ...], dict[str, Any], Deferred | None]] = []
+        self._patches: list[tuple[Any, str, Any]] = []  # (an object's __dict__, name, recorder)
+        self._bound: int | None = None
 
     def log(self, name: str, value: Any, **kwargs: Any) -> None:
-        # Detached, as Lightning would: a logged tensor must not keep the step's autograd graph alive
-        # (and under scope=step_backward its grad_fn has already been consumed).
-        self.calls.append((name, value.detach() if isinstance(value, torch.Tensor) else value, kwargs))
+        self.calls.append((self._module, "log", (name, _detached(value)), kwargs, None))
 
     def log_dict(self, dictionary: Any, **kwargs: Any) -> None:
-        for name, value in dictionary.items():
-            self.log(name, value, **kwargs)
+        if type(dictionary) is dict:  # a MetricCollection or a Deferred is logged as it is
+            dictionary = {k: _detached(v) for k, v in dictionary.items()}
+        self.calls.append((self._module, "log_dict", (dictionary,), kwargs, None))
+
+    def bind(self, module: L.LightningModule, methods: DeferredMethods = ()) -> None:
+        """Defer ``module.log``/``log_dict`` and ``methods`` (e.g. every torchmetrics object's
+        ``forward``/``update``/``compute``/``reset``). The recorders are built here, once."""
+        self._module = module
+        self._bound = id(module)
+        # Instance attributes set through ``__dict__``: ``nn.Module.__setattr__``/``__delattr__`` would
+        # search the parameter, buffer and module registries on every step for nothing.
+        self._patches = [(vars(module), "log", self.log), (vars(module), "log_dict", self.log_dict)]
+        for target, names in methods:
+            for name in names:
+                if getattr(target, name, None) is not None:
+                    self._patches.append((vars(target), name, _Recorder(self.calls, target, name)))
 
     @contextlib.contextmanager
     def capture(self, module: L.LightningModule) -> Iterator[None]:
-        """Swap the module's ``log``/``log_dict`` for the recorder, then replay the calls."""
-        # Instance attributes set through ``__dict__``: ``nn.Module.__setattr__``/``__delattr__`` would
-        # search the parameter, buffer and module registries on every step for nothing.
-        attrs = vars(module)
-        attrs["log"], attrs["log_dict"] = self.log, self.log_dict
+        """Swap the deferred methods for their recorders, then put them back and replay the calls."""
+        if self._bound != id(module):
+            self.bind(module)
+        patches = self._patches
+        prior = [attrs.get(name, _MISSING) for attrs, name, _ in patches]
+        for attrs, name, recorder in patches:
+            attrs[name] = recorder
         try:
             yield
         finally:
-            del attrs["log"], attrs["log_dict"]  # back to the class's methods
-        calls, self.calls = self.calls, []
-        for name, value, kwargs in calls:
-            module.log(name, value, **kwargs)
+            for (attrs, name, _), before in zip(patches, prior, strict=True):
+                if before is _MISSING:
+                    del attrs[name]  # back to the class's method
+                else:
+                    attrs[name] = before
+            calls = self.calls[:]
+            self.calls.clear()  # the recorders hold this list: clear it in place (also when the step raised)
+        for target, method, args, kwargs, result in calls:
+            value = getattr(target, method)(*map(_resolve, args), **{k: _resolve(v) for k, v in kwargs.items()})
+            if result is not None:
+                result.value = value
+
+    @staticmethod
+    def resolve(output: Any) -> Any:
+        """The step's output with deferred results replaced by their values (after ``capture``)."""
+        if isinstance(output, Deferred):
+            return output.value
+        if isinstance(output, Mapping) and any(isinstance(v, Deferred) for v in output.values()):
+            return {k: _resolve(v) for k, v in output.items()}
+        return output
+
+
+def _detached(value: Any) -> Any:
+    # Detached, as Lightning would: a logged tensor must not keep the step's autograd graph alive
+    # (and under scope=step_backward its grad_fn has already been consumed).
+    return value.detach() if isinstance(value, torch.Tensor) else value
+
+
+def _resolve(value: Any) -> Any:
+    if isinstance(value, Deferred):
+        return value.value
+    if type(value) is dict and any(isinstance(v, Deferred) for v in value.values()):
+        return {k: _resolve(v) for k, v in value.items()}
+    return value
 
 
 def _ignore(*args: Any, **kwargs: Any) -> None:
-    """Stands in for ``log``/``log_dict`` where nothing should be logged."""
+    """Stands in for ``log``/``log_dict`` (and metric methods) where nothing should be recorded."""
 
 
 @contextlib.contextmanager
-def discard_logs(module: Any) -> Iterator[None]:
-    """Run the module's step with ``log``/``log_dict`` as no-ops (a measurement outside any Trainer)."""
-    attrs = vars(module)
-    attrs["log"], attrs["log_dict"] = _ignore, _ignore
+def discard_logs(module: Any, methods: DeferredMethods = ()) -> Iterator[None]:
+    """Run the module's step with ``log``/``log_dict`` and ``methods`` (e.g.
+    ``runner.stack.metrics.metric_methods(module)``) as no-ops: a measurement outside any Trainer."""
+    patches = [(vars(module), "log"), (vars(module), "log_dict")]
+    patches += [(vars(target), name) for target, names in methods for name in names]
+    prior = [attrs.get(name, _MISSING) for attrs, name in patches]
+    for attrs, name in patches:
+        attrs[name] = _ignore
     try:
         yield
     finally:
-        del attrs["log"], attrs["log_dict"]
+        for (attrs, name), before in zip(patches, prior, strict=True):
+            if before is _MISSING:
+                del attrs[name]
+            else:
+                attrs[name] = before

@@ -42,7 +42,8 @@ class _CompileHooks:
         return getattr(self.precision_plugin, "scaler", None) is None  # type: ignore[attr-defined]
 
     def backward(self, closure_loss: Tensor, optimizer: Optimizer | None, *args: Any, **kwargs: Any) -> Tensor:
-        if self.stack.backward_in_step:
+        plan = self.stack.plan
+        if plan is not None and plan.backward_in_step:
             # The compiled step already ran backward; keep the hooks (on_before/after_backward) firing.
             lm = self.lightning_module  # type: ignore[attr-defined]
             self.pre_backward(closure_loss)  # type: ignore[attr-defined]

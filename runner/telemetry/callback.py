@@ -8,11 +8,22 @@ perf and memory figures to every logger of the trainer. At the end of training i
 final flat dict for :func:`runner.telemetry.report.write_report`.
 
 Everything runs in callbacks, outside compiled code: logging cannot cause graph breaks or recompiles.
+
+Which steps are timed (on an asynchronous device each costs two waits for the device, see
+:mod:`runner.telemetry.clock`): the speedup meter's eager/compiled pairs (the speedup and break-even
+use them) and one sampled step per ``log_every_n_steps`` (``perf/step_ms``, throughput and MFU use
+the timed compiled steps). Every other step runs without waiting. On the CPU every step is timed
+for free.
+
+Figures come from what happened in this run: the device is the strategy's root device, the MFU peak
+is measured on it (:mod:`runner.telemetry.peak`) unless given, and under DDP the throughput is the
+sum of every rank's measured rate (one small all-reduce per logging step), not one rank's times the
+world size.
 """
 
 from __future__ import annotations
 
-import time
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -22,17 +33,25 @@ import torch
 from runner import torch_internals as ti
 from runner.config.schema import TelemetryConfig
 from runner.telemetry import sinks
+from runner.telemetry.advice import advise, guard_location
+from runner.telemetry.clock import StepClock
 from runner.telemetry.collector import CompileCollector
+from runner.telemetry.peak import Peak, forget_peak, resolve_peak
 from runner.telemetry.progress import CompileProgress
 from runner.telemetry.speedup import SpeedupMeter
-from runner.telemetry.throughput import (
-    FlopCounter,
-    batch_counts,
-    default_peak_tflops,
-    estimate_flops,
-    peak_memory_gib,
-    synchronize,
-)
+from runner.telemetry.throughput import FlopCounter, batch_counts, estimate_flops, peak_memory_gib
+
+log = logging.getLogger(__name__)
+
+
+def advice_lines(figures: dict[str, Any], limit: int = 5) -> list[str]:
+    """One console line per graph-break site and per recompile after the first step, with its fix."""
+    breaks = figures.get("compile/graph_break_reasons") or []
+    recompiles = [r for r in figures.get("compile/recompile_reasons") or [] if (r.get("step") or 0) > 0]
+    lines = [str(advise("graph_break", str(b.get("reason")), b.get("user_frame"))) for b in breaks[:limit]]
+    lines += [str(advise("recompile", str(r.get("reason")), guard_location(str(r.get("reason"))) or r.get("location")))
+              for r in recompiles[:limit]]
+    return lines
 
 
 class CompileTelemetry(pl.Callback):
@@ -42,13 +61,17 @@ class CompileTelemetry(pl.Callback):
         cfg: the ``telemetry`` config node (log interval, speedup pairs, MFU peak).
         run_dir: where ``compile_events.txt`` is written; None writes nothing.
         heartbeat_s: seconds between "still compiling" lines.
+        clock: the step timer; None builds one for the run's device at setup (tests pass one whose
+            waits they count).
     """
 
-    def __init__(self, cfg: TelemetryConfig, run_dir: Path | None = None, heartbeat_s: float = 5.0) -> None:
+    def __init__(self, cfg: TelemetryConfig, run_dir: Path | None = None, heartbeat_s: float = 5.0,
+                 clock: StepClock | None = None) -> None:
         super().__init__()
         self.cfg = cfg
         self.run_dir = Path(run_dir) if run_dir is not None else None
         self.heartbeat_s = heartbeat_s
+        self.clock = clock
         self.meter = SpeedupMeter(pairs=cfg.speedup_steps)
         self.collector: CompileCollector | None = None
         self.progress: CompileProgress | None = None
@@ -57,11 +80,12 @@ class CompileTelemetry(pl.Callback):
         self._flops_per_unit: float | None = None  # per token (or per sample without a sequence dim)
         self._flops_source = "none"
         self._counts: tuple[int | None, int | None] = (None, None)
-        self._world = 1
+        self._world_rates: tuple[float | None, float | None] | None = None  # (samples/s, tokens/s), all ranks
         self._device = torch.device("cpu")
-        self._peak_tflops: float | None = cfg.peak_tflops
+        self.peak: Peak | None = None
         self._module: torch.nn.Module | None = None
-        self._step_state: tuple[str, Any, float, int] | None = None  # mode, prior stance, t0, events
+        self._step_state: tuple[str, Any, int] | None = None  # mode, prior stance, events before
+        self._sampled_step: int | None = None  # the global step whose first batch was timed for step_ms
         self._final: dict[str, Any] | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -69,55 +93,64 @@ class CompileTelemetry(pl.Callback):
         """Start collecting before the first step compiles anything."""
         if stage != "fit" or self.collector is not None:
             return
+        # The strategy's device, not pl_module.device: Lightning moves the module there only after
+        # the setup hooks, so the module is still on the CPU here even in a GPU run.
+        self._device = trainer.strategy.root_device
+        self._module = pl_module
+        # Before the collector starts and before anything compiles: the probe is plain eager matmuls.
+        self.peak = resolve_peak(self._device, str(trainer.precision), self.cfg.peak_tflops)
+        if self.clock is None:
+            self.clock = StepClock(self._device)
         self.progress = CompileProgress(sinks.progress_sink(trainer), interval_s=self.heartbeat_s)
         self.collector = CompileCollector(listeners=(self.progress,)).start()
-        self._world = max(1, trainer.world_size)
-        self._device = pl_module.device
-        self._module = pl_module
-        if self._peak_tflops is None:
-            self._peak_tflops = default_peak_tflops(self._device, str(trainer.precision))
 
     def on_train_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
     ) -> None:
-        """Pick this step's stance, start the timer."""
-        if self.collector is None:
+        """Pick this step's stance, start the timer (waiting for the device only on timed steps)."""
+        if self.collector is None or self.clock is None:
             return
         self._counts = batch_counts(batch)  # every step: document batches vary in length
         mode = self.meter.next_mode()
         prior = ti.force_eager_stance() if mode in ("eager", "flops") else None
         if mode == "flops":
             self._flops.start()
-        self.collector.step = trainer.global_step
-        synchronize(self._device)
-        self._step_state = (mode, prior, time.perf_counter(), len(self.collector.events))
+        step = trainer.global_step
+        self.collector.step = step
+        # One sampled step per logging interval feeds step_ms and throughput; with gradient
+        # accumulation several batches share a global step: only the first is sampled.
+        sampled = step % max(1, self.cfg.log_every_n_steps) == 0 and step != self._sampled_step
+        if sampled:
+            self._sampled_step = step
+        self._step_state = (mode, prior, len(self.collector.events))
+        self.clock.start(timed=sampled or self.meter.wants_time(mode))
 
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
         """Stop the timer, restore the stance, record the step, log every N steps."""
-        if self.collector is None or self._step_state is None:
+        if self.collector is None or self._step_state is None or self.clock is None:
             return
-        synchronize(self._device)
-        mode, prior, t0, n_events = self._step_state
-        ms = (time.perf_counter() - t0) * 1000.0
+        ms, timed = self.clock.stop()
+        mode, _, n_events = self._step_state
         self._end_step_state()
         samples, tokens = self._counts
         if mode == "flops" and self._flops.total and (tokens or samples):
             self._flops_per_step, self._flops_source = float(self._flops.total), "flop_counter"
             self._flops_per_unit = self._flops_per_step / float(tokens or samples or 1)
         compiled = len(self.collector.events) > n_events or bool(self.collector.compiling())
-        self.meter.record(self.collector.step or 0, mode, ms, compiled, samples=samples, tokens=tokens)
+        self.meter.record(self.collector.step or 0, mode, ms, compiled, samples=samples, tokens=tokens, timed=timed)
         step = trainer.global_step
-        every = max(1, self.cfg.log_every_n_steps)
-        if step % every == 0 and trainer.is_global_zero:
-            sinks.log_scalars(trainer, sinks.scalars(self.figures()), step)
+        if step % max(1, self.cfg.log_every_n_steps) == 0:
+            self._reduce_rates(trainer)  # every rank reaches this step: the all-reduce is matched
+            if trainer.is_global_zero:
+                sinks.log_scalars(trainer, sinks.scalars(self.figures()), step)
 
     def _end_step_state(self) -> None:
         """Leave the step: stop the FLOP counter and restore the stance (also after an exception)."""
         if self._step_state is None:
             return
-        mode, prior, _, _ = self._step_state
+        mode, prior, _ = self._step_state
         self._step_state = None
         if mode == "flops":
             self._flops.stop()
@@ -128,6 +161,7 @@ class CompileTelemetry(pl.Callback):
         """Final figures to the loggers, reasons to wandb and ``compile_events.txt``."""
         if self.collector is None:
             return
+        self._reduce_rates(trainer)
         self._finish()
         figures = self.figures()
         if trainer.is_global_zero:
@@ -135,6 +169,10 @@ class CompileTelemetry(pl.Callback):
             sinks.log_reason_table(trainer, figures)
             if self.run_dir is not None:
                 sinks.write_events_text(self.run_dir / "compile_events.txt", figures)
+            for line in advice_lines(figures):  # what could not be compiled, where, and the fix
+                log.warning("compile: %s", line)
+        if figures.get("perf/peak_source") == "achieved" and self.peak is not None and self.peak.source == "cached":
+            forget_peak(self._device, str(trainer.precision))  # the cached peak was too low: measure anew
 
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         """Always runs (also after an exception): unhook from torch, stop the heartbeat thread."""
@@ -164,12 +202,15 @@ class CompileTelemetry(pl.Callback):
         figures: dict[str, Any] = dict(self.collector.figures()) if self.collector is not None else {}
         figures.update(self.meter.figures(compile_time_s=figures.get("compile/time_s", 0.0)))
         figures["memory/peak_gib"] = peak_memory_gib(self._device)
-        # Throughput over recent compiled steps (total work / total time: right for varying lengths).
-        samples_rate, tokens_rate = self.meter.rate("samples"), self.meter.rate("tokens")
+        # Throughput over recent timed compiled steps (total work / total time: right for varying
+        # lengths), summed over ranks.
+        samples_rate, tokens_rate = self._world_rates or (self.meter.rate("samples"), self.meter.rate("tokens"))
         if samples_rate:
-            figures["perf/samples_per_s"] = samples_rate * self._world
+            figures["perf/samples_per_s"] = samples_rate
         if tokens_rate:
-            figures["perf/tokens_per_s"] = tokens_rate * self._world
+            figures["perf/tokens_per_s"] = tokens_rate
+        if self.peak is not None:
+            figures["perf/peak_tflops"], figures["perf/peak_source"] = self.peak.tflops, self.peak.source
         samples, tokens = self._counts
         per_unit, flops = self._flops_per_unit, self._flops_per_step
         if per_unit is None and self._module is not None:
@@ -178,9 +219,31 @@ class CompileTelemetry(pl.Callback):
         if flops and per_unit:
             figures["perf/tflop_per_step"] = flops / 1e12
             figures["perf/flops_source"] = self._flops_source
-            unit_rate = tokens_rate if tokens else samples_rate  # per rank, in the unit FLOPs were counted per
-            if unit_rate and self._peak_tflops:
-                figures["perf/mfu"] = per_unit * unit_rate / (self._peak_tflops * 1e12)
-        if self._peak_tflops:
-            figures["perf/peak_tflops"] = self._peak_tflops
+            # Per rank, in the unit FLOPs were counted per, against this rank's device peak.
+            unit_rate = self.meter.rate("tokens") if tokens else self.meter.rate("samples")
+            if unit_rate:
+                figures.update(mfu_figures(per_unit * unit_rate, self.peak))
         return figures
+
+    def _reduce_rates(self, trainer: pl.Trainer) -> None:
+        """Samples/s and tokens/s summed over ranks (each rank's own measured rate). Called on every
+        rank at the same step; with one process there is nothing to reduce."""
+        if trainer.world_size <= 1:
+            return  # the figures use this process's live rates
+        local = (self.meter.rate("samples"), self.meter.rate("tokens"))
+        rates = torch.tensor([r or 0.0 for r in local], dtype=torch.float64, device=self._device)
+        total = trainer.strategy.reduce(rates, reduce_op="sum").tolist()
+        self._world_rates = (total[0] or None, total[1] or None)
+
+
+def mfu_figures(achieved_flops: float, peak: Peak | None) -> dict[str, Any]:
+    """``perf/mfu`` and the peak it is against. A measured (or cached) peak is the most this device
+    was seen to do; if this run did more (the probe ran while the machine was busy), the run's own
+    rate is the better bound and becomes the peak (source ``achieved``), so MFU never exceeds 1. A
+    peak the user gave is kept as given."""
+    if peak is None or achieved_flops <= 0:
+        return {}
+    if peak.source != "given" and achieved_flops > peak.tflops * 1e12:
+        peak = Peak(achieved_flops / 1e12, "achieved")
+    return {"perf/mfu": achieved_flops / (peak.tflops * 1e12), "perf/peak_tflops": peak.tflops,
+            "perf/peak_source": peak.source}

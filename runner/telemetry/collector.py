@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from runner import torch_internals as ti
+from runner.telemetry.advice import graph_break_fix, guard_location, recompile_fix
 from runner.telemetry.reasons import GraphBreakHandler, recompile_events, short_path, short_reason
 
 
@@ -183,8 +184,12 @@ class CompileCollector:
         live = [n for entries in ti.live_guard_counts().values() for n in entries]
         hit = ti.counter(counters, "fx_cache_hit") + ti.counter(counters, "aot_cache_hit")
         miss = ti.counter(counters, "fx_cache_miss") + ti.counter(counters, "aot_cache_miss")
-        recompiles = recompile_events(forward)
-        steps = {e["compile_id"]: e["step"] for e in self.events if e["kind"] != "backward"}
+        recompiles = [{**e, "fix": recompile_fix(str(e["reason"]), guard_location(str(e["reason"])))}
+                      for e in recompile_events(forward)]
+        # The step a recompile happened in is its forward compile's. Other events share the compile
+        # id (the lazy backward, a CUDA-graph recording of that graph, both later) and must not
+        # overwrite it.
+        steps = {e["compile_id"]: e["step"] for e in self.events if e["kind"] in ("compile", "recompile")}
         for event in recompiles:
             event["step"] = steps.get(event["compile_id"])
         breaks = self.graph_breaks(counters)
@@ -207,7 +212,11 @@ class CompileCollector:
             + sum(r.total_s - r.inductor_s for r in backward),
             "compile/inductor_s": sum(r.inductor_s for r in records),
             "compile/backward_s": sum(r.total_s for r in backward),
-            "compile/wall_s": sum(e["duration_s"] for e in self.events),
+            # A CUDA-graph recording runs the graph, it does not compile it: its wall time is apart.
+            "compile/wall_s": sum(e["duration_s"] for e in self.events if e["kind"] != "cudagraph_recording"),
+            "compile/cudagraph_recording_s": sum(
+                e["duration_s"] for e in self.events if e["kind"] == "cudagraph_recording"
+            ),
             "compile/cache_hits": hit,
             "compile/cache_misses": miss,
             "compile/cudagraph_skips": ti.counter(counters, "cudagraph_skips"),
@@ -232,10 +241,11 @@ class CompileCollector:
         """Distinct graph-break sites: reason, user file:line (from the log) and hits."""
         sites = self._handler.sites if self._handler is not None else Counter()
         if sites:
-            return [{"reason": r, "user_frame": loc, "count": n} for (r, loc), n in sites.items()]
+            return [{"reason": r, "user_frame": loc, "count": n, "fix": graph_break_fix(r, loc)}
+                    for (r, loc), n in sites.items()]
         # No log records (e.g. the logger was reconfigured): reasons from the counters, no location.
         return [
-            {"reason": short_reason(reason), "user_frame": None, "count": n}
+            {"reason": short_reason(reason), "user_frame": None, "count": n, "fix": graph_break_fix(reason)}
             for reason, n in ti.graph_break_counts(counters).items()
             if n > 0
         ]

@@ -52,7 +52,8 @@ class CompileProgress:
     # -- CompileListener -----------------------------------------------------------------------
     def compile_started(self, label: str, kind: str) -> None:
         """Print the start line and make sure the heartbeat thread is running."""
-        verb = {"compile": "compiling", "recompile": "recompiling", "backward": "compiling"}.get(kind, kind)
+        verb = {"compile": "compiling", "recompile": "recompiling", "backward": "compiling",
+                "cudagraph_recording": "recording a CUDA graph of"}.get(kind, kind)
         self._say(f"{verb} {_short(label)} ...")
         with self._lock:
             self._running[self._next] = (label, time.perf_counter())
@@ -68,7 +69,8 @@ class CompileProgress:
             token = next((t for t, (name, _) in self._running.items() if name == label), None)
             if token is not None:
                 del self._running[token]
-        self._say(f"compiled {_short(label)} in {seconds:.1f} s")
+        verb = "recorded a CUDA graph of" if kind == "cudagraph_recording" else "compiled"
+        self._say(f"{verb} {_short(label)} in {seconds:.1f} s")
 
     # -- heartbeat -------------------------------------------------------------------------------
     def _heartbeat(self) -> None:

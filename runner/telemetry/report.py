@@ -4,10 +4,11 @@
 scalar figures under namespaced keys with units (``compile/time_s``, ``perf/speedup_x``,
 ``memory/peak_gib``), plus a few list-valued keys:
 
-* ``compile/recompile_reasons``: ``[{"name", "reason", "step"}]``
-* ``compile/graph_break_reasons``: ``[{"reason", "user_frame", "count"}]``
+* ``compile/recompile_reasons``: ``[{"name", "reason", "step", "fix"}]``
+* ``compile/graph_break_reasons``: ``[{"reason", "user_frame", "count", "fix"}]``
 * ``compile/events``: ``[{"kind", "name", "step", "duration_s"}]`` (compile starts, recompiles)
-* ``perf/step_series``: ``[{"step", "ms", "mode"}]`` with mode ``compiled`` / ``eager`` / ``warmup``
+* ``perf/step_series``: ``[{"step", "ms", "mode", "timed"}]`` with mode ``compiled`` / ``eager`` /
+  ``warmup`` / ``flops`` / ``compile``; ``timed`` false: host time of a step not waited for (GPU), not plotted
 
 Every writer tolerates missing keys, so a partial figures dict (a run that crashed) still reports.
 """
@@ -63,6 +64,8 @@ SUMMARY_ROWS: tuple[tuple[str, str], ...] = (
     ("perf/tokens_per_s", "tokens/s"),
     ("perf/tflop_per_step", "TFLOP per step"),
     ("perf/mfu", "MFU"),
+    ("perf/peak_tflops", "  device peak [TFLOP/s]"),
+    ("perf/peak_source", "  peak source"),
     ("memory/peak_gib", "peak memory [GiB]"),
 )
 
@@ -125,18 +128,23 @@ def format_summary(figures: dict[str, Any], title: str = "compile telemetry") ->
     return text
 
 
+def _fix(entry: dict[str, Any]) -> str:
+    """The suggested fix of a reason entry (``runner.telemetry.advice``), as a suffix."""
+    return f" Fix: {entry['fix']}" if entry.get("fix") else ""
+
+
 def _reason_lines(figures: dict[str, Any], limit: int = 10) -> list[str]:
     """Recompile and graph-break reasons as short lines, the first ``limit`` of each."""
     lines: list[str] = []
     recompiles = figures.get("compile/recompile_reasons") or []
     if recompiles:
         lines.append("recompiles:")
-        lines += [f"  - {r.get('name', '?')}: {r.get('reason', '?')}" for r in recompiles[:limit]]
+        lines += [f"  - {r.get('name', '?')}: {r.get('reason', '?')}" + _fix(r) for r in recompiles[:limit]]
     breaks = figures.get("compile/graph_break_reasons") or []
     if breaks:
         lines.append("graph breaks:")
         lines += [
-            f"  - {b.get('reason', '?')} at {b.get('user_frame') or '?'} (x{b.get('count', 1)})"
+            f"  - {b.get('reason', '?')} at {b.get('user_frame') or '?'} (x{b.get('count', 1)})" + _fix(b)
             for b in breaks[:limit]
         ]
     return lines
@@ -148,10 +156,12 @@ def _markdown(figures: dict[str, Any]) -> str:
     out += [f"| {label.strip()} | {value} |" for label, value in summary_rows(figures)]
     recompiles = figures.get("compile/recompile_reasons") or []
     out += ["", f"## Recompiles ({len(recompiles)})", ""]
-    out += [f"- `{r.get('name', '?')}` (step {r.get('step', '?')}): {r.get('reason', '?')}" for r in recompiles]
+    out += [f"- `{r.get('name', '?')}` (step {r.get('step', '?')}): {r.get('reason', '?')}" + _fix(r)
+            for r in recompiles]
     breaks = figures.get("compile/graph_break_reasons") or []
     out += ["", f"## Graph breaks ({len(breaks)})", ""]
-    out += [f"- {b.get('reason', '?')} at `{b.get('user_frame') or '?'}` (x{b.get('count', 1)})" for b in breaks]
+    out += [f"- {b.get('reason', '?')} at `{b.get('user_frame') or '?'}` (x{b.get('count', 1)})" + _fix(b)
+            for b in breaks]
     out += ["", "![step times](step_times.png)", ""]
     return "\n".join(out)
 
@@ -171,12 +181,12 @@ def plot_step_times(figures: dict[str, Any], path: Path) -> bool:
 
     fig, ax = plt.subplots(figsize=(8, 4))
     for mode, color in (("warmup", "tab:gray"), ("compiled", "tab:blue"), ("eager", "tab:orange")):
-        pts = [(p["step"], p["ms"]) for p in series if p.get("mode") == mode]
+        pts = [(p["step"], p["ms"]) for p in series if p.get("mode") == mode and p.get("timed", True)]
         if pts:
             ax.scatter([s for s, _ in pts], [m for _, m in pts], s=8, color=color, label=mode)
     for event in figures.get("compile/events") or []:
         step = event.get("step")
-        if step is None:
+        if step is None or event.get("kind") == "cudagraph_recording":  # a recording is not a compile
             continue
         color = "tab:red" if event.get("kind") == "recompile" else "tab:green"
         ax.axvline(step, color=color, alpha=0.5, linewidth=1)

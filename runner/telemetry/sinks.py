@@ -33,13 +33,18 @@ def log_scalars(trainer: pl.Trainer, metrics: dict[str, float], step: int) -> No
         logger.log_metrics(metrics, step=step)
 
 
+def _with_fix(entry: dict[str, Any]) -> str:
+    fix = entry.get("fix")
+    return f"{entry.get('reason')} | fix: {fix}" if fix else str(entry.get("reason"))
+
+
 def reason_rows(figures: dict[str, Any]) -> list[list[Any]]:
     """One row per recompile, graph-break site and eager fallback: kind, name, location, step, count, reason."""
     rows: list[list[Any]] = []
     for r in figures.get("compile/recompile_reasons") or []:
-        rows.append(["recompile", r.get("name"), r.get("location"), r.get("step"), 1, r.get("reason")])
+        rows.append(["recompile", r.get("name"), r.get("location"), r.get("step"), 1, _with_fix(r)])
     for b in figures.get("compile/graph_break_reasons") or []:
-        rows.append(["graph_break", None, b.get("user_frame"), None, b.get("count"), b.get("reason")])
+        rows.append(["graph_break", None, b.get("user_frame"), None, b.get("count"), _with_fix(b)])
     for f in figures.get("compile/fallback_reasons") or []:
         rows.append(["fallback", f.get("name"), None, None, 1, f.get("reason")])
     return rows

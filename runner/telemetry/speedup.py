@@ -14,6 +14,11 @@ the mode of each training step:
    timing eager against itself gave 0.91 with 10 pairs and 0.98 with 30.
 4. ``compiled``: the rest of training; still timed, for ``perf/step_ms`` and the plot.
 
+A step whose time is not the step's real time (an untimed step on an asynchronous device, see
+:mod:`runner.telemetry.clock`) is recorded with ``timed=False``: it keeps its place in the series
+(its mode, whether it compiled) but no step-time figure uses it. :meth:`SpeedupMeter.wants_time`
+says which steps must be timed.
+
 Eager and compiled run the same math, so alternating does not change training.
 """
 
@@ -48,13 +53,20 @@ class SpeedupMeter:
             return "warmup"
         return self.schedule[0] if self.schedule else "compiled"
 
+    def wants_time(self, mode: str) -> bool:
+        """Whether the step about to run in ``mode`` is one of the interleaved pairs, whose time the
+        speedup uses (the warm-up and the FLOP-counting step are not timed for it)."""
+        return self._measuring and bool(self.schedule) and mode in ("eager", "compiled")
+
     def record(self, step: int, mode: str, ms: float, compiled_something: bool, samples: int | None = None,
-               tokens: int | None = None) -> None:
+               tokens: int | None = None, timed: bool = True) -> None:
         """Record the step that just ran (``mode`` as returned by :meth:`next_mode`). ``samples`` and
         ``tokens`` are the step's batch size and token count (padded), for throughput and for pairs
-        whose batches differ in length (variable-length data): those compare time per token."""
+        whose batches differ in length (variable-length data): those compare time per token.
+        ``timed``: ``ms`` is the step's real time (False: host time of an unsynchronised step)."""
         shown = "compile" if compiled_something else mode
-        self.series.append({"step": step, "ms": ms, "mode": shown, "samples": samples, "tokens": tokens})
+        self.series.append({"step": step, "ms": ms, "mode": shown, "samples": samples, "tokens": tokens,
+                            "timed": timed})
         work = tokens or samples or 1
         if not self._measuring:
             self._quiet = 0 if compiled_something else self._quiet + 1
@@ -67,18 +79,24 @@ class SpeedupMeter:
             return
         if self.schedule and not compiled_something:
             if mode in ("eager", "compiled"):
+                if not timed:
+                    return  # not a usable time (the caller did not ask for one): run this pair step again
                 self.window.append((mode, ms, work))
             self.schedule.pop(0)  # a step that compiled is repeated: its time is not a step time
 
+    def _timed(self) -> list[dict[str, Any]]:
+        return [p for p in self.series if p.get("timed", True)]
+
     def _times(self, mode: str) -> list[float]:
-        return [p["ms"] for p in self.series if p["mode"] == mode]
+        return [p["ms"] for p in self._timed() if p["mode"] == mode]
 
     def rate(self, key: str, last: int = 50) -> float | None:
         """``key`` (samples or tokens) per second over the last ``last`` compiled steps (or, when
         nothing is compiled, the steady ones): total work over total time, right for any lengths."""
-        steps = [p for p in self.series if p["mode"] == "compiled" and p.get(key)]
+        timed = self._timed()
+        steps = [p for p in timed if p["mode"] == "compiled" and p.get(key)]
         if not steps:
-            steps = [p for p in self.series if p["mode"] == "warmup" and p.get(key)][1:]  # the first may compile
+            steps = [p for p in timed if p["mode"] == "warmup" and p.get(key)][1:]  # the first may compile
         steps = steps[-last:]
         seconds = sum(p["ms"] for p in steps) / 1000.0
         return sum(p[key] for p in steps) / seconds if steps and seconds > 0 else None
@@ -94,7 +112,7 @@ class SpeedupMeter:
         out: dict[str, Any] = {"perf/step_series": list(self.series)}
         if compiled:
             out["perf/step_ms"] = statistics.median(compiled[-50:])  # recent: recompiles change it
-        steady = [p["ms"] for p in self.series if p["mode"] in ("warmup", "compiled")]
+        steady = [p["ms"] for p in self._timed() if p["mode"] in ("warmup", "compiled")]
         if not compiled and steady:
             out["perf/step_ms"] = statistics.median(steady)
         if self.done and self.window and self.compiled_any:

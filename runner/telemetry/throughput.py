@@ -1,7 +1,7 @@
 """Throughput, FLOPs, model FLOPs utilisation and peak memory: small pure helpers.
 
-MFU = achieved FLOP/s / device peak FLOP/s. The peak is ``TelemetryConfig.peak_tflops`` when set,
-otherwise a default per device and precision (:func:`default_peak_tflops`). FLOPs per step are
+MFU = achieved FLOP/s / device peak FLOP/s; the peak is measured on the run's device
+(:mod:`runner.telemetry.peak`) unless ``TelemetryConfig.peak_tflops`` gives it. FLOPs per step are
 counted by ``torch.utils.flop_counter.FlopCounterMode`` on one eager step (forward, backward and
 optimizer), or estimated as 6 x parameters x tokens (samples when there is no sequence dim).
 """
@@ -15,43 +15,6 @@ from typing import Any
 import torch
 
 from runner.data.batch import iter_tensors
-
-# Dense peak TFLOP/s by (device-name substring, precision). bf16/fp16 are tensor-core dense peaks;
-# fp32 is the plain (non-TF32) peak, as Lightning's "32-true" does not enable TF32 by default.
-_CUDA_PEAKS: tuple[tuple[str, float, float], ...] = (  # (name, bf16, fp32)
-    ("H200", 989.0, 67.0),
-    ("H100", 989.0, 67.0),
-    ("A100", 312.0, 19.5),
-    ("L40S", 362.0, 91.6),
-    ("L4", 121.0, 30.3),
-    ("A10", 125.0, 31.2),
-    ("RTX 4090", 165.0, 82.6),
-    ("RTX 3090", 71.0, 35.6),
-    ("V100", 125.0, 15.7),
-    ("T4", 65.0, 8.1),
-)
-# Measured on the project's 2-core Xeon (AVX-512 + AMX-BF16) with 2048^2 torch matmuls; see
-# /work/shared/context/torch-compile-notes.md. Other CPUs differ: set telemetry.peak_tflops.
-_CPU_PEAKS = {"bf16": 0.62, "fp32": 0.21}
-
-
-def precision_kind(precision: str | None) -> str:
-    """Lightning precision string (``32-true``, ``bf16-mixed``, ``16-mixed``...) -> bf16 | fp32."""
-    text = str(precision or "32")
-    return "bf16" if ("bf16" in text or text.startswith("16")) else "fp32"
-
-
-def default_peak_tflops(device: torch.device, precision: str | None) -> float | None:
-    """A sensible peak for MFU, or None when the device is unknown (MFU is then not reported)."""
-    kind = precision_kind(precision)
-    if device.type == "cpu":
-        return _CPU_PEAKS[kind]
-    if device.type == "cuda" and torch.cuda.is_available():
-        name = torch.cuda.get_device_name(device)
-        for key, bf16, fp32 in _CUDA_PEAKS:
-            if key in name:
-                return bf16 if kind == "bf16" else fp32
-    return None
 
 
 def batch_counts(batch: Any) -> tuple[int | None, int | None]:
@@ -111,9 +74,3 @@ def peak_memory_gib(device: torch.device) -> float:
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     # ru_maxrss is KiB on Linux and bytes on macOS.
     return rss / 2**30 if sys.platform == "darwin" else rss / 2**20
-
-
-def synchronize(device: torch.device) -> None:
-    """Wait for queued device work, so a host timer measures the work and not its launch."""
-    if device.type == "cuda" and torch.cuda.is_available():
-        torch.cuda.synchronize(device)

@@ -99,6 +99,9 @@ class ShapePolicyComponent(StackComponent):
         self._shapes: list[tuple[int, ...]] = []
         self._since_us = _now_us()
         self._final: dict[str, Any] | None = None
+        self._in_step = False
+        self._step_compile_ids: set[str] = set()
+        self._unregister: Any = None
 
     # -- once ----------------------------------------------------------------------------------
     def configure(self) -> None:
@@ -122,6 +125,13 @@ class ShapePolicyComponent(StackComponent):
             self._sync = ShapeAgreement(dist.new_group(backend="gloo"))
         settings.compilation_metrics_limit(_METRICS_LIMIT)
         self._since_us = _now_us()
+        self._unregister = ti.register_compile_callbacks(self._on_compile_start, lambda trigger, cid: None)
+
+    def _on_compile_start(self, trigger: str, compile_id: str) -> None:
+        # The policy's figures are about the training step's frame: compiles started while a training
+        # step runs (its forward, its continuations), not the optimizer step's or validation's.
+        if self._in_step and trigger == "DYNAMO":
+            self._step_compile_ids.add(compile_id)
 
     # -- per step ------------------------------------------------------------------------------
     def prepare_batch(self, batch: Any) -> Any:
@@ -159,6 +169,7 @@ class ShapePolicyComponent(StackComponent):
     @contextlib.contextmanager
     def _step(self) -> Iterator[None]:
         before = ti.graphs_compiled()
+        self._in_step = True
         after_warmup = self.cfg.after_warmup is not AfterWarmup.none and self.steps >= self.cfg.warmup_steps
         stance = ti.step_stance(self.cfg.after_warmup.value) if after_warmup else contextlib.nullcontext()
         try:
@@ -169,6 +180,7 @@ class ShapePolicyComponent(StackComponent):
                 raise RecompileAfterWarmupError(format_recompile_error(e, self.steps, self.cfg, self._shapes)) from e
             raise
         finally:
+            self._in_step = False
             self.graphs += ti.graphs_compiled() - before
 
     def on_step_end(self, step: int) -> None:
@@ -184,13 +196,18 @@ class ShapePolicyComponent(StackComponent):
     def teardown(self) -> None:
         # Freeze the figures first: restoring torch's compile-record limit may drop this run's records.
         self._final = self.figures()
+        if self._unregister is not None:
+            self._unregister()
+            self._unregister = None
         super().teardown()
 
     def figures(self) -> dict[str, Any]:
         if self._final is not None:
             return dict(self._final)
-        # This run's compiles: torch's records started since configure() (forward and backward).
-        records = [r for r in map(ti.to_record, ti.compilation_metrics()) if (r.start_us or 0) >= self._since_us]
+        # This run's training-step compiles: torch's records since configure() whose compile started inside
+        # a training step (forward and its deferred backward share the compile id).
+        records = [r for r in map(ti.to_record, ti.compilation_metrics())
+                   if (r.start_us or 0) >= self._since_us and r.compile_id in self._step_compile_ids]
         reasons = [r.recompile_reason for r in records if r.is_forward and r.recompile_reason]
         waste = self.padding_waste_pct()
         out: dict[str, Any] = {
@@ -198,6 +215,7 @@ class ShapePolicyComponent(StackComponent):
             "dynamic/after_warmup": self.cfg.after_warmup.value,
             "dynamic/agreement": self.agreement.value,
             "dynamic/graphs": self.graphs,
+            "dynamic/frame_compiles": sum(1 for r in records if r.is_forward),
             "dynamic/recompiles": len(reasons),
             "dynamic/recompile_reasons": reasons[:_MAX_REASONS],
             "dynamic/compile_s": round(sum(r.total_s for r in records), 3),

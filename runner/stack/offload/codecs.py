@@ -25,6 +25,7 @@ STORED_ITEMSIZE = {"bf16": 2, "fp8": 1}
 
 Packed = tuple[Any, ...]
 _VIEW = "view"  # tag of a packed view (eager only; the traced path packs graph values, not views)
+_EXPANDED = "expanded"  # tag of a tensor with zero strides (an expanded view), packed at its real size
 
 
 def encode(x: torch.Tensor, kind: str) -> Packed:
@@ -36,6 +37,15 @@ def encode(x: torch.Tensor, kind: str) -> Packed:
     """
     # Detach: the pack hook must not record autograd history (it would keep ``x`` alive).
     x = x.detach()
+    broadcast = expanded_dims(x)
+    if broadcast:
+        # An expanded view (stride 0) holds one copy of its data: pack that, expand again on decode.
+        # Materialising it would store it at full size, and restoring its stride with
+        # ``empty_strided`` + ``copy_`` fails (a write to overlapping memory).
+        compact = x
+        for d in broadcast:
+            compact = compact.narrow(d, 0, 1)
+        return (_EXPANDED, encode(compact, kind), tuple(x.size()))
     if kind == "bf16":
         payload = x.to(torch.bfloat16)
         return (payload, x.dtype, tuple(x.size()), tuple(x.stride()), _restride(payload, x))
@@ -68,6 +78,9 @@ def decode(packed: Any) -> torch.Tensor:
     """Restore what ``encode`` or ``view_of`` produced; a tensor passed through is returned as is."""
     if isinstance(packed, torch.Tensor):
         return packed
+    if packed[0] == _EXPANDED:
+        _, compact, size = packed
+        return decode(compact).expand(size)
     if isinstance(packed[0], str):  # view_of: rebuild the view on the decoded storage
         _, storage_packed, size, stride, offset = packed
         return decode(storage_packed).as_strided(size, stride, offset)
@@ -82,6 +95,16 @@ def decode(packed: Any) -> torch.Tensor:
         out.copy_(y)
         return out
     return y
+
+
+def expanded_dims(x: torch.Tensor) -> list[int]:
+    """Dims of ``x`` that are broadcast (stride 0, size > 1). Strides are static in practice; a
+    symbolic one is treated as not broadcast rather than guarded on."""
+    dims = []
+    for d, (size, stride) in enumerate(zip(x.size(), x.stride(), strict=True)):
+        if isinstance(stride, int) and isinstance(size, int) and stride == 0 and size > 1:
+            dims.append(d)
+    return dims
 
 
 def _restride(payload: torch.Tensor, x: torch.Tensor) -> bool:

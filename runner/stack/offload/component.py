@@ -108,6 +108,7 @@ class CheckpointOffload(OffloadComponent):
         super().__init__(cfg, device)
         self.block_types = tuple(block_types)
         self.wrapped: list[str] = []
+        self.applied_budget: float | None = None
 
     @property
     def mode(self) -> str:
@@ -118,6 +119,7 @@ class CheckpointOffload(OffloadComponent):
         Dynamo does not guard on it: it must be set before the first compile."""
         if self.cfg.memory_budget is not None:
             self.torch_settings.functorch("activation_memory_budget", float(self.cfg.memory_budget))
+            self.applied_budget = ti.memory_budget()  # as torch holds it while this run compiles
 
     def apply(self, module: nn.Module) -> None:
         if self.cfg.memory_budget is not None:
@@ -143,7 +145,7 @@ class CheckpointOffload(OffloadComponent):
         out["offload/checkpoint_mode"] = self.mode
         out["offload/checkpointed_blocks"] = len(self.wrapped)
         if self.cfg.memory_budget is not None:
-            out["offload/memory_budget"] = ti.memory_budget()
+            out["offload/memory_budget"] = self.applied_budget
         return out
 
 

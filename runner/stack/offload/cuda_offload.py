@@ -61,15 +61,20 @@ class PinnedOffloadHooks:
             self.stream = torch.cuda.Stream(device=x.device)
         compute = torch.cuda.current_stream(x.device)
         self.stream.wait_stream(compute)
+        # An expanded view (stride 0) is copied at its real size and expanded again on unpack.
+        broadcast = codecs.expanded_dims(x)
+        compact = x.detach()
+        for d in broadcast:
+            compact = compact.narrow(d, 0, 1)
         with torch.cuda.stream(self.stream):
             # Stored contiguous (a strided view would pin its whole base); unpack re-strides.
-            host = torch.empty(x.size(), dtype=x.dtype, pin_memory=True)
-            host.copy_(x.detach(), non_blocking=True)
+            host = torch.empty(compact.size(), dtype=x.dtype, pin_memory=True)
+            host.copy_(compact, non_blocking=True)
             event = torch.cuda.Event()
             event.record(self.stream)
         x.record_stream(self.stream)
-        self.offloaded_bytes += nbytes
-        packed = (host, event, x.device, tuple(x.size()), tuple(x.stride()))
+        self.offloaded_bytes += compact.numel() * compact.element_size()
+        packed = (host, event, x.device, tuple(x.size()), tuple(compact.stride()), bool(broadcast))
         if self._dedupe is not None:
             self._dedupe[x] = packed
         return packed
@@ -78,13 +83,13 @@ class PinnedOffloadHooks:
         """Bring a packed tensor back to the device, with its original size and stride."""
         if isinstance(packed, torch.Tensor):
             return packed
-        host, event, device, size, stride = packed
+        host, event, device, size, stride, expanded = packed
         compute = torch.cuda.current_stream(device)
         compute.wait_event(event)  # the device-to-host copy must be complete before reading host
         # Pinned memory stays valid until the copy ends: the caching host allocator records the use.
         y = host.to(device, non_blocking=True)
         if tuple(y.stride()) != stride:
-            out = torch.empty_strided(size, stride, dtype=y.dtype, device=device)
+            out = torch.empty_strided(tuple(host.size()), stride, dtype=y.dtype, device=device)
             out.copy_(y)
-            return out
-        return y
+            y = out
+        return y.expand(size) if expanded else y

@@ -37,15 +37,22 @@ def excluded_module_names(model: nn.Module, exclude: Sequence[str]) -> frozenset
     """Names (relative to ``model``) of every module that an ``exclude`` prefix selects.
 
     A prefix selects a module and everything under it: ``head`` selects ``head``; ``blocks.3``
-    selects ``blocks.3`` and ``blocks.3.attn.qkv``, but not ``blocks.30``.
+    selects ``blocks.3`` and ``blocks.3.attn.qkv``, but not ``blocks.30``. Names are the user's
+    model's: when ``model`` is a LightningModule that holds the model as a child (``TrainModule.model``),
+    ``head`` also selects ``model.head`` (the stack applies the strategy to the LightningModule).
     """
     prefixes = [clean_name(p) for p in exclude if clean_name(p)]
     names = set()
     for raw, _ in model.named_modules():
         name = clean_name(raw)
-        if name and any(name == p or name.startswith(p + ".") for p in prefixes):
+        below_root = name.partition(".")[2]  # the same name, one wrapper level down
+        if name and any(_selects(p, name) or (below_root and _selects(p, below_root)) for p in prefixes):
             names.add(name)
     return frozenset(names)
+
+
+def _selects(prefix: str, name: str) -> bool:
+    return name == prefix or name.startswith(prefix + ".")
 
 
 def path_is_excluded(path: str, excluded: frozenset[str]) -> bool:

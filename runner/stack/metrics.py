@@ -1,0 +1,29 @@
+"""Which metric objects' methods the compiled step defers (see ``runner.stack.deferred_log``).
+
+Every torchmetrics ``Metric`` and ``MetricCollection`` the LightningModule holds: calling one
+(``self.train_acc(preds, y)``), ``update``, ``compute`` and ``reset`` inside the compiled
+``training_step`` are recorded and run eagerly right after it, so the graph computes only the model's
+tensors. Why not compile them: ``Metric.forward`` swaps its state in and out and branches on data
+(``torchmetrics/aggregation.py``, ``stat_scores.py``), so Dynamo graph-breaks inside it and, because
+the continuation frames are shared by every metric, recompiles on ``len(args)`` guards until it hits
+``recompile_limit`` and silently runs eagerly (issue 15: 19 graphs, 14 breaks, 8 recompiles for the
+template MNIST module). Deferred, the same module compiles to one graph, and each metric update costs
+what it costs in eager Lightning (measured in ``benchmarks/idioms.py``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch import nn
+
+METRIC_METHODS = ("forward", "update", "compute", "reset")
+
+
+def metric_methods(module: nn.Module) -> list[tuple[Any, tuple[str, ...]]]:
+    """``(metric, METRIC_METHODS)`` for every torchmetrics object registered in ``module``."""
+    try:
+        from torchmetrics import Metric, MetricCollection
+    except ImportError:  # torchmetrics is optional for runner (Lightning installs it)
+        return []
+    return [(m, METRIC_METHODS) for m in module.modules() if isinstance(m, (Metric, MetricCollection))]

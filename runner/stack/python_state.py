@@ -1,0 +1,60 @@
+"""Python state read inside the compiled step: never stale, and no recompile per step.
+
+Users read ``self.current_epoch``, ``self.global_step``, ``self.trainer.*`` and ``self.hparams`` in
+``training_step``. Dynamo specialises every int it reaches through an ``nn.Module`` (the
+LightningModule is one): ``self.global_step`` is guarded with ``== 3`` and the step recompiles every
+step until ``recompile_limit`` (8) and then runs eagerly. (Lightning issue #17933, the stale
+``current_epoch == 0``, comes from ``torch.compile(module)`` wrapping the module in a copy without the
+trainer; runner compiles in place, so every read is guarded or an input, never stale.)
+
+The fix is one setting, not a change to the module: the ints below Lightning's fit loop
+(``self._trainer.fit_loop...``: epoch and step counters, batch progress) and the step's ``batch_idx``
+argument are *dynamic sources*, so Dynamo passes them to the graph as symbolic inputs from the first
+compile. ``min(1.0, self.global_step / 1000)`` stays symbolic (no guard); a branch on them
+(``if self.current_epoch < 5``) guards the comparison, so it recompiles once when it flips, as any
+new branch must. Constant reads (``self.hparams.lr``, ``self.trainer.max_epochs``) are guarded
+constants and never change. Booleans (``self.trainer.is_last_batch``) cannot be symbolic in Dynamo:
+a branch on one compiles each side once.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+from runner import torch_internals as ti
+from runner.stack.component import StackComponent
+
+FIT_LOOP_STATE = r"\._trainer\.fit_loop\..*"
+"""Below ``LightningModule._trainer``: every counter Lightning's ``current_epoch``/``global_step``
+properties and the trainer's progress flags read (``fit_loop.epoch_progress.current.completed``,
+``fit_loop.epoch_loop.automatic_optimization.optim_progress.optimizer.step.total.completed``...)."""
+
+
+def state_sources(training_step: Callable[..., Any]) -> list[str]:
+    """``dynamic_sources`` patterns for the Lightning state a ``training_step`` can read: the trainer's
+    loop counters below its ``self`` and its own batch-index argument (whatever the user named them)."""
+    fn = getattr(training_step, "__func__", training_step)
+    params = list(inspect.signature(fn).parameters)
+    patterns = []
+    if params and params[0] != "args":
+        patterns.append(ti.local_source_pattern(params[0], FIT_LOOP_STATE))
+    # training_step(self, batch, batch_idx[, dataloader_idx]): ints Lightning passes every step
+    patterns += [ti.local_source_pattern(p, "$") for p in params[2:4] if p not in ("args", "kwargs")]
+    return patterns
+
+
+class PythonState(StackComponent):
+    """Makes Lightning's step-time Python state dynamic graph inputs (see the module docstring)."""
+
+    name = "python_state"
+
+    def __init__(self, training_step: Callable[..., Any]) -> None:
+        self.patterns = state_sources(training_step)
+
+    def configure(self) -> None:
+        ti.add_dynamic_sources(self.torch_settings, self.patterns)
+
+    def figures(self) -> dict[str, Any]:
+        return {"compile/dynamic_state_sources": list(self.patterns)}

@@ -1,0 +1,211 @@
+"""The device's peak FLOP/s for MFU: measured on the run's device at start-up, or given by the user.
+
+MFU = achieved FLOP/s / peak FLOP/s. A datasheet number, or one machine's measurement, is wrong on
+every other machine: another CPU model, thread count, clock, TF32 setting or driver. So the peak is
+what *this* device does in *this* process: a short dense-matmul probe in the run's dtype (float32,
+bfloat16 or float16, from the trainer precision), with the process's own matmul settings.
+
+* Steady state: each size is warmed up once (cuBLAS/oneDNN handles, caches, clocks), then timed
+  several times; the fastest repetition counts (interference only ever slows a repetition down).
+* Size: doubled from 256 while the time budget allows (up to 4096 on a CPU, 8192 on a GPU); the
+  best rate over the sizes is the best the device's kernels do, so a training step (which also runs
+  memory-bound kernels, the backward and the optimizer) stays below it.
+* Timing: the host clock on the CPU (a CPU matmul is synchronous); CUDA events around a group of
+  matmuls on a CUDA device (the host clock would time the launches).
+
+The result is cached per machine in ``<cache dir>/peak_tflops.json`` keyed by device name, dtype,
+torch version and the settings that change the rate (CPU threads, float32 matmul precision), so only
+the first run on a machine pays the probe (about half a second). The cache dir is
+``$RUNNER_CACHE_DIR``, else ``$XDG_CACHE_HOME/runner``, else ``~/.cache/runner``. Under DDP every rank
+probes at the same moment, so on a shared CPU each rank measures the share its own steps get.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import platform
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+log = logging.getLogger(__name__)
+
+CACHE_ENV = "RUNNER_CACHE_DIR"
+CACHE_FILE = "peak_tflops.json"
+
+
+@dataclass(frozen=True)
+class Peak:
+    """A peak for MFU and where it came from: ``measured`` now, ``cached`` from an earlier
+    measurement on this machine, or ``given`` by the user (``telemetry.peak_tflops``)."""
+
+    tflops: float
+    source: str
+
+
+def probe_dtype(precision: str | None) -> torch.dtype:
+    """The dtype the run's matmuls use, from Lightning's precision (``32-true``, ``bf16-mixed``...)."""
+    text = str(precision or "32")
+    if text.startswith("bf16"):
+        return torch.bfloat16
+    if text.startswith("16"):
+        return torch.float16
+    if text.startswith("64"):
+        return torch.float64
+    return torch.float32
+
+
+def cache_dir() -> Path:
+    """Where the per-machine cache lives (see the module docstring)."""
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV])
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "runner"
+
+
+def device_name(device: torch.device) -> str:
+    """The device model: the GPU's name, or the CPU's model name (``/proc/cpuinfo`` on Linux)."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    if device.type == "cpu":
+        with contextlib.suppress(OSError):
+            for line in Path("/proc/cpuinfo").read_text().splitlines():
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+        return platform.processor() or platform.machine() or "cpu"
+    return device.type
+
+
+def cache_key(device: torch.device, dtype: torch.dtype) -> str:
+    """What the peak depends on besides the hardware: a change in any of these re-measures."""
+    parts = [device.type, device_name(device), str(dtype).removeprefix("torch."), f"torch {torch.__version__}",
+             f"matmul {torch.get_float32_matmul_precision()}"]
+    if device.type == "cpu":
+        parts.append(f"{torch.get_num_threads()} threads")
+    return " | ".join(parts)
+
+
+def _timed_group(device: torch.device, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, inner: int) -> float:
+    """Seconds for ``inner`` matmuls, measured on the device."""
+    if device.type == "cuda":
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(inner):
+            torch.mm(a, b, out=out)
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 1000.0
+    t0 = time.perf_counter()
+    for _ in range(inner):
+        torch.mm(a, b, out=out)
+    return time.perf_counter() - t0
+
+
+def _best_rate(device: torch.device, dtype: torch.dtype, n: int, reps: int) -> tuple[float, float]:
+    """(best FLOP/s, seconds of one repetition) of ``n`` x ``n`` matmuls after one warm-up."""
+    a = torch.randn(n, n, device=device).to(dtype)
+    b = torch.randn(n, n, device=device).to(dtype)
+    out = torch.empty(n, n, device=device, dtype=dtype)
+    # A CUDA matmul of a small size takes microseconds, less than its launch: time groups of them.
+    inner = 8 if device.type == "cuda" else 1
+    _timed_group(device, a, b, out, 1)  # warm-up: handles, caches, clocks
+    times = [_timed_group(device, a, b, out, inner) for _ in range(reps)]
+    best = min(times)
+    return (2.0 * n**3 * inner / best if best > 0 else 0.0), best
+
+
+def measure_tflops(device: torch.device, dtype: torch.dtype, budget_s: float = 0.5, reps: int = 5,
+                   max_n: int | None = None) -> float:
+    """The device's steady-state dense matmul rate in TFLOP/s (see the module docstring)."""
+    max_n = max_n or (8192 if device.type == "cuda" else 4096)
+    deadline: float | None = None
+    best, n = 0.0, 256
+    while True:
+        rate, rep_s = _best_rate(device, dtype, n, reps)
+        best = max(best, rate)
+        # The budget starts after the first size: that one also pays one-off library initialisation.
+        deadline = deadline or time.perf_counter() + budget_s
+        # The next size does 8x the work per repetition: go there only if it still fits the budget.
+        # No early stop when the rate stops growing: on a shared machine one size can measure low.
+        if n >= max_n or time.perf_counter() + 8 * rep_s * (reps + 1) > deadline:
+            break
+        n *= 2
+    if device.type == "cuda":
+        # The probe's buffers must not count as the run's peak memory (``memory/peak_gib``).
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
+    return best / 1e12
+
+
+def _read(path: Path) -> dict[str, dict[str, object]]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}  # no cache yet, or a damaged one: measure again
+    return data if isinstance(data, dict) else {}
+
+
+def _write(path: Path, data: dict[str, dict[str, object]]) -> None:
+    """Atomically (several ranks or runs may write at once); a read-only home only loses the cache."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=1, sort_keys=True)
+        os.replace(tmp, path)
+    except OSError as exc:
+        log.debug("could not cache the measured peak in %s: %s", path, exc)
+
+
+def resolve_peak(device: torch.device, precision: str | None, given: float | None,
+                 cache: Path | None = None, budget_s: float = 0.5) -> Peak | None:
+    """The peak for MFU: ``given`` if set, else the cached measurement for this machine, else a new
+    measurement (then cached). None when the device cannot be probed (MFU is then not reported)."""
+    if given is not None:
+        return Peak(float(given), "given")
+    if device.type not in ("cpu", "cuda"):
+        # The probe times a CPU with the host clock and a GPU with CUDA events; others are not timed
+        # right by either: no guess, no MFU (give telemetry.peak_tflops to get one).
+        log.warning("MFU not reported: no peak probe for %s devices; set telemetry.peak_tflops", device.type)
+        return None
+    dtype = probe_dtype(precision)
+    path = (cache or cache_dir()) / CACHE_FILE
+    try:
+        key = cache_key(device, dtype)
+    except (RuntimeError, AssertionError) as exc:  # a device torch cannot name (no driver...)
+        log.warning("MFU not reported: cannot identify device %s (%s)", device, exc)
+        return None
+    entry = _read(path).get(key)
+    cached = entry.get("tflops") if isinstance(entry, dict) else None
+    if isinstance(cached, (int, float)) and cached > 0:
+        return Peak(float(cached), "cached")
+    try:
+        tflops = measure_tflops(device, dtype, budget_s=budget_s)
+    except RuntimeError as exc:  # e.g. a dtype the device has no matmul kernel for
+        log.warning("MFU not reported: the matmul probe failed on %s in %s (%s)", device, dtype, exc)
+        return None
+    if tflops <= 0:
+        return None
+    data = _read(path)  # re-read: another rank or run may have added keys meanwhile
+    data[key] = {"tflops": tflops, "measured": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    _write(path, data)
+    return Peak(tflops, "measured")
+
+
+def forget_peak(device: torch.device, precision: str | None, cache: Path | None = None) -> None:
+    """Drop this machine's cached peak (a run beat it: it was measured on a busy machine), so the next
+    run measures again instead of reusing a low value forever."""
+    path = (cache or cache_dir()) / CACHE_FILE
+    try:
+        key = cache_key(device, probe_dtype(precision))
+    except (RuntimeError, AssertionError):
+        return
+    data = _read(path)
+    if data.pop(key, None) is not None:
+        _write(path, data)

@@ -1,0 +1,58 @@
+"""runner.telemetry.advice: torch's graph-break and recompile reasons -> a suggested fix (pure)."""
+
+from __future__ import annotations
+
+import pytest
+
+from runner.telemetry.advice import advise, graph_break_fix, guard_location, recompile_fix
+
+
+@pytest.mark.parametrize(("reason", "where", "expect"), [
+    ("Unsupported Tensor.item() call with capture_scalar_outputs=False", "m.py:3", "keep it a tensor"),
+    ("Data-dependent branching", "m.py:9", "torch.where"),
+    ("Dynamic shape operator", "m.py:9", "x[mask]"),
+    ("Unsupported Tensor.backward() call", "m.py:9", "step_backward"),
+    ("setattr() on Tensor.requires_grad", "m.py:9", "toggle_optimizer"),
+    ("logging.Logger method not supported for non-export cases", "m.py:9", "self.log"),
+    ("Call to `torch._dynamo.graph_break()`", "m.py:9", "explicit graph break"),
+    ("Skip calling `torch.compiler.disable()`d function", "m.py:9", "torch.compiler.disable"),
+    ("Attempted to inline function marked as skipped", "m.py:9", "cannot trace"),
+    ("attempted to trace numpy function with config.trace_numpy=False", "m.py:9", "NumPy"),
+    ("something torch has never said", "m.py:9", "fullgraph=true"),
+    # where it happened matters more than what: library code reached from the step
+    ("Data-dependent branching", "/v/lib/python3.11/site-packages/torchmetrics/aggregation.py:93", "MetricCollection"),
+    ("Dynamic shape operator", "torchmetrics/functional/classification/stat_scores.py:320", "register it"),
+    ("logging.Logger method not supported", "/v/site-packages/lightning/pytorch/trainer/call.py:210", "hook"),
+])
+def test_graph_break_fixes(reason: str, where: str, expect: str) -> None:
+    assert expect in graph_break_fix(reason, where)
+
+
+@pytest.mark.parametrize(("reason", "expect"), [
+    ("tensor 'batch[0]' size mismatch at index 0. expected 16, actual 8", "drop_last=True"),
+    ("tensor 'x' requires_grad mismatch. expected requires_grad=1", "toggle_optimizer"),
+    ("GLOBAL_STATE changed: grad_mode ", "no_grad"),
+    ("tensor 'x' dtype mismatch. expected Float, actual Half", "cast inputs"),
+    ("len(args) == 2  # self.update(*args, **kwargs)  # torchmetrics/metric.py:384 in f", "fixed signature"),
+    ("___check_obj_id(optimizer, 1399)", "create it once"),
+    ("self._trainer.fit_loop.epoch_loop.batch_progress.is_last_batch == True  # if x:  # m.py:31 in f", "each side"),
+    ("self._trainer.fit_loop.epoch_progress.current.completed <= 0  # s = a if e < 1 else 0  # m.py:27 in f",
+     "threshold"),
+    ("L['self'].lr == 0.001  # y = x * self.lr  # m.py:4 in f", "specialize_float=false"),
+    ("L['self'].calls == 7  # self.calls += 1  # m.py:4 in f", "register_buffer"),
+    ("something else", "stable"),
+])
+def test_recompile_fixes(reason: str, expect: str) -> None:
+    assert expect in recompile_fix(reason)
+
+
+def test_advise_finds_the_guard_location_and_formats_one_line() -> None:
+    reason = "0/3: L['self'].calls == 3  # self.calls += 1  # tests/zoo/m.py:17 in training_step"
+    assert guard_location(reason) == "tests/zoo/m.py:17"
+    advice = advise("recompile", reason)
+    assert advice.where == "tests/zoo/m.py:17" and advice.reason == "0/3: L['self'].calls == 3"
+    assert str(advice).startswith("recompile at tests/zoo/m.py:17: 0/3: L['self'].calls == 3. Fix: ")
+    brk = advise("graph_break", "Data-dependent branching\n  Explanation: ...", "m.py:5")
+    assert str(brk).startswith("graph break at m.py:5: Data-dependent branching. Fix: ")
+    with pytest.raises(ValueError):
+        advise("other", "x")

@@ -1,0 +1,63 @@
+"""Telemetry on a CUDA device: the MFU peak probe, waits only on timed steps, figures from the GPU,
+and the cross-rank non-finite decision over NCCL. Skipped without CUDA (``gpu`` marker)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import lightning.pytorch as pl
+import pytest
+import torch
+
+from runner.config.schema import TelemetryConfig
+from runner.telemetry.callback import CompileTelemetry
+from runner.telemetry.peak import CACHE_ENV, Peak, resolve_peak
+from tests.test_telemetry_callback import TinyModel, _window
+
+pytestmark = pytest.mark.gpu
+
+
+def test_probe_measures_the_gpu_and_leaves_no_peak_memory(tmp_path: Path) -> None:
+    device = torch.device("cuda", 0)
+    torch.cuda.reset_peak_memory_stats(device)
+    bf16 = resolve_peak(device, "bf16-mixed", None, cache=tmp_path)
+    assert bf16 is not None and bf16.source == "measured"
+    assert 10 < bf16.tflops < 5000, bf16  # a datacenter GPU: hundreds of dense bf16 TFLOP/s
+    assert torch.cuda.max_memory_allocated(device) < 2**20  # the probe's buffers are not the run's peak
+    fp32 = resolve_peak(device, "32-true", None, cache=tmp_path)
+    assert fp32 is not None and fp32.tflops < bf16.tflops  # tensor cores: bf16 is the faster dtype
+    assert resolve_peak(device, "bf16-mixed", None, cache=tmp_path) == Peak(bf16.tflops, "cached")
+
+
+def test_gpu_fit_waits_only_on_timed_steps_with_figures_from_the_gpu(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
+    pairs, every, steps = 3, 4, 16
+    callback = CompileTelemetry(TelemetryConfig(log_every_n_steps=every, speedup_steps=pairs))
+    trainer = pl.Trainer(accelerator="gpu", devices=1, max_steps=steps, logger=False, callbacks=[callback],
+                         enable_checkpointing=False, enable_model_summary=False, enable_progress_bar=False)
+    trainer.fit(TinyModel())
+
+    assert callback.clock is not None and callback.clock.asynchronous  # the GPU, not the module's setup device
+    figures = callback.figures()
+    series = figures["perf/step_series"]
+    timed = {p["step"] for p in series if p["timed"]}
+    assert timed == {p["step"] for p in _window(series, pairs)} | set(range(0, steps, every))
+    assert callback.clock.waits == 2 * len(timed) < 2 * steps  # no wait on the other steps
+    assert figures["memory/peak_gib"] == pytest.approx(torch.cuda.max_memory_allocated() / 2**30)
+    assert figures["perf/peak_source"] == "measured" and figures["perf/peak_tflops"] > 10
+    assert 0 < figures["perf/mfu"] <= 1
+
+
+@pytest.mark.slow
+def test_nonfinite_decision_agrees_across_ranks_over_nccl(tmp_path: Path) -> None:
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs 2 CUDA devices (the gloo version runs on the CPU: tests/test_nonfinite_ddp.py)")
+    from tests.test_nonfinite_ddp import BAD_BATCH, STEPS, _launch
+
+    stop = _launch("stop", tmp_path / "stop", accelerator="cuda")
+    assert all(r["error"] is not None and r["steps"] == BAD_BATCH for r in stop.values())
+    skip = _launch("skip", tmp_path / "skip", accelerator="cuda")
+    assert all(r["steps"] == STEPS and r["skipped"] == [BAD_BATCH + 1] for r in skip.values())
+    assert skip[0]["params"] == skip[1]["params"]

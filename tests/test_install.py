@@ -1,0 +1,131 @@
+"""runner as an installed tool: the wheel ships its config groups, recipes and a ``runner`` command,
+and works from any directory, without the checkout.
+
+The fast tests install the wheel's files (``pip install --no-deps --target``) next to this
+environment's dependencies; the slow one is CI's check: a fresh virtual environment outside the
+checkout, the pinned constraints, and the example project's three commands as real processes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "my_project"
+EXAMPLE_RECIPE = "conv_lm_quick"
+# What a source checkout holds that a build must not see (and must not write into).
+_NOT_SOURCE = (".venv", ".git", "outputs", "multirun", "build", "dist", "*.egg-info", "__pycache__", ".*_cache",
+               "wandb", "lightning_logs", ".cache")
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    return {**env, "WANDB_MODE": "offline", **extra}
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The wheel, built from a copy of the checkout (a build writes build/ and *.egg-info in place)."""
+    tmp = tmp_path_factory.mktemp("wheel")
+    src = tmp / "src"
+    shutil.copytree(ROOT, src, symlinks=True, ignore=shutil.ignore_patterns(*_NOT_SOURCE))
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
+                    str(tmp / "dist"), str(src)], check=True, env=_env(), timeout=600)
+    (built,) = (tmp / "dist").glob("runner-*.whl")
+    return built
+
+
+def test_wheel_ships_config_recipes_and_the_runner_command(wheel: Path) -> None:
+    with zipfile.ZipFile(wheel) as z:
+        names = set(z.namelist())
+        entry_points = next(z.read(n).decode() for n in names if n.endswith("entry_points.txt"))
+    shipped_conf = {n.removeprefix("runner/_conf/") for n in names if n.startswith("runner/_conf/")}
+    assert shipped_conf == {p.relative_to(ROOT / "conf").as_posix() for p in (ROOT / "conf").rglob("*.yaml")
+                            if not p.relative_to(ROOT / "conf").as_posix().startswith("recipe/")}
+    assert {f"runner/_recipes/{p.name}" for p in (ROOT / "recipes").glob("*.yaml")} <= names
+    assert "runner = runner.__main__:main" in entry_points
+    assert not any(n.startswith(("conf/", "recipes/", "tests/", "examples/")) for n in names)  # nothing top-level
+
+
+@pytest.fixture(scope="module")
+def installed(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The wheel's files installed into a directory of their own (dependencies: this environment's)."""
+    target = tmp_path_factory.mktemp("site")
+    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)],
+                   check=True, env=_env(), timeout=600)
+    return target
+
+
+def test_installed_runner_works_from_any_directory(installed: Path, tmp_path: Path) -> None:
+    env = _env(PYTHONPATH=str(installed))
+    find = "import importlib.util as u; print(u.find_spec('runner').origin)"
+    where = subprocess.run([sys.executable, "-c", find], cwd=tmp_path, env=env, capture_output=True, text=True,
+                           check=True)
+    assert where.stdout.startswith(str(installed)), where.stdout  # not the checkout
+    listing = subprocess.run([sys.executable, "-m", "runner", "--list-recipes"], cwd=tmp_path, env=env,
+                             capture_output=True, text=True, timeout=300)
+    assert listing.returncode == 0 and "recipes from runner:" in listing.stdout, listing.stderr[-3000:]
+    assert "smoke " in listing.stdout and "quickstart " in listing.stdout
+    proc = subprocess.run([sys.executable, "-m", "runner", "+recipe=smoke", "telemetry.speedup_steps=0"], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (report,) = tmp_path.glob("outputs/*/*-smoke/report.json")
+    assert json.loads(report.read_text())["run/steps"] == 8
+
+
+@pytest.mark.slow
+def test_fresh_venv_runs_the_example_project(wheel: Path, tmp_path: Path) -> None:
+    """CI: install the wheel with the pinned constraints into a new virtual environment outside the
+    checkout; from a copy of the example project run the three commands a user starts with."""
+    venv, project = tmp_path / "venv", tmp_path / "my_project"
+    shutil.copytree(EXAMPLE, project, ignore=shutil.ignore_patterns("__pycache__", "outputs"))
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "-c", str(ROOT / "constraints.txt"),
+                    str(wheel)], check=True, env=_env(), timeout=1800)
+    installed_s = time.perf_counter() - start
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([str(venv / "bin" / "runner"), *args], cwd=project, env=_env(), capture_output=True,
+                              text=True, timeout=900)
+
+    listing = run("--list-recipes")
+    assert listing.returncode == 0, listing.stderr[-3000:]
+    assert "recipes from ./recipes (this project):" in listing.stdout and EXAMPLE_RECIPE in listing.stdout
+    assert "recipes from runner:" in listing.stdout
+
+    fit = run(f"+recipe={EXAMPLE_RECIPE}", "compile.backend=eager")  # the recipe as shipped, without Inductor's compile
+    assert fit.returncode == 0, fit.stderr[-3000:]
+    (run_dir,) = project.glob(f"outputs/*/*-{EXAMPLE_RECIPE}")
+    report = json.loads((run_dir / "report.json").read_text())
+    assert report["run/recipe"] == EXAMPLE_RECIPE and report["run/steps"] == 60 and report["val/bpb"] > 0
+    assert (run_dir / "checkpoints" / "last.ckpt").exists() and (run_dir / "report.md").exists()
+    assert "my_project.model.ConvLM" in (run_dir / ".hydra" / "config.yaml").read_text()
+
+    default = run("trainer.max_steps=3", "compile.backend=eager", "telemetry.speedup_steps=0")
+    assert default.returncode == 0, default.stderr[-3000:]
+    (default_dir,) = project.glob("outputs/*/*-run")
+    assert json.loads((default_dir / "report.json").read_text())["run/steps"] == 3
+    print(f"\nfresh venv + wheel install: {installed_s:.0f} s; example commands: "
+          f"{time.perf_counter() - start - installed_s:.0f} s")
+
+
+def test_readme_section_shows_the_example_ci_runs() -> None:
+    """The README's "Use runner in your own project" shows the example's files as they are."""
+    readme = (ROOT / "README.md").read_text()
+    heading = "## Use runner in your own project"
+    assert heading in readme
+    section = readme.split(heading, 1)[1].split("\n## ", 1)[0]
+    for name in ("conf/model/conv_lm.yaml", f"recipes/{EXAMPLE_RECIPE}.yaml"):
+        assert (EXAMPLE / name).read_text() in section, name
+    model = (EXAMPLE / "my_project" / "model.py").read_text().splitlines()
+    assert next(ln for ln in model if "def __init__" in ln) in section

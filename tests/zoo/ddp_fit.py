@@ -1,0 +1,47 @@
+"""One zoo idiom on 2 CPU processes (gloo), through DDPCompileStrategy or Lightning's DDPStrategy.
+
+Run by ``tests/test_idioms.py`` as a script (Lightning's launcher re-executes it for rank 1)::
+
+    python -m tests.zoo.ddp_fit runner|lightning IDIOM OUT_DIR
+
+Each rank writes ``OUT_DIR/rank<N>.json``: its per-step logged values and LRs, its epoch metrics, a
+checksum of its final parameters, and (runner) the compile figures.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import torch
+from lightning.pytorch.strategies import DDPStrategy
+
+from runner.config.schema import CompileConfig, OptimizerPolicy
+from runner.strategy import DDPCompileStrategy
+from runner.telemetry.collector import CompileCollector
+from tests.zoo.harness import fit
+from tests.zoo.registry import IDIOMS
+
+
+def main() -> None:
+    which, name, out = sys.argv[1], sys.argv[2], Path(sys.argv[3])
+    kwargs = {"process_group_backend": "gloo", "find_unused_parameters": name == "manual_gan"}
+    if which == "runner":
+        strategy = DDPCompileStrategy(compile=CompileConfig(backend="eager", optimizer=OptimizerPolicy.none), **kwargs)
+    else:
+        strategy = DDPStrategy(**kwargs)
+    with CompileCollector() as collector:
+        trace = fit(IDIOMS[name], strategy, collector=collector, devices=2, accelerator="cpu")
+    figures = collector.figures()
+    flat = torch.cat([v.double().flatten() for v in trace.state.values() if v.is_floating_point()])
+    rank = strategy.global_rank
+    (out / f"rank{rank}.json").write_text(json.dumps({
+        "steps": trace.steps, "epochs": trace.epochs, "checksum": [float(flat.sum()), float(flat.abs().sum())],
+        "graphs": figures["compile/graphs"], "graph_breaks": figures["compile/graph_breaks"],
+        "recompiles": [r["step"] for r in figures["compile/recompile_reasons"]],
+    }))
+
+
+if __name__ == "__main__":
+    main()
