@@ -41,7 +41,7 @@ from runner.config.schema import OffloadConfig, OffloadStrategy
 from runner.models.gpt import GPT
 from runner.stack.offload import build_offload
 from runner.stack.offload.component import OffloadComponent
-from runner.stack.offload.measure import _fresh_code, flat_grads, rel_error, saved_bytes_meter
+from runner.stack.offload.measure import _fresh_code, _measured_path, flat_grads, rel_error, saved_bytes_meter
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 VARIANTS: list[tuple[str, OffloadConfig]] = [
@@ -161,7 +161,7 @@ def run_mode(mode: str, backend: str | None, base: torch.nn.Module, batches: lis
         reduction = ref.figures["saved_bytes"] / max(1, v.figures["saved_bytes"])
         rows.append({
             # the same rule as a run's measurement: a strategy that packs nothing reports path none
-            "mode": mode, "strategy": v.name, "path": v.comp.current_path() if reduction >= 1.02 else "none",
+            "mode": mode, "strategy": v.name, "path": _measured_path(v.comp.current_path(), reduction),
             "saved_mib": v.figures["saved_bytes"] / 2**20,
             "reduction_x": reduction,
             "step_ms": 1e3 * statistics.median(v.times),

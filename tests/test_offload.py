@@ -342,3 +342,14 @@ def test_cpu_offload_cuts_peak_cuda_memory_with_exact_gradients() -> None:
         grads[name] = torch.cat([p.grad.flatten() for p in model.parameters()])
     assert peaks["none"] / peaks["cpu"] >= 1.5, peaks
     assert torch.equal(grads["cpu"], grads["none"])
+
+
+def test_measured_path_reads_bytes_first_then_the_hooks_counts() -> None:
+    """A compiled graph restored from torch's caches packs without calling the hooks: the bytes say it
+    was packed (traced); no reduction means nothing was packed, whatever the hooks saw."""
+    from runner.stack.offload.measure import _measured_path
+
+    assert _measured_path("none", 1.95) == "traced"  # cache hit: no pack call, bytes halved
+    assert _measured_path("traced", 1.0) == "none"
+    assert _measured_path("eager_hooks", 1.97) == "eager_hooks"
+    assert _measured_path("partitioner_budget", 2.01) == "partitioner_budget"
