@@ -122,9 +122,8 @@ def measure_saved_activations(trainer: L.Trainer, module: L.LightningModule, dat
     """Before fit: the offload strategy's saved bytes and gradient error against ``none``, on one
     validation batch (the training order stays untouched), on the path the run takes."""
     stack = trainer.strategy.stack  # type: ignore[attr-defined]
-    s = stack.settings.offload
-    if s.strategy.value == "none" or not s.measure:
-        return
+    if not stack.measures_saved_activations:
+        return  # nothing to measure: no validation batch is loaded
     datamodule.setup("fit")
     batch = next(iter(datamodule.val_dataloader()))
     stack.measure_saved_activations(module, batch, trainer.strategy.root_device,

@@ -15,7 +15,6 @@ is testable on its own.
 from __future__ import annotations
 
 import contextlib
-import copy
 import logging
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -214,6 +213,12 @@ class CompileStack:
         """One paragraph for a compile error raised during fit (None when it is not one)."""
         return explain_compile_error(exc, self.errors)
 
+    @property
+    def measures_saved_activations(self) -> bool:
+        """Whether ``measure_saved_activations`` has anything to measure (a strategy, and measuring on)."""
+        offload = self.settings.offload
+        return offload.strategy is not OffloadStrategy.none and offload.measure
+
     def measure_saved_activations(self, module: L.LightningModule, batch: Any, device: torch.device,
                                   context: Callable[[], contextlib.AbstractContextManager[Any]]
                                   = contextlib.nullcontext) -> dict[str, Any]:
@@ -224,14 +229,13 @@ class CompileStack:
         from runner.stack.offload.measure import compare_with_none
 
         s = self.settings
-        if s.offload.strategy is OffloadStrategy.none or not s.offload.measure:
+        if not self.measures_saved_activations:
             return {}
         if not module.automatic_optimization:  # its step needs a trainer (manual_backward, opt.step)
             self.offload_measured["offload/measure_skipped"] = "manual optimization: the step needs the trainer"
             return dict(self.offload_measured)
         shape = build_shape_policy(s.dynamic)
         plan = resolve_plan(s.compile, s.cudagraphs, shape.dynamic_arg, device, [], cudagraphs_active=False)
-        original = copy.deepcopy(module).to(device)
         batch = torch.utils._pytree.tree_map(lambda t: t.to(device) if isinstance(t, torch.Tensor) else t, batch)
 
         def build_step(m: torch.nn.Module) -> Callable[[Any], torch.Tensor]:
@@ -246,8 +250,9 @@ class CompileStack:
             return loss
 
         with self._measurement_settings(plan):
+            # run_variant measures each variant on its own copy of the module, moved to the device.
             self.offload_measured.update(compare_with_none(
-                original, batch, s.offload, build_step, device, tuple(s.compile.block_types), compiled=plan.compiles))
+                module, batch, s.offload, build_step, device, tuple(s.compile.block_types), compiled=plan.compiles))
         return dict(self.offload_measured)
 
     @contextlib.contextmanager

@@ -151,9 +151,7 @@ def compare_with_none(
     variant could otherwise reuse the other's graphs). Returns the ``offload/*`` figures."""
     from runner import torch_internals as ti
 
-    if isinstance(model, nn.Module):
-        model = copy.deepcopy(model)  # both variants start from the weights as they are now
-    results = []
+    results = []  # run_variant copies ``model`` for each variant: both start from its weights as they are now
     for variant in (replace(cfg, strategy=OffloadStrategy.none), cfg):
         ti.reset_compiler()
         results.append(run_variant(model, batch, variant, build_step, device, block_types))
