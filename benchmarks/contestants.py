@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import lightning as L
@@ -177,11 +178,13 @@ def _adamw(**kw: Any) -> Callable[..., torch.optim.Optimizer]:
     return partial(torch.optim.AdamW, lr=LR, weight_decay=WEIGHT_DECAY, **kw)
 
 
-def _fit(module: L.LightningModule, work: Workload, steps: int, pacer: Pacer, strategy: Any = "auto") -> None:
+def _fit(module: L.LightningModule, work: Workload, steps: int, pacer: Pacer, strategy: Any = "auto",
+         precision: str = "32-true", callbacks: list[Callback] | None = None) -> None:
     trainer = L.Trainer(
         accelerator="cpu", devices=1, strategy=strategy, max_steps=steps, limit_val_batches=0,
         num_sanity_val_steps=0, enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False,
-        logger=CSVLogger(tempfile.mkdtemp(prefix="bench-csv-")), callbacks=[_Tick(pacer)],
+        logger=CSVLogger(tempfile.mkdtemp(prefix="bench-csv-")), callbacks=[_Tick(pacer), *(callbacks or [])],
+        precision=precision,  # type: ignore[arg-type]
     )
     trainer.fit(module, work.loader(seed=0))
 
@@ -190,14 +193,15 @@ def run_lightning(c: Contestant, work: Workload, steps: int, pacer: Pacer) -> No
     """Eager Lightning: a plain LightningModule, AdamW as constructed by default."""
     module = PeerModule(work.model(seed=0), optimizer=_adamw())
     c.model = module.model
-    _fit(module, work, steps, pacer)
+    _fit(module, work, steps, pacer, precision=c.extra.get("precision", "32-true"))
 
 
 def run_lightning_compile(c: Contestant, work: Workload, steps: int, pacer: Pacer) -> None:
     """Lightning's documented recipe: ``trainer.fit(torch.compile(module))``."""
     module = PeerModule(work.model(seed=0), optimizer=_adamw(**c.extra.get("adamw", {})))
     c.model = module.model
-    _fit(torch.compile(module, backend=c.extra["backend"]), work, steps, pacer)  # type: ignore[arg-type]
+    _fit(torch.compile(module, backend=c.extra["backend"]), work, steps, pacer,  # type: ignore[arg-type]
+         precision=c.extra.get("precision", "32-true"))
 
 
 def run_runner(c: Contestant, work: Workload, steps: int, pacer: Pacer) -> None:
@@ -205,7 +209,28 @@ def run_runner(c: Contestant, work: Workload, steps: int, pacer: Pacer) -> None:
     module = TrainModule(work.model(seed=0), optimizer=_adamw())
     c.model = module.model
     cfg = CompileConfig(scope=c.extra["scope"], backend=c.extra["backend"], optimizer=OptimizerPolicy.auto)
-    _fit(module, work, steps, pacer, strategy=CompileStrategy(compile=cfg, device="cpu"))
+    callbacks = run_callbacks() if c.extra.get("telemetry") else []
+    _fit(module, work, steps, pacer, strategy=CompileStrategy(compile=cfg, device="cpu"),
+         precision=c.extra.get("precision", "32-true"), callbacks=callbacks)
+
+
+def run_callbacks() -> list[Callback]:
+    """The per-step callbacks ``python -m runner`` adds: telemetry (compile events, step clock,
+    throughput, MFU), the non-finite guard, the interrupt handler and the LR monitor. Two things are
+    left out, each for a reason: the in-run speedup pairs (``speedup_steps=0``: 20 steps run eagerly
+    on purpose, once per run, which a per-step race would count as framework cost) and the peak
+    probe (``peak_tflops`` given: a start-up cost, not a per-step one)."""
+    from lightning.pytorch.callbacks import LearningRateMonitor
+
+    from runner.config.schema import OnNonFinite, TelemetryConfig
+    from runner.reliability.numerics import NonFiniteGuard
+    from runner.reliability.signals import GracefulInterrupt
+    from runner.telemetry import CompileTelemetry
+
+    scratch = Path(tempfile.mkdtemp(prefix="bench-run-"))
+    last = scratch / "last.ckpt"
+    return [CompileTelemetry(TelemetryConfig(speedup_steps=0, peak_tflops=1.0), scratch),
+            NonFiniteGuard(OnNonFinite.stop, last), GracefulInterrupt(last), LearningRateMonitor("step")]
 
 
 def run_hand_loop(c: Contestant, work: Workload, steps: int, pacer: Pacer) -> None:
@@ -237,8 +262,10 @@ def _forever(loader: DataLoader[Any]) -> Iterator[Any]:
         yield from loader
 
 
-def contestants(backend: str, scopes: list[Scope], best: Scope, fused_peer: bool) -> list[Contestant]:
-    """The peers, then runner with each compile scope (``best`` is runner's configuration for the device)."""
+def contestants(backend: str, scopes: list[Scope], best: Scope, fused_peer: bool,
+                telemetry: bool = True) -> list[Contestant]:
+    """The peers, then runner with each compile scope (``best`` is runner's configuration for the
+    device), then ``best`` with the callbacks ``python -m runner`` adds (``runner_cli``)."""
     out = [
         Contestant("lightning", "Lightning eager", run_lightning),
         Contestant("lightning_compile", "Lightning + torch.compile(module)", run_lightning_compile,
@@ -253,4 +280,21 @@ def contestants(backend: str, scopes: list[Scope], best: Scope, fused_peer: bool
         star = " (best)" if scope is best else ""
         out.append(Contestant(f"runner_{scope.value}", f"runner scope={scope.value}, optimizer=auto{star}",
                               run_runner, {"backend": backend, "scope": scope}))
+    if telemetry:
+        out.append(Contestant("runner_cli", f"runner scope={best.value} + telemetry and reliability callbacks",
+                              run_runner, {"backend": backend, "scope": best, "telemetry": True}))
     return out
+
+
+def bf16_contestants(backend: str, best: Scope) -> list[Contestant]:
+    """The bf16-mixed race (GPT): eager Lightning, Lightning + compile and runner, all ``bf16-mixed``."""
+    bf16 = {"precision": "bf16-mixed"}
+    return [
+        Contestant("lightning", "Lightning eager, bf16-mixed", run_lightning, dict(bf16)),
+        Contestant("lightning_compile", "Lightning + torch.compile(module), bf16-mixed", run_lightning_compile,
+                   {"backend": backend, **bf16}),
+        Contestant("lightning_compile_fused", "Lightning + torch.compile(module) + fused AdamW, bf16-mixed",
+                   run_lightning_compile, {"backend": backend, "adamw": {"fused": True}, **bf16}),
+        Contestant(f"runner_{best.value}", f"runner scope={best.value}, optimizer=auto, bf16-mixed (best)",
+                   run_runner, {"backend": backend, "scope": best, **bf16}),
+    ]

@@ -20,34 +20,42 @@ def test_compare_quick_prints_table_and_writes_json(tmp_path: Path) -> None:
     scratch.mkdir()
     proc = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "compare.py"), "--quick", "--backend", "eager",
-         "--out", str(out)],
+         "--models", "gpt", "many_params", "overhead", "gpt_bf16", "--out", str(out)],
         capture_output=True, text=True, cwd=tmp_path, timeout=900, check=False,
         env={**os.environ, "TMPDIR": str(scratch)},
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert list(scratch.iterdir()) == []  # caches, CSV logs and child processes' files are cleaned up
     text = proc.stdout
-    for heading in ("## gpt:", "## many_params:", "## overhead:", "## compile time", "## targets"):
+    for heading in ("## gpt:", "## many_params:", "## overhead:", "## gpt_bf16:", "## compile time", "## targets"):
         assert heading in text
     assert "| contestant | median ms |" in text and "vs hand_loop" in text
 
     result = json.loads(out.read_text())
     assert {"machine", "method", "args", "models", "compile_cache", "targets"} <= result.keys()
-    assert set(result["models"]) == {"gpt", "many_params", "overhead"}
+    assert set(result["models"]) == {"gpt", "many_params", "overhead", "gpt_bf16"}
     # The framework-cost diagnostic: every tool's per-step cost over the hand loop, next to runner's gap.
     assert any(t.startswith("framework cost per step over the hand loop") and "runner_step +" in t
                and "many_params:" in t for t in result["targets"])
     expected = {"lightning", "lightning_compile", "lightning_compile_fused", "hand_loop", "runner_step_backward",
-                "runner_step", "runner_model", "runner_blocks"}
-    for model in result["models"].values():
+                "runner_step", "runner_model", "runner_blocks", "runner_cli"}
+    bf16 = {"lightning", "lightning_compile", "lightning_compile_fused", "runner_step"}
+    for name, model in result["models"].items():
         figs = model["contestants"]
-        assert set(figs) == expected
+        assert set(figs) == (bf16 if name == "gpt_bf16" else expected)
         for f in figs.values():
             assert f["median_ms"] > 0 and len(f["round_medians_ms"]) == 2
-            assert set(f["ratio"]) == {"lightning", "lightning_compile", "lightning_compile_fused", "hand_loop"}
+            assert set(f["ratio"]) == ({"lightning", "lightning_compile", "lightning_compile_fused"} | (
+                set() if name == "gpt_bf16" else {"hand_loop"}))
         # Same seed, same batches, same optimizer hyper-parameters: every contestant trained the same model.
         losses = [f["eval_loss"] for f in figs.values()]
         assert max(losses) - min(losses) < 1e-3
+    # Every target of the issue has its line: ratios, eval losses, telemetry cost, framework cost.
+    lines = "\n".join(result["targets"])
+    for needle in ("many_params: runner_step / lightning_compile_fused", "gpt: runner_step / hand_loop",
+                   "many_params: eval loss", "many_params: telemetry and reliability callbacks cost",
+                   "overhead: framework cost runner_step", "gpt_bf16: runner_step / lightning_compile_fused"):
+        assert needle in lines, lines
     cache = result["compile_cache"]
     assert {"cold", "warm", "artifacts", "warm_over_cold"} <= cache.keys()
     assert cache["cold"]["artifact_bytes"] >= 0 and cache["warm"]["first_step_s"] > 0

@@ -131,6 +131,27 @@ def test_speedup_meter_schedule_and_figures() -> None:
     assert break_even_step(1.0, 10.0, 12.0) == math.inf
 
 
+def test_live_figures_use_the_recent_steps_and_leave_the_series_out() -> None:
+    """Throughput and step time are over the last RECENT compiled steps (a slower start does not
+    count), and the figures logged every N steps do not copy the whole series (a live figure costs the
+    same at step 100 000 as at step 10)."""
+    from runner.telemetry.speedup import RECENT
+
+    meter = SpeedupMeter(pairs=0)
+    for step in range(2000):
+        mode = meter.next_mode()
+        meter.record(step, mode, 100.0 if step < 1000 else 10.0, step == 0, samples=4, tokens=40)
+    assert meter.rate("tokens") == 40 / 0.010 and meter.rate("samples") == 4 / 0.010
+    live = meter.figures(1.0, series=False)
+    assert live["perf/step_ms"] == 10.0 and "perf/step_series" not in live
+    assert len(meter.figures(1.0)["perf/step_series"]) == 2000
+    # Nothing compiled: the steady warm-up steps, without the first (which may compile).
+    eager = SpeedupMeter(pairs=0)
+    for step in range(RECENT + 5):
+        eager.record(step, eager.next_mode(), 1000.0 if step == 0 else 20.0, False, samples=2)
+    assert eager.rate("samples") == 2 / 0.020
+
+
 def test_speedup_disabled_runs_no_eager_steps() -> None:
     meter = SpeedupMeter(pairs=0)
     for step in range(6):

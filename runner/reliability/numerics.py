@@ -96,7 +96,10 @@ class NonFiniteGuard(Callback):
 
     # -- the check -----------------------------------------------------------------------------
     def on_before_backward(self, trainer: L.Trainer, pl_module: L.LightningModule, loss: torch.Tensor) -> None:
-        local = nonfinite_flag(loss.detach())
+        loss = loss.detach()
+        if trainer.world_size <= 1 and bool(torch.isfinite(loss).all()):
+            return  # the common case, in two ops: nan and inf are told apart only when one occurs
+        local = nonfinite_flag(loss)
         flag = agreed_flag(trainer, local)
         if flag == 0:
             return

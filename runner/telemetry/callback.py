@@ -144,7 +144,7 @@ class CompileTelemetry(pl.Callback):
         if step % max(1, self.cfg.log_every_n_steps) == 0:
             self._reduce_rates(trainer)  # every rank reaches this step: the all-reduce is matched
             if trainer.is_global_zero:
-                sinks.log_scalars(trainer, sinks.scalars(self.figures()), step)
+                sinks.log_scalars(trainer, sinks.scalars(self._figures(series=False)), step)
 
     def _end_step_state(self) -> None:
         """Leave the step: stop the FLOP counter and restore the stance (also after an exception)."""
@@ -198,9 +198,9 @@ class CompileTelemetry(pl.Callback):
             return dict(self._final)
         return self._figures()
 
-    def _figures(self) -> dict[str, Any]:
+    def _figures(self, series: bool = True) -> dict[str, Any]:
         figures: dict[str, Any] = dict(self.collector.figures()) if self.collector is not None else {}
-        figures.update(self.meter.figures(compile_time_s=figures.get("compile/time_s", 0.0)))
+        figures.update(self.meter.figures(compile_time_s=figures.get("compile/time_s", 0.0), series=series))
         figures["memory/peak_gib"] = peak_memory_gib(self._device)
         # Throughput over recent timed compiled steps (total work / total time: right for varying
         # lengths), summed over ranks.

@@ -26,7 +26,13 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections import deque
 from typing import Any
+
+RECENT = 50
+"""Steps the live figures (``perf/step_ms``, throughput) are computed over: the recent ones, since a
+recompile changes the step time; kept in bounded windows so a live figure costs the same at step
+100 000 as at step 10."""
 
 
 class SpeedupMeter:
@@ -42,6 +48,10 @@ class SpeedupMeter:
                 mode for i in range(pairs) for mode in (("eager", "compiled") if i % 2 == 0 else ("compiled", "eager"))
             ]
         self.series: list[dict[str, Any]] = []
+        # The recent timed steps: compiled ones, and (for a run that compiles nothing) steady ones.
+        self._compiled: deque[dict[str, Any]] = deque(maxlen=RECENT)
+        self._steady: deque[dict[str, Any]] = deque(maxlen=RECENT + 1)
+        self._warmup_seen = 0
         self.window: list[tuple[str, float, int]] = []  # (mode, ms, tokens or samples) of the interleaved steps
         self._quiet = 0  # consecutive steps that compiled nothing
         self._measuring = False
@@ -65,8 +75,12 @@ class SpeedupMeter:
         whose batches differ in length (variable-length data): those compare time per token.
         ``timed``: ``ms`` is the step's real time (False: host time of an unsynchronised step)."""
         shown = "compile" if compiled_something else mode
-        self.series.append({"step": step, "ms": ms, "mode": shown, "samples": samples, "tokens": tokens,
-                            "timed": timed})
+        point = {"step": step, "ms": ms, "mode": shown, "samples": samples, "tokens": tokens, "timed": timed}
+        self.series.append(point)
+        if timed and shown == "compiled":
+            self._compiled.append(point)
+        elif timed and shown == "warmup":
+            self._steady.append(point)
         work = tokens or samples or 1
         if not self._measuring:
             self._quiet = 0 if compiled_something else self._quiet + 1
@@ -84,20 +98,13 @@ class SpeedupMeter:
                 self.window.append((mode, ms, work))
             self.schedule.pop(0)  # a step that compiled is repeated: its time is not a step time
 
-    def _timed(self) -> list[dict[str, Any]]:
-        return [p for p in self.series if p.get("timed", True)]
-
-    def _times(self, mode: str) -> list[float]:
-        return [p["ms"] for p in self._timed() if p["mode"] == mode]
-
-    def rate(self, key: str, last: int = 50) -> float | None:
-        """``key`` (samples or tokens) per second over the last ``last`` compiled steps (or, when
+    def rate(self, key: str) -> float | None:
+        """``key`` (samples or tokens) per second over the last ``RECENT`` compiled steps (or, when
         nothing is compiled, the steady ones): total work over total time, right for any lengths."""
-        timed = self._timed()
-        steps = [p for p in timed if p["mode"] == "compiled" and p.get(key)]
+        steps = [p for p in self._compiled if p.get(key)]
         if not steps:
-            steps = [p for p in timed if p["mode"] == "warmup" and p.get(key)][1:]  # the first may compile
-        steps = steps[-last:]
+            # The oldest of the window: the first warm-up step (which may compile) or one step too many.
+            steps = [p for p in self._steady if p.get(key)][1:]
         seconds = sum(p["ms"] for p in steps) / 1000.0
         return sum(p[key] for p in steps) / seconds if steps and seconds > 0 else None
 
@@ -106,15 +113,13 @@ class SpeedupMeter:
         """True once every eager/compiled pair has been timed."""
         return self._measuring and not self.schedule
 
-    def figures(self, compile_time_s: float) -> dict[str, Any]:
-        """``perf/*`` step-time figures; the speedup ones only after the interleaved window."""
-        compiled = self._times("compiled")
-        out: dict[str, Any] = {"perf/step_series": list(self.series)}
-        if compiled:
-            out["perf/step_ms"] = statistics.median(compiled[-50:])  # recent: recompiles change it
-        steady = [p["ms"] for p in self._timed() if p["mode"] in ("warmup", "compiled")]
-        if not compiled and steady:
-            out["perf/step_ms"] = statistics.median(steady)
+    def figures(self, compile_time_s: float, series: bool = True) -> dict[str, Any]:
+        """``perf/*`` step-time figures; the speedup ones only after the interleaved window.
+        ``series=False`` leaves out the whole step series (the live figures logged every N steps)."""
+        out: dict[str, Any] = {"perf/step_series": list(self.series)} if series else {}
+        recent = self._compiled or self._steady  # recent: recompiles change the step time
+        if recent:
+            out["perf/step_ms"] = statistics.median(p["ms"] for p in recent)
         if self.done and self.window and self.compiled_any:
             # Only the interleaved window, so both medians saw the same machine conditions.
             e_ms = statistics.median([ms for mode, ms, _ in self.window if mode == "eager"])
