@@ -217,6 +217,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                    help="default: all; gpt_bf16 only where the CPU has bf16 matmul units (see bf16_support)")
     p.add_argument("--backend", default="inductor")
     p.add_argument("--scopes", nargs="+", default=["step", "step_backward", "model", "blocks"])
+    p.add_argument("--options", nargs="*", default=["cpp_wrapper"],
+                   help="boolean Inductor options, each tried on runner's best scope as one more contestant")
     p.add_argument("--best", default="step", help="runner's configuration for this device (compile.scope; "
                    "step: forward+loss compiled, AOT-compiled backward, fused AdamW measured fastest here)")
     p.add_argument("--no-fused-peer", action="store_true", help="skip Lightning + compile + fused AdamW")
@@ -280,7 +282,8 @@ def run(a: argparse.Namespace) -> None:
         if work.name == "gpt_bf16":
             field = bf16_contestants(a.backend, Scope(a.best))
         else:
-            field = contestants(a.backend, scopes, Scope(a.best), fused_peer=not a.no_fused_peer)
+            field = contestants(a.backend, scopes, Scope(a.best), fused_peer=not a.no_fused_peer,
+                                options=tuple(a.options) if a.backend == "inductor" else ())
         figs = race(work.name, a.quick, field, a.warmup, a.rounds, a.turn * work.turn_scale)
         result["models"][work.name] = {"describe": work.describe, "turn": a.turn * work.turn_scale,
                                        "contestants": figs}

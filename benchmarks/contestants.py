@@ -208,7 +208,8 @@ def run_runner(c: Contestant, work: Workload, steps: int, pacer: Pacer) -> None:
     """runner: ``TrainModule`` (logs inside the step) under ``CompileStrategy``."""
     module = TrainModule(work.model(seed=0), optimizer=_adamw())
     c.model = module.model
-    cfg = CompileConfig(scope=c.extra["scope"], backend=c.extra["backend"], optimizer=OptimizerPolicy.auto)
+    cfg = CompileConfig(scope=c.extra["scope"], backend=c.extra["backend"], optimizer=OptimizerPolicy.auto,
+                        options=dict(c.extra.get("options", {})))
     callbacks = run_callbacks() if c.extra.get("telemetry") else []
     _fit(module, work, steps, pacer, strategy=CompileStrategy(compile=cfg, device="cpu"),
          precision=c.extra.get("precision", "32-true"), callbacks=callbacks)
@@ -263,9 +264,10 @@ def _forever(loader: DataLoader[Any]) -> Iterator[Any]:
 
 
 def contestants(backend: str, scopes: list[Scope], best: Scope, fused_peer: bool,
-                telemetry: bool = True) -> list[Contestant]:
+                telemetry: bool = True, options: tuple[str, ...] = ()) -> list[Contestant]:
     """The peers, then runner with each compile scope (``best`` is runner's configuration for the
-    device), then ``best`` with the callbacks ``python -m runner`` adds (``runner_cli``)."""
+    device), then ``best`` with the callbacks ``python -m runner`` adds (``runner_cli``), then
+    ``best`` with each boolean Inductor option in ``options`` on (``runner_step+cpp_wrapper``...)."""
     out = [
         Contestant("lightning", "Lightning eager", run_lightning),
         Contestant("lightning_compile", "Lightning + torch.compile(module)", run_lightning_compile,
@@ -283,6 +285,10 @@ def contestants(backend: str, scopes: list[Scope], best: Scope, fused_peer: bool
     if telemetry:
         out.append(Contestant("runner_cli", f"runner scope={best.value} + telemetry and reliability callbacks",
                               run_runner, {"backend": backend, "scope": best, "telemetry": True}))
+    for option in options:
+        label = f"runner scope={best.value}, compile.options.{option}=true"
+        out.append(Contestant(f"runner_{best.value}+{option}", label, run_runner,
+                              {"backend": backend, "scope": best, "options": {option: True}}))
     return out
 
 
