@@ -14,7 +14,7 @@ import pytest
 
 from runner.config import ConfigError, compose, load
 from runner.config.tune import load_tune
-from runner.tune.space import resolve_space
+from runner.tune.space import current_values, param_overrides, resolve_space
 from runner.tune.study import judge
 from runner.tune.trial import TrialResult
 
@@ -77,6 +77,8 @@ def test_loss_parity_rejects_a_trial_beyond_the_tolerance(tmp_path: Path) -> Non
     assert state == "rejected" and "+0.0900" in reason and excess == pytest.approx(0.04)
     assert judge(TrialResult(run_dir=tmp_path, pruned_at=9), 3.66, 0.05)[0] == "pruned"
     assert judge(TrialResult(run_dir=tmp_path, error="compile: x. fix"), 3.66, 0.05)[:2] == ("invalid", "compile: x")
+    crashed = TrialResult(run_dir=tmp_path, error="the run failed: CompileFailure: y", failed=True)
+    assert judge(crashed, 3.66, 0.05)[:2] == ("failed", "the run failed: CompileFailure: y")
 
 
 def test_space_keeps_what_applies_to_the_model_and_device(tmp_path: Path) -> None:
@@ -88,6 +90,11 @@ def test_space_keeps_what_applies_to_the_model_and_device(tmp_path: Path) -> Non
     assert "shapes" in text.dropped and "cudagraphs" in text.dropped
     docs = resolve_space(tune.space, load(compose(["+recipe=dynamic_documents"], run_dir=str(tmp_path))))
     assert {"dynamic", "static", "automatic"} <= set(docs.choices["shapes"])  # per-document batches vary
+    # Every choice's override composes into the value it names.
+    params = {"scope": "blocks", "optimizer": "fused", "precision": "bf16-mixed", "shapes": "static",
+              "offload": "bf16", "cpp_wrapper": True, "cudagraphs": "disabled"}
+    cfg = load(compose(["+recipe=quickstart", *param_overrides(params)], run_dir=str(tmp_path)))
+    assert current_values(cfg) == params
 
 
 @pytest.mark.parametrize(("override", "named"), [

@@ -92,7 +92,7 @@ def judge(result: TrialResult, eager_bpb: float | None, tolerance: float) -> tup
     """A finished trial's state (``complete``, ``rejected``, ``pruned``, ``invalid``, ``failed``), why,
     and how far its val bits/byte is beyond eager's plus the tolerance (> 0: rejected)."""
     if result.error is not None:
-        return "invalid", result.error.split(". ")[0], None
+        return ("failed", result.error, None) if result.failed else ("invalid", result.error.split(". ")[0], None)
     if result.pruned_at is not None:
         return "pruned", f"slower than the median at step {result.pruned_at}", None
     if result.us_per_token is None:

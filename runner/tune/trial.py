@@ -67,6 +67,8 @@ class TrialResult:
     pruned_at: int | None = None
     figures: dict[str, Any] | None = None
     error: str | None = None
+    failed: bool = False
+    """The run raised (``error`` says what); else ``error`` is a refused config."""
 
 
 def trial_overrides(steps: int, val_batches: int) -> list[str]:
@@ -85,7 +87,11 @@ def run_trial(overrides: list[str], run_dir: Path, trial: Any | None = None) -> 
     except ConfigError as e:
         return TrialResult(run_dir=run_dir, error=str(e))
     reporter = PruningReporter(trial)
-    result = run(cfg, extra_callbacks=[reporter])
+    try:
+        result = run(cfg, extra_callbacks=[reporter])
+    except Exception as e:  # noqa: BLE001 - a stack that fails (compile error, non-finite loss) loses its trial only
+        first = (str(e).splitlines() or [""])[0]
+        return TrialResult(run_dir=run_dir, error=f"the run failed: {type(e).__name__}: {first}"[:300], failed=True)
     figures = result.figures
     compile_s = figures.get("compile/time_s")
     return TrialResult(run_dir=run_dir, us_per_token=time_per_token_us(figures.get("perf/tokens_per_s")),
