@@ -181,6 +181,9 @@ def tune_markdown(summary: dict[str, Any]) -> str:
         lines += [f"**Winner**: trial {winner['number']} `{' '.join(param_overrides(winner['params']))}`: "
                   f"{winner['us_per_token']:.3f} us/token, {_x(summary['speedup_vs_default_x'])} the default stack, "
                   f"{_x(summary['speedup_vs_eager_x'])} eager fp32. Recipe: `{summary['recipe_file']}`.", ""]
+        if (summary["speedup_vs_eager_x"] or 0) < 1:
+            lines += ["No searched stack was faster than eager fp32 here: `compile=eager` is the fastest choice "
+                      "for this model on this machine (the recipe holds the fastest compiled stack).", ""]
     else:
         lines += ["**No winner**: no trial completed within the loss tolerance.", ""]
     if summary["importances"]:
