@@ -6,7 +6,7 @@ object, Dynamo/Inductor/functorch config keys, the saved-tensor-hook inlining ch
 marks, the messages of compile errors. Each is reached through exactly one function here, and
 ``tests/test_torch_internals.py`` pins every one against the installed torch, so a torch upgrade
 breaks one named test instead of the product. No other runner module names ``torch._dynamo``,
-``torch._inductor`` or ``torch._functorch``.
+``torch._inductor``, ``torch._functorch`` or ``torch._logging``.
 
 Process-wide settings go through :class:`TorchSettings`, which records what it found and puts it
 back on ``restore()``: Hydra multirun jobs and a user's own code share the process.

@@ -17,6 +17,7 @@ The study lives in ``<tune dir>/study.db`` (SQLite): ``optuna-dashboard sqlite:/
 from __future__ import annotations
 
 import logging
+import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -56,9 +57,10 @@ def tune(run_overrides: Sequence[str], cfg: TuneConfig, tune_dir: Path) -> dict[
         _say(f"not searched: {name} ({why})")
 
     # The process's one-time start-up costs (Inductor's compile workers starting beside the run on a
-    # 2-core CPU made the first ~20 s of steps 10-50x slower) land on this unrecorded warm-up, not on
+    # 2-core CPU made ~15 s of steps 10-100x slower) land on this unrecorded warm-up, not on
     # the baseline; it also fills the compile caches with the default stack.
-    run_trial([*shared[:len(run_overrides)], *trial_overrides(min(cfg.steps, 8), 1)], tune_dir / "warmup")
+    with tempfile.TemporaryDirectory() as scratch:  # not one of the tune's runs: not in its summaries
+        run_trial([*run_overrides, *trial_overrides(min(cfg.steps, 8), 1)], Path(scratch) / "warmup")
     eager_params = dict(EAGER)
     eager = run_trial([*shared, *param_overrides(eager_params)], tune_dir / "eager")
     rows = [TrialRow.of(-1, "eager", eager_params, eager, state="baseline")]
