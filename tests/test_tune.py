@@ -57,7 +57,8 @@ def test_ci_sized_tune_of_the_smoke_recipe(tmp_path: Path) -> None:
     assert list(ranked["rankings"])[0] == "time_per_token" and len(ranked["runs"]) >= 4
     assert (tune_dir / "summary.png").is_file()
     markdown = (tune_dir / "tune.md").read_text()
-    assert "**Winner**" in markdown and "Importance" in markdown
+    assert "**Winner**" in markdown and "Importance of each choice" in markdown
+    assert set(summary["importances"]) <= set(summary["searched"])  # Optuna's fANOVA, when 2+ trials completed
     # The recipe: the smoke recipe with the winning stack on top, found like any project recipe.
     recipe = Path(summary["recipe_file"])
     assert recipe == project / "recipes" / "smoke_tuned.yaml"

@@ -189,6 +189,8 @@ def tune_markdown(summary: dict[str, Any]) -> str:
     if summary["importances"]:
         lines += ["Importance of each choice (Optuna, fANOVA): " +
                   ", ".join(f"{k} {v:.2f}" for k, v in summary["importances"].items()), ""]
+    else:
+        lines += ["Importance of each choice: not measurable, fewer than two complete trials to compare.", ""]
     if summary["not_searched"]:
         lines += ["Not searched: " + "; ".join(f"{k} ({v})" for k, v in summary["not_searched"].items()), ""]
     lines += ["| trial | stack | us/token | val bits/byte | compile s | state |", "|---|---|---:|---:|---:|---|"]
