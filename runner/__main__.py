@@ -1,4 +1,5 @@
-"""``runner [+recipe=NAME] [overrides]`` (or ``python -m runner``); ``runner --list-recipes``; ``--help``.
+"""``runner [+recipe=NAME] [overrides]`` (or ``python -m runner``); ``runner --list-recipes``; ``--help``;
+``runner tune [+recipe=NAME] [overrides] [tune.KEY=VALUE]`` (the fastest compile stack, :mod:`runner.tune`).
 
 Run from any directory: ``./conf/<group>/`` and ``./recipes/`` there (and in ``--config-dir`` /
 ``hydra.searchpath`` directories) come before runner's own, and the directory is importable, so a
@@ -71,6 +72,10 @@ def main() -> None:
         _list_recipes()
         return
     register_configs()
+    if argv[:1] == ["tune"]:  # runner tune [+recipe=NAME] [overrides] [tune.KEY=VALUE]: runner.tune
+        from runner.tune import main as tune_main
+
+        sys.exit(tune_main(argv[1:]))
     try:
         precheck(argv)
     except ConfigError as e:

@@ -10,6 +10,7 @@ import dataclasses
 import logging
 import signal
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -17,6 +18,7 @@ from typing import Any
 
 import lightning as L
 import torch
+from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from runner import torch_internals as ti
@@ -65,8 +67,9 @@ def config_hparams(cfg: RunConfig) -> dict[str, Any]:
     return {k: plain(v) for k, v in dataclasses.asdict(cfg).items() if k not in ("logger", "run_dir")}
 
 
-def run(cfg: RunConfig) -> RunResult:
-    """Train as configured and write the run's report into ``cfg.run_dir``."""
+def run(cfg: RunConfig, extra_callbacks: Sequence[Callback] = ()) -> RunResult:
+    """Train as configured and write the run's report into ``cfg.run_dir``. ``extra_callbacks`` run
+    after runner's own (``runner tune``'s pruning reporter reads the telemetry's step times)."""
     from runner.telemetry.report import format_summary, write_report
 
     run_dir = Path(cfg.run_dir)
@@ -87,7 +90,7 @@ def run(cfg: RunConfig) -> RunResult:
     # After the stash: the CSV logger's writer, created by its first write, clears its directory.
     for lg in loggers:
         lg.log_hyperparams(config_hparams(cfg))
-    trainer = build_trainer(cfg, strategy, loggers, [*callbacks, history])
+    trainer = build_trainer(cfg, strategy, loggers, [*callbacks, history, *extra_callbacks])
     measure_saved_activations(trainer, module, datamodule)
 
     start = time.perf_counter()

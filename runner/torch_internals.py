@@ -6,7 +6,7 @@ object, Dynamo/Inductor/functorch config keys, the saved-tensor-hook inlining ch
 marks, the messages of compile errors. Each is reached through exactly one function here, and
 ``tests/test_torch_internals.py`` pins every one against the installed torch, so a torch upgrade
 breaks one named test instead of the product. No other runner module names ``torch._dynamo``,
-``torch._inductor`` or ``torch._functorch``.
+``torch._inductor``, ``torch._functorch`` or ``torch._logging``.
 
 Process-wide settings go through :class:`TorchSettings`, which records what it found and puts it
 back on ``restore()``: Hydra multirun jobs and a user's own code share the process.
@@ -594,3 +594,32 @@ def add_dynamic_sources(settings: TorchSettings, patterns: list[str]) -> None:
     prior = str(_config_module("torch.compiler.config").dynamic_sources)
     entries = [p for p in prior.split(",") if p] + [p for p in patterns if p not in prior.split(",")]
     settings._config("torch.compiler.config", "dynamic_sources", ",".join(entries))
+
+
+# -- structured trace (TORCH_TRACE) ------------------------------------------------------------
+def start_structured_trace(directory: str) -> Callable[[], str | None]:
+    """Write torch's structured compile trace (what ``TORCH_TRACE=<dir>`` writes, tlparse's input) into
+    ``directory`` from now on; returns ``stop``, which detaches it, puts the trace logger back as found
+    and returns the trace file's path (None when nothing was compiled, so nothing was written).
+
+    ``TORCH_TRACE`` is read once, when torch is imported; a run that starts tracing later attaches
+    torch's own lazy trace handler to torch's trace logger (``torch._logging._internal.trace_log``)."""
+    from torch._logging import _internal as logs
+
+    trace_log = logs.trace_log
+    handler = logs.LazyTraceHandler(directory)
+    handler.setFormatter(logs.TorchLogsFormatter(trace=True))
+    prior_level, prior_propagate = trace_log.level, trace_log.propagate
+    trace_log.setLevel(logging.DEBUG)
+    trace_log.propagate = False
+    trace_log.addHandler(handler)
+
+    def stop() -> str | None:
+        path = handler._stream_path
+        trace_log.removeHandler(handler)
+        handler.close()
+        trace_log.setLevel(prior_level)
+        trace_log.propagate = prior_propagate
+        return path
+
+    return stop

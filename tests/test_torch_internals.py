@@ -10,6 +10,7 @@ import importlib
 import inspect
 import logging
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -208,12 +209,12 @@ def test_torch_settings_restore_what_they_found(monkeypatch: pytest.MonkeyPatch)
 
 
 def test_no_other_module_names_private_torch_compile_internals() -> None:
-    """Only runner/torch_internals.py may reach into torch._dynamo, torch._inductor or torch._functorch
-    (imports or attribute access; docstrings may name them)."""
+    """Only runner/torch_internals.py may reach into torch._dynamo, torch._inductor, torch._functorch or
+    torch._logging (imports or attribute access; docstrings may name them)."""
     import ast
     from pathlib import Path
 
-    private = ("_dynamo", "_inductor", "_functorch")
+    private = ("_dynamo", "_inductor", "_functorch", "_logging")
     root = Path(ti.__file__).parent
     offenders = []
     for path in sorted(root.rglob("*.py")):
@@ -267,3 +268,20 @@ def test_dynamic_sources_make_an_nn_module_int_a_graph_input() -> None:
     finally:
         settings.restore()
     assert torch.compiler.config.dynamic_sources == before
+
+
+def test_structured_trace_writes_the_compile_and_detaches(tmp_path: Path) -> None:
+    """What TORCH_TRACE writes, attached after import: a trace file naming the compiled frame; stop()
+    removes the handler and restores the trace logger's level and propagation."""
+    trace_log = logging.getLogger("torch.__trace")
+    before = (trace_log.level, trace_log.propagate)
+    stop = ti.start_structured_trace(str(tmp_path))
+    try:
+        torch.compile(_break_fn, backend="eager")(torch.randn(4))
+    finally:
+        path = stop()
+    assert path is not None and str(tmp_path) in path
+    text = Path(path).read_text()
+    assert '"dynamo_start"' in text and "_break_fn" in text
+    assert not [h for h in trace_log.handlers if getattr(h, "root_dir", None) == str(tmp_path)]
+    assert (trace_log.level, trace_log.propagate) == before

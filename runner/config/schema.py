@@ -214,6 +214,9 @@ class TelemetryConfig:
     """Device peak for MFU in TFLOP/s (reported as given); None measures it at start-up with a short
     matmul probe on the run's device in the run's precision, cached per machine in
     $RUNNER_CACHE_DIR (default $XDG_CACHE_HOME/runner or ~/.cache/runner)/peak_tflops.json."""
+    trace: bool = False
+    """Write torch's structured compile trace (TORCH_TRACE) into <run_dir>/trace and, with tlparse
+    installed, its HTML compile report into <run_dir>/tlparse/index.html (linked from report.md)."""
 
 
 class OnNonFinite(Enum):

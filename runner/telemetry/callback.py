@@ -40,6 +40,7 @@ from runner.telemetry.peak import Peak, forget_peak, resolve_peak
 from runner.telemetry.progress import CompileProgress
 from runner.telemetry.speedup import SpeedupMeter
 from runner.telemetry.throughput import FlopCounter, batch_counts, estimate_flops, peak_memory_gib
+from runner.telemetry.trace import StructuredTrace
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +88,7 @@ class CompileTelemetry(pl.Callback):
         self._step_state: tuple[str, Any, int] | None = None  # mode, prior stance, events before
         self._sampled_step: int | None = None  # the global step whose first batch was timed for step_ms
         self._final: dict[str, Any] | None = None
+        self.trace = StructuredTrace(self.run_dir, cfg.trace)
 
     # -- lifecycle ---------------------------------------------------------------------------
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
@@ -103,6 +105,7 @@ class CompileTelemetry(pl.Callback):
             self.clock = StepClock(self._device)
         self.progress = CompileProgress(sinks.progress_sink(trainer), interval_s=self.heartbeat_s)
         self.collector = CompileCollector(listeners=(self.progress,)).start()
+        self.trace.start()
 
     def on_train_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
@@ -190,12 +193,13 @@ class CompileTelemetry(pl.Callback):
             self.collector.stop()
         if self.progress is not None:
             self.progress.close()
+        self.trace.stop()
 
     # -- figures -----------------------------------------------------------------------------
     def figures(self) -> dict[str, Any]:
         """The flat figures dict (namespaced keys with units, plus reason lists); final after fit."""
         if self._final is not None:
-            return dict(self._final)
+            return {**self._final, **self.trace.figures()}
         return self._figures()
 
     def _figures(self, series: bool = True) -> dict[str, Any]:

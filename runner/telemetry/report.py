@@ -67,6 +67,7 @@ SUMMARY_ROWS: tuple[tuple[str, str], ...] = (
     ("perf/peak_tflops", "  device peak [TFLOP/s]"),
     ("perf/peak_source", "  peak source"),
     ("memory/peak_gib", "peak memory [GiB]"),
+    ("trace/html", "compile report (tlparse)"),
 )
 
 
@@ -162,6 +163,10 @@ def _markdown(figures: dict[str, Any]) -> str:
     out += ["", f"## Graph breaks ({len(breaks)})", ""]
     out += [f"- {b.get('reason', '?')} at `{b.get('user_frame') or '?'}` (x{b.get('count', 1)})" + _fix(b)
             for b in breaks]
+    if figures.get("trace/html"):
+        out += ["", f"Every compile, in tlparse's report: [{figures['trace/html']}]({figures['trace/html']})"]
+    elif figures.get("trace/status"):
+        out += ["", f"Compile trace: {figures['trace/status']}"]
     out += ["", "![step times](step_times.png)", ""]
     return "\n".join(out)
 

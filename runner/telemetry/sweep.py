@@ -63,17 +63,20 @@ def _rank(runs: list[dict[str, Any]], key: str, higher_better: bool) -> list[str
     return [r["job"] for r in have] + [r["job"] for r in runs if r not in have]
 
 
-def _overall_key(run: dict[str, Any]) -> tuple[float, ...]:
+def _overall_key(run: dict[str, Any], criteria: tuple[tuple[str, str, bool], ...] = CRITERIA) -> tuple[float, ...]:
     """Speedup (descending), then compile time, recompiles, memory (ascending); missing last."""
     key: list[float] = []
-    for _, figure, higher_better in CRITERIA:
+    for _, figure, higher_better in criteria:
         value = _number(run["figures"].get(figure))
         key.append(math.inf if value is None else (-value if higher_better else value))
     return tuple(key)
 
 
-def summarize_sweep(sweep_dir: Path) -> dict[str, Any]:
+def summarize_sweep(sweep_dir: Path, criteria: tuple[tuple[str, str, bool], ...] = CRITERIA,
+                    columns: tuple[tuple[str, str], ...] = COLUMNS) -> dict[str, Any]:
     """Read every ``report.json`` under ``sweep_dir``, rank the runs, write ``summary.{json,md,png}``.
+    ``criteria`` and ``columns`` replace the ranking and the table's columns (``runner tune`` ranks by
+    time per token).
 
     Returns ``{"runs": [...best first...], "rankings": {criterion: [job, ...]}, "best": job | None}``;
     runs are ordered by speedup, ties broken by compile time, recompiles and memory.
@@ -94,16 +97,17 @@ def summarize_sweep(sweep_dir: Path) -> dict[str, Any]:
         distinct = [o for o in r["overrides"] if o not in shared]
         if distinct:
             r["job"] = ",".join(distinct)
-    rankings = {name: _rank(runs, key, higher) for name, key, higher in CRITERIA}
+    rankings = {name: _rank(runs, key, higher) for name, key, higher in criteria}
     position = {name: {job: i for i, job in enumerate(order)} for name, order in rankings.items()}
-    runs.sort(key=_overall_key)
+    runs.sort(key=lambda r: _overall_key(r, criteria))
     for r in runs:
-        r["ranks"] = {name: position[name][r["job"]] + 1 for name, _, _ in CRITERIA}
-    summary = {"runs": runs, "rankings": rankings, "best": runs[0]["job"] if runs else None, "shared": shared}
+        r["ranks"] = {name: position[name][r["job"]] + 1 for name, _, _ in criteria}
+    summary = {"runs": runs, "rankings": rankings, "best": runs[0]["job"] if runs else None, "shared": shared,
+               "columns": [list(c) for c in columns]}
     sweep_dir.mkdir(parents=True, exist_ok=True)
     (sweep_dir / "summary.json").write_text(json.dumps(_json_safe(summary), indent=2) + "\n")
     (sweep_dir / "summary.md").write_text(summary_markdown(summary))
-    _plot(runs, sweep_dir / "summary.png")
+    _plot(runs, sweep_dir / "summary.png", panels=(columns[0], ("compile/time_s", "compile [s]")))
     return summary
 
 
@@ -124,23 +128,27 @@ def summary_markdown(summary: dict[str, Any]) -> str:
         number = _number(value)
         return "-" if number is None else f"{number:.4g}"
 
-    header = "| # | run | " + " | ".join(label for _, label in COLUMNS) + " |"
+    columns = [tuple(c) for c in summary.get("columns") or COLUMNS]
+    header = "| # | run | " + " | ".join(label for _, label in columns) + " |"
     lines = ["# Sweep summary", ""]
     if summary.get("shared"):
         lines += ["Every run: `" + " ".join(summary["shared"]) + "`", ""]
-    lines += [header, "|" + "---|" * (len(COLUMNS) + 2)]
+    lines += [header, "|" + "---|" * (len(columns) + 2)]
     for i, run in enumerate(summary["runs"], 1):
-        values = " | ".join(cell(run["figures"].get(key)) for key, _ in COLUMNS)
+        values = " | ".join(cell(run["figures"].get(key)) for key, _ in columns)
         lines.append(f"| {i} | `{run['job']}` | {values} |")
-    lines += ["", "Ranked by speedup, then compile time, recompiles, peak memory.", ""]
+    order = [name.replace("_", " ") for name in summary["rankings"]]
+    lines += ["", f"Ranked by {order[0]}, then {', '.join(order[1:])}." if order else "", ""]
     for name, order in summary["rankings"].items():
         lines.append(f"- best {name}: `{order[0]}`" if order else f"- best {name}: -")
     lines += ["", "![summary](summary.png)", ""]
     return "\n".join(lines)
 
 
-def _plot(runs: list[dict[str, Any]], path: Path) -> None:
-    """Speedup and compile time per run, side by side."""
+def _plot(runs: list[dict[str, Any]], path: Path,
+          panels: tuple[tuple[str, str], ...] = (("perf/speedup_x", "speedup [x]"), ("compile/time_s", "compile [s]")),
+          ) -> None:
+    """Speedup (or the ranking's first column) and compile time per run, side by side."""
     if not runs:
         return
     import matplotlib
@@ -150,11 +158,11 @@ def _plot(runs: list[dict[str, Any]], path: Path) -> None:
 
     names = [r["job"] for r in runs]
     fig, axes = plt.subplots(1, 2, figsize=(10, 0.5 * len(runs) + 1.5), sharey=True)
-    panels = (("perf/speedup_x", "speedup [x]"), ("compile/time_s", "compile [s]"))
     for ax, (key, label) in zip(axes, panels, strict=True):
         ax.barh(names, [_number(r["figures"].get(key)) or 0.0 for r in runs])
         ax.set_xlabel(label)
-    axes[0].axvline(1.0, color="gray", linestyle="--", linewidth=1)  # speedup 1 = no gain
+    if panels[0][0] == "perf/speedup_x":
+        axes[0].axvline(1.0, color="gray", linestyle="--", linewidth=1)  # speedup 1 = no gain
     axes[0].invert_yaxis()  # best run on top
     fig.tight_layout()
     fig.savefig(path, dpi=100)

@@ -1,0 +1,41 @@
+"""``runner tune [+recipe=NAME] [overrides] [tune.KEY=VALUE ...]``: find the fastest compile stack for a
+recipe on this machine (Optuna), and write it as a recipe. See :mod:`runner.tune.study`."""
+
+from __future__ import annotations
+
+import datetime
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from runner.config import ConfigError, compose, load
+from runner.config.precheck import precheck
+from runner.config.tune import load_tune, split_overrides
+
+__all__ = ["main", "tune_dir_for"]
+
+
+def tune_dir_for(recipe: str | None, configured: str | None) -> Path:
+    """``tune.dir``, else ``outputs/tune/<date>/<time>-<recipe>``."""
+    if configured:
+        return Path(configured)
+    now = datetime.datetime.now()
+    return Path("outputs") / "tune" / now.strftime("%Y-%m-%d") / f"{now.strftime('%H-%M-%S')}-{recipe or 'run'}"
+
+
+def main(argv: Sequence[str]) -> int:
+    """Validate the run and the tune's config (nothing is written when either is refused), then tune."""
+    run_overrides, tune_overrides = split_overrides(argv)
+    if not any(o.lstrip("+").startswith("recipe=") for o in run_overrides):
+        run_overrides = ["+recipe=quickstart", *run_overrides]  # the default job
+    try:
+        cfg = load_tune(tune_overrides)
+        precheck(run_overrides)  # composes, converts and validates, naming the key and the fix
+        base = load(compose(run_overrides, run_dir="."))
+    except ConfigError as e:
+        print(f"runner: {e}", file=sys.stderr)
+        return 2
+    from runner.tune.study import tune
+
+    summary = tune(run_overrides, cfg, tune_dir_for(base.recipe, cfg.dir))
+    return 0 if summary.get("winner") else 1

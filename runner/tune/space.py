@@ -1,0 +1,106 @@
+"""Which compile-stack choices apply to this model and device, and each choice as overrides.
+
+Pure functions of the typed config: :func:`resolve_space` keeps the choices that can matter here and
+says why it dropped the others; :func:`param_overrides` turns a trial's values into Hydra overrides;
+:func:`recipe_fields` into the nested fields of the recipe written for the winner.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from runner.build import shapes_vary
+from runner.config.schema import OffloadStrategy, RunConfig, Scope
+from runner.config.tune import TuneSpace
+
+# choice -> the config key it sets (dotted)
+KEYS: dict[str, str] = {
+    "scope": "compile.scope",
+    "optimizer": "compile.optimizer",
+    "precision": "trainer.precision",
+    "shapes": "dynamic.policy",
+    "offload": "offload.strategy",
+    "cpp_wrapper": "compile.options.cpp_wrapper",
+    "cudagraphs": "cudagraphs.mode",
+}
+EAGER: dict[str, Any] = {"scope": "none", "optimizer": "none", "precision": "32-true", "offload": "none"}
+"""Eager Lightning in fp32: the baseline every trial's speed and loss is compared with."""
+
+
+@dataclass
+class Space:
+    """The searched choices (name -> options, Optuna categorical values) and what was left out, why."""
+
+    choices: dict[str, list[Any]]
+    dropped: dict[str, str]
+
+
+def _plain(value: Any) -> Any:
+    return value.value if isinstance(value, Enum) else value
+
+
+def current_values(cfg: RunConfig) -> dict[str, Any]:
+    """The recipe's own value of every choice (the default stack)."""
+    return {
+        "scope": cfg.compile.scope.value,
+        "optimizer": cfg.compile.optimizer.value,
+        "precision": cfg.trainer.precision,
+        "shapes": cfg.dynamic.policy.value,
+        "offload": cfg.offload.strategy.value,
+        "cpp_wrapper": bool(cfg.compile.options.get("cpp_wrapper", False)),
+        "cudagraphs": cfg.cudagraphs.mode.value,
+    }
+
+
+def resolve_space(space: TuneSpace, cfg: RunConfig) -> Space:
+    """The choices that apply to ``cfg``'s model and device, each with the recipe's own value added
+    (so the default stack is a point of the search)."""
+    device = cfg.trainer.single_device() if not cfg.trainer.is_distributed() else cfg.trainer.accelerator
+    cuda = str(device).startswith(("cuda", "gpu"))
+    inductor = cfg.compile.backend == "inductor"
+    dropped: dict[str, str] = {}
+    choices: dict[str, list[Any]] = {name: [_plain(v) for v in getattr(space, name)] for name in KEYS}
+    if not shapes_vary(cfg):
+        dropped["shapes"] = "every batch has the same shape (packed text or synthetic data): no shape policy differs"
+    if not inductor:
+        dropped["cpp_wrapper"] = f"an Inductor option, and compile.backend={cfg.compile.backend}"
+    if not (cuda and inductor):
+        dropped["cudagraphs"] = "CUDA graphs need a CUDA device and Inductor"
+    if not cuda:
+        choices["offload"] = [o for o in choices["offload"] if o != OffloadStrategy.cpu.value]
+    if cfg.trainer.is_distributed():
+        choices["scope"] = [s for s in choices["scope"] if s != Scope.step_backward.value]
+    current = current_values(cfg)
+    for name, options in choices.items():
+        if current[name] not in options:
+            options.insert(0, current[name])
+    for name in list(choices):
+        if name in dropped:
+            del choices[name]
+        elif len(choices[name]) == 1:
+            dropped[name] = f"one option only ({choices.pop(name)[0]})"
+    return Space(choices=choices, dropped=dropped)
+
+
+def param_overrides(params: dict[str, Any]) -> list[str]:
+    """A trial's values as Hydra overrides (``compile.scope=step``, ``++compile.options.cpp_wrapper=true``)."""
+    out = []
+    for name, value in params.items():
+        text = str(value).lower() if isinstance(value, bool) else str(value)
+        prefix = "++" if name == "cpp_wrapper" else ""  # a key of an open dict: add or replace
+        out.append(f"{prefix}{KEYS[name]}={text}")
+    return out
+
+
+def recipe_fields(params: dict[str, Any]) -> dict[str, Any]:
+    """A trial's values as nested recipe fields (``{"compile": {"scope": "step"}}``)."""
+    tree: dict[str, Any] = {}
+    for name, value in params.items():
+        *parents, leaf = KEYS[name].split(".")
+        node = tree
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return tree

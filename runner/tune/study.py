@@ -1,0 +1,130 @@
+"""``runner tune``: the Optuna study that finds the fastest compile stack for a recipe on this machine.
+
+0. A short warm-up run of the recipe's own stack, not recorded (process start-up costs land there).
+1. The eager baseline (``compile.scope=none``, ``compile.optimizer=none``, fp32: eager Lightning) trains
+   ``tune.steps`` steps: its time per token and val bits/byte are what every trial is compared with.
+2. Trial 0 is the recipe's own stack (enqueued), then Optuna's TPE sampler proposes stacks from the
+   choices that apply (:mod:`runner.tune.space`); each trial trains ``tune.steps`` steps in this process
+   (Dynamo is reset per run; Inductor's and AOTAutograd's on-disk caches are shared, so a stack seen
+   before compiles from the cache) and returns its steady time per token. The median pruner stops a
+   trial that is clearly slower than the median of the others at the same step.
+3. A trial whose val bits/byte is more than ``tune.loss_tolerance`` above eager's is rejected: it stays
+   in the study as infeasible (the sampler's constraint), and the report says why.
+
+The study lives in ``<tune dir>/study.db`` (SQLite): ``optuna-dashboard sqlite:///<tune dir>/study.db``.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from runner.config import compose, load
+from runner.config.tune import TuneConfig
+from runner.tune.output import TrialRow, write_outputs
+from runner.tune.space import EAGER, Space, current_values, param_overrides, resolve_space
+from runner.tune.trial import TrialResult, run_trial, trial_overrides
+
+log = logging.getLogger(__name__)
+
+
+def _optuna() -> Any:
+    try:
+        import optuna
+    except ImportError as e:  # an optional extra
+        raise SystemExit("runner tune needs Optuna: pip install 'runner[tune]'") from e
+    return optuna
+
+
+def _say(text: str) -> None:
+    print(f"tune: {text}", flush=True)
+
+
+def tune(run_overrides: Sequence[str], cfg: TuneConfig, tune_dir: Path) -> dict[str, Any]:
+    """Run the study; write the summaries and the winner's recipe; return the tune's summary dict."""
+    optuna = _optuna()
+    start = time.perf_counter()
+    base_cfg = load(compose(list(run_overrides), run_dir=str(tune_dir / "base")))
+    space = resolve_space(cfg.space, base_cfg)
+    shared = [*run_overrides, *trial_overrides(cfg.steps, cfg.val_batches)]
+    tune_dir.mkdir(parents=True, exist_ok=True)
+    _say(f"searching {space.choices} in {tune_dir}")
+    for name, why in space.dropped.items():
+        _say(f"not searched: {name} ({why})")
+
+    # The process's one-time start-up costs (Inductor's compile workers starting beside the run on a
+    # 2-core CPU made ~15 s of steps 10-100x slower) land on this unrecorded warm-up, not on
+    # the baseline; it also fills the compile caches with the default stack.
+    with tempfile.TemporaryDirectory() as scratch:  # not one of the tune's runs: not in its summaries
+        run_trial([*run_overrides, *trial_overrides(min(cfg.steps, 8), 1)], Path(scratch) / "warmup")
+    eager_params = dict(EAGER)
+    eager = run_trial([*shared, *param_overrides(eager_params)], tune_dir / "eager")
+    rows = [TrialRow.of(-1, "eager", eager_params, eager, state="baseline")]
+    _say(f"eager baseline: {rows[0].line()}")
+
+    verbosity = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # one line per trial is ours; restored below
+    try:
+        study = _study(optuna, cfg, tune_dir)
+        default = {k: v for k, v in current_values(base_cfg).items() if k in space.choices}
+        study.enqueue_trial(default, user_attrs={"default_stack": True})
+        objective = _objective(optuna, space, shared, tune_dir, eager.val_bpb, cfg, rows)
+        study.optimize(objective, n_trials=cfg.trials, timeout=cfg.timeout_s, catch=())
+    finally:
+        optuna.logging.set_verbosity(verbosity)
+    return write_outputs(study, rows, base_cfg, list(run_overrides), cfg, tune_dir, space,
+                         wall_s=time.perf_counter() - start)
+
+
+def _study(optuna: Any, cfg: TuneConfig, tune_dir: Path) -> Any:
+    def constraints(trial: Any) -> list[float]:
+        return [float(trial.user_attrs.get("bpb_excess", 0.0))]  # <= 0: within the loss tolerance
+
+    sampler = optuna.samplers.TPESampler(seed=cfg.seed, n_startup_trials=3, constraints_func=constraints)
+    pruner = optuna.pruners.MedianPruner(n_startup_trials=1, n_warmup_steps=cfg.prune_after_steps)
+    return optuna.create_study(study_name=tune_dir.name, storage=f"sqlite:///{(tune_dir / 'study.db').resolve()}",
+                               sampler=sampler, pruner=pruner, direction="minimize", load_if_exists=True)
+
+
+def judge(result: TrialResult, eager_bpb: float | None, tolerance: float) -> tuple[str, str, float | None]:
+    """A finished trial's state (``complete``, ``rejected``, ``pruned``, ``invalid``, ``failed``), why,
+    and how far its val bits/byte is beyond eager's plus the tolerance (> 0: rejected)."""
+    if result.error is not None:
+        return ("failed", result.error, None) if result.failed else ("invalid", result.error.split(". ")[0], None)
+    if result.pruned_at is not None:
+        return "pruned", f"slower than the median at step {result.pruned_at}", None
+    if result.us_per_token is None:
+        return "failed", "no steady step was timed", None
+    if eager_bpb is None or result.val_bpb is None:
+        return "complete", "", None
+    excess = result.val_bpb - eager_bpb - tolerance
+    if excess > 0:
+        return "rejected", (f"val bits/byte {result.val_bpb:.4f} is {result.val_bpb - eager_bpb:+.4f} from eager's "
+                            f"{eager_bpb:.4f}, beyond the tolerance {tolerance}"), excess
+    return "complete", "", excess
+
+
+def _objective(optuna: Any, space: Space, shared: list[str], tune_dir: Path, eager_bpb: float | None,
+               cfg: TuneConfig, rows: list[TrialRow]) -> Any:
+    def objective(trial: Any) -> float:
+        params = {name: trial.suggest_categorical(name, options) for name, options in space.choices.items()}
+        name = "default" if trial.user_attrs.get("default_stack") else f"trial_{trial.number:03d}"
+        result = run_trial([*shared, *param_overrides(params)], tune_dir / f"{trial.number:03d}-{name}", trial)
+        state, reason, excess = judge(result, eager_bpb, cfg.loss_tolerance)
+        if excess is not None:
+            trial.set_user_attr("bpb_excess", excess)
+        trial.set_user_attr("state", state)
+        trial.set_user_attr("reason", reason)
+        row = TrialRow.of(trial.number, name, params, result, state=state, reason=reason)
+        rows.append(row)
+        _say(f"trial {trial.number}: {row.line()}")
+        if state in ("invalid", "pruned", "failed"):
+            raise optuna.TrialPruned(reason)
+        assert result.us_per_token is not None
+        return result.us_per_token
+
+    return objective
