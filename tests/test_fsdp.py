@@ -142,6 +142,8 @@ def test_trainer_fsdp_builds_the_fsdp_strategy(tmp_path: Path) -> None:
     ("cudagraphs=reduce_overhead", "cudagraphs=disabled"),
     ("trainer.precision=16-mixed", "trainer.precision=bf16-mixed"),
     ("compile.compiled_autograd=true", "compile.compiled_autograd=false"),
+    ("offload=bf16", "offload=checkpoint"),
+    ("offload=fp8", "offload=checkpoint"),
 ])
 def test_fsdp_refuses_what_cannot_work_on_shards(override: str, names: str, tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=names.replace(".", r"\.")):
