@@ -22,7 +22,7 @@ from runner.config.schema import RunConfig
 from runner.config.targets import Batching, SyntheticDataSchema, TextDataSchema
 from runner.reliability import AtomicCheckpointIO, build_reliability_callbacks
 from runner.stack.dynamic.policy import resolve_bounds, resolve_pad_to
-from runner.strategy import CompileStrategy, DDPCompileStrategy
+from runner.strategy import CompileStrategy, ConsolidatedCheckpoint, DDPCompileStrategy, FSDPCompileStrategy
 from runner.training.module import TrainModule
 from runner.training.progress_bar import RunProgressBar
 from runner.training.summary import RunModelSummary
@@ -56,8 +56,9 @@ def build_loggers(cfg: RunConfig) -> list[Logger]:
     return loggers
 
 
-def build_strategy(cfg: RunConfig) -> CompileStrategy | DDPCompileStrategy:
-    """Single device, or DDP when more than one device/node is asked for (gloo on CPU)."""
+def build_strategy(cfg: RunConfig) -> CompileStrategy | DDPCompileStrategy | FSDPCompileStrategy:
+    """Single device; FSDP2 when ``trainer.distributed=fsdp``; else DDP when more than one device/node is
+    asked for (gloo on CPU)."""
     t = cfg.trainer
     seq_len = getattr(cfg.data, "seq_len", None)
     dynamic = resolve_bounds(cfg.dynamic, seq_len if isinstance(seq_len, int) else None)
@@ -65,8 +66,14 @@ def build_strategy(cfg: RunConfig) -> CompileStrategy | DDPCompileStrategy:
         # Ranks agree on dynamic dims only when shapes can differ: with fixed shapes the agreement would
         # be pure cost (torch's guard collectives: an all-gather per compiled-frame entry, every step).
         dynamic = dataclasses.replace(dynamic, compiler_collectives=False)
+    backend = "gloo" if t.accelerator == "cpu" else None
+    if t.sharded:
+        return FSDPCompileStrategy(compile=cfg.compile, dynamic=dynamic, offload=cfg.offload, cudagraphs=cfg.cudagraphs,
+                                   reshard_after_forward=t.fsdp.reshard_after_forward,
+                                   mixed_precision=t.fsdp.mixed_precision,
+                                   save_distributed_checkpoint=t.fsdp.distributed_checkpoint,
+                                   process_group_backend=backend)
     if t.is_distributed():
-        backend = "gloo" if t.accelerator == "cpu" else None
         return DDPCompileStrategy(compile=cfg.compile, dynamic=dynamic, offload=cfg.offload,
                                   cudagraphs=cfg.cudagraphs, process_group_backend=backend)
     device = t.single_device()
@@ -95,6 +102,8 @@ def build_callbacks(cfg: RunConfig) -> list[Callback]:
         *build_reliability_callbacks(cfg),
         RunModelSummary(),  # Lightning's summary without its "FLOPs: 0" column
     ]
+    if cfg.trainer.sharded and cfg.trainer.fsdp.consolidate:
+        callbacks.append(ConsolidatedCheckpoint(ckpt_dir / "consolidated.pt"))
     if cfg.trainer.enable_progress_bar:  # Lightning refuses a progress-bar callback when bars are off
         callbacks.append(RunProgressBar())
     return callbacks

@@ -20,7 +20,7 @@ def cudagraphs_accumulation_error(accumulate_grad_batches: int) -> str:
 
 
 def check_step_backward_ddp(cfg: RunConfig) -> str | None:
-    if cfg.compile.scope is Scope.step_backward and cfg.trainer.is_distributed():
+    if cfg.compile.scope is Scope.step_backward and cfg.trainer.is_distributed() and not cfg.trainer.sharded:
         return ("compile.scope=step_backward runs backward inside the forward call, which DDP's gradient reducer "
                 "cannot synchronise. Use compile.scope=step (backward still runs compiled) with DDP.")
     return None
@@ -28,8 +28,9 @@ def check_step_backward_ddp(cfg: RunConfig) -> str | None:
 
 def check_compiled_autograd_ddp(cfg: RunConfig) -> str | None:
     if cfg.compile.compiled_autograd and cfg.trainer.is_distributed():
-        return ("compile.compiled_autograd=true is not supported with DDP in runner yet (DDP's C++ reducer hooks "
-                "are opaque to compiled autograd). Set compile.compiled_autograd=false or train on one device.")
+        return ("compile.compiled_autograd=true is not supported with DDP or FSDP in runner yet (DDP's C++ reducer "
+                "hooks are opaque to compiled autograd; FSDP2's reduce-scatter hooks are untested under it). Set "
+                "compile.compiled_autograd=false or train on one device.")
     return None
 
 

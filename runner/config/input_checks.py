@@ -229,6 +229,8 @@ def check_ckpt_path(cfg: RunConfig) -> str | None:
         return None  # named by the existence check
     fix = ("Give the checkpoints/last.ckpt of an earlier run, or resume a run in place with "
            "hydra.run.dir=<its run dir> ckpt_path=last.")
+    if path.is_dir() and (path / "meta.pt").is_file():
+        return None  # a sharded checkpoint (trainer.distributed=fsdp): one file per rank and meta.pt
     if path.is_dir():
         last = path / "checkpoints" / "last.ckpt"  # a run directory
         hint = f" (did you mean ckpt_path={last}?)" if last.is_file() else ""

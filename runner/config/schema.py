@@ -154,6 +154,40 @@ class OffloadConfig:
     """Measure saved bytes and gradient error against ``none`` on a check batch at the start."""
 
 
+class Distributed(Enum):
+    """How several processes share the training."""
+
+    auto = "auto"  # one device: single process; several devices or nodes: ddp
+    ddp = "ddp"  # every rank holds the whole model, gradients and optimizer state
+    fsdp = "fsdp"  # FSDP2: parameters, gradients and optimizer state sharded across ranks, per block
+
+
+class FsdpMixedPrecision(Enum):
+    """FSDP2's parameter/reduction dtypes (``MixedPrecisionPolicy``)."""
+
+    auto = "auto"  # from trainer.precision: bf16-mixed gathers parameters in bf16, reduces gradients in fp32
+    none = "none"  # parameters gathered and gradients reduced in their own dtype
+    bf16 = "bf16"  # parameters gathered in bf16, gradients reduced in fp32
+
+
+@dataclass
+class FsdpConfig:
+    """``trainer.fsdp``: FSDP2 settings, used when ``trainer.distributed=fsdp``."""
+
+    reshard_after_forward: bool = True
+    """Free each block's gathered parameters after its forward (gathered again in backward): less
+    memory, one more all-gather per block; false keeps them until backward (DDP-like memory for the
+    parameters, fewer collectives)."""
+    mixed_precision: FsdpMixedPrecision = FsdpMixedPrecision.auto
+    """Dtype of gathered parameters and reduced gradients."""
+    distributed_checkpoint: bool = True
+    """Checkpoints while training are sharded (a directory, one file per rank, torch.distributed.checkpoint);
+    false gathers the full state on rank 0 into one file."""
+    consolidate: bool = True
+    """At the end of fit, write checkpoints/consolidated.pt: one plain state dict (no DTensor, no
+    ``_orig_mod.``) that loads strictly into an eager model."""
+
+
 @dataclass
 class TrainerConfig:
     """The ``trainer`` group: arguments to ``lightning.Trainer`` that runner manages."""
@@ -161,8 +195,10 @@ class TrainerConfig:
     accelerator: str = "cpu"
     devices: Any = 1
     num_nodes: int = 1
-    distributed: str = "auto"
-    """auto (one device: single; more: ddp) or ddp."""
+    distributed: Distributed = Distributed.auto
+    """auto (one device: single; more: ddp), ddp, or fsdp (FSDP2, sharded; settings in trainer.fsdp)."""
+    fsdp: FsdpConfig = field(default_factory=FsdpConfig)
+    """FSDP2 settings, used with distributed=fsdp."""
     precision: str = "32-true"
     max_steps: int = 200
     max_time: Optional[str] = None
@@ -181,7 +217,12 @@ class TrainerConfig:
         """Whether this trainer runs DDP: asked for, or more than one device or node."""
         d = self.devices
         many = (isinstance(d, int) and (d > 1 or d == -1)) or (isinstance(d, (list, tuple)) and len(d) > 1)
-        return self.distributed == "ddp" or many or self.num_nodes > 1
+        return self.distributed is not Distributed.auto or many or self.num_nodes > 1
+
+    @property
+    def sharded(self) -> bool:
+        """Whether this trainer runs FSDP2 (``distributed=fsdp``)."""
+        return self.distributed is Distributed.fsdp
 
     def single_device(self) -> str:
         """The device of a one-device run, as the user named it: ``cpu``, ``cuda:<index>`` (the index

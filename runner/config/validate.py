@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from runner.config import checks_run, checks_stack, input_checks
+from runner.config import checks_fsdp, checks_run, checks_stack, input_checks
 from runner.config.errors import ConfigError
 from runner.config.schema import RunConfig
 
@@ -22,7 +22,7 @@ Check = Callable[[RunConfig], "str | None"]
 
 def all_checks() -> list[Check]:
     """Every check, in the order their messages are reported."""
-    return [*checks_run.CHECKS, *checks_stack.CHECKS, *input_checks.CHECKS]
+    return [*checks_run.CHECKS, *checks_stack.CHECKS, *checks_fsdp.CHECKS, *input_checks.CHECKS]
 
 
 _warned: set[str] = set()

@@ -28,9 +28,12 @@ from types import FrameType
 from typing import Any
 
 import lightning as L
+import torch
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import Logger, WandbLogger
 from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+from runner.reliability.numerics import agreed_flag
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +67,8 @@ class GracefulInterrupt(Callback):
             signal.signal(signum, self._on_signal)
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        if self.step is not None:
+            return  # checkpoint written and Lightning told: its loops stop (its launcher forwards SIGTERM to ranks)
         if self.signum is not None:
             raise KeyboardInterrupt  # a second signal: stop now, without the checkpoint
         self.signum = signum
@@ -71,7 +76,17 @@ class GracefulInterrupt(Callback):
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
-        if self.signum is None or self.step is not None:
+        if self.step is not None:
+            return
+        if trainer.world_size > 1:
+            # A signal may reach one rank only, or the ranks on either side of a step boundary: they agree
+            # here, so every rank saves its part of the checkpoint at the same step (a sharded checkpoint
+            # is written by all of them; a rank left behind would wait in the next collective forever).
+            # On the strategy's device: NCCL reduces CUDA tensors only.
+            flag = torch.tensor([self.signum or 0], device=trainer.strategy.root_device)
+            agreed = agreed_flag(trainer, flag)
+            self.signum = agreed or None
+        if self.signum is None:
             return
         trainer.save_checkpoint(self.ckpt_path)
         self.step = trainer.global_step

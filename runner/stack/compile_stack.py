@@ -43,7 +43,7 @@ from runner.stack.dynamic import ShapePolicyComponent, build_shape_policy
 from runner.stack.metrics import metric_methods
 from runner.stack.offload import OffloadComponent, build_offload
 from runner.stack.optimizer_step import OptimizerStep
-from runner.stack.plan import CompilePlan, manual_optimization_note, resolve_plan
+from runner.stack.plan import CompilePlan, manual_optimization_note, resolve_optimizers, resolve_plan
 from runner.stack.python_state import PythonState
 
 log = logging.getLogger(__name__)
@@ -90,6 +90,7 @@ class CompileStack:
         self._step_enders: list[Callable[[int], None]] = []
         self._optimizer_contexts: list[Callable[[], contextlib.AbstractContextManager[Any]]] = []
         self._zero_grad_in_step = False
+        self._cudagraphs: StackComponent = StackComponent()
 
     @property
     def backward_in_step(self) -> bool:
@@ -100,15 +101,22 @@ class CompileStack:
     def setup(self, module: L.LightningModule, optimizers: list[Optimizer], device: torch.device,
               accumulate_grad_batches: int = 1) -> None:
         """Configure torch, transform the module in order, compile, and prepare the optimizers."""
+        self.prepare_module(module, device, accumulate_grad_batches)
+        self.prepare_optimizers(module, optimizers, device)
+
+    def prepare_module(self, module: L.LightningModule, device: torch.device, accumulate_grad_batches: int = 1) -> None:
+        """Steps 1-3 on the plain module: shape policy, saved activations, compile. A sharding strategy
+        shards after this and builds the optimizers on the sharded parameters, then calls
+        ``prepare_optimizers``."""
         s = self.settings
         self._accumulate = accumulate_grad_batches
         shape = build_shape_policy(s.dynamic)
         offload = build_offload(s.offload, device, s.compile.block_types)
         offload.measured = self.offload_measured
-        cudagraphs = build_cudagraphs(s.cudagraphs, device)
+        cudagraphs = self._cudagraphs = build_cudagraphs(s.cudagraphs, device)
         if isinstance(cudagraphs, CudaGraphs) and accumulate_grad_batches > 1:
             raise ValueError(cudagraphs_accumulation_error(accumulate_grad_batches))
-        plan = self.plan = resolve_plan(s.compile, s.cudagraphs, shape.dynamic_arg, device, optimizers,
+        plan = self.plan = resolve_plan(s.compile, s.cudagraphs, shape.dynamic_arg, device, [],
                                         cudagraphs_active=isinstance(cudagraphs, CudaGraphs),
                                         automatic_optimization=module.automatic_optimization)
         if (note := manual_optimization_note(s.compile.scope, plan)) is not None:
@@ -121,8 +129,15 @@ class CompileStack:
         apply_shape_policy(shape, state, module)
         apply_saved_activations(offload, module)
         self._step, self.modules_compiled = apply_compile(module, module.training_step, plan, accumulate_grad_batches)
+
+    def prepare_optimizers(self, module: L.LightningModule, optimizers: list[Optimizer], device: torch.device) -> None:
+        """Steps 4-5, on the optimizers as they will step (sharded parameters under FSDP2): the
+        optimizer-step policy, CUDA graphs; then route ``training_step`` through the stack."""
+        assert self.plan is not None, "prepare_module first"
+        plan = self.plan = resolve_optimizers(self.plan, self.settings.compile.optimizer, optimizers, device,
+                                              cudagraphs_active=isinstance(self._cudagraphs, CudaGraphs))
         self.optimizer_step_policy = apply_optimizer_step(optimizers, plan, device)
-        apply_cudagraphs(cudagraphs, module, optimizers)
+        apply_cudagraphs(self._cudagraphs, module, optimizers)
         log.info("compile stack: scope=%s backend=%s optimizer=%s (%s)", plan.scope.value, plan.kwargs["backend"],
                  plan.optimizer.value, plan.optimizer_reason)
         self._bind(module, optimizers)

@@ -120,6 +120,13 @@ def supports_fused(optimizer: Optimizer, device: torch.device) -> bool:
     return device.type in _get_fused_kernels_supported_devices()
 
 
+def holds_dtensors(optimizer: Optimizer) -> bool:
+    """Whether the optimizer's parameters are sharded ``DTensor``s (FSDP2)."""
+    from torch.distributed.tensor import DTensor
+
+    return any(isinstance(p, DTensor) for group in optimizer.param_groups for p in group["params"])
+
+
 def resolve_optimizer_policy(
     policy: OptimizerPolicy, optimizer: Optimizer, device: torch.device, cudagraphs_active: bool
 ) -> tuple[OptimizerPolicy, str]:
@@ -129,6 +136,18 @@ def resolve_optimizer_policy(
     name = type(optimizer).__name__
     if cudagraphs_active:
         return OptimizerPolicy.compiled, "CUDA graphs are on: a compiled step is captured with the rest of the step"
+    sharded = holds_dtensors(optimizer)
+    if sharded and supports_fused(optimizer, device):
+        return OptimizerPolicy.fused, (
+            f"{name} over DTensor shards (FSDP2) has a fused {device.type} kernel: DTensor runs it once on each "
+            "rank's local shards, no collective and no compile time (2 gloo CPU ranks, 2-layer GPT: 1.04 ms per "
+            "step fused, 1.61 ms foreach)"
+        )
+    if sharded:
+        return OptimizerPolicy.none, (
+            f"{name} over DTensor shards (FSDP2) has no fused {device.type} kernel: its foreach implementation runs "
+            "on the local shards (a compiled step would trace DTensor's dispatch, compiling for minutes)"
+        )
     if supports_fused(optimizer, device):
         return OptimizerPolicy.fused, (
             f"{name} has a fused {device.type} kernel: one kernel for all parameters, no compile time "
@@ -137,22 +156,29 @@ def resolve_optimizer_policy(
     return OptimizerPolicy.compiled, f"{name} has no fused {device.type} kernel: compiling the step fuses it"
 
 
+def resolve_optimizers(plan: CompilePlan, policy: OptimizerPolicy, optimizers: list[Optimizer],
+                       device: torch.device, cudagraphs_active: bool) -> CompilePlan:
+    """``plan`` with the optimizer policy resolved for ``optimizers`` (one policy for all; the last
+    optimizer's reason is reported). Called once the optimizers hold their final parameters (under
+    FSDP2: after sharding)."""
+    resolved, reason = policy, "no optimizer"
+    for opt in optimizers:
+        resolved, reason = resolve_optimizer_policy(policy, opt, device, cudagraphs_active)
+    return dataclasses.replace(plan, optimizer=resolved, optimizer_reason=reason)
+
+
 def resolve_plan(cfg: CompileConfig, cudagraphs: CudaGraphsConfig, dynamic: bool | None, device: torch.device,
                  optimizers: list[Optimizer], cudagraphs_active: bool,
                  automatic_optimization: bool = True) -> CompilePlan:
     """The whole plan for a run: target, ``torch.compile`` arguments, optimizer policy."""
-    policy, reason = cfg.optimizer, "no optimizer"
-    for opt in optimizers:  # one policy for all; the last optimizer's reason is reported
-        policy, reason = resolve_optimizer_policy(cfg.optimizer, opt, device, cudagraphs_active)
     plan = CompilePlan(
         scope=cfg.scope,
         target=_TARGETS[cfg.scope],
         kwargs=resolve_compile_kwargs(cfg, cudagraphs, dynamic, device),
         block_types=tuple(cfg.block_types),
-        optimizer=policy,
-        optimizer_reason=reason,
         compiled_autograd=cfg.compiled_autograd,
     )
+    plan = resolve_optimizers(plan, cfg.optimizer, optimizers, device, cudagraphs_active)
     return resolve_manual_optimization(plan, automatic_optimization)
 
 

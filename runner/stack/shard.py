@@ -1,0 +1,59 @@
+"""FSDP2 sharding (``torch.distributed.fsdp.fully_shard``), applied after the compile step.
+
+Each repeated block becomes one FSDP unit (one all-gather before its forward, one reduce-scatter
+after its backward), then each top-level child of the LightningModule (the parameters outside the
+blocks: embeddings, final norm, head). Blocks are compiled in place before they are sharded, so FSDP's
+hooks are module hooks that run eagerly around each compiled block: no graph break inside a block.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
+
+from runner.config.schema import FsdpMixedPrecision
+
+
+@dataclass(frozen=True)
+class ShardPlan:
+    """How the model is sharded: the mesh, resharding after forward, and the dtypes."""
+
+    mesh: DeviceMesh
+    reshard_after_forward: bool = True
+    mixed_precision: FsdpMixedPrecision = FsdpMixedPrecision.none
+
+
+def resolve_mixed_precision(setting: FsdpMixedPrecision, precision: str) -> FsdpMixedPrecision:
+    """``auto`` follows the trainer's precision: bf16-mixed gathers parameters in bf16."""
+    if setting is not FsdpMixedPrecision.auto:
+        return setting
+    return FsdpMixedPrecision.bf16 if precision == "bf16-mixed" else FsdpMixedPrecision.none
+
+
+def mixed_precision_policy(setting: FsdpMixedPrecision) -> MixedPrecisionPolicy:
+    """FSDP2's policy: bf16 gathers parameters in bf16 and reduces gradients in fp32 (the sharded
+    parameters and the optimizer state stay fp32)."""
+    if setting is FsdpMixedPrecision.bf16:
+        return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    return MixedPrecisionPolicy()
+
+
+def is_sharded(module: nn.Module) -> bool:
+    """Whether ``fully_shard`` was already applied to ``module`` or one of its submodules."""
+    return any(isinstance(m, FSDPModule) for m in module.modules())
+
+
+def apply_sharding(blocks: list[nn.Module], roots: list[nn.Module], plan: ShardPlan) -> int:
+    """``fully_shard`` each block, then each root (the parameters left outside the blocks). Returns
+    how many FSDP units were made."""
+    policy = mixed_precision_policy(plan.mixed_precision)
+    for block in blocks:
+        fully_shard(block, mesh=plan.mesh, reshard_after_forward=plan.reshard_after_forward, mp_policy=policy)
+    for root in roots:
+        # The root's parameters are gathered again at the start of backward anyway (torchtitan's choice).
+        fully_shard(root, mesh=plan.mesh, reshard_after_forward=False, mp_policy=policy)
+    return len(blocks) + len(roots)
