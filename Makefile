@@ -22,7 +22,7 @@ lint: setup
 	$(VENV)/bin/lint-imports
 
 test: lint
-	WANDB_MODE=offline $(PY) -m pytest -q $(PYTEST_ARGS)
+	WANDB_MODE=offline $(PY) -m pytest -q --durations=15 $(PYTEST_ARGS)
 
 bench: setup
 	$(PY) benchmarks/compare.py

@@ -597,6 +597,10 @@ def add_dynamic_sources(settings: TorchSettings, patterns: list[str]) -> None:
 
 
 # -- structured trace (TORCH_TRACE) ------------------------------------------------------------
+def _interned(text: str, index: int) -> Callable[[], tuple[str, int]]:
+    return lambda: (text, index)
+
+
 def start_structured_trace(directory: str) -> Callable[[], str | None]:
     """Write torch's structured compile trace (what ``TORCH_TRACE=<dir>`` writes, tlparse's input) into
     ``directory`` from now on; returns ``stop``, which detaches it, puts the trace logger back as found
@@ -613,6 +617,13 @@ def start_structured_trace(directory: str) -> Callable[[], str | None]:
     trace_log.setLevel(logging.DEBUG)
     trace_log.propagate = False
     trace_log.addHandler(handler)
+    # torch writes each source file name into the trace once per process (an interned "str" record); a
+    # trace started after earlier compiles (a tune's trials, a sweep in one process) would lack them and
+    # tlparse would show "(unknown)" files: replay the table into the new trace (the same ids).
+    from torch._logging import structured
+
+    for text, index in list(structured.INTERN_TABLE.items()):
+        logs.trace_structured("str", _interned(text, index), suppress_context=True)
 
     def stop() -> str | None:
         path = handler._stream_path

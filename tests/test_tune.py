@@ -14,7 +14,7 @@ import pytest
 
 from runner.config import ConfigError, compose, load
 from runner.config.tune import load_tune
-from runner.tune.space import current_values, param_overrides, resolve_space
+from runner.tune.space import BF16_UNITS, cpu_flags, current_values, param_overrides, resolve_space
 from runner.tune.study import judge
 from runner.tune.trial import TrialResult
 
@@ -47,7 +47,9 @@ def test_ci_sized_tune_of_the_smoke_recipe(tmp_path: Path) -> None:
     assert winner["us_per_token"] == min(t["us_per_token"] for t in trials[1:] if t["state"] == "complete")
     assert summary["speedup_vs_eager_x"] == pytest.approx(trials[0]["us_per_token"] / winner["us_per_token"])
     assert summary["speedup_vs_default_x"] >= 1.0
-    assert set(summary["searched"]) == {"scope", "optimizer", "precision", "offload"}
+    # bf16 is searched only where the CPU has bfloat16 matrix units (else it is emulated, ~100x slower).
+    bf16 = {"precision"} if BF16_UNITS & cpu_flags() else set()
+    assert set(summary["searched"]) == {"scope", "optimizer", "offload"} | bf16
     assert {"shapes", "cpp_wrapper", "cudagraphs"} <= set(summary["not_searched"])  # packed text, eager backend
     # The study is in SQLite, for optuna-dashboard; one Optuna trial per trial above.
     study = optuna.load_study(study_name=tune_dir.name, storage=f"sqlite:///{tune_dir / 'study.db'}")
@@ -66,7 +68,7 @@ def test_ci_sized_tune_of_the_smoke_recipe(tmp_path: Path) -> None:
     assert cfg.recipe == "smoke_tuned" and cfg.trainer.max_steps == 8  # smoke's own length
     p = winner["params"]
     chosen = (cfg.compile.scope.value, cfg.compile.optimizer.value, cfg.trainer.precision, cfg.offload.strategy.value)
-    assert chosen == (p["scope"], p["optimizer"], p["precision"], p["offload"])
+    assert chosen == (p["scope"], p["optimizer"], p.get("precision", "32-true"), p["offload"])
 
 
 def test_loss_parity_rejects_a_trial_beyond_the_tolerance(tmp_path: Path) -> None:
@@ -84,7 +86,12 @@ def test_loss_parity_rejects_a_trial_beyond_the_tolerance(tmp_path: Path) -> Non
 
 def test_space_keeps_what_applies_to_the_model_and_device(tmp_path: Path) -> None:
     tune = load_tune(["space.offload=[none,cpu,bf16]"])
-    text = resolve_space(tune.space, load(compose(["+recipe=quickstart"], run_dir=str(tmp_path))))
+    quickstart = load(compose(["+recipe=quickstart"], run_dir=str(tmp_path)))
+    text = resolve_space(tune.space, quickstart, flags=frozenset({"avx2", "amx_bf16"}))
+    assert text.choices["precision"] == ["32-true", "bf16-mixed"]  # a CPU with bf16 matrix units
+    emulated = resolve_space(tune.space, quickstart, flags=frozenset({"avx2"}))
+    assert emulated.choices.get("precision", ["32-true"]) == ["32-true"] and "emulated" in emulated.dropped[
+        "precision_bf16"]
     assert text.choices["cpp_wrapper"] == [False, True]  # Inductor on the CPU
     assert text.choices["offload"] == ["none", "bf16"]  # cpu offload is CUDA-only
     assert text.choices["optimizer"][0] == "auto"  # the recipe's own value, so the default stack is a point

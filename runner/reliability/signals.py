@@ -15,8 +15,10 @@ in ``on_train_batch_end``, the state Lightning's restart logic handles in every 
 So ``GracefulInterrupt`` takes over both signals: the first only records the signal; at the next
 ``on_train_batch_end`` it writes ``last.ckpt`` (the same state ``ModelCheckpoint`` saves) and only
 then hands over to Lightning's SIGTERM handler, which stops the loops at the step boundary. A second
-signal raises ``KeyboardInterrupt``: the user insists. Lightning restores the original handlers in
-its teardown. A signal during validation takes effect after the next training step.
+signal before the checkpoint is being written raises ``KeyboardInterrupt``: the user insists. Once
+the save has started, signals are ignored until the run stops (under several ranks, Lightning's handler
+on rank 0 forwards SIGTERM to the other ranks while they save). Lightning restores the original
+handlers in its teardown. A signal during validation takes effect after the next training step.
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ class GracefulInterrupt(Callback):
         self.step: int | None = None
         """The global step the interrupt checkpoint was written at."""
         self._lightning_sigterm: Any = None
+        self._saving = False
 
     @property
     def interrupted(self) -> bool:
@@ -67,8 +70,10 @@ class GracefulInterrupt(Callback):
             signal.signal(signum, self._on_signal)
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
-        if self.step is not None:
-            return  # checkpoint written and Lightning told: its loops stop (its launcher forwards SIGTERM to ranks)
+        if self.step is not None or self._saving:
+            # Saving, or saved and Lightning told: its loops stop. Under several ranks, Lightning's handler on
+            # rank 0 forwards SIGTERM to the other ranks while they save: that one is expected, not a second.
+            return
         if self.signum is not None:
             raise KeyboardInterrupt  # a second signal: stop now, without the checkpoint
         self.signum = signum
@@ -88,6 +93,7 @@ class GracefulInterrupt(Callback):
             self.signum = agreed or None
         if self.signum is None:
             return
+        self._saving = True
         trainer.save_checkpoint(self.ckpt_path)
         self.step = trainer.global_step
         log.warning("interrupted at step %d: checkpoint saved to %s", trainer.global_step, self.ckpt_path)

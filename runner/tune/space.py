@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
+from pathlib import Path
 from typing import Any
 
 from runner.build import shapes_vary
@@ -54,9 +55,27 @@ def current_values(cfg: RunConfig) -> dict[str, Any]:
     }
 
 
-def resolve_space(space: TuneSpace, cfg: RunConfig) -> Space:
+BF16_UNITS = frozenset({"avx512_bf16", "amx_bf16"})
+"""CPU flags of bfloat16 matrix units. Without one, torch emulates bf16 matmuls on the CPU, ~100x
+slower than fp32 (1.4 against 32-160 GFLOP/s on the AVX2-only CI machine): a bf16 trial there only
+spends the tune's time budget until the pruner stops it."""
+
+
+def cpu_flags() -> frozenset[str]:
+    """This machine's CPU flags (empty where /proc/cpuinfo does not exist)."""
+    info = Path("/proc/cpuinfo")
+    if not info.exists():
+        return frozenset()
+    for line in info.read_text().splitlines():
+        if line.startswith("flags"):
+            return frozenset(line.split(":", 1)[1].split())
+    return frozenset()
+
+
+def resolve_space(space: TuneSpace, cfg: RunConfig, flags: frozenset[str] | None = None) -> Space:
     """The choices that apply to ``cfg``'s model and device, each with the recipe's own value added
-    (so the default stack is a point of the search)."""
+    (so the default stack is a point of the search). ``flags``: the CPU's flags (default: this
+    machine's), which decide whether bf16 precisions are searched on a CPU."""
     device = cfg.trainer.single_device() if not cfg.trainer.is_distributed() else cfg.trainer.accelerator
     cuda = str(device).startswith(("cuda", "gpu"))
     inductor = cfg.compile.backend == "inductor"
@@ -70,6 +89,13 @@ def resolve_space(space: TuneSpace, cfg: RunConfig) -> Space:
         dropped["cudagraphs"] = "CUDA graphs need a CUDA device and Inductor"
     if not cuda:
         choices["offload"] = [o for o in choices["offload"] if o != OffloadStrategy.cpu.value]
+    if not cuda and not BF16_UNITS & (cpu_flags() if flags is None else flags):
+        bf16 = [p for p in choices["precision"] if "bf16" in str(p)]
+        if bf16:
+            choices["precision"] = [p for p in choices["precision"] if p not in bf16]
+            dropped["precision_bf16"] = (f"{', '.join(bf16)} left out: this CPU has no bfloat16 matrix units "
+                                         "(no avx512_bf16/amx_bf16 flag), so bf16 matmuls are emulated, ~100x "
+                                         "slower than fp32")
     if cfg.trainer.is_distributed():
         choices["scope"] = [s for s in choices["scope"] if s != Scope.step_backward.value]
     current = current_values(cfg)
