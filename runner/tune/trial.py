@@ -94,6 +94,9 @@ def run_trial(overrides: list[str], run_dir: Path, trial: Any | None = None) -> 
         return TrialResult(run_dir=run_dir, error=f"the run failed: {type(e).__name__}: {first}"[:300], failed=True)
     figures = result.figures
     compile_s = figures.get("compile/time_s")
+    # A pruned run stops before its validation: the val/bpb it holds is the sanity check's, on the
+    # untrained model (the same figure for every pruned trial), not this stack's.
+    val_bpb = figures.get("val/bpb") if reporter.pruned_at is None else None
     return TrialResult(run_dir=run_dir, us_per_token=time_per_token_us(figures.get("perf/tokens_per_s")),
-                       val_bpb=figures.get("val/bpb"), compile_s=compile_s if isinstance(compile_s, float) else None,
+                       val_bpb=val_bpb, compile_s=compile_s if isinstance(compile_s, float) else None,
                        pruned_at=reporter.pruned_at, figures=figures)
