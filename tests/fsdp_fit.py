@@ -1,11 +1,13 @@
 """A 2-process CPU FSDP2 fit through FSDPCompileStrategy, run by tests/test_fsdp.py as a real script
 (Lightning's launcher re-executes the script for rank 1, so it cannot run inside pytest itself).
 
-``python -m tests.fsdp_fit BACKEND OUT_DIR [STEPS]``: trains the tiny GPT with ``compile=blocks`` on 2
-gloo ranks, writes a sharded checkpoint every 4 steps and ``consolidated.pt`` at the end. Rank 0
-then trains the same model in this process, without sharding or compiling, on the same global
-batches (both ranks' batches, concatenated), with the same optimizer, schedule and clipping, and
-prints one JSON line comparing the two.
+``python -m tests.fsdp_fit BACKEND OUT_DIR [STEPS] [RESUME] [--offload=bf16|fp8]``: trains the tiny GPT
+with ``compile=blocks`` on 2 gloo ranks, writes a sharded checkpoint every 4 steps and
+``consolidated.pt`` at the end. Rank 0 then trains the same model in this process, without sharding
+or compiling, on the same global batches (both ranks' batches, concatenated), with the same
+optimizer, schedule, clipping and saved-activation strategy (the same hooks, run eagerly), and
+prints one JSON line comparing the two. With ``--offload``, it also trains without the hooks, to show
+that the hooks changed something.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ import torch
 import torch.distributed as dist
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 
-from runner.config.schema import CompileConfig, Scope
+from runner.config.schema import CompileConfig, OffloadConfig, OffloadStrategy, Scope
+from runner.stack.offload import build_offload
 from runner.strategy import ConsolidatedCheckpoint, FSDPCompileStrategy
 from runner.training.module import TrainModule, lm_loss
 from tests.helpers import tiny_data, tiny_module
@@ -44,7 +47,10 @@ class Record(Callback):
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         counters = torch._dynamo.utils.counters
         block = pl_module.model.blocks[0]  # type: ignore[union-attr, index]
+        offload = trainer.strategy.stack.figures()  # type: ignore[attr-defined]
         self.compile = {
+            "offload_path": offload.get("offload/path"),
+            "offload_packed": offload.get("offload/eager_packed", 0) + offload.get("offload/traced_packed", 0),
             "graphs": counters["stats"]["unique_graphs"],
             "graph_breaks": sum(counters["graph_break"].values()),
             "recompiles": counters["recompiles"].get("total", 0) if "recompiles" in counters else 0,
@@ -55,14 +61,20 @@ class Record(Callback):
         }
 
 
-def reference(batches: list[tuple[torch.Tensor, torch.Tensor]]) -> tuple[list[float], TrainModule]:
-    """Single process, no sharding, no compiling: the same model, optimizer, schedule and clipping."""
+def reference(batches: list[tuple[torch.Tensor, torch.Tensor]],
+              offload: OffloadConfig) -> tuple[list[float], TrainModule]:
+    """Single process, no sharding, no compiling: the same model, optimizer, schedule, clipping and
+    saved-activation hooks."""
     module = tiny_module()
+    hooks = build_offload(offload, torch.device("cpu"))
+    hooks.apply(module)
     config = module.configure_optimizers()
     opt, sched = config["optimizer"], config["lr_scheduler"]["scheduler"]
     losses = []
     for x, y in batches:
-        loss = lm_loss(module.model(x), y)
+        hooks.prepare_batch((x, y))
+        with hooks.step_context():
+            loss = lm_loss(module.model(x), y)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(module.parameters(), CLIP)
         opt.step()
@@ -73,10 +85,16 @@ def reference(batches: list[tuple[torch.Tensor, torch.Tensor]]) -> tuple[list[fl
 
 
 def main() -> None:
-    backend, out = sys.argv[1], Path(sys.argv[2])
-    steps = int(sys.argv[3]) if len(sys.argv) > 3 else 8
-    resume = sys.argv[4] if len(sys.argv) > 4 else None
-    strategy = FSDPCompileStrategy(compile=CompileConfig(scope=Scope.blocks, backend=backend),
+    flags = [a for a in sys.argv[1:] if a.startswith("--offload=")]
+    args = [a for a in sys.argv[1:] if a not in flags]
+    backend, out = args[0], Path(args[1])
+    steps = int(args[2]) if len(args) > 2 else 8
+    resume = args[3] if len(args) > 3 else None
+    kind = OffloadStrategy(flags[0].split("=", 1)[1]) if flags else OffloadStrategy.none
+    # min_bytes=0: a rank holds half the global batch, so a size threshold would pack different
+    # tensors here than in the single-process reference.
+    offload = OffloadConfig(strategy=kind, min_bytes=0, measure=False)
+    strategy = FSDPCompileStrategy(compile=CompileConfig(scope=Scope.blocks, backend=backend), offload=offload,
                                    process_group_backend="gloo")
     record = Record()
     callbacks = [record, ConsolidatedCheckpoint(out / "consolidated.pt"),
@@ -95,7 +113,9 @@ def main() -> None:
     result: dict[str, Any] = {"steps": trainer.global_step, "fsdp_losses": fsdp_losses, "compile": [c0, c1],
                               "checkpoints": sorted(p.name for p in (out / "ckpt").iterdir())}
     if resume is None:
-        ref_losses, ref = reference(global_batches)
+        ref_losses, ref = reference(global_batches, offload)
+        if kind is not OffloadStrategy.none:
+            result["no_offload_losses"] = reference(global_batches, OffloadConfig())[0]
         eager = tiny_module(seed=1)  # different weights: the load must overwrite every one of them
         state = torch.load(out / "consolidated.pt", map_location="cpu", weights_only=True)
         eager.load_state_dict(state, strict=True)

@@ -136,3 +136,11 @@ def test_memory_budget_is_configured_and_restored() -> None:
     comp.teardown()
     assert ti.memory_budget() == before
     assert comp.figures()["offload/memory_budget"] == pytest.approx(0.3)  # what the run compiled with
+
+
+def test_held_storages_skip_freed_storage() -> None:
+    # FSDP2 frees each gathered parameter's storage (0 bytes) between forward and backward; its
+    # data pointer is then meaningless and must not be held.
+    kept, freed = torch.ones(8), torch.ones(8)
+    freed.untyped_storage().resize_(0)
+    assert policy.held_storages([kept, freed]) == {kept.untyped_storage().data_ptr()}

@@ -3,7 +3,7 @@ before anything runs, each with the key and the fix. ``runner.config.validate`` 
 
 from __future__ import annotations
 
-from runner.config.schema import CudaGraphMode, OffloadStrategy, RunConfig, Scope
+from runner.config.schema import CudaGraphMode, RunConfig, Scope
 
 # Lightning's ModelParallelStrategy takes these (trainer/connectors/accelerator_connector.py,
 # ``mp_precision_supported``); fp16's gradient scaler cannot unscale sharded (DTensor) gradients.
@@ -37,15 +37,4 @@ def check_fsdp_precision(cfg: RunConfig) -> str | None:
     return None
 
 
-def check_fsdp_offload(cfg: RunConfig) -> str | None:
-    strategy = cfg.offload.strategy
-    if cfg.trainer.sharded and strategy in (OffloadStrategy.bf16, OffloadStrategy.fp8, OffloadStrategy.cpu):
-        return (f"offload={strategy.value} with trainer.distributed=fsdp: runner's saved-tensor hooks leave parameters "
-                "alone by their storage, but FSDP2 gathers each block's parameters into fresh storage every step "
-                "(and a sharded parameter has no plain storage), so the hooks would pack copies of the weights "
-                "instead of activations; this is not supported yet. Use offload=checkpoint (recompute each block, "
-                "applied before compile and sharding) or offload=none.")
-    return None
-
-
-CHECKS = [check_fsdp_scope, check_fsdp_cudagraphs, check_fsdp_precision, check_fsdp_offload]
+CHECKS = [check_fsdp_scope, check_fsdp_cudagraphs, check_fsdp_precision]

@@ -82,6 +82,7 @@ class CompileTelemetry(pl.Callback):
         self._flops_source = "none"
         self._counts: tuple[int | None, int | None] = (None, None)
         self._world_rates: tuple[float | None, float | None] | None = None  # (samples/s, tokens/s), all ranks
+        self._per_rank: dict[str, Any] = {}  # ranks/<figure>: one value per rank, gathered at the end of fit
         self._device = torch.device("cpu")
         self.peak: Peak | None = None
         self._module: torch.nn.Module | None = None
@@ -165,6 +166,7 @@ class CompileTelemetry(pl.Callback):
         if self.collector is None:
             return
         self._reduce_rates(trainer)
+        self._gather_ranks(trainer)
         self._finish()
         figures = self.figures()
         if trainer.is_global_zero:
@@ -206,6 +208,7 @@ class CompileTelemetry(pl.Callback):
         figures: dict[str, Any] = dict(self.collector.figures()) if self.collector is not None else {}
         figures.update(self.meter.figures(compile_time_s=figures.get("compile/time_s", 0.0), series=series))
         figures["memory/peak_gib"] = peak_memory_gib(self._device)
+        figures.update(self._per_rank)
         # Throughput over recent timed compiled steps (total work / total time: right for varying
         # lengths), summed over ranks.
         samples_rate, tokens_rate = self._world_rates or (self.meter.rate("samples"), self.meter.rate("tokens"))
@@ -229,6 +232,20 @@ class CompileTelemetry(pl.Callback):
                 figures.update(mfu_figures(per_unit * unit_rate, self.peak))
         return figures
 
+    def _gather_ranks(self, trainer: pl.Trainer) -> None:
+        """Every rank's own headline figures (``ranks/...``: one list entry per rank), gathered once at
+        the end of fit, and whether every rank compiled the same (``ranks/compiles_agree``: the same
+        graphs, recompiles and graph breaks; ranks that compile differently deadlock or diverge)."""
+        if trainer.world_size <= 1:
+            return
+        # this rank's own token rate, not the sum over ranks that the figures carry
+        own = {**self._figures(series=False), "perf/tokens_per_s": self.meter.rate("tokens")}
+        local = torch.tensor([float(own.get(k) or 0.0) for k in RANK_FIELDS], dtype=torch.float64, device=self._device)
+        rows = trainer.strategy.all_gather(local).reshape(trainer.world_size, len(RANK_FIELDS)).cpu().tolist()
+        self._per_rank = {f"ranks/{key}": [row[i] for row in rows] for i, key in enumerate(RANK_FIELDS)}
+        compiles = [tuple(row[i] for i, k in enumerate(RANK_FIELDS) if k in AGREEING_FIELDS) for row in rows]
+        self._per_rank["ranks/compiles_agree"] = len(set(compiles)) == 1
+
     def _reduce_rates(self, trainer: pl.Trainer) -> None:
         """Samples/s and tokens/s summed over ranks (each rank's own measured rate). Called on every
         rank at the same step; with one process there is nothing to reduce."""
@@ -238,6 +255,12 @@ class CompileTelemetry(pl.Callback):
         rates = torch.tensor([r or 0.0 for r in local], dtype=torch.float64, device=self._device)
         total = trainer.strategy.reduce(rates, reduce_op="sum").tolist()
         self._world_rates = (total[0] or None, total[1] or None)
+
+
+RANK_FIELDS = ("perf/step_ms", "perf/tokens_per_s", "memory/peak_gib", "compile/time_s", "compile/graphs",
+               "compile/recompiles", "compile/graph_breaks")
+"""The figures gathered from every rank at the end of a multi-process fit (``ranks/<figure>``)."""
+AGREEING_FIELDS = frozenset({"compile/graphs", "compile/recompiles", "compile/graph_breaks"})
 
 
 def mfu_figures(achieved_flops: float, peak: Peak | None) -> dict[str, Any]:

@@ -151,6 +151,20 @@ def _reason_lines(figures: dict[str, Any], limit: int = 10) -> list[str]:
     return lines
 
 
+def _rank_table(figures: dict[str, Any]) -> list[str]:
+    """Per-rank figures of a multi-process run (one row per rank), if it gathered them."""
+    keys = [k for k in figures if k.startswith("ranks/") and isinstance(figures[k], list)]
+    if not keys:
+        return []
+    world = len(figures[keys[0]])
+    agree = "the same on every rank" if figures.get("ranks/compiles_agree") else "NOT the same on every rank"
+    out = ["", f"## Per rank ({world} ranks; graphs, recompiles and graph breaks {agree})", "",
+           "| rank | " + " | ".join(k.removeprefix("ranks/") for k in keys) + " |",
+           "|---:|" + "---:|" * len(keys)]
+    out += [f"| {r} | " + " | ".join(_fmt(figures[k][r]) for k in keys) + " |" for r in range(world)]
+    return out
+
+
 def _markdown(figures: dict[str, Any]) -> str:
     """``report.md``: the summary table and every reason, in GitHub markdown."""
     out = ["# Run report", "", "| figure | value |", "|---|---:|"]
@@ -163,6 +177,7 @@ def _markdown(figures: dict[str, Any]) -> str:
     out += ["", f"## Graph breaks ({len(breaks)})", ""]
     out += [f"- {b.get('reason', '?')} at `{b.get('user_frame') or '?'}` (x{b.get('count', 1)})" + _fix(b)
             for b in breaks]
+    out += _rank_table(figures)
     if figures.get("trace/html"):
         out += ["", f"Every compile, in tlparse's report: [{figures['trace/html']}]({figures['trace/html']})"]
     elif figures.get("trace/status"):

@@ -164,7 +164,7 @@ class CudaOffload(OffloadComponent):
     def apply(self, module: nn.Module) -> None:
         excluded = policy.excluded_module_names(module, self.cfg.exclude)
         hooks = self.hooks
-        self.hooks.held = {t.untyped_storage().data_ptr() for t in module.parameters()}
+        self.hooks.held = policy.held_storages(module.parameters())
 
         def enter(mod: nn.Module, args: Any) -> None:
             if not torch.compiler.is_compiling():

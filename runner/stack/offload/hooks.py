@@ -112,7 +112,7 @@ class SavedTensorCodec:
         if self._model is not None and not self._held:
             # Once: parameters do not move during training (optimizers update them in place).
             tensors = itertools.chain(self._model.parameters(), self._model.buffers())
-            self._held = {t.untyped_storage().data_ptr() for t in tensors}
+            self._held = policy.held_storages(tensors)
 
     def end_step(self) -> None:
         """Drop per-step eager state; the autograd graph keeps what it saved."""

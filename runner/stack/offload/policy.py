@@ -94,6 +94,23 @@ def wants_packing(x: torch.Tensor, nbytes: int, stored_itemsize: int, min_bytes:
     return x.is_floating_point() and x.element_size() > stored_itemsize and nbytes >= min_bytes
 
 
+def held_storages(tensors: Iterable[torch.Tensor]) -> set[int]:
+    """Data pointers of the storages behind ``tensors`` (parameters and buffers: alive anyway, so
+    packing them would only add memory).
+
+    A sharded parameter (FSDP2's DTensor) counts by its local shard. A storage with no data (FSDP2's
+    unsharded parameters between all-gathers are resized to 0 bytes) is left out: its address is
+    not stable, and the gathered parameter is a leaf that the hooks recognise as one anyway.
+    """
+    held = set()
+    for t in tensors:
+        local = t.to_local() if hasattr(t, "to_local") else t
+        storage = local.untyped_storage()
+        if storage.nbytes() > 0:
+            held.add(storage.data_ptr())
+    return held
+
+
 def find_blocks(model: nn.Module, block_types: Iterable[str] = ()) -> list[tuple[str, nn.Module]]:
     """The repeated blocks to checkpoint: modules whose class name is in ``block_types``, else the
     children of the largest ``nn.ModuleList`` (ties: the first found). Names are relative to ``model``.
