@@ -56,6 +56,11 @@ def test_ci_sized_tune_of_the_smoke_recipe(tmp_path: Path) -> None:
     # The study is in SQLite, for optuna-dashboard; one Optuna trial per trial above.
     study = optuna.load_study(study_name=tune_dir.name, storage=f"sqlite:///{tune_dir / 'study.db'}")
     assert len(study.trials) == 3
+    # The loss-parity constraint is on every measured trial, where TPE reads it (Trial.set_constraint).
+    for t in study.trials:
+        if t.user_attrs["state"] in ("complete", "rejected"):
+            assert t.constraints["val_bpb_excess"] == pytest.approx(t.user_attrs["bpb_excess"])
+    assert "constraints_func" not in proc.stderr  # Optuna 5 deprecated it (FutureWarning)
     # The sweep summary, ranked by time per token, and tune.md with the importances.
     ranked = json.loads((tune_dir / "summary.json").read_text())
     assert list(ranked["rankings"])[0] == "time_per_token" and len(ranked["runs"]) >= 4

@@ -193,8 +193,26 @@ def warn_cudagraphs_on_cpu(cfg: RunConfig) -> str | None:
     return None
 
 
+SDPA_MODELS = ("runner.models.gpt.GPT",)
+"""Models that call ``scaled_dot_product_attention``, which torch tags as a random op (even at
+``dropout_p=0``): per-block checkpointing cannot recompute it in a forward-loss-backward graph."""
+
+
+def check_step_backward_checkpoint(cfg: RunConfig) -> str | None:
+    target = getattr(cfg.model, "_target_", "")
+    if (cfg.compile.scope is Scope.step_backward and cfg.offload.strategy is OffloadStrategy.checkpoint
+            and cfg.offload.memory_budget is None and cfg.compile.backend != "eager" and target in SDPA_MODELS):
+        return (f"compile.scope=step_backward with offload=checkpoint on {target}: step_backward traces forward, "
+                "loss and backward as one graph, and there torch cannot recompute random ops inside a "
+                "checkpointed block (its attention, scaled_dot_product_attention, is tagged random even at "
+                "dropout 0). Use compile.scope=step with offload=checkpoint (the partitioner handles random ops "
+                "there), or offload=checkpoint_budget, bf16 or fp8 with step_backward.")
+    return None
+
+
 CHECKS = [
     check_step_backward_ddp,
+    check_step_backward_checkpoint,
     check_compiled_autograd_ddp,
     check_mode_and_options,
     check_cudagraphs_unbacked,

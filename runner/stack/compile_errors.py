@@ -119,6 +119,12 @@ def explain_compile_error(exc: BaseException, watch: CompileErrorWatch | None = 
                "dynamic=unbacked (no size guards, still one graph), or set dynamic.max (and data.batch_size) "
                "so that batch x max stays on one side of the guard, or dynamic=automatic / bucket, which let "
                "the compiler choose its graphs")
+    elif kind == "backend" and "RNG ops in recompute regions" in str(exc):
+        what = (f"backend {ti.backend_name(exc)!r} failed: a random op (dropout, or scaled_dot_product_attention, "
+                "tagged random even at dropout 0) lies in a checkpointed block of a forward-loss-backward graph "
+                "(compile.scope=step_backward), where torch cannot recompute it")
+        fix = ("use compile.scope=step with offload=checkpoint (the partitioner handles random ops there), or "
+               "offload=checkpoint_budget, bf16 or fp8 with step_backward")
     elif kind == "backend":
         what = f"backend {ti.backend_name(exc)!r} failed: {_first_lines(str(ti.inner_exception(exc)), 1)}"
         fix = ("try compile.backend=aot_eager to tell a Dynamo/AOTAutograd problem from a backend one, or set "

@@ -81,10 +81,8 @@ def tune(run_overrides: Sequence[str], cfg: TuneConfig, tune_dir: Path) -> dict[
 
 
 def _study(optuna: Any, cfg: TuneConfig, tune_dir: Path) -> Any:
-    def constraints(trial: Any) -> list[float]:
-        return [float(trial.user_attrs.get("bpb_excess", 0.0))]  # <= 0: within the loss tolerance
-
-    sampler = optuna.samplers.TPESampler(seed=cfg.seed, n_startup_trials=3, constraints_func=constraints)
+    # The loss-parity constraint is set on each trial (``Trial.set_constraint``, read by TPE).
+    sampler = optuna.samplers.TPESampler(seed=cfg.seed, n_startup_trials=3)
     pruner = optuna.pruners.MedianPruner(n_startup_trials=1, n_warmup_steps=cfg.prune_after_steps)
     return optuna.create_study(study_name=tune_dir.name, storage=f"sqlite:///{(tune_dir / 'study.db').resolve()}",
                                sampler=sampler, pruner=pruner, direction="minimize", load_if_exists=True)
@@ -115,8 +113,9 @@ def _objective(optuna: Any, space: Space, shared: list[str], tune_dir: Path, eag
         name = "default" if trial.user_attrs.get("default_stack") else f"trial_{trial.number:03d}"
         result = run_trial([*shared, *param_overrides(params)], tune_dir / f"{trial.number:03d}-{name}", trial)
         state, reason, excess = judge(result, eager_bpb, cfg.loss_tolerance)
-        if excess is not None:
+        if excess is not None:  # <= 0: within the loss tolerance of eager; TPE samples away from > 0
             trial.set_user_attr("bpb_excess", excess)
+            trial.set_constraint("val_bpb_excess", excess)
         trial.set_user_attr("state", state)
         trial.set_user_attr("reason", reason)
         row = TrialRow.of(trial.number, name, params, result, state=state, reason=reason)
