@@ -19,8 +19,8 @@ from tests.test_reliability_support import env
 # (overrides on top of +recipe=smoke, fragments the message must contain: key, value, fix)
 BAD_INPUTS: list[tuple[list[str], list[str]]] = [
     # step_backward cannot recompute the GPT's attention (a random op) in a checkpointed block
-    (["compile=step_backward", "offload=checkpoint", "compile.backend=aot_eager"], ["compile.scope=step_backward",
-                                                                                   "compile.scope=step", "offload=checkpoint_budget"]),
+    (["compile=step_backward", "offload=checkpoint", "compile.backend=aot_eager"],
+     ["compile.scope=step_backward", "compile.scope=step", "offload=checkpoint_budget"]),
     # unknown keys
     (["compile.scop=step"], ["scop", "spelling"]),
     (["model.n_layr=3"], ["n_layr", "spelling"]),
