@@ -1,7 +1,7 @@
 """A 2-process CPU FSDP2 fit through FSDPCompileStrategy, run by tests/test_fsdp.py as a real script
 (Lightning's launcher re-executes the script for rank 1, so it cannot run inside pytest itself).
 
-``python -m tests.fsdp_fit BACKEND OUT_DIR [STEPS] [RESUME] [--offload=bf16|fp8]``: trains the tiny GPT
+``python -m tests.fsdp_fit BACKEND OUT_DIR [STEPS] [RESUME] [--offload=bf16|fp8|checkpoint]``: trains the tiny GPT
 with ``compile=blocks`` on 2 gloo ranks, writes a sharded checkpoint every 4 steps and
 ``consolidated.pt`` at the end. Rank 0 then trains the same model in this process, without sharding
 or compiling, on the same global batches (both ranks' batches, concatenated), with the same
@@ -56,9 +56,24 @@ class Record(Callback):
             "recompiles": counters["recompiles"].get("total", 0) if "recompiles" in counters else 0,
             "param_type": type(next(pl_module.parameters())).__name__,
             "block_compiled": block._compiled_call_impl is not None,
+            "block_layers": layers(block),
             "optimizer": trainer.strategy.stack.figures()["compile/optimizer"],  # type: ignore[attr-defined]
             "optimizer_reason": trainer.strategy.stack.figures()["compile/optimizer_reason"],  # type: ignore[attr-defined]
         }
+
+
+def layers(block: torch.nn.Module) -> list[str]:
+    """What was applied to a block, outermost first: FSDP2's unit (its hooks run around the call),
+    the in-place compile (of the call), the checkpoint wrapper, the user's block."""
+    from torch.distributed.fsdp import FSDPModule
+
+    out = ["fully_shard"] if isinstance(block, FSDPModule) else []
+    out += ["compile"] if block._compiled_call_impl is not None else []
+    inner = getattr(block, "_checkpoint_wrapped_module", None)
+    if inner is not None:
+        out.append("checkpoint")
+        block = inner
+    return [*out, type(block).__name__]
 
 
 def reference(batches: list[tuple[torch.Tensor, torch.Tensor]],

@@ -1,11 +1,13 @@
 """FSDP2 with the compile stack on 2 CPU processes (gloo), and its config.
 
-Three multi-process runs carry the checks (each costs tens of seconds here):
-- Dynamo's eager backend (``tests/fsdp_fit.py``): per-step losses equal single-process training on
-  the same global batches, 0 graph breaks, the same graphs and recompiles on both ranks, DTensor
-  parameters, the fused optimizer step chosen by ``auto``, and ``consolidated.pt`` loads strictly
-  into an eager model and equals the single-process model's weights;
-- Inductor, the same script over fewer steps;
+Multi-process runs carry the checks (each costs 10-40 seconds here):
+- Dynamo's eager backend with per-block checkpointing (``tests/fsdp_fit.py``): per-step losses equal
+  single-process training on the same global batches, 0 graph breaks, the same graphs and recompiles
+  on both ranks, DTensor parameters, the stack's order on each block, the fused optimizer step chosen
+  by ``auto``, and ``consolidated.pt`` loads strictly into an eager model and equals the
+  single-process model's weights;
+- Inductor, the same script over fewer steps, without and with bf16 saved activations;
+- the eager backend with bf16 and fp8 saved activations, against one process with the same hooks;
 - ``python -m runner +recipe=smoke trainer=fsdp``: SIGTERM to rank 0 alone, then resume from the
   sharded ``last.ckpt`` with ``ckpt_path=last``; the losses equal an uninterrupted run's.
 """
@@ -70,8 +72,14 @@ def _check_consolidated(result: dict[str, Any], atol: float = 1e-5) -> None:
 
 @pytest.mark.slow
 def test_fsdp_two_ranks_eager_backend_match_one_process(tmp_path: Path) -> None:
-    result = _fit("eager", tmp_path, steps=8)
+    # With per-block checkpointing: recomputing is exact, so the losses still equal one process's,
+    # and the stack's order shows on each block: wrapped for recompute, compiled in place, then made
+    # an FSDP2 unit (torchtitan's order).
+    result = _fit("eager", tmp_path, 8, "--offload=checkpoint")
     _check_parity_and_compile(result, 8, LOSS_RTOL)
+    for rank in result["compile"]:
+        assert rank["block_layers"] == ["fully_shard", "compile", "checkpoint", "Block"]
+        assert rank["offload_path"] == "checkpoint_per_block"
     _check_consolidated(result)
     assert result["checkpoints"] == ["step=4.ckpt", "step=8.ckpt"]
     assert {p.name for p in (tmp_path / "ckpt" / "step=4.ckpt").iterdir()} >= SHARDED
