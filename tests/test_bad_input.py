@@ -21,6 +21,9 @@ BAD_INPUTS: list[tuple[list[str], list[str]]] = [
     # step_backward cannot recompute the GPT's attention (a random op) in a checkpointed block
     (["compile=step_backward", "offload=checkpoint", "compile.backend=aot_eager"],
      ["compile.scope=step_backward", "compile.scope=step", "offload=checkpoint_budget"]),
+    # Inductor's C++ wrapper cannot save and restore the random state a checkpointed attention needs
+    (["compile.backend=inductor", "offload=checkpoint", "++compile.options.cpp_wrapper=true"],
+     ["cpp_wrapper option (compile.options)", "offload=checkpoint_budget", "++compile.options.cpp_wrapper=false"]),
     # unknown keys
     (["compile.scop=step"], ["scop", "spelling"]),
     (["model.n_layr=3"], ["n_layr", "spelling"]),

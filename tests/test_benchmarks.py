@@ -20,7 +20,7 @@ def test_compare_quick_prints_table_and_writes_json(tmp_path: Path) -> None:
     scratch.mkdir()
     proc = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "compare.py"), "--quick", "--backend", "eager",
-         "--models", "gpt", "many_params", "overhead", "gpt_bf16", "--scopes", "step", "step_backward",
+         "--models", "gpt", "many_params", "overhead", "gpt_bf16", "--scopes", "step",
          "--out", str(out)],
         capture_output=True, text=True, cwd=tmp_path, timeout=900, check=False,
         env={**os.environ, "TMPDIR": str(scratch)},
@@ -38,9 +38,8 @@ def test_compare_quick_prints_table_and_writes_json(tmp_path: Path) -> None:
     # The framework-cost diagnostic: every tool's per-step cost over the hand loop, next to runner's gap.
     assert any(t.startswith("framework cost per step over the hand loop") and "runner_step +" in t
                and "many_params:" in t for t in result["targets"])
-    # Two scopes here (each scope is one more process per model); the full run races all four.
-    expected = {"lightning", "lightning_compile", "lightning_compile_fused", "hand_loop", "runner_step_backward",
-                "runner_step", "runner_cli"}
+    # One scope here (each scope is one more process per model); the full run races all four.
+    expected = {"lightning", "lightning_compile", "lightning_compile_fused", "hand_loop", "runner_step", "runner_cli"}
     bf16 = {"lightning", "lightning_compile", "lightning_compile_fused", "runner_step"}
     for name, model in result["models"].items():
         figs = model["contestants"]

@@ -210,9 +210,24 @@ def check_step_backward_checkpoint(cfg: RunConfig) -> str | None:
     return None
 
 
+def check_cpp_wrapper_checkpoint(cfg: RunConfig) -> str | None:
+    target = getattr(cfg.model, "_target_", "")
+    if (cfg.compile.options.get("cpp_wrapper") and cfg.compile.backend == "inductor"
+            and cfg.compile.scope is not Scope.none and cfg.offload.strategy is OffloadStrategy.checkpoint
+            and cfg.offload.memory_budget is None and target in SDPA_MODELS):
+        return (f"Inductor's cpp_wrapper option (compile.options) with offload=checkpoint on {target}: a "
+                "checkpointed block saves and restores the random state around its attention "
+                "(scaled_dot_product_attention is tagged "
+                "random), and Inductor's C++ wrapper cannot generate that step (run_and_save_rng_state). Use "
+                "offload=checkpoint_budget (the partitioner recomputes without it), or "
+                "++compile.options.cpp_wrapper=false.")
+    return None
+
+
 CHECKS = [
     check_step_backward_ddp,
     check_step_backward_checkpoint,
+    check_cpp_wrapper_checkpoint,
     check_compiled_autograd_ddp,
     check_mode_and_options,
     check_cudagraphs_unbacked,

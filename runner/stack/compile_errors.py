@@ -125,6 +125,10 @@ def explain_compile_error(exc: BaseException, watch: CompileErrorWatch | None = 
                 "(compile.scope=step_backward), where torch cannot recompute it")
         fix = ("use compile.scope=step with offload=checkpoint (the partitioner handles random ops there), or "
                "offload=checkpoint_budget, bf16 or fp8 with step_backward")
+    elif kind == "backend" and "RunAndSaveRngState" in str(exc):
+        what = (f"backend {ti.backend_name(exc)!r} failed: a checkpointed block saves and restores the random state "
+                "(around dropout or scaled_dot_product_attention), which Inductor's C++ wrapper cannot generate")
+        fix = "set ++compile.options.cpp_wrapper=false, or use offload=checkpoint_budget instead of offload=checkpoint"
     elif kind == "backend":
         what = f"backend {ti.backend_name(exc)!r} failed: {_first_lines(str(ti.inner_exception(exc)), 1)}"
         fix = ("try compile.backend=aot_eager to tell a Dynamo/AOTAutograd problem from a backend one, or set "
