@@ -198,10 +198,16 @@ SDPA_MODELS = ("runner.models.gpt.GPT",)
 ``dropout_p=0``): per-block checkpointing cannot recompute it in a forward-loss-backward graph."""
 
 
-def check_step_backward_checkpoint(cfg: RunConfig) -> str | None:
+def _checkpointed_attention(cfg: RunConfig) -> str | None:
+    """The model's ``_target_`` when per-block checkpointing wraps an attention torch tags as random."""
     target = getattr(cfg.model, "_target_", "")
-    if (cfg.compile.scope is Scope.step_backward and cfg.offload.strategy is OffloadStrategy.checkpoint
-            and cfg.offload.memory_budget is None and cfg.compile.backend != "eager" and target in SDPA_MODELS):
+    per_block = cfg.offload.strategy is OffloadStrategy.checkpoint and cfg.offload.memory_budget is None
+    return target if per_block and target in SDPA_MODELS else None
+
+
+def check_step_backward_checkpoint(cfg: RunConfig) -> str | None:
+    target = _checkpointed_attention(cfg)
+    if target and cfg.compile.scope is Scope.step_backward and cfg.compile.backend != "eager":
         return (f"compile.scope=step_backward with offload=checkpoint on {target}: step_backward traces forward, "
                 "loss and backward as one graph, and there torch cannot recompute random ops inside a "
                 "checkpointed block (its attention, scaled_dot_product_attention, is tagged random even at "
@@ -211,10 +217,9 @@ def check_step_backward_checkpoint(cfg: RunConfig) -> str | None:
 
 
 def check_cpp_wrapper_checkpoint(cfg: RunConfig) -> str | None:
-    target = getattr(cfg.model, "_target_", "")
-    if (cfg.compile.options.get("cpp_wrapper") and cfg.compile.backend == "inductor"
-            and cfg.compile.scope is not Scope.none and cfg.offload.strategy is OffloadStrategy.checkpoint
-            and cfg.offload.memory_budget is None and target in SDPA_MODELS):
+    target = _checkpointed_attention(cfg)
+    if (target and cfg.compile.options.get("cpp_wrapper") and cfg.compile.backend == "inductor"
+            and cfg.compile.scope is not Scope.none):
         return (f"Inductor's cpp_wrapper option (compile.options) with offload=checkpoint on {target}: a "
                 "checkpointed block saves and restores the random state around its attention "
                 "(scaled_dot_product_attention is tagged "
