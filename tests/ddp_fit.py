@@ -1,12 +1,15 @@
 """A 2-process CPU DDP fit through DDPCompileStrategy, run by tests/test_ddp.py as a real script
 (Lightning's launcher re-executes the script for rank 1, so it cannot run inside pytest itself).
 
-Prints one JSON line from rank 0: per-rank parameter checksums, steps and graph counts.
+Prints one JSON line from rank 0: per-rank parameter checksums, steps and graph counts; and from each
+rank at exit whether a process group was left for the interpreter's finalization.
 """
 
 from __future__ import annotations
 
+import atexit
 import json
+import os
 import sys
 
 import lightning as L
@@ -28,7 +31,15 @@ class Checksums(Callback):
             print("RESULT " + json.dumps({"checksums": gathered.tolist(), "steps": trainer.global_step}), flush=True)
 
 
+def _report_exit() -> None:
+    # Registered before the fit, so it runs after the strategy's own exit handler (LIFO).
+    line = f"EXIT rank={os.environ.get('LOCAL_RANK', '0')} group_left={torch.distributed.is_initialized()}\n"
+    sys.stdout.write(line)  # one write: both ranks share this pipe
+    sys.stdout.flush()
+
+
 def main() -> None:
+    atexit.register(_report_exit)
     scope = Scope(sys.argv[1]) if len(sys.argv) > 1 else Scope.step
     strategy = DDPCompileStrategy(compile=CompileConfig(scope=scope, backend="aot_eager"), process_group_backend="gloo")
     trainer = L.Trainer(accelerator="cpu", devices=2, strategy=strategy, max_steps=10, logger=False,

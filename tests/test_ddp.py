@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -28,3 +29,6 @@ def test_ddp_two_cpu_processes_stay_in_sync(scope: Scope) -> None:
     assert result["steps"] == 10
     assert sum0 == pytest.approx(sum1, rel=1e-6) and abs0 == pytest.approx(abs1, rel=1e-6)
     assert graphs0 == graphs1 >= 1  # both ranks compiled, and compiled the same number of graphs
+    # The strategy destroys the gloo group at exit on both ranks (left alive, it can abort the process).
+    exits = sorted(re.findall(r"EXIT rank=(\d) group_left=(\w+)", proc.stdout))
+    assert exits == [("0", "False"), ("1", "False")], proc.stdout[-2000:]

@@ -8,6 +8,7 @@ compile decision lives in ``CompileStack``. Use them in any Trainer::
 
 from __future__ import annotations
 
+import atexit
 from collections.abc import Callable
 from typing import Any
 
@@ -22,10 +23,25 @@ from runner.config.schema import CompileConfig, CudaGraphsConfig, DynamicConfig,
 from runner.stack import CompileSettings, CompileStack
 
 
+def _destroy_process_group() -> None:
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
+
+
 class _CompileHooks:
     """The overrides both strategies share; each delegates to ``self.stack``."""
 
     stack: CompileStack
+
+    def setup_environment(self) -> None:
+        super().setup_environment()  # type: ignore[misc]
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            # Lightning destroys the process group at exit for NCCL only; a gloo group left to the
+            # interpreter's finalization can abort the process ("terminate called without an active
+            # exception", exit -6) after a fit that succeeded. Registering twice is harmless: the
+            # second call finds nothing initialized.
+            atexit.unregister(_destroy_process_group)
+            atexit.register(_destroy_process_group)
 
     def _setup_stack(self, trainer: L.Trainer) -> None:
         if trainer.state.fn != TrainerFn.FITTING:

@@ -45,3 +45,7 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    # Lightning's DDPStrategy leaves a gloo group to the interpreter's finalization, which can abort
+    # the process after a successful fit (runner's strategies register this at setup).
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
