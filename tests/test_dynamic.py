@@ -83,6 +83,7 @@ def test_targets_of_finds_integer_targets_only() -> None:
     assert targets_of((x, y)) is y
     assert targets_of((x, y.float())) is None
     assert targets_of(x) is None
+    assert targets_of((x, y[:, 0])) is None  # one class label per sample: no sequence to pad
 
 
 # -- padding is invisible to the loss ----------------------------------------------------------------

@@ -168,7 +168,7 @@ class CompileStack:
             self._backward_context = contextlib.nullcontext
         self._step_enders = [c.on_step_end for c in comps if overrides(c, "on_step_end")]
         # self.log/log_dict and every torchmetrics object's methods run after the compiled step.
-        self.deferred_log.bind(module, metric_methods(module))
+        self.deferred_log.bind(module, metric_methods(module), detach_in_step=self.backward_in_step)
         self._optimizer_contexts = [c.optimizer_step_context for c in comps if overrides(c, "optimizer_step_context")]
         self._zero_grad_in_step = self.plan is not None and self.plan.backward_in_step
         if self._zero_grad_in_step:

@@ -93,19 +93,27 @@ class DeferredLog:
         self.calls: list[tuple[Any, str, tuple[Any, ...], dict[str, Any], Deferred | None]] = []
         self._patches: list[tuple[Any, str, Any]] = []  # (an object's __dict__, name, recorder)
         self._bound: int | None = None
+        self._detach_in_step = False
 
     def log(self, name: str, value: Any, **kwargs: Any) -> None:
-        self.calls.append((self._module, "log", (name, _detached(value)), kwargs, None))
+        # Detached at replay, not here: a detach inside the compiled step is a second graph output
+        # aliasing the loss, which AOTAutograd rebuilds by view replay on every step. Unless the
+        # step's graph runs backward itself: then the loss's grad_fn is consumed inside it.
+        if self._detach_in_step:
+            value = _detached(value)
+        self.calls.append((self._module, "log", (name, value), kwargs, None))
 
     def log_dict(self, dictionary: Any, **kwargs: Any) -> None:
-        if type(dictionary) is dict:  # a MetricCollection or a Deferred is logged as it is
+        if self._detach_in_step and type(dictionary) is dict:  # a MetricCollection is logged as it is
             dictionary = {k: _detached(v) for k, v in dictionary.items()}
         self.calls.append((self._module, "log_dict", (dictionary,), kwargs, None))
 
-    def bind(self, module: L.LightningModule, methods: DeferredMethods = ()) -> None:
+    def bind(self, module: L.LightningModule, methods: DeferredMethods = (), detach_in_step: bool = False) -> None:
         """Defer ``module.log``/``log_dict`` and ``methods`` (e.g. every torchmetrics object's
-        ``forward``/``update``/``compute``/``reset``). The recorders are built here, once."""
+        ``forward``/``update``/``compute``/``reset``). The recorders are built here, once.
+        ``detach_in_step``: the step's graph runs backward (``scope=step_backward``)."""
         self._module = module
+        self._detach_in_step = detach_in_step
         self._bound = id(module)
         # Instance attributes set through ``__dict__``: ``nn.Module.__setattr__``/``__delattr__`` would
         # search the parameter, buffer and module registries on every step for nothing.
@@ -119,7 +127,7 @@ class DeferredLog:
     def capture(self, module: L.LightningModule) -> Iterator[None]:
         """Swap the deferred methods for their recorders, then put them back and replay the calls."""
         if self._bound != id(module):
-            self.bind(module)
+            self.bind(module, detach_in_step=self._detach_in_step)
         patches = self._patches
         prior = [attrs.get(name, _MISSING) for attrs, name, _ in patches]
         for attrs, name, recorder in patches:
@@ -135,7 +143,8 @@ class DeferredLog:
             calls = self.calls[:]
             self.calls.clear()  # the recorders hold this list: clear it in place (also when the step raised)
         for target, method, args, kwargs, result in calls:
-            value = getattr(target, method)(*map(_resolve, args), **{k: _resolve(v) for k, v in kwargs.items()})
+            resolve = _logged if method in ("log", "log_dict") else _resolve
+            value = getattr(target, method)(*map(resolve, args), **{k: _resolve(v) for k, v in kwargs.items()})
             if result is not None:
                 result.value = value
 
@@ -153,6 +162,14 @@ def _detached(value: Any) -> Any:
     # Detached, as Lightning would: a logged tensor must not keep the step's autograd graph alive
     # (and under scope=step_backward its grad_fn has already been consumed).
     return value.detach() if isinstance(value, torch.Tensor) else value
+
+
+def _logged(value: Any) -> Any:
+    """A ``log``/``log_dict`` argument, resolved and detached (a MetricCollection is logged as it is)."""
+    value = _resolve(value)
+    if type(value) is dict:
+        return {k: _detached(v) for k, v in value.items()}
+    return _detached(value)
 
 
 def _resolve(value: Any) -> Any:

@@ -21,6 +21,7 @@ from torch.optim import Optimizer
 
 from runner.config.schema import CompileConfig, CudaGraphsConfig, DynamicConfig, OffloadConfig
 from runner.stack import CompileSettings, CompileStack
+from runner.strategy.log_fastpath import LogFastPath
 
 
 def _destroy_process_group() -> None:
@@ -32,9 +33,14 @@ class _CompileHooks:
     """The overrides both strategies share; each delegates to ``self.stack``."""
 
     stack: CompileStack
+    _log_fastpath: LogFastPath | None = None
 
     def setup_environment(self) -> None:
         super().setup_environment()  # type: ignore[misc]
+        # Every trainer function (fit, validate, test) logs: take the fast path until teardown.
+        if self._log_fastpath is None:
+            self._log_fastpath = LogFastPath()
+        self._log_fastpath.install()  # idempotent: one hold per strategy
         if torch.distributed.is_available() and torch.distributed.is_initialized():
             # Lightning destroys the process group at exit for NCCL only; a gloo group left to the
             # interpreter's finalization can abort the process ("terminate called without an active
@@ -82,6 +88,8 @@ class _CompileHooks:
         return result
 
     def teardown(self) -> None:
+        if self._log_fastpath is not None:
+            self._log_fastpath.restore()
         self.stack.teardown()
         super().teardown()  # type: ignore[misc]
 

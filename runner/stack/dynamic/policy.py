@@ -12,10 +12,8 @@ failed guard, ``eager_on_recompile`` runs unseen shapes eagerly.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import time
-from collections.abc import Iterator
 from contextlib import AbstractContextManager as ContextManager
 from typing import Any
 
@@ -64,10 +62,11 @@ def resolve_pad_to(cfg: DynamicConfig, max_len: int) -> PadTo:
 
 
 def targets_of(batch: Any) -> torch.Tensor | None:
-    """The targets of an ``(inputs, targets)`` batch with integer targets (padding = IGNORE_INDEX)."""
+    """The targets of an ``(inputs, targets)`` batch with integer sequence targets (padding =
+    IGNORE_INDEX). One label per sample (1-d targets) has no sequence to pad: None."""
     if isinstance(batch, (list, tuple)) and len(batch) == 2 and isinstance(batch[1], torch.Tensor):
         y = batch[1]
-        if not y.is_floating_point() and not y.is_complex():
+        if y.dim() >= 2 and not y.is_floating_point() and not y.is_complex():
             return y
     return None
 
@@ -79,6 +78,21 @@ def format_recompile_error(exc: BaseException, step: int, cfg: DynamicConfig, sh
             f"dynamic.policy={cfg.policy.value}.\n{exc}\nFix: use dynamic.policy=dynamic (one graph for all "
             "lengths) or bucket, raise dynamic.warmup_steps so warm-up sees every shape, or set "
             "dynamic.after_warmup=eager_on_recompile to run unseen shapes eagerly.")
+
+
+class _StepScope:
+    """The training step's context (a class, not a generator: it is entered on every step)."""
+
+    __slots__ = ("owner",)
+
+    def __init__(self, owner: ShapePolicyComponent) -> None:
+        self.owner = owner
+
+    def __enter__(self) -> None:
+        self.owner._enter_step()
+
+    def __exit__(self, kind: Any, exc: BaseException | None, tb: Any) -> None:
+        self.owner._exit_step(exc)
 
 
 class ShapePolicyComponent(StackComponent):
@@ -96,7 +110,9 @@ class ShapePolicyComponent(StackComponent):
         self.graphs = 0
         self._padding: torch.Tensor | int = 0
         self._tokens = 0
-        self._shapes: list[tuple[int, ...]] = []
+        self._batch: Any = None
+        self._before = 0
+        self._stance: ContextManager[Any] | None = None
         self._since_us = _now_us()
         self._final: dict[str, Any] | None = None
         self._in_step = False
@@ -135,15 +151,17 @@ class ShapePolicyComponent(StackComponent):
 
     # -- per step ------------------------------------------------------------------------------
     def prepare_batch(self, batch: Any) -> Any:
-        tensors = list(iter_tensors(batch))
-        self._shapes = shapes_of(tensors)
+        self._batch = batch  # its shapes are read only when a recompile error needs them
         y = targets_of(batch)
         if y is not None:
             # Summed on the device, read once in figures(): no host sync per step.
             self._padding = self._padding + (y == IGNORE_INDEX).sum()
             self._tokens += y.numel()
-        agreed = self._sync.observe(self._shapes) if self._sync is not None else set()
         policy, c = self.cfg.policy, self.cfg
+        if self._sync is None and policy not in (ShapePolicy.dynamic, ShapePolicy.unbacked):
+            return batch  # nothing to mark (the common case): no walk over the batch
+        tensors = list(iter_tensors(batch))
+        agreed = self._sync.observe(shapes_of(tensors)) if self._sync is not None else set()
         for i, t in enumerate(tensors):
             marked: set[int] = set()
             if policy in (ShapePolicy.dynamic, ShapePolicy.unbacked):
@@ -164,24 +182,27 @@ class ShapePolicyComponent(StackComponent):
         return batch
 
     def step_context(self) -> ContextManager[Any]:
-        return self._step()
+        return _StepScope(self)
 
-    @contextlib.contextmanager
-    def _step(self) -> Iterator[None]:
-        before = ti.graphs_compiled()
+    def _enter_step(self) -> None:
+        self._before = ti.graphs_compiled()
         self._in_step = True
-        after_warmup = self.cfg.after_warmup is not AfterWarmup.none and self.steps >= self.cfg.warmup_steps
-        stance = ti.step_stance(self.cfg.after_warmup.value) if after_warmup else contextlib.nullcontext()
+        if self.cfg.after_warmup is not AfterWarmup.none and self.steps >= self.cfg.warmup_steps:
+            self._stance = ti.step_stance(self.cfg.after_warmup.value)
+            self._stance.__enter__()
+
+    def _exit_step(self, exc: BaseException | None) -> None:
         try:
-            with stance:
-                yield
-        except RuntimeError as e:
-            if ti.is_fail_on_recompile(e):
-                raise RecompileAfterWarmupError(format_recompile_error(e, self.steps, self.cfg, self._shapes)) from e
-            raise
+            if self._stance is not None:
+                stance, self._stance = self._stance, None
+                stance.__exit__(None, None, None)
+            if isinstance(exc, RuntimeError) and ti.is_fail_on_recompile(exc):
+                shapes = shapes_of(list(iter_tensors(self._batch)))
+                raise RecompileAfterWarmupError(format_recompile_error(exc, self.steps, self.cfg, shapes)) from exc
         finally:
             self._in_step = False
-            self.graphs += ti.graphs_compiled() - before
+            self._batch = None  # the batch is Lightning's again once the step is over
+            self.graphs += ti.graphs_compiled() - self._before
 
     def on_step_end(self, step: int) -> None:
         self.steps = step
