@@ -1,8 +1,8 @@
-"""Lightning's ``self.log`` without its per-call metric walk, for the length of a fit.
+"""Lightning's ``self.log`` without its per-call metric walk, while a runner strategy runs a trainer function.
 
 Every ``self.log`` call ends in ``_ResultCollection.log``, which calls ``_ResultMetric.to(value.device)``.
 That ``to`` rebuilds the metric's whole ``__dict__`` with ``apply_to_collection`` (deep-copying its
-metadata dataclass) even when nothing moves: 0.3-0.5 ms per logged value per step on a 2-core CPU,
+metadata dataclass) even when nothing moves: 0.37-0.62 ms per logged value per step on a 2-core CPU,
 a third of Lightning's whole per-step cost on a small model (Lightning issue #20388; the fix proposed
 upstream in pull request #21769 is this same early return). Until Lightning ships it, runner's
 strategies install it while they fit and put Lightning's method back in ``teardown``.
