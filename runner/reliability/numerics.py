@@ -26,6 +26,7 @@ per micro-batch under DDP; logging the loss syncs anyway.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -70,6 +71,11 @@ def agreed_flag(trainer: L.Trainer, local: torch.Tensor) -> int:
     return int(local.item())
 
 
+def _finite(loss: torch.Tensor) -> bool:
+    # A scalar loss is read once (no isfinite/all kernels to launch); anything else is reduced first.
+    return math.isfinite(loss.item()) if loss.numel() == 1 else bool(torch.isfinite(loss).all())
+
+
 class NonFiniteGuard(Callback):
     """Stops or skips on a non-finite loss (see the module docstring)."""
 
@@ -97,8 +103,8 @@ class NonFiniteGuard(Callback):
     # -- the check -----------------------------------------------------------------------------
     def on_before_backward(self, trainer: L.Trainer, pl_module: L.LightningModule, loss: torch.Tensor) -> None:
         loss = loss.detach()
-        if trainer.world_size <= 1 and bool(torch.isfinite(loss).all()):
-            return  # the common case, in two ops: nan and inf are told apart only when one occurs
+        if trainer.world_size <= 1 and _finite(loss):
+            return  # the common case: nan and inf are told apart only when one occurs
         local = nonfinite_flag(loss)
         flag = agreed_flag(trainer, local)
         if flag == 0:
