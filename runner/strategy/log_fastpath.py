@@ -5,7 +5,8 @@ That ``to`` rebuilds the metric's whole ``__dict__`` with ``apply_to_collection`
 metadata dataclass) even when nothing moves: 0.37-0.62 ms per logged value per step on a 2-core CPU,
 a third of Lightning's whole per-step cost on a small model (Lightning issue #20388; the fix proposed
 upstream in pull request #21769 is this same early return). Until Lightning ships it, runner's
-strategies install it while they fit and put Lightning's method back in ``teardown``.
+strategies install it in ``setup_environment`` (fit, validate, test) and put Lightning's method back in
+``teardown``.
 
 The early return is taken only for ``to(device)`` when every tensor state of the metric is already on
 that device, where the full walk returns an equal metric; any other call runs Lightning's method.
@@ -33,7 +34,7 @@ def _to(self: _ResultMetric, *args: Any, **kwargs: Any) -> _ResultMetric:
 
 
 class LogFastPath:
-    """Installs ``_to`` on ``_ResultMetric`` while at least one fit holds it (nested fits share it)."""
+    """Installs ``_to`` on ``_ResultMetric`` while at least one strategy holds it (nested holders share it)."""
 
     _holders = 0
 
@@ -41,7 +42,7 @@ class LogFastPath:
         self.held = False
 
     def install(self) -> None:
-        """Take the fast path for this fit (a no-op if Lightning's ``to`` is not the one we know)."""
+        """Take the fast path until :meth:`restore` (a no-op if Lightning's ``to`` is not the one we know)."""
         if self.held:
             return
         cls = type(self)

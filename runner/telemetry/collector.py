@@ -76,7 +76,7 @@ class CompileCollector:
         self._logger_state: tuple[int, bool] | None = None
         self._final: list[ti.CompileRecord] | None = None
         self._final_counters: dict[str, dict[str, int]] | None = None
-        self._live: tuple[int, list[int]] = (-1, [])  # (compile records when counted, live guard counts)
+        self._live: tuple[int, list[int]] = (-1, [])  # (records + graphs when counted, live guard counts)
         self._settings = ti.TorchSettings()  # the compile-record limit, put back by stop()
 
     # -- lifecycle ---------------------------------------------------------------------------
