@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from runner.config.schema import OptimizerPolicy, Scope
+from runner.stack.plan import CPU_INDUCTOR_OPTIONS
 from tests.helpers import fit_losses
 
 STEPS = 20
@@ -76,5 +77,7 @@ def test_inductor_step_and_compiled_optimizer_match_eager(eager_losses: list[flo
 def test_inductor_scopes_with_fused_optimizer_match_eager(scope: Scope, eager_losses: list[float]) -> None:
     """Real Inductor code for every other scope, with the optimizer auto picks on this CPU (fused)."""
     losses, strategy, _ = fit_losses(scope, backend="inductor", optimizer=OptimizerPolicy.auto, steps=STEPS)
-    assert strategy.stack.figures()["compile/optimizer"] == "fused"
+    figures = strategy.stack.figures()
+    assert figures["compile/optimizer"] == "fused"
+    assert figures["compile/options"] == CPU_INDUCTOR_OPTIONS  # runner's CPU defaults reached the compile
     torch.testing.assert_close(torch.tensor(losses), torch.tensor(eager_losses), rtol=INDUCTOR_RTOL, atol=0)

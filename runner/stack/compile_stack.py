@@ -138,8 +138,8 @@ class CompileStack:
                                               cudagraphs_active=isinstance(self._cudagraphs, CudaGraphs))
         self.optimizer_step_policy = apply_optimizer_step(optimizers, plan, device)
         apply_cudagraphs(self._cudagraphs, module, optimizers)
-        log.info("compile stack: scope=%s backend=%s optimizer=%s (%s)", plan.scope.value, plan.kwargs["backend"],
-                 plan.optimizer.value, plan.optimizer_reason)
+        log.info("compile stack: scope=%s backend=%s options=%s optimizer=%s (%s)", plan.scope.value,
+                 plan.kwargs["backend"], plan.kwargs.get("options", {}), plan.optimizer.value, plan.optimizer_reason)
         self._bind(module, optimizers)
 
     def _configure_compiler(self, plan: CompilePlan) -> None:
@@ -290,6 +290,7 @@ class CompileStack:
         }
         if self.plan is not None:
             out["compile/mode"] = self.plan.kwargs.get("mode")
+            out["compile/options"] = dict(self.plan.kwargs.get("options", {}))  # runner's defaults included
         if self.optimizer_step_policy is not None:
             out.update(self.optimizer_step_policy.figures())
         for comp in self.components:

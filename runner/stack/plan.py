@@ -81,6 +81,28 @@ def cudagraphs_on(cudagraphs: CudaGraphsConfig, device: torch.device) -> bool:
     return cudagraphs.mode is CudaGraphMode.reduce_overhead and device.type == "cuda"
 
 
+# Inductor's defaults that runner overrides on the CPU, each with the measurement behind it.
+#
+# ``realize_opcount_threshold``: Inductor inlines a pointwise producer into each of its consumers
+# until its body exceeds this many ops (CPU default 50, GPU 30), and it realizes a reused CPU producer
+# early only when it holds a "heavy" op (exp, log, sigmoid, tanh...; ``erf`` is not on the list). A
+# residual stream ``x + gelu(fc(norm(x)))`` therefore stays inline: every LayerNorm recomputes the
+# whole chain of earlier GELUs (erf) in each of its three loops. On the compare MLP (50 residual
+# blocks, width 128) the forward evaluated erf 22 times for 4 GELUs, and the compiled forward ran
+# slower than eager; at 10 the residual is stored once per block (3 erf for 4 GELUs) and the whole
+# training step was 0.89-0.92x the default's (three in-process A/B runs, 2026-11-23, fused AdamW);
+# the GPT's step did not move (1.02, inside the noise). A user's ``compile.options`` entry wins.
+CPU_INDUCTOR_OPTIONS: dict[str, Any] = {"realize_opcount_threshold": 10}
+
+
+def default_options(cfg: CompileConfig, device: torch.device) -> dict[str, Any]:
+    """The Inductor options runner adds for ``device`` (see ``CPU_INDUCTOR_OPTIONS``): only for
+    Inductor on the CPU, and only without ``compile.mode`` (torch takes a mode or options, not both)."""
+    if cfg.backend != "inductor" or device.type != "cpu" or cfg.mode is not None:
+        return {}
+    return dict(CPU_INDUCTOR_OPTIONS)
+
+
 def resolve_compile_kwargs(cfg: CompileConfig, cudagraphs: CudaGraphsConfig, dynamic: bool | None,
                            device: torch.device) -> dict[str, Any]:
     """Arguments for every ``torch.compile`` call of the run.

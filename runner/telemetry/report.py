@@ -31,6 +31,7 @@ SUMMARY_ROWS: tuple[tuple[str, str], ...] = (
     ("data/unigram_bpb", "  unigram entropy [bits/byte]"),
     # what the compile stack applied
     ("compile/scope", "compile scope"),
+    ("compile/options", "  Inductor options"),
     ("compile/optimizer", "optimizer step"),
     ("dynamic/policy", "shape policy"),
     ("dynamic/padding_waste_pct", "  padding [% of tokens]"),
