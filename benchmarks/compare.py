@@ -9,7 +9,9 @@ the same batches (same DataLoader seed) with the same AdamW hyper-parameters, in
 The driver first lets each contestant build and run its warm-up steps alone (the first step is
 where compilation happens: compile time = first step - steady median), then runs ``--rounds``
 rounds in which every contestant in turn runs ``--turn`` timed steps (order reversed on odd
-rounds). A step is the time between two consecutive step starts. Reported: the median step per
+rounds). Each contestant runs in ``--copies`` processes that take the rounds in turn, so one
+process's luck (memory placement, cores) does not decide a ratio. A step is the time between two
+consecutive step starts. Reported: the median step per
 contestant, and each ratio as the median over rounds of the per-round ratio of medians, which
 cancels the machine's drift. Finally the cold/warm compile runs (``compile_cache.py``). Prints
 markdown tables; writes ``benchmarks/results/compare.json``.
@@ -123,28 +125,39 @@ class _Remote:
         return self.result
 
 
-def race(model: str, quick: bool, field: list[Contestant], warmup: int, rounds: int, turn: int) -> dict[str, Any]:
-    """Run the contestants interleaved (see the module docstring); per-contestant figures."""
-    total = warmup + rounds * turn + 1  # the last step only closes the last timed one
-    remotes: dict[str, _Remote] = {}
+def race(model: str, quick: bool, field: list[Contestant], warmup: int, rounds: int, turn: int,
+         copies: int = 1) -> dict[str, Any]:
+    """Run the contestants interleaved (see the module docstring); per-contestant figures.
+
+    ``copies`` processes per contestant, taking the rounds in turn (round ``r`` is run by copy
+    ``r % copies``): two processes of the same contestant measured up to 4% apart over a whole race
+    here (memory placement, which core each thread lands on), which is the size of the ratios the
+    targets ask about; rounds from several processes average it out instead of crowning a process."""
+    share = -(-rounds // copies)  # rounds each copy runs (the last copy may run one fewer)
+    total = warmup + share * turn + 1  # the last step only closes the last timed one
+    remotes: dict[str, list[_Remote]] = {}
     try:
         for c in field:
-            remotes[c.name] = _Remote(c, model, quick, total)
-            remotes[c.name].turn(warmup)  # compiles here, alone on the machine
+            remotes[c.name] = []
+            for _ in range(copies):
+                remotes[c.name].append(_Remote(c, model, quick, total))
+                remotes[c.name][-1].turn(warmup)  # compiles here, alone on the machine
         for r in range(rounds):
             for c in field if r % 2 == 0 else field[::-1]:
-                remotes[c.name].turn(turn)
-        results = {name: remote.finish() for name, remote in remotes.items()}
+                remotes[c.name][r % copies].turn(turn)
+        results = {name: [remote.finish() for remote in copies_] for name, copies_ in remotes.items()}
     finally:
-        for remote in remotes.values():
-            if remote.proc.is_alive():
-                remote.proc.kill()
+        for copies_ in remotes.values():
+            for remote in copies_:
+                if remote.proc.is_alive():
+                    remote.proc.kill()
 
     out: dict[str, Any] = {}
     for c in field:
-        times, eval_loss = results[c.name]["times"], results[c.name]["eval_loss"]
-        steady = times[warmup:]
-        per_round = [statistics.median(steady[i * turn:(i + 1) * turn]) for i in range(rounds)]
+        runs = [run["times"] for run in results[c.name]]
+        times, eval_loss = runs[0], results[c.name][0]["eval_loss"]
+        per_round = [statistics.median(round_times(runs, r, warmup, turn)) for r in range(rounds)]
+        steady = [t for r in range(rounds) for t in round_times(runs, r, warmup, turn)]
         q = statistics.quantiles(steady, n=4) if len(steady) > 1 else [steady[0]] * 3
         out[c.name] = {
             "label": c.label,
@@ -158,6 +171,14 @@ def race(model: str, quick: bool, field: list[Contestant], warmup: int, rounds: 
         }
     add_ratios(out)
     return out
+
+
+def round_times(runs: list[list[float]], r: int, warmup: int, turn: int) -> list[float]:
+    """Round ``r``'s timed steps, given each copy's step times: the ``r // copies``-th turn of copy
+    ``r % copies`` (rounds go to the copies in turn; each copy's warm-up steps come first)."""
+    copies = len(runs)
+    j = r // copies
+    return runs[r % copies][warmup + j * turn:warmup + (j + 1) * turn]
 
 
 def add_ratios(figs: dict[str, Any]) -> None:
@@ -225,6 +246,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--warmup", type=int, default=None)
     p.add_argument("--rounds", type=int, default=None)
     p.add_argument("--turn", type=int, default=None, help="timed steps per contestant per round")
+    p.add_argument("--copies", type=int, default=None,
+                   help="processes per contestant, taking the rounds in turn (default: 2, 1 with --quick)")
     p.add_argument("--no-cache-runs", action="store_true", help="skip the cold/warm compile processes")
     p.add_argument("--cache-model", default="gpt", choices=["gpt", "many_params"])
     p.add_argument("--out", type=Path, default=OUT)
@@ -239,6 +262,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     a.warmup = a.warmup or (2 if a.quick else 3)
     a.rounds = a.rounds or (2 if a.quick else 16)
     a.turn = a.turn or (2 if a.quick else 6)
+    a.copies = a.copies or (1 if a.quick else 2)
     return a
 
 
@@ -284,7 +308,7 @@ def run(a: argparse.Namespace) -> None:
         else:
             field = contestants(a.backend, scopes, Scope(a.best), fused_peer=not a.no_fused_peer,
                                 options=tuple(a.options) if a.backend == "inductor" else ())
-        figs = race(work.name, a.quick, field, a.warmup, a.rounds, a.turn * work.turn_scale)
+        figs = race(work.name, a.quick, field, a.warmup, a.rounds, a.turn * work.turn_scale, a.copies)
         result["models"][work.name] = {"describe": work.describe, "turn": a.turn * work.turn_scale,
                                        "contestants": figs}
         print(f"{work.name}: done", file=sys.stderr, flush=True)
@@ -303,7 +327,8 @@ def report(result: dict[str, Any], best: str) -> str:
     m, a = result["machine"], result["args"]
     out = [f"# runner benchmarks ({m['cpu']}, {m['cores']} cores, load average {m['load_avg'][0]:.1f} at start, "
            f"torch {m['torch']}, lightning {m['lightning']}, backend {a['backend']}, {m['date']})\n",
-           f"{a['rounds']} rounds x {a['turn']} timed steps per contestant, after {a['warmup']} warm-up steps; fp32; "
+           f"{a['rounds']} rounds x {a['turn']} timed steps per contestant, in {a.get('copies', '1')} process(es) "
+           f"per contestant taking the rounds in turn, after {a['warmup']} warm-up steps; fp32; "
            "(bf16-mixed where the model says so); ratios = median over rounds of per-round median ratios "
            "(< 1: faster than that peer); compile s = first "
            "step - median step, in race order, so a contestant whose graphs an earlier one compiled reuses them "

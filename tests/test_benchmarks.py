@@ -60,3 +60,19 @@ def test_compare_quick_prints_table_and_writes_json(tmp_path: Path) -> None:
     cache = result["compile_cache"]
     assert {"cold", "warm", "artifacts", "warm_over_cold"} <= cache.keys()
     assert cache["cold"]["artifact_bytes"] >= 0 and cache["warm"]["first_step_s"] > 0
+
+
+def test_rounds_go_to_the_copies_in_turn() -> None:
+    """With two processes per contestant, round r is copy r % 2's (r // 2)-th turn, after its warm-up."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        from compare import round_times
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    warmup, turn = 2, 3
+    # Each copy: 2 warm-up steps, then its turns; values name (copy, turn, step) so a wrong slice shows.
+    runs = [[-1.0, -1.0, *(100 * copy + 10 * j + k for j in range(2) for k in range(turn)), 999.0]
+            for copy in range(2)]
+    got = [round_times(runs, r, warmup, turn) for r in range(4)]
+    assert got == [[0, 1, 2], [100, 101, 102], [10, 11, 12], [110, 111, 112]]
+    assert round_times(runs[:1], 1, warmup, turn) == [10, 11, 12]  # one copy: consecutive turns

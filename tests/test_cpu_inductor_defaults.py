@@ -49,18 +49,27 @@ class _Residual(nn.Module):
 
 
 @pytest.mark.slow
-def test_residual_gelu_stream_is_computed_once_per_block() -> None:
-    """With Inductor's CPU defaults the forward of this 4-block stream evaluated erf 22 times (every
-    LayerNorm loop recomputes the earlier GELUs); with runner's options, at most once per GELU."""
+def test_strategy_stores_a_residual_gelu_stream_once_per_block() -> None:
+    """Through ``CompileStrategy`` (the plan, the stack, the compiled step): with Inductor's CPU
+    defaults the forward of this 4-block stream evaluated erf 22 times (every LayerNorm loop
+    recomputes the earlier GELUs); with runner's options, at most once per GELU."""
+    import lightning as L
     from torch._inductor.utils import run_and_get_code
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from runner.strategy import CompileStrategy
+    from runner.training.module import TrainModule
 
     depth = 4
     torch.manual_seed(0)
-    model = nn.Sequential(*(_Residual(16) for _ in range(depth)))
-    kwargs = resolve_compile_kwargs(CompileConfig(), CudaGraphsConfig(), None, CPU)
-    compiled = torch.compile(model, **kwargs)
-    x = torch.randn(8, 16)
-    out, code = run_and_get_code(lambda: compiled(x))
-    torch.testing.assert_close(out, model(x), rtol=1e-5, atol=1e-6)
+    model = nn.Sequential(nn.Linear(8, 16), *(_Residual(16) for _ in range(depth)), nn.Linear(16, 2))
+    module = TrainModule(model, optimizer=lambda params: torch.optim.AdamW(params, lr=1e-3))
+    data = DataLoader(TensorDataset(torch.randn(16, 8), torch.randint(0, 2, (16,))), batch_size=8)
+    strategy = CompileStrategy(compile=CompileConfig(), device="cpu")
+    trainer = L.Trainer(accelerator="cpu", devices=1, strategy=strategy, max_steps=1, limit_val_batches=0,
+                        num_sanity_val_steps=0, enable_progress_bar=False, enable_model_summary=False,
+                        enable_checkpointing=False, logger=False)
+    _, code = run_and_get_code(lambda: trainer.fit(module, data))
+    assert strategy.stack.figures()["compile/options"] == CPU_INDUCTOR_OPTIONS
     forward = code[0]
     assert 0 < forward.count(".erf()") <= depth, forward

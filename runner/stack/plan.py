@@ -113,10 +113,12 @@ def resolve_compile_kwargs(cfg: CompileConfig, cudagraphs: CudaGraphsConfig, dyn
       option (``triton.cudagraphs``);
     - ``compile.mode=max-autotune`` turns Inductor's CUDA graphs on by itself: without the
       ``cudagraphs`` group it becomes ``max-autotune-no-cudagraphs`` (no step marking would follow).
+
+    On the CPU, Inductor gets runner's ``default_options`` under the user's ``compile.options``.
     """
     kwargs: dict[str, Any] = {"backend": cfg.backend, "fullgraph": cfg.fullgraph, "dynamic": dynamic}
     mode = cfg.mode
-    options = dict(cfg.options)
+    options = {**default_options(cfg, device), **cfg.options}
     graphs = cudagraphs_on(cudagraphs, device)
     if mode == "max-autotune" and not graphs:
         mode = "max-autotune-no-cudagraphs"
@@ -130,7 +132,6 @@ def resolve_compile_kwargs(cfg: CompileConfig, cudagraphs: CudaGraphsConfig, dyn
     if options:
         kwargs["options"] = options
     return kwargs
-
 
 
 def supports_fused(optimizer: Optimizer, device: torch.device) -> bool:
