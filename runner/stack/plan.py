@@ -91,7 +91,7 @@ def cudagraphs_on(cudagraphs: CudaGraphsConfig, device: torch.device) -> bool:
 # blocks, width 128) the forward evaluated erf 22 times for 4 GELUs, and the compiled forward ran
 # slower than eager; at 10 the residual is stored once per block (3 erf for 4 GELUs) and the whole
 # training step was 0.89-0.92x the default's (three in-process A/B runs, 2026-11-23, fused AdamW);
-# the GPT's step did not move (1.02, inside the noise). A user's ``compile.options`` entry wins.
+# the GPT's step did not move (1.03 and 0.99 in two A/B runs: noise). A user's ``compile.options`` entry wins.
 CPU_INDUCTOR_OPTIONS: dict[str, Any] = {"realize_opcount_threshold": 10}
 
 
