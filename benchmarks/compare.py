@@ -145,10 +145,10 @@ def race(model: str, quick: bool, field: list[Contestant], warmup: int, rounds: 
         for r in range(rounds):
             for c in field if r % 2 == 0 else field[::-1]:
                 remotes[c.name][r % copies].turn(turn)
-        results = {name: [remote.finish() for remote in copies_] for name, copies_ in remotes.items()}
+        results = {name: [remote.finish() for remote in procs] for name, procs in remotes.items()}
     finally:
-        for copies_ in remotes.values():
-            for remote in copies_:
+        for procs in remotes.values():
+            for remote in procs:
                 if remote.proc.is_alive():
                     remote.proc.kill()
 
@@ -156,8 +156,9 @@ def race(model: str, quick: bool, field: list[Contestant], warmup: int, rounds: 
     for c in field:
         runs = [run["times"] for run in results[c.name]]
         times, eval_loss = runs[0], results[c.name][0]["eval_loss"]
-        per_round = [statistics.median(round_times(runs, r, warmup, turn)) for r in range(rounds)]
-        steady = [t for r in range(rounds) for t in round_times(runs, r, warmup, turn)]
+        by_round = [round_times(runs, r, warmup, turn) for r in range(rounds)]
+        per_round = [statistics.median(ts) for ts in by_round]
+        steady = [t for ts in by_round for t in ts]
         q = statistics.quantiles(steady, n=4) if len(steady) > 1 else [steady[0]] * 3
         out[c.name] = {
             "label": c.label,
