@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,6 +49,10 @@ def test_compare_quick_prints_table_and_writes_json(tmp_path: Path) -> None:
             assert f["median_ms"] > 0 and len(f["round_medians_ms"]) == 2
             assert set(f["ratio"]) == ({"lightning", "lightning_compile", "lightning_compile_fused"} | (
                 set() if name == "gpt_bf16" else {"hand_loop"}))
+        # Time in Lightning's callback hooks: none without Lightning; runner's CLI callbacks add to it.
+        if name != "gpt_bf16":
+            assert figs["hand_loop"]["hooks_ms"] == 0.0
+            assert figs["runner_cli"]["hooks_ms"] > figs["runner_step"]["hooks_ms"] > 0.0
         # Same seed, same batches, same optimizer hyper-parameters: every contestant trained the same model.
         losses = [f["eval_loss"] for f in figs.values()]
         assert max(losses) - min(losses) < 1e-3
@@ -76,3 +81,39 @@ def test_rounds_go_to_the_copies_in_turn() -> None:
     got = [round_times(runs, r, warmup, turn) for r in range(4)]
     assert got == [[0, 1, 2], [100, 101, 102], [10, 11, 12], [110, 111, 112]]
     assert round_times(runs[:1], 1, warmup, turn) == [10, 11, 12]  # one copy: consecutive turns
+
+
+def test_hook_time_leaves_out_the_turn_wait() -> None:
+    """A tick inside a timed hook that waits for its turn: the wait is not callback time."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        from contestants import Pacer
+        from hook_clock import HookClock
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+
+    class Turns:  # the driver's end of the pipe: each turn is handed out after a 0.3 s wait
+        def send(self, message: object) -> None:
+            pass
+
+        def recv(self) -> int:
+            time.sleep(0.3)
+            return 2
+
+    clock = HookClock()  # not installed: the test plays Lightning's dispatch itself
+    pacer = Pacer(conn=Turns(), hooks=clock)
+
+    def hook(work_s: float) -> None:  # what the installed wrapper times: the tick, then the callbacks
+        start = time.perf_counter()
+        clock.depth += 1
+        pacer.tick()
+        time.sleep(work_s)
+        clock.depth -= 1
+        clock.total += time.perf_counter() - start
+
+    for _ in range(7):
+        hook(0.01)
+    assert len(pacer.hook_times) == 6
+    # three waits of 0.3 s fell inside hooks (turns of 2 steps); none is counted as callback time
+    assert all(0.01 <= t < 0.15 for t in pacer.hook_times), pacer.hook_times
+    assert pacer.waited >= 0.9
