@@ -52,13 +52,14 @@ class TinyModel(pl.LightningModule):
         return torch.utils.data.DataLoader(data, batch_size=8)
 
 
-def _fit(tmp_path: Path, cfg: TelemetryConfig, max_steps: int, clock: StepClock | None = None) -> CompileTelemetry:
+def _fit(tmp_path: Path, cfg: TelemetryConfig, max_steps: int, clock: StepClock | None = None,
+         after: list[pl.Callback] | None = None) -> CompileTelemetry:
     callback = CompileTelemetry(cfg, run_dir=tmp_path, heartbeat_s=0.05, clock=clock)
     trainer = pl.Trainer(
         accelerator="cpu",
         max_steps=max_steps,
         logger=CSVLogger(tmp_path, name="csv"),
-        callbacks=[callback],
+        callbacks=[callback, *(after or [])],
         enable_checkpointing=False,
         enable_model_summary=False,
         enable_progress_bar=False,
@@ -175,6 +176,31 @@ def test_only_steps_whose_time_is_used_wait_for_the_device(tmp_path: Path, monke
     compiled = [p for p in series if p["mode"] == "compiled" and p["timed"]]
     assert figures["perf/step_ms"] == pytest.approx(statistics.median(p["ms"] for p in compiled))
     assert any(p["mode"] == "compiled" and not p["timed"] for p in series)
+
+
+class FreezeEmbeddingAtEpoch1(pl.Callback):
+    """What a finetuning callback does at an epoch start (placed after the telemetry, so it runs later)."""
+
+    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if trainer.current_epoch == 1:
+            pl_module.net._orig_mod[0].weight.requires_grad_(False)  # type: ignore[index]
+
+
+def test_estimated_flops_follow_the_trainable_parameters_of_each_epoch(tmp_path: Path) -> None:
+    """Without a FLOP-counting step (no speedup pairs), FLOPs per step are 6 x trainable parameters x
+    tokens; the count is kept through an epoch and taken again in the next, after any freezing."""
+    steps_per_epoch = 32  # 256 samples, batch 8
+    callback = _fit(tmp_path, TelemetryConfig(log_every_n_steps=4, speedup_steps=0, peak_tflops=1.0),
+                    steps_per_epoch + 8, after=[FreezeEmbeddingAtEpoch1()])
+    figures = callback.figures()
+    tokens = 8 * 8  # [batch 8, seq 8] token ids
+    embedding, rest = 32 * 16, (16 * 8 * 32 + 32) + (32 * 4 + 4)
+    assert figures["perf/flops_source"] == "6*params*tokens"
+    assert figures["perf/tflop_per_step"] * 1e12 == pytest.approx(6 * rest * tokens)
+    rows = list(csv.DictReader((tmp_path / "csv" / "version_0" / "metrics.csv").open()))
+    logged = [float(r["perf/tflop_per_step"]) * 1e12 for r in rows if r.get("perf/tflop_per_step")]
+    assert logged[0] == pytest.approx(6 * (embedding + rest) * tokens)  # epoch 0: everything trains
+    assert logged[-1] == pytest.approx(6 * rest * tokens)
 
 
 def test_device_is_the_strategys_not_the_modules_at_setup() -> None:

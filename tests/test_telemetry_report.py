@@ -12,7 +12,7 @@ import torch
 from runner.telemetry.report import format_summary, write_report
 from runner.telemetry.speedup import SpeedupMeter, break_even_step
 from runner.telemetry.sweep import SweepSummary, summarize_sweep
-from runner.telemetry.throughput import batch_counts, estimate_flops
+from runner.telemetry.throughput import batch_counts, estimate_flops, trainable_parameters
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 
@@ -191,7 +191,10 @@ def test_nothing_compiled_runs_no_eager_steps_and_reports_no_speedup() -> None:
 def test_throughput_helpers() -> None:
     assert batch_counts((torch.zeros(4, 16, dtype=torch.long), torch.zeros(4, 16, dtype=torch.long))) == (4, 64)
     assert batch_counts({"x": torch.zeros(8, 3), "y": torch.zeros(8)}) == (8, None)
-    assert estimate_flops(torch.nn.Linear(10, 10), 4, None) == 6 * 110 * 4
+    linear = torch.nn.Linear(10, 10)
+    assert estimate_flops(trainable_parameters(linear), 4, None) == 6 * 110 * 4
+    linear.bias.requires_grad_(False)
+    assert trainable_parameters(linear) == 100
 
 
 def test_untimed_steps_feed_no_step_time_figure() -> None:

@@ -39,7 +39,13 @@ from runner.telemetry.collector import CompileCollector
 from runner.telemetry.peak import Peak, forget_peak, resolve_peak
 from runner.telemetry.progress import CompileProgress
 from runner.telemetry.speedup import SpeedupMeter
-from runner.telemetry.throughput import FlopCounter, batch_counts, estimate_flops, peak_memory_gib
+from runner.telemetry.throughput import (
+    FlopCounter,
+    batch_counts,
+    estimate_flops,
+    peak_memory_gib,
+    trainable_parameters,
+)
 from runner.telemetry.trace import StructuredTrace
 
 log = logging.getLogger(__name__)
@@ -86,6 +92,7 @@ class CompileTelemetry(pl.Callback):
         self._device = torch.device("cpu")
         self.peak: Peak | None = None
         self._module: torch.nn.Module | None = None
+        self._trainable: int | None = None  # trainable parameter count, recounted each epoch
         self._step_state: tuple[str, Any, int] | None = None  # mode, prior stance, events before
         self._sampled_step: int | None = None  # the global step whose first batch was timed for step_ms
         self._final: dict[str, Any] | None = None
@@ -107,6 +114,11 @@ class CompileTelemetry(pl.Callback):
         self.progress = CompileProgress(sinks.progress_sink(trainer), interval_s=self.heartbeat_s)
         self.collector = CompileCollector(listeners=(self.progress,)).start()
         self.trace.start()
+
+    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """Recount trainable parameters at this epoch's first figures: finetuning callbacks (Lightning's
+        ``BaseFinetuning``) freeze and unfreeze at epoch starts, possibly after this hook runs."""
+        self._trainable = None
 
     def on_train_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
@@ -221,7 +233,9 @@ class CompileTelemetry(pl.Callback):
         samples, tokens = self._counts
         per_unit, flops = self._flops_per_unit, self._flops_per_step
         if per_unit is None and self._module is not None:
-            flops, self._flops_source = estimate_flops(self._module, samples, tokens), "6*params*tokens"
+            if self._trainable is None:
+                self._trainable = trainable_parameters(self._module)
+            flops, self._flops_source = estimate_flops(self._trainable, samples, tokens), "6*params*tokens"
             per_unit = flops / float(tokens or samples or 1) if flops else None
         if flops and per_unit:
             figures["perf/tflop_per_step"] = flops / 1e12
