@@ -1,7 +1,7 @@
 """Wall time in Lightning's callback dispatch, for the per-step cost of runner's callbacks.
 
 A step-time race cannot resolve a 1% cost here: two processes of the same contestant measured up to
-4% apart (memory placement), and fits inside one process as much as 30% (a shared VM). Time spent
+4% apart (memory placement), and successive fits in one process up to 38% (a shared VM). Time spent
 inside the callbacks is Python on the host, so it is timed directly: every callback hook Lightning
 calls goes through ``lightning.pytorch.trainer.call._call_callback_hooks`` (every callback's every
 hook, with Lightning's per-hook profiler context and attribute lookups), which this wraps in each

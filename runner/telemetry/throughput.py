@@ -30,8 +30,9 @@ def batch_counts(batch: Any) -> tuple[int | None, int | None]:
 
 
 def trainable_parameters(module: torch.nn.Module) -> int:
-    """Elements of the parameters that require grad (a walk over every parameter: count it once per
-    epoch, not per logging step; 0.8 ms for the 204 tensors of the benchmark MLP)."""
+    """Elements of the parameters that require grad. A walk over every parameter: count it once per
+    epoch, not at every logging step (about 0.5 ms of each logging step on the 204 tensors of the
+    benchmark MLP, 2026-11-23)."""
     return sum(p.numel() for p in module.parameters() if p.requires_grad)
 
 
