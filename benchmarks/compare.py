@@ -404,10 +404,10 @@ def callbacks_line(model: str, figs: dict[str, Any], best: str) -> str:
     cli, ref = figs["runner_cli"], figs[best]
     extra = cli["hooks_ms"] - ref["hooks_ms"]
     cost = extra / ref["median_ms"]
-    race = statistics.median(a / b for a, b in zip(cli["round_medians_ms"], ref["round_medians_ms"], strict=True)) - 1
+    steps = statistics.median(a / b for a, b in zip(cli["round_medians_ms"], ref["round_medians_ms"], strict=True)) - 1
     line = (f"{model}: telemetry and reliability callbacks cost {100 * cost:.2f}% of the step "
             f"({1e3 * extra:.0f} us per step in callback hooks; step times of the two processes differ by "
-            f"{100 * race:+.2f}%)")
+            f"{100 * steps:+.2f}%)")
     return line + (f" (target < 1%): {'met' if cost < 0.01 else 'MISSED'}" if model == "many_params" else "")
 
 

@@ -107,6 +107,7 @@ class CompileTelemetry(pl.Callback):
         # the setup hooks, so the module is still on the CPU here even in a GPU run.
         self._device = trainer.strategy.root_device
         self._module = pl_module
+        self._trainable = None  # counted for this module, at its first figures
         # Before the collector starts and before anything compiles: the probe is plain eager matmuls.
         self.peak = resolve_peak(self._device, str(trainer.precision), self.cfg.peak_tflops)
         if self.clock is None:
