@@ -174,6 +174,9 @@ def race(model: str, quick: bool, field: list[Contestant], warmup: int, rounds: 
             # Mean time per step in callback hooks (hook_clock.py): a mean, so the work done every
             # log_every_n_steps counts, amortised, as it does in throughput.
             "hooks_ms": 1e3 * statistics.fmean(hooks),
+            # The typical step's time in hooks: one stall (a garbage collection, the VM's neighbours)
+            # inside a hook moves the mean of a short run by milliseconds, not the median.
+            "hooks_median_ms": 1e3 * statistics.median(hooks),
             "eval_loss": eval_loss,
         }
     add_ratios(out)

@@ -49,10 +49,13 @@ def test_compare_quick_prints_table_and_writes_json(tmp_path: Path) -> None:
             assert f["median_ms"] > 0 and len(f["round_medians_ms"]) == 2
             assert set(f["ratio"]) == ({"lightning", "lightning_compile", "lightning_compile_fused"} | (
                 set() if name == "gpt_bf16" else {"hand_loop"}))
-        # Time in Lightning's callback hooks: none without Lightning; runner's CLI callbacks add to it.
+        # Time in Lightning's callback hooks: none without Lightning; runner's CLI callbacks add to the
+        # typical step's (the median: 4 steps here, and one stall inside a hook moves their mean by
+        # more than the callbacks cost; CI once saw a 2.0 ms mean against a typical 0.2 ms).
         if name != "gpt_bf16":
-            assert figs["hand_loop"]["hooks_ms"] == 0.0
-            assert figs["runner_cli"]["hooks_ms"] > figs["runner_step"]["hooks_ms"] > 0.0
+            assert figs["hand_loop"]["hooks_ms"] == figs["hand_loop"]["hooks_median_ms"] == 0.0
+            assert figs["runner_cli"]["hooks_median_ms"] > figs["runner_step"]["hooks_median_ms"] > 0.0
+            assert figs["runner_step"]["hooks_ms"] > 0.0
         # Same seed, same batches, same optimizer hyper-parameters: every contestant trained the same model.
         losses = [f["eval_loss"] for f in figs.values()]
         assert max(losses) - min(losses) < 1e-3
