@@ -131,3 +131,38 @@ def test_a_refused_tune_writes_nothing(tmp_path: Path, monkeypatch: pytest.Monke
     assert main(["+recipe=smoke", "compile=stepp"]) == 2
     assert "compile" in capsys.readouterr().err
     assert not any(tmp_path.iterdir())
+
+
+def _write_tuned(project: Path, run_overrides: list[str], params: dict[str, object]) -> str:
+    """The recipe the tune writes for a winner with ``params``, read back as text."""
+    from runner.tune.output import TrialRow, write_recipe
+
+    base = load(compose(run_overrides, run_dir=str(project / "base")))
+    winner = TrialRow(3, "trial", params, str(project / "t3"), "complete", "", 10.0, 3.6, 1.0)
+    summary = {"speedup_vs_default_x": 1.1, "speedup_vs_eager_x": 1.2, "device": "cpu", "study": "sqlite://",
+               "eager": {"val_bpb": 3.6}}
+    return write_recipe(winner, base, run_overrides, load_tune([f"recipe_dir={project / 'recipes'}"]),
+                        summary).read_text()
+
+
+def test_tuned_recipe_selects_groups_so_the_command_line_still_picks_them(tmp_path: Path) -> None:
+    """The winning scope and offload are the recipe's group selections: ``compile=model`` on the command
+    line replaces the tuned scope (a ``compile.scope`` field in the body would win over it)."""
+    project = tmp_path / "project"
+    params = {"scope": "blocks", "optimizer": "fused", "offload": "checkpoint"}
+    text = _write_tuned(project, ["+recipe=smoke", "data.batch_size=2"], params)
+    assert "override /compile: blocks" in text and "override /offload: checkpoint" in text and "scope" not in text
+
+    def composed(*overrides: str) -> tuple[str, str, str, int]:
+        cfg = load(compose(["+recipe=smoke_tuned", *overrides], run_dir=str(tmp_path / "run"),
+                           config_dirs=[project]))
+        return cfg.compile.scope.value, cfg.compile.optimizer.value, cfg.offload.strategy.value, cfg.data.batch_size
+
+    assert composed() == ("blocks", "fused", "checkpoint", 2)  # the winning trial's stack, the run's batch
+    assert composed("compile=model", "offload=none") == ("model", "fused", "none", 2)
+    # A selection that would change more than the choice is written as a field: the run's budget stays.
+    text = _write_tuned(project, ["+recipe=smoke", "offload=checkpoint_budget"], params)
+    assert "override /offload: checkpoint_budget" in text and "strategy: checkpoint" in text
+    cfg = load(compose(["+recipe=smoke_tuned"], run_dir=str(tmp_path / "run"), config_dirs=[project]))
+    assert (cfg.compile.scope.value, cfg.offload.strategy.value, cfg.offload.memory_budget) == (
+        "blocks", "checkpoint", 0.5)

@@ -16,7 +16,7 @@ from runner.config.schema import RunConfig
 from runner.config.tune import TuneConfig
 from runner.telemetry.report import write_report
 from runner.telemetry.sweep import summarize_sweep
-from runner.tune.space import Space, param_overrides, recipe_fields
+from runner.tune.space import KEYS, Space, param_overrides, recipe_fields, recipe_groups
 from runner.tune.trial import TrialResult
 
 TUNE_CRITERIA: tuple[tuple[str, str, bool], ...] = (
@@ -134,18 +134,41 @@ def _device(cfg: RunConfig) -> str:
 def write_recipe(winner: TrialRow, base_cfg: RunConfig, run_overrides: list[str], cfg: TuneConfig,
                  summary: dict[str, Any]) -> Path:
     """``<recipe_dir>/<recipe>_tuned.yaml``: the base recipe with the winning choices on top (and the
-    command line's own overrides, which the tune ran with)."""
-    base = base_cfg.recipe
-    name = cfg.recipe_name or f"{base or 'run'}_tuned"
-    groups = [o.lstrip("+") for o in run_overrides if "=" in o and "." not in o.split("=")[0]]
-    groups = [g for g in groups if not g.startswith("recipe=")]
-    fields = [o.lstrip("+") for o in run_overrides if "=" in o and "." in o.split("=")[0]]
+    command line's own overrides, which the tune ran with).
+
+    The choices a config group option makes by itself are group selections (``compile: blocks``), so
+    that ``+recipe=<recipe>_tuned compile=model`` compiles the model; the rest are fields. The written recipe
+    is composed and compared with the winning trial's config: where a selection would change more
+    than the choice (``offload: checkpoint`` over a run's ``offload=checkpoint_budget`` drops its
+    budget), every choice is written as a field instead."""
+    name = cfg.recipe_name or f"{base_cfg.recipe or 'run'}_tuned"
+    path = Path(cfg.recipe_dir) / f"{name}.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    selections = recipe_groups(winner.params)
+    path.write_text(_recipe_text(name, winner, base_cfg, run_overrides, cfg, summary, selections))
+    if selections and not _composes_to_trial(path, name, winner, run_overrides):
+        path.write_text(_recipe_text(name, winner, base_cfg, run_overrides, cfg, summary, {}))
+    return path
+
+
+def _recipe_text(name: str, winner: TrialRow, base_cfg: RunConfig, run_overrides: list[str], cfg: TuneConfig,
+                 summary: dict[str, Any], selections: dict[str, str]) -> str:
+    """The recipe file: ``selections`` (choice -> group option) in its defaults list, the other choices
+    and the command line's field overrides in its body."""
     from omegaconf import OmegaConf
 
+    base = base_cfg.recipe
+    groups = {}
+    for o in run_overrides:
+        key, eq, value = o.lstrip("+").partition("=")
+        if eq and "." not in key and key != "recipe":
+            groups[key] = value
+    groups.update({KEYS[choice].partition(".")[0]: option for choice, option in selections.items()})
+    fields = [o.lstrip("+") for o in run_overrides if "=" in o and "." in o.split("=")[0]]
+    rest = {choice: value for choice, value in winner.params.items() if choice not in selections}
     tree = OmegaConf.to_container(OmegaConf.merge(OmegaConf.from_dotlist(fields),
-                                                  OmegaConf.create(recipe_fields(winner.params))))
-    defaults: list[Any] = ([base] if base else []) + [{f"override /{g.split('=')[0]}": g.split("=", 1)[1]}
-                                                      for g in groups] + ["_self_"]
+                                                  OmegaConf.create(recipe_fields(rest))))
+    defaults: list[Any] = ([base] if base else []) + [{f"override /{g}": v} for g, v in groups.items()] + ["_self_"]
     vs_default = summary["speedup_vs_default_x"]
     vs_eager = summary["speedup_vs_eager_x"]
     header = [
@@ -157,10 +180,25 @@ def write_recipe(winner: TrialRow, base_cfg: RunConfig, run_overrides: list[str]
     ]
     body = yaml.safe_dump({"defaults": defaults, "recipe": name, **(tree if isinstance(tree, dict) else {})},
                           sort_keys=False)
-    path = Path(cfg.recipe_dir) / f"{name}.yaml"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("\n".join(header) + "\n" + body)
-    return path
+    return "\n".join(header) + "\n" + body
+
+
+def _composes_to_trial(path: Path, name: str, winner: TrialRow, run_overrides: list[str]) -> bool:
+    """Whether ``+recipe=name`` composes, from where runner finds that recipe, to the config the
+    winning trial ran with (its name aside). False where it cannot be found that way: a recipe
+    directory not named ``recipes``, found only through ``--config-dir`` with Hydra's layout."""
+    from omegaconf import OmegaConf
+
+    from runner.config import compose
+
+    if path.parent.name != "recipes":
+        return False
+    tuned = compose([f"+recipe={name}"], config_dirs=[path.parent.parent])
+    trial = compose([*run_overrides, *param_overrides(winner.params)])
+    a, b = OmegaConf.to_container(tuned), OmegaConf.to_container(trial)
+    assert isinstance(a, dict) and isinstance(b, dict)
+    a.pop("recipe"), b.pop("recipe")
+    return a == b
 
 
 def _num(value: float | None) -> str:

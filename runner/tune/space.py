@@ -2,7 +2,8 @@
 
 Pure functions of the typed config: :func:`resolve_space` keeps the choices that can matter here and
 says why it dropped the others; :func:`param_overrides` turns a trial's values into Hydra overrides;
-:func:`recipe_fields` into the nested fields of the recipe written for the winner.
+:func:`recipe_groups` and :func:`recipe_fields` into the group selections and the fields of the recipe
+written for the winner.
 """
 
 from __future__ import annotations
@@ -12,7 +13,10 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from runner.build import shapes_vary
+from runner.config import CONF_DIR
 from runner.config.schema import OffloadStrategy, RunConfig, Scope
 from runner.config.tune import TuneSpace
 
@@ -117,6 +121,28 @@ def param_overrides(params: dict[str, Any]) -> list[str]:
         text = str(value).lower() if isinstance(value, bool) else str(value)
         prefix = "++" if name == "cpp_wrapper" else ""  # a key of an open dict: add or replace
         out.append(f"{prefix}{KEYS[name]}={text}")
+    return out
+
+
+def recipe_groups(params: dict[str, Any]) -> dict[str, str]:
+    """The choices that one of runner's config group options makes by itself, as ``{choice: option}``
+    (``{"scope": "blocks"}``: ``conf/compile/blocks.yaml`` sets ``scope: blocks`` and nothing else).
+
+    A recipe that selects them in its defaults list still gives way to a command line's ``compile=model``;
+    as fields of its body they would not (a recipe's own fields merge after every group). An option
+    that sets more than the choice qualifies only when the trial sets those keys too (``compile/eager``:
+    scope and optimizer), since the recipe's body sets them after it."""
+    out: dict[str, str] = {}
+    for name, value in params.items():
+        group, _, leaf = KEYS[name].partition(".")
+        if "." in leaf:  # a key of an open dict (compile.options.*): no option file sets it alone
+            continue
+        tuned = {KEYS[n].partition(".")[2] for n in params if KEYS[n].startswith(f"{group}.")}
+        for path in sorted((CONF_DIR / group).glob("*.yaml")):
+            option = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+            if option.get(leaf) == _plain(value) and set(option) <= tuned:
+                out[name] = path.stem
+                break
     return out
 
 
