@@ -131,6 +131,32 @@ def test_speedup_meter_schedule_and_figures() -> None:
     assert break_even_step(1.0, 10.0, 12.0) == math.inf
 
 
+def test_step_series_of_a_long_run_stays_bounded_and_keeps_every_rare_point() -> None:
+    """100 000 steps keep at most SERIES_POINTS compiled points, evenly spaced (multiples of the
+    reported stride); every warm-up, compile, FLOP-counting and eager point stays, and the live figures
+    still use every recent step."""
+    from runner.telemetry.speedup import SERIES_POINTS
+
+    meter = SpeedupMeter(pairs=3)
+    recompile = {50_000, 80_001}
+    for step in range(100_000):
+        mode = meter.next_mode()
+        meter.record(step, mode, 10.0 + step % 3, step == 0 or step in recompile, samples=4)
+    figures = meter.figures(1.0)
+    points, stride = figures["perf/step_series"], figures["perf/step_series_stride"]
+    compiled = [p["step"] for p in points if p["mode"] == "compiled"]
+    assert SERIES_POINTS // 2 <= len(compiled) <= SERIES_POINTS and stride == 32
+    assert all(s % stride == 0 for s in compiled) and compiled == sorted(compiled) and compiled[-1] >= 99_968
+    rare = [(p["step"], p["mode"]) for p in points if p["mode"] != "compiled"]
+    assert [s for s, m in rare if m == "compile"] == [0, 50_000, 80_001]
+    assert [m for _, m in rare].count("eager") == 3 and [m for _, m in rare].count("flops") == 1
+    assert meter.ran_compiled and figures["perf/step_ms"] == 11.0 and figures["perf/speedup_x"] > 0
+    short = SpeedupMeter(pairs=0)
+    for step in range(10):
+        short.record(step, short.next_mode(), 1.0, False)
+    assert len(short.figures(1.0)["perf/step_series"]) == 10 and short.figures(1.0)["perf/step_series_stride"] == 1
+
+
 def test_live_figures_use_the_recent_steps_and_leave_the_series_out() -> None:
     """Throughput and step time are over the last RECENT compiled steps (a slower start does not
     count), and the figures logged every N steps do not copy the whole series (a live figure costs the

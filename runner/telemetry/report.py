@@ -8,7 +8,8 @@ scalar figures under namespaced keys with units (``compile/time_s``, ``perf/spee
 * ``compile/graph_break_reasons``: ``[{"reason", "user_frame", "count", "fix"}]``
 * ``compile/events``: ``[{"kind", "name", "step", "duration_s"}]`` (compile starts, recompiles)
 * ``perf/step_series``: ``[{"step", "ms", "mode", "timed"}]`` with mode ``compiled`` / ``eager`` /
-  ``warmup`` / ``flops`` / ``compile``; ``timed`` false: host time of a step not waited for (GPU), not plotted
+  ``warmup`` / ``flops`` / ``compile``; ``timed`` false: host time of a step not waited for (GPU), not plotted.
+  Past 4096 compiled steps, only those at multiples of ``perf/step_series_stride`` are kept
 
 Every writer tolerates missing keys, so a partial figures dict (a run that crashed) still reports.
 """

@@ -29,10 +29,40 @@ import statistics
 from collections import deque
 from typing import Any
 
+SERIES_POINTS = 4096
+"""Compiled steps kept in the step series (report, plot) at most: beyond, one in every ``stride``
+(a power of two), so a run of a million steps keeps a few thousand points, not a million dicts."""
+
 RECENT = 50
 """Steps the live figures (``perf/step_ms``, throughput) are computed over: the recent ones, since a
 recompile changes the step time; kept in bounded windows so a live figure costs the same at step
 100 000 as at step 10."""
+
+
+class StepSeries:
+    """Every step's point for the report and plot, in bounded memory: the steady ``compiled`` steps are
+    thinned to those whose step number is a multiple of ``stride``, doubled whenever more than
+    ``limit`` are kept; every other point (warm-up, compile, eager, FLOP counting: few) is kept."""
+
+    def __init__(self, limit: int = SERIES_POINTS) -> None:
+        self.limit = limit
+        self.stride = 1
+        self.points: list[dict[str, Any]] = []
+        self._thinned = 0  # compiled points kept
+
+    def append(self, point: dict[str, Any]) -> None:
+        """Keep ``point`` unless it is a compiled step between strides."""
+        if point["mode"] != "compiled":
+            self.points.append(point)
+            return
+        if point["step"] % self.stride:
+            return
+        self.points.append(point)
+        self._thinned += 1
+        if self._thinned > self.limit:  # halve the compiled points: amortised O(1) per step
+            self.stride *= 2
+            self.points = [p for p in self.points if p["mode"] != "compiled" or p["step"] % self.stride == 0]
+            self._thinned = sum(p["mode"] == "compiled" for p in self.points)
 
 
 class SpeedupMeter:
@@ -47,7 +77,7 @@ class SpeedupMeter:
             self.schedule = (["flops"] if count_flops else []) + [
                 mode for i in range(pairs) for mode in (("eager", "compiled") if i % 2 == 0 else ("compiled", "eager"))
             ]
-        self.series: list[dict[str, Any]] = []
+        self.steps = StepSeries()
         # The recent timed steps: compiled ones, and (for a run that compiles nothing) steady ones.
         self._compiled: deque[dict[str, Any]] = deque(maxlen=RECENT)
         self._steady: deque[dict[str, Any]] = deque(maxlen=RECENT + 1)
@@ -56,6 +86,8 @@ class SpeedupMeter:
         self._quiet = 0  # consecutive steps that compiled nothing
         self._measuring = False
         self.compiled_any = False  # a warm-up step compiled something: there is a speedup to measure
+        self.ran_compiled = False
+        """A step ran compiled code without compiling (the warm-up is over)."""
 
     def next_mode(self) -> str:
         """The mode of the step about to run."""
@@ -76,7 +108,8 @@ class SpeedupMeter:
         ``timed``: ``ms`` is the step's real time (False: host time of an unsynchronised step)."""
         shown = "compile" if compiled_something else mode
         point = {"step": step, "ms": ms, "mode": shown, "samples": samples, "tokens": tokens, "timed": timed}
-        self.series.append(point)
+        self.steps.append(point)
+        self.ran_compiled = self.ran_compiled or shown == "compiled"
         if timed and shown == "compiled":
             self._compiled.append(point)
         elif timed and shown == "warmup":
@@ -115,8 +148,12 @@ class SpeedupMeter:
 
     def figures(self, compile_time_s: float, series: bool = True) -> dict[str, Any]:
         """``perf/*`` step-time figures; the speedup ones only after the interleaved window.
-        ``series=False`` leaves out the whole step series (the live figures logged every N steps)."""
-        out: dict[str, Any] = {"perf/step_series": list(self.series)} if series else {}
+        ``series=False`` leaves out the step series (the live figures logged every N steps); with it,
+        ``perf/step_series_stride``: 1, or the stride of its compiled steps in a long run."""
+        out: dict[str, Any] = {}
+        if series:
+            out["perf/step_series"] = list(self.steps.points)
+            out["perf/step_series_stride"] = self.steps.stride
         recent = self._compiled or self._steady  # recent: recompiles change the step time
         if recent:
             out["perf/step_ms"] = statistics.median(p["ms"] for p in recent)

@@ -44,7 +44,7 @@ class PruningReporter(pl.Callback):
                            batch_idx: int) -> None:
         """Report this step's running figure; ask the pruner."""
         telemetry = next((c for c in trainer.callbacks if isinstance(c, CompileTelemetry)), None)  # type: ignore[attr-defined]
-        if telemetry is None or not any(p["mode"] == "compiled" for p in telemetry.meter.series):
+        if telemetry is None or not telemetry.meter.ran_compiled:
             return  # still warming up (compiling): nothing steady to report yet
         us = time_per_token_us(telemetry.meter.rate("tokens") or telemetry.meter.rate("samples"))
         if us is None or self.trial is None:
