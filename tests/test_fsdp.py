@@ -169,7 +169,8 @@ def test_fsdp_sigterm_to_one_rank_then_resume_matches_uninterrupted(tmp_path: Pa
     # telemetry per rank: each rank's own figures, and whether they compiled the same
     assert report["ranks/compiles_agree"] is True
     assert len(report["ranks/compile/graphs"]) == 2 and min(report["ranks/compile/graphs"]) >= 1
-    assert sum(report["ranks/perf/tokens_per_s"]) == pytest.approx(report["perf/tokens_per_s"])  # summed over ranks
+    for rate in ("perf/tokens_per_s", "perf/samples_per_s"):  # summed over ranks
+        assert sum(report[f"ranks/{rate}"]) == pytest.approx(report[rate]) and min(report[f"ranks/{rate}"]) > 0
     assert all(ms > 0 for ms in report["ranks/perf/step_ms"]) and all(g > 0 for g in report["ranks/memory/peak_gib"])
     assert "## Per rank (2 ranks; graphs, recompiles and graph breaks the same on every rank)" in (
         tmp_path / "stopped" / "report.md").read_text()

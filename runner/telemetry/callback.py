@@ -178,8 +178,7 @@ class CompileTelemetry(pl.Callback):
         """Final figures to the loggers, reasons to wandb and ``compile_events.txt``."""
         if self.collector is None:
             return
-        self._reduce_rates(trainer)
-        self._gather_ranks(trainer)
+        self._gather_ranks(trainer)  # also the summed rates: one collective at the end of fit
         self._finish()
         figures = self.figures()
         if trainer.is_global_zero:
@@ -249,15 +248,19 @@ class CompileTelemetry(pl.Callback):
 
     def _gather_ranks(self, trainer: pl.Trainer) -> None:
         """Every rank's own headline figures (``ranks/...``: one list entry per rank), gathered once at
-        the end of fit, and whether every rank compiled the same (``ranks/compiles_agree``: the same
-        graphs, recompiles and graph breaks; ranks that compile differently deadlock or diverge)."""
+        the end of fit; the run's rates, summed over ranks from them; and whether every rank compiled
+        the same (``ranks/compiles_agree``: the same graphs, recompiles and graph breaks; ranks that
+        compile differently deadlock or diverge)."""
         if trainer.world_size <= 1:
             return
-        # this rank's own token rate, not the sum over ranks that the figures carry
-        own = {**self._figures(series=False), "perf/tokens_per_s": self.meter.rate("tokens")}
+        # this rank's own rates, not the sums over ranks that the figures carry
+        own = {**self._figures(series=False), "perf/tokens_per_s": self.meter.rate("tokens"),
+               "perf/samples_per_s": self.meter.rate("samples")}
         local = torch.tensor([float(own.get(k) or 0.0) for k in RANK_FIELDS], dtype=torch.float64, device=self._device)
         rows = trainer.strategy.all_gather(local).reshape(trainer.world_size, len(RANK_FIELDS)).cpu().tolist()
         self._per_rank = {f"ranks/{key}": [row[i] for row in rows] for i, key in enumerate(RANK_FIELDS)}
+        total = {key: sum(self._per_rank[f"ranks/{key}"]) for key in ("perf/samples_per_s", "perf/tokens_per_s")}
+        self._world_rates = (total["perf/samples_per_s"] or None, total["perf/tokens_per_s"] or None)
         compiles = [tuple(row[i] for i, k in enumerate(RANK_FIELDS) if k in AGREEING_FIELDS) for row in rows]
         self._per_rank["ranks/compiles_agree"] = len(set(compiles)) == 1
 
@@ -272,8 +275,8 @@ class CompileTelemetry(pl.Callback):
         self._world_rates = (total[0] or None, total[1] or None)
 
 
-RANK_FIELDS = ("perf/step_ms", "perf/tokens_per_s", "memory/peak_gib", "compile/time_s", "compile/graphs",
-               "compile/recompiles", "compile/graph_breaks")
+RANK_FIELDS = ("perf/step_ms", "perf/samples_per_s", "perf/tokens_per_s", "memory/peak_gib", "compile/time_s",
+               "compile/graphs", "compile/recompiles", "compile/graph_breaks")
 """The figures gathered from every rank at the end of a multi-process fit (``ranks/<figure>``)."""
 AGREEING_FIELDS = frozenset({"compile/graphs", "compile/recompiles", "compile/graph_breaks"})
 
