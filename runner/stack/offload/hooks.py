@@ -75,6 +75,7 @@ class SavedTensorCodec:
         self._batch: set[int] = set()  # ... and this step's batch
         self._model: Optional[nn.Module] = None
         self._by_storage: Optional[dict[int, tuple[weakref.ref[torch.Tensor], int, Any]]] = None
+        self._cache_hits = 0  # AOTAutograd cache hits in this process before ``attach``
         self.codec_id = next(_IDS)
         _REGISTRY[self.codec_id] = self
         self._build_graphs()
@@ -88,6 +89,7 @@ class SavedTensorCodec:
     def attach(self, model: nn.Module) -> None:
         """Resolve ``exclude`` against ``model`` and track excluded modules when they run eagerly."""
         self._model = model
+        self._cache_hits = ti.counter(ti.counters_snapshot(), "aot_cache_hit")
         self.excluded = policy.excluded_module_names(model, self.exclude)
         self._build_graphs()  # the cache hash covers the resolved exclusions
         for name, mod in model.named_modules():
@@ -176,12 +178,13 @@ class SavedTensorCodec:
         return ptr in self._held or ptr in self._batch
 
     def path(self, steps: int) -> str:
-        """Which path the hooks took: traced, eager_hooks, mixed, none, or pending (no step yet).
+        """Which path the hooks took: traced, eager_hooks, mixed, none, cached, or pending (no step yet).
 
         Eagerly every saved tensor passes through pack; traced, AOTAutograd calls pack while it traces
         each compiled graph. No pack call after a step means nothing was packed: "none" (e.g. forward,
-        loss and backward in one graph save nothing across a graph boundary). A compiled-graph cache
-        hit also skips tracing; the run's measurement (``offload.measure``) tells the two apart.
+        loss and backward in one graph save nothing across a graph boundary), unless AOTAutograd loaded
+        compiled graphs from its cache since ``attach``, which skips tracing: "cached", what they pack
+        unknown here (the run's measurement, ``offload.measure``, finds it from the bytes).
         """
         eager = self.counts["eager_packed"] + self.counts["eager_skipped"]
         traced = self.counts["traced_packed"]
@@ -191,4 +194,6 @@ class SavedTensorCodec:
             return "mixed"
         if eager:
             return "eager_hooks"
-        return "traced" if traced else "none"
+        if traced:
+            return "traced"
+        return "cached" if ti.counter(ti.counters_snapshot(), "aot_cache_hit") > self._cache_hits else "none"
