@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,10 +38,11 @@ from runner.stack.compile import apply_compile
 from runner.stack.compile_errors import CompileErrorWatch, explain_compile_error
 from runner.stack.component import StackComponent, overrides
 from runner.stack.cudagraphs import CudaGraphs, build_cudagraphs
-from runner.stack.deferred_log import DeferredLog, discard_logs
+from runner.stack.deferred_log import DeferredLog
 from runner.stack.dynamic import ShapePolicyComponent, build_shape_policy
 from runner.stack.metrics import metric_methods
 from runner.stack.offload import OffloadComponent, build_offload
+from runner.stack.offload_on_path import measure_on_run_path
 from runner.stack.optimizer_step import OptimizerStep
 from runner.stack.plan import CompilePlan, manual_optimization_note, resolve_optimizers, resolve_plan
 from runner.stack.python_state import PythonState
@@ -238,46 +239,19 @@ class CompileStack:
                                   context: Callable[[], contextlib.AbstractContextManager[Any]]
                                   = contextlib.nullcontext) -> dict[str, Any]:
         """Saved-activation bytes and gradient error of the offload strategy against ``none``, on the
-        path the run takes: a copy of ``module`` on ``device``, its own ``training_step`` compiled as
-        the plan says, under ``context`` (the trainer's precision). Call before ``fit``: it resets the
-        compiler between variants. The figures also go into this stack's report."""
-        from runner.stack.offload.measure import compare_with_none
-
-        s = self.settings
+        path the run takes (``runner.stack.offload_on_path``), under ``context`` (the trainer's
+        precision). Call before ``fit``: it resets the compiler between variants. The figures also go
+        into this stack's report."""
         if not self.measures_saved_activations:
             return {}
         if not module.automatic_optimization:  # its step needs a trainer (manual_backward, opt.step)
             self.offload_measured["offload/measure_skipped"] = "manual optimization: the step needs the trainer"
-            return dict(self.offload_measured)
-        shape = build_shape_policy(s.dynamic)
-        plan = resolve_plan(s.compile, s.cudagraphs, shape.dynamic_arg, device, [], cudagraphs_active=False)
-        batch = torch.utils._pytree.tree_map(lambda t: t.to(device) if isinstance(t, torch.Tensor) else t, batch)
-
-        def build_step(m: torch.nn.Module) -> Callable[[Any], torch.Tensor]:
-            lm: Any = m
-            step, _ = apply_compile(lm, lm.training_step, plan)
-
-            def loss(b: Any) -> torch.Tensor:
-                with context(), discard_logs(lm, metric_methods(lm)):
-                    out = step(b, 0)
-                return out["loss"] if isinstance(out, Mapping) else out
-
-            return loss
-
-        with self._measurement_settings(plan):
-            # run_variant measures each variant on its own copy of the module, moved to the device.
-            self.offload_measured.update(compare_with_none(
-                module, batch, s.offload, build_step, device, tuple(s.compile.block_types), compiled=plan.compiles))
+        else:
+            s = self.settings
+            self.offload_measured.update(measure_on_run_path(module, batch, device, context, compile_cfg=s.compile,
+                                                             dynamic=s.dynamic, offload=s.offload,
+                                                             cudagraphs=s.cudagraphs))
         return dict(self.offload_measured)
-
-    @contextlib.contextmanager
-    def _measurement_settings(self, plan: CompilePlan) -> Iterator[None]:
-        saved = ti.TorchSettings()
-        saved.dynamo("trace_autograd_ops", plan.backward_in_step)
-        try:
-            yield
-        finally:
-            saved.restore()
 
     def figures(self) -> dict[str, Any]:
         """What the stack applied, for the report."""
