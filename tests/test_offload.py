@@ -386,6 +386,8 @@ def test_measured_path_reads_bytes_first_then_the_hooks_counts() -> None:
     from runner.stack.offload.measure import _measured_path
 
     assert _measured_path("none", 1.95) == "traced"  # cache hit: no pack call, bytes halved
+    assert _measured_path("cached", 1.95) == "traced"  # the same, the hit counted by AOTAutograd
+    assert _measured_path("cached", 1.0) == "none"
     assert _measured_path("traced", 1.0) == "none"
     assert _measured_path("eager_hooks", 1.97) == "eager_hooks"
     assert _measured_path("partitioner_budget", 2.01) == "partitioner_budget"

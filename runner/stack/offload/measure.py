@@ -174,10 +174,11 @@ def compare_with_none(
 def _measured_path(live: str, reduction: float) -> str:
     """The path a measured variant took. Saved bytes decide whether anything was packed; the hooks'
     own counts say how. A compiled graph restored from torch's on-disk caches packs without tracing
-    the hooks again (no pack call is seen): bytes that fell with no call seen were packed traced."""
+    the hooks again (no pack call is seen, live path ``cached``, or ``none`` where the hit is not
+    counted): bytes that fell with no call seen were packed traced."""
     if reduction < _NO_REDUCTION:
         return "none"
-    return "traced" if live == "none" else live
+    return "traced" if live in ("none", "cached") else live
 
 
 def measure_offload(
