@@ -158,13 +158,15 @@ def _recipe_text(name: str, winner: TrialRow, base_cfg: RunConfig, run_overrides
     from omegaconf import OmegaConf
 
     base = base_cfg.recipe
-    groups = {}
-    for o in run_overrides:
+    groups: dict[str, str] = {}
+    fields: list[str] = []
+    for o in run_overrides:  # group choices (compile=blocks) and field overrides (data.batch_size=2)
         key, eq, value = o.lstrip("+").partition("=")
-        if eq and "." not in key and key != "recipe":
+        if eq and "." in key:
+            fields.append(o.lstrip("+"))
+        elif eq and key != "recipe":
             groups[key] = value
     groups.update({KEYS[choice].partition(".")[0]: option for choice, option in selections.items()})
-    fields = [o.lstrip("+") for o in run_overrides if "=" in o and "." in o.split("=")[0]]
     rest = {choice: value for choice, value in winner.params.items() if choice not in selections}
     tree = OmegaConf.to_container(OmegaConf.merge(OmegaConf.from_dotlist(fields),
                                                   OmegaConf.create(recipe_fields(rest))))
