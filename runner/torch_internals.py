@@ -22,7 +22,7 @@ import os
 import re
 import sys
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,10 +52,17 @@ def counters_snapshot() -> dict[str, dict[str, int]]:
     return {group: dict(values) for group, values in counters.items()}
 
 
-def counter(snapshot: dict[str, dict[str, int]], key: str) -> int:
+def counter(snapshot: Mapping[str, Mapping[str, int]], key: str) -> int:
     """The value of the counter named ``key`` in :data:`COUNTERS` (0 if torch never bumped it)."""
     group, name, _ = COUNTERS[key]
     return int(snapshot.get(group, {}).get(name, 0))
+
+
+def counter_now(key: str) -> int:
+    """The counter named ``key`` as it stands, read without copying every counter."""
+    from torch._dynamo.utils import counters
+
+    return counter(counters, key)  # .get on torch's defaultdict adds no group
 
 
 def graph_break_counts(snapshot: dict[str, dict[str, int]]) -> dict[str, int]:

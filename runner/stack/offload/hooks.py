@@ -89,7 +89,7 @@ class SavedTensorCodec:
     def attach(self, model: nn.Module) -> None:
         """Resolve ``exclude`` against ``model`` and track excluded modules when they run eagerly."""
         self._model = model
-        self._cache_hits = ti.counter(ti.counters_snapshot(), "aot_cache_hit")
+        self._cache_hits = ti.counter_now("aot_cache_hit")
         self.excluded = policy.excluded_module_names(model, self.exclude)
         self._build_graphs()  # the cache hash covers the resolved exclusions
         for name, mod in model.named_modules():
@@ -196,4 +196,4 @@ class SavedTensorCodec:
             return "eager_hooks"
         if traced:
             return "traced"
-        return "cached" if ti.counter(ti.counters_snapshot(), "aot_cache_hit") > self._cache_hits else "none"
+        return "cached" if ti.counter_now("aot_cache_hit") > self._cache_hits else "none"
