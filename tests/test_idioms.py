@@ -31,8 +31,15 @@ from tests.zoo.data import VectorsDataModule
 from tests.zoo.harness import Trace, fit
 from tests.zoo.registry import IDIOMS, Idiom
 
-# The fused AdamW/Adam kernel (compile.optimizer=auto on CPU) rounds differently from the foreach path.
-FUSED_RTOL = 1e-4
+# aot_eager graphs run the same ATen kernels as eager Lightning (decomposed, which may reassociate): against
+# eager Lightning with the same (fused) optimizer kernel the idioms measured identical (2026-11-24, AVX-512
+# and ATEN_CPU_CAPABILITY=avx2); this bound leaves room for reassociation and catches any runner change.
+SAME_KERNELS_RTOL = 1e-5
+# torch's fused Adam/AdamW kernel (compile.optimizer=auto on the CPU) against the foreach path the user's
+# eager run takes: the kernels round differently and 3 epochs of a BatchNorm net grow it. Measured on
+# metrics_template's val/loss in plain eager Lightning, fused=True vs foreach, no runner involved: 2.8e-4
+# (AVX-512), 1.8e-4 (ATEN_CPU_CAPABILITY=avx2), 1.17e-4 (AMD EPYC, AVX2). A bound above the spread across ISAs.
+FUSED_VS_FOREACH_RTOL = 1e-3
 # Inductor fuses and reorders reductions: per-step logged values over 3 epochs measured within 1e-4
 # (template MNIST: loss 2e-7, val/loss 1e-4; GAN: 1e-7); parameters within 1e-4 in relative norm.
 INDUCTOR_RTOL = 2e-3
@@ -90,10 +97,12 @@ def eager_traces() -> dict[str, Trace]:
     return {}
 
 
-def _eager(name: str, cache: dict[str, Trace]) -> Trace:
-    if name not in cache:
-        cache[name] = fit(IDIOMS[name])
-    return cache[name]
+def _eager(name: str, cache: dict[str, Trace], fused: bool = False) -> Trace:
+    """Eager Lightning's trace of ``name`` (``fused``: with torch's fused optimizer kernel)."""
+    key = f"{name}/fused" if fused else name
+    if key not in cache:
+        cache[key] = fit(IDIOMS[name], fused=fused)
+    return cache[key]
 
 
 @pytest.mark.parametrize("name", sorted(IDIOMS))
@@ -106,10 +115,13 @@ def test_idiom_matches_eager_lightning_exactly(name: str, eager_traces: dict[str
 
 @pytest.mark.parametrize("name", ["metrics_template", "manual_gan", "schedulers", "batchnorm_accumulate"])
 def test_idiom_with_the_default_optimizer_policy(name: str, eager_traces: dict[str, Trace]) -> None:
-    """aot_eager graphs and compile.optimizer=auto (the fused kernel here), as CompileStrategy() runs them."""
+    """aot_eager graphs and compile.optimizer=auto (the fused kernel here), as CompileStrategy() runs them:
+    eager Lightning's numbers with the same optimizer kernel, and within the fused kernel's own rounding
+    of the user's foreach run."""
     compiled, figures, _ = _fit_compiled(IDIOMS[name], _compile("aot_eager", OptimizerPolicy.auto))
     assert figures["compile/optimizer"] == "fused"
-    _assert_same(_eager(name, eager_traces), compiled, rtol=FUSED_RTOL)
+    _assert_same(_eager(name, eager_traces, fused=True), compiled, rtol=SAME_KERNELS_RTOL)
+    _assert_same(_eager(name, eager_traces), compiled, rtol=FUSED_VS_FOREACH_RTOL)
     _assert_clean(figures)
 
 

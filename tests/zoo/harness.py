@@ -65,19 +65,31 @@ class Recorder(Callback):
         self.trace.epochs.append(_scalars(trainer.callback_metrics) | _lrs(trainer))
 
 
+class FusedOptimizers(Callback):
+    """Plain torch's switch to the fused kernel (``group["fused"] = True``) on every optimizer the module
+    built: eager Lightning with the arithmetic ``compile.optimizer=fused`` runs, as a reference."""
+
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        for opt in trainer.optimizers:
+            for group in opt.param_groups:
+                group.update(fused=True, foreach=False)
+
+
 def fit(idiom: Idiom, strategy: Any = None, max_epochs: int | None = None, collector: Any = None,
-        callbacks: tuple[Callback, ...] = (), **trainer_kwargs: Any) -> Trace:
+        callbacks: tuple[Callback, ...] = (), fused: bool = False, **trainer_kwargs: Any) -> Trace:
     """Train ``idiom`` with ``strategy`` (None: eager Lightning on the CPU), seeded, and trace it.
     ``collector``: a started ``CompileCollector`` whose events get the batch number (0 = first step);
-    ``callbacks`` run before the recorder (a pacer's wait is not part of the step's time)."""
+    ``callbacks`` run before the recorder (a pacer's wait is not part of the step's time); ``fused``:
+    eager Lightning's optimizers run torch's fused kernel (the reference for runner's fused policy)."""
     warnings.filterwarnings("ignore", ".*does not have many workers.*")
     logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
     trace = Trace()
     L.seed_everything(0, verbose=False)
     module, data = idiom.module(), idiom.data()
+    extra = [FusedOptimizers()] if fused else []
     kwargs: dict[str, Any] = dict(max_epochs=max_epochs or idiom.max_epochs, logger=False,
-                                  enable_checkpointing=False, enable_progress_bar=False,
-                                  enable_model_summary=False, callbacks=[*callbacks, Recorder(trace, collector)])
+                                  enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                                  callbacks=[*extra, *callbacks, Recorder(trace, collector)])
     kwargs.update(idiom.trainer_kwargs)
     kwargs.update(trainer_kwargs)
     if strategy is None:
