@@ -17,7 +17,7 @@ run: setup
 	$(PY) -m runner +recipe=$(RECIPE) $(ARGS)
 
 lint: setup
-	$(PY) -m ruff check runner tests benchmarks examples setup.py
+	$(PY) -m ruff check runner tests benchmarks examples scripts setup.py
 	$(PY) -m mypy runner
 	$(VENV)/bin/lint-imports
 
