@@ -1,7 +1,7 @@
 """Packaging hook; everything else is in pyproject.toml.
 
 ``conf/`` and ``recipes/`` stay at the top of the repository (the source of truth) and ship inside
-the wheel as ``runner/_conf`` and ``runner/_recipes`` (``runner.config.store`` looks there first).
+the wheel as ``runner/_conf`` and ``runner/_recipes`` (``runner.config.layers`` looks there first).
 pyproject.toml cannot combine package discovery with packages mapped from other directories, so
 the package list is built here.
 """

@@ -17,26 +17,19 @@ import hydra
 from omegaconf import DictConfig
 
 from runner.config import CONF_DIR, ConfigError, load
-from runner.config.load import list_recipes
+from runner.config.layers import config_dirs, set_config_dirs
 from runner.config.precheck import command_line, precheck, search_dirs
-from runner.config.store import config_dirs, register_configs, set_config_dirs
-from runner.console import quiet_third_party
+from runner.config.recipe_files import recipe_listing
+from runner.config.store import register_configs
+from runner.console import quiet_third_party, short_console_lines
 
 _LIST = "--list-recipes"
 
 
 def _list_recipes() -> None:
     """Every recipe, grouped by where it comes from (the project's first: they win)."""
-    items = list_recipes()
-    width = max((len(r.name) for r in items), default=0)
-    origin = None
-    for r in items:
-        if r.origin != origin:
-            origin = r.origin
-            print(f"recipes from {origin}{' (this project)' if origin.startswith('./') else ''}:")
-        note = "" if r.active else f"  (replaced by {next(o.origin for o in items if o.name == r.name)}/{r.name}.yaml)"
-        print(f"  {r.name:<{width}}  {r.description}{note}")
-    print("run one with: runner +recipe=NAME" if items else "no recipes found")
+    lines = recipe_listing()
+    print("\n".join([*lines, "run one with: runner +recipe=NAME"]) if lines else "no recipes found")
 
 
 def _make_importable(extra_roots: list[Path]) -> None:
@@ -54,7 +47,8 @@ def _hydra_main(cfg: DictConfig) -> None:
     from runner.run import run
 
     try:
-        result = run(load(cfg))
+        with short_console_lines():  # inside the job: Hydra has set up its console and log-file handlers
+            result = run(load(cfg))
     except RunStopped as e:  # a compile failure or a non-finite loss: the message says it all
         print(f"runner: {e}", file=sys.stderr)
         sys.exit(e.exit_code)
@@ -63,8 +57,11 @@ def _hydra_main(cfg: DictConfig) -> None:
 
 
 def main() -> None:
-    quiet_third_party()
-    argv = sys.argv[1:]
+    with quiet_third_party():  # runner's own command line only; restored on the way out
+        _main(sys.argv[1:])
+
+
+def _main(argv: list[str]) -> None:
     args = command_line([a for a in argv if a != _LIST])
     set_config_dirs(search_dirs(args) if args is not None else [])
     _make_importable([d for d in config_dirs() if (d / "conf").is_dir() or (d / "recipes").is_dir()])

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from runner.config.load import ConfigError
+from runner.config import ConfigError
 from runner.config.precheck import precheck
 from tests.test_reliability_support import env
 
@@ -24,10 +24,8 @@ BAD_INPUTS: list[tuple[list[str], list[str]]] = [
     # Inductor's C++ wrapper cannot save and restore the random state a checkpointed attention needs
     (["compile.backend=inductor", "offload=checkpoint", "++compile.options.cpp_wrapper=true"],
      ["cpp_wrapper option (compile.options)", "offload=checkpoint_budget", "++compile.options.cpp_wrapper=false"]),
-    # unknown keys
-    (["compile.scop=step"], ["scop", "spelling"]),
-    (["model.n_layr=3"], ["n_layr", "spelling"]),
-    (["trainer.max_step=5"], ["max_step", "spelling"]),
+    # unknown keys (the misspelt ones: MISSPELT below)
+    (["+trainer.foo=1"], ["trainer.foo=1", "no key foo", "its keys are accelerator, devices"]),
     # wrong types / unknown enum values
     (["trainer.max_steps=abc"], ["max_steps", "abc", "type"]),
     (["compile.scope=bogus"], ["bogus", "expected one of", "step_backward"]),
@@ -35,8 +33,8 @@ BAD_INPUTS: list[tuple[list[str], list[str]]] = [
     (["reliability.on_nonfinite=ignore"], ["ignore", "stop, skip"]),
     (["compile.fullgraph=maybe"], ["fullgraph", "maybe"]),
     # unknown group options
-    (["compile=bogus"], ["compile/bogus", "blocks eager model step step_backward"]),
-    (["reliability=bogus"], ["reliability/bogus", "default"]),
+    (["compile=bogus"], ["compile=bogus", "no option bogus", "blocks eager model step step_backward"]),
+    (["reliability=bogus"], ["reliability=bogus", "default skip_nonfinite"]),
     # out-of-range values
     (["trainer.max_steps=0"], ["trainer.max_steps=0", "positive"]),
     (["trainer.val_check_interval=0"], ["trainer.val_check_interval=0", "> 0"]),
@@ -82,6 +80,49 @@ BAD_INPUTS: list[tuple[list[str], list[str]]] = [
 ]
 
 
+# A misspelt key or option, with and without +, at several depths -> the one suggestion it gets.
+MISSPELT: list[tuple[str, str]] = [
+    ("trainer.max_step=5", "trainer.max_steps=5"),
+    ("+trainer.max_step=5", "trainer.max_steps=5"),  # + used to add the typo silently, and train 8 steps
+    ("++trainer.max_step=5", "trainer.max_steps=5"),
+    ("compile.scop=step", "compile.scope=step"),
+    ("+compile.scop=step", "compile.scope=step"),
+    ("optimizer.lrr=1", "optimizer.lr=1"),
+    ("+optimizer.lrr=1", "optimizer.lr=1"),
+    ("model.n_layr=3", "model.n_layer=3"),
+    ("+model.n_layr=3", "model.n_layer=3"),
+    ("+trainer.fsdp.consolidat=false", "trainer.fsdp.consolidate=false"),
+    ("+logger.csv.nam=x", "logger.csv.name=x"),
+    ("+sed=1", "seed=1"),
+    ("compile=stepp", "compile=step"),
+    ("offload=bf61", "offload=bf16"),
+    ("model=gptt", "model=gpt"),
+    ("+recipe=smok", "+recipe=smoke"),
+]
+
+
+@pytest.mark.parametrize(("override", "suggestion"), MISSPELT, ids=[o for o, _ in MISSPELT])
+def test_misspelt_key_or_option_is_refused_with_the_close_name(override: str, suggestion: str) -> None:
+    """The refusal names the close schema field (or option file) as an override that runs as given,
+    and never suggests ``+`` for a key the typed node has no field for."""
+    base = [] if override.startswith("+recipe=") else ["+recipe=smoke"]
+    with pytest.raises(ConfigError) as info:
+        precheck([*base, override])
+    message = str(info.value)
+    assert "\n" not in message.strip(), "one paragraph"
+    assert f"did you mean `{suggestion}`?" in message, message
+    assert "To append" not in message and "`+key" not in message
+    if not suggestion.startswith("+"):
+        assert "`+" not in message, message
+    precheck([*base, suggestion])  # the suggestion composes, converts and validates
+
+
+def test_a_key_added_with_plus_under_an_open_node_still_composes() -> None:
+    precheck(["+recipe=smoke", "compile.backend=inductor", "++compile.options.max_autotune=false"])
+    precheck(["+recipe=smoke", "model=custom", "model._target_=torch.nn.Linear", "+model.in_features=4",
+              "+model.out_features=4", "telemetry.speedup_steps=0"])
+
+
 def test_table_has_at_least_20_bad_inputs() -> None:
     assert len(BAD_INPUTS) >= 20
 
@@ -114,7 +155,7 @@ def test_cuda_graphs_on_cpu_is_a_warning_not_an_error(caplog: pytest.LogCaptureF
     assert "cudagraphs=disabled" in caplog.text
 
 
-@pytest.mark.parametrize("overrides", [["model.n_layr=3"], ["compile.fullgraph=true", "compile.on_error=eager"]])
+@pytest.mark.parametrize("overrides", [["+trainer.max_step=5"], ["compile.fullgraph=true", "compile.on_error=eager"]])
 def test_cli_refuses_bad_input_and_writes_nothing(overrides: list[str], tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-m", "runner", "+recipe=smoke", *overrides], cwd=tmp_path, env=env(),
                           capture_output=True, text=True, timeout=120)
@@ -122,5 +163,7 @@ def test_cli_refuses_bad_input_and_writes_nothing(overrides: list[str], tmp_path
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("runner: "), proc.stderr
     assert overrides[0].split("=")[0].split(".")[-1] in lines[0]
+    if overrides[0].startswith("+"):
+        assert "did you mean `trainer.max_steps=5`?" in lines[0], lines[0]
     assert proc.stdout == ""
     assert list(tmp_path.iterdir()) == [], "nothing may be written (no outputs/ run dir)"

@@ -80,7 +80,7 @@ def test_cfg_job_prints_the_composed_config() -> None:
     ("override", "named"),
     [
         ("compile.scop=step", "scop"),
-        ("compile=stepp", "compile"),
+        ("compile=stepp", "did you mean `compile=step`?"),
         ("trainer.max_steps=abc", "max_steps"),
         ("data.path=/does/not/exist", "data.path"),
     ],

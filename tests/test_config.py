@@ -79,11 +79,14 @@ def test_interpolations_resolve(tmp_path: Path) -> None:
         ("compile.scope=bogus", "bogus"),
         ("trainer.max_steps=abc", "max_steps"),
         ("model.n_layr=3", "n_layr"),
+        ("+model.n_layr=3", "n_layr"),  # + adds a key under any node; load refuses it under a typed one
+        ("+trainer.fsdp.consolidat=false", "consolidat"),
     ],
 )
 def test_bad_key_or_value_is_named(override: str, expected: str, tmp_path: Path) -> None:
-    # Hydra refuses it at composition (an unknown key, a value of the wrong type or enum), naming it.
-    with pytest.raises((HydraException, OmegaConfBaseException)) as info:
+    # Hydra refuses it at composition (an unknown key, a value of the wrong type or enum), naming it,
+    # or load does (a key added with + under a typed node).
+    with pytest.raises((HydraException, OmegaConfBaseException, ConfigError)) as info:
         load(compose(["+recipe=smoke", override], run_dir=str(tmp_path)))
     assert expected in str(info.value)
 
@@ -97,3 +100,20 @@ def test_composed_config_is_plain_yaml(tmp_path: Path) -> None:
     cfg = compose(["+recipe=quickstart"], run_dir=str(tmp_path))
     text = OmegaConf.to_yaml(cfg, resolve=True)
     assert "scope: step" in text
+
+
+def test_help_lists_the_options_a_user_picks_not_the_schemas() -> None:
+    from hydra import initialize_config_dir
+
+    from runner.config.help_text import groups_help, recipes_help
+    from runner.config.store import register_configs
+
+    register_configs()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
+        groups = groups_help().splitlines()
+    assert "model: " + ", ".join(o for o in _options("model")) in groups
+    assert "logger: all, csv, tensorboard, wandb" in groups
+    assert any(line.startswith("sweep (+sweep=NAME): ") for line in groups)
+    assert not any("_schema" in line or line.startswith(("hydra", "recipe")) for line in groups), groups
+    assert {line.split(":")[0] for line in groups} >= set(GROUPS)
+    assert all(f"  {name} " in recipes_help() for name in recipes())

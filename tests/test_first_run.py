@@ -179,9 +179,10 @@ def test_help_lists_groups_recipes_and_how_to_add_your_own(project: Path) -> Non
     out = proc.stdout
     assert "Traceback" not in proc.stderr
     assert "Usage: runner" in out and "== Add your own ==" in out and "--config-dir" in out and "_target_" in out
-    assert "model: custom, gpt, gpt_schema, gpt_tiny, lit, mlp, mlp_schema, net" in out  # runner's and the project's
+    assert "model: custom, gpt, gpt_tiny, lit, mlp, net" in out and "_schema" not in out  # runner's and the project's
     recipes = out.split("== Recipes (+recipe=NAME) ==")[1].split("==")[0]
-    assert "mine " in recipes and "[./recipes]" in recipes and "quickstart" in recipes and "[runner]" in recipes
+    assert "recipes from ./recipes (this project)" in recipes and "recipes from runner" in recipes
+    assert "mine " in recipes and "quickstart" in recipes
 
 
 def test_hydra_flags_without_a_recipe(project: Path, tmp_path: Path) -> None:

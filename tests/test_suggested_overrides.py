@@ -1,9 +1,11 @@
-"""Every ``group=option`` and ``key=value`` override that README.md or any message of runner's
+"""Every ``group=option`` and ``key=value`` override that README.md, docs/ or any message of runner's
 suggests composes, and every value of every closed config enum has its option file.
 
-The suggestions are found by reading README.md, the YAML comments and every string literal in
-runner/ (error messages, warnings, docstrings): a fix a message names that Hydra then refuses is a
-bug (``+cudagraphs.mode=reduce_overhead`` was one).
+The suggestions are found by reading README.md, docs/*.md, the YAML comments and every string literal
+in runner/ (error messages, warnings, docstrings): a fix a message names that Hydra then refuses is a
+bug (``+cudagraphs.mode=reduce_overhead`` was one). The "did you mean" suggestions a misspelt key or
+option gets are built from the schema's fields and the group's files at run time; tests/test_bad_input.py
+runs each one it makes.
 """
 
 from __future__ import annotations
@@ -25,8 +27,10 @@ _PLACEHOLDER = re.compile(r"[<>{}%]|^[A-Z_]+$|ClassName|pkg\.|^N$|^(True|False|N
 
 
 def _texts() -> list[tuple[str, str]]:
-    """(where, text) of README.md, the YAML files and every string literal in runner/."""
+    """(where, text) of README.md, docs/, the YAML files and every string literal in runner/."""
     out = [("README.md", (ROOT / "README.md").read_text())]
+    for path in sorted((ROOT / "docs").rglob("*.md")):  # the topics README points to
+        out.append((str(path.relative_to(ROOT)), path.read_text()))
     for path in sorted([*(ROOT / "conf").rglob("*.yaml"), *(ROOT / "recipes").rglob("*.yaml")]):
         out.append((str(path.relative_to(ROOT)), path.read_text()))
     for path in sorted((ROOT / "runner").rglob("*.py")):

@@ -1,7 +1,9 @@
 """Config: typed schema, Hydra registration, loading and cross-group validation."""
 
 from runner.config.errors import ConfigError
-from runner.config.load import CONF_DIR, compose, load, recipes
+from runner.config.layers import CONF_DIR
+from runner.config.load import compose, load
+from runner.config.recipe_files import recipes
 from runner.config.schema import (
     AfterWarmup,
     CompileConfig,

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from runner import hydra_internals
 from runner.config.schema import RunConfig
 
 Check = Callable[[RunConfig], "str | None"]
@@ -34,10 +35,8 @@ def _fields(node: Any) -> dict[str, Any]:
 
 def _locate(target: str) -> tuple[Any, str | None]:
     """The object ``target`` names, or None and why it cannot be imported."""
-    from hydra._internal.utils import _locate  # what instantiate uses; get_object also logs the error
-
     try:
-        return _locate(target), None
+        return hydra_internals.locate(target), None
     except Exception as e:  # ImportError, AttributeError, or the user's module failing on import
         cause = e.__cause__ or e
         return None, f"{type(cause).__name__}: {str(cause).splitlines()[0] if str(cause) else ''}".rstrip(": ")

@@ -1,7 +1,7 @@
 """Typed schemas of the open ``_target_`` nodes runner ships: models, data, optimizers, schedulers,
-loggers. Each is registered in its group (``<option>_schema``) and extended by the option's YAML, so
-a misspelt key fails at composition. A user's own class is selected with its own YAML option (see
-``conf/model/custom.yaml``), which has no schema beyond ``_target_``.
+loggers. Each is registered in its group under :func:`schema_name` (``gpt_schema``) and extended by the
+option's YAML, so a misspelt key fails at composition. A user's own class is selected with its own
+YAML option (see ``conf/model/custom.yaml``), which has no schema beyond ``_target_``.
 """
 
 from __future__ import annotations
@@ -142,3 +142,29 @@ class TensorBoardLoggerSchema:
     save_dir: str = "${run_dir}"
     name: str = "tensorboard"
     version: str = ""
+
+
+# The schema of each option runner ships in the open groups: group -> option -> dataclass.
+_TARGET_SCHEMAS: dict[str, dict[str, type]] = {
+    "model": {"gpt": GPTSchema, "mlp": MLPSchema},
+    "data": {"text": TextDataSchema, "synthetic": SyntheticDataSchema},
+    "optimizer": {"adamw": AdamWSchema, "sgd": SGDSchema},
+    "scheduler": {"warmup_cosine": WarmupCosineSchema},
+    "logger": {"csv": CSVLoggerSchema, "wandb": WandbLoggerSchema, "tensorboard": TensorBoardLoggerSchema},
+}
+
+
+def target_schemas() -> dict[str, dict[str, type]]:
+    """Group -> option -> the schema dataclass that option's YAML extends (a copy)."""
+    return {group: dict(options) for group, options in _TARGET_SCHEMAS.items()}
+
+
+def schema_name(option: str) -> str:
+    """The name an option's schema is stored under in its group (``gpt`` -> ``gpt_schema``): what the
+    option's YAML names in its defaults list, and never an option a user picks."""
+    return f"{option}_schema"
+
+
+def is_schema_name(group: str, name: str) -> bool:
+    """Whether ``group/name`` is one of the stored schemas rather than an option file."""
+    return any(schema_name(option) == name for option in _TARGET_SCHEMAS.get(group, {}))

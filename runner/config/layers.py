@@ -1,0 +1,92 @@
+"""Where runner's config files come from: runner's own ``conf/`` and ``recipes/``, and the user's
+project layers (``./conf/<group>/`` and ``./recipes/`` in the current directory, then each directory
+given with ``--config-dir`` or ``hydra.searchpath``), which come first."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+_PKG = Path(__file__).resolve().parents[1]
+
+
+def _builtin(name: str) -> Path:
+    """An installed wheel ships ``conf/`` and ``recipes/`` as ``runner/_conf`` and ``runner/_recipes``
+    (see setup.py); a checkout or an editable install reads them at the top of the repository."""
+    packaged = _PKG / f"_{name}"
+    return packaged if packaged.is_dir() else _PKG.parent / name
+
+
+CONF_DIR = _builtin("conf")
+RECIPES_DIR = _builtin("recipes")
+RECIPE_GROUP = "recipe"
+
+
+@dataclass(frozen=True)
+class ConfigLayer:
+    """One place configs come from: ``groups`` holds ``<group>/<option>.yaml`` (root-level files there
+    are not read: a project's own ``conf/config.yaml`` must not replace runner's root config),
+    ``recipes`` holds ``<recipe>.yaml`` files for ``+recipe=NAME``."""
+
+    label: str
+    groups: Path | None
+    recipes: Path | None
+
+
+_extra_dirs: list[Path] = []
+
+
+def set_config_dirs(dirs: Sequence[str | Path]) -> None:
+    """The directories given with ``--config-dir`` / ``hydra.searchpath`` (the entry point and
+    ``compose`` set them before Hydra builds its search path)."""
+    _extra_dirs[:] = [Path(d).expanduser().resolve() for d in dirs]
+
+
+def config_dirs() -> list[Path]:
+    """The directories last given to :func:`set_config_dirs`."""
+    return list(_extra_dirs)
+
+
+def same_dir(a: Path | None, b: Path | None) -> bool:
+    """Both exist and are the same directory."""
+    return a is not None and b is not None and a.exists() and b.exists() and a.resolve() == b.resolve()
+
+
+def _project_layer(label: str, root: Path, hydra_layout: bool) -> ConfigLayer | None:
+    """``root/conf`` + ``root/recipes`` (a project); else, for a directory named on the command line,
+    Hydra's own layout (``root/<group>/``, recipes in ``root/recipe/``)."""
+    conf, recipes = root / "conf", root / "recipes"
+    if conf.is_dir() or recipes.is_dir():
+        layer = ConfigLayer(label, conf if conf.is_dir() else None, recipes if recipes.is_dir() else None)
+    elif hydra_layout and root.is_dir():
+        recipe_group = root / RECIPE_GROUP
+        layer = ConfigLayer(label, root, recipe_group if recipe_group.is_dir() else None)
+    else:
+        return None
+    # runner's own checkout, run from its top directory: not a separate project.
+    if same_dir(layer.groups, CONF_DIR) or same_dir(layer.recipes, RECIPES_DIR):
+        return None
+    return layer
+
+
+def user_layers() -> list[ConfigLayer]:
+    """The project in the current directory, then each ``--config-dir`` / ``hydra.searchpath`` directory."""
+    layers = [_project_layer("./", Path.cwd(), hydra_layout=False)]
+    layers += [_project_layer(str(d), d, hydra_layout=True) for d in _extra_dirs]
+    return [layer for layer in layers if layer is not None]
+
+
+def builtin_layer() -> ConfigLayer:
+    """runner's own ``conf/`` and ``recipes/``."""
+    return ConfigLayer("runner", CONF_DIR, RECIPES_DIR)
+
+
+def default_groups() -> list[str]:
+    """The groups runner's root config (``conf/config.yaml``) selects an option of: ``GROUP=OPTION``
+    changes them; any other group (``recipe``, ``sweep``) is added with ``+GROUP=OPTION``."""
+    root = yaml.safe_load((CONF_DIR / "config.yaml").read_text(encoding="utf-8")) or {}
+    entries = [e for e in root.get("defaults", []) if isinstance(e, dict)]
+    return [key for e in entries for key in e if not key.startswith(("override ", "hydra"))]
