@@ -26,6 +26,8 @@ BAD_INPUTS: list[tuple[list[str], list[str]]] = [
      ["cpp_wrapper option (compile.options)", "offload=checkpoint_budget", "++compile.options.cpp_wrapper=false"]),
     # unknown keys (the misspelt ones: MISSPELT below)
     (["+trainer.foo=1"], ["trainer.foo=1", "no key foo", "its keys are accelerator, devices"]),
+    (["compile.options.cpp_wraper=true"], ["compile.options.cpp_wraper", "`+compile.options.cpp_wraper=true` adds"]),
+    (["+logger.csvv.save_dir=x"], ["logger.csvv has no _target_", "did you mean `logger.csv`?"]),
     # wrong types / unknown enum values
     (["trainer.max_steps=abc"], ["max_steps", "abc", "type"]),
     (["compile.scope=bogus"], ["bogus", "expected one of", "step_backward"]),
@@ -98,6 +100,7 @@ MISSPELT: list[tuple[str, str]] = [
     ("offload=bf61", "offload=bf16"),
     ("model=gptt", "model=gpt"),
     ("+recipe=smok", "+recipe=smoke"),
+    ("logger.csvv.save_dir=x", "logger.csv.save_dir=x"),  # an open node: its own keys are the names
 ]
 
 
@@ -115,6 +118,21 @@ def test_misspelt_key_or_option_is_refused_with_the_close_name(override: str, su
     if not suggestion.startswith("+"):
         assert "`+" not in message, message
     precheck([*base, suggestion])  # the suggestion composes, converts and validates
+
+
+def test_a_misspelt_key_in_a_project_file_names_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "conf" / "model").mkdir(parents=True)
+    (tmp_path / "conf" / "model" / "gpt.yaml").write_text("defaults: [gpt_schema, _self_]\nn_layers: 1\n")
+    (tmp_path / "recipes").mkdir()
+    (tmp_path / "recipes" / "typo.yaml").write_text("# @package _global_\n# A typo.\ntrainer: {max_step: 5}\n")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match=r"option model=gpt \(conf/model/gpt.yaml\) sets model.n_layers, .*"
+                                          r"did you mean `model.n_layer`\?"):
+        precheck([])
+    (tmp_path / "conf" / "model" / "gpt.yaml").unlink()
+    with pytest.raises(ConfigError, match=r"recipe typo \(recipes/typo.yaml\) sets trainer.max_step, .*"
+                                          r"did you mean `trainer.max_steps`\?"):
+        precheck(["+recipe=typo"])
 
 
 def test_a_key_added_with_plus_under_an_open_node_still_composes() -> None:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from runner import hydra_internals
+from runner.config.errors import close_matches
 from runner.config.schema import RunConfig
 
 Check = Callable[[RunConfig], "str | None"]
@@ -42,10 +43,29 @@ def _locate(target: str) -> tuple[Any, str | None]:
         return None, f"{type(cause).__name__}: {str(cause).splitlines()[0] if str(cause) else ''}".rstrip(": ")
 
 
+def _check_loggers(cfg: RunConfig) -> str | None:
+    """Every ``logger.NAME`` entry names its class: one added with ``+logger.NAME.key=value`` (a
+    misspelt ``logger.csv``) has no ``_target_``, and would fail only when the run builds it."""
+    named = [n for n, node in cfg.logger.items() if isinstance(_fields(node).get("_target_"), str)]
+    for name, node in cfg.logger.items():
+        if name in named:
+            continue
+        matches = close_matches(name, named)
+        fix = f"did you mean `logger.{matches[0]}`? " if matches else ""
+        return (f"logger.{name} has no _target_ (its keys: {', '.join(map(str, _fields(node))) or 'none'}): "
+                f"{fix}A logger names its class (`_target_: package.Logger`, as conf/logger/*.yaml do; "
+                f"`runner --help` lists the logger options), or drop the entry (~logger.{name}).")
+    return None
+
+
 def check_targets(cfg: RunConfig) -> str | None:
-    """Every ``_target_`` imports: a typo or a package that is not importable from here."""
-    for group in _GROUPS:
-        target = _fields(getattr(cfg, group)).get("_target_")
+    """Every ``_target_`` imports, and every logger entry has one: a typo or a package that is not
+    importable from here."""
+    if (message := _check_loggers(cfg)) is not None:
+        return message
+    nodes = [*((g, getattr(cfg, g)) for g in _GROUPS), *((f"logger.{n}", node) for n, node in cfg.logger.items())]
+    for group, node in nodes:
+        target = _fields(node).get("_target_")
         if not isinstance(target, str):
             continue
         _, error = _locate(target)

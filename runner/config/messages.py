@@ -4,14 +4,14 @@ the fix, and "did you mean" from the schema's own field names and the group's op
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import re
-from collections.abc import Iterable
 
 from hydra.errors import MissingConfigException
+from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
 from runner import hydra_internals
+from runner.config.errors import close_matches
 from runner.config.layers import RECIPE_GROUP, default_groups
 from runner.config.targets import is_schema_name, target_schemas
 
@@ -20,20 +20,13 @@ _NOISE = ("full_key:", "reference_type=", "object_type=", "Config search path", 
 _CFG_JOB = "`runner --cfg job` prints every key with its value."
 
 
-def close_matches(name: str, candidates: Iterable[str]) -> list[str]:
-    """The candidates close to ``name``: difflib's similarity ratio at least 0.6 and within 0.1 of the
-    closest one (``max_step`` gets ``max_steps``, not also ``max_time``), closest first, at most three."""
-    scored = sorted(((difflib.SequenceMatcher(None, name, c).ratio(), c) for c in candidates), reverse=True)
-    return [c for ratio, c in scored[:3] if ratio >= 0.6 and ratio >= scored[0][0] - 0.1]
-
-
 def _keys(schema: type) -> list[str]:
     return [f.name for f in dataclasses.fields(schema)]  # type: ignore[arg-type]
 
 
 def unknown_key(full_key: str, schema: type, value: str | None, source: str | None = None) -> str:
-    """A key the typed node ``schema`` has no field for (written by ``source``, a recipe, when not the
-    command line): the close field names as overrides, or else every field the node has."""
+    """A key the typed node ``schema`` has no field for (written by ``source``, a recipe or an option
+    file, when not the command line): the close field names as overrides, or else every field it has."""
     parent, _, key = full_key.rpartition(".")
     node = f"{parent} ({schema.__name__})" if parent else f"the root config ({schema.__name__})"
     written = full_key if value is None else f"{full_key}={value}"
@@ -43,8 +36,7 @@ def unknown_key(full_key: str, schema: type, value: str | None, source: str | No
         fix = "did you mean " + " or ".join(f"`{prefix}{m}{suffix}`" for m in matches) + "?"
     else:
         fix = f"its keys are {', '.join(k for k in _keys(schema) if not k.startswith('_'))}."
-    where = " Fix it in the recipe's file." if source else ""
-    return f"invalid configuration: {head} {node} has no key {key}; {fix}{where} {_CFG_JOB}"
+    return f"invalid configuration: {head} {node} has no key {key}; {fix} {_CFG_JOB}"
 
 
 def _chain(e: BaseException) -> list[BaseException]:
@@ -105,21 +97,56 @@ def _missing_option(e: MissingConfigException, text: str) -> str | None:
             f"{' '.join(options)}. `runner --help` lists every group's options, `runner --list-recipes` every recipe.")
 
 
+def _source(text: str) -> str | None:
+    """The config file whose merge failed (``In 'recipe/smoke': ...``), as ``recipe NAME (recipes/NAME.yaml)``
+    or ``option GROUP=NAME (conf/GROUP/NAME.yaml)``; None for the command line."""
+    m = re.search(r"In '\+?([^']+)': ", text)
+    if m is None or m.group(1) == "config":
+        return None
+    group, _, name = m.group(1).rpartition("/")
+    if group == RECIPE_GROUP:
+        return f"recipe {name} (recipes/{name}.yaml)"
+    return f"option {group}={name} (conf/{group}/{name}.yaml)"
+
+
+def _open_node_key(e: BaseException, refused: str | None) -> str | None:
+    """A misspelt key under a node open by design (``logger``, ``model=custom``, ``compile.options``):
+    the close keys it already has, as the override with the key corrected; else how ``+`` adds it."""
+    for cause in _chain(e):
+        key, full_key = getattr(cause, "key", None), getattr(cause, "full_key", None)
+        parent = getattr(cause, "parent_node", None)
+        if not (isinstance(cause, OmegaConfBaseException) and isinstance(key, str) and isinstance(full_key, str)):
+            continue
+        written = refused or full_key
+        present = [str(k) for k in parent] if isinstance(parent, DictConfig) else []
+        if matches := close_matches(key, present):
+            node = full_key.rpartition(".")[0]
+            fixed = [f"`{node + '.' if node else ''}{m}{written[len(full_key):]}`" for m in matches]
+            return (f"invalid configuration: {written}: {node or 'the root config'} has no key {key}; "
+                    f"did you mean {' or '.join(fixed)}? {_CFG_JOB}")
+        return (f"invalid configuration: {written}: {full_key} is not set. Check the key's spelling; this node "
+                f"takes any key, and `+{written}` adds it as a new one. {_CFG_JOB}")
+    return None
+
+
 def explain(e: Exception) -> str:
     """Hydra's and OmegaConf's message in one paragraph, with the fix appended."""
     lines = _lines(e)
     text = "\n".join(lines)
-    recipe = re.search(r"In '\+?recipe/([^']+)'", text)
+    source = _source(text)
+    refused = hydra_internals.refused_override("\n".join(str(c) for c in _chain(e)))
     if (typed := _typed_unknown(e)) is not None:
         full_key, schema = typed
         group, key = full_key.split(".")[0], full_key.rpartition(".")[2]
-        if recipe and group in target_schemas() and not close_matches(key, _keys(schema)):
-            return _recipe_field(recipe.group(1), full_key, schema)
-        refused = hydra_internals.refused_override("\n".join(str(c) for c in _chain(e)))
-        value = refused.partition("=")[2] if refused and refused.lstrip("+").startswith(f"{full_key}=") else None
-        return unknown_key(full_key, schema, value, f"recipe {recipe.group(1)}" if recipe else None)
+        if source and source.startswith("recipe ") and group in target_schemas() and not close_matches(
+                key, _keys(schema)):
+            return _recipe_field(source.split()[1], full_key, schema)
+        value = refused.partition("=")[2] if refused and refused.startswith(f"{full_key}=") else None
+        return unknown_key(full_key, schema, value, source)
     missing = next((c for c in _chain(e) if isinstance(c, MissingConfigException)), None)
     if missing is not None and (special := _missing_option(missing, text)) is not None:
+        return special
+    if refused is not None and (special := _open_node_key(e, refused)) is not None:
         return special
     msg = " ".join(ln for ln in lines if not ln.startswith(_NOISE))
     if "Missing mandatory value" in msg:
@@ -128,8 +155,8 @@ def explain(e: Exception) -> str:
     elif (m := re.search(r"Interpolation key '([^']+)' not found", msg)) is not None:
         fix = (f"An option refers to {m.group(1)}, which the other selected options do not have: pick options "
                "that fit together (model=mlp goes with data=synthetic), or set the key.")
-    elif "not in" in msg or "Key '" in msg:  # a node open by design (compile.options, model=custom)
-        fix = f"Check the key's spelling; this node takes any key, added with `+key=value`. {_CFG_JOB}"
+    elif "not in" in msg or "Key '" in msg:
+        fix = f"Check the key's spelling. {_CFG_JOB}"
     elif "Could not find" in msg or "Could not load" in msg:
         fix = ("Pick one of the available options listed above; `runner --list-recipes` lists recipes, "
                "`runner --help` every group's options.")
