@@ -1,19 +1,28 @@
-"""A clean console for ``runner``: known third-party noise is silenced, narrowly.
+"""A clean console for ``runner``'s own runs: known third-party noise is silenced, narrowly.
 
 Each entry names the exact message and the module that emits it, so anything else those libraries
 say (a real warning, a new deprecation) still reaches the user. Only the ``runner`` entry point
-calls :func:`quiet_third_party`; importing runner as a library changes nothing.
+enters :func:`quiet_third_party` and :func:`short_console_lines`, and both restore what they
+changed on the way out: importing runner as a library, or using its strategy in your own Trainer,
+silences nothing. :func:`quiet_wandb` quiets a wandb logger runner built itself.
 """
 
 from __future__ import annotations
 
 import logging
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
 
 # (message regex, module regex) of Python warnings to drop.
 _WARNINGS: tuple[tuple[str, str], ...] = (
     # torch 2.13 deprecates LeafSpec; Lightning 2.6 still builds one on every batch it moves.
     (r"`isinstance\(treespec, LeafSpec\)` is deprecated", r"lightning\.pytorch\.utilities\._pytree"),
+    # runner sets log_every_n_steps itself and bounds runs by steps: logging goes on across epochs,
+    # so "smaller than the logging interval" (an epoch shorter than the interval) loses nothing.
+    (r"The number of training batches \(\d+\) is smaller than the logging interval",
+     r"lightning\.pytorch\.loops\.fit_loop"),
 )
 
 # (logger, message prefix) of log records to drop.
@@ -39,14 +48,69 @@ class _DropPrefixes(logging.Filter):
         return not record.getMessage().startswith(self.prefixes)
 
 
-def quiet_third_party() -> None:
-    """Install the filters above (idempotent)."""
-    for message, module in _WARNINGS:
-        warnings.filterwarnings("ignore", message=message, module=module)
+@contextmanager
+def quiet_third_party() -> Iterator[None]:
+    """While open: the warnings and log records above are dropped. On exit the warning filters and
+    the loggers' filters are as they were."""
     by_logger: dict[str, tuple[str, ...]] = {}
     for name, prefix in _LOG_RECORDS:
         by_logger[name] = (*by_logger.get(name, ()), prefix)
-    for name, prefixes in by_logger.items():
-        logger = logging.getLogger(name)
-        if not any(isinstance(f, _DropPrefixes) for f in logger.filters):
-            logger.addFilter(_DropPrefixes(prefixes))
+    added = [(logging.getLogger(name), _DropPrefixes(prefixes)) for name, prefixes in by_logger.items()]
+    with warnings.catch_warnings():
+        for message, module in _WARNINGS:
+            warnings.filterwarnings("ignore", message=message, module=module)
+        for logger, drop in added:
+            logger.addFilter(drop)
+        try:
+            yield
+        finally:
+            for logger, drop in added:
+                logger.removeFilter(drop)
+
+
+class _FirstLine(logging.Formatter):
+    """Formats a record as ``inner`` does, with only the first line of runner's INFO messages: their
+    details (the lines after the first) go to the run's log file, not the console."""
+
+    def __init__(self, inner: logging.Formatter) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def format(self, record: logging.LogRecord) -> str:
+        message = record.getMessage()
+        if record.levelno == logging.INFO and record.name.startswith("runner.") and "\n" in message:
+            record = logging.makeLogRecord({**record.__dict__, "msg": message.split("\n", 1)[0], "args": None})
+        return self.inner.format(record)
+
+
+def _console_handlers() -> list[logging.Handler]:
+    return [h for h in logging.getLogger().handlers
+            if isinstance(h, logging.StreamHandler) and not isinstance(h, logging.FileHandler)]
+
+
+@contextmanager
+def short_console_lines() -> Iterator[None]:
+    """While open: the root logger's console handlers (Hydra's, configured for the job) print the first
+    line of runner's INFO messages; the job's log file keeps every line. Formatters restored on exit."""
+    swapped = [(h, h.formatter) for h in _console_handlers()]
+    for handler, formatter in swapped:
+        handler.setFormatter(_FirstLine(formatter or logging.Formatter()))
+    try:
+        yield
+    finally:
+        for handler, formatter in swapped:
+            handler.setFormatter(formatter)
+
+
+def quiet_wandb(logger: Any) -> None:
+    """A ``WandbLogger`` runner built: wandb's own end-of-run history and summary (about 30 lines
+    before runner's table; every figure is in ``report.md``) are left out (wandb's ``quiet``
+    setting), and so is the ``anonymous`` argument Lightning 2.6 always passes as None, which wandb
+    (0.22 on) reads as set and warns "The anonymous setting has no effect". Other loggers, and
+    settings the user gave, are left as they are."""
+    init = getattr(logger, "_wandb_init", None)  # Lightning's keyword arguments for wandb.init (private)
+    if not isinstance(init, dict):
+        return
+    if "anonymous" in init and init["anonymous"] is None:
+        del init["anonymous"]
+    init.setdefault("settings", {"quiet": True})
