@@ -17,15 +17,18 @@ from runner.telemetry.throughput import batch_counts, estimate_flops, trainable_
 CONF = Path(__file__).resolve().parents[1] / "conf"
 
 
-def _figures(speedup: float, compile_s: float, recompiles: int, peak: float) -> dict:
+def _figures(speedup: float, compile_s: float, recompiles: int, peak: float, spread: float = 0.05) -> dict:
     return {
         "compile/graphs": 2,
         "compile/recompiles": recompiles,
         "compile/graph_breaks": 1,
         "compile/time_s": compile_s,
         "perf/speedup_x": speedup,
+        "perf/speedup_p25_x": speedup - spread,
+        "perf/speedup_p75_x": speedup + spread,
+        "perf/speedup_status": "measured",
         "perf/step_ms": 10.0,
-        "perf/break_even_step": math.inf,
+        "perf/break_even_step": break_even_step(compile_s, 10.0, speedup),
         "memory/peak_gib": peak,
         "compile/recompile_reasons": [{"name": "f", "reason": "tensor 'x' size mismatch", "step": 3}],
         "compile/graph_break_reasons": [{"reason": "Call to `print()`", "user_frame": "m.py:4", "count": 2}],
@@ -37,11 +40,12 @@ def _figures(speedup: float, compile_s: float, recompiles: int, peak: float) -> 
 def test_write_report_writes_valid_json_md_png(tmp_path: Path) -> None:
     figures = _figures(1.3, 40.0, 1, 0.5)
     write_report(tmp_path, figures)
-    report = json.loads((tmp_path / "report.json").read_text())  # inf became null: valid JSON
-    assert report["perf/speedup_x"] == 1.3 and report["perf/break_even_step"] is None
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["perf/speedup_x"] == 1.3 and report["perf/break_even_step"] == 13334  # 40 s / 3 ms saved per step
     assert report["compile/recompile_reasons"][0]["reason"] == "tensor 'x' size mismatch"
     md = (tmp_path / "report.md").read_text()
-    assert "| speedup [x] | 1.3 |" in md and "| break-even step | never |" in md and "m.py:4" in md
+    assert "| speedup [x] | 1.3 (1.25 to 1.35) | median over the pairs" in md and "| break-even step | 13334 |" in md
+    assert "m.py:4" in md
     assert (tmp_path / "step_times.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     text = format_summary(figures)
     assert "speedup [x]" in text and "1.3" in text and "tensor 'x' size mismatch" in text
@@ -84,7 +88,7 @@ def test_summarize_sweep_ranks_runs(tmp_path: Path) -> None:
     assert summary["rankings"]["memory"][0] == "compile=step,offload=bf16"
     assert summary["runs"][0]["ranks"] == {"speedup": 1, "compile_time": 3, "recompiles": 4, "memory": 4}
     assert json.loads((tmp_path / "summary.json").read_text())["best"] == summary["best"]
-    assert "| 1 | `compile=step,offload=none` | 1.4 |" in (tmp_path / "summary.md").read_text()
+    assert "| 1 | `compile=step,offload=none` | 1.4 (1.35 to 1.45) |" in (tmp_path / "summary.md").read_text()
     assert "Every run: `+recipe=quickstart trainer.max_steps=80`" in (tmp_path / "summary.md").read_text()
     assert (tmp_path / "summary.png").stat().st_size > 1000
 
@@ -128,7 +132,11 @@ def test_speedup_meter_schedule_and_figures() -> None:
     assert figures["perf/speedup_x"] == 2.0 == figures["perf/speedup_p25_x"] == figures["perf/speedup_p75_x"]
     assert figures["perf/eager_step_ms"] == 20.0 and figures["perf/compiled_step_ms"] == 10.0
     assert figures["perf/break_even_step"] == 100  # 1 s / 10 ms saved per step
-    assert break_even_step(1.0, 10.0, 12.0) == math.inf
+    assert figures["perf/speedup_pairs"] == 2 and figures["perf/speedup_steps"] == "4-8"
+    assert figures["perf/speedup_status"] == "measured"
+    # Compiled time x (speedup - 1) saved per step; no speedup above 1: never.
+    assert break_even_step(1.0, 10.0, 1.1) == 1000 and break_even_step(1.0, 10.0, 0.95) == math.inf
+    assert break_even_step(1.0, 10.0, 1.0) == math.inf
 
 
 def test_step_series_of_a_long_run_stays_bounded_and_keeps_every_rare_point() -> None:

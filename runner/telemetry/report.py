@@ -18,59 +18,23 @@ from __future__ import annotations
 
 import json
 import math
+import textwrap
 from pathlib import Path
 from typing import Any
 
-# Rows of the summary table, in order: (key, label). Keys absent from the figures are skipped.
-SUMMARY_ROWS: tuple[tuple[str, str], ...] = (
-    # what was trained, and how well
-    ("run/steps", "steps"),
-    ("run/wall_s", "wall time [s]"),
-    ("train/loss", "train loss"),
-    ("val/loss", "val loss"),
-    ("val/bpb", "val bits per byte"),
-    ("data/unigram_bpb", "  unigram entropy [bits/byte]"),
-    # what the compile stack applied
-    ("compile/scope", "compile scope"),
-    ("compile/options", "  Inductor options"),
-    ("compile/optimizer", "optimizer step"),
-    ("dynamic/policy", "shape policy"),
-    ("dynamic/padding_waste_pct", "  padding [% of tokens]"),
-    ("offload/strategy", "saved activations"),
-    ("offload/reduction_x", "  saved bytes reduction [x]"),
-    ("offload/grad_rel_error", "  grad rel. error vs none"),
-    ("cudagraphs/active", "CUDA graphs active"),
-    # what compilation did, and what it bought
-    ("compile/frames", "frames compiled"),
-    ("compile/graphs", "graphs"),
-    ("compile/recompiles", "recompiles"),
-    ("compile/graph_breaks", "graph breaks"),
-    ("compile/guards_total", "guards (total)"),
-    ("compile/guards_max", "guards (max per entry)"),
-    ("compile/time_s", "compile time [s]"),
-    ("compile/dynamo_s", "  Dynamo [s]"),
-    ("compile/aot_autograd_s", "  AOTAutograd [s]"),
-    ("compile/inductor_s", "  Inductor [s]"),
-    ("compile/cache_hits", "compile-cache hits"),
-    ("compile/cache_misses", "compile-cache misses"),
-    ("compile/cudagraph_skips", "CUDA-graph skips"),
-    ("compile/fallbacks", "eager fallbacks"),
-    ("perf/step_ms", "step [ms]"),
-    ("perf/eager_step_ms", "eager step [ms]"),
-    ("perf/compiled_step_ms", "compiled step [ms]"),
-    ("perf/speedup_x", "speedup [x]"),
-    ("perf/speedup_p25_x", "  speedup, 25th pct. of pairs [x]"),
-    ("perf/speedup_p75_x", "  speedup, 75th pct. of pairs [x]"),
-    ("perf/break_even_step", "break-even step"),
-    ("perf/samples_per_s", "samples/s"),
-    ("perf/tokens_per_s", "tokens/s"),
-    ("perf/tflop_per_step", "TFLOP per step"),
-    ("perf/mfu", "MFU"),
-    ("perf/peak_tflops", "  device peak [TFLOP/s]"),
-    ("perf/peak_source", "  peak source"),
-    ("memory/peak_gib", "peak memory [GiB]"),
-    ("trace/html", "compile report (tlparse)"),
+from runner.telemetry.definitions import (
+    FIGURES,
+    SECTIONS,
+    TIMING_LEGEND,
+    break_even_cell,
+    break_even_text,
+    missing_speedup,
+    speedup_verdict,
 )
+from runner.telemetry.plots import plot_step_times
+
+# Rows of the summary table, in order: (key, label), from the definitions. Keys absent from the figures are skipped.
+SUMMARY_ROWS: tuple[tuple[str, str], ...] = tuple((f.key, f.label) for _, section in SECTIONS for f in section)
 
 
 def _fmt(value: Any) -> str:
@@ -87,7 +51,8 @@ def _fmt(value: Any) -> str:
 
 
 def _json_safe(value: Any) -> Any:
-    """JSON has no NaN/inf: map them to None so any JSON reader accepts the report."""
+    """JSON has no NaN/inf: map them to None so any JSON reader accepts the report (the break-even
+    step is written ``"never"`` by :func:`write_report`, as everywhere else)."""
     if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
         return None
     if isinstance(value, dict):
@@ -99,17 +64,59 @@ def _json_safe(value: Any) -> Any:
     return str(value)  # e.g. a torch.dtype or Path slipped into the figures: keep it readable
 
 
+def _cell(key: str, figures: dict[str, Any]) -> str:
+    """One figure as shown: the speedup with its quartiles, the break-even step as a number or
+    ``never``, a missing speedup as why it is missing."""
+    if key == "perf/break_even_step":
+        return break_even_cell(figures)
+    if key == "perf/speedup_x":
+        value = _fmt(figures["perf/speedup_x"])
+        if "perf/speedup_p25_x" in figures and "perf/speedup_p75_x" in figures:
+            value += f" ({_fmt(figures['perf/speedup_p25_x'])} to {_fmt(figures['perf/speedup_p75_x'])})"
+        return value
+    if key == "perf/speedup_steps" and figures.get("perf/speedup_pairs"):
+        text = f"{figures[key]} ({figures['perf/speedup_pairs']} pairs)"
+        resumed = figures.get("perf/speedup_status") == "measured before the resume"
+        return text + (", before the resume" if resumed else "")
+    return _fmt(figures[key])
+
+
+def _present(key: str, figures: dict[str, Any]) -> bool:
+    # A run without a speedup says so on the speedup row instead of leaving it out.
+    return key in figures or (key == "perf/speedup_x" and "perf/speedup_status" in figures)
+
+
+def summary_sections(figures: dict[str, Any]) -> list[tuple[str, list[tuple[str, str]]]]:
+    """``(section, [(label, shown value), ...])`` of the summary, for the table and ``report.md``."""
+    out = []
+    for title, section in SECTIONS:
+        rows = [(f.label, _cell(f.key, figures) if f.key in figures else missing_speedup(figures))
+                for f in section if _present(f.key, figures)]
+        if rows:
+            out.append((title, rows))
+    return out
+
+
 def summary_rows(figures: dict[str, Any]) -> list[tuple[str, str]]:
-    """The (label, formatted value) rows of the summary, for the table and ``report.md``."""
-    rows = [(label, _fmt(figures[key])) for key, label in SUMMARY_ROWS if key in figures]
-    # An infinite break-even step means the compiled step is not faster: it never pays off.
-    if figures.get("perf/break_even_step") == math.inf:
-        rows = [(label, "never") if label == "break-even step" else (label, v) for label, v in rows]
-    return rows
+    """The (label, formatted value) rows of the summary, every section in order."""
+    return [row for _, rows in summary_sections(figures) for row in rows]
+
+
+def legend_lines(figures: dict[str, Any], width: int = 100) -> list[str]:
+    """Under the console table: the result in one sentence, then what the timing rows measure."""
+    _, sentence = speedup_verdict(figures)
+    lines = textwrap.wrap(f"result: {sentence}.", width, subsequent_indent="  ")
+    shown = {label for label, _ in summary_rows(figures)}
+    for f in FIGURES.values():
+        if f.label in TIMING_LEGEND and f.label in shown:
+            lines += textwrap.wrap(f"{f.label.strip()}: {f.meaning}", width, initial_indent="  ",
+                                   subsequent_indent="    ")
+    return lines
 
 
 def format_summary(figures: dict[str, Any], title: str = "compile telemetry") -> str:
-    """Render the headline figures as a text table (rich, no colour codes) for printing."""
+    """Render the headline figures as a text table (rich, no colour codes) for printing, followed by
+    the result in one sentence, what the timing rows measure, and the recompile/graph-break reasons."""
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
@@ -117,14 +124,19 @@ def format_summary(figures: dict[str, Any], title: str = "compile telemetry") ->
     table = Table(title=title)
     table.add_column("figure")
     table.add_column("value", justify="right")
-    for label, value in summary_rows(figures):
-        # Text, not a markup string: labels contain "[s]" / "[x]", which rich would read as tags.
-        table.add_row(Text(label), Text(value))
+    for i, (section, rows) in enumerate(summary_sections(figures)):
+        if i:
+            table.add_section()
+        table.add_row(Text(section, style="bold"), Text(""))
+        for label, value in rows:
+            # Text, not a markup string: labels contain "[s]" / "[x]", which rich would read as tags.
+            table.add_row(Text(label), Text(value))
     # Render to a string (no terminal control codes), so the caller can print or log it.
-    console = Console(width=80, record=True, force_terminal=False, color_system=None)
+    console = Console(width=100, record=True, force_terminal=False, color_system=None)
     with console.capture() as capture:
         console.print(table)
     text = capture.get()
+    text += "\n".join([*legend_lines(figures), "  every figure: report.md in the run directory", ""])
     reasons = _reason_lines(figures)
     if reasons:
         text += "\n".join(reasons) + "\n"
@@ -168,9 +180,15 @@ def _rank_table(figures: dict[str, Any]) -> list[str]:
 
 
 def _markdown(figures: dict[str, Any]) -> str:
-    """``report.md``: the summary table and every reason, in GitHub markdown."""
-    out = ["# Run report", "", "| figure | value |", "|---|---:|"]
-    out += [f"| {label.strip()} | {value} |" for label, value in summary_rows(figures)]
+    """``report.md``: the result, the summary table with what each figure measures, every reason."""
+    _, sentence = speedup_verdict(figures)
+    out = ["# Run report", "", f"**Result:** {sentence[:1].upper() + sentence[1:]}.", ""]
+    meaning = {f.label: f.meaning for f in FIGURES.values()}
+    for section, rows in summary_sections(figures):
+        out += [f"| {section} | value | what it measures |", "|---|---:|---|"]
+        out += [f"| {label.strip()} | {value} | {meaning.get(label, '')} |" for label, value in rows]
+        out.append("")
+    out.append("Every figure, its steps and its key in report.json: docs/report.md in runner's repository.")
     recompiles = figures.get("compile/recompile_reasons") or []
     out += ["", f"## Recompiles ({len(recompiles)})", ""]
     out += [f"- `{r.get('name', '?')}` (step {r.get('step', '?')}): {r.get('reason', '?')}" + _fix(r)
@@ -188,46 +206,13 @@ def _markdown(figures: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-def plot_step_times(figures: dict[str, Any], path: Path) -> bool:
-    """Plot step time per step, coloured by mode, with compile/recompile events as vertical lines.
-
-    Returns False (and writes nothing) when there are no step times to plot.
-    """
-    series = figures.get("perf/step_series") or []
-    if not series:
-        return False
-    import matplotlib
-
-    matplotlib.use("Agg")  # no display on training machines; must precede pyplot's import
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(8, 4))
-    for mode, color in (("warmup", "tab:gray"), ("compiled", "tab:blue"), ("eager", "tab:orange")):
-        pts = [(p["step"], p["ms"]) for p in series if p.get("mode") == mode and p.get("timed", True)]
-        if pts:
-            ax.scatter([s for s, _ in pts], [m for _, m in pts], s=8, color=color, label=mode)
-    for event in figures.get("compile/events") or []:
-        step = event.get("step")
-        if step is None or event.get("kind") == "cudagraph_recording":  # a recording is not a compile
-            continue
-        color = "tab:red" if event.get("kind") == "recompile" else "tab:green"
-        ax.axvline(step, color=color, alpha=0.5, linewidth=1)
-    ax.plot([], [], color="tab:green", label="compile")  # legend entries for the event lines
-    ax.plot([], [], color="tab:red", label="recompile")
-    ax.set_yscale("log")  # compile steps are 1000x a normal step: log keeps both readable
-    ax.set_xlabel("step")
-    ax.set_ylabel("step time [ms]")
-    ax.legend(loc="upper right", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return True
-
-
 def write_report(run_dir: Path, figures: dict[str, Any]) -> None:
     """Write ``report.json`` (all figures and reasons), ``report.md`` and ``step_times.png``."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "report.json").write_text(json.dumps(_json_safe(figures), indent=2, sort_keys=True) + "\n")
+    stored = dict(figures)
+    if break_even_text(figures) == "never":  # not null: null would read as "not measured"
+        stored["perf/break_even_step"] = "never"
+    (run_dir / "report.json").write_text(json.dumps(_json_safe(stored), indent=2, sort_keys=True) + "\n")
     plot_step_times(figures, run_dir / "step_times.png")
     (run_dir / "report.md").write_text(_markdown(figures))

@@ -11,7 +11,8 @@ the mode of each training step:
 3. ``eager`` / ``compiled``: ``pairs`` pairs in ABBA order (E C C E E C ...), so a slow drift
    over the window adds equally to both sides. A step that compiled is discarded. The speedup is
    the median over pairs of eager/compiled (with its quartiles): on this shared 2-core machine,
-   timing eager against itself gave 0.91 with 10 pairs and 0.98 with 30.
+   timing eager against itself gave 0.91 with 10 pairs and 0.98 with 30. The break-even step is
+   derived from that same speedup, so it is finite exactly when the speedup is above 1.
 4. ``compiled``: the rest of training; still timed, for ``perf/step_ms`` and the plot.
 
 A step whose time is not the step's real time (an untimed step on an asynchronous device, see
@@ -32,6 +33,10 @@ from typing import Any
 SERIES_POINTS = 4096
 """Compiled steps kept in the step series (report, plot) at most: beyond, one in every ``stride``
 (a power of two), so a run of a million steps keeps a few thousand points, not a million dicts."""
+
+SPEEDUP_KEYS = ("perf/eager_step_ms", "perf/compiled_step_ms", "perf/speedup_x", "perf/speedup_p25_x",
+                "perf/speedup_p75_x", "perf/break_even_step", "perf/speedup_pairs", "perf/speedup_steps")
+"""The figures of one speedup measurement (carried through a checkpoint to a resumed run)."""
 
 RECENT = 50
 """Steps the live figures (``perf/step_ms``, throughput) are computed over: the recent ones, since a
@@ -83,6 +88,7 @@ class SpeedupMeter:
         self._steady: deque[dict[str, Any]] = deque(maxlen=RECENT + 1)
         self._warmup_seen = 0
         self.window: list[tuple[str, float, int]] = []  # (mode, ms, tokens or samples) of the interleaved steps
+        self.window_steps: list[int] = []  # the steps of ``window``, for the report ("steps 5-44")
         self._quiet = 0  # consecutive steps that compiled nothing
         self._measuring = False
         self.compiled_any = False  # a warm-up step compiled something: there is a speedup to measure
@@ -129,6 +135,7 @@ class SpeedupMeter:
                 if not timed:
                     return  # not a usable time (the caller did not ask for one): run this pair step again
                 self.window.append((mode, ms, work))
+                self.window_steps.append(step)
             self.schedule.pop(0)  # a step that compiled is repeated: its time is not a step time
 
     def rate(self, key: str) -> float | None:
@@ -157,6 +164,7 @@ class SpeedupMeter:
         recent = self._compiled or self._steady  # recent: recompiles change the step time
         if recent:
             out["perf/step_ms"] = statistics.median(p["ms"] for p in recent)
+        out["perf/speedup_status"] = self.status()
         if self.done and self.window and self.compiled_any:
             # Only the interleaved window, so both medians saw the same machine conditions.
             e_ms = statistics.median([ms for mode, ms, _ in self.window if mode == "eager"])
@@ -167,12 +175,30 @@ class SpeedupMeter:
             # a load burst hits both steps of a pair, so it cancels in the ratio (it does not in a ratio
             # of medians), and per token, pairs whose batches differ in length still compare like with like.
             ratios = pair_ratios(self.window)
-            out["perf/speedup_x"] = statistics.median(ratios) if ratios else math.nan
+            out["perf/speedup_x"] = speedup = statistics.median(ratios) if ratios else math.nan
+            out["perf/speedup_pairs"] = len(ratios)
+            if self.window_steps:
+                out["perf/speedup_steps"] = f"{min(self.window_steps)}-{max(self.window_steps)}"
             if len(ratios) >= 2:
-                q = statistics.quantiles(ratios, n=4)
+                # "inclusive": quartiles inside the measured ratios (the default "exclusive" method
+                # extrapolates from few pairs, e.g. -0.57 from two ratios 0.37 and 4.1).
+                q = statistics.quantiles(ratios, n=4, method="inclusive")
                 out["perf/speedup_p25_x"], out["perf/speedup_p75_x"] = q[0], q[2]
-            out["perf/break_even_step"] = break_even_step(compile_time_s, e_ms, c_ms)
+            out["perf/break_even_step"] = break_even_step(compile_time_s, c_ms, speedup)
         return out
+
+    def status(self) -> str:
+        """Why there is (or is not yet) a speedup figure, for the report: ``measured``, ``nothing
+        compiled``, ``disabled`` (no pairs asked for) or how far the pairs got."""
+        if self.done and self.window and self.compiled_any:
+            return "measured"
+        if self.pairs <= 0:
+            return "disabled"
+        if self._measuring and not self.compiled_any:
+            return "nothing compiled"
+        if not self._measuring:
+            return "warm-up not finished"
+        return f"{len(self.window) // 2} of {self.pairs} pairs measured"
 
 
 def pair_ratios(window: list[tuple[str, float, int]]) -> list[float]:
@@ -185,9 +211,14 @@ def pair_ratios(window: list[tuple[str, float, int]]) -> list[float]:
     return ratios
 
 
-def break_even_step(compile_time_s: float, eager_ms: float, compiled_ms: float) -> float:
-    """Steps after which compiling has paid for itself; ``inf`` when compiled is not faster."""
-    saved_s = (eager_ms - compiled_ms) / 1000.0
-    if saved_s <= 0:
+def break_even_step(compile_time_s: float, compiled_ms: float, speedup_x: float) -> float:
+    """Steps after which compiling has paid for itself: compile time over the time a compiled step
+    saves, ``compiled_ms * (speedup_x - 1)``; ``inf`` when the speedup is not above 1.
+
+    Derived from the speedup (the pairs' median ratio), not from the difference of the two medians,
+    so the report never shows a break-even step beside a speedup below 1: with a noisy machine the
+    two medians can point the other way than the pairs do."""
+    if not math.isfinite(speedup_x) or speedup_x <= 1.0:
         return math.inf
-    return math.ceil(compile_time_s / saved_s)
+    saved_s = compiled_ms * (speedup_x - 1.0) / 1000.0
+    return math.ceil(compile_time_s / saved_s) if saved_s > 0 else math.inf

@@ -5,6 +5,10 @@
 better), compile time, recompiles and peak memory (lower is better). :class:`SweepSummary` is the
 Hydra callback that calls it at the end of a multirun (registered by ``conf/sweep/*.yaml``).
 
+The summary names the best run by its measured figure, and says when that figure is not measurably
+better: a speedup whose pairs' quartiles include 1, or two runs whose quartile ranges overlap. Its
+columns are defined as in the run report (``runner.telemetry.definitions``), under the table.
+
 Every run logs the same keys, so wandb's dashboard can also compare the runs of a sweep side by side.
 """
 
@@ -18,6 +22,9 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
+from runner.telemetry.definitions import FIGURES, break_even_cell, missing_speedup, speedup_verdict
+from runner.telemetry.plots import plot_sweep
+
 # (criterion, report key, higher is better)
 CRITERIA: tuple[tuple[str, str, bool], ...] = (
     ("speedup", "perf/speedup_x", True),
@@ -30,7 +37,7 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("compile/time_s", "compile [s]"),
     ("compile/recompiles", "recompiles"),
     ("compile/graph_breaks", "graph breaks"),
-    ("perf/step_ms", "step [ms]"),
+    ("perf/step_ms", "step, last 50 [ms]"),
     ("perf/break_even_step", "break-even step"),
     ("memory/peak_gib", "peak [GiB]"),
     ("offload/reduction_x", "saved activations reduction [x]"),
@@ -103,11 +110,12 @@ def summarize_sweep(sweep_dir: Path, criteria: tuple[tuple[str, str, bool], ...]
     for r in runs:
         r["ranks"] = {name: position[name][r["job"]] + 1 for name, _, _ in criteria}
     summary = {"runs": runs, "rankings": rankings, "best": runs[0]["job"] if runs else None, "shared": shared,
-               "columns": [list(c) for c in columns]}
+               "columns": [list(c) for c in columns], "criteria": [list(c) for c in criteria],
+               "notes": noise_notes(runs, criteria[0][1])}
     sweep_dir.mkdir(parents=True, exist_ok=True)
     (sweep_dir / "summary.json").write_text(json.dumps(_json_safe(summary), indent=2) + "\n")
     (sweep_dir / "summary.md").write_text(summary_markdown(summary))
-    _plot(runs, sweep_dir / "summary.png", panels=(columns[0], ("compile/time_s", "compile [s]")))
+    plot_sweep(runs, sweep_dir / "summary.png", panels=_panels(columns))
     return summary
 
 
@@ -121,52 +129,88 @@ def _json_safe(value: Any) -> Any:
     return value
 
 
+def _panels(columns: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+    """The picture's panels: the ranking's first column, the steady step time, the compile time."""
+    wanted = [columns[0], ("perf/step_ms", "step, last 50 [ms]"), ("compile/time_s", "compile [s]")]
+    out: list[tuple[str, str]] = []
+    for key, label in wanted:
+        if key not in [k for k, _ in out]:
+            out.append((key, label))
+    return tuple(out)
+
+
+def _quartiles(figures: dict[str, Any]) -> tuple[float, float] | None:
+    lo, hi = _number(figures.get("perf/speedup_p25_x")), _number(figures.get("perf/speedup_p75_x"))
+    return (lo, hi) if lo is not None and hi is not None else None
+
+
+def noise_notes(runs: list[dict[str, Any]], key: str) -> list[str]:
+    """Sentences saying when the best run's lead is inside the noise of the pairs' quartiles: the
+    best speedup's range includes 1, or its range overlaps the next runs' ranges."""
+    if key != "perf/speedup_x":
+        return []
+    measured = [r for r in runs if _number(r["figures"].get(key)) is not None]
+    if not measured:
+        return ["No run measured a speedup."]
+    best = measured[0]
+    kind, sentence = speedup_verdict(best["figures"])
+    notes = []
+    if kind != "faster":
+        notes.append(f"No run's compiled steps were measurably faster than eager. The highest speedup, "
+                     f"`{best['job']}`: {sentence}.")
+    spread = _quartiles(best["figures"])
+    close = [r["job"] for r in measured[1:]
+             if spread is not None and (q := _quartiles(r["figures"])) is not None and q[1] >= spread[0]]
+    if close:
+        notes.append(f"`{best['job']}` leads by less than the noise: its pairs' 25th to 75th percentile overlaps "
+                     "that of " + ", ".join(f"`{job}`" for job in close) + ", so their order is not measured.")
+    return notes
+
+
+def _cell(key: str, figures: dict[str, Any]) -> str:
+    if key == "perf/break_even_step":
+        return break_even_cell(figures)
+    number = _number(figures.get(key))
+    if number is None:
+        return missing_speedup(figures) if key == "perf/speedup_x" else "-"
+    if key == "perf/speedup_x" and (q := _quartiles(figures)) is not None:
+        return f"{number:.4g} ({q[0]:.3g} to {q[1]:.3g})"
+    return f"{number:.4g}"
+
+
+def _best_line(name: str, key: str, higher: bool, order: list[str], runs: list[dict[str, Any]]) -> str:
+    """``- highest speedup: `job` (1.4)``; a run without the figure is never called the best."""
+    word = "highest" if higher else "lowest"
+    figures = {r["job"]: r["figures"] for r in runs}
+    if not order or _number(figures[order[0]].get(key)) is None:
+        return f"- {word} {name}: - (no run measured it)"
+    return f"- {word} {name}: `{order[0]}`, {_cell(key, figures[order[0]])}"
+
+
 def summary_markdown(summary: dict[str, Any]) -> str:
-    """The ranked table of a sweep, best run first."""
-
-    def cell(value: Any) -> str:
-        number = _number(value)
-        return "-" if number is None else f"{number:.4g}"
-
+    """The ranked table of a sweep, best run first, with what each column means and how sure the
+    ranking is."""
     columns = [tuple(c) for c in summary.get("columns") or COLUMNS]
+    criteria = {name: (key, higher) for name, key, higher in (summary.get("criteria") or CRITERIA)}
     header = "| # | run | " + " | ".join(label for _, label in columns) + " |"
     lines = ["# Sweep summary", ""]
     if summary.get("shared"):
         lines += ["Every run: `" + " ".join(summary["shared"]) + "`", ""]
     lines += [header, "|" + "---|" * (len(columns) + 2)]
     for i, run in enumerate(summary["runs"], 1):
-        values = " | ".join(cell(run["figures"].get(key)) for key, _ in columns)
+        values = " | ".join(_cell(key, run["figures"]) for key, _ in columns)
         lines.append(f"| {i} | `{run['job']}` | {values} |")
     order = [name.replace("_", " ") for name in summary["rankings"]]
     lines += ["", f"Ranked by {order[0]}, then {', '.join(order[1:])}." if order else "", ""]
-    for name, order in summary["rankings"].items():
-        lines.append(f"- best {name}: `{order[0]}`" if order else f"- best {name}: -")
+    for name, ranked in summary["rankings"].items():
+        key, higher = criteria.get(name, ("", True))
+        lines.append(_best_line(name.replace("_", " "), key, higher, ranked, summary["runs"]))
+    if summary.get("notes"):
+        lines += ["", *summary["notes"]]
+    lines += ["", "What the columns measure:", ""]
+    lines += [f"- **{label}**: {FIGURES[key].meaning}" for key, label in columns if key in FIGURES]
     lines += ["", "![summary](summary.png)", ""]
     return "\n".join(lines)
-
-
-def _plot(runs: list[dict[str, Any]], path: Path,
-          panels: tuple[tuple[str, str], ...] = (("perf/speedup_x", "speedup [x]"), ("compile/time_s", "compile [s]")),
-          ) -> None:
-    """Speedup (or the ranking's first column) and compile time per run, side by side."""
-    if not runs:
-        return
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    names = [r["job"] for r in runs]
-    fig, axes = plt.subplots(1, 2, figsize=(10, 0.5 * len(runs) + 1.5), sharey=True)
-    for ax, (key, label) in zip(axes, panels, strict=True):
-        ax.barh(names, [_number(r["figures"].get(key)) or 0.0 for r in runs])
-        ax.set_xlabel(label)
-    if panels[0][0] == "perf/speedup_x":
-        axes[0].axvline(1.0, color="gray", linestyle="--", linewidth=1)  # speedup 1 = no gain
-    axes[0].invert_yaxis()  # best run on top
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
 
 
 class SweepSummary(Callback):
