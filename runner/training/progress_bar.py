@@ -1,17 +1,33 @@
-"""The training progress bar: Lightning's rich bar, labelled correctly for step- or time-bounded runs."""
+"""The training progress bar: Lightning's rich bar, counting what a runner run is bounded by."""
 
 from __future__ import annotations
 
+from typing import Any
+
+import lightning.pytorch as pl
 from lightning.pytorch.callbacks import RichProgressBar
 
 
 class RunProgressBar(RichProgressBar):
-    """``RichProgressBar`` without the ``Epoch 0/-2`` label.
+    """``RichProgressBar`` that counts optimizer steps out of ``max_steps`` in a step-bounded run.
 
     runner bounds training by ``max_steps``/``max_time``, so Lightning sets ``max_epochs=-1``
-    (unbounded) and its bar prints ``max_epochs - 1`` as the last epoch. Here an unbounded run's
-    label is just ``Epoch N``; the bar's counter already shows steps done out of ``max_steps``.
+    (unbounded). Lightning's bar then labels the epoch ``Epoch 0/-2`` (``max_epochs - 1``) and counts
+    the batches of the epoch out of ``min(batches per epoch, steps left)``, which after a mid-epoch
+    resume reads ``12/3``. Here the label is ``Epoch N`` and the counter is the global step out of
+    ``max_steps`` (``8/12`` when a run resumed at step 8 trains to 12). A run bounded by time only
+    keeps Lightning's per-epoch count. The logger's version (``v_num``) is left out: the run directory
+    names the run.
     """
+
+    def _steps_bound(self) -> bool:
+        trainer = self.trainer
+        return trainer.max_epochs is not None and trainer.max_epochs < 0 and (trainer.max_steps or 0) > 0
+
+    @property
+    def total_train_batches(self) -> int | float:
+        """``max_steps`` in a step-bounded run; else Lightning's batches per epoch."""
+        return self.trainer.max_steps if self._steps_bound() else super().total_train_batches
 
     def _get_train_description(self, current_epoch: int) -> str:
         text = super()._get_train_description(current_epoch)
@@ -19,3 +35,17 @@ class RunProgressBar(RichProgressBar):
         if max_epochs is not None and max_epochs < 0:
             text = text.replace(f"/{max_epochs - 1}", "", 1)
         return text
+
+    def _update(self, progress_bar_id: Any, current: int, visible: bool = True, hard: bool = False) -> None:
+        # Lightning moves the training bar to ``batch_idx + 1`` after each batch; a step-bounded run's
+        # bar shows the global step instead (overriding the one place that sets the count, so the bar
+        # is drawn once per batch, as in Lightning).
+        if progress_bar_id is not None and progress_bar_id == self.train_progress_bar_id and self._steps_bound():
+            current = self.trainer.global_step
+        super()._update(progress_bar_id, current, visible, hard)
+
+    def get_metrics(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> dict[str, Any]:
+        """Lightning's bar metrics without ``v_num``."""
+        items = super().get_metrics(trainer, pl_module)
+        items.pop("v_num", None)
+        return items
