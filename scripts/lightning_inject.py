@@ -130,15 +130,24 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         torch.compiler.reset()
 
 
-def _first_line(report: pytest.TestReport | pytest.CollectReport) -> str:
-    crash = getattr(report.longrepr, "reprcrash", None)
-    text = crash.message if crash is not None else str(report.longrepr)
+def _first_line(text: str) -> str:
     return next((line.strip() for line in text.splitlines() if line.strip()), "<no message>")
+
+
+def _error(report: pytest.TestReport | pytest.CollectReport) -> dict[str, str | None]:
+    """The first line of the error pytest shows, and of the first exception of its chain when that differs
+    (``pytest.warns``/``raises`` report their own failure over the error that ended the block)."""
+    crash = getattr(report.longrepr, "reprcrash", None)
+    message = _first_line(crash.message if crash is not None else str(report.longrepr))
+    chain = getattr(report.longrepr, "chain", None) or []
+    root = chain[0][1] if len(chain) > 1 else None
+    cause = _first_line(root.message) if root is not None else None
+    return {"message": message, "cause": cause if cause != message else None}
 
 
 def pytest_collectreport(report: pytest.CollectReport) -> None:
     if report.failed:
-        _results[report.nodeid] = {"outcome": "error", "when": "collect", "message": _first_line(report)}
+        _results[report.nodeid] = {"outcome": "error", "when": "collect", **_error(report)}
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
@@ -150,8 +159,7 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if rec["when"] is not None:  # the first thing that went wrong or skipped is the one reported
         return
     if report.failed:
-        rec.update(outcome="failed" if report.when == "call" else "error", when=report.when,
-                   message=_first_line(report))
+        rec.update(outcome="failed" if report.when == "call" else "error", when=report.when, **_error(report))
     elif report.skipped:
         xfail = hasattr(report, "wasxfail")
         reason = report.wasxfail if xfail else (report.longrepr[2] if isinstance(report.longrepr, tuple)

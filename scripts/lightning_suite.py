@@ -59,8 +59,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--reset-dynamo", action="store_true", help="torch.compiler.reset() before each test (both passes)")
     p.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / "lightning-suite-results",
                    help="folder for the raw reports and logs")
-    p.add_argument("--reuse-plain", action="store_true",
-                   help="reuse the plain pass in --out when it ran the same paths")
+    p.add_argument("--reuse", action="store_true",
+                   help="reuse a pass saved in --out that ran the same paths (re-prints without re-running)")
     p.add_argument("--timeout", type=int, default=600, help="pytest-timeout per test, seconds")
     p.add_argument("--pytest-args", default="", help="more pytest arguments for both passes, one string")
     return p.parse_args(argv)
@@ -93,14 +93,12 @@ def check_inputs(args: argparse.Namespace) -> list[str]:
 
 
 def run_pass(args: argparse.Namespace, mode: str, paths: list[str]) -> dict[str, Any]:
-    """One pytest process over ``paths``; returns its JSON report (reads the saved one with --reuse-plain)."""
+    """One pytest process over ``paths``; returns its JSON report (reads the saved one with --reuse)."""
     name = f"{mode}{'-reset' if args.reset_dynamo else ''}"
     report, log = args.out / f"{name}.json", args.out / f"{name}.log"
-    if mode == "plain" and args.reuse_plain and report.is_file():
-        data: dict[str, Any] = json.loads(report.read_text())
-        if [a for a in data["args"] if a.startswith("tests_pytorch/")] == paths:
-            print(f"[{name}] reused {report} ({data['wall_s']} s when it ran)")
-            return data
+    if args.reuse and (data := saved_pass(report, paths)) is not None:
+        print(f"[{name}] reused {report} ({data['wall_s']} s when it ran)")
+        return data
     cmd = [sys.executable, "-m", "pytest", *paths, "-p", "no:cacheprovider", "-p", "lightning_inject",
            f"--lsuite-mode={mode}", f"--lsuite-report={report}", f"--junitxml={args.out / f'{name}.xml'}",
            f"--timeout={args.timeout}", "-q", "-rN", "--color=no",
@@ -117,11 +115,25 @@ def run_pass(args: argparse.Namespace, mode: str, paths: list[str]) -> dict[str,
     return dict(json.loads(report.read_text()))
 
 
+def saved_pass(report: Path, paths: list[str]) -> dict[str, Any] | None:
+    """The saved JSON report of a pass over the same paths, or None."""
+    if not report.is_file():
+        return None
+    data: dict[str, Any] = json.loads(report.read_text())
+    return data if [a for a in data["args"] if a.startswith("tests_pytorch/")] == paths else None
+
+
 def group_key(message: str) -> str:
     """The first error line with what differs between tests of one cause (addresses, paths, numbers) blanked."""
     message = re.sub(r"0x[0-9a-fA-F]+", "0x…", message)
     message = re.sub(r"(/[\w.+-]+){2,}", "<path>", message)
+    message = re.sub(r"[\w.<>]+\.(\w+\(\))", r"….\1", message)  # test-local class names: X.training_step()
     return re.sub(r"\d+(\.\d+)?", "N", message)[:200]
+
+
+def first_error(test: dict[str, Any]) -> str:
+    """The first exception of the error's chain: what went wrong, not ``DID NOT WARN`` around it."""
+    return str(test.get("cause") or test["message"] or "")
 
 
 def totals(data: dict[str, Any]) -> str:
@@ -133,26 +145,35 @@ def totals(data: dict[str, Any]) -> str:
 def _print_groups(title: str, ids: list[str], tests: dict[str, Any], examples: int = 2) -> None:
     groups: dict[str, list[str]] = defaultdict(list)
     for nodeid in ids:
-        groups[group_key(tests[nodeid]["message"] or "")].append(nodeid)
+        groups[group_key(first_error(tests[nodeid]))].append(nodeid)
     print(f"\n== {title}: {len(ids)} tests, {len(groups)} causes")
     for _, members in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0])):
-        print(f"{len(members):4d}  {tests[members[0]]['message']}")
+        test = tests[members[0]]
+        shown = f"   [pytest reports: {test['message']}]" if test.get("cause") else ""
+        print(f"{len(members):4d}  {first_error(test)}{shown}")
         for nodeid in members[:examples]:
             print(f"        {nodeid}")
 
 
-def compare(plain: dict[str, Any], other: dict[str, Any]) -> None:
-    """Print both passes' totals, what fails only in ``other``, and the skipped and not-injected tests."""
+def compare(plain: dict[str, Any], other: dict[str, Any], passthrough: dict[str, Any] | None = None) -> int:
+    """Print both passes' totals, what fails only in ``other`` (less what also fails with the pass-through
+    strategy, when that pass is given), and the skipped and not-injected tests; return how many fail only
+    in ``other``."""
     p, o = plain["tests"], other["tests"]
     label = other["mode"]
     print(f"\nplain: {totals(plain)}\n{label}: {totals(other)}")
     only = sorted(n for n in o if o[n]["outcome"] in FAILED and p.get(n, {}).get("outcome") in ("passed", "xfailed"))
+    if passthrough is not None:
+        any_subclass = [n for n in only if passthrough["tests"].get(n, {}).get("outcome") in FAILED]
+        _print_groups("fail with any strategy subclass (the pass-through one too): left out", any_subclass, o)
+        only = [n for n in only if n not in any_subclass]
     _print_groups(f"fail only with {label}", only, o)
     fixed = sorted(n for n in o if o[n]["outcome"] == "passed" and p.get(n, {}).get("outcome") in FAILED)
     both = sorted(n for n in o if o[n]["outcome"] in FAILED and p.get(n, {}).get("outcome") in FAILED)
     print(f"\n== fail in both passes: {len(both)}; pass only with {label}: {len(fixed)}")
     for nodeid in both + fixed:
-        print(f"        {nodeid}: plain {p[nodeid]['outcome']}, {label} {o[nodeid]['outcome']}: {p[nodeid]['message']}")
+        plain_error = first_error(p[nodeid])
+        print(f"        {nodeid}: plain {p[nodeid]['outcome']}, {label} {o[nodeid]['outcome']}: {plain_error}")
     missing = sorted(set(p) ^ set(o))
     if missing:
         print(f"\n== in one pass only (collection differs): {len(missing)}: {', '.join(missing[:10])}")
@@ -166,6 +187,7 @@ def compare(plain: dict[str, Any], other: dict[str, Any]) -> None:
     for reason, count in reasons.most_common():
         example = next(n for n in none if reason in built[n])
         print(f"{count:4d}  {reason}   e.g. {example}")
+    return len(only)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -174,7 +196,9 @@ def main(argv: list[str] | None = None) -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     plain = run_pass(args, "plain", paths)
     other = run_pass(args, "passthrough" if args.passthrough else args.backend, paths)
-    compare(plain, other)
+    # A pass-through run saved beside this one tells which failures any strategy subclass has.
+    passthrough = None if args.passthrough else saved_pass(args.out / "passthrough.json", paths)
+    sys.exit(1 if compare(plain, other, passthrough) else 0)
 
 
 if __name__ == "__main__":
