@@ -180,13 +180,16 @@ def sweep_figure(runs: list[dict[str, Any]], panels: tuple[tuple[str, str], ...]
                 continue
             ax.barh(y, value, color="tab:blue" if key != "compile/time_s" else "tab:green", alpha=0.8, height=0.6)
             lo, hi = (_value(run["figures"].get(f"perf/speedup_{q}_x")) for q in ("p25", "p75"))
+            end = value
             if key == "perf/speedup_x" and lo is not None and hi is not None:
                 ax.errorbar(value, y, xerr=[[value - lo], [hi - value]], color="black", capsize=4, linewidth=1.2)
-                span = max(span, hi)
+                span, end = max(span, hi), max(value, hi)  # the value is written past the whisker
             note = " (nothing compiled)" if key == "compile/time_s" and value == 0 else ""
-            ax.text(value, y, f" {value:.3g}{note}", va="center", fontsize=8)
+            ax.text(end, y, f" {value:.3g}{note}", va="center", fontsize=8)
         if key == "perf/speedup_x":
-            ax.axvline(1.0, color="gray", linestyle="--", linewidth=1)  # 1 = no gain
+            ax.axvline(1.0, color="gray", linestyle="--", linewidth=1)
+            ax.annotate("1x: as fast as eager", (1.0, 1.0), xycoords=("data", "axes fraction"), xytext=(3, -10),
+                        textcoords="offset points", fontsize=7, color="gray")
             ax.set_xlabel(f"{label} (bars: median of pairs; whiskers: 25th-75th pct.)")
         else:
             ax.set_xlabel(label)
