@@ -34,7 +34,7 @@ from runner.config.paths import last_checkpoint_path
 from runner.config.schema import RunConfig
 from runner.data.resumable import make_resumable
 from runner.figures import collect_figures
-from runner.reliability import CsvHistory, exit_code, flush_loggers
+from runner.reliability import LogHistory, exit_code, flush_loggers
 from runner.stack.compile_errors import CompileFailure
 
 log = logging.getLogger(__name__)
@@ -84,14 +84,11 @@ def run(cfg: RunConfig, extra_callbacks: Sequence[Callback] = ()) -> RunResult:
     loggers = build_loggers(cfg)
     strategy = build_strategy(cfg)
     callbacks = build_callbacks(cfg)
-    history = CsvHistory(loggers)  # a resumed run keeps the rows logged before the interruption
-    if cfg.ckpt_path:
-        history.stash()
-    # After the stash: the CSV logger's writer, created by its first write, clears its directory.
+    # Before any logger writes: a resumed run keeps the history its checkpoint covers, whatever killed it.
+    history = LogHistory(loggers, resuming=bool(cfg.ckpt_path))
     for lg in loggers:
         lg.log_hyperparams(config_hparams(cfg))
     trainer = build_trainer(cfg, strategy, loggers, [*callbacks, history, *extra_callbacks])
-    measure_saved_activations(trainer, module, datamodule)
 
     start = time.perf_counter()
     stopped = False
@@ -100,17 +97,17 @@ def run(cfg: RunConfig, extra_callbacks: Sequence[Callback] = ()) -> RunResult:
     except SIGTERMException:
         stopped = True  # SIGINT/SIGTERM: GracefulInterrupt saved last.ckpt at a step boundary
     except Exception as e:
-        if (message := strategy.stack.explain_compile_error(e)) is not None:
+        if (message := strategy.stack.explain_compile_error(e)) is not None:  # the stack explains its own errors
             raise CompileFailure(message) from e
         raise
     finally:
         flush_loggers(loggers, "success" if trainer.state.status.value == "finished" else "failed")
-        history.restore()
+        history.close()
 
     ckpt = last_checkpoint_path(run_dir)
     figures = {
         **run_figures(cfg, trainer, module, datamodule, time.perf_counter() - start),
-        **collect_figures([strategy.stack, *callbacks]),
+        **collect_figures([strategy, *callbacks]),
         "run/last_checkpoint": str(ckpt) if ckpt.exists() else None,
     }
     code = _interrupted(figures, ckpt) if stopped else 0
@@ -119,18 +116,6 @@ def run(cfg: RunConfig, extra_callbacks: Sequence[Callback] = ()) -> RunResult:
         print(format_summary(figures, title=f"runner: {cfg.name}"))
     return RunResult(run_dir=run_dir, figures=figures, last_checkpoint=ckpt if ckpt.exists() else None,
                      exit_code=code)
-
-
-def measure_saved_activations(trainer: L.Trainer, module: L.LightningModule, datamodule: L.LightningDataModule) -> None:
-    """Before fit: the offload strategy's saved bytes and gradient error against ``none``, on one
-    validation batch (the training order stays untouched), on the path the run takes."""
-    stack = trainer.strategy.stack  # type: ignore[attr-defined]
-    if not stack.measures_saved_activations:
-        return  # nothing to measure: no validation batch is loaded
-    datamodule.setup("fit")
-    batch = next(iter(datamodule.val_dataloader()))
-    stack.measure_saved_activations(module, batch, trainer.strategy.root_device,
-                                    trainer.precision_plugin.train_step_context)
 
 
 def run_figures(cfg: RunConfig, trainer: L.Trainer, module: L.LightningModule, datamodule: Any,

@@ -1,12 +1,13 @@
 """Reliability: a run that stops keeps what it did. Atomic checkpoints, SIGINT/SIGTERM at a step
-boundary, non-finite losses, compile-cache artifacts that outlive the run, CSV history on resume.
+boundary, non-finite losses, compile-cache artifacts that outlive the run, metric history on resume.
 
 Where each piece plugs in (``runner.build`` / ``runner.run``):
 
 * ``AtomicCheckpointIO``: the Trainer's checkpoint plugin, so every ``last.ckpt`` is written atomically.
 * ``build_reliability_callbacks``: ``NonFiniteGuard`` (stop/skip), ``GracefulInterrupt``
   (SIGINT/SIGTERM -> checkpoint) and ``CompileCacheArtifacts`` (save/load torch's compile-cache artifacts).
-* ``CsvHistory``: a resumed run keeps the CSV rows logged before the interruption.
+* ``LogHistory``: CSV rows and TensorBoard events survive any number of kills; a resumed run keeps
+  what its checkpoint covers and drops the rest once (``DurableCsvWriter``, ``cut_events``).
 
 Elsewhere: resumable data in ``runner.data.resumable``, compile-error explanation in
 ``runner.stack.compile_errors``, config checks in ``runner.config``, ``RunStopped`` in ``runner.errors``.
@@ -23,15 +24,15 @@ from runner.config.paths import last_checkpoint_path
 from runner.config.schema import RunConfig
 from runner.reliability.checkpoint_io import AtomicCheckpointIO, atomic_torch_save
 from runner.reliability.compile_cache import CompileCacheArtifacts
-from runner.reliability.csv_history import CsvHistory
+from runner.reliability.log_history import LogHistory
 from runner.reliability.numerics import NonFiniteGuard, NonFiniteLossError
 from runner.reliability.signals import GracefulInterrupt, exit_code, flush_loggers
 
 __all__ = [
     "AtomicCheckpointIO",
     "CompileCacheArtifacts",
-    "CsvHistory",
     "GracefulInterrupt",
+    "LogHistory",
     "NonFiniteGuard",
     "NonFiniteLossError",
     "atomic_torch_save",

@@ -83,7 +83,8 @@ def _atomic_write(path: str | os.PathLike[str], write: Callable[[BinaryIO], obje
     _fsync_dir(target.parent)
 
 
-def _is_local(path: _PATH) -> bool:
+def is_local(path: _PATH) -> bool:
+    """Whether ``path`` is on the local filesystem (a plain path or ``file://``)."""
     return "://" not in str(path) or str(path).startswith("file://")
 
 
@@ -92,7 +93,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     Pass it as ``Trainer(plugins=[AtomicCheckpointIO()])``."""
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: _PATH, storage_options: Optional[Any] = None) -> None:
-        if storage_options is not None or not _is_local(path):
+        if storage_options is not None or not is_local(path):
             super().save_checkpoint(checkpoint, path, storage_options)
             return
         atomic_torch_save(checkpoint, str(path).removeprefix("file://"))

@@ -1,0 +1,119 @@
+"""A run resumed in place keeps the metric history its checkpoint covers, across any number of kills.
+
+What a checkpoint covers: Lightning logs a training step's rows (``train/*``, the validation after it,
+``lr-*``) under the step's index, so a checkpoint taken after ``global_step`` = T steps covers the rows
+with ``step < T``. Some rows are logged under the step count instead (runner's telemetry logs at
+``trainer.global_step`` once a step ends), so a row also counts as covered when it was on disk when
+the checkpoint was written. ``LogHistory`` keeps exactly those:
+
+* ``on_save_checkpoint`` (rank 0): the loggers' pending rows are written first, then the checkpoint
+  records how many CSV rows and how many bytes of each TensorBoard event file were on disk
+  (``checkpoint["runner/log_history"]``);
+* ``on_train_start`` of a resumed run (rank 0), once ``trainer.global_step`` = T is restored: each
+  ``metrics.csv`` keeps its first N rows and, after them, the rows with ``step < T``; each event file
+  written before this process started is cut the same way (:mod:`runner.reliability.tb_events`).
+  The rows past the checkpoint are dropped there, once: the resumed run logs those steps again.
+
+Every write is either a rename of a complete file or an append whose unfinished last row readers
+ignore, and the cut gives the same files when it is done twice, so a kill at any instant (the cut
+itself included) leaves files the next resume cuts to the same history. A resume that finds no
+checkpoint (``ckpt_path=last`` before the first save) starts at step 0 and drops every old row.
+wandb's offline files are left as wandb writes them (docs/reliability.md says what that gives).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import lightning as L
+from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.loggers import CSVLogger, Logger, TensorBoardLogger
+
+from runner.reliability.checkpoint_io import is_local
+from runner.reliability.durable_csv import DurableCsvWriter, KeepRow, Row, row_step
+from runner.reliability.tb_events import cut_events, event_files, logged_tags
+
+log = logging.getLogger(__name__)
+
+STATE_KEY = "runner/log_history"
+"""Where a checkpoint records what of the logs was on disk when it was written."""
+
+
+def attach_durable_writer(logger: CSVLogger, resuming: bool) -> DurableCsvWriter:
+    """Make ``logger`` write through a :class:`DurableCsvWriter` (before anything has logged to it)."""
+    writer = DurableCsvWriter(logger.log_dir, resuming)
+    # CSVLogger.experiment returns this object from now on instead of building Lightning's writer, which
+    # would delete metrics.csv. On ranks other than 0 Lightning's decorator still returns its dummy.
+    logger._experiment = writer
+    return writer
+
+
+class LogHistory(Callback):
+    """Keeps the CSV and TensorBoard history a checkpoint covers (module docstring).
+
+    Build it before any logger has written (its CSV writers replace Lightning's); ``resuming``: the
+    run starts from a checkpoint (``ckpt_path``), so the old files are cut once training starts."""
+
+    def __init__(self, loggers: list[Logger], resuming: bool) -> None:
+        self.resuming = resuming
+        self.csv = [attach_durable_writer(lg, resuming) for lg in loggers
+                    if isinstance(lg, CSVLogger) and is_local(lg.log_dir)]
+        self.tensorboard = [lg for lg in loggers if isinstance(lg, TensorBoardLogger) and is_local(lg.log_dir)]
+        # The event files already there: this process's own file, created later, is never cut.
+        self._earlier = [event_files(lg.log_dir) for lg in self.tensorboard]
+        self._saved: dict[str, Any] = {}
+        self._cut = False
+
+    def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
+        if not trainer.is_global_zero:
+            return
+        for writer in self.csv:
+            writer.save()  # the rows logged so far reach the disk before the checkpoint does
+        tb_bytes = []
+        for lg in self.tensorboard:
+            lg.experiment.flush()
+            tb_bytes.append({p.name: p.stat().st_size for p in event_files(lg.log_dir)})
+        checkpoint[STATE_KEY] = {"csv_rows": [w.rows_in_file for w in self.csv], "tb_bytes": tb_bytes}
+
+    def on_load_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
+        self._saved = dict(checkpoint.get(STATE_KEY) or {})
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self.resuming and not self._cut and trainer.is_global_zero:
+            self.cut(trainer.global_step)
+
+    def cut(self, step: int) -> None:
+        """Drop what was logged past the checkpoint the run resumed from (``step`` = its global step)."""
+        self._cut = True
+        csv_rows: list[int] = self._saved.get("csv_rows", [])
+        for i, writer in enumerate(self.csv):
+            covered = csv_rows[i] if i < len(csv_rows) else 0
+            kept, dropped = writer.resume(_keep_rows(covered, step))
+            log.info("resumed at step %d: %s keeps %d rows, drops %d logged past the checkpoint",
+                     step, writer.path, kept, dropped)
+        tb_bytes: list[dict[str, int]] = self._saved.get("tb_bytes", [])
+        for i, (lg, earlier) in enumerate(zip(self.tensorboard, self._earlier, strict=True)):
+            sizes = tb_bytes[i] if i < len(tb_bytes) else {}
+            lg.experiment.flush()  # what this process logged before training (hyperparameters) is on disk
+            relogged: set[tuple[str, int]] = set()
+            for path in set(event_files(lg.log_dir)) - set(earlier):
+                relogged |= logged_tags(path)
+            for path in earlier:
+                if path.exists():
+                    cut_events(path, sizes.get(path.name, 0), step, relogged)
+
+    def close(self) -> None:
+        """After fit: a resumed run that never reached training writes its held rows, dropping nothing."""
+        for writer in self.csv:
+            writer.release()
+
+
+def _keep_rows(covered: int, step: int) -> KeepRow:
+    """Rows on disk when the checkpoint was written (the first ``covered``), then rows before ``step``."""
+
+    def keep(index: int, row: Row) -> bool:
+        s = row_step(row)
+        return index < covered or s is None or s < step
+
+    return keep
