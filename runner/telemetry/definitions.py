@@ -165,13 +165,13 @@ def speedup_verdict(figures: dict[str, Any]) -> tuple[str, str]:
     # Timing eager against itself on a shared 2-core machine gave 0.91 with 10 pairs (speedup.py).
     few = f"; only {int(pairs)} pairs: a rough figure" if pairs is not None and pairs < 10 else ""
     eager, compiled = _number(figures.get("perf/eager_step_ms")), _number(figures.get("perf/compiled_step_ms"))
+    if p25 is not None and p75 is not None and p25 <= 1.0 <= p75:
+        return "noise", (f"{before}no measurable difference between compiled and eager steps "
+                         f"({_x(speedup)}{spread}: the range includes 1{few})")
     if eager is not None and compiled is not None and (eager - compiled) * (speedup - 1.0) <= 0:
         return "noise", (f"{before}no measurable difference: the pairs' median ratio ({_x(speedup)}) and the two "
                          f"sides' medians ({eager:.4g} vs {compiled:.4g} ms) point opposite ways, so the "
                          f"machine's load changed during the pairs{few}")
-    if p25 is not None and p75 is not None and p25 <= 1.0 <= p75:
-        return "noise", (f"{before}no measurable difference between compiled and eager steps "
-                         f"({_x(speedup)}{spread}: the range includes 1{few})")
     if speedup > 1.0:
         text = f"{before}compiled steps took {1 - 1 / speedup:.0%} less time than eager ({_x(speedup)}{spread}{few})"
         steps, seconds = break_even_text(figures), _number(figures.get("compile/time_s"))

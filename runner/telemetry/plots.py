@@ -11,6 +11,7 @@ every value written on its bar; a run without a figure says why instead of leavi
 
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -30,10 +31,13 @@ def _pyplot() -> Any:
 
 
 def _steady_top(values: list[float]) -> float:
-    """The y-axis top: the steady steps' 98th percentile with headroom, so a load spike or a compile
-    step does not squash the rest into a line."""
-    ordered = sorted(values)
-    return 1.3 * ordered[min(len(ordered) - 1, int(0.98 * len(ordered)))]
+    """The y-axis top: the steady steps' third quartile plus three interquartile ranges (no higher than
+    the slowest step), with headroom, so load spikes and compile steps (triangles on the top edge) do
+    not squash the steady steps into a line."""
+    if len(values) < 4:
+        return 1.15 * max(values)
+    q1, _, q3 = statistics.quantiles(values, n=4, method="inclusive")
+    return 1.15 * min(max(values), q3 + 3 * (q3 - q1))
 
 
 def _pair_span(figures: dict[str, Any], points: list[dict[str, Any]]) -> tuple[int, int] | None:
