@@ -17,11 +17,13 @@ Pinned against torch 2.13.0.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import re
 import sys
 import types
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -506,8 +508,25 @@ def mark_dynamic(t: torch.Tensor, dim: int, min: int, max: int | None) -> None:
 
 def mark_unbacked(t: torch.Tensor, dim: int, min: int, max: int | None, shape_id: str) -> None:
     """``mark_unbacked`` with bounds. A lower bound of at least 2 matters: without it causal SDPA
-    cannot decide ``Eq(u0, 0)``, graph-breaks and falls back to eager (torch 2.13)."""
-    torch._dynamo.decorators.mark_unbacked(t, dim, min=min, max=max, shape_id=shape_id)
+    cannot decide ``Eq(u0, 0)``, graph-breaks and falls back to eager (torch 2.13). torch 2.11's
+    ``mark_unbacked`` takes no bounds: the dim is marked without them (:func:`unbacked_bounds_unsupported`)."""
+    why = unbacked_bounds_unsupported()
+    if why is None:
+        torch._dynamo.decorators.mark_unbacked(t, dim, min=min, max=max, shape_id=shape_id)
+        return
+    warnings.warn(f"{why}; causal attention may graph-break (dynamic=dynamic avoids it)", stacklevel=2)
+    torch._dynamo.decorators.mark_unbacked(t, dim, shape_id=shape_id)
+
+
+@functools.cache
+def unbacked_bounds_unsupported() -> str | None:
+    """Why this torch's ``mark_unbacked`` cannot bound an unbacked size, or None when it can."""
+    import inspect
+
+    if "min" in inspect.signature(torch._dynamo.decorators.mark_unbacked).parameters:
+        return None
+    return (f"torch {torch.__version__}'s mark_unbacked takes no min/max (torch 2.13 has them): "
+            "dynamic.min and dynamic.max are not enforced on unbacked sizes")
 
 
 def maybe_mark_dynamic(t: torch.Tensor, dim: int) -> None:
@@ -633,7 +652,8 @@ def start_structured_trace(directory: str) -> Callable[[], str | None]:
         logs.trace_structured("str", _interned(text, index), suppress_context=True)
 
     def stop() -> str | None:
-        path = handler._stream_path
+        # torch 2.13+ keeps the path in _stream_path; torch 2.11 has only the open file's name.
+        path = getattr(handler, "_stream_path", None) or getattr(handler.stream, "name", None)
         trace_log.removeHandler(handler)
         handler.close()
         trace_log.setLevel(prior_level)
@@ -641,3 +661,75 @@ def start_structured_trace(directory: str) -> Callable[[], str | None]:
         return path
 
     return stop
+
+
+# -- forgetting a fit's compiled frames ---------------------------------------------------------------
+CodeSnapshot = dict[int, int]
+"""``id(code) -> cache entries`` of every code object Dynamo has seen (see :func:`code_snapshot`)."""
+
+
+def _seen_codes() -> list[types.CodeType]:
+    from torch._dynamo.convert_frame import input_codes
+
+    return [code for ref in list(input_codes.seen) if (code := ref()) is not None]
+
+
+def code_snapshot() -> CodeSnapshot:
+    """How many compiled entries each code object Dynamo has seen holds now."""
+    from torch._dynamo.eval_frame import _debug_get_cache_entry_list
+
+    return {id(code): len(_debug_get_cache_entry_list(code)) for code in _seen_codes()}
+
+
+def codes_compiled_since(snapshot: CodeSnapshot) -> list[types.CodeType]:
+    """Code objects that gained compiled entries since ``snapshot`` (new ones included)."""
+    from torch._dynamo.eval_frame import _debug_get_cache_entry_list
+
+    return [code for code in _seen_codes() if len(_debug_get_cache_entry_list(code)) > snapshot.get(id(code), 0)]
+
+
+def forget_codes(codes: list[types.CodeType]) -> None:
+    """Drop every compiled entry of ``codes`` and their automatic-dynamic history, and nothing else.
+
+    Dynamo keys its caches by code object: an inherited ``training_step`` (or one module class fitted
+    again) keeps adding entries fit after fit until ``recompile_limit`` refuses it, and a dimension
+    that varied in one fit starts the next one dynamic. ``torch._dynamo.reset()`` would forget every
+    other compiled function of the process too (and the compile callbacks registered with it)."""
+    from torch._dynamo import pgo
+    from torch._dynamo.eval_frame import reset_code
+
+    keys = {(c.co_filename, c.co_firstlineno, c.co_name) for c in codes}
+    for code in codes:
+        reset_code(code)
+    state = pgo._CODE_STATE
+    if state:
+        for code_id in [k for k in state if (k.filename, k.firstlineno, k.name) in keys]:
+            del state[code_id]
+
+
+def find_code(filename: str | None, firstlineno: int | None, name: str | None) -> types.CodeType | None:
+    """The code object Dynamo compiled at ``filename:firstlineno`` named ``name`` (None if unseen)."""
+    for code in _seen_codes():
+        if (code.co_filename, code.co_firstlineno, code.co_name) == (filename, firstlineno, name):
+            return code
+    return None
+
+
+def run_code_eagerly(code: types.CodeType) -> Callable[[], None]:
+    """From now on Dynamo skips frames of ``code`` (they run eagerly); returns the undo."""
+    from torch._dynamo.eval_frame import set_code_exec_strategy
+    from torch._dynamo.types import FrameAction, FrameExecStrategy
+
+    set_code_exec_strategy(code, FrameExecStrategy(FrameAction.SKIP, FrameAction.DEFAULT))
+    return lambda: set_code_exec_strategy(code, FrameExecStrategy(FrameAction.DEFAULT, FrameAction.DEFAULT))
+
+
+def lift_python_scalars(settings: TorchSettings) -> None:
+    """Python numbers a compiled frame reads stop specialising it after they change once.
+
+    ``allow_unspec_int_on_nn_module``: an int attribute of an ``nn.Module`` (a LightningModule's
+    ``self.training_step_invoked += 1``) is a guarded constant by default (``== 7``), recompiling
+    every step; allowed, it goes through automatic dynamic like any other int: one recompile when it
+    first changes, then a graph input. ``specialize_float`` (the ``dynamic`` group's, set by the shape
+    policy) does the same for floats (a learning rate read in the step)."""
+    settings.dynamo("allow_unspec_int_on_nn_module", True)

@@ -136,7 +136,12 @@ def test_torch_internals_are_pinned() -> None:
     assert any("expected 3, actual 4" in (r.recompile_reason or "") for r in records)
     # Each mark records itself on the tensor, and a marked dim compiles one graph for every size.
     u, d, m = torch.randn(2, 5), torch.randn(2, 5), torch.randn(2, 5)
-    ti.mark_unbacked(u, 1, min=2, max=None, shape_id="dim1")
+    if ti.unbacked_bounds_unsupported() is None:
+        ti.mark_unbacked(u, 1, min=2, max=None, shape_id="dim1")
+        assert u._dynamo_unbacked_bounds == {1: (2, None)}
+    else:  # torch 2.11: marked without its bounds, and said so
+        with pytest.warns(UserWarning, match="takes no min/max"):
+            ti.mark_unbacked(u, 1, min=2, max=None, shape_id="dim1")
     ti.mark_dynamic(d, 1, min=2, max=None)
     ti.maybe_mark_dynamic(m, 0)
     assert 1 in u._dynamo_unbacked_indices and 1 in d._dynamo_dynamic_indices and 0 in m._dynamo_weak_dynamic_indices
@@ -149,6 +154,24 @@ def test_torch_internals_are_pinned() -> None:
         g(x)
     assert ti.graphs_compiled() - before == 1
 
+
+def test_unbacked_bounds_per_torch_version(tmp_path: Path) -> None:
+    """torch 2.11's mark_unbacked takes no bounds (2.13 and later do): there dynamic=unbacked, which needs a
+    lower bound of 2 to keep causal attention in one graph, is refused up front with the fix."""
+    from runner.config import ConfigError, compose, load
+
+    version = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2])
+    why = ti.unbacked_bounds_unsupported()
+    if version >= (2, 13):
+        assert why is None
+    if version < (2, 12):
+        assert why is not None and torch.__version__ in why
+    cfg = compose(["data=text_documents", "dynamic=unbacked"], run_dir=str(tmp_path))
+    if why is None:
+        assert load(cfg).dynamic.policy.value == "unbacked"
+    else:
+        with pytest.raises(ConfigError, match=r"takes no lower bound.*Use dynamic=dynamic"):
+            load(cfg)
 
 
 # -- saved-tensor hooks traced into the graph ------------------------------------------------------

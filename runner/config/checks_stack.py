@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import torch
 
+from runner import torch_internals as ti
 from runner.config.schema import AfterWarmup, CudaGraphMode, OffloadStrategy, OnError, RunConfig, Scope, ShapePolicy
 
 _MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
@@ -102,6 +103,10 @@ def check_shape_marks(cfg: RunConfig) -> str | None:
     if d.policy is ShapePolicy.unbacked and d.min < 2:
         return (f"dynamic.policy=unbacked with dynamic.min={d.min}: without a lower bound of 2, causal attention "
                 "cannot rule out an empty sequence, graph-breaks and falls back to eager. Use dynamic.min=2.")
+    if d.policy is ShapePolicy.unbacked and ti.unbacked_bounds_unsupported():
+        return (f"dynamic.policy=unbacked on torch {torch.__version__}: its mark_unbacked takes no lower bound (torch "
+                "2.13 and later do), so causal attention cannot rule out an empty sequence, graph-breaks and falls "
+                "back to eager. Use dynamic=dynamic (one graph for every length), or torch>=2.13.")
     return None
 
 
