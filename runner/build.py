@@ -20,6 +20,7 @@ from torch import nn
 from runner.config.paths import checkpoint_dir
 from runner.config.schema import RunConfig
 from runner.config.targets import Batching, SyntheticDataSchema, TextDataSchema
+from runner.console import quiet_wandb
 from runner.reliability import AtomicCheckpointIO, build_reliability_callbacks
 from runner.stack.dynamic.policy import resolve_bounds, resolve_pad_to
 from runner.strategy import CompileStrategy, ConsolidatedCheckpoint, DDPCompileStrategy, FSDPCompileStrategy
@@ -51,6 +52,8 @@ def build_module(cfg: RunConfig) -> L.LightningModule:
 def build_loggers(cfg: RunConfig) -> list[Logger]:
     """Every configured logger; CSV is always on."""
     loggers = [instantiate(node) for node in cfg.logger.values()]
+    for lg in loggers:
+        quiet_wandb(lg)  # wandb's own end-of-run tables and a false warning, not its files
     if not any(isinstance(lg, CSVLogger) for lg in loggers):
         loggers.insert(0, CSVLogger(save_dir=cfg.run_dir, name="csv", version=""))
     return loggers
@@ -69,16 +72,17 @@ def build_strategy(cfg: RunConfig) -> CompileStrategy | DDPCompileStrategy | FSD
     backend = "gloo" if t.accelerator == "cpu" else None
     if t.sharded:
         return FSDPCompileStrategy(compile=cfg.compile, dynamic=dynamic, offload=cfg.offload, cudagraphs=cfg.cudagraphs,
-                                   reshard_after_forward=t.fsdp.reshard_after_forward,
+                                   console=False, reshard_after_forward=t.fsdp.reshard_after_forward,
                                    mixed_precision=t.fsdp.mixed_precision,
                                    save_distributed_checkpoint=t.fsdp.distributed_checkpoint,
                                    process_group_backend=backend)
     if t.is_distributed():
         return DDPCompileStrategy(compile=cfg.compile, dynamic=dynamic, offload=cfg.offload,
-                                  cudagraphs=cfg.cudagraphs, process_group_backend=backend)
+                                  cudagraphs=cfg.cudagraphs, console=False, process_group_backend=backend)
     device = t.single_device()
+    # console=False: runner's telemetry prints compile progress and the summary table itself.
     return CompileStrategy(compile=cfg.compile, dynamic=dynamic, offload=cfg.offload, cudagraphs=cfg.cudagraphs,
-                           device=device)
+                           device=device, console=False)
 
 
 def shapes_vary(cfg: RunConfig) -> bool:

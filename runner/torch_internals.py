@@ -731,5 +731,10 @@ def lift_python_scalars(settings: TorchSettings) -> None:
     ``self.training_step_invoked += 1``) is a guarded constant by default (``== 7``), recompiling
     every step; allowed, it goes through automatic dynamic like any other int: one recompile when it
     first changes, then a graph input. ``specialize_float`` (the ``dynamic`` group's, set by the shape
-    policy) does the same for floats (a learning rate read in the step)."""
+    policy) does the same for floats (a learning rate read in the step).
+
+    ``capture_scalar_outputs``: ``loss.item()`` / ``float(loss)`` in the step (a loss history; torch's
+    own BatchNorm under SWA's cumulative average) stays in the graph as a scalar output instead of a graph
+    break whose continuation then specialises on the value; the host read happens where eager has it."""
     settings.dynamo("allow_unspec_int_on_nn_module", True)
+    settings.dynamo("capture_scalar_outputs", True)

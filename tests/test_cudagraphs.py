@@ -81,14 +81,14 @@ def test_compiled_optimizer_under_fullgraph_runs() -> None:
 
 def test_gradient_accumulation_under_cuda_graphs_is_refused_by_the_stack() -> None:
     """Direct CompileStrategy users get the same refusal as the config check (no CUDA needed to refuse)."""
-    from runner.stack import CompileSettings, CompileStack
+    from runner.stack import CompileSettings, CompileStack, Host
     from tests.helpers import tiny_module
 
     stack = CompileStack(CompileSettings(compile=CompileConfig(scope=Scope.step), cudagraphs=REQUESTED))
     module = tiny_module()
     opt = torch.optim.AdamW(module.parameters())
     with pytest.raises(ValueError, match=r"accumulate_grad_batches=2.*overwritten.*169545"):
-        stack.setup(module, [opt], torch.device("cuda", 0), accumulate_grad_batches=2)
+        stack.setup(module, Host(device=torch.device("cuda", 0), optimizers=lambda: [opt], accumulate_grad_batches=2))
 
 
 def test_recordings_and_replays_decide_active() -> None:
@@ -130,7 +130,7 @@ def test_cuda_graphs_capture_and_replay_on_gpu() -> None:
     trainer = L.Trainer(strategy=strategy, accelerator="cuda", devices=1, max_steps=8, logger=False,
                         enable_checkpointing=False, enable_progress_bar=False, limit_val_batches=0)
     trainer.fit(tiny_module(), tiny_data())
-    assert isinstance(strategy.stack.components[-1], CudaGraphs)
+    assert strategy.stack.parts is not None and isinstance(strategy.stack.parts.cudagraphs, CudaGraphs)
     figures = strategy.stack.figures()
     assert figures["cudagraphs/active"] is True
     assert figures["cudagraphs/recordings"] > 0

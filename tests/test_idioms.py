@@ -1,17 +1,20 @@
-"""Issue 15: LightningModules as users write them (``tests/zoo``) train through ``CompileStrategy`` to
-eager Lightning's numbers, with no bookkeeping graph breaks and no recompile storms.
+"""Issues 15 and 28: LightningModules as users write them and as Lightning's documentation teaches them
+(``tests/zoo``) train through ``CompileStrategy`` to eager Lightning's numbers, with no bookkeeping graph
+breaks and no recompile storms.
 
 Every idiom is trained twice on the same seed and batches: by eager Lightning (``accelerator="cpu"``)
 and through ``CompileStrategy``. With the ``eager``/``aot_eager`` backends the graphs run the same
 kernels as eager, so everything the user can see must be *identical*: every logged value after every
 step, the epoch metrics (torchmetrics ``compute()`` included), every learning rate, the final
 ``state_dict`` (BatchNorm buffers included) and what the module's own hooks accumulated. Real
-Inductor runs (``slow``) cover the metrics and manual-optimization idioms with stated tolerances.
+Inductor runs (``slow``) cover every idiom with ``CompileStrategy()``'s defaults and stated tolerances.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import math
 import os
 import subprocess
 import sys
@@ -23,7 +26,7 @@ import pytest
 import torch
 from torch import nn
 
-from runner.config.schema import CompileConfig, OnError, OptimizerPolicy
+from runner.config.schema import CompileConfig, OptimizerPolicy
 from runner.stack.deferred_log import DeferredValueError
 from runner.strategy import CompileStrategy
 from runner.telemetry.collector import CompileCollector
@@ -213,25 +216,50 @@ def test_idiom_through_default_compile_strategy_with_inductor(name: str, eager_t
     _assert_clean(figures)
 
 
-def test_on_error_eager_still_reports_the_limit_hit(caplog: pytest.LogCaptureFixture) -> None:
-    """What still storms (a user's own int attribute changing every step) warns and is a figure."""
+def _numbers(value: Any) -> list[float]:
+    """Every number in an idiom's ``extra`` (lists, dicts of test metrics, counters), in order."""
+    if isinstance(value, dict):
+        return [n for k in sorted(value) for n in _numbers(value[k])]
+    if isinstance(value, list | tuple):
+        return [n for v in value for n in _numbers(v)]
+    return [float(value)]
 
-    class Counter(_LastBatchFlag):
-        def __init__(self) -> None:
-            super().__init__()
-            self.calls = 0
 
-        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-            self.calls += 1
-            x, y = batch
-            return nn.functional.cross_entropy(self.net(x), y) * (1 + self.calls * 0)
+def _assert_done(figures: dict[str, Any]) -> None:
+    """Issue 28's bar for every idiom under ``CompileStrategy()``: real frames compiled, 0 recompile-limit
+    hits, at most one recompile after the first step unless runner demoted the storming frame (and said so)."""
+    assert figures["compile/frames"] >= 1, "nothing was compiled"
+    assert figures["compile/recompile_limit_hits"] == [], figures["compile/recompile_limit_hits"]
+    late = [r for r in figures["compile/recompile_reasons"] if (r["step"] or 0) >= 1]
+    assert len(late) <= 1 or figures.get("compile/demoted"), [r["reason"].splitlines()[0] for r in late]
 
-    idiom = Idiom("counter", Counter, VectorsDataModule, "")
-    cfg = CompileConfig(backend="eager", optimizer=OptimizerPolicy.none, on_error=OnError["eager"])
-    with caplog.at_level("WARNING"):
-        _, figures, _ = _fit_compiled(idiom, cfg, max_epochs=2)
-    assert figures["compile/recompile_limit_hits"], figures["compile/recompile_reasons"]
-    assert "recompile limit" in caplog.text and "self.calls" in caplog.text
+
+# Trained through CompileStrategy() with Inductor by test_idiom_through_default_compile_strategy_with_inductor
+# already, to a stricter bar (no graph break either): one Inductor fit each in CI is enough.
+_INDUCTOR_ELSEWHERE = {"metrics_template", "manual_gan"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(set(IDIOMS) - _INDUCTOR_ELSEWHERE))
+def test_idiom_trains_through_compile_strategy_defaults(name: str, eager_traces: dict[str, Trace]) -> None:
+    """Issue 28, done when: each idiom, ``CompileStrategy()`` as a user writes it (Inductor): the fit finishes,
+    compiles real frames, no recompile-limit hit, at most one recompile after step 1 (or a reported
+    demotion), every logged value per step within 2e-3 of eager Lightning (random ops: Inductor with
+    ``fallback_random`` draws eager's numbers)."""
+    from torch._inductor import config as inductor_config
+
+    idiom = IDIOMS[name]
+    random = inductor_config.patch(fallback_random=True) if idiom.dropout else contextlib.nullcontext()
+    with random:
+        compiled, figures, _ = _fit_compiled(idiom)
+    assert figures["compile/backend"] == "inductor"
+    _assert_done(figures)
+    eager = _eager(name, eager_traces)
+    _assert_same(eager, compiled, rtol=INDUCTOR_RTOL)
+    assert compiled.extra.keys() == eager.extra.keys()
+    e, c = _numbers(eager.extra), _numbers(compiled.extra)
+    assert len(c) == len(e)
+    assert all(math.isclose(a, b, rel_tol=INDUCTOR_RTOL, abs_tol=1e-6) for a, b in zip(c, e, strict=True)), (c, e)
 
 
 def _ddp(which: str, name: str, out: Path) -> list[dict[str, Any]]:

@@ -251,20 +251,20 @@ def test_cpu_offload_on_cuda_parity(backend: Optional[str]) -> None:
     assert r["offload/reduction_x"] >= 2.0, r  # most saved bytes leave the device
 
 
-# -- measured on the run's path (CompileStack.measure_saved_activations) ------------------------------
+# -- measured on the run's path (CompileStack.setup's step 0, runner.stack.offload_on_path) -----------
 def _stack_measure(strategy: OffloadStrategy, scope: Scope, backend: str, exclude_head: bool = False,
                    **offload: Any) -> dict[str, Any]:
-    from runner.stack import CompileSettings, CompileStack
+    import contextlib
+
+    from runner.stack import CompileSettings
+    from runner.stack.offload_on_path import measure_on_run_path
     from runner.training.module import TrainModule
 
     settings = CompileSettings(compile=CompileConfig(scope=scope, backend=backend),
                                offload=OffloadConfig(strategy=strategy, exclude=["head"] if exclude_head else [],
                                                      **offload))
-    stack = CompileStack(settings)
     module = TrainModule(tiny_gpt(), optimizer=partial(torch.optim.AdamW, lr=1e-3))
-    figures = stack.measure_saved_activations(module, batch(), torch.device("cpu"))
-    assert figures == {k: v for k, v in stack.offload_measured.items()}
-    return figures
+    return measure_on_run_path(module, batch(), torch.device("cpu"), contextlib.nullcontext, settings)
 
 
 def test_run_path_measure_matches_the_benchmark_method_for_the_same_path() -> None:

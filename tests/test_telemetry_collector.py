@@ -8,8 +8,8 @@ import time
 import pytest
 import torch
 
+from runner.stack.progress import CompileProgress
 from runner.telemetry.collector import CompileCollector
-from runner.telemetry.progress import CompileProgress
 from runner.telemetry.reasons import recompile_events, short_reason
 
 

@@ -36,9 +36,13 @@ class OptimizerPolicy(Enum):
 
 
 # ``raise`` is a keyword, and OmegaConf matches enum members by name: the functional form allows it.
-OnError = Enum("OnError", {"raise": "raise", "eager": "eager"})
-"""What a compile failure does: ``raise`` stops with the failing frame and reason named; ``eager``
-runs that frame eagerly, counts it in compile/fallbacks and goes on."""
+OnError = Enum("OnError", {"auto": "auto", "raise": "raise", "eager": "eager"})
+"""What a compile failure does. ``auto`` (the default) is torch.compile's own behaviour plus runner's
+advice: an error compiling a frame stops the run with the frame, the reason and the fix named; a frame
+that keeps recompiling is demoted after its second recompile on the same guard (``compile/demoted``) or,
+at torch's recompile limit, runs eagerly with a warning. ``raise`` is strict: a recompile-limit hit
+stops the run too, and nothing is demoted. ``eager`` runs any frame that fails to compile eagerly,
+counts it in ``compile/fallbacks`` and goes on."""
 
 
 class ShapePolicy(Enum):
@@ -97,8 +101,9 @@ class CompileConfig:
     """Capture the whole backward (with user gradient hooks) through compiled autograd."""
     block_types: list[str] = field(default_factory=list)
     """For scope=blocks: class names of the repeated blocks; empty finds the largest ModuleList."""
-    on_error: OnError = OnError["raise"]  # type: ignore[valid-type]
-    """What a compile failure does: raise, or run that frame eagerly and log it."""
+    on_error: OnError = OnError["auto"]  # type: ignore[valid-type]
+    """What a compile failure does: auto (errors stop the run; a recompile storm is demoted or runs
+    eagerly, with a warning), raise (strict: recompile-limit hits stop the run too), or eager."""
     cache_dir: Optional[str] = None
     """Inductor/AOTAutograd on-disk cache directory; None keeps torch's default."""
 
@@ -127,8 +132,10 @@ class DynamicConfig:
     """Lower bound given to mark_dynamic."""
     max: Optional[int] = None
     """Upper bound given to mark_dynamic (None: the data's seq_len, the longest batch it makes)."""
-    specialize_float: bool = True
-    """False traces Python floats as symbols instead of constants."""
+    specialize_float: bool = False
+    """True makes every Python float a compiled frame reads a guarded constant (a learning rate read in
+    the step then recompiles at every change). False (the default): a float is a constant until it first
+    changes, then a graph input (one recompile), through torch's automatic dynamic."""
     recompile_limit: int = 8
     """torch._dynamo.config.recompile_limit."""
     after_warmup: AfterWarmup = AfterWarmup.none

@@ -16,6 +16,7 @@ Temp files that a killed writer left behind are removed at the next save. Remote
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import tempfile
 from collections.abc import Callable
@@ -76,11 +77,41 @@ def _atomic_write(path: str | os.PathLike[str], write: Callable[[BinaryIO], obje
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, target)
-    except BaseException:
+    except BaseException as e:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        raise_if_disk_full(e, target, f"{target.name} is unchanged")
         raise
     _fsync_dir(target.parent)
+
+
+_DISK_FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
+
+
+class DiskFullError(OSError):
+    """A run's file could not be written for lack of space (disk, quota or file-size limit)."""
+
+
+def disk_full(exc: BaseException) -> OSError | None:
+    """The out-of-space ``OSError`` behind ``exc``: itself, or one it was raised from or while handling
+    (``torch.save`` reports a failed write as a ``RuntimeError`` about zip offsets)."""
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, OSError) and e.errno in _DISK_FULL:
+            return e
+        e = e.__cause__ or e.__context__
+    return None
+
+
+def raise_if_disk_full(exc: BaseException, target: Path, kept: str) -> None:
+    """Raise a :class:`DiskFullError` saying what is on disk and how to go on, if ``exc`` is one."""
+    full = disk_full(exc)
+    if full is not None and not isinstance(exc, DiskFullError):
+        raise DiskFullError(full.errno, f"{full.strerror} while writing {target}; {kept}. Free space (or raise the "
+                            "quota or file-size limit), then resume in place: the same overrides plus "
+                            "hydra.run.dir=<run dir> ckpt_path=last") from exc
 
 
 def is_local(path: _PATH) -> bool:

@@ -34,7 +34,7 @@ from lightning.fabric.utilities.cloud_io import get_filesystem
 from lightning.pytorch.core.saving import save_hparams_to_yaml
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 
-from runner.reliability.checkpoint_io import atomic_write_bytes
+from runner.reliability.checkpoint_io import atomic_write_bytes, raise_if_disk_full
 
 log = logging.getLogger(__name__)
 
@@ -121,8 +121,7 @@ class DurableCsvWriter(ExperimentWriter):
             elif self.path.exists():
                 log.warning("%s is replaced: this run did not resume (add ckpt_path=last to continue that run "
                             "and keep its rows)", self.path)
-            self.metrics_keys = sorted(set(self.metrics_keys) | new_keys)
-            self._replace(old + self.metrics)
+            self._replace(old + self.metrics, sorted(set(self.metrics_keys) | new_keys))
             self._fresh = False
         else:
             self._append(self.metrics)
@@ -134,8 +133,7 @@ class DurableCsvWriter(ExperimentWriter):
         keys, rows = read_rows(self.path)
         kept = [row for i, row in enumerate(rows) if keep(i, row)]
         if len(kept) != len(rows) or self._has_partial_tail():
-            self.metrics_keys = keys
-            self._replace(kept)
+            self._replace(kept, keys)
         self.metrics_keys, self.rows_in_file = keys, len(kept)
         self._held = False
         self.save()
@@ -154,9 +152,11 @@ class DurableCsvWriter(ExperimentWriter):
         except OSError:  # missing or empty file
             return False
 
-    def _replace(self, rows: list[Row] | list[dict[str, Any]]) -> None:
-        atomic_write_bytes(_encode(self.metrics_keys, list(rows), header=True), self.path)
-        self.rows_in_file = len(rows)
+    def _replace(self, rows: list[Row] | list[dict[str, Any]], keys: list[str]) -> None:
+        # The header in memory changes only once the file holding it is in place: a failed rewrite
+        # (a full disk) must not make the next save append rows wider than the header on disk.
+        atomic_write_bytes(_encode(keys, list(rows), header=True), self.path)
+        self.metrics_keys, self.rows_in_file = keys, len(rows)
 
     def _append(self, rows: list[dict[str, Any]]) -> None:
         data = memoryview(_encode(self.metrics_keys, rows, header=False))
@@ -164,17 +164,18 @@ class DurableCsvWriter(ExperimentWriter):
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
         except FileNotFoundError:  # removed behind the writer's back: start it again, with a header
             log.warning("%s disappeared during the run: writing it again from the rows logged now", self.path)
-            self._replace(rows)
+            self._replace(rows, self.metrics_keys)
             return
         try:
             size = os.fstat(fd).st_size
             try:
                 while data:
                     data = data[os.write(fd, data):]
-            except OSError:
+            except OSError as e:
                 # A full disk: leave the file as it was (whole rows only), then fail loudly.
                 with contextlib.suppress(OSError):
                     os.ftruncate(fd, size)
+                raise_if_disk_full(e, self.path, "it keeps its whole rows, the rows not written are still held")
                 raise
         finally:
             os.close(fd)

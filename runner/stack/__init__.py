@@ -4,7 +4,7 @@ compilation, the optimizer step, CUDA graphs), compile-error explanation, and ``
 which applies them in one ordered sequence. ``runner.strategy`` holds the thin Lightning overrides.
 """
 
-from runner.stack.compile_stack import CompileSettings, CompileStack
+from runner.stack.compile_stack import CompileSettings, CompileStack, Host
 from runner.stack.plan import CompilePlan, resolve_plan
 
-__all__ = ["CompilePlan", "CompileSettings", "CompileStack", "resolve_plan"]
+__all__ = ["CompilePlan", "CompileSettings", "CompileStack", "Host", "resolve_plan"]

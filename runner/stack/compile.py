@@ -1,29 +1,27 @@
 """Carry out a ``CompilePlan``: compile modules in place, or wrap the training step.
 
-Modules are compiled with ``nn.Module.compile()`` (in place), never wrapped, so ``state_dict`` keys
-keep their original names (no ``_orig_mod.``) and checkpoints load into an eager model.
+A module is compiled in place by giving it an instance ``forward`` that is ``torch.compile`` of its
+class's ``forward``, bound to the module: ``state_dict`` keys keep their names (no ``_orig_mod.``),
+forward hooks still run around it, a ``copy.deepcopy`` (EMA and weight-averaging callbacks) rebinds
+the copy's forward to the copy, and every module of one class shares one code object, so twelve
+blocks compile one graph. Not ``nn.Module.compile()``: on torch 2.11-2.13 it captures no frame at
+all for a built-in module (``nn.Linear``, ``nn.Sequential``...), which then silently runs eagerly
+(pytorch/pytorch#150915, fixed upstream by #185722). ``restore`` puts every module back.
 """
 
 from __future__ import annotations
 
+import types
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
 from torch import nn
 
+from runner.stack.blocks import find_blocks
 from runner.stack.plan import CompilePlan, Target
 
 Step = Callable[..., Any]
-
-
-def find_blocks(module: nn.Module, block_types: tuple[str, ...] | list[str]) -> list[nn.Module]:
-    """The repeated blocks ``scope=blocks`` compiles: modules whose class name is in
-    ``block_types``, or else the children of the largest ``nn.ModuleList``."""
-    if block_types:
-        return [m for m in module.modules() if type(m).__name__ in block_types]
-    lists = [list(m) for m in module.modules() if isinstance(m, nn.ModuleList)]
-    return max(lists, key=len) if lists else []
 
 
 def compiled_submodules(module: nn.Module) -> list[nn.Module]:
@@ -32,22 +30,47 @@ def compiled_submodules(module: nn.Module) -> list[nn.Module]:
     return [m for m in module.children() if any(True for _ in m.parameters())]
 
 
-def apply_module_compile(module: nn.Module, plan: CompilePlan) -> int:
-    """Compile the model or its blocks in place. Returns how many modules were compiled."""
+class CompiledModules:
+    """The modules compiled in place (see the module docstring), and how to put them back."""
+
+    def __init__(self) -> None:
+        self.modules: list[nn.Module] = []
+        self.total = 0
+        """Modules compiled in place over the fit (``modules`` is emptied by ``restore``)."""
+
+    def compile(self, module: nn.Module, kwargs: Mapping[str, Any]) -> None:
+        """Compile ``module``'s forward in place (once: a module already compiled here is left as it is)."""
+        if "forward" in vars(module):
+            return  # compiled already (or a forward the user set on the instance: leave it alone)
+        forward = type(module).forward
+        module.forward = types.MethodType(torch.compile(forward, **kwargs), module)  # type: ignore[method-assign]
+        self.modules.append(module)
+        self.total += 1
+
+    def codes(self) -> list[types.CodeType]:
+        """The code objects Dynamo compiles for these modules (one per class)."""
+        return list({id(c): c for c in (type(m).forward.__code__ for m in self.modules)}.values())
+
+    def restore(self, modules: list[nn.Module] | None = None) -> None:
+        """Put ``modules`` (default: every module compiled here) back to their eager forward."""
+        for m in list(self.modules if modules is None else modules):
+            vars(m).pop("forward", None)
+            self.modules.remove(m)
+
+
+def module_targets(module: nn.Module, plan: CompilePlan) -> list[nn.Module]:
+    """The modules the plan compiles in place (none for the step scopes)."""
     if plan.target is Target.submodules:
-        targets = compiled_submodules(module)
-    elif plan.target is Target.blocks:
-        targets = find_blocks(module, plan.block_types)
-        if not targets:
-            raise ValueError(
-                "compile.scope=blocks found no repeated blocks: the model has no nn.ModuleList. Name the "
-                "block classes with compile.block_types=[ClassName] or use compile.scope=step."
-            )
-    else:
-        return 0
-    for m in targets:
-        m.compile(**plan.kwargs)
-    return len(targets)
+        return compiled_submodules(module)
+    if plan.target is not Target.blocks:
+        return []
+    targets = [m for _, m in find_blocks(module, plan.block_types)]
+    if not targets:
+        raise ValueError(
+            "compile.scope=blocks found no repeated blocks: the model has no nn.ModuleList. Name the "
+            "block classes with compile.block_types=[ClassName] or use compile.scope=step."
+        )
+    return targets
 
 
 def step_and_backward(step: Step, accumulate: int) -> Step:
@@ -66,12 +89,13 @@ def step_and_backward(step: Step, accumulate: int) -> Step:
     return run
 
 
-def apply_compile(module: nn.Module, step: Step, plan: CompilePlan, accumulate: int = 1) -> tuple[Step, int]:
-    """Compile what the plan says; returns the training step to call and how many modules were
-    compiled in place."""
-    modules = apply_module_compile(module, plan)
+def apply_compile(module: nn.Module, step: Step, plan: CompilePlan, compiled: CompiledModules,
+                  accumulate: int = 1) -> Step:
+    """Compile what the plan says (modules in place into ``compiled``); returns the training step to call."""
+    for m in module_targets(module, plan):
+        compiled.compile(m, plan.kwargs)
     if plan.target is Target.step:
-        return torch.compile(step, **plan.kwargs), modules
+        return torch.compile(step, **plan.kwargs)
     if plan.target is Target.step_and_backward:
-        return torch.compile(step_and_backward(step, accumulate), **plan.kwargs), modules
-    return step, modules
+        return torch.compile(step_and_backward(step, accumulate), **plan.kwargs)
+    return step

@@ -1,11 +1,12 @@
 """Compile failures in one paragraph (the failing frame, the reason, the fix), and the watch.
 
-``compile.on_error=raise`` stops the run with ``CompileFailure`` (the paragraph); ``eager`` lets
-Dynamo run a failing frame eagerly (``suppress_errors``, set by the compile stack), and
-``CompileErrorWatch`` logs one line per fallback (telemetry counts ``compile/fallbacks`` and their
-reasons). A recompile-limit hit is reported with the guard that kept failing in both modes: under
-``raise`` it stops the run (``fail_on_recompile_limit_hit``), under ``eager`` it is a console warning
-and a figure (``compile/recompile_limit_hits``), never silent.
+A compile error stops the run with ``CompileFailure`` (the paragraph) under ``compile.on_error=auto``
+(the default) and ``raise``; ``eager`` lets Dynamo run a failing frame eagerly (``suppress_errors``, set
+by the compile stack), and ``CompileErrorWatch`` logs one line per fallback (telemetry counts
+``compile/fallbacks`` and their reasons). A recompile-limit hit is reported with the guard that kept
+failing in every mode: under ``raise`` it stops the run (``fail_on_recompile_limit_hit``); under ``auto``
+and ``eager`` torch runs that frame eagerly from then on, as plain ``torch.compile`` does, and runner says
+so in a console warning and a figure (``compile/recompile_limit_hits``), never silently.
 
 ``CompileErrorWatch`` is a stack component: it listens from ``configure`` to ``teardown``. The torch
 internals it reads (log records, exception attributes) go through ``runner.torch_internals``.
@@ -55,7 +56,7 @@ class CompileErrorWatch(StackComponent):
 
     name = "compile_errors"
 
-    def __init__(self, on_error: Any = OnError["raise"]) -> None:
+    def __init__(self, on_error: Any = OnError["auto"]) -> None:
         self.on_error = on_error
         self.limit_hits: list[dict[str, str]] = []
         self.fallbacks: list[dict[str, str]] = []
@@ -66,8 +67,10 @@ class CompileErrorWatch(StackComponent):
         if (hit := ti.limit_hit_from_record(record)) is not None:
             hit = {"limit": hit["limit"], "function": hit["function"], "guard": _guard_text(hit["reason"])}
             self.limit_hits.append(hit)
-            log.warning("compile: recompile limit %s hit by %s; the guard that kept failing: %s. "
-                        "That frame now runs eagerly.", hit["limit"], hit["function"], hit["guard"])
+            then = ("the run stops (compile.on_error=raise)" if self.on_error is OnError["raise"] else
+                    "that frame runs eagerly from now on, as torch.compile does (compile.on_error=raise would stop)")
+            log.warning("compile: recompile limit %s hit by %s; the guard that kept failing: %s; %s.",
+                        hit["limit"], hit["function"], hit["guard"], then)
         elif (fb := ti.fallback_from_record(record)) is not None:
             self.fallbacks.append(fb)
             log.warning("compile: %s runs eagerly (compile.on_error=eager): %s", fb["function"], fb["reason"])
@@ -102,8 +105,8 @@ def explain_compile_error(exc: BaseException, watch: CompileErrorWatch | None = 
         what = (f"recompile limit {hit['limit']} hit by {hit['function']}; the guard that kept failing: "
                 f"`{hit['guard']}`" if hit else "recompile limit hit")
         fix = ("make that value stable or dynamic (dynamic=dynamic marks sizes dynamic; a Python number that "
-               "changes every step should be a tensor), raise dynamic.recompile_limit, or set "
-               "compile.on_error=eager to run that frame eagerly after the limit")
+               "changes every step should be a tensor), raise dynamic.recompile_limit, or leave compile.on_error "
+               "at auto (the default) to demote that frame and go on")
     elif kind == "fail_on_recompile":
         m = re.search(r"function name: '([^']+)'.*?guard failure\(s\):\s*-\s*(.+?)\n", str(exc), re.S)
         what = (f"recompile after warm-up in '{m[1]}'; failing guard: `{_guard_text(m[2])}`" if m

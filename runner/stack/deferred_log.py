@@ -27,11 +27,13 @@ from typing import Any
 import lightning as L
 import torch
 
+from runner.stack.deferred_state import DeferredList, OptimizerView
+
 DeferredMethods = Iterable[tuple[Any, Iterable[str]]]
 """Objects and the names of their methods to defer while a compiled step runs."""
 
 _MISSING = object()
-_RETURNS_NOTHING = frozenset({"update", "reset", "log", "log_dict"})
+_RETURNS_NOTHING = frozenset({"update", "reset", "log", "log_dict", "print"})
 
 
 class DeferredValueError(TypeError):
@@ -94,6 +96,10 @@ class DeferredLog:
         self._patches: list[tuple[Any, str, Any]] = []  # (an object's __dict__, name, recorder)
         self._bound: int | None = None
         self._detach_in_step = False
+        self._lists: dict[str, DeferredList] = {}
+        self._optimizer_lists: list[tuple[dict[str, Any], str]] = []
+        self._views: dict[int, OptimizerView] = {}
+        self._view_lists: dict[str, list[OptimizerView]] = {}
 
     def log(self, name: str, value: Any, **kwargs: Any) -> None:
         # Detached at replay, not here: a detach inside the compiled step is a second graph output
@@ -108,34 +114,73 @@ class DeferredLog:
             dictionary = {k: _detached(v) for k, v in dictionary.items()}
         self.calls.append((self._module, "log_dict", (dictionary,), kwargs, None))
 
-    def bind(self, module: L.LightningModule, methods: DeferredMethods = (), detach_in_step: bool = False) -> None:
-        """Defer ``module.log``/``log_dict`` and ``methods`` (e.g. every torchmetrics object's
-        ``forward``/``update``/``compute``/``reset``). The recorders are built here, once.
-        ``detach_in_step``: the step's graph runs backward (``scope=step_backward``)."""
+    def print(self, *args: Any, **kwargs: Any) -> None:
+        # ``self.print`` writes through the progress bar (Python I/O Dynamo cannot trace): after the step.
+        self.calls.append((self._module, "print", args, kwargs, None))
+
+    def bind(self, module: L.LightningModule, methods: DeferredMethods = (), detach_in_step: bool = False,
+             optimizer_lists: Iterable[tuple[dict[str, Any], str]] = ()) -> None:
+        """Defer ``module.log``/``log_dict``, ``methods`` (e.g. every torchmetrics object's
+        ``forward``/``update``/``compute``/``reset``) and the mutations of the module's ``list``
+        attributes; show the step ``OptimizerView``s in ``optimizer_lists`` (``(obj.__dict__, name)`` of
+        each list of optimizers the step can reach, ``runner.deferred_state``). The recorders are built
+        here, once. ``detach_in_step``: the step's graph runs backward (``scope=step_backward``)."""
         self._module = module
         self._detach_in_step = detach_in_step
         self._bound = id(module)
         # Instance attributes set through ``__dict__``: ``nn.Module.__setattr__``/``__delattr__`` would
         # search the parameter, buffer and module registries on every step for nothing.
-        self._patches = [(vars(module), "log", self.log), (vars(module), "log_dict", self.log_dict)]
+        self._patches = [(vars(module), "log", self.log), (vars(module), "log_dict", self.log_dict),
+                         (vars(module), "print", self.print)]
         for target, names in methods:
             for name in names:
                 if getattr(target, name, None) is not None:
                     self._patches.append((vars(target), name, _Recorder(self.calls, target, name)))
+        self._lists = {}
+        self._optimizer_lists = list(optimizer_lists)
+        self._views = {}
+        self._view_lists = {}
+
+    def _state_patches(self, module: Any) -> list[tuple[dict[str, Any], str, Any]]:
+        """This step's stand-ins for the module's lists and the strategy's optimizer lists (created once
+        per name / optimizer, so a compiled step sees the same objects every step: no guard fails)."""
+        attrs = vars(module)
+        patches: list[tuple[dict[str, Any], str, Any]] = []
+        for name, value in attrs.items():
+            if type(value) is list:
+                proxy = self._lists.get(name)
+                if proxy is None:
+                    proxy = self._lists[name] = DeferredList(self.calls, name)
+                proxy._box.value = value  # the list the attribute holds now (rebound between epochs)
+                patches.append((attrs, name, proxy))
+        for holder, name in self._optimizer_lists:
+            views = []
+            for opt in holder.get(name) or ():
+                view = self._views.get(id(opt))
+                if view is None:
+                    view = self._views[id(opt)] = OptimizerView(opt)
+                view.refresh()
+                views.append(view)
+            shown = self._view_lists.setdefault(name, [])
+            shown[:] = views  # one list object per name, refilled: the step sees the same list every step
+            patches.append((holder, name, shown))
+        return patches
 
     @contextlib.contextmanager
     def capture(self, module: L.LightningModule) -> Iterator[None]:
-        """Swap the deferred methods for their recorders, then put them back and replay the calls."""
+        """Swap the deferred methods and state for their recorders, then put them back and replay the calls."""
         if self._bound != id(module):
             self.bind(module, detach_in_step=self._detach_in_step)
-        patches = self._patches
+        patches = [*self._patches, *self._state_patches(module)]
         prior = [attrs.get(name, _MISSING) for attrs, name, _ in patches]
         for attrs, name, recorder in patches:
             attrs[name] = recorder
         try:
             yield
         finally:
-            for (attrs, name, _), before in zip(patches, prior, strict=True):
+            for (attrs, name, recorder), before in zip(patches, prior, strict=True):
+                if attrs.get(name, _MISSING) is not recorder:
+                    continue  # the step rebound the attribute itself (``self.outputs = []``): keep its value
                 if before is _MISSING:
                     del attrs[name]  # back to the class's method
                 else:
@@ -188,7 +233,7 @@ def _ignore(*args: Any, **kwargs: Any) -> None:
 def discard_logs(module: Any, methods: DeferredMethods = ()) -> Iterator[None]:
     """Run the module's step with ``log``/``log_dict`` and ``methods`` (e.g.
     ``runner.stack.metrics.metric_methods(module)``) as no-ops: a measurement outside any Trainer."""
-    patches = [(vars(module), "log"), (vars(module), "log_dict")]
+    patches = [(vars(module), "log"), (vars(module), "log_dict"), (vars(module), "print")]
     patches += [(vars(target), name) for target, names in methods for name in names]
     prior = [attrs.get(name, _MISSING) for attrs, name in patches]
     for attrs, name in patches:

@@ -1,10 +1,15 @@
-"""The saved-activation measurement on the path the run takes (``offload.measure``).
+"""The saved-activation measurement on the path the run takes (``offload.measure``): step 0 of
+``CompileStack.setup``, for every user of runner's strategies.
 
 The run's own LightningModule and ``training_step``, on the run's device, compiled as the run's plan
-says, each variant (the strategy, and ``none``) on its own copy of the module and a fresh compiler:
-what the strategy saves and what it costs in gradient accuracy there, not on a stand-in model
-(``runner.stack.offload.measure`` has the method). Above the transforms: it compiles (``compile``),
-quiets the step's logging (``deferred_log``) and plans as the run does (``plan``).
+says, each variant (the strategy, and ``none``) on its own copy of the module: what the strategy saves
+and what it costs in gradient accuracy there, not on a stand-in model (``runner.stack.offload.measure``
+has the method). Between variants only the frames the measurement compiled are forgotten, so a compile
+callback or compiled function of anyone else in the process (the run's telemetry) is left alone.
+
+Skipped, with the reason in ``offload/measure_skipped``, where it cannot run: a manual-optimization step
+(it needs a trainer), a sharded strategy (each variant would copy the whole unsharded model onto every
+rank), or no batch to measure on.
 """
 
 from __future__ import annotations
@@ -17,30 +22,56 @@ import lightning as L
 import torch
 
 from runner import torch_internals as ti
-from runner.config.schema import CompileConfig, CudaGraphsConfig, DynamicConfig, OffloadConfig
-from runner.stack.compile import apply_compile
+from runner.config.schema import OffloadStrategy
+from runner.stack.compile import CompiledModules, apply_compile
 from runner.stack.deferred_log import discard_logs
-from runner.stack.dynamic import build_shape_policy
+from runner.stack.host import CompileSettings, Host
 from runner.stack.metrics import metric_methods
 from runner.stack.plan import CompilePlan, resolve_plan
 
 
+def skip_reason(module: L.LightningModule, host: Host, settings: CompileSettings) -> str | None:
+    """Why the measurement does not run here (None: it runs)."""
+    if not module.automatic_optimization:
+        return "manual optimization: the step needs the trainer"
+    if host.shard is not None:
+        return "sharded strategy: each variant would copy the whole unsharded model onto every rank"
+    return None
+
+
+def measure_saved_activations(module: L.LightningModule, host: Host, settings: CompileSettings) -> dict[str, Any]:
+    """``offload/*`` figures of the offload strategy against ``none`` (empty when there is nothing to
+    measure; ``offload/measure_skipped`` when it cannot run here)."""
+    offload = settings.offload
+    if offload.strategy is OffloadStrategy.none or not offload.measure:
+        return {}
+    reason = skip_reason(module, host, settings)
+    batch = None
+    if reason is None:
+        batch, why = host.sample_batch()
+        reason = None if batch is not None else why
+    if reason is not None:
+        return {"offload/measure_skipped": reason}
+    return measure_on_run_path(module, batch, host.device, host.step_context, settings)
+
+
 def measure_on_run_path(module: L.LightningModule, batch: Any, device: torch.device,
-                        context: Callable[[], contextlib.AbstractContextManager[Any]], *,
-                        compile_cfg: CompileConfig, dynamic: DynamicConfig, offload: OffloadConfig,
-                        cudagraphs: CudaGraphsConfig) -> dict[str, Any]:
-    """``offload/*`` figures of ``offload`` against ``none`` for ``module``'s own ``training_step`` on
-    ``batch``, compiled as ``compile_cfg`` plans it (without CUDA graphs: a measurement step is not
-    replayed), under ``context`` (the trainer's precision). Resets the compiler between variants."""
+                        context: Callable[[], contextlib.AbstractContextManager[Any]],
+                        settings: CompileSettings) -> dict[str, Any]:
+    """``offload/*`` figures for ``module``'s own ``training_step`` on ``batch``, compiled as the run plans
+    it (without CUDA graphs: a measurement step is not replayed), under ``context`` (the trainer's precision)."""
+    from runner.stack.dynamic import build_shape_policy
     from runner.stack.offload.measure import compare_with_none
 
-    shape = build_shape_policy(dynamic)
-    plan = resolve_plan(compile_cfg, cudagraphs, shape.dynamic_arg, device, [], cudagraphs_active=False)
+    s = settings
+    shape = build_shape_policy(s.dynamic)
+    plan = resolve_plan(s.compile, s.cudagraphs, shape.dynamic_arg, device, [], cudagraphs_active=False)
     batch = torch.utils._pytree.tree_map(lambda t: t.to(device) if isinstance(t, torch.Tensor) else t, batch)
+    compiled = CompiledModules()
 
     def build_step(m: torch.nn.Module) -> Callable[[Any], torch.Tensor]:
         lm: Any = m
-        step, _ = apply_compile(lm, lm.training_step, plan)
+        step = apply_compile(lm, lm.training_step, plan, compiled)
 
         def loss(b: Any) -> torch.Tensor:
             with context(), discard_logs(lm, metric_methods(lm)):
@@ -49,10 +80,15 @@ def measure_on_run_path(module: L.LightningModule, batch: Any, device: torch.dev
 
         return loss
 
+    snapshot = ti.code_snapshot()
+
+    def forget() -> None:  # between variants: what the measurement compiled, and nothing else
+        ti.forget_codes(ti.codes_compiled_since(snapshot))
+
     with _measurement_settings(plan):
         # compare_with_none measures each variant on its own copy of the module, moved to the device.
-        return compare_with_none(module, batch, offload, build_step, device, tuple(compile_cfg.block_types),
-                                 compiled=plan.compiles)
+        return compare_with_none(module, batch, s.offload, build_step, device, tuple(s.compile.block_types),
+                                 compiled=plan.compiles, fresh_compiler=forget)
 
 
 @contextlib.contextmanager

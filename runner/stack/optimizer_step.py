@@ -1,14 +1,20 @@
 """How the optimizer step runs (``compile.optimizer``): eager, fused kernel, or compiled.
 
-Lightning's closure (forward, backward, gradient clipping) runs first, then one of these steps is
-called without a closure: a compiled function cannot take Lightning's closure.
+Lightning's contract is kept whole: its precision plugin calls ``optimizer.step(closure=..., **kwargs)``
+and the optimizer runs the closure (forward, backward, clipping) itself. ``fused`` only switches the
+optimizer's own flag, so torch's ``step`` runs the closure as always. ``compiled`` gives the optimizer
+an instance ``step`` that runs the closure the way torch's optimizers do (once, with grad enabled),
+then the compiled class ``step`` with the caller's keyword arguments, and returns the closure's value.
+An optimizer whose ``step`` requires its closure (``LBFGS`` calls it many times) cannot be compiled
+that way: it stays eager, and the report says so.
 """
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -19,18 +25,30 @@ from runner.stack.plan import supports_fused
 
 log = logging.getLogger(__name__)
 
+_MISSING = object()
+
+
+def needs_closure(optimizer: Optimizer) -> bool:
+    """Whether the optimizer's ``step`` takes a closure it must be given (``LBFGS``)."""
+    closure = inspect.signature(type(optimizer).step).parameters.get("closure")
+    return closure is not None and closure.default is inspect.Parameter.empty
+
 
 @dataclass
 class OptimizerStep:
-    """Runs ``optimizer.step()`` under the resolved policy."""
+    """Prepares each optimizer for the resolved policy, and undoes it."""
 
     policy: OptimizerPolicy
     reason: str
     compile_kwargs: dict[str, Any]
     """``torch.compile`` arguments of a compiled step (``CompilePlan.optimizer_kwargs``)."""
+    eager: dict[str, str] = field(default_factory=dict)
+    """Optimizers (class names) left eager under ``compiled``, with why."""
+    demoted_at: int | None = None
+    """The optimizer step at which a compiled step was demoted to eager (a recompile storm)."""
 
     def __post_init__(self) -> None:
-        self._compiled: dict[int, Callable[[], Any]] = {}
+        self._prior: list[tuple[Optimizer, Any]] = []  # (optimizer, its instance ``step`` before ours)
 
     def prepare(self, optimizer: Optimizer, device: torch.device) -> None:
         """Adapt the optimizer once, before the first step."""
@@ -45,24 +63,66 @@ class OptimizerStep:
             for group in optimizer.param_groups:
                 group.update(fused=True, foreach=False)
         elif self.policy is OptimizerPolicy.compiled:
-            # A Python-float LR is a guarded constant: every scheduler change would recompile.
-            # A tensor LR is an input; LRScheduler fills it in place.
-            for group in optimizer.param_groups:
-                if not isinstance(group["lr"], torch.Tensor):
-                    group["lr"] = torch.tensor(float(group["lr"]), device=device)
-            kwargs = self.compile_kwargs
-            # The class's step, not ``optimizer.step``: an LR scheduler replaces the latter with a
-            # wrapper that Dynamo refuses to trace (a graph break and an eager step every time).
-            step = type(optimizer).step.__get__(optimizer)
-            self._compiled[id(optimizer)] = torch.compile(step, **kwargs)
+            if needs_closure(optimizer):
+                self.eager[type(optimizer).__name__] = "its step requires the closure (it calls it repeatedly)"
+                log.info("compile.optimizer=compiled: %s runs eagerly: its step requires the closure",
+                         type(optimizer).__name__)
+                return
+            self._install(optimizer, device)
 
-    def step(self, optimizer: Optimizer) -> None:
-        compiled = self._compiled.get(id(optimizer))
-        if compiled is not None:
-            compiled()
-            optimizer._opt_called = True  # type: ignore[attr-defined]  # what the scheduler's wrapper records
-        else:
-            optimizer.step()
+    def _install(self, optimizer: Optimizer, device: torch.device) -> None:
+        # A Python-float LR is a guarded constant: every scheduler change would recompile.
+        # A tensor LR is an input; LRScheduler fills it in place.
+        for group in optimizer.param_groups:
+            if not isinstance(group["lr"], torch.Tensor):
+                group["lr"] = torch.tensor(float(group["lr"]), device=device)
+        # The class's step, not ``optimizer.step``: an LR scheduler replaces the latter with a wrapper
+        # that Dynamo refuses to trace (a graph break and an eager step every time).
+        compiled = torch.compile(type(optimizer).step.__get__(optimizer), **self.compile_kwargs)
+        self._prior.append((optimizer, vars(optimizer).get("step", _MISSING)))
+        optimizer.step = _closure_step(optimizer, compiled)  # type: ignore[method-assign]
+
+    def demote(self, step: int) -> None:
+        """Run every compiled optimizer step eagerly from now on (after a recompile storm)."""
+        self.restore()
+        self.demoted_at = step
+
+    def restore(self) -> None:
+        """Give each optimizer back its own ``step`` (the LR scheduler's counting wrapper included)."""
+        for optimizer, prior in reversed(self._prior):
+            if prior is _MISSING:
+                vars(optimizer).pop("step", None)
+            else:
+                optimizer.step = prior  # type: ignore[method-assign]
+        self._prior = []
 
     def figures(self) -> dict[str, Any]:
-        return {"compile/optimizer": self.policy.value, "compile/optimizer_reason": self.reason}
+        policy, reason = self.policy.value, self.reason
+        if self.policy is OptimizerPolicy.compiled and self.eager and not self._prior and self.demoted_at is None:
+            policy, reason = OptimizerPolicy.none.value, "; ".join(f"{k}: {v}" for k, v in self.eager.items())
+        out: dict[str, Any] = {"compile/optimizer": policy, "compile/optimizer_reason": reason}
+        if self.demoted_at is not None:
+            out["compile/optimizer"] = OptimizerPolicy.none.value
+            out["compile/optimizer_reason"] = (f"compiled until optimizer step {self.demoted_at}, then demoted "
+                                               "(recompile storm)")
+        if self.eager:
+            out["compile/optimizer_eager"] = dict(self.eager)
+        return out
+
+
+def _closure_step(optimizer: Optimizer, compiled: Callable[..., Any]) -> Callable[..., Any]:
+    """``optimizer.step(closure=None, **kwargs)`` as torch's optimizers run it, the update compiled."""
+
+    def step(closure: Callable[[], Any] | None = None, **kwargs: Any) -> Any:
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        compiled(**kwargs)
+        optimizer._opt_called = True  # type: ignore[attr-defined]  # what an LR scheduler's wrapper records
+        return loss
+
+    # An LR scheduler checks for its own wrapper's mark on ``optimizer.step`` (else it warns that the
+    # step was overridden after it was built) and then reads ``_opt_called``, set above.
+    step._wrapped_by_lr_sched = True  # type: ignore[attr-defined]
+    return step

@@ -151,12 +151,26 @@ def holds_dtensors(optimizer: Optimizer) -> bool:
 
 
 def resolve_optimizer_policy(
-    policy: OptimizerPolicy, optimizer: Optimizer, device: torch.device, cudagraphs_active: bool
+    policy: OptimizerPolicy, optimizer: Optimizer, device: torch.device, cudagraphs_active: bool,
+    scaler: bool = False,
 ) -> tuple[OptimizerPolicy, str]:
     """The concrete policy for ``auto``, with the reason (logged and in the report)."""
+    name = type(optimizer).__name__
+    if scaler and policy is OptimizerPolicy.compiled:
+        raise ValueError(
+            f"compile.optimizer=compiled with a gradient scaler (precision=16-mixed): the scaler unscales the "
+            f"gradients and skips steps with inf/NaN itself, which a compiled {name}.step cannot take part in. "
+            "Use compile.optimizer=auto (the fused kernel where there is one, which the scaler drives) or "
+            "precision=bf16-mixed (no scaler)."
+        )
     if policy is not OptimizerPolicy.auto:
         return policy, "set in config"
-    name = type(optimizer).__name__
+    if scaler:
+        if supports_fused(optimizer, device):
+            return OptimizerPolicy.fused, (f"a gradient scaler (16-mixed) steps {name}: its fused {device.type} "
+                                           "kernel takes the scale and the inf check on the device")
+        return OptimizerPolicy.none, (f"a gradient scaler (16-mixed) steps {name}, which has no fused "
+                                      f"{device.type} kernel: it runs as configured")
     if cudagraphs_active:
         return OptimizerPolicy.compiled, "CUDA graphs are on: a compiled step is captured with the rest of the step"
     sharded = holds_dtensors(optimizer)
@@ -180,19 +194,19 @@ def resolve_optimizer_policy(
 
 
 def resolve_optimizers(plan: CompilePlan, policy: OptimizerPolicy, optimizers: list[Optimizer],
-                       device: torch.device, cudagraphs_active: bool) -> CompilePlan:
+                       device: torch.device, cudagraphs_active: bool, scaler: bool = False) -> CompilePlan:
     """``plan`` with the optimizer policy resolved for ``optimizers`` (one policy for all; the last
     optimizer's reason is reported). Called once the optimizers hold their final parameters (under
     FSDP2: after sharding)."""
     resolved, reason = policy, "no optimizer"
     for opt in optimizers:
-        resolved, reason = resolve_optimizer_policy(policy, opt, device, cudagraphs_active)
+        resolved, reason = resolve_optimizer_policy(policy, opt, device, cudagraphs_active, scaler)
     return dataclasses.replace(plan, optimizer=resolved, optimizer_reason=reason)
 
 
 def resolve_plan(cfg: CompileConfig, cudagraphs: CudaGraphsConfig, dynamic: bool | None, device: torch.device,
                  optimizers: list[Optimizer], cudagraphs_active: bool,
-                 automatic_optimization: bool = True) -> CompilePlan:
+                 automatic_optimization: bool = True, pulls_batches: bool = False) -> CompilePlan:
     """The whole plan for a run: target, ``torch.compile`` arguments, optimizer policy."""
     plan = CompilePlan(
         scope=cfg.scope,
@@ -202,7 +216,7 @@ def resolve_plan(cfg: CompileConfig, cudagraphs: CudaGraphsConfig, dynamic: bool
         compiled_autograd=cfg.compiled_autograd,
     )
     plan = resolve_optimizers(plan, cfg.optimizer, optimizers, device, cudagraphs_active)
-    return resolve_manual_optimization(plan, automatic_optimization)
+    return resolve_step_target(plan, automatic_optimization and not pulls_batches)
 
 
 # Manual optimization: compile the model's forwards, run the step's orchestration eagerly.
@@ -222,18 +236,20 @@ def resolve_plan(cfg: CompileConfig, cudagraphs: CudaGraphsConfig, dynamic: bool
 _STEP_TARGETS = (Target.step, Target.step_and_backward)
 
 
-def resolve_manual_optimization(plan: CompilePlan, automatic_optimization: bool) -> CompilePlan:
-    """The plan for a module with ``automatic_optimization`` as given: unchanged unless the plan
-    compiles the step of a manual-optimization module, which compiles its submodules instead."""
-    if automatic_optimization or plan.target not in _STEP_TARGETS:
+def resolve_step_target(plan: CompilePlan, step_compilable: bool) -> CompilePlan:
+    """The plan unchanged unless it compiles a step that cannot be compiled as a whole (manual
+    optimization, or a ``dataloader_iter`` step that pulls its own batches): then its submodules."""
+    if step_compilable or plan.target not in _STEP_TARGETS:
         return plan
     return dataclasses.replace(plan, target=Target.submodules)
 
 
-def manual_optimization_note(scope: Scope, resolved: CompilePlan) -> str | None:
-    """One line for the log when a manual-optimization module's step scope became submodules, else None."""
+def step_note(scope: Scope, resolved: CompilePlan, automatic_optimization: bool) -> str | None:
+    """One line for the log when a step scope became submodules, else None."""
     if resolved.target is not Target.submodules or _TARGETS[scope] not in _STEP_TARGETS:
         return None
-    return (f"compile.scope={scope.value} on a manual-optimization module: compiling its submodules' forwards "
-            "(the step's manual_backward/opt.step orchestration runs eagerly, as in Lightning)")
-
+    why = ("a manual-optimization module (the step's manual_backward/opt.step orchestration runs eagerly, as "
+           "in Lightning)" if not automatic_optimization else
+           "a training_step that pulls its own batches from dataloader_iter (the batch never reaches the step "
+           "as an argument)")
+    return f"compile.scope={scope.value} on {why}: compiling its submodules' forwards"

@@ -23,13 +23,12 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
+from runner import lightning_internals as li
 from runner import torch_internals as ti
 from runner.stack.component import StackComponent
 
-FIT_LOOP_STATE = r"\._trainer\.fit_loop\..*"
-"""Below ``LightningModule._trainer``: every counter Lightning's ``current_epoch``/``global_step``
-properties and the trainer's progress flags read (``fit_loop.epoch_progress.current.completed``,
-``fit_loop.epoch_loop.automatic_optimization.optim_progress.optimizer.step.total.completed``...)."""
+FIT_LOOP_STATE = li.FIT_LOOP_STATE
+"""Below ``LightningModule._trainer``: the fit loop's counters (``runner.lightning_internals``)."""
 
 
 def state_sources(training_step: Callable[..., Any]) -> list[str]:

@@ -41,9 +41,7 @@ class ConsolidatedCheckpoint(Callback):
         state = full_state_dict(pl_module)
         if trainer.is_global_zero:
             save_atomically(state, self.path)
-        strategy_figures = getattr(trainer.strategy, "figures", None)
-        self._figures = {**(strategy_figures() if callable(strategy_figures) else {}),
-                         "fsdp/consolidated_checkpoint": str(self.path)}
+        self._figures = {"fsdp/consolidated_checkpoint": str(self.path)}
 
     def figures(self) -> dict[str, Any]:
         return dict(self._figures)

@@ -4,15 +4,11 @@
 Lightning's strategy brings the process group, the device mesh, the distributed sampler, and
 sharded (``torch.distributed.checkpoint``) or full checkpoints with resume; it leaves sharding and
 compiling to the LightningModule's ``configure_model``. runner's modules know nothing about either,
-so this strategy applies them, in one order (torchtitan's)::
-
-    shape policy -> saved activations (checkpoint wrappers / hooks) -> compile each block in place
-      -> fully_shard each block, then the root -> optimizers on the sharded (DTensor) parameters
-      -> optimizer-step policy
-
-Compiling before sharding keeps FSDP's all-gather / reduce-scatter hooks outside the compiled
-graphs (they are module hooks, run eagerly around each block): 0 graph breaks in the blocks. On CPU
-the process group is gloo (Lightning's default for a CPU device).
+so this strategy hands the stack's ordered apply (``CompileStack.setup``) its two FSDP steps: sharding
+each block after it is compiled, and building the optimizers on the sharded (DTensor) parameters.
+Compiling before sharding keeps FSDP's all-gather / reduce-scatter hooks outside the compiled graphs
+(they are module hooks, run eagerly around each block): 0 graph breaks in the blocks. On CPU the
+process group is gloo (Lightning's default for a CPU device).
 """
 
 from __future__ import annotations
@@ -27,6 +23,7 @@ import torch
 from lightning.pytorch.strategies import ModelParallelStrategy
 from lightning.pytorch.trainer.states import TrainerFn
 
+from runner import lightning_internals as li
 from runner.config.schema import (
     CompileConfig,
     CudaGraphsConfig,
@@ -34,13 +31,13 @@ from runner.config.schema import (
     FsdpMixedPrecision,
     OffloadConfig,
 )
-from runner.stack import CompileStack
-from runner.stack.compile import compiled_submodules, find_blocks
+from runner.stack.blocks import find_blocks
+from runner.stack.compile import compiled_submodules
 from runner.stack.shard import ShardPlan, apply_sharding, is_sharded, resolve_mixed_precision
-from runner.strategy.lightning import _CompileHooks, _settings
+from runner.strategy.lightning import CompileStrategyBase
 
 
-class FSDPCompileStrategy(_CompileHooks, ModelParallelStrategy):
+class FSDPCompileStrategy(CompileStrategyBase, ModelParallelStrategy):
     """FSDP2 over every process (one data-parallel mesh dimension), with the compile stack applied per
     block before sharding. ``save_distributed_checkpoint=False`` writes full checkpoints instead of
     sharded ones."""
@@ -53,49 +50,54 @@ class FSDPCompileStrategy(_CompileHooks, ModelParallelStrategy):
         cudagraphs: CudaGraphsConfig | None = None,
         reshard_after_forward: bool = True,
         mixed_precision: FsdpMixedPrecision = FsdpMixedPrecision.auto,
+        console: bool = True,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self.stack = CompileStack(_settings(compile, dynamic, offload, cudagraphs))
+        self._init_stack(compile, dynamic, offload, cudagraphs, console)
         self.reshard_after_forward = reshard_after_forward
         self.mixed_precision = mixed_precision
         self.fsdp_units = 0
+        self.shard_plan: ShardPlan | None = None
 
     def setup_environment(self) -> None:
-        # Pure FSDP: every process is one data-parallel shard (Lightning's "auto" would make the
-        # in-node dimension tensor-parallel, model_parallel.py setup_environment).
-        self._data_parallel_size = self.num_nodes * self.num_processes
-        self._tensor_parallel_size = 1
+        li.set_pure_data_parallel(self)
         super().setup_environment()
 
     def setup(self, trainer: L.Trainer) -> None:
         # ModelParallelStrategy.setup (lightning/pytorch/strategies/model_parallel.py:166) refuses a
         # LightningModule that does not override configure_model to shard itself. Here the strategy
-        # shards, so this is that method's body without the refusal and with the stack around the
-        # sharding; nothing is initialised on the meta device, so there is nothing to materialise.
+        # shards, inside the stack's order; nothing is initialised on the meta device, so there is
+        # nothing to materialise.
         assert self.model is not None and self.accelerator is not None
         self.accelerator.setup(trainer)
         module = self.lightning_module
         assert module is not None
-        fitting = trainer.state.fn == TrainerFn.FITTING
+        if trainer.state.fn == TrainerFn.FITTING and not is_sharded(module):
+            host = self.host(trainer, optimizers=lambda: self._place_and_build_optimizers(trainer),
+                             shard=lambda m: self.shard(m, trainer.precision))
+            self.stack.setup(module, host)
+            return
         if not is_sharded(module):
-            if fitting:
-                self.stack.prepare_module(module, self.root_device, trainer.accumulate_grad_batches)
             self.shard(module, trainer.precision)
+        self._place_and_build_optimizers(trainer)
+
+    def _place_and_build_optimizers(self, trainer: L.Trainer) -> list[torch.optim.Optimizer]:
+        """Precision, device, and (when fitting) the optimizers over the sharded parameters."""
+        assert self.model is not None
         self.model = self.precision_plugin.convert_module(self.model)
         self.model_to_device()
         self.barrier()
-        if fitting:
+        if trainer.state.fn == TrainerFn.FITTING:
             self.setup_optimizers(trainer)
         self.setup_precision_plugin()
-        if fitting:
-            self.stack.prepare_optimizers(module, [*self.optimizers], self.root_device)
+        return list(self.optimizers)
 
     def shard(self, module: torch.nn.Module, precision: str) -> None:
-        """``fully_shard`` each block (``compile.block_types``, else the largest ``nn.ModuleList``'s
-        children: the blocks ``compile=blocks`` compiles), then each top-level child holding parameters."""
+        """``fully_shard`` each block (the blocks ``compile=blocks`` compiles), then each top-level child
+        holding parameters."""
         module.to(self.root_device)
-        blocks = find_blocks(module, tuple(self.stack.settings.compile.block_types))
+        blocks = [m for _, m in find_blocks(module, tuple(self.stack.settings.compile.block_types))]
         plan = ShardPlan(mesh=self.device_mesh["data_parallel"], reshard_after_forward=self.reshard_after_forward,
                          mixed_precision=resolve_mixed_precision(self.mixed_precision, precision))
         self.shard_plan = plan
@@ -105,7 +107,7 @@ class FSDPCompileStrategy(_CompileHooks, ModelParallelStrategy):
         """A sharded checkpoint is a directory written by every rank: write it under a hidden name, then
         swap it in, so a run killed mid-save keeps its previous ``last.ckpt`` whole (what
         ``AtomicCheckpointIO`` does for files; a full checkpoint goes through it)."""
-        if not self._save_distributed_checkpoint:
+        if not li.saves_distributed_checkpoint(self):
             return super().save_checkpoint(checkpoint, filepath, storage_options)
         path = Path(self.broadcast(str(filepath)))
         tmp, old = path.with_name(f".{path.name}.tmp"), path.with_name(f".{path.name}.old")
@@ -125,12 +127,13 @@ class FSDPCompileStrategy(_CompileHooks, ModelParallelStrategy):
         self.barrier()
 
     def figures(self) -> dict[str, Any]:
-        """What sharding did, for the report."""
-        plan = getattr(self, "shard_plan", None)
+        """What the stack and sharding did, for the report."""
+        plan = self.shard_plan
         return {
+            **self.stack.figures(),
             "fsdp/world_size": self.world_size,
             "fsdp/units": self.fsdp_units,
             "fsdp/reshard_after_forward": self.reshard_after_forward,
             "fsdp/mixed_precision": plan.mixed_precision.value if plan else None,
-            "fsdp/distributed_checkpoint": self._save_distributed_checkpoint,
+            "fsdp/distributed_checkpoint": li.saves_distributed_checkpoint(self),
         }

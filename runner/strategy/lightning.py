@@ -1,15 +1,18 @@
 """``CompileStrategy`` and ``DDPCompileStrategy``: Lightning strategies that apply the compile stack.
 
-They stay thin: Lightning does device placement, DDP wrapping, precision and checkpoint I/O; every
-compile decision lives in ``CompileStack``. Use them in any Trainer::
+They stay thin adapters: Lightning does device placement, DDP wrapping, precision, the optimizer step
+(closure and all) and checkpoint I/O; every compile decision and its order live in ``CompileStack``,
+which each strategy hands Lightning's side of the order as a ``Host``. Use them in any Trainer::
 
     trainer = L.Trainer(strategy=CompileStrategy(compile=CompileConfig(scope=Scope.step)))
+    trainer = L.Trainer(strategy="compile")  # the same, by name (after ``import runner``)
 """
 
 from __future__ import annotations
 
 import atexit
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import lightning as L
@@ -19,9 +22,17 @@ from lightning.pytorch.trainer.states import TrainerFn
 from torch import Tensor
 from torch.optim import Optimizer
 
+from runner import lightning_internals as li
 from runner.config.schema import CompileConfig, CudaGraphsConfig, DynamicConfig, OffloadConfig
-from runner.stack import CompileSettings, CompileStack
+from runner.stack import CompileSettings, CompileStack, Host
+from runner.strategy.console import progress_sink
 from runner.strategy.log_fastpath import LogFastPath
+
+NO_TRAINABLE_PARAMETERS = (
+    "{name} has no trainable parameters, so configure_optimizers built an optimizer over an empty "
+    "parameter list ({error}). Give the module parameters with requires_grad=True (a finetuning callback "
+    "that freezes everything leaves none), or, to run it without training, use trainer.validate/test/predict."
+)
 
 
 def _destroy_process_group() -> None:
@@ -29,11 +40,32 @@ def _destroy_process_group() -> None:
         torch.distributed.destroy_process_group()
 
 
-class _CompileHooks:
-    """The overrides both strategies share; each delegates to ``self.stack``."""
+def sample_batch(trainer: L.Trainer, module: L.LightningModule) -> tuple[Any, str]:
+    """One validation batch for the saved-activation measurement (the training order stays untouched),
+    from the datamodule or the module's own ``val_dataloader``; else ``(None, why)``."""
+    from lightning.pytorch.utilities.model_helpers import is_overridden
+
+    source: Any = getattr(trainer, "datamodule", None)
+    if source is None or not is_overridden("val_dataloader", source, L.LightningDataModule):
+        source = module if is_overridden("val_dataloader", module, L.LightningModule) else None
+    if source is None:
+        return None, "no val_dataloader (datamodule or module) to take a sample batch from"
+    for batch in source.val_dataloader():
+        return batch, ""
+    return None, "the val_dataloader is empty"
+
+
+class CompileStrategyBase:
+    """What every runner strategy adds to its Lightning base: the stack, and the hooks that reach it."""
 
     stack: CompileStack
     _log_fastpath: LogFastPath | None = None
+
+    def _init_stack(self, compile: CompileConfig | None, dynamic: DynamicConfig | None,
+                    offload: OffloadConfig | None, cudagraphs: CudaGraphsConfig | None, console: bool) -> None:
+        self.stack = CompileStack(CompileSettings(
+            compile=compile or CompileConfig(), dynamic=dynamic or DynamicConfig(),
+            offload=offload or OffloadConfig(), cudagraphs=cudagraphs or CudaGraphsConfig()), console=console)
 
     def setup_environment(self) -> None:
         super().setup_environment()  # type: ignore[misc]
@@ -44,48 +76,69 @@ class _CompileHooks:
         if torch.distributed.is_available() and torch.distributed.is_initialized():
             # Lightning destroys the process group at exit for NCCL only; a gloo group left to the
             # interpreter's finalization can abort the process ("terminate called without an active
-            # exception", exit -6) after a fit that succeeded. Registering twice is harmless: the
-            # second call finds nothing initialized.
+            # exception", exit -6) after a fit that succeeded. Registering twice is harmless.
             atexit.unregister(_destroy_process_group)
             atexit.register(_destroy_process_group)
 
-    def _setup_stack(self, trainer: L.Trainer) -> None:
-        if trainer.state.fn != TrainerFn.FITTING:
-            return
-        self.stack.setup(
-            self.lightning_module,  # type: ignore[attr-defined]
-            self.optimizers,  # type: ignore[attr-defined]
-            self.root_device,  # type: ignore[attr-defined]
+    def host(self, trainer: L.Trainer, optimizers: Callable[[], list[Optimizer]] | None = None,
+             shard: Callable[[torch.nn.Module], None] | None = None) -> Host:
+        """Lightning's side of the stack's ordered apply, for this trainer."""
+        strategy: Any = self
+        return Host(
+            device=strategy.root_device,
+            optimizers=optimizers or (lambda: list(strategy.optimizers)),
             accumulate_grad_batches=trainer.accumulate_grad_batches,
+            sample_batch=lambda: sample_batch(trainer, strategy.lightning_module),
+            step_context=strategy.precision_plugin.train_step_context,
+            shard=shard,
+            scaler=getattr(strategy.precision_plugin, "scaler", None) is not None,
+            optimizer_lists=li.optimizer_lists(strategy),
+            sink=progress_sink(trainer) if self.stack.console else None,
         )
 
-    def _owns_optimizer_step(self) -> bool:
-        # A gradient scaler (fp16) must unscale and skip steps itself: leave that to Lightning.
-        return getattr(self.precision_plugin, "scaler", None) is None  # type: ignore[attr-defined]
+    def _setup_lightning(self, trainer: L.Trainer) -> None:
+        """Lightning's own setup, with an empty optimizer explained in one paragraph."""
+        try:
+            super().setup(trainer)  # type: ignore[misc]
+        except ValueError as e:
+            module: Any = getattr(self, "lightning_module", None)
+            if "empty parameter list" in str(e) and module is not None and \
+                    not any(p.requires_grad for p in module.parameters()):
+                raise ValueError(NO_TRAINABLE_PARAMETERS.format(name=type(module).__name__, error=e)) from e
+            raise
+
+    def setup(self, trainer: L.Trainer) -> None:
+        self._setup_lightning(trainer)
+        if trainer.state.fn == TrainerFn.FITTING:
+            self.stack.setup(self.lightning_module, self.host(trainer))  # type: ignore[attr-defined]
 
     def backward(self, closure_loss: Tensor, optimizer: Optimizer | None, *args: Any, **kwargs: Any) -> Tensor:
-        plan = self.stack.plan
-        if plan is not None and plan.backward_in_step:
+        if self.stack.backward_in_step:
             # The compiled step already ran backward; keep the hooks (on_before/after_backward) firing.
-            lm = self.lightning_module  # type: ignore[attr-defined]
-            self.pre_backward(closure_loss)  # type: ignore[attr-defined]
-            closure_loss = self.precision_plugin.pre_backward(closure_loss, lm)  # type: ignore[attr-defined]
-            closure_loss = self.precision_plugin.post_backward(closure_loss, lm)  # type: ignore[attr-defined]
-            self.post_backward(closure_loss)  # type: ignore[attr-defined]
+            strategy: Any = self
+            lm = strategy.lightning_module
+            strategy.pre_backward(closure_loss)
+            closure_loss = strategy.precision_plugin.pre_backward(closure_loss, lm)
+            closure_loss = strategy.precision_plugin.post_backward(closure_loss, lm)
+            strategy.post_backward(closure_loss)
             return closure_loss
         with self.stack.backward_context():
             return super().backward(closure_loss, optimizer, *args, **kwargs)  # type: ignore[misc]
 
-    def optimizer_step(self, optimizer: Optimizer, closure: Callable[[], Any],
-                       model: Any = None, **kwargs: Any) -> Any:
-        if not self._owns_optimizer_step() or self.stack.optimizer_step_policy is None:
+    def optimizer_step(self, optimizer: Optimizer, closure: Callable[[], Any], model: Any = None,
+                       **kwargs: Any) -> Any:
+        # Lightning's own step: its precision plugin calls optimizer.step(closure=..., **kwargs) and the
+        # optimizer runs the closure (the stack only made the optimizer fused or compiled).
+        with self._optimizer_context():
             return super().optimizer_step(optimizer, closure, model, **kwargs)  # type: ignore[misc]
-        model = model or self.lightning_module  # type: ignore[attr-defined]
-        # Lightning's closure runs forward, backward and gradient clipping; then our step, which a
-        # compiled function can run because it takes no closure.
-        result = self.precision_plugin._wrap_closure(model, optimizer, closure)  # type: ignore[attr-defined]
-        self.stack.optimizer_step(optimizer)
-        return result
+
+    @contextlib.contextmanager
+    def _optimizer_context(self) -> Iterator[None]:
+        if self.stack.parts is None:  # not fitting through the stack (e.g. a bare strategy call)
+            yield
+            return
+        with self.stack.optimizer_step_context():
+            yield
 
     def teardown(self) -> None:
         if self._log_fastpath is not None:
@@ -93,20 +146,15 @@ class _CompileHooks:
         self.stack.teardown()
         super().teardown()  # type: ignore[misc]
 
-
-def _settings(compile: CompileConfig | None, dynamic: DynamicConfig | None, offload: OffloadConfig | None,
-              cudagraphs: CudaGraphsConfig | None) -> CompileSettings:
-    return CompileSettings(
-        compile=compile or CompileConfig(),
-        dynamic=dynamic or DynamicConfig(),
-        offload=offload or OffloadConfig(),
-        cudagraphs=cudagraphs or CudaGraphsConfig(),
-    )
+    def figures(self) -> dict[str, Any]:
+        """What the stack applied and did (the report collects it from the strategy)."""
+        return self.stack.figures()
 
 
-class CompileStrategy(_CompileHooks, SingleDeviceStrategy):
+class CompileStrategy(CompileStrategyBase, SingleDeviceStrategy):
     """One device, the whole compile stack. Every argument is optional: the defaults compile the
-    training step with Inductor and pick the optimizer step for the device."""
+    training step with Inductor and pick the optimizer step for the device. ``console``: print what
+    compiles and a summary line at the end of fit (runner's own runs print a full report instead)."""
 
     def __init__(
         self,
@@ -115,18 +163,15 @@ class CompileStrategy(_CompileHooks, SingleDeviceStrategy):
         offload: OffloadConfig | None = None,
         cudagraphs: CudaGraphsConfig | None = None,
         device: str | torch.device | None = None,
+        console: bool = True,
         **kwargs: Any,
     ) -> None:
         device = device or ("cuda:0" if torch.cuda.is_available() else "cpu")
         super().__init__(device=device, **kwargs)
-        self.stack = CompileStack(_settings(compile, dynamic, offload, cudagraphs))
-
-    def setup(self, trainer: L.Trainer) -> None:
-        super().setup(trainer)
-        self._setup_stack(trainer)
+        self._init_stack(compile, dynamic, offload, cudagraphs, console)
 
 
-class DDPCompileStrategy(_CompileHooks, DDPStrategy):
+class DDPCompileStrategy(CompileStrategyBase, DDPStrategy):
     """DDP (one process per device, any number of nodes) with the compile stack applied inside
     the DDP wrapper. On CPU use ``process_group_backend="gloo"``."""
 
@@ -136,11 +181,8 @@ class DDPCompileStrategy(_CompileHooks, DDPStrategy):
         dynamic: DynamicConfig | None = None,
         offload: OffloadConfig | None = None,
         cudagraphs: CudaGraphsConfig | None = None,
+        console: bool = True,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self.stack = CompileStack(_settings(compile, dynamic, offload, cudagraphs))
-
-    def setup(self, trainer: L.Trainer) -> None:
-        super().setup(trainer)
-        self._setup_stack(trainer)
+        self._init_stack(compile, dynamic, offload, cudagraphs, console)

@@ -6,7 +6,8 @@ metadata dataclass) even when nothing moves: 0.37-0.62 ms per logged value per s
 a third of Lightning's whole per-step cost on a small model (Lightning issue #20388; the fix proposed
 upstream in pull request #21769 is this same early return). Until Lightning ships it, runner's
 strategies install it in ``setup_environment`` (fit, validate, test) and put Lightning's method back in
-``teardown``.
+``teardown``. The class is reached through ``runner.lightning_internals`` when first installed, never at
+import; a Lightning without it leaves the fast path off.
 
 The early return is taken only for ``to(device)`` when every tensor state of the metric is already on
 that device, where the full walk returns an equal metric; any other call runs Lightning's method.
@@ -14,29 +15,34 @@ that device, where the full walk returns an equal metric; any other call runs Li
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
-from lightning.pytorch.trainer.connectors.logger_connector.result import _ResultMetric
 
-_LIGHTNING_TO = _ResultMetric.to
-_STATES = ("value", "cumulated_batch_size")  # the tensor states _ResultMetric adds (result.py __init__)
+from runner import lightning_internals as li
 
 
-def _to(self: _ResultMetric, *args: Any, **kwargs: Any) -> _ResultMetric:
-    if not kwargs and len(args) == 1 and isinstance(args[0], (str, torch.device)):
-        device = torch.device(args[0])
-        value, size = (vars(self).get(name) for name in _STATES)
-        if isinstance(value, torch.Tensor) and value.device == device and (
-                not isinstance(size, torch.Tensor) or size.device == device):
-            return self
-    return _LIGHTNING_TO(self, *args, **kwargs)
+def _fast_to(lightning_to: Callable[..., Any]) -> Callable[..., Any]:
+    def to(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if not kwargs and len(args) == 1 and isinstance(args[0], (str, torch.device)):
+            device = torch.device(args[0])
+            value, size = (vars(self).get(name) for name in li.RESULT_METRIC_STATES)
+            if isinstance(value, torch.Tensor) and value.device == device and (
+                    not isinstance(size, torch.Tensor) or size.device == device):
+                return self
+        return lightning_to(self, *args, **kwargs)
+
+    to.__wrapped__ = lightning_to  # type: ignore[attr-defined]
+    return to
 
 
 class LogFastPath:
-    """Installs ``_to`` on ``_ResultMetric`` while at least one strategy holds it (nested holders share it)."""
+    """Installs the fast ``to`` on ``_ResultMetric`` while at least one strategy holds it (nested holders share it)."""
 
     _holders = 0
+    _lightning_to: Callable[..., Any] | None = None
+    _fast: Callable[..., Any] | None = None
 
     def __init__(self) -> None:
         self.held = False
@@ -46,10 +52,16 @@ class LogFastPath:
         if self.held:
             return
         cls = type(self)
+        metric = li.result_metric_class()
+        if metric is None:
+            return
         if cls._holders == 0:
-            if _ResultMetric.to is not _LIGHTNING_TO:
+            if cls._lightning_to is None:
+                cls._lightning_to = metric.to
+                cls._fast = _fast_to(metric.to)
+            if metric.to is not cls._lightning_to:
                 return  # someone else replaced it: leave theirs alone
-            _ResultMetric.to = _to  # type: ignore[method-assign]
+            metric.to = cls._fast
         cls._holders += 1
         self.held = True
 
@@ -60,10 +72,12 @@ class LogFastPath:
         cls = type(self)
         cls._holders -= 1
         self.held = False
-        if cls._holders == 0:
-            _ResultMetric.to = _LIGHTNING_TO  # type: ignore[method-assign]
+        metric = li.result_metric_class()
+        if cls._holders == 0 and metric is not None:
+            metric.to = cls._lightning_to
 
     @staticmethod
     def active() -> bool:
         """Whether ``_ResultMetric.to`` is the fast path now."""
-        return _ResultMetric.to is _to
+        metric = li.result_metric_class()
+        return metric is not None and LogFastPath._fast is not None and metric.to is LogFastPath._fast

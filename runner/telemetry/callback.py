@@ -32,13 +32,13 @@ import torch
 
 from runner import torch_internals as ti
 from runner.config.schema import TelemetryConfig
+from runner.stack.progress import CompileProgress
 from runner.telemetry import sinks
 from runner.telemetry.advice import advise, guard_location
 from runner.telemetry.clock import StepClock
 from runner.telemetry.collector import CompileCollector
 from runner.telemetry.peak import Peak, forget_peak, resolve_peak
-from runner.telemetry.progress import CompileProgress
-from runner.telemetry.speedup import SpeedupMeter
+from runner.telemetry.speedup import SPEEDUP_KEYS, SpeedupMeter
 from runner.telemetry.throughput import (
     FlopCounter,
     batch_counts,
@@ -97,6 +97,7 @@ class CompileTelemetry(pl.Callback):
         self._sampled_step: int | None = None  # the global step whose first batch was timed for step_ms
         self._final: dict[str, Any] | None = None
         self.trace = StructuredTrace(self.run_dir, cfg.trace)
+        self._carried: dict[str, Any] = {}  # the speedup measured before a resume (from the checkpoint)
 
     # -- lifecycle ---------------------------------------------------------------------------
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
@@ -209,6 +210,17 @@ class CompileTelemetry(pl.Callback):
             self.progress.close()
         self.trace.stop()
 
+    # -- resume: a speedup measured before the checkpoint is reported, not silently lost -------------
+    def state_dict(self) -> dict[str, Any]:
+        """The speedup figures for the checkpoint: this run's once measured, else those it carries."""
+        own = {k: v for k, v in self._figures(series=False).items() if k in SPEEDUP_KEYS} if self.meter.done else {}
+        speedup = own if "perf/speedup_x" in own else self._carried
+        return {"speedup": speedup} if speedup else {}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """A resumed run shows the checkpoint's speedup figures when it measures none itself."""
+        self._carried = dict(state_dict.get("speedup") or {})
+
     # -- figures -----------------------------------------------------------------------------
     def figures(self) -> dict[str, Any]:
         """The flat figures dict (namespaced keys with units, plus reason lists); final after fit."""
@@ -219,6 +231,9 @@ class CompileTelemetry(pl.Callback):
     def _figures(self, series: bool = True) -> dict[str, Any]:
         figures: dict[str, Any] = dict(self.collector.figures()) if self.collector is not None else {}
         figures.update(self.meter.figures(compile_time_s=figures.get("compile/time_s", 0.0), series=series))
+        if "perf/speedup_x" not in figures and self._carried:  # resumed before this run's pairs finished
+            figures.update(self._carried)
+            figures["perf/speedup_status"] = "measured before the resume"
         figures["memory/peak_gib"] = peak_memory_gib(self._device)
         figures.update(self._per_rank)
         # Throughput over recent timed compiled steps (total work / total time: right for varying

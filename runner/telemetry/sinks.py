@@ -9,13 +9,12 @@ when a ``WandbLogger`` is present.
 from __future__ import annotations
 
 import math
-import sys
 from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
 
-from runner.telemetry.progress import Sink, default_sink
+from runner.strategy.console import progress_sink  # noqa: F401  (where compile progress prints)
 
 
 def scalars(figures: dict[str, Any]) -> dict[str, float]:
@@ -81,28 +80,3 @@ def write_events_text(path: Path, figures: dict[str, Any]) -> None:
         lines.append(f"{kind}\t{name or '-'}\t{location or '-'}\tstep {step}\tx{count}\n    {reason}")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines) + "\n")
-
-
-def progress_sink(trainer: pl.Trainer) -> Sink:
-    """Print around the active progress bar, on rank 0 only.
-
-    The bar is looked up at each message because Lightning creates it after ``setup``.
-    """
-    if not trainer.is_global_zero:
-        return lambda message: None
-
-    def sink(message: str) -> None:
-        from lightning.pytorch.callbacks import RichProgressBar, TQDMProgressBar
-
-        bar = trainer.progress_bar_callback
-        progress = getattr(bar, "progress", None) if isinstance(bar, RichProgressBar) else None
-        if progress is not None:
-            progress.console.print(message, markup=False, highlight=False, soft_wrap=True)
-        elif isinstance(bar, TQDMProgressBar):
-            from tqdm import tqdm
-
-            tqdm.write(message, file=sys.stderr)  # redraws the bar below the line
-        else:
-            default_sink(message)
-
-    return sink

@@ -34,8 +34,8 @@ def apply_checkpointing(
 ) -> list[str]:
     """Wrap each repeated block of ``model`` in a non-reentrant checkpoint, in place.
 
-    Blocks are modules whose class name is in ``block_types``, else the children of the largest
-    ``nn.ModuleList``. Excluded blocks (names in ``exclude``) keep their activations. Returns the
+    Blocks are chosen by ``runner.stack.blocks.find_blocks`` (the rule compiling and sharding use).
+    Excluded blocks (names in ``exclude``) keep their activations. Returns the
     names of the wrapped blocks; wrapping twice is a no-op.
     """
     wrapped: list[str] = []

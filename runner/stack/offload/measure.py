@@ -145,17 +145,20 @@ def compare_with_none(
     device: torch.device,
     block_types: tuple[str, ...] = (),
     compiled: bool = False,
+    fresh_compiler: Optional[Callable[[], None]] = None,
 ) -> dict[str, Any]:
     """Compare ``cfg`` with ``strategy=none`` on one batch from identical weights, each variant on a
     fresh copy and a fresh compiler (Dynamo does not guard on settings such as the memory budget, so a
-    variant could otherwise reuse the other's graphs). Returns the ``offload/*`` figures."""
+    variant could otherwise reuse the other's graphs). ``fresh_compiler`` forgets what was compiled
+    (default: ``torch.compiler.reset()``, everything). Returns the ``offload/*`` figures."""
     from runner import torch_internals as ti
 
+    fresh = fresh_compiler or ti.reset_compiler
     results = []  # run_variant copies ``model`` for each variant: both start from its weights as they are now
     for variant in (replace(cfg, strategy=OffloadStrategy.none), cfg):
-        ti.reset_compiler()
+        fresh()
         results.append(run_variant(model, batch, variant, build_step, device, block_types))
-    ti.reset_compiler()
+    fresh()
     base, var = results
     saved_none, saved = base["saved_bytes"], var["saved_bytes"]
     reduction = saved_none / saved if saved > 0 else float("inf")

@@ -7,22 +7,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from typing import Optional
 
 import torch
 from torch import nn
 
-# Path components that wrappers insert and that are not part of a module's user-facing name:
-# torch.compile's OptimizedModule and checkpoint_wrapper's inner module.
-_WRAPPER_PARTS = frozenset({"_orig_mod", "_checkpoint_wrapped_module"})
+# The one block rule (compile, checkpointing and sharding share it), used here by name.
+from runner.stack.blocks import clean_name, find_blocks  # noqa: F401
+
 # Dynamo writes module paths as source expressions: L['self']._modules['model'].blocks[0].attn
 _ROOT = re.compile(r"^[LG]\[['\"][^'\"]*['\"]\]")
 _ITEM = re.compile(r"\[['\"]?([^'\"\]]+)['\"]?\]")
-
-
-def clean_name(name: str) -> str:
-    """A module name without wrapper components (``blocks.0._checkpoint_wrapped_module`` -> ``blocks.0``)."""
-    return ".".join(p for p in name.split(".") if p and p not in _WRAPPER_PARTS)
 
 
 def normalize_source_path(path: str) -> str:
@@ -109,25 +103,3 @@ def held_storages(tensors: Iterable[torch.Tensor]) -> set[int]:
         if storage.nbytes() > 0:
             held.add(storage.data_ptr())
     return held
-
-
-def find_blocks(model: nn.Module, block_types: Iterable[str] = ()) -> list[tuple[str, nn.Module]]:
-    """The repeated blocks to checkpoint: modules whose class name is in ``block_types``, else the
-    children of the largest ``nn.ModuleList`` (ties: the first found). Names are relative to ``model``.
-    """
-    types = set(block_types)
-    if types:
-        found: list[tuple[str, nn.Module]] = []
-        for name, mod in model.named_modules():
-            # Skip modules nested in an already-found block: checkpointing both would recompute twice.
-            if type(mod).__name__ in types and not any(name.startswith(f + ".") for f, _ in found):
-                found.append((name, mod))
-        return found
-    best: Optional[tuple[str, nn.ModuleList]] = None
-    for name, mod in model.named_modules():
-        if isinstance(mod, nn.ModuleList) and (best is None or len(mod) > len(best[1])):
-            best = (name, mod)
-    if best is None:
-        return []
-    prefix = f"{best[0]}." if best[0] else ""
-    return [(f"{prefix}{i}", child) for i, child in enumerate(best[1])]

@@ -1,7 +1,8 @@
 """Live compile progress: what is being compiled, and for how long, while it compiles.
 
 A compile on this CPU takes 30-120 s inside the first training step, during which Lightning's
-progress bar does not move. ``CompileProgress`` is a :class:`CompileListener`: it prints
+progress bar does not move. ``CompileProgress`` is a compile listener (``runner.stack.console`` in any
+Trainer, ``runner.telemetry``'s collector in runner's own runs): it prints
 ``compiling <name> (<file>:<line>) ...`` when a compile starts, a heartbeat with the elapsed time
 every ``interval_s`` from a daemon thread (the compiling thread is busy), and ``compiled <name> in
 31.2 s`` at the end. It prints through a *sink*, so the callback can route lines around the active
@@ -19,7 +20,8 @@ Sink = Callable[[str], None]
 
 
 def default_sink(message: str) -> None:
-    """Lightning's rank-zero info logger: prints once per job, not once per rank."""
+    """Lightning's rank-zero info logger: prints once per job, not once per rank, and only where
+    Lightning's own info lines print (``logging.getLogger("lightning.pytorch")`` at INFO or below)."""
     from lightning.pytorch.utilities import rank_zero_info
 
     rank_zero_info(message)

@@ -1,0 +1,96 @@
+"""Stop paying for a recompile storm early: a frame whose same non-shape guard fails twice is demoted.
+
+Some Python state a step reads cannot become a graph input (a value the step branches on, a list it
+reads while it grows, an object it replaces every step): every step then fails the same guard and
+recompiles, until ``recompile_limit`` (8 compiles, each paid in full) makes torch run the frame eagerly.
+:class:`StormWatch` reads torch's compile records after a step that compiled something (one counter
+read per step otherwise) and reports the first frame whose *same* guard caused a second recompile: the
+storm is certain by then, and the remaining six compiles are saved. Shape guards are not counted here
+(the shape policy owns them: ``dynamic=...``), nor are the two compiles a changing int or float costs
+before it becomes a graph input (their guard changes once, then holds).
+
+What a demotion does is the stack's decision (``CompileStack``: the step falls back to compiling the
+modules it calls, a compiled module or optimizer step runs eagerly); this module only detects.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass
+
+from runner import torch_internals as ti
+
+_NUMBER = re.compile(r"-?\b\d+(?:\.\d+)?(?:e[-+]?\d+)?\b")
+_SHAPE = re.compile(r"size mismatch|stride mismatch|storage_offset|\.size\(\)|\.stride\(\)|dim mismatch|"
+                    r"\bNe\(|\bEq\(")
+
+
+@dataclass(frozen=True)
+class Storm:
+    """A frame that recompiled twice on the same guard."""
+
+    name: str
+    filename: str | None
+    firstlineno: int | None
+    guard: str
+    """The guard as torch printed it last (values included)."""
+
+    @property
+    def frame(self) -> str:
+        return f"{self.name} ({self.filename}:{self.firstlineno})"
+
+
+def guard_text(reason: str | None) -> str:
+    """``"0/7: len(self.losses) == 7   # ...user stack"`` -> ``len(self.losses) == 7``."""
+    first = (reason or "").strip().splitlines()[0] if reason else ""
+    return first.split(":", 1)[-1].split("#", 1)[0].strip()
+
+
+def guard_key(guard: str) -> str:
+    """The guard with its values blanked: ``x == 7`` and ``x == 8`` are the same guard failing again."""
+    return _NUMBER.sub("#", guard)
+
+
+def is_shape_guard(guard: str) -> bool:
+    """Whether a failed guard is about tensor sizes (the shape policy's business, not a storm)."""
+    return bool(_SHAPE.search(guard))
+
+
+class StormWatch:
+    """Detects recompile storms from torch's compile records (see the module docstring)."""
+
+    def __init__(self, threshold: int = 2) -> None:
+        self.threshold = threshold
+        self._graphs = -1
+        self._done: set[str] = set()
+        self._counts: Counter[tuple[str, str | None, int | None, str]] = Counter()
+        self._reported: set[tuple[str, str | None, int | None]] = set()
+
+    def start(self) -> None:
+        """Ignore everything compiled before now."""
+        self._graphs = ti.graphs_compiled()
+        self._done = {str(r.compile_id) for r in ti.compilation_metrics()}
+
+    def check(self) -> list[Storm]:
+        """Storms completed since the last check (nothing, cheaply, when nothing compiled)."""
+        graphs = ti.graphs_compiled()
+        if graphs == self._graphs:
+            return []
+        self._graphs = graphs
+        storms = []
+        for raw in ti.compilation_metrics():
+            record = ti.to_record(raw)
+            if record.compile_id in self._done or not record.is_forward:
+                continue
+            self._done.add(record.compile_id)
+            guard = guard_text(record.recompile_reason)
+            if not guard or is_shape_guard(guard):
+                continue
+            name = ti.resume_parent(record.co_name) or record.co_name or "?"
+            frame = (name, record.co_filename, record.co_firstlineno)
+            self._counts[(*frame, guard_key(guard))] += 1
+            if self._counts[(*frame, guard_key(guard))] >= self.threshold and frame not in self._reported:
+                self._reported.add(frame)
+                storms.append(Storm(name, record.co_filename, record.co_firstlineno, guard))
+        return storms

@@ -1,0 +1,143 @@
+"""The parts of one fit's compile stack, built from the settings before anything is applied: the plan
+and every component, in the order ``CompileStack.setup`` applies them. Also the process-wide compiler
+settings the ``compile`` group owns, and what the stack reports about them."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import lightning as L
+import torch
+from torch.optim import Optimizer
+
+from runner import torch_internals as ti
+from runner.config.checks_stack import cudagraphs_accumulation_error
+from runner.config.schema import OnError
+from runner.stack.binding import takes_dataloader_iter, user_step
+from runner.stack.compile_errors import CompileErrorWatch
+from runner.stack.component import StackComponent
+from runner.stack.console import CompileConsole
+from runner.stack.cudagraphs import CudaGraphs, build_cudagraphs
+from runner.stack.deferred_log import DeferredLog
+from runner.stack.demotion import StormWatch
+from runner.stack.dynamic import ShapePolicyComponent, build_shape_policy
+from runner.stack.host import CompileSettings, Host
+from runner.stack.offload import OffloadComponent, build_offload
+from runner.stack.optimizer_step import OptimizerStep
+from runner.stack.plan import CompilePlan, resolve_plan, step_note
+from runner.stack.python_state import PythonState
+
+log = logging.getLogger(__name__)
+
+_CACHE_DIR_ENV = "TORCHINDUCTOR_CACHE_DIR"
+
+
+class _NoStorms(StormWatch):
+    """``compile.on_error=raise``: a storm runs into torch's recompile limit, which stops the run."""
+
+    def check(self) -> list[Any]:
+        return []
+
+
+@dataclass
+class Parts:
+    """Plan and components of one fit (see the module docstring)."""
+
+    settings: CompileSettings
+    plan: CompilePlan
+    errors: CompileErrorWatch
+    shape: ShapePolicyComponent
+    state: PythonState
+    offload: OffloadComponent
+    cudagraphs: StackComponent
+    console: CompileConsole | None
+    storms: StormWatch
+    deferred: DeferredLog = field(default_factory=DeferredLog)
+    optimizer_step: OptimizerStep | None = None
+    _torch: ti.TorchSettings = field(default_factory=ti.TorchSettings)
+
+    @property
+    def cudagraphs_active(self) -> bool:
+        return isinstance(self.cudagraphs, CudaGraphs)
+
+    @property
+    def components(self) -> list[StackComponent]:
+        """Every component, in application order (teardown runs them in reverse)."""
+        comps: list[StackComponent] = [self.errors, self.shape, self.state, self.offload, self.cudagraphs]
+        return comps + ([self.console] if self.console is not None else [])
+
+    def configure_compiler(self) -> None:
+        """The process-wide settings the compile config owns (restored by ``teardown``), and the
+        listeners that start before anything compiles."""
+        c, t = self.settings.compile, self._torch
+        if c.cache_dir:
+            t.env(_CACHE_DIR_ENV, str(c.cache_dir))
+        # on_error=eager: a frame that fails to compile runs eagerly (counted by telemetry).
+        t.dynamo("suppress_errors", c.on_error is OnError["eager"])
+        # loss.backward() traced into the step's graph for step_backward, and only then.
+        t.dynamo("trace_autograd_ops", self.plan.backward_in_step)
+        ti.lift_python_scalars(t)  # an int attribute of the module that changes: one recompile, not a storm
+        self.errors.configure()
+        if self.console is not None:
+            self.console.configure()
+
+    def apply_optimizer_step(self, optimizers: list[Optimizer], device: torch.device) -> None:
+        """6. The optimizer step the plan chose (fused kernel, compiled, or as configured)."""
+        step = self.optimizer_step = OptimizerStep(self.plan.optimizer, self.plan.optimizer_reason,
+                                                   self.plan.optimizer_kwargs)
+        for opt in optimizers:
+            step.prepare(opt, device)
+
+    def describe(self) -> str:
+        p = self.plan
+        return (f"scope={p.scope.value} target={p.target.value} backend={p.kwargs['backend']} "
+                f"optimizer={p.optimizer.value}")
+
+    def summary_extra(self, demoted: list[dict[str, Any]]) -> str:
+        """The end-of-fit line's tail: the optimizer step and any demotion."""
+        opt = self.optimizer_step.figures()["compile/optimizer"] if self.optimizer_step else "none"
+        text = f"optimizer step: {opt}"
+        if demoted:
+            text += "; demoted: " + ", ".join(f"{d['frame']} -> {d['to']} at step {d['step']}" for d in demoted)
+        return text
+
+    def figures(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"compile/mode": self.plan.kwargs.get("mode"),
+                               "compile/options": dict(self.plan.kwargs.get("options", {})),
+                               "compile/target": self.plan.target.value}
+        if self.optimizer_step is not None:
+            out.update(self.optimizer_step.figures())
+        for comp in self.components:
+            out.update(comp.figures())
+        return out
+
+    def teardown(self) -> None:
+        if self.optimizer_step is not None:
+            self.optimizer_step.restore()
+        for comp in reversed(self.components):
+            comp.teardown()
+        self._torch.restore()
+
+
+def build_parts(settings: CompileSettings, module: L.LightningModule, host: Host, console: bool) -> Parts:
+    """The plan and every component for ``module`` on ``host``'s device (nothing applied yet)."""
+    s = settings
+    device = host.device
+    shape = build_shape_policy(s.dynamic)
+    offload = build_offload(s.offload, device, s.compile.block_types)
+    cudagraphs = build_cudagraphs(s.cudagraphs, device)
+    if isinstance(cudagraphs, CudaGraphs) and host.accumulate_grad_batches > 1:
+        raise ValueError(cudagraphs_accumulation_error(host.accumulate_grad_batches))
+    step = user_step(module)
+    plan = resolve_plan(s.compile, s.cudagraphs, shape.dynamic_arg, device, [],
+                        cudagraphs_active=isinstance(cudagraphs, CudaGraphs),
+                        automatic_optimization=module.automatic_optimization,
+                        pulls_batches=takes_dataloader_iter(step))
+    if (note := step_note(s.compile.scope, plan, module.automatic_optimization)) is not None:
+        log.info(note)
+    storms = _NoStorms() if s.compile.on_error is OnError["raise"] else StormWatch()
+    return Parts(settings=s, plan=plan, errors=CompileErrorWatch(s.compile.on_error), shape=shape,
+                 state=PythonState(step), offload=offload, cudagraphs=cudagraphs,
+                 console=CompileConsole(host.sink) if console and host.sink is not None else None, storms=storms)
