@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/idioms.py                  # every idiom, CompileStrategy() defaults (Inductor)
     .venv/bin/python benchmarks/idioms.py --quick          # 2 rounds, eager backend (plumbing check)
     .venv/bin/python benchmarks/idioms.py --idioms metrics_template manual_gan
+    .venv/bin/python benchmarks/idioms.py --render benchmarks/results/idioms.json   # the table, from a results file
 
 Method: per idiom, eager Lightning and runner (``CompileStrategy()`` with its default settings: scope
 ``step``, Inductor, ``compile.optimizer=auto``) each train the idiom's module in their own process
@@ -14,15 +15,22 @@ alike. A step is ``on_train_batch_start`` to ``on_train_batch_end`` (forward, ba
 deferred bookkeeping); ``vs eager`` is the median over rounds of the ratio of the rounds' median steps
 (< 1: runner is faster).
 
-Parity: every value the module logged after every step and epoch (losses, metrics, LRs), as the
-largest relative difference to eager's, and the final parameters and buffers as one vector (relative
-norm of the difference). Compile figures come from runner's ``CompileCollector``: graphs, graph-break
-sites, recompiles (and how many came after the first step), recompile-limit hits, compile seconds.
+Parity: the per-step losses (every logged key with "loss" in its name, and the step's returned loss)
+and every value the module logged after every step and epoch (metrics, LRs), each as the largest
+relative difference to eager's, and the final parameters and buffers as one vector (relative norm of
+the difference). Idioms with random ops in the step (``Idiom.dropout``) compile with Inductor's
+``fallback_random`` so both draw the same numbers. Compile figures come from runner's
+``CompileCollector`` and the stack: frames compiled, graphs, graph-break sites, recompiles (and how
+many came after the first step), recompile-limit hits, demotions (``compile/demoted``), compile seconds.
+A runner fit that raises is a row of the table with its error, and the run goes on to the next idiom.
+Idioms whose fit ends before ``--warmup + --rounds x --turn`` steps (``trainer.should_stop``) are
+timed over the rounds both processes completed.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import math
@@ -43,6 +51,7 @@ from lightning.pytorch.callbacks import Callback
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the zoo lives in tests/ (run as a script from anywhere)
 
+from benchmarks.idioms_table import footnote, summary, table  # noqa: E402
 from tests.zoo.registry import IDIOMS  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "results" / "idioms.json"
@@ -61,55 +70,81 @@ class _Pacer(Callback):
         self.left -= 1
 
 
-def _contestant(name: str, runner: bool, backend: str, epochs: int, threads: int, conn: Any) -> None:
+def _epochs(name: str, steps: int) -> int:
+    """Epochs enough for ``steps`` training batches of the idiom (its data and ``limit_train_batches``)."""
+    idiom = IDIOMS[name]
+    data = idiom.data()
+    data.setup("fit")
+    per_epoch = len(data.train_dataloader())
+    limit = idiom.trainer_kwargs.get("limit_train_batches")
+    if isinstance(limit, int):
+        per_epoch = min(per_epoch, limit)
+    return math.ceil(steps / per_epoch) + 1
+
+
+def _contestant(name: str, runner: bool, backend: str, steps: int, threads: int, conn: Any) -> None:
     """One process: train the idiom eagerly or through CompileStrategy, taking turns; send the trace."""
     torch.set_num_threads(threads)
     warnings.filterwarnings("ignore")
     logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
+    figures: dict[str, Any] | None = None
     try:
+        from torch._inductor import config as inductor_config
+
         from runner import CompileConfig, CompileStrategy
         from runner.telemetry.collector import CompileCollector
         from tests.zoo.harness import fit
 
-        idiom = IDIOMS[name]
+        idiom, epochs = IDIOMS[name], _epochs(name, steps)
         pacer = _Pacer(conn)
         if not runner:
             trace, figures = fit(idiom, None, max_epochs=epochs, callbacks=(pacer,)), {}
         else:
             strategy = CompileStrategy() if backend == "inductor" else \
                 CompileStrategy(compile=CompileConfig(backend=backend), device="cpu")
-            with CompileCollector() as collector:
-                trace = fit(idiom, strategy, max_epochs=epochs, collector=collector, callbacks=(pacer,))
-            figures = collector.figures() | strategy.stack.figures()
+            # Random ops in the step: Inductor draws eager's numbers, or no value could be compared.
+            random = inductor_config.patch(fallback_random=True) if idiom.dropout else contextlib.nullcontext()
+            with CompileCollector() as collector, random:
+                try:
+                    trace = fit(idiom, strategy, max_epochs=epochs, collector=collector, callbacks=(pacer,))
+                finally:  # a fit that raised still reports what it compiled and which guards hit the limit
+                    figures = collector.figures() | strategy.stack.figures()
         # Plain pickle: multiprocessing's would share the tensors' memory with a process about to exit.
         conn.send(("result", pickle.dumps({"trace": trace, "figures": figures})))
     except BaseException:  # reported by the driver, with the contestant's traceback
-        conn.send(("error", traceback.format_exc()))
+        conn.send(("error", pickle.dumps({"traceback": traceback.format_exc(), "figures": figures})))
 
 
 class _Remote:
     """The driver's handle on one process: ``wait`` until it blocks at a batch start, ``grant`` steps."""
 
-    def __init__(self, name: str, runner: bool, backend: str, epochs: int, threads: int) -> None:
+    def __init__(self, name: str, runner: bool, backend: str, steps: int, threads: int) -> None:
         ctx = multiprocessing.get_context("spawn")  # a fresh interpreter: no OpenMP or Dynamo state shared
         self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_contestant, args=(name, runner, backend, epochs, threads, child))
+        self.proc = ctx.Process(target=_contestant, args=(name, runner, backend, steps, threads, child))
         self.proc.start()
         self.result: dict[str, Any] | None = None
+        self.error: dict[str, Any] | None = None
+
+    @property
+    def over(self) -> bool:
+        """The fit has ended (finished, stopped itself, or raised): no more turns to give."""
+        return self.result is not None or self.error is not None
 
     def wait(self) -> None:
         kind, payload = self.conn.recv()
         if kind == "error":
-            raise RuntimeError(payload)
+            self.error = pickle.loads(payload)
         if kind == "result":
             self.result = pickle.loads(payload)
 
     def grant(self, steps: int) -> None:
         self.conn.send(steps)
 
-    def finish(self) -> dict[str, Any]:
-        self.grant(10**9)
-        while self.result is None:
+    def finish(self) -> dict[str, Any] | None:
+        if not self.over:
+            self.grant(10**9)
+        while not self.over:
             self.wait()
         self.proc.join()
         return self.result
@@ -117,52 +152,80 @@ class _Remote:
 
 def measure(name: str, backend: str, warmup: int, rounds: int, turn: int, threads: int = 1) -> dict[str, Any]:
     """Eager Lightning and runner on one idiom, interleaved (see the module docstring)."""
-    epochs = math.ceil((warmup + rounds * turn) / 8) + 1  # the zoo's data are 8 batches an epoch
-    remotes = {"eager": _Remote(name, False, backend, epochs, threads),
-               "runner": _Remote(name, True, backend, epochs, threads)}
+    steps = warmup + rounds * turn
+    remotes = {"eager": _Remote(name, False, backend, steps, threads),
+               "runner": _Remote(name, True, backend, steps, threads)}
     try:
         for r in remotes.values():
             r.wait()  # built, blocked at its first batch
-            r.grant(warmup)  # alone on the machine: runner compiles here
-            r.wait()
+            if not r.over:
+                r.grant(warmup)  # alone on the machine: runner compiles here
+                r.wait()
         for i in range(rounds):
+            if any(r.over for r in remotes.values()):
+                break
             for key in (("eager", "runner") if i % 2 == 0 else ("runner", "eager")):
-                remotes[key].grant(turn)
-                remotes[key].wait()
+                if not remotes[key].over:
+                    remotes[key].grant(turn)
+                    remotes[key].wait()
         results = {k: r.finish() for k, r in remotes.items()}
     finally:
         for r in remotes.values():
             if r.proc.is_alive():
                 r.proc.kill()
+    if remotes["eager"].error is not None:
+        raise RuntimeError(f"eager Lightning failed on {name}:\n{remotes['eager'].error['traceback']}")
+    if remotes["runner"].error is not None:
+        return failed(name, **remotes["runner"].error)
     return summarize(name, results, warmup, rounds, turn)
+
+
+def failed(name: str, traceback: str, figures: dict[str, Any] | None) -> dict[str, Any]:
+    """The row of an idiom whose runner fit raised: the exception's last line, the traceback, and the
+    figures collected up to the error (frames, graphs, the guards that hit the recompile limit)."""
+    last = [line for line in traceback.strip().splitlines() if line and not line.startswith(" ")][-1]
+    row = {"idiom": name, "runner_does": IDIOMS[name].runner_does, "dropout": IDIOMS[name].dropout,
+           "error": last[:300], "traceback": traceback}
+    if figures:
+        row |= {"frames": figures.get("compile/frames", 0), "graphs": figures["compile/graphs"],
+                "graph_breaks": figures["compile/graph_breaks"],
+                "limit_hit_guards": [h.get("guard", str(h)) for h in figures["compile/recompile_limit_hits"]],
+                "demoted": [str(d) for d in figures.get("compile/demoted", [])]}
+    return row
 
 
 def summarize(name: str, results: dict[str, Any], warmup: int, rounds: int, turn: int) -> dict[str, Any]:
     eager, runner = results["eager"]["trace"], results["runner"]["trace"]
     figures = results["runner"]["figures"]
-    rows = {}
+    # An idiom that stops itself (trainer.should_stop) is timed over the turns both processes completed.
+    rounds = min(rounds, *((len(t.step_s) - warmup) // turn for t in (eager, runner)))
+    rows: dict[str, Any] = {}
     for key, trace in (("eager", eager), ("runner", runner)):
+        if rounds < 1:
+            rows[key] = {"median_ms": math.nan, "p25_ms": math.nan, "p75_ms": math.nan, "round_medians_ms": []}
+            continue
         steady = trace.step_s[warmup:warmup + rounds * turn]
         per_round = [statistics.median(steady[i * turn:(i + 1) * turn]) for i in range(rounds)]
         q = statistics.quantiles(steady, n=4)
         rows[key] = {"median_ms": 1e3 * statistics.median(steady), "p25_ms": 1e3 * q[0], "p75_ms": 1e3 * q[2],
                      "round_medians_ms": [1e3 * m for m in per_round]}
     ratio = statistics.median(r / e for r, e in zip(rows["runner"]["round_medians_ms"],
-                                                     rows["eager"]["round_medians_ms"], strict=True))
-    worst, worst_key = 0.0, "-"
-    for e, c in zip(eager.steps + eager.epochs, runner.steps + runner.epochs, strict=True):
-        for k, v in e.items():
-            diff = abs(c.get(k, math.nan) - v) / max(abs(v), 1e-8)
-            if not diff <= worst:
-                worst, worst_key = diff, k
+                                                     rows["eager"]["round_medians_ms"], strict=True)) \
+        if rounds >= 1 else math.nan
+    worst, worst_key = _worst(eager.steps + eager.epochs, runner.steps + runner.epochs, lambda k: True)
+    worst_loss, worst_loss_key = _worst(eager.steps, runner.steps, lambda k: "loss" in k)
     floats = [k for k, v in eager.state.items() if v.is_floating_point()]
     e_vec = torch.cat([eager.state[k].double().flatten() for k in floats])
     c_vec = torch.cat([runner.state[k].double().flatten() for k in floats])
     late = [r for r in figures["compile/recompile_reasons"] if (r["step"] or 0) >= 1]
     return {
         "idiom": name, "runner_does": IDIOMS[name].runner_does, "dropout": IDIOMS[name].dropout,
-        "steps": len(eager.steps), "eager": rows["eager"], "runner": rows["runner"], "vs_eager": ratio,
+        "steps": len(eager.steps), "steps_runner": len(runner.steps), "timed_rounds": rounds,
+        "eager": rows["eager"], "runner": rows["runner"], "vs_eager": ratio,
+        "loss_rel_diff": worst_loss, "loss_rel_diff_key": worst_loss_key,
         "max_rel_diff": worst, "max_rel_diff_key": worst_key,
+        "frames": figures.get("compile/frames", 0),
+        "demoted": [str(d) for d in figures.get("compile/demoted", [])],
         "params_rel_diff": float((c_vec - e_vec).norm() / e_vec.norm()),
         "graphs": figures["compile/graphs"], "graph_breaks": figures["compile/graph_breaks"],
         "recompiles": figures["compile/recompiles"], "recompiles_after_first_step": len(late),
@@ -174,38 +237,18 @@ def summarize(name: str, results: dict[str, Any], warmup: int, rounds: int, turn
     }
 
 
-def table(m: dict[str, Any]) -> str:
-    parity = f"{m['max_rel_diff']:.1e} ({m['max_rel_diff_key']})"
-    if m["dropout"]:
-        parity += ", dropout masks differ"
-    head = ["run", "graphs", "breaks", "recompiles (after step 1)", "limit hits", "compile s", "step ms (p25-p75)",
-            "vs eager", "max rel diff, logged values", "params rel diff"]
-    e, r = m["eager"], m["runner"]
-    rows = [
-        ["eager Lightning", "-", "-", "-", "-", "-", f"{e['median_ms']:.2f} ({e['p25_ms']:.2f}-{e['p75_ms']:.2f})",
-         "1.000", "-", "-"],
-        [f"CompileStrategy() (optimizer {m['optimizer']})", str(m["graphs"]), str(m["graph_breaks"]),
-         f"{m['recompiles']} ({m['recompiles_after_first_step']})", str(m["limit_hits"]), f"{m['compile_s']:.1f}",
-         f"{r['median_ms']:.2f} ({r['p25_ms']:.2f}-{r['p75_ms']:.2f})", f"{m['vs_eager']:.3f}", parity,
-         f"{m['params_rel_diff']:.1e}"],
-    ]
-    lines = [f"## {m['idiom']}: {m['runner_does']}\n", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
-    lines += [f"- recompile: {reason}" for reason in m["recompile_reasons"]]
-    lines += [f"- graph break: {reason}" for reason in m["graph_break_reasons"]]
-    return "\n".join(lines) + "\n"
-
-
-def summary(results: list[dict[str, Any]]) -> str:
-    head = ["idiom", "graphs", "breaks", "recompiles after step 1", "limit hits", "compile s", "eager ms",
-            "runner ms", "vs eager", "max rel diff"]
-    lines = ["## all idioms\n", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for m in results:
-        lines.append("| " + " | ".join([
-            m["idiom"], str(m["graphs"]), str(m["graph_breaks"]), str(m["recompiles_after_first_step"]),
-            str(m["limit_hits"]), f"{m['compile_s']:.1f}", f"{m['eager']['median_ms']:.2f}",
-            f"{m['runner']['median_ms']:.2f}", f"{m['vs_eager']:.3f}", f"{m['max_rel_diff']:.1e}"]) + " |")
-    return "\n".join(lines)
+def _worst(eager: list[dict[str, float]], runner: list[dict[str, float]], keep: Any) -> tuple[float, str]:
+    """The largest relative difference to eager's over the ``keep``-selected keys, and its key (a value
+    runner did not log, or a step it did not run, counts as NaN: the worst)."""
+    worst, worst_key = 0.0, "-"
+    for i, e in enumerate(eager):
+        c = runner[i] if i < len(runner) else {}
+        for k, v in e.items():
+            if keep(k):
+                diff = abs(c.get(k, math.nan) - v) / max(abs(v), 1e-8)
+                if not diff <= worst:
+                    worst, worst_key = diff, k
+    return worst, worst_key
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -221,7 +264,13 @@ def main(argv: list[str] | None = None) -> None:
                         "OpenMP threads spent most of each step waiting at barriers (eager metric_collection: "
                         "~80 ms a step with 2 threads, ~5 ms with 1, same CPU time as wall time)")
     p.add_argument("--out", type=Path, default=OUT)
+    p.add_argument("--render", type=Path, default=None, metavar="RESULTS_JSON",
+                   help="print the table of a results file (for docs/idioms.md) and measure nothing")
     a = p.parse_args(argv)
+    if a.render is not None:
+        run = json.loads(a.render.read_text())
+        print(summary(run["idioms"]) + "\n\n" + footnote(run))
+        return
     backend = a.backend or ("eager" if a.quick else "inductor")
     rounds, turn = a.rounds or (2 if a.quick else 8), a.turn or (2 if a.quick else 6)
     with tempfile.TemporaryDirectory(prefix="runner-idioms-") as scratch:
@@ -236,13 +285,11 @@ def main(argv: list[str] | None = None) -> None:
             tempfile.tempdir = None
             os.environ.pop("TMPDIR", None)
             os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)
-    print(summary(results))
-    print(f"\n{rounds} rounds x {turn} timed steps after {a.warmup} warm-up steps; {a.threads} torch thread(s) "
-          f"per process; backend {backend}; "
-          f"torch {torch.__version__}; load average {os.getloadavg()[0]:.1f} at the end")
+    run = {"backend": backend, "rounds": rounds, "turn": turn, "warmup": a.warmup, "threads": a.threads,
+           "torch": torch.__version__, "load_average": os.getloadavg()[0], "idioms": results}
+    print(summary(results) + "\n\n" + footnote(run))
     a.out.parent.mkdir(parents=True, exist_ok=True)
-    a.out.write_text(json.dumps({"backend": backend, "rounds": rounds, "turn": turn, "threads": a.threads,
-                                 "idioms": results}, indent=2))
+    a.out.write_text(json.dumps(run, indent=2))
 
 
 if __name__ == "__main__":

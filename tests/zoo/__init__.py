@@ -1,4 +1,5 @@
-"""A zoo of small LightningModules, one per idiom of issue 15, written the way users write them.
+"""A zoo of small LightningModules, one per idiom, written the way users and Lightning's documentation
+write them (issues 15 and 28; docs/idioms.md maps each to its page).
 
 Each module is plain Lightning (nothing in it knows about runner): ``tests/test_idioms.py`` trains it
 through ``CompileStrategy`` and through eager Lightning on the same seed and batches, and

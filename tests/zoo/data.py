@@ -61,3 +61,6 @@ class VectorsDataModule(L.LightningDataModule):
 
     def val_dataloader(self) -> DataLoader[Any]:
         return DataLoader(self._split(self.hparams.val_size, 2), batch_size=self.hparams.batch_size)
+
+    def test_dataloader(self) -> DataLoader[Any]:
+        return DataLoader(self._split(self.hparams.val_size, 3), batch_size=self.hparams.batch_size)

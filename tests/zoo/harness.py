@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import time
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,7 +21,9 @@ class Trace:
     """What one fit did, step by step: what the user would see and what the model ends as."""
 
     steps: list[dict[str, float]] = field(default_factory=list)  # loss, logged values, LRs, per step
-    epochs: list[dict[str, float]] = field(default_factory=list)  # callback_metrics and LRs at epoch end
+    # callback_metrics and LRs at each epoch end, and once more at the end of fit (what the module's own
+    # on_train_epoch_end hooks logged last: callbacks' epoch-end hooks run before the module's)
+    epochs: list[dict[str, float]] = field(default_factory=list)
     step_s: list[float] = field(default_factory=list)  # wall time of each training batch
     state: dict[str, torch.Tensor] = field(default_factory=dict)  # final state_dict
     extra: dict[str, Any] = field(default_factory=dict)  # what the idiom reads off the module afterwards
@@ -30,7 +33,7 @@ class Trace:
         return [s["loss"] for s in self.steps if "loss" in s]
 
 
-def _scalars(metrics: dict[str, Any]) -> dict[str, float]:
+def _scalars(metrics: Mapping[str, Any]) -> dict[str, float]:
     return {k: float(v) for k, v in metrics.items()}
 
 
@@ -64,6 +67,9 @@ class Recorder(Callback):
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self.trace.epochs.append(_scalars(trainer.callback_metrics) | _lrs(trainer))
 
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.trace.epochs.append(_scalars(trainer.callback_metrics) | _lrs(trainer))
+
 
 class FusedOptimizers(Callback):
     """Plain torch's switch to the fused kernel (``group["fused"] = True``) on every optimizer the module
@@ -79,8 +85,9 @@ def fit(idiom: Idiom, strategy: Any = None, max_epochs: int | None = None, colle
         callbacks: tuple[Callback, ...] = (), fused: bool = False, **trainer_kwargs: Any) -> Trace:
     """Train ``idiom`` with ``strategy`` (None: eager Lightning on the CPU), seeded, and trace it.
     ``collector``: a started ``CompileCollector`` whose events get the batch number (0 = first step);
-    ``callbacks`` run before the recorder (a pacer's wait is not part of the step's time); ``fused``:
-    eager Lightning's optimizers run torch's fused kernel (the reference for runner's fused policy)."""
+    ``callbacks`` run before the idiom's own callbacks and the recorder (a pacer's wait is not part of the
+    step's time); ``fused``: eager Lightning's optimizers run torch's fused kernel (the reference for
+    runner's fused policy). An idiom with ``test`` is then tested; its test metrics go to ``extra["test"]``."""
     warnings.filterwarnings("ignore", ".*does not have many workers.*")
     logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
     trace = Trace()
@@ -89,7 +96,8 @@ def fit(idiom: Idiom, strategy: Any = None, max_epochs: int | None = None, colle
     extra = [FusedOptimizers()] if fused else []
     kwargs: dict[str, Any] = dict(max_epochs=max_epochs or idiom.max_epochs, logger=False,
                                   enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                                  callbacks=[*extra, *callbacks, Recorder(trace, collector)])
+                                  callbacks=[*extra, *callbacks, *(idiom.callbacks() if idiom.callbacks else []),
+                                             Recorder(trace, collector)])
     kwargs.update(idiom.trainer_kwargs)
     kwargs.update(trainer_kwargs)
     if strategy is None:
@@ -102,4 +110,6 @@ def fit(idiom: Idiom, strategy: Any = None, max_epochs: int | None = None, colle
     trace.fit_s = time.perf_counter() - t0
     trace.state = {k: v.detach().clone() for k, v in module.state_dict().items()}
     trace.extra = idiom.extra(module) if idiom.extra else {}
+    if idiom.test:
+        trace.extra["test"] = [_scalars(m) for m in trainer.test(module, data, verbose=False)]
     return trace
