@@ -72,16 +72,17 @@ def build_strategy(cfg: RunConfig) -> CompileStrategy | DDPCompileStrategy | FSD
     backend = "gloo" if t.accelerator == "cpu" else None
     if t.sharded:
         return FSDPCompileStrategy(compile=cfg.compile, dynamic=dynamic, offload=cfg.offload, cudagraphs=cfg.cudagraphs,
-                                   reshard_after_forward=t.fsdp.reshard_after_forward,
+                                   console=False, reshard_after_forward=t.fsdp.reshard_after_forward,
                                    mixed_precision=t.fsdp.mixed_precision,
                                    save_distributed_checkpoint=t.fsdp.distributed_checkpoint,
                                    process_group_backend=backend)
     if t.is_distributed():
         return DDPCompileStrategy(compile=cfg.compile, dynamic=dynamic, offload=cfg.offload,
-                                  cudagraphs=cfg.cudagraphs, process_group_backend=backend)
+                                  cudagraphs=cfg.cudagraphs, console=False, process_group_backend=backend)
     device = t.single_device()
+    # console=False: runner's telemetry prints compile progress and the summary table itself.
     return CompileStrategy(compile=cfg.compile, dynamic=dynamic, offload=cfg.offload, cudagraphs=cfg.cudagraphs,
-                           device=device)
+                           device=device, console=False)
 
 
 def shapes_vary(cfg: RunConfig) -> bool:

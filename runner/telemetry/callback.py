@@ -32,12 +32,12 @@ import torch
 
 from runner import torch_internals as ti
 from runner.config.schema import TelemetryConfig
+from runner.stack.progress import CompileProgress
 from runner.telemetry import sinks
 from runner.telemetry.advice import advise, guard_location
 from runner.telemetry.clock import StepClock
 from runner.telemetry.collector import CompileCollector
 from runner.telemetry.peak import Peak, forget_peak, resolve_peak
-from runner.telemetry.progress import CompileProgress
 from runner.telemetry.speedup import SPEEDUP_KEYS, SpeedupMeter
 from runner.telemetry.throughput import (
     FlopCounter,
