@@ -71,6 +71,8 @@ class CompileStack:
         self._step_enders: list[Callable[[int], None]] = []
         self._backward_context: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext
         self._frozen: dict[str, Any] = {}
+        self.frames: int | None = None
+        """Code objects this fit compiled (known at teardown)."""
 
     @property
     def plan(self) -> Any:
@@ -156,7 +158,23 @@ class CompileStack:
         self._undo = []
         if self.parts is not None:
             self.parts.teardown()
-        ti.forget_codes(ti.codes_compiled_since(self._snapshot))
+        compiled = ti.codes_compiled_since(self._snapshot)
+        self.frames = len(compiled)
+        self._say_if_nothing_compiled()
+        ti.forget_codes(compiled)
+
+    def _say_if_nothing_compiled(self) -> None:
+        """Once, loudly: a fit that trained with something to compile and compiled no frame."""
+        if self.parts is None or not self.parts.plan.compiles or self._micro_batches == 0 or self.frames:
+            return
+        fallbacks = self.parts.errors.fallbacks
+        why = (f"every compiled frame fell back to eager ({fallbacks[0]['reason']})" if fallbacks else
+               "Dynamo captured no frame of what was compiled (it skipped them, e.g. torch's skip rules)")
+        message = (f"runner compiled nothing in this fit (compile.scope={self.parts.plan.scope.value}, "
+                   f"{self._micro_batches} training steps): {why}. The steps ran eagerly; compile/frames is 0.")
+        log.warning(message)
+        if self.parts.console is not None:
+            self.parts.console.say(message)
 
     # -- per step ------------------------------------------------------------------------------
     def training_step(self, *args: Any, **kwargs: Any) -> Any:
@@ -253,6 +271,8 @@ class CompileStack:
             "compile/compiled_autograd": c.compiled_autograd,
             "compile/demoted": list(self.demoted),
         }
+        if self.frames is not None:
+            out["compile/frames"] = self.frames
         if self.parts is not None:
             out.update(self.parts.figures())
         elif self._frozen:

@@ -101,8 +101,8 @@ class CompileTelemetry(pl.Callback):
 
     # -- lifecycle ---------------------------------------------------------------------------
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        """Start collecting before the first step compiles anything."""
-        if stage != "fit" or self.collector is not None:
+        """Resolve the device, the MFU peak and the clock (collecting starts in ``on_fit_start``)."""
+        if stage != "fit" or self.progress is not None:
             return
         # The strategy's device, not pl_module.device: Lightning moves the module there only after
         # the setup hooks, so the module is still on the CPU here even in a GPU run.
@@ -114,8 +114,13 @@ class CompileTelemetry(pl.Callback):
         if self.clock is None:
             self.clock = StepClock(self._device)
         self.progress = CompileProgress(sinks.progress_sink(trainer), interval_s=self.heartbeat_s)
-        self.collector = CompileCollector(listeners=(self.progress,)).start()
-        self.trace.start()
+
+    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """Start collecting after the strategy's setup (whose saved-activation measurement compiles
+        copies of the step that are not the run's) and before anything of the run compiles."""
+        if self.collector is None and self.progress is not None:
+            self.collector = CompileCollector(listeners=(self.progress,)).start()
+            self.trace.start()
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """Recount trainable parameters at this epoch's first figures: finetuning callbacks (Lightning's
