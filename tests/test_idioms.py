@@ -85,10 +85,12 @@ def _assert_same(eager: Trace, compiled: Trace, rtol: float = 0.0) -> None:
     assert float((c_vec - e_vec).norm() / e_vec.norm()) < STATE_RTOL
 
 
-def _assert_clean(figures: dict[str, Any]) -> None:
-    """0 graph breaks, 0 recompile-limit hits, at most one recompile after the first step."""
+def _assert_clean(figures: dict[str, Any], idiom: Idiom | None = None) -> None:
+    """0 graph breaks (or one per break site the idiom declares inherent), 0 recompile-limit hits, at most
+    one recompile after the first step."""
     assert figures["compile/graphs"] >= 1
-    assert figures["compile/graph_breaks"] == 0, figures["compile/graph_break_reasons"]
+    allowed = 1 if idiom is not None and idiom.graph_breaks else 0
+    assert figures["compile/graph_breaks"] <= allowed, figures["compile/graph_break_reasons"]
     assert figures["compile/fallbacks"] == 0, figures["compile/fallback_reasons"]
     assert figures["compile/recompile_limit_hits"] == []
     late = [r for r in figures["compile/recompile_reasons"] if (r["step"] or 0) >= 1]
@@ -113,7 +115,7 @@ def test_idiom_matches_eager_lightning_exactly(name: str, eager_traces: dict[str
     eager = _eager(name, eager_traces)
     compiled, figures, _ = _fit_compiled(IDIOMS[name], _compile("eager"))
     _assert_same(eager, compiled)
-    _assert_clean(figures)
+    _assert_clean(figures, IDIOMS[name])
 
 
 @pytest.mark.parametrize("name", ["metrics_template", "manual_gan", "schedulers", "batchnorm_accumulate"])

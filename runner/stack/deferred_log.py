@@ -171,20 +171,10 @@ class DeferredLog:
         """Swap the deferred methods and state for their recorders, then put them back and replay the calls."""
         if self._bound != id(module):
             self.bind(module, detach_in_step=self._detach_in_step)
-        patches = [*self._patches, *self._state_patches(module)]
-        prior = [attrs.get(name, _MISSING) for attrs, name, _ in patches]
-        for attrs, name, recorder in patches:
-            attrs[name] = recorder
         try:
-            yield
+            with swapped([*self._patches, *self._state_patches(module)]):
+                yield
         finally:
-            for (attrs, name, recorder), before in zip(patches, prior, strict=True):
-                if attrs.get(name, _MISSING) is not recorder:
-                    continue  # the step rebound the attribute itself (``self.outputs = []``): keep its value
-                if before is _MISSING:
-                    del attrs[name]  # back to the class's method
-                else:
-                    attrs[name] = before
             calls = self.calls[:]
             self.calls.clear()  # the recorders hold this list: clear it in place (also when the step raised)
         for target, method, args, kwargs, result in calls:
@@ -230,19 +220,27 @@ def _ignore(*args: Any, **kwargs: Any) -> None:
 
 
 @contextlib.contextmanager
-def discard_logs(module: Any, methods: DeferredMethods = ()) -> Iterator[None]:
-    """Run the module's step with ``log``/``log_dict`` and ``methods`` (e.g.
-    ``runner.stack.metrics.metric_methods(module)``) as no-ops: a measurement outside any Trainer."""
-    patches = [(vars(module), "log"), (vars(module), "log_dict"), (vars(module), "print")]
-    patches += [(vars(target), name) for target, names in methods for name in names]
-    prior = [attrs.get(name, _MISSING) for attrs, name in patches]
-    for attrs, name in patches:
-        attrs[name] = _ignore
+def swapped(patches: list[tuple[dict[str, Any], str, Any]]) -> Iterator[None]:
+    """``attrs[name] = value`` for each patch, then each attribute as it was (deleted where it was absent).
+    An attribute the block rebound itself (``self.outputs = []`` in a step) keeps the block's value."""
+    prior = [attrs.get(name, _MISSING) for attrs, name, _ in patches]
+    for attrs, name, value in patches:
+        attrs[name] = value
     try:
         yield
     finally:
-        for (attrs, name), before in zip(patches, prior, strict=True):
+        for (attrs, name, value), before in zip(patches, prior, strict=True):
+            if attrs.get(name, _MISSING) is not value:
+                continue
             if before is _MISSING:
-                del attrs[name]
+                del attrs[name]  # back to the class's method
             else:
                 attrs[name] = before
+
+
+def discard_logs(module: Any, methods: DeferredMethods = ()) -> contextlib.AbstractContextManager[None]:
+    """Run the module's step with ``log``/``log_dict``/``print`` and ``methods`` (e.g.
+    ``runner.stack.metrics.metric_methods(module)``) as no-ops: a measurement outside any Trainer."""
+    patches = [(vars(module), name, _ignore) for name in ("log", "log_dict", "print")]
+    patches += [(vars(target), name, _ignore) for target, names in methods for name in names]
+    return swapped(patches)

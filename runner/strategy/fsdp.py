@@ -24,13 +24,7 @@ from lightning.pytorch.strategies import ModelParallelStrategy
 from lightning.pytorch.trainer.states import TrainerFn
 
 from runner import lightning_internals as li
-from runner.config.schema import (
-    CompileConfig,
-    CudaGraphsConfig,
-    DynamicConfig,
-    FsdpMixedPrecision,
-    OffloadConfig,
-)
+from runner.config.schema import FsdpMixedPrecision
 from runner.stack.blocks import find_blocks
 from runner.stack.compile import compiled_submodules
 from runner.stack.shard import ShardPlan, apply_sharding, is_sharded, resolve_mixed_precision
@@ -42,19 +36,9 @@ class FSDPCompileStrategy(CompileStrategyBase, ModelParallelStrategy):
     block before sharding. ``save_distributed_checkpoint=False`` writes full checkpoints instead of
     sharded ones."""
 
-    def __init__(
-        self,
-        compile: CompileConfig | None = None,
-        dynamic: DynamicConfig | None = None,
-        offload: OffloadConfig | None = None,
-        cudagraphs: CudaGraphsConfig | None = None,
-        reshard_after_forward: bool = True,
-        mixed_precision: FsdpMixedPrecision = FsdpMixedPrecision.auto,
-        console: bool = True,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(**kwargs)
-        self._init_stack(compile, dynamic, offload, cudagraphs, console)
+    def __init__(self, *args: Any, reshard_after_forward: bool = True,
+                 mixed_precision: FsdpMixedPrecision = FsdpMixedPrecision.auto, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
         self.reshard_after_forward = reshard_after_forward
         self.mixed_precision = mixed_precision
         self.fsdp_units = 0

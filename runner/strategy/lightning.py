@@ -61,9 +61,21 @@ class CompileStrategyBase:
     stack: CompileStack
     _log_fastpath: LogFastPath | None = None
 
-    def _init_stack(self, compile: CompileConfig | None, dynamic: DynamicConfig | None,
-                    offload: OffloadConfig | None, cudagraphs: CudaGraphsConfig | None, console: bool) -> None:
-        self.stack = CompileStack(CompileSettings(
+    def __init__(
+        self,
+        compile: CompileConfig | None = None,
+        dynamic: DynamicConfig | None = None,
+        offload: OffloadConfig | None = None,
+        cudagraphs: CudaGraphsConfig | None = None,
+        console: bool = True,
+        settings: CompileSettings | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """The four config nodes (or ``settings``, which holds them) configure the stack; every other
+        keyword argument goes to the Lightning strategy. ``console``: print what compiles and a summary
+        line at the end of fit (runner's own runs print a full report instead)."""
+        super().__init__(**kwargs)
+        self.stack = CompileStack(settings or CompileSettings(
             compile=compile or CompileConfig(), dynamic=dynamic or DynamicConfig(),
             offload=offload or OffloadConfig(), cudagraphs=cudagraphs or CudaGraphsConfig()), console=console)
 
@@ -153,36 +165,13 @@ class CompileStrategyBase:
 
 class CompileStrategy(CompileStrategyBase, SingleDeviceStrategy):
     """One device, the whole compile stack. Every argument is optional: the defaults compile the
-    training step with Inductor and pick the optimizer step for the device. ``console``: print what
-    compiles and a summary line at the end of fit (runner's own runs print a full report instead)."""
+    training step with Inductor and pick the optimizer step for the device (the CUDA device if there
+    is one)."""
 
-    def __init__(
-        self,
-        compile: CompileConfig | None = None,
-        dynamic: DynamicConfig | None = None,
-        offload: OffloadConfig | None = None,
-        cudagraphs: CudaGraphsConfig | None = None,
-        device: str | torch.device | None = None,
-        console: bool = True,
-        **kwargs: Any,
-    ) -> None:
-        device = device or ("cuda:0" if torch.cuda.is_available() else "cpu")
-        super().__init__(device=device, **kwargs)
-        self._init_stack(compile, dynamic, offload, cudagraphs, console)
+    def __init__(self, *args: Any, device: str | torch.device | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, device=device or ("cuda:0" if torch.cuda.is_available() else "cpu"), **kwargs)
 
 
 class DDPCompileStrategy(CompileStrategyBase, DDPStrategy):
     """DDP (one process per device, any number of nodes) with the compile stack applied inside
     the DDP wrapper. On CPU use ``process_group_backend="gloo"``."""
-
-    def __init__(
-        self,
-        compile: CompileConfig | None = None,
-        dynamic: DynamicConfig | None = None,
-        offload: OffloadConfig | None = None,
-        cudagraphs: CudaGraphsConfig | None = None,
-        console: bool = True,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(**kwargs)
-        self._init_stack(compile, dynamic, offload, cudagraphs, console)

@@ -45,6 +45,8 @@ class Idiom:
     dropout: bool = False  # random ops in the step: Inductor draws other numbers than eager unless fallback_random
     callbacks: Callable[[], list[Callback]] | None = None  # the idiom's own callbacks, built fresh for each fit
     test: bool = False  # trainer.test after fit (the test loop's metrics go to Trace.extra["test"])
+    graph_breaks: str = ""
+    """Why this idiom's step has a graph break no runner policy can lift (empty: it must have none)."""
 
 
 def _accumulation_schedule() -> list[Callback]:
@@ -121,9 +123,13 @@ IDIOMS: dict[str, Idiom] = {i.name: i for i in [
           callbacks=ema_callbacks),
     Idiom("swa", AveragedClassifier, VectorsDataModule,
           "compiles the step once; SWA's SWALR and averaging run outside the graph, in place",
-          callbacks=swa_callbacks),
+          callbacks=swa_callbacks,
+          graph_breaks="SWA's BatchNorm-update epoch sets momentum=None: torch's BatchNorm then divides by "
+                       "float(num_batches_tracked), a data-dependent float it branches on (batchnorm.py)"),
     Idiom("self_print", PrintingModule, VectorsDataModule,
-          "compiles once; self.print with the loss formatted in runs after the graph, in order, every 4th batch"),
+          "compiles once; self.print with the loss formatted in runs after the graph, in order, every 4th batch",
+          graph_breaks="f'{loss:.4f}' formats the loss's value into a string inside the step: a host read "
+                       "and Python string work no graph holds (self.print itself is deferred)"),
     Idiom("no_batch_idx", NoBatchIdxModule, VectorsDataModule,
           "training_step(self, batch) compiles once like (batch, batch_idx)"),
     Idiom("dataloader_iter", DataloaderIterModule, VectorsDataModule,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager as ContextManager
 from typing import Any
 
@@ -75,19 +75,9 @@ class HookOffload(OffloadComponent):
         self.codec.hold(batch)
         return batch
 
-    @contextlib.contextmanager
-    def _context(self) -> Iterator[None]:
-        self.steps += 1
-        self.codec.begin_step()
-        try:
-            # Opened outside any compiled call: opened inside, it would break the graph and run eagerly.
-            with torch.autograd.graph.saved_tensors_hooks(self.codec.pack_gm, self.codec.unpack_gm):
-                yield
-        finally:
-            self.codec.end_step()
-
     def step_context(self) -> ContextManager[Any]:
-        return self._context()
+        self.steps += 1
+        return _saved_tensor_hooks(self.codec.begin_step, self.codec.end_step, self.codec.pack_gm, self.codec.unpack_gm)
 
     def current_path(self) -> str:
         return self.codec.path(self.steps)
@@ -162,40 +152,29 @@ class CudaOffload(OffloadComponent):
         self.hooks = PinnedOffloadHooks(device, cfg.min_bytes)
 
     def apply(self, module: nn.Module) -> None:
-        excluded = policy.excluded_module_names(module, self.cfg.exclude)
-        hooks = self.hooks
         self.hooks.held = policy.held_storages(module.parameters())
-
-        def enter(mod: nn.Module, args: Any) -> None:
-            if not torch.compiler.is_compiling():
-                hooks.excluded_depth += 1
-
-        def leave(mod: nn.Module, args: Any, output: Any) -> None:
-            if not torch.compiler.is_compiling():
-                hooks.excluded_depth = max(0, hooks.excluded_depth - 1)
-
-        for name, mod in module.named_modules():
-            if policy.clean_name(name) in excluded:
-                mod.register_forward_pre_hook(enter)
-                mod.register_forward_hook(leave, always_call=True)
-
-    @contextlib.contextmanager
-    def _context(self) -> Iterator[None]:
-        self.steps += 1
-        self.hooks.begin_step()
-        try:
-            with torch.autograd.graph.saved_tensors_hooks(self.hooks.pack, self.hooks.unpack):
-                yield
-        finally:
-            self.hooks.end_step()
+        self.hooks.excluded.attach(module, policy.excluded_module_names(module, self.cfg.exclude))
 
     def step_context(self) -> ContextManager[Any]:
-        return self._context()
+        self.steps += 1
+        return _saved_tensor_hooks(self.hooks.begin_step, self.hooks.end_step, self.hooks.pack, self.hooks.unpack)
 
     def figures(self) -> dict[str, Any]:
         out = super().figures()
         out["offload/offloaded_bytes_total"] = self.hooks.offloaded_bytes
         return out
+
+
+@contextlib.contextmanager
+def _saved_tensor_hooks(begin: Callable[[], None], end: Callable[[], None], pack: Any, unpack: Any) -> Iterator[None]:
+    """One step under the strategy's saved-tensor hooks, with its per-step state begun and ended.
+    Opened outside any compiled call: opened inside, it would break the graph and run eagerly."""
+    begin()
+    try:
+        with torch.autograd.graph.saved_tensors_hooks(pack, unpack):
+            yield
+    finally:
+        end()
 
 
 def build_offload(cfg: OffloadConfig, device: torch.device, block_types: Sequence[str] = ()) -> OffloadComponent:

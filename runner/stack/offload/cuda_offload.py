@@ -32,7 +32,7 @@ class PinnedOffloadHooks:
         self.device = device
         self.min_bytes = int(min_bytes)
         self.stream: Optional[torch.cuda.Stream] = None  # created lazily, on first use
-        self.excluded_depth = 0  # shared with SavedTensorCodec-style module hooks
+        self.excluded = policy.ExcludedDepth()  # hooked on the excluded modules by the component
         self.held: set[int] = set()
         self.offloaded_bytes = 0
         self._dedupe: Optional[WeakIdKeyDictionary] = None
@@ -50,7 +50,7 @@ class PinnedOffloadHooks:
         if (
             x.device.type != "cuda"
             or not policy.wants_packing(x, nbytes, 0, self.min_bytes)
-            or self.excluded_depth > 0
+            or self.excluded.depth > 0
             or (base.is_leaf and base.requires_grad)
             or x.untyped_storage().data_ptr() in self.held
         ):

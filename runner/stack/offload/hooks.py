@@ -70,7 +70,7 @@ class SavedTensorCodec:
         self.exclude = tuple(exclude)
         self.excluded: frozenset[str] = frozenset()
         self.counts: Counter[str] = Counter()
-        self._excluded_depth = 0  # > 0 while an excluded module runs eagerly
+        self._excluded_depth = policy.ExcludedDepth()  # > 0 while an excluded module runs eagerly
         self._held: set[int] = set()  # storages alive anyway: parameters and buffers
         self._batch: set[int] = set()  # ... and this step's batch
         self._model: Optional[nn.Module] = None
@@ -92,24 +92,11 @@ class SavedTensorCodec:
         self._cache_hits = ti.counter_now("aot_cache_hit")
         self.excluded = policy.excluded_module_names(model, self.exclude)
         self._build_graphs()  # the cache hash covers the resolved exclusions
-        for name, mod in model.named_modules():
-            if policy.clean_name(name) in self.excluded:
-                mod.register_forward_pre_hook(self._enter_excluded)
-                mod.register_forward_hook(self._leave_excluded, always_call=True)
-
-    def _enter_excluded(self, module: nn.Module, args: Any) -> None:
-        # Under Dynamo the hook is traced and must not mutate Python state: there, exclusion is read
-        # from the saved node's module stack instead (``policy.node_is_excluded``).
-        if not torch.compiler.is_compiling():
-            self._excluded_depth += 1
-
-    def _leave_excluded(self, module: nn.Module, args: Any, output: Any) -> None:
-        if not torch.compiler.is_compiling():
-            self._excluded_depth = max(0, self._excluded_depth - 1)
+        self._excluded_depth.attach(model, self.excluded)
 
     def begin_step(self) -> None:
         """Reset per-step eager state (entered by the component's ``step_context``)."""
-        self._excluded_depth = 0
+        self._excluded_depth.reset()
         self._by_storage = {}
         if self._model is not None and not self._held:
             # Once: parameters do not move during training (optimizers update them in place).
@@ -147,7 +134,7 @@ class SavedTensorCodec:
                 return x
             self.counts["traced_packed"] += 1
             return codecs.encode(x, self.kind)
-        if self._excluded_depth > 0 or self._is_held(x):
+        if self._excluded_depth.depth > 0 or self._is_held(x):
             self.counts["eager_skipped"] += 1
             return x
         self.counts["eager_packed"] += 1

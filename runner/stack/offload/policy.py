@@ -103,3 +103,32 @@ def held_storages(tensors: Iterable[torch.Tensor]) -> set[int]:
         if storage.nbytes() > 0:
             held.add(storage.data_ptr())
     return held
+
+
+class ExcludedDepth:
+    """How deep the eager forward is inside excluded modules (> 0: saved tensors are kept as they are).
+
+    Forward pre/post hooks on every excluded module count entries and exits. Under Dynamo the hooks are
+    traced and must not mutate Python state, so they count only eagerly; a traced pack hook reads
+    exclusion from the saved node's module stack instead (``node_is_excluded``)."""
+
+    def __init__(self) -> None:
+        self.depth = 0
+
+    def attach(self, model: nn.Module, excluded: frozenset[str]) -> None:
+        """Hook every module of ``model`` whose name is in ``excluded``."""
+        for name, mod in model.named_modules():
+            if clean_name(name) in excluded:
+                mod.register_forward_pre_hook(self._enter)
+                mod.register_forward_hook(self._leave, always_call=True)
+
+    def _enter(self, module: nn.Module, args: object) -> None:
+        if not torch.compiler.is_compiling():
+            self.depth += 1
+
+    def _leave(self, module: nn.Module, args: object, output: object) -> None:
+        if not torch.compiler.is_compiling():
+            self.depth = max(0, self.depth - 1)
+
+    def reset(self) -> None:
+        self.depth = 0
