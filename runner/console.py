@@ -15,6 +15,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from runner import lightning_internals as li
+
 # (message regex, module regex) of Python warnings to drop.
 _WARNINGS: tuple[tuple[str, str], ...] = (
     # torch 2.13 deprecates LeafSpec; Lightning 2.6 still builds one on every batch it moves.
@@ -108,8 +110,8 @@ def quiet_wandb(logger: Any) -> None:
     setting), and so is the ``anonymous`` argument Lightning 2.6 always passes as None, which wandb
     (0.22 on) reads as set and warns "The anonymous setting has no effect". Other loggers, and
     settings the user gave, are left as they are."""
-    init = getattr(logger, "_wandb_init", None)  # Lightning's keyword arguments for wandb.init (private)
-    if not isinstance(init, dict):
+    init = li.wandb_init_kwargs(logger)
+    if init is None:
         return
     if "anonymous" in init and init["anonymous"] is None:
         del init["anonymous"]

@@ -68,5 +68,20 @@ def started_wandb_run(logger: Any) -> Any | None:
     return getattr(logger, "_experiment", None)
 
 
-TRAIN_DESCRIPTION_METHOD = "_get_train_description"
-"""The progress-bar method that labels the training bar (overridden by runner's bar)."""
+def set_logger_experiment(logger: Any, experiment: Any) -> None:
+    """Give a logger its experiment object before it builds its own: ``CSVLogger.experiment`` returns
+    ``logger._experiment`` once set (runner's durable CSV writer replaces Lightning's, which deletes
+    ``metrics.csv`` when it starts in a directory holding files)."""
+    logger._experiment = experiment
+
+
+def wandb_init_kwargs(logger: Any) -> dict[str, Any] | None:
+    """The keyword arguments a ``WandbLogger`` will pass to ``wandb.init`` (editable until it starts)."""
+    init = getattr(logger, "_wandb_init", None)
+    return init if isinstance(init, dict) else None
+
+
+RICH_BAR_OVERRIDES = ("_get_train_description", "_update")
+"""``RichProgressBar`` methods runner's bar overrides (``runner.training.progress_bar``): the training
+bar's label, and the one place that sets a bar's count. If a Lightning release renames them, runner's
+bar shows Lightning's label and count again (nothing breaks); the pin test names the change."""

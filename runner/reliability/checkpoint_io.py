@@ -24,8 +24,9 @@ from pathlib import Path
 from typing import Any, BinaryIO, Optional
 
 import torch
-from lightning.fabric.utilities.types import _PATH
 from lightning.pytorch.plugins.io import TorchCheckpointIO
+
+PathLike = str | Path  # what Lightning's checkpoint I/O passes (its private _PATH)
 
 _TMP_SUFFIX = ".tmp"
 
@@ -114,7 +115,7 @@ def raise_if_disk_full(exc: BaseException, target: Path, kept: str) -> None:
                             "hydra.run.dir=<run dir> ckpt_path=last") from exc
 
 
-def is_local(path: _PATH) -> bool:
+def is_local(path: PathLike) -> bool:
     """Whether ``path`` is on the local filesystem (a plain path or ``file://``)."""
     return "://" not in str(path) or str(path).startswith("file://")
 
@@ -123,7 +124,8 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     """``TorchCheckpointIO`` whose local saves are atomic and durable (see the module docstring).
     Pass it as ``Trainer(plugins=[AtomicCheckpointIO()])``."""
 
-    def save_checkpoint(self, checkpoint: dict[str, Any], path: _PATH, storage_options: Optional[Any] = None) -> None:
+    def save_checkpoint(self, checkpoint: dict[str, Any], path: PathLike,
+                        storage_options: Optional[Any] = None) -> None:
         if storage_options is not None or not is_local(path):
             super().save_checkpoint(checkpoint, path, storage_options)
             return

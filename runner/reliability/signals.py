@@ -35,6 +35,7 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import Logger, WandbLogger
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+from runner import lightning_internals as li
 from runner.reliability.numerics import agreed_flag
 
 log = logging.getLogger(__name__)
@@ -119,7 +120,8 @@ def flush_loggers(loggers: list[Logger], status: str) -> None:
     for lg in loggers:
         try:
             lg.finalize(status)
-            if isinstance(lg, WandbLogger) and lg._experiment is not None:
-                lg._experiment.finish(exit_code=0 if status == "success" else 1)
+            run = li.started_wandb_run(lg) if isinstance(lg, WandbLogger) else None
+            if run is not None:
+                run.finish(exit_code=0 if status == "success" else 1)
         except Exception:  # closing one logger must not lose the others' data
             log.exception("closing logger %s failed", type(lg).__name__)
