@@ -91,8 +91,8 @@ def test_lightning_version_is_in_the_supported_range() -> None:
 
 
 def test_no_other_runner_module_imports_a_private_lightning_name() -> None:
-    private = re.compile(r"^\s*(from\s+lightning[\w.]*\s+import\s+.*\b_[A-Za-z]|from\s+lightning[\w.]*\._|import\s+lightning[\w.]*\._)",
-                         re.M)
+    private = re.compile(r"^\s*(from\s+lightning[\w.]*\s+import\s+.*\b_[A-Za-z]|"
+                         r"from\s+lightning[\w.]*\._|import\s+lightning[\w.]*\._)", re.M)
     offenders = [str(p.relative_to(ROOT)) for p in (ROOT / "runner").rglob("*.py")
                  if p.name != "lightning_internals.py" and private.search(p.read_text())]
     assert offenders == []
