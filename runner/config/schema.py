@@ -2,8 +2,8 @@
 
 Hydra composes YAML from ``conf/`` and ``recipes/``; these dataclasses give every node a type, so a
 wrong key or a wrong type fails at composition with the key named. ``OmegaConf.to_object`` turns the
-composed config into these objects once (``runner.config.load``), running each ``__post_init__``;
-everything downstream receives typed objects, never a ``DictConfig``.
+composed config into these objects once (``runner.config.load``), and ``runner.config.validate`` checks
+their combination there; everything downstream receives typed objects, never a ``DictConfig``.
 
 Nodes that users swap (model, data, optimizer, scheduler, loggers) are open ``_target_`` nodes.
 Compile policies are closed enums, checked together in ``runner.config.validate``.
