@@ -145,8 +145,17 @@ def test_lbfgs_gets_its_closure_and_trains_like_eager(policy: OptimizerPolicy) -
 
 
 @pytest.mark.parametrize("policy", [OptimizerPolicy.none, OptimizerPolicy.fused, OptimizerPolicy.compiled])
-def test_step_returns_the_closures_loss_and_the_order_is_lightnings(policy: OptimizerPolicy) -> None:
+def test_the_optimizer_runs_the_closure_and_its_return_value_is_the_steps(policy: OptimizerPolicy) -> None:
+    """Lightning calls optimizer.step(closure): the optimizer runs training_step, zero_grad and backward
+    inside its own step, and whatever step returns is what the user's optimizer_step gets back."""
     order: list[str] = []
+
+    class Custom(torch.optim.Adam):
+        def step(self, closure: Any = None) -> Any:  # type: ignore[override]
+            order.append("optimizer.step")
+            loss = closure()
+            super().step()
+            return ("custom", float(loss))
 
     class Ordered(WithOptimizer):
         def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
@@ -159,13 +168,21 @@ def test_step_returns_the_closures_loss_and_the_order_is_lightnings(policy: Opti
         def on_before_backward(self, loss: torch.Tensor) -> None:
             order.append("backward")
 
-        def on_before_optimizer_step(self, optimizer: Any) -> None:
-            order.append("step")
+    module = Ordered(lambda p: Custom(p, lr=0.01))
+    strategy = _strategy(policy)
+    _trainer(strategy, max_steps=2).fit(module, VectorsDataModule())
+    assert [r[0] for r in module.returned] == ["custom", "custom"]
+    assert order == ["optimizer.step", "training_step", "zero_grad", "backward"] * 2
+    if policy is OptimizerPolicy.compiled:  # a step the user wrote is never replaced by a compiled one
+        assert strategy.figures()["compile/optimizer"] == "none"
 
-    module = Ordered(lambda p: torch.optim.Adam(p, lr=0.01))
-    _trainer(_strategy(policy), max_steps=2).fit(module, VectorsDataModule())
+
+def test_a_compiled_torch_optimizer_step_returns_the_closures_loss() -> None:
+    module = WithOptimizer(lambda p: torch.optim.Adam(p, lr=0.01))
+    strategy = _strategy(OptimizerPolicy.compiled)
+    _trainer(strategy, max_steps=2).fit(module, VectorsDataModule())
+    assert strategy.figures()["compile/optimizer"] == "compiled"
     assert all(isinstance(r, torch.Tensor) and r.ndim == 0 for r in module.returned)
-    assert order == ["training_step", "zero_grad", "backward", "step"] * 2
 
 
 def test_an_optimizer_that_skips_the_closure_is_reported_as_lightning_reports_it() -> None:

@@ -28,10 +28,17 @@ log = logging.getLogger(__name__)
 _MISSING = object()
 
 
-def needs_closure(optimizer: Optimizer) -> bool:
-    """Whether the optimizer's ``step`` takes a closure it must be given (``LBFGS``)."""
-    closure = inspect.signature(type(optimizer).step).parameters.get("closure")
-    return closure is not None and closure.default is inspect.Parameter.empty
+def eager_only(optimizer: Optimizer) -> str | None:
+    """Why the optimizer's step cannot run as runner's compiled step (None: it can). A ``step`` that
+    requires its closure (``LBFGS`` calls it repeatedly), or a ``step`` the user wrote (it may call the
+    closure anywhere, or return something else), keeps Lightning's call ``optimizer.step(closure)``."""
+    step = type(optimizer).step
+    closure = inspect.signature(step).parameters.get("closure")
+    if closure is not None and closure.default is inspect.Parameter.empty:
+        return "its step requires the closure (it calls it repeatedly)"
+    if not getattr(step, "__module__", "").startswith("torch.optim"):
+        return f"its step is its own ({step.__qualname__}), which may call the closure itself"
+    return None
 
 
 @dataclass
@@ -63,10 +70,9 @@ class OptimizerStep:
             for group in optimizer.param_groups:
                 group.update(fused=True, foreach=False)
         elif self.policy is OptimizerPolicy.compiled:
-            if needs_closure(optimizer):
-                self.eager[type(optimizer).__name__] = "its step requires the closure (it calls it repeatedly)"
-                log.info("compile.optimizer=compiled: %s runs eagerly: its step requires the closure",
-                         type(optimizer).__name__)
+            if (why := eager_only(optimizer)) is not None:
+                self.eager[type(optimizer).__name__] = why
+                log.info("compile.optimizer=compiled: %s runs eagerly: %s", type(optimizer).__name__, why)
                 return
             self._install(optimizer, device)
 
