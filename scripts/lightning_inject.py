@@ -28,6 +28,7 @@ MODES = ("plain", "eager", "inductor", "passthrough")
 
 _results: dict[str, dict[str, Any]] = {}
 _trainers: dict[str, list[str]] = {}  # nodeid -> one entry per Trainer built: "injected" or why not
+_graphs: dict[str, int] = {}  # nodeid -> graphs Dynamo compiled while it ran
 _current = "<outside a test>"
 _started = time.monotonic()
 _restore: Callable[[], None] | None = None
@@ -120,6 +121,22 @@ def pytest_configure(config: pytest.Config) -> None:
     _restore = _install(config.getoption("--lsuite-mode"))
 
 
+def _graphs_so_far() -> int:
+    from torch._dynamo.utils import counters  # not cleared by torch.compiler.reset()
+
+    return int(counters["stats"]["unique_graphs"])
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
+    """Counts the graphs Dynamo compiled during the test: an injected test with none compiled nothing."""
+    before = _graphs_so_far()
+    try:
+        return (yield)
+    finally:
+        _graphs[item.nodeid] = _graphs_so_far() - before
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
     global _current
@@ -180,6 +197,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     for nodeid, trainers in _trainers.items():
         if nodeid in _results:
             _results[nodeid]["trainers"] = trainers
+    for nodeid, graphs in _graphs.items():
+        if nodeid in _results:
+            _results[nodeid]["graphs"] = graphs
     report = {
         "mode": session.config.getoption("--lsuite-mode"),
         "reset_dynamo": session.config.getoption("--lsuite-reset-dynamo"),

@@ -187,6 +187,13 @@ def compare(plain: dict[str, Any], other: dict[str, Any], passthrough: dict[str,
     for reason, count in reasons.most_common():
         example = next(n for n in none if reason in built[n])
         print(f"{count:4d}  {reason}   e.g. {example}")
+    injected = [n for n, tr in built.items() if "injected" in tr and o[n]["outcome"] == "passed"]
+    idle = [n for n in injected if o[n].get("graphs") == 0]
+    print(f"\n== passed with an injected Trainer: {len(injected)}; of them Dynamo compiled no new graph in {len(idle)} "
+          "(validate/test/predict only, no training batch, nothing compilable, or, without --reset-dynamo, a graph "
+          "cached by an earlier test): e.g.")
+    for nodeid in idle[:5]:
+        print(f"        {nodeid}")
     return len(only)
 
 
