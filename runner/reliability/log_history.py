@@ -30,6 +30,7 @@ import lightning as L
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import CSVLogger, Logger, TensorBoardLogger
 
+from runner import lightning_internals as li
 from runner.reliability.checkpoint_io import is_local
 from runner.reliability.durable_csv import DurableCsvWriter, KeepRow, Row, row_step
 from runner.reliability.tb_events import cut_events, event_files, logged_tags
@@ -43,9 +44,8 @@ STATE_KEY = "runner/log_history"
 def attach_durable_writer(logger: CSVLogger, resuming: bool) -> DurableCsvWriter:
     """Make ``logger`` write through a :class:`DurableCsvWriter` (before anything has logged to it)."""
     writer = DurableCsvWriter(logger.log_dir, resuming)
-    # CSVLogger.experiment returns this object from now on instead of building Lightning's writer, which
-    # would delete metrics.csv. On ranks other than 0 Lightning's decorator still returns its dummy.
-    logger._experiment = writer
+    # On ranks other than 0 Lightning's rank-zero decorator still returns its dummy experiment.
+    li.set_logger_experiment(logger, writer)
     return writer
 
 
