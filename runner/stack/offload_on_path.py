@@ -5,7 +5,10 @@ The run's own LightningModule and ``training_step``, on the run's device, compil
 says, each variant (the strategy, and ``none``) on its own copy of the module: what the strategy saves
 and what it costs in gradient accuracy there, not on a stand-in model (``runner.stack.offload.measure``
 has the method). Between variants only the frames the measurement compiled are forgotten, so a compile
-callback or compiled function of anyone else in the process (the run's telemetry) is left alone.
+callback or compiled function of anyone else in the process (the run's telemetry) is left alone. One
+copy lives at a time, the reference gradients wait in host memory, and no CUDA graph is recorded, so
+the measurement needs less device memory than a training step with AdamW; the random state is the
+run's again afterwards.
 
 Skipped, with the reason in ``offload/measure_skipped``, where it cannot run: a manual-optimization step
 (it needs a trainer), a sharded strategy (each variant would copy the whole unsharded model onto every
@@ -22,7 +25,7 @@ import lightning as L
 import torch
 
 from runner import torch_internals as ti
-from runner.config.schema import OffloadStrategy
+from runner.config.schema import CudaGraphsConfig, OffloadStrategy
 from runner.stack.compile import CompiledModules, apply_compile
 from runner.stack.deferred_log import discard_logs
 from runner.stack.host import CompileSettings, Host
@@ -60,18 +63,16 @@ def measure_on_run_path(module: L.LightningModule, batch: Any, device: torch.dev
                         settings: CompileSettings) -> dict[str, Any]:
     """``offload/*`` figures for ``module``'s own ``training_step`` on ``batch``, compiled as the run plans
     it (without CUDA graphs: a measurement step is not replayed), under ``context`` (the trainer's precision)."""
-    from runner.stack.dynamic import build_shape_policy
     from runner.stack.offload.measure import compare_with_none
 
     s = settings
-    shape = build_shape_policy(s.dynamic)
-    plan = resolve_plan(s.compile, s.cudagraphs, shape.dynamic_arg, device, [], cudagraphs_active=False)
+    plan = measurement_plan(settings, device)
     batch = torch.utils._pytree.tree_map(lambda t: t.to(device) if isinstance(t, torch.Tensor) else t, batch)
-    compiled = CompiledModules()
 
     def build_step(m: torch.nn.Module) -> Callable[[Any], torch.Tensor]:
         lm: Any = m
-        step = apply_compile(lm, lm.training_step, plan, compiled)
+        # Its own CompiledModules: a list shared by both variants would keep the first copy's blocks alive.
+        step = apply_compile(lm, lm.training_step, plan, CompiledModules())
 
         def loss(b: Any) -> torch.Tensor:
             with context(), discard_logs(lm, metric_methods(lm)):
@@ -85,18 +86,30 @@ def measure_on_run_path(module: L.LightningModule, batch: Any, device: torch.dev
     def forget() -> None:  # between variants: what the measurement compiled, and nothing else
         ti.forget_codes(ti.codes_compiled_since(snapshot))
 
-    with _measurement_settings(plan):
+    with _measurement_settings(plan, device):
         # compare_with_none measures each variant on its own copy of the module, moved to the device.
         return compare_with_none(module, batch, s.offload, build_step, device, tuple(s.compile.block_types),
                                  compiled=plan.compiles, fresh_compiler=forget)
 
 
+def measurement_plan(settings: CompileSettings, device: torch.device) -> CompilePlan:
+    """The run's plan for ``device`` without CUDA graphs: the measurement's two steps per variant would
+    only warm up and record graphs (memory the run never gets back), never replay them."""
+    from runner.stack.dynamic import build_shape_policy
+
+    s = settings
+    shape = build_shape_policy(s.dynamic)
+    return resolve_plan(s.compile, CudaGraphsConfig(), shape.dynamic_arg, device, [], cudagraphs_active=False)
+
+
 @contextlib.contextmanager
-def _measurement_settings(plan: CompilePlan) -> Iterator[None]:
-    """The Dynamo setting the run's step compiles under (backward traced into the step), restored."""
+def _measurement_settings(plan: CompilePlan, device: torch.device) -> Iterator[None]:
+    """The Dynamo setting the run's step compiles under (backward traced into the step), and the random
+    state the run continues from (the measurement's dropout draws are not the run's), both restored."""
     saved = ti.TorchSettings()
     saved.dynamo("trace_autograd_ops", plan.backward_in_step)
     try:
-        yield
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+            yield
     finally:
         saved.restore()
