@@ -1,14 +1,22 @@
-"""The README's own-Trainer example runs exactly as written (real Inductor compile)."""
+"""The README's own-Trainer example runs exactly as written (real Inductor compile), and every runner
+command line README.md and docs/ show composes and validates as a whole, the way ``runner`` checks a
+command line before it runs (each override alone: tests/test_suggested_overrides.py)."""
 
 from __future__ import annotations
 
 import importlib
+import itertools
 import re
+import shlex
 from pathlib import Path
 
 import pytest
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+from runner.config import compose, load
+from runner.config.tune import load_tune, split_overrides
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
 
 
 def _example() -> str:
@@ -26,6 +34,63 @@ def test_readme_example_trains(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.syspath_prepend(str(tmp_path))
     example = importlib.import_module("readme_example")
     trainer = example.trainer
+    assert type(trainer.strategy).__name__ == "CompileStrategy"  # strategy="compile", registered by import runner
     assert trainer.global_step == 50
     assert trainer.strategy.stack.figures()["compile/scope"] == "step"
     assert float(trainer.callback_metrics["loss"]) > 0
+
+
+# -- every command line -------------------------------------------------------------------------------
+_RUNNER = re.compile(r"^(?:\.venv/bin/)?(?:python -m runner|runner)(?:\s|$)")
+_PLACEHOLDER = re.compile(r"[<>$]|\.\.\.|\bNAME\b|\bDIR\b")
+_GPU = re.compile(r"\btrainer=gpu\b|accelerator=(cuda|gpu)")
+
+
+def _command_lines() -> dict[str, str]:
+    """Command line -> the page showing it: lines of fenced shell blocks and inline code spans that run
+    ``runner``/``python -m runner``, or ``make run`` with ``RECIPE``/``ARGS``."""
+    found: dict[str, str] = {}
+    for page in [README, *sorted((ROOT / "docs").rglob("*.md"))]:
+        text = page.read_text()
+        shell = [ln for block in re.findall(r"```(?:bash|sh|shell)\n(.*?)```", text, re.S) for ln in block.splitlines()]
+        inline = re.findall(r"`([^`\n]+)`", re.sub(r"```.*?```", "", text, flags=re.S))
+        for line in [*shell, *inline]:
+            line = line.split(" #", 1)[0].strip()
+            if (_RUNNER.match(line) or line.startswith("make run")) and not _PLACEHOLDER.search(line):
+                found.setdefault(line, str(page.relative_to(ROOT)))
+    return found
+
+
+def _overrides(line: str) -> list[list[str]]:
+    """Every combination of overrides the command line runs (a ``-m`` sweep: one per combination)."""
+    words = shlex.split(line)
+    if words[0] == "make":
+        make = dict(w.split("=", 1) for w in words[2:] if "=" in w)
+        words = [f"+recipe={make.get('RECIPE', 'quickstart')}", *shlex.split(make.get("ARGS", ""))]
+    args = [w for w in words if "=" in w and not w.startswith("-")]
+    choices = [[a] if a.partition("=")[2].startswith(("[", "{")) else
+               [f"{a.partition('=')[0]}={v}" for v in a.partition("=")[2].split(",")] for a in args]
+    return [list(c) for c in itertools.product(*choices)]
+
+
+COMMANDS = _command_lines()
+
+
+def test_the_scan_finds_the_commands_users_read() -> None:
+    assert "make run" in COMMANDS and ".venv/bin/python -m runner +recipe=quickstart" in COMMANDS
+    assert any(line.startswith("runner tune") for line in COMMANDS)
+    assert any(" -m " in line for line in COMMANDS)
+    assert len(COMMANDS) >= 15
+
+
+@pytest.mark.parametrize("line", sorted(COMMANDS), ids=str)
+def test_every_command_line_composes_and_validates(line: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(ROOT)
+    tune = line.split()[:2] == ["runner", "tune"] or " runner tune " in f" {line} "
+    for overrides in _overrides(line):
+        run, tune_overrides = split_overrides(overrides) if tune else (overrides, [])
+        load_tune(tune_overrides)
+        cfg = compose(run, run_dir=str(tmp_path))
+        if _GPU.search(line):  # validating would ask this machine for a CUDA device: composing is the check
+            continue
+        load(cfg)  # every cross-group check, as before a real run (ConfigError names the problem)

@@ -23,7 +23,10 @@ ROOT = Path(__file__).resolve().parents[1]
 _GROUPS = {"compile", "dynamic", "offload", "cudagraphs", "trainer", "data", "model", "optimizer", "scheduler",
            "telemetry", "reliability", "logger", "seed", "ckpt_path", "recipe", "sweep", "tune"}
 _TOKEN = re.compile(r"(?<![\w.+~/$-])(\+{0,2}[a-z_]+(?:\.[a-z_]+)*=(?:\[[^\]\s]*\]|[^\s`'\",;)|]+))")
-_PLACEHOLDER = re.compile(r"[<>{}%]|^[A-Z_]+$|ClassName|pkg\.|^N$|^(True|False|None)$|^(name|value|option)$")
+# Placeholders, and Python constructor calls in code examples (``compile=CompileConfig(...)`` is a keyword
+# argument, not an override; Hydra's own override functions, ``choice(...)``, are lowercase and still scanned).
+_PLACEHOLDER = re.compile(r"[<>{}%]|^[A-Z_]+$|ClassName|pkg\.|^N$|^(True|False|None)$|^(name|value|option)$"
+                          r"|\b[A-Z]\w*\(")
 
 
 def _texts() -> list[tuple[str, str]]:
