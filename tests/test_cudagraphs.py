@@ -134,8 +134,9 @@ def test_cuda_graphs_capture_and_replay_on_gpu() -> None:
     figures = strategy.stack.figures()
     assert figures["cudagraphs/active"] is True
     assert figures["cudagraphs/recordings"] > 0
-    # warm-up steps run eagerly, then one step records, and every later step replays
-    assert figures["cudagraphs/replay_steps"] >= 8 - REQUESTED.warmup_steps - 1
+    # The warm-up steps run eagerly; then CUDA-graph trees warm each compiled function up on its first
+    # call (a step of its own), record on the second, and replay from the third on.
+    assert figures["cudagraphs/replay_steps"] == 8 - REQUESTED.warmup_steps - 2
     from torch._dynamo.utils import counters
 
     assert counters["inductor"]["cudagraph_skips"] == 0  # the graphs were really captured
@@ -195,3 +196,85 @@ def test_optimizer_state_is_marked_static_once_it_exists() -> None:
     state = [v for s in opt.state.values() for v in s.values() if isinstance(v, torch.Tensor)]
     assert component.static_state_tensors == len(state) > 0
     assert all(getattr(t, "_dynamo_static_input_type", None) == "unguarded" for t in state)
+
+
+# -- the CUDA-graph path beyond fp32 scope=step: validation, blocks with checkpoints, bf16-mixed, resume ------
+def _graphs_fit(steps: int, scope: Scope = Scope.step, ckpt_path: str | None = None, **trainer_kwargs: object) -> tuple:
+    import lightning as L
+
+    from runner.config.schema import OffloadConfig, OffloadStrategy
+    from runner.strategy import CompileStrategy
+    from tests.helpers import tiny_data, tiny_module
+
+    blocks = scope is Scope.blocks
+    offload = OffloadConfig(strategy=OffloadStrategy.checkpoint) if blocks else OffloadConfig()
+    strategy = CompileStrategy(compile=CompileConfig(scope=scope, block_types=["Block"] if blocks else []),
+                               cudagraphs=REQUESTED, offload=offload, device="cuda:0", console=False)
+    kwargs: dict = dict(accelerator="cuda", devices=1, max_steps=steps, logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0)
+    kwargs.update(trainer_kwargs)
+    trainer = L.Trainer(strategy=strategy, **kwargs)
+    trainer.fit(tiny_module(), tiny_data(), ckpt_path=ckpt_path)
+    return trainer, strategy
+
+
+@pytest.mark.gpu
+def test_validation_batches_replay_instead_of_recording_on_gpu() -> None:
+    """scope=blocks (the blocks' checkpoints inside their compiled graphs) under bf16-mixed, validating
+    every 4 steps: each validation batch begins a CUDA-graph step, so 6 validation batches record no more
+    graphs than 2 (without the mark every batch recorded another graph on top of the training step's)."""
+    from torch._dynamo.utils import counters
+
+    recordings = {}
+    for batches in (2, 6):
+        torch._dynamo.reset()
+        counters.clear()
+        trainer, strategy = _graphs_fit(12, Scope.blocks, precision="bf16-mixed", val_check_interval=4,
+                                        limit_val_batches=batches, num_sanity_val_steps=0)
+        figures = strategy.stack.figures()
+        assert figures["cudagraphs/active"] is True and figures["offload/checkpointed_blocks"] == 2
+        assert counters["inductor"]["cudagraph_skips"] == 0  # checkpoints work under CUDA graphs
+        assert torch.isfinite(torch.tensor(float(trainer.callback_metrics["train/loss"])))
+        recordings[batches] = figures["cudagraphs/recordings"]
+    assert recordings[6] == recordings[2], recordings
+
+
+@pytest.mark.gpu
+def test_compiled_optimizer_is_captured_and_resumes_on_the_device_on_gpu(tmp_path: object) -> None:
+    """The compiled AdamW step compiles from the first step (not held eager by the warm-up): Dynamo makes
+    it capturable and it runs as a CUDA graph. After a resume its LR tensor is the installed one on the GPU
+    (Lightning restored a CPU tensor), so nothing is copied per step and no graph is skipped."""
+    from lightning.pytorch.callbacks import ModelCheckpoint
+    from torch._dynamo.utils import counters
+
+    trainer, strategy = _graphs_fit(8, enable_checkpointing=True, default_root_dir=tmp_path,
+                                    callbacks=[ModelCheckpoint(dirpath=tmp_path, save_last=True)])
+    group = trainer.optimizers[0].param_groups[0]
+    assert strategy.stack.figures()["compile/optimizer"] == "compiled"
+    assert group["capturable"] is True and group["lr"].device.type == "cuda"
+    assert counters["inductor"]["cudagraph_skips"] == 0
+    torch._dynamo.reset()
+    counters.clear()
+    trainer, strategy = _graphs_fit(14, ckpt_path=str(tmp_path / "last.ckpt"), enable_checkpointing=True,
+                                    default_root_dir=tmp_path)
+    group = trainer.optimizers[0].param_groups[0]
+    assert group["lr"] is strategy.stack.parts.optimizer_step.installed_lrs[0]
+    assert group["lr"].device.type == "cuda" and group["capturable"] is True
+    assert all(s["step"].device.type == "cuda" for s in trainer.optimizers[0].state.values())
+    figures = strategy.stack.figures()
+    assert counters["inductor"]["cudagraph_skips"] == 0 and figures["cudagraphs/replay_steps"] > 0
+
+
+@pytest.mark.gpu
+def test_speedup_is_measured_under_cuda_graphs_on_gpu() -> None:
+    """The eager CUDA-graph warm-up steps are held out of the speedup meter's warm-up: the pairs start
+    once the step compiled, recorded and replayed, and the report has a speedup."""
+    from runner.config.schema import TelemetryConfig
+    from runner.telemetry import CompileTelemetry
+
+    telemetry = CompileTelemetry(TelemetryConfig(speedup_steps=3, peak_tflops=100.0))
+    _, strategy = _graphs_fit(24, callbacks=[telemetry])
+    figures = telemetry.figures()
+    assert figures["perf/speedup_status"] == "measured", figures["perf/speedup_status"]
+    assert figures["perf/speedup_x"] > 0
+    assert strategy.stack.figures()["compile/optimizer_eager_steps"] == 3 + 1  # the eager pair steps, the FLOP step

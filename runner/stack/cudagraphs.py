@@ -2,6 +2,16 @@
 
 On a device other than CUDA, torch silently ignores every CUDA-graph option; runner says so once,
 records ``cudagraphs/active=False``, and the run goes on.
+
+On CUDA the first ``warmup_steps`` training steps run eagerly (lazily built module state exists before
+anything is recorded); the compiled optimizer step is not held back: compiled from the first step, Dynamo
+creates its state itself with ``capturable=True`` (``_set_capturable`` requires uninitialised state), so
+it runs as a CUDA graph, where an eager first step would leave Adam non-capturable, stepping its
+single-tensor path with a host sync per parameter (a tensor LR turns ``foreach`` off). Inductor's
+CUDA-graph trees then warm each function up on its first compiled call and record it on the next, so
+the first replay is at step ``warmup_steps + 3``. Validation, test and predict batches of the fit each
+begin a new CUDA-graph step too: without the mark, every batch of a compiled submodule would record
+another graph on top of the training step's live outputs.
 """
 
 from __future__ import annotations
@@ -36,8 +46,7 @@ class CudaGraphs(StackComponent):
         self.recordings = 0
         """CUDA graphs recorded (torch's CUDAGRAPH_RECORDING compile callbacks)."""
         self.replay_steps = 0
-        """Steps whose last CUDA-graph tree action was a replay (the tree's ``EXECUTION`` state)."""
-        self._warming_up = True
+        """Steps after the warm-up whose last CUDA-graph tree action was a replay (``EXECUTION``)."""
         self._unregister: Any = None
 
     def configure(self) -> None:
@@ -58,13 +67,18 @@ class CudaGraphs(StackComponent):
     def bind_optimizers(self, optimizers: list[Optimizer]) -> None:
         self.optimizers = list(optimizers)
 
+    @property
+    def warming_up(self) -> bool:
+        """Whether the next training step is one of the eager warm-up steps."""
+        return self.steps < self.cfg.warmup_steps
+
     @contextlib.contextmanager
     def _step(self) -> Iterator[None]:
-        # The first warmup_steps run eagerly, so lazily built state (optimizer moments, caches) exists
+        # The first warmup_steps run eagerly, so lazily built module state (caches, lazy modules) exists
         # before anything is recorded. After that the stance is left alone: setting "default" would
-        # cancel another component's (dynamic.after_warmup's fail_on_recompile).
-        self._warming_up = self.steps < self.cfg.warmup_steps
-        with ti.step_stance("force_eager") if self._warming_up else contextlib.nullcontext():
+        # cancel another component's (dynamic.after_warmup's fail_on_recompile). The optimizer step is
+        # outside this context: compiled from the first step (see the module docstring).
+        with ti.step_stance("force_eager") if self.warming_up else contextlib.nullcontext():
             torch.compiler.cudagraph_mark_step_begin()
             yield
         self.steps += 1
@@ -72,10 +86,15 @@ class CudaGraphs(StackComponent):
     def step_context(self) -> ContextManager[Any]:
         return self._step()
 
-    def optimizer_step_context(self) -> ContextManager[Any]:
-        # The warm-up covers the compiled optimizer step too: recorded during warm-up, it would capture
-        # optimizer state that does not exist yet.
-        return ti.step_stance("force_eager") if self._warming_up else contextlib.nullcontext()
+    @contextlib.contextmanager
+    def _eval_step(self) -> Iterator[None]:
+        torch.compiler.cudagraph_mark_step_begin()
+        yield
+
+    def eval_step_context(self) -> ContextManager[Any]:
+        """Around each validation/test/predict batch of the fit: a new CUDA-graph step (see the module
+        docstring); the training step's outputs from before are not read again."""
+        return self._eval_step()
 
     def on_step_end(self, step: int) -> None:
         # Optimizer state (Adam's moments, step counters) is created by the first step. Its tensors are
@@ -83,7 +102,8 @@ class CudaGraphs(StackComponent):
         # optimizer step) reads them in place instead of copying each into a static buffer every replay.
         if self.static_state_tensors == 0:
             self.static_state_tensors = mark_optimizer_state_static(self.optimizers)
-        if ti.cudagraph_tree_state(self.device_index) == "EXECUTION":
+        # Optimizer-only replays during the warm-up (its compiled step is not held back) are not replays of the step.
+        if self.steps > self.cfg.warmup_steps and ti.cudagraph_tree_state(self.device_index) == "EXECUTION":
             self.replay_steps += 1
 
     def teardown(self) -> None:

@@ -7,6 +7,16 @@ an instance ``step`` that runs the closure the way torch's optimizers do (once, 
 then the compiled class ``step`` with the caller's keyword arguments, and returns the closure's value.
 An optimizer whose ``step`` requires its closure (``LBFGS`` calls it many times) cannot be compiled
 that way: it stays eager, and the report says so.
+
+What ran on every step: a compiled step that runs under Dynamo's ``force_eager`` stance (the speedup
+meter's eager and FLOP-counting steps) runs the optimizer eagerly; ``compile/optimizer_compiled_steps``
+and ``compile/optimizer_eager_steps`` count both, and ``compile/optimizer`` names the policy of the
+compiled ones (``none`` when no step ran compiled).
+
+After a resume Lightning loads the optimizer state (after ``strategy.setup``, from a checkpoint read
+to the CPU): the loaded param groups replace the tensor LRs installed here with CPU tensors, which a
+compiled step would copy to the device every step (and a CUDA graph would skip). ``after_restore``
+puts the installed tensors back, holding the restored values.
 """
 
 from __future__ import annotations
@@ -20,6 +30,7 @@ from typing import Any
 import torch
 from torch.optim import Optimizer
 
+from runner import torch_internals as ti
 from runner.config.schema import OptimizerPolicy
 from runner.stack.plan import supports_fused
 
@@ -54,8 +65,14 @@ class OptimizerStep:
     demoted_at: int | None = None
     """The optimizer step at which a compiled step was demoted to eager (a recompile storm)."""
 
+    compiled_steps: int = 0
+    """Compiled optimizer steps that ran compiled."""
+    eager_steps: int = 0
+    """Compiled optimizer steps that ran eagerly (Dynamo's ``force_eager`` stance was on)."""
+
     def __post_init__(self) -> None:
         self._prior: list[tuple[Optimizer, Any]] = []  # (optimizer, its instance ``step`` before ours)
+        self._lrs: list[tuple[Optimizer, list[torch.Tensor]]] = []  # the LR tensors installed, per group
 
     def prepare(self, optimizer: Optimizer, device: torch.device) -> None:
         """Adapt the optimizer once, before the first step."""
@@ -82,11 +99,38 @@ class OptimizerStep:
         for group in optimizer.param_groups:
             if not isinstance(group["lr"], torch.Tensor):
                 group["lr"] = torch.tensor(float(group["lr"]), device=device)
+        self._lrs.append((optimizer, [group["lr"] for group in optimizer.param_groups]))
         # The class's step, not ``optimizer.step``: an LR scheduler replaces the latter with a wrapper
         # that Dynamo refuses to trace (a graph break and an eager step every time).
         compiled = torch.compile(type(optimizer).step.__get__(optimizer), **self.compile_kwargs)
         self._prior.append((optimizer, vars(optimizer).get("step", _MISSING)))
-        optimizer.step = _closure_step(optimizer, compiled)  # type: ignore[method-assign]
+        optimizer.step = _closure_step(optimizer, compiled, self._count)  # type: ignore[method-assign]
+
+    @property
+    def installed_lrs(self) -> list[torch.Tensor]:
+        """The LR tensors installed for compiled steps, one per param group of each compiled optimizer."""
+        return [lr for _, lrs in self._lrs for lr in lrs]
+
+    def _count(self) -> None:
+        if ti.current_stance() == "force_eager":
+            self.eager_steps += 1
+        else:
+            self.compiled_steps += 1
+
+    def after_restore(self) -> None:
+        """After the optimizers' state was loaded from a checkpoint: each compiled optimizer's groups hold
+        the LR tensors installed here again (on the device, the restored values copied in); on CUDA a
+        torch optimizer's groups become capturable with their step counters on the device, as its first
+        compiled step would have made them (Dynamo sets ``capturable`` only while the state is empty)."""
+        for optimizer, lrs in self._lrs:
+            for group, lr in zip(optimizer.param_groups, lrs, strict=True):
+                restored = group["lr"]
+                if restored is not lr:
+                    with torch.no_grad():
+                        lr.copy_(restored) if isinstance(restored, torch.Tensor) else lr.fill_(float(restored))
+                    group["lr"] = lr
+                if lr.device.type == "cuda" and type(optimizer).__module__.startswith("torch.optim"):
+                    _make_capturable(optimizer, group)
 
     def demote(self, step: int) -> None:
         """Run every compiled optimizer step eagerly from now on (after a recompile storm)."""
@@ -107,6 +151,14 @@ class OptimizerStep:
         if self.policy is OptimizerPolicy.compiled and self.eager and not self._prior and self.demoted_at is None:
             policy, reason = OptimizerPolicy.none.value, "; ".join(f"{k}: {v}" for k, v in self.eager.items())
         out: dict[str, Any] = {"compile/optimizer": policy, "compile/optimizer_reason": reason}
+        if self.compiled_steps or self.eager_steps:
+            out["compile/optimizer_compiled_steps"] = self.compiled_steps
+            out["compile/optimizer_eager_steps"] = self.eager_steps
+            if self.eager_steps:
+                out["compile/optimizer_reason"] = (f"{reason}; {self.eager_steps} of its steps ran eagerly "
+                                                   "(forced-eager steps: the speedup meter's eager and FLOP steps)")
+            if not self.compiled_steps:
+                out["compile/optimizer"] = OptimizerPolicy.none.value
         if self.demoted_at is not None:
             out["compile/optimizer"] = OptimizerPolicy.none.value
             out["compile/optimizer_reason"] = (f"compiled until optimizer step {self.demoted_at}, then demoted "
@@ -116,7 +168,19 @@ class OptimizerStep:
         return out
 
 
-def _closure_step(optimizer: Optimizer, compiled: Callable[..., Any]) -> Callable[..., Any]:
+def _make_capturable(optimizer: Optimizer, group: dict[str, Any]) -> None:
+    """``capturable=True`` for a group whose parameters are all on CUDA, its ``step`` counters moved there
+    (torch keeps them on the CPU for a non-capturable group)."""
+    if group.get("capturable", True) or not all(p.is_cuda for p in group["params"]):
+        return  # no such flag, already capturable, or not on CUDA
+    group["capturable"] = True
+    for p in group["params"]:
+        state = optimizer.state.get(p, {})
+        if isinstance(state.get("step"), torch.Tensor):
+            state["step"] = state["step"].to(device=p.device, dtype=torch.float32)
+
+
+def _closure_step(optimizer: Optimizer, compiled: Callable[..., Any], count: Callable[[], None]) -> Callable[..., Any]:
     """``optimizer.step(closure=None, **kwargs)`` as torch's optimizers run it, the update compiled."""
 
     def step(closure: Callable[[], Any] | None = None, **kwargs: Any) -> Any:
@@ -124,6 +188,7 @@ def _closure_step(optimizer: Optimizer, compiled: Callable[..., Any]) -> Callabl
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        count()
         compiled(**kwargs)
         optimizer._opt_called = True  # type: ignore[attr-defined]  # what an LR scheduler's wrapper records
         return loss

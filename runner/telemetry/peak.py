@@ -137,10 +137,17 @@ def measure_tflops(device: torch.device, dtype: torch.dtype, budget_s: float = 0
             break
         n *= 2
     if device.type == "cuda":
-        # The probe's buffers must not count as the run's peak memory (``memory/peak_gib``).
-        torch.cuda.empty_cache()
-        torch.cuda.reset_peak_memory_stats(device)
+        torch.cuda.empty_cache()  # the probe's buffers are not the run's
+        reset_memory_peak(device)
     return best / 1e12
+
+
+def reset_memory_peak(device: torch.device) -> None:
+    """Start the device's peak-memory count (``memory/peak_gib``) anew, on CUDA (the CPU's peak resident
+    set size cannot be reset): what ran before (the MFU probe, the saved-activation measurement in the
+    strategy's setup) is not the run's peak."""
+    if device.type == "cuda" and torch.cuda.is_available():
+        torch.cuda.reset_peak_memory_stats(device)
 
 
 def _read(path: Path) -> dict[str, dict[str, object]]:

@@ -23,6 +23,7 @@ from runner.stack.component import StackComponent
 from runner.stack.offload import policy
 from runner.stack.offload.checkpointing import apply_checkpointing
 from runner.stack.offload.hooks import SavedTensorCodec
+from runner.stack.plan import CompilePlan, Target
 
 CPU_OFFLOAD_ON_CPU = (
     "offload.strategy=cpu moves saved activations to host memory, which is pointless on a {device} "
@@ -175,6 +176,22 @@ def _saved_tensor_hooks(begin: Callable[[], None], end: Callable[[], None], pack
             yield
     finally:
         end()
+
+
+def excluded_inside_compiled(cfg: OffloadConfig, device: torch.device, module: nn.Module,
+                             plan: CompilePlan) -> list[str]:
+    """The modules ``offload.exclude`` names that ``offload=cpu`` could not keep: its hooks run eagerly on
+    what a compiled forward saved, where no module is known, so only modules that run eagerly stay
+    excluded (under ``scope=blocks``: those outside the blocks). Empty for every other strategy."""
+    if cfg.strategy is not OffloadStrategy.cpu or device.type != "cuda" or not cfg.exclude or not plan.compiles:
+        return []
+    excluded = sorted(policy.excluded_module_names(module, cfg.exclude))
+    if plan.target is Target.step_and_backward:
+        return []  # forward, loss and backward in one graph: nothing is saved across it, nothing offloaded
+    if plan.target is not Target.blocks:
+        return excluded  # the whole step or model runs compiled
+    blocks = [policy.clean_name(name) for name, _ in policy.find_blocks(module, plan.block_types)]
+    return [n for n in excluded if any(n == b or n.startswith(b + ".") for b in blocks)]
 
 
 def build_offload(cfg: OffloadConfig, device: torch.device, block_types: Sequence[str] = ()) -> OffloadComponent:
