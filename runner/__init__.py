@@ -39,6 +39,7 @@ _EXPORTS = {
     "Scope": "runner.config.schema",
     "ShapePolicy": "runner.config.schema",
     "AfterWarmup": "runner.config.schema",
+    "Background": "runner.config.schema",
 }
 __all__ = sorted(_EXPORTS)
 

@@ -22,9 +22,9 @@ FIT_LOOP_STATE = r"\._trainer\.fit_loop\..*"
 properties and the trainer's progress flags read (``fit_loop.epoch_progress.current.completed``,
 ``fit_loop.epoch_loop.automatic_optimization.optim_progress.optimizer.step.total.completed``...)."""
 
-_OPTIMIZER_LISTS = ("_optimizers", "_lightning_optimizers")
-"""The strategy's lists a ``training_step`` reaches through ``self.trainer.optimizers`` and
-``self.optimizers()`` (``Strategy.optimizers`` property and its setter, strategies/strategy.py)."""
+_OPTIMIZER_LISTS = ("_optimizers",)
+"""The strategy's list a ``training_step`` reaches through ``self.trainer.optimizers`` (``Strategy.optimizers``,
+strategies/strategy.py); ``self.optimizers()`` reads ``_lightning_optimizers`` (:func:`lightning_optimizers`)."""
 
 
 # -- self.log's per-call metric walk (logger_connector/result.py) -------------------------------------
@@ -48,6 +48,11 @@ def optimizer_lists(strategy: Any) -> list[tuple[dict[str, Any], str]]:
     """``(strategy.__dict__, name)`` of each list of optimizers the strategy hands a training step."""
     attrs = vars(strategy)
     return [(attrs, name) for name in _OPTIMIZER_LISTS if isinstance(attrs.get(name), list)]
+
+
+def lightning_optimizers(strategy: Any) -> list[Any]:
+    """The ``LightningOptimizer`` wrappers ``LightningModule.optimizers()`` returns (one per optimizer)."""
+    return list(strategy._lightning_optimizers)
 
 
 def set_pure_data_parallel(strategy: Any) -> None:

@@ -738,3 +738,17 @@ def lift_python_scalars(settings: TorchSettings) -> None:
     break whose continuation then specialises on the value; the host read happens where eager has it."""
     settings.dynamo("allow_unspec_int_on_nn_module", True)
     settings.dynamo("capture_scalar_outputs", True)
+
+
+# -- compiling beside the run (compile.background) ---------------------------------------------
+def load_inductor() -> None:
+    """Import Inductor's compiler (``torch._inductor.compile_fx``), which torch loads at the first compile."""
+    import torch._inductor.compile_fx  # noqa: F401
+
+
+def clear_inductor_memory_caches() -> None:
+    """Empty Inductor's in-process caches of loaded kernels and graphs (``torch._inductor.utils.clear_caches``):
+    the next compile reads its on-disk cache as a fresh process would."""
+    from torch._inductor.utils import clear_caches
+
+    clear_caches()

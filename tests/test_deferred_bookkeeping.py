@@ -15,7 +15,7 @@ from torchmetrics.classification import MulticlassAccuracy
 from runner.config.schema import CompileConfig, CudaGraphsConfig, Scope
 from runner.stack.deferred_log import Deferred, DeferredLog, DeferredValueError
 from runner.stack.metrics import METRIC_METHODS, metric_methods
-from runner.stack.plan import Target, resolve_plan, resolve_step_target, step_note
+from runner.stack.plan import Target, resolve_plan, resolve_step_target, step_blocker, step_note
 from runner.stack.python_state import state_sources
 
 
@@ -105,19 +105,21 @@ def test_state_sources_name_the_step_arguments() -> None:
 
 
 @pytest.mark.parametrize("scope", list(Scope))
-@pytest.mark.parametrize("why", ["manual", "dataloader_iter"])
+@pytest.mark.parametrize("why", ["manual", "dataloader_iter", "reads_results"])
 def test_a_step_that_cannot_be_compiled_whole_compiles_its_submodules(scope: Scope, why: str) -> None:
     """Manual optimization, and a training_step that pulls its own batches from dataloader_iter."""
     plan = resolve_plan(CompileConfig(scope=scope), CudaGraphsConfig(), None, torch.device("cpu"), [],
                         cudagraphs_active=False)
     assert resolve_step_target(plan, step_compilable=True) is plan
-    kwargs = {"automatic_optimization": False} if why == "manual" else {"pulls_batches": True}
+    kwargs = {"manual": {"automatic_optimization": False}, "dataloader_iter": {"pulls_batches": True},
+              "reads_results": {"reads_results": True}}[why]
     resolved = resolve_plan(CompileConfig(scope=scope), CudaGraphsConfig(), None, torch.device("cpu"), [],
                             cudagraphs_active=False, **kwargs)
     assert resolved == resolve_step_target(plan, step_compilable=False)
-    note = step_note(scope, resolved, automatic_optimization=why != "manual")
+    note = step_note(scope, resolved, step_blocker(**{"automatic_optimization": True, **kwargs}))
     if scope in (Scope.step, Scope.step_backward):
         assert resolved.target is Target.submodules and not resolved.backward_in_step
-        assert note is not None and ("manual" in note if why == "manual" else "dataloader_iter" in note)
+        assert note is not None and {"manual": "manual", "dataloader_iter": "dataloader_iter",
+                                     "reads_results": "reads back what it logged"}[why] in note
     else:
         assert resolved == plan and note is None

@@ -63,7 +63,9 @@ def test_strategy_optimizer_lists() -> None:
     opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
     strategy.optimizers = [opt]
     lists = dict((name, attrs[name]) for attrs, name in li.optimizer_lists(strategy))
-    assert lists["_optimizers"] == [opt] and len(lists["_lightning_optimizers"]) == 1
+    assert lists == {"_optimizers": [opt]}
+    [wrapper] = li.lightning_optimizers(strategy)
+    assert wrapper.optimizer is opt
 
 
 def test_model_parallel_strategy_privates() -> None:

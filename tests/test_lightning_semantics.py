@@ -243,3 +243,81 @@ def test_a_trainer_with_runners_strategy_pickles_and_deep_copies_before_and_afte
     after = pickle.loads(pickle.dumps(strategy))
     assert after.figures()["compile/scope"] == "step"
     copy.deepcopy(trainer)
+
+
+def test_a_step_that_reads_back_what_it_logged_sees_it_as_in_lightning() -> None:
+    """The trainer's results hold a value right after self.log inside the step; runner compiles such a
+    step's submodules (logging stays eager) and says why."""
+    seen: list[float] = []
+
+    class ReadsBack(Base):
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            self.log("tracking", float(batch_idx), on_step=True, on_epoch=True)
+            seen.append(float(self.trainer.fit_loop._results["training_step.tracking"].value))
+            return super().training_step(batch, batch_idx)
+
+    _trainer(None, max_steps=3).fit(ReadsBack(), VectorsDataModule())
+    lightning, seen[:] = list(seen), []
+    strategy = _strategy()
+    _trainer(strategy, max_steps=3).fit(ReadsBack(), VectorsDataModule())
+    assert seen == lightning and len(seen) == 3
+    assert strategy.figures()["compile/target"] == "submodules"
+
+
+def test_self_optimizers_in_a_compiled_step_is_the_one_optimizer_with_its_groups() -> None:
+    class ReadsLr(Base):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lrs: list[float] = []
+
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            opt = self.optimizers()
+            self.lrs.append(opt.param_groups[0]["lr"])
+            return super().training_step(batch, batch_idx)
+
+        def configure_optimizers(self) -> Any:
+            opt = torch.optim.SGD(self.parameters(), lr=0.1)
+            return {"optimizer": opt, "lr_scheduler": {"scheduler": torch.optim.lr_scheduler.StepLR(opt, 1, 0.5),
+                                                       "interval": "step"}}
+
+    strategy, module = _strategy(), ReadsLr()
+    _trainer(strategy, max_steps=6).fit(module, VectorsDataModule())
+    assert module.lrs == pytest.approx([0.1 * 0.5**i for i in range(6)])
+    assert strategy.figures()["compile/target"] == "step" and strategy.figures()["compile/demoted"] == []
+    from torch._dynamo.utils import counters
+
+    assert counters["stats"]["unique_graphs"] <= 2  # the LR became a graph input after it first changed
+
+
+def test_a_metric_method_the_user_replaced_is_left_alone() -> None:
+    from unittest import mock
+
+    from torchmetrics import MeanMetric
+
+    class Instrumented(Base):
+        def __init__(self) -> None:
+            super().__init__()
+            self.mean = MeanMetric()
+            self.mean.reset = mock.Mock(side_effect=self.mean.reset)
+
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            loss = super().training_step(batch, batch_idx)
+            self.mean.reset.reset_mock()  # the user's own Mock, inside the step
+            return loss
+
+    _trainer(_strategy(), max_steps=2).fit(Instrumented(), VectorsDataModule())
+
+
+def test_a_step_the_user_put_on_the_instance_is_what_runs_and_comes_back() -> None:
+    calls: list[int] = []
+    module = Base()
+    original = module.training_step
+
+    def recording(batch: Any, batch_idx: int) -> torch.Tensor:
+        calls.append(batch_idx)
+        return original(batch, batch_idx)
+
+    module.training_step = recording  # type: ignore[method-assign]
+    _trainer(_strategy(), max_steps=3).fit(module, VectorsDataModule())
+    assert calls == [0, 1, 2]
+    assert module.training_step is recording

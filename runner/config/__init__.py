@@ -6,6 +6,7 @@ from runner.config.load import compose, load
 from runner.config.recipe_files import recipes
 from runner.config.schema import (
     AfterWarmup,
+    Background,
     CompileConfig,
     CudaGraphMode,
     CudaGraphsConfig,
@@ -24,6 +25,7 @@ from runner.config.schema import (
 __all__ = [
     "CONF_DIR",
     "AfterWarmup",
+    "Background",
     "CompileConfig",
     "ConfigError",
     "CudaGraphMode",

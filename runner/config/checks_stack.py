@@ -8,7 +8,17 @@ from __future__ import annotations
 import torch
 
 from runner import torch_internals as ti
-from runner.config.schema import AfterWarmup, CudaGraphMode, OffloadStrategy, OnError, RunConfig, Scope, ShapePolicy
+from runner.config.schema import (
+    AfterWarmup,
+    Background,
+    CudaGraphMode,
+    OffloadStrategy,
+    OnError,
+    OptimizerPolicy,
+    RunConfig,
+    Scope,
+    ShapePolicy,
+)
 
 _MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
@@ -18,6 +28,42 @@ def cudagraphs_accumulation_error(accumulate_grad_batches: int) -> str:
             "micro-batch replays the backward graph into the same static output buffers, so the gradients of "
             "earlier micro-batches are overwritten before the optimizer step (pytorch/pytorch#169545). Use "
             "trainer.accumulate_grad_batches=1 with a larger data.batch_size, or cudagraphs=disabled.")
+
+
+def compiled_optimizer_scaler_error(name: str = "the optimizer's") -> str:
+    """Why a compiled optimizer step and a gradient scaler are refused together (config check, stack, plan)."""
+    return (f"compile.optimizer=compiled with a gradient scaler (trainer.precision=16-mixed): the scaler unscales "
+            f"the gradients and skips steps with inf/NaN itself, which a compiled {name} step cannot take part in "
+            "(torch would run it eagerly every step, Adam's single-tensor path with a host sync per parameter). "
+            "Use compile.optimizer=auto (the fused kernel where there is one, which the scaler drives) or "
+            "trainer.precision=bf16-mixed (no scaler).")
+
+
+def cpu_offload_exclude_error(exclude: list[str], scope: str) -> str:
+    """Why ``offload=cpu`` with an exclusion inside compiled code is refused (config check and stack)."""
+    return (f"offload=cpu with offload.exclude={exclude} under compile.scope={scope}: the cpu strategy's hooks run "
+            "eagerly on what each compiled forward saved, where a saved tensor no longer tells which module saved "
+            "it, so the exclusion would be silently ignored (those activations offloaded too). Use "
+            "offload.exclude=[] to offload everything, compile.scope=blocks (modules outside the blocks, such as "
+            "the head, run eagerly and keep theirs), or offload=bf16 (its hooks are traced into the compiled "
+            "graphs and honour offload.exclude).")
+
+
+def check_compiled_optimizer_scaler(cfg: RunConfig) -> str | None:
+    if cfg.compile.optimizer is OptimizerPolicy.compiled and str(cfg.trainer.precision).startswith("16-mixed"):
+        return compiled_optimizer_scaler_error()
+    return None
+
+
+def check_cpu_offload_exclude(cfg: RunConfig) -> str | None:
+    """The whole step or model is compiled, so every excluded module runs inside compiled code; for
+    ``scope=blocks`` the stack decides once it sees the model's module names."""
+    on_cuda = cfg.trainer.accelerator in ("cuda", "gpu") or (cfg.trainer.accelerator == "auto"
+                                                            and torch.cuda.is_available())
+    if (cfg.offload.strategy is OffloadStrategy.cpu and cfg.offload.exclude and on_cuda
+            and cfg.compile.scope in (Scope.step, Scope.model)):
+        return cpu_offload_exclude_error(list(cfg.offload.exclude), cfg.compile.scope.value)
+    return None
 
 
 def check_step_backward_ddp(cfg: RunConfig) -> str | None:
@@ -234,7 +280,25 @@ def check_cpp_wrapper_checkpoint(cfg: RunConfig) -> str | None:
     return None
 
 
+def check_background(cfg: RunConfig) -> str | None:
+    """An explicit compile process beside the run where there is none to run (auto decides for itself)."""
+    b = cfg.compile.background
+    if b in (Background.auto, Background.disabled):
+        return None
+    if cfg.compile.scope is Scope.none:
+        return (f"compile.background={b.value} with compile.scope=none: nothing is compiled, so there is no compile "
+                "to run beside the run. Drop compile.background or choose a scope, e.g. compile=step.")
+    if cfg.trainer.is_distributed():
+        return (f"compile.background={b.value} with several processes (DDP or FSDP): every rank would have to switch "
+                "to the compiled step at the same step, which runner does not coordinate yet. Use "
+                "compile.background=disabled (auto compiles in the first step there).")
+    return None
+
+
 CHECKS = [
+    check_compiled_optimizer_scaler,
+    check_cpu_offload_exclude,
+    check_background,
     check_step_backward_ddp,
     check_step_backward_checkpoint,
     check_cpp_wrapper_checkpoint,

@@ -15,6 +15,9 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Optional
 
+from runner.config.schema_fsdp import Distributed, FsdpConfig
+from runner.config.schema_fsdp import FsdpMixedPrecision as FsdpMixedPrecision  # re-exported: every node from here
+
 
 class Scope(Enum):
     """What the strategy hands to ``torch.compile``."""
@@ -43,6 +46,15 @@ that keeps recompiling is demoted after its second recompile on the same guard (
 at torch's recompile limit, runs eagerly with a warning. ``raise`` is strict: a recompile-limit hit
 stops the run too, and nothing is demoted. ``eager`` runs any frame that fails to compile eagerly,
 counts it in ``compile/fallbacks`` and goes on."""
+
+
+class Background(Enum):
+    """Where the compile runs: beside the run in a second process while the run trains eagerly, or in it."""
+
+    auto = "auto"  # beside, at idle priority; switch only when the measured speedup pays over the steps left
+    shared = "shared"  # beside, on every core at normal priority; switch as soon as it is ready
+    pinned = "pinned"  # beside, pinned to one core at normal priority; switch as soon as it is ready
+    disabled = "disabled"  # inside the first training step (torch.compile's own behaviour)
 
 
 class ShapePolicy(Enum):
@@ -106,6 +118,9 @@ class CompileConfig:
     eagerly, with a warning), raise (strict: recompile-limit hits stop the run too), or eager."""
     cache_dir: Optional[str] = None
     """Inductor/AOTAutograd on-disk cache directory; None keeps torch's default."""
+    background: Background = Background.auto
+    """Compile in a second process while the first steps train eagerly, then switch (docs/background-compile.md):
+    auto (Inductor on one process only; idle priority; switches only when it pays), shared, pinned, or disabled."""
 
 
 @dataclass
@@ -160,40 +175,6 @@ class OffloadConfig:
     activation memory budget instead."""
     measure: bool = True
     """Measure saved bytes and gradient error against ``none`` on a check batch at the start."""
-
-
-class Distributed(Enum):
-    """How several processes share the training."""
-
-    auto = "auto"  # one device: single process; several devices or nodes: ddp
-    ddp = "ddp"  # every rank holds the whole model, gradients and optimizer state
-    fsdp = "fsdp"  # FSDP2: parameters, gradients and optimizer state sharded across ranks, per block
-
-
-class FsdpMixedPrecision(Enum):
-    """FSDP2's parameter/reduction dtypes (``MixedPrecisionPolicy``)."""
-
-    auto = "auto"  # from trainer.precision: bf16-mixed gathers parameters in bf16, reduces gradients in fp32
-    none = "none"  # parameters gathered and gradients reduced in their own dtype
-    bf16 = "bf16"  # parameters gathered in bf16, gradients reduced in fp32
-
-
-@dataclass
-class FsdpConfig:
-    """``trainer.fsdp``: FSDP2 settings, used when ``trainer.distributed=fsdp``."""
-
-    reshard_after_forward: bool = True
-    """Free each block's gathered parameters after its forward (gathered again in backward): less
-    memory, one more all-gather per block; false keeps them until backward (DDP-like memory for the
-    parameters, fewer collectives)."""
-    mixed_precision: FsdpMixedPrecision = FsdpMixedPrecision.auto
-    """Dtype of gathered parameters and reduced gradients."""
-    distributed_checkpoint: bool = True
-    """Checkpoints while training are sharded (a directory, one file per rank, torch.distributed.checkpoint);
-    false gathers the full state on rank 0 into one file."""
-    consolidate: bool = True
-    """At the end of fit, write checkpoints/consolidated.pt: one plain state dict (no DTensor, no
-    ``_orig_mod.``) that loads strictly into an eager model."""
 
 
 @dataclass

@@ -2,12 +2,15 @@
 
 Lightning reads the step's signature to decide what to pass (``batch_idx`` only when the step takes
 one; a ``dataloader_iter`` step gets the iterator instead of a batch) with ``inspect.getfullargspec``,
-which does not follow ``functools.wraps``' ``__wrapped__``. The stand-in is therefore a method bound to
-the module whose ``__signature__`` is the user's own, so every inspection sees the user's parameters.
+which does not follow ``functools.wraps``' ``__wrapped__``. The stand-in therefore carries the user's
+own signature (``__signature__``), as a method bound to the module when the user's step is the class's,
+or as a plain function when the user put their own callable on the instance (a test harness recording
+hook calls, a decorator): then that callable is what runs, and it is put back afterwards.
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
 import types
 from collections.abc import Callable
@@ -15,10 +18,25 @@ from typing import Any
 
 from torch import nn
 
+_OURS = "__runner_step__"
+_MISSING = object()
+_RESULT_READS = frozenset({"_results", "callback_metrics", "logged_metrics", "progress_bar_metrics"})
+
 
 def user_step(module: nn.Module) -> Callable[..., Any]:
-    """The module's own ``training_step`` (the class's, bound), whatever stand-in is installed now."""
-    return getattr(type(module), "training_step").__get__(module)  # noqa: B009 - the class attribute, not the instance's
+    """The user's ``training_step`` of ``module``: an instance attribute the user set, else the class's, bound."""
+    own = vars(module).get("training_step")
+    if own is not None and not getattr(own, _OURS, False):
+        return own  # type: ignore[no-any-return]
+    return getattr(type(module), "training_step").__get__(module)  # noqa: B009 - the class's, not the instance's
+
+
+def code_of(fn: Callable[..., Any]) -> types.CodeType | None:
+    """The code object a step callable runs (through bound methods and ``functools.partial``)."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    fn = getattr(fn, "__func__", fn)
+    return getattr(fn, "__code__", None)
 
 
 def takes_dataloader_iter(step: Callable[..., Any]) -> bool:
@@ -26,19 +44,46 @@ def takes_dataloader_iter(step: Callable[..., Any]) -> bool:
     return "dataloader_iter" in inspect.signature(step).parameters
 
 
-def install_step(module: nn.Module, run: Callable[..., Any]) -> None:
-    """Make ``module.training_step`` call ``run(*args, **kwargs)``, with the user's step's signature."""
-    func = getattr(type(module), "training_step")  # noqa: B009
+def reads_logged_results(module: nn.Module) -> bool:
+    """Whether ``training_step`` reads what it logged back from the trainer (``self.trainer.callback_metrics``,
+    the fit loop's ``_results``), directly or through a property of the module. Lightning makes a value
+    logged in the step visible there at once; a compiled step logs after the graph, so such a step is
+    not compiled as a whole."""
+    code = code_of(user_step(module))
+    if code is None:
+        return False
+    names = set(code.co_names)
+    for name in list(names):
+        prop = getattr(type(module), name, None)
+        if isinstance(prop, property) and prop.fget is not None and (inner := code_of(prop.fget)) is not None:
+            names |= set(inner.co_names)
+    return bool(names & _RESULT_READS)
 
-    def training_step(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
-        return run(*args, **kwargs)
 
+def install_step(module: nn.Module, run: Callable[..., Any]) -> Callable[[], None]:
+    """Make ``module.training_step`` call ``run(*args, **kwargs)`` with the user's step's signature;
+    returns the undo (the user's own instance attribute, if any, comes back)."""
+    attrs = vars(module)
+    prior = attrs.get("training_step", _MISSING)
+    user = user_step(module)
+
+    def training_step(*args: Any, **kwargs: Any) -> Any:
+        # Bound as a method below, the module arrives first; a plain stand-in gets the call's args as they are.
+        return run(*(args[1:] if bound else args), **kwargs)
+
+    bound = prior is _MISSING
+    func = getattr(type(module), "training_step") if bound else user  # noqa: B009
     training_step.__signature__ = inspect.signature(func)  # type: ignore[attr-defined]
-    training_step.__name__, training_step.__qualname__ = func.__name__, func.__qualname__
-    training_step.__doc__ = func.__doc__
-    vars(module)["training_step"] = types.MethodType(training_step, module)
+    training_step.__name__ = getattr(func, "__name__", "training_step")
+    training_step.__qualname__ = getattr(func, "__qualname__", "training_step")
+    training_step.__doc__ = getattr(func, "__doc__", None)
+    setattr(training_step, _OURS, True)
+    attrs["training_step"] = types.MethodType(training_step, module) if bound else training_step
 
+    def undo() -> None:
+        if prior is _MISSING:
+            attrs.pop("training_step", None)
+        else:
+            attrs["training_step"] = prior
 
-def remove_step(module: nn.Module) -> None:
-    """Back to the class's ``training_step``."""
-    vars(module).pop("training_step", None)
+    return undo

@@ -26,10 +26,11 @@ import torch
 from torch.optim import Optimizer
 
 from runner import torch_internals as ti
-from runner.stack.binding import install_step, remove_step, user_step
+from runner.stack.binding import code_of, install_step, user_step
 from runner.stack.compile import CompiledModules, apply_compile, compiled_submodules
 from runner.stack.compile_errors import explain_compile_error
 from runner.stack.component import StackComponent, overrides
+from runner.stack.cudagraphs import CudaGraphs
 from runner.stack.demotion import Storm
 from runner.stack.host import CompileSettings, Host
 from runner.stack.metrics import metric_methods
@@ -61,6 +62,7 @@ class CompileStack:
         self._step: Callable[..., Any] | None = None
         self._capture = False
         self._undo: list[Callable[[], None]] = []
+        self._undo_step: Callable[[], None] = lambda: None
         self._snapshot: ti.CodeSnapshot = {}
         self._accumulate = 1
         self._micro_batches = 0
@@ -84,6 +86,12 @@ class CompileStack:
         return self.parts.components if self.parts is not None else []
 
     @property
+    def eager_beside_compile(self) -> bool:
+        """True while the steps run eagerly because the compile runs beside the run (``compile.background``);
+        the telemetry's eager/compiled pairs start after the switch."""
+        return self.parts is not None and self.parts.background.pending
+
+    @property
     def backward_in_step(self) -> bool:
         """Whether the compiled step runs backward itself (``scope=step_backward``, automatic optimization)."""
         return self.plan is not None and self.plan.backward_in_step
@@ -95,6 +103,7 @@ class CompileStack:
         self._accumulate = host.accumulate_grad_batches
         parts = self.parts = build_parts(self.settings, module, host, console=self.console)
         self.measured = measure_saved_activations(module, host, self.settings)  # 0. on a copy
+        parts.background.apply(module)  # 0b. untransformed, for a compile process beside the run (compile.background)
         parts.configure_compiler()
         parts.shape.configure()  # 1. shape policy: Dynamo's dynamic-shape settings, batch marks, Lightning's counters
         parts.state.configure()
@@ -135,19 +144,19 @@ class CompileStack:
         # (manual optimization, scope=model/blocks) logs exactly when and as Lightning does.
         self._capture = plan.target in (Target.step, Target.step_and_backward)
         self.parts.deferred.bind(module, metric_methods(module), detach_in_step=plan.backward_in_step,
-                                 optimizer_lists=host.optimizer_lists)
+                                 optimizer_lists=host.optimizer_lists, module_optimizers=host.module_optimizers)
         if plan.backward_in_step:
             # Lightning zeroes gradients between training_step and backward; here backward runs inside
             # the step, so zeroing moves to just before it (same accumulation boundaries).
             module.optimizer_zero_grad = _skip_zero_grad  # type: ignore[method-assign]
         # The strategy's call and DDP's forward redirection both reach training_step.
-        install_step(module, self.training_step)
+        self._undo_step = install_step(module, self.training_step)
         self.parts.storms.start()
 
     def teardown(self) -> None:
         """Unpatch the module and optimizers, forget what this fit compiled, restore every setting."""
         if self._module is not None:
-            remove_step(self._module)
+            self._undo_step()
             vars(self._module).pop("optimizer_zero_grad", None)
             if self.parts is not None and self.parts.console is not None:
                 self.parts.console.say(self.parts.console.summary(self.parts.summary_extra(self.demoted)))
@@ -167,6 +176,8 @@ class CompileStack:
         """Once, loudly: a fit that trained with something to compile and compiled no frame."""
         if self.parts is None or not self.parts.plan.compiles or self._micro_batches == 0 or self.frames:
             return
+        if self.parts.background.pending or self.parts.background.kept_eager:
+            return  # eager by the compile beside the run, which said so
         fallbacks = self.parts.errors.fallbacks
         why = (f"every compiled frame fell back to eager ({fallbacks[0]['reason']})" if fallbacks else
                "Dynamo captured no frame of what was compiled (it skipped them, e.g. torch's skip rules)")
@@ -204,6 +215,25 @@ class CompileStack:
         with self._backward_context():
             yield
 
+    @property
+    def eager_warmup(self) -> bool:
+        """True while the next training step runs eagerly as a CUDA-graph warm-up step (the telemetry's
+        speedup warm-up and pairs start after it)."""
+        return self.parts is not None and isinstance(self.parts.cudagraphs, CudaGraphs) and \
+            self.parts.cudagraphs.warming_up
+
+    def eval_step_context(self) -> contextlib.AbstractContextManager[Any]:
+        """Around each validation/test/predict batch of a fit: under CUDA graphs, a new CUDA-graph step."""
+        if self.parts is not None and isinstance(self.parts.cudagraphs, CudaGraphs):
+            return self.parts.cudagraphs.eval_step_context()
+        return contextlib.nullcontext()
+
+    def optimizers_restored(self) -> None:
+        """After Lightning loaded the optimizers' state from a checkpoint (a resume): the LR tensors a
+        compiled optimizer step reads go back to the device (``OptimizerStep.after_restore``)."""
+        if self.parts is not None and self.parts.optimizer_step is not None:
+            self.parts.optimizer_step.after_restore()
+
     @contextlib.contextmanager
     def optimizer_step_context(self) -> Iterator[None]:
         """Around Lightning's optimizer step (closure included); counts the step after it."""
@@ -223,9 +253,9 @@ class CompileStack:
         """Stop recompiling a storming frame: the step compiles its modules instead, a module or the
         optimizer step runs eagerly, any other frame is skipped by Dynamo from now on."""
         assert self._module is not None and self.parts is not None
-        own = user_step(self._module).__func__.__code__  # type: ignore[attr-defined]
+        own = code_of(user_step(self._module))
         to = "eager"
-        if (storm.name, storm.firstlineno) == (own.co_name, own.co_firstlineno) and self._capture:
+        if own is not None and (storm.name, storm.firstlineno) == (own.co_name, own.co_firstlineno) and self._capture:
             self._step, self._capture, to = user_step(self._module), False, "compiled submodules"
             for m in compiled_submodules(self._module):
                 self.compiled.compile(m, self.parts.plan.kwargs)

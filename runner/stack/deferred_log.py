@@ -21,7 +21,7 @@ returned from the step. It cannot take part in the step's arithmetic: it has no 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import lightning as L
@@ -100,6 +100,7 @@ class DeferredLog:
         self._optimizer_lists: list[tuple[dict[str, Any], str]] = []
         self._views: dict[int, OptimizerView] = {}
         self._view_lists: dict[str, list[OptimizerView]] = {}
+        self._module_optimizers: Callable[[], list[Any]] | None = None
 
     def log(self, name: str, value: Any, **kwargs: Any) -> None:
         # Detached at replay, not here: a detach inside the compiled step is a second graph output
@@ -119,7 +120,8 @@ class DeferredLog:
         self.calls.append((self._module, "print", args, kwargs, None))
 
     def bind(self, module: L.LightningModule, methods: DeferredMethods = (), detach_in_step: bool = False,
-             optimizer_lists: Iterable[tuple[dict[str, Any], str]] = ()) -> None:
+             optimizer_lists: Iterable[tuple[dict[str, Any], str]] = (),
+             module_optimizers: Callable[[], list[Any]] | None = None) -> None:
         """Defer ``module.log``/``log_dict``, ``methods`` (e.g. every torchmetrics object's
         ``forward``/``update``/``compute``/``reset``) and the mutations of the module's ``list``
         attributes; show the step ``OptimizerView``s in ``optimizer_lists`` (``(obj.__dict__, name)`` of
@@ -140,6 +142,9 @@ class DeferredLog:
         self._optimizer_lists = list(optimizer_lists)
         self._views = {}
         self._view_lists = {}
+        self._module_optimizers = module_optimizers
+        if module_optimizers is not None:
+            self._patches.append((vars(module), "optimizers", self._optimizers_method()))
 
     def _state_patches(self, module: Any) -> list[tuple[dict[str, Any], str, Any]]:
         """This step's stand-ins for the module's lists and the strategy's optimizer lists (created once
@@ -154,17 +159,31 @@ class DeferredLog:
                 proxy._box.value = value  # the list the attribute holds now (rebound between epochs)
                 patches.append((attrs, name, proxy))
         for holder, name in self._optimizer_lists:
-            views = []
-            for opt in holder.get(name) or ():
-                view = self._views.get(id(opt))
-                if view is None:
-                    view = self._views[id(opt)] = OptimizerView(opt)
-                view.refresh()
-                views.append(view)
+            views = [self._view(opt) for opt in holder.get(name) or ()]
             shown = self._view_lists.setdefault(name, [])
             shown[:] = views  # one list object per name, refilled: the step sees the same list every step
             patches.append((holder, name, shown))
+        if self._module_optimizers is not None:  # what self.optimizers() returns in the step, prepared here
+            self._view_lists.setdefault("_module", [])[:] = [self._view(o) for o in self._module_optimizers()]
         return patches
+
+    def _view(self, optimizer: Any) -> OptimizerView:
+        view = self._views.get(id(optimizer))
+        if view is None:
+            view = self._views[id(optimizer)] = OptimizerView(optimizer)
+        view.refresh()
+        return view
+
+    def _optimizers_method(self) -> Callable[..., Any]:
+        """``LightningModule.optimizers()`` during the compiled step: the same rule (one optimizer is
+        returned as itself), over the views prepared before the step (of Lightning's wrappers, or with
+        ``use_pl_optimizer=False`` of the optimizers themselves)."""
+
+        def optimizers(use_pl_optimizer: bool = True) -> Any:
+            shown = self._view_lists.get("_module" if use_pl_optimizer else "_optimizers", [])
+            return shown[0] if len(shown) == 1 else shown
+
+        return optimizers
 
     @contextlib.contextmanager
     def capture(self, module: L.LightningModule) -> Iterator[None]:

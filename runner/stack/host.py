@@ -48,6 +48,8 @@ class Host:
     """Whether a gradient scaler (``16-mixed``) steps the optimizer."""
     optimizer_lists: list[tuple[dict[str, Any], str]] = field(default_factory=list)
     """``(obj.__dict__, name)`` of each list of optimizers a training step can reach through the trainer."""
+    module_optimizers: Callable[[], list[Any]] = list
+    """What ``LightningModule.optimizers()`` returns as a list (Lightning's ``LightningOptimizer`` wrappers)."""
     sink: Callable[[str], None] | None = None
     """Where compile progress and the end-of-fit line go (None: nowhere, e.g. runner's own runs)."""
     automatic_optimization: bool = True

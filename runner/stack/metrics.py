@@ -21,9 +21,17 @@ METRIC_METHODS = ("forward", "update", "compute", "reset")
 
 
 def metric_methods(module: nn.Module) -> list[tuple[Any, tuple[str, ...]]]:
-    """``(metric, METRIC_METHODS)`` for every torchmetrics object registered in ``module``."""
+    """``(metric, METRIC_METHODS)`` for every torchmetrics object registered in ``module``, but those on
+    which the user set one of these methods themselves (a ``Mock`` recording calls, a wrapper): that
+    object is the user's to call when they call it, so such a metric is left alone."""
     try:
         from torchmetrics import Metric, MetricCollection
     except ImportError:  # torchmetrics is optional for runner (Lightning installs it)
         return []
-    return [(m, METRIC_METHODS) for m in module.modules() if isinstance(m, (Metric, MetricCollection))]
+    return [(m, METRIC_METHODS) for m in module.modules() if isinstance(m, (Metric, MetricCollection))
+            and not any(_set_by_user(vars(m).get(name)) for name in METRIC_METHODS)]
+
+
+def _set_by_user(value: object) -> bool:
+    # torchmetrics itself puts wrapped ``update``/``compute`` on every instance; anything else is the user's.
+    return value is not None and not str(getattr(value, "__module__", "") or "").startswith("torchmetrics")

@@ -13,9 +13,14 @@ import torch
 from torch.optim import Optimizer
 
 from runner import torch_internals as ti
-from runner.config.checks_stack import cudagraphs_accumulation_error
-from runner.config.schema import OnError
-from runner.stack.binding import takes_dataloader_iter, user_step
+from runner.config.checks_stack import (
+    compiled_optimizer_scaler_error,
+    cpu_offload_exclude_error,
+    cudagraphs_accumulation_error,
+)
+from runner.config.schema import OnError, OptimizerPolicy
+from runner.stack.background import BackgroundCompile, CompileInRun, build_background
+from runner.stack.binding import reads_logged_results, takes_dataloader_iter, user_step
 from runner.stack.compile_errors import CompileErrorWatch
 from runner.stack.component import StackComponent
 from runner.stack.console import CompileConsole
@@ -25,8 +30,9 @@ from runner.stack.demotion import StormWatch
 from runner.stack.dynamic import ShapePolicyComponent, build_shape_policy
 from runner.stack.host import CompileSettings, Host
 from runner.stack.offload import OffloadComponent, build_offload
+from runner.stack.offload.component import excluded_inside_compiled
 from runner.stack.optimizer_step import OptimizerStep
-from runner.stack.plan import CompilePlan, resolve_plan, step_note
+from runner.stack.plan import CompilePlan, resolve_plan, step_blocker, step_note
 from runner.stack.python_state import PythonState
 
 log = logging.getLogger(__name__)
@@ -54,6 +60,7 @@ class Parts:
     cudagraphs: StackComponent
     console: CompileConsole | None
     storms: StormWatch
+    background: BackgroundCompile | CompileInRun
     deferred: DeferredLog = field(default_factory=DeferredLog)
     optimizer_step: OptimizerStep | None = None
     _torch: ti.TorchSettings = field(default_factory=ti.TorchSettings)
@@ -65,7 +72,9 @@ class Parts:
     @property
     def components(self) -> list[StackComponent]:
         """Every component, in application order (teardown runs them in reverse)."""
-        comps: list[StackComponent] = [self.errors, self.shape, self.state, self.offload, self.cudagraphs]
+        # The compile process beside the run first: it sees each batch as the step receives it.
+        comps: list[StackComponent] = [self.background, self.errors, self.shape, self.state, self.offload,
+                                       self.cudagraphs]
         return comps + ([self.console] if self.console is not None else [])
 
     def configure_compiler(self) -> None:
@@ -99,6 +108,8 @@ class Parts:
         """The end-of-fit line's tail: the optimizer step and any demotion."""
         opt = self.optimizer_step.figures()["compile/optimizer"] if self.optimizer_step else "none"
         text = f"optimizer step: {opt}"
+        if isinstance(self.background, BackgroundCompile):
+            text += f"; compile beside the run: {self.background.outcome}"
         if demoted:
             text += "; demoted: " + ", ".join(f"{d['frame']} -> {d['to']} at step {d['step']}" for d in demoted)
         return text
@@ -131,13 +142,26 @@ def build_parts(settings: CompileSettings, module: L.LightningModule, host: Host
     if isinstance(cudagraphs, CudaGraphs) and host.accumulate_grad_batches > 1:
         raise ValueError(cudagraphs_accumulation_error(host.accumulate_grad_batches))
     step = user_step(module)
+    pulls, reads = takes_dataloader_iter(step), reads_logged_results(module)
     plan = resolve_plan(s.compile, s.cudagraphs, shape.dynamic_arg, device, [],
                         cudagraphs_active=isinstance(cudagraphs, CudaGraphs),
-                        automatic_optimization=module.automatic_optimization,
-                        pulls_batches=takes_dataloader_iter(step))
-    if (note := step_note(s.compile.scope, plan, module.automatic_optimization)) is not None:
+                        automatic_optimization=module.automatic_optimization, pulls_batches=pulls,
+                        reads_results=reads)
+    # Refused before the saved-activation measurement (setup's step 0) spends its compiles.
+    if host.scaler and s.compile.optimizer is OptimizerPolicy.compiled:
+        raise ValueError(compiled_optimizer_scaler_error())
+    if kept := excluded_inside_compiled(s.offload, device, module, plan):
+        raise ValueError(cpu_offload_exclude_error(kept, plan.scope.value))
+    blocker = step_blocker(module.automatic_optimization, pulls, reads)
+    if (note := step_note(s.compile.scope, plan, blocker)) is not None:
         log.info(note)
     storms = _NoStorms() if s.compile.on_error is OnError["raise"] else StormWatch()
+    shown = CompileConsole(host.sink) if console and host.sink is not None else None
+    background = build_background(s, plan, host, takes_dataloader_iter(step), shown.say if shown else _quiet)
     return Parts(settings=s, plan=plan, errors=CompileErrorWatch(s.compile.on_error), shape=shape,
-                 state=PythonState(step), offload=offload, cudagraphs=cudagraphs,
-                 console=CompileConsole(host.sink) if console and host.sink is not None else None, storms=storms)
+                 state=PythonState(step), offload=offload, cudagraphs=cudagraphs, console=shown, storms=storms,
+                 background=background)
+
+
+def _quiet(message: str) -> None:
+    """No console (runner's own runs): the component's log line is what the user sees."""

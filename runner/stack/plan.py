@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from torch.optim import Optimizer
 
+from runner.config.checks_stack import compiled_optimizer_scaler_error
 from runner.config.schema import CompileConfig, CudaGraphMode, CudaGraphsConfig, OptimizerPolicy, Scope
 
 
@@ -157,12 +158,7 @@ def resolve_optimizer_policy(
     """The concrete policy for ``auto``, with the reason (logged and in the report)."""
     name = type(optimizer).__name__
     if scaler and policy is OptimizerPolicy.compiled:
-        raise ValueError(
-            f"compile.optimizer=compiled with a gradient scaler (precision=16-mixed): the scaler unscales the "
-            f"gradients and skips steps with inf/NaN itself, which a compiled {name}.step cannot take part in. "
-            "Use compile.optimizer=auto (the fused kernel where there is one, which the scaler drives) or "
-            "precision=bf16-mixed (no scaler)."
-        )
+        raise ValueError(compiled_optimizer_scaler_error(name))  # CompileStack refuses it before measuring
     if policy is not OptimizerPolicy.auto:
         return policy, "set in config"
     if scaler:
@@ -206,7 +202,8 @@ def resolve_optimizers(plan: CompilePlan, policy: OptimizerPolicy, optimizers: l
 
 def resolve_plan(cfg: CompileConfig, cudagraphs: CudaGraphsConfig, dynamic: bool | None, device: torch.device,
                  optimizers: list[Optimizer], cudagraphs_active: bool,
-                 automatic_optimization: bool = True, pulls_batches: bool = False) -> CompilePlan:
+                 automatic_optimization: bool = True, pulls_batches: bool = False,
+                 reads_results: bool = False) -> CompilePlan:
     """The whole plan for a run: target, ``torch.compile`` arguments, optimizer policy."""
     plan = CompilePlan(
         scope=cfg.scope,
@@ -216,7 +213,7 @@ def resolve_plan(cfg: CompileConfig, cudagraphs: CudaGraphsConfig, dynamic: bool
         compiled_autograd=cfg.compiled_autograd,
     )
     plan = resolve_optimizers(plan, cfg.optimizer, optimizers, device, cudagraphs_active)
-    return resolve_step_target(plan, automatic_optimization and not pulls_batches)
+    return resolve_step_target(plan, step_blocker(automatic_optimization, pulls_batches, reads_results) is None)
 
 
 # Manual optimization: compile the model's forwards, run the step's orchestration eagerly.
@@ -244,12 +241,23 @@ def resolve_step_target(plan: CompilePlan, step_compilable: bool) -> CompilePlan
     return dataclasses.replace(plan, target=Target.submodules)
 
 
-def step_note(scope: Scope, resolved: CompilePlan, automatic_optimization: bool) -> str | None:
+def step_blocker(automatic_optimization: bool, pulls_batches: bool = False, reads_results: bool = False) -> str | None:
+    """Why the training step cannot be compiled as a whole (None: it can)."""
+    if not automatic_optimization:
+        return ("a manual-optimization module (the step's manual_backward/opt.step orchestration runs eagerly, "
+                "as in Lightning)")
+    if pulls_batches:
+        return ("a training_step that pulls its own batches from dataloader_iter (the batch never reaches the "
+                "step as an argument)")
+    if reads_results:
+        return ("a training_step that reads back what it logged (the trainer's results or callback_metrics): "
+                "Lightning makes a logged value visible there at once, which a compiled step, logging after its "
+                "graph, would not")
+    return None
+
+
+def step_note(scope: Scope, resolved: CompilePlan, blocker: str | None) -> str | None:
     """One line for the log when a step scope became submodules, else None."""
-    if resolved.target is not Target.submodules or _TARGETS[scope] not in _STEP_TARGETS:
+    if blocker is None or resolved.target is not Target.submodules or _TARGETS[scope] not in _STEP_TARGETS:
         return None
-    why = ("a manual-optimization module (the step's manual_backward/opt.step orchestration runs eagerly, as "
-           "in Lightning)" if not automatic_optimization else
-           "a training_step that pulls its own batches from dataloader_iter (the batch never reaches the step "
-           "as an argument)")
-    return f"compile.scope={scope.value} on {why}: compiling its submodules' forwards"
+    return f"compile.scope={scope.value} on {blocker}: compiling its submodules' forwards"

@@ -105,6 +105,7 @@ class CompileStrategyBase:
             shard=shard,
             scaler=getattr(strategy.precision_plugin, "scaler", None) is not None,
             optimizer_lists=li.optimizer_lists(strategy),
+            module_optimizers=lambda: li.lightning_optimizers(strategy),
             sink=progress_sink(trainer) if self.stack.console else None,
         )
 
@@ -143,6 +144,24 @@ class CompileStrategyBase:
         # optimizer runs the closure (the stack only made the optimizer fused or compiled).
         with self._optimizer_context():
             return super().optimizer_step(optimizer, closure, model, **kwargs)  # type: ignore[misc]
+
+    # Evaluation batches of a fit pass the stack too: under CUDA graphs each begins a new CUDA-graph step.
+    def validation_step(self, *args: Any, **kwargs: Any) -> Any:
+        with self.stack.eval_step_context():
+            return super().validation_step(*args, **kwargs)  # type: ignore[misc]
+
+    def test_step(self, *args: Any, **kwargs: Any) -> Any:
+        with self.stack.eval_step_context():
+            return super().test_step(*args, **kwargs)  # type: ignore[misc]
+
+    def predict_step(self, *args: Any, **kwargs: Any) -> Any:
+        with self.stack.eval_step_context():
+            return super().predict_step(*args, **kwargs)  # type: ignore[misc]
+
+    def load_optimizer_state_dict(self, checkpoint: Any) -> None:
+        # Lightning restores the optimizers after setup (a resume): the stack puts its LR tensors back.
+        super().load_optimizer_state_dict(checkpoint)  # type: ignore[misc]
+        self.stack.optimizers_restored()
 
     @contextlib.contextmanager
     def _optimizer_context(self) -> Iterator[None]:

@@ -37,7 +37,7 @@ from runner.telemetry import sinks
 from runner.telemetry.advice import advise, guard_location
 from runner.telemetry.clock import StepClock
 from runner.telemetry.collector import CompileCollector
-from runner.telemetry.peak import Peak, forget_peak, resolve_peak
+from runner.telemetry.peak import Peak, forget_peak, reset_memory_peak, resolve_peak
 from runner.telemetry.speedup import SPEEDUP_KEYS, SpeedupMeter
 from runner.telemetry.throughput import (
     FlopCounter,
@@ -98,6 +98,7 @@ class CompileTelemetry(pl.Callback):
         self._final: dict[str, Any] | None = None
         self.trace = StructuredTrace(self.run_dir, cfg.trace)
         self._carried: dict[str, Any] = {}  # the speedup measured before a resume (from the checkpoint)
+        self._held = False
 
     # -- lifecycle ---------------------------------------------------------------------------
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
@@ -121,6 +122,7 @@ class CompileTelemetry(pl.Callback):
         if self.collector is None and self.progress is not None:
             self.collector = CompileCollector(listeners=(self.progress,)).start()
             self.trace.start()
+            reset_memory_peak(self._device)  # memory/peak_gib: the run's, not the measurement's before it
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """Recount trainable parameters at this epoch's first figures: finetuning callbacks (Lightning's
@@ -134,7 +136,7 @@ class CompileTelemetry(pl.Callback):
         if self.collector is None or self.clock is None:
             return
         self._counts = batch_counts(batch)  # every step: document batches vary in length
-        mode = self.meter.next_mode()
+        mode = "background" if eager_beside_compile(trainer) else self.meter.next_mode()
         prior = ti.force_eager_stance() if mode in ("eager", "flops") else None
         if mode == "flops":
             self._flops.start()
@@ -146,6 +148,7 @@ class CompileTelemetry(pl.Callback):
         if sampled:
             self._sampled_step = step
         self._step_state = (mode, prior, len(self.collector.events))
+        self._held = eager_warmup(trainer)  # a CUDA-graph warm-up step the strategy runs eagerly
         self.clock.start(timed=sampled or self.meter.wants_time(mode))
 
     def on_train_batch_end(
@@ -162,7 +165,8 @@ class CompileTelemetry(pl.Callback):
             self._flops_per_step, self._flops_source = float(self._flops.total), "flop_counter"
             self._flops_per_unit = self._flops_per_step / float(tokens or samples or 1)
         compiled = len(self.collector.events) > n_events or bool(self.collector.compiling())
-        self.meter.record(self.collector.step or 0, mode, ms, compiled, samples=samples, tokens=tokens, timed=timed)
+        self.meter.record(self.collector.step or 0, mode, ms, compiled, samples=samples, tokens=tokens, timed=timed,
+                          held=self._held)
         step = trainer.global_step
         if step % max(1, self.cfg.log_every_n_steps) == 0:
             self._reduce_rates(trainer)  # every rank reaches this step: the all-reduce is matched
@@ -293,6 +297,18 @@ class CompileTelemetry(pl.Callback):
         rates = torch.tensor([r or 0.0 for r in local], dtype=torch.float64, device=self._device)
         total = trainer.strategy.reduce(rates, reduce_op="sum").tolist()
         self._world_rates = (total[0] or None, total[1] or None)
+
+
+def eager_beside_compile(trainer: pl.Trainer) -> bool:
+    """Whether runner's strategy keeps this step eager while its compile runs beside the run
+    (``CompileStack.eager_beside_compile``, ``compile.background``): such steps are neither warm-up nor pairs."""
+    return bool(getattr(getattr(trainer.strategy, "stack", None), "eager_beside_compile", False))
+
+
+def eager_warmup(trainer: pl.Trainer) -> bool:
+    """Whether runner's strategy runs this step eagerly as a CUDA-graph warm-up step
+    (``CompileStack.eager_warmup``): the speedup's warm-up counts only the steps after it."""
+    return bool(getattr(getattr(trainer.strategy, "stack", None), "eager_warmup", False))
 
 
 RANK_FIELDS = ("perf/step_ms", "perf/samples_per_s", "perf/tokens_per_s", "memory/peak_gib", "compile/time_s",

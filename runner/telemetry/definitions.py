@@ -66,6 +66,20 @@ SECTIONS: tuple[tuple[str, tuple[Figure, ...]], ...] = (
         Figure("compile/cudagraph_skips", "CUDA-graph skips", "graphs Inductor did not run as CUDA graphs"),
         Figure("compile/fallbacks", "eager fallbacks", "functions that failed to compile and ran eagerly"),
     )),
+    ("compile beside the run", (
+        Figure("compile/background", "compile beside the run",
+               "compile.background: auto, shared, pinned, or disabled (compiled inside the first step)"),
+        Figure("compile/background_outcome", "  outcome",
+               "switched at which step, stayed eager (and why), not ready when training ended, or failed"),
+        Figure("compile/background_s", "  compile process [s]", "seconds from starting the compile process to its end"),
+        Figure("compile/eager_steps_beside", "  eager steps meanwhile", "steps trained eagerly while it ran"),
+        Figure("compile/eager_step_beside_ms", "  eager step meanwhile [ms]",
+               "median wall time of those steps (they share the cores with the compile process)"),
+        Figure("perf/beside_cost_s", "  cost to the eager steps [s]",
+               "their time beyond the pairs' eager step; added to the compile time in the break-even step"),
+        Figure("compile/background_speedup_x", "  speedup it measured [x]",
+               "eager/compiled CPU time of its own step pairs, on which auto decides whether to switch"),
+    )),
     ("what compiling bought", (
         Figure("perf/eager_step_ms", "eager step [ms]", "median of the eager steps of the interleaved pairs"),
         Figure("perf/compiled_step_ms", "compiled step [ms]", "median of the compiled steps of the same pairs"),
@@ -74,7 +88,8 @@ SECTIONS: tuple[tuple[str, tuple[Figure, ...]], ...] = (
         Figure("perf/speedup_steps", "  pairs at steps",
                "the steps of the interleaved pairs (E C C E ...), after the warm-up and one FLOP-counting step"),
         Figure("perf/break_even_step", "break-even step",
-               "compile time / time saved per step, compiled step x (speedup - 1); never if speedup <= 1"),
+               "compile time (+ cost to the eager steps beside a compile process) / time saved per step, "
+               "compiled step x (speedup - 1); never if speedup <= 1"),
         Figure("perf/step_ms", "step, last 50 [ms]",
                "median of the run's last 50 timed steps that compiled nothing (compiled, or eager if none)"),
         Figure("perf/samples_per_s", "samples/s", "samples over time of the same last 50 steps (all ranks)"),
@@ -174,7 +189,7 @@ def speedup_verdict(figures: dict[str, Any]) -> tuple[str, str]:
                          f"machine's load changed during the pairs{few}")
     if speedup > 1.0:
         text = f"{before}compiled steps took {1 - 1 / speedup:.0%} less time than eager ({_x(speedup)}{spread}{few})"
-        steps, seconds = break_even_text(figures), _number(figures.get("compile/time_s"))
+        steps, seconds = break_even_text(figures), compile_cost_s(figures)
         if steps not in (None, "never"):
             # A carried break-even used the earlier run's compile time: no seconds from this one beside it.
             if resumed or seconds is None:
@@ -185,6 +200,14 @@ def speedup_verdict(figures: dict[str, Any]) -> tuple[str, str]:
     more = f"{1 / speedup:.1f} times as long as" if speedup <= 0.5 else f"{1 / speedup - 1:.0%} more time than"
     return "slower", (f"{before}compiled steps took {more} eager ({_x(speedup)}{spread}{few}): compiling does not "
                       "pay for itself here (break-even: never)")
+
+
+def compile_cost_s(figures: dict[str, Any]) -> float | None:
+    """What compiling cost the run in seconds, as the break-even step counts it: the compile time in this
+    process plus what a compile process beside the run cost the eager steps (``perf/beside_cost_s``)."""
+    seconds = _number(figures.get("compile/time_s"))
+    beside = _number(figures.get("perf/beside_cost_s")) or 0.0
+    return None if seconds is None else seconds + beside
 
 
 def contradictions(figures: dict[str, Any]) -> list[str]:
@@ -208,7 +231,7 @@ def contradictions(figures: dict[str, Any]) -> list[str]:
         out.append(f"verdict {kind} beside eager {eager:.4g} ms and compiled {compiled:.4g} ms")
     if speedup is None and any(k in figures for k in ("perf/break_even_step", "perf/speedup_p25_x")):
         out.append("speedup figures without a speedup")
-    seconds = _number(figures.get("compile/time_s"))
+    seconds = compile_cost_s(figures)
     if finite and speedup is not None and speedup > 1.0 and compiled is not None and seconds is not None \
             and figures.get("perf/speedup_status") == "measured":  # carried figures used an earlier compile time
         expected = math.ceil(seconds / (compiled * (speedup - 1.0) / 1000.0))

@@ -17,7 +17,8 @@ from typing import Any
 
 from runner.telemetry.definitions import missing_speedup, speedup_verdict
 
-_COLORS = {"compiled": "tab:blue", "eager": "tab:orange", "warmup": "tab:gray", "flops": "tab:gray"}
+_COLORS = {"compiled": "tab:blue", "eager": "tab:orange", "warmup": "tab:gray", "flops": "tab:gray",
+           "background": "tab:olive"}
 _EVENT_COLORS = {"compile": "tab:green", "recompile": "tab:red"}
 
 
@@ -89,9 +90,10 @@ def step_times_figure(figures: dict[str, Any]) -> Any:
     if span is not None:
         ax.axvspan(span[0] - 0.5, span[1] + 0.5, color="0.92", zorder=0, label="eager/compiled pairs")
     names = {"compiled": "compiled steps" if compiled_any else "steps (nothing compiled)", "eager": "eager steps",
-             "warmup": "warm-up", "flops": "FLOP-counting step (eager)"}
+             "warmup": "warm-up", "flops": "FLOP-counting step (eager)",
+             "background": "eager, compiling beside the run"}
     any_clipped = False
-    for mode in ("warmup", "flops", "compile", "eager", "compiled"):
+    for mode in ("background", "warmup", "flops", "compile", "eager", "compiled"):
         pts = [p for p in points if p["mode"] == mode]
         if not pts:
             continue

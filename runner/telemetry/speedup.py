@@ -94,6 +94,7 @@ class SpeedupMeter:
         self.compiled_any = False  # a warm-up step compiled something: there is a speedup to measure
         self.ran_compiled = False
         """A step ran compiled code without compiling (the warm-up is over)."""
+        self.beside: list[float] = [0, 0.0]  # timed "background" steps: count, total ms (see ``record``)
 
     def next_mode(self) -> str:
         """The mode of the step about to run."""
@@ -107,11 +108,12 @@ class SpeedupMeter:
         return self._measuring and bool(self.schedule) and mode in ("eager", "compiled")
 
     def record(self, step: int, mode: str, ms: float, compiled_something: bool, samples: int | None = None,
-               tokens: int | None = None, timed: bool = True) -> None:
+               tokens: int | None = None, timed: bool = True, held: bool = False) -> None:
         """Record the step that just ran (``mode`` as returned by :meth:`next_mode`). ``samples`` and
         ``tokens`` are the step's batch size and token count (padded), for throughput and for pairs
         whose batches differ in length (variable-length data): those compare time per token.
-        ``timed``: ``ms`` is the step's real time (False: host time of an unsynchronised step)."""
+        ``timed``: ``ms`` is the step's real time (False: host time of an unsynchronised step).
+        ``held``: the strategy ran the step eagerly itself (a CUDA-graph warm-up step)."""
         shown = "compile" if compiled_something else mode
         point = {"step": step, "ms": ms, "mode": shown, "samples": samples, "tokens": tokens, "timed": timed}
         self.steps.append(point)
@@ -120,6 +122,18 @@ class SpeedupMeter:
             self._compiled.append(point)
         elif timed and shown == "warmup":
             self._steady.append(point)
+        if mode == "background":
+            # Eager while the compile runs beside the run (compile.background): neither warm-up nor pairs;
+            # their time beyond the pairs' eager step is what that compile cost the run.
+            if timed:
+                self.beside[0] += 1
+                self.beside[1] += ms
+            return
+        if held:
+            # Eager by the strategy's choice (CUDA-graph warm-up): not a quiet compiled step, or the warm-up
+            # would end before anything of the step compiled and conclude that nothing did.
+            self.compiled_any = self.compiled_any or compiled_something
+            return
         work = tokens or samples or 1
         if not self._measuring:
             self._quiet = 0 if compiled_something else self._quiet + 1
@@ -184,7 +198,10 @@ class SpeedupMeter:
                 # extrapolates from few pairs, e.g. -0.57 from two ratios 0.37 and 4.1).
                 q = statistics.quantiles(ratios, n=4, method="inclusive")
                 out["perf/speedup_p25_x"], out["perf/speedup_p75_x"] = q[0], q[2]
-            out["perf/break_even_step"] = break_even_step(compile_time_s, c_ms, speedup)
+            cost = 0.0
+            if self.beside[0]:
+                out["perf/beside_cost_s"] = cost = max(0.0, (self.beside[1] - self.beside[0] * e_ms) / 1e3)
+            out["perf/break_even_step"] = break_even_step(compile_time_s + cost, c_ms, speedup)
         return out
 
     def status(self) -> str:
@@ -197,7 +214,8 @@ class SpeedupMeter:
         if self._measuring and not self.compiled_any:
             return "nothing compiled"
         if not self._measuring:
-            return "warm-up not finished"
+            return "warm-up not finished" if self._quiet or self.compiled_any or not self.beside[0] else \
+                "the compile beside the run was not in use yet"
         return f"{len(self.window) // 2} of {self.pairs} pairs measured"
 
 
