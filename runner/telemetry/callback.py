@@ -120,7 +120,9 @@ class CompileTelemetry(pl.Callback):
         """Start collecting after the strategy's setup (whose saved-activation measurement compiles
         copies of the step that are not the run's) and before anything of the run compiles."""
         if self.collector is None and self.progress is not None:
-            self.collector = CompileCollector(listeners=(self.progress,)).start()
+            # A runner strategy with its own console already prints each compile: print them once.
+            console = bool(getattr(getattr(trainer.strategy, "stack", None), "console", False))
+            self.collector = CompileCollector(listeners=() if console else (self.progress,)).start()
             self.trace.start()
             reset_memory_peak(self._device)  # memory/peak_gib: the run's, not the measurement's before it
 
