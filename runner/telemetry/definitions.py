@@ -67,7 +67,7 @@ SECTIONS: tuple[tuple[str, tuple[Figure, ...]], ...] = (
         Figure("compile/fallbacks", "eager fallbacks", "functions that failed to compile and ran eagerly"),
     )),
     ("compile beside the run", (
-        Figure("compile/background", "compile beside the run",
+        Figure("compile/background", "compile.background",
                "compile.background: auto, shared, pinned, or disabled (compiled inside the first step)"),
         Figure("compile/background_outcome", "  outcome",
                "switched at which step, stayed eager (and why), not ready when training ended, or failed"),

@@ -73,11 +73,12 @@ class TrialResult:
 
 def trial_overrides(steps: int, val_batches: int) -> list[str]:
     """What makes a run a short trial: ``steps`` steps, one validation at the end, no eager pairs, no
-    intermediate checkpoints or cache artifacts, no progress bar (the tune prints one line per trial)."""
+    intermediate checkpoints or cache artifacts, no progress bar (the tune prints one line per trial), the
+    compile in the first step (a trial times its compiled steps)."""
     return [f"trainer.max_steps={steps}", f"trainer.val_check_interval={steps}",
             f"trainer.limit_val_batches={val_batches}", f"trainer.checkpoint_every_n_steps={steps}",
             "trainer.enable_progress_bar=false", "telemetry.speedup_steps=0", "offload.measure=false",
-            "reliability.save_cache_artifacts=false"]
+            "reliability.save_cache_artifacts=false", "compile.background=disabled"]
 
 
 def run_trial(overrides: list[str], run_dir: Path, trial: Any | None = None) -> TrialResult:

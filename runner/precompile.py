@@ -1,0 +1,218 @@
+"""``python -m runner.precompile DIR --placement=idle|pinned|shared [--cpu=N]``: the compile process
+that runs beside a training run (``compile.background``; the run's side is ``runner.stack.background``).
+
+It loads the module the run saved before its first step and the run's first batch, and fits it through
+the same ``CompileStrategy`` with the same compile settings (``compile.background=disabled``), precision
+and gradient accumulation, on the same device with the same number of threads, for a few steps on that
+batch: every graph the run's first compiled steps will ask for is then in Inductor's and AOTAutograd's
+on-disk caches, which the run shares. It stops once two consecutive steps compiled nothing.
+
+With ``measure`` (``compile.background=auto``) it then times eager and compiled steps in pairs (CPU time
+on the CPU, so the run's load on the same cores does not count) and compiles once more from the warm
+cache, for the run to decide whether switching pays. It writes ``DIR/result.json`` and exits; the run
+reads it. Nothing it trains is kept.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+WARMUP_MAX = 8
+"""Steps at most until two consecutive steps compile nothing."""
+PAIRS = 6
+"""Eager/compiled pairs timed with ``measure`` (ABBA order)."""
+
+
+def place(placement: str, cpu: int | None) -> None:
+    """Lower this process's priority (``idle``) or pin it to one core (``pinned``), before torch loads:
+    the compile workers Inductor starts inherit both."""
+    if placement == "idle":
+        try:
+            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+        except (AttributeError, OSError):  # not Linux: the lowest nice value is the nearest thing
+            os.nice(19)
+    elif placement == "pinned" and cpu is not None and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {cpu})
+
+
+def _watch_parent() -> None:
+    """Exit when the run that started this process is gone (killed): nobody would read the result."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(3)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
+class _Probe:
+    """A Lightning callback (duck-typed here; subclassed in :func:`_probe`) choosing each step's stance:
+    compiled warm-up steps until two compile nothing, then ``PAIRS`` eager/compiled pairs if measuring."""
+
+    def __init__(self, measure: bool, cpu_clock: bool) -> None:
+        self.schedule = [m for i in range(PAIRS) for m in (("eager", "compiled") if i % 2 == 0 else
+                                                          ("compiled", "eager"))] if measure else []
+        self.cpu_clock = cpu_clock
+        self.quiet = 0
+        self.warmup: list[tuple[float, float, bool]] = []  # (wall seconds, clock seconds, compiled something)
+        self.pairs: list[tuple[str, float]] = []
+        self._state: tuple[str, Any, float, float, int] | None = None
+
+    def mode(self) -> str:
+        return self.schedule[0] if self.quiet >= 2 and self.schedule else "warmup"
+
+    def start(self) -> None:
+        from runner import torch_internals as ti
+
+        mode = self.mode()
+        prior = ti.force_eager_stance() if mode == "eager" else None
+        self._state = (mode, prior, time.perf_counter(), self._clock(), ti.graphs_compiled())
+
+    def _clock(self) -> float:
+        return time.process_time() if self.cpu_clock else time.perf_counter()
+
+    def end(self) -> bool:
+        """Record the step that ran; whether the process has what it came for."""
+        from runner import torch_internals as ti
+
+        assert self._state is not None
+        mode, prior, wall0, clock0, graphs = self._state
+        wall, spent = time.perf_counter() - wall0, self._clock() - clock0
+        if prior is not None:
+            ti.restore_stance(prior)
+        compiled = ti.graphs_compiled() > graphs
+        if mode == "warmup":
+            self.warmup.append((wall, spent, compiled))
+            self.quiet = 0 if compiled else self.quiet + 1
+        elif not compiled:
+            self.pairs.append((mode, spent))
+            self.schedule.pop(0)
+        return (self.quiet >= 2 and not self.schedule) or len(self.warmup) >= WARMUP_MAX
+
+    def compile_time(self, column: int) -> float:
+        """Seconds the warm-up steps that compiled took beyond a steady step (wall: 0, clock: 1)."""
+        steady = [w[column] for w in self.warmup if not w[2]] or [0.0]
+        compiled = [w[column] for w in self.warmup if w[2]]
+        return round(max(0.0, sum(compiled) - statistics.median(steady) * len(compiled)), 3)
+
+    def measured(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"compile_s": self.compile_time(0), "warmup_steps": len(self.warmup)}
+        pairs = zip(self.pairs[::2], self.pairs[1::2], strict=False)
+        ratios = [a[1] / b[1] if a[0] == "eager" else b[1] / a[1] for a, b in pairs if min(a[1], b[1]) > 0]
+        if ratios:
+            out["speedup_x"] = round(statistics.median(ratios), 4)
+            out["pairs"] = len(ratios)
+            for mode in ("eager", "compiled"):
+                out[f"{mode}_ms"] = round(1e3 * statistics.median(s for m, s in self.pairs if m == mode), 3)
+        return out
+
+
+def _probe(measure: bool, cpu_clock: bool) -> Any:
+    import lightning as L
+
+    class Probe(_Probe, L.Callback):
+        def on_train_batch_start(self, trainer: L.Trainer, *args: Any) -> None:
+            self.start()
+
+        def on_train_batch_end(self, trainer: L.Trainer, *args: Any) -> None:
+            if self.end():
+                trainer.should_stop = True
+
+    return Probe(measure, cpu_clock)
+
+
+def _same(batch: Any) -> Any:
+    return batch
+
+
+def _fit(payload: dict[str, Any], module: Any, probe: Any, steps: int) -> None:
+    """Fit ``module`` on the run's batch through runner's strategy, as the run's trainer would."""
+    import lightning as L
+    from torch.utils.data import DataLoader
+
+    from runner.strategy import CompileStrategy
+
+    device = payload["device"]
+    accumulate = payload["accumulate_grad_batches"]
+    trainer = L.Trainer(
+        accelerator="cpu" if device.startswith("cpu") else "auto", devices=1,
+        strategy=CompileStrategy(settings=payload["settings"], device=device, console=False),
+        precision=payload["precision"], max_steps=steps, accumulate_grad_batches=accumulate,
+        logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+        limit_val_batches=0, num_sanity_val_steps=0, callbacks=[probe])
+    batches: Any = [payload["batch"]] * (steps * accumulate)  # a list serves as a map-style dataset
+    loader: DataLoader[Any] = DataLoader(batches, batch_size=None, collate_fn=_same)
+    trainer.fit(module, train_dataloaders=loader)
+
+
+def compile_beside(directory: Path) -> dict[str, Any]:
+    """Load what the run saved, fill the compile caches (and measure); what it measured."""
+    import torch
+
+    from runner import torch_internals as ti
+
+    payload = torch.load(directory / "payload.pt", weights_only=False)
+    for entry in reversed(payload["sys_path"]):
+        if entry not in sys.path:
+            sys.path.insert(0, entry)
+    torch.set_num_threads(payload["threads"])  # Inductor's CPU kernels and its cache key depend on it
+    # Only what differs from a fresh process: setting even the default value changes Inductor's cache key
+    # (the matmul precision is hashed as set, 'ieee', or left alone, 'none').
+    if torch.get_float32_matmul_precision() != payload["matmul_precision"]:
+        torch.set_float32_matmul_precision(payload["matmul_precision"])
+    if torch.are_deterministic_algorithms_enabled() != payload["deterministic"]:
+        torch.use_deterministic_algorithms(payload["deterministic"])
+    module = torch.load(directory / "module.pt", weights_only=False, map_location=payload["device"])
+    cpu_clock = payload["device"].startswith("cpu")
+    clock = time.process_time if cpu_clock else time.perf_counter
+    loading = clock()
+    ti.load_inductor()  # what the run has not loaded yet either: part of what its switch costs
+    loading = clock() - loading
+    probe = _probe(payload["measure"], cpu_clock)
+    _fit(payload, module, probe, WARMUP_MAX + 2 * PAIRS)
+    measured = probe.measured()
+    if payload["measure"]:
+        # What the switch will cost the run: the same compile again from the warm on-disk cache (the first
+        # fit's teardown forgot what it compiled; Inductor's in-memory caches are emptied), plus loading
+        # Inductor. CPU time on the CPU: the run's steps on the same cores do not count.
+        ti.clear_inductor_memory_caches()
+        warm = _probe(False, cpu_clock)
+        _fit(payload, module, warm, 3)
+        measured["switch_s"] = round(warm.compile_time(1) + loading, 3)
+    return measured
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m runner.precompile")
+    parser.add_argument("dir", type=Path)
+    parser.add_argument("--placement", choices=("idle", "pinned", "shared"), default="idle")
+    parser.add_argument("--cpu", type=int, default=None)
+    args = parser.parse_args(argv)
+    place(args.placement, args.cpu)
+    _watch_parent()
+    started = time.perf_counter()
+    try:
+        result: dict[str, Any] = {"ok": True, "measured": compile_beside(args.dir)}
+    except BaseException as e:  # reported to the run, which compiles in itself instead
+        lines = traceback.format_exception(e)
+        result = {"ok": False, "error": f"{type(e).__name__}: {e}".strip(), "traceback": "".join(lines[-6:])}
+    result["seconds"] = round(time.perf_counter() - started, 3)
+    tmp = args.dir / "result.json.tmp"
+    tmp.write_text(json.dumps(result))
+    tmp.replace(args.dir / "result.json")  # the run never reads half a file
+    return 0 if result["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,288 @@
+"""``compile.background``: compile in a second process while the first steps train eagerly, then switch.
+
+A cold Inductor compile (17-40 s for the quickstart GPT on a 2-core CPU) inside the first step is time
+the run spends not training; a warm one, from Inductor's and AOTAutograd's on-disk caches, takes about
+2 s. So the run saves its module before any transform (step 0b of ``CompileStack.setup``), starts a
+compile process (``runner.precompile``, through :class:`CompileProcess`) with its first batch, and
+trains under Dynamo's ``force_eager`` stance (nothing traces, nothing compiles) until that process has
+filled the caches. After each optimizer step it asks (one ``waitpid``) whether the process is done; the
+step after it is, the stance goes back and Dynamo compiles the step from the warm cache.
+
+The compiled step is the one compiling first would have produced (same graphs, from the same stack and
+settings); only the first steps ran eagerly, which changes a loss by float rounding at most. A failed
+compile process (an import error, a kill) is reported and the run compiles in itself instead, or stays
+eager under ``compile.on_error=eager``.
+
+``auto`` runs the process at idle priority (it takes only CPU time training leaves: on a busy 2-core
+machine little, on 16 cores a whole core or more) and switches only when it pays: the process also
+times eager against compiled steps and compiles once more from the warm cache, and the run switches
+only if the time the compiled step saves over the steps left exceeds that switch (:func:`switch_pays`).
+``shared``/``pinned`` run it at normal priority on every core / one core and switch as soon as it is ready.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import logging
+import math
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import lightning as L
+import torch
+
+from runner import torch_internals as ti
+from runner.config.schema import Background, OnError
+from runner.stack.compile_process import CompileProcess, ProcessResult
+from runner.stack.component import StackComponent
+from runner.stack.host import CompileSettings, Host
+from runner.stack.plan import CompilePlan
+
+log = logging.getLogger(__name__)
+
+MAX_MODULE_BYTES = 1 << 30
+"""A module with more parameter and buffer bytes than this compiles in the run: the copy would cost
+memory and time on the way to the first step."""
+SWITCH_MARGIN = 2.0
+"""``auto`` switches when the time saved exceeds this many times the switch the compile process measured:
+its estimate (the same compile from the warm cache, in a process that has compiled before) came out at
+about half the run's own switch (1.0 s against 1.9-2.8 s, the tiny test GPT on a 2-core CPU)."""
+TIMEOUT_S = 3600.0
+"""A compile process still running after this long is stopped and the run compiles in itself."""
+NOTHING = "nothing is compiled"
+_PLACEMENT = {Background.auto: "idle", Background.shared: "shared", Background.pinned: "pinned"}
+_SHOWN = {"idle": "at idle priority", "shared": "on every core", "pinned": "pinned to one core"}
+
+
+def resolve_background(policy: Background, plan: CompilePlan, world_size: int, pulls_batches: bool) -> tuple[
+        Background, str | None]:
+    """The policy this fit runs and, when it compiles in the run although asked otherwise, why."""
+    if policy is Background.disabled:
+        return policy, None
+    if not plan.compiles:
+        return Background.disabled, NOTHING
+    if world_size > 1:
+        return Background.disabled, "several processes train, and every rank would have to switch at the same step"
+    if pulls_batches:
+        return Background.disabled, "the step pulls its own batches (dataloader_iter): there is no batch to send"
+    backend = str(plan.kwargs.get("backend"))
+    if policy is Background.auto and backend != "inductor":
+        return Background.disabled, f"backend={backend} keeps no on-disk cache a compile process could fill"
+    return policy, None
+
+
+def switch_pays(measured: dict[str, Any], eager_ms: float | None, steps_left: float | None) -> tuple[bool, str]:
+    """Whether the compiled step saves more over the steps left than loading it costs, and why (``auto``)."""
+    speedup, switch_s = measured.get("speedup_x"), measured.get("switch_s")
+    if not isinstance(speedup, (int, float)) or not isinstance(switch_s, (int, float)):
+        return True, "the compile process measured no speedup"
+    if speedup <= 1.0:
+        return False, f"its compiled step measured {speedup:.2f}x eager, no faster"
+    if steps_left is None or eager_ms is None:
+        return True, f"its compiled step measured {speedup:.2f}x eager and the run has no known end"
+    saved = steps_left * eager_ms / 1e3 * (1.0 - 1.0 / speedup)
+    cost = SWITCH_MARGIN * switch_s
+    why = (f"its compiled step measured {speedup:.2f}x eager: over the {steps_left:.0f} steps left it would save "
+           f"{saved:.1f} s against up to {cost:.1f} s to compile from the warm cache")
+    return saved > cost, why
+
+
+class CompileInRun(StackComponent):
+    """``compile.background`` resolved to ``disabled``: the step compiles as torch.compile does, in the run."""
+
+    name = "background"
+    pending = False
+    kept_eager = False
+
+    def __init__(self, policy: Background, why: str | None) -> None:
+        self.policy, self.why = policy, why
+
+    def figures(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"compile/background": self.policy.value}
+        if self.why is not None:
+            out["compile/background_outcome"] = self.why if self.why == NOTHING else f"compiled in the run: {self.why}"
+        return out
+
+
+class BackgroundCompile(StackComponent):
+    """Eager steps while a compile process fills the caches, then the compiled step (module docstring)."""
+
+    name = "background"
+
+    def __init__(self, policy: Background, settings: CompileSettings, host: Host,
+                 say: Callable[[str], None]) -> None:
+        self.policy = policy
+        self.settings = dataclasses.replace(settings, compile=dataclasses.replace(
+            settings.compile, background=Background.disabled))
+        self.host, self.say = host, say
+        self.process: CompileProcess | None = None
+        self.pending = False
+        """True while the steps run eagerly waiting for the compile process."""
+        self.kept_eager = False
+        """True when the run stays eager because of the compile beside it: no switch, a failure under
+        ``on_error=eager``, or the run ended before it was ready."""
+        self.outcome = "not started"
+        self.result: ProcessResult | None = None
+        self.switch_step: int | None = None
+        self.eager_steps = 0
+        self._module: L.LightningModule | None = None
+        self._prior: Any = None
+        self._last: float | None = None
+        self._eager_s: collections.deque[float] = collections.deque(maxlen=200)
+
+    @property
+    def placement(self) -> str:
+        return _PLACEMENT[self.policy]
+
+    def _tell(self, message: str, level: int = logging.INFO) -> None:
+        log.log(level, message)
+        self.say(message)
+
+    def apply(self, module: torch.nn.Module) -> None:
+        """Save the module as the fit received it (before any transform) and make the steps eager."""
+        assert isinstance(module, L.LightningModule)
+        size = sum(t.numel() * t.element_size() for t in [*module.parameters(), *module.buffers()])
+        if size > MAX_MODULE_BYTES:
+            self.outcome = f"compiled in the run: the module ({size / 2**30:.1f} GiB) is too large to copy"
+            self._tell(f"compile.background={self.policy.value}: the module holds {size / 2**30:.1f} GiB, too much to "
+                       "copy to a compile process; it compiles in the first step instead")
+            return
+        process = CompileProcess(self.placement)
+        try:
+            process.save_module(module)
+        except Exception as e:  # a module pickle cannot carry (a lambda, a class defined in a function)
+            process.stop()
+            self.outcome = f"compiled in the run: the module cannot be copied ({type(e).__name__})"
+            self._tell(f"compile.background={self.policy.value}: the module cannot be sent to a compile process "
+                       f"({type(e).__name__}: {e}); it compiles in the first step instead", logging.WARNING)
+            return
+        self.process, self._module, self.pending = process, module, True
+        self._prior = ti.force_eager_stance()
+
+    def prepare_batch(self, batch: Any) -> Any:
+        """The first batch, as the step receives it, starts the compile process."""
+        if self.pending and self.process is not None and self.process.proc is None:
+            self._start(batch)
+        return batch
+
+    def _start(self, batch: Any) -> None:
+        assert self.process is not None and self._module is not None
+        trainer = self._module.trainer
+        self.process.start(batch, {
+            "settings": self.settings, "device": str(self.host.device), "precision": str(trainer.precision),
+            "accumulate_grad_batches": self.host.accumulate_grad_batches, "threads": torch.get_num_threads(),
+            "matmul_precision": torch.get_float32_matmul_precision(),
+            "deterministic": torch.are_deterministic_algorithms_enabled(),
+            "measure": self.policy is Background.auto})
+        self._last = time.perf_counter()
+        self.outcome = "not ready when training ended"
+        self._tell(f"compile: compiling beside the run in a second process (compile.background={self.policy.value}, "
+                   f"{_SHOWN[self.placement]}); the steps run eagerly until it is ready")
+
+    def on_step_end(self, step: int) -> None:
+        """Count the eager step; once the compile process has exited, switch (or say why not)."""
+        if not self.pending or self.process is None or self.process.proc is None:
+            return
+        now = time.perf_counter()
+        if self._last is not None:
+            self._eager_s.append(now - self._last)
+        self._last = now
+        self.eager_steps += 1
+        result = self.process.poll()
+        if result is None and self.process.elapsed() > TIMEOUT_S:
+            self.process.stop()
+            result = ProcessResult(False, self.process.elapsed(), error=f"not finished after {TIMEOUT_S:.0f} s")
+        if result is not None:
+            self._decide(result, step)
+
+    def _decide(self, result: ProcessResult, step: int) -> None:
+        self.result, self.pending = result, False
+        assert self.process is not None
+        self.process.stop()
+        ready = f"after {result.seconds:.1f} s (step {step})"
+        if not result.ok:
+            eager = self.settings.compile.on_error is OnError["eager"]
+            then = "the run stays eager (compile.on_error=eager)" if eager else "compiling in the run instead"
+            after = "stayed eager" if eager else f"compiled in the run at step {step}"
+            self.outcome = f"failed ({result.error}); {after}"
+            self._tell(f"compile: the compile process beside the run failed {ready}: {result.error}; {then}",
+                       logging.WARNING)
+            if eager:
+                self.kept_eager = True
+                return
+            self._switch(step)
+            return
+        pays, why = (switch_pays(result.measured, self.eager_ms(), self._steps_left())
+                     if self.policy is Background.auto else (True, ""))
+        if not pays:
+            self.kept_eager = True
+            self.outcome = f"stayed eager: {why}"
+            self._tell(f"compile: the compile beside the run was ready {ready}, but switching does not pay: {why}; "
+                       "the run stays eager (compile.background=shared switches regardless)")
+            return
+        self.outcome = f"switched at step {step}"
+        self._tell(f"compile: the compile beside the run was ready {ready}; switching to the compiled step"
+                   + (f" ({why})" if why else ""))
+        self._switch(step)
+
+    def _switch(self, step: int) -> None:
+        self.switch_step = step
+        ti.restore_stance(self._prior)
+        self._prior = None
+
+    def _steps_left(self) -> float | None:
+        try:
+            trainer = self._module.trainer if self._module is not None else None
+            total = float(trainer.estimated_stepping_batches) if trainer is not None else math.inf
+        except Exception:  # not attached, or Lightning cannot tell: no known end
+            return None
+        return max(0.0, total - trainer.global_step) if trainer is not None and math.isfinite(total) else None
+
+    def eager_ms(self) -> float | None:
+        """Median wall time of the eager steps while the compile process ran (the recent 200)."""
+        return 1e3 * statistics.median(self._eager_s) if self._eager_s else None
+
+    def teardown(self) -> None:
+        if self.process is not None:
+            if self.pending:
+                self.kept_eager = True
+                self._tell(f"compile: the run ended before the compile beside it was ready "
+                           f"({self.process.elapsed():.0f} s); it trained eagerly throughout")
+            self.process.stop()
+        if self._prior is not None:
+            ti.restore_stance(self._prior)
+            self._prior = None
+        self.pending = False
+        super().teardown()
+
+    def figures(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"compile/background": self.policy.value, "compile/background_outcome": self.outcome,
+                               "compile/background_placement": _SHOWN[self.placement],
+                               "compile/eager_steps_beside": self.eager_steps}
+        if (ms := self.eager_ms()) is not None:
+            out["compile/eager_step_beside_ms"] = round(ms, 3)
+        if self.result is not None:
+            out["compile/background_s"] = round(self.result.seconds, 2)
+            for key in ("speedup_x", "switch_s"):
+                if key in self.result.measured:
+                    out[f"compile/background_{key}"] = self.result.measured[key]
+        if self.switch_step is not None:
+            out["compile/switch_step"] = self.switch_step
+        return out
+
+
+def build_background(settings: CompileSettings, plan: CompilePlan, host: Host, pulls_batches: bool,
+                     say: Callable[[str], None]) -> CompileInRun | BackgroundCompile:
+    """The component ``compile.background`` asks for on this host (in the run where it cannot run beside)."""
+    world = torch.distributed.get_world_size() if torch.distributed.is_available() and \
+        torch.distributed.is_initialized() else 1
+    policy, why = resolve_background(settings.compile.background, plan, world, pulls_batches)
+    if policy is Background.disabled:
+        if why is not None and settings.compile.background is not Background.auto:
+            log.warning("compile.background=%s: %s; it compiles in the first step instead",
+                        settings.compile.background.value, why)
+        return CompileInRun(settings.compile.background, why)
+    return BackgroundCompile(policy, settings, host, say)

@@ -1,0 +1,137 @@
+"""The compile process beside a run, from the run's side: start it, ask whether it has finished, read
+what it reports, stop it. What it runs is ``runner.precompile`` (``python -m runner.precompile``).
+
+The run hands it three files in a private directory: the module as the fit received it
+(``module.pt``, written by :meth:`CompileProcess.save_module` before any transform), one training
+batch as the step receives it and the settings (``payload.pt``). The process writes ``result.json``
+(and its console output to ``process.log``) and exits; both processes share Inductor's and
+AOTAutograd's on-disk caches (``TORCHINDUCTOR_CACHE_DIR`` is inherited), which is all the run takes
+from it.
+
+Where it runs (``placement``): ``idle`` at the kernel's idle priority (``SCHED_IDLE``: it gets only
+the CPU time nothing else wants, so training keeps its cores), ``pinned`` to one core, or ``shared``
+on every core at normal priority. The process places itself before importing torch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+ENTRY_POINT = "runner.precompile"
+LOG_LINES = 12
+"""Lines of the compile process's output quoted when it fails."""
+
+
+@dataclass
+class ProcessResult:
+    """How the compile process ended: ``ok``, its wall time, what it measured, or why it failed."""
+
+    ok: bool
+    seconds: float
+    measured: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+
+
+def last_cpu() -> int:
+    """The highest-numbered CPU this process may run on (where ``pinned`` puts the compile process)."""
+    return max(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 0
+
+
+class CompileProcess:
+    """One compile process beside the run (see the module docstring)."""
+
+    def __init__(self, placement: str) -> None:
+        self.placement = placement
+        self.dir = Path(tempfile.mkdtemp(prefix="runner-compile-"))
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.started: float | None = None
+        self.result: ProcessResult | None = None
+
+    def save_module(self, module: nn.Module) -> None:
+        """Write the module (its class by reference, its tensors by value) for the process to load."""
+        torch.save(module, self.dir / "module.pt")
+
+    def start(self, batch: Any, payload: dict[str, Any]) -> None:
+        """Write the batch and ``payload`` beside the module and start the process."""
+        torch.save({**payload, "batch": batch, "sys_path": list(sys.path)}, self.dir / "payload.pt")
+        argv = [sys.executable, "-m", ENTRY_POINT, str(self.dir), f"--placement={self.placement}"]
+        if self.placement == "pinned":
+            argv.append(f"--cpu={last_cpu()}")
+        # The run's import path, so the process resolves the module's classes as the run did (a project's
+        # own classes on the current directory, tests' packages).
+        path = os.pathsep.join(p for p in sys.path if p and os.path.isdir(p))
+        env = {**os.environ, "PYTHONPATH": path}
+        with open(self.dir / "process.log", "wb") as out:
+            # Its own session: stop() ends it with its compile workers, and a Ctrl-C meant for the run
+            # reaches only the run (whose teardown stops it).
+            self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                         env=env, cwd=os.getcwd(), start_new_session=True)
+        self.started = time.perf_counter()
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
+
+    def poll(self) -> ProcessResult | None:
+        """The result once the process has exited (None while it runs); one ``waitpid`` per call."""
+        if self.result is not None or self.proc is None or self.proc.poll() is None:
+            return self.result
+        self.result = self._read(self.proc.returncode)
+        return self.result
+
+    def wait(self, timeout: float | None = None) -> ProcessResult | None:
+        """Block until the process exits (or ``timeout`` seconds pass); its result, if it exited."""
+        if self.proc is not None:
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                return None
+        return self.poll()
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.started if self.started is not None else 0.0
+
+    def _read(self, code: int) -> ProcessResult:
+        seconds = self.elapsed()
+        try:
+            reported = json.loads((self.dir / "result.json").read_text())
+        except (OSError, ValueError):
+            reported = {}
+        if code == 0 and reported.get("ok"):
+            return ProcessResult(True, seconds, dict(reported.get("measured") or {}))
+        if code < 0:
+            why = f"killed by {signal.Signals(-code).name}"
+        else:
+            why = reported.get("error") or f"exit code {code}: {self._log_tail()}"
+        return ProcessResult(False, seconds, error=why)
+
+    def _log_tail(self) -> str:
+        try:
+            lines = (self.dir / "process.log").read_text(errors="replace").strip().splitlines()
+        except OSError:
+            return "no output"
+        return " | ".join(lines[-LOG_LINES:]) or "no output"
+
+    def stop(self) -> None:
+        """Kill the process if it still runs, and remove its directory."""
+        if self.proc is not None:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait()
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.proc.pid, signal.SIGKILL)  # compile workers it left behind (same session)
+        shutil.rmtree(self.dir, ignore_errors=True)
