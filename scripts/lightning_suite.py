@@ -27,6 +27,7 @@ fails with any strategy subclass. Raw reports and logs go to ``--out``.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import re
@@ -63,7 +64,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="reuse a pass saved in --out that ran the same paths (re-prints without re-running)")
     p.add_argument("--timeout", type=int, default=600, help="pytest-timeout per test, seconds")
     p.add_argument("--pytest-args", default="", help="more pytest arguments for both passes, one string")
-    return p.parse_args(argv)
+    return p.parse_intermixed_args(argv)  # paths may follow options
 
 
 def check_inputs(args: argparse.Namespace) -> list[str]:
@@ -94,7 +95,7 @@ def check_inputs(args: argparse.Namespace) -> list[str]:
 
 def run_pass(args: argparse.Namespace, mode: str, paths: list[str]) -> dict[str, Any]:
     """One pytest process over ``paths``; returns its JSON report (reads the saved one with --reuse)."""
-    name = f"{mode}{'-reset' if args.reset_dynamo else ''}"
+    name = pass_name(mode, args.reset_dynamo, paths)
     report, log = args.out / f"{name}.json", args.out / f"{name}.log"
     if args.reuse and (data := saved_pass(report, paths)) is not None:
         print(f"[{name}] reused {report} ({data['wall_s']} s when it ran)")
@@ -113,6 +114,15 @@ def run_pass(args: argparse.Namespace, mode: str, paths: list[str]) -> dict[str,
         tail = "".join(log.read_text().splitlines(keepends=True)[-30:])
         sys.exit(f"pytest did not finish the {name} pass (exit {rc}); the end of {log}:\n{tail}")
     return dict(json.loads(report.read_text()))
+
+
+def pass_name(mode: str, reset_dynamo: bool, paths: list[str]) -> str:
+    """``eager``, ``plain-reset``...; a slice other than the default adds a digest of its paths, so the
+    passes of several slices can share one --out folder."""
+    name = f"{mode}{'-reset' if reset_dynamo else ''}"
+    if paths != [f"tests_pytorch/{p}" for p in DEFAULT_SLICE]:
+        name += "-" + hashlib.sha1(" ".join(paths).encode()).hexdigest()[:8]
+    return name
 
 
 def saved_pass(report: Path, paths: list[str]) -> dict[str, Any] | None:
@@ -204,7 +214,8 @@ def main(argv: list[str] | None = None) -> None:
     plain = run_pass(args, "plain", paths)
     other = run_pass(args, "passthrough" if args.passthrough else args.backend, paths)
     # A pass-through run saved beside this one tells which failures any strategy subclass has.
-    passthrough = None if args.passthrough else saved_pass(args.out / "passthrough.json", paths)
+    passthrough = None if args.passthrough else saved_pass(args.out / f"{pass_name('passthrough', False, paths)}.json",
+                                                           paths)
     sys.exit(1 if compare(plain, other, passthrough) else 0)
 
 
