@@ -27,6 +27,7 @@ fails with any strategy subclass. Raw reports and logs go to ``--out``.
 from __future__ import annotations
 
 import argparse
+import difflib
 import hashlib
 import json
 import os
@@ -77,9 +78,12 @@ def check_inputs(args: argparse.Namespace) -> list[str]:
     out = []
     for raw in paths:
         rel = raw.removeprefix("tests/").removeprefix("tests_pytorch/")
-        if not (root / rel.split("::")[0]).exists():
+        target = root / rel.split("::")[0]
+        if not target.exists():
+            near = difflib.get_close_matches(target.name, [p.name for p in target.parent.glob("*")], n=1)
+            hint = f" Did you mean {Path(rel).parent / near[0]}?" if near and target.parent.is_dir() else ""
             sys.exit(f"no {rel} under {root}: give paths relative to tests/tests_pytorch, e.g. loops/ or "
-                     "models/test_hooks.py")
+                     f"models/test_hooks.py.{hint}")
         out.append(f"tests_pytorch/{rel}")
     for dist in ("timeout", "rerunfailures"):
         try:
