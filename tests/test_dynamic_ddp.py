@@ -93,13 +93,14 @@ def test_without_agreement_the_ranks_diverge() -> None:
 
 @pytest.mark.gpu
 @pytest.mark.slow
-def test_accelerators_use_torch_compiler_collectives() -> None:
+def test_accelerators_agree_through_runners_exchange_too() -> None:
+    """On NCCL the shapes go over runner's own gloo group (no per-frame guard collectives)."""
     import torch
 
     if torch.cuda.device_count() < 2:
-        pytest.skip("needs 2 CUDA devices")
+        pytest.skip("needs 2 CUDA devices (NCCL refuses two ranks on one device)")
     rank0, rank1 = _launch("automatic", collectives=True, accelerator="cuda")
-    assert rank0["agreement"] == rank1["agreement"] == "torch"
+    assert rank0["agreement"] == rank1["agreement"] == "runner"
     assert rank0["graphs"] == rank1["graphs"] == 2, (rank0, rank1)
 
 

@@ -7,7 +7,10 @@ nan on every rank).
 
 The same runs carry ``CompileTelemetry``: its throughput is the sum of the ranks' measured rates.
 
-The file is also the script each rank runs (``python -m tests.test_nonfinite_ddp POLICY DIR [cpu|cuda]``):
+With ``check_every=2`` the flag is read every second step: the nan of step 3 is read after step 3's
+update, on both ranks at the same step, and nothing is saved (the weights took that update).
+
+The file is also the script each rank runs (``python -m tests.test_nonfinite_ddp POLICY DIR [cpu|cuda] [N]``):
 Lightning's launcher re-executes it for rank 1, so the fit cannot run inside pytest itself.
 """
 
@@ -28,7 +31,7 @@ STEPS = 6
 BAD_BATCH = 2  # rank 1's third batch (step 3) is nan; rank 0 never sees one
 
 
-def _fit(policy: str, out_dir: Path, accelerator: str = "cpu") -> None:
+def _fit(policy: str, out_dir: Path, accelerator: str = "cpu", check_every: int | None = None) -> None:
     import lightning as L
     import torch
     from torch import nn
@@ -64,7 +67,7 @@ def _fit(policy: str, out_dir: Path, accelerator: str = "cpu") -> None:
                 batches.append((x, y))
             return DataLoader(batches, batch_size=None, shuffle=False)  # type: ignore[arg-type]
 
-    guard = NonFiniteGuard(OnNonFinite(policy), out_dir / "last.ckpt")
+    guard = NonFiniteGuard(OnNonFinite(policy), out_dir / "last.ckpt", check_every=check_every)
     telemetry = CompileTelemetry(TelemetryConfig(log_every_n_steps=2, speedup_steps=0))
     compile = CompileConfig(scope=Scope.step, backend="eager", optimizer=OptimizerPolicy.none)
     strategy = DDPCompileStrategy(compile=compile, process_group_backend="gloo" if accelerator == "cpu" else "nccl")
@@ -78,6 +81,7 @@ def _fit(policy: str, out_dir: Path, accelerator: str = "cpu") -> None:
     except NonFiniteLossError as exc:
         error = str(exc)
     result = {"rank": trainer.global_rank, "steps": trainer.global_step, "skipped": guard.skipped, "error": error,
+              "reads": guard.reads,
               "params": [p.detach().flatten().tolist() for p in module.parameters()],
               "samples_per_s": telemetry.figures().get("perf/samples_per_s"),
               "local_samples_per_s": telemetry.meter.rate("samples")}
@@ -85,11 +89,12 @@ def _fit(policy: str, out_dir: Path, accelerator: str = "cpu") -> None:
     (out_dir / f"result_{trainer.global_rank}.json").write_text(json.dumps(result))
 
 
-def _launch(policy: str, out_dir: Path, accelerator: str = "cpu", timeout: float = 240) -> dict[int, dict[str, Any]]:
+def _launch(policy: str, out_dir: Path, accelerator: str = "cpu", timeout: float = 240,
+            check_every: int = 0) -> dict[int, dict[str, Any]]:
     """Run the 2-rank fit; a rank that hangs fails the test after ``timeout`` (both ranks killed)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "RUNNER_CACHE_DIR": str(out_dir / "cache")}
-    cmd = [sys.executable, "-m", "tests.test_nonfinite_ddp", policy, str(out_dir), accelerator]
+    cmd = [sys.executable, "-m", "tests.test_nonfinite_ddp", policy, str(out_dir), accelerator, str(check_every)]
     # Its own process group: rank 1 (started by Lightning from rank 0) is killed with it on a hang.
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
@@ -144,5 +149,16 @@ def test_ddp_throughput_is_the_sum_of_the_ranks_rates(skip_run: dict[int, dict[s
         assert r["samples_per_s"] == pytest.approx(sum(local))
 
 
+@pytest.mark.slow
+def test_a_deferred_read_stops_every_rank_at_the_same_step_and_saves_nothing(tmp_path: Path) -> None:
+    ranks = _launch("stop", tmp_path, check_every=2)
+    for rank, r in ranks.items():
+        assert r["error"] is not None, f"rank {rank} did not stop"
+        assert f"at step {BAD_BATCH + 1}, read after step {BAD_BATCH + 1}" in r["error"], r["error"]
+        assert r["steps"] == BAD_BATCH + 1 and r["reads"] == 2  # read after steps 2 and 4 only
+    assert not (tmp_path / "last.ckpt").exists()  # step 3's update ran: nothing of now is saved
+
+
 if __name__ == "__main__":
-    _fit(sys.argv[1], Path(sys.argv[2]), sys.argv[3] if len(sys.argv) > 3 else "cpu")
+    _fit(sys.argv[1], Path(sys.argv[2]), sys.argv[3] if len(sys.argv) > 3 else "cpu",
+         int(sys.argv[4]) or None if len(sys.argv) > 4 else None)

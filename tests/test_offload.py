@@ -246,7 +246,7 @@ def test_cpu_offload_on_cuda_parity(backend: Optional[str]) -> None:
     b = tuple(t.to(cuda) for t in batch())
     cfg = OffloadConfig(strategy=OffloadStrategy.cpu, min_bytes=0, exclude=[])
     r = measure_offload(tiny_gpt(), b, loss_fn, cfg, compile_fn=compiler(backend), device=cuda)
-    assert r["offload/measure_path"] == "eager_hooks"
+    assert r["offload/measure_path"] == "eager_hooks"  # the hooks offloaded bytes (else the path is none)
     assert r["offload/grad_rel_error"] <= 1e-6, r
     assert r["offload/reduction_x"] >= 2.0, r  # most saved bytes leave the device
 
@@ -354,8 +354,9 @@ def test_zero_stride_activation_under_bf16_hooks_trains() -> None:
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_cpu_offload_cuts_peak_cuda_memory_with_exact_gradients() -> None:
     """offload=cpu on a GPU: peak ``max_memory_allocated`` over forward and backward falls by at least
-    1.5x on an activation-heavy GPT (8 layers, batch 32 x 256), and gradients are bit-identical (the
-    tensors go to host memory and come back unchanged)."""
+    1.5x on an activation-heavy GPT (8 layers, batch 32 x 256), and gradients match to float rounding
+    (the tensors go to host memory and come back unchanged; SDPA's efficient-attention backward is not
+    deterministic between two runs, so bitwise equality would test the kernel, not the offload)."""
     cuda = torch.device("cuda")
     torch.manual_seed(0)
     base = GPT(n_layer=8, n_embd=256, n_head=4, block_size=256).to(cuda)
@@ -377,7 +378,7 @@ def test_cpu_offload_cuts_peak_cuda_memory_with_exact_gradients() -> None:
         peaks[name] = torch.cuda.max_memory_allocated(cuda) - start
         grads[name] = torch.cat([p.grad.flatten() for p in model.parameters()])
     assert peaks["none"] / peaks["cpu"] >= 1.5, peaks
-    assert torch.equal(grads["cpu"], grads["none"])
+    torch.testing.assert_close(grads["cpu"], grads["none"], rtol=1e-5, atol=1e-6)
 
 
 def test_measured_path_reads_bytes_first_then_the_hooks_counts() -> None:

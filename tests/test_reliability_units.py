@@ -143,3 +143,152 @@ def test_nonfinite_flag_orders_nan_above_inf() -> None:
     assert flags == [0, 1, 2, 2]
     one_process = SimpleNamespace(world_size=1)
     assert agreed_flag(one_process, torch.tensor(2)) == 2  # type: ignore[arg-type]  # no process group: local
+
+
+# -- the per-step guard reads the device only when a decision is due -------------------------------------
+class _HostReads(torch.overrides.TorchFunctionMode):
+    """Counts the calls that read a tensor's value to the host (on an accelerator: a sync each)."""
+
+    READS = frozenset({"item", "tolist", "__bool__", "__float__", "__int__", "__index__"})
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        if getattr(func, "__name__", "") in self.READS:
+            self.count += 1
+        return func(*args, **(kwargs or {}))
+
+
+_GUARD_HOOKS = ("on_before_backward", "on_before_optimizer_step", "on_save_checkpoint", "on_train_end",
+                "on_train_batch_end")
+
+
+def _counted(guard: object, reads: _HostReads) -> None:
+    """Every hook of ``guard`` runs under ``reads`` (what the guard itself reads, not Lightning's logging)."""
+    for name in _GUARD_HOOKS:
+        hook = getattr(guard, name)
+
+        def run(*args: object, _hook: object = hook, **kwargs: object) -> object:
+            with reads:
+                return _hook(*args, **kwargs)  # type: ignore[operator]
+
+        setattr(guard, name, run)
+
+
+def _nan_fit(tmp_path: Path, check_every: int | None, nan_at: int | None, steps: int = 12,
+             checkpoint_every: int = 0) -> tuple[object, _HostReads, BaseException | None]:
+    import lightning as L
+    from lightning.pytorch.callbacks import ModelCheckpoint
+    from torch import nn
+
+    from runner.config.schema import OnNonFinite
+    from runner.reliability import NonFiniteGuard
+
+    class Regression(L.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            torch.manual_seed(0)
+            self.net = nn.Linear(4, 1)
+
+        def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
+            x, y = batch
+            if batch_idx + 1 == nan_at:
+                x = x * float("nan")
+            return nn.functional.mse_loss(self.net(x), y)
+
+        def configure_optimizers(self) -> torch.optim.Optimizer:
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    g = torch.Generator().manual_seed(0)
+    data = [(torch.randn(4, 4, generator=g), torch.randn(4, 1, generator=g)) for _ in range(steps)]
+    guard = NonFiniteGuard(OnNonFinite.stop, tmp_path / "last.ckpt", check_every=check_every)
+    reads = _HostReads()
+    _counted(guard, reads)
+    callbacks: list[object] = [guard]
+    if checkpoint_every:
+        callbacks.append(ModelCheckpoint(dirpath=tmp_path / "ckpt", every_n_train_steps=checkpoint_every,
+                                         save_last=True, save_top_k=0))
+    trainer = L.Trainer(max_steps=steps, logger=False, enable_checkpointing=bool(checkpoint_every),
+                        enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0,
+                        callbacks=callbacks)  # type: ignore[arg-type]
+    error = None
+    try:
+        trainer.fit(Regression(), DataLoader(data, batch_size=None))  # type: ignore[arg-type]
+    except Exception as e:  # noqa: BLE001 - the test reads it
+        error = e
+    return trainer, reads, error
+
+
+def test_finite_losses_are_read_from_the_device_every_check_every_steps(tmp_path: Path) -> None:
+    trainer, reads, error = _nan_fit(tmp_path, check_every=4, nan_at=None)
+    assert error is None and trainer.global_step == 12  # type: ignore[attr-defined]
+    assert reads.count == 12 // 4  # one read per 4 steps (it was one per micro-batch)
+    _, every_step, _ = _nan_fit(tmp_path / "cpu", check_every=None, nan_at=None)
+    assert every_step.count == 12  # on the CPU a read waits for nothing: every step, as before
+
+
+def test_check_every_is_one_on_the_cpu_and_the_logging_interval_elsewhere() -> None:
+    from runner.reliability.numerics import check_every_for
+
+    assert check_every_for(torch.device("cpu"), 50) == 1
+    assert check_every_for(torch.device("cuda", 0), 50) == 50
+    assert check_every_for(torch.device("cuda", 0), 0) == 1  # Trainer(log_every_n_steps=0)
+
+
+def test_a_nan_read_late_stops_the_run_and_saves_nothing_poisoned(tmp_path: Path) -> None:
+    from runner.reliability import NonFiniteLossError
+
+    trainer, _, error = _nan_fit(tmp_path, check_every=4, nan_at=6)
+    assert isinstance(error, NonFiniteLossError)
+    assert "(nan) at step 6, read after step 7" in str(error) and "no checkpoint was written" in str(error)
+    assert not (tmp_path / "last.ckpt").exists()  # its update ran: nothing of now is saved
+
+
+def test_no_checkpoint_holds_weights_updated_with_a_nan_loss(tmp_path: Path) -> None:
+    """A checkpoint every step: the nan at step 6 is read before step 6's checkpoint would be written."""
+    from runner.reliability import NonFiniteLossError
+
+    trainer, _, error = _nan_fit(tmp_path, check_every=4, nan_at=6, checkpoint_every=1)
+    assert isinstance(error, NonFiniteLossError) and "at step 6, read after step 6" in str(error)
+    assert "step 5) was written before it" in str(error)
+    ckpt = torch.load(tmp_path / "ckpt" / "last.ckpt", weights_only=False)
+    assert ckpt["global_step"] == 5
+    assert all(torch.isfinite(v).all() for v in ckpt["state_dict"].values())
+
+
+def test_a_nan_read_before_its_update_saves_the_last_good_state(tmp_path: Path) -> None:
+    from runner.reliability import NonFiniteLossError
+
+    trainer, _, error = _nan_fit(tmp_path, check_every=4, nan_at=8)
+    assert isinstance(error, NonFiniteLossError) and "at step 8" in str(error) and "after step 7" in str(error)
+    ckpt = torch.load(tmp_path / "last.ckpt", weights_only=False)
+    assert ckpt["global_step"] == 7 and all(torch.isfinite(v).all() for v in ckpt["state_dict"].values())
+
+
+def test_ranks_agree_on_a_signal_every_check_every_steps(tmp_path: Path) -> None:
+    """Under several ranks the interrupt flag is exchanged (an all-reduce and a read) only on agreement
+    steps, the same on every rank; a signal received between them is acted on at the next one. (Without a
+    process group the exchange is the local flag: the cadence is what is checked here; the 2-rank runs are
+    tests/test_fsdp.py's SIGTERM to one rank.)"""
+    import signal
+    from types import SimpleNamespace
+
+    from runner.reliability.signals import GracefulInterrupt
+
+    saved: list[int] = []
+    trainer = SimpleNamespace(world_size=2, global_step=0, strategy=SimpleNamespace(root_device=torch.device("cpu")),
+                              log_every_n_steps=4, global_rank=0)
+    trainer.save_checkpoint = lambda path: saved.append(trainer.global_step)
+    interrupt = GracefulInterrupt(tmp_path / "last.ckpt", check_every=4)
+    interrupt._every = 4  # what on_train_start resolves (it also installs the signal handlers)
+    reads = _HostReads()
+    for step in range(1, 13):
+        trainer.global_step = step
+        if step == 5:
+            interrupt._on_signal(int(signal.SIGTERM), None)
+        with reads:
+            interrupt.on_train_batch_end(trainer, None, None, None, step)  # type: ignore[arg-type]
+    assert reads.count == 2  # agreement steps 4 and 8; after the save at 8 nothing more is exchanged
+    assert saved == [8] and interrupt.step == 8

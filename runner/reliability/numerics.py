@@ -1,32 +1,33 @@
-"""A nan/inf training loss stops the run (last good state checkpointed) or skips that step.
+"""A nan/inf training loss stops the run or skips that step, read from the device only when a decision is due.
 
-The loss is checked in ``on_before_backward``, which Lightning calls for every micro-batch (runner's
-strategy calls it too when the compiled step already ran backward). At that point the optimizer has
-not stepped, so the weights and optimizer state are still the last good ones:
+Each micro-batch's loss is checked on its device in ``on_before_backward`` (Lightning calls it for every
+micro-batch; runner's strategy calls it too when the compiled step already ran backward): the worst flag
+(finite, inf, nan) and the step it first appeared at accumulate in two device scalars, with no host
+sync. The flag is read (one sync, plus one small all-reduce under DDP) only when a decision is due:
 
-* ``stop``: save them to ``last.ckpt`` and raise ``NonFiniteLossError`` naming the step.
-* ``skip``: let backward run, then skip the optimizer step (``_SkipStep`` raised from inside the
-  optimizer closure, caught around ``LightningModule.optimizer_step``): no update and no
-  optimizer-state change. ``global_step`` still advances (Lightning counts the step once the hook
-  returns), so step numbers stay aligned with the data and ``max_steps`` counts skipped steps.
-  Gradients are zeroed before the next step as usual. After ``max_skipped_steps`` skips the run
-  stops as with ``stop``.
+* ``skip``: every optimizer step, after all its micro-batches' backward and before the update (raised
+  as ``_SkipStep`` from inside the optimizer closure, caught around ``LightningModule.optimizer_step``):
+  no update and no optimizer-state change. ``global_step`` still advances (Lightning counts the step once
+  the hook returns), so step numbers stay aligned with the data and ``max_steps`` counts skipped steps.
+  After ``max_skipped_steps`` skips the run stops as with ``stop``.
+* ``stop``: every ``check_every`` optimizer steps (in ``on_before_optimizer_step``), before every
+  checkpoint is written (``on_save_checkpoint``) and at the end of training. ``check_every`` is 1 where
+  reading a value waits for nothing (the CPU), else the trainer's ``log_every_n_steps`` (logging reads
+  values at those steps anyway). So a non-finite loss stops the run within ``check_every`` steps, and
+  before the next checkpoint is written: no checkpoint ever holds weights updated with a non-finite
+  loss. Seen before its own update (always with ``check_every=1``), the last good state is saved to
+  ``last.ckpt``; seen after, the updates already ran, nothing is saved, and the error names the newest
+  checkpoint written before the bad step (``ckpt_path=last`` resumes from it).
 
-Under DDP every rank takes the same decision: the non-finite flag is all-reduced (max) over the
-ranks before anyone acts on it. A decision per rank would let the rank with the bad loss stop at the
-checkpoint barrier while the others wait in backward's gradient all-reduce (a hang), or skip its
-update while the others apply gradients that the all-reduce made non-finite (diverged weights). So
-a nan on any rank stops every rank (all save through the same collective ``save_checkpoint``, rank
-0 writes) or skips the step on every rank.
-
-The check costs one device sync per micro-batch (the flag's ``.item()``), plus one small all-reduce
-per micro-batch under DDP; logging the loss syncs anyway.
+Under DDP every rank takes the same decision at the same step: the flag is all-reduced (max) over the
+ranks before anyone acts on it, so a nan on any rank stops every rank (all save through the same
+collective ``save_checkpoint``, rank 0 writes) or skips the step on every rank; every rank reads at the
+same global steps, so the collectives match.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -64,62 +65,125 @@ def nonfinite_flag(loss: torch.Tensor) -> torch.Tensor:
 def agreed_flag(trainer: L.Trainer, local: torch.Tensor) -> int:
     """The worst flag over all ranks (every rank gets the same answer); ``local`` itself with one
     process or no initialised process group."""
+    return int(agreed_values(trainer, local.reshape(1))[0])
+
+
+def agreed_values(trainer: L.Trainer, local: torch.Tensor) -> list[int]:
+    """``local`` (a 1-d integer tensor) reduced with max over all ranks, read to the host: one sync, and
+    one all-reduce under several processes."""
     if trainer.world_size > 1 and torch.distributed.is_available() and torch.distributed.is_initialized():
         # torch's all_reduce, not strategy.reduce: Lightning's adds a barrier (a second collective).
         local = local.clone()
         torch.distributed.all_reduce(local, op=torch.distributed.ReduceOp.MAX)
-    return int(local.item())
+    return [int(v) for v in local.tolist()]
 
 
-def _finite(loss: torch.Tensor) -> bool:
-    # A scalar loss is read once (no isfinite/all kernels to launch); anything else is reduced first.
-    return math.isfinite(loss.item()) if loss.numel() == 1 else bool(torch.isfinite(loss).all())
+def check_every_for(device: torch.device, log_every_n_steps: int) -> int:
+    """Steps between reads of a per-step device flag: 1 on the CPU (a read waits for nothing), else the
+    logging interval (where values are read anyway)."""
+    return 1 if device.type == "cpu" else max(1, int(log_every_n_steps))
 
 
 class NonFiniteGuard(Callback):
-    """Stops or skips on a non-finite loss (see the module docstring)."""
+    """Stops or skips on a non-finite loss (see the module docstring).
 
-    def __init__(self, policy: OnNonFinite, ckpt_path: Path, max_skipped_steps: int = 10) -> None:
+    ``check_every``: optimizer steps between reads under ``stop`` (None: :func:`check_every_for` the
+    run's device and ``log_every_n_steps``)."""
+
+    def __init__(self, policy: OnNonFinite, ckpt_path: Path, max_skipped_steps: int = 10,
+                 check_every: int | None = None) -> None:
         self.policy = policy
         self.ckpt_path = ckpt_path
         self.max_skipped_steps = max_skipped_steps
+        self.check_every = check_every
         self.skipped: list[int] = []
         """1-based numbers of the steps skipped."""
-        self._bad: tuple[str, int] | None = None
-        """(nan|inf, 1-based step) of a non-finite micro-batch since the last optimizer step."""
+        self.reads = 0
+        """Times the flag was read from the device (each one sync, and one all-reduce under DDP)."""
+        self._every = check_every or 1
+        self._flag: torch.Tensor | None = None  # worst flag since the last read (device)
+        self._first: torch.Tensor | None = None  # 1-based step of its first non-finite micro-batch (device)
+        self._read_at: int | None = None  # the global step of the last read under stop
+        self._saved_at: int | None = None  # the global step of the newest checkpoint written
+        self._saving = False
+        self._trainer: L.Trainer | None = None
         self._original_step: Callable[..., Any] | None = None
 
     # -- wiring --------------------------------------------------------------------------------
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._every = self.check_every or check_every_for(trainer.strategy.root_device,
+                                                          getattr(trainer, "log_every_n_steps", 50))
+        self._flag = self._first = None
+        self._trainer = trainer
         if self.policy is OnNonFinite.skip:
             self._original_step = pl_module.optimizer_step
             pl_module.optimizer_step = self._guarded_optimizer_step  # type: ignore[method-assign]
 
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        self._trainer = None
         if self._original_step is not None:
             vars(pl_module).pop("optimizer_step", None)
             self._original_step = None
 
-    # -- the check -----------------------------------------------------------------------------
+    # -- on the device: no host sync -------------------------------------------------------------
     def on_before_backward(self, trainer: L.Trainer, pl_module: L.LightningModule, loss: torch.Tensor) -> None:
-        loss = loss.detach()
-        if trainer.world_size <= 1 and _finite(loss):
-            return  # the common case: nan and inf are told apart only when one occurs
-        local = nonfinite_flag(loss)
-        flag = agreed_flag(trainer, local)
+        flag = nonfinite_flag(loss.detach())
+        step = trainer.global_step + 1
+        if self._flag is None or self._first is None:
+            self._flag, self._first = flag, torch.where(flag > 0, step, 0)
+            return
+        self._first = torch.where((self._first == 0) & (flag > 0), step, self._first)
+        self._flag = torch.maximum(self._flag, flag)
+
+    # -- reads: when a decision is due ---------------------------------------------------------
+    def _read(self, trainer: L.Trainer) -> tuple[int, int, bool]:
+        """(agreed flag, first bad step over the ranks, whether this rank saw it); resets the flags."""
+        if self._flag is None or self._first is None:
+            return 0, 0, False
+        local, first = self._flag, self._first
+        self._flag = self._first = None
+        self.reads += 1
+        # One reduction for both: max of the flag, and max of -step (the earliest bad step) where bad.
+        neg_first = torch.where(first > 0, -first, torch.iinfo(torch.long).min)
+        flag, worst_first = agreed_values(trainer, torch.stack([local, neg_first]))
+        return flag, -worst_first if flag else 0, flag > 0 and bool(local.item() > 0)
+
+    def on_before_optimizer_step(self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer: Any) -> None:
+        step = trainer.global_step + 1
+        if self.policy is not OnNonFinite.stop or step % self._every or self._read_at == step:
+            return
+        self._read_at = step
+        self._decide(trainer, *self._read(trainer))
+
+    def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
+        # Never write weights updated with a non-finite loss. Under skip every update was read before it
+        # ran (what is pending belongs to the step under way); this guard's own save is the last good state.
+        if self.policy is OnNonFinite.stop and not self._saving:
+            self._decide(trainer, *self._read(trainer))
+        self._saved_at = trainer.global_step
+
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self.policy is OnNonFinite.stop:  # a non-finite loss in the last steps stops the run too
+            self._decide(trainer, *self._read(trainer))
+
+    def _decide(self, trainer: L.Trainer, flag: int, first: int, mine: bool) -> None:
         if flag == 0:
             return
-        step = trainer.global_step + 1
         kind = _KINDS[flag]
         if trainer.world_size > 1:
-            mine = int(local.item())
             kind += f" on rank {trainer.global_rank}" if mine else " on another rank"
+        if first <= trainer.global_step:  # its update already ran: nothing of now may be saved
+            self._stop_poisoned(trainer, first, kind)
         if self.policy is OnNonFinite.stop or len(self.skipped) >= self.max_skipped_steps:
-            self._stop(trainer, step, kind)
-        self._bad = (kind, step)
+            self._stop(trainer, first, kind)
+        raise _SkipStep(kind, first)
 
     def _stop(self, trainer: L.Trainer, step: int, kind: str) -> None:
-        trainer.save_checkpoint(self.ckpt_path)
+        self._saving = True
+        try:
+            trainer.save_checkpoint(self.ckpt_path)
+        finally:
+            self._saving = False
         skipped = f" after skipping {len(self.skipped)} steps ({self.skipped})" if self.skipped else ""
         raise NonFiniteLossError(
             f"non-finite training loss ({kind}) at step {step}{skipped}. The last good state (after step "
@@ -128,26 +192,34 @@ class NonFiniteGuard(Callback):
             "in the same run dir; or set reliability.on_nonfinite=skip to drop such steps."
         )
 
+    def _stop_poisoned(self, trainer: L.Trainer, step: int, kind: str) -> None:
+        newest = (f"the newest checkpoint ({self.ckpt_path.parent}, step {self._saved_at}) was written before it"
+                  if self._saved_at is not None and self._saved_at < step else "no checkpoint was written before it")
+        raise NonFiniteLossError(
+            f"non-finite training loss ({kind}) at step {step}, read after step {trainer.global_step} (the loss is read "
+            f"from the device every {self._every} steps and before each checkpoint). Its update has run, so nothing "
+            f"is saved; {newest}. Fix: lower optimizer.lr or keep trainer.gradient_clip_val set, check the data near "
+            "this step, then resume with ckpt_path=last in the same run dir; or set reliability.on_nonfinite=skip "
+            "to drop such steps."
+        )
+
     def _guarded_optimizer_step(self, epoch: int, batch_idx: int, optimizer: Any,
                                 optimizer_closure: Callable[[], Any] | None = None) -> None:
-        assert self._original_step is not None
+        assert self._original_step is not None and self._trainer is not None
+        trainer = self._trainer
 
         def closure() -> Any:
             out = optimizer_closure() if optimizer_closure is not None else None
-            if self._bad is not None:  # any micro-batch since the last step was non-finite
-                raise _SkipStep
+            self._decide(trainer, *self._read(trainer))  # a skip decision is due every step
             return out
 
         try:
             self._original_step(epoch, batch_idx, optimizer, closure)
-        except _SkipStep:
-            assert self._bad is not None
-            kind, step = self._bad
+        except _SkipStep as skip:
+            kind, step = skip.args
             self.skipped.append(step)
             log.warning("non-finite training loss (%s) at step %d: step skipped (%d of at most %d)",
                         kind, step, len(self.skipped), self.max_skipped_steps)
-        finally:
-            self._bad = None
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:

@@ -19,6 +19,11 @@ signal before the checkpoint is being written raises ``KeyboardInterrupt``: the 
 the save has started, signals are ignored until the run stops (under several ranks, Lightning's handler
 on rank 0 forwards SIGTERM to the other ranks while they save). Lightning restores the original
 handlers in its teardown. A signal during validation takes effect after the next training step.
+
+Under several ranks they agree on the signal (one all-reduce and one device sync) every ``check_every``
+optimizer steps: every step on the CPU (the read waits for nothing), else every ``log_every_n_steps``
+(:func:`runner.reliability.numerics.check_every_for`), so there a signal checkpoints and stops the run
+within ``check_every`` steps, every rank at the same step.
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ from lightning.pytorch.loggers import Logger, WandbLogger
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from runner import lightning_internals as li
-from runner.reliability.numerics import agreed_flag
+from runner.reliability.numerics import agreed_flag, check_every_for
 
 log = logging.getLogger(__name__)
 
@@ -51,8 +56,12 @@ def exit_code(signum: int) -> int:
 class GracefulInterrupt(Callback):
     """Checkpoint on SIGINT/SIGTERM at a step boundary (see the module docstring)."""
 
-    def __init__(self, ckpt_path: Path) -> None:
+    def __init__(self, ckpt_path: Path, check_every: int | None = None) -> None:
+        """``check_every``: optimizer steps between the ranks' agreements (None: see the module docstring)."""
         self.ckpt_path = ckpt_path
+        self.check_every = check_every
+        self._every = check_every or 1
+        self._agreed_at: int | None = None
         self.signum: int | None = None
         """The first interrupting signal received, if any."""
         self.step: int | None = None
@@ -65,6 +74,8 @@ class GracefulInterrupt(Callback):
         return self.signum is not None
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._every = self.check_every or check_every_for(trainer.strategy.root_device,
+                                                          getattr(trainer, "log_every_n_steps", 50))
         # Lightning registers its SIGTERM handler after on_fit_start, just before the loops run.
         self._lightning_sigterm = signal.getsignal(signal.SIGTERM)
         for signum in INTERRUPT_SIGNALS:
@@ -85,6 +96,10 @@ class GracefulInterrupt(Callback):
         if self.step is not None:
             return
         if trainer.world_size > 1:
+            step = trainer.global_step
+            if self._every > 1 and (step % self._every or step == self._agreed_at):
+                return  # not an agreement step: every rank skips it alike
+            self._agreed_at = step
             # A signal may reach one rank only, or the ranks on either side of a step boundary: they agree
             # here, so every rank saves its part of the checkpoint at the same step (a sharded checkpoint
             # is written by all of them; a rank left behind would wait in the next collective forever).

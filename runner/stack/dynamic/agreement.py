@@ -1,19 +1,21 @@
-"""Every rank takes the same dynamic-shape decision under DDP.
+"""Every rank takes the same dynamic-shape decision under DDP and FSDP.
 
-torch's compiler collectives (``torch._dynamo.config.enable_compiler_collectives``) exchange the
-sizes each rank observed at the end of a trace; they need every rank to compile at the same time, so
-runner turns on guard collectives with them (``torch.compiler.set_enable_guard_collectives``: a guard
-miss on any rank is a miss on all, one small all-gather per compiled call). In torch 2.13 they crash on CPU process
-groups: a ``gloo`` group reports two device types (cuda and cpu), so the single-device-type assertion
-in ``OutputGraph.run_compiler_collective`` fails (and its message, joining ``torch.device`` objects,
-raises ``TypeError: sequence item 0: expected str instance, torch.device found``); a ``cpu:gloo``
-group passes it and then divides by ``torch.accelerator.device_count()`` == 0.
+runner agrees by itself, on every backend: ``ShapeAgreement`` all-gathers the shape of every batch
+tensor each training step over a gloo group of its own (host memory only: no device sync, never queued
+behind the gradient collectives); a dim becomes dynamic on every rank at the first step where any rank
+sees it at a size other than the first step's, and stays dynamic. The dim is marked
+(``maybe_mark_dynamic``) on every rank from that step on, and a mark fails the static graph's guards, so
+all ranks recompile together into the same dynamic graph: what torch's automatic dynamic does on one
+process, made global. One small host exchange per step, whatever is compiled.
 
-So on CPU (gloo) runner agrees by itself: ``ShapeAgreement`` all-gathers the shape of every batch
-tensor each step; a dim becomes dynamic on every rank at the first step where any rank sees it at a
-size other than the first step's, and stays dynamic. The dim is marked (``maybe_mark_dynamic``) on
-every rank from that step on, and a mark fails the static graph's guards, so all ranks recompile
-together into the same dynamic graph: what torch's automatic dynamic does on one process, made global.
+Not torch's compiler collectives (``torch._dynamo.config.enable_compiler_collectives``): they need every
+rank to compile at the same time, so they need guard collectives too (``set_enable_guard_collectives``:
+``all_gather_object`` of each guard result, i.e. two all-gathers and a host sync, at every entry into
+every compiled frame: per block per step under ``compile.scope=blocks``, and the optimizer step's frames
+too: on NCCL each one a device sync). In torch 2.13 they also crash on CPU process groups: a ``gloo``
+group reports two device types (cuda and cpu), so the single-device-type assertion in
+``OutputGraph.run_compiler_collective`` fails; a ``cpu:gloo`` group passes it and then divides by
+``torch.accelerator.device_count()`` == 0.
 """
 
 from __future__ import annotations
@@ -31,18 +33,13 @@ class Agreement(Enum):
     """How ranks agree on which dims are dynamic."""
 
     local = "local"  # one process, or a policy with no per-rank decision to make
-    torch = "torch"  # torch's compiler collectives (accelerator process groups)
-    runner = "runner"  # ShapeAgreement: all-gather of batch shapes each step (CPU / gloo)
+    runner = "runner"  # ShapeAgreement: all-gather of batch shapes each step (a gloo group of its own)
 
 
-def resolve_agreement(policy: ShapePolicy, world_size: int, backend: str | None, accelerators: int,
-                      enabled: bool = True) -> Agreement:
-    """Padded policies present the same shapes everywhere; the others need agreement under DDP.
-    torch's collectives need one accelerator device type in the process group: not gloo, not CPU."""
+def resolve_agreement(policy: ShapePolicy, world_size: int, enabled: bool = True) -> Agreement:
+    """Padded policies present the same shapes everywhere; the others need agreement under several ranks."""
     if not enabled or world_size <= 1 or policy in (ShapePolicy.static, ShapePolicy.bucket):
         return Agreement.local
-    if accelerators > 0 and backend is not None and "gloo" not in backend:
-        return Agreement.torch
     return Agreement.runner
 
 

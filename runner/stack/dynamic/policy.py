@@ -121,19 +121,13 @@ class ShapePolicyComponent(StackComponent):
 
     # -- once ----------------------------------------------------------------------------------
     def configure(self) -> None:
-        world, backend = process_group_info()
-        self.agreement = resolve_agreement(self.cfg.policy, world, backend, _accelerator_count(),
-                                           self.cfg.compiler_collectives)
-        torch_collectives = self.agreement is Agreement.torch
+        world, _ = process_group_info()
+        self.agreement = resolve_agreement(self.cfg.policy, world, self.cfg.compiler_collectives)
         settings = self.torch_settings
         settings.dynamo("recompile_limit", self.cfg.recompile_limit)
         settings.dynamo("specialize_float", self.cfg.specialize_float)
         # Padded policies want one static graph per length, never a dynamic one.
         settings.dynamo("automatic_dynamic_shapes", self.dynamic_arg is None)
-        settings.dynamo("enable_compiler_collectives", torch_collectives)
-        # Compiler collectives run only when every rank compiles at once; if one rank's guards fail and the
-        # others' do not, it waits alone (a hang). Guard collectives make a miss on any rank a miss on all.
-        settings.guard_collectives(torch_collectives)
         if self.agreement is Agreement.runner:
             import torch.distributed as dist
 
@@ -250,11 +244,6 @@ class ShapePolicyComponent(StackComponent):
 def _now_us() -> int:
     """Wall-clock microseconds: the clock of torch's compile records (``start_time_us``)."""
     return time.time_ns() // 1000
-
-
-def _accelerator_count() -> int:
-    acc = getattr(torch, "accelerator", None)
-    return int(acc.device_count()) if acc is not None else int(torch.cuda.device_count())
 
 
 def build_shape_policy(cfg: DynamicConfig) -> ShapePolicyComponent:

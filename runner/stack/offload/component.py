@@ -152,6 +152,10 @@ class CudaOffload(OffloadComponent):
 
         self.hooks = PinnedOffloadHooks(device, cfg.min_bytes)
 
+    def current_path(self) -> str:
+        # What happened, not what was configured: the hooks packed something, or nothing was offloaded.
+        return self.path if self.hooks.offloaded_bytes else "none"
+
     def apply(self, module: nn.Module) -> None:
         self.hooks.held = policy.held_storages(module.parameters())
         self.hooks.excluded.attach(module, policy.excluded_module_names(module, self.cfg.exclude))
