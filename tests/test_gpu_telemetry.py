@@ -61,3 +61,52 @@ def test_nonfinite_decision_agrees_across_ranks_over_nccl(tmp_path: Path) -> Non
     skip = _launch("skip", tmp_path / "skip", accelerator="cuda")
     assert all(r["steps"] == STEPS and r["skipped"] == [BAD_BATCH + 1] for r in skip.values())
     assert skip[0]["params"] == skip[1]["params"]
+
+
+def test_peak_memory_is_the_runs_not_the_saved_activation_measurements(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The strategy's setup measures offload on copies of the model (two steps per variant) before
+    training; the peak-memory count restarts at fit start, so a run that measures reports the same peak
+    as one that does not. The model is parameter-heavy and trains with SGD (no optimizer state): the
+    measurement's copy and its gradients (and, before, a float64 vector of them) would be the peak."""
+    from functools import partial
+
+    from runner.config.schema import CompileConfig, OffloadConfig, OffloadStrategy, Scope
+    from runner.models.gpt import GPT
+    from runner.strategy import CompileStrategy
+    from runner.training.module import TrainModule
+    from tests.helpers import tiny_data
+
+    def tiny_module() -> TrainModule:
+        torch.manual_seed(0)
+        return TrainModule(GPT(n_layer=2, n_embd=512, n_head=8, block_size=32),
+                           optimizer=partial(torch.optim.SGD, lr=1e-3))
+
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
+    peaks = {}
+    for measure in (True, False):
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+        callback = CompileTelemetry(TelemetryConfig(speedup_steps=0, peak_tflops=100.0))
+        strategy = CompileStrategy(compile=CompileConfig(scope=Scope.none), device="cuda:0", console=False,
+                                   offload=OffloadConfig(strategy=OffloadStrategy.bf16, measure=measure))
+        trainer = pl.Trainer(strategy=strategy, accelerator="cuda", devices=1, max_steps=4, logger=False,
+                             callbacks=[callback], enable_checkpointing=False, enable_model_summary=False,
+                             enable_progress_bar=False, limit_val_batches=1, num_sanity_val_steps=0)
+        trainer.fit(tiny_module(), tiny_data())
+        assert ("offload/saved_bytes" in strategy.figures()) is measure
+        peaks[measure] = callback.figures()["memory/peak_gib"]
+    assert peaks[True] == pytest.approx(peaks[False], rel=0.05), peaks
+
+
+def test_nonfinite_guard_reads_the_gpu_every_log_interval(tmp_path: Path) -> None:
+    """On CUDA the loss flag stays on the device and is read every log_every_n_steps steps."""
+    from runner.config.schema import OnNonFinite
+    from runner.reliability import NonFiniteGuard
+
+    guard = NonFiniteGuard(OnNonFinite.stop, tmp_path / "last.ckpt")
+    trainer = pl.Trainer(accelerator="gpu", devices=1, max_steps=20, log_every_n_steps=5, logger=False,
+                         callbacks=[guard], enable_checkpointing=False, enable_model_summary=False,
+                         enable_progress_bar=False)
+    trainer.fit(TinyModel())
+    assert guard.reads == 20 // 5
