@@ -151,3 +151,248 @@ def _no_force_eager_left() -> Iterator[None]:
 
     yield
     assert ti.current_stance() == "default"
+
+
+# -- 3. memory/peak_gib starts after the strategy's measurement ---------------------------------------
+def test_peak_memory_count_restarts_after_the_strategys_measurement(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reset at fit start, after the strategy's setup measured on copies of the model (on CUDA the
+    peak would otherwise hold the ``none`` variant's forward and backward); the CPU's peak resident set
+    cannot be reset, so here the call and its moment are what is checked."""
+    import lightning as L
+
+    import runner.telemetry.callback as callback
+    from runner.config.schema import TelemetryConfig
+    from runner.strategy import CompileStrategy
+    from tests.helpers import tiny_data, tiny_module
+
+    strategy = CompileStrategy(compile=CompileConfig(scope=Scope.none),
+                               offload=OffloadConfig(strategy=OffloadStrategy.bf16), device="cpu", console=False)
+    resets: list[tuple[torch.device, dict[str, Any]]] = []
+    monkeypatch.setattr(callback, "reset_memory_peak", lambda d: resets.append((d, dict(strategy.stack.measured))))
+    telemetry = callback.CompileTelemetry(TelemetryConfig(speedup_steps=0, peak_tflops=1.0))
+    trainer = L.Trainer(strategy=strategy, max_steps=2, logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False, limit_val_batches=1,
+                        num_sanity_val_steps=0, callbacks=[telemetry])
+    trainer.fit(tiny_module(), tiny_data())
+    assert len(resets) == 1
+    device, measured = resets[0]
+    assert device == torch.device("cpu") and measured.get("offload/saved_bytes", 0) > 0  # after the measurement
+
+
+# -- 4. replay steps count only after the warm-up ----------------------------------------------------
+def test_replay_steps_count_from_the_end_of_the_warm_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The compiled optimizer step replays during the eager warm-up too (it is not held back); those
+    optimizer-only replays are not replays of the training step."""
+    from runner import torch_internals as ti
+    from runner.stack.cudagraphs import CudaGraphs
+
+    monkeypatch.setattr(ti, "cudagraph_tree_state", lambda index: "EXECUTION")
+    component = CudaGraphs(GRAPHS, torch.device("cuda", 0))
+    for step in range(1, 9):
+        with component.step_context():
+            pass
+        component.on_step_end(step)
+    assert component.replay_steps == 8 - GRAPHS.warmup_steps
+
+
+# -- 5. validation batches begin a new CUDA-graph step ---------------------------------------------
+def _mark_count() -> int:
+    from torch._inductor import cudagraph_trees
+
+    return -cudagraph_trees.MarkStepBox.mark_step_counter  # torch counts the marks down from 0
+
+
+def test_eval_batches_of_a_cuda_graph_fit_mark_a_step() -> None:
+    from runner.config.schema import OptimizerPolicy
+
+    settings = CompileSettings(compile=CompileConfig(scope=Scope.blocks, optimizer=OptimizerPolicy.none),
+                               cudagraphs=GRAPHS)
+    module = gpt_module()
+    stack = CompileStack(settings, console=False)
+    stack.setup(module, Host(device=torch.device("cuda", 0)))  # nothing runs on the device in setup
+    try:
+        assert stack.eager_warmup  # the first training steps run eagerly
+        before = _mark_count()
+        with stack.eval_step_context():
+            pass
+        assert _mark_count() == before + 1
+    finally:
+        stack.teardown()
+    off = CompileStack(CompileSettings(compile=CompileConfig(scope=Scope.none)), console=False)
+    before = _mark_count()
+    with off.eval_step_context():
+        pass
+    assert _mark_count() == before and not off.eager_warmup
+
+
+def test_the_strategy_routes_every_eval_batch_of_a_fit_through_the_stack() -> None:
+    import lightning as L
+
+    from runner.strategy import CompileStrategy
+    from tests.helpers import tiny_data, tiny_module
+
+    strategy = CompileStrategy(compile=CompileConfig(scope=Scope.none), device="cpu", console=False)
+    entered: list[int] = []
+    own = strategy.stack.eval_step_context
+
+    def counted() -> contextlib.AbstractContextManager[Any]:
+        entered.append(1)
+        return own()
+
+    strategy.stack.eval_step_context = counted  # type: ignore[method-assign]
+    trainer = L.Trainer(strategy=strategy, max_steps=4, val_check_interval=2, limit_val_batches=3,
+                        num_sanity_val_steps=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False)
+    trainer.fit(tiny_module(), tiny_data())
+    assert len(entered) == 1 + 2 * 3  # the sanity batch and two validations of three batches
+
+
+# -- 8. which optimizer path runs on which step, and the report says so -------------------------------
+def test_cuda_graph_warm_up_does_not_hold_the_optimizer_step_eager() -> None:
+    """Lightning runs the optimizer step after the training step's context: during the warm-up the
+    stance there must be the default, so a compiled optimizer step compiles from the first step (Dynamo
+    then creates its state with capturable=True) instead of running torch's eager fallback."""
+    from runner import torch_internals as ti
+    from runner.stack.cudagraphs import CudaGraphs
+
+    component = CudaGraphs(GRAPHS, torch.device("cuda", 0))
+    assert component.warming_up
+    with component.step_context():
+        assert ti.current_stance() == "force_eager"  # the training step's forward and backward
+    with component.optimizer_step_context():
+        assert ti.current_stance() == "default"
+
+
+def test_report_counts_the_compiled_optimizers_eager_steps() -> None:
+    """The speedup meter's eager and FLOP-counting steps run the compiled optimizer step eagerly: the
+    report counts them beside the compiled ones."""
+    import lightning as L
+
+    from runner.config.schema import OptimizerPolicy, TelemetryConfig
+    from runner.strategy import CompileStrategy
+    from runner.telemetry import CompileTelemetry
+    from tests.helpers import tiny_data, tiny_module
+
+    strategy = CompileStrategy(compile=CompileConfig(scope=Scope.step, backend="eager",
+                                                     optimizer=OptimizerPolicy.compiled), device="cpu", console=False)
+    telemetry = CompileTelemetry(TelemetryConfig(speedup_steps=2, peak_tflops=1.0))
+    trainer = L.Trainer(strategy=strategy, max_steps=10, logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0,
+                        callbacks=[telemetry])
+    trainer.fit(tiny_module(), tiny_data())
+    modes = [p["mode"] for p in telemetry.figures()["perf/step_series"]]
+    forced = modes.count("eager") + modes.count("flops")
+    assert forced == 3  # two eager steps of the pairs and the FLOP-counting step
+    figures = strategy.figures()
+    assert figures["compile/optimizer"] == "compiled"
+    assert figures["compile/optimizer_eager_steps"] == forced
+    assert figures["compile/optimizer_compiled_steps"] == 10 - forced
+    assert "3 of its steps ran eagerly" in figures["compile/optimizer_reason"]
+
+
+def test_compiled_optimizer_with_a_gradient_scaler_is_refused_before_the_measurement() -> None:
+    from runner.config.schema import OptimizerPolicy
+
+    asked: list[int] = []
+
+    def sample() -> tuple[Any, str]:
+        asked.append(1)
+        return gpt_batch(), ""
+
+    settings = CompileSettings(compile=CompileConfig(scope=Scope.step, optimizer=OptimizerPolicy.compiled),
+                               offload=OffloadConfig(strategy=OffloadStrategy.bf16))
+    stack = CompileStack(settings, console=False)
+    with pytest.raises(ValueError, match=r"compile.optimizer=compiled with a gradient scaler.*compile.optimizer=auto"):
+        stack.setup(gpt_module(), Host(device=torch.device("cpu"), sample_batch=sample, scaler=True))
+    assert asked == []  # refused before the saved-activation measurement took its batch
+
+
+# -- 9. after a resume the compiled step's LR tensors are the installed ones, on the device -------------
+def test_resume_puts_the_installed_lr_tensors_back(tmp_path: Any) -> None:
+    import lightning as L
+    from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+
+    from runner.config.schema import OptimizerPolicy
+    from runner.strategy import CompileStrategy
+    from tests.helpers import tiny_data, tiny_module
+
+    seen: list[tuple[bool, torch.device, float, float]] = []
+
+    class AtTrainStart(Callback):
+        def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+            stack = trainer.strategy.stack  # type: ignore[attr-defined]
+            installed = stack.parts.optimizer_step.installed_lrs
+            lr = trainer.optimizers[0].param_groups[0]["lr"]
+            expected = trainer.lr_scheduler_configs[0].scheduler.get_last_lr()[0]
+            seen.append((lr is installed[0], lr.device, float(lr), float(expected)))
+
+    def fit(steps: int, ckpt: str | None) -> None:
+        strategy = CompileStrategy(compile=CompileConfig(scope=Scope.step, backend="eager",
+                                                         optimizer=OptimizerPolicy.compiled), device="cpu",
+                                   console=False)
+        trainer = L.Trainer(strategy=strategy, max_steps=steps, logger=False, enable_progress_bar=False,
+                            enable_model_summary=False, limit_val_batches=0, default_root_dir=tmp_path,
+                            callbacks=[AtTrainStart(), ModelCheckpoint(dirpath=tmp_path, save_last=True)])
+        trainer.fit(tiny_module(), tiny_data(), ckpt_path=ckpt)
+
+    fit(4, None)
+    fit(6, str(tmp_path / "last.ckpt"))
+    (fresh, _, _, _), (resumed, device, lr, expected) = seen
+    assert fresh and resumed and device == torch.device("cpu")
+    assert lr == pytest.approx(expected) and lr != pytest.approx(seen[0][2])  # restored: the LR at step 4
+
+
+# -- 10. the speedup meter under CUDA graphs ----------------------------------------------------------
+def test_meter_waits_for_the_cuda_graph_warm_up_before_it_counts_steady_steps() -> None:
+    """The eager warm-up steps compile nothing; counted as quiet compiled steps they ended the meter's
+    warm-up before anything compiled, and it concluded "nothing compiled" (no speedup, ever)."""
+    from runner.telemetry.speedup import SpeedupMeter
+
+    meter = SpeedupMeter(pairs=2, steady_steps=2, count_flops=False)
+    step = 0
+    for _ in range(3):  # CUDA-graph warm-up: eager, nothing compiles
+        meter.record(step, meter.next_mode(), 30.0, False, held=True)
+        step += 1
+    meter.record(step, meter.next_mode(), 900.0, True)  # compiles, and warms the graph tree up
+    meter.record(step + 1, meter.next_mode(), 80.0, True)  # records the CUDA graphs
+    step += 2
+    while not meter.done:
+        mode = meter.next_mode()
+        meter.record(step, mode, 30.0 if mode == "eager" else 10.0, False)
+        step += 1
+    figures = meter.figures(compile_time_s=1.0)
+    assert figures["perf/speedup_status"] == "measured" and figures["perf/speedup_x"] == 3.0
+
+
+# -- refusals for what cannot work, before anything runs ------------------------------------------------
+def test_cpu_offload_exclusion_inside_compiled_code_is_refused(tmp_path: Any) -> None:
+    from runner.config import compose, load
+    from runner.config.checks_stack import check_compiled_optimizer_scaler, check_cpu_offload_exclude
+
+    cfg = load(compose(["+recipe=smoke", "offload=cpu"], run_dir=str(tmp_path)))
+    assert check_cpu_offload_exclude(cfg) is None  # on a CPU offload=cpu acts as none
+    cfg.trainer.accelerator = "cuda"
+    message = check_cpu_offload_exclude(cfg)
+    assert message is not None and "offload.exclude=[]" in message and "compile.scope=blocks" in message
+    cfg.offload.exclude = []
+    assert check_cpu_offload_exclude(cfg) is None
+    cfg.trainer.precision = "16-mixed"
+    cfg.compile.optimizer = type(cfg.compile.optimizer)("compiled")
+    assert "trainer.precision=bf16-mixed" in (check_compiled_optimizer_scaler(cfg) or "")
+
+    def refused(scope: Scope, exclude: list[str], block_types: list[str] = ()) -> bool:  # type: ignore[assignment]
+        settings = CompileSettings(compile=CompileConfig(scope=scope, block_types=list(block_types)),
+                                   offload=OffloadConfig(strategy=OffloadStrategy.cpu, exclude=exclude))
+        stack = CompileStack(settings, console=False)
+        try:
+            stack.setup(gpt_module(), Host(device=torch.device("cuda", 0)))
+        except ValueError as e:
+            assert "offload=cpu with offload.exclude" in str(e)
+            return True
+        finally:
+            stack.teardown()
+        return False
+
+    assert refused(Scope.step, ["head"]) and refused(Scope.model, ["head"])
+    assert refused(Scope.blocks, ["blocks.1"])  # inside a compiled block
+    assert not refused(Scope.none, ["head"]) and not refused(Scope.blocks, ["head"])  # the head runs eagerly
