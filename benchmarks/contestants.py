@@ -33,7 +33,7 @@ from lightning.pytorch.loggers import CSVLogger
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 
-from runner.config.schema import CompileConfig, OptimizerPolicy, Scope
+from runner.config.schema import Background, CompileConfig, OptimizerPolicy, Scope
 from runner.models.gpt import GPT
 from runner.strategy import CompileStrategy
 from runner.training.module import TrainModule, lm_loss
@@ -221,8 +221,9 @@ def run_runner(c: Contestant, work: Workload, steps: int, pacer: Pacer) -> None:
     """runner: ``TrainModule`` (logs inside the step) under ``CompileStrategy``."""
     module = TrainModule(work.model(seed=0), optimizer=_adamw())
     c.model = module.model
+    # compile.background=disabled: the races time compiled steps and the first step's compile.
     cfg = CompileConfig(scope=c.extra["scope"], backend=c.extra["backend"], optimizer=OptimizerPolicy.auto,
-                        options=dict(c.extra.get("options", {})))
+                        options=dict(c.extra.get("options", {})), background=Background.disabled)
     callbacks = run_callbacks() if c.extra.get("telemetry") else []
     _fit(module, work, steps, pacer, strategy=CompileStrategy(compile=cfg, device="cpu"),
          precision=c.extra.get("precision", "32-true"), callbacks=callbacks)

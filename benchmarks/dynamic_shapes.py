@@ -38,7 +38,7 @@ def _worker(policy: str, order: str, steps: int) -> dict[str, Any]:
     import torch
     from lightning.pytorch.callbacks import Callback
 
-    from runner.config.schema import CompileConfig, DynamicConfig, OptimizerPolicy, Scope, ShapePolicy
+    from runner.config.schema import Background, CompileConfig, DynamicConfig, OptimizerPolicy, Scope, ShapePolicy
     from runner.data.text import TextDataModule
     from runner.models.gpt import GPT
     from runner.stack.dynamic import resolve_pad_to
@@ -61,8 +61,9 @@ def _worker(policy: str, order: str, steps: int) -> dict[str, Any]:
     module = TrainModule(GPT(block_size=SEQ_LEN), optimizer=partial(torch.optim.AdamW, lr=1e-3))
     data = TextDataModule(batching="documents", seq_len=SEQ_LEN, batch_size=BATCH, pad_to=resolve_pad_to(cfg, SEQ_LEN),
                           length_grouping=64 if order == "grouped" else 0)
-    strategy = CompileStrategy(compile=CompileConfig(scope=Scope.step, backend="inductor",
-                                                     optimizer=OptimizerPolicy.fused), dynamic=cfg, device="cpu")
+    compile_cfg = CompileConfig(scope=Scope.step, backend="inductor", optimizer=OptimizerPolicy.fused,
+                                background=Background.disabled)  # the table times compiled steps
+    strategy = CompileStrategy(compile=compile_cfg, dynamic=cfg, device="cpu")
     timer = StepTimer()
     trainer = L.Trainer(accelerator="cpu", strategy=strategy, max_steps=steps, logger=False, limit_val_batches=0,
                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,

@@ -91,7 +91,7 @@ def _contestant(name: str, runner: bool, backend: str, steps: int, threads: int,
     try:
         from torch._inductor import config as inductor_config
 
-        from runner import CompileConfig, CompileStrategy
+        from runner import Background, CompileConfig, CompileStrategy
         from runner.telemetry.collector import CompileCollector
         from tests.zoo.harness import fit
 
@@ -100,8 +100,9 @@ def _contestant(name: str, runner: bool, backend: str, steps: int, threads: int,
         if not runner:
             trace, figures = fit(idiom, None, max_epochs=epochs, callbacks=(pacer,)), {}
         else:
-            strategy = CompileStrategy() if backend == "inductor" else \
-                CompileStrategy(compile=CompileConfig(backend=backend), device="cpu")
+            # Compiled from the first step (compile.background=disabled): the table is about the compiled step.
+            strategy = CompileStrategy(compile=CompileConfig(background=Background.disabled)) if backend == "inductor" \
+                else CompileStrategy(compile=CompileConfig(backend=backend), device="cpu")
             # Random ops in the step: Inductor draws eager's numbers, or no value could be compared.
             random = inductor_config.patch(fallback_random=True) if idiom.dropout else contextlib.nullcontext()
             with CompileCollector() as collector, random:

@@ -9,7 +9,7 @@ import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback
 
-from runner.config.schema import CompileConfig, OptimizerPolicy, Scope
+from runner.config.schema import Background, CompileConfig, OptimizerPolicy, Scope
 from runner.data.resumable import make_resumable
 from runner.data.text import TextDataModule
 from runner.models.gpt import GPT
@@ -49,7 +49,10 @@ def fit_losses(scope: Scope = Scope.none, backend: str = "aot_eager", optimizer:
                steps: int = 20, **trainer_kwargs: Any) -> tuple[list[float], CompileStrategy, TrainModule]:
     """Train the tiny GPT for ``steps`` through CompileStrategy; return per-step losses."""
     module = tiny_module()
-    strategy = CompileStrategy(compile=CompileConfig(scope=scope, backend=backend, optimizer=optimizer), device="cpu")
+    # Compiled from the first step: these fits are about the compiled step (compile.background=auto would keep
+    # a short Inductor fit eager while a compile process runs beside it).
+    cfg = CompileConfig(scope=scope, backend=backend, optimizer=optimizer, background=Background.disabled)
+    strategy = CompileStrategy(compile=cfg, device="cpu")
     rec = LossRecorder()
     kwargs: dict[str, Any] = dict(max_steps=steps, logger=False, enable_checkpointing=False,
                                   enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0,

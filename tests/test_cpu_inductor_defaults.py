@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch import nn
 
-from runner.config.schema import CompileConfig, CudaGraphsConfig
+from runner.config.schema import Background, CompileConfig, CudaGraphsConfig
 from runner.stack.plan import CPU_INDUCTOR_OPTIONS, resolve_compile_kwargs
 
 CPU, CUDA = torch.device("cpu"), torch.device("cuda")
@@ -65,7 +65,7 @@ def test_strategy_stores_a_residual_gelu_stream_once_per_block() -> None:
     model = nn.Sequential(nn.Linear(8, 16), *(_Residual(16) for _ in range(depth)), nn.Linear(16, 2))
     module = TrainModule(model, optimizer=lambda params: torch.optim.AdamW(params, lr=1e-3))
     data = DataLoader(TensorDataset(torch.randn(16, 8), torch.randint(0, 2, (16,))), batch_size=8)
-    strategy = CompileStrategy(compile=CompileConfig(), device="cpu")
+    strategy = CompileStrategy(compile=CompileConfig(background=Background.disabled), device="cpu")  # compiles step 1
     trainer = L.Trainer(accelerator="cpu", devices=1, strategy=strategy, max_steps=1, limit_val_batches=0,
                         num_sanity_val_steps=0, enable_progress_bar=False, enable_model_summary=False,
                         enable_checkpointing=False, logger=False)

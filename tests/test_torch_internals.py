@@ -308,3 +308,18 @@ def test_structured_trace_writes_the_compile_and_detaches(tmp_path: Path) -> Non
     assert '"dynamo_start"' in text and "_break_fn" in text
     assert not [h for h in trace_log.handlers if getattr(h, "root_dir", None) == str(tmp_path)]
     assert (trace_log.level, trace_log.propagate) == before
+
+
+def test_inductor_loads_and_its_memory_caches_empty() -> None:
+    """``load_inductor`` imports the compiler torch loads at the first compile; ``clear_inductor_memory_caches``
+    empties the in-process kernel cache (a compile process measures a fresh process's warm compile with it)."""
+    import sys
+
+    from torch._inductor.codecache import PyCodeCache
+
+    ti.load_inductor()
+    assert "torch._inductor.compile_fx" in sys.modules
+    PyCodeCache.load("def runner_pin() -> int:\n    return 1\n")
+    assert PyCodeCache.modules
+    ti.clear_inductor_memory_caches()
+    assert not PyCodeCache.modules

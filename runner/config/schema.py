@@ -120,7 +120,7 @@ class CompileConfig:
     """Inductor/AOTAutograd on-disk cache directory; None keeps torch's default."""
     background: Background = Background.auto
     """Compile in a second process while the first steps train eagerly, then switch (docs/background-compile.md):
-    auto (Inductor on one process only; idle priority; switches only when it pays), shared, pinned, or disabled."""
+    auto (Inductor on the CPU, one process; idle priority; switches only when it pays), shared, pinned, disabled."""
 
 
 @dataclass

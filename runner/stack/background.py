@@ -13,11 +13,12 @@ settings); only the first steps ran eagerly, which changes a loss by float round
 compile process (an import error, a kill) is reported and the run compiles in itself instead, or stays
 eager under ``compile.on_error=eager``.
 
-``auto`` runs the process at idle priority (it takes only CPU time training leaves: on a busy 2-core
-machine little, on 16 cores a whole core or more) and switches only when it pays: the process also
-times eager against compiled steps and compiles once more from the warm cache, and the run switches
-only if the time the compiled step saves over the steps left exceeds that switch (:func:`switch_pays`).
-``shared``/``pinned`` run it at normal priority on every core / one core and switch as soon as it is ready.
+``auto`` (Inductor on the CPU, one process) runs the process at idle priority: it takes only the CPU
+time training leaves (on a busy 2-core machine little, on 16 cores a whole core or more). It switches
+only when it pays: the process also times eager against compiled steps and compiles once more from the
+warm cache, and the run switches only if the time the compiled step saves over the steps left exceeds
+that switch (:func:`switch_pays`). ``shared``/``pinned`` run it at normal priority on every core / one
+core and switch as soon as it is ready.
 """
 
 from __future__ import annotations
@@ -57,8 +58,8 @@ _PLACEMENT = {Background.auto: "idle", Background.shared: "shared", Background.p
 _SHOWN = {"idle": "at idle priority", "shared": "on every core", "pinned": "pinned to one core"}
 
 
-def resolve_background(policy: Background, plan: CompilePlan, world_size: int, pulls_batches: bool) -> tuple[
-        Background, str | None]:
+def resolve_background(policy: Background, plan: CompilePlan, world_size: int, pulls_batches: bool,
+                       device: torch.device) -> tuple[Background, str | None]:
     """The policy this fit runs and, when it compiles in the run although asked otherwise, why."""
     if policy is Background.disabled:
         return policy, None
@@ -71,6 +72,11 @@ def resolve_background(policy: Background, plan: CompilePlan, world_size: int, p
     backend = str(plan.kwargs.get("backend"))
     if policy is Background.auto and backend != "inductor":
         return Background.disabled, f"backend={backend} keeps no on-disk cache a compile process could fill"
+    if policy is Background.auto and device.type != "cpu":
+        # The process would hold a second model, its optimizer state and a batch's activations on the
+        # run's own device, memory the run may need later: only on request (shared, pinned).
+        return Background.disabled, (f"on {device.type} a compile process would need memory on the run's device; "
+                                     "compile.background=shared opts in")
     return policy, None
 
 
@@ -142,7 +148,7 @@ class BackgroundCompile(StackComponent):
         self.say(message)
 
     def apply(self, module: torch.nn.Module) -> None:
-        """Save the module as the fit received it (before any transform) and make the steps eager."""
+        """Save the module as the fit received it, before any transform."""
         assert isinstance(module, L.LightningModule)
         size = sum(t.numel() * t.element_size() for t in [*module.parameters(), *module.buffers()])
         if size > MAX_MODULE_BYTES:
@@ -160,7 +166,12 @@ class BackgroundCompile(StackComponent):
                        f"({type(e).__name__}: {e}); it compiles in the first step instead", logging.WARNING)
             return
         self.process, self._module, self.pending = process, module, True
-        self._prior = ti.force_eager_stance()
+
+    def configure(self) -> None:
+        """Dynamo's ``force_eager`` stance, once the setup is done: nothing compiles in the run until the
+        switch (validation included); ``teardown`` puts the prior stance back."""
+        if self.pending:
+            self._prior = ti.force_eager_stance()
 
     def prepare_batch(self, batch: Any) -> Any:
         """The first batch, as the step receives it, starts the compile process."""
@@ -229,6 +240,8 @@ class BackgroundCompile(StackComponent):
         self._switch(step)
 
     def _switch(self, step: int) -> None:
+        """From the next step on, compiled; ``step`` (steps done so far) is that step's index, counted from 0
+        as ``perf/step_series`` counts."""
         self.switch_step = step
         ti.restore_stance(self._prior)
         self._prior = None
@@ -279,7 +292,7 @@ def build_background(settings: CompileSettings, plan: CompilePlan, host: Host, p
     """The component ``compile.background`` asks for on this host (in the run where it cannot run beside)."""
     world = torch.distributed.get_world_size() if torch.distributed.is_available() and \
         torch.distributed.is_initialized() else 1
-    policy, why = resolve_background(settings.compile.background, plan, world, pulls_batches)
+    policy, why = resolve_background(settings.compile.background, plan, world, pulls_batches, host.device)
     if policy is Background.disabled:
         if why is not None and settings.compile.background is not Background.auto:
             log.warning("compile.background=%s: %s; it compiles in the first step instead",

@@ -4,7 +4,7 @@
 model: each transform one call, in order, readable top to bottom)::
 
     measure -> shape policy -> saved activations -> compile -> shard -> optimizers
-      -> optimizer-step policy -> CUDA graphs -> bind
+      -> optimizer-step policy -> CUDA graphs -> bind -> compile beside the run (``compile.background``)
 
 Lightning's side of the order (a sample batch, sharding, the optimizers) comes from the strategy as a
 :class:`Host`. What is compiled is decided once, up front, by ``runner.stack.plan.resolve_plan``. Each
@@ -87,8 +87,7 @@ class CompileStack:
 
     @property
     def eager_beside_compile(self) -> bool:
-        """True while the steps run eagerly because the compile runs beside the run (``compile.background``);
-        the telemetry's eager/compiled pairs start after the switch."""
+        """True while the steps run eagerly, the compile running beside the run (telemetry's pairs wait)."""
         return self.parts is not None and self.parts.background.pending
 
     @property
@@ -124,6 +123,7 @@ class CompileStack:
         parts.cudagraphs.bind_optimizers(optimizers)
         log.info("compile stack: %s", parts.describe())
         self._bind(module, optimizers, host)  # 8. route training_step through the stack
+        parts.background.configure()  # 9. compile beside the run: every step eager until it is ready
 
     def _bind(self, module: L.LightningModule, optimizers: list[Optimizer], host: Host) -> None:
         """Route every training_step call through the stack; per-step hooks only of components that
@@ -176,7 +176,7 @@ class CompileStack:
         """Once, loudly: a fit that trained with something to compile and compiled no frame."""
         if self.parts is None or not self.parts.plan.compiles or self._micro_batches == 0 or self.frames:
             return
-        if self.parts.background.pending or self.parts.background.kept_eager:
+        if self.parts.background.kept_eager:
             return  # eager by the compile beside the run, which said so
         fallbacks = self.parts.errors.fallbacks
         why = (f"every compiled frame fell back to eager ({fallbacks[0]['reason']})" if fallbacks else

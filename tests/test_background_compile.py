@@ -1,0 +1,254 @@
+"""``compile.background``: eager steps while a real compile process runs beside the fit, then the switch.
+
+Plumbing runs on Dynamo's ``eager`` backend (the compile process still starts, loads the module and
+fits it; only codegen is left out); one real Inductor case (``slow``) checks the cache hits and the
+parity with compiling first. Failures are real: a module the process cannot import, a killed process.
+Each test waits for the process at a fixed step, so the switch happens at a known step.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import signal
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import pytest
+import torch
+
+from runner import torch_internals as ti
+from runner.config import ConfigError, compose, load
+from runner.config.precheck import precheck
+from runner.config.schema import Background, CompileConfig, OnError, Scope
+from runner.stack.background import BackgroundCompile, resolve_background, switch_pays
+from runner.stack.plan import CompilePlan, Target
+from runner.strategy import CompileStrategy
+from runner.telemetry.speedup import SpeedupMeter
+from runner.training.module import TrainModule
+from tests.helpers import LossRecorder, tiny_data, tiny_module
+
+CPU = torch.device("cpu")
+
+
+# -- decisions, without a process --------------------------------------------------------------------
+def _plan(backend: str = "inductor", target: Target = Target.step) -> CompilePlan:
+    return CompilePlan(scope=Scope.step, target=target, kwargs={"backend": backend})
+
+
+@pytest.mark.parametrize(("policy", "plan", "world", "pulls", "device", "expected"), [
+    (Background.auto, _plan(), 1, False, CPU, Background.auto),
+    (Background.auto, _plan("eager"), 1, False, CPU, Background.disabled),  # nothing on disk to fill
+    (Background.shared, _plan("eager"), 1, False, CPU, Background.shared),  # asked for: plumbing runs anyway
+    (Background.auto, _plan(target=Target.nothing), 1, False, CPU, Background.disabled),
+    (Background.pinned, _plan(), 2, False, CPU, Background.disabled),  # ranks would switch apart
+    (Background.auto, _plan(), 1, True, CPU, Background.disabled),  # dataloader_iter: no batch to send
+    (Background.auto, _plan(), 1, False, torch.device("cuda", 0), Background.disabled),  # the GPU's memory
+    (Background.shared, _plan(), 1, False, torch.device("cuda", 0), Background.shared),
+    (Background.disabled, _plan(), 1, False, CPU, Background.disabled),
+])
+def test_where_a_compile_process_runs(policy: Background, plan: CompilePlan, world: int, pulls: bool,
+                                      device: torch.device, expected: Background) -> None:
+    resolved, why = resolve_background(policy, plan, world, pulls, device)
+    assert resolved is expected
+    assert (why is None) == (resolved is policy)
+
+
+def test_auto_switches_only_when_the_speedup_pays_over_the_steps_left() -> None:
+    measured = {"speedup_x": 1.02, "switch_s": 1.5}
+    pays, why = switch_pays(measured, eager_ms=180.0, steps_left=150)  # saves 0.5 s against up to 3 s
+    assert not pays and "150 steps left" in why and "0.5 s" in why
+    assert switch_pays({"speedup_x": 1.39, "switch_s": 1.5}, 34.0, 3000)[0]  # saves 28.6 s
+    assert not switch_pays({"speedup_x": 0.97, "switch_s": 0.1}, 34.0, 10**6)[0]
+    assert switch_pays({"speedup_x": 1.1, "switch_s": 9.0}, 34.0, None)[0]  # no known end: it pays eventually
+    assert switch_pays({}, 34.0, 10)[0]  # nothing measured (shared, pinned): switch
+
+
+@pytest.mark.parametrize(("overrides", "words"), [
+    (["compile=eager", "compile.background=pinned"], ["compile.scope=none", "compile=step"]),
+    (["compile.background=shared", "trainer.devices=2"], ["DDP or FSDP", "compile.background=disabled"]),
+])
+def test_config_refuses_a_compile_process_that_cannot_help(overrides: list[str], words: list[str]) -> None:
+    with pytest.raises(ConfigError) as err:
+        precheck(["+recipe=smoke", *overrides])
+    assert all(w in str(err.value) for w in words), str(err.value)
+
+
+def test_the_speedup_pairs_start_after_the_switch_and_break_even_counts_their_cost() -> None:
+    meter = SpeedupMeter(pairs=2, count_flops=False)
+    for step in range(5):  # eager beside the compile process: 30 ms instead of 20
+        meter.record(step, "background", 30.0, compiled_something=False)
+    assert meter.next_mode() == "warmup" and meter.status() == "the compile beside the run was not in use yet"
+    meter.record(5, "warmup", 900.0, compiled_something=True)  # the switch compiles
+    for step in (6, 7):
+        meter.record(step, meter.next_mode(), 10.0, compiled_something=False)
+    for step, mode in zip(range(8, 12), ("eager", "compiled", "compiled", "eager"), strict=True):
+        assert meter.next_mode() == mode
+        meter.record(step, mode, 20.0 if mode == "eager" else 10.0, compiled_something=False)
+    figures = meter.figures(compile_time_s=1.0)
+    assert figures["perf/speedup_steps"] == "8-11"
+    assert figures["perf/beside_cost_s"] == pytest.approx(5 * (30.0 - 20.0) / 1e3)
+    # (1 s compiling + 0.05 s beside) / 10 ms saved per step
+    assert figures["perf/break_even_step"] == math.ceil(1.05 / 0.010)
+
+
+# -- real fits with a compile process --------------------------------------------------------------------
+class WaitForTheProcess(L.Callback):
+    """After ``at`` steps, optionally kill the compile process, then wait until it has exited: the run
+    sees it at the end of the next step and switches (or falls back) from the one after, step ``at + 1``
+    counted from 0 as in ``perf/step_series``."""
+
+    def __init__(self, at: int = 2, kill: bool = False) -> None:
+        self.at, self.kill = at, kill
+        self.pid: int | None = None
+
+    def on_train_batch_end(self, trainer: L.Trainer, *args: Any) -> None:
+        background = trainer.strategy.stack.parts.background  # type: ignore[attr-defined]
+        if trainer.global_step != self.at or not isinstance(background, BackgroundCompile):
+            return
+        assert background.process is not None and background.process.pid is not None
+        self.pid = background.process.pid
+        if self.kill:
+            os.kill(self.pid, signal.SIGKILL)
+        assert background.process.wait(timeout=300) is not None, "the compile process did not finish"
+
+
+class GraphsPerStep(LossRecorder):
+    """Each step's loss and the Dynamo graphs compiled during it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.graphs: list[int] = []
+        self._before = 0
+
+    def on_train_batch_start(self, *args: Any) -> None:
+        self._before = ti.graphs_compiled()
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
+        super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
+        self.graphs.append(ti.graphs_compiled() - self._before)
+
+
+def _fit(module: L.LightningModule, steps: int, *callbacks: L.Callback, backend: str = "eager",
+         background: Background = Background.shared, **compile_kwargs: Any) -> tuple[GraphsPerStep, CompileStrategy]:
+    cfg = CompileConfig(scope=Scope.step, backend=backend, background=background, **compile_kwargs)
+    strategy = CompileStrategy(compile=cfg, device="cpu", console=False)
+    record = GraphsPerStep()
+    trainer = L.Trainer(strategy=strategy, max_steps=steps, logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0,
+                        callbacks=[*callbacks, record])  # the recorder after the wait: it sees the switch
+    trainer.fit(module, tiny_data())
+    return record, strategy
+
+
+def _assert_gone(pid: int | None) -> None:
+    assert pid is not None
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
+def test_eager_steps_then_the_compiled_step_with_the_losses_of_compiling_first() -> None:
+    wait = WaitForTheProcess(at=2)
+    beside_module, first_module = tiny_module(), tiny_module()
+    beside, strategy = _fit(beside_module, 8, wait)
+    first, _ = _fit(first_module, 8, background=Background.disabled)
+    figures = strategy.figures()
+    assert figures["compile/background_outcome"] == "switched at step 3"
+    assert figures["compile/eager_steps_beside"] == 3 and figures["compile/switch_step"] == 3
+    # Steps 0-2 eager (nothing traced), step 3 compiles the step once, then no recompile at all.
+    assert beside.graphs == [0, 0, 0, 1, 0, 0, 0, 0], beside.graphs
+    assert first.graphs[0] == 1 and sum(first.graphs) == 1
+    assert figures["compile/frames"] == 1 and figures["dynamic/recompiles"] == 0
+    # Dynamo's eager backend runs the same kernels: the same numbers as compiling first, to the bit.
+    assert beside.losses == first.losses
+    a, b = beside_module.state_dict(), first_module.state_dict()
+    assert list(a) == list(b) and all(torch.equal(a[k], b[k]) for k in a)
+    assert ti.current_stance() == "default"
+    _assert_gone(wait.pid)
+
+
+def test_a_compile_process_that_cannot_import_the_module_falls_back_to_compiling_in_the_run(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # A module class that lives in a module only this process has: the compile process cannot import it.
+    phantom = types.ModuleType("runner_test_phantom")
+    phantom.Phantom = type("Phantom", (TrainModule,), {"__module__": "runner_test_phantom"})  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "runner_test_phantom", phantom)
+    base = tiny_module()
+    module = phantom.Phantom(base.model, optimizer=base.optimizer_factory, scheduler=base.scheduler_factory)
+    record, strategy = _fit(module, 5, WaitForTheProcess(at=1))
+    outcome = strategy.figures()["compile/background_outcome"]
+    assert outcome.startswith("failed (") and "runner_test_phantom" in outcome, outcome
+    assert outcome.endswith("compiled in the run at step 2"), outcome
+    assert record.graphs == [0, 0, 1, 0, 0]
+
+
+def test_a_killed_compile_process_falls_back_and_on_error_eager_stays_eager() -> None:
+    said: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: said.append(record.getMessage())  # type: ignore[method-assign]
+    stack_log = logging.getLogger("runner.stack.compile_stack")
+    stack_log.addHandler(handler)
+    wait = WaitForTheProcess(at=1, kill=True)
+    try:
+        record, strategy = _fit(tiny_module(), 4, wait, on_error=OnError["eager"])
+    finally:
+        stack_log.removeHandler(handler)
+    figures = strategy.figures()
+    assert figures["compile/background_outcome"] == "failed (killed by SIGKILL); stayed eager"
+    assert record.graphs == [0, 0, 0, 0] and figures["compile/frames"] == 0
+    assert not any("compiled nothing" in m for m in said), said  # the compile process's failure said why, once
+    _assert_gone(wait.pid)
+    record, strategy = _fit(tiny_module(), 4, WaitForTheProcess(at=1, kill=True))
+    outcome = strategy.figures()["compile/background_outcome"]
+    assert outcome == "failed (killed by SIGKILL); compiled in the run at step 2", outcome
+    assert record.graphs == [0, 0, 1, 0]
+
+
+def test_a_run_that_ends_first_stops_the_process_and_puts_the_stance_back() -> None:
+    record, strategy = _fit(tiny_module(), 3)
+    background = strategy.stack.parts.background  # type: ignore[union-attr]
+    assert isinstance(background, BackgroundCompile) and background.process is not None
+    assert strategy.figures()["compile/background_outcome"] == "not ready when training ended"
+    assert record.graphs == [0, 0, 0] and ti.current_stance() == "default"
+    assert background.process.proc is not None and background.process.proc.poll() is not None  # stopped
+    assert not background.process.dir.exists()
+
+
+def test_python_m_runner_reports_the_switch_and_pairs_after_it(tmp_path: Path) -> None:
+    from runner.run import run
+
+    cfg = load(compose(["+recipe=smoke", "compile.background=shared", "trainer.max_steps=14",
+                        "telemetry.speedup_steps=2", "trainer.val_check_interval=14"], run_dir=str(tmp_path)))
+    figures = run(cfg, extra_callbacks=[WaitForTheProcess(at=2)]).figures
+    assert figures["compile/background_outcome"] == "switched at step 3"
+    series = figures["perf/step_series"]
+    assert [p["mode"] for p in series[:3]] == ["background"] * 3
+    assert series[3]["mode"] == "compile" and all(p["mode"] != "background" for p in series[3:])
+    first_pair = int(str(figures["perf/speedup_steps"]).split("-")[0])
+    assert first_pair > 3 and "perf/beside_cost_s" in figures
+    report = (tmp_path / "report.md").read_text()
+    assert "| compile.background | shared |" in report and "| outcome | switched at step 3 |" in report
+
+
+@pytest.mark.slow
+def test_inductor_beside_the_run_loads_the_cache_and_matches_compiling_first(tmp_path: Path,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "cache"))  # cold for both fits
+    beside_module, first_module = tiny_module(), tiny_module()
+    beside, strategy = _fit(beside_module, 10, WaitForTheProcess(at=2), backend="inductor")
+    hits = ti.counter(ti.counters_snapshot(), "fx_cache_hit")
+    misses = ti.counter(ti.counters_snapshot(), "fx_cache_miss")
+    assert strategy.figures()["compile/background_outcome"] == "switched at step 3"
+    assert hits >= 1 and misses == 0, (hits, misses)  # the run loaded what the compile process compiled
+    assert beside.graphs == [0, 0, 0, 1] + [0] * 6
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "cache_first"))
+    first, _ = _fit(first_module, 10, backend="inductor", background=Background.disabled)
+    # Two eager steps, then the same compiled step: float rounding apart (measured up to ~1e-6 here).
+    assert beside.losses == pytest.approx(first.losses, rel=1e-4)
+    a, b = beside_module.state_dict(), first_module.state_dict()
+    assert list(a) == list(b) and all(torch.allclose(a[k], b[k], rtol=1e-3, atol=1e-5) for k in a)
