@@ -6,7 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 RECIPE ?= quickstart
 
-.PHONY: setup run test lint bench
+.PHONY: setup run test lint bench test-versions constraints
 
 setup: $(VENV)/.installed
 
@@ -31,3 +31,12 @@ test: lint
 
 bench: setup
 	$(PY) benchmarks/compare.py
+
+# The oldest and the newest supported torch from PyPI, each in its own venv under .venvs/ (kept for the
+# next run), with a fast subset and the smoke recipe (docs/install.md). CI runs it after `make test`.
+test-versions:
+	.ci/versions.sh
+
+# constraints.txt from .venv: exactly what runner[dev,tune,trace] installs, nothing installed by hand.
+constraints: setup
+	$(PY) .ci/constraints.py > constraints.txt

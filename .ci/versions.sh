@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# runner on the oldest and the newest torch it supports (pyproject.toml: torch>=2.11,<2.16).
+#
+# Each torch comes from PyPI (the CUDA builds; they run on the CPU) into a venv of its own, then runner
+# and its other pins (constraints.txt without its torch line) go in beside it: that install must leave
+# torch as it found it. On each: the torch-internals pins, real Inductor fits through the strategy and
+# an idiom, and the smoke recipe from the command line. Every job prints its wall time.
+#
+# The venvs live in .venvs/ inside the checkout: a local checkout reuses them (torch is installed once
+# per version, runner's pins again only when pyproject.toml or constraints.txt change); CI's fresh clone
+# starts clean. The installs (network-bound downloads) run side by side, the tests one after the other.
+# Usage: .ci/versions.sh [TORCH_VERSION...]   (default: the oldest and the newest supported)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export WANDB_MODE=offline
+VERSIONS=("$@")
+[ ${#VERSIONS[@]} -gt 0 ] || VERSIONS=(2.11.0 2.15.0)
+VENVS=${RUNNER_VERSION_VENVS:-.venvs}
+# A few real Inductor cases (the rest of these files runs on the pinned torch in `make test`): the default
+# scope and per-block compiles through the strategy with the fused optimizer, and a LightningModule with
+# torchmetrics through CompileStrategy() as users write it, each compared with eager Lightning.
+SUBSET=(
+  tests/test_torch_internals.py
+  "tests/test_strategy.py::test_inductor_scopes_with_fused_optimizer_match_eager[Scope.step]"
+  "tests/test_strategy.py::test_inductor_scopes_with_fused_optimizer_match_eager[Scope.blocks]"
+  "tests/test_idioms.py::test_idiom_through_default_compile_strategy_with_inductor[metrics_template]"
+)
+
+clock() { date +%s; }
+took() { echo "$(( $(clock) - $1 )) s"; }
+torch_of() { "$1/bin/python" -c 'import torch; print(torch.__version__.split("+")[0])' 2>/dev/null || true; }
+
+install() {  # install VERSION VENV: torch==VERSION, then runner[dev] with the other pins, torch untouched
+  local version=$1 venv=$2 stamp now
+  stamp=$(cat pyproject.toml constraints.txt | sha256sum | cut -c1-16)
+  if [ "$(torch_of "$venv")" != "$version" ]; then
+    rm -rf "$venv"
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install --quiet --no-compile "torch==$version"
+  fi
+  if [ "$(cat "$venv/.runner-stamp" 2>/dev/null)" != "$stamp" ]; then
+    grep -v '^torch==' constraints.txt > "$venv/constraints-without-torch.txt"
+    "$venv/bin/pip" install --quiet -c "$venv/constraints-without-torch.txt" -e '.[dev]'
+    echo "$stamp" > "$venv/.runner-stamp"
+  fi
+  now=$(torch_of "$venv")
+  if [ "$now" != "$version" ]; then
+    echo "installing runner replaced torch $version with '$now': pyproject.toml's torch range excludes $version" >&2
+    return 1
+  fi
+}
+
+total=$(clock)
+mkdir -p "$VENVS"
+pids=()
+for version in "${VERSIONS[@]}"; do
+  ( t=$(clock); install "$version" "$VENVS/torch-$version"; echo "torch $version: install $(took "$t")" ) \
+    > "$VENVS/install-$version.log" 2>&1 &
+  pids+=($!)
+done
+for i in "${!VERSIONS[@]}"; do
+  if ! wait "${pids[$i]}"; then
+    tail -30 "$VENVS/install-${VERSIONS[$i]}.log"; echo "torch ${VERSIONS[$i]}: install failed" >&2; exit 1
+  fi
+  grep -v '^WARNING: Location' "$VENVS/install-${VERSIONS[$i]}.log" || true
+done
+echo "installs: $(took "$total")"
+
+for version in "${VERSIONS[@]}"; do
+  venv=$VENVS/torch-$version
+  t=$(clock)
+  "$venv/bin/python" -m pytest -q -p no:cacheprovider "${SUBSET[@]}"
+  echo "torch $version: tests $(took "$t")"
+  t=$(clock); out=$(mktemp -d)
+  if ! "$venv/bin/python" -m runner +recipe=smoke "hydra.run.dir=$out/run" > "$out/console.log" 2>&1; then
+    tail -40 "$out/console.log"; echo "torch $version: smoke run failed" >&2; exit 1
+  fi
+  test -s "$out/run/report.md" || { echo "torch $version: the smoke run wrote no report.md" >&2; exit 1; }
+  rm -rf "$out"
+  echo "torch $version: smoke run $(took "$t")"
+done
+echo "torch ${VERSIONS[*]}: $(took "$total") in all"
