@@ -252,3 +252,18 @@ def test_inductor_beside_the_run_loads_the_cache_and_matches_compiling_first(tmp
     assert beside.losses == pytest.approx(first.losses, rel=1e-4)
     a, b = beside_module.state_dict(), first_module.state_dict()
     assert list(a) == list(b) and all(torch.allclose(a[k], b[k], rtol=1e-3, atol=1e-5) for k in a)
+
+
+def test_the_benchmark_summarises_rounds_against_the_same_rounds_eager_run() -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    try:
+        from background_compile import summarize, table
+    finally:
+        sys.path.pop(0)
+    rounds = [{"eager": {"wall_s": 100.0, "first_step_s": 10.0}, "auto": {"wall_s": 99.0, "first_step_s": 10.5,
+                                                                          "compile/background_outcome": "x"}},
+              {"eager": {"wall_s": 120.0, "first_step_s": 12.0}, "auto": {"wall_s": 126.0, "first_step_s": 12.0}}]
+    auto = summarize(rounds, ["eager", "auto"])[1]
+    assert auto["wall_vs_eager"] == pytest.approx((0.99 + 1.05) / 2) and auto["first_vs_eager"] == pytest.approx(1.025)
+    assert auto["outcomes"] == ["x", "compiled in the first step"]
+    assert "| runner's default (auto: beside, idle priority) | 112 | 1.02x |" in table([auto])
