@@ -77,7 +77,7 @@ def test_recompile_limit_hit_names_the_failing_guard() -> None:
     assert msg is not None
     assert "recompile limit recompile_limit=2 hit by 'g'" in msg
     assert "`n == 1`" in msg  # the guard that kept failing
-    assert "dynamic.recompile_limit" in msg and "compile.on_error=eager" in msg
+    assert "dynamic.recompile_limit" in msg and "leave compile.on_error at auto" in msg  # demote and go on
 
 
 def test_recompile_limit_under_eager_is_logged_with_the_guard(caplog: pytest.LogCaptureFixture) -> None:
