@@ -9,7 +9,8 @@ An optimizer whose ``step`` requires its closure (``LBFGS`` calls it many times)
 that way: it stays eager, and the report says so.
 
 What ran on every step: a compiled step that runs under Dynamo's ``force_eager`` stance (the speedup
-meter's eager and FLOP-counting steps) runs the optimizer eagerly; ``compile/optimizer_compiled_steps``
+meter's eager and FLOP-counting steps, the steps before a ``compile.background`` switch) runs the
+optimizer eagerly; ``compile/optimizer_compiled_steps``
 and ``compile/optimizer_eager_steps`` count both, and ``compile/optimizer`` names the policy of the
 compiled ones (``none`` when no step ran compiled).
 
@@ -155,8 +156,9 @@ class OptimizerStep:
             out["compile/optimizer_compiled_steps"] = self.compiled_steps
             out["compile/optimizer_eager_steps"] = self.eager_steps
             if self.eager_steps:
-                out["compile/optimizer_reason"] = (f"{reason}; {self.eager_steps} of its steps ran eagerly "
-                                                   "(forced-eager steps: the speedup meter's eager and FLOP steps)")
+                out["compile/optimizer_reason"] = (f"{reason}; {self.eager_steps} of its steps ran eagerly (forced "
+                                                   "eager: the speedup meter's eager and FLOP steps, and steps "
+                                                   "before a compile.background switch)")
             if not self.compiled_steps:
                 out["compile/optimizer"] = OptimizerPolicy.none.value
         if self.demoted_at is not None:
