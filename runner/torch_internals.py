@@ -752,3 +752,17 @@ def clear_inductor_memory_caches() -> None:
     from torch._inductor.utils import clear_caches
 
     clear_caches()
+
+
+# -- the CPU instruction set in compile caches ---------------------------------------------------------
+def cpu_capability() -> str:
+    """The instruction set ATen's CPU kernels use here (``AVX512``, ``AVX2``...; ``ATEN_CPU_CAPABILITY``
+    overrides it)."""
+    return str(torch.backends.cpu.get_cpu_capability())
+
+
+def machine_cache_dir(directory: str) -> str:
+    """``directory`` keyed by the CPU instruction set. Inductor's on-disk cache key does not cover it: a
+    cache filled with AVX-512 code and read with the AVX2 path gave NaN losses from the first step (torch
+    2.13, measured 2026-11-24), which a cache directory shared between machines would hit."""
+    return os.path.join(directory, f"cpu-{cpu_capability().lower()}")

@@ -24,6 +24,7 @@ import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback
 
+from runner import torch_internals as ti
 from runner.config.paths import ARTIFACTS_DIR, ARTIFACTS_FILE, artifacts_path, resolve_artifacts_path
 from runner.reliability.checkpoint_io import atomic_write_bytes
 
@@ -52,7 +53,7 @@ def save_artifacts(path: Path) -> dict[str, int] | None:
     path.parent.mkdir(parents=True, exist_ok=True)
     # Through the same atomic writer as checkpoints: a kill never leaves half a file.
     atomic_write_bytes(data, path)
-    summary = {"torch": str(torch.__version__), "bytes": len(data), **counts}
+    summary = {"torch": str(torch.__version__), "cpu": ti.cpu_capability(), "bytes": len(data), **counts}
     atomic_write_bytes(json.dumps(summary, indent=2).encode(), path.with_suffix(".json"))
     return counts
 
@@ -60,7 +61,13 @@ def save_artifacts(path: Path) -> dict[str, int] | None:
 def load_artifacts(path: Path) -> dict[str, int]:
     """Load artifacts saved by :func:`save_artifacts` into this process's on-disk caches."""
     info_path = path.with_suffix(".json")
-    saved_by = json.loads(info_path.read_text()).get("torch") if info_path.exists() else None
+    summary = json.loads(info_path.read_text()) if info_path.exists() else {}
+    saved_by = summary.get("torch")
+    if summary.get("cpu", ti.cpu_capability()) != ti.cpu_capability():
+        # torch's cache key does not cover the instruction set: such entries computed NaN (ti.machine_cache_dir).
+        log.warning("compile cache: %s was saved with %s CPU kernels, this machine uses %s: not loaded",
+                    path, summary["cpu"], ti.cpu_capability())
+        return {}
     if saved_by != str(torch.__version__):
         log.warning("compile cache: %s was saved by torch %s, this is %s; entries will likely miss",
                     path, saved_by, torch.__version__)

@@ -81,8 +81,8 @@ class Parts:
         """The process-wide settings the compile config owns (restored by ``teardown``), and the
         listeners that start before anything compiles."""
         c, t = self.settings.compile, self._torch
-        if c.cache_dir:
-            t.env(_CACHE_DIR_ENV, str(c.cache_dir))
+        if c.cache_dir:  # per instruction set: torch's cache key does not cover it (ti.machine_cache_dir)
+            t.env(_CACHE_DIR_ENV, ti.machine_cache_dir(str(c.cache_dir)))
         # on_error=eager: a frame that fails to compile runs eagerly (counted by telemetry).
         t.dynamo("suppress_errors", c.on_error is OnError["eager"])
         # loss.backward() traced into the step's graph for step_backward, and only then.
