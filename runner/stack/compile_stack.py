@@ -169,23 +169,11 @@ class CompileStack:
             self.parts.teardown()
         compiled = ti.codes_compiled_since(self._snapshot)
         self.frames = len(compiled)
-        self._say_if_nothing_compiled()
+        if self.parts is not None and (message := self.parts.nothing_compiled(self.frames, self._micro_batches)):
+            log.warning(message)  # once, loudly: a fit that trained with something to compile compiled nothing
+            if self.parts.console is not None:
+                self.parts.console.say(message)
         ti.forget_codes(compiled)
-
-    def _say_if_nothing_compiled(self) -> None:
-        """Once, loudly: a fit that trained with something to compile and compiled no frame."""
-        if self.parts is None or not self.parts.plan.compiles or self._micro_batches == 0 or self.frames:
-            return
-        if self.parts.background.kept_eager:
-            return  # eager by the compile beside the run, which said so
-        fallbacks = self.parts.errors.fallbacks
-        why = (f"every compiled frame fell back to eager ({fallbacks[0]['reason']})" if fallbacks else
-               "Dynamo captured no frame of what was compiled (it skipped them, e.g. torch's skip rules)")
-        message = (f"runner compiled nothing in this fit (compile.scope={self.parts.plan.scope.value}, "
-                   f"{self._micro_batches} training steps): {why}. The steps ran eagerly; compile/frames is 0.")
-        log.warning(message)
-        if self.parts.console is not None:
-            self.parts.console.say(message)
 
     # -- per step ------------------------------------------------------------------------------
     def training_step(self, *args: Any, **kwargs: Any) -> Any:

@@ -114,6 +114,17 @@ class Parts:
             text += "; demoted: " + ", ".join(f"{d['frame']} -> {d['to']} at step {d['step']}" for d in demoted)
         return text
 
+    def nothing_compiled(self, frames: int, steps: int) -> str | None:
+        """Why a fit that trained with something to compile compiled no frame (None: it compiled, or it
+        was eager by design: nothing to compile, no step trained, or kept eager by the compile beside it)."""
+        if frames or not steps or not self.plan.compiles or self.background.kept_eager:
+            return None
+        fallbacks = self.errors.fallbacks
+        why = (f"every compiled frame fell back to eager ({fallbacks[0]['reason']})" if fallbacks else
+               "Dynamo captured no frame of what was compiled (it skipped them, e.g. torch's skip rules)")
+        return (f"runner compiled nothing in this fit (compile.scope={self.plan.scope.value}, {steps} training "
+                f"steps): {why}. The steps ran eagerly; compile/frames is 0.")
+
     def figures(self) -> dict[str, Any]:
         out: dict[str, Any] = {"compile/mode": self.plan.kwargs.get("mode"),
                                "compile/options": dict(self.plan.kwargs.get("options", {})),
