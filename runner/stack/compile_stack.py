@@ -288,6 +288,7 @@ class CompileStack:
             "compile/modules_compiled": self.compiled.total,
             "compile/compiled_autograd": c.compiled_autograd,
             "compile/demoted": list(self.demoted),
+            "compile/demotions": len(self.demoted),
         }
         if self.frames is not None:
             out["compile/frames"] = self.frames

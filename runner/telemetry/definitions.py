@@ -65,6 +65,12 @@ SECTIONS: tuple[tuple[str, tuple[Figure, ...]], ...] = (
         Figure("compile/cache_misses", "compile-cache misses", "graphs looked up in those caches and compiled anew"),
         Figure("compile/cudagraph_skips", "CUDA-graph skips", "graphs Inductor did not run as CUDA graphs"),
         Figure("compile/fallbacks", "eager fallbacks", "functions that failed to compile and ran eagerly"),
+        Figure("compile/demotions", "demoted frames",
+               "frames that recompiled twice on one guard and were demoted (compile/demoted: which, to what)"),
+        Figure("compile/optimizer_compiled_steps", "optimizer steps compiled",
+               "optimizer steps that ran the compiled step"),
+        Figure("compile/optimizer_eager_steps", "optimizer steps eager",
+               "optimizer steps that ran eagerly (forced-eager steps: warm-up, the speedup pairs' eager side)"),
     )),
     ("compile beside the run", (
         Figure("compile/background", "compile.background",
