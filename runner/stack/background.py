@@ -158,12 +158,19 @@ class BackgroundCompile(StackComponent):
             return
         process = CompileProcess(self.placement)
         try:
-            process.save_module(module)
+            in_main = process.save_module(module)
         except Exception as e:  # a module pickle cannot carry (a lambda, a class defined in a function)
             process.stop()
             self.outcome = f"compiled in the run: the module cannot be copied ({type(e).__name__})"
             self._tell(f"compile.background={self.policy.value}: the module cannot be sent to a compile process "
                        f"({type(e).__name__}: {e}); it compiles in the first step instead", logging.WARNING)
+            return
+        if in_main:
+            process.stop()
+            self.outcome = f"compiled in the run: {', '.join(in_main)} defined in __main__"
+            self._tell(f"compile.background={self.policy.value}: {', '.join(in_main)} is defined in the script run "
+                       "as __main__, which a compile process cannot import; it compiles in the first step instead "
+                       "(defined in a module of its own, it compiles beside the run)")
             return
         self.process, self._module, self.pending = process, module, True
 

@@ -18,12 +18,14 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import pickle
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import time
+import types
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -61,9 +63,25 @@ class CompileProcess:
         self.started: float | None = None
         self.result: ProcessResult | None = None
 
-    def save_module(self, module: nn.Module) -> None:
-        """Write the module (its class by reference, its tensors by value) for the process to load."""
-        torch.save(module, self.dir / "module.pt")
+    def save_module(self, module: nn.Module) -> list[str]:
+        """Write the module (its classes and functions by reference, its tensors by value) for the process
+        to load; the names it refers to in ``__main__`` (a script's own classes), which the process cannot
+        import (nothing is written then)."""
+        in_main: list[str] = []
+
+        class Pickler(pickle.Pickler):
+            def reducer_override(self, obj: Any) -> Any:
+                if isinstance(obj, (type, types.FunctionType)) and getattr(obj, "__module__", None) == "__main__":
+                    in_main.append(obj.__qualname__)
+                return NotImplemented
+
+        checking = types.ModuleType("pickle")
+        checking.Pickler = Pickler  # type: ignore[attr-defined]
+        path = self.dir / "module.pt"
+        torch.save(module, path, pickle_module=checking)
+        if in_main:
+            path.unlink()
+        return sorted(set(in_main))
 
     def start(self, batch: Any, payload: dict[str, Any]) -> None:
         """Write the batch and ``payload`` beside the module and start the process."""

@@ -67,7 +67,7 @@ def measure_on_run_path(module: L.LightningModule, batch: Any, device: torch.dev
 
     s = settings
     plan = measurement_plan(settings, device)
-    batch = torch.utils._pytree.tree_map(lambda t: t.to(device) if isinstance(t, torch.Tensor) else t, batch)
+    batch = ti.tree_map(lambda t: t.to(device) if isinstance(t, torch.Tensor) else t, batch)
 
     def build_step(m: torch.nn.Module) -> Callable[[Any], torch.Tensor]:
         lm: Any = m

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from torch.optim import Optimizer
 
+from runner import torch_internals as ti
 from runner.config.checks_stack import compiled_optimizer_scaler_error
 from runner.config.schema import CompileConfig, CudaGraphMode, CudaGraphsConfig, OptimizerPolicy, Scope
 
@@ -139,9 +140,7 @@ def supports_fused(optimizer: Optimizer, device: torch.device) -> bool:
     """Whether the optimizer class takes ``fused=True`` and has a fused kernel for the device."""
     if "fused" not in inspect.signature(type(optimizer).__init__).parameters:
         return False
-    from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
-
-    return device.type in _get_fused_kernels_supported_devices()
+    return device.type in ti.fused_kernel_devices()
 
 
 def holds_dtensors(optimizer: Optimizer) -> bool:

@@ -114,7 +114,7 @@ class SavedTensorCodec:
         """
         self._batch = {
             t.untyped_storage().data_ptr()
-            for t in torch.utils._pytree.tree_leaves(tensors)
+            for t in ti.tree_leaves(tensors)
             if isinstance(t, torch.Tensor) and t.is_floating_point()
         }
 

@@ -39,6 +39,7 @@ from typing import Any, Optional, Union
 import torch
 from torch import nn
 
+from runner import torch_internals as ti
 from runner.config.schema import OffloadConfig, OffloadStrategy
 
 LossFn = Callable[[nn.Module, Any], torch.Tensor]
@@ -188,8 +189,6 @@ def compare_with_none(
     fresh copy and a fresh compiler (Dynamo does not guard on settings such as the memory budget, so a
     variant could otherwise reuse the other's graphs). ``fresh_compiler`` forgets what was compiled
     (default: ``torch.compiler.reset()``, everything). Returns the ``offload/*`` figures."""
-    from runner import torch_internals as ti
-
     fresh = fresh_compiler or ti.reset_compiler
     # run_variant copies ``model`` for each variant: both start from its weights as they are now. One copy
     # at a time: the first one's compiled frames are forgotten and its reference cycles (a module's
@@ -272,7 +271,7 @@ def _fresh_code(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _device_of(batch: Any) -> torch.device:
-    for t in torch.utils._pytree.tree_leaves(batch):
+    for t in ti.tree_leaves(batch):
         if isinstance(t, torch.Tensor):
             return t.device
     return torch.device("cpu")

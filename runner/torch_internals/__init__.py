@@ -1,0 +1,95 @@
+"""Every version-specific torch internal runner touches, one function each: the bottom layer.
+
+Much of what runner needs from torch.compile is private: counter names, the compilation-metrics
+deque, the compile callback registry, cache entries, the graph-break artifact logger, the stance
+object, Dynamo/Inductor/functorch config keys, the saved-tensor-hook inlining check, dynamic-shape
+marks, the messages of compile errors. Each is reached through exactly one function here, and
+``tests/test_torch_internals.py`` pins every one against the installed torch, so a torch upgrade
+breaks one named test instead of the product. No other runner module names ``torch._dynamo``,
+``torch._inductor``, ``torch._functorch`` or ``torch._logging``.
+
+Process-wide settings go through :class:`TorchSettings`, which records what it found and puts it
+back on ``restore()``: Hydra multirun jobs and a user's own code share the process.
+
+A package of five modules by concept (``observation``, ``settings``, ``errors``, ``runtime``, ``trace``); this
+module re-exports every name, so callers write ``ti.<name>`` and never import a submodule.
+
+Pinned against torch 2.11 through 2.15 (``tests/test_torch_internals.py`` runs on each in CI)."""
+
+from __future__ import annotations
+
+from runner.torch_internals.errors import (  # noqa: F401
+    CONVERT_FRAME_LOGGER,
+    FAIL_ON_RECOMPILE_PREFIX,
+    backend_name,
+    compile_error_kind,
+    fallback_from_record,
+    frame_of,
+    graph_break_type,
+    inner_exception,
+    is_fail_on_recompile,
+    limit_hit_from_record,
+)
+from runner.torch_internals.observation import (  # noqa: F401
+    COUNTERS,
+    CUDAGRAPH_RECORDING_TRIGGER,
+    GRAPH_BREAK_GROUP,
+    RESUME_PREFIX,
+    CompileCallback,
+    CompileRecord,
+    compilation_metrics,
+    compilation_metrics_limit,
+    compiling_target,
+    counter,
+    counter_now,
+    counters_snapshot,
+    cudagraph_tree_state,
+    graph_break_counts,
+    graph_break_logger,
+    graphs_compiled,
+    keep_compilation_metrics,
+    live_guard_counts,
+    register_compile_callbacks,
+    resume_parent,
+    set_compilation_metrics_limit,
+    to_record,
+)
+from runner.torch_internals.runtime import (  # noqa: F401
+    CodeSnapshot,
+    clear_inductor_memory_caches,
+    code_snapshot,
+    codes_compiled_since,
+    compiled_autograd,
+    current_stance,
+    find_code,
+    force_eager_stance,
+    forget_codes,
+    fused_kernel_devices,
+    hooks_are_inlineable,
+    load_inductor,
+    mark_dynamic,
+    mark_static_address,
+    mark_unbacked,
+    mark_wrapped,
+    maybe_mark_dynamic,
+    memory_budget,
+    reset_compiler,
+    restore_stance,
+    run_code_eagerly,
+    step_stance,
+    traced_saved_node,
+    tree_leaves,
+    tree_map,
+    unbacked_bounds_unsupported,
+)
+from runner.torch_internals.settings import (  # noqa: F401
+    MANAGED,
+    TorchSettings,
+    add_dynamic_sources,
+    cpu_capability,
+    lift_python_scalars,
+    local_source_pattern,
+    machine_cache_dir,
+    managed_settings,
+)
+from runner.torch_internals.trace import start_structured_trace  # noqa: F401

@@ -1,0 +1,158 @@
+"""Process-wide torch settings changed by one owner and restored (:class:`TorchSettings`), and the
+settings runner's stack makes: dynamic sources, lifted Python scalars, the machine-keyed cache dir."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from runner.torch_internals.observation import compilation_metrics_limit, set_compilation_metrics_limit
+
+_MISSING = object()
+MANAGED: dict[str, Callable[[], Any]] = {}
+"""Every process-wide setting any ``TorchSettings`` ever changed, with a reader of its current value
+(what the no-leak test compares before and after runs)."""
+
+
+def _config_module(name: str) -> Any:
+    import importlib
+
+    return importlib.import_module(name)
+
+
+class TorchSettings:
+    """Process-wide torch settings changed by one owner, each put back by :meth:`restore`.
+
+    Only the first change of a key records its prior value, so setting a key twice still restores
+    what was there before the owner touched it. ``restore`` runs in reverse order and is idempotent.
+    """
+
+    def __init__(self) -> None:
+        self._undo: dict[str, Callable[[], None]] = {}
+
+    def _config(self, module: str, key: str, value: Any) -> None:
+        mod = _config_module(module)
+        *parents, leaf = key.split(".")
+        obj = mod
+        for part in parents:
+            obj = getattr(obj, part)
+        name = f"{module}.{key}"
+        if name not in self._undo:
+            prior = getattr(obj, leaf)
+            self._undo[name] = lambda: setattr(obj, leaf, prior)
+        MANAGED.setdefault(name, lambda: getattr(obj, leaf))
+        setattr(obj, leaf, value)
+
+    def dynamo(self, key: str, value: Any) -> None:
+        """``torch._dynamo.config.<key> = value`` (e.g. recompile_limit, trace_autograd_ops)."""
+        self._config("torch._dynamo.config", key, value)
+
+    def inductor(self, key: str, value: Any) -> None:
+        """``torch._inductor.config.<key> = value``; dotted keys reach sub-configs (``triton.cudagraphs``)."""
+        self._config("torch._inductor.config", key, value)
+
+    def functorch(self, key: str, value: Any) -> None:
+        """``torch._functorch.config.<key> = value`` (e.g. activation_memory_budget)."""
+        self._config("torch._functorch.config", key, value)
+
+    def env(self, key: str, value: str | None) -> None:
+        """Set (or, with None, unset) an environment variable torch reads, e.g. TORCHINDUCTOR_CACHE_DIR."""
+        name = f"env.{key}"
+        if name not in self._undo:
+            prior = os.environ.get(key)
+            self._undo[name] = lambda: _set_env(key, prior)
+        MANAGED.setdefault(name, lambda: os.environ.get(key))
+        _set_env(key, value)
+
+    def guard_collectives(self, enabled: bool) -> None:
+        """``torch.compiler.set_enable_guard_collectives`` (returns the prior setting, which we keep)."""
+        prior = torch.compiler.set_enable_guard_collectives(enabled)
+        self._undo.setdefault("guard_collectives", lambda: torch.compiler.set_enable_guard_collectives(prior))
+        MANAGED.setdefault("guard_collectives", _guard_collectives_enabled)
+
+    def compilation_metrics_limit(self, at_least: int) -> None:
+        """Keep at least ``at_least`` compile records (torch's default, 64, loses a long run's)."""
+        current = compilation_metrics_limit()
+        if current is None or current >= at_least:
+            return
+        self._undo.setdefault("compilation_metrics_limit", lambda: set_compilation_metrics_limit(current))
+        MANAGED.setdefault("compilation_metrics_limit", compilation_metrics_limit)
+        set_compilation_metrics_limit(at_least)
+
+    def restore(self) -> None:
+        """Put back every setting this owner changed, newest first."""
+        for undo in reversed(list(self._undo.values())):
+            undo()
+        self._undo.clear()
+
+
+def _set_env(key: str, value: str | None) -> None:
+    if value is None:
+        os.environ.pop(key, None)
+    else:
+        os.environ[key] = value
+
+
+def _guard_collectives_enabled() -> bool:
+    from torch._C._dynamo.eval_frame import set_guard_complete_hook
+
+    prior = set_guard_complete_hook(None)
+    set_guard_complete_hook(prior)
+    return prior is not None
+
+
+def managed_settings() -> dict[str, Any]:
+    """The current value of every setting in :data:`MANAGED` (for the no-leak test and debugging)."""
+    return {name: read() for name, read in sorted(MANAGED.items())}
+
+
+def local_source_pattern(local: str, attributes: str = "") -> str:
+    """A ``dynamic_sources`` regex for what Dynamo names frame local ``local`` (``L['self']``), then
+    ``attributes`` (a regex for the attribute path below it, e.g. ``r"\\._trainer\\.fit_loop\\..*"``)."""
+    return re.escape(f"L['{local}']") + attributes
+
+
+def add_dynamic_sources(settings: TorchSettings, patterns: list[str]) -> None:
+    """Ints (and tensors) whose Dynamo source name matches one of ``patterns`` are dynamic from their
+    first compile: ``torch.compiler.config.dynamic_sources``, kept with what was set before.
+
+    A matching int becomes a graph input (a backed SymInt, not specialised on 0/1) instead of a
+    constant guarded with ``==``: Dynamo specialises every int reached through an ``nn.Module``
+    (``is_int_specialization_case``), so ``self.global_step`` would recompile every step.
+    """
+    prior = str(_config_module("torch.compiler.config").dynamic_sources)
+    entries = [p for p in prior.split(",") if p] + [p for p in patterns if p not in prior.split(",")]
+    settings._config("torch.compiler.config", "dynamic_sources", ",".join(entries))
+
+
+def lift_python_scalars(settings: TorchSettings) -> None:
+    """Python numbers a compiled frame reads stop specialising it after they change once.
+
+    ``allow_unspec_int_on_nn_module``: an int attribute of an ``nn.Module`` (a LightningModule's
+    ``self.training_step_invoked += 1``) is a guarded constant by default (``== 7``), recompiling
+    every step; allowed, it goes through automatic dynamic like any other int: one recompile when it
+    first changes, then a graph input. ``specialize_float`` (the ``dynamic`` group's, set by the shape
+    policy) does the same for floats (a learning rate read in the step).
+
+    ``capture_scalar_outputs``: ``loss.item()`` / ``float(loss)`` in the step (a loss history; torch's
+    own BatchNorm under SWA's cumulative average) stays in the graph as a scalar output instead of a graph
+    break whose continuation then specialises on the value; the host read happens where eager has it."""
+    settings.dynamo("allow_unspec_int_on_nn_module", True)
+    settings.dynamo("capture_scalar_outputs", True)
+
+
+def cpu_capability() -> str:
+    """The instruction set ATen's CPU kernels use here (``AVX512``, ``AVX2``...; ``ATEN_CPU_CAPABILITY``
+    overrides it)."""
+    return str(torch.backends.cpu.get_cpu_capability())
+
+
+def machine_cache_dir(directory: str) -> str:
+    """``directory`` keyed by the CPU instruction set. Inductor's on-disk cache key does not cover it: a
+    cache filled with AVX-512 code and read with the AVX2 path gave NaN losses from the first step (torch
+    2.13, measured 2026-11-24), which a cache directory shared between machines would hit."""
+    return os.path.join(directory, f"cpu-{cpu_capability().lower()}")
