@@ -187,6 +187,20 @@ def test_a_compile_process_that_cannot_import_the_module_falls_back_to_compiling
     assert record.graphs == [0, 0, 1, 0, 0]
 
 
+def test_a_module_defined_in_main_compiles_in_the_first_step_and_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A script's own class (``__main__``) pickles by reference, but no other process can import it: no
+    process is started, and one line says so."""
+    main = sys.modules["__main__"]
+    script = type("ScriptModule", (TrainModule,), {"__module__": "__main__"})
+    monkeypatch.setattr(main, "ScriptModule", script, raising=False)
+    base = tiny_module()
+    record, strategy = _fit(script(base.model, optimizer=base.optimizer_factory), 3)
+    background = strategy.stack.parts.background  # type: ignore[union-attr]
+    assert strategy.figures()["compile/background_outcome"] == "compiled in the run: ScriptModule defined in __main__"
+    assert isinstance(background, BackgroundCompile) and background.process is None
+    assert record.graphs == [1, 0, 0]
+
+
 def test_a_killed_compile_process_falls_back_and_on_error_eager_stays_eager() -> None:
     said: list[str] = []
     handler = logging.Handler()
