@@ -25,7 +25,8 @@ from runner import torch_internals as ti
 from runner.config import ConfigError, compose, load
 from runner.config.precheck import precheck
 from runner.config.schema import Background, CompileConfig, OnError, Scope
-from runner.stack.background import BackgroundCompile, resolve_background, switch_pays
+from runner.stack.background import BackgroundCompile
+from runner.stack.background_policy import resolve_background, switch_pays
 from runner.stack.plan import CompilePlan, Target
 from runner.strategy import CompileStrategy
 from runner.telemetry.speedup import SpeedupMeter
@@ -223,8 +224,19 @@ def test_a_killed_compile_process_falls_back_and_on_error_eager_stays_eager() ->
     assert record.graphs == [0, 0, 1, 0]
 
 
+class Threads(L.Callback):
+    def __init__(self) -> None:
+        self.seen: list[int] = []
+
+    def on_train_batch_end(self, *args: Any) -> None:
+        self.seen.append(torch.get_num_threads())
+
+
 def test_a_run_that_ends_first_stops_the_process_and_puts_the_stance_back() -> None:
-    record, strategy = _fit(tiny_module(), 3)
+    """``pinned``: the run leaves the process's core alone while it runs, and gets it back at the end."""
+    threads, seen = torch.get_num_threads(), Threads()
+    record, strategy = _fit(tiny_module(), 3, seen, background=Background.pinned)
+    assert seen.seen == [max(1, threads - 1)] * 3 and torch.get_num_threads() == threads
     background = strategy.stack.parts.background  # type: ignore[union-attr]
     assert isinstance(background, BackgroundCompile) and background.process is not None
     assert strategy.figures()["compile/background_outcome"] == "not ready when training ended"

@@ -37,6 +37,7 @@ import torch
 
 from runner import torch_internals as ti
 from runner.config.schema import Background, OnError
+from runner.stack.background_policy import NOTHING, resolve_background, switch_pays
 from runner.stack.compile_process import CompileProcess, ProcessResult
 from runner.stack.component import StackComponent
 from runner.stack.host import CompileSettings, Host
@@ -47,53 +48,10 @@ log = logging.getLogger(__name__)
 MAX_MODULE_BYTES = 1 << 30
 """A module with more parameter and buffer bytes than this compiles in the run: the copy would cost
 memory and time on the way to the first step."""
-SWITCH_MARGIN = 2.0
-"""``auto`` switches when the time saved exceeds this many times the switch the compile process measured:
-its estimate (the same compile from the warm cache, in a process that has compiled before) came out at
-about half the run's own switch (1.0 s against 1.9-2.8 s, the tiny test GPT on a 2-core CPU)."""
 TIMEOUT_S = 3600.0
 """A compile process still running after this long is stopped and the run compiles in itself."""
-NOTHING = "nothing is compiled"
 _PLACEMENT = {Background.auto: "idle", Background.shared: "shared", Background.pinned: "pinned"}
 _SHOWN = {"idle": "at idle priority", "shared": "on every core", "pinned": "pinned to one core"}
-
-
-def resolve_background(policy: Background, plan: CompilePlan, world_size: int, pulls_batches: bool,
-                       device: torch.device) -> tuple[Background, str | None]:
-    """The policy this fit runs and, when it compiles in the run although asked otherwise, why."""
-    if policy is Background.disabled:
-        return policy, None
-    if not plan.compiles:
-        return Background.disabled, NOTHING
-    if world_size > 1:
-        return Background.disabled, "several processes train, and every rank would have to switch at the same step"
-    if pulls_batches:
-        return Background.disabled, "the step pulls its own batches (dataloader_iter): there is no batch to send"
-    backend = str(plan.kwargs.get("backend"))
-    if policy is Background.auto and backend != "inductor":
-        return Background.disabled, f"backend={backend} keeps no on-disk cache a compile process could fill"
-    if policy is Background.auto and device.type != "cpu":
-        # The process would hold a second model, its optimizer state and a batch's activations on the
-        # run's own device, memory the run may need later: only on request (shared, pinned).
-        return Background.disabled, (f"on {device.type} a compile process would need memory on the run's device; "
-                                     "compile.background=shared opts in")
-    return policy, None
-
-
-def switch_pays(measured: dict[str, Any], eager_ms: float | None, steps_left: float | None) -> tuple[bool, str]:
-    """Whether the compiled step saves more over the steps left than loading it costs, and why (``auto``)."""
-    speedup, switch_s = measured.get("speedup_x"), measured.get("switch_s")
-    if not isinstance(speedup, (int, float)) or not isinstance(switch_s, (int, float)):
-        return True, "the compile process measured no speedup"
-    if speedup <= 1.0:
-        return False, f"its compiled step measured {speedup:.2f}x eager, no faster"
-    if steps_left is None or eager_ms is None:
-        return True, f"its compiled step measured {speedup:.2f}x eager and the run has no known end"
-    saved = steps_left * eager_ms / 1e3 * (1.0 - 1.0 / speedup)
-    cost = SWITCH_MARGIN * switch_s
-    why = (f"its compiled step measured {speedup:.2f}x eager: over the {steps_left:.0f} steps left it would save "
-           f"{saved:.1f} s against up to {cost:.1f} s to compile from the warm cache")
-    return saved > cost, why
 
 
 class CompileInRun(StackComponent):
@@ -136,6 +94,7 @@ class BackgroundCompile(StackComponent):
         self.eager_steps = 0
         self._module: L.LightningModule | None = None
         self._prior: Any = None
+        self._threads: int | None = None  # the run's thread count while a pinned process has a core
         self._last: float | None = None
         self._eager_s: collections.deque[float] = collections.deque(maxlen=200)
 
@@ -195,6 +154,12 @@ class BackgroundCompile(StackComponent):
             "matmul_precision": torch.get_float32_matmul_precision(),
             "deterministic": torch.are_deterministic_algorithms_enabled(),
             "measure": self.policy is Background.auto})
+        if self.placement == "pinned" and (threads := torch.get_num_threads()) > 1:
+            # The process has a core of its own: the run's threads leave it alone (one OpenMP thread
+            # sharing its core would hold every parallel region of the run's steps back: 0.85 s eager
+            # steps instead of 0.13 s, quickstart GPT, 2 cores). Given back when it exits.
+            self._threads = threads
+            torch.set_num_threads(threads - 1)
         self._last = time.perf_counter()
         self.outcome = "not ready when training ended"
         self._tell(f"compile: compiling beside the run in a second process (compile.background={self.policy.value}, "
@@ -220,6 +185,7 @@ class BackgroundCompile(StackComponent):
         self.result, self.pending = result, False
         assert self.process is not None
         self.process.stop()
+        self._give_back_core()
         ready = f"after {result.seconds:.1f} s (step {step})"
         if not result.ok:
             eager = self.settings.compile.on_error is OnError["eager"]
@@ -253,6 +219,11 @@ class BackgroundCompile(StackComponent):
         ti.restore_stance(self._prior)
         self._prior = None
 
+    def _give_back_core(self) -> None:
+        if self._threads is not None:
+            torch.set_num_threads(self._threads)
+            self._threads = None
+
     def _steps_left(self) -> float | None:
         try:
             trainer = self._module.trainer if self._module is not None else None
@@ -272,6 +243,7 @@ class BackgroundCompile(StackComponent):
                 self._tell(f"compile: the run ended before the compile beside it was ready "
                            f"({self.process.elapsed():.0f} s); it trained eagerly throughout")
             self.process.stop()
+        self._give_back_core()
         if self._prior is not None:
             ti.restore_stance(self._prior)
             self._prior = None
