@@ -39,7 +39,7 @@ CONTESTANTS: dict[str, tuple[str, list[str]]] = {
     "first": ("runner, compiling first", ["compile.background=disabled"]),
     "pinned": ("runner, beside, pinned to one core", ["compile.background=pinned"]),
     "shared": ("runner, beside, every core", ["compile.background=shared"]),
-    "auto": ("runner's default (auto: beside, idle priority)", []),
+    "auto": ("runner's default (compile.background=auto)", []),
 }
 
 

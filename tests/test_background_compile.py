@@ -26,7 +26,7 @@ from runner.config import ConfigError, compose, load
 from runner.config.precheck import precheck
 from runner.config.schema import Background, CompileConfig, OnError, Scope
 from runner.stack.background import BackgroundCompile
-from runner.stack.background_policy import resolve_background, switch_pays
+from runner.stack.background_policy import resolve_background, switch_pays, worth_starting
 from runner.stack.plan import CompilePlan, Target
 from runner.strategy import CompileStrategy
 from runner.telemetry.speedup import SpeedupMeter
@@ -67,6 +67,14 @@ def test_auto_switches_only_when_the_speedup_pays_over_the_steps_left() -> None:
     assert not switch_pays({"speedup_x": 0.97, "switch_s": 0.1}, 34.0, 10**6)[0]
     assert switch_pays({"speedup_x": 1.1, "switch_s": 9.0}, 34.0, None)[0]  # no known end: it pays eventually
     assert switch_pays({}, 34.0, 10)[0]  # nothing measured (shared, pinned): switch
+
+
+def test_auto_starts_a_process_without_a_spare_core_only_for_a_long_run() -> None:
+    assert worth_starting(124.0, 3000, spare_core=False)[0]  # 372 s of training left
+    start, why = worth_starting(124.0, 297, spare_core=False)  # the quickstart: 37 s left
+    assert not start and "about 37 s of training are left" in why
+    assert worth_starting(124.0, 297, spare_core=True)[0]  # a core nobody trains on costs the run nothing
+    assert worth_starting(124.0, None, spare_core=False)[0]  # no known end
 
 
 @pytest.mark.parametrize(("overrides", "words"), [
@@ -245,6 +253,25 @@ def test_a_run_that_ends_first_stops_the_process_and_puts_the_stance_back() -> N
     assert not background.process.dir.exists()
 
 
+@pytest.fixture
+def every_core_trains() -> Any:
+    """As many torch threads as usable cores: no spare core, whatever the machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(len(os.sched_getaffinity(0)))
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_auto_keeps_a_short_run_eager_where_every_core_trains(every_core_trains: None) -> None:
+    """The default on a CPU: three eager steps say the run is too short to repay a core; no process, no
+    compile, and the stance is back at the end."""
+    record, strategy = _fit(tiny_module(), 6, backend="inductor", background=Background.auto)
+    figures = strategy.figures()
+    assert figures["compile/background_outcome"].startswith("stayed eager: about 0 s of training are left")
+    assert strategy.stack.parts.background.process.proc is None  # type: ignore[union-attr]
+    assert record.graphs == [0] * 6 and figures["compile/frames"] == 0 and ti.current_stance() == "default"
+
+
 def test_python_m_runner_reports_the_switch_and_pairs_after_it(tmp_path: Path) -> None:
     from runner.run import run
 
@@ -292,4 +319,4 @@ def test_the_benchmark_summarises_rounds_against_the_same_rounds_eager_run() -> 
     auto = summarize(rounds, ["eager", "auto"])[1]
     assert auto["wall_vs_eager"] == pytest.approx((0.99 + 1.05) / 2) and auto["first_vs_eager"] == pytest.approx(1.025)
     assert auto["outcomes"] == ["x", "compiled in the first step"]
-    assert "| runner's default (auto: beside, idle priority) | 112 | 1.02x |" in table([auto])
+    assert "| runner's default (compile.background=auto) | 112 | 1.02x |" in table([auto])

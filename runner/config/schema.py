@@ -51,7 +51,7 @@ counts it in ``compile/fallbacks`` and goes on."""
 class Background(Enum):
     """Where the compile runs: beside the run in a second process while the run trains eagerly, or in it."""
 
-    auto = "auto"  # beside, at idle priority; switch only when the measured speedup pays over the steps left
+    auto = "auto"  # beside on a spare core, or on one core for long runs; switch only when it pays
     shared = "shared"  # beside, on every core at normal priority; switch as soon as it is ready
     pinned = "pinned"  # beside, pinned to one core at normal priority; switch as soon as it is ready
     disabled = "disabled"  # inside the first training step (torch.compile's own behaviour)
@@ -120,7 +120,7 @@ class CompileConfig:
     """Inductor/AOTAutograd on-disk cache directory; None keeps torch's default."""
     background: Background = Background.auto
     """Compile in a second process while the first steps train eagerly, then switch (docs/background-compile.md):
-    auto (Inductor on the CPU, one process; idle priority; switches only when it pays), shared, pinned, disabled."""
+    auto (Inductor on the CPU, one process; see the doc for when it starts and switches), shared, pinned, disabled."""
 
 
 @dataclass

@@ -1,24 +1,17 @@
 """``compile.background``: compile in a second process while the first steps train eagerly, then switch.
 
-A cold Inductor compile (17-40 s for the quickstart GPT on a 2-core CPU) inside the first step is time
-the run spends not training; a warm one, from Inductor's and AOTAutograd's on-disk caches, takes about
-2 s. So the run saves its module before any transform (step 0b of ``CompileStack.setup``), starts a
-compile process (``runner.precompile``, through :class:`CompileProcess`) with its first batch, and
-trains under Dynamo's ``force_eager`` stance (nothing traces, nothing compiles) until that process has
-filled the caches. After each optimizer step it asks (one ``waitpid``) whether the process is done; the
-step after it is, the stance goes back and Dynamo compiles the step from the warm cache.
-
-The compiled step is the one compiling first would have produced (same graphs, from the same stack and
-settings); only the first steps ran eagerly, which changes a loss by float rounding at most. A failed
-compile process (an import error, a kill) is reported and the run compiles in itself instead, or stays
-eager under ``compile.on_error=eager``.
-
-``auto`` (Inductor on the CPU, one process) runs the process at idle priority: it takes only the CPU
-time training leaves (on a busy 2-core machine little, on 16 cores a whole core or more). It switches
-only when it pays: the process also times eager against compiled steps and compiles once more from the
-warm cache, and the run switches only if the time the compiled step saves over the steps left exceeds
-that switch (:func:`switch_pays`). ``shared``/``pinned`` run it at normal priority on every core / one
-core and switch as soon as it is ready.
+The run saves its module before any transform (step 0b of ``CompileStack.setup``), starts a compile
+process (``runner.precompile``, through :class:`CompileProcess`) with its first batch, and trains
+under Dynamo's ``force_eager`` stance until that process has filled Inductor's and AOTAutograd's
+on-disk caches; after each optimizer step it asks (one ``waitpid``) whether the process is done, and
+from the next step Dynamo compiles the step from the warm cache (about 2 s instead of 17-40 s cold
+for the quickstart GPT on 2 cores): the graphs compiling first would produce, only the first steps
+eager. A failed process is reported and the run compiles in itself, or stays eager under
+``compile.on_error=eager``. ``shared``/``pinned`` run it on every core / one core (the run's threads
+leave that core) and switch as soon as it is ready. ``auto`` pins it to a core training does not
+use; where every core trains it starts only for a run long enough to repay the core it takes
+(:func:`worth_starting`), and it switches only when the speedup the process measured pays
+(:func:`switch_pays`). docs/background-compile.md has the measurements.
 """
 
 from __future__ import annotations
@@ -26,7 +19,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import logging
-import math
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -37,8 +30,15 @@ import torch
 
 from runner import torch_internals as ti
 from runner.config.schema import Background, OnError
-from runner.stack.background_policy import NOTHING, resolve_background, switch_pays
-from runner.stack.compile_process import CompileProcess, ProcessResult
+from runner.stack.background_policy import (
+    DECIDE_AFTER,
+    NOTHING,
+    resolve_background,
+    steps_left,
+    switch_pays,
+    worth_starting,
+)
+from runner.stack.compile_process import CompileProcess, ProcessResult, last_cpu
 from runner.stack.component import StackComponent
 from runner.stack.host import CompileSettings, Host
 from runner.stack.plan import CompilePlan
@@ -50,8 +50,8 @@ MAX_MODULE_BYTES = 1 << 30
 memory and time on the way to the first step."""
 TIMEOUT_S = 3600.0
 """A compile process still running after this long is stopped and the run compiles in itself."""
-_PLACEMENT = {Background.auto: "idle", Background.shared: "shared", Background.pinned: "pinned"}
-_SHOWN = {"idle": "at idle priority", "shared": "on every core", "pinned": "pinned to one core"}
+_PLACEMENT = {Background.auto: "pinned", Background.shared: "shared", Background.pinned: "pinned"}
+_SHOWN = {"shared": "on every core", "pinned": "pinned to one core"}
 
 
 class CompileInRun(StackComponent):
@@ -95,6 +95,8 @@ class BackgroundCompile(StackComponent):
         self._module: L.LightningModule | None = None
         self._prior: Any = None
         self._threads: int | None = None  # the run's thread count while a pinned process has a core
+        self._batch: Any = None  # the first batch, until the process starts
+        self._spare = False  # a core training does not use (more cores than torch threads)
         self._last: float | None = None
         self._eager_s: collections.deque[float] = collections.deque(maxlen=200)
 
@@ -140,21 +142,29 @@ class BackgroundCompile(StackComponent):
             self._prior = ti.force_eager_stance()
 
     def prepare_batch(self, batch: Any) -> Any:
-        """The first batch, as the step receives it, starts the compile process."""
-        if self.pending and self.process is not None and self.process.proc is None:
-            self._start(batch)
+        """The first batch, as the step receives it, starts the compile process (``auto`` without a spare
+        core: kept until :data:`DECIDE_AFTER` eager steps say whether the run is long enough)."""
+        if self.pending and self.process is not None and self.process.proc is None and self._batch is None:
+            self._spare = len(os.sched_getaffinity(0)) > torch.get_num_threads() if hasattr(os, "sched_getaffinity") \
+                else False
+            self._batch = batch
+            if self.policy is not Background.auto or self._spare:
+                self._start()
+            else:
+                self._last = time.perf_counter()
         return batch
 
-    def _start(self, batch: Any) -> None:
+    def _start(self) -> None:
         assert self.process is not None and self._module is not None
         trainer = self._module.trainer
+        batch, self._batch = self._batch, None
         self.process.start(batch, {
             "settings": self.settings, "device": str(self.host.device), "precision": str(trainer.precision),
             "accumulate_grad_batches": self.host.accumulate_grad_batches, "threads": torch.get_num_threads(),
             "matmul_precision": torch.get_float32_matmul_precision(),
             "deterministic": torch.are_deterministic_algorithms_enabled(),
             "measure": self.policy is Background.auto})
-        if self.placement == "pinned" and (threads := torch.get_num_threads()) > 1:
+        if self.placement == "pinned" and not self._spare and (threads := torch.get_num_threads()) > 1:
             # The process has a core of its own: the run's threads leave it alone (one OpenMP thread
             # sharing its core would hold every parallel region of the run's steps back: 0.85 s eager
             # steps instead of 0.13 s, quickstart GPT, 2 cores). Given back when it exits.
@@ -162,24 +172,42 @@ class BackgroundCompile(StackComponent):
             torch.set_num_threads(threads - 1)
         self._last = time.perf_counter()
         self.outcome = "not ready when training ended"
+        where = f"on core {last_cpu()}, which training does not use" if self._spare and self.placement == "pinned" \
+            else _SHOWN[self.placement]
         self._tell(f"compile: compiling beside the run in a second process (compile.background={self.policy.value}, "
-                   f"{_SHOWN[self.placement]}); the steps run eagerly until it is ready")
+                   f"{where}); the steps run eagerly until it is ready")
 
     def on_step_end(self, step: int) -> None:
         """Count the eager step; once the compile process has exited, switch (or say why not)."""
-        if not self.pending or self.process is None or self.process.proc is None:
+        if not self.pending or self.process is None or (self.process.proc is None and self._batch is None):
             return
         now = time.perf_counter()
         if self._last is not None:
             self._eager_s.append(now - self._last)
         self._last = now
         self.eager_steps += 1
+        if self.process.proc is None:  # auto, no spare core: start only for a run long enough to repay it
+            if self.eager_steps >= DECIDE_AFTER:
+                self._start_or_stay(step)
+            return
         result = self.process.poll()
         if result is None and self.process.elapsed() > TIMEOUT_S:
             self.process.stop()
             result = ProcessResult(False, self.process.elapsed(), error=f"not finished after {TIMEOUT_S:.0f} s")
         if result is not None:
             self._decide(result, step)
+
+    def _start_or_stay(self, step: int) -> None:
+        start, why = worth_starting(self.eager_ms(), steps_left(self._module), self._spare)
+        if start:
+            self._start()
+            return
+        assert self.process is not None
+        self.process.stop()
+        self._batch, self.pending, self.kept_eager = None, False, True
+        self.outcome = f"stayed eager: {why}"
+        self._tell(f"compile: the run stays eager (compile.background=auto): {why}; compile.background=pinned compiles "
+                   "beside it regardless, compile.background=disabled compiles first")
 
     def _decide(self, result: ProcessResult, step: int) -> None:
         self.result, self.pending = result, False
@@ -199,7 +227,7 @@ class BackgroundCompile(StackComponent):
                 return
             self._switch(step)
             return
-        pays, why = (switch_pays(result.measured, self.eager_ms(), self._steps_left())
+        pays, why = (switch_pays(result.measured, self.eager_ms(), steps_left(self._module))
                      if self.policy is Background.auto else (True, ""))
         if not pays:
             self.kept_eager = True
@@ -223,14 +251,6 @@ class BackgroundCompile(StackComponent):
         if self._threads is not None:
             torch.set_num_threads(self._threads)
             self._threads = None
-
-    def _steps_left(self) -> float | None:
-        try:
-            trainer = self._module.trainer if self._module is not None else None
-            total = float(trainer.estimated_stepping_batches) if trainer is not None else math.inf
-        except Exception:  # not attached, or Lightning cannot tell: no known end
-            return None
-        return max(0.0, total - trainer.global_step) if trainer is not None and math.isfinite(total) else None
 
     def eager_ms(self) -> float | None:
         """Median wall time of the eager steps while the compile process ran (the recent 200)."""
@@ -258,9 +278,8 @@ class BackgroundCompile(StackComponent):
             out["compile/eager_step_beside_ms"] = round(ms, 3)
         if self.result is not None:
             out["compile/background_s"] = round(self.result.seconds, 2)
-            for key in ("speedup_x", "switch_s"):
-                if key in self.result.measured:
-                    out[f"compile/background_{key}"] = self.result.measured[key]
+            out.update({f"compile/background_{k}": v for k, v in self.result.measured.items()
+                        if k in ("speedup_x", "switch_s")})
         if self.switch_step is not None:
             out["compile/switch_step"] = self.switch_step
         return out

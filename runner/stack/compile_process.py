@@ -8,9 +8,8 @@ batch as the step receives it and the settings (``payload.pt``). The process wri
 AOTAutograd's on-disk caches (``TORCHINDUCTOR_CACHE_DIR`` is inherited), which is all the run takes
 from it.
 
-Where it runs (``placement``): ``idle`` at the kernel's idle priority (``SCHED_IDLE``: it gets only
-the CPU time nothing else wants, so training keeps its cores), ``pinned`` to one core, or ``shared``
-on every core at normal priority. The process places itself before importing torch.
+Where it runs (``placement``): ``pinned`` to one core (the highest-numbered the run may use), or
+``shared`` on every core. The process places itself before importing torch.
 """
 
 from __future__ import annotations
