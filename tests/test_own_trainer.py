@@ -151,3 +151,19 @@ def test_a_fit_that_compiled_nothing_says_so(caplog: pytest.LogCaptureFixture) -
         _fit(Bare(), strategy)
     assert strategy.figures()["compile/frames"] == 0
     assert caplog.text.count("runner compiled nothing in this fit") == 1
+
+
+def test_validate_and_test_after_fit_leave_the_fits_figures_alone() -> None:
+    """Lightning tears the strategy down after validate/test too; the fit's figures stay what the fit did."""
+
+    class Validated(Sequentials):
+        def validation_step(self, batch: Any, batch_idx: int) -> None:
+            self.log("val", self.training_step(batch, batch_idx))
+
+    strategy = CompileStrategy(compile=CompileConfig(backend="eager"), device="cpu")
+    module = Validated()
+    trainer = _fit(module, strategy)
+    frames = strategy.figures()["compile/frames"]
+    assert frames >= 1
+    trainer.validate(module, VectorsDataModule(), verbose=False)
+    assert strategy.figures()["compile/frames"] == frames

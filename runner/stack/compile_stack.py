@@ -29,7 +29,7 @@ from runner import torch_internals as ti
 from runner.stack.binding import code_of, install_step, user_step
 from runner.stack.compile import CompiledModules, apply_compile, compiled_submodules
 from runner.stack.compile_errors import explain_compile_error
-from runner.stack.component import StackComponent, overrides
+from runner.stack.component import overrides
 from runner.stack.cudagraphs import CudaGraphs
 from runner.stack.demotion import Storm
 from runner.stack.host import CompileSettings, Host
@@ -73,6 +73,7 @@ class CompileStack:
         self._step_enders: list[Callable[[int], None]] = []
         self._backward_context: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext
         self._frozen: dict[str, Any] = {}
+        self._applied = False
         self.frames: int | None = None
         """Code objects this fit compiled (known at teardown)."""
 
@@ -80,10 +81,6 @@ class CompileStack:
     def plan(self) -> Any:
         """The resolved ``CompilePlan`` (None before ``setup``)."""
         return self.parts.plan if self.parts is not None else None
-
-    @property
-    def components(self) -> list[StackComponent]:
-        return self.parts.components if self.parts is not None else []
 
     @property
     def eager_beside_compile(self) -> bool:
@@ -99,6 +96,7 @@ class CompileStack:
     def setup(self, module: L.LightningModule, host: Host) -> None:
         """Measure, transform the module in order, compile, shard, prepare the optimizers, bind."""
         self._snapshot = ti.code_snapshot()
+        self._applied = True  # from here on, teardown has something to undo
         self._accumulate = host.accumulate_grad_batches
         parts = self.parts = build_parts(self.settings, module, host, console=self.console)
         self.measured = measure_saved_activations(module, host, self.settings)  # 0. on a copy
@@ -151,10 +149,14 @@ class CompileStack:
             module.optimizer_zero_grad = _skip_zero_grad  # type: ignore[method-assign]
         # The strategy's call and DDP's forward redirection both reach training_step.
         self._undo_step = install_step(module, self.training_step)
-        self.parts.storms.start()
+        self.parts.storms.start(self.parts.settings_owner)
 
     def teardown(self) -> None:
-        """Unpatch the module and optimizers, forget what this fit compiled, restore every setting."""
+        """Unpatch the module and optimizers, forget what this fit compiled, restore every setting (once per
+        ``setup``: Lightning tears the strategy down after validate/test too, where nothing was applied)."""
+        if self.parts is None or not self._applied:
+            return
+        self._applied = False
         if self._module is not None:
             self._undo_step()
             vars(self._module).pop("optimizer_zero_grad", None)
@@ -165,11 +167,10 @@ class CompileStack:
         for undo in reversed(self._undo):
             undo()
         self._undo = []
-        if self.parts is not None:
-            self.parts.teardown()
+        self.parts.teardown()
         compiled = ti.codes_compiled_since(self._snapshot)
         self.frames = len(compiled)
-        if self.parts is not None and (message := self.parts.nothing_compiled(self.frames, self._micro_batches)):
+        if (message := self.parts.nothing_compiled(self.frames, self._micro_batches)) is not None:
             log.warning(message)  # once, loudly: a fit that trained with something to compile compiled nothing
             if self.parts.console is not None:
                 self.parts.console.say(message)
@@ -263,12 +264,11 @@ class CompileStack:
         if self.parts.console is not None:
             self.parts.console.say(message)
 
-    # -- pickling: a Trainer is pickled and deep-copied (Lightning's own tests, notebooks, tuners) --------
+    # -- a Trainer is pickled and deep-copied (Lightning's own tests, notebooks, tuners) ------------------
     def __getstate__(self) -> dict[str, Any]:
         """The settings and what the stack did (its figures, frozen); never the live fit (compiled
         functions, torch callbacks, log handlers, the bound module), which a copy could not use."""
-        state = {"settings": self.settings, "console": self.console, "_frozen": self.figures()}
-        return state
+        return {"settings": self.settings, "console": self.console, "_frozen": self.figures()}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(state["settings"], state["console"])  # type: ignore[misc]

@@ -63,14 +63,19 @@ class StormWatch:
     def __init__(self, threshold: int = 2) -> None:
         self.threshold = threshold
         self._graphs = -1
-        self._done: set[str] = set()
+        self._last: object | None = None  # the newest compile record already read (records are not
+        # told apart by compile id: ids restart at 0/0 after torch._dynamo.reset())
         self._counts: Counter[tuple[str, str | None, int | None, str]] = Counter()
         self._reported: set[tuple[str, str | None, int | None]] = set()
 
-    def start(self) -> None:
-        """Ignore everything compiled before now."""
+    def start(self, settings: ti.TorchSettings | None = None) -> None:
+        """Ignore everything compiled before now (``settings``: raise torch's record limit, 64, so a
+        long fit's records do not roll out between two checks)."""
+        if settings is not None:
+            settings.compilation_metrics_limit(100_000)
+        records = ti.compilation_metrics()
         self._graphs = ti.graphs_compiled()
-        self._done = {str(r.compile_id) for r in ti.compilation_metrics()}
+        self._last = records[-1] if records else None
 
     def check(self) -> list[Storm]:
         """Storms completed since the last check (nothing, cheaply, when nothing compiled)."""
@@ -79,11 +84,13 @@ class StormWatch:
             return []
         self._graphs = graphs
         storms = []
-        for raw in ti.compilation_metrics():
+        records = ti.compilation_metrics()
+        seen = next((i for i in range(len(records) - 1, -1, -1) if records[i] is self._last), -1)
+        for raw in records[seen + 1:]:
+            self._last = raw
             record = ti.to_record(raw)
-            if record.compile_id in self._done or not record.is_forward:
+            if not record.is_forward:
                 continue
-            self._done.add(record.compile_id)
             guard = guard_text(record.recompile_reason)
             if not guard or is_shape_guard(guard):
                 continue

@@ -66,6 +66,11 @@ class Parts:
     _torch: ti.TorchSettings = field(default_factory=ti.TorchSettings)
 
     @property
+    def settings_owner(self) -> ti.TorchSettings:
+        """The process-wide settings the parts own (restored by ``teardown``)."""
+        return self._torch
+
+    @property
     def cudagraphs_active(self) -> bool:
         return isinstance(self.cudagraphs, CudaGraphs)
 
