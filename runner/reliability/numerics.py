@@ -197,8 +197,8 @@ class NonFiniteGuard(Callback):
                   if self._saved_at is not None and self._saved_at < step else "no checkpoint was written before it")
         raise NonFiniteLossError(
             f"non-finite training loss ({kind}) at step {step}, read after step {trainer.global_step} "
-            f"(the loss is read from the device every {self._every} steps and before each checkpoint). Its update has run, so nothing "
-            f"is saved; {newest}. Fix: lower optimizer.lr or keep trainer.gradient_clip_val set, check the data near "
+            f"(the loss is read from the device every {self._every} steps and before each checkpoint). Its update "
+            f"has run, so nothing is saved; {newest}. Fix: lower optimizer.lr or keep trainer.gradient_clip_val set, check the data near "
             "this step, then resume with ckpt_path=last in the same run dir; or set reliability.on_nonfinite=skip "
             "to drop such steps."
         )
