@@ -186,11 +186,10 @@ class NonFiniteGuard(Callback):
             self._saving = False
         skipped = f" after skipping {len(self.skipped)} steps ({self.skipped})" if self.skipped else ""
         raise NonFiniteLossError(
-            f"non-finite training loss ({kind}) at step {step}, read after step {trainer.global_step} "
-            f"(the loss is read from the device every {self._every} steps and before each checkpoint). "
-            f"Its update has run, so nothing is saved; {newest}. Fix: lower optimizer.lr or keep "
-            "trainer.gradient_clip_val set, check the data near this step, then resume with ckpt_path=last in "
-            "the same run dir; or set reliability.on_nonfinite=skip to drop such steps."
+            f"non-finite training loss ({kind}) at step {step}{skipped}. The last good state (after step "
+            f"{step - 1}, before this step's update) is saved to {self.ckpt_path}. Fix: lower optimizer.lr or "
+            "keep trainer.gradient_clip_val set, check the data near this step, then resume with ckpt_path=last "
+            "in the same run dir; or set reliability.on_nonfinite=skip to drop such steps."
         )
 
     def _stop_poisoned(self, trainer: L.Trainer, step: int, kind: str) -> None:
@@ -198,10 +197,10 @@ class NonFiniteGuard(Callback):
                   if self._saved_at is not None and self._saved_at < step else "no checkpoint was written before it")
         raise NonFiniteLossError(
             f"non-finite training loss ({kind}) at step {step}, read after step {trainer.global_step} "
-            f"(the loss is read from the device every {self._every} steps and before each checkpoint). Its update "
-            f"has run, so nothing is saved; {newest}. Fix: lower optimizer.lr or keep trainer.gradient_clip_val set, check the data near "
-            "this step, then resume with ckpt_path=last in the same run dir; or set reliability.on_nonfinite=skip "
-            "to drop such steps."
+            f"(the loss is read from the device every {self._every} steps and before each checkpoint). "
+            f"Its update has run, so nothing is saved; {newest}. Fix: lower optimizer.lr or keep "
+            "trainer.gradient_clip_val set, check the data near this step, then resume with ckpt_path=last in "
+            "the same run dir; or set reliability.on_nonfinite=skip to drop such steps."
         )
 
     def _guarded_optimizer_step(self, epoch: int, batch_idx: int, optimizer: Any,
