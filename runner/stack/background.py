@@ -32,43 +32,25 @@ from runner import torch_internals as ti
 from runner.config.schema import Background, OnError
 from runner.stack.background_policy import (
     DECIDE_AFTER,
-    NOTHING,
+    CompileInRun,
+    LateStep,
+    Step,
     resolve_background,
     steps_left,
     switch_pays,
     worth_starting,
 )
-from runner.stack.compile_process import CompileProcess, ProcessResult, last_cpu
+from runner.stack.compile_process import CompileProcess, ProcessResult, last_cpu, start_process_for
 from runner.stack.component import StackComponent
 from runner.stack.host import CompileSettings, Host
 from runner.stack.plan import CompilePlan
 
 log = logging.getLogger(__name__)
 
-MAX_MODULE_BYTES = 1 << 30
-"""A module with more parameter and buffer bytes than this compiles in the run: the copy would cost
-memory and time on the way to the first step."""
 TIMEOUT_S = 3600.0
 """A compile process still running after this long is stopped and the run compiles in itself."""
 _PLACEMENT = {Background.auto: "pinned", Background.shared: "shared", Background.pinned: "pinned"}
 _SHOWN = {"shared": "on every core", "pinned": "pinned to one core"}
-
-
-class CompileInRun(StackComponent):
-    """``compile.background`` resolved to ``disabled``: the step compiles as torch.compile does, in the run."""
-
-    name = "background"
-    pending = False
-    kept_eager = False
-
-    def __init__(self, policy: Background, why: str | None) -> None:
-        self.policy, self.why = policy, why
-
-    def figures(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"compile/background": self.policy.value}
-        if self.why is not None:
-            out["compile/background_outcome"] = self.why if self.why == NOTHING else f"compiled in the run: {self.why}"
-        return out
 
 
 class BackgroundCompile(StackComponent):
@@ -96,6 +78,7 @@ class BackgroundCompile(StackComponent):
         self._prior: Any = None
         self._threads: int | None = None  # the run's thread count while a pinned process has a core
         self._batch: Any = None  # the first batch, until the process starts
+        self._late: LateStep | None = None
         self._spare = False  # a core training does not use (more cores than torch threads)
         self._last: float | None = None
         self._eager_s: collections.deque[float] = collections.deque(maxlen=200)
@@ -109,31 +92,22 @@ class BackgroundCompile(StackComponent):
         self.say(message)
 
     def apply(self, module: torch.nn.Module) -> None:
-        """Save the module as the fit received it, before any transform."""
+        """Save the module as the fit received it, before any transform (or say why it compiles in the run)."""
         assert isinstance(module, L.LightningModule)
-        size = sum(t.numel() * t.element_size() for t in [*module.parameters(), *module.buffers()])
-        if size > MAX_MODULE_BYTES:
-            self.outcome = f"compiled in the run: the module ({size / 2**30:.1f} GiB) is too large to copy"
-            self._tell(f"compile.background={self.policy.value}: the module holds {size / 2**30:.1f} GiB, too much to "
-                       "copy to a compile process; it compiles in the first step instead")
-            return
-        process = CompileProcess(self.placement)
-        try:
-            in_main = process.save_module(module)
-        except Exception as e:  # a module pickle cannot carry (a lambda, a class defined in a function)
-            process.stop()
-            self.outcome = f"compiled in the run: the module cannot be copied ({type(e).__name__})"
-            self._tell(f"compile.background={self.policy.value}: the module cannot be sent to a compile process "
-                       f"({type(e).__name__}: {e}); it compiles in the first step instead", logging.WARNING)
-            return
-        if in_main:
-            process.stop()
-            self.outcome = f"compiled in the run: {', '.join(in_main)} defined in __main__"
-            self._tell(f"compile.background={self.policy.value}: {', '.join(in_main)} is defined in the script run "
-                       "as __main__, which a compile process cannot import; it compiles in the first step instead "
-                       "(defined in a module of its own, it compiles beside the run)")
+        process, why = start_process_for(module, self.placement)
+        if process is None:
+            self.outcome = f"compiled in the run: {why[0]}"
+            self._tell(f"compile.background={self.policy.value}: {why[1]}; it compiles in the first step instead",
+                       logging.WARNING if why[0].startswith("the module cannot") else logging.INFO)
             return
         self.process, self._module, self.pending = process, module, True
+
+    def at_switch(self, compile_step: Callable[[], Step], eager_step: Step) -> Step:
+        """Step 3 of the ordered setup: compile at the switch (on the CPU, while waiting), else now."""
+        if not self.pending or self.host.device.type != "cpu":
+            return compile_step()
+        self._late = LateStep(compile_step, eager_step)
+        return self._late
 
     def configure(self) -> None:
         """Dynamo's ``force_eager`` stance, once the setup is done: nothing compiles in the run until the
@@ -244,6 +218,8 @@ class BackgroundCompile(StackComponent):
         """From the next step on, compiled; ``step`` (steps done so far) is that step's index, counted from 0
         as ``perf/step_series`` counts."""
         self.switch_step = step
+        if self._late is not None:
+            self._late.compile()
         ti.restore_stance(self._prior)
         self._prior = None
 

@@ -1,16 +1,22 @@
 """``compile.background``'s decisions, pure: where a compile process beside the run can help
-(:func:`resolve_background`) and whether switching to its compiled step pays (:func:`switch_pays`,
-``auto`` only). ``runner.stack.background`` carries them out."""
+(:func:`resolve_background`), whether ``auto`` starts one (:func:`worth_starting`) and whether switching
+to its compiled step pays (:func:`switch_pays`); and the two small pieces those decisions pick between:
+:class:`CompileInRun` (no process) and :class:`LateStep` (the step compiled at the switch).
+``runner.stack.background`` carries them out."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from runner.config.schema import Background
+from runner.stack.component import StackComponent
 from runner.stack.plan import CompilePlan
+
+Step = Callable[..., Any]
 
 NOTHING = "nothing is compiled"
 DECIDE_AFTER = 3
@@ -84,3 +90,39 @@ def steps_left(module: Any) -> float | None:
     except Exception:  # not attached, or Lightning cannot tell
         return None
     return max(0.0, total - trainer.global_step) if math.isfinite(total) else None
+
+
+class LateStep:
+    """The training step while the compile runs beside the run: the user's eager step until :meth:`compile`
+    applies the plan (``torch.compile`` itself loads Inductor, 0.5-0.8 s before the first step; a run that
+    never switches never pays it)."""
+
+    def __init__(self, compile_step: Callable[[], Step], eager_step: Step) -> None:
+        self._compile, self.step = compile_step, eager_step
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.step(*args, **kwargs)
+
+    def compile(self) -> None:
+        self.step = self._compile()
+
+
+class CompileInRun(StackComponent):
+    """``compile.background`` resolved to ``disabled``: the step compiles as torch.compile does, in the run."""
+
+    name = "background"
+    pending = False
+    kept_eager = False
+
+    def at_switch(self, compile_step: Callable[[], Step], eager_step: Step) -> Step:
+        """Step 3 of the ordered setup: compile now."""
+        return compile_step()
+
+    def __init__(self, policy: Background, why: str | None) -> None:
+        self.policy, self.why = policy, why
+
+    def figures(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"compile/background": self.policy.value}
+        if self.why is not None:
+            out["compile/background_outcome"] = self.why if self.why == NOTHING else f"compiled in the run: {self.why}"
+        return out

@@ -35,6 +35,9 @@ from torch import nn
 ENTRY_POINT = "runner.precompile"
 LOG_LINES = 12
 """Lines of the compile process's output quoted when it fails."""
+MAX_MODULE_BYTES = 1 << 30
+"""A module with more parameter and buffer bytes than this compiles in the run: the copy would cost
+memory and time on the way to the first step."""
 
 
 @dataclass
@@ -152,3 +155,24 @@ class CompileProcess:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.proc.pid, signal.SIGKILL)  # compile workers it left behind (same session)
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def start_process_for(module: nn.Module, placement: str) -> tuple[CompileProcess | None, tuple[str, str]]:
+    """A compile process holding ``module`` (not started yet), or None and why not: (short, sentence)."""
+    size = sum(t.numel() * t.element_size() for t in [*module.parameters(), *module.buffers()])
+    if size > MAX_MODULE_BYTES:
+        return None, (f"the module ({size / 2**30:.1f} GiB) is too large to copy",
+                      f"the module holds {size / 2**30:.1f} GiB, too much to copy to a compile process")
+    process = CompileProcess(placement)
+    try:
+        in_main = process.save_module(module)
+    except Exception as e:  # a module pickle cannot carry (a lambda, a class defined in a function)
+        process.stop()
+        return None, (f"the module cannot be copied ({type(e).__name__})",
+                      f"the module cannot be sent to a compile process ({type(e).__name__}: {e})")
+    if in_main:
+        process.stop()
+        names = ", ".join(in_main)
+        return None, (f"{names} defined in __main__", f"{names} is defined in the script run as __main__, which a "
+                      "compile process cannot import (defined in a module of its own, it compiles beside the run)")
+    return process, ("", "")

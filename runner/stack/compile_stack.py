@@ -108,8 +108,8 @@ class CompileStack:
         parts.offload.configure()  # 2. saved activations: hooks or checkpoint wrappers, before compiling
         parts.offload.apply(module)
         parts.offload.measured = self.measured
-        self._step = apply_compile(module, user_step(module), parts.plan, self.compiled,  # 3. compile
-                                   host.accumulate_grad_batches)
+        self._step = parts.background.at_switch(lambda: apply_compile(  # 3. compile (beside the run: at the switch)
+            module, user_step(module), parts.plan, self.compiled, host.accumulate_grad_batches), user_step(module))
         if host.shard is not None:  # 4. shard (FSDP): compiled blocks become FSDP units
             host.shard(module)
         optimizers = host.optimizers()  # 5. the optimizers as they will step (sharded params under FSDP)
