@@ -105,6 +105,15 @@ def test_the_speedup_pairs_start_after_the_switch_and_break_even_counts_their_co
     assert figures["perf/break_even_step"] == math.ceil(1.05 / 0.010)
 
 
+def test_the_result_sentence_says_the_run_stayed_eager_and_why() -> None:
+    from runner.telemetry.definitions import speedup_verdict
+
+    figures = {"perf/speedup_status": "nothing compiled", "compile/scope": "step",
+               "compile/background_outcome": "stayed eager: about 37 s of training are left"}
+    assert speedup_verdict(figures) == ("none", "the run trained eagerly (compile beside the run: stayed eager: "
+                                                "about 37 s of training are left)")
+
+
 # -- real fits with a compile process --------------------------------------------------------------------
 class WaitForTheProcess(L.Callback):
     """After ``at`` steps, optionally kill the compile process, then wait until it has exited: the run

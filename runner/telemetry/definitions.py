@@ -170,6 +170,9 @@ def speedup_verdict(figures: dict[str, Any]) -> tuple[str, str]:
     speedup = _number(figures.get("perf/speedup_x"))
     status = str(figures.get("perf/speedup_status") or "")
     if speedup is None or not math.isfinite(speedup):
+        beside = str(figures.get("compile/background_outcome") or "")
+        if beside.startswith(("stayed eager", "not ready")):  # eager by the compile beside the run's decision
+            return "none", f"the run trained eagerly (compile beside the run: {beside})"
         if status == "nothing compiled" or figures.get("compile/scope") == "none":
             return "none", "nothing was compiled: there is no speedup to measure"
         if status == "disabled":
