@@ -247,9 +247,11 @@ class BackgroundCompile(StackComponent):
         super().teardown()
 
     def figures(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"compile/background": self.policy.value, "compile/background_outcome": self.outcome,
-                               "compile/background_placement": _SHOWN[self.placement],
-                               "compile/eager_steps_beside": self.eager_steps}
+        out: dict[str, Any] = {"compile/background": self.policy.value, "compile/background_outcome": self.outcome}
+        if self.process is None or self.process.started is None:
+            return out  # no process ran (auto kept the run eager, or the module stayed in the run)
+        out["compile/background_placement"] = _SHOWN[self.placement]
+        out["compile/eager_steps_beside"] = self.eager_steps
         if (ms := self.eager_ms()) is not None:
             out["compile/eager_step_beside_ms"] = round(ms, 3)
         if self.result is not None:
