@@ -25,6 +25,7 @@ import sys
 import tempfile
 import time
 import types
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -61,6 +62,8 @@ class CompileProcess:
     def __init__(self, placement: str) -> None:
         self.placement = placement
         self.dir = Path(tempfile.mkdtemp(prefix="runner-compile-"))
+        # Removed by stop(), or when this object goes (a setup that raised before any teardown) or at exit.
+        self._remove_dir = weakref.finalize(self, shutil.rmtree, str(self.dir), True)
         self.proc: subprocess.Popen[bytes] | None = None
         self.started: float | None = None
         self.result: ProcessResult | None = None
@@ -154,7 +157,7 @@ class CompileProcess:
                 self.proc.wait()
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.proc.pid, signal.SIGKILL)  # compile workers it left behind (same session)
-        shutil.rmtree(self.dir, ignore_errors=True)
+        self._remove_dir()
 
 
 def start_process_for(module: nn.Module, placement: str) -> tuple[CompileProcess | None, tuple[str, str]]:
