@@ -120,11 +120,12 @@ def test_fresh_venv_runs_the_example_project(wheel: Path, tmp_path: Path) -> Non
 
 
 def test_readme_section_shows_the_example_ci_runs() -> None:
-    """The README's "Use runner in your own project" shows the example's files as they are."""
+    """README's "Your own project" links the example, whose page shows its files as they are."""
     readme = (ROOT / "README.md").read_text()
-    heading = "## Use runner in your own project"
+    heading = "## Your own project"
     assert heading in readme
-    section = readme.split(heading, 1)[1].split("\n## ", 1)[0]
+    assert "(examples/my_project/README.md)" in readme.split(heading, 1)[1].split("\n## ", 1)[0]
+    section = (EXAMPLE / "README.md").read_text().split("## The files", 1)[1]
     for name in ("conf/model/conv_lm.yaml", f"recipes/{EXAMPLE_RECIPE}.yaml"):
         assert (EXAMPLE / name).read_text() in section, name
     model = (EXAMPLE / "my_project" / "model.py").read_text().splitlines()
