@@ -12,8 +12,16 @@ from pathlib import Path
 import pytest
 import torch
 
-from runner.telemetry.callback import mfu_figures
-from runner.telemetry.peak import CACHE_ENV, CACHE_FILE, Peak, cache_dir, cache_key, probe_dtype, resolve_peak
+from runner.telemetry.peak import (
+    CACHE_ENV,
+    CACHE_FILE,
+    Peak,
+    cache_dir,
+    cache_key,
+    mfu_figures,
+    probe_dtype,
+    resolve_peak,
+)
 
 CPU = torch.device("cpu")
 

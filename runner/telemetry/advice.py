@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 _LIBRARY_DIRS = ("site-packages/", "dist-packages/")
 
@@ -173,3 +174,13 @@ def advise(kind: str, reason: str, where: str | None = None) -> Advice:
         where = where or guard_location(reason)
         return Advice(kind, where, first.split("#", 1)[0].strip() or first, recompile_fix(reason, where))
     raise ValueError(f"kind must be 'graph_break' or 'recompile', not {kind!r}")
+
+
+def advice_lines(figures: dict[str, Any], limit: int = 5) -> list[str]:
+    """One console line per graph-break site and per recompile after the first step, with its fix."""
+    breaks = figures.get("compile/graph_break_reasons") or []
+    recompiles = [r for r in figures.get("compile/recompile_reasons") or [] if (r.get("step") or 0) > 0]
+    lines = [str(advise("graph_break", str(b.get("reason")), b.get("user_frame"))) for b in breaks[:limit]]
+    lines += [str(advise("recompile", str(r.get("reason")), guard_location(str(r.get("reason"))) or r.get("location")))
+              for r in recompiles[:limit]]
+    return lines

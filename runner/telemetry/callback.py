@@ -33,11 +33,11 @@ import torch
 from runner import torch_internals as ti
 from runner.config.schema import TelemetryConfig
 from runner.stack.progress import CompileProgress
-from runner.telemetry import sinks
-from runner.telemetry.advice import advise, guard_location
+from runner.telemetry import ranks, sinks
+from runner.telemetry.advice import advice_lines
 from runner.telemetry.clock import StepClock
 from runner.telemetry.collector import CompileCollector
-from runner.telemetry.peak import Peak, forget_peak, reset_memory_peak, resolve_peak
+from runner.telemetry.peak import Peak, forget_peak, mfu_figures, reset_memory_peak, resolve_peak
 from runner.telemetry.speedup import SPEEDUP_KEYS, SpeedupMeter
 from runner.telemetry.throughput import (
     FlopCounter,
@@ -49,16 +49,6 @@ from runner.telemetry.throughput import (
 from runner.telemetry.trace import StructuredTrace
 
 log = logging.getLogger(__name__)
-
-
-def advice_lines(figures: dict[str, Any], limit: int = 5) -> list[str]:
-    """One console line per graph-break site and per recompile after the first step, with its fix."""
-    breaks = figures.get("compile/graph_break_reasons") or []
-    recompiles = [r for r in figures.get("compile/recompile_reasons") or [] if (r.get("step") or 0) > 0]
-    lines = [str(advise("graph_break", str(b.get("reason")), b.get("user_frame"))) for b in breaks[:limit]]
-    lines += [str(advise("recompile", str(r.get("reason")), guard_location(str(r.get("reason"))) or r.get("location")))
-              for r in recompiles[:limit]]
-    return lines
 
 
 class CompileTelemetry(pl.Callback):
@@ -273,32 +263,20 @@ class CompileTelemetry(pl.Callback):
         return figures
 
     def _gather_ranks(self, trainer: pl.Trainer) -> None:
-        """Every rank's own headline figures (``ranks/...``: one list entry per rank), gathered once at
-        the end of fit; the run's rates, summed over ranks from them; and whether every rank compiled
-        the same (``ranks/compiles_agree``: the same graphs, recompiles and graph breaks; ranks that
-        compile differently deadlock or diverge)."""
+        """Every rank's own headline figures and the rates summed over ranks, once at the end of fit."""
         if trainer.world_size <= 1:
             return
         # this rank's own rates, not the sums over ranks that the figures carry
         own = {**self._figures(series=False), "perf/tokens_per_s": self.meter.rate("tokens"),
                "perf/samples_per_s": self.meter.rate("samples")}
-        local = torch.tensor([float(own.get(k) or 0.0) for k in RANK_FIELDS], dtype=torch.float64, device=self._device)
-        rows = trainer.strategy.all_gather(local).reshape(trainer.world_size, len(RANK_FIELDS)).cpu().tolist()
-        self._per_rank = {f"ranks/{key}": [row[i] for row in rows] for i, key in enumerate(RANK_FIELDS)}
-        total = {key: sum(self._per_rank[f"ranks/{key}"]) for key in ("perf/samples_per_s", "perf/tokens_per_s")}
-        self._world_rates = (total["perf/samples_per_s"] or None, total["perf/tokens_per_s"] or None)
-        compiles = [tuple(row[i] for i, k in enumerate(RANK_FIELDS) if k in AGREEING_FIELDS) for row in rows]
-        self._per_rank["ranks/compiles_agree"] = len(set(compiles)) == 1
+        self._per_rank, self._world_rates = ranks.gather_rank_figures(trainer.strategy, own, self._device)
 
     def _reduce_rates(self, trainer: pl.Trainer) -> None:
-        """Samples/s and tokens/s summed over ranks (each rank's own measured rate). Called on every
-        rank at the same step; with one process there is nothing to reduce."""
-        if trainer.world_size <= 1:
-            return  # the figures use this process's live rates
-        local = (self.meter.rate("samples"), self.meter.rate("tokens"))
-        rates = torch.tensor([r or 0.0 for r in local], dtype=torch.float64, device=self._device)
-        total = trainer.strategy.reduce(rates, reduce_op="sum").tolist()
-        self._world_rates = (total[0] or None, total[1] or None)
+        """Samples/s and tokens/s summed over ranks. Called on every rank at the same step; with one
+        process there is nothing to reduce (the figures use this process's live rates)."""
+        if trainer.world_size > 1:
+            own = (self.meter.rate("samples"), self.meter.rate("tokens"))
+            self._world_rates = ranks.sum_rates(trainer.strategy, own, self._device)
 
 
 def eager_beside_compile(trainer: pl.Trainer) -> bool:
@@ -311,22 +289,3 @@ def eager_warmup(trainer: pl.Trainer) -> bool:
     """Whether runner's strategy runs this step eagerly as a CUDA-graph warm-up step
     (``CompileStack.eager_warmup``): the speedup's warm-up counts only the steps after it."""
     return bool(getattr(getattr(trainer.strategy, "stack", None), "eager_warmup", False))
-
-
-RANK_FIELDS = ("perf/step_ms", "perf/samples_per_s", "perf/tokens_per_s", "memory/peak_gib", "compile/time_s",
-               "compile/graphs", "compile/recompiles", "compile/graph_breaks")
-"""The figures gathered from every rank at the end of a multi-process fit (``ranks/<figure>``)."""
-AGREEING_FIELDS = frozenset({"compile/graphs", "compile/recompiles", "compile/graph_breaks"})
-
-
-def mfu_figures(achieved_flops: float, peak: Peak | None) -> dict[str, Any]:
-    """``perf/mfu`` and the peak it is against. A measured (or cached) peak is the most this device
-    was seen to do; if this run did more (the probe ran while the machine was busy), the run's own
-    rate is the better bound and becomes the peak (source ``achieved``), so MFU never exceeds 1. A
-    peak the user gave is kept as given."""
-    if peak is None or achieved_flops <= 0:
-        return {}
-    if peak.source != "given" and achieved_flops > peak.tflops * 1e12:
-        peak = Peak(achieved_flops / 1e12, "achieved")
-    return {"perf/mfu": achieved_flops / (peak.tflops * 1e12), "perf/peak_tflops": peak.tflops,
-            "perf/peak_source": peak.source}

@@ -31,6 +31,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -216,3 +217,16 @@ def forget_peak(device: torch.device, precision: str | None, cache: Path | None 
     data = _read(path)
     if data.pop(key, None) is not None:
         _write(path, data)
+
+
+def mfu_figures(achieved_flops: float, peak: Peak | None) -> dict[str, Any]:
+    """``perf/mfu`` and the peak it is against. A measured (or cached) peak is the most this device
+    was seen to do; if this run did more (the probe ran while the machine was busy), the run's own
+    rate is the better bound and becomes the peak (source ``achieved``), so MFU never exceeds 1. A
+    peak the user gave is kept as given."""
+    if peak is None or achieved_flops <= 0:
+        return {}
+    if peak.source != "given" and achieved_flops > peak.tflops * 1e12:
+        peak = Peak(achieved_flops / 1e12, "achieved")
+    return {"perf/mfu": achieved_flops / (peak.tflops * 1e12), "perf/peak_tflops": peak.tflops,
+            "perf/peak_source": peak.source}
