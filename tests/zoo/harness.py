@@ -88,8 +88,21 @@ def fit(idiom: Idiom, strategy: Any = None, max_epochs: int | None = None, colle
     ``callbacks`` run before the idiom's own callbacks and the recorder (a pacer's wait is not part of the
     step's time); ``fused``: eager Lightning's optimizers run torch's fused kernel (the reference for
     runner's fused policy). An idiom with ``test`` is then tested; its test metrics go to ``extra["test"]``."""
-    warnings.filterwarnings("ignore", ".*does not have many workers.*")
-    logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
+    # Lightning's info lines and its few-workers warning, off for this fit only: put back after it, so a
+    # later test in the same process sees Lightning's logging as a fresh process does.
+    lightning_log = logging.getLogger("lightning.pytorch")
+    level = lightning_log.level
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", ".*does not have many workers.*")
+        lightning_log.setLevel(logging.ERROR)
+        try:
+            return _fit(idiom, strategy, max_epochs, collector, callbacks, fused, **trainer_kwargs)
+        finally:
+            lightning_log.setLevel(level)
+
+
+def _fit(idiom: Idiom, strategy: Any, max_epochs: int | None, collector: Any, callbacks: tuple[Callback, ...],
+         fused: bool, **trainer_kwargs: Any) -> Trace:
     trace = Trace()
     L.seed_everything(0, verbose=False)
     module, data = idiom.module(), idiom.data()
