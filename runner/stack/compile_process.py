@@ -177,5 +177,5 @@ def start_process_for(module: nn.Module, placement: str) -> tuple[CompileProcess
         process.stop()
         names = ", ".join(in_main)
         return None, (f"{names} defined in __main__", f"{names} is defined in the script run as __main__, which a "
-                      "compile process cannot import (defined in a module of its own, it compiles beside the run)")
+                      "compile process cannot import (a class in a module of its own can go to one)")
     return process, ("", "")
