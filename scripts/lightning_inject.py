@@ -46,9 +46,10 @@ def _strategy_factory(mode: str) -> Callable[[], Any]:
     """A new strategy object per Trainer, for an injecting mode."""
     if mode == "passthrough":
         return _passthrough_strategy
-    from runner import CompileConfig, CompileStrategy
+    from runner import Background, CompileConfig, CompileStrategy
 
-    return lambda: CompileStrategy(compile=CompileConfig(backend=mode))
+    # Compiled from the first step: compile.background=auto would keep these short CPU fits eager.
+    return lambda: CompileStrategy(compile=CompileConfig(backend=mode, background=Background.disabled))
 
 
 def _passthrough_strategy() -> Any:
