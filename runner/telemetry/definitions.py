@@ -163,9 +163,14 @@ def _x(value: float) -> str:
     return f"{value:.2f}x"
 
 
+MIN_VERDICT_PAIRS = 4
+"""Fewer eager/compiled pairs than this give no verdict: the speedup is shown, the sentence says so."""
+
+
 def speedup_verdict(figures: dict[str, Any]) -> tuple[str, str]:
     """``(kind, sentence)``: whether compiling paid, at a glance. ``kind`` is ``faster``, ``slower``,
-    ``noise`` (the pairs' quartiles include 1, or the medians point the other way than the pairs) or
+    ``noise`` (fewer than ``MIN_VERDICT_PAIRS`` pairs, the pairs' quartiles include 1, or the medians
+    point the other way than the pairs) or
     ``none`` (no speedup figure; the sentence says why)."""
     speedup = _number(figures.get("perf/speedup_x"))
     status = str(figures.get("perf/speedup_status") or "")
@@ -189,6 +194,12 @@ def speedup_verdict(figures: dict[str, Any]) -> tuple[str, str]:
     # Timing eager against itself on a shared 2-core machine gave 0.91 with 10 pairs (speedup.py).
     few = f"; only {int(pairs)} pairs: a rough figure" if pairs is not None and pairs < 10 else ""
     eager, compiled = _number(figures.get("perf/eager_step_ms")), _number(figures.get("perf/compiled_step_ms"))
+    if pairs is not None and pairs < MIN_VERDICT_PAIRS:
+        # The quartiles of two or three ratios are no spread: one stalled step (a logger's flush, a
+        # neighbour's burst) made 2 pairs of 4 ms smoke steps read 25x on the eager backend.
+        return "noise", (f"{before}too few pairs to tell compiled from eager steps ({_x(speedup)} from only "
+                         f"{int(pairs)} pairs; {MIN_VERDICT_PAIRS} or more give a verdict: raise "
+                         "telemetry.speedup_steps, and trainer.max_steps to run them)")
     if p25 is not None and p75 is not None and p25 <= 1.0 <= p75:
         return "noise", (f"{before}no measurable difference between compiled and eager steps "
                          f"({_x(speedup)}{spread}: the range includes 1{few})")
