@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import re
 import signal
 import sys
 import types
@@ -276,7 +277,10 @@ def test_auto_keeps_a_short_run_eager_where_every_core_trains(every_core_trains:
     compile, and the stance is back at the end."""
     record, strategy = _fit(tiny_module(), 6, backend="inductor", background=Background.auto)
     figures = strategy.figures()
-    assert figures["compile/background_outcome"].startswith("stayed eager: about 0 s of training are left")
+    # 3 steps left x the eager steps' median: well under a second here, a few seconds on a loaded machine
+    left = re.match(r"stayed eager: about (\d+) s of training are left and every core trains",
+                    figures["compile/background_outcome"])
+    assert left is not None and int(left.group(1)) < 60, figures["compile/background_outcome"]
     assert strategy.stack.parts.background.process.proc is None  # type: ignore[union-attr]
     assert record.graphs == [0] * 6 and figures["compile/frames"] == 0 and ti.current_stance() == "default"
 
