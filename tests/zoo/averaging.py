@@ -7,32 +7,17 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
-from lightning import LightningModule
 from lightning.pytorch.callbacks import StochasticWeightAveraging, WeightAveraging
-from torch import nn
-from torch.nn import functional as F
 from torch.optim.swa_utils import get_ema_avg_fn
 
+from tests.zoo.plain import PlainClassifier
 
-class AveragedClassifier(LightningModule):
-    def __init__(self, dim: int = 16, classes: int = 4, lr: float = 0.05) -> None:
-        super().__init__()
-        self.save_hyperparameters()
-        self.model = nn.Sequential(nn.Linear(dim, 32), nn.BatchNorm1d(32), nn.ReLU(), nn.Linear(32, classes))
 
-    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
-        x, y = batch
-        loss = F.cross_entropy(self.model(x), y)
-        self.log("train_loss", loss)
-        return loss
+class AveragedClassifier(PlainClassifier):
+    """The plain classifier with BatchNorm (SWA recomputes its statistics for the averaged weights)."""
 
-    def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
-        x, y = batch
-        self.log("val_loss", F.cross_entropy(self.model(x), y))
-
-    def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.SGD(self.parameters(), lr=self.hparams.lr, momentum=0.9)
+    def __init__(self) -> None:
+        super().__init__(batchnorm=True)
 
 
 # Enable Exponential Moving Average after 4 steps

@@ -14,26 +14,14 @@ from lightning import LightningModule
 from torch import nn
 from torch.nn import functional as F
 
+from tests.zoo.plain import PlainClassifier
 
-class FlagsModule(LightningModule):
-    def __init__(self, dim: int = 16, classes: int = 4, lr: float = 0.05) -> None:
-        super().__init__()
-        self.save_hyperparameters()
-        self.model = nn.Sequential(nn.Linear(dim, 32), nn.BatchNorm1d(32), nn.ReLU(), nn.Dropout(0.1),
-                                   nn.Linear(32, classes))
 
-    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
-        x, y = batch
-        loss = F.cross_entropy(self.model(x), y)
-        self.log("train_loss", loss)
-        return loss
+class FlagsModule(PlainClassifier):
+    """The plain classifier with BatchNorm and dropout: train/eval switches the flags must not disturb."""
 
-    def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
-        x, y = batch
-        self.log("val_loss", F.cross_entropy(self.model(x), y))
-
-    def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.SGD(self.parameters(), lr=self.hparams.lr, momentum=0.9)
+    def __init__(self) -> None:
+        super().__init__(batchnorm=True, dropout=0.1)
 
 
 class ShouldStopModule(LightningModule):
