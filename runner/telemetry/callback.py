@@ -77,7 +77,7 @@ class CompileTelemetry(pl.Callback):
         self._flops_per_unit: float | None = None  # per token (or per sample without a sequence dim)
         self._flops_source = "none"
         self._counts: tuple[int | None, int | None] = (None, None)
-        self._world_rates: tuple[float | None, float | None] | None = None  # (samples/s, tokens/s), all ranks
+        self._world_rates: ranks.Rates | None = None  # (samples/s, tokens/s), all ranks
         self._per_rank: dict[str, Any] = {}  # ranks/<figure>: one value per rank, gathered at the end of fit
         self._device = torch.device("cpu")
         self.peak: Peak | None = None

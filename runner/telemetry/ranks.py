@@ -16,7 +16,8 @@ RANK_FIELDS = ("perf/step_ms", "perf/samples_per_s", "perf/tokens_per_s", "memor
 AGREEING_FIELDS = frozenset({"compile/graphs", "compile/recompiles", "compile/graph_breaks"})
 """The figures every rank must share: ranks that compile differently deadlock or diverge."""
 
-Rates = tuple["float | None", "float | None"]
+Rates = tuple[float | None, float | None]
+"""(samples/s, tokens/s); None where no rank measured that rate."""
 
 
 def gather_rank_figures(strategy: pl.strategies.Strategy, own: dict[str, Any],
