@@ -9,8 +9,23 @@
 # The venvs live in .venvs/ inside the checkout: a local checkout reuses them (torch is installed once
 # per version, runner's pins again only when pyproject.toml or constraints.txt change); CI's fresh clone
 # starts clean. The installs (network-bound downloads) run side by side, the tests one after the other.
+#
+# These installs come from the package index with the machine's pip configuration set aside (from_index):
+# a machine image may carry a global pip config that caps torch at the releases on its own disk and adds
+# local wheel folders (seen: `constraint` capping torch<=2.14.1). That is the machine's, not runner's, and
+# it must neither refuse a supported torch nor swap in a local build. `make setup` keeps the config.
 # Usage: .ci/versions.sh [TORCH_VERSION...]   (default: the oldest and the newest supported)
+#        source .ci/versions.sh --functions   (defines the functions only; the tests call from_index)
 set -euo pipefail
+
+# from_index CMD...: CMD with pip reading no configuration file (PIP_CONFIG_FILE=/dev/null; pip's
+# --isolated and an empty PIP_CONSTRAINT do not lift a config file's constraint) and without the
+# environment's constraint, find-links and extra indexes. PIP_INDEX_URL (a mirror) and PIP_CERT stay.
+from_index() {
+  env -u PIP_CONSTRAINT -u PIP_FIND_LINKS -u PIP_EXTRA_INDEX_URL PIP_CONFIG_FILE=/dev/null "$@"
+}
+[ "${1:-}" = --functions ] && return 0
+
 cd "$(dirname "$0")/.."
 export WANDB_MODE=offline
 VERSIONS=("$@")
@@ -36,11 +51,11 @@ install() {  # install VERSION VENV: torch==VERSION, then runner[dev] with the o
   if [ "$(torch_of "$venv")" != "$version" ]; then
     rm -rf "$venv"
     python3 -m venv "$venv"
-    "$venv/bin/pip" install --quiet --no-compile "torch==$version"
+    from_index "$venv/bin/pip" install --quiet --no-compile "torch==$version"
   fi
   if [ "$(cat "$venv/.runner-stamp" 2>/dev/null)" != "$stamp" ]; then
     grep -v '^torch==' constraints.txt > "$venv/constraints-without-torch.txt"
-    "$venv/bin/pip" install --quiet -c "$venv/constraints-without-torch.txt" -e '.[dev]'
+    from_index "$venv/bin/pip" install --quiet -c "$venv/constraints-without-torch.txt" -e '.[dev]'
     echo "$stamp" > "$venv/.runner-stamp"
   fi
   now=$(torch_of "$venv")
