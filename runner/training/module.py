@@ -50,7 +50,9 @@ class TrainModule(L.LightningModule):
     def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
         x, y = batch
         loss = lm_loss(self.model(x), y)
-        self.log("train/loss", loss, prog_bar=True)
+        # Not prog_bar=True: Lightning turns every progress-bar value into a Python float after every
+        # batch, a host sync per step. runner's progress bar shows train/loss, read at log steps only.
+        self.log("train/loss", loss)
         return loss
 
     def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:

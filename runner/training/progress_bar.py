@@ -18,7 +18,19 @@ class RunProgressBar(RichProgressBar):
     ``max_steps`` (``8/12`` when a run resumed at step 8 trains to 12). A run bounded by time only
     keeps Lightning's per-epoch count. The logger's version (``v_num``) is left out: the run directory
     names the run.
+
+    The training loss (``SHOWN``, logged without ``prog_bar``) is read from the device only after a
+    step whose figures Lightning logs (``global_step % log_every_n_steps == 0``) and shown until the
+    next: a value logged with ``prog_bar=True`` would be turned into a Python float after every batch,
+    a host sync that stalls an asynchronous device on every step.
     """
+
+    SHOWN = ("train/loss",)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._shown: dict[str, float] = {}
+        self._shown_at: int | None = None
 
     def _steps_bound(self) -> bool:
         trainer = self.trainer
@@ -45,7 +57,14 @@ class RunProgressBar(RichProgressBar):
         super()._update(progress_bar_id, current, visible, hard)
 
     def get_metrics(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> dict[str, Any]:
-        """Lightning's bar metrics without ``v_num``."""
+        """Lightning's bar metrics without ``v_num``, and the ``SHOWN`` values as of the last log step."""
         items = super().get_metrics(trainer, pl_module)
         items.pop("v_num", None)
-        return items
+        step = trainer.global_step
+        if step != self._shown_at and step % max(1, trainer.log_every_n_steps) == 0:
+            self._shown_at = step
+            metrics = trainer.callback_metrics
+            for key in self.SHOWN:
+                if (value := metrics.get(key)) is not None:
+                    self._shown[key] = float(value)
+        return {**self._shown, **items}
