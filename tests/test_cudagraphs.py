@@ -3,11 +3,21 @@
 from __future__ import annotations
 
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
+from lightning.pytorch.callbacks import Callback
 
-from runner.config.schema import CompileConfig, CudaGraphMode, CudaGraphsConfig, Scope
+from runner.config.schema import (
+    CompileConfig,
+    CudaGraphMode,
+    CudaGraphsConfig,
+    DynamicConfig,
+    OptimizerPolicy,
+    Scope,
+    ShapePolicy,
+)
 from runner.stack.cudagraphs import CudaGraphs, build_cudagraphs
 from runner.stack.plan import resolve_compile_kwargs
 
@@ -135,8 +145,12 @@ def test_cuda_graphs_capture_and_replay_on_gpu() -> None:
     assert figures["cudagraphs/active"] is True
     assert figures["cudagraphs/recordings"] > 0
     # The warm-up steps run eagerly; then CUDA-graph trees warm each compiled function up on its first
-    # call (a step of its own), record on the second, and replay from the third on.
+    # call (a step of its own), record on the second, and replay from the third on: the forward and the
+    # backward record in one step, nothing records again, and every later step replays its own graphs.
+    assert figures["cudagraphs/recording_steps"] == 1 and figures["cudagraphs/rerecordings"] == 0
     assert figures["cudagraphs/replay_steps"] == 8 - REQUESTED.warmup_steps - 2
+    assert figures["compile/optimizer"] == "fused"  # outside the graph tree: nothing of it records
+    assert figures["cudagraphs/static_batch_copies"] == 2 * 8  # inputs and targets, every step
     from torch._dynamo.utils import counters
 
     assert counters["inductor"]["cudagraph_skips"] == 0  # the graphs were really captured
@@ -199,7 +213,9 @@ def test_optimizer_state_is_marked_static_once_it_exists() -> None:
 
 
 # -- the CUDA-graph path beyond fp32 scope=step: validation, blocks with checkpoints, bf16-mixed, resume ------
-def _graphs_fit(steps: int, scope: Scope = Scope.step, ckpt_path: str | None = None, **trainer_kwargs: object) -> tuple:
+def _graphs_fit(steps: int, scope: Scope = Scope.step, ckpt_path: str | None = None,
+                optimizer: OptimizerPolicy = OptimizerPolicy.auto, dynamic: DynamicConfig | None = None,
+                data: object = None, **trainer_kwargs: object) -> tuple:
     import lightning as L
 
     from runner.config.schema import OffloadConfig, OffloadStrategy
@@ -208,13 +224,14 @@ def _graphs_fit(steps: int, scope: Scope = Scope.step, ckpt_path: str | None = N
 
     blocks = scope is Scope.blocks
     offload = OffloadConfig(strategy=OffloadStrategy.checkpoint) if blocks else OffloadConfig()
-    strategy = CompileStrategy(compile=CompileConfig(scope=scope, block_types=["Block"] if blocks else []),
-                               cudagraphs=REQUESTED, offload=offload, device="cuda:0", console=False)
+    cfg = CompileConfig(scope=scope, block_types=["Block"] if blocks else [], optimizer=optimizer)
+    strategy = CompileStrategy(compile=cfg, cudagraphs=REQUESTED, offload=offload, dynamic=dynamic, device="cuda:0",
+                               console=False)
     kwargs: dict = dict(accelerator="cuda", devices=1, max_steps=steps, logger=False, enable_checkpointing=False,
                         enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0)
     kwargs.update(trainer_kwargs)
     trainer = L.Trainer(strategy=strategy, **kwargs)
-    trainer.fit(tiny_module(), tiny_data(), ckpt_path=ckpt_path)
+    trainer.fit(tiny_module(), data or tiny_data(), ckpt_path=ckpt_path)
     return trainer, strategy
 
 
@@ -241,13 +258,15 @@ def test_validation_batches_replay_instead_of_recording_on_gpu() -> None:
 
 @pytest.mark.gpu
 def test_compiled_optimizer_is_captured_and_resumes_on_the_device_on_gpu(tmp_path: object) -> None:
-    """The compiled AdamW step compiles from the first step (not held eager by the warm-up): Dynamo makes
+    """Asked for (``compile.optimizer=compiled``; ``auto`` takes the fused kernel), the compiled AdamW step
+    compiles from the first step (not held eager by the warm-up): Dynamo makes
     it capturable and it runs as a CUDA graph. After a resume its LR tensor is the installed one on the GPU
     (Lightning restored a CPU tensor), so nothing is copied per step and no graph is skipped."""
     from lightning.pytorch.callbacks import ModelCheckpoint
     from torch._dynamo.utils import counters
 
-    trainer, strategy = _graphs_fit(8, enable_checkpointing=True, default_root_dir=tmp_path,
+    trainer, strategy = _graphs_fit(8, optimizer=OptimizerPolicy.compiled, enable_checkpointing=True,
+                                    default_root_dir=tmp_path,
                                     callbacks=[ModelCheckpoint(dirpath=tmp_path, save_last=True)])
     group = trainer.optimizers[0].param_groups[0]
     assert strategy.stack.figures()["compile/optimizer"] == "compiled"
@@ -255,8 +274,8 @@ def test_compiled_optimizer_is_captured_and_resumes_on_the_device_on_gpu(tmp_pat
     assert counters["inductor"]["cudagraph_skips"] == 0
     torch._dynamo.reset()
     counters.clear()
-    trainer, strategy = _graphs_fit(14, ckpt_path=str(tmp_path / "last.ckpt"), enable_checkpointing=True,
-                                    default_root_dir=tmp_path)
+    trainer, strategy = _graphs_fit(14, ckpt_path=str(tmp_path / "last.ckpt"), optimizer=OptimizerPolicy.compiled,
+                                    enable_checkpointing=True, default_root_dir=tmp_path)
     group = trainer.optimizers[0].param_groups[0]
     assert group["lr"] is strategy.stack.parts.optimizer_step.installed_lrs[0]
     assert group["lr"].device.type == "cuda" and group["capturable"] is True
@@ -277,4 +296,107 @@ def test_speedup_is_measured_under_cuda_graphs_on_gpu() -> None:
     figures = telemetry.figures()
     assert figures["perf/speedup_status"] == "measured", figures["perf/speedup_status"]
     assert figures["perf/speedup_x"] > 0
-    assert strategy.stack.figures()["compile/optimizer_eager_steps"] == 3 + 1  # the eager pair steps, the FLOP step
+    stack = strategy.stack.figures()
+    assert stack["compile/optimizer"] == "fused" and stack["cudagraphs/rerecordings"] == 0
+
+
+# -- record once, replay every step (docs/compile.md, "Record once, replay every step") ----------------------
+def test_auto_steps_the_optimizer_fused_outside_the_graph_tree() -> None:
+    """Under CUDA graphs ``auto`` takes the fused kernel where there is one (a compiled step would be a
+    tree root of its own, copying every gradient on each replay), and compiles the step where not."""
+    from runner.stack.plan import resolve_optimizer_policy
+
+    model = torch.nn.Linear(4, 4)
+    cuda = torch.device("cuda", 0)
+    policy, reason = resolve_optimizer_policy(OptimizerPolicy.auto, torch.optim.AdamW(model.parameters()), cuda, True)
+    assert policy is OptimizerPolicy.fused and "outside the graph tree" in reason
+    policy, _ = resolve_optimizer_policy(OptimizerPolicy.auto, torch.optim.RMSprop(model.parameters()), cuda, True)
+    assert policy is OptimizerPolicy.compiled
+
+
+def test_static_batch_keeps_one_buffer_per_shape_at_a_fixed_address() -> None:
+    """The batch's device tensors land in buffers that never move (marked static), holding each new
+    batch's values; a new shape gets its own buffers, up to the limit; other values pass as they are."""
+    from collections import namedtuple
+
+    from runner.stack.static_batch import StaticBatch
+
+    Pair = namedtuple("Pair", "x y")
+    static = StaticBatch("cpu", max_signatures=2)
+    seen = []
+    for step in range(3):
+        batch = {"pair": Pair(torch.full((2, 8), step), torch.arange(16).view(2, 8) + step), "n": step}
+        out = static(batch)
+        assert type(out["pair"]) is Pair and out["n"] == step
+        assert torch.equal(out["pair"].x, batch["pair"].x) and torch.equal(out["pair"].y, batch["pair"].y)
+        assert out["pair"].x is not batch["pair"].x
+        seen.append((out["pair"].x.data_ptr(), out["pair"].y.data_ptr()))
+    assert len(set(seen)) == 1  # the same two buffers every step
+    assert getattr(out["pair"].x, "_dynamo_static_input_type", None) == "unguarded"
+    short = static((torch.ones(2, 4), torch.zeros(2, 4)))
+    assert short[0].data_ptr() not in seen[0] and static.copies == 3 * 2 + 2
+    third = (torch.ones(3, 4), torch.zeros(3, 4))
+    assert static(third) is third and static.passed_through == 1  # past max_signatures: as it came
+
+
+class AddressChurn(Callback):
+    """Allocates a tensor of a new size on the device every step and keeps it for one step: the small
+    per-step allocations (a flag, a counter, a logged clone) that moved Lightning's batch to new
+    addresses in the first GPU run."""
+
+    def __init__(self) -> None:
+        self.kept: list[torch.Tensor] = []
+
+    def on_train_batch_start(self, trainer: object, module: object, batch: object, batch_idx: int) -> None:
+        self.kept = [torch.empty(1000 + 37 * batch_idx, device="cuda")]
+
+
+@pytest.mark.gpu
+def test_graphs_record_once_with_validation_pairs_and_churn_on_gpu(tmp_path: Path) -> None:
+    """After warm-up nothing records again and every compiled step replays its own graphs: with
+    validation every 5 steps, the speedup pairs (eager steps between compiled ones), the non-finite guard
+    and allocations that move the caching allocator's addresses every step."""
+    from runner.config.schema import OnNonFinite, TelemetryConfig
+    from runner.reliability.numerics import NonFiniteGuard
+    from runner.telemetry import CompileTelemetry
+
+    telemetry = CompileTelemetry(TelemetryConfig(speedup_steps=3, peak_tflops=100.0))
+    steps = 30
+    guard = NonFiniteGuard(OnNonFinite.stop, tmp_path / "last.ckpt")
+    _, strategy = _graphs_fit(steps, callbacks=[telemetry, guard, AddressChurn()], val_check_interval=5,
+                              limit_val_batches=2, num_sanity_val_steps=0)
+    figures = strategy.stack.figures()
+    assert figures["cudagraphs/rerecordings"] == 0, figures
+    assert figures["cudagraphs/recording_steps"] == 1, figures
+    # Every step but the eager warm-up, the tree's warm-up step, the recording step, and the FLOP step and
+    # three eager steps of the speedup pairs replays.
+    assert figures["cudagraphs/replay_steps"] == steps - REQUESTED.warmup_steps - 2 - 4, figures
+    report = telemetry.figures()
+    assert report["perf/recording_steps"] == 1 and report["perf/left_out_steps"] >= 1
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("policy", [ShapePolicy.static, ShapePolicy.bucket])
+def test_graphs_record_once_per_shape_under_static_and_bucket_on_gpu(policy: ShapePolicy, tmp_path: Path) -> None:
+    """Per-document batches of varying length under the policies that keep shapes static: each shape's
+    graphs record once (static: one shape; bucket: one per bucket), never again."""
+    import random
+
+    from runner.data.text import TextDataModule
+    from runner.stack.dynamic.policy import resolve_pad_to
+
+    rng = random.Random(0)
+    words = ["def", "class", "return", "import", "self", "value", "for", "while", "yield"]
+    corpus = tmp_path / "paragraphs.txt"
+    corpus.write_text("\n\n".join(" ".join(rng.choice(words) for _ in range(40))[: rng.randint(18, 33)]
+                                   for _ in range(400)))
+    dynamic = DynamicConfig(policy=policy, buckets=[16, 32] if policy is ShapePolicy.bucket else [])
+    data = TextDataModule(path=str(corpus), batching="documents", seq_len=32, batch_size=2,
+                          pad_to=resolve_pad_to(dynamic, 32))
+    steps = 24
+    _, strategy = _graphs_fit(steps, dynamic=dynamic, data=data)
+    figures = strategy.stack.figures()
+    assert figures["cudagraphs/rerecordings"] == 0, figures
+    shapes = 1 if policy is ShapePolicy.static else 2
+    assert figures["cudagraphs/recording_steps"] <= shapes, figures
+    assert figures["cudagraphs/replay_steps"] >= steps - REQUESTED.warmup_steps - 2 * shapes, figures

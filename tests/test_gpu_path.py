@@ -179,20 +179,28 @@ def test_peak_memory_count_restarts_after_the_strategys_measurement(monkeypatch:
     assert device == torch.device("cpu") and measured.get("offload/saved_bytes", 0) > 0  # after the measurement
 
 
-# -- 4. replay steps count only after the warm-up ----------------------------------------------------
-def test_replay_steps_count_from_the_end_of_the_warm_up(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The compiled optimizer step replays during the eager warm-up too (it is not held back); those
-    optimizer-only replays are not replays of the training step."""
+# -- 4. replay steps: the step's own graphs, read after its backward ------------------------------------
+def test_replay_steps_count_the_steps_own_replays(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A step counts as replayed when the tree's state right after its backward, in its own generation,
+    is a replay and nothing recorded in it; a step that recorded counts as a recording step, and a
+    recording of a graph first recorded in an earlier step as a re-recording. (The tree's state needs a
+    CUDA device; ``cudagraph_tree_state`` itself is pinned in tests/test_torch_internals.py.)"""
     from runner import torch_internals as ti
     from runner.stack.cudagraphs import CudaGraphs
 
-    monkeypatch.setattr(ti, "cudagraph_tree_state", lambda index: "EXECUTION")
+    states = iter(["NONE", "NONE", "WARMUP", "RECORDING", "EXECUTION", "EXECUTION", "RECORDING", "EXECUTION"])
+    monkeypatch.setattr(ti, "cudagraph_tree_state", lambda index: next(states))
     component = CudaGraphs(GRAPHS, torch.device("cuda", 0))
     for step in range(1, 9):
         with component.step_context():
-            pass
+            if step in (4, 7):  # graph "0/0" records at step 4, and again at step 7
+                component._on_compile_start(ti.CUDAGRAPH_RECORDING_TRIGGER, "0/0")
+                component._on_compile_start(ti.CUDAGRAPH_RECORDING_TRIGGER, "0/0")  # a second partition
+        component.after_backward()
         component.on_step_end(step)
-    assert component.replay_steps == 8 - GRAPHS.warmup_steps
+    figures = component.figures()
+    assert (figures["cudagraphs/recordings"], figures["cudagraphs/rerecordings"]) == (4, 2)
+    assert (figures["cudagraphs/recording_steps"], figures["cudagraphs/replay_steps"]) == (2, 3)
 
 
 # -- 5. validation batches begin a new CUDA-graph step ---------------------------------------------

@@ -327,3 +327,22 @@ def test_inductor_loads_and_its_memory_caches_empty() -> None:
     assert PyCodeCache.modules
     ti.clear_inductor_memory_caches()
     assert not PyCodeCache.modules
+
+
+def test_cudagraph_tree_internals_are_pinned() -> None:
+    """What ``cudagraph_tree_state`` and the recording count read of torch's CUDA-graph trees: the
+    manager's ``current_gen`` and ``path_state`` (set in its ``__init__``; a manager needs CUDA), the
+    generation a step mark starts, the execution states, and the recording callback's trigger name."""
+    from torch._dynamo.callback import CallbackTrigger
+    from torch._inductor import cudagraph_trees as ct
+
+    init = inspect.getsource(ct.CUDAGraphTreeManager.__init__)
+    assert "self.current_gen" in init and "self.path_state" in init
+    assert ct.get_manager(0, create_if_none_exists=False) is None or torch.cuda.is_available()
+    before = ct.CUDAGraphTreeManager.get_curr_generation()
+    torch.compiler.cudagraph_mark_step_begin()
+    assert ct.CUDAGraphTreeManager.get_curr_generation() == ct.MarkStepBox.mark_step_counter != before
+    assert {s.name for s in ct.ExecutionState} >= {"NONE", "WARMUP", "RECORDING", "EXECUTION"}
+    assert CallbackTrigger.CUDAGRAPH_RECORDING.name == ti.CUDAGRAPH_RECORDING_TRIGGER
+    if not torch.cuda.is_available():
+        assert ti.cudagraph_tree_state(0) is None  # no tree without CUDA

@@ -17,6 +17,7 @@ what this fit compiled, so the next fit in the process starts clean.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -43,10 +44,6 @@ log = logging.getLogger(__name__)
 __all__ = ["CompileSettings", "CompileStack", "Host"]
 
 
-def _skip_zero_grad(*args: Any, **kwargs: Any) -> None:
-    """Stands in for ``LightningModule.optimizer_zero_grad`` when the step zeroes gradients itself."""
-
-
 class CompileStack:
     """Applies the compile stack to a LightningModule and runs each training step through it."""
 
@@ -71,6 +68,7 @@ class CompileStack:
         self._contexts: list[Callable[[], contextlib.AbstractContextManager[Any]]] = []
         self._optimizer_contexts: list[Callable[[], contextlib.AbstractContextManager[Any]]] = []
         self._step_enders: list[Callable[[int], None]] = []
+        self._backward_enders: list[Callable[[], None]] = []
         self._backward_context: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext
         self._frozen: dict[str, Any] = {}
         self._applied = False
@@ -137,6 +135,7 @@ class CompileStack:
             self._contexts.append(lambda: ti.compiled_autograd(compiler))
             self._backward_context = lambda: ti.compiled_autograd(compiler)
         self._step_enders = [c.on_step_end for c in comps if overrides(c, "on_step_end")]
+        self._backward_enders = [c.after_backward for c in comps if overrides(c, "after_backward")]
         self._optimizer_contexts = [c.optimizer_step_context for c in comps if overrides(c, "optimizer_step_context")]
         # Python side effects are deferred only where the step itself is compiled: an eager step
         # (manual optimization, scope=model/blocks) logs exactly when and as Lightning does.
@@ -146,7 +145,7 @@ class CompileStack:
         if plan.backward_in_step:
             # Lightning zeroes gradients between training_step and backward; here backward runs inside
             # the step, so zeroing moves to just before it (same accumulation boundaries).
-            module.optimizer_zero_grad = _skip_zero_grad  # type: ignore[method-assign]
+            module.optimizer_zero_grad = lambda *args, **kwargs: None  # type: ignore[method-assign]
         # The strategy's call and DDP's forward redirection both reach training_step.
         self._undo_step = install_step(module, self.training_step)
         self.parts.storms.start(self.parts.settings_owner)
@@ -180,11 +179,8 @@ class CompileStack:
     def training_step(self, *args: Any, **kwargs: Any) -> Any:
         """One training step through every component's context, with deferred Python side effects."""
         assert self._module is not None and self._step is not None and self.parts is not None
-        if args and self._preparers:
-            batch = args[0]
-            for prepare in self._preparers:
-                batch = prepare(batch)
-            args = (batch, *args[1:])
+        if args and self._preparers:  # each component's preparation of the device batch, in order
+            args = (functools.reduce(lambda batch, prepare: prepare(batch), self._preparers, args[0]), *args[1:])
         if self.backward_in_step and self._micro_batches % self._accumulate == 0:
             for opt in self._optimizers:
                 opt.zero_grad(set_to_none=True)
@@ -195,14 +191,19 @@ class CompileStack:
             if self._capture:
                 stack.enter_context(self.parts.deferred.capture(self._module))
             out = self._step(*args, **kwargs)
+        for backward_end in self._backward_enders if self.backward_in_step else ():  # the step ran backward
+            backward_end()
         for storm in self.parts.storms.check():
             self._demote(storm)
         return self.parts.deferred.resolve(out) if self._capture else out
 
     @contextlib.contextmanager
     def backward_context(self) -> Iterator[None]:
+        """Around Lightning's backward of each training step (not taken when the step ran it)."""
         with self._backward_context():
             yield
+        for backward_end in self._backward_enders:
+            backward_end()
 
     @property
     def eager_warmup(self) -> bool:

@@ -53,6 +53,9 @@ class StackComponent:
         """A context entered around each training step's forward and backward."""
         return contextlib.nullcontext()
 
+    def after_backward(self) -> None:
+        """Called after each training step's backward (inside the compiled step when it runs backward)."""
+
     def optimizer_step_context(self) -> ContextManager[Any]:
         """A context entered around each optimizer step (after backward)."""
         return contextlib.nullcontext()

@@ -4,14 +4,28 @@ On a device other than CUDA, torch silently ignores every CUDA-graph option; run
 records ``cudagraphs/active=False``, and the run goes on.
 
 On CUDA the first ``warmup_steps`` training steps run eagerly (lazily built module state exists before
-anything is recorded); the compiled optimizer step is not held back: compiled from the first step, Dynamo
-creates its state itself with ``capturable=True`` (``_set_capturable`` requires uninitialised state), so
-it runs as a CUDA graph, where an eager first step would leave Adam non-capturable, stepping its
-single-tensor path with a host sync per parameter (a tensor LR turns ``foreach`` off). Inductor's
-CUDA-graph trees then warm each function up on its first compiled call and record it on the next, so
-the first replay is at step ``warmup_steps + 3``. Validation, test and predict batches of the fit each
-begin a new CUDA-graph step too: without the mark, every batch of a compiled submodule would record
-another graph on top of the training step's live outputs.
+anything is recorded). Inductor's CUDA-graph trees then warm each compiled function up on its first
+call and record it on the next, so the first replay is at step ``warmup_steps + 3``. From then on
+nothing may record again; the design that makes that hold, each part with why (docs/compile.md,
+"Record once, replay every step"):
+
+* one ``cudagraph_mark_step_begin`` per training step, and one per validation, test or predict batch of
+  the fit (without it every evaluation batch of a compiled submodule records another graph on top of the
+  training step's live outputs);
+* the batch is copied into persistent static-address buffers (:class:`StaticBatch`): the backward of a
+  compiled step saves the batch, and a saved input at a new address re-records the backward graph;
+* parameters and, once the first step created it, optimizer state are marked static: read in place;
+* the optimizer step runs outside the graph tree as the fused kernel wherever the optimizer has one
+  (``compile.optimizer=auto``): a compiled step would be a root of its own, recorded apart from the
+  step's graphs, copying every gradient into its static inputs on each replay;
+* the logged loss is cloned out of the graph's output (Lightning's ``_ResultMetric.update``), so nothing
+  of a replay is read after the next one.
+
+What happened is counted, not assumed: ``recordings`` (every recording), ``rerecordings`` (a graph
+recorded again in a later step than its first recording: a graph partition recorded at step N and again
+later; the same graph's partitions recorded at step N count once), the steps that recorded, and
+``replay_steps``, steps whose own forward and backward replayed (the tree's state right after the
+backward is a replay and nothing recorded in the step): an optimizer-only replay does not count.
 """
 
 from __future__ import annotations
@@ -29,11 +43,12 @@ from torch.optim import Optimizer
 from runner import torch_internals as ti
 from runner.config.schema import CudaGraphMode, CudaGraphsConfig
 from runner.stack.component import StackComponent
+from runner.stack.static_batch import StaticBatch
 
 
 class CudaGraphs(StackComponent):
-    """Marks step boundaries for CUDA-graph trees, keeps parameters and optimizer state at static
-    addresses, and counts what really happened: graphs recorded, steps that replayed them."""
+    """Marks step boundaries for CUDA-graph trees, keeps the batch, parameters and optimizer state at
+    static addresses, and counts what really happened: recordings, re-recordings, replayed steps."""
 
     name = "cudagraphs"
 
@@ -43,10 +58,19 @@ class CudaGraphs(StackComponent):
         self.steps = 0
         self.optimizers: list[Optimizer] = []
         self.static_state_tensors = 0
+        self.batch = StaticBatch(device.type)
         self.recordings = 0
         """CUDA graphs recorded (torch's CUDAGRAPH_RECORDING compile callbacks)."""
+        self.rerecordings = 0
+        """Recordings of a graph already recorded in an earlier optimizer step (each one a failed replay)."""
+        self.recording_steps = 0
+        """Optimizer steps during which anything was recorded."""
         self.replay_steps = 0
-        """Steps after the warm-up whose last CUDA-graph tree action was a replay (``EXECUTION``)."""
+        """Steps whose own forward and backward replayed, recording nothing (see the module docstring)."""
+        self._optimizer_steps = 0
+        self._first_recorded: dict[str, int] = {}  # compile id -> the optimizer step it first recorded at
+        self._recorded_in_step = 0
+        self._state_after_backward: str | None = None
         self._unregister: Any = None
 
     def configure(self) -> None:
@@ -57,6 +81,19 @@ class CudaGraphs(StackComponent):
     def _on_compile_start(self, trigger: str, compile_id: str) -> None:
         if trigger == ti.CUDAGRAPH_RECORDING_TRIGGER:
             self.recordings += 1
+            self._recorded_in_step += 1
+            # A compiled graph's partitions share its compile id and record in the same step: only a
+            # recording in a later step than the id's first is a re-recording.
+            first = self._first_recorded.setdefault(compile_id, self._optimizer_steps)
+            if first < self._optimizer_steps:
+                self.rerecordings += 1
+
+    def prepare_batch(self, batch: Any) -> Any:
+        return self.batch(batch)
+
+    def after_backward(self) -> None:
+        # The step's own graphs end with its backward: what the tree did last, before the optimizer step.
+        self._state_after_backward = ti.cudagraph_tree_state(self.device_index)
 
     def apply(self, module: nn.Module) -> None:
         # Parameters never move: telling the compiler lets CUDA graphs read them in place instead of
@@ -78,6 +115,7 @@ class CudaGraphs(StackComponent):
         # before anything is recorded. After that the stance is left alone: setting "default" would
         # cancel another component's (dynamic.after_warmup's fail_on_recompile). The optimizer step is
         # outside this context: compiled from the first step (see the module docstring).
+        self._recorded_in_step = 0  # a first recording of an evaluation graph since the last step is not this step's
         with ti.step_stance("force_eager") if self.warming_up else contextlib.nullcontext():
             torch.compiler.cudagraph_mark_step_begin()
             yield
@@ -102,9 +140,12 @@ class CudaGraphs(StackComponent):
         # optimizer step) reads them in place instead of copying each into a static buffer every replay.
         if self.static_state_tensors == 0:
             self.static_state_tensors = mark_optimizer_state_static(self.optimizers)
-        # Optimizer-only replays during the warm-up (its compiled step is not held back) are not replays of the step.
-        if self.steps > self.cfg.warmup_steps and ti.cudagraph_tree_state(self.device_index) == "EXECUTION":
+        if self._recorded_in_step:
+            self.recording_steps += 1
+        elif self._state_after_backward == "EXECUTION":
             self.replay_steps += 1
+        self._optimizer_steps += 1
+        self._recorded_in_step, self._state_after_backward = 0, None
 
     def teardown(self) -> None:
         if self._unregister is not None:
@@ -116,8 +157,11 @@ class CudaGraphs(StackComponent):
         # Active only if graphs were recorded and then replayed: what happened, not what was asked.
         return {"cudagraphs/active": self.recordings > 0 and self.replay_steps > 0,
                 "cudagraphs/requested": True, "cudagraphs/mode": self.cfg.mode.value,
-                "cudagraphs/recordings": self.recordings, "cudagraphs/replay_steps": self.replay_steps,
-                "cudagraphs/static_state_tensors": self.static_state_tensors}
+                "cudagraphs/recordings": self.recordings, "cudagraphs/rerecordings": self.rerecordings,
+                "cudagraphs/recording_steps": self.recording_steps, "cudagraphs/replay_steps": self.replay_steps,
+                "cudagraphs/static_state_tensors": self.static_state_tensors,
+                "cudagraphs/static_batch_copies": self.batch.copies,
+                "cudagraphs/static_batch_passed_through": self.batch.passed_through}
 
 
 def mark_optimizer_state_static(optimizers: list[Optimizer]) -> int:

@@ -166,6 +166,11 @@ def resolve_optimizer_policy(
                                            "kernel takes the scale and the inf check on the device")
         return OptimizerPolicy.none, (f"a gradient scaler (16-mixed) steps {name}, which has no fused "
                                       f"{device.type} kernel: it runs as configured")
+    if cudagraphs_active and supports_fused(optimizer, device):
+        # A compiled optimizer step would be a CUDA-graph tree root of its own, recorded apart from the
+        # step's graphs and copying every gradient into its static inputs on each replay.
+        return OptimizerPolicy.fused, (f"CUDA graphs are on and {name} has a fused {device.type} kernel: it steps "
+                                       "outside the graph tree, nothing to record or copy")
     if cudagraphs_active:
         return OptimizerPolicy.compiled, "CUDA graphs are on: a compiled step is captured with the rest of the step"
     sharded = holds_dtensors(optimizer)

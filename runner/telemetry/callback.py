@@ -156,9 +156,11 @@ class CompileTelemetry(pl.Callback):
         if mode == "flops" and self._flops.total and (tokens or samples):
             self._flops_per_step, self._flops_source = float(self._flops.total), "flop_counter"
             self._flops_per_unit = self._flops_per_step / float(tokens or samples or 1)
-        compiled = len(self.collector.events) > n_events or bool(self.collector.compiling())
+        kinds = {e["kind"] for e in self.collector.events[n_events:]}
+        compiled = bool(kinds) or bool(self.collector.compiling())
+        recording_only = kinds == {"cudagraph_recording"} and not self.collector.compiling()
         self.meter.record(self.collector.step or 0, mode, ms, compiled, samples=samples, tokens=tokens, timed=timed,
-                          held=self._held)
+                          held=self._held, recording_only=recording_only)
         step = trainer.global_step
         if step % max(1, self.cfg.log_every_n_steps) == 0:
             self._reduce_rates(trainer)  # every rank reaches this step: the all-reduce is matched

@@ -95,6 +95,9 @@ class SpeedupMeter:
         self.ran_compiled = False
         """A step ran compiled code without compiling (the warm-up is over)."""
         self.beside: list[float] = [0, 0.0]  # timed "background" steps: count, total ms (see ``record``)
+        self.left_out = {"compiling": 0, "recording": 0}
+        """Steps no step-time figure uses because they compiled, or only recorded CUDA graphs."""
+        self._left_out_ms: deque[float] = deque(maxlen=1000)  # their host times, the recent ones
 
     def next_mode(self) -> str:
         """The mode of the step about to run."""
@@ -108,13 +111,17 @@ class SpeedupMeter:
         return self._measuring and bool(self.schedule) and mode in ("eager", "compiled")
 
     def record(self, step: int, mode: str, ms: float, compiled_something: bool, samples: int | None = None,
-               tokens: int | None = None, timed: bool = True, held: bool = False) -> None:
+               tokens: int | None = None, timed: bool = True, held: bool = False, recording_only: bool = False) -> None:
         """Record the step that just ran (``mode`` as returned by :meth:`next_mode`). ``samples`` and
         ``tokens`` are the step's batch size and token count (padded), for throughput and for pairs
         whose batches differ in length (variable-length data): those compare time per token.
         ``timed``: ``ms`` is the step's real time (False: host time of an unsynchronised step).
-        ``held``: the strategy ran the step eagerly itself (a CUDA-graph warm-up step)."""
+        ``held``: the strategy ran the step eagerly itself (a CUDA-graph warm-up step).
+        ``recording_only``: what the step "compiled" was only CUDA-graph recordings (counted apart)."""
         shown = "compile" if compiled_something else mode
+        if compiled_something:
+            self.left_out["recording" if recording_only else "compiling"] += 1
+            self._left_out_ms.append(ms)
         point = {"step": step, "ms": ms, "mode": shown, "samples": samples, "tokens": tokens, "timed": timed}
         self.steps.append(point)
         self.ran_compiled = self.ran_compiled or shown == "compiled"
@@ -178,6 +185,10 @@ class SpeedupMeter:
         recent = self._compiled or self._steady  # recent: recompiles change the step time
         if recent:
             out["perf/step_ms"] = statistics.median(p["ms"] for p in recent)
+        if self._left_out_ms:  # never drop a step from the step times without saying so
+            out["perf/left_out_steps"] = sum(self.left_out.values())
+            out["perf/recording_steps"] = self.left_out["recording"]
+            out["perf/left_out_step_ms"] = statistics.median(self._left_out_ms)
         out["perf/speedup_status"] = self.status()
         if self.done and self.window and self.compiled_any:
             # Only the interleaved window, so both medians saw the same machine conditions.

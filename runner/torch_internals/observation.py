@@ -252,13 +252,19 @@ def graph_break_logger() -> logging.Logger:
 
 
 def cudagraph_tree_state(device_index: int) -> str | None:
-    """What Inductor's CUDA-graph tree on ``device_index`` did last in this thread: ``NONE``,
-    ``WARMUP``, ``RECORDING`` or ``EXECUTION`` (a replay); None when no tree exists there.
-    (``torch._inductor.cudagraph_trees``: ``get_manager(...).path_state``.)"""
+    """What Inductor's CUDA-graph tree on ``device_index`` did last in this CUDA-graph step (since the
+    last ``cudagraph_mark_step_begin``) in this thread: ``WARMUP``, ``RECORDING`` or ``EXECUTION`` (a
+    replay); ``NONE`` when it ran nothing in this step (an eager step); None when no tree exists there.
+    (``torch._inductor.cudagraph_trees``: the manager's ``path_state``, and its ``current_gen``, which
+    every warm-up, recording and replay sets to the current generation, ``MarkStepBox``'s step mark.)"""
     from torch._inductor import cudagraph_trees
 
     manager = cudagraph_trees.get_manager(device_index, create_if_none_exists=False)
-    return None if manager is None else str(manager.path_state.name)
+    if manager is None:
+        return None
+    if manager.current_gen != type(manager).get_curr_generation():
+        return "NONE"
+    return str(manager.path_state.name)
 
 
 CUDAGRAPH_RECORDING_TRIGGER = "CUDAGRAPH_RECORDING"

@@ -61,7 +61,7 @@ class RunProgressBar(RichProgressBar):
         items = super().get_metrics(trainer, pl_module)
         items.pop("v_num", None)
         step = trainer.global_step
-        if step != self._shown_at and step % max(1, trainer.log_every_n_steps) == 0:
+        if step != self._shown_at and step % max(1, getattr(trainer, "log_every_n_steps", 1)) == 0:
             self._shown_at = step
             metrics = trainer.callback_metrics
             for key in self.SHOWN:
