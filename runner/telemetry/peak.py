@@ -148,6 +148,7 @@ def reset_memory_peak(device: torch.device) -> None:
     set size cannot be reset): what ran before (the MFU probe, the saved-activation measurement in the
     strategy's setup) is not the run's peak."""
     if device.type == "cuda" and torch.cuda.is_available():
+        torch.cuda.init()  # resetting before CUDA is initialised raises "Invalid device argument"
         torch.cuda.reset_peak_memory_stats(device)
 
 
