@@ -2,9 +2,27 @@
 
 from __future__ import annotations
 
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
-from runner.telemetry.advice import advise, graph_break_fix, guard_location, recompile_fix
+from runner.telemetry.advice import (
+    RUNNERS_OPTIMIZER_STEP,
+    advice_lines,
+    advise,
+    graph_break_fix,
+    guard_location,
+    recompile_fix,
+    runners_breaks,
+    runners_site,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.parametrize(("reason", "where", "expect"), [
@@ -56,3 +74,43 @@ def test_advise_finds_the_guard_location_and_formats_one_line() -> None:
     assert str(brk).startswith("graph break at m.py:5: Data-dependent branching. Fix: ")
     with pytest.raises(ValueError):
         advise("other", "x")
+
+
+_OPTIM = "/v/lib/python3.11/site-packages/torch/optim/optimizer.py:79"
+_EXPLICIT = "Call to `torch._dynamo.graph_break()`"
+
+
+def test_a_break_in_the_optimizer_step_runner_compiled_is_runners() -> None:
+    """The same break in torch's optimizer code: the user's to fix when their code called the step inside
+    compiled code, runner's (expected, not warned of, still counted) when runner compiled the step."""
+    assert "let Lightning step the optimizer" in graph_break_fix(_EXPLICIT, _OPTIM)
+    ours = runners_site(_OPTIM)
+    assert "nothing to fix" in graph_break_fix(_EXPLICIT, ours) and "Lightning" not in graph_break_fix(_EXPLICIT, ours)
+    assert "Expected: " in str(advise("graph_break", _EXPLICIT, ours))
+    figures = {"compile/graph_breaks": 2, "compile/graph_break_reasons": [
+        {"reason": _EXPLICIT, "user_frame": ours, "count": 1},
+        {"reason": "Data-dependent branching", "user_frame": "m.py:5", "count": 1}]}
+    assert runners_breaks(figures) == 1
+    assert [line.split(":")[0] for line in advice_lines(figures)] == ["graph break at m.py"]
+
+
+def test_compiled_optimizer_step_break_is_reported_as_runners_not_the_users(tmp_path: Path) -> None:
+    """A real run: runner compiles AdamW's step (compile.optimizer=compiled), whose ``_use_grad`` calls
+    ``torch._dynamo.graph_break()``. It counts as a graph break, labelled as runner's; no warning tells the
+    user to let Lightning step the optimizer (which it already does)."""
+    run_dir = tmp_path / "run"
+    env = {**os.environ, "WANDB_MODE": "offline", "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-m", "runner", "+recipe=smoke", "compile.optimizer=compiled",
+                           "trainer.max_steps=4", f"hydra.run.dir={run_dir}"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads((run_dir / "report.json").read_text())
+    assert report["compile/optimizer"] == "compiled" and report["compile/optimizer_compiled_steps"] > 0
+    (brk,) = report["compile/graph_break_reasons"]
+    assert report["compile/graph_breaks"] == 1 and brk["reason"] == _EXPLICIT
+    assert re.search(rf"torch/optim/optimizer\.py:\d+ \({re.escape(RUNNERS_OPTIMIZER_STEP)}\)$", brk["user_frame"]), brk
+    assert "nothing to fix" in brk["fix"] and "Lightning" not in brk["fix"]
+    output = proc.stdout + proc.stderr
+    assert "let Lightning step the optimizer" not in output and "compile: graph break" not in output, output[-3000:]
+    assert f"1 (1 {RUNNERS_OPTIMIZER_STEP})" in proc.stdout  # the summary's graph-breaks row
+    assert "Expected: torch's optimizer steps break here by design" in (run_dir / "report.md").read_text()

@@ -5,6 +5,7 @@ nothing written (not even a run directory). The table runs ``precheck`` in-proce
 from __future__ import annotations
 
 import logging
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -79,6 +80,9 @@ BAD_INPUTS: list[tuple[list[str], list[str]]] = [
     (["cudagraphs=reduce_overhead", "compile.backend=inductor", "compile.mode=max-autotune-no-cudagraphs"],
      ["compile.mode=max-autotune-no-cudagraphs", "Leave compile.mode unset"]),
     (["trainer.accelerator=mps"], ["trainer.accelerator=mps", "no MPS device", "trainer=cpu"]),
+    # a model with nothing to train: the optimizer would refuse its empty parameter list once the run started
+    (["model=custom", "model._target_=torch.nn.Identity"], ["model._target_=torch.nn.Identity", "no parameters",
+                                                            "model=gpt"]),
 ]
 
 
@@ -185,3 +189,48 @@ def test_cli_refuses_bad_input_and_writes_nothing(overrides: list[str], tmp_path
         assert "did you mean `trainer.max_steps=5`?" in lines[0], lines[0]
     assert proc.stdout == ""
     assert list(tmp_path.iterdir()) == [], "nothing may be written (no outputs/ run dir)"
+
+
+def _refused(proc: subprocess.CompletedProcess[str], run_dir: Path) -> str:
+    """The one line ``python -m runner`` refused with (exit 2, no traceback, no run directory)."""
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("runner: "), proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr and proc.stdout == ""
+    assert not run_dir.exists(), "nothing may be written (no run dir)"
+    return lines[0]
+
+
+def test_a_model_without_parameters_is_refused_before_the_run_dir(tmp_path: Path) -> None:
+    """torch.nn.Identity has no parameter: the optimizer over it would fail inside the run (exit 1,
+    a Hydra traceback, a run directory left behind); refused up front instead."""
+    run_dir = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-m", "runner", "+recipe=smoke", "model=custom",
+                           "model._target_=torch.nn.Identity", f"hydra.run.dir={run_dir}"], cwd=tmp_path, env=env(),
+                          capture_output=True, text=True, timeout=120)
+    line = _refused(proc, run_dir)
+    assert "model._target_=torch.nn.Identity has nothing to train (it has no parameters)" in line, line
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("target", ["brokenpkg.Model", "uses_broken.Net"])
+def test_a_broken_installed_package_is_named_not_the_dotted_path(target: str, tmp_path: Path) -> None:
+    """A package that is installed but raises while being imported (a torchvision built for another torch:
+    ``RuntimeError: operator torchvision::nms does not exist``), imported by the target's own module or
+    named by it: the message names that package and its error, not the user's dotted path."""
+    packages = tmp_path / "site"
+    (packages / "brokenpkg").mkdir(parents=True)
+    (packages / "brokenpkg" / "__init__.py").write_text(
+        'raise RuntimeError("operator brokenpkg::nms does not exist")\n')
+    (packages / "uses_broken.py").write_text("import torch\nimport brokenpkg  # noqa: F401\n\n\n"
+                                             "class Net(torch.nn.Linear):\n    pass\n")
+    run_dir = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-m", "runner", "+recipe=smoke", "model=custom", f"model._target_={target}",
+                           f"hydra.run.dir={run_dir}"], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          env={**env(), "PYTHONPATH": f"{packages}{os.pathsep}{env()['PYTHONPATH']}"})
+    line = _refused(proc, run_dir)
+    assert f"model._target_={target} cannot be imported: importing the package brokenpkg failed" in line, line
+    assert "RuntimeError: operator brokenpkg::nms does not exist" in line, line
+    assert "Check the dotted path" not in line and "The dotted path is not the problem" in line, line
+    if target.startswith("uses_broken"):
+        assert "while importing uses_broken" in line and "reinstall a brokenpkg that matches this torch" in line, line

@@ -134,3 +134,32 @@ def test_dynamic_documents_recipe_one_graph_for_every_length(tmp_path: Path) -> 
     assert report["dynamic/graphs"] == 1 and report["dynamic/recompiles"] == 0
     # Length-grouped batches padded to their own longest: 1.1% measured (dynamic=static: 48.8%).
     assert 0 <= report["dynamic/padding_waste_pct"] < 5
+
+
+# Every way in that composes a config: the same one paragraph for a misspelt key or option, exit 2, nothing written.
+ENTRY_POINTS: list[tuple[list[str], str]] = [
+    (["--cfg", "job", "+recipe=smoke", "trainer.max_step=5"], "did you mean `trainer.max_steps=5`?"),
+    (["+recipe=smoke", "trainer.max_step=5", "--info"], "did you mean `trainer.max_steps=5`?"),
+    (["-m", "+recipe=smoke", "trainer.max_step=5"], "did you mean `trainer.max_steps=5`?"),
+    # a later value of a sweep: Hydra composes every job before the first runs, and stopped with its traceback
+    (["-m", "+recipe=smoke", "compile=eager,stepp"], "did you mean `compile=step`?"),
+    (["tune", "+recipe=smoke", "trainer.max_step=5"], "did you mean `trainer.max_steps=5`?"),
+]
+
+
+@pytest.mark.parametrize(("args", "advice"), ENTRY_POINTS, ids=lambda v: " ".join(v) if isinstance(v, list) else None)
+def test_every_entry_point_names_a_misspelt_key_in_one_paragraph(args: list[str], advice: str, tmp_path: Path) -> None:
+    proc = runner(*args, cwd=tmp_path, timeout=180)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("runner: invalid configuration: "), proc.stderr[-3000:]
+    assert advice in lines[0] and "Traceback" not in proc.stderr
+    assert list(tmp_path.iterdir()) == [], "nothing may be written (no outputs/ run, sweep or tune dir)"
+
+
+def test_cfg_job_prints_a_config_that_would_not_run() -> None:
+    """``--cfg job`` composes and converts (a misspelt key is refused) but shows a combination that fails
+    validation, so that the user can see what it is."""
+    proc = runner("--cfg", "job", "+recipe=smoke", "trainer.max_steps=0")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "max_steps: 0" in proc.stdout

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from runner import hydra_internals
+from runner.config import target_objects
 from runner.config.errors import close_matches
 from runner.config.schema import RunConfig
 
@@ -32,15 +32,6 @@ def _fields(node: Any) -> dict[str, Any]:
     if dataclasses.is_dataclass(node) and not isinstance(node, type):
         return {f.name: getattr(node, f.name) for f in dataclasses.fields(node)}
     return dict(node) if isinstance(node, dict) else {}
-
-
-def _locate(target: str) -> tuple[Any, str | None]:
-    """The object ``target`` names, or None and why it cannot be imported."""
-    try:
-        return hydra_internals.locate(target), None
-    except Exception as e:  # ImportError, AttributeError, or the user's module failing on import
-        cause = e.__cause__ or e
-        return None, f"{type(cause).__name__}: {str(cause).splitlines()[0] if str(cause) else ''}".rstrip(": ")
 
 
 def _check_loggers(cfg: RunConfig) -> str | None:
@@ -68,7 +59,9 @@ def check_targets(cfg: RunConfig) -> str | None:
         target = _fields(node).get("_target_")
         if not isinstance(target, str):
             continue
-        _, error = _locate(target)
+        _, error = target_objects.locate(target)
+        if isinstance(error, target_objects.ImportFailure):
+            return error.message(f"{group}._target_={target}", target)
         if error is not None:
             return (f"{group}._target_={target} cannot be imported ({error}). Check the dotted path "
                     f"(package.module.Class); a class of your own must be importable from here: run runner "
@@ -95,7 +88,7 @@ def check_target_fields(cfg: RunConfig) -> str | None:
     for group in _GROUPS:
         fields = _fields(getattr(cfg, group))
         target = fields.get("_target_")
-        obj = _locate(target)[0] if isinstance(target, str) else None
+        obj = target_objects.locate(target)[0] if isinstance(target, str) else None
         if obj is None:
             continue
         extra, takes = _unexpected(obj, fields)
@@ -115,7 +108,7 @@ def check_data_arguments(cfg: RunConfig) -> str | None:
     ``data._target_``, so a user's data module can refuse its config up front the same way."""
     data = _fields(cfg.data)
     target = data.get("_target_")
-    cls = _locate(target)[0] if isinstance(target, str) else None
+    cls = target_objects.locate(target)[0] if isinstance(target, str) else None
     check = getattr(cls, "check_arguments", None)
     if not callable(check):
         return None
@@ -206,13 +199,8 @@ def _expected_state(cfg: RunConfig) -> dict[str, tuple[int, ...]] | None:
     no initialisation); None when the model cannot be built that way."""
     import lightning as L
     import torch
-    from hydra.utils import instantiate
 
-    try:
-        with torch.device("meta"):
-            model = instantiate(cfg.model)
-    except Exception:
-        return None
+    model = target_objects.meta_model(cfg.model)
     if not isinstance(model, torch.nn.Module):
         return None
     prefix = "" if isinstance(model, L.LightningModule) else "model."  # runner's TrainModule holds it as .model
@@ -271,10 +259,33 @@ def check_ckpt_path(cfg: RunConfig) -> str | None:
     return None
 
 
+def check_trainable_parameters(cfg: RunConfig) -> str | None:
+    """A plain ``nn.Module`` model has a parameter to train: runner builds the optimizer over its
+    parameters, and torch refuses an empty list only once the run has started. A LightningModule of
+    the user's own is left alone (it may create its layers in ``configure_model``, or optimize nothing)."""
+    import lightning as L
+    import torch
+
+    model = target_objects.meta_model(cfg.model)
+    if not isinstance(model, torch.nn.Module) or isinstance(model, L.LightningModule):
+        return None
+    params = list(model.parameters())
+    if any(p.requires_grad for p in params):
+        return None
+    has = f"all {len(params)} of its parameters have requires_grad=False" if params else "it has no parameters"
+    target = _fields(cfg.model).get("_target_", "?")
+    optimizer = _fields(cfg.optimizer).get("_target_", "the optimizer")
+    return (f"model._target_={target} has nothing to train ({has}): runner trains the model with "
+            f"{optimizer} over its trainable parameters, and an optimizer needs at least one. Select a model "
+            "with parameters (model=gpt, model=mlp, or model=custom with model._target_ naming your nn.Module), "
+            "or leave some of its parameters trainable.")
+
+
 CHECKS: list[Check] = [
     check_targets,
     check_target_fields,
     check_data_arguments,
+    check_trainable_parameters,
     check_devices,
     check_num_nodes,
     check_ckpt_path,

@@ -18,12 +18,21 @@ from runner.config.schema import RunConfig
 from runner.config.store import register_configs
 from runner.config.validate import validate
 
-__all__ = ["ConfigError", "compose", "load"]
+__all__ = ["ConfigError", "compose", "convert", "load"]
 
 
 def load(cfg: DictConfig) -> RunConfig:
     """Refuse keys no schema declares, convert the composed config to typed objects and validate
     the combination of groups. Raises ``ConfigError`` before anything expensive happens."""
+    run_cfg = convert(cfg)
+    validate(run_cfg)
+    return run_cfg
+
+
+def convert(cfg: DictConfig) -> RunConfig:
+    """Refuse keys no schema declares and convert the composed config to typed objects, without
+    validating the combination (``runner --cfg job`` prints a config that would not run, so that the
+    user can see why). Raises ``ConfigError``."""
     for full_key, schema, value in _unknown_keys(cfg):
         raise ConfigError(unknown_key(full_key, schema, value))
     try:
@@ -31,7 +40,6 @@ def load(cfg: DictConfig) -> RunConfig:
     except OmegaConfBaseException as e:  # e.g. model=custom without model._target_
         raise ConfigError(explain(e)) from e
     assert isinstance(run_cfg, RunConfig)
-    validate(run_cfg)
     return run_cfg
 
 

@@ -4,7 +4,9 @@ Hydra writes ``outputs/<date>/<time>/.hydra`` before the task function runs; a b
 an empty run directory behind. ``precheck`` composes the same overrides with the compose API (the
 same search path: the user's ``conf/``, ``recipes/`` and ``--config-dir`` first), converts and
 validates them, and raises ``ConfigError`` with one paragraph that names the fix
-(:mod:`runner.config.messages`).
+(:mod:`runner.config.messages`). Every way in gets the same paragraph: a run, each job of a ``-m``
+sweep, ``--cfg``/``--info`` (composed and converted: they print a config, valid or not) and
+``runner tune``.
 """
 
 from __future__ import annotations
@@ -13,14 +15,18 @@ import argparse
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from hydra.errors import HydraException
 from omegaconf.errors import OmegaConfBaseException
 
 from runner import hydra_internals
 from runner.config.errors import ConfigError
-from runner.config.load import compose, load
+from runner.config.load import compose, convert, load
 from runner.config.messages import explain
+
+if TYPE_CHECKING:
+    from hydra.core.override_parser.overrides_parser import OverridesParser
 
 _SCHEMES = ("file://",)
 
@@ -51,24 +57,57 @@ def search_dirs(args: argparse.Namespace) -> list[str]:
     return dirs
 
 
-def _first_of_sweep(override: str) -> str:
-    """``key=a,b`` -> ``key=a``: a multirun is checked on its first combination."""
-    key, sep, value = override.partition("=")
-    if not sep or value.startswith(("[", "{", "'", '"')) or "(" in value:
-        return override
-    return f"{key}={value.split(',')[0]}"
+def _sweep(parser: OverridesParser, override: str) -> tuple[str, list[str]] | None:
+    """(``key``, its values) of a sweep override; ``(override, [])`` for a plain one (or one Hydra
+    cannot parse: composing it says why); None for a sweep only Hydra's config loader can expand
+    (``glob(...)`` over a group's options: it selects options that exist)."""
+    try:
+        parsed = parser.parse_overrides([override])[0]
+    except HydraException:
+        return override, []
+    if not parsed.is_sweep_override():
+        return override, []
+    try:
+        return parsed.get_key_element(), list(parsed.sweep_string_iterator())
+    except HydraException:
+        return None
+
+
+def _jobs(overrides: list[str], multirun: bool) -> list[list[str]]:
+    """The override lists to check: each sweep (``key=a,b``, ``key=range(1,4)``, ``key=choice(a,b)``)
+    at its first value and, under ``-m``, every other value once with the rest at their first, so a
+    misspelt later value is named as a plain run's would be (Hydra composes every job before the
+    first one runs, and would stop there with its own traceback)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser = OverridesParser.create()
+    sweeps = [s for o in overrides if (s := _sweep(parser, o)) is not None]
+    first = [f"{key}={values[0]}" if values else key for key, values in sweeps]
+    jobs = [first]
+    if multirun:
+        for i, (key, values) in enumerate(sweeps):
+            jobs += [[*first[:i], f"{key}={value}", *first[i + 1:]] for value in values[1:]]
+    return jobs
 
 
 def _informational(args: argparse.Namespace) -> bool:
-    """Hydra's flags that print something (or load another config) instead of running."""
-    return bool(args.help or args.hydra_help or args.cfg or args.info or args.shell_completion
-                or args.config_path or args.config_name or args.experimental_rerun)
+    """Hydra's flags that print the composed config (or facts about it) instead of running."""
+    return bool(args.cfg or args.info)
+
+
+def _other_config(args: argparse.Namespace) -> bool:
+    """Hydra's flags that print help, complete a shell line or load another primary config: nothing
+    of runner's to check."""
+    return bool(args.help or args.hydra_help or args.shell_completion or args.config_path or args.config_name
+                or args.experimental_rerun)
 
 
 def precheck(argv: Sequence[str]) -> None:
-    """Compose, convert and validate; skipped for Hydra's informational flags (``--cfg job`` ...)."""
+    """Compose, convert and validate what ``argv`` runs: every job of a multirun sweep (each value once);
+    for ``--cfg`` and ``--info``, which print the config instead of running it, compose and convert
+    only (a misspelt key or option is refused as in a run; a combination that would not run is shown)."""
     args = command_line(argv)
-    if args is None or _informational(args):
+    if args is None or _other_config(args):
         return
     for d in search_dirs(args):
         if not Path(d).expanduser().is_dir():
@@ -76,13 +115,13 @@ def precheck(argv: Sequence[str]) -> None:
             raise ConfigError(f"{flag} {d}: no such directory. Give a directory holding conf/<group>/ and "
                               "recipes/ (or Hydra's <group>/ layout), relative to the current directory "
                               f"({Path.cwd()}) or absolute.")
-    overrides = [
-        _first_of_sweep(a) for a in args.overrides if not a.lstrip("+~").startswith(("hydra.", "hydra/"))
-    ]
-    try:
-        with tempfile.TemporaryDirectory() as tmp:
-            load(compose(overrides, run_dir=tmp))
-    except ConfigError:
-        raise
-    except (HydraException, OmegaConfBaseException) as e:
-        raise ConfigError(explain(e)) from e
+    overrides = [a for a in args.overrides if not a.lstrip("+~").startswith(("hydra.", "hydra/"))]
+    check = convert if _informational(args) else load
+    for job in _jobs(overrides, multirun=bool(args.multirun)):
+        try:
+            with tempfile.TemporaryDirectory() as tmp:
+                check(compose(job, run_dir=tmp))
+        except ConfigError:
+            raise
+        except (HydraException, OmegaConfBaseException) as e:
+            raise ConfigError(explain(e)) from e

@@ -22,8 +22,10 @@ puts the installed tensors back, holding the restored values.
 
 from __future__ import annotations
 
+import contextvars
 import inspect
 import logging
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,6 +40,17 @@ from runner.stack.plan import supports_fused
 log = logging.getLogger(__name__)
 
 _MISSING = object()
+# Set while runner's compiled optimizer step runs: Dynamo traces it inside that call (its first calls).
+_IN_COMPILED_STEP: contextvars.ContextVar[bool] = contextvars.ContextVar("runner_compiled_optimizer_step",
+                                                                          default=False)
+_TORCH_OPTIM_DIR = os.path.dirname(torch.optim.__file__) + os.sep
+
+
+def in_runners_optimizer_step(filename: str) -> bool:
+    """Whether code in ``filename`` running now is torch's optimizer code inside the optimizer step runner
+    compiled (``compile.optimizer=compiled``): a graph break Dynamo reports there is runner's, expected
+    (torch's steps break by design), not the user's. A step hook of the user's is in the user's file."""
+    return _IN_COMPILED_STEP.get() and os.path.abspath(filename).startswith(_TORCH_OPTIM_DIR)
 
 
 def eager_only(optimizer: Optimizer) -> str | None:
@@ -191,7 +204,11 @@ def _closure_step(optimizer: Optimizer, compiled: Callable[..., Any], count: Cal
             with torch.enable_grad():
                 loss = closure()
         count()
-        compiled(**kwargs)
+        token = _IN_COMPILED_STEP.set(True)
+        try:
+            compiled(**kwargs)
+        finally:
+            _IN_COMPILED_STEP.reset(token)
         optimizer._opt_called = True  # type: ignore[attr-defined]  # what an LR scheduler's wrapper records
         return loss
 

@@ -6,6 +6,10 @@ Pure functions, no torch import: the input is the reason text torch gave (a grap
 what to change. Rules are matched in order, first match wins; each names the user-facing way out
 (a Lightning hook, a tensor instead of a Python number, a config key of runner) before torch knobs.
 
+A break in torch's own optimizer code while runner's compiled optimizer step is traced is runner's, not
+the user's (torch's steps break there by design): its location is labelled (:func:`runners_site`), its
+advice says why it is expected, it is counted but not warned of (:func:`advice_lines`).
+
 Used by the telemetry's reason lists (``compile/graph_break_reasons``, ``compile/recompile_reasons``)
 and the run report, so that every break and recompile a run reports comes with its fix.
 """
@@ -17,6 +21,14 @@ from dataclasses import dataclass
 from typing import Any
 
 _LIBRARY_DIRS = ("site-packages/", "dist-packages/")
+
+RUNNERS_OPTIMIZER_STEP = "in torch's optimizer step, compiled by runner: expected"
+"""What a graph-break site's location says when the break is in torch's own optimizer code that
+runner compiled (optimizer step ``compiled``: set by ``compile.optimizer``, or chosen for CUDA graphs):
+runner's, not the user's."""
+_EXPECTED_BREAK = ("torch's optimizer steps break here by design (so that the update is traced under no_grad: "
+                   "https://github.com/pytorch/pytorch/issues/104053), and runner compiled that step itself "
+                   "(optimizer step: compiled, set by compile.optimizer or chosen for CUDA graphs): nothing to fix")
 
 
 @dataclass(frozen=True)
@@ -31,7 +43,7 @@ class Advice:
     def __str__(self) -> str:
         what = "graph break" if self.kind == "graph_break" else "recompile"
         place = f" at {self.where}" if self.where else ""
-        return f"{what}{place}: {self.reason}. Fix: {self.fix}"
+        return f"{what}{place}: {self.reason}. {fix_label(self.where)}: {self.fix}"
 
 
 # (pattern on torch's graph-break reason, fix). Patterns are case-insensitive regexes.
@@ -136,6 +148,26 @@ def _in_library(where: str | None, library: str) -> bool:
     return any(f"{d}{library}/" in path for d in _LIBRARY_DIRS) or path.startswith(f"{library}/")
 
 
+def runners_site(where: str) -> str:
+    """``where`` (file:line) labelled as a break in torch's optimizer step that runner compiled."""
+    return f"{where} ({RUNNERS_OPTIMIZER_STEP})"
+
+
+def is_runners(where: str | None) -> bool:
+    """Whether a graph break at ``where`` is runner's own (see :func:`runners_site`), not the user's to fix."""
+    return (where or "").endswith(f"({RUNNERS_OPTIMIZER_STEP})")
+
+
+def fix_label(where: str | None) -> str:
+    """How a break's advice is introduced: ``Fix`` for the user's, ``Expected`` for runner's own."""
+    return "Expected" if is_runners(where) else "Fix"
+
+
+def runners_breaks(figures: dict[str, Any]) -> int:
+    """How many of the run's graph-break sites are runner's own (counted in ``compile/graph_breaks``)."""
+    return sum(1 for b in figures.get("compile/graph_break_reasons") or [] if is_runners(b.get("user_frame")))
+
+
 def guard_location(reason: str) -> str | None:
     """The ``file:line`` a recompile reason points at (torch appends ``# code  # file:line in fn``)."""
     match = _LOCATION_RE.search(reason.splitlines()[0] if reason else "")
@@ -144,6 +176,8 @@ def guard_location(reason: str) -> str | None:
 
 def graph_break_fix(reason: str, where: str | None = None) -> str:
     """The suggested fix for a graph break with torch's ``reason`` at the user's ``where`` (file:line)."""
+    if is_runners(where):
+        return _EXPECTED_BREAK
     if _in_library(where, "torchmetrics"):
         return ("a torchmetrics object runs inside the graph: register it on the LightningModule (an attribute, "
                 "a MetricCollection or nn.ModuleDict, not a plain list or dict) so runner runs it after the step, "
@@ -177,8 +211,9 @@ def advise(kind: str, reason: str, where: str | None = None) -> Advice:
 
 
 def advice_lines(figures: dict[str, Any], limit: int = 5) -> list[str]:
-    """One console line per graph-break site and per recompile after the first step, with its fix."""
-    breaks = figures.get("compile/graph_break_reasons") or []
+    """One console line per graph-break site of the user's and per recompile after the first step, with
+    its fix (runner's own breaks, in the optimizer step it compiled, are in the report, not warned of)."""
+    breaks = [b for b in figures.get("compile/graph_break_reasons") or [] if not is_runners(b.get("user_frame"))]
     recompiles = [r for r in figures.get("compile/recompile_reasons") or [] if (r.get("step") or 0) > 0]
     lines = [str(advise("graph_break", str(b.get("reason")), b.get("user_frame"))) for b in breaks[:limit]]
     lines += [str(advise("recompile", str(r.get("reason")), guard_location(str(r.get("reason"))) or r.get("location")))

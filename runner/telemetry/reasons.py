@@ -13,12 +13,15 @@ from collections import Counter
 from typing import Any
 
 from runner import torch_internals as ti
+from runner.stack.optimizer_step import in_runners_optimizer_step
+from runner.telemetry.advice import runners_site
 
 _LOCATION_RE = re.compile(r"in user code at (?P<file>.+?):(?P<line>\d+)\s*$", re.MULTILINE)
 
 
 class GraphBreakHandler(logging.Handler):
-    """Collects (short reason, user file:line) of each graph break Dynamo logs."""
+    """Collects (short reason, user file:line) of each graph break Dynamo logs; a break in torch's optimizer
+    code while runner's compiled optimizer step is traced is labelled runner's (:func:`runners_site`)."""
 
     def __init__(self) -> None:
         super().__init__(logging.DEBUG)
@@ -31,6 +34,8 @@ class GraphBreakHandler(logging.Handler):
             return
         match = _LOCATION_RE.search(text.split("\n", 1)[0])
         location = f"{match['file']}:{match['line']}" if match else ""
+        if match and in_runners_optimizer_step(match["file"]):
+            location = runners_site(location)
         self.sites[(short_reason(text.partition("Graph Break Reason:")[2]), location)] += 1
 
 

@@ -22,6 +22,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+from runner.telemetry.advice import RUNNERS_OPTIMIZER_STEP, fix_label, runners_breaks
 from runner.telemetry.definitions import (
     FIGURES,
     SECTIONS,
@@ -74,6 +75,8 @@ def _cell(key: str, figures: dict[str, Any]) -> str:
         if "perf/speedup_p25_x" in figures and "perf/speedup_p75_x" in figures:
             value += f" ({_fmt(figures['perf/speedup_p25_x'])} to {_fmt(figures['perf/speedup_p75_x'])})"
         return value
+    if key == "compile/graph_breaks" and (runners := runners_breaks(figures)):
+        return f"{_fmt(figures[key])} ({runners} {RUNNERS_OPTIMIZER_STEP})"
     if key == "perf/speedup_steps" and figures.get("perf/speedup_pairs"):
         text = f"{figures[key]} ({figures['perf/speedup_pairs']} pairs)"
         resumed = figures.get("perf/speedup_status") == "measured before the resume"
@@ -144,8 +147,9 @@ def format_summary(figures: dict[str, Any], title: str = "compile telemetry") ->
 
 
 def _fix(entry: dict[str, Any]) -> str:
-    """The suggested fix of a reason entry (``runner.telemetry.advice``), as a suffix."""
-    return f" Fix: {entry['fix']}" if entry.get("fix") else ""
+    """The suggested fix of a reason entry (``runner.telemetry.advice``), as a suffix; runner's own graph
+    breaks (in the optimizer step it compiled) say why they are expected instead."""
+    return f" {fix_label(entry.get('user_frame'))}: {entry['fix']}" if entry.get("fix") else ""
 
 
 def _reason_lines(figures: dict[str, Any], limit: int = 10) -> list[str]:
