@@ -202,3 +202,32 @@ def test_gpu_rows_take_each_ratio_within_a_round() -> None:
     rows = {r["contestant"]: r for r in summarize("m", runs, peak=None)}
     assert all(rows["lightning"][k] is None for k in ROW_KEYS) and rows["lightning"]["error"] == "exit 1: boom"
     assert rows["runner_step"]["ratio_vs_lightning"] is None and rows["runner_step"]["mfu"] is None
+
+
+def test_shape_agreement_quick_measures_every_variant() -> None:
+    """Two gloo ranks, each variant of the step timed in the same processes; after the first change is
+    agreed on, no step exchanges shapes again."""
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "shape_agreement.py"), "--ranks", "2", "--quick"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    row = next(ln for ln in proc.stdout.splitlines() if ln.startswith("| 2 |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert all(float(c) > 0 for c in cells[1:5])  # none, int all-reduce, agreement, all_gather_object [ms]
+    assert cells[-1] == "0"  # exchanges after the dim was agreed dynamic
+
+
+@pytest.mark.slow
+def test_remote_cache_quick_compiles_the_shared_process_from_the_server() -> None:
+    import shutil
+
+    if shutil.which("redis-server") is None:
+        pytest.skip("redis-server is not installed (Debian's redis-server package; .ci/run installs it)")
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "remote_cache.py"), "--quick"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = {ln.split("|")[1].strip(): [c.strip() for c in ln.strip("|").split("|")]
+            for ln in proc.stdout.splitlines() if ln.startswith("| ") and "---" not in ln and "process" not in ln}
+    assert set(rows) == {"cold", "shared", "local warm"}
+    # process, compile, vs cold, first step, hits, misses, kernels fetched, kernels shared
+    assert rows["cold"][4:] == ["0", rows["cold"][5], "0", rows["shared"][6]] and int(rows["cold"][5]) > 0
+    assert rows["shared"][5] == "0" and rows["shared"][7] == "0" and int(rows["shared"][6]) > 0

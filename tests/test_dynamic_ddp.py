@@ -23,7 +23,7 @@ STEPS = 8
 LENGTHS = {0: [24] * STEPS, 1: [24, 24, 31, 17, 28, 20, 24, 30]}
 
 
-def _fit(policy: str, collectives: bool, accelerator: str = "cpu") -> None:
+def _fit(policy: str, collectives: bool, accelerator: str = "cpu", nodes: int = 1) -> None:
     import lightning as L
     import torch
     from lightning.pytorch.callbacks import Callback
@@ -47,7 +47,10 @@ def _fit(policy: str, collectives: bool, accelerator: str = "cpu") -> None:
         def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
             s = trainer.strategy.stack.figures()  # type: ignore[attr-defined]
             mine = {"graphs": s["dynamic/graphs"], "agreement": s["dynamic/agreement"],
-                    "dims": s.get("dynamic/agreed_dynamic_dims"), "steps": trainer.global_step}
+                    "dims": s.get("dynamic/agreed_dynamic_dims"), "steps": trainer.global_step,
+                    "recompiles": s["dynamic/recompiles"], "exchanges": s.get("dynamic/agreement_exchanges"),
+                    "held": s.get("dynamic/agreement_held_steps"), "rank": trainer.global_rank,
+                    "node": trainer.node_rank}
             gathered: list[Any] = [None] * trainer.world_size
             torch.distributed.all_gather_object(gathered, mine)
             if trainer.is_global_zero:
@@ -57,7 +60,8 @@ def _fit(policy: str, collectives: bool, accelerator: str = "cpu") -> None:
     compile = CompileConfig(scope=Scope.step, backend="eager", optimizer=OptimizerPolicy.none)
     backend = "gloo" if accelerator == "cpu" else "nccl"
     strategy = DDPCompileStrategy(compile=compile, dynamic=dynamic, process_group_backend=backend)
-    trainer = L.Trainer(accelerator=accelerator, devices=2, strategy=strategy, max_steps=STEPS, logger=False,
+    trainer = L.Trainer(accelerator=accelerator, devices=2 // nodes, num_nodes=nodes, strategy=strategy,
+                        max_steps=STEPS, logger=False,
                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                         limit_val_batches=0, use_distributed_sampler=False, callbacks=[Report()])
     trainer.fit(tiny_module(), RankData())
@@ -104,5 +108,33 @@ def test_accelerators_agree_through_runners_exchange_too() -> None:
     assert rank0["graphs"] == rank1["graphs"] == 2, (rank0, rank1)
 
 
+@pytest.mark.slow
+def test_two_nodes_with_different_lengths_compile_the_same_graphs() -> None:
+    """Two nodes of one process each, simulated on this machine as a user starts them on two hosts
+    (``MASTER_ADDR``, ``MASTER_PORT``, ``NODE_RANK``; ``num_nodes=2``): the ranks see different lengths,
+    exchange shapes twice (the first step, the step after rank 1's change), recompile alike, and finish."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    procs = []
+    for node in (0, 1):
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+               "NODE_RANK": str(node)}
+        cmd = [sys.executable, "-m", "tests.test_dynamic_ddp", "automatic", "1", "cpu", "2"]
+        procs.append(subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      text=True))
+    outs = [p.communicate(timeout=240) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [err[-3000:] for _, err in outs]
+    line = next(ln for ln in outs[0][0].splitlines() if ln.startswith("RESULT "))
+    rank0, rank1 = json.loads(line.removeprefix("RESULT "))
+    assert (rank0["node"], rank1["node"]) == (0, 1) and rank0["steps"] == rank1["steps"] == STEPS
+    assert rank0["graphs"] == rank1["graphs"] == 2 and rank0["recompiles"] == rank1["recompiles"] == 1
+    assert rank0["dims"] == rank1["dims"] == [[0, 1], [1, 1]]
+    assert rank0["exchanges"] == rank1["exchanges"] == 2 and (rank0["held"], rank1["held"]) == (0, 1)
+
+
 if __name__ == "__main__":
-    _fit(sys.argv[1], bool(int(sys.argv[2])), sys.argv[3] if len(sys.argv) > 3 else "cpu")
+    _fit(sys.argv[1], bool(int(sys.argv[2])), sys.argv[3] if len(sys.argv) > 3 else "cpu",
+         int(sys.argv[4]) if len(sys.argv) > 4 else 1)

@@ -346,3 +346,26 @@ def test_cudagraph_tree_internals_are_pinned() -> None:
     assert CallbackTrigger.CUDAGRAPH_RECORDING.name == ti.CUDAGRAPH_RECORDING_TRIGGER
     if not torch.cuda.is_available():
         assert ti.cudagraph_tree_state(0) is None  # no tree without CUDA
+
+
+def test_remote_compile_cache_internals_are_pinned(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """What ``compile.cache`` turns on and reads: the two config keys, the Redis URL variable torch's client
+    reads, the remote caches' classes and their hit/miss counts, and Inductor's cache directory."""
+    import torch._functorch.config as functorch_config
+    from torch._inductor import remote_cache
+
+    assert hasattr(torch._inductor.config, "fx_graph_remote_cache")
+    assert hasattr(functorch_config, "enable_remote_autograd_cache")
+    assert ti.REDIS_URL_ENV in inspect.getsource(remote_cache.RedisRemoteCacheBackend.__init__)
+    for name in ("RemoteFxGraphCache", "RemoteAOTAutogradCache"):
+        assert issubclass(getattr(remote_cache, name), remote_cache.RedisRemoteCache)
+    remote_cache.cache_stats.get("RemoteFxGraphCache", None)  # a miss, as torch counts one
+    hits, misses = ti.remote_cache_stats()
+    assert misses >= 1 and hits >= 0
+    remote_cache.cache_stats._stats["RemoteFxGraphCache"].miss -= 1
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    assert ti.inductor_cache_dir() == tmp_path
+    (tmp_path / "ab").mkdir()
+    (tmp_path / "ab" / "cabc.so").write_bytes(b"")
+    (tmp_path / "ab" / "cabc.main.so").write_bytes(b"")
+    assert set(ti.cpu_kernel_files(tmp_path)) == {"ab/cabc.so", "ab/cabc.main.so"}

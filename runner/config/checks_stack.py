@@ -226,7 +226,34 @@ def check_background(cfg: RunConfig) -> str | None:
     return None
 
 
+def remote_cache_error(url: str) -> str | None:
+    """Why ``compile.cache`` cannot be used (a malformed address, no ``redis`` client), else None."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    db = parts.path.strip("/")
+    if parts.scheme not in ("redis", "rediss") or not parts.hostname or port is None or (db and not db.isdigit()):
+        return (f"compile.cache={url} is not a Redis address: write redis://HOST:PORT or redis://HOST:PORT/DB, "
+                "e.g. compile.cache=redis://127.0.0.1:6379, or drop compile.cache to compile with the local cache "
+                "only.")
+    import importlib.util
+
+    if importlib.util.find_spec("redis") is None:
+        return (f"compile.cache={url} needs the redis client package, which is not installed: pip install "
+                "'runner[cache]' (or pip install redis), or drop compile.cache.")
+    return None
+
+
+def check_remote_cache(cfg: RunConfig) -> str | None:
+    return remote_cache_error(cfg.compile.cache) if cfg.compile.cache else None
+
+
 CHECKS = [
+    check_remote_cache,
     check_compiled_optimizer_scaler,
     check_cpu_offload_exclude,
     check_background,

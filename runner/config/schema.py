@@ -118,6 +118,9 @@ class CompileConfig:
     eagerly, with a warning), raise (strict: recompile-limit hits stop the run too), or eager."""
     cache_dir: Optional[str] = None
     """Inductor/AOTAutograd on-disk cache directory; None keeps torch's default."""
+    cache: Optional[str] = None
+    """A compile cache shared by every process of the run, its ranks and sweeps: ``redis://HOST:PORT`` (or
+    ``.../DB``), Inductor's and AOTAutograd's remote caches on a Redis server (docs/compile-cache.md)."""
     background: Background = Background.auto
     """Compile in a second process while the first steps train eagerly, then switch (docs/background-compile.md):
     auto (Inductor on the CPU, one process; see the doc for when it starts and switches), shared, pinned, disabled."""

@@ -34,6 +34,7 @@ from runner.stack.offload.component import excluded_inside_compiled
 from runner.stack.optimizer_step import OptimizerStep
 from runner.stack.plan import CompilePlan, resolve_plan, step_blocker, step_note
 from runner.stack.python_state import PythonState
+from runner.stack.remote_cache import build_remote_cache
 
 log = logging.getLogger(__name__)
 
@@ -62,13 +63,17 @@ class Parts:
     storms: StormWatch
     background: BackgroundCompile | CompileInRun
     deferred: DeferredLog = field(default_factory=DeferredLog)
+    remote_cache: StackComponent = field(default_factory=StackComponent)
     optimizer_step: OptimizerStep | None = None
     _torch: ti.TorchSettings = field(default_factory=ti.TorchSettings)
+    _bound: ti.TorchSettings = field(default_factory=ti.TorchSettings)
 
     @property
     def settings_owner(self) -> ti.TorchSettings:
-        """The process-wide settings the parts own (restored by ``teardown``)."""
-        return self._torch
+        """The process-wide settings made once the components are configured (the storm watch's, at bind);
+        ``teardown`` puts them back first: restoring is last-in, first-out across owners (two owners
+        that raise one limit in turn would otherwise leave the first one's value behind)."""
+        return self._bound
 
     @property
     def cudagraphs_active(self) -> bool:
@@ -78,8 +83,8 @@ class Parts:
     def components(self) -> list[StackComponent]:
         """Every component, in application order (teardown runs them in reverse)."""
         # The compile process beside the run first: it sees each batch as the step receives it.
-        comps: list[StackComponent] = [self.background, self.errors, self.shape, self.state, self.offload,
-                                       self.cudagraphs]
+        comps: list[StackComponent] = [self.background, self.remote_cache, self.errors, self.shape, self.state,
+                                       self.offload, self.cudagraphs]
         return comps + ([self.console] if self.console is not None else [])
 
     def configure_compiler(self) -> None:
@@ -88,6 +93,7 @@ class Parts:
         c, t = self.settings.compile, self._torch
         if c.cache_dir:  # per instruction set: torch's cache key does not cover it (ti.machine_cache_dir)
             t.env(_CACHE_DIR_ENV, ti.machine_cache_dir(str(c.cache_dir)))
+        self.remote_cache.configure()  # compile.cache: the shared cache, before anything compiles
         # on_error=eager: a frame that fails to compile runs eagerly (counted by telemetry).
         t.dynamo("suppress_errors", c.on_error is OnError["eager"])
         # loss.backward() traced into the step's graph for step_backward, and only then.
@@ -141,6 +147,7 @@ class Parts:
         return out
 
     def teardown(self) -> None:
+        self._bound.restore()
         if self.optimizer_step is not None:
             self.optimizer_step.restore()
         for comp in reversed(self.components):
@@ -176,7 +183,7 @@ def build_parts(settings: CompileSettings, module: L.LightningModule, host: Host
     background = build_background(s, plan, host, takes_dataloader_iter(step), shown.say if shown else _quiet)
     return Parts(settings=s, plan=plan, errors=CompileErrorWatch(s.compile.on_error), shape=shape,
                  state=PythonState(step), offload=offload, cudagraphs=cudagraphs, console=shown, storms=storms,
-                 background=background)
+                 background=background, remote_cache=build_remote_cache(s.compile.cache, device))
 
 
 def _quiet(message: str) -> None:

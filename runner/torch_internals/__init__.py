@@ -84,12 +84,17 @@ from runner.torch_internals.runtime import (  # noqa: F401
 )
 from runner.torch_internals.settings import (  # noqa: F401
     MANAGED,
+    REDIS_URL_ENV,
     TorchSettings,
     add_dynamic_sources,
     cpu_capability,
+    cpu_kernel_files,
+    inductor_cache_dir,
     lift_python_scalars,
     local_source_pattern,
     machine_cache_dir,
     managed_settings,
+    remote_cache_stats,
+    use_remote_compile_cache,
 )
 from runner.torch_internals.trace import start_structured_trace  # noqa: F401

@@ -1,26 +1,41 @@
-"""Every rank takes the same dynamic-shape decision under DDP and FSDP.
+"""Every rank takes the same dynamic-shape decision under DDP and FSDP, at the same step.
 
-runner agrees by itself, on every backend: ``ShapeAgreement`` all-gathers the shape of every batch
-tensor each training step over a gloo group of its own (host memory only: no device sync, never queued
-behind the gradient collectives); a dim becomes dynamic on every rank at the first step where any rank
-sees it at a size other than the first step's, and stays dynamic. The dim is marked
-(``maybe_mark_dynamic``) on every rank from that step on, and a mark fails the static graph's guards, so
-all ranks recompile together into the same dynamic graph: what torch's automatic dynamic does on one
-process, made global. One small host exchange per step, whatever is compiled.
+runner agrees by itself, on every backend, over a gloo group of its own (host memory only: no device
+sync, never queued behind the gradient collectives). A dim of a batch tensor becomes dynamic on every
+rank at the same step once any rank has seen it at a size other than the reference (rank 0's first
+batch), and stays dynamic: it is marked (``maybe_mark_dynamic``) on every rank from that step on, a
+mark fails the static graph's guards, and all ranks recompile together into the same dynamic graph.
+What torch's automatic dynamic does on one process, made global.
+
+What it costs per step is one integer, not the shapes (``ShapeAgreement.observe``):
+
+* the first step exchanges every rank's shapes (``all_gather_object``, once) and takes the reference;
+* each later step, a rank that sees a size not yet agreed on (a dim that differs from the reference and
+  is not dynamic yet) runs that step eagerly, so it cannot recompile alone, and raises a flag; every
+  rank starts an asynchronous ``all_reduce(MAX)`` of its flag and reads it one step later, when it has
+  long arrived, so no rank waits on it;
+* only when the flag says a rank saw something new do the ranks exchange shapes (and the dims each saw
+  vary) and mark the union dynamic, all at that step.
+
+So once every dim that varies is dynamic, nothing new is ever flagged and the shapes are never
+exchanged again: a step costs the start of one asynchronous one-integer all-reduce and the wait on the
+previous one's result, measured in ``benchmarks/shape_agreement.py``. A rank's eager step happens once per
+dim that starts to vary on it (``held_steps``).
 
 Not torch's compiler collectives (``torch._dynamo.config.enable_compiler_collectives``): they need every
 rank to compile at the same time, so they need guard collectives too (``set_enable_guard_collectives``:
 ``all_gather_object`` of each guard result, i.e. two all-gathers and a host sync, at every entry into
 every compiled frame: per block per step under ``compile.scope=blocks``, and the optimizer step's frames
-too: on NCCL each one a device sync). In torch 2.13 they also crash on CPU process groups: a ``gloo``
-group reports two device types (cuda and cpu), so the single-device-type assertion in
-``OutputGraph.run_compiler_collective`` fails; a ``cpu:gloo`` group passes it and then divides by
-``torch.accelerator.device_count()`` == 0.
+too: on NCCL each one a device sync). They also still crash on CPU process groups, checked again on
+torch 2.13 and 2.15 (two gloo ranks, one compiled function, lengths that differ): a ``gloo`` group fails in
+``OutputGraph.run_compiler_collective`` (``TypeError: sequence item 0: expected str instance,
+torch.device found`` while formatting its one-device-type assertion), a ``cpu:gloo`` group with
+``ZeroDivisionError: integer modulo by zero`` (``torch.accelerator.device_count()`` is 0).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from enum import Enum
 from typing import Any
 
@@ -52,38 +67,94 @@ def process_group_info() -> tuple[int, str | None]:
     return dist.get_world_size(), str(dist.get_backend())
 
 
+Shapes = list[tuple[int, ...]]
+Dims = set[tuple[int, int]]
+
+
 class ShapeAgreement:
     """Runner's compiler collective: which (tensor, dim) of the batch are dynamic on every rank."""
 
     def __init__(self, group: Any = None) -> None:
         self.group = group
-        self.reference: list[tuple[int, ...]] | None = None
-        self.dynamic: set[tuple[int, int]] = set()
+        self.reference: Shapes | None = None
+        self.dynamic: Dims = set()
         self.exchanges = 0
+        """Steps whose shapes were exchanged (the first step, and one per flagged change)."""
+        self.checks = 0
+        """Steps whose one-integer flag was all-reduced."""
+        self.held_steps = 0
+        """Steps this rank ran eagerly because it saw a size not yet agreed on."""
+        self._seen: Dims = set()  # dims this rank saw vary since the last exchange
+        self._pending: tuple[Any, torch.Tensor] | None = None  # the flag all-reduce in flight
 
-    def observe(self, shapes: list[tuple[int, ...]]) -> set[tuple[int, int]]:
-        """Exchange this step's shapes (a collective: every rank calls it once per step) and return
-        the (tensor index, dim) pairs that are dynamic from this step on, the same on every rank."""
+    def observe(self, shapes: Shapes) -> tuple[Dims, bool]:
+        """This step's agreement (a collective: every rank calls it once per step, in step order):
+        the (tensor index, dim) pairs dynamic from this step on, the same on every rank, and whether
+        this rank must run the step eagerly (it saw a size the ranks have not agreed on yet)."""
+        if self.reference is None or self._flagged():
+            self._exchange(shapes)
+            new: Dims = set()
+        else:
+            new = self.varying(shapes) - self.dynamic
+            self._seen |= new
+        self._start_flag(bool(new))
+        if new:
+            self.held_steps += 1
+        return set(self.dynamic), bool(new)
+
+    def varying(self, shapes: Shapes) -> Dims:
+        """The (tensor, dim) pairs of ``shapes`` whose size differs from the reference; a batch of
+        another structure than the reference's flags every dim (the exchange then refuses it)."""
+        assert self.reference is not None
+        if [len(s) for s in shapes] != [len(s) for s in self.reference]:
+            return {(i, d) for i, shape in enumerate(shapes) for d in range(len(shape))} | {(-1, -1)}
+        return {(i, d) for i, shape in enumerate(shapes) for d, size in enumerate(shape)
+                if size != self.reference[i][d]}
+
+    def close(self) -> None:
+        """Wait for the flag still in flight (every rank started it: every rank waits)."""
+        if self._pending is not None:
+            self._pending[0].wait()
+            self._pending = None
+
+    def _flagged(self) -> bool:
+        """Whether any rank flagged a change in the previous step (its all-reduce, waited on now)."""
+        if self._pending is None:
+            return False
+        work, flag = self._pending
+        self._pending = None
+        work.wait()
+        return bool(flag.item())  # a CPU tensor of the gloo group: no device involved
+
+    def _start_flag(self, changed: bool) -> None:
+        import torch.distributed as dist
+
+        flag = torch.tensor([int(changed)], dtype=torch.int32)
+        self._pending = (dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self.group, async_op=True), flag)
+        self.checks += 1
+
+    def _exchange(self, shapes: Shapes) -> None:
         import torch.distributed as dist
 
         gathered: list[Any] = [None] * dist.get_world_size(self.group)
-        dist.all_gather_object(gathered, shapes, group=self.group)
+        dist.all_gather_object(gathered, (shapes, sorted(self._seen)), group=self.group)
         self.exchanges += 1
-        return self.decide(gathered)
+        self._seen = set()
+        self.decide([g[0] for g in gathered], {tuple(dim) for g in gathered for dim in g[1]})
 
-    def decide(self, all_shapes: Sequence[Sequence[tuple[int, ...]]]) -> set[tuple[int, int]]:
-        """The pure part of ``observe``: every rank's shapes for this step in, dynamic dims out."""
+    def decide(self, all_shapes: Sequence[Shapes], seen: Iterable[tuple[int, int]] = ()) -> Dims:
+        """The pure part of an exchange: every rank's shapes for this step and the dims the ranks saw
+        vary since the last exchange in, dynamic dims out."""
         structures = {tuple(len(s) for s in shapes) for shapes in all_shapes}
-        if len(structures) > 1:
+        if len(structures) > 1 or (-1, -1) in set(seen):
             raise RuntimeError(f"ranks disagree on the batch structure (tensor ranks per rank: {sorted(structures)}); "
                                "every rank must see batches of the same tensors with the same number of dims.")
         if self.reference is None:
             self.reference = [tuple(s) for s in all_shapes[0]]
+        seen = set(seen)
+        self.dynamic |= seen - {(-1, -1)}
         for shapes in all_shapes:
-            for i, shape in enumerate(shapes):
-                for d, size in enumerate(shape):
-                    if size != self.reference[i][d]:
-                        self.dynamic.add((i, d))
+            self.dynamic |= self.varying(list(shapes))
         return set(self.dynamic)
 
 

@@ -106,6 +106,7 @@ class ShapePolicyComponent(StackComponent):
         self.dynamic_arg = resolve_dynamic_arg(cfg.policy)
         self.agreement = Agreement.local
         self._sync: ShapeAgreement | None = None
+        self._hold = False  # this step runs eagerly: it saw a size the ranks have not agreed on yet
         self.steps = 0
         self.graphs = 0
         self._padding: torch.Tensor | int = 0
@@ -155,7 +156,7 @@ class ShapePolicyComponent(StackComponent):
         if self._sync is None and policy not in (ShapePolicy.dynamic, ShapePolicy.unbacked):
             return batch  # nothing to mark (the common case): no walk over the batch
         tensors = list(iter_tensors(batch))
-        agreed = self._sync.observe(shapes_of(tensors)) if self._sync is not None else set()
+        agreed, self._hold = self._sync.observe(shapes_of(tensors)) if self._sync is not None else (set(), False)
         for i, t in enumerate(tensors):
             marked: set[int] = set()
             if policy in (ShapePolicy.dynamic, ShapePolicy.unbacked):
@@ -181,7 +182,10 @@ class ShapePolicyComponent(StackComponent):
     def _enter_step(self) -> None:
         self._before = ti.graphs_compiled()
         self._in_step = True
-        if self.cfg.after_warmup is not AfterWarmup.none and self.steps >= self.cfg.warmup_steps:
+        if self._hold:  # this rank alone must not recompile: the ranks agree next step (agreement.py)
+            self._stance = ti.step_stance("force_eager")
+            self._stance.__enter__()
+        elif self.cfg.after_warmup is not AfterWarmup.none and self.steps >= self.cfg.warmup_steps:
             self._stance = ti.step_stance(self.cfg.after_warmup.value)
             self._stance.__enter__()
 
@@ -194,7 +198,7 @@ class ShapePolicyComponent(StackComponent):
                 shapes = shapes_of(list(iter_tensors(self._batch)))
                 raise RecompileAfterWarmupError(format_recompile_error(exc, self.steps, self.cfg, shapes)) from exc
         finally:
-            self._in_step = False
+            self._in_step, self._hold = False, False
             self._batch = None  # the batch is Lightning's again once the step is over
             self.graphs += ti.graphs_compiled() - self._before
 
@@ -211,6 +215,8 @@ class ShapePolicyComponent(StackComponent):
     def teardown(self) -> None:
         # Freeze the figures first: restoring torch's compile-record limit may drop this run's records.
         self._final = self.figures()
+        if self._sync is not None:
+            self._sync.close()
         if self._unregister is not None:
             self._unregister()
             self._unregister = None
@@ -238,6 +244,9 @@ class ShapePolicyComponent(StackComponent):
         }
         if self._sync is not None:
             out["dynamic/agreed_dynamic_dims"] = sorted(self._sync.dynamic)
+            out["dynamic/agreement_exchanges"] = self._sync.exchanges
+            out["dynamic/agreement_checks"] = self._sync.checks
+            out["dynamic/agreement_held_steps"] = self._sync.held_steps
         return out
 
 
