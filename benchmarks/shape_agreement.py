@@ -139,8 +139,8 @@ def table(rows: list[dict[str, Any]]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--ranks", type=int, nargs="+", default=[2, 4, 8])
-    parser.add_argument("--steps", type=int, default=15, help="steps per variant per round")
-    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--steps", type=int, default=20, help="steps per variant per round")
+    parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--quick", action="store_true", help="3 steps x 2 rounds; writes nothing")
     args = parser.parse_args()
     steps, rounds = (3, 2) if args.quick else (args.steps, args.rounds)
@@ -150,7 +150,7 @@ def main() -> None:
     if not args.quick:
         RESULTS.mkdir(parents=True, exist_ok=True)
         meta = {"date": time.strftime("%Y-%m-%d"), "torch": torch.__version__,
-                "command": "python benchmarks/shape_agreement.py " + " ".join(sys.argv[1:]), "rows": rows}
+                "command": " ".join(["python benchmarks/shape_agreement.py", *sys.argv[1:]]), "rows": rows}
         (RESULTS / "shape_agreement.json").write_text(json.dumps(meta, indent=2) + "\n")
         (RESULTS / "shape_agreement.md").write_text(
             f"# Shape agreement per step ({meta['date']}, torch {meta['torch']}, `{meta['command']}`)\n\n{text}\n")

@@ -169,8 +169,6 @@ def test_gpu_quick_measures_every_model_and_contestant(gpu_quick: tuple[str, dic
             assert all(float(cell) > 0 for cell in line.split("|")[-3:-1]), line
 
 
-@pytest.mark.xfail(strict=True, reason="runner/config/__init__.py imports runner.config.load (Hydra, OmegaConf) "
-                   "eagerly, and runner.strategy and runner.training.module import runner.config.schema through it")
 def test_gpu_benchmark_imports_no_hydra(gpu_quick: tuple[str, dict[str, Any]]) -> None:
     """The GPU machine has no Hydra or OmegaConf: the contestants' processes must not import them."""
     assert gpu_quick[1]["hydra_free"] is True, gpu_quick[1]["hydra_modules"]

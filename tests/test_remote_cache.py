@@ -129,7 +129,7 @@ def test_a_server_that_is_not_there_is_a_warning_and_a_local_compile(tmp_path: P
 
 def test_a_malformed_address_is_refused_before_the_run(tmp_path: Path) -> None:
     from runner.config import ConfigError
-    from runner.config.load import compose, load
+    from runner.config.loading import compose, load
 
     with pytest.raises(ConfigError, match=r"compile.cache=http://cache:6379 is not a Redis address.*redis://HOST:PORT"):
         load(compose(["+recipe=smoke", "compile.cache=http://cache:6379"], run_dir=str(tmp_path)))

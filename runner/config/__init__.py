@@ -1,8 +1,13 @@
-"""Config: typed schema, Hydra registration, loading and cross-group validation."""
+"""Config: typed schema, Hydra registration, loading and cross-group validation.
+
+``compose`` and ``load`` (Hydra and OmegaConf) are imported when first used: the schema, the checks and
+everything a ``CompileStrategy`` in a user's own Trainer needs import without Hydra installed.
+"""
+
+from typing import Any
 
 from runner.config.errors import ConfigError
 from runner.config.layers import CONF_DIR
-from runner.config.load import compose, load
 from runner.config.recipe_files import recipes
 from runner.config.schema import (
     AfterWarmup,
@@ -44,3 +49,11 @@ __all__ = [
     "load",
     "recipes",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("compose", "load"):
+        from runner.config import loading
+
+        return getattr(loading, name)
+    raise AttributeError(f"module 'runner.config' has no attribute {name!r}")

@@ -22,7 +22,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from runner import hydra_internals
 from runner.config.errors import ConfigError
-from runner.config.load import compose, convert, load
+from runner.config.loading import compose, convert, load
 from runner.config.messages import explain
 
 if TYPE_CHECKING:

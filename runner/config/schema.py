@@ -2,7 +2,7 @@
 
 Hydra composes YAML from ``conf/`` and ``recipes/``; these dataclasses give every node a type, so a
 wrong key or a wrong type fails at composition with the key named. ``OmegaConf.to_object`` turns the
-composed config into these objects once (``runner.config.load``), and ``runner.config.validate`` checks
+composed config into these objects once (``runner.config.loading``), and ``runner.config.validate`` checks
 their combination there; everything downstream receives typed objects, never a ``DictConfig``.
 
 Nodes that users swap (model, data, optimizer, scheduler, loggers) are open ``_target_`` nodes.

@@ -10,17 +10,18 @@ What torch's automatic dynamic does on one process, made global.
 What it costs per step is one integer, not the shapes (``ShapeAgreement.observe``):
 
 * the first step exchanges every rank's shapes (``all_gather_object``, once) and takes the reference;
-* each later step, a rank that sees a size not yet agreed on (a dim that differs from the reference and
-  is not dynamic yet) runs that step eagerly, so it cannot recompile alone, and raises a flag; every
-  rank starts an asynchronous ``all_reduce(MAX)`` of its flag and reads it one step later, when it has
-  long arrived, so no rank waits on it;
+* later, a rank that sees a size not yet agreed on (a dim that differs from the reference and is not
+  dynamic yet) runs that step eagerly, so it cannot recompile alone, and raises its flag; at each check
+  every rank starts an asynchronous ``all_reduce(MAX)`` of its flag and reads it at the next step, when
+  it has long arrived, so no rank waits on it;
 * only when the flag says a rank saw something new do the ranks exchange shapes (and the dims each saw
   vary) and mark the union dynamic, all at that step.
 
-So once every dim that varies is dynamic, nothing new is ever flagged and the shapes are never
-exchanged again: a step costs the start of one asynchronous one-integer all-reduce and the wait on the
-previous one's result, measured in ``benchmarks/shape_agreement.py``. A rank's eager step happens once per
-dim that starts to vary on it (``held_steps``).
+Checks come every step at first and after each exchange, then twice as far apart after each quiet check,
+up to ``MAX_CHECK_INTERVAL`` steps: every rank computes the same schedule from what the ranks agreed. So
+once every dim that varies is dynamic, shapes are never exchanged again, and a step costs, on average,
+a thirty-second of one asynchronous one-integer all-reduce (``benchmarks/shape_agreement.py``). A rank
+runs eagerly the steps between its first sight of a new size and the next check (``held_steps``).
 
 Not torch's compiler collectives (``torch._dynamo.config.enable_compiler_collectives``): they need every
 rank to compile at the same time, so they need guard collectives too (``set_enable_guard_collectives``:
@@ -67,6 +68,8 @@ def process_group_info() -> tuple[int, str | None]:
     return dist.get_world_size(), str(dist.get_backend())
 
 
+MAX_CHECK_INTERVAL = 32
+"""Steps between two flag checks once shapes have been quiet for a while (see ``ShapeAgreement.observe``)."""
 Shapes = list[tuple[int, ...]]
 Dims = set[tuple[int, int]]
 
@@ -86,18 +89,29 @@ class ShapeAgreement:
         """Steps this rank ran eagerly because it saw a size not yet agreed on."""
         self._seen: Dims = set()  # dims this rank saw vary since the last exchange
         self._pending: tuple[Any, torch.Tensor] | None = None  # the flag all-reduce in flight
+        self._step = 0
+        self._next_check = 1
+        self._interval = 1
 
     def observe(self, shapes: Shapes) -> tuple[Dims, bool]:
         """This step's agreement (a collective: every rank calls it once per step, in step order):
         the (tensor index, dim) pairs dynamic from this step on, the same on every rank, and whether
         this rank must run the step eagerly (it saw a size the ranks have not agreed on yet)."""
+        new: Dims = set()
         if self.reference is None or self._flagged():
             self._exchange(shapes)
-            new: Dims = set()
+            self._interval, self._next_check = 1, self._step + 1  # shapes are moving: check every step again
         else:
             new = self.varying(shapes) - self.dynamic
             self._seen |= new
-        self._start_flag(bool(new))
+        if self._step >= self._next_check:
+            # Checks follow a schedule every rank computes alike from what they agreed: every step at
+            # first and after an exchange, then twice as far apart after each quiet check, up to
+            # MAX_CHECK_INTERVAL steps. A rank that sees a new size meanwhile runs those steps eagerly.
+            self._start_flag(bool(self._seen))
+            self._next_check = self._step + self._interval
+            self._interval = min(2 * self._interval, MAX_CHECK_INTERVAL)
+        self._step += 1
         if new:
             self.held_steps += 1
         return set(self.dynamic), bool(new)
@@ -118,7 +132,8 @@ class ShapeAgreement:
             self._pending = None
 
     def _flagged(self) -> bool:
-        """Whether any rank flagged a change in the previous step (its all-reduce, waited on now)."""
+        """Whether any rank flagged a change at the last check (its all-reduce, waited on now: it was
+        started at least one step ago)."""
         if self._pending is None:
             return False
         work, flag = self._pending
