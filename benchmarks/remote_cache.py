@@ -8,7 +8,7 @@ process, the quickstart's GPT step through ``CompileStrategy`` with Inductor, co
 3. ``local warm``: the first process's local cache directory again, no server (the ceiling a shared
    cache could reach: everything on local disk).
 
-On the CPU the shared process also fetches the first one's built C++ kernels (``runner.stack.remote_cache``).
+On the CPU the shared process also fetches the first one's built C++ kernels (``runner.stack.caches.remote``).
 
 Each prints its compile time (the first step's wall time less the median of the next three steps;
 Dynamo's tracing, which no cache skips, included) and the remote cache's hits and misses. The ratios are against

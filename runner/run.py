@@ -35,7 +35,7 @@ from runner.config.schema import RunConfig
 from runner.data.resumable import make_resumable
 from runner.figures import collect_figures
 from runner.reliability import LogHistory, exit_code, flush_loggers
-from runner.stack.compile_errors import CompileFailure
+from runner.stack.errors.explain import CompileFailure
 
 log = logging.getLogger(__name__)
 

@@ -27,8 +27,8 @@ from runner.config import ConfigError, compose, load
 from runner.config.precheck import precheck
 from runner.config.schema import Background, CompileConfig, OnError, Scope
 from runner.stack.background import BackgroundCompile
-from runner.stack.background_policy import resolve_background, switch_pays, worth_starting
-from runner.stack.plan import CompilePlan, Target
+from runner.stack.background.policy import resolve_background, switch_pays, worth_starting
+from runner.stack.planning.plan import CompilePlan, Target
 from runner.strategy import CompileStrategy
 from runner.telemetry.speedup import SpeedupMeter
 from runner.training.module import TrainModule

@@ -19,7 +19,7 @@ from runner.config.schema import (
     ShapePolicy,
 )
 from runner.stack.cudagraphs import CudaGraphs, build_cudagraphs
-from runner.stack.plan import resolve_compile_kwargs
+from runner.stack.planning.plan import resolve_compile_kwargs
 
 REQUESTED = CudaGraphsConfig(mode=CudaGraphMode.reduce_overhead)
 
@@ -66,7 +66,7 @@ def test_max_autotune_never_turns_cuda_graphs_on_behind_the_component() -> None:
 def test_compiled_optimizer_step_never_takes_fullgraph() -> None:
     """Optimizer.step's _use_grad breaks the graph on purpose: fullgraph=true is for the model only."""
     from runner.config.schema import OptimizerPolicy
-    from runner.stack.plan import resolve_plan
+    from runner.stack.planning.plan import resolve_plan
 
     cfg = CompileConfig(scope=Scope.step, fullgraph=True, optimizer=OptimizerPolicy.compiled)
     plan = resolve_plan(cfg, CudaGraphsConfig(), None, torch.device("cpu"), [], cudagraphs_active=False)
@@ -304,7 +304,7 @@ def test_speedup_is_measured_under_cuda_graphs_on_gpu() -> None:
 def test_auto_steps_the_optimizer_fused_outside_the_graph_tree() -> None:
     """Under CUDA graphs ``auto`` takes the fused kernel where there is one (a compiled step would be a
     tree root of its own, copying every gradient on each replay), and compiles the step where not."""
-    from runner.stack.plan import resolve_optimizer_policy
+    from runner.stack.planning.plan import resolve_optimizer_policy
 
     model = torch.nn.Linear(4, 4)
     cuda = torch.device("cuda", 0)
@@ -319,7 +319,7 @@ def test_static_batch_keeps_one_buffer_per_shape_at_a_fixed_address() -> None:
     batch's values; a new shape gets its own buffers, up to the limit; other values pass as they are."""
     from collections import namedtuple
 
-    from runner.stack.static_batch import StaticBatch
+    from runner.stack.cudagraphs.static_batch import StaticBatch
 
     Pair = namedtuple("Pair", "x y")
     static = StaticBatch("cpu", max_signatures=2)

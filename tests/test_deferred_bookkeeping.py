@@ -13,10 +13,10 @@ from torchmetrics import MeanMetric, MetricCollection
 from torchmetrics.classification import MulticlassAccuracy
 
 from runner.config.schema import CompileConfig, CudaGraphsConfig, Scope
-from runner.stack.deferred_log import Deferred, DeferredLog, DeferredValueError
-from runner.stack.metrics import METRIC_METHODS, metric_methods
-from runner.stack.plan import Target, resolve_plan, resolve_step_target, step_blocker, step_note
-from runner.stack.python_state import state_sources
+from runner.stack.deferred.log import Deferred, DeferredLog, DeferredValueError
+from runner.stack.deferred.metrics import METRIC_METHODS, metric_methods
+from runner.stack.deferred.python_state import state_sources
+from runner.stack.planning.plan import Target, resolve_plan, resolve_step_target, step_blocker, step_note
 
 
 class _Module(L.LightningModule):

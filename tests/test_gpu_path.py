@@ -95,7 +95,7 @@ def _float64_vectors(numel: int) -> int:
 
 @pytest.mark.parametrize("scope", [Scope.blocks, Scope.step], ids=["blocks", "step"])
 def test_measurement_keeps_one_copy_of_the_model_and_no_float64_gradients(scope: Scope) -> None:
-    from runner.stack.offload_on_path import measure_on_run_path
+    from runner.stack.offload.on_path import measure_on_run_path
 
     module = gpt_module()
     qkv = module.model.blocks[0].attn.qkv.weight.shape  # 2 per model (one per block)
@@ -131,7 +131,7 @@ def test_host_gradients_keep_their_dtype_and_give_the_float64_error() -> None:
 
 
 def test_measurement_records_no_cuda_graph_and_leaves_the_random_state_as_it_was() -> None:
-    from runner.stack.offload_on_path import measure_on_run_path, measurement_plan
+    from runner.stack.offload.on_path import measure_on_run_path, measurement_plan
 
     settings = CompileSettings(compile=CompileConfig(scope=Scope.step), cudagraphs=GRAPHS,
                                offload=OffloadConfig(strategy=OffloadStrategy.bf16))

@@ -251,13 +251,13 @@ def test_cpu_offload_on_cuda_parity(backend: Optional[str]) -> None:
     assert r["offload/reduction_x"] >= 2.0, r  # most saved bytes leave the device
 
 
-# -- measured on the run's path (CompileStack.setup's step 0, runner.stack.offload_on_path) -----------
+# -- measured on the run's path (CompileStack.setup's step 0, runner.stack.offload.on_path) -----------
 def _stack_measure(strategy: OffloadStrategy, scope: Scope, backend: str, exclude_head: bool = False,
                    **offload: Any) -> dict[str, Any]:
     import contextlib
 
     from runner.stack import CompileSettings
-    from runner.stack.offload_on_path import measure_on_run_path
+    from runner.stack.offload.on_path import measure_on_run_path
     from runner.training.module import TrainModule
 
     settings = CompileSettings(compile=CompileConfig(scope=scope, backend=backend),

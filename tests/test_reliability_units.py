@@ -12,7 +12,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from runner.config.schema import OnError
 from runner.data.resumable import ResumableDataLoader, as_resumable
 from runner.reliability.checkpoint_io import atomic_torch_save, remove_stale_temps
-from runner.stack.compile_errors import CompileErrorWatch, explain_compile_error
+from runner.stack.errors.explain import CompileErrorWatch, explain_compile_error
 
 
 def _loader(workers: int = 0) -> DataLoader:
@@ -85,7 +85,7 @@ def test_recompile_limit_under_eager_is_logged_with_the_guard(caplog: pytest.Log
     with torch._dynamo.config.patch(recompile_limit=2, fail_on_recompile_limit_hit=False):
         watch.configure()
         try:
-            with caplog.at_level(logging.WARNING, logger="runner.stack.compile_errors"):
+            with caplog.at_level(logging.WARNING, logger="runner.stack.errors.explain"):
                 _recompiling()  # runs on, eagerly
         finally:
             watch.teardown()

@@ -39,7 +39,7 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     server = subprocess.Popen([REDIS, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
                                "--dir", str(workdir)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"redis://127.0.0.1:{port}"
-    from runner.stack.remote_cache import ping
+    from runner.stack.caches.remote import ping
 
     deadline = time.monotonic() + 10
     while ping(url) is not None:

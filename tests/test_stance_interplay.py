@@ -76,7 +76,7 @@ def test_cuda_graph_warmup_forces_eager_then_leaves_other_stances_alone() -> Non
 
 def test_cuda_graph_warmup_leaves_the_compiled_optimizer_step_compiled() -> None:
     """The warm-up holds the training step eager, never the optimizer step: compiled from the first
-    step, Dynamo creates Adam's state capturable (see ``runner/stack/cudagraphs.py``)."""
+    step, Dynamo creates Adam's state capturable (see ``runner/stack/cudagraphs/trees.py``)."""
     from runner import torch_internals as ti
     from runner.config.schema import CudaGraphMode, CudaGraphsConfig
     from runner.stack.cudagraphs import CudaGraphs

@@ -82,7 +82,7 @@ def test_a_limit_hit_under_raise_stops_with_the_paragraph() -> None:
     with pytest.raises(FailOnRecompileLimitHit) as info:
         strategy, _ = _fit("raise", recompile_limit=3)
     del strategy
-    from runner.stack.compile_errors import explain_compile_error
+    from runner.stack.errors.explain import explain_compile_error
 
     paragraph = explain_compile_error(info.value)
     assert paragraph is not None and "recompile limit" in paragraph and "Fix:" in paragraph

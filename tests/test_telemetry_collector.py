@@ -8,7 +8,7 @@ import time
 import pytest
 import torch
 
-from runner.stack.progress import CompileProgress
+from runner.stack.console.progress import CompileProgress
 from runner.telemetry.collector import CompileCollector
 from runner.telemetry.reasons import recompile_events, short_reason
 

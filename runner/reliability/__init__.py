@@ -10,7 +10,7 @@ Where each piece plugs in (``runner.build`` / ``runner.run``):
   what its checkpoint covers and drops the rest once (``DurableCsvWriter``, ``cut_events``).
 
 Elsewhere: resumable data in ``runner.data.resumable``, compile-error explanation in
-``runner.stack.compile_errors``, config checks in ``runner.config``, ``RunStopped`` in ``runner.errors``.
+``runner.stack.errors.explain``, config checks in ``runner.config``, ``RunStopped`` in ``runner.errors``.
 Resume a stopped run in place: ``python -m runner <same overrides> hydra.run.dir=<run dir> ckpt_path=last``.
 """
 

@@ -7,9 +7,9 @@ model: each transform one call, in order, readable top to bottom)::
       -> optimizer-step policy -> CUDA graphs -> bind -> compile beside the run (``compile.background``)
 
 Lightning's side of the order (a sample batch, sharding, the optimizers) comes from the strategy as a
-:class:`Host`. What is compiled is decided once, up front, by ``runner.stack.plan.resolve_plan``. Each
+:class:`Host`. What is compiled is decided once, up front, by ``runner.stack.planning.plan.resolve_plan``. Each
 step then runs through ``training_step`` (batch preparation, the components' contexts, deferred Python
-side effects), a recompile storm demotes the frame that storms (``runner.stack.demotion``), and
+side effects), a recompile storm demotes the frame that storms (``runner.stack.errors.demotion``), and
 ``teardown`` restores every module, optimizer and process-wide setting the stack changed and forgets
 what this fit compiled, so the next fit in the process starts clean.
 """
@@ -27,17 +27,17 @@ import torch
 from torch.optim import Optimizer
 
 from runner import torch_internals as ti
-from runner.stack.binding import code_of, install_step, user_step
-from runner.stack.compile import CompiledModules, apply_compile, compiled_submodules
-from runner.stack.compile_errors import explain_compile_error
 from runner.stack.component import overrides
 from runner.stack.cudagraphs import CudaGraphs
-from runner.stack.demotion import Storm
+from runner.stack.deferred.metrics import metric_methods
+from runner.stack.errors.demotion import Storm
+from runner.stack.errors.explain import explain_compile_error
 from runner.stack.host import CompileSettings, Host
-from runner.stack.metrics import metric_methods
-from runner.stack.offload_on_path import measure_saved_activations
+from runner.stack.offload.on_path import measure_saved_activations
 from runner.stack.parts import Parts, build_parts
-from runner.stack.plan import Target, resolve_optimizers
+from runner.stack.planning.binding import code_of, install_step, user_step
+from runner.stack.planning.compile import CompiledModules, apply_compile, compiled_submodules
+from runner.stack.planning.plan import Target, resolve_optimizers
 
 log = logging.getLogger(__name__)
 

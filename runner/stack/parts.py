@@ -20,21 +20,21 @@ from runner.config.checks_stack import (
 )
 from runner.config.schema import OnError, OptimizerPolicy
 from runner.stack.background import BackgroundCompile, CompileInRun, build_background
-from runner.stack.binding import reads_logged_results, takes_dataloader_iter, user_step
-from runner.stack.compile_errors import CompileErrorWatch
+from runner.stack.caches import build_remote_cache
 from runner.stack.component import StackComponent
 from runner.stack.console import CompileConsole
 from runner.stack.cudagraphs import CudaGraphs, build_cudagraphs
-from runner.stack.deferred_log import DeferredLog
-from runner.stack.demotion import StormWatch
+from runner.stack.deferred.log import DeferredLog
+from runner.stack.deferred.python_state import PythonState
 from runner.stack.dynamic import ShapePolicyComponent, build_shape_policy
+from runner.stack.errors.demotion import StormWatch
+from runner.stack.errors.explain import CompileErrorWatch
 from runner.stack.host import CompileSettings, Host
 from runner.stack.offload import OffloadComponent, build_offload
 from runner.stack.offload.component import excluded_inside_compiled
-from runner.stack.optimizer_step import OptimizerStep
-from runner.stack.plan import CompilePlan, resolve_plan, step_blocker, step_note
-from runner.stack.python_state import PythonState
-from runner.stack.remote_cache import build_remote_cache
+from runner.stack.optimizer.step import OptimizerStep
+from runner.stack.planning.binding import reads_logged_results, takes_dataloader_iter, user_step
+from runner.stack.planning.plan import CompilePlan, resolve_plan, step_blocker, step_note
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ import sys
 
 import lightning.pytorch as pl
 
-from runner.stack.progress import Sink, default_sink
+from runner.stack.console import Sink, default_sink
 
 
 def progress_sink(trainer: pl.Trainer) -> Sink:

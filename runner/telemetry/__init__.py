@@ -16,7 +16,7 @@ from typing import Any
 _EXPORTS = {
     "CompileTelemetry": "runner.telemetry.callback",
     "CompileCollector": "runner.telemetry.collector",
-    "CompileProgress": "runner.stack.progress",
+    "CompileProgress": "runner.stack.console",
     "write_report": "runner.telemetry.report",
     "format_summary": "runner.telemetry.report",
     "summarize_sweep": "runner.telemetry.sweep",

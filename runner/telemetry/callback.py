@@ -32,7 +32,7 @@ import torch
 
 from runner import torch_internals as ti
 from runner.config.schema import TelemetryConfig
-from runner.stack.progress import CompileProgress
+from runner.stack.console import CompileProgress
 from runner.telemetry import ranks, sinks
 from runner.telemetry.advice import advice_lines
 from runner.telemetry.clock import StepClock

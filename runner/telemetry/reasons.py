@@ -13,7 +13,7 @@ from collections import Counter
 from typing import Any
 
 from runner import torch_internals as ti
-from runner.stack.optimizer_step import in_runners_optimizer_step
+from runner.stack.optimizer.step import in_runners_optimizer_step
 from runner.telemetry.advice import runners_site
 
 _LOCATION_RE = re.compile(r"in user code at (?P<file>.+?):(?P<line>\d+)\s*$", re.MULTILINE)

@@ -30,7 +30,7 @@ import torch
 
 from runner import torch_internals as ti
 from runner.config.schema import Background, OnError
-from runner.stack.background_policy import (
+from runner.stack.background.policy import (
     DECIDE_AFTER,
     CompileInRun,
     LateStep,
@@ -40,10 +40,10 @@ from runner.stack.background_policy import (
     switch_pays,
     worth_starting,
 )
-from runner.stack.compile_process import CompileProcess, ProcessResult, last_cpu, start_process_for
+from runner.stack.background.process import CompileProcess, ProcessResult, last_cpu, start_process_for
 from runner.stack.component import StackComponent
 from runner.stack.host import CompileSettings, Host
-from runner.stack.plan import CompilePlan
+from runner.stack.planning.plan import CompilePlan
 
 log = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@
 What is compiled (modules / blocks / step / step and backward), with which ``torch.compile``
 arguments, which optimizer-step policy, and whether backward runs through compiled autograd: all is
 decided here, from the typed config and the device, and tested without compiling anything.
-``runner.stack.compile`` carries the plan out; ``CompileStack`` applies it in order.
+``runner.stack.planning.compile`` carries the plan out; ``CompileStack`` applies it in order.
 """
 
 from __future__ import annotations

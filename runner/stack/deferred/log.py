@@ -27,7 +27,7 @@ from typing import Any
 import lightning as L
 import torch
 
-from runner.stack.deferred_state import DeferredList, OptimizerView
+from runner.stack.deferred.state import DeferredList, OptimizerView
 
 DeferredMethods = Iterable[tuple[Any, Iterable[str]]]
 """Objects and the names of their methods to defer while a compiled step runs."""
@@ -259,7 +259,7 @@ def swapped(patches: list[tuple[dict[str, Any], str, Any]]) -> Iterator[None]:
 
 def discard_logs(module: Any, methods: DeferredMethods = ()) -> contextlib.AbstractContextManager[None]:
     """Run the module's step with ``log``/``log_dict``/``print`` and ``methods`` (e.g.
-    ``runner.stack.metrics.metric_methods(module)``) as no-ops: a measurement outside any Trainer."""
+    ``runner.stack.deferred.metrics.metric_methods(module)``) as no-ops: a measurement outside any Trainer."""
     patches = [(vars(module), name, _ignore) for name in ("log", "log_dict", "print")]
     patches += [(vars(target), name, _ignore) for target, names in methods for name in names]
     return swapped(patches)

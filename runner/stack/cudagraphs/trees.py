@@ -43,7 +43,7 @@ from torch.optim import Optimizer
 from runner import torch_internals as ti
 from runner.config.schema import CudaGraphMode, CudaGraphsConfig
 from runner.stack.component import StackComponent
-from runner.stack.static_batch import StaticBatch
+from runner.stack.cudagraphs.static_batch import StaticBatch
 
 
 class CudaGraphs(StackComponent):

@@ -14,7 +14,7 @@ from typing import Any
 
 from runner import torch_internals as ti
 from runner.stack.component import StackComponent
-from runner.stack.progress import CompileProgress, Sink, default_sink
+from runner.stack.console.progress import CompileProgress, Sink, default_sink
 
 _KIND = {"LAZY_BACKWARD": "backward", "CUDAGRAPH_RECORDING": "cudagraph_recording"}
 

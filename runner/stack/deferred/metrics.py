@@ -1,4 +1,4 @@
-"""Which metric objects' methods the compiled step defers (see ``runner.stack.deferred_log``).
+"""Which metric objects' methods the compiled step defers (see ``runner.stack.deferred.log``).
 
 Every torchmetrics ``Metric`` and ``MetricCollection`` the LightningModule holds: calling one
 (``self.train_acc(preds, y)``), ``update``, ``compute`` and ``reset`` inside the compiled

@@ -35,7 +35,7 @@ from torch.optim import Optimizer
 
 from runner import torch_internals as ti
 from runner.config.schema import OptimizerPolicy
-from runner.stack.plan import supports_fused
+from runner.stack.planning.plan import supports_fused
 
 log = logging.getLogger(__name__)
 

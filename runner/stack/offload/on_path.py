@@ -26,11 +26,11 @@ import torch
 
 from runner import torch_internals as ti
 from runner.config.schema import CudaGraphsConfig, OffloadStrategy
-from runner.stack.compile import CompiledModules, apply_compile
-from runner.stack.deferred_log import discard_logs
+from runner.stack.deferred.log import discard_logs
+from runner.stack.deferred.metrics import metric_methods
 from runner.stack.host import CompileSettings, Host
-from runner.stack.metrics import metric_methods
-from runner.stack.plan import CompilePlan, resolve_plan
+from runner.stack.planning.compile import CompiledModules, apply_compile
+from runner.stack.planning.plan import CompilePlan, resolve_plan
 
 
 def skip_reason(module: L.LightningModule, host: Host, settings: CompileSettings) -> str | None:

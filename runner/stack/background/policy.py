@@ -14,7 +14,7 @@ import torch
 
 from runner.config.schema import Background
 from runner.stack.component import StackComponent
-from runner.stack.plan import CompilePlan
+from runner.stack.planning.plan import CompilePlan
 
 Step = Callable[..., Any]
 

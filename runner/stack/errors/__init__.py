@@ -1,0 +1,3 @@
+"""When compiling goes wrong (``compile.on_error``): a compile error explained in one paragraph, and recompile
+storms found and demoted. Imports the spine's ``component`` and ``torch_internals`` only.
+"""
