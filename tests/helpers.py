@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from functools import partial
 from typing import Any
 
@@ -61,3 +62,10 @@ def fit_losses(scope: Scope = Scope.none, backend: str = "aot_eager", optimizer:
     trainer = L.Trainer(strategy=strategy, callbacks=[rec, *kwargs.pop("callbacks", [])], **kwargs)
     trainer.fit(module, tiny_data())
     return rec.losses, strategy, module
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now (for a process group or a server of a test's own)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

@@ -10,7 +10,6 @@ less often.
 from __future__ import annotations
 
 import json
-import socket
 from pathlib import Path
 from typing import Any
 
@@ -18,14 +17,10 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from runner.stack.dynamic.agreement import ShapeAgreement
+from tests.helpers import free_port
 
 LENGTHS = {0: [24] * 8, 1: [24, 24, 31, 17, 28, 20, 24, 30]}
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _rank(rank: int, port: int, out: str) -> None:
@@ -52,7 +47,7 @@ def _rank(rank: int, port: int, out: str) -> None:
 
 
 def test_ranks_agree_at_the_same_step_and_stop_exchanging(tmp_path: Path) -> None:
-    mp.spawn(_rank, args=(_free_port(), str(tmp_path)), nprocs=2)
+    mp.spawn(_rank, args=(free_port(), str(tmp_path)), nprocs=2)
     r0, r1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
     dynamic = [[0, 1], [1, 1]]  # the sequence dim of inputs and targets
     assert [dims for dims, _ in r0["log"]] == [dims for dims, _ in r1["log"]] == [[]] * 3 + [dynamic] * 5

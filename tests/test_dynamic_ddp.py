@@ -113,11 +113,9 @@ def test_two_nodes_with_different_lengths_compile_the_same_graphs() -> None:
     """Two nodes of one process each, simulated on this machine as a user starts them on two hosts
     (``MASTER_ADDR``, ``MASTER_PORT``, ``NODE_RANK``; ``num_nodes=2``): the ranks see different lengths,
     exchange shapes twice (the first step, the step after rank 1's change), recompile alike, and finish."""
-    import socket
+    from tests.helpers import free_port
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     procs = []
     for node in (0, 1):
         env = {**os.environ, "PYTHONPATH": str(ROOT), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),

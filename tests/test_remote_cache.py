@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -19,14 +18,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import free_port
+
 ROOT = Path(__file__).resolve().parents[1]
 REDIS = shutil.which("redis-server")
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +30,7 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A Redis server of this module's own, on a free localhost port, with nothing persisted."""
     if REDIS is None:
         pytest.skip("redis-server is not installed (Debian's redis-server package; .ci/run installs it)")
-    port = _free_port()
+    port = free_port()
     workdir = tmp_path_factory.mktemp("redis")
     server = subprocess.Popen([REDIS, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
                                "--dir", str(workdir)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -114,7 +110,7 @@ def test_a_server_that_is_not_there_is_a_warning_and_a_local_compile(tmp_path: P
     import runner
     from tests.helpers import tiny_data, tiny_module
 
-    url = f"redis://127.0.0.1:{_free_port()}"  # nothing listens there
+    url = f"redis://127.0.0.1:{free_port()}"  # nothing listens there
     cfg = runner.CompileConfig(backend="eager", cache=url, background=runner.Background.disabled)
     strategy = runner.CompileStrategy(compile=cfg, device="cpu", console=False)
     trainer = L.Trainer(strategy=strategy, max_steps=2, logger=False, enable_checkpointing=False,
