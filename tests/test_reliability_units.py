@@ -145,6 +145,23 @@ def test_nonfinite_flag_orders_nan_above_inf() -> None:
     assert agreed_flag(one_process, torch.tensor(2)) == 2  # type: ignore[arg-type]  # no process group: local
 
 
+def test_pending_flags_give_the_worst_flag_and_its_first_step() -> None:
+    """The guard keeps one loss copy per micro-batch and computes, when a read is due, what it used to
+    accumulate step by step: the worst flag (nan over inf) and the first step with a non-finite loss."""
+    from runner.reliability.numerics import pending_flags
+
+    inf, nan = float("inf"), float("nan")
+
+    def flags(steps_values: list[tuple[int, object]]) -> tuple[int, int]:
+        flag, first = pending_flags([(step, torch.tensor(v)) for step, v in steps_values])
+        return int(flag), int(first)
+
+    assert flags([(3, 1.0), (3, 2.0), (4, 0.5)]) == (0, 0)
+    assert flags([(3, 1.0), (4, inf), (5, nan), (6, 1.0)]) == (2, 4)  # nan wins; the first bad step is inf's
+    assert flags([(7, -inf)]) == (1, 7)
+    assert flags([(2, [1.0, 2.0]), (3, [nan, 1.0])]) == (2, 3)  # losses that are not scalars
+
+
 # -- the per-step guard reads the device only when a decision is due -------------------------------------
 class _HostReads(torch.overrides.TorchFunctionMode):
     """Counts the calls that read a tensor's value to the host (on an accelerator: a sync each)."""

@@ -1,9 +1,11 @@
 """A nan/inf training loss stops the run or skips that step, read from the device only when a decision is due.
 
-Each micro-batch's loss is checked on its device in ``on_before_backward`` (Lightning calls it for every
-micro-batch; runner's strategy calls it too when the compiled step already ran backward): the worst flag
-(finite, inf, nan) and the step it first appeared at accumulate in two device scalars, with no host
-sync. The flag is read (one sync, plus one small all-reduce under DDP) only when a decision is due:
+Each micro-batch's loss is kept on its device in ``on_before_backward`` (Lightning calls it for every
+micro-batch; runner's strategy calls it too when the compiled step already ran backward): one copy per
+micro-batch, the only device op the guard adds to a step (a CUDA-graph replay overwrites its outputs at the
+next step, so the loss itself cannot be kept), and no host sync. When a read is due, the worst flag
+(finite, inf, nan) and the step it first appeared at are computed from the copies at once. The flag is
+read (one sync, plus one small all-reduce under DDP) only when a decision is due:
 
 * ``skip``: every optimizer step, after all its micro-batches' backward and before the update (raised
   as ``_SkipStep`` from inside the optimizer closure, caught around ``LightningModule.optimizer_step``):
@@ -62,6 +64,21 @@ def nonfinite_flag(loss: torch.Tensor) -> torch.Tensor:
     return 2 * nan.long() + (inf & ~nan).long()
 
 
+def pending_flags(losses: list[tuple[int, torch.Tensor]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """The worst flag of the kept ``(step, loss)`` pairs and the first step whose flag is not 0 (0 when none),
+    as device scalars: a few ops for the whole interval instead of a dozen per micro-batch."""
+    if all(loss.numel() == 1 for _, loss in losses):
+        values = torch.stack([loss.reshape(()).float() for _, loss in losses])
+        nan, inf = torch.isnan(values), torch.isinf(values)
+        flags = 2 * nan.long() + (inf & ~nan).long()
+    else:
+        flags = torch.stack([nonfinite_flag(loss) for _, loss in losses])
+    steps = torch.tensor([step for step, _ in losses], device=flags.device)
+    never = torch.iinfo(torch.long).max
+    first = torch.where(flags > 0, steps, never).min()
+    return flags.max(), torch.where(first == never, 0, first)
+
+
 def agreed_flag(trainer: L.Trainer, local: torch.Tensor) -> int:
     """The worst flag over all ranks (every rank gets the same answer); ``local`` itself with one
     process or no initialised process group."""
@@ -101,8 +118,8 @@ class NonFiniteGuard(Callback):
         self.reads = 0
         """Times the flag was read from the device (each one sync, and one all-reduce under DDP)."""
         self._every = check_every or 1
-        self._flag: torch.Tensor | None = None  # worst flag since the last read (device)
-        self._first: torch.Tensor | None = None  # 1-based step of its first non-finite micro-batch (device)
+        # (1-based step, loss copy) of every micro-batch since the last read
+        self._losses: list[tuple[int, torch.Tensor]] = []
         self._read_at: int | None = None  # the global step of the last read under stop
         self._saved_at: int | None = None  # the global step of the newest checkpoint written
         self._saving = False
@@ -113,7 +130,7 @@ class NonFiniteGuard(Callback):
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._every = self.check_every or check_every_for(trainer.strategy.root_device,
                                                           getattr(trainer, "log_every_n_steps", 50))
-        self._flag = self._first = None
+        self._losses = []
         self._trainer = trainer
         if self.policy is OnNonFinite.skip:
             self._original_step = pl_module.optimizer_step
@@ -127,21 +144,15 @@ class NonFiniteGuard(Callback):
 
     # -- on the device: no host sync -------------------------------------------------------------
     def on_before_backward(self, trainer: L.Trainer, pl_module: L.LightningModule, loss: torch.Tensor) -> None:
-        flag = nonfinite_flag(loss.detach())
-        step = trainer.global_step + 1
-        if self._flag is None or self._first is None:
-            self._flag, self._first = flag, torch.where(flag > 0, step, 0)
-            return
-        self._first = torch.where((self._first == 0) & (flag > 0), step, self._first)
-        self._flag = torch.maximum(self._flag, flag)
+        self._losses.append((trainer.global_step + 1, loss.detach().clone()))
 
     # -- reads: when a decision is due ---------------------------------------------------------
     def _read(self, trainer: L.Trainer) -> tuple[int, int, bool]:
-        """(agreed flag, first bad step over the ranks, whether this rank saw it); resets the flags."""
-        if self._flag is None or self._first is None:
+        """(agreed flag, first bad step over the ranks, whether this rank saw it); forgets the losses."""
+        if not self._losses:
             return 0, 0, False
-        local, first = self._flag, self._first
-        self._flag = self._first = None
+        local, first = pending_flags(self._losses)
+        self._losses = []
         self.reads += 1
         # One reduction for both: max of the flag, and max of -step (the earliest bad step) where bad.
         neg_first = torch.where(first > 0, -first, torch.iinfo(torch.long).min)
