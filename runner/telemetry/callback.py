@@ -157,8 +157,9 @@ class CompileTelemetry(pl.Callback):
             self._flops_per_step, self._flops_source = float(self._flops.total), "flop_counter"
             self._flops_per_unit = self._flops_per_step / float(tokens or samples or 1)
         kinds = {e["kind"] for e in self.collector.events[n_events:]}
-        compiled = bool(kinds) or bool(self.collector.compiling())
-        recording_only = kinds == {"cudagraph_recording"} and not self.collector.compiling()
+        compiling = bool(self.collector.compiling())
+        compiled = bool(kinds) or compiling
+        recording_only = kinds == {"cudagraph_recording"} and not compiling
         self.meter.record(self.collector.step or 0, mode, ms, compiled, samples=samples, tokens=tokens, timed=timed,
                           held=self._held, recording_only=recording_only)
         step = trainer.global_step

@@ -160,13 +160,13 @@ class ShapeAgreement:
     def decide(self, all_shapes: Sequence[Shapes], seen: Iterable[tuple[int, int]] = ()) -> Dims:
         """The pure part of an exchange: every rank's shapes for this step and the dims the ranks saw
         vary since the last exchange in, dynamic dims out."""
+        seen = set(seen)
         structures = {tuple(len(s) for s in shapes) for shapes in all_shapes}
-        if len(structures) > 1 or (-1, -1) in set(seen):
+        if len(structures) > 1 or (-1, -1) in seen:
             raise RuntimeError(f"ranks disagree on the batch structure (tensor ranks per rank: {sorted(structures)}); "
                                "every rank must see batches of the same tensors with the same number of dims.")
         if self.reference is None:
             self.reference = [tuple(s) for s in all_shapes[0]]
-        seen = set(seen)
         self.dynamic |= seen - {(-1, -1)}
         for shapes in all_shapes:
             self.dynamic |= self.varying(list(shapes))
