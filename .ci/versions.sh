@@ -33,9 +33,13 @@ VERSIONS=("$@")
 VENVS=${RUNNER_VERSION_VENVS:-.venvs}
 # A few real Inductor cases (the rest of these files runs on the pinned torch in `make test`): the default
 # scope and per-block compiles through the strategy with the fused optimizer, and a LightningModule with
-# torchmetrics through CompileStrategy() as users write it, each compared with eager Lightning.
+# torchmetrics through CompileStrategy() as users write it, each compared with eager Lightning; torch's own
+# CUDA-graph partition decision over runner's compiled step (the check runner corrects before 2.15), and
+# the static batch buffers.
 SUBSET=(
   tests/test_torch_internals.py
+  tests/test_cudagraph_partitions.py
+  tests/test_static_batch.py
   "tests/test_strategy.py::test_inductor_scopes_with_fused_optimizer_match_eager[Scope.step]"
   "tests/test_strategy.py::test_inductor_scopes_with_fused_optimizer_match_eager[Scope.blocks]"
   "tests/test_idioms.py::test_idiom_through_default_compile_strategy_with_inductor[metrics_template]"

@@ -37,7 +37,8 @@ OUT = Path(__file__).resolve().parent / "results" / "gpu.json"
 QUICK_OUT = Path(tempfile.gettempdir()) / "runner-gpu-quick.json"
 PEERS = ("lightning_compile_fused", "lightning")
 ROW_KEYS = ("step_ms", "tokens_per_s", "mfu", "compile_s", "peak_mem_gib", "cudagraph_recordings_after_warmup",
-            "ratio_vs_lightning_compile_fused", "ratio_vs_lightning", "compiles_after_warmup", "compile_warm_s")
+            "ratio_vs_lightning_compile_fused", "ratio_vs_lightning", "compiles_after_warmup", "compile_warm_s",
+            "cudagraph_partitions", "cudagraph_partitions_graphed", "cudagraph_eager_reasons")
 """Every row's figures besides model and contestant (null where they do not apply, or when it failed)."""
 CONTESTANTS = {
     "lightning": "Lightning, eager",
@@ -105,6 +106,10 @@ def summarize(model: str, runs: dict[str, list[dict[str, Any]]], peak: float | N
                 a["step_ms"] / b["step_ms"] for a, b in zip(rounds, runs[p], strict=True)) if ok else None
         for key in ("peak_mem_gib", "cudagraph_recordings_after_warmup", "compiles_after_warmup"):
             row[key] = None if first[key] is None else max(r[key] for r in rounds)  # the worst round's
+        # Partitions are seen where a graph is compiled, not loaded from the run's shared cache: the first round.
+        counted = next((r for r in rounds if r.get("cudagraph_partitions") is not None), {})
+        for key in ("cudagraph_partitions", "cudagraph_partitions_graphed", "cudagraph_eager_reasons"):
+            row[key] = counted.get(key)
         row |= {"round_step_ms": [r["step_ms"] for r in rounds],
                 "compile_warm_s": statistics.median(r["compile_s"] for r in rounds[1:]) if rounds[1:] else None}
         rows.append(row)
@@ -115,10 +120,19 @@ def _cell(value: Any, fmt: str) -> str:
     return "-" if value is None else format(value, fmt)
 
 
+def _partitions_cell(row: dict[str, Any]) -> str:
+    """``N of M`` partitions CUDA-graphed, with the first reason the rest are not."""
+    if row.get("cudagraph_partitions") is None:
+        return "-"
+    text = f"{row['cudagraph_partitions_graphed']} of {row['cudagraph_partitions']}"
+    reasons = row.get("cudagraph_eager_reasons") or []
+    return text + (f" ({reasons[0]['nodes']} nodes: {reasons[0]['reason']})" if reasons else "")
+
+
 def table(rows: list[dict[str, Any]]) -> str:
     """A markdown table of one model's rows."""
     head = ["contestant", "step ms", "tokens/s", "MFU", "compile s", "peak GiB", "CUDA graphs recorded after warm-up",
-            *(f"vs {p}" for p in PEERS)]
+            "partitions in CUDA graphs", *(f"vs {p}" for p in PEERS)]
     lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
     for r in rows:
         if r["step_ms"] is None:
@@ -126,7 +140,8 @@ def table(rows: list[dict[str, Any]]) -> str:
             continue
         cells = [r["contestant"], _cell(r["step_ms"], ".2f"), _cell(r["tokens_per_s"], ",.0f"), _cell(r["mfu"], ".1%"),
                  _cell(r["compile_s"], ".1f"), _cell(r["peak_mem_gib"], ".2f"),
-                 _cell(r["cudagraph_recordings_after_warmup"], "d"), *(_cell(r[f"ratio_vs_{p}"], ".3f") for p in PEERS)]
+                 _cell(r["cudagraph_recordings_after_warmup"], "d"), _partitions_cell(r),
+                 *(_cell(r[f"ratio_vs_{p}"], ".3f") for p in PEERS)]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

@@ -5,7 +5,9 @@
 
 Every contestant runs the same code path (``GPTModule``, one ``Trainer`` call, the ``Window``
 callback); ``setup`` returns the one thing that differs: the compile call in the module, the AdamW
-implementation and the strategy. ``--peak`` probes the device's dense matmul rate for MFU.
+implementation and the strategy. A contestant with CUDA graphs also counts, as Inductor partitions each
+graph it compiles, how many partitions it made CUDA graphs of and why not the rest. ``--peak`` probes the
+device's dense matmul rate for MFU.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from runner import torch_internals as ti
 from runner.models.gpt import GPT
+from runner.stack.cudagraphs.partitions import PartitionCount
 from runner.telemetry.throughput import estimate_flops, trainable_parameters
 from runner.training.module import TrainModule, lm_loss
 
@@ -144,11 +147,18 @@ def train(name: str, m: Model, device: str, backend: str) -> dict[str, Any]:
     ids = torch.randint(0, 256, (m.batch * (m.warmup + m.timed), m.seq + 1), generator=torch.Generator().manual_seed(1))
     loader = DataLoader(TensorDataset(ids[:, :-1], ids[:, 1:]), batch_size=m.batch, pin_memory=device == "cuda")
     window = Window(m.warmup, m.timed, device)
+    partitions, observing = PartitionCount(), ti.TorchSettings()
+    if uses_graphs(name, device):  # what each compiled graph put in CUDA graphs, seen as Inductor decides it
+        partitions.install(observing)
     trainer = L.Trainer(accelerator=device, devices=1, strategy=strategy, max_steps=m.warmup + m.timed,
                         precision="bf16-mixed" if device == "cuda" else "32-true",  # CPUs mostly emulate bf16
                         limit_val_batches=0, num_sanity_val_steps=0, logger=False, enable_progress_bar=False,
                         enable_model_summary=False, enable_checkpointing=False, callbacks=[window])
-    trainer.fit(GPTModule(compile_kwargs, model=model, optimizer=_adamw(**adamw)), loader)
+    try:
+        trainer.fit(GPTModule(compile_kwargs, model=model, optimizer=_adamw(**adamw)), loader)
+    finally:
+        observing.restore()
+    counted = partitions.figures()  # empty where no graph was partitioned here (all from the compile cache)
     start, warm, end = window.marks
     step_s = (end - warm) / m.timed
     return {"step_ms": 1e3 * step_s, "tokens_per_step": tokens, "flops_per_step": flops, "warmup_s": warm - start,
@@ -156,6 +166,9 @@ def train(name: str, m: Model, device: str, backend: str) -> dict[str, Any]:
             "compiles_after_warmup": window.after_warmup("compiles"),
             "peak_mem_gib": torch.cuda.max_memory_allocated() / 2**30 if device == "cuda" else None,
             "cudagraph_recordings_after_warmup": window.after_warmup("graphs") if uses_graphs(name, device) else None,
+            "cudagraph_partitions": counted.get("cudagraphs/partitions"),
+            "cudagraph_partitions_graphed": counted.get("cudagraphs/partitions_graphed"),
+            "cudagraph_eager_reasons": counted.get("cudagraphs/eager_reasons"),
             "device": torch.cuda.get_device_name() if device == "cuda" else f"cpu ({os.cpu_count()} cores)",
             # The GPU machine has no Hydra: whatever the contestants import must not need it.
             "hydra_modules": sorted(mod for mod in ("hydra", "omegaconf") if mod in sys.modules)}

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# The GPU checks of one session, as one script (docs/gpu.md, "On a GPU machine"): the gpu-marked tests, then
-# benchmarks/gpu.py. Every log goes under $OUT (default gpu-out/); a part that fails is logged and the next runs.
+# The GPU checks of one session, as one script (docs/gpu.md, "On a GPU machine"): the quickstart with CUDA
+# graphs from the command line, the gpu-marked tests, then benchmarks/gpu.py (every contestant, CUDA graphs'
+# partitions and re-recordings after warm-up included). Every log goes under $OUT (default gpu-out/); a part
+# that fails is logged and the next runs.
 # The GPU machines have torch and Lightning but no Hydra/OmegaConf and no network: wheels placed in .whl/
 # (docs/benchmarks.md says how to make them) are installed first, when present.
 set -u
@@ -20,5 +22,9 @@ part() {  # part NAME COMMAND...: run it, log it, record its exit code and wall 
 }
 part nvidia-smi nvidia-smi
 part versions python -c "import torch, lightning; print(torch.__version__, lightning.__version__, torch.cuda.get_device_name())"
+# The quickstart through the CLI with CUDA graphs: its summary shows partitions in CUDA graphs, recordings,
+# re-recordings and replayed steps (docs/compile.md, "Record once, replay every step").
+part quickstart-cudagraphs python -m runner +recipe=quickstart trainer=gpu cudagraphs=reduce_overhead \
+  trainer.max_steps=120 "hydra.run.dir=${TMPDIR:-/tmp}/runner-quickstart-cudagraphs"
 part pytest-gpu python -m pytest -m gpu -q -p no:cacheprovider -n 4 --timeout 300 -W ignore::DeprecationWarning
 part bench-gpu python benchmarks/gpu.py --out "$OUT/gpu.json"

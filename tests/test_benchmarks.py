@@ -155,13 +155,14 @@ def test_gpu_quick_measures_every_model_and_contestant(gpu_quick: tuple[str, dic
         assert row["compiles_after_warmup"] == 0  # every compile fell in the warm-up
         # On the CPU no CUDA graph exists and no CUDA memory is counted: null, not 0.
         assert row["cudagraph_recordings_after_warmup"] is None and row["peak_mem_gib"] is None
+        assert row["cudagraph_partitions"] is None and row["cudagraph_eager_reasons"] is None
         assert row["ratio_vs_lightning_compile_fused"] > 0 and row["ratio_vs_lightning"] > 0
         assert row["mfu"] > 0  # against the CPU's fp32 matmul peak, probed in its own process
     assert rows[("gpt_small", "lightning_compile_fused")]["ratio_vs_lightning_compile_fused"] == 1.0
     # One table per model, each contestant's line ending in its two ratios.
     for model in ("gpt_124m", "gpt_small"):
         assert f"## {model}: GPT 2x32" in text
-    assert "| vs lightning_compile_fused | vs lightning |" in text
+    assert "| partitions in CUDA graphs | vs lightning_compile_fused | vs lightning |" in text
     for name in GPU_CONTESTANTS:
         lines = [ln for ln in text.splitlines() if ln.startswith(f"| {name} |")]
         assert len(lines) == 2, name

@@ -314,31 +314,6 @@ def test_auto_steps_the_optimizer_fused_outside_the_graph_tree() -> None:
     assert policy is OptimizerPolicy.compiled
 
 
-def test_static_batch_keeps_one_buffer_per_shape_at_a_fixed_address() -> None:
-    """The batch's device tensors land in buffers that never move (marked static), holding each new
-    batch's values; a new shape gets its own buffers, up to the limit; other values pass as they are."""
-    from collections import namedtuple
-
-    from runner.stack.cudagraphs.static_batch import StaticBatch
-
-    Pair = namedtuple("Pair", "x y")
-    static = StaticBatch("cpu", max_signatures=2)
-    seen = []
-    for step in range(3):
-        batch = {"pair": Pair(torch.full((2, 8), step), torch.arange(16).view(2, 8) + step), "n": step}
-        out = static(batch)
-        assert type(out["pair"]) is Pair and out["n"] == step
-        assert torch.equal(out["pair"].x, batch["pair"].x) and torch.equal(out["pair"].y, batch["pair"].y)
-        assert out["pair"].x is not batch["pair"].x
-        seen.append((out["pair"].x.data_ptr(), out["pair"].y.data_ptr()))
-    assert len(set(seen)) == 1  # the same two buffers every step
-    assert getattr(out["pair"].x, "_dynamo_static_input_type", None) == "unguarded"
-    short = static((torch.ones(2, 4), torch.zeros(2, 4)))
-    assert short[0].data_ptr() not in seen[0] and static.copies == 3 * 2 + 2
-    third = (torch.ones(3, 4), torch.zeros(3, 4))
-    assert static(third) is third and static.passed_through == 1  # past max_signatures: as it came
-
-
 class AddressChurn(Callback):
     """Allocates a tensor of a new size on the device every step and keeps it for one step: the small
     per-step allocations (a flag, a counter, a logged clone) that moved Lightning's batch to new
@@ -400,3 +375,21 @@ def test_graphs_record_once_per_shape_under_static_and_bucket_on_gpu(policy: Sha
     shapes = 1 if policy is ShapePolicy.static else 2
     assert figures["cudagraphs/recording_steps"] <= shapes, figures
     assert figures["cudagraphs/replay_steps"] >= steps - REQUESTED.warmup_steps - 2 * shapes, figures
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("precision", ["32-true", "bf16-mixed"])
+def test_the_whole_step_runs_in_cuda_graphs_on_gpu(precision: str) -> None:
+    """With runner's settings (``skip_dynamic_graphs`` on) torch before 2.15 left every Triton kernel of the
+    static step out of the graphs as "dynamic shape ops", and the outputs of those eager partitions (saved
+    activations) re-recorded the backward every step: with the corrected check every partition of the
+    forward and the backward is a CUDA graph, recorded once and replayed. Counted where Inductor compiles, so
+    the compile caches are off here (a cached graph is not partitioned again)."""
+    with torch._inductor.config.patch(fx_graph_cache=False), torch._functorch.config.patch(enable_autograd_cache=False):
+        _, strategy = _graphs_fit(12, precision=precision)
+    figures = strategy.stack.figures()
+    assert figures["cudagraphs/graphs_partitioned"] >= 2  # the step's forward and backward
+    assert figures["cudagraphs/eager_reasons"] == [], figures["cudagraphs/eager_reasons"]
+    assert figures["cudagraphs/partitions_graphed"] == figures["cudagraphs/partitions"] >= 2
+    assert figures["cudagraphs/rerecordings"] == 0 and figures["cudagraphs/recording_steps"] == 1
+    assert figures["cudagraphs/replay_steps"] == 12 - REQUESTED.warmup_steps - 2

@@ -369,3 +369,60 @@ def test_remote_compile_cache_internals_are_pinned(monkeypatch: pytest.MonkeyPat
     (tmp_path / "ab" / "cabc.so").write_bytes(b"")
     (tmp_path / "ab" / "cabc.main.so").write_bytes(b"")
     assert set(ti.cpu_kernel_files(tmp_path)) == {"ab/cabc.so", "ab/cabc.main.so"}
+
+
+# -- CUDA-graph partitions (torch_internals.partitions) ------------------------------------------------------
+def test_partition_decision_internals_are_pinned() -> None:
+    """What the corrected symbol check and the partition count rely on: ``should_partition``'s symbol check is
+    its last, with the reason text runner matches; ``graph_partition`` returns the partitions and signatures
+    with ``skip_cudagraph``; the helpers they use exist; torch 2.15 filters the symbols itself."""
+    from torch._guards import CompileContext
+    from torch._inductor import codecache, graph, scheduler
+    from torch.compiler import config as compiler_config
+
+    source = inspect.getsource(scheduler.Scheduler.should_partition)
+    tail = source[source.index("cudagraph_skip_dynamic_graphs"):]
+    assert f'return "{ti.DYNAMIC_SHAPE_REASON}"' in tail and tail.rstrip().endswith("return None")
+    assert "get_scheduler_node_symbol_uses(node)" in tail
+    assert "skip_cudagraph" in {f.name for f in dataclasses.fields(scheduler.GraphPartitionSignature)}
+    assert "return partitions, signatures" in inspect.getsource(scheduler.Scheduler.graph_partition)
+    assert callable(scheduler.get_scheduler_node_symbol_uses) and callable(CompileContext.current_compile_id)
+    assert "self.is_backward = is_backward" in inspect.getsource(graph.GraphLowering.__init__)
+    assert isinstance(compiler_config.cache_key_tag, str)
+    assert "cache_key_tag" in inspect.getsource(codecache.FxGraphHashDetails)
+    fixed_upstream = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 15)
+    assert ti.partition_check_counts_loop_indices() is not fixed_upstream
+
+
+def test_partition_patches_are_restored() -> None:
+    from torch._inductor import scheduler
+    from torch.compiler import config as compiler_config
+
+    should, graph_partition, tag = (scheduler.Scheduler.should_partition, scheduler.Scheduler.graph_partition,
+                                    compiler_config.cache_key_tag)
+    s = ti.TorchSettings()
+    patched = ti.partition_on_graph_symbols_only(s)
+    ti.observe_graph_partitions(s, lambda g: None)
+    assert patched is ti.partition_check_counts_loop_indices()
+    assert (scheduler.Scheduler.should_partition is not should) is patched
+    assert scheduler.Scheduler.graph_partition is not graph_partition
+    assert (ti.partitions.FIX_TAG in compiler_config.cache_key_tag) is patched  # compiled code keyed apart
+    s.restore()
+    assert (scheduler.Scheduler.should_partition, scheduler.Scheduler.graph_partition,
+            compiler_config.cache_key_tag) == (should, graph_partition, tag)
+
+
+def test_shape_marks_are_the_attributes_the_mark_functions_set() -> None:
+    """``copy_shape_marks`` copies ``SHAPE_MARKS``: every attribute a mark function sets is among them (besides
+    ``mark_static_address``'s own), so a buffer standing in for a marked tensor compiles as it would."""
+    t = torch.randn(2, 5, 3)
+    before = set(vars(t))
+    ti.mark_dynamic(t, 1, min=2, max=None)
+    ti.maybe_mark_dynamic(t, 0)
+    if ti.unbacked_bounds_unsupported() is None:
+        ti.mark_unbacked(t, 2, min=2, max=None, shape_id="d2")
+    torch._dynamo.mark_static(t, 2)
+    set_by_marks = set(vars(t)) - before
+    assert set_by_marks and set_by_marks <= set(ti.SHAPE_MARKS), set_by_marks - set(ti.SHAPE_MARKS)
+    ti.mark_static_address(t)
+    assert set(vars(t)) - before - set(ti.SHAPE_MARKS) == {"_dynamo_static_input_type"}

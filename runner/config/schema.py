@@ -132,7 +132,7 @@ class CudaGraphsConfig:
 
     mode: CudaGraphMode = CudaGraphMode.disabled
     skip_dynamic_graphs: bool = True
-    """Do not capture graphs with dynamic shapes (each new size would record a new graph)."""
+    """Leave nodes that use a dynamic size out of CUDA graphs, graph the rest; false: a graph per size."""
     warmup_steps: int = 3
     """Steps run before the first capture."""
 

@@ -116,11 +116,13 @@ class Parts:
                 f"optimizer={p.optimizer.value}")
 
     def summary_extra(self, demoted: list[dict[str, Any]]) -> str:
-        """The end-of-fit line's tail: the optimizer step and any demotion."""
+        """The end-of-fit line's tail: the optimizer step, CUDA graphs and any demotion."""
         opt = self.optimizer_step.figures()["compile/optimizer"] if self.optimizer_step else "none"
         text = f"optimizer step: {opt}"
         if isinstance(self.background, BackgroundCompile):
             text += f"; compile beside the run: {self.background.outcome}"
+        if isinstance(self.cudagraphs, CudaGraphs):
+            text += f"; {self.cudagraphs.summary()}"
         if demoted:
             text += "; demoted: " + ", ".join(f"{d['frame']} -> {d['to']} at step {d['step']}" for d in demoted)
         return text

@@ -53,6 +53,9 @@ SECTIONS: tuple[tuple[str, tuple[Figure, ...]], ...] = (
                "recordings of a graph already recorded in an earlier step (0 when replays hold)"),
         Figure("cudagraphs/replay_steps", "  steps replayed",
                "steps whose own forward and backward replayed their graphs, recording nothing"),
+        Figure("cudagraphs/partitions_graphed", "  partitions in CUDA graphs",
+               "graph partitions Inductor made CUDA graphs of, of all it made (each compiled graph is split where "
+               "a node cannot be recorded; the rest run eagerly, each reason listed under the table with its fix)"),
     )),
     ("what compiling did", (
         Figure("compile/frames", "frames compiled", "Python functions Dynamo compiled"),

@@ -6,6 +6,7 @@ scalar figures under namespaced keys with units (``compile/time_s``, ``perf/spee
 
 * ``compile/recompile_reasons``: ``[{"name", "reason", "step", "fix"}]``
 * ``compile/graph_break_reasons``: ``[{"reason", "user_frame", "count", "fix"}]``
+* ``cudagraphs/eager_reasons``: ``[{"reason", "nodes", "graphs", "example", "fix"}]`` (nodes left out of CUDA graphs)
 * ``compile/events``: ``[{"kind", "name", "step", "duration_s"}]`` (compile starts, recompiles)
 * ``perf/step_series``: ``[{"step", "ms", "mode", "timed"}]`` with mode ``compiled`` / ``eager`` /
   ``warmup`` / ``flops`` / ``compile``; ``timed`` false: host time of a step not waited for (GPU), not plotted.
@@ -81,7 +82,19 @@ def _cell(key: str, figures: dict[str, Any]) -> str:
         text = f"{figures[key]} ({figures['perf/speedup_pairs']} pairs)"
         resumed = figures.get("perf/speedup_status") == "measured before the resume"
         return text + (", before the resume" if resumed else "")
+    if key == "cudagraphs/partitions_graphed":
+        return partitions_cell(figures)
     return _fmt(figures[key])
+
+
+def partitions_cell(figures: dict[str, Any]) -> str:
+    """``N of M`` partitions in CUDA graphs, ``all`` when nothing runs eagerly, and a word on graphs the compile
+    cache supplied (their partitions were decided by the process that compiled them, not counted here)."""
+    graphed, total = figures["cudagraphs/partitions_graphed"], figures.get("cudagraphs/partitions")
+    text = f"{graphed} of {total}" + (" (all)" if graphed == total else "")
+    if figures.get("compile/cache_hits"):
+        text += "; cached graphs not counted"
+    return text
 
 
 def _present(key: str, figures: dict[str, Any]) -> bool:
@@ -152,6 +165,14 @@ def _fix(entry: dict[str, Any]) -> str:
     return f" {fix_label(entry.get('user_frame'))}: {entry['fix']}" if entry.get("fix") else ""
 
 
+def eager_reason_text(entry: dict[str, Any]) -> str:
+    """One reason nodes stay out of CUDA graphs: how many, torch's reason, an example, where, the fix."""
+    graphs = entry.get("graphs") or []
+    where = ", ".join(graphs[:4]) + (f" and {len(graphs) - 4} more" if len(graphs) > 4 else "")
+    return (f"{entry.get('nodes', '?')} nodes: {entry.get('reason', '?')} (e.g. {entry.get('example', '?')}; "
+            f"{where}). Fix: {entry.get('fix', '?')}")
+
+
 def _reason_lines(figures: dict[str, Any], limit: int = 10) -> list[str]:
     """Recompile and graph-break reasons as short lines, the first ``limit`` of each."""
     lines: list[str] = []
@@ -159,6 +180,10 @@ def _reason_lines(figures: dict[str, Any], limit: int = 10) -> list[str]:
     if recompiles:
         lines.append("recompiles:")
         lines += [f"  - {r.get('name', '?')}: {r.get('reason', '?')}" + _fix(r) for r in recompiles[:limit]]
+    eager = figures.get("cudagraphs/eager_reasons") or []
+    if eager:
+        lines.append("not in CUDA graphs (run eagerly between the recorded partitions):")
+        lines += [f"  - {eager_reason_text(e)}" for e in eager[:limit]]
     breaks = figures.get("compile/graph_break_reasons") or []
     if breaks:
         lines.append("graph breaks:")
@@ -197,6 +222,10 @@ def _markdown(figures: dict[str, Any]) -> str:
     out += ["", f"## Recompiles ({len(recompiles)})", ""]
     out += [f"- `{r.get('name', '?')}` (step {r.get('step', '?')}): {r.get('reason', '?')}" + _fix(r)
             for r in recompiles]
+    eager = figures.get("cudagraphs/eager_reasons") or []
+    if eager:
+        out += ["", "## Not in CUDA graphs", ""]
+        out += [f"- {line}" for line in map(eager_reason_text, eager)]
     breaks = figures.get("compile/graph_break_reasons") or []
     out += ["", f"## Graph breaks ({len(breaks)})", ""]
     out += [f"- {b.get('reason', '?')} at `{b.get('user_frame') or '?'}` (x{b.get('count', 1)})" + _fix(b)

@@ -11,8 +11,9 @@ breaks one named test instead of the product. No other runner module names ``tor
 Process-wide settings go through :class:`TorchSettings`, which records what it found and puts it
 back on ``restore()``: Hydra multirun jobs and a user's own code share the process.
 
-A package of five modules by concept (``observation``, ``settings``, ``errors``, ``runtime``, ``trace``); this
-module re-exports every name, so callers write ``ti.<name>`` and never import a submodule.
+A package of six modules by concept (``observation``, ``settings``, ``errors``, ``runtime``, ``trace``,
+``partitions``); this module re-exports every name, so callers write ``ti.<name>`` and never import a
+submodule.
 
 Pinned against torch 2.11 through 2.15 (``tests/test_torch_internals.py`` runs on each in CI)."""
 
@@ -54,12 +55,24 @@ from runner.torch_internals.observation import (  # noqa: F401
     set_compilation_metrics_limit,
     to_record,
 )
+from runner.torch_internals.partitions import (  # noqa: F401
+    DYNAMIC_SHAPE_REASON,
+    MIN_SIZE_REASON,
+    GraphPartitions,
+    graph_level_symbols,
+    observe_graph_partitions,
+    partition_check_counts_loop_indices,
+    partition_on_graph_symbols_only,
+    partition_summary,
+)
 from runner.torch_internals.runtime import (  # noqa: F401
+    SHAPE_MARKS,
     CodeSnapshot,
     clear_inductor_memory_caches,
     code_snapshot,
     codes_compiled_since,
     compiled_autograd,
+    copy_shape_marks,
     current_stance,
     find_code,
     force_eager_stance,

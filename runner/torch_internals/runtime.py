@@ -4,6 +4,7 @@ compiled autograd, traced saved-tensor hooks, forgetting or skipping frames, Ind
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import sys
 import types
@@ -97,6 +98,26 @@ def maybe_mark_dynamic(t: torch.Tensor, dim: int) -> None:
 def mark_static_address(t: torch.Tensor) -> None:
     """``torch._dynamo.mark_static_address``: the tensor never moves (CUDA graphs read it in place)."""
     torch._dynamo.mark_static_address(t)
+
+
+_NO_MARK = object()
+SHAPE_MARKS = ("_dynamo_dynamic_indices", "_dynamo_dynamic_range", "_dynamo_weak_dynamic_indices",
+               "_dynamo_unbacked_indices", "_dynamo_unbacked_bounds", "_dynamo_strict_unbacked_indices",
+               "_dynamo_static_indices", "_dynamo_shape_ids", "_dynamo_hint_overrides", "_specialize_on",
+               "_has_dynamo_dim_marking")
+"""The tensor attributes Dynamo's shape marks set (``torch._dynamo.decorators``: mark_dynamic,
+maybe_mark_dynamic, mark_unbacked, mark_static and their bounds); ``mark_static_address`` sets another."""
+
+
+def copy_shape_marks(source: torch.Tensor, target: torch.Tensor) -> None:
+    """``target`` carries exactly ``source``'s shape marks (a static buffer standing in for a batch tensor
+    must compile as that tensor would; marks a buffer kept from an earlier batch are dropped)."""
+    for name in SHAPE_MARKS:
+        value = vars(source).get(name, _NO_MARK)
+        if value is not _NO_MARK:
+            setattr(target, name, copy.copy(value))
+        elif name in vars(target):
+            delattr(target, name)
 
 
 def compiled_autograd(compiler: Callable[..., Any]) -> contextlib.AbstractContextManager[Any]:

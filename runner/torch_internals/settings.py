@@ -60,6 +60,20 @@ class TorchSettings:
         """``torch._functorch.config.<key> = value`` (e.g. activation_memory_budget)."""
         self._config("torch._functorch.config", key, value)
 
+    def compiler(self, key: str, value: Any) -> None:
+        """``torch.compiler.config.<key> = value`` (e.g. cache_key_tag)."""
+        self._config("torch.compiler.config", key, value)
+
+    def patch(self, owner: type, attribute: str, value: Any) -> None:
+        """Replace ``owner.attribute`` (a method of a torch class) with ``value``, put back by ``restore``."""
+        name = f"{owner.__module__}.{owner.__qualname__}.{attribute}"
+        if name not in self._undo:
+            prior = vars(owner).get(attribute, _MISSING)
+            self._undo[name] = lambda: setattr(owner, attribute, prior) if prior is not _MISSING \
+                else delattr(owner, attribute)
+        MANAGED.setdefault(name, lambda: getattr(owner, attribute))
+        setattr(owner, attribute, value)
+
     def env(self, key: str, value: str | None) -> None:
         """Set (or, with None, unset) an environment variable torch reads, e.g. TORCHINDUCTOR_CACHE_DIR."""
         name = f"env.{key}"

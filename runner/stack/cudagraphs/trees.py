@@ -43,6 +43,7 @@ from torch.optim import Optimizer
 from runner import torch_internals as ti
 from runner.config.schema import CudaGraphMode, CudaGraphsConfig
 from runner.stack.component import StackComponent
+from runner.stack.cudagraphs.partitions import PartitionCount
 from runner.stack.cudagraphs.static_batch import StaticBatch
 
 
@@ -59,6 +60,8 @@ class CudaGraphs(StackComponent):
         self.optimizers: list[Optimizer] = []
         self.static_state_tensors = 0
         self.batch = StaticBatch(device.type)
+        self.partitions = PartitionCount()
+        """What of each compiled graph Inductor put in CUDA graphs, and why not the rest."""
         self.recordings = 0
         """CUDA graphs recorded (torch's CUDAGRAPH_RECORDING compile callbacks)."""
         self.rerecordings = 0
@@ -74,8 +77,13 @@ class CudaGraphs(StackComponent):
         self._unregister: Any = None
 
     def configure(self) -> None:
-        # Each new size would record (and keep) another graph: skip dynamic-shape graphs instead.
+        # Each new size would record (and keep) another graph: leave the nodes that use a dynamic size out of
+        # the graphs instead. torch before 2.15 counts every kernel's own loop indices as such sizes, which
+        # left each Triton kernel of a static step out (docs/compile.md): the check is corrected there.
         self.torch_settings.inductor("triton.cudagraph_skip_dynamic_graphs", self.cfg.skip_dynamic_graphs)
+        if self.cfg.skip_dynamic_graphs:
+            ti.partition_on_graph_symbols_only(self.torch_settings)
+        self.partitions.install(self.torch_settings)
         self._unregister = ti.register_compile_callbacks(self._on_compile_start, lambda trigger, cid: None)
 
     def _on_compile_start(self, trigger: str, compile_id: str) -> None:
@@ -151,6 +159,7 @@ class CudaGraphs(StackComponent):
         if self._unregister is not None:
             self._unregister()
             self._unregister = None
+        self.batch.clear()  # the static buffers hold a batch's worth of device memory each
         super().teardown()
 
     def figures(self) -> dict[str, Any]:
@@ -161,7 +170,22 @@ class CudaGraphs(StackComponent):
                 "cudagraphs/recording_steps": self.recording_steps, "cudagraphs/replay_steps": self.replay_steps,
                 "cudagraphs/static_state_tensors": self.static_state_tensors,
                 "cudagraphs/static_batch_copies": self.batch.copies,
-                "cudagraphs/static_batch_passed_through": self.batch.passed_through}
+                "cudagraphs/static_batch_passed_through": self.batch.passed_through,
+                **self.partitions.figures()}
+
+
+    def summary(self) -> str:
+        """One clause for the end-of-fit line: partitions in CUDA graphs, recordings, replays, the first
+        reason a part of the step stays eager, with its fix."""
+        f = self.partitions.figures()
+        parts = (f"{f['cudagraphs/partitions_graphed']} of {f['cudagraphs/partitions']} partitions graphed, "
+                 if f else "")
+        text = (f"CUDA graphs: {parts}{self.recordings} recorded ({self.rerecordings} again), "
+                f"{self.replay_steps} steps replayed")
+        if f.get("cudagraphs/eager_reasons"):
+            first = f["cudagraphs/eager_reasons"][0]
+            text += f"; eager: {first['nodes']} nodes for {first['reason']} (fix: {first['fix']})"
+        return text
 
 
 def mark_optimizer_state_static(optimizers: list[Optimizer]) -> int:

@@ -1,0 +1,156 @@
+"""Inductor's CUDA-graph partitions: which nodes of a compiled graph run inside CUDA graphs, and why the
+others do not (``torch._inductor.scheduler``).
+
+With graph partitioning (``torch._inductor.config.graph_partition``, on by default), Inductor splits each
+compiled graph wherever ``Scheduler.should_partition`` gives a node a reason to stay out of CUDA graphs,
+and CUDA-graph trees record one graph per partition left in. The partitions left out run eagerly between
+the recorded ones, and their outputs (saved activations among them) get new addresses every step.
+
+With ``triton.cudagraph_skip_dynamic_graphs`` on, torch before 2.15 leaves a node out as "dynamic shape
+ops" when ``get_scheduler_node_symbol_uses(node)`` is not empty. For a pointwise or reduction node that
+set holds the kernel's own loop-index symbols (``i0``, ``d0``, ``r0_0``, ``tmp0``; ``Loops.
+get_free_symbol_uses`` passes its index through ``extract_free_symbols(..., unbacked_only=False)``), so
+every Triton kernel of a fully static graph is left out. torch 2.15 filters the set down to graph-level
+symbols first (``filter_graph_level_symbols``; pytorch/pytorch PR 197139, "Avoid partitioning static
+CUDA graph kernels as dynamic"). :func:`partition_on_graph_symbols_only` gives older torch that check.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from runner.torch_internals.settings import TorchSettings
+
+DYNAMIC_SHAPE_REASON = "dynamic shape ops"
+"""``should_partition``'s reason for a node that uses a symbol while the option is on (its last check)."""
+MIN_SIZE_REASON = "fewer kernels than triton.cudagraph_min_partition_size"
+"""Why a partition no node keeps out is still eager (``graph_partition``'s size threshold, torch 2.13+)."""
+FIX_TAG = "runner-cudagraph-partition-graph-symbols"
+"""Added to ``torch.compiler.config.cache_key_tag`` while the corrected check is installed: the FX-graph and
+AOTAutograd caches key on Inductor's config, not on this patch, and must not hand a graph partitioned by
+torch's own check to a process that uses the corrected one (or the other way round)."""
+
+
+def _scheduler() -> Any:
+    from torch._inductor import scheduler
+
+    return scheduler
+
+
+def graph_level_symbols(node: Any) -> list[str]:
+    """The size, float and unbacked symbols a scheduler node's kernels or outputs use (sorted names): what
+    really makes a node's shape dynamic. Loop indices, temporaries and precomputed sizes are left out."""
+    from torch.utils._sympy.symbol import SymT, symbol_is_type
+
+    kinds = (SymT.SIZE, SymT.FLOAT, SymT.UNBACKED_INT, SymT.UNBACKED_FLOAT)
+    symbols = _scheduler().get_scheduler_node_symbol_uses(node)
+    return sorted(str(s) for s in symbols if _is_symbol(s) and symbol_is_type(s, kinds))
+
+
+def _is_symbol(value: Any) -> bool:
+    import sympy
+
+    return isinstance(value, sympy.Symbol)
+
+
+def partition_check_counts_loop_indices() -> bool:
+    """Whether this torch's ``should_partition`` counts loop-index symbols as dynamic shapes (torch before
+    2.15, which lacks ``filter_graph_level_symbols``)."""
+    return not hasattr(_scheduler(), "filter_graph_level_symbols")
+
+
+def partition_on_graph_symbols_only(settings: TorchSettings) -> bool:
+    """Make ``should_partition`` leave a node out for "dynamic shape ops" only when it uses a graph-level
+    symbol, as torch 2.15 does; ``settings.restore()`` puts torch's method back. Returns whether this torch
+    needed it (False on 2.15 and later, where nothing is changed)."""
+    if not partition_check_counts_loop_indices():
+        return False
+    scheduler_class = _scheduler().Scheduler
+    original = scheduler_class.should_partition
+
+    def should_partition(self: Any, node: Any) -> str | None:
+        reason: str | None = original(self, node)
+        # The symbol check is should_partition's last: a node it alone keeps out has no other reason. A fused
+        # node asks this method for each of its nodes, so its reason is already the corrected one.
+        if reason == DYNAMIC_SHAPE_REASON and not graph_level_symbols(node):
+            return None
+        return reason
+
+    settings.patch(scheduler_class, "should_partition", should_partition)
+    from torch.compiler import config as compiler_config
+
+    prior = str(compiler_config.cache_key_tag)
+    if FIX_TAG not in prior.split("+"):
+        settings.compiler("cache_key_tag", f"{prior}+{FIX_TAG}" if prior else FIX_TAG)
+    return True
+
+
+@dataclass(frozen=True)
+class GraphPartitions:
+    """How Inductor partitioned one compiled graph for CUDA graphs."""
+
+    graph: str
+    """``forward`` or ``backward``, with Dynamo's compile id (``forward 0/0``)."""
+    partitions: int
+    graphed: int
+    """Partitions recorded as CUDA graphs; the others run eagerly between them."""
+    eager_nodes: dict[str, int] = field(default_factory=dict)
+    """Why nodes stay out of CUDA graphs: reason -> scheduler nodes of eager partitions with that reason."""
+    examples: dict[str, str] = field(default_factory=dict)
+    """Reason -> the first such node's operator (``aten.embedding.default``), for the report."""
+
+
+def partition_summary(scheduler: Any, partitions: Sequence[Sequence[Any]], skipped: Sequence[bool]) -> GraphPartitions:
+    """What ``graph_partition`` decided for the graph being compiled: partitions, those CUDA-graphed, and
+    why each node of an eager partition stays out (torch's own ``should_partition`` reason)."""
+    reasons: Counter[str] = Counter()
+    examples: dict[str, str] = {}
+    for partition, skip in zip(partitions, skipped, strict=True):
+        if not skip:
+            continue
+        found = False
+        for node in partition:
+            reason = scheduler.should_partition(node)
+            if reason:
+                found = True
+                reasons[reason] += 1
+                examples.setdefault(reason, _operator(node))
+        if not found:
+            reasons[MIN_SIZE_REASON] += len(partition)
+    return GraphPartitions(graph=_graph_name(), partitions=len(partitions), graphed=sum(not s for s in skipped),
+                           eager_nodes=dict(reasons), examples=examples)
+
+
+def _graph_name() -> str:
+    from torch._guards import CompileContext
+    from torch._inductor.virtualized import V
+
+    kind = "backward" if getattr(V.graph, "is_backward", False) else "forward"
+    compile_id = CompileContext.current_compile_id()
+    return f"{kind} {compile_id}" if compile_id is not None else kind
+
+
+def _operator(node: Any) -> str:
+    for snode in node.get_nodes():
+        origin = snode.node.get_origin_node() if snode.node is not None else None
+        if origin is not None:
+            return str(origin.target)
+    return type(node.node).__name__
+
+
+def observe_graph_partitions(settings: TorchSettings, callback: Callable[[GraphPartitions], None]) -> None:
+    """Call ``callback`` with each compiled graph's partitions as Inductor decides them
+    (``Scheduler.graph_partition``, once per graph it generates code for; a graph loaded from the compile
+    cache is not partitioned again and is not seen). ``settings.restore()`` removes the observer."""
+    scheduler_class = _scheduler().Scheduler
+    original = scheduler_class.graph_partition
+
+    def graph_partition(self: Any) -> Any:
+        partitions, signatures = original(self)
+        callback(partition_summary(self, partitions, [s.skip_cudagraph for s in signatures]))
+        return partitions, signatures
+
+    settings.patch(scheduler_class, "graph_partition", graph_partition)
