@@ -29,7 +29,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from runner import torch_internals as ti
 from runner.models.gpt import GPT
-from runner.stack.cudagraphs.partitions import PartitionCount
+from runner.stack.cudagraphs import PartitionCount
 from runner.telemetry.throughput import estimate_flops, trainable_parameters
 from runner.training.module import TrainModule, lm_loss
 

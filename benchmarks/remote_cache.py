@@ -8,7 +8,8 @@ process, the quickstart's GPT step through ``CompileStrategy`` with Inductor, co
 3. ``local warm``: the first process's local cache directory again, no server (the ceiling a shared
    cache could reach: everything on local disk).
 
-On the CPU the shared process also fetches the first one's built C++ kernels (``runner.stack.caches.remote``).
+On the CPU the shared process also fetches the first one's built C++ kernels (``runner.stack.caches.remote``),
+signed and verified: every process gets the same secret (``RUNNER_COMPILE_CACHE_SECRET``, random per run).
 
 Each prints its compile time (the first step's wall time less the median of the next three steps;
 Dynamo's tracing, which no cache skips, included) and the remote cache's hits and misses. The ratios are against
@@ -22,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import secrets
 import shutil
 import socket
 import subprocess
@@ -64,7 +66,7 @@ L.Trainer(strategy=strategy, max_steps=4, logger=False, enable_checkpointing=Fal
           enable_model_summary=False, callbacks=[steps]).fit(module, torch.utils.data.DataLoader(data, batch_size=16))
 f = strategy.figures()
 keep = ("compile/remote_cache_status", "compile/remote_cache_hits", "compile/remote_cache_misses",
-        "compile/remote_kernels_fetched", "compile/remote_kernels_uploaded")
+        "compile/remote_kernels_fetched", "compile/remote_kernels_uploaded", "compile/remote_kernels_rejected")
 steady = sorted(steps.times[1:])[len(steps.times[1:]) // 2]
 print("FIGURES " + json.dumps({**{k: f.get(k) for k in keep}, "first_step_s": steps.times[0],
                                "compile_s": steps.times[0] - steady}))
@@ -77,8 +79,12 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+SECRET = secrets.token_hex(32)
+"""Signs the kernels the processes share (docs/compile-cache.md): the same in every process of the run."""
+
+
 def _child(n_layer: int, url: str | None, cache_dir: Path) -> dict[str, Any]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "RUNNER_COMPILE_CACHE_SECRET": SECRET}
     proc = subprocess.run([sys.executable, "-c", CHILD, str(n_layer), url or "", str(cache_dir)], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=1200)
     if proc.returncode != 0:

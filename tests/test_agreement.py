@@ -33,16 +33,18 @@ def _rank(rank: int, port: int, out: str) -> None:
         real(*args, **kwargs)
 
     dist.all_gather_object = counted  # type: ignore[assignment]
-    agreement = ShapeAgreement(dist.new_group(backend="gloo"))
+    group = dist.new_group(backend="gloo")
+    agreement = ShapeAgreement(group)
     log: list[Any] = []
     for n in LENGTHS[rank]:
         dims, hold = agreement.observe([(2, n), (2, n)])
         log.append([sorted(dims), hold])
     agreement.close()
+    destroyed = agreement.group is None and group not in dist.distributed_c10d._world.pg_map  # the fit's group
     dist.all_gather_object = real  # type: ignore[assignment]
     Path(out, f"rank{rank}.json").write_text(json.dumps(
         {"log": log, "gathers": gathers, "exchanges": agreement.exchanges, "checks": agreement.checks,
-         "held": agreement.held_steps}))
+         "held": agreement.held_steps, "destroyed": destroyed}))
     dist.destroy_process_group()
 
 
@@ -59,3 +61,4 @@ def test_ranks_agree_at_the_same_step_and_stop_exchanging(tmp_path: Path) -> Non
     # twice as far apart after each quiet check.
     assert r0["exchanges"] == r1["exchanges"] == 2 and r0["checks"] == r1["checks"] == 5
     assert (r0["held"], r1["held"]) == (0, 1)
+    assert r0["destroyed"] and r1["destroyed"]  # closing destroys the group it was given (one per fit)

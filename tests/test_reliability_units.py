@@ -309,3 +309,81 @@ def test_ranks_agree_on_a_signal_every_check_every_steps(tmp_path: Path) -> None
             interrupt.on_train_batch_end(trainer, None, None, None, step)  # type: ignore[arg-type]
     assert reads.count == 2  # agreement steps 4 and 8; after the save at 8 nothing more is exchanged
     assert saved == [8] and interrupt.step == 8
+
+
+def test_flags_are_checked_in_the_losses_own_dtype_and_fold_across_intervals() -> None:
+    from runner.reliability.numerics import fold_flags, pending_flags
+
+    big = torch.tensor(1e300, dtype=torch.float64)  # finite; inf once made float32
+    assert [int(v) for v in pending_flags([(1, big), (2, torch.tensor(1.0))])] == [0, 0]
+    assert [int(v) for v in pending_flags([(1, big * 1e10), (2, torch.tensor(1.0, dtype=torch.bfloat16))])] == [1, 1]
+    nothing, inf_at_3, nan_at_9 = ((torch.tensor(f), torch.tensor(s)) for f, s in ((0, 0), (1, 3), (2, 9)))
+    assert [int(v) for v in fold_flags(inf_at_3, nan_at_9)] == [2, 3]  # the worst flag, the earliest bad step
+    assert [int(v) for v in fold_flags(nothing, nan_at_9)] == [2, 9]
+    assert fold_flags(None, inf_at_3) is inf_at_3
+
+
+def _manual_fit(tmp_path: Path, policy: str, nan_at: int, steps: int) -> tuple[object, BaseException | None, int]:
+    import lightning as L
+    from torch import nn
+
+    from runner.config.schema import OnNonFinite
+    from runner.reliability import NonFiniteGuard
+
+    class Manual(L.LightningModule):
+        """Steps its optimizer itself (Lightning's manual optimization)."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            torch.manual_seed(0)
+            self.net = nn.Linear(4, 1)
+            self.automatic_optimization = False
+
+        def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
+            x, y = batch
+            if batch_idx + 1 == nan_at:
+                x = x * float("nan")
+            opt = self.optimizers()
+            opt.zero_grad()  # type: ignore[union-attr]
+            self.manual_backward(nn.functional.mse_loss(self.net(x), y))
+            opt.step()  # type: ignore[union-attr]
+
+        def configure_optimizers(self) -> torch.optim.Optimizer:
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    guard = NonFiniteGuard(OnNonFinite(policy), tmp_path / "last.ckpt", check_every=1000)
+    held = [0]
+
+    class Held(L.Callback):
+        def on_train_batch_end(self, *args: object) -> None:
+            held[0] = max(held[0], len(guard._losses))
+
+    g = torch.Generator().manual_seed(0)
+    data = [(torch.randn(4, 4, generator=g), torch.randn(4, 1, generator=g)) for _ in range(steps)]
+    trainer = L.Trainer(max_steps=steps, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, limit_val_batches=0, callbacks=[guard, Held()])
+    error = None
+    try:
+        trainer.fit(Manual(), DataLoader(data, batch_size=None))  # type: ignore[arg-type]
+    except Exception as e:  # noqa: BLE001 - the test reads it
+        error = e
+    return trainer, error, held[0]
+
+
+def test_skip_under_manual_optimization_detects_and_stops(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """``skip`` cannot skip an update the module makes itself: a nan at step 4 stops the run (it was never
+    reported, and every loss was kept: 200 copies after 200 steps)."""
+    from runner.reliability import NonFiniteLossError
+
+    _, error, _ = _manual_fit(tmp_path, "skip", nan_at=4, steps=20)
+    assert isinstance(error, NonFiniteLossError) and "(nan) at step 4" in str(error)
+    assert "manual optimization" in caplog.text and "stops the run instead" in caplog.text
+
+
+def test_the_guard_holds_a_bounded_number_of_losses_however_long_no_read_comes(tmp_path: Path) -> None:
+    from runner.reliability import NonFiniteLossError
+    from runner.reliability.numerics import FOLD_EVERY
+
+    trainer, error, held = _manual_fit(tmp_path, "stop", nan_at=7, steps=100)  # check_every=1000: one read, at the end
+    assert held < FOLD_EVERY
+    assert isinstance(error, NonFiniteLossError) and "(nan) at step 7, read after step 100" in str(error)

@@ -360,9 +360,11 @@ def test_remote_compile_cache_internals_are_pinned(monkeypatch: pytest.MonkeyPat
     for name in ("RemoteFxGraphCache", "RemoteAOTAutogradCache"):
         assert issubclass(getattr(remote_cache, name), remote_cache.RedisRemoteCache)
     remote_cache.cache_stats.get("RemoteFxGraphCache", None)  # a miss, as torch counts one
-    hits, misses = ti.remote_cache_stats()
-    assert misses >= 1 and hits >= 0
+    remote_cache.cache_stats.exception("RemoteFxGraphCache")
+    hits, misses, failures = ti.remote_cache_stats()
+    assert misses >= 1 and hits >= 0 and failures >= 1
     remote_cache.cache_stats._stats["RemoteFxGraphCache"].miss -= 1
+    remote_cache.cache_stats._stats["RemoteFxGraphCache"].exception -= 1
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
     assert ti.inductor_cache_dir() == tmp_path
     (tmp_path / "ab").mkdir()
@@ -426,3 +428,65 @@ def test_shape_marks_are_the_attributes_the_mark_functions_set() -> None:
     assert set_by_marks and set_by_marks <= set(ti.SHAPE_MARKS), set_by_marks - set(ti.SHAPE_MARKS)
     ti.mark_static_address(t)
     assert set(vars(t)) - before - set(ti.SHAPE_MARKS) == {"_dynamo_static_input_type"}
+
+
+def test_remote_cache_client_internals_are_pinned() -> None:
+    """What ``contain_remote_cache_failures`` replaces: torch's Redis backend's ``_get``/``_put``, which catch a
+    refused connection (and then drop ``_redis``) but not a timeout; AOTAutograd's remote save, which does not
+    catch what they raise. The patch is put back by ``restore``."""
+    import redis
+    from torch._functorch._aot_autograd import autograd_cache
+    from torch._inductor.remote_cache import RedisRemoteCacheBackend as Backend
+
+    for method in (Backend._get, Backend._put):
+        source = inspect.getsource(method)
+        assert "except redis.exceptions.ConnectionError" in source and "self._redis = None" in source
+    assert "remote_cache.put(key, cache_data)" in inspect.getsource(autograd_cache.AOTAutogradCache.save)
+    import socket
+
+    silent = socket.create_server(("127.0.0.1", 0))  # accepts connections (the backlog) and never answers
+    port = silent.getsockname()[1]
+    backend = object.__new__(Backend)
+    failures: list[str] = []
+    s = ti.TorchSettings()
+    get, put = Backend._get, Backend._put
+    ti.contain_remote_cache_failures(s, failures.append)
+    try:
+        backend._redis = redis.Redis(port=port, socket_timeout=0.2)
+        assert backend._get("k") is None and backend._redis is None  # unavailable from now on, as torch does it
+        backend._redis = redis.Redis(port=port, socket_timeout=0.2)
+        backend._put("k", b"v")
+    finally:
+        s.restore()
+        silent.close()
+    assert [f.split(":")[0] for f in failures] == ["TimeoutError", "TimeoutError"]
+    assert (Backend._get, Backend._put) == (get, put)
+
+
+def test_cpu_kernel_internals_are_pinned(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the shared kernels rely on: a kernel's file is named by its ``CppCodeCache`` key, which this process
+    lists once it compiled or loaded it, and a build holds ``locks/<key>.lock`` from start to finish."""
+    from torch._inductor import codecache
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    assert "FileLock(lock_path" in inspect.getsource(codecache._worker_compile_cpp)
+    assert inspect.getsource(codecache.get_lock_dir).count('"locks"') == 1
+    torch._dynamo.reset()
+    f = torch.compile(lambda x: (x.sin() * 2).cumsum(0), backend="inductor")
+    f(torch.randn(16))
+    in_use = ti.cpu_kernels_in_use()
+    files = ti.cpu_kernel_files(tmp_path)
+    assert files and in_use and any(ti.kernel_key(name) in in_use for name in files)
+    name = next(n for n in files if ti.kernel_key(n) in in_use)
+    assert ti.read_kernel_locked(tmp_path, name, timeout_s=1.0) == files[name].read_bytes()
+    from filelock import FileLock
+
+    with FileLock(str(tmp_path / "locks" / f"{ti.kernel_key(name)}.lock")):  # a build in progress elsewhere
+        import subprocess
+        import sys
+
+        held = subprocess.run([sys.executable, "-c", (
+            "import sys; from pathlib import Path; from runner import torch_internals as ti; "
+            f"print(ti.read_kernel_locked(Path({str(tmp_path)!r}), {name!r}, timeout_s=0.2))")],
+            capture_output=True, text=True, env={**__import__("os").environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path)})
+        assert held.stdout.strip() == "None", held.stderr[-2000:]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import torch
 
 from runner.config import checks_dynamic
+from runner.config.cache_secret import read_secret, redact_url
 from runner.config.schema import (
     Background,
     CudaGraphMode,
@@ -227,7 +228,8 @@ def check_background(cfg: RunConfig) -> str | None:
 
 
 def remote_cache_error(url: str) -> str | None:
-    """Why ``compile.cache`` cannot be used (a malformed address, no ``redis`` client), else None."""
+    """Why ``compile.cache`` cannot be used (a malformed address, no ``redis`` client, a kernel-signing secret
+    that is set but unusable), else None. The address is shown without its password."""
     from urllib.parse import urlsplit
 
     parts = urlsplit(url)
@@ -236,16 +238,18 @@ def remote_cache_error(url: str) -> str | None:
     except ValueError:
         port = None
     db = parts.path.strip("/")
+    shown = redact_url(url) if port is not None else f"{parts.scheme}://{parts.hostname or ''}..."
     if parts.scheme not in ("redis", "rediss") or not parts.hostname or port is None or (db and not db.isdigit()):
-        return (f"compile.cache={url} is not a Redis address: write redis://HOST:PORT or redis://HOST:PORT/DB, "
-                "e.g. compile.cache=redis://127.0.0.1:6379, or drop compile.cache to compile with the local cache "
-                "only.")
+        return (f"compile.cache={shown} is not a Redis address: write redis://HOST:PORT or redis://HOST:PORT/DB "
+                "(rediss:// for TLS), e.g. compile.cache=redis://127.0.0.1:6379, or drop compile.cache to compile "
+                "with the local cache only.")
     import importlib.util
 
     if importlib.util.find_spec("redis") is None:
-        return (f"compile.cache={url} needs the redis client package, which is not installed: pip install "
+        return (f"compile.cache={shown} needs the redis client package, which is not installed: pip install "
                 "'runner[cache]' (or pip install redis), or drop compile.cache.")
-    return None
+    _, secret_problem = read_secret()
+    return f"compile.cache={shown}: {secret_problem}" if secret_problem else None
 
 
 def check_remote_cache(cfg: RunConfig) -> str | None:

@@ -4,7 +4,9 @@ Each micro-batch's loss is kept on its device in ``on_before_backward`` (Lightni
 micro-batch; runner's strategy calls it too when the compiled step already ran backward): one copy per
 micro-batch, the only device op the guard adds to a step (a CUDA-graph replay overwrites its outputs at the
 next step, so the loss itself cannot be kept), and no host sync. When a read is due, the worst flag
-(finite, inf, nan) and the step it first appeared at are computed from the copies at once. The flag is
+(finite, inf, nan) and the step it first appeared at are computed from the copies at once, in the losses'
+own dtype; every ``FOLD_EVERY`` copies are folded into one running pair on the device, so what the guard
+holds stays bounded however long no read comes. The flag is
 read (one sync, plus one small all-reduce under DDP) only when a decision is due:
 
 * ``skip``: every optimizer step, after all its micro-batches' backward and before the update (raised
@@ -21,6 +23,10 @@ read (one sync, plus one small all-reduce under DDP) only when a decision is due
   ``last.ckpt``; seen after, the updates already ran, nothing is saved, and the error names the newest
   checkpoint written before the bad step (``ckpt_path=last`` resumes from it).
 
+``skip`` needs Lightning's automatic optimization (the skip happens inside ``LightningModule.
+optimizer_step``): with manual optimization the guard says so once and acts as ``stop``, whose reads come
+from ``on_before_optimizer_step``, which Lightning calls for a manual ``optimizer.step()`` too.
+
 Under DDP every rank takes the same decision at the same step: the flag is all-reduced (max) over the
 ranks before anyone acts on it, so a nan on any rank stops every rank (all save through the same
 collective ``save_checkpoint``, rank 0 writes) or skips the step on every rank; every rank reads at the
@@ -29,6 +35,7 @@ same global steps, so the collectives match.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -54,6 +61,8 @@ class _SkipStep(Exception):
     """Raised inside the optimizer closure to skip one optimizer step."""
 
 
+FOLD_EVERY = 32
+"""Loss copies kept before they are folded into one running (flag, first step) pair on the device."""
 _KINDS = {1: "inf", 2: "nan"}  # the flag's values: 0 finite; the worst (max) wins across ranks
 
 
@@ -66,9 +75,11 @@ def nonfinite_flag(loss: torch.Tensor) -> torch.Tensor:
 
 def pending_flags(losses: list[tuple[int, torch.Tensor]]) -> tuple[torch.Tensor, torch.Tensor]:
     """The worst flag of the kept ``(step, loss)`` pairs and the first step whose flag is not 0 (0 when none),
-    as device scalars: a few ops for the whole interval instead of a dozen per micro-batch."""
+    as device scalars: a few ops for the whole interval instead of a dozen per micro-batch. Checked in the
+    losses' own dtype (promoted, never narrowed: a finite float64 1e300 would be inf as float32)."""
     if all(loss.numel() == 1 for _, loss in losses):
-        values = torch.stack([loss.reshape(()).float() for _, loss in losses])
+        dtype = functools.reduce(torch.promote_types, (loss.dtype for _, loss in losses))
+        values = torch.stack([loss.reshape(()).to(dtype) for _, loss in losses])
         nan, inf = torch.isnan(values), torch.isinf(values)
         flags = 2 * nan.long() + (inf & ~nan).long()
     else:
@@ -77,6 +88,14 @@ def pending_flags(losses: list[tuple[int, torch.Tensor]]) -> tuple[torch.Tensor,
     never = torch.iinfo(torch.long).max
     first = torch.where(flags > 0, steps, never).min()
     return flags.max(), torch.where(first == never, 0, first)
+
+
+def fold_flags(earlier: tuple[torch.Tensor, torch.Tensor] | None,
+               later: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Two ``(worst flag, first bad step)`` pairs of consecutive intervals as one (device ops only)."""
+    if earlier is None:
+        return later
+    return torch.maximum(earlier[0], later[0]), torch.where(earlier[1] > 0, earlier[1], later[1])
 
 
 def agreed_flag(trainer: L.Trainer, local: torch.Tensor) -> int:
@@ -118,8 +137,11 @@ class NonFiniteGuard(Callback):
         self.reads = 0
         """Times the flag was read from the device (each one sync, and one all-reduce under DDP)."""
         self._every = check_every or 1
-        # (1-based step, loss copy) of every micro-batch since the last read
+        self._policy = policy  # what the guard does in this fit (skip becomes stop under manual optimization)
+        # (1-based step, loss copy) of every micro-batch since the last fold, at most FOLD_EVERY of them, and
+        # what the folded ones came to: the guard holds a bounded amount however long nothing reads it.
         self._losses: list[tuple[int, torch.Tensor]] = []
+        self._folded: tuple[torch.Tensor, torch.Tensor] | None = None
         self._read_at: int | None = None  # the global step of the last read under stop
         self._saved_at: int | None = None  # the global step of the newest checkpoint written
         self._saving = False
@@ -130,9 +152,16 @@ class NonFiniteGuard(Callback):
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._every = self.check_every or check_every_for(trainer.strategy.root_device,
                                                           getattr(trainer, "log_every_n_steps", 50))
-        self._losses = []
+        self._losses, self._folded = [], None
         self._trainer = trainer
-        if self.policy is OnNonFinite.skip:
+        self._policy = self.policy
+        if self.policy is OnNonFinite.skip and not pl_module.automatic_optimization:
+            # Skipping happens inside LightningModule.optimizer_step, which manual optimization never calls.
+            self._policy = OnNonFinite.stop
+            log.warning("reliability.on_nonfinite=skip: %s steps its optimizers itself (manual optimization), "
+                        "so no step can be skipped for it; a non-finite loss stops the run instead, as with "
+                        "reliability.on_nonfinite=stop", type(pl_module).__name__)
+        if self._policy is OnNonFinite.skip:
             self._original_step = pl_module.optimizer_step
             pl_module.optimizer_step = self._guarded_optimizer_step  # type: ignore[method-assign]
 
@@ -145,14 +174,21 @@ class NonFiniteGuard(Callback):
     # -- on the device: no host sync -------------------------------------------------------------
     def on_before_backward(self, trainer: L.Trainer, pl_module: L.LightningModule, loss: torch.Tensor) -> None:
         self._losses.append((trainer.global_step + 1, loss.detach().clone()))
+        if len(self._losses) >= FOLD_EVERY:
+            self._fold()
+
+    def _fold(self) -> None:
+        if self._losses:
+            self._folded = fold_flags(self._folded, pending_flags(self._losses))
+            self._losses = []
 
     # -- reads: when a decision is due ---------------------------------------------------------
     def _read(self, trainer: L.Trainer) -> tuple[int, int, bool]:
         """(agreed flag, first bad step over the ranks, whether this rank saw it); forgets the losses."""
-        if not self._losses:
+        self._fold()
+        if self._folded is None:
             return 0, 0, False
-        local, first = pending_flags(self._losses)
-        self._losses = []
+        (local, first), self._folded = self._folded, None
         self.reads += 1
         # One reduction for both: max of the flag, and max of -step (the earliest bad step) where bad.
         neg_first = torch.where(first > 0, -first, torch.iinfo(torch.long).min)
@@ -161,7 +197,7 @@ class NonFiniteGuard(Callback):
 
     def on_before_optimizer_step(self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer: Any) -> None:
         step = trainer.global_step + 1
-        if self.policy is not OnNonFinite.stop or step % self._every or self._read_at == step:
+        if self._policy is not OnNonFinite.stop or step % self._every or self._read_at == step:
             return
         self._read_at = step
         self._decide(trainer, *self._read(trainer))
@@ -169,12 +205,12 @@ class NonFiniteGuard(Callback):
     def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
         # Never write weights updated with a non-finite loss. Under skip every update was read before it
         # ran (what is pending belongs to the step under way); this guard's own save is the last good state.
-        if self.policy is OnNonFinite.stop and not self._saving:
+        if self._policy is OnNonFinite.stop and not self._saving:
             self._decide(trainer, *self._read(trainer))
         self._saved_at = trainer.global_step
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if self.policy is OnNonFinite.stop:  # a non-finite loss in the last steps stops the run too
+        if self._policy is OnNonFinite.stop:  # a non-finite loss in the last steps stops the run too
             self._decide(trainer, *self._read(trainer))
 
     def _decide(self, trainer: L.Trainer, flag: int, first: int, mine: bool) -> None:
@@ -185,7 +221,7 @@ class NonFiniteGuard(Callback):
             kind += f" on rank {trainer.global_rank}" if mine else " on another rank"
         if first <= trainer.global_step:  # its update already ran: nothing of now may be saved
             self._stop_poisoned(trainer, first, kind)
-        if self.policy is OnNonFinite.stop or len(self.skipped) >= self.max_skipped_steps:
+        if self._policy is OnNonFinite.stop or len(self.skipped) >= self.max_skipped_steps:
             self._stop(trainer, first, kind)
         raise _SkipStep(kind, first)
 
@@ -234,11 +270,11 @@ class NonFiniteGuard(Callback):
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
-        if self.policy is OnNonFinite.skip:
+        if self._policy is OnNonFinite.skip:
             pl_module.log("reliability/skipped_steps", float(len(self.skipped)), on_step=True, on_epoch=False)
 
     def figures(self) -> dict[str, Any]:
-        return {"reliability/skipped_steps": list(self.skipped)} if self.policy is OnNonFinite.skip else {}
+        return {"reliability/skipped_steps": list(self.skipped)} if self._policy is OnNonFinite.skip else {}
 
     def state_dict(self) -> dict[str, Any]:
         return {"skipped": list(self.skipped)}

@@ -11,14 +11,26 @@ breaks one named test instead of the product. No other runner module names ``tor
 Process-wide settings go through :class:`TorchSettings`, which records what it found and puts it
 back on ``restore()``: Hydra multirun jobs and a user's own code share the process.
 
-A package of six modules by concept (``observation``, ``settings``, ``errors``, ``runtime``, ``trace``,
-``partitions``); this module re-exports every name, so callers write ``ti.<name>`` and never import a
+A package of seven modules by concept (``observation``, ``settings``, ``errors``, ``runtime``, ``trace``,
+``partitions``, ``caches``); this module re-exports every name, so callers write ``ti.<name>`` and never import a
 submodule.
 
 Pinned against torch 2.11 through 2.15 (``tests/test_torch_internals.py`` runs on each in CI)."""
 
 from __future__ import annotations
 
+from runner.torch_internals.caches import (  # noqa: F401
+    REDIS_URL_ENV,
+    contain_remote_cache_failures,
+    cpu_kernel_files,
+    cpu_kernels_in_use,
+    inductor_cache_dir,
+    kernel_key,
+    read_kernel_locked,
+    remote_cache_stats,
+    stop_remote_compile_cache,
+    use_remote_compile_cache,
+)
 from runner.torch_internals.errors import (  # noqa: F401
     CONVERT_FRAME_LOGGER,
     FAIL_ON_RECOMPILE_PREFIX,
@@ -97,17 +109,12 @@ from runner.torch_internals.runtime import (  # noqa: F401
 )
 from runner.torch_internals.settings import (  # noqa: F401
     MANAGED,
-    REDIS_URL_ENV,
     TorchSettings,
     add_dynamic_sources,
     cpu_capability,
-    cpu_kernel_files,
-    inductor_cache_dir,
     lift_python_scalars,
     local_source_pattern,
     machine_cache_dir,
     managed_settings,
-    remote_cache_stats,
-    use_remote_compile_cache,
 )
 from runner.torch_internals.trace import start_structured_trace  # noqa: F401

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -171,42 +170,3 @@ def machine_cache_dir(directory: str) -> str:
     cache filled with AVX-512 code and read with the AVX2 path gave NaN losses from the first step (torch
     2.13, measured 2026-11-24), which a cache directory shared between machines would hit."""
     return os.path.join(directory, f"cpu-{cpu_capability().lower()}")
-
-
-REDIS_URL_ENV = "TORCHINDUCTOR_REDIS_URL"
-"""Where torch's Redis-backed compile caches connect, read when each cache first creates its client."""
-_REMOTE_CACHES = ("RemoteFxGraphCache", "RemoteAOTAutogradCache")
-
-
-def use_remote_compile_cache(settings: TorchSettings, url: str) -> None:
-    """Inductor's FX-graph cache and AOTAutograd's cache also read and fill the Redis server at ``url``
-    (``torch._inductor.remote_cache``: ``RemoteFxGraphCache``, ``RemoteAOTAutogradCache``). torch
-    connects lazily and, when a server stops answering, stops using it and compiles locally."""
-    settings.env(REDIS_URL_ENV, url)
-    settings.inductor("fx_graph_remote_cache", True)
-    settings.functorch("enable_remote_autograd_cache", True)
-
-
-def remote_cache_stats() -> tuple[int, int]:
-    """(hits, misses) of the remote FX-graph and AOTAutograd caches in this process so far
-    (``torch._inductor.remote_cache.cache_stats``, counted per cache class on each lookup)."""
-    from torch._inductor.remote_cache import cache_stats
-
-    stats = [cache_stats._stats[name] for name in _REMOTE_CACHES if name in cache_stats._stats]
-    return sum(s.hit for s in stats), sum(s.miss for s in stats)
-
-
-def inductor_cache_dir() -> Path:
-    """The directory Inductor's on-disk caches use now (``TORCHINDUCTOR_CACHE_DIR`` or torch's default)."""
-    from torch._inductor.runtime.cache_dir_utils import cache_dir
-
-    return Path(cache_dir())
-
-
-def cpu_kernel_files(cache_dir: Path) -> dict[str, Path]:
-    """Inductor's compiled C++ kernels under ``cache_dir``, by their path relative to it:
-    ``<2 characters>/<hash>.so`` and ``<hash>.main.so`` beside their source. The hash covers the kernel's
-    source and build command (not the cache directory), and a kernel whose ``.so`` is there is loaded
-    instead of built (``torch._inductor.codecache.CppCodeCache``). Remote FX-graph cache entries carry the
-    source only, so on the CPU a process that hits them still builds every kernel."""
-    return {f"{p.parent.name}/{p.name}": p for p in sorted(cache_dir.glob("??/*.so"))}

@@ -6,42 +6,52 @@ same graph (every rank, every sweep job, a restart, the compile process beside t
 stack from the same settings) finds it there after the first has compiled it, whatever its local cache
 directory holds. Dynamo still traces in each process; the graphs' compiles are what the cache skips.
 
-On a GPU a remote FX-graph entry carries its compiled Triton kernels (torch bundles them,
-``bundle_triton_into_fx_graph_cache``). On the CPU it carries the kernels' C++ source only, and building
-them is most of a CPU compile (measured: a remote hit alone took the quickstart GPT's compile from 23 s
-to 18 s; with the kernels, to 2 s). So on the CPU runner also shares the built kernels through the same
-server: one Redis hash per torch version and CPU instruction set (a kernel built for AVX-512 must never
-load on an AVX2 machine), fetched into the local cache directory before anything compiles and filled with
-what this process built after its first step and at the end of the fit. A kernel's file name is the hash
-of its source and build command, so a fetched kernel is only ever loaded for the source it was built from.
+On a GPU a remote FX-graph entry carries its compiled Triton kernels (torch bundles them). On the CPU it
+carries the kernels' C++ source only, and building them is most of a CPU compile. So on the CPU runner
+also shares the built kernels through the same server, one Redis hash per torch version and instruction
+set, signed with a secret every process holds (:mod:`runner.stack.caches.kernels`): fetched into the local
+cache directory before anything compiles, written only when they verify; filled after the first step and
+at the end of the fit with the kernels this process compiled or loaded and those built beside it since the
+fit began, each read under torch's lock for it, so never half a file. Without a secret, kernels are not
+shared.
 
-A server that is down or unreachable is one warning and a local compile, never a crashed run: the
-address is tried once (a ``PING``, one second at most) before anything compiles, and the remote caches
-are turned on only if it answers; a later error is a warning too.
+Whatever the server does, the run goes on: a server that is down gets one ``PING`` (one second at most)
+and a local compile; every command has a short socket timeout, the fetch and each upload a time budget;
+after the first failure the remote caches, runner's and torch's, are off for the rest of the fit, with
+one warning; a bad entry is skipped, counted and compiled locally.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import re
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import torch
 
 from runner import torch_internals as ti
+from runner.config.cache_secret import SECRET_ENV, read_secret, redact_url
 from runner.config.checks_stack import remote_cache_error
+from runner.stack.caches.kernels import KERNEL_NAME, open_entry, shared_object_problem, sharing_supported, sign
 from runner.stack.component import StackComponent
 
 log = logging.getLogger(__name__)
 
-_KERNEL_NAME = re.compile(r"^[0-9a-z]{2}/[0-9a-z]+(\.main)?\.so$")  # nothing else is written from the server
+CONNECT_TIMEOUT_S = 1.0
+TIMEOUT_S = 2.0
+"""Every command's socket timeout, runner's and (through the URL torch's client reads) torch's."""
+FETCH_BUDGET_S = 10.0
+UPLOAD_BUDGET_S = 5.0
+LOCK_WAIT_S = 0.5
+"""How long an upload waits for a kernel another process is building before leaving it out."""
 _BATCH = 32
 
 
-def ping(url: str, timeout_s: float = 1.0) -> str | None:
+def ping(url: str, timeout_s: float = CONNECT_TIMEOUT_S) -> str | None:
     """None when the Redis server at ``url`` answers a PING within ``timeout_s``, else why not."""
     import redis
 
@@ -56,6 +66,16 @@ def ping(url: str, timeout_s: float = 1.0) -> str | None:
     return None
 
 
+def bounded_url(url: str) -> str:
+    """``url`` with socket timeouts in its query (kept where the user set them): ``redis.Redis.from_url``
+    reads them, so torch's own client waits no longer than runner's."""
+    parts = urlsplit(url)
+    query = dict(parse_qsl(parts.query))
+    query.setdefault("socket_connect_timeout", f"{CONNECT_TIMEOUT_S:g}")
+    query.setdefault("socket_timeout", f"{TIMEOUT_S:g}")
+    return urlunsplit(parts._replace(query=urlencode(query)))
+
+
 class RemoteCompileCache(StackComponent):
     """Turns torch's remote compile caches on for the fit when the server answers, and on the CPU shares
     the built kernels (see the module docstring)."""
@@ -64,18 +84,28 @@ class RemoteCompileCache(StackComponent):
 
     def __init__(self, url: str, device: torch.device) -> None:
         self.url = url
-        self.share_kernels = device.type == "cpu"
+        self.shown = redact_url(url)
+        self.on_cpu = device.type == "cpu"
         self.status = "not configured yet"
-        self.fetched = 0
-        self.uploaded = 0
+        self.fetched = self.uploaded = self.rejected = 0
         self._client: Any = None
-        self._known: set[str] = set()  # kernels the server holds
-        self._before = (0, 0)
+        self._secret: bytes | None = None
+        self._known: set[str] = set()  # kernels the server holds (as names; their entries may be bad)
+        self._bad: set[str] = set()  # names whose entry was rejected: an upload replaces them
+        self._first_rejection = ""
+        self._present: set[str] = set()  # kernel files in the local cache directory when the fit began
+        self._before = (0, 0, 0)
+        self._connected = self._active = False
         self._steps = 0
 
     @property
     def kernels_key(self) -> str:
-        return f"runner:inductor-cpu-kernels:{torch.__version__}:{ti.cpu_capability().lower()}"
+        return f"runner:inductor-cpu-kernels:v2:{torch.__version__}:{ti.cpu_capability().lower()}"
+
+    @property
+    def context(self) -> str:
+        """What a signature binds a kernel to besides its name: the torch that built it, the instruction set."""
+        return f"torch {torch.__version__}, {ti.cpu_capability().lower()}"
 
     def configure(self) -> None:
         if (problem := remote_cache_error(self.url)) is not None:
@@ -83,66 +113,162 @@ class RemoteCompileCache(StackComponent):
         if (why := ping(self.url)) is not None:
             self.status = f"unreachable ({why}): compiled with the local cache only"
             log.warning("compile.cache=%s: no Redis server answered (%s); compiling with the local cache only",
-                        self.url, why)
+                        self.shown, why)
             return
-        ti.use_remote_compile_cache(self.torch_settings, self.url)
+        ti.use_remote_compile_cache(self.torch_settings, bounded_url(self.url))
+        ti.contain_remote_cache_failures(self.torch_settings, lambda why: self._off(f"torch's remote cache: {why}"))
         self._before = ti.remote_cache_stats()
+        self._connected = self._active = True
         self.status = "in use"
-        if self.share_kernels:
-            import redis
+        if not self.on_cpu:
+            return  # torch's graph entries carry their Triton kernels
+        secret, _ = read_secret()  # a secret set but unusable was refused by remote_cache_error
+        if (why := sharing_supported()) is not None or secret is None:
+            why = why or f"no {SECRET_ENV}: built kernels are not shared"
+            self.status = f"in use: compiled graphs only ({why})"
+            log.warning("compile.cache=%s: compiled graphs are shared, built CPU kernels are not (%s; "
+                        "docs/compile-cache.md)", self.shown, why)
+            return
+        import redis
 
-            self._client = redis.Redis.from_url(self.url, socket_timeout=30)
-            self._guarded(self._fetch_kernels)
+        self._secret = secret
+        self._client = redis.Redis.from_url(self.url, socket_connect_timeout=CONNECT_TIMEOUT_S,
+                                            socket_timeout=TIMEOUT_S)
+        self._guarded("fetching kernels", self._fetch_kernels)
 
     def on_step_end(self, step: int) -> None:
         self._steps += 1
-        if self._steps == 1 and self._client is not None:  # the first step compiled: share it while others start
-            self._guarded(self._upload_kernels)
+        if self._active and ti.remote_cache_stats()[2] > self._before[2]:  # an error torch raised, not Redis's
+            self._off("torch's remote cache lookup or store failed")
+        elif self._steps == 1 and self._client is not None:  # the first step compiled: share it while others start
+            self._guarded("uploading kernels", self._upload_kernels)
 
     def teardown(self) -> None:
+        if self._active and ti.remote_cache_stats()[2] > self._before[2]:
+            self._off("torch's remote cache lookup or store failed")
         if self._client is not None:
-            self._guarded(self._upload_kernels)  # what later steps compiled (recompiles, validation)
-            self._client.close()
-            self._client = None
+            self._guarded("uploading kernels", self._upload_kernels)  # what later steps compiled
+        self._close()
         super().teardown()
 
-    def _guarded(self, action: Any) -> None:
+    def _guarded(self, what: str, action: Any) -> None:
         import redis
 
         try:
             action()
-        except (redis.exceptions.RedisError, OSError) as e:
-            log.warning("compile.cache=%s: sharing compiled kernels failed (%s: %s); compiling locally", self.url,
-                        type(e).__name__, e)
+        except (redis.exceptions.TimeoutError, redis.exceptions.ConnectionError, OSError) as e:
+            self._off(f"{what}: {type(e).__name__}: {e}")
+        except redis.exceptions.RedisError as e:  # the server answered, with an error: kernels only
+            log.warning("compile.cache=%s: %s failed (%s: %s); built kernels are not shared for the rest of the "
+                        "fit", self.shown, what, type(e).__name__, e)
+            self.status = f"in use: compiled graphs only ({what} failed: {type(e).__name__})"
+            self._close()
+
+    def _off(self, why: str) -> None:
+        """Both remote caches off for the rest of the fit, with one warning."""
+        if not self._active:
+            return
+        self._active = False
+        ti.stop_remote_compile_cache(self.torch_settings)
+        self._close()
+        self.status = f"off after a failure ({why}): the rest of the fit compiled with the local cache"
+        log.warning("compile.cache=%s: %s; the remote compile caches are off for the rest of the fit, which "
+                    "compiles with the local cache", self.shown, why)
+
+    def _close(self) -> None:
+        if self._client is not None:
+            self._client.close()
             self._client = None
 
+    def _reject(self, name: str, why: str) -> None:
+        self.rejected += 1
+        self._first_rejection = self._first_rejection or f"{name}: {why}"
+
     def _fetch_kernels(self) -> None:
-        """Write the server's kernels this local cache directory lacks (atomically: a reader never sees half)."""
+        """Write the server's kernels this local cache directory lacks, each only once it verifies (atomically:
+        a reader never sees half), within ``FETCH_BUDGET_S``; the rest is compiled here."""
+        assert self._secret is not None
+        deadline = time.monotonic() + FETCH_BUDGET_S
         cache_dir = ti.inductor_cache_dir()
-        self._known = {name.decode() for name in self._client.hkeys(self.kernels_key)}
-        missing = sorted(n for n in self._known - set(ti.cpu_kernel_files(cache_dir)) if _KERNEL_NAME.match(n))
+        for raw in self._client.hkeys(self.kernels_key):
+            name = _decode(raw)
+            if name is None or not KERNEL_NAME.fullmatch(name):
+                self._reject(repr(raw)[:80], "not a kernel's name")
+            else:
+                self._known.add(name)
+        local = set(ti.cpu_kernel_files(cache_dir))
+        missing = sorted(self._known - local)
         for i in range(0, len(missing), _BATCH):
+            if time.monotonic() > deadline:
+                log.warning("compile.cache=%s: fetching kernels took over %g s; the %d not fetched are compiled "
+                            "here", self.shown, FETCH_BUDGET_S, len(missing) - i)
+                break
             names = missing[i:i + _BATCH]
-            for name, data in zip(names, self._client.hmget(self.kernels_key, names), strict=True):
-                if data:
-                    _write_atomically(cache_dir / name, data)
-                    self.fetched += 1
+            for name, value in zip(names, self._client.hmget(self.kernels_key, names), strict=True):
+                if value is None:
+                    continue  # removed since HKEYS
+                content, why = open_entry(self._secret, name, self.context, value)
+                if content is None:
+                    self._reject(name, str(why))
+                    self._bad.add(name)
+                    continue
+                _write_atomically(cache_dir / name, content)
+                local.add(name)
+                self.fetched += 1
+        self._present = local
+        if self.rejected:
+            log.warning("compile.cache=%s: %d entries of the shared kernels were rejected and not written (first: "
+                        "%s); they are compiled here", self.shown, self.rejected, self._first_rejection)
 
     def _upload_kernels(self) -> None:
-        for name, path in ti.cpu_kernel_files(ti.inductor_cache_dir()).items():
-            if name not in self._known and _KERNEL_NAME.match(name):
-                self.uploaded += int(self._client.hsetnx(self.kernels_key, name, path.read_bytes()))
-                self._known.add(name)
+        """Add what the server lacks (or holds a bad entry of) of the kernels this process compiled or loaded
+        and the files built in the cache directory since the fit began (Inductor's instruction-set probes
+        among them), each read under torch's lock for it and signed; pipelined, within ``UPLOAD_BUDGET_S``."""
+        assert self._secret is not None
+        deadline = time.monotonic() + UPLOAD_BUDGET_S
+        cache_dir = ti.inductor_cache_dir()
+        in_use = ti.cpu_kernels_in_use()
+        pipe = self._client.pipeline(transaction=False)
+        queued: list[str] = []
+        for name in ti.cpu_kernel_files(cache_dir):
+            if (name in self._known and name not in self._bad) or not KERNEL_NAME.fullmatch(name) \
+                    or (name in self._present and ti.kernel_key(name) not in in_use):
+                continue
+            if time.monotonic() > deadline:
+                break
+            content = ti.read_kernel_locked(cache_dir, name, LOCK_WAIT_S)
+            if content is None or shared_object_problem(content) is not None:
+                continue  # still being built by another process, gone, or not a kernel after all
+            value = sign(self._secret, name, self.context, content)
+            if name in self._bad:
+                pipe.hset(self.kernels_key, name, value)
+            else:
+                pipe.hsetnx(self.kernels_key, name, value)
+            queued.append(name)
+        if queued:
+            results = pipe.execute()
+            self.uploaded += sum(1 for name, added in zip(queued, results, strict=True) if added or name in self._bad)
+            self._known.update(queued)
+            self._bad.difference_update(queued)
 
     def figures(self) -> dict[str, Any]:
-        hits, misses = (now - before for now, before in zip(ti.remote_cache_stats(), self._before, strict=True))
-        out: dict[str, Any] = {"compile/remote_cache": self.url, "compile/remote_cache_status": self.status}
-        if self.status == "in use":
-            out.update({"compile/remote_cache_hits": hits, "compile/remote_cache_misses": misses})
-            if self.share_kernels:
+        out: dict[str, Any] = {"compile/remote_cache": self.shown, "compile/remote_cache_status": self.status}
+        if self._connected:
+            now = ti.remote_cache_stats()
+            out.update({"compile/remote_cache_hits": now[0] - self._before[0],
+                        "compile/remote_cache_misses": now[1] - self._before[1]})
+            if self.on_cpu:
                 out.update({"compile/remote_kernels_fetched": self.fetched,
-                            "compile/remote_kernels_uploaded": self.uploaded})
+                            "compile/remote_kernels_uploaded": self.uploaded,
+                            "compile/remote_kernels_rejected": self.rejected})
         return out
+
+
+def _decode(raw: bytes) -> str | None:
+    try:
+        return raw.decode("ascii")
+    except UnicodeDecodeError:
+        return None
 
 
 def _write_atomically(path: Path, data: bytes) -> None:
@@ -150,7 +276,7 @@ def _write_atomically(path: Path, data: bytes) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".fetch-")
     with os.fdopen(fd, "wb") as f:
         f.write(data)
-    os.chmod(tmp, 0o755)
+    os.chmod(tmp, 0o755)  # as the compiler leaves a built kernel
     os.replace(tmp, path)
 
 

@@ -49,7 +49,7 @@ class Agreement(Enum):
     """How ranks agree on which dims are dynamic."""
 
     local = "local"  # one process, or a policy with no per-rank decision to make
-    runner = "runner"  # ShapeAgreement: all-gather of batch shapes each step (a gloo group of its own)
+    runner = "runner"  # ShapeAgreement: a one-integer flag per check, shapes after a change (its own gloo group)
 
 
 def resolve_agreement(policy: ShapePolicy, world_size: int, enabled: bool = True) -> Agreement:
@@ -126,10 +126,17 @@ class ShapeAgreement:
                 if size != self.reference[i][d]}
 
     def close(self) -> None:
-        """Wait for the flag still in flight (every rank started it: every rank waits)."""
+        """Wait for the flag still in flight (every rank started it: every rank waits), then destroy the
+        group (every rank created it; a process that fits again creates a new one)."""
         if self._pending is not None:
             self._pending[0].wait()
             self._pending = None
+        if self.group is not None:
+            import torch.distributed as dist
+
+            if dist.is_initialized():
+                dist.destroy_process_group(self.group)
+            self.group = None
 
     def _flagged(self) -> bool:
         """Whether any rank flagged a change at the last check (its all-reduce, waited on now: it was

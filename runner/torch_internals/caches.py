@@ -1,0 +1,122 @@
+"""Inductor's compile caches as ``compile.cache`` uses them: the remote (Redis) tiers of the FX-graph and
+AOTAutograd caches, their counts, the local cache directory, and the C++ kernels built in it (read only
+under torch's own lock for each kernel)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from runner.torch_internals.settings import TorchSettings
+
+REDIS_URL_ENV = "TORCHINDUCTOR_REDIS_URL"
+"""Where torch's Redis-backed compile caches connect, read when each cache first creates its client
+(``redis.Redis.from_url``: the URL's query sets the client's socket timeouts)."""
+_REMOTE_CACHES = ("RemoteFxGraphCache", "RemoteAOTAutogradCache")
+
+
+def use_remote_compile_cache(settings: TorchSettings, url: str) -> None:
+    """Inductor's FX-graph cache and AOTAutograd's cache also read and fill the Redis server at ``url``
+    (``torch._inductor.remote_cache``: ``RemoteFxGraphCache``, ``RemoteAOTAutogradCache``). torch
+    connects lazily; a lookup that fails is a warning and a local compile (``FxGraphCache`` catches it)."""
+    settings.env(REDIS_URL_ENV, url)
+    settings.inductor("fx_graph_remote_cache", True)
+    settings.functorch("enable_remote_autograd_cache", True)
+
+
+def contain_remote_cache_failures(settings: TorchSettings, on_failure: Callable[[str], None]) -> None:
+    """Any Redis error in torch's remote-cache client (a timeout too, not only a refused connection) marks that
+    client unavailable, as torch does for a refused connection, and is passed to ``on_failure``, instead of
+    raising into the compile: AOTAutograd's remote save does not catch it (a write that timed out crashed the
+    backward, torch 2.13). ``settings.restore()`` puts torch's methods back."""
+    import redis
+    from torch._inductor.remote_cache import RedisRemoteCacheBackend as Backend
+
+    get, put = Backend._get, Backend._put
+
+    def _get(self: Any, key: str) -> bytes | None:
+        try:
+            return get(self, key)  # type: ignore[no-any-return]
+        except redis.exceptions.RedisError as e:
+            self._redis = None
+            on_failure(f"{type(e).__name__}: {e}")
+            return None
+
+    def _put(self: Any, key: str, data: bytes) -> None:
+        try:
+            put(self, key, data)
+        except redis.exceptions.RedisError as e:
+            self._redis = None
+            on_failure(f"{type(e).__name__}: {e}")
+
+    settings.patch(Backend, "_get", _get)
+    settings.patch(Backend, "_put", _put)
+
+
+def stop_remote_compile_cache(settings: TorchSettings) -> None:
+    """torch's remote caches off for the compiles still to come (both flags are read at each compile);
+    ``settings.restore()`` puts back what was there before the fit."""
+    settings.inductor("fx_graph_remote_cache", False)
+    settings.functorch("enable_remote_autograd_cache", False)
+
+
+def remote_cache_stats() -> tuple[int, int, int]:
+    """(hits, misses, failed lookups or stores) of the remote FX-graph and AOTAutograd caches in this process
+    so far (``torch._inductor.remote_cache.cache_stats``, counted per cache class)."""
+    from torch._inductor.remote_cache import cache_stats
+
+    stats = [cache_stats._stats[name] for name in _REMOTE_CACHES if name in cache_stats._stats]
+    return sum(s.hit for s in stats), sum(s.miss for s in stats), sum(s.exception for s in stats)
+
+
+def inductor_cache_dir() -> Path:
+    """The directory Inductor's on-disk caches use now (``TORCHINDUCTOR_CACHE_DIR`` or torch's default)."""
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+    return Path(cache_dir())
+
+
+def cpu_kernel_files(cache_dir: Path) -> dict[str, Path]:
+    """Inductor's compiled C++ kernels under ``cache_dir``, by their path relative to it:
+    ``<2 characters>/<hash>.so`` and ``<hash>.main.so`` beside their source. The hash covers the kernel's
+    source and build command (not the cache directory), and a kernel whose ``.so`` is there is loaded
+    instead of built (``torch._inductor.codecache.CppCodeCache``). Remote FX-graph cache entries carry the
+    source only, so on the CPU a process that hits them still builds every kernel."""
+    return {f"{p.parent.name}/{p.name}": p for p in sorted(cache_dir.glob("??/*.so"))}
+
+
+def kernel_key(name: str) -> str:
+    """The hash a kernel file is named by (``ab/cabc.main.so`` -> ``cabc``): its ``CppCodeCache`` key and the
+    name of its lock."""
+    stem = name.rsplit("/", 1)[-1]
+    return stem.removesuffix(".so").removesuffix(".main")
+
+
+def cpu_kernels_in_use() -> set[str]:
+    """Keys of the C++ kernels this process compiled or loaded (``CppCodeCache`` and its subclasses keep one
+    entry per kernel they built or found on disk, until Inductor's in-process caches are cleared)."""
+    from torch._inductor import codecache
+
+    classes, seen = [codecache.CppCodeCache], set()
+    while classes:
+        cls = classes.pop()
+        seen.add(cls)
+        classes += [sub for sub in cls.__subclasses__() if sub not in seen]
+    return {key for cls in seen for key in list(vars(cls).get("cache", {}))}
+
+
+def read_kernel_locked(cache_dir: Path, name: str, timeout_s: float) -> bytes | None:
+    """The kernel file ``name`` under ``cache_dir``, read while holding torch's lock for it (``locks/<key>.lock``,
+    which a build holds from start to finish: ``_worker_compile_cpp``), so never a file half written; None
+    when the lock stays held past ``timeout_s`` or the file is gone."""
+    from filelock import Timeout  # torch's FileLock is the filelock package's, with wait counters
+    from torch._inductor.codecache import get_lock_dir
+    from torch.utils._filelock import FileLock
+
+    lock = FileLock(str(Path(get_lock_dir()) / f"{kernel_key(name)}.lock"), timeout=timeout_s)
+    try:
+        with lock:
+            return (cache_dir / name).read_bytes()
+    except (Timeout, FileNotFoundError):
+        return None
