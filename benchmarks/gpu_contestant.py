@@ -78,7 +78,7 @@ class Window(Callback):
         self.events["graphs" if trigger == ti.CUDAGRAPH_RECORDING_TRIGGER else "compiles"] += 1
 
     def on_train_start(self, *args: Any) -> None:
-        self.unregister = ti.register_compile_callbacks(self._count, lambda trigger, compile_id: None)
+        self.unregister = ti.COMPILE_EVENTS.subscribe(self._count)
         self._mark()
 
     def on_train_batch_end(self, *args: Any) -> None:

@@ -21,7 +21,7 @@ from runner.config.layers import config_dirs, set_config_dirs
 from runner.config.precheck import command_line, precheck, search_dirs
 from runner.config.recipe_files import recipe_listing
 from runner.config.store import register_configs
-from runner.console import quiet_third_party, short_console_lines
+from runner.quiet import quiet_third_party, short_console_lines
 
 _LIST = "--list-recipes"
 

@@ -20,7 +20,7 @@ from torch import nn
 from runner.config.paths import checkpoint_dir
 from runner.config.schema import RunConfig
 from runner.config.targets import Batching, SyntheticDataSchema, TextDataSchema
-from runner.console import quiet_wandb
+from runner.quiet import quiet_wandb
 from runner.reliability import AtomicCheckpointIO, build_reliability_callbacks
 from runner.stack.dynamic.policy import resolve_bounds, resolve_pad_to
 from runner.strategy import CompileStrategy, ConsolidatedCheckpoint, DDPCompileStrategy, FSDPCompileStrategy

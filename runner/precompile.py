@@ -54,7 +54,7 @@ def _watch_parent() -> None:
 
 
 class _Probe:
-    """A Lightning callback (duck-typed here; subclassed in :func:`_probe`) choosing each step's stance:
+    """A Lightning callback (duck-typed here; subclassed in :func:`_probe`) choosing each step's mode:
     compiled warm-up steps until two compile nothing, then ``PAIRS`` eager/compiled pairs if measuring."""
 
     def __init__(self, measure: bool, cpu_clock: bool) -> None:
@@ -69,12 +69,16 @@ class _Probe:
     def mode(self) -> str:
         return self.schedule[0] if self.quiet >= 2 and self.schedule else "warmup"
 
-    def start(self) -> None:
+    def start(self, step_mode: Any) -> None:
+        """Before a step: its eager side of a pair is asked of the fit's step mode (``runner.stack.StepMode``)."""
         from runner import torch_internals as ti
+        from runner.stack import Eager
 
         mode = self.mode()
-        prior = ti.force_eager_stance() if mode == "eager" else None
-        self._state = (mode, prior, time.perf_counter(), self._clock(), ti.graphs_compiled())
+        held = Eager.pair if mode == "eager" else None
+        if held is not None:
+            step_mode.hold(held)
+        self._state = (mode, (step_mode, held), time.perf_counter(), self._clock(), ti.graphs_compiled())
 
     def _clock(self) -> float:
         return time.process_time() if self.cpu_clock else time.perf_counter()
@@ -84,10 +88,10 @@ class _Probe:
         from runner import torch_internals as ti
 
         assert self._state is not None
-        mode, prior, wall0, clock0, graphs = self._state
+        mode, (step_mode, held), wall0, clock0, graphs = self._state
         wall, spent = time.perf_counter() - wall0, self._clock() - clock0
-        if prior is not None:
-            ti.restore_stance(prior)
+        if held is not None:
+            step_mode.release(held)
         compiled = ti.graphs_compiled() > graphs
         if mode == "warmup":
             self.warmup.append((wall, spent, compiled))
@@ -120,7 +124,11 @@ def _probe(measure: bool, cpu_clock: bool) -> Any:
 
     class Probe(_Probe, L.Callback):
         def on_train_batch_start(self, trainer: L.Trainer, *args: Any) -> None:
-            self.start()
+            from runner.stack import stack_of
+
+            stack = stack_of(trainer)
+            assert stack is not None  # the fit runs through CompileStrategy
+            self.start(stack.mode)
 
         def on_train_batch_end(self, trainer: L.Trainer, *args: Any) -> None:
             if self.end():

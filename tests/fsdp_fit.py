@@ -55,7 +55,7 @@ class Record(Callback):
             "graph_breaks": sum(counters["graph_break"].values()),
             "recompiles": counters["recompiles"].get("total", 0) if "recompiles" in counters else 0,
             "param_type": type(next(pl_module.parameters())).__name__,
-            "block_compiled": "forward" in vars(block),  # compiled in place (runner.stack.planning.compile)
+            "block_compiled": "forward" in vars(block),  # compiled in place (runner.stack.compiling.compile)
             "block_layers": layers(block),
             "optimizer": trainer.strategy.stack.figures()["compile/optimizer"],  # type: ignore[attr-defined]
             "optimizer_reason": trainer.strategy.stack.figures()["compile/optimizer_reason"],  # type: ignore[attr-defined]
@@ -68,7 +68,7 @@ def layers(block: torch.nn.Module) -> list[str]:
     from torch.distributed.fsdp import FSDPModule
 
     out = ["fully_shard"] if isinstance(block, FSDPModule) else []
-    out += ["compile"] if "forward" in vars(block) else []  # compiled in place (runner.stack.planning.compile)
+    out += ["compile"] if "forward" in vars(block) else []  # compiled in place (runner.stack.compiling.compile)
     inner = getattr(block, "_checkpoint_wrapped_module", None)
     if inner is not None:
         out.append("checkpoint")

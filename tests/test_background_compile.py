@@ -28,7 +28,7 @@ from runner.config.precheck import precheck
 from runner.config.schema import Background, CompileConfig, OnError, Scope
 from runner.stack.background import BackgroundCompile
 from runner.stack.background.policy import resolve_background, switch_pays, worth_starting
-from runner.stack.planning.plan import CompilePlan, Target
+from runner.stack.compiling.plan import CompilePlan, Target
 from runner.strategy import CompileStrategy
 from runner.telemetry.speedup import SpeedupMeter
 from runner.training.module import TrainModule

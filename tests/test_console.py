@@ -15,7 +15,7 @@ import pytest
 from lightning.pytorch.callbacks import Callback
 
 from runner.config.schema import Scope
-from runner.console import quiet_third_party, quiet_wandb, short_console_lines
+from runner.quiet import quiet_third_party, quiet_wandb, short_console_lines
 from tests.helpers import fit_losses
 
 LEAFSPEC = "`isinstance(treespec, LeafSpec)` is deprecated, use `isinstance(treespec, TreeSpec)` instead."

@@ -1,4 +1,4 @@
-"""Inductor options runner sets on the CPU (``runner.stack.planning.plan.CPU_INDUCTOR_OPTIONS``): where they
+"""Inductor options runner sets on the CPU (``runner.stack.compiling.plan.CPU_INDUCTOR_OPTIONS``): where they
 apply, that the user's ``compile.options`` win, and that the generated code changes as intended."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from runner.config.schema import Background, CompileConfig, CudaGraphsConfig
-from runner.stack.planning.plan import CPU_INDUCTOR_OPTIONS, resolve_compile_kwargs
+from runner.stack.compiling.plan import CPU_INDUCTOR_OPTIONS, resolve_compile_kwargs
 
 CPU, CUDA = torch.device("cpu"), torch.device("cuda")
 

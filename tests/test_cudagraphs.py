@@ -18,8 +18,9 @@ from runner.config.schema import (
     Scope,
     ShapePolicy,
 )
+from runner.stack import StepMode
+from runner.stack.compiling.plan import resolve_compile_kwargs
 from runner.stack.cudagraphs import CudaGraphs, build_cudagraphs
-from runner.stack.planning.plan import resolve_compile_kwargs
 
 REQUESTED = CudaGraphsConfig(mode=CudaGraphMode.reduce_overhead)
 
@@ -27,7 +28,7 @@ REQUESTED = CudaGraphsConfig(mode=CudaGraphMode.reduce_overhead)
 def test_cpu_degrades_with_one_warning_and_a_flag() -> None:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        component = build_cudagraphs(REQUESTED, torch.device("cpu"))
+        component = build_cudagraphs(False, REQUESTED, torch.device("cpu"), StepMode())
     messages = [str(w.message) for w in caught if "CUDA" in str(w.message)]
     assert len(messages) == 1 and "not active" in messages[0]
     assert component.figures() == {"cudagraphs/active": False, "cudagraphs/requested": True}
@@ -36,8 +37,23 @@ def test_cpu_degrades_with_one_warning_and_a_flag() -> None:
 def test_disabled_is_silent() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        component = build_cudagraphs(CudaGraphsConfig(), torch.device("cpu"))
+        component = build_cudagraphs(False, CudaGraphsConfig(), torch.device("cpu"), StepMode())
     assert component.figures()["cudagraphs/active"] is False
+
+
+def test_the_plan_alone_says_whether_cuda_graphs_are_on() -> None:
+    """Asked for and on a CUDA device: decided once (``CompilePlan.cudagraphs``); the component, the optimizer
+    policy and the end-of-fit line follow it."""
+    from runner.stack.compiling.plan import resolve_optimizers, resolve_plan
+
+    cfg = CompileConfig(scope=Scope.step)
+    on = resolve_plan(cfg, REQUESTED, None, torch.device("cuda", 0))
+    assert on.cudagraphs and not resolve_plan(cfg, REQUESTED, None, torch.device("cpu")).cudagraphs
+    assert not resolve_plan(cfg, CudaGraphsConfig(), None, torch.device("cuda", 0)).cudagraphs
+    rmsprop = torch.optim.RMSprop(torch.nn.Linear(2, 2).parameters())  # no fused kernel
+    assert resolve_optimizers(on, OptimizerPolicy.auto, [rmsprop], torch.device("cuda", 0)).optimizer \
+        is OptimizerPolicy.compiled  # captured with the step, because the plan says CUDA graphs are on
+    assert isinstance(build_cudagraphs(on.cudagraphs, REQUESTED, torch.device("cuda", 0), StepMode()), CudaGraphs)
 
 
 def test_reduce_overhead_mode_only_on_cuda() -> None:
@@ -66,10 +82,10 @@ def test_max_autotune_never_turns_cuda_graphs_on_behind_the_component() -> None:
 def test_compiled_optimizer_step_never_takes_fullgraph() -> None:
     """Optimizer.step's _use_grad breaks the graph on purpose: fullgraph=true is for the model only."""
     from runner.config.schema import OptimizerPolicy
-    from runner.stack.planning.plan import resolve_plan
+    from runner.stack.compiling.plan import resolve_plan
 
     cfg = CompileConfig(scope=Scope.step, fullgraph=True, optimizer=OptimizerPolicy.compiled)
-    plan = resolve_plan(cfg, CudaGraphsConfig(), None, torch.device("cpu"), [], cudagraphs_active=False)
+    plan = resolve_plan(cfg, CudaGraphsConfig(), None, torch.device("cpu"))
     assert plan.kwargs["fullgraph"] is True and "fullgraph" not in plan.optimizer_kwargs
 
 
@@ -91,14 +107,15 @@ def test_compiled_optimizer_under_fullgraph_runs() -> None:
 
 def test_gradient_accumulation_under_cuda_graphs_is_refused_by_the_stack() -> None:
     """Direct CompileStrategy users get the same refusal as the config check (no CUDA needed to refuse)."""
-    from runner.stack import CompileSettings, CompileStack, Host
+    from runner.stack import CompileSettings, CompileStack, LightningSide
     from tests.helpers import tiny_module
 
     stack = CompileStack(CompileSettings(compile=CompileConfig(scope=Scope.step), cudagraphs=REQUESTED))
     module = tiny_module()
     opt = torch.optim.AdamW(module.parameters())
     with pytest.raises(ValueError, match=r"accumulate_grad_batches=2.*overwritten.*169545"):
-        stack.setup(module, Host(device=torch.device("cuda", 0), optimizers=lambda: [opt], accumulate_grad_batches=2))
+        stack.setup(module, LightningSide(device=torch.device("cuda", 0), optimizers=lambda: [opt],
+                                          accumulate_grad_batches=2))
 
 
 def test_recordings_and_replays_decide_active() -> None:
@@ -304,7 +321,7 @@ def test_speedup_is_measured_under_cuda_graphs_on_gpu() -> None:
 def test_auto_steps_the_optimizer_fused_outside_the_graph_tree() -> None:
     """Under CUDA graphs ``auto`` takes the fused kernel where there is one (a compiled step would be a
     tree root of its own, copying every gradient on each replay), and compiles the step where not."""
-    from runner.stack.planning.plan import resolve_optimizer_policy
+    from runner.stack.compiling.plan import resolve_optimizer_policy
 
     model = torch.nn.Linear(4, 4)
     cuda = torch.device("cuda", 0)

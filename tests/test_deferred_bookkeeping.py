@@ -13,10 +13,10 @@ from torchmetrics import MeanMetric, MetricCollection
 from torchmetrics.classification import MulticlassAccuracy
 
 from runner.config.schema import CompileConfig, CudaGraphsConfig, Scope
+from runner.stack.compiling.plan import Target, resolve_plan, resolve_step_target, step_blocker, step_note
 from runner.stack.deferred.log import Deferred, DeferredLog, DeferredValueError
 from runner.stack.deferred.metrics import METRIC_METHODS, metric_methods
-from runner.stack.deferred.python_state import state_sources
-from runner.stack.planning.plan import Target, resolve_plan, resolve_step_target, step_blocker, step_note
+from runner.stack.deferred.reads import state_sources
 
 
 class _Module(L.LightningModule):
@@ -108,13 +108,12 @@ def test_state_sources_name_the_step_arguments() -> None:
 @pytest.mark.parametrize("why", ["manual", "dataloader_iter", "reads_results"])
 def test_a_step_that_cannot_be_compiled_whole_compiles_its_submodules(scope: Scope, why: str) -> None:
     """Manual optimization, and a training_step that pulls its own batches from dataloader_iter."""
-    plan = resolve_plan(CompileConfig(scope=scope), CudaGraphsConfig(), None, torch.device("cpu"), [],
-                        cudagraphs_active=False)
+    plan = resolve_plan(CompileConfig(scope=scope), CudaGraphsConfig(), None, torch.device("cpu"))
     assert resolve_step_target(plan, step_compilable=True) is plan
     kwargs = {"manual": {"automatic_optimization": False}, "dataloader_iter": {"pulls_batches": True},
               "reads_results": {"reads_results": True}}[why]
-    resolved = resolve_plan(CompileConfig(scope=scope), CudaGraphsConfig(), None, torch.device("cpu"), [],
-                            cudagraphs_active=False, **kwargs)
+    resolved = resolve_plan(CompileConfig(scope=scope), CudaGraphsConfig(), None, torch.device("cpu"),
+                            **kwargs)
     assert resolved == resolve_step_target(plan, step_compilable=False)
     note = step_note(scope, resolved, step_blocker(**{"automatic_optimization": True, **kwargs}))
     if scope in (Scope.step, Scope.step_backward):

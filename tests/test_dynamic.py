@@ -204,10 +204,12 @@ def test_eager_on_recompile_runs_new_shapes_eagerly(corpus: Path) -> None:
 def test_dynamo_flags_are_set_each_run_and_restored() -> None:
     import torch._dynamo.config as dc
 
+    from runner.stack import StepMode
     from runner.stack.dynamic import build_shape_policy
 
     before = (dc.recompile_limit, dc.specialize_float, dc.automatic_dynamic_shapes)
-    policy = build_shape_policy(DynamicConfig(policy=ShapePolicy.bucket, recompile_limit=5, specialize_float=False))
+    policy = build_shape_policy(DynamicConfig(policy=ShapePolicy.bucket, recompile_limit=5, specialize_float=False),
+                                StepMode())
     policy.configure()
     assert (dc.recompile_limit, dc.specialize_float, dc.automatic_dynamic_shapes) == (5, False, False)
     assert dc.enable_compiler_collectives is False

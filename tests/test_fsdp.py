@@ -29,7 +29,7 @@ import torch
 from runner.build import build_strategy
 from runner.config import ConfigError, compose, load
 from runner.config.schema import FsdpMixedPrecision
-from runner.stack.planning.shard import resolve_mixed_precision
+from runner.stack.compiling.shard import resolve_mixed_precision
 from runner.strategy import FSDPCompileStrategy
 from tests.helpers import tiny_module
 from tests.test_reliability_support import FAST, losses, write_corpus

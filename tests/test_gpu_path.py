@@ -18,7 +18,7 @@ from torch import nn
 
 from runner.config.schema import CompileConfig, CudaGraphMode, CudaGraphsConfig, OffloadConfig, OffloadStrategy, Scope
 from runner.models.gpt import GPT
-from runner.stack import CompileSettings, CompileStack, Host
+from runner.stack import CompileSettings, CompileStack, Eager, LightningSide
 from runner.training.module import TrainModule
 
 GRAPHS = CudaGraphsConfig(mode=CudaGraphMode.reduce_overhead)
@@ -68,7 +68,7 @@ def test_blocks_compile_their_checkpoint_wrapper_with_the_checkpoint_inside(bloc
     module = gpt_module()
     stack = CompileStack(settings, console=False)
     opt = torch.optim.AdamW(module.parameters())
-    stack.setup(module, Host(device=torch.device("cpu"), optimizers=lambda: [opt]))
+    stack.setup(module, LightningSide(device=torch.device("cpu"), optimizers=lambda: [opt]))
     try:
         compiled = stack.compiled.modules
         assert len(compiled) == 2 and all(isinstance(m, CheckpointWrapper) for m in compiled)
@@ -217,9 +217,9 @@ def test_eval_batches_of_a_cuda_graph_fit_mark_a_step() -> None:
                                cudagraphs=GRAPHS)
     module = gpt_module()
     stack = CompileStack(settings, console=False)
-    stack.setup(module, Host(device=torch.device("cuda", 0)))  # nothing runs on the device in setup
+    stack.setup(module, LightningSide(device=torch.device("cuda", 0)))  # nothing runs on the device in setup
     try:
-        assert stack.eager_warmup  # the first training steps run eagerly
+        assert stack.mode.eager_because() is Eager.warmup  # the first training steps run eagerly
         before = _mark_count()
         with stack.eval_step_context():
             pass
@@ -230,7 +230,7 @@ def test_eval_batches_of_a_cuda_graph_fit_mark_a_step() -> None:
     before = _mark_count()
     with off.eval_step_context():
         pass
-    assert _mark_count() == before and not off.eager_warmup
+    assert _mark_count() == before and off.mode.eager_because() is None
 
 
 def test_the_strategy_routes_every_eval_batch_of_a_fit_through_the_stack() -> None:
@@ -256,21 +256,6 @@ def test_the_strategy_routes_every_eval_batch_of_a_fit_through_the_stack() -> No
 
 
 # -- 8. which optimizer path runs on which step, and the report says so -------------------------------
-def test_cuda_graph_warm_up_does_not_hold_the_optimizer_step_eager() -> None:
-    """Lightning runs the optimizer step after the training step's context: during the warm-up the
-    stance there must be the default, so a compiled optimizer step compiles from the first step (Dynamo
-    then creates its state with capturable=True) instead of running torch's eager fallback."""
-    from runner import torch_internals as ti
-    from runner.stack.cudagraphs import CudaGraphs
-
-    component = CudaGraphs(GRAPHS, torch.device("cuda", 0))
-    assert component.warming_up
-    with component.step_context():
-        assert ti.current_stance() == "force_eager"  # the training step's forward and backward
-    with component.optimizer_step_context():
-        assert ti.current_stance() == "default"
-
-
 def test_report_counts_the_compiled_optimizers_eager_steps() -> None:
     """The speedup meter's eager and FLOP-counting steps run the compiled optimizer step eagerly: the
     report counts them beside the compiled ones."""
@@ -311,7 +296,7 @@ def test_compiled_optimizer_with_a_gradient_scaler_is_refused_before_the_measure
                                offload=OffloadConfig(strategy=OffloadStrategy.bf16))
     stack = CompileStack(settings, console=False)
     with pytest.raises(ValueError, match=r"compile.optimizer=compiled with a gradient scaler.*compile.optimizer=auto"):
-        stack.setup(gpt_module(), Host(device=torch.device("cpu"), sample_batch=sample, scaler=True))
+        stack.setup(gpt_module(), LightningSide(device=torch.device("cpu"), sample_batch=sample, scaler=True))
     assert asked == []  # refused before the saved-activation measurement took its batch
 
 
@@ -393,7 +378,7 @@ def test_cpu_offload_exclusion_inside_compiled_code_is_refused(tmp_path: Any) ->
                                    offload=OffloadConfig(strategy=OffloadStrategy.cpu, exclude=exclude))
         stack = CompileStack(settings, console=False)
         try:
-            stack.setup(gpt_module(), Host(device=torch.device("cuda", 0)))
+            stack.setup(gpt_module(), LightningSide(device=torch.device("cuda", 0)))
         except ValueError as e:
             assert "offload=cpu with offload.exclude" in str(e)
             return True

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from runner.config.schema import OptimizerPolicy, Scope
-from runner.stack.planning.plan import CPU_INDUCTOR_OPTIONS
+from runner.stack.compiling.plan import CPU_INDUCTOR_OPTIONS
 from tests.helpers import fit_losses
 
 STEPS = 20

@@ -68,7 +68,7 @@ def test_metrics_limit_roundtrip() -> None:
 
 def test_real_compile_records_callbacks_guards_and_resume_names() -> None:
     calls: list[tuple[str, str, object]] = []
-    remove = ti.register_compile_callbacks(
+    remove = ti.COMPILE_EVENTS.subscribe(
         lambda trig, cid: calls.append(("start", trig, ti.compiling_target())),
         lambda trig, cid: calls.append(("end", trig, None)),
     )
@@ -95,7 +95,7 @@ def test_real_compile_records_callbacks_guards_and_resume_names() -> None:
 
 def test_compiling_target_names_the_wrapped_module() -> None:
     names: list[object] = []
-    remove = ti.register_compile_callbacks(lambda t, c: names.append(ti.compiling_target()), lambda t, c: None)
+    remove = ti.COMPILE_EVENTS.subscribe(lambda t, c: names.append(ti.compiling_target()))
     try:
         torch.compile(torch.nn.Linear(2, 2), backend="eager")(torch.randn(1, 2))
     finally:
@@ -110,12 +110,15 @@ def test_graph_break_logger_is_the_artifact_logger() -> None:
 
 def test_stance_swap_and_restore() -> None:
     assert ti.current_stance() == "default"
-    prior = ti.force_eager_stance()
+    found = ti.stance_now()
+    prior = ti.set_stance("force_eager")
     try:
-        assert ti.current_stance() == "force_eager"
+        assert ti.current_stance() == "force_eager" and prior is found
+        ti.set_stance("fail_on_recompile")
+        assert ti.current_stance() == "fail_on_recompile"
     finally:
         ti.restore_stance(prior)
-    assert ti.current_stance() == "default"
+    assert ti.current_stance() == "default" and ti.stance_now() is found
 
 
 # -- dynamic shapes ------------------------------------------------------------------------------
@@ -490,3 +493,22 @@ def test_cpu_kernel_internals_are_pinned(tmp_path: Path, monkeypatch: pytest.Mon
             f"print(ti.read_kernel_locked(Path({str(tmp_path)!r}), {name!r}, timeout_s=0.2))")],
             capture_output=True, text=True, env={**__import__("os").environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path)})
         assert held.stdout.strip() == "None", held.stderr[-2000:]
+
+
+def test_compile_events_register_torchs_callbacks_once_for_every_listener() -> None:
+    """Four listeners of a fit (telemetry, CUDA graphs, the shape policy, the console) are one registration
+    with torch; it goes when the last unsubscribes, and comes back after ``torch._dynamo.reset()``."""
+    handler = torch._dynamo.callback_handler
+    before = len(handler.start_callbacks)
+    seen: list[list[str]] = [[], [], []]
+    removes = [ti.COMPILE_EVENTS.subscribe(lambda t, c, i=i: seen[i].append(t)) for i in range(3)]
+    assert len(handler.start_callbacks) == before + 1
+    torch.compile(lambda x: x + 1, backend="eager")(torch.randn(2))
+    assert seen[0] == seen[1] == seen[2] == ["DYNAMO"]
+    torch._dynamo.reset()  # clears torch's registry
+    late = ti.COMPILE_EVENTS.subscribe(lambda t, c: seen[0].append(t))
+    torch.compile(lambda x: x * 2, backend="eager")(torch.randn(2))
+    assert seen[0] == ["DYNAMO", "DYNAMO", "DYNAMO"] and seen[1] == ["DYNAMO", "DYNAMO"]
+    for remove in [*removes, late]:
+        remove()
+    assert len(handler.start_callbacks) == 0 and ti.COMPILE_EVENTS.listeners == 0

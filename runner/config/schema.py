@@ -106,7 +106,7 @@ class CompileConfig:
     """Fail on any graph break instead of splitting the graph."""
     options: dict[str, Any] = field(default_factory=dict)
     """Extra Inductor options passed through to ``torch.compile(options=...)``. On the CPU they go on
-    top of runner's own (``runner.stack.planning.plan.CPU_INDUCTOR_OPTIONS``, logged as ``compile/options``)."""
+    top of runner's own (``runner.stack.compiling.plan.CPU_INDUCTOR_OPTIONS``, logged as ``compile/options``)."""
     optimizer: OptimizerPolicy = OptimizerPolicy.auto
     """How the optimizer step runs."""
     compiled_autograd: bool = False

@@ -1,12 +1,16 @@
 """The compile stack. The spine: ``CompileStack`` (``compile_stack``) applies every part in one ordered
-sequence, ``parts`` builds them, ``host`` is what configures it and ``component`` the interface each part
-implements. The parts, one folder each: ``planning`` (what is compiled and how), ``background`` (compile
-beside the run), ``cudagraphs``, ``optimizer``, ``errors`` (errors and demotion), ``offload``, ``dynamic``,
+sequence, ``fit_parts`` builds one fit's parts, ``host`` holds what configures the stack (``CompileSettings``)
+and what Lightning hands it (``LightningSide``), ``component`` the interface each part implements, and
+``step_mode`` the one owner of Dynamo's stance, which every part asks for eager steps. The parts, one folder
+each: ``compiling`` (what is compiled and how, and applying it), ``background`` (compile beside the run),
+``cudagraphs``, ``optimizer``, ``errors`` (compile errors and recompile storms), ``offload``, ``dynamic``,
 ``deferred`` (what the compiled step keeps out of its graph), ``console`` (what it prints), ``caches``.
-``runner.strategy`` holds the thin Lightning overrides.
+``runner.strategy`` holds the thin Lightning overrides. ``stack_of(trainer)`` is how a callback reaches it.
 """
 
-from runner.stack.compile_stack import CompileSettings, CompileStack, Host
-from runner.stack.planning.plan import CompilePlan, resolve_plan
+from runner.stack.compile_stack import CompileSettings, CompileStack, LightningSide, stack_of
+from runner.stack.compiling.plan import CompilePlan, resolve_plan
+from runner.stack.step_mode import Eager, StepMode
 
-__all__ = ["CompilePlan", "CompileSettings", "CompileStack", "Host", "resolve_plan"]
+__all__ = ["CompilePlan", "CompileSettings", "CompileStack", "Eager", "LightningSide", "StepMode", "resolve_plan",
+           "stack_of"]

@@ -7,11 +7,11 @@ model: each transform one call, in order, readable top to bottom)::
       -> optimizer-step policy -> CUDA graphs -> bind -> compile beside the run (``compile.background``)
 
 Lightning's side of the order (a sample batch, sharding, the optimizers) comes from the strategy as a
-:class:`Host`. What is compiled is decided once, up front, by ``runner.stack.planning.plan.resolve_plan``. Each
-step then runs through ``training_step`` (batch preparation, the components' contexts, deferred Python
-side effects), a recompile storm demotes the frame that storms (``runner.stack.errors.demotion``), and
-``teardown`` restores every module, optimizer and process-wide setting the stack changed and forgets
-what this fit compiled, so the next fit in the process starts clean.
+:class:`LightningSide`. What is compiled is decided once, up front, by
+``runner.stack.compiling.plan.resolve_plan``. Each step then runs through ``training_step`` (batch preparation,
+the components' contexts, deferred Python side effects), a recompile storm demotes the frame that storms
+(``runner.stack.errors.storms``), and ``teardown`` restores every module, optimizer and process-wide setting the
+stack changed and forgets what this fit compiled, so the next fit in the process starts clean.
 """
 
 from __future__ import annotations
@@ -27,21 +27,21 @@ import torch
 from torch.optim import Optimizer
 
 from runner import torch_internals as ti
+from runner.stack.compiling.binding import code_of, install_step, user_step
+from runner.stack.compiling.compile import CompiledModules, apply_compile, compiled_submodules
+from runner.stack.compiling.plan import Target, resolve_optimizers
 from runner.stack.component import overrides
-from runner.stack.cudagraphs import CudaGraphs
 from runner.stack.deferred.metrics import metric_methods
-from runner.stack.errors.demotion import Storm
 from runner.stack.errors.explain import explain_compile_error
-from runner.stack.host import CompileSettings, Host
+from runner.stack.errors.storms import Storm
+from runner.stack.fit_parts import FitParts, build_fit_parts
+from runner.stack.host import CompileSettings, LightningSide
 from runner.stack.offload.on_path import measure_saved_activations
-from runner.stack.parts import Parts, build_parts
-from runner.stack.planning.binding import code_of, install_step, user_step
-from runner.stack.planning.compile import CompiledModules, apply_compile, compiled_submodules
-from runner.stack.planning.plan import Target, resolve_optimizers
+from runner.stack.step_mode import StepMode
 
 log = logging.getLogger(__name__)
 
-__all__ = ["CompileSettings", "CompileStack", "Host"]
+__all__ = ["CompileSettings", "CompileStack", "LightningSide", "stack_of"]
 
 
 class CompileStack:
@@ -50,7 +50,10 @@ class CompileStack:
     def __init__(self, settings: CompileSettings, console: bool = True) -> None:
         self.settings = settings
         self.console = console
-        self.parts: Parts | None = None
+        self.mode = StepMode()
+        """The one owner of Dynamo's stance in a fit (a new one at each ``setup``): parts and callbacks ask it
+        for eager steps (``runner.stack.step_mode``)."""
+        self.parts: FitParts | None = None
         self.compiled = CompiledModules()
         self.measured: dict[str, Any] = {}
         self.demoted: list[dict[str, Any]] = []
@@ -81,22 +84,18 @@ class CompileStack:
         return self.parts.plan if self.parts is not None else None
 
     @property
-    def eager_beside_compile(self) -> bool:
-        """True while the steps run eagerly, the compile running beside the run (telemetry's pairs wait)."""
-        return self.parts is not None and self.parts.background.pending
-
-    @property
     def backward_in_step(self) -> bool:
         """Whether the compiled step runs backward itself (``scope=step_backward``, automatic optimization)."""
         return self.plan is not None and self.plan.backward_in_step
 
     # -- setup: the ordered sequence -----------------------------------------------------------
-    def setup(self, module: L.LightningModule, host: Host) -> None:
+    def setup(self, module: L.LightningModule, host: LightningSide) -> None:
         """Measure, transform the module in order, compile, shard, prepare the optimizers, bind."""
         self._snapshot = ti.code_snapshot()
         self._applied = True  # from here on, teardown has something to undo
         self._accumulate = host.accumulate_grad_batches
-        parts = self.parts = build_parts(self.settings, module, host, console=self.console)
+        self.mode = StepMode()
+        parts = self.parts = build_fit_parts(self.settings, module, host, console=self.console, mode=self.mode)
         self.measured = measure_saved_activations(module, host, self.settings)  # 0. on a copy
         parts.background.apply(module)  # 0b. untransformed, for a compile process beside the run (compile.background)
         parts.configure_compiler()
@@ -112,7 +111,7 @@ class CompileStack:
             host.shard(module)
         optimizers = host.optimizers()  # 5. the optimizers as they will step (sharded params under FSDP)
         parts.plan = resolve_optimizers(parts.plan, self.settings.compile.optimizer, optimizers, host.device,  # 6.
-                                        cudagraphs_active=parts.cudagraphs_active, scaler=host.scaler)
+                                        scaler=host.scaler)
         parts.apply_optimizer_step(optimizers, host.device)
         parts.cudagraphs.configure()  # 7. CUDA graphs: static addresses, step marking
         parts.cudagraphs.apply(module)
@@ -121,7 +120,7 @@ class CompileStack:
         self._bind(module, optimizers, host)  # 8. route training_step through the stack
         parts.background.configure()  # 9. compile beside the run: every step eager until it is ready
 
-    def _bind(self, module: L.LightningModule, optimizers: list[Optimizer], host: Host) -> None:
+    def _bind(self, module: L.LightningModule, optimizers: list[Optimizer], host: LightningSide) -> None:
         """Route every training_step call through the stack; per-step hooks only of components that
         override them (a disabled feature costs nothing in the hot loop)."""
         assert self.parts is not None
@@ -186,6 +185,7 @@ class CompileStack:
                 opt.zero_grad(set_to_none=True)
         self._micro_batches += 1
         with contextlib.ExitStack() as stack:
+            stack.enter_context(self.mode.training_step())  # the stance the step's reasons give (StepMode)
             for context in self._contexts:
                 stack.enter_context(context())
             if self._capture:
@@ -205,18 +205,9 @@ class CompileStack:
         for backward_end in self._backward_enders:
             backward_end()
 
-    @property
-    def eager_warmup(self) -> bool:
-        """True while the next training step runs eagerly as a CUDA-graph warm-up step (the telemetry's
-        speedup warm-up and pairs start after it)."""
-        return self.parts is not None and isinstance(self.parts.cudagraphs, CudaGraphs) and \
-            self.parts.cudagraphs.warming_up
-
     def eval_step_context(self) -> contextlib.AbstractContextManager[Any]:
         """Around each validation/test/predict batch of a fit: under CUDA graphs, a new CUDA-graph step."""
-        if self.parts is not None and isinstance(self.parts.cudagraphs, CudaGraphs):
-            return self.parts.cudagraphs.eval_step_context()
-        return contextlib.nullcontext()
+        return self.parts.cudagraphs.eval_step_context() if self.parts is not None else contextlib.nullcontext()
 
     def optimizers_restored(self) -> None:
         """After Lightning loaded the optimizers' state from a checkpoint (a resume): the LR tensors a
@@ -232,6 +223,7 @@ class CompileStack:
                 stack.enter_context(context())
             yield
         self.steps += 1
+        self.mode.optimizer_step_done()
         for step_end in self._step_enders:
             step_end(self.steps)
         if self.parts is not None:
@@ -298,3 +290,9 @@ class CompileStack:
         elif self._frozen:
             out.update(self._frozen)  # an unpickled copy: what the original stack did
         return out
+
+
+def stack_of(trainer: L.Trainer) -> CompileStack | None:
+    """The compile stack of ``trainer``'s strategy (a runner strategy), or None: how a callback reaches it."""
+    stack = getattr(trainer.strategy, "stack", None)
+    return stack if isinstance(stack, CompileStack) else None

@@ -1,5 +1,5 @@
 """What the compile stack is configured by (:class:`CompileSettings`) and what the strategy hands it for
-the ordered apply (:class:`Host`): Lightning's side of the order, one callable or value each."""
+the ordered apply (:class:`LightningSide`): Lightning's side of the order, one callable or value each."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def _no_batch() -> tuple[Any, str]:
 
 
 @dataclass
-class Host:
+class LightningSide:
     """Lightning's side of ``CompileStack.setup``, handed over by the strategy."""
 
     device: torch.device

@@ -25,9 +25,9 @@ from lightning.pytorch.trainer.states import TrainerFn
 
 from runner import lightning_internals as li
 from runner.config.schema import FsdpMixedPrecision
-from runner.stack.planning.blocks import find_blocks
-from runner.stack.planning.compile import compiled_submodules
-from runner.stack.planning.shard import ShardPlan, apply_sharding, is_sharded, resolve_mixed_precision
+from runner.stack.compiling.blocks import find_blocks
+from runner.stack.compiling.compile import compiled_submodules
+from runner.stack.compiling.shard import ShardPlan, apply_sharding, is_sharded, resolve_mixed_precision
 from runner.strategy.lightning import CompileStrategyBase
 
 

@@ -2,7 +2,7 @@
 
 They stay thin adapters: Lightning does device placement, DDP wrapping, precision, the optimizer step
 (closure and all) and checkpoint I/O; every compile decision and its order live in ``CompileStack``,
-which each strategy hands Lightning's side of the order as a ``Host``. Use them in any Trainer::
+which each strategy hands Lightning's side of the order as a ``LightningSide``. Use them in any Trainer::
 
     trainer = L.Trainer(strategy=CompileStrategy(compile=CompileConfig(scope=Scope.step)))
     trainer = L.Trainer(strategy="compile")  # the same, by name (after ``import runner``)
@@ -24,9 +24,9 @@ from torch.optim import Optimizer
 
 from runner import lightning_internals as li
 from runner.config.schema import CompileConfig, CudaGraphsConfig, DynamicConfig, OffloadConfig
-from runner.stack import CompileSettings, CompileStack, Host
-from runner.strategy.console import progress_sink
+from runner.stack import CompileSettings, CompileStack, LightningSide
 from runner.strategy.log_fastpath import LogFastPath
+from runner.strategy.progress_sink import progress_sink
 
 NO_TRAINABLE_PARAMETERS = (
     "{name} has no trainable parameters, so configure_optimizers built an optimizer over an empty "
@@ -93,10 +93,10 @@ class CompileStrategyBase:
             atexit.register(_destroy_process_group)
 
     def host(self, trainer: L.Trainer, optimizers: Callable[[], list[Optimizer]] | None = None,
-             shard: Callable[[torch.nn.Module], None] | None = None) -> Host:
+             shard: Callable[[torch.nn.Module], None] | None = None) -> LightningSide:
         """Lightning's side of the stack's ordered apply, for this trainer."""
         strategy: Any = self
-        return Host(
+        return LightningSide(
             device=strategy.root_device,
             optimizers=optimizers or (lambda: list(strategy.optimizers)),
             accumulate_grad_batches=trainer.accumulate_grad_batches,

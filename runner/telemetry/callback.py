@@ -1,11 +1,11 @@
 """``CompileTelemetry``: the Lightning callback that measures what compilation did and bought.
 
-Per training step (``on_train_batch_start`` -> ``on_train_batch_end`` = forward, backward and
-optimizer step) it chooses the Dynamo stance (compiled, or ``force_eager`` for the interleaved eager
-steps of :class:`SpeedupMeter`), times the step, and every ``log_every_n_steps`` sends the compile,
-perf and memory figures to every logger of the trainer. At the end of training it writes
-``compile_events.txt`` into the run dir and the reasons table to wandb; :meth:`figures` returns the
-final flat dict for :func:`runner.telemetry.report.write_report`.
+Per training step (``on_train_batch_start`` -> ``on_train_batch_end`` = forward, backward and optimizer step) it
+asks the fit's step mode (``runner.stack.StepMode``: the stack's, or one of its own under another strategy) to
+run the interleaved eager steps of :class:`SpeedupMeter` eagerly, times the step, and every
+``log_every_n_steps`` sends the compile, perf and memory figures to every logger of the trainer. At the end of
+training it writes ``compile_events.txt`` into the run dir and the reasons table to wandb; :meth:`figures`
+returns the final flat dict for :func:`runner.telemetry.report.write_report`.
 
 Everything runs in callbacks, outside compiled code: logging cannot cause graph breaks or recompiles.
 
@@ -30,8 +30,8 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 
-from runner import torch_internals as ti
 from runner.config.schema import TelemetryConfig
+from runner.stack import Eager, StepMode, stack_of
 from runner.stack.console import CompileProgress
 from runner.telemetry import ranks, sinks
 from runner.telemetry.advice import advice_lines
@@ -83,7 +83,9 @@ class CompileTelemetry(pl.Callback):
         self.peak: Peak | None = None
         self._module: torch.nn.Module | None = None
         self._trainable: int | None = None  # trainable parameter count, recounted each epoch
-        self._step_state: tuple[str, Any, int] | None = None  # mode, prior stance, events before
+        self._step_state: tuple[str, Eager | None, int] | None = None  # mode, eager reason held, events before
+        self.mode = StepMode()
+        """The step mode the eager steps are asked of: the runner strategy's, from the fit's start."""
         self._sampled_step: int | None = None  # the global step whose first batch was timed for step_ms
         self._final: dict[str, Any] | None = None
         self.trace = StructuredTrace(self.run_dir, cfg.trace)
@@ -111,7 +113,9 @@ class CompileTelemetry(pl.Callback):
         copies of the step that are not the run's) and before anything of the run compiles."""
         if self.collector is None and self.progress is not None:
             # A runner strategy with its own console already prints each compile: print them once.
-            console = bool(getattr(getattr(trainer.strategy, "stack", None), "console", False))
+            stack = stack_of(trainer)
+            self.mode = stack.mode if stack is not None else StepMode()
+            console = stack is not None and stack.console
             self.collector = CompileCollector(listeners=() if console else (self.progress,)).start()
             self.trace.start()
             reset_memory_peak(self._device)  # memory/peak_gib: the run's, not the measurement's before it
@@ -128,8 +132,11 @@ class CompileTelemetry(pl.Callback):
         if self.collector is None or self.clock is None:
             return
         self._counts = batch_counts(batch)  # every step: document batches vary in length
-        mode = "background" if eager_beside_compile(trainer) else self.meter.next_mode()
-        prior = ti.force_eager_stance() if mode in ("eager", "flops") else None
+        why = self.mode.eager_because()  # eager for the stack's own reason (beside the run, CUDA-graph warm-up)
+        mode = "background" if why is Eager.beside else self.meter.next_mode()
+        held = {"eager": Eager.pair, "flops": Eager.flops}.get(mode)
+        if held is not None:
+            self.mode.hold(held)
         if mode == "flops":
             self._flops.start()
         step = trainer.global_step
@@ -139,8 +146,8 @@ class CompileTelemetry(pl.Callback):
         sampled = step % max(1, self.cfg.log_every_n_steps) == 0 and step != self._sampled_step
         if sampled:
             self._sampled_step = step
-        self._step_state = (mode, prior, len(self.collector.events))
-        self._held = eager_warmup(trainer)  # a CUDA-graph warm-up step the strategy runs eagerly
+        self._step_state = (mode, held, len(self.collector.events))
+        self._held = why is Eager.warmup  # the speedup's warm-up counts only the steps after it
         self.clock.start(timed=sampled or self.meter.wants_time(mode))
 
     def on_train_batch_end(
@@ -172,12 +179,12 @@ class CompileTelemetry(pl.Callback):
         """Leave the step: stop the FLOP counter and restore the stance (also after an exception)."""
         if self._step_state is None:
             return
-        mode, prior, _ = self._step_state
+        mode, held, _ = self._step_state
         self._step_state = None
         if mode == "flops":
             self._flops.stop()
-        if prior is not None:
-            ti.restore_stance(prior)
+        if held is not None:
+            self.mode.release(held)
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """Final figures to the loggers, reasons to wandb and ``compile_events.txt``."""
@@ -202,7 +209,7 @@ class CompileTelemetry(pl.Callback):
             self._finish()
 
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
-        """A step that raised must not leave the process in force_eager."""
+        """A step that raised must not leave its eager hold behind."""
         self._end_step_state()
 
     def _finish(self) -> None:
@@ -281,14 +288,3 @@ class CompileTelemetry(pl.Callback):
             own = (self.meter.rate("samples"), self.meter.rate("tokens"))
             self._world_rates = ranks.sum_rates(trainer.strategy, own, self._device)
 
-
-def eager_beside_compile(trainer: pl.Trainer) -> bool:
-    """Whether runner's strategy keeps this step eager while its compile runs beside the run
-    (``CompileStack.eager_beside_compile``, ``compile.background``): such steps are neither warm-up nor pairs."""
-    return bool(getattr(getattr(trainer.strategy, "stack", None), "eager_beside_compile", False))
-
-
-def eager_warmup(trainer: pl.Trainer) -> bool:
-    """Whether runner's strategy runs this step eagerly as a CUDA-graph warm-up step
-    (``CompileStack.eager_warmup``): the speedup's warm-up counts only the steps after it."""
-    return bool(getattr(getattr(trainer.strategy, "stack", None), "eager_warmup", False))

@@ -88,7 +88,7 @@ class CompileCollector:
         self._baseline_counters = ti.counters_snapshot()
         self._final = self._final_counters = None
         self._live = (-1, [])
-        self._unregister = ti.register_compile_callbacks(self._on_start, self._on_end)
+        self._unregister = ti.COMPILE_EVENTS.subscribe(self._on_start, self._on_end)
         self._attach_graph_break_handler()
         return self
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import lightning.pytorch as pl
 
-from runner.strategy.console import progress_sink  # noqa: F401  (where compile progress prints)
+from runner.strategy.progress_sink import progress_sink  # noqa: F401  (where compile progress prints)
 
 
 def scalars(figures: dict[str, Any]) -> dict[str, float]:

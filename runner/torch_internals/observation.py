@@ -155,29 +155,58 @@ CompileCallback = Callable[[str, str], None]
 """Called with (trigger, compile_id); trigger is "DYNAMO", "LAZY_BACKWARD", "CUDAGRAPH_RECORDING"..."""
 
 
-def register_compile_callbacks(on_start: CompileCallback, on_end: CompileCallback) -> Callable[[], None]:
-    """Call ``on_start``/``on_end`` around every compile (also the deferred backward compile).
+class CompileEvents:
+    """The one source of compile events in the process: torch's compile start/end callbacks
+    (``torch._dynamo.callback_handler``, which also fire for the deferred backward compile and for each CUDA-graph
+    recording) registered once while anyone listens, and passed to every listener of runner as
+    ``(trigger name, compile id)``. torch runs them only for the outermost of nested compiles."""
 
-    torch runs them only for the outermost of nested compiles. Returns a function that unregisters.
-    """
-    handler = torch._dynamo.callback_handler
+    def __init__(self) -> None:
+        self._listeners: list[tuple[CompileCallback, CompileCallback]] = []
 
-    def start(args: Any) -> None:
-        on_start(args.callback_trigger.name, str(args.compile_id))
+    def subscribe(self, on_start: CompileCallback, on_end: CompileCallback | None = None) -> Callable[[], None]:
+        """Call ``on_start`` (and ``on_end``) around every compile from now on; returns the unsubscribe."""
+        listener = (on_start, on_end or _ignore)
+        self._listeners.append(listener)
+        self._register()
+        return lambda: self._unsubscribe(listener)
 
-    def end(args: Any) -> None:
-        on_end(args.callback_trigger.name, str(args.compile_id))
+    def _register(self) -> None:
+        # Again when torch._dynamo.reset() cleared torch's callbacks since the last subscription.
+        handler = torch._dynamo.callback_handler
+        if self._start not in handler.start_callbacks:
+            handler.register_start_callback(self._start)
+        if self._end not in handler.end_callbacks:
+            handler.register_end_callback(self._end)
 
-    handler.register_start_callback(start)
-    handler.register_end_callback(end)
+    def _unsubscribe(self, listener: tuple[CompileCallback, CompileCallback]) -> None:
+        if listener in self._listeners:
+            self._listeners.remove(listener)
+        if not self._listeners:
+            handler = torch._dynamo.callback_handler
+            for remover, fn in ((handler.remove_start_callback, self._start), (handler.remove_end_callback, self._end)):
+                with contextlib.suppress(ValueError):  # torch._dynamo.reset() already cleared the registry
+                    remover(fn)
 
-    def remove() -> None:
-        # remove_* raise ValueError when torch._dynamo.reset() already cleared the registry
-        for remover, fn in ((handler.remove_start_callback, start), (handler.remove_end_callback, end)):
-            with contextlib.suppress(ValueError):
-                remover(fn)
+    def _start(self, args: Any) -> None:
+        for on_start, _ in list(self._listeners):
+            on_start(args.callback_trigger.name, str(args.compile_id))
 
-    return remove
+    def _end(self, args: Any) -> None:
+        for _, on_end in list(self._listeners):
+            on_end(args.callback_trigger.name, str(args.compile_id))
+
+    @property
+    def listeners(self) -> int:
+        return len(self._listeners)
+
+
+def _ignore(trigger: str, compile_id: str) -> None:
+    """A listener's end callback when it wants only starts."""
+
+
+COMPILE_EVENTS = CompileEvents()
+"""The process's compile-event source (the telemetry, CUDA graphs, the shape policy and the console subscribe)."""
 
 
 def compiling_target() -> tuple[str, str, int] | None:

@@ -15,18 +15,23 @@ from typing import Any
 import torch
 
 
-def force_eager_stance() -> Any:
-    """Switch Dynamo to the ``force_eager`` stance; returns the prior stance for :func:`restore_stance`.
-
-    Keeping the prior stance object (not just its name) restores ``fail_on_recompile`` etc. exactly.
-    """
+def stance_now() -> Any:
+    """Dynamo's current stance, as an object :func:`restore_stance` puts back exactly (``fail_on_recompile``
+    with its backend and options, not just its name)."""
     from torch._dynamo import eval_frame
 
-    return eval_frame._set_stance(eval_frame.DynamoStance(stance="force_eager"))
+    return eval_frame._stance
+
+
+def set_stance(stance: str) -> Any:
+    """Switch Dynamo to ``stance`` (``force_eager``, ``fail_on_recompile``, ...); returns the prior stance."""
+    from torch._dynamo import eval_frame
+
+    return eval_frame._set_stance(eval_frame.DynamoStance(stance=stance))
 
 
 def restore_stance(prior: Any) -> None:
-    """Restore a stance returned by :func:`force_eager_stance`."""
+    """Put back a stance returned by :func:`stance_now` or :func:`set_stance`."""
     from torch._dynamo import eval_frame
 
     eval_frame._set_stance(prior)
@@ -37,19 +42,6 @@ def current_stance() -> str:
     from torch._dynamo import eval_frame
 
     return str(eval_frame._stance.stance)
-
-
-def step_stance(stance: str) -> contextlib.AbstractContextManager[Any]:
-    """``torch.compiler.set_stance(stance)`` around one step, unless Dynamo is already forced eager.
-
-    The speedup meter forces eager steps from a callback, outside the step; a stance set inside the
-    step (``dynamic.after_warmup``, CUDA-graph warm-up) would otherwise turn them back into compiled
-    steps (a speedup of compiled vs compiled), or make them recompile. An eager step compiles nothing,
-    so no other stance has anything to do in it.
-    """
-    if current_stance() == "force_eager":
-        return contextlib.nullcontext()
-    return torch.compiler.set_stance(stance)
 
 
 def reset_compiler() -> None:

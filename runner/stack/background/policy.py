@@ -13,8 +13,8 @@ from typing import Any
 import torch
 
 from runner.config.schema import Background
+from runner.stack.compiling.plan import CompilePlan
 from runner.stack.component import StackComponent
-from runner.stack.planning.plan import CompilePlan
 
 Step = Callable[..., Any]
 

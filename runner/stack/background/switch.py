@@ -2,11 +2,11 @@
 
 The run saves its module before any transform (step 0b of ``CompileStack.setup``), starts a compile
 process (``runner.precompile``, through :class:`CompileProcess`) with its first batch, and trains
-under Dynamo's ``force_eager`` stance until that process has filled Inductor's and AOTAutograd's
-on-disk caches; after each optimizer step it asks (one ``waitpid``) whether the process is done, and
-from the next step Dynamo compiles the step from the warm cache (about 2 s instead of 17-40 s cold
-for the quickstart GPT on 2 cores): the graphs compiling first would produce, only the first steps
-eager. A failed process is reported and the run compiles in itself, or stays eager under
+eagerly (the fit's step mode holds every step eager: ``Eager.beside``) until that process has filled
+Inductor's and AOTAutograd's on-disk caches; after each optimizer step it asks (one ``waitpid``)
+whether the process is done, and from the next step Dynamo compiles the step from the warm cache
+(about 2 s instead of 17-40 s cold for the quickstart GPT on 2 cores): the graphs compiling first would
+produce, only the first steps eager. A failed process is reported and the run compiles in itself, or stays eager under
 ``compile.on_error=eager``. ``shared``/``pinned`` run it on every core / one core (the run's threads
 leave that core) and switch as soon as it is ready. ``auto`` pins it to a core training does not
 use; where every core trains it starts only for a run long enough to repay the core it takes
@@ -28,7 +28,6 @@ from typing import Any
 import lightning as L
 import torch
 
-from runner import torch_internals as ti
 from runner.config.schema import Background, OnError
 from runner.stack.background.policy import (
     DECIDE_AFTER,
@@ -41,9 +40,10 @@ from runner.stack.background.policy import (
     worth_starting,
 )
 from runner.stack.background.process import CompileProcess, ProcessResult, last_cpu, start_process_for
+from runner.stack.compiling.plan import CompilePlan
 from runner.stack.component import StackComponent
-from runner.stack.host import CompileSettings, Host
-from runner.stack.planning.plan import CompilePlan
+from runner.stack.host import CompileSettings, LightningSide
+from runner.stack.step_mode import Eager, StepMode
 
 log = logging.getLogger(__name__)
 
@@ -58,9 +58,10 @@ class BackgroundCompile(StackComponent):
 
     name = "background"
 
-    def __init__(self, policy: Background, settings: CompileSettings, host: Host,
-                 say: Callable[[str], None]) -> None:
+    def __init__(self, policy: Background, settings: CompileSettings, host: LightningSide,
+                 say: Callable[[str], None], mode: StepMode) -> None:
         self.policy = policy
+        self.mode = mode
         self.settings = dataclasses.replace(settings, compile=dataclasses.replace(
             settings.compile, background=Background.disabled))
         self.host, self.say = host, say
@@ -75,7 +76,6 @@ class BackgroundCompile(StackComponent):
         self.switch_step: int | None = None
         self.eager_steps = 0
         self._module: L.LightningModule | None = None
-        self._prior: Any = None
         self._threads: int | None = None  # the run's thread count while a pinned process has a core
         self._batch: Any = None  # the first batch, until the process starts
         self._late: LateStep | None = None
@@ -110,10 +110,10 @@ class BackgroundCompile(StackComponent):
         return self._late
 
     def configure(self) -> None:
-        """Dynamo's ``force_eager`` stance, once the setup is done: nothing compiles in the run until the
-        switch (validation included); ``teardown`` puts the prior stance back."""
+        """Every step eager once the setup is done: nothing compiles in the run until the switch (validation
+        included)."""
         if self.pending:
-            self._prior = ti.force_eager_stance()
+            self.mode.hold(Eager.beside)
 
     def prepare_batch(self, batch: Any) -> Any:
         """The first batch, as the step receives it, starts the compile process (``auto`` without a spare
@@ -220,8 +220,7 @@ class BackgroundCompile(StackComponent):
         self.switch_step = step
         if self._late is not None:
             self._late.compile()
-        ti.restore_stance(self._prior)
-        self._prior = None
+        self.mode.release(Eager.beside)
 
     def _give_back_core(self) -> None:
         if self._threads is not None:
@@ -240,9 +239,7 @@ class BackgroundCompile(StackComponent):
                            f"({self.process.elapsed():.0f} s); it trained eagerly throughout")
             self.process.stop()
         self._give_back_core()
-        if self._prior is not None:
-            ti.restore_stance(self._prior)
-            self._prior = None
+        self.mode.release(Eager.beside)
         self.pending = False
         super().teardown()
 
@@ -263,8 +260,8 @@ class BackgroundCompile(StackComponent):
         return out
 
 
-def build_background(settings: CompileSettings, plan: CompilePlan, host: Host, pulls_batches: bool,
-                     say: Callable[[str], None]) -> CompileInRun | BackgroundCompile:
+def build_background(settings: CompileSettings, plan: CompilePlan, host: LightningSide, pulls_batches: bool,
+                     say: Callable[[str], None], mode: StepMode) -> CompileInRun | BackgroundCompile:
     """The component ``compile.background`` asks for on this host (in the run where it cannot run beside)."""
     world = torch.distributed.get_world_size() if torch.distributed.is_available() and \
         torch.distributed.is_initialized() else 1
@@ -274,4 +271,4 @@ def build_background(settings: CompileSettings, plan: CompilePlan, host: Host, p
             log.warning("compile.background=%s: %s; it compiles in the first step instead",
                         settings.compile.background.value, why)
         return CompileInRun(settings.compile.background, why)
-    return BackgroundCompile(policy, settings, host, say)
+    return BackgroundCompile(policy, settings, host, say, mode)

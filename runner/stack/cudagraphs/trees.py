@@ -45,6 +45,7 @@ from runner.config.schema import CudaGraphMode, CudaGraphsConfig
 from runner.stack.component import StackComponent
 from runner.stack.cudagraphs.partitions import PartitionCount
 from runner.stack.cudagraphs.static_batch import StaticBatch
+from runner.stack.step_mode import StepMode
 
 
 class CudaGraphs(StackComponent):
@@ -53,8 +54,11 @@ class CudaGraphs(StackComponent):
 
     name = "cudagraphs"
 
-    def __init__(self, cfg: CudaGraphsConfig, device: torch.device) -> None:
+    def __init__(self, cfg: CudaGraphsConfig, device: torch.device, mode: StepMode | None = None) -> None:
         self.cfg = cfg
+        self.mode = mode or StepMode()
+        """The fit's step mode, which runs the warm-up steps eagerly (the stack's; a component built alone
+        has one of its own)."""
         self.device_index = device.index if device.index is not None else 0
         self.steps = 0
         self.optimizers: list[Optimizer] = []
@@ -81,10 +85,13 @@ class CudaGraphs(StackComponent):
         # the graphs instead. torch before 2.15 counts every kernel's own loop indices as such sizes, which
         # left each Triton kernel of a static step out (docs/compile.md): the check is corrected there.
         self.torch_settings.inductor("triton.cudagraph_skip_dynamic_graphs", self.cfg.skip_dynamic_graphs)
+        # The first warmup_steps run eagerly, so lazily built module state (caches, lazy modules) exists
+        # before anything is recorded; their optimizer steps are not held (compiled from the first step).
+        self.mode.eager_first_steps(self.cfg.warmup_steps)
         if self.cfg.skip_dynamic_graphs:
             ti.partition_on_graph_symbols_only(self.torch_settings)
         self.partitions.install(self.torch_settings)
-        self._unregister = ti.register_compile_callbacks(self._on_compile_start, lambda trigger, cid: None)
+        self._unregister = ti.COMPILE_EVENTS.subscribe(self._on_compile_start)
 
     def _on_compile_start(self, trigger: str, compile_id: str) -> None:
         if trigger == ti.CUDAGRAPH_RECORDING_TRIGGER:
@@ -112,21 +119,11 @@ class CudaGraphs(StackComponent):
     def bind_optimizers(self, optimizers: list[Optimizer]) -> None:
         self.optimizers = list(optimizers)
 
-    @property
-    def warming_up(self) -> bool:
-        """Whether the next training step is one of the eager warm-up steps."""
-        return self.steps < self.cfg.warmup_steps
-
     @contextlib.contextmanager
     def _step(self) -> Iterator[None]:
-        # The first warmup_steps run eagerly, so lazily built module state (caches, lazy modules) exists
-        # before anything is recorded. After that the stance is left alone: setting "default" would
-        # cancel another component's (dynamic.after_warmup's fail_on_recompile). The optimizer step is
-        # outside this context: compiled from the first step (see the module docstring).
         self._recorded_in_step = 0  # a first recording of an evaluation graph since the last step is not this step's
-        with ti.step_stance("force_eager") if self.warming_up else contextlib.nullcontext():
-            torch.compiler.cudagraph_mark_step_begin()
-            yield
+        torch.compiler.cudagraph_mark_step_begin()
+        yield
         self.steps += 1
 
     def step_context(self) -> ContextManager[Any]:
@@ -218,9 +215,17 @@ class CudaGraphsInactive(StackComponent):
     def figures(self) -> dict[str, Any]:
         return {"cudagraphs/active": False, "cudagraphs/requested": self.requested}
 
+    def eval_step_context(self) -> ContextManager[Any]:
+        return contextlib.nullcontext()
 
-def build_cudagraphs(cfg: CudaGraphsConfig, device: torch.device) -> StackComponent:
-    """The CUDA-graph component for the device."""
-    if cfg.mode is CudaGraphMode.reduce_overhead and device.type == "cuda":
-        return CudaGraphs(cfg, device)
+    def summary(self) -> str:
+        return "CUDA graphs: not active"
+
+
+def build_cudagraphs(on: bool, cfg: CudaGraphsConfig, device: torch.device,
+                     mode: StepMode) -> CudaGraphs | CudaGraphsInactive:
+    """The CUDA-graph component: active when the plan says so (``CompilePlan.cudagraphs``), else a no-op that
+    says, when they were asked for, why they are not."""
+    if on:
+        return CudaGraphs(cfg, device, mode)
     return CudaGraphsInactive(cfg.mode is CudaGraphMode.reduce_overhead, device)

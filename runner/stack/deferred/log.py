@@ -27,7 +27,7 @@ from typing import Any
 import lightning as L
 import torch
 
-from runner.stack.deferred.state import DeferredList, OptimizerView
+from runner.stack.deferred.stand_ins import DeferredList, OptimizerView
 
 DeferredMethods = Iterable[tuple[Any, Iterable[str]]]
 """Objects and the names of their methods to defer while a compiled step runs."""

@@ -25,6 +25,7 @@ from runner.data.batch import iter_tensors
 from runner.data.text import IGNORE_INDEX, PadTo
 from runner.stack.component import StackComponent
 from runner.stack.dynamic.agreement import Agreement, ShapeAgreement, process_group_info, resolve_agreement, shapes_of
+from runner.stack.step_mode import Eager, StepMode
 
 _MAX_REASONS = 20
 _METRICS_LIMIT = 4096  # compile records torch keeps (its default, 64, loses a long run's)
@@ -96,13 +97,14 @@ class _StepScope:
 
 
 class ShapePolicyComponent(StackComponent):
-    """Applies the shape policy: compiler settings once, dim marking per batch, the stance after
-    warm-up (inside the training step only, so validation is unaffected), and its own figures."""
+    """Applies the shape policy: compiler settings once, dim marking per batch, the stance after warm-up
+    and the agreement's eager holds (asked of the fit's step mode), and its own figures."""
 
     name = "dynamic"
 
-    def __init__(self, cfg: DynamicConfig) -> None:
+    def __init__(self, cfg: DynamicConfig, mode: StepMode | None = None) -> None:
         self.cfg = cfg
+        self.mode = mode or StepMode()
         self.dynamic_arg = resolve_dynamic_arg(cfg.policy)
         self.agreement = Agreement.local
         self._sync: ShapeAgreement | None = None
@@ -113,7 +115,6 @@ class ShapePolicyComponent(StackComponent):
         self._tokens = 0
         self._batch: Any = None
         self._before = 0
-        self._stance: ContextManager[Any] | None = None
         self._since_us = _now_us()
         self._final: dict[str, Any] | None = None
         self._in_step = False
@@ -135,8 +136,10 @@ class ShapePolicyComponent(StackComponent):
             # A group of its own (all ranks call configure), so the exchange never queues behind DDP's buckets.
             self._sync = ShapeAgreement(dist.new_group(backend="gloo"))
         settings.compilation_metrics_limit(_METRICS_LIMIT)
+        if self.cfg.after_warmup is not AfterWarmup.none:  # inside training steps only: validation is unaffected
+            self.mode.after_warmup(self.cfg.after_warmup.value, from_step=self.cfg.warmup_steps)
         self._since_us = _now_us()
-        self._unregister = ti.register_compile_callbacks(self._on_compile_start, lambda trigger, cid: None)
+        self._unregister = ti.COMPILE_EVENTS.subscribe(self._on_compile_start)
 
     def _on_compile_start(self, trigger: str, compile_id: str) -> None:
         # The policy's figures are about the training step's frame: compiles started while a training
@@ -157,6 +160,8 @@ class ShapePolicyComponent(StackComponent):
             return batch  # nothing to mark (the common case): no walk over the batch
         tensors = list(iter_tensors(batch))
         agreed, self._hold = self._sync.observe(shapes_of(tensors)) if self._sync is not None else (set(), False)
+        if self._hold:  # this rank alone must not recompile: the ranks agree at a later step (agreement.py)
+            self.mode.eager_next_step(Eager.hold)
         for i, t in enumerate(tensors):
             marked: set[int] = set()
             if policy in (ShapePolicy.dynamic, ShapePolicy.unbacked):
@@ -182,18 +187,9 @@ class ShapePolicyComponent(StackComponent):
     def _enter_step(self) -> None:
         self._before = ti.graphs_compiled()
         self._in_step = True
-        if self._hold:  # this rank alone must not recompile: the ranks agree next step (agreement.py)
-            self._stance = ti.step_stance("force_eager")
-            self._stance.__enter__()
-        elif self.cfg.after_warmup is not AfterWarmup.none and self.steps >= self.cfg.warmup_steps:
-            self._stance = ti.step_stance(self.cfg.after_warmup.value)
-            self._stance.__enter__()
 
     def _exit_step(self, exc: BaseException | None) -> None:
         try:
-            if self._stance is not None:
-                stance, self._stance = self._stance, None
-                stance.__exit__(None, None, None)
             if isinstance(exc, RuntimeError) and ti.is_fail_on_recompile(exc):
                 shapes = shapes_of(list(iter_tensors(self._batch)))
                 raise RecompileAfterWarmupError(format_recompile_error(exc, self.steps, self.cfg, shapes)) from exc
@@ -255,6 +251,6 @@ def _now_us() -> int:
     return time.time_ns() // 1000
 
 
-def build_shape_policy(cfg: DynamicConfig) -> ShapePolicyComponent:
+def build_shape_policy(cfg: DynamicConfig, mode: StepMode) -> ShapePolicyComponent:
     """The shape-policy component for the stack; ``dynamic_arg`` goes to ``torch.compile(dynamic=...)``."""
-    return ShapePolicyComponent(cfg)
+    return ShapePolicyComponent(cfg, mode)

@@ -34,7 +34,7 @@ def apply_checkpointing(
 ) -> list[str]:
     """Wrap each repeated block of ``model`` in a non-reentrant checkpoint, in place.
 
-    Blocks are chosen by ``runner.stack.planning.blocks.find_blocks`` (the rule compiling and sharding use).
+    Blocks are chosen by ``runner.stack.compiling.blocks.find_blocks`` (the rule compiling and sharding use).
     Excluded blocks (names in ``exclude``) keep their activations. Returns the
     names of the wrapped blocks; wrapping twice is a no-op.
     """

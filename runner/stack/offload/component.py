@@ -19,11 +19,11 @@ from torch import nn
 
 from runner import torch_internals as ti
 from runner.config.schema import OffloadConfig, OffloadStrategy
+from runner.stack.compiling.plan import CompilePlan, Target
 from runner.stack.component import StackComponent
 from runner.stack.offload import policy
 from runner.stack.offload.checkpointing import apply_checkpointing
 from runner.stack.offload.hooks import SavedTensorCodec
-from runner.stack.planning.plan import CompilePlan, Target
 
 CPU_OFFLOAD_ON_CPU = (
     "offload.strategy=cpu moves saved activations to host memory, which is pointless on a {device} "

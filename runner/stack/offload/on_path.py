@@ -26,14 +26,14 @@ import torch
 
 from runner import torch_internals as ti
 from runner.config.schema import CudaGraphsConfig, OffloadStrategy
+from runner.stack.compiling.compile import CompiledModules, apply_compile
+from runner.stack.compiling.plan import CompilePlan, resolve_plan
 from runner.stack.deferred.log import discard_logs
 from runner.stack.deferred.metrics import metric_methods
-from runner.stack.host import CompileSettings, Host
-from runner.stack.planning.compile import CompiledModules, apply_compile
-from runner.stack.planning.plan import CompilePlan, resolve_plan
+from runner.stack.host import CompileSettings, LightningSide
 
 
-def skip_reason(module: L.LightningModule, host: Host, settings: CompileSettings) -> str | None:
+def skip_reason(module: L.LightningModule, host: LightningSide, settings: CompileSettings) -> str | None:
     """Why the measurement does not run here (None: it runs)."""
     if not module.automatic_optimization:
         return "manual optimization: the step needs the trainer"
@@ -42,7 +42,8 @@ def skip_reason(module: L.LightningModule, host: Host, settings: CompileSettings
     return None
 
 
-def measure_saved_activations(module: L.LightningModule, host: Host, settings: CompileSettings) -> dict[str, Any]:
+def measure_saved_activations(module: L.LightningModule, host: LightningSide,
+                              settings: CompileSettings) -> dict[str, Any]:
     """``offload/*`` figures of the offload strategy against ``none`` (empty when there is nothing to
     measure; ``offload/measure_skipped`` when it cannot run here)."""
     offload = settings.offload
@@ -95,11 +96,10 @@ def measure_on_run_path(module: L.LightningModule, batch: Any, device: torch.dev
 def measurement_plan(settings: CompileSettings, device: torch.device) -> CompilePlan:
     """The run's plan for ``device`` without CUDA graphs: the measurement's two steps per variant would
     only warm up and record graphs (memory the run never gets back), never replay them."""
-    from runner.stack.dynamic import build_shape_policy
+    from runner.stack.dynamic import resolve_dynamic_arg
 
     s = settings
-    shape = build_shape_policy(s.dynamic)
-    return resolve_plan(s.compile, CudaGraphsConfig(), shape.dynamic_arg, device, [], cudagraphs_active=False)
+    return resolve_plan(s.compile, CudaGraphsConfig(), resolve_dynamic_arg(s.dynamic.policy), device)
 
 
 @contextlib.contextmanager

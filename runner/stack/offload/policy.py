@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 # The one block rule (compile, checkpointing and sharding share it), used here by name.
-from runner.stack.planning.blocks import clean_name, find_blocks  # noqa: F401
+from runner.stack.compiling.blocks import clean_name, find_blocks  # noqa: F401
 
 # Dynamo writes module paths as source expressions: L['self']._modules['model'].blocks[0].attn
 _ROOT = re.compile(r"^[LG]\[['\"][^'\"]*['\"]\]")

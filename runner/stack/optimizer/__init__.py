@@ -1,3 +1,3 @@
 """How the optimizer step runs (``compile.optimizer``): eager, fused kernel or compiled, with Lightning's
-closure contract kept. Imports ``planning`` (the fused-kernel rule) and ``torch_internals``.
+closure contract kept. Imports ``compiling`` (the fused-kernel rule) and ``torch_internals``.
 """

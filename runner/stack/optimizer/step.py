@@ -33,9 +33,9 @@ from typing import Any
 import torch
 from torch.optim import Optimizer
 
-from runner import torch_internals as ti
 from runner.config.schema import OptimizerPolicy
-from runner.stack.planning.plan import supports_fused
+from runner.stack.compiling.plan import supports_fused
+from runner.stack.step_mode import StepMode
 
 log = logging.getLogger(__name__)
 
@@ -78,11 +78,13 @@ class OptimizerStep:
     """Optimizers (class names) left eager under ``compiled``, with why."""
     demoted_at: int | None = None
     """The optimizer step at which a compiled step was demoted to eager (a recompile storm)."""
+    mode: StepMode = field(default_factory=StepMode)
+    """The fit's step mode: whether a compiled optimizer step runs eagerly (a speedup pair's eager side)."""
 
     compiled_steps: int = 0
     """Compiled optimizer steps that ran compiled."""
     eager_steps: int = 0
-    """Compiled optimizer steps that ran eagerly (Dynamo's ``force_eager`` stance was on)."""
+    """Compiled optimizer steps that ran eagerly (the step mode held the batch eager)."""
 
     def __post_init__(self) -> None:
         self._prior: list[tuple[Optimizer, Any]] = []  # (optimizer, its instance ``step`` before ours)
@@ -126,7 +128,7 @@ class OptimizerStep:
         return [lr for _, lrs in self._lrs for lr in lrs]
 
     def _count(self) -> None:
-        if ti.current_stance() == "force_eager":
+        if self.mode.eager:
             self.eager_steps += 1
         else:
             self.compiled_steps += 1

@@ -18,8 +18,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from runner.stack.planning.blocks import find_blocks
-from runner.stack.planning.plan import CompilePlan, Target
+from runner.stack.compiling.blocks import find_blocks
+from runner.stack.compiling.plan import CompilePlan, Target
 
 Step = Callable[..., Any]
 

@@ -21,20 +21,21 @@ from runner.config.checks_stack import (
 from runner.config.schema import OnError, OptimizerPolicy
 from runner.stack.background import BackgroundCompile, CompileInRun, build_background
 from runner.stack.caches import build_remote_cache
+from runner.stack.compiling.binding import reads_logged_results, takes_dataloader_iter, user_step
+from runner.stack.compiling.plan import CompilePlan, resolve_plan, step_blocker, step_note
 from runner.stack.component import StackComponent
 from runner.stack.console import CompileConsole
-from runner.stack.cudagraphs import CudaGraphs, build_cudagraphs
+from runner.stack.cudagraphs import CudaGraphs, CudaGraphsInactive, build_cudagraphs
 from runner.stack.deferred.log import DeferredLog
-from runner.stack.deferred.python_state import PythonState
+from runner.stack.deferred.reads import PythonState
 from runner.stack.dynamic import ShapePolicyComponent, build_shape_policy
-from runner.stack.errors.demotion import StormWatch
 from runner.stack.errors.explain import CompileErrorWatch
-from runner.stack.host import CompileSettings, Host
+from runner.stack.errors.storms import StormWatch
+from runner.stack.host import CompileSettings, LightningSide
 from runner.stack.offload import OffloadComponent, build_offload
 from runner.stack.offload.component import excluded_inside_compiled
 from runner.stack.optimizer.step import OptimizerStep
-from runner.stack.planning.binding import reads_logged_results, takes_dataloader_iter, user_step
-from runner.stack.planning.plan import CompilePlan, resolve_plan, step_blocker, step_note
+from runner.stack.step_mode import StepMode
 
 log = logging.getLogger(__name__)
 
@@ -49,16 +50,17 @@ class _NoStorms(StormWatch):
 
 
 @dataclass
-class Parts:
+class FitParts:
     """Plan and components of one fit (see the module docstring)."""
 
     settings: CompileSettings
+    mode: StepMode
     plan: CompilePlan
     errors: CompileErrorWatch
     shape: ShapePolicyComponent
     state: PythonState
     offload: OffloadComponent
-    cudagraphs: StackComponent
+    cudagraphs: CudaGraphs | CudaGraphsInactive
     console: CompileConsole | None
     storms: StormWatch
     background: BackgroundCompile | CompileInRun
@@ -74,10 +76,6 @@ class Parts:
         ``teardown`` puts them back first: restoring is last-in, first-out across owners (two owners
         that raise one limit in turn would otherwise leave the first one's value behind)."""
         return self._bound
-
-    @property
-    def cudagraphs_active(self) -> bool:
-        return isinstance(self.cudagraphs, CudaGraphs)
 
     @property
     def components(self) -> list[StackComponent]:
@@ -106,7 +104,7 @@ class Parts:
     def apply_optimizer_step(self, optimizers: list[Optimizer], device: torch.device) -> None:
         """6. The optimizer step the plan chose (fused kernel, compiled, or as configured)."""
         step = self.optimizer_step = OptimizerStep(self.plan.optimizer, self.plan.optimizer_reason,
-                                                   self.plan.optimizer_kwargs)
+                                                   self.plan.optimizer_kwargs, mode=self.mode)
         for opt in optimizers:
             step.prepare(opt, device)
 
@@ -121,7 +119,7 @@ class Parts:
         text = f"optimizer step: {opt}"
         if isinstance(self.background, BackgroundCompile):
             text += f"; compile beside the run: {self.background.outcome}"
-        if isinstance(self.cudagraphs, CudaGraphs):
+        if self.plan.cudagraphs:
             text += f"; {self.cudagraphs.summary()}"
         if demoted:
             text += "; demoted: " + ", ".join(f"{d['frame']} -> {d['to']} at step {d['step']}" for d in demoted)
@@ -154,24 +152,26 @@ class Parts:
             self.optimizer_step.restore()
         for comp in reversed(self.components):
             comp.teardown()
+        self.mode.close()
         self._torch.restore()
 
 
-def build_parts(settings: CompileSettings, module: L.LightningModule, host: Host, console: bool) -> Parts:
-    """The plan and every component for ``module`` on ``host``'s device (nothing applied yet)."""
+def build_fit_parts(settings: CompileSettings, module: L.LightningModule, host: LightningSide, console: bool,
+                mode: StepMode) -> FitParts:
+    """The plan and every component for ``module`` on ``host``'s device (nothing applied yet); the parts that
+    need steps eager ask ``mode``."""
     s = settings
     device = host.device
-    shape = build_shape_policy(s.dynamic)
+    shape = build_shape_policy(s.dynamic, mode)
     offload = build_offload(s.offload, device, s.compile.block_types)
-    cudagraphs = build_cudagraphs(s.cudagraphs, device)
-    if isinstance(cudagraphs, CudaGraphs) and host.accumulate_grad_batches > 1:
-        raise ValueError(cudagraphs_accumulation_error(host.accumulate_grad_batches))
     step = user_step(module)
     pulls, reads = takes_dataloader_iter(step), reads_logged_results(module)
-    plan = resolve_plan(s.compile, s.cudagraphs, shape.dynamic_arg, device, [],
-                        cudagraphs_active=isinstance(cudagraphs, CudaGraphs),
+    plan = resolve_plan(s.compile, s.cudagraphs, shape.dynamic_arg, device,
                         automatic_optimization=module.automatic_optimization, pulls_batches=pulls,
                         reads_results=reads)
+    if plan.cudagraphs and host.accumulate_grad_batches > 1:
+        raise ValueError(cudagraphs_accumulation_error(host.accumulate_grad_batches))
+    cudagraphs = build_cudagraphs(plan.cudagraphs, s.cudagraphs, device, mode)
     # Refused before the saved-activation measurement (setup's step 0) spends its compiles.
     if host.scaler and s.compile.optimizer is OptimizerPolicy.compiled:
         raise ValueError(compiled_optimizer_scaler_error())
@@ -182,8 +182,8 @@ def build_parts(settings: CompileSettings, module: L.LightningModule, host: Host
         log.info(note)
     storms = _NoStorms() if s.compile.on_error is OnError["raise"] else StormWatch()
     shown = CompileConsole(host.sink) if console and host.sink is not None else None
-    background = build_background(s, plan, host, takes_dataloader_iter(step), shown.say if shown else _quiet)
-    return Parts(settings=s, plan=plan, errors=CompileErrorWatch(s.compile.on_error), shape=shape,
+    background = build_background(s, plan, host, takes_dataloader_iter(step), shown.say if shown else _quiet, mode)
+    return FitParts(settings=s, mode=mode, plan=plan, errors=CompileErrorWatch(s.compile.on_error), shape=shape,
                  state=PythonState(step), offload=offload, cudagraphs=cudagraphs, console=shown, storms=storms,
                  background=background, remote_cache=build_remote_cache(s.compile.cache, device))
 

@@ -3,7 +3,7 @@
 What is compiled (modules / blocks / step / step and backward), with which ``torch.compile``
 arguments, which optimizer-step policy, and whether backward runs through compiled autograd: all is
 decided here, from the typed config and the device, and tested without compiling anything.
-``runner.stack.planning.compile`` carries the plan out; ``CompileStack`` applies it in order.
+``runner.stack.compiling.compile`` carries the plan out; ``CompileStack`` applies it in order.
 """
 
 from __future__ import annotations
@@ -44,6 +44,8 @@ class CompilePlan:
     optimizer: OptimizerPolicy = OptimizerPolicy.none
     optimizer_reason: str = "no optimizer"
     compiled_autograd: bool = False
+    cudagraphs: bool = False
+    """Whether the run captures CUDA graphs (:func:`cudagraphs_on`): the one place this is decided."""
 
     @property
     def compiles(self) -> bool:
@@ -151,7 +153,7 @@ def holds_dtensors(optimizer: Optimizer) -> bool:
 
 
 def resolve_optimizer_policy(
-    policy: OptimizerPolicy, optimizer: Optimizer, device: torch.device, cudagraphs_active: bool,
+    policy: OptimizerPolicy, optimizer: Optimizer, device: torch.device, cudagraphs: bool,
     scaler: bool = False,
 ) -> tuple[OptimizerPolicy, str]:
     """The concrete policy for ``auto``, with the reason (logged and in the report)."""
@@ -166,12 +168,12 @@ def resolve_optimizer_policy(
                                            "kernel takes the scale and the inf check on the device")
         return OptimizerPolicy.none, (f"a gradient scaler (16-mixed) steps {name}, which has no fused "
                                       f"{device.type} kernel: it runs as configured")
-    if cudagraphs_active and supports_fused(optimizer, device):
+    if cudagraphs and supports_fused(optimizer, device):
         # A compiled optimizer step would be a CUDA-graph tree root of its own, recorded apart from the
         # step's graphs and copying every gradient into its static inputs on each replay.
         return OptimizerPolicy.fused, (f"CUDA graphs are on and {name} has a fused {device.type} kernel: it steps "
                                        "outside the graph tree, nothing to record or copy")
-    if cudagraphs_active:
+    if cudagraphs:
         return OptimizerPolicy.compiled, "CUDA graphs are on: a compiled step is captured with the rest of the step"
     sharded = holds_dtensors(optimizer)
     if sharded and supports_fused(optimizer, device):
@@ -194,29 +196,30 @@ def resolve_optimizer_policy(
 
 
 def resolve_optimizers(plan: CompilePlan, policy: OptimizerPolicy, optimizers: list[Optimizer],
-                       device: torch.device, cudagraphs_active: bool, scaler: bool = False) -> CompilePlan:
+                       device: torch.device, scaler: bool = False) -> CompilePlan:
     """``plan`` with the optimizer policy resolved for ``optimizers`` (one policy for all; the last
     optimizer's reason is reported). Called once the optimizers hold their final parameters (under
     FSDP2: after sharding)."""
     resolved, reason = policy, "no optimizer"
     for opt in optimizers:
-        resolved, reason = resolve_optimizer_policy(policy, opt, device, cudagraphs_active, scaler)
+        resolved, reason = resolve_optimizer_policy(policy, opt, device, plan.cudagraphs, scaler)
     return dataclasses.replace(plan, optimizer=resolved, optimizer_reason=reason)
 
 
 def resolve_plan(cfg: CompileConfig, cudagraphs: CudaGraphsConfig, dynamic: bool | None, device: torch.device,
-                 optimizers: list[Optimizer], cudagraphs_active: bool,
                  automatic_optimization: bool = True, pulls_batches: bool = False,
                  reads_results: bool = False) -> CompilePlan:
-    """The whole plan for a run: target, ``torch.compile`` arguments, optimizer policy."""
+    """The plan for a run before its optimizers exist: target, ``torch.compile`` arguments, CUDA graphs (the
+    optimizer policy is resolved by :func:`resolve_optimizers` once the optimizers hold their parameters)."""
     plan = CompilePlan(
         scope=cfg.scope,
         target=_TARGETS[cfg.scope],
         kwargs=resolve_compile_kwargs(cfg, cudagraphs, dynamic, device),
         block_types=tuple(cfg.block_types),
+        optimizer=cfg.optimizer,
         compiled_autograd=cfg.compiled_autograd,
+        cudagraphs=cudagraphs_on(cudagraphs, device),
     )
-    plan = resolve_optimizers(plan, cfg.optimizer, optimizers, device, cudagraphs_active)
     return resolve_step_target(plan, step_blocker(automatic_optimization, pulls_batches, reads_results) is None)
 
 
