@@ -17,11 +17,12 @@ from lightning.pytorch.callbacks import Callback, LearningRateMonitor, ModelChec
 from lightning.pytorch.loggers import CSVLogger, Logger
 from torch import nn
 
-from runner.config.paths import checkpoint_dir
+from runner.config.paths import artifacts_path, checkpoint_dir, resolve_artifacts_path
 from runner.config.schema import RunConfig
 from runner.config.targets import Batching, SyntheticDataSchema, TextDataSchema
 from runner.quiet import quiet_wandb
 from runner.reliability import AtomicCheckpointIO, build_reliability_callbacks
+from runner.stack import CacheArtifacts
 from runner.stack.dynamic.policy import resolve_bounds, resolve_pad_to
 from runner.strategy import CompileStrategy, ConsolidatedCheckpoint, DDPCompileStrategy, FSDPCompileStrategy
 from runner.training.module import TrainModule
@@ -70,19 +71,25 @@ def build_strategy(cfg: RunConfig) -> CompileStrategy | DDPCompileStrategy | FSD
         # be pure cost (torch's guard collectives: an all-gather per compiled-frame entry, every step).
         dynamic = dataclasses.replace(dynamic, compiler_collectives=False)
     backend = "gloo" if t.accelerator == "cpu" else None
+    r = cfg.reliability
+    artifacts = CacheArtifacts(
+        save_to=artifacts_path(cfg.run_dir) if r.save_cache_artifacts else None,
+        load_from=resolve_artifacts_path(r.load_cache_artifacts) if r.load_cache_artifacts else None)
     if t.sharded:
         return FSDPCompileStrategy(compile=cfg.compile, dynamic=dynamic, offload=cfg.offload, cudagraphs=cfg.cudagraphs,
-                                   console=False, reshard_after_forward=t.fsdp.reshard_after_forward,
+                                   artifacts=artifacts, console=False,
+                                   reshard_after_forward=t.fsdp.reshard_after_forward,
                                    mixed_precision=t.fsdp.mixed_precision,
                                    save_distributed_checkpoint=t.fsdp.distributed_checkpoint,
                                    process_group_backend=backend)
     if t.is_distributed():
         return DDPCompileStrategy(compile=cfg.compile, dynamic=dynamic, offload=cfg.offload,
-                                  cudagraphs=cfg.cudagraphs, console=False, process_group_backend=backend)
+                                  cudagraphs=cfg.cudagraphs, artifacts=artifacts, console=False,
+                                  process_group_backend=backend)
     device = t.single_device()
     # console=False: runner's telemetry prints compile progress and the summary table itself.
     return CompileStrategy(compile=cfg.compile, dynamic=dynamic, offload=cfg.offload, cudagraphs=cfg.cudagraphs,
-                           device=device, console=False)
+                           artifacts=artifacts, device=device, console=False)
 
 
 def shapes_vary(cfg: RunConfig) -> bool:

@@ -28,7 +28,7 @@ from runner.config.precheck import precheck
 from runner.config.schema import Background, CompileConfig, OnError, Scope
 from runner.stack.background import BackgroundCompile
 from runner.stack.background.policy import resolve_background, switch_pays, worth_starting
-from runner.stack.compiling.plan import CompilePlan, Target
+from runner.stack.compiling.plan import CompilePlan
 from runner.strategy import CompileStrategy
 from runner.telemetry.speedup import SpeedupMeter
 from runner.training.module import TrainModule
@@ -38,7 +38,7 @@ CPU = torch.device("cpu")
 
 
 # -- decisions, without a process --------------------------------------------------------------------
-def _plan(backend: str = "inductor", target: Target = Target.step) -> CompilePlan:
+def _plan(backend: str = "inductor", target: Scope = Scope.step) -> CompilePlan:
     return CompilePlan(scope=Scope.step, target=target, kwargs={"backend": backend})
 
 
@@ -46,7 +46,7 @@ def _plan(backend: str = "inductor", target: Target = Target.step) -> CompilePla
     (Background.auto, _plan(), 1, False, CPU, Background.auto),
     (Background.auto, _plan("eager"), 1, False, CPU, Background.disabled),  # nothing on disk to fill
     (Background.shared, _plan("eager"), 1, False, CPU, Background.shared),  # asked for: plumbing runs anyway
-    (Background.auto, _plan(target=Target.nothing), 1, False, CPU, Background.disabled),
+    (Background.auto, _plan(target=Scope.none), 1, False, CPU, Background.disabled),
     (Background.pinned, _plan(), 2, False, CPU, Background.disabled),  # ranks would switch apart
     (Background.auto, _plan(), 1, True, CPU, Background.disabled),  # dataloader_iter: no batch to send
     (Background.auto, _plan(), 1, False, torch.device("cuda", 0), Background.disabled),  # the GPU's memory

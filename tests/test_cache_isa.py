@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from runner import torch_internals as ti
-from runner.reliability.compile_cache import load_artifacts
+from runner.stack.caches import load_artifacts
 
 
 def test_a_configured_cache_dir_is_keyed_by_the_instruction_set(tmp_path: Path) -> None:

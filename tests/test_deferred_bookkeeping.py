@@ -13,7 +13,7 @@ from torchmetrics import MeanMetric, MetricCollection
 from torchmetrics.classification import MulticlassAccuracy
 
 from runner.config.schema import CompileConfig, CudaGraphsConfig, Scope
-from runner.stack.compiling.plan import Target, resolve_plan, resolve_step_target, step_blocker, step_note
+from runner.stack.compiling.plan import resolve_plan, resolve_step_target, step_blocker, step_note
 from runner.stack.deferred.log import Deferred, DeferredLog, DeferredValueError
 from runner.stack.deferred.metrics import METRIC_METHODS, metric_methods
 from runner.stack.deferred.reads import state_sources
@@ -117,7 +117,7 @@ def test_a_step_that_cannot_be_compiled_whole_compiles_its_submodules(scope: Sco
     assert resolved == resolve_step_target(plan, step_compilable=False)
     note = step_note(scope, resolved, step_blocker(**{"automatic_optimization": True, **kwargs}))
     if scope in (Scope.step, Scope.step_backward):
-        assert resolved.target is Target.submodules and not resolved.backward_in_step
+        assert resolved.target is Scope.model and not resolved.backward_in_step
         assert note is not None and {"manual": "manual", "dataloader_iter": "dataloader_iter",
                                      "reads_results": "reads back what it logged"}[why] in note
     else:

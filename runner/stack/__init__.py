@@ -10,7 +10,8 @@ each: ``compiling`` (what is compiled and how, and applying it), ``background`` 
 
 from runner.stack.compile_stack import CompileSettings, CompileStack, LightningSide, stack_of
 from runner.stack.compiling.plan import CompilePlan, resolve_plan
+from runner.stack.host import CacheArtifacts
 from runner.stack.step_mode import Eager, StepMode
 
-__all__ = ["CompilePlan", "CompileSettings", "CompileStack", "Eager", "LightningSide", "StepMode", "resolve_plan",
-           "stack_of"]
+__all__ = ["CacheArtifacts", "CompilePlan", "CompileSettings", "CompileStack", "Eager", "LightningSide", "StepMode",
+           "resolve_plan", "stack_of"]

@@ -29,7 +29,7 @@ from torch.optim import Optimizer
 from runner import torch_internals as ti
 from runner.stack.compiling.binding import code_of, install_step, user_step
 from runner.stack.compiling.compile import CompiledModules, apply_compile, compiled_submodules
-from runner.stack.compiling.plan import Target, resolve_optimizers
+from runner.stack.compiling.plan import STEP_SCOPES, resolve_optimizers
 from runner.stack.component import overrides
 from runner.stack.deferred.metrics import metric_methods
 from runner.stack.errors.explain import explain_compile_error
@@ -138,7 +138,7 @@ class CompileStack:
         self._optimizer_contexts = [c.optimizer_step_context for c in comps if overrides(c, "optimizer_step_context")]
         # Python side effects are deferred only where the step itself is compiled: an eager step
         # (manual optimization, scope=model/blocks) logs exactly when and as Lightning does.
-        self._capture = plan.target in (Target.step, Target.step_and_backward)
+        self._capture = plan.target in STEP_SCOPES
         self.parts.deferred.bind(module, metric_methods(module), detach_in_step=plan.backward_in_step,
                                  optimizer_lists=host.optimizer_lists, module_optimizers=host.module_optimizers)
         if plan.backward_in_step:

@@ -19,10 +19,10 @@ from runner.config.checks_stack import (
     cudagraphs_accumulation_error,
 )
 from runner.config.schema import OnError, OptimizerPolicy
-from runner.stack.background import BackgroundCompile, CompileInRun, build_background
-from runner.stack.caches import build_remote_cache
+from runner.stack.background import BackgroundCompile, NoBackground, build_background
+from runner.stack.caches import LocalCompileCache, build_remote_cache
 from runner.stack.compiling.binding import reads_logged_results, takes_dataloader_iter, user_step
-from runner.stack.compiling.plan import CompilePlan, resolve_plan, step_blocker, step_note
+from runner.stack.compiling.plan import TARGET_NAMES, CompilePlan, resolve_plan, step_blocker, step_note
 from runner.stack.component import StackComponent
 from runner.stack.console import CompileConsole
 from runner.stack.cudagraphs import CudaGraphs, CudaGraphsInactive, build_cudagraphs
@@ -31,16 +31,13 @@ from runner.stack.deferred.reads import PythonState
 from runner.stack.dynamic import ShapePolicyComponent, build_shape_policy
 from runner.stack.errors.explain import CompileErrorWatch
 from runner.stack.errors.storms import StormWatch
-from runner.stack.host import CompileSettings, LightningSide
+from runner.stack.host import CacheArtifacts, CompileSettings, LightningSide
 from runner.stack.offload import OffloadComponent, build_offload
 from runner.stack.offload.component import excluded_inside_compiled
 from runner.stack.optimizer.step import OptimizerStep
 from runner.stack.step_mode import StepMode
 
 log = logging.getLogger(__name__)
-
-_CACHE_DIR_ENV = "TORCHINDUCTOR_CACHE_DIR"
-
 
 class _NoStorms(StormWatch):
     """``compile.on_error=raise``: a storm runs into torch's recompile limit, which stops the run."""
@@ -63,8 +60,9 @@ class FitParts:
     cudagraphs: CudaGraphs | CudaGraphsInactive
     console: CompileConsole | None
     storms: StormWatch
-    background: BackgroundCompile | CompileInRun
+    background: BackgroundCompile | NoBackground
     deferred: DeferredLog = field(default_factory=DeferredLog)
+    local_cache: LocalCompileCache = field(default_factory=lambda: LocalCompileCache(None, CacheArtifacts()))
     remote_cache: StackComponent = field(default_factory=StackComponent)
     optimizer_step: OptimizerStep | None = None
     _torch: ti.TorchSettings = field(default_factory=ti.TorchSettings)
@@ -81,17 +79,16 @@ class FitParts:
     def components(self) -> list[StackComponent]:
         """Every component, in application order (teardown runs them in reverse)."""
         # The compile process beside the run first: it sees each batch as the step receives it.
-        comps: list[StackComponent] = [self.background, self.remote_cache, self.errors, self.shape, self.state,
-                                       self.offload, self.cudagraphs]
+        comps: list[StackComponent] = [self.background, self.local_cache, self.remote_cache, self.errors, self.shape,
+                                       self.state, self.offload, self.cudagraphs]
         return comps + ([self.console] if self.console is not None else [])
 
     def configure_compiler(self) -> None:
         """The process-wide settings the compile config owns (restored by ``teardown``), and the
         listeners that start before anything compiles."""
         c, t = self.settings.compile, self._torch
-        if c.cache_dir:  # per instruction set: torch's cache key does not cover it (ti.machine_cache_dir)
-            t.env(_CACHE_DIR_ENV, ti.machine_cache_dir(str(c.cache_dir)))
-        self.remote_cache.configure()  # compile.cache: the shared cache, before anything compiles
+        self.local_cache.configure()  # compile.cache_dir and the artifacts loaded into it, before anything compiles
+        self.remote_cache.configure()  # compile.cache: the shared cache, likewise
         # on_error=eager: a frame that fails to compile runs eagerly (counted by telemetry).
         t.dynamo("suppress_errors", c.on_error is OnError["eager"])
         # loss.backward() traced into the step's graph for step_backward, and only then.
@@ -110,7 +107,7 @@ class FitParts:
 
     def describe(self) -> str:
         p = self.plan
-        return (f"scope={p.scope.value} target={p.target.value} backend={p.kwargs['backend']} "
+        return (f"scope={p.scope.value} target={TARGET_NAMES[p.target]} backend={p.kwargs['backend']} "
                 f"optimizer={p.optimizer.value}")
 
     def summary_extra(self, demoted: list[dict[str, Any]]) -> str:
@@ -139,7 +136,7 @@ class FitParts:
     def figures(self) -> dict[str, Any]:
         out: dict[str, Any] = {"compile/mode": self.plan.kwargs.get("mode"),
                                "compile/options": dict(self.plan.kwargs.get("options", {})),
-                               "compile/target": self.plan.target.value}
+                               "compile/target": TARGET_NAMES[self.plan.target]}
         if self.optimizer_step is not None:
             out.update(self.optimizer_step.figures())
         for comp in self.components:
@@ -185,7 +182,8 @@ def build_fit_parts(settings: CompileSettings, module: L.LightningModule, host: 
     background = build_background(s, plan, host, takes_dataloader_iter(step), shown.say if shown else _quiet, mode)
     return FitParts(settings=s, mode=mode, plan=plan, errors=CompileErrorWatch(s.compile.on_error), shape=shape,
                  state=PythonState(step), offload=offload, cudagraphs=cudagraphs, console=shown, storms=storms,
-                 background=background, remote_cache=build_remote_cache(s.compile.cache, device))
+                 background=background, local_cache=LocalCompileCache(s.compile.cache_dir, s.artifacts),
+                 remote_cache=build_remote_cache(s.compile.cache, device))
 
 
 def _quiet(message: str) -> None:

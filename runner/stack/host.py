@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -15,15 +16,26 @@ from torch.optim import Optimizer
 from runner.config.schema import CompileConfig, CudaGraphsConfig, DynamicConfig, OffloadConfig
 
 
+@dataclass(frozen=True)
+class CacheArtifacts:
+    """torch's portable compile-cache artifacts of a fit (``reliability.save_cache_artifacts`` and
+    ``reliability.load_cache_artifacts``): where the fit saves its own when it ends (None: not saved), and
+    whose it loads before anything compiles (None: none)."""
+
+    save_to: Path | None = None
+    load_from: Path | None = None
+
+
 @dataclass
 class CompileSettings:
     """Everything the compile stack is configured by: the typed ``compile``, ``dynamic``,
-    ``offload`` and ``cudagraphs`` config nodes, usable without Hydra."""
+    ``offload`` and ``cudagraphs`` config nodes, usable without Hydra, and the cache artifacts."""
 
     compile: CompileConfig = field(default_factory=CompileConfig)
     dynamic: DynamicConfig = field(default_factory=DynamicConfig)
     offload: OffloadConfig = field(default_factory=OffloadConfig)
     cudagraphs: CudaGraphsConfig = field(default_factory=CudaGraphsConfig)
+    artifacts: CacheArtifacts = field(default_factory=CacheArtifacts)
 
 
 def _no_batch() -> tuple[Any, str]:

@@ -24,7 +24,7 @@ from torch.optim import Optimizer
 
 from runner import lightning_internals as li
 from runner.config.schema import CompileConfig, CudaGraphsConfig, DynamicConfig, OffloadConfig
-from runner.stack import CompileSettings, CompileStack, LightningSide
+from runner.stack import CacheArtifacts, CompileSettings, CompileStack, LightningSide
 from runner.strategy.log_fastpath import LogFastPath
 from runner.strategy.progress_sink import progress_sink
 
@@ -69,15 +69,17 @@ class CompileStrategyBase:
         cudagraphs: CudaGraphsConfig | None = None,
         console: bool = True,
         settings: CompileSettings | None = None,
+        artifacts: CacheArtifacts | None = None,
         **kwargs: Any,
     ) -> None:
-        """The four config nodes (or ``settings``, which holds them) configure the stack; every other
-        keyword argument goes to the Lightning strategy. ``console``: print what compiles and a summary
-        line at the end of fit (runner's own runs print a full report instead)."""
+        """The four config nodes and the cache artifacts (or ``settings``, which holds them) configure the
+        stack; every other keyword argument goes to the Lightning strategy. ``console``: print what compiles
+        and a summary line at the end of fit (runner's own runs print a full report instead)."""
         super().__init__(**kwargs)
         self.stack = CompileStack(settings or CompileSettings(
             compile=compile or CompileConfig(), dynamic=dynamic or DynamicConfig(),
-            offload=offload or OffloadConfig(), cudagraphs=cudagraphs or CudaGraphsConfig()), console=console)
+            offload=offload or OffloadConfig(), cudagraphs=cudagraphs or CudaGraphsConfig(),
+            artifacts=artifacts or CacheArtifacts()), console=console)
 
     def setup_environment(self) -> None:
         super().setup_environment()  # type: ignore[misc]

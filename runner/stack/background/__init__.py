@@ -2,6 +2,6 @@
 train eagerly, then the run switches. Reached through this package only; imports the spine and ``compiling``.
 """
 
-from runner.stack.background.switch import BackgroundCompile, CompileInRun, build_background
+from runner.stack.background.run_side import BackgroundCompile, NoBackground, build_background
 
-__all__ = ["BackgroundCompile", "CompileInRun", "build_background"]
+__all__ = ["BackgroundCompile", "NoBackground", "build_background"]

@@ -1,7 +1,7 @@
 """``compile.background``'s decisions, pure: where a compile process beside the run can help
 (:func:`resolve_background`), whether ``auto`` starts one (:func:`worth_starting`) and whether switching
 to its compiled step pays (:func:`switch_pays`); and the two small pieces those decisions pick between:
-:class:`CompileInRun` (no process) and :class:`LateStep` (the step compiled at the switch).
+:class:`NoBackground` (no process) and :class:`LateStep` (the step compiled at the switch).
 ``runner.stack.background`` carries them out."""
 
 from __future__ import annotations
@@ -107,7 +107,7 @@ class LateStep:
         self.step = self._compile()
 
 
-class CompileInRun(StackComponent):
+class NoBackground(StackComponent):
     """``compile.background`` resolved to ``disabled``: the step compiles as torch.compile does, in the run."""
 
     name = "background"

@@ -1,5 +1,5 @@
 """The compile process beside a run, from the run's side: start it, ask whether it has finished, read
-what it reports, stop it. What it runs is ``runner.precompile`` (``python -m runner.precompile``).
+what it reports, stop it. What it runs is ``runner.background_process`` (``python -m runner.background_process``).
 
 The run hands it three files in a private directory: the module as the fit received it
 (``module.pt``, written by :meth:`CompileProcess.save_module` before any transform), one training
@@ -33,7 +33,7 @@ from typing import Any
 import torch
 from torch import nn
 
-ENTRY_POINT = "runner.precompile"
+ENTRY_POINT = "runner.background_process"
 LOG_LINES = 12
 """Lines of the compile process's output quoted when it fails."""
 MAX_MODULE_BYTES = 1 << 30

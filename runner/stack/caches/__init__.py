@@ -1,8 +1,11 @@
-"""Compile caches the stack turns on: ``compile.cache``, one shared by every process of a run or sweep (Redis),
-and its signed CPU kernels. Imports the spine's ``component``, ``runner.config``'s checks and secret, and
-``torch_internals``.
+"""The compile caches, in one place: the local one (``compile.cache_dir`` and the cache artifacts saved with a
+run, ``local``), and ``compile.cache``, one shared by every process of a run or sweep (Redis, ``remote``) with
+its signed CPU kernels (``kernels``). Imports the spine, ``runner.config``'s checks and secret,
+``runner.atomic_files`` and ``torch_internals``.
 """
 
+from runner.stack.caches.local import LocalCompileCache, load_artifacts, save_artifacts
 from runner.stack.caches.remote import RemoteCompileCache, build_remote_cache, ping
 
-__all__ = ["RemoteCompileCache", "build_remote_cache", "ping"]
+__all__ = ["LocalCompileCache", "RemoteCompileCache", "build_remote_cache", "load_artifacts", "ping",
+           "save_artifacts"]

@@ -24,16 +24,14 @@ one warning; a bad entry is skipped, counted and compiled locally.
 from __future__ import annotations
 
 import logging
-import os
-import tempfile
 import time
-from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import torch
 
 from runner import torch_internals as ti
+from runner.atomic_files import atomic_write_bytes
 from runner.config.cache_secret import SECRET_ENV, read_secret, redact_url
 from runner.config.checks_stack import remote_cache_error
 from runner.stack.caches.kernels import KERNEL_NAME, open_entry, shared_object_problem, sharing_supported, sign
@@ -212,7 +210,8 @@ class RemoteCompileCache(StackComponent):
                     self._reject(name, str(why))
                     self._bad.add(name)
                     continue
-                _write_atomically(cache_dir / name, content)
+                # Several ranks may fetch the same kernel into one directory: leave the others' temp files be.
+                atomic_write_bytes(content, cache_dir / name, mode=0o755, one_writer=False)
                 local.add(name)
                 self.fetched += 1
         self._present = local
@@ -269,15 +268,6 @@ def _decode(raw: bytes) -> str | None:
         return raw.decode("ascii")
     except UnicodeDecodeError:
         return None
-
-
-def _write_atomically(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".fetch-")
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-    os.chmod(tmp, 0o755)  # as the compiler leaves a built kernel
-    os.replace(tmp, path)
 
 
 def build_remote_cache(url: str | None, device: torch.device) -> StackComponent:

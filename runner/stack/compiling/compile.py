@@ -18,8 +18,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from runner.config.schema import Scope
 from runner.stack.compiling.blocks import find_blocks
-from runner.stack.compiling.plan import CompilePlan, Target
+from runner.stack.compiling.plan import CompilePlan
 
 Step = Callable[..., Any]
 
@@ -60,9 +61,9 @@ class CompiledModules:
 
 def module_targets(module: nn.Module, plan: CompilePlan) -> list[nn.Module]:
     """The modules the plan compiles in place (none for the step scopes)."""
-    if plan.target is Target.submodules:
+    if plan.target is Scope.model:
         return compiled_submodules(module)
-    if plan.target is not Target.blocks:
+    if plan.target is not Scope.blocks:
         return []
     targets = [m for _, m in find_blocks(module, plan.block_types)]
     if not targets:
@@ -94,8 +95,8 @@ def apply_compile(module: nn.Module, step: Step, plan: CompilePlan, compiled: Co
     """Compile what the plan says (modules in place into ``compiled``); returns the training step to call."""
     for m in module_targets(module, plan):
         compiled.compile(m, plan.kwargs)
-    if plan.target is Target.step:
+    if plan.target is Scope.step:
         return torch.compile(step, **plan.kwargs)
-    if plan.target is Target.step_and_backward:
+    if plan.target is Scope.step_backward:
         return torch.compile(step_and_backward(step, accumulate), **plan.kwargs)
     return step

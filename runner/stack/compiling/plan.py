@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import inspect
 from dataclasses import dataclass, field
-from enum import Enum
 from typing import Any
 
 import torch
@@ -21,15 +20,9 @@ from runner import torch_internals as ti
 from runner.config.checks_stack import compiled_optimizer_scaler_error
 from runner.config.schema import CompileConfig, CudaGraphMode, CudaGraphsConfig, OptimizerPolicy, Scope
 
-
-class Target(Enum):
-    """What ``torch.compile`` is applied to."""
-
-    nothing = "nothing"
-    submodules = "submodules"  # scope=model: the LightningModule's top-level children, in place
-    blocks = "blocks"  # scope=blocks: each repeated block, in place
-    step = "step"  # scope=step: training_step (forward and loss); backward via AOTAutograd
-    step_and_backward = "step_and_backward"  # scope=step_backward: backward traced into the step's graph
+TARGET_NAMES = {Scope.none: "nothing", Scope.model: "submodules", Scope.blocks: "blocks", Scope.step: "step",
+                Scope.step_backward: "step_and_backward"}
+"""What ``compile/target`` calls each resolved scope in the report (the names it has always had)."""
 
 
 @dataclass(frozen=True)
@@ -37,7 +30,10 @@ class CompilePlan:
     """What the compile stack compiles and how; decided once per run by :func:`resolve_plan`."""
 
     scope: Scope
-    target: Target
+    """What ``compile.scope`` asked for."""
+    target: Scope
+    """What is compiled: the scope asked for, or ``model`` (the LightningModule's submodules) where the step
+    cannot be compiled as a whole (:func:`resolve_step_target`)."""
     kwargs: dict[str, Any] = field(default_factory=dict)
     """Arguments of every ``torch.compile`` call of the run (backend, mode, options, dynamic)."""
     block_types: tuple[str, ...] = ()
@@ -50,12 +46,12 @@ class CompilePlan:
     @property
     def compiles(self) -> bool:
         """Whether anything is compiled at all."""
-        return self.target is not Target.nothing
+        return self.target is not Scope.none
 
     @property
     def backward_in_step(self) -> bool:
         """Whether the compiled step already ran backward (Lightning's backward is skipped)."""
-        return self.target is Target.step_and_backward
+        return self.target is Scope.step_backward
 
     @property
     def compiled_autograd_kwargs(self) -> dict[str, Any]:
@@ -68,15 +64,6 @@ class CompilePlan:
         ``dynamic``), and ``fullgraph`` stays off: ``Optimizer.step``'s ``_use_grad`` wrapper breaks the
         graph on purpose, so ``compile.fullgraph=true`` (meant for the model) would crash it."""
         return {k: v for k, v in self.kwargs.items() if k not in ("dynamic", "fullgraph")}
-
-
-_TARGETS = {
-    Scope.none: Target.nothing,
-    Scope.model: Target.submodules,
-    Scope.blocks: Target.blocks,
-    Scope.step: Target.step,
-    Scope.step_backward: Target.step_and_backward,
-}
 
 
 def cudagraphs_on(cudagraphs: CudaGraphsConfig, device: torch.device) -> bool:
@@ -213,7 +200,7 @@ def resolve_plan(cfg: CompileConfig, cudagraphs: CudaGraphsConfig, dynamic: bool
     optimizer policy is resolved by :func:`resolve_optimizers` once the optimizers hold their parameters)."""
     plan = CompilePlan(
         scope=cfg.scope,
-        target=_TARGETS[cfg.scope],
+        target=cfg.scope,
         kwargs=resolve_compile_kwargs(cfg, cudagraphs, dynamic, device),
         block_types=tuple(cfg.block_types),
         optimizer=cfg.optimizer,
@@ -237,15 +224,16 @@ def resolve_plan(cfg: CompileConfig, cudagraphs: CudaGraphsConfig, dynamic: bool
 # submodules in place (``scope=model``), each with its AOTAutograd backward: 4 graphs, 0 breaks, eager's
 # exact losses; the two recompiles are the discriminator's and generator's ``requires_grad`` flipping
 # under ``toggle_optimizer``, both in the first step.
-_STEP_TARGETS = (Target.step, Target.step_and_backward)
+STEP_SCOPES = (Scope.step, Scope.step_backward)
+"""The scopes that compile the training step itself."""
 
 
 def resolve_step_target(plan: CompilePlan, step_compilable: bool) -> CompilePlan:
     """The plan unchanged unless it compiles a step that cannot be compiled as a whole (manual
     optimization, or a ``dataloader_iter`` step that pulls its own batches): then its submodules."""
-    if step_compilable or plan.target not in _STEP_TARGETS:
+    if step_compilable or plan.target not in STEP_SCOPES:
         return plan
-    return dataclasses.replace(plan, target=Target.submodules)
+    return dataclasses.replace(plan, target=Scope.model)
 
 
 def step_blocker(automatic_optimization: bool, pulls_batches: bool = False, reads_results: bool = False) -> str | None:
@@ -265,6 +253,6 @@ def step_blocker(automatic_optimization: bool, pulls_batches: bool = False, read
 
 def step_note(scope: Scope, resolved: CompilePlan, blocker: str | None) -> str | None:
     """One line for the log when a step scope became submodules, else None."""
-    if blocker is None or resolved.target is not Target.submodules or _TARGETS[scope] not in _STEP_TARGETS:
+    if blocker is None or resolved.target is not Scope.model or scope not in STEP_SCOPES:
         return None
     return f"compile.scope={scope.value} on {blocker}: compiling its submodules' forwards"

@@ -18,8 +18,8 @@ import torch
 from torch import nn
 
 from runner import torch_internals as ti
-from runner.config.schema import OffloadConfig, OffloadStrategy
-from runner.stack.compiling.plan import CompilePlan, Target
+from runner.config.schema import OffloadConfig, OffloadStrategy, Scope
+from runner.stack.compiling.plan import CompilePlan
 from runner.stack.component import StackComponent
 from runner.stack.offload import policy
 from runner.stack.offload.checkpointing import apply_checkpointing
@@ -190,9 +190,9 @@ def excluded_inside_compiled(cfg: OffloadConfig, device: torch.device, module: n
     if cfg.strategy is not OffloadStrategy.cpu or device.type != "cuda" or not cfg.exclude or not plan.compiles:
         return []
     excluded = sorted(policy.excluded_module_names(module, cfg.exclude))
-    if plan.target is Target.step_and_backward:
+    if plan.target is Scope.step_backward:
         return []  # forward, loss and backward in one graph: nothing is saved across it, nothing offloaded
-    if plan.target is not Target.blocks:
+    if plan.target is not Scope.blocks:
         return excluded  # the whole step or model runs compiled
     blocks = [policy.clean_name(name) for name, _ in policy.find_blocks(module, plan.block_types)]
     return [n for n in excluded if any(n == b or n.startswith(b + ".") for b in blocks)]

@@ -1,16 +1,16 @@
-"""Compile caches that outlive the run: a warm on-disk cache, and portable cache artifacts.
+"""The local compile cache: ``compile.cache_dir``, and torch's portable cache artifacts saved with the run.
 
-Two mechanisms, both torch's own:
+Two mechanisms, both torch's own, set up together before anything compiles:
 
-* ``compile.cache_dir``: Inductor's and AOTAutograd's on-disk caches (``TORCHINDUCTOR_CACHE_DIR``,
-  set by the compile stack). A second run with the same directory hits the FX-graph and AOTAutograd
-  caches instead of recompiling (Dynamo still traces; that part is not cached).
-* cache artifacts: ``torch.compiler.save_cache_artifacts()`` serialises every cache entry this
-  process created or used; ``load_cache_artifacts(bytes)`` writes them into another process's
-  on-disk caches. ``CompileCacheArtifacts`` saves them with the run
-  (``<run_dir>/compile_cache/artifacts.bin`` + ``artifacts.json``) when training ends or stops, and
-  loads ``reliability.load_cache_artifacts`` (a file, or a run dir holding one) after the compile
-  stack has set the cache directory and before anything is compiled (``on_fit_start``).
+* ``compile.cache_dir``: Inductor's and AOTAutograd's on-disk caches (``TORCHINDUCTOR_CACHE_DIR``, keyed by
+  the instruction set: ``ti.machine_cache_dir``). A second run with the same directory hits the FX-graph
+  and AOTAutograd caches instead of recompiling (Dynamo still traces; that part is not cached).
+* cache artifacts: ``torch.compiler.save_cache_artifacts()`` serialises every cache entry this process
+  created or used; ``load_cache_artifacts(bytes)`` writes them into another process's on-disk caches.
+  :class:`LocalCompileCache` loads ``reliability.load_cache_artifacts`` (a file, or a run dir holding
+  one) right after setting the directory, and saves this fit's artifacts with the run
+  (``<run_dir>/compile_cache/artifacts.bin`` + ``artifacts.json``) when the fit ends, whether it ended
+  well or raised; on the first rank only.
 """
 
 from __future__ import annotations
@@ -20,13 +20,13 @@ import logging
 from pathlib import Path
 from typing import Any
 
-import lightning as L
 import torch
-from lightning.pytorch.callbacks import Callback
 
 from runner import torch_internals as ti
-from runner.config.paths import ARTIFACTS_DIR, ARTIFACTS_FILE, artifacts_path, resolve_artifacts_path
-from runner.reliability.checkpoint_io import atomic_write_bytes
+from runner.atomic_files import atomic_write_bytes
+from runner.config.paths import ARTIFACTS_DIR, ARTIFACTS_FILE
+from runner.stack.component import StackComponent
+from runner.stack.host import CacheArtifacts
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +51,6 @@ def save_artifacts(path: Path) -> dict[str, int] | None:
     if not any(counts.values()):
         return None
     path.parent.mkdir(parents=True, exist_ok=True)
-    # Through the same atomic writer as checkpoints: a kill never leaves half a file.
     atomic_write_bytes(data, path)
     summary = {"torch": str(torch.__version__), "cpu": ti.cpu_capability(), "bytes": len(data), **counts}
     atomic_write_bytes(json.dumps(summary, indent=2).encode(), path.with_suffix(".json"))
@@ -75,42 +74,51 @@ def load_artifacts(path: Path) -> dict[str, int]:
     return _info_counts(info) if info is not None else {}
 
 
-class CompileCacheArtifacts(Callback):
-    """Loads another run's artifacts at fit start; saves this run's at the end (see module docstring)."""
+class LocalCompileCache(StackComponent):
+    """``compile.cache_dir`` and the cache artifacts of the fit (see the module docstring)."""
 
-    def __init__(self, run_dir: Path, save: bool = True, load: str | None = None) -> None:
-        self.path = artifacts_path(run_dir)
-        self.save = save
-        self.load = resolve_artifacts_path(load) if load else None
+    name = "local_cache"
+
+    def __init__(self, cache_dir: str | None, artifacts: CacheArtifacts) -> None:
+        self.cache_dir = cache_dir
+        self.artifacts = artifacts
         self.loaded: dict[str, int] = {}
         self.saved: dict[str, int] | None = None
 
-    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if self.load is None:
+    def configure(self) -> None:
+        if self.cache_dir:  # per instruction set: torch's cache key does not cover it (ti.machine_cache_dir)
+            self.torch_settings.env(_CACHE_DIR_ENV, ti.machine_cache_dir(str(self.cache_dir)))
+        load = self.artifacts.load_from
+        if load is None:
             return
-        if not self.load.exists():
+        if not load.exists():
             raise FileNotFoundError(
-                f"reliability.load_cache_artifacts={self.load} does not exist: point it at a run dir whose "
+                f"reliability.load_cache_artifacts={load} does not exist: point it at a run dir whose "
                 f"{ARTIFACTS_DIR}/{ARTIFACTS_FILE} was saved, or drop it."
             )
-        self.loaded = load_artifacts(self.load)
-        log.info("compile cache: loaded %s from %s", self.loaded, self.load)
+        self.loaded = load_artifacts(load)
+        log.info("compile cache: loaded %s from %s", self.loaded, load)
 
-    def _save(self, trainer: L.Trainer) -> None:
-        if self.save and trainer.is_global_zero:
+    def teardown(self) -> None:
+        save = self.artifacts.save_to
+        if save is not None and _first_rank():
             try:
-                self.saved = save_artifacts(self.path)
+                self.saved = save_artifacts(save)
             except Exception:  # the artifacts are an optimisation: never lose a run over them
                 log.exception("compile cache: saving artifacts failed")
-
-    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._save(trainer)
-
-    def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
-        self._save(trainer)
+        super().teardown()
 
     def figures(self) -> dict[str, Any]:
         return {
-            "compile/cache_artifacts_loaded": dict(self.loaded) if self.load else None,
-            "compile/cache_artifacts_saved": str(self.path) if self.saved else None,
+            "compile/cache_artifacts_loaded": dict(self.loaded) if self.artifacts.load_from else None,
+            "compile/cache_artifacts_saved": str(self.artifacts.save_to) if self.saved else None,
         }
+
+
+_CACHE_DIR_ENV = "TORCHINDUCTOR_CACHE_DIR"
+
+
+def _first_rank() -> bool:
+    dist = torch.distributed
+    return not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0
+

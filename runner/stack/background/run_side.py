@@ -1,7 +1,7 @@
 """``compile.background``: compile in a second process while the first steps train eagerly, then switch.
 
 The run saves its module before any transform (step 0b of ``CompileStack.setup``), starts a compile
-process (``runner.precompile``, through :class:`CompileProcess`) with its first batch, and trains
+process (``runner.background_process``, through :class:`CompileProcess`) with its first batch, and trains
 eagerly (the fit's step mode holds every step eager: ``Eager.beside``) until that process has filled
 Inductor's and AOTAutograd's on-disk caches; after each optimizer step it asks (one ``waitpid``)
 whether the process is done, and from the next step Dynamo compiles the step from the warm cache
@@ -31,8 +31,8 @@ import torch
 from runner.config.schema import Background, OnError
 from runner.stack.background.policy import (
     DECIDE_AFTER,
-    CompileInRun,
     LateStep,
+    NoBackground,
     Step,
     resolve_background,
     steps_left,
@@ -42,7 +42,7 @@ from runner.stack.background.policy import (
 from runner.stack.background.process import CompileProcess, ProcessResult, last_cpu, start_process_for
 from runner.stack.compiling.plan import CompilePlan
 from runner.stack.component import StackComponent
-from runner.stack.host import CompileSettings, LightningSide
+from runner.stack.host import CacheArtifacts, CompileSettings, LightningSide
 from runner.stack.step_mode import Eager, StepMode
 
 log = logging.getLogger(__name__)
@@ -62,8 +62,9 @@ class BackgroundCompile(StackComponent):
                  say: Callable[[str], None], mode: StepMode) -> None:
         self.policy = policy
         self.mode = mode
+        # The process compiles in itself, and the run alone loads and saves the cache artifacts.
         self.settings = dataclasses.replace(settings, compile=dataclasses.replace(
-            settings.compile, background=Background.disabled))
+            settings.compile, background=Background.disabled), artifacts=CacheArtifacts())
         self.host, self.say = host, say
         self.process: CompileProcess | None = None
         self.pending = False
@@ -261,7 +262,7 @@ class BackgroundCompile(StackComponent):
 
 
 def build_background(settings: CompileSettings, plan: CompilePlan, host: LightningSide, pulls_batches: bool,
-                     say: Callable[[str], None], mode: StepMode) -> CompileInRun | BackgroundCompile:
+                     say: Callable[[str], None], mode: StepMode) -> NoBackground | BackgroundCompile:
     """The component ``compile.background`` asks for on this host (in the run where it cannot run beside)."""
     world = torch.distributed.get_world_size() if torch.distributed.is_available() and \
         torch.distributed.is_initialized() else 1
@@ -270,5 +271,5 @@ def build_background(settings: CompileSettings, plan: CompilePlan, host: Lightni
         if why is not None and settings.compile.background is not Background.auto:
             log.warning("compile.background=%s: %s; it compiles in the first step instead",
                         settings.compile.background.value, why)
-        return CompileInRun(settings.compile.background, why)
+        return NoBackground(settings.compile.background, why)
     return BackgroundCompile(policy, settings, host, say, mode)

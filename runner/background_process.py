@@ -1,5 +1,6 @@
-"""``python -m runner.precompile DIR --placement=pinned|shared [--cpu=N]``: the compile process
-that runs beside a training run (``compile.background``; the run's side is ``runner.stack.background``).
+"""``python -m runner.background_process DIR --placement=pinned|shared [--cpu=N]``: the compile process of
+``compile.background``, which runs beside a training run (the run's side is ``runner.stack.background``; this
+side fits through runner's strategy and times with the telemetry's meter, so it sits above both).
 
 It loads the module the run saved before its first step and the run's first batch, and fits it through
 the same ``CompileStrategy`` with the same compile settings (``compile.background=disabled``), precision
@@ -54,27 +55,24 @@ def _watch_parent() -> None:
 
 
 class _Probe:
-    """A Lightning callback (duck-typed here; subclassed in :func:`_probe`) choosing each step's mode:
-    compiled warm-up steps until two compile nothing, then ``PAIRS`` eager/compiled pairs if measuring."""
+    """A Lightning callback (duck-typed here; subclassed in :func:`_probe`) choosing each step's mode with the
+    telemetry's own :class:`~runner.telemetry.speedup.SpeedupMeter`: compiled warm-up steps until two compile
+    nothing, then ``PAIRS`` eager/compiled pairs if measuring, their speedup its median ratio, as in the run."""
 
     def __init__(self, measure: bool, cpu_clock: bool) -> None:
-        self.schedule = [m for i in range(PAIRS) for m in (("eager", "compiled") if i % 2 == 0 else
-                                                          ("compiled", "eager"))] if measure else []
-        self.cpu_clock = cpu_clock
-        self.quiet = 0
-        self.warmup: list[tuple[float, float, bool]] = []  # (wall seconds, clock seconds, compiled something)
-        self.pairs: list[tuple[str, float]] = []
-        self._state: tuple[str, Any, float, float, int] | None = None
+        from runner.telemetry.speedup import SpeedupMeter
 
-    def mode(self) -> str:
-        return self.schedule[0] if self.quiet >= 2 and self.schedule else "warmup"
+        self.meter = SpeedupMeter(pairs=PAIRS if measure else 0, steady_steps=2, count_flops=False)
+        self.cpu_clock = cpu_clock
+        self.warmup: list[tuple[float, float, bool]] = []  # (wall seconds, clock seconds, compiled something)
+        self._state: tuple[str, Any, float, float, int] | None = None
 
     def start(self, step_mode: Any) -> None:
         """Before a step: its eager side of a pair is asked of the fit's step mode (``runner.stack.StepMode``)."""
         from runner import torch_internals as ti
         from runner.stack import Eager
 
-        mode = self.mode()
+        mode = self.meter.next_mode()
         held = Eager.pair if mode == "eager" else None
         if held is not None:
             step_mode.hold(held)
@@ -95,11 +93,8 @@ class _Probe:
         compiled = ti.graphs_compiled() > graphs
         if mode == "warmup":
             self.warmup.append((wall, spent, compiled))
-            self.quiet = 0 if compiled else self.quiet + 1
-        elif not compiled:
-            self.pairs.append((mode, spent))
-            self.schedule.pop(0)
-        return (self.quiet >= 2 and not self.schedule) or len(self.warmup) >= WARMUP_MAX
+        self.meter.record(len(self.meter.steps.points), mode, 1e3 * spent, compiled)
+        return self.meter.done or len(self.warmup) >= WARMUP_MAX
 
     def compile_time(self, column: int) -> float:
         """Seconds the warm-up steps that compiled took beyond a steady step (wall: 0, clock: 1)."""
@@ -109,13 +104,11 @@ class _Probe:
 
     def measured(self) -> dict[str, Any]:
         out: dict[str, Any] = {"compile_s": self.compile_time(0), "warmup_steps": len(self.warmup)}
-        pairs = zip(self.pairs[::2], self.pairs[1::2], strict=False)
-        ratios = [a[1] / b[1] if a[0] == "eager" else b[1] / a[1] for a, b in pairs if min(a[1], b[1]) > 0]
-        if ratios:
-            out["speedup_x"] = round(statistics.median(ratios), 4)
-            out["pairs"] = len(ratios)
-            for mode in ("eager", "compiled"):
-                out[f"{mode}_ms"] = round(1e3 * statistics.median(s for m, s in self.pairs if m == mode), 3)
+        figures = self.meter.figures(compile_time_s=0.0, series=False)
+        if figures.get("perf/speedup_pairs"):
+            out.update({"speedup_x": round(figures["perf/speedup_x"], 4), "pairs": figures["perf/speedup_pairs"],
+                        "eager_ms": round(figures["perf/eager_step_ms"], 3),
+                        "compiled_ms": round(figures["perf/compiled_step_ms"], 3)})
         return out
 
 
@@ -199,7 +192,7 @@ def compile_beside(directory: Path) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m runner.precompile")
+    parser = argparse.ArgumentParser(prog="python -m runner.background_process")
     parser.add_argument("dir", type=Path)
     parser.add_argument("--placement", choices=("pinned", "shared"), default="pinned")
     parser.add_argument("--cpu", type=int, default=None)

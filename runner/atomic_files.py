@@ -1,0 +1,111 @@
+"""Files written atomically and durably: a kill mid-write never leaves half a file, a full disk says so.
+
+Every file runner writes that a later process reads (checkpoints, the CSV and TensorBoard logs, the compile
+cache's artifacts and fetched kernels) goes through :func:`atomic_write`: a hidden temp file in the target's
+own directory, fsynced, ``os.replace``d over the target and the directory fsynced. Temp files a killed writer
+left behind are removed at the next write. An out-of-space error becomes one :class:`DiskFullError` saying
+what is on disk and how to go on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import BinaryIO
+
+_TMP_SUFFIX = ".tmp"
+
+
+def _temp_prefix(target: Path) -> str:
+    # Hidden and not ending in .ckpt: Lightning's ``ckpt_path="last"`` lookup never picks it up.
+    return f".{target.name}."
+
+
+def _fsync_dir(directory: Path) -> None:
+    """Persist the rename itself (the directory entry); not possible on every platform."""
+    with contextlib.suppress(OSError):
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def remove_stale_temps(target: Path) -> list[Path]:
+    """Delete temp files an interrupted writer of ``target`` left behind; returns what was removed.
+    One process writes a run's checkpoints (rank 0), so any such file is stale."""
+    removed = []
+    for p in target.parent.glob(f"{_temp_prefix(target)}*{_TMP_SUFFIX}"):
+        with contextlib.suppress(FileNotFoundError):
+            p.unlink()
+            removed.append(p)
+    return removed
+
+
+def atomic_write_bytes(data: bytes, path: str | os.PathLike[str], mode: int | None = None,
+                       one_writer: bool = True) -> None:
+    """Write ``data`` to ``path`` atomically (see :func:`atomic_write`), with file ``mode`` if given."""
+    atomic_write(path, lambda f: f.write(data), mode, one_writer)
+
+
+def atomic_write(path: str | os.PathLike[str], write: Callable[[BinaryIO], object], mode: int | None = None,
+                 one_writer: bool = True) -> None:
+    """``write`` a file that either fully replaces ``path`` or leaves it untouched: into a hidden temp file
+    beside it, fsynced, renamed over it (atomic on POSIX within one filesystem), the directory fsynced.
+    ``one_writer``: only this process writes ``path`` (a run's checkpoints, on rank 0), so temp files of it
+    left behind are a killed writer's and are removed; where several processes may write the same file at
+    once (a kernel fetched by every rank into a shared cache directory), pass False."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if one_writer:
+        remove_stale_temps(target)
+    fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(target), suffix=_TMP_SUFFIX, dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        if mode is not None:
+            os.chmod(tmp, mode)
+        os.replace(tmp, target)
+    except BaseException as e:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise_if_disk_full(e, target, f"{target.name} is unchanged")
+        raise
+    _fsync_dir(target.parent)
+
+
+_DISK_FULL = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
+
+
+class DiskFullError(OSError):
+    """A run's file could not be written for lack of space (disk, quota or file-size limit)."""
+
+
+def disk_full(exc: BaseException) -> OSError | None:
+    """The out-of-space ``OSError`` behind ``exc``: itself, or one it was raised from or while handling
+    (``torch.save`` reports a failed write as a ``RuntimeError`` about zip offsets)."""
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, OSError) and e.errno in _DISK_FULL:
+            return e
+        e = e.__cause__ or e.__context__
+    return None
+
+
+def raise_if_disk_full(exc: BaseException, target: Path, kept: str) -> None:
+    """Raise a :class:`DiskFullError` saying what is on disk and how to go on, if ``exc`` is one."""
+    full = disk_full(exc)
+    if full is not None and not isinstance(exc, DiskFullError):
+        raise DiskFullError(full.errno, f"{full.strerror} while writing {target}; {kept}. Free space (or raise the "
+                            "quota or file-size limit), then resume in place: the same overrides plus "
+                            "hydra.run.dir=<run dir> ckpt_path=last") from exc
+
+
