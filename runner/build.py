@@ -25,6 +25,7 @@ from runner.reliability import AtomicCheckpointIO, build_reliability_callbacks
 from runner.stack import CacheArtifacts
 from runner.stack.dynamic.policy import resolve_bounds, resolve_pad_to
 from runner.strategy import CompileStrategy, ConsolidatedCheckpoint, DDPCompileStrategy, FSDPCompileStrategy
+from runner.training.callback_group import CallbackGroup
 from runner.training.module import TrainModule
 from runner.training.progress_bar import RunProgressBar
 from runner.training.summary import RunModelSummary
@@ -100,17 +101,19 @@ def shapes_vary(cfg: RunConfig) -> bool:
     return True
 
 
-def build_callbacks(cfg: RunConfig) -> list[Callback]:
-    """Checkpointing into the run dir (``last.ckpt`` always), LR monitoring, telemetry, the progress bar."""
+def build_callbacks(cfg: RunConfig, *more: Callback) -> list[Callback]:
+    """Checkpointing into the run dir (``last.ckpt`` always), the model summary, the progress bar, and
+    runner's own callbacks as one group (LR monitoring, telemetry, reliability, and ``more``): Lightning
+    dispatches each hook to the group once (``CallbackGroup``)."""
     from runner.telemetry import CompileTelemetry
 
     ckpt_dir = checkpoint_dir(cfg.run_dir)
+    own = CallbackGroup(LearningRateMonitor(logging_interval="step"),
+                        CompileTelemetry(cfg.telemetry, Path(cfg.run_dir)), *build_reliability_callbacks(cfg), *more)
     callbacks: list[Callback] = [
         ModelCheckpoint(dirpath=ckpt_dir, save_last=True, save_top_k=0,
                         every_n_train_steps=cfg.trainer.checkpoint_every_n_steps),
-        LearningRateMonitor(logging_interval="step"),
-        CompileTelemetry(cfg.telemetry, Path(cfg.run_dir)),
-        *build_reliability_callbacks(cfg),
+        own,
         RunModelSummary(),  # Lightning's summary without its "FLOPs: 0" column
     ]
     if cfg.trainer.sharded and cfg.trainer.fsdp.consolidate:

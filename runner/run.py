@@ -83,12 +83,12 @@ def run(cfg: RunConfig, extra_callbacks: Sequence[Callback] = ()) -> RunResult:
     module = build_module(cfg)
     loggers = build_loggers(cfg)
     strategy = build_strategy(cfg)
-    callbacks = build_callbacks(cfg)
     # Before any logger writes: a resumed run keeps the history its checkpoint covers, whatever killed it.
     history = LogHistory(loggers, resuming=bool(cfg.ckpt_path))
+    callbacks = build_callbacks(cfg, history)
     for lg in loggers:
         lg.log_hyperparams(config_hparams(cfg))
-    trainer = build_trainer(cfg, strategy, loggers, [*callbacks, history, *extra_callbacks])
+    trainer = build_trainer(cfg, strategy, loggers, [*callbacks, *extra_callbacks])
 
     start = time.perf_counter()
     stopped = False

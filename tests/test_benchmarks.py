@@ -230,3 +230,16 @@ def test_remote_cache_quick_compiles_the_shared_process_from_the_server() -> Non
     # process, compile, vs cold, first step, hits, misses, kernels fetched, kernels shared
     assert rows["cold"][4:] == ["0", rows["cold"][5], "0", rows["shared"][6]] and int(rows["cold"][5]) > 0
     assert rows["shared"][5] == "0" and rows["shared"][7] == "0" and int(rows["shared"][6]) > 0
+
+
+@pytest.mark.slow
+def test_step_host_quick_times_every_contestant_against_lightning() -> None:
+    """``benchmarks/step_host.py --quick``: runner's whole fit, runner with nothing compiled, plain Lightning
+    with the same features and the model's own loop, each timed per quiet step, with per-round ratios."""
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "step_host.py"), "--quick", "--rounds", "1",
+                           "--steps", "50"], capture_output=True, text=True, cwd=ROOT, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = {line.split("|")[1].strip(): line for line in proc.stdout.splitlines() if line.startswith("| ")}
+    assert {"model", "lightning", "runner_eager", "runner"} <= rows.keys()
+    for name in ("runner", "runner_eager"):
+        assert float(rows[name].split("|")[2]) > 0 and float(rows[name].split("|")[4]) > 0

@@ -19,6 +19,7 @@ import lightning.pytorch as pl
 from runner.config import ConfigError, compose, load
 from runner.run import run
 from runner.telemetry import CompileTelemetry
+from runner.training.callback_group import find_callback
 
 
 def time_per_token_us(tokens_per_s: Any) -> float | None:
@@ -43,7 +44,7 @@ class PruningReporter(pl.Callback):
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
         """Report this step's running figure; ask the pruner."""
-        telemetry = next((c for c in trainer.callbacks if isinstance(c, CompileTelemetry)), None)  # type: ignore[attr-defined]
+        telemetry = find_callback(trainer, CompileTelemetry)
         if telemetry is None or not telemetry.meter.ran_compiled:
             return  # still warming up (compiling): nothing steady to report yet
         us = time_per_token_us(telemetry.meter.rate("tokens") or telemetry.meter.rate("samples"))
