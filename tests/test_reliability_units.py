@@ -387,3 +387,14 @@ def test_the_guard_holds_a_bounded_number_of_losses_however_long_no_read_comes(t
     trainer, error, held = _manual_fit(tmp_path, "stop", nan_at=7, steps=100)  # check_every=1000: one read, at the end
     assert held < FOLD_EVERY
     assert isinstance(error, NonFiniteLossError) and "(nan) at step 7, read after step 100" in str(error)
+
+
+def test_the_cpu_read_agrees_with_the_device_flags() -> None:
+    from runner.reliability.numerics import host_flags, pending_flags
+
+    inf, nan = float("inf"), float("nan")
+    cases = [[(3, 1.0), (3, 2.0)], [(3, 1.0), (4, inf), (5, nan)], [(7, -inf)], [(2, nan), (2, inf)]]
+    for case in cases:
+        losses = [(step, torch.tensor(v)) for step, v in case]
+        assert host_flags(losses) == tuple(int(t) for t in pending_flags(losses)), case
+    assert host_flags([(1, torch.tensor(1e300, dtype=torch.float64)), (2, torch.tensor(1.0))]) == (0, 0)

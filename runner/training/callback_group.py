@@ -32,6 +32,8 @@ class CallbackGroup(Callback):
 
     def __init__(self, *members: Callback) -> None:
         self.members = list(members)
+        # Lightning names every hook's profiler span after the state key: built once, not on every call.
+        self._state_key = "CallbackGroup[" + ",".join(m.state_key for m in self.members) + "]"
         for hook in _HOOKS:
             calls = [getattr(m, hook) for m in self.members if _implements(m, hook)]
             if calls:
@@ -46,7 +48,7 @@ class CallbackGroup(Callback):
 
     @property
     def state_key(self) -> str:
-        return "CallbackGroup[" + ",".join(m.state_key for m in self.members) + "]"
+        return self._state_key
 
     def state_dict(self) -> dict[str, Any]:
         return {m.state_key: state for m in self.members if (state := m.state_dict())}
