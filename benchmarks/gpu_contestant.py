@@ -28,6 +28,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from runner import torch_internals as ti
+from runner.figures.cudagraphs import CUDAGRAPHS_EAGER_REASONS, CUDAGRAPHS_PARTITIONS, CUDAGRAPHS_PARTITIONS_GRAPHED
 from runner.models.gpt import GPT
 from runner.stack.cudagraphs import PartitionCount
 from runner.telemetry.throughput import estimate_flops, trainable_parameters
@@ -166,9 +167,9 @@ def train(name: str, m: Model, device: str, backend: str) -> dict[str, Any]:
             "compiles_after_warmup": window.after_warmup("compiles"),
             "peak_mem_gib": torch.cuda.max_memory_allocated() / 2**30 if device == "cuda" else None,
             "cudagraph_recordings_after_warmup": window.after_warmup("graphs") if uses_graphs(name, device) else None,
-            "cudagraph_partitions": counted.get("cudagraphs/partitions"),
-            "cudagraph_partitions_graphed": counted.get("cudagraphs/partitions_graphed"),
-            "cudagraph_eager_reasons": counted.get("cudagraphs/eager_reasons"),
+            "cudagraph_partitions": counted.get(CUDAGRAPHS_PARTITIONS),
+            "cudagraph_partitions_graphed": counted.get(CUDAGRAPHS_PARTITIONS_GRAPHED),
+            "cudagraph_eager_reasons": counted.get(CUDAGRAPHS_EAGER_REASONS),
             "device": torch.cuda.get_device_name() if device == "cuda" else f"cpu ({os.cpu_count()} cores)",
             # The GPU machine has no Hydra: whatever the contestants import must not need it.
             "hydra_modules": sorted(mod for mod in ("hydra", "omegaconf") if mod in sys.modules)}

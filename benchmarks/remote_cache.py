@@ -33,6 +33,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from runner.figures.compile_caches import (
+    COMPILE_REMOTE_CACHE_HITS,
+    COMPILE_REMOTE_CACHE_MISSES,
+    COMPILE_REMOTE_KERNELS_FETCHED,
+    COMPILE_REMOTE_KERNELS_UPLOADED,
+)
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 
@@ -41,6 +48,9 @@ import json, sys, time
 import lightning as L, torch
 from lightning.pytorch.callbacks import Callback
 import runner
+from runner.figures.compile_caches import (COMPILE_REMOTE_CACHE_HITS, COMPILE_REMOTE_CACHE_MISSES,
+    COMPILE_REMOTE_CACHE_STATUS, COMPILE_REMOTE_KERNELS_FETCHED, COMPILE_REMOTE_KERNELS_REJECTED,
+    COMPILE_REMOTE_KERNELS_UPLOADED)
 from runner.models.gpt import GPT
 from runner.training.module import TrainModule
 from functools import partial
@@ -65,8 +75,8 @@ steps = Steps()
 L.Trainer(strategy=strategy, max_steps=4, logger=False, enable_checkpointing=False, enable_progress_bar=False,
           enable_model_summary=False, callbacks=[steps]).fit(module, torch.utils.data.DataLoader(data, batch_size=16))
 f = strategy.figures()
-keep = ("compile/remote_cache_status", "compile/remote_cache_hits", "compile/remote_cache_misses",
-        "compile/remote_kernels_fetched", "compile/remote_kernels_uploaded", "compile/remote_kernels_rejected")
+keep = (COMPILE_REMOTE_CACHE_STATUS, COMPILE_REMOTE_CACHE_HITS, COMPILE_REMOTE_CACHE_MISSES,
+        COMPILE_REMOTE_KERNELS_FETCHED, COMPILE_REMOTE_KERNELS_UPLOADED, COMPILE_REMOTE_KERNELS_REJECTED)
 steady = sorted(steps.times[1:])[len(steps.times[1:]) // 2]
 print("FIGURES " + json.dumps({**{k: f.get(k) for k in keep}, "first_step_s": steps.times[0],
                                "compile_s": steps.times[0] - steady}))
@@ -119,10 +129,10 @@ def measure(n_layer: int) -> dict[str, Any]:
 def table(rows: dict[str, Any]) -> str:
     lines = ["| process | compile [s] | vs cold | first step [s] | remote hits | remote misses | kernels fetched "
              "| kernels shared |", "|---|---|---|---|---|---|---|---|"]
-    keys = ("cache_hits", "cache_misses", "kernels_fetched", "kernels_uploaded")
+    keys = (COMPILE_REMOTE_CACHE_HITS, COMPILE_REMOTE_CACHE_MISSES, COMPILE_REMOTE_KERNELS_FETCHED,
+            COMPILE_REMOTE_KERNELS_UPLOADED)
     for name, r in rows.items():
-        cells = " | ".join(str(r.get(f"compile/remote_{k}") if r.get(f"compile/remote_{k}") is not None else "-")
-                           for k in keys)
+        cells = " | ".join(str(r.get(k) if r.get(k) is not None else "-") for k in keys)
         lines.append(f"| {name} | {r['compile_s']:.1f} | {r['compile_vs_cold']:.2f}x | {r['first_step_s']:.1f} "
                      f"| {cells} |")
     return "\n".join(lines)

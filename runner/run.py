@@ -34,6 +34,23 @@ from runner.config.paths import last_checkpoint_path
 from runner.config.schema import RunConfig
 from runner.data.resumable import make_resumable
 from runner.figures import collect_figures
+from runner.figures.run import (
+    DATA_UNIGRAM_BPB,
+    RUN_DEVICE,
+    RUN_INTERRUPTED_AT_STEP,
+    RUN_INTERRUPTED_BY,
+    RUN_LAST_CHECKPOINT,
+    RUN_NAME,
+    RUN_PARAMS,
+    RUN_PRECISION,
+    RUN_RECIPE,
+    RUN_STEPS,
+    RUN_TORCH,
+    RUN_WALL_S,
+    TRAIN_LOSS,
+    VAL_BPB,
+    VAL_LOSS,
+)
 from runner.reliability import LogHistory, exit_code, flush_loggers
 from runner.stack.errors.explain import CompileFailure
 
@@ -108,7 +125,7 @@ def run(cfg: RunConfig, extra_callbacks: Sequence[Callback] = ()) -> RunResult:
     figures = {
         **run_figures(cfg, trainer, module, datamodule, time.perf_counter() - start),
         **collect_figures([strategy, *callbacks]),
-        "run/last_checkpoint": str(ckpt) if ckpt.exists() else None,
+        RUN_LAST_CHECKPOINT: str(ckpt) if ckpt.exists() else None,
     }
     code = _interrupted(figures, ckpt) if stopped else 0
     if trainer.is_global_zero:
@@ -127,30 +144,30 @@ def run_figures(cfg: RunConfig, trainer: L.Trainer, module: L.LightningModule, d
         return None if value is None else float(value)
 
     figures: dict[str, Any] = {
-        "run/name": cfg.name,
-        "run/recipe": cfg.recipe,
-        "run/steps": trainer.global_step,
-        "run/wall_s": round(wall_s, 2),
-        "run/params": sum(p.numel() for p in module.parameters()),
-        "run/device": str(trainer.strategy.root_device),
-        "run/precision": cfg.trainer.precision,
-        "run/torch": torch.__version__,
-        "train/loss": metric("train/loss"),
-        "val/loss": metric("val/loss"),
-        "val/bpb": metric("val/bpb"),
+        RUN_NAME: cfg.name,
+        RUN_RECIPE: cfg.recipe,
+        RUN_STEPS: trainer.global_step,
+        RUN_WALL_S: round(wall_s, 2),
+        RUN_PARAMS: sum(p.numel() for p in module.parameters()),
+        RUN_DEVICE: str(trainer.strategy.root_device),
+        RUN_PRECISION: cfg.trainer.precision,
+        RUN_TORCH: torch.__version__,
+        TRAIN_LOSS: metric(TRAIN_LOSS),
+        VAL_LOSS: metric(VAL_LOSS),
+        VAL_BPB: metric(VAL_BPB),
     }
     unigram = getattr(datamodule, "unigram_bits", None)
     if unigram is not None:
-        figures["data/unigram_bpb"] = round(unigram, 4)
+        figures[DATA_UNIGRAM_BPB] = round(unigram, 4)
     return figures
 
 
 def _interrupted(figures: dict[str, Any], ckpt: Path) -> int:
     """Say how to resume a SIGINT/SIGTERM stop; the exit code."""
-    name = figures.get("run/interrupted_by")
+    name = figures.get(RUN_INTERRUPTED_BY)
     if name is None:
         return exit_code(signal.SIGTERM)  # Lightning's own SIGTERM handling, without a checkpoint
     log.warning("stopped by %s at step %s; checkpoint %s. Resume with the same overrides plus "
-                "hydra.run.dir=%s ckpt_path=last", name, figures.get("run/interrupted_at_step"), ckpt,
+                "hydra.run.dir=%s ckpt_path=last", name, figures.get(RUN_INTERRUPTED_AT_STEP), ckpt,
                 ckpt.parent.parent)
     return exit_code(signal.Signals[name])

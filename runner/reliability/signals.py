@@ -41,6 +41,7 @@ from lightning.pytorch.loggers import Logger, WandbLogger
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from runner import lightning_internals as li
+from runner.figures.run import RUN_INTERRUPTED_AT_STEP, RUN_INTERRUPTED_BY
 from runner.reliability.numerics import agreed_flag, check_every_for
 
 log = logging.getLogger(__name__)
@@ -125,7 +126,7 @@ class GracefulInterrupt(Callback):
         """Which signal stopped the run, and at which step its checkpoint was written."""
         if self.signum is None:
             return {}
-        return {"run/interrupted_by": signal.Signals(self.signum).name, "run/interrupted_at_step": self.step}
+        return {RUN_INTERRUPTED_BY: signal.Signals(self.signum).name, RUN_INTERRUPTED_AT_STEP: self.step}
 
 
 def flush_loggers(loggers: list[Logger], status: str) -> None:

@@ -27,6 +27,13 @@ import torch
 from torch.optim import Optimizer
 
 from runner import torch_internals as ti
+from runner.figures.compile_plan import (
+    COMPILE_BACKEND,
+    COMPILE_COMPILED_AUTOGRAD,
+    COMPILE_MODULES_COMPILED,
+    COMPILE_SCOPE,
+)
+from runner.figures.compile_work import COMPILE_DEMOTED, COMPILE_DEMOTIONS, COMPILE_FRAMES
 from runner.stack.compiling.binding import code_of, install_step, user_step
 from runner.stack.compiling.compile import CompiledModules, apply_compile, compiled_submodules
 from runner.stack.compiling.plan import STEP_SCOPES, resolve_optimizers
@@ -275,20 +282,14 @@ class CompileStack:
     def figures(self) -> dict[str, Any]:
         """What the stack applied and did, for the report."""
         c = self.settings.compile
-        out: dict[str, Any] = {
-            "compile/scope": c.scope.value,
-            "compile/backend": c.backend,
-            "compile/modules_compiled": self.compiled.total,
-            "compile/compiled_autograd": c.compiled_autograd,
-            "compile/demoted": list(self.demoted),
-            "compile/demotions": len(self.demoted),
-        }
+        out: dict[str, Any] = {COMPILE_SCOPE: c.scope.value, COMPILE_BACKEND: c.backend,
+                               COMPILE_MODULES_COMPILED: self.compiled.total,
+                               COMPILE_COMPILED_AUTOGRAD: c.compiled_autograd,
+                               COMPILE_DEMOTED: list(self.demoted), COMPILE_DEMOTIONS: len(self.demoted)}
         if self.frames is not None:
-            out["compile/frames"] = self.frames
-        if self.parts is not None:
-            out.update(self.parts.figures())
-        elif self._frozen:
-            out.update(self._frozen)  # an unpickled copy: what the original stack did
+            out[COMPILE_FRAMES] = self.frames
+        # Without parts, an unpickled copy: what the original stack did.
+        out.update(self.parts.figures() if self.parts is not None else self._frozen)
         return out
 
 

@@ -19,6 +19,7 @@ from runner.config.checks_stack import (
     cudagraphs_accumulation_error,
 )
 from runner.config.schema import OnError, OptimizerPolicy
+from runner.figures.compile_plan import COMPILE_MODE, COMPILE_OPTIMIZER, COMPILE_OPTIONS, COMPILE_TARGET
 from runner.stack.background import BackgroundCompile, NoBackground, build_background
 from runner.stack.caches import LocalCompileCache, build_remote_cache
 from runner.stack.compiling.binding import reads_logged_results, takes_dataloader_iter, user_step
@@ -112,7 +113,7 @@ class FitParts:
 
     def summary_extra(self, demoted: list[dict[str, Any]]) -> str:
         """The end-of-fit line's tail: the optimizer step, CUDA graphs and any demotion."""
-        opt = self.optimizer_step.figures()["compile/optimizer"] if self.optimizer_step else "none"
+        opt = self.optimizer_step.figures()[COMPILE_OPTIMIZER] if self.optimizer_step else "none"
         text = f"optimizer step: {opt}"
         if isinstance(self.background, BackgroundCompile):
             text += f"; compile beside the run: {self.background.outcome}"
@@ -134,9 +135,9 @@ class FitParts:
                 f"steps): {why}. The steps ran eagerly; compile/frames is 0.")
 
     def figures(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"compile/mode": self.plan.kwargs.get("mode"),
-                               "compile/options": dict(self.plan.kwargs.get("options", {})),
-                               "compile/target": TARGET_NAMES[self.plan.target]}
+        out: dict[str, Any] = {COMPILE_MODE: self.plan.kwargs.get("mode"),
+                               COMPILE_OPTIONS: dict(self.plan.kwargs.get("options", {})),
+                               COMPILE_TARGET: TARGET_NAMES[self.plan.target]}
         if self.optimizer_step is not None:
             out.update(self.optimizer_step.figures())
         for comp in self.components:

@@ -31,6 +31,18 @@ import lightning.pytorch as pl
 import torch
 
 from runner.config.schema import TelemetryConfig
+from runner.figures.compile_work import COMPILE_TIME_S
+from runner.figures.memory import MEMORY_PEAK_GIB
+from runner.figures.perf import (
+    PERF_FLOPS_SOURCE,
+    PERF_PEAK_SOURCE,
+    PERF_PEAK_TFLOPS,
+    PERF_SAMPLES_PER_S,
+    PERF_SPEEDUP_STATUS,
+    PERF_SPEEDUP_X,
+    PERF_TFLOP_PER_STEP,
+    PERF_TOKENS_PER_S,
+)
 from runner.stack import Eager, StepMode, stack_of
 from runner.stack.console import CompileProgress
 from runner.telemetry import ranks, sinks
@@ -200,7 +212,7 @@ class CompileTelemetry(pl.Callback):
                 sinks.write_events_text(self.run_dir / "compile_events.txt", figures)
             for line in advice_lines(figures):  # what could not be compiled, where, and the fix
                 log.warning("compile: %s", line)
-        if figures.get("perf/peak_source") == "achieved" and self.peak is not None and self.peak.source == "cached":
+        if figures.get(PERF_PEAK_SOURCE) == "achieved" and self.peak is not None and self.peak.source == "cached":
             forget_peak(self._device, str(trainer.precision))  # the cached peak was too low: measure anew
 
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
@@ -225,7 +237,7 @@ class CompileTelemetry(pl.Callback):
     def state_dict(self) -> dict[str, Any]:
         """The speedup figures for the checkpoint: this run's once measured, else those it carries."""
         own = {k: v for k, v in self._figures(series=False).items() if k in SPEEDUP_KEYS} if self.meter.done else {}
-        speedup = own if "perf/speedup_x" in own else self._carried
+        speedup = own if PERF_SPEEDUP_X in own else self._carried
         return {"speedup": speedup} if speedup else {}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -241,21 +253,18 @@ class CompileTelemetry(pl.Callback):
 
     def _figures(self, series: bool = True) -> dict[str, Any]:
         figures: dict[str, Any] = dict(self.collector.figures()) if self.collector is not None else {}
-        figures.update(self.meter.figures(compile_time_s=figures.get("compile/time_s", 0.0), series=series))
-        if "perf/speedup_x" not in figures and self._carried:  # resumed before this run's pairs finished
+        figures.update(self.meter.figures(compile_time_s=figures.get(COMPILE_TIME_S, 0.0), series=series))
+        if PERF_SPEEDUP_X not in figures and self._carried:  # resumed before this run's pairs finished
             figures.update(self._carried)
-            figures["perf/speedup_status"] = "measured before the resume"
-        figures["memory/peak_gib"] = peak_memory_gib(self._device)
+            figures[PERF_SPEEDUP_STATUS] = "measured before the resume"
+        figures[MEMORY_PEAK_GIB] = peak_memory_gib(self._device)
         figures.update(self._per_rank)
         # Throughput over recent timed compiled steps (total work / total time: right for varying
         # lengths), summed over ranks.
         samples_rate, tokens_rate = self._world_rates or (self.meter.rate("samples"), self.meter.rate("tokens"))
-        if samples_rate:
-            figures["perf/samples_per_s"] = samples_rate
-        if tokens_rate:
-            figures["perf/tokens_per_s"] = tokens_rate
+        figures.update({k: r for k, r in ((PERF_SAMPLES_PER_S, samples_rate), (PERF_TOKENS_PER_S, tokens_rate)) if r})
         if self.peak is not None:
-            figures["perf/peak_tflops"], figures["perf/peak_source"] = self.peak.tflops, self.peak.source
+            figures[PERF_PEAK_TFLOPS], figures[PERF_PEAK_SOURCE] = self.peak.tflops, self.peak.source
         samples, tokens = self._counts
         per_unit, flops = self._flops_per_unit, self._flops_per_step
         if per_unit is None and self._module is not None:
@@ -264,8 +273,8 @@ class CompileTelemetry(pl.Callback):
             flops, self._flops_source = estimate_flops(self._trainable, samples, tokens), "6*params*tokens"
             per_unit = flops / float(tokens or samples or 1) if flops else None
         if flops and per_unit:
-            figures["perf/tflop_per_step"] = flops / 1e12
-            figures["perf/flops_source"] = self._flops_source
+            figures[PERF_TFLOP_PER_STEP] = flops / 1e12
+            figures[PERF_FLOPS_SOURCE] = self._flops_source
             # Per rank, in the unit FLOPs were counted per, against this rank's device peak.
             unit_rate = self.meter.rate("tokens") if tokens else self.meter.rate("samples")
             if unit_rate:
@@ -277,8 +286,8 @@ class CompileTelemetry(pl.Callback):
         if trainer.world_size <= 1:
             return
         # this rank's own rates, not the sums over ranks that the figures carry
-        own = {**self._figures(series=False), "perf/tokens_per_s": self.meter.rate("tokens"),
-               "perf/samples_per_s": self.meter.rate("samples")}
+        own = {**self._figures(series=False), PERF_TOKENS_PER_S: self.meter.rate("tokens"),
+               PERF_SAMPLES_PER_S: self.meter.rate("samples")}
         self._per_rank, self._world_rates = ranks.gather_rank_figures(trainer.strategy, own, self._device)
 
     def _reduce_rates(self, trainer: pl.Trainer) -> None:

@@ -35,6 +35,8 @@ from typing import Any
 
 import torch
 
+from runner.figures.perf import PERF_MFU, PERF_PEAK_SOURCE, PERF_PEAK_TFLOPS
+
 log = logging.getLogger(__name__)
 
 CACHE_ENV = "RUNNER_CACHE_DIR"
@@ -229,5 +231,5 @@ def mfu_figures(achieved_flops: float, peak: Peak | None) -> dict[str, Any]:
         return {}
     if peak.source != "given" and achieved_flops > peak.tflops * 1e12:
         peak = Peak(achieved_flops / 1e12, "achieved")
-    return {"perf/mfu": achieved_flops / (peak.tflops * 1e12), "perf/peak_tflops": peak.tflops,
-            "perf/peak_source": peak.source}
+    return {PERF_MFU: achieved_flops / (peak.tflops * 1e12), PERF_PEAK_TFLOPS: peak.tflops,
+            PERF_PEAK_SOURCE: peak.source}

@@ -10,10 +10,15 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 
-RANK_FIELDS = ("perf/step_ms", "perf/samples_per_s", "perf/tokens_per_s", "memory/peak_gib", "compile/time_s",
-               "compile/graphs", "compile/recompiles", "compile/graph_breaks")
+from runner.figures.compile_work import COMPILE_GRAPH_BREAKS, COMPILE_GRAPHS, COMPILE_RECOMPILES, COMPILE_TIME_S
+from runner.figures.memory import MEMORY_PEAK_GIB
+from runner.figures.perf import PERF_SAMPLES_PER_S, PERF_STEP_MS, PERF_TOKENS_PER_S
+from runner.figures.ranks import PER_RANK, RANKS_COMPILES_AGREE
+
+RANK_FIELDS = (PERF_STEP_MS, PERF_SAMPLES_PER_S, PERF_TOKENS_PER_S, MEMORY_PEAK_GIB, COMPILE_TIME_S,
+               COMPILE_GRAPHS, COMPILE_RECOMPILES, COMPILE_GRAPH_BREAKS)
 """The figures gathered from every rank at the end of a multi-process fit (``ranks/<figure>``)."""
-AGREEING_FIELDS = frozenset({"compile/graphs", "compile/recompiles", "compile/graph_breaks"})
+AGREEING_FIELDS = frozenset({COMPILE_GRAPHS, COMPILE_RECOMPILES, COMPILE_GRAPH_BREAKS})
 """The figures every rank must share: ranks that compile differently deadlock or diverge."""
 
 Rates = tuple[float | None, float | None]
@@ -27,11 +32,11 @@ def gather_rank_figures(strategy: pl.strategies.Strategy, own: dict[str, Any],
     (samples/s, tokens/s) summed over ranks."""
     local = torch.tensor([float(own.get(k) or 0.0) for k in RANK_FIELDS], dtype=torch.float64, device=device)
     rows = strategy.all_gather(local).reshape(-1, len(RANK_FIELDS)).cpu().tolist()
-    per_rank: dict[str, Any] = {f"ranks/{key}": [row[i] for row in rows] for i, key in enumerate(RANK_FIELDS)}
-    total = {key: sum(per_rank[f"ranks/{key}"]) for key in ("perf/samples_per_s", "perf/tokens_per_s")}
+    per_rank: dict[str, Any] = {PER_RANK[key]: [row[i] for row in rows] for i, key in enumerate(RANK_FIELDS)}
+    total = {key: sum(per_rank[PER_RANK[key]]) for key in (PERF_SAMPLES_PER_S, PERF_TOKENS_PER_S)}
     compiles = [tuple(row[i] for i, k in enumerate(RANK_FIELDS) if k in AGREEING_FIELDS) for row in rows]
-    per_rank["ranks/compiles_agree"] = len(set(compiles)) == 1
-    return per_rank, (total["perf/samples_per_s"] or None, total["perf/tokens_per_s"] or None)
+    per_rank[RANKS_COMPILES_AGREE] = len(set(compiles)) == 1
+    return per_rank, (total[PERF_SAMPLES_PER_S] or None, total[PERF_TOKENS_PER_S] or None)
 
 
 def sum_rates(strategy: pl.strategies.Strategy, own: Rates, device: torch.device) -> Rates:

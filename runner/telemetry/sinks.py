@@ -14,6 +14,13 @@ from typing import Any
 
 import lightning.pytorch as pl
 
+from runner.figures.compile_work import (
+    COMPILE_EVENTS,
+    COMPILE_FALLBACK_REASONS,
+    COMPILE_GRAPH_BREAK_REASONS,
+    COMPILE_REASONS,
+    COMPILE_RECOMPILE_REASONS,
+)
 from runner.strategy.progress_sink import progress_sink  # noqa: F401  (where compile progress prints)
 
 
@@ -40,11 +47,11 @@ def _with_fix(entry: dict[str, Any]) -> str:
 def reason_rows(figures: dict[str, Any]) -> list[list[Any]]:
     """One row per recompile, graph-break site and eager fallback: kind, name, location, step, count, reason."""
     rows: list[list[Any]] = []
-    for r in figures.get("compile/recompile_reasons") or []:
+    for r in figures.get(COMPILE_RECOMPILE_REASONS) or []:
         rows.append(["recompile", r.get("name"), r.get("location"), r.get("step"), 1, _with_fix(r)])
-    for b in figures.get("compile/graph_break_reasons") or []:
+    for b in figures.get(COMPILE_GRAPH_BREAK_REASONS) or []:
         rows.append(["graph_break", None, b.get("user_frame"), None, b.get("count"), _with_fix(b)])
-    for f in figures.get("compile/fallback_reasons") or []:
+    for f in figures.get(COMPILE_FALLBACK_REASONS) or []:
         rows.append(["fallback", f.get("name"), None, None, 1, f.get("reason")])
     return rows
 
@@ -61,7 +68,7 @@ def log_reason_table(trainer: pl.Trainer, figures: dict[str, Any]) -> None:
     columns = ["kind", "name", "location", "step", "count", "reason"]
     for logger in wandb_loggers:
         table = wandb.Table(columns=list[Any](columns), data=[[_cell(v) for v in row] for row in reason_rows(figures)])
-        logger.experiment.log({"compile/reasons": table})
+        logger.experiment.log({COMPILE_REASONS: table})
 
 
 def _cell(value: Any) -> Any:
@@ -72,7 +79,7 @@ def _cell(value: Any) -> Any:
 def write_events_text(path: Path, figures: dict[str, Any]) -> None:
     """``compile_events.txt``: every compile event with its step and duration, then every reason."""
     lines = ["# compile events: step, kind, seconds, name"]
-    for e in figures.get("compile/events") or []:
+    for e in figures.get(COMPILE_EVENTS) or []:
         lines.append(f"step {e.get('step')}\t{e.get('kind')}\t{e.get('duration_s', 0.0):.2f} s\t{e.get('name')}")
     lines += ["", "# reasons: kind, name, location, step, count, reason"]
     for row in reason_rows(figures):

@@ -22,26 +22,37 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
+from runner.figures.compile_work import COMPILE_GRAPH_BREAKS, COMPILE_RECOMPILES, COMPILE_TIME_S
+from runner.figures.memory import MEMORY_PEAK_GIB
+from runner.figures.offload import OFFLOAD_REDUCTION_X
+from runner.figures.perf import (
+    PERF_BREAK_EVEN_STEP,
+    PERF_SPEEDUP_P25_X,
+    PERF_SPEEDUP_P75_X,
+    PERF_SPEEDUP_X,
+    PERF_STEP_MS,
+)
+from runner.figures.run import VAL_BPB
 from runner.telemetry.definitions import FIGURES, break_even_cell, missing_speedup, speedup_verdict
 from runner.telemetry.plots import plot_sweep
 
 # (criterion, report key, higher is better)
 CRITERIA: tuple[tuple[str, str, bool], ...] = (
-    ("speedup", "perf/speedup_x", True),
-    ("compile_time", "compile/time_s", False),
-    ("recompiles", "compile/recompiles", False),
-    ("memory", "memory/peak_gib", False),
+    ("speedup", PERF_SPEEDUP_X, True),
+    ("compile_time", COMPILE_TIME_S, False),
+    ("recompiles", COMPILE_RECOMPILES, False),
+    ("memory", MEMORY_PEAK_GIB, False),
 )
 COLUMNS: tuple[tuple[str, str], ...] = (
-    ("perf/speedup_x", "speedup [x]"),
-    ("compile/time_s", "compile [s]"),
-    ("compile/recompiles", "recompiles"),
-    ("compile/graph_breaks", "graph breaks"),
-    ("perf/step_ms", "step, last 50 [ms]"),
-    ("perf/break_even_step", "break-even step"),
-    ("memory/peak_gib", "peak [GiB]"),
-    ("offload/reduction_x", "saved activations reduction [x]"),
-    ("val/bpb", "val bits/byte"),
+    (PERF_SPEEDUP_X, "speedup [x]"),
+    (COMPILE_TIME_S, "compile [s]"),
+    (COMPILE_RECOMPILES, "recompiles"),
+    (COMPILE_GRAPH_BREAKS, "graph breaks"),
+    (PERF_STEP_MS, "step, last 50 [ms]"),
+    (PERF_BREAK_EVEN_STEP, "break-even step"),
+    (MEMORY_PEAK_GIB, "peak [GiB]"),
+    (OFFLOAD_REDUCTION_X, "saved activations reduction [x]"),
+    (VAL_BPB, "val bits/byte"),
 )
 
 
@@ -131,7 +142,7 @@ def _json_safe(value: Any) -> Any:
 
 def _panels(columns: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
     """The picture's panels: the ranking's first column, the steady step time, the compile time."""
-    wanted = [columns[0], ("perf/step_ms", "step, last 50 [ms]"), ("compile/time_s", "compile [s]")]
+    wanted = [columns[0], (PERF_STEP_MS, "step, last 50 [ms]"), (COMPILE_TIME_S, "compile [s]")]
     out: list[tuple[str, str]] = []
     for key, label in wanted:
         if key not in [k for k, _ in out]:
@@ -140,14 +151,14 @@ def _panels(columns: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]
 
 
 def _quartiles(figures: dict[str, Any]) -> tuple[float, float] | None:
-    lo, hi = _number(figures.get("perf/speedup_p25_x")), _number(figures.get("perf/speedup_p75_x"))
+    lo, hi = _number(figures.get(PERF_SPEEDUP_P25_X)), _number(figures.get(PERF_SPEEDUP_P75_X))
     return (lo, hi) if lo is not None and hi is not None else None
 
 
 def noise_notes(runs: list[dict[str, Any]], key: str) -> list[str]:
     """Sentences saying when the best run's lead is inside the noise of the pairs' quartiles: the
     best speedup's range includes 1, or its range overlaps the next runs' ranges."""
-    if key != "perf/speedup_x":
+    if key != PERF_SPEEDUP_X:
         return []
     measured = [r for r in runs if _number(r["figures"].get(key)) is not None]
     if not measured:
@@ -168,12 +179,12 @@ def noise_notes(runs: list[dict[str, Any]], key: str) -> list[str]:
 
 
 def _cell(key: str, figures: dict[str, Any]) -> str:
-    if key == "perf/break_even_step":
+    if key == PERF_BREAK_EVEN_STEP:
         return break_even_cell(figures)
     number = _number(figures.get(key))
     if number is None:
-        return missing_speedup(figures) if key == "perf/speedup_x" else "-"
-    if key == "perf/speedup_x" and (q := _quartiles(figures)) is not None:
+        return missing_speedup(figures) if key == PERF_SPEEDUP_X else "-"
+    if key == PERF_SPEEDUP_X and (q := _quartiles(figures)) is not None:
         return f"{number:.4g} ({q[0]:.3g} to {q[1]:.3g})"
     return f"{number:.4g}"
 

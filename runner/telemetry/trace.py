@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from runner import torch_internals as ti
+from runner.figures.trace import TRACE_FILE, TRACE_HTML, TRACE_STATUS
 
 log = logging.getLogger(__name__)
 
@@ -68,12 +69,12 @@ class StructuredTrace:
         stop, self._stop = self._stop, None
         trace_file = stop()
         if trace_file is None:
-            self._figures = {"trace/status": "nothing was compiled: no trace"}
+            self._figures = {TRACE_STATUS: "nothing was compiled: no trace"}
             return
         html, status = render(Path(trace_file), self.run_dir / HTML_DIR)
-        self._figures = {"trace/file": str(Path(trace_file).relative_to(self.run_dir)), "trace/status": status}
+        self._figures = {TRACE_FILE: str(Path(trace_file).relative_to(self.run_dir)), TRACE_STATUS: status}
         if html is not None:
-            self._figures["trace/html"] = str(html.relative_to(self.run_dir))
+            self._figures[TRACE_HTML] = str(html.relative_to(self.run_dir))
         else:
             log.warning("telemetry.trace: %s", status)
 

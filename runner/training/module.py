@@ -18,6 +18,7 @@ from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 
 from runner.data.text import IGNORE_INDEX
+from runner.figures.run import TRAIN_LOSS, VAL_BPB, VAL_LOSS
 
 OptimizerFactory = Callable[..., Optimizer]
 SchedulerFactory = Callable[[Optimizer], LRScheduler]
@@ -52,15 +53,15 @@ class TrainModule(L.LightningModule):
         loss = lm_loss(self.model(x), y)
         # Not prog_bar=True: Lightning turns every progress-bar value into a Python float after every
         # batch, a host sync per step. runner's progress bar shows train/loss, read at log steps only.
-        self.log("train/loss", loss)
+        self.log(TRAIN_LOSS, loss)
         return loss
 
     def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
         x, y = batch
         loss = lm_loss(self.model(x), y)
-        self.log("val/loss", loss, prog_bar=True, sync_dist=True)
+        self.log(VAL_LOSS, loss, prog_bar=True, sync_dist=True)
         # For byte-level data, nats per byte / ln 2 = bits per byte.
-        self.log("val/bpb", loss / math.log(2), sync_dist=True)
+        self.log(VAL_BPB, loss / math.log(2), sync_dist=True)
         return loss
 
     def configure_optimizers(self) -> Any:

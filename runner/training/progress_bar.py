@@ -7,6 +7,8 @@ from typing import Any
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import RichProgressBar
 
+from runner.figures.run import TRAIN_LOSS
+
 
 class RunProgressBar(RichProgressBar):
     """``RichProgressBar`` that counts optimizer steps out of ``max_steps`` in a step-bounded run.
@@ -25,7 +27,7 @@ class RunProgressBar(RichProgressBar):
     a host sync that stalls an asynchronous device on every step.
     """
 
-    SHOWN = ("train/loss",)
+    SHOWN = (TRAIN_LOSS,)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from runner.config.schema import Background
+from runner.figures.compile_background import COMPILE_BACKGROUND, COMPILE_BACKGROUND_OUTCOME
 from runner.stack.compiling.plan import CompilePlan
 from runner.stack.component import StackComponent
 
@@ -122,7 +123,7 @@ class NoBackground(StackComponent):
         self.policy, self.why = policy, why
 
     def figures(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"compile/background": self.policy.value}
+        out: dict[str, Any] = {COMPILE_BACKGROUND: self.policy.value}
         if self.why is not None:
-            out["compile/background_outcome"] = self.why if self.why == NOTHING else f"compiled in the run: {self.why}"
+            out[COMPILE_BACKGROUND_OUTCOME] = self.why if self.why == NOTHING else f"compiled in the run: {self.why}"
         return out

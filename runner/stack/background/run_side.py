@@ -29,6 +29,17 @@ import lightning as L
 import torch
 
 from runner.config.schema import Background, OnError
+from runner.figures.compile_background import (
+    COMPILE_BACKGROUND,
+    COMPILE_BACKGROUND_OUTCOME,
+    COMPILE_BACKGROUND_PLACEMENT,
+    COMPILE_BACKGROUND_S,
+    COMPILE_BACKGROUND_SPEEDUP_X,
+    COMPILE_BACKGROUND_SWITCH_S,
+    COMPILE_EAGER_STEP_BESIDE_MS,
+    COMPILE_EAGER_STEPS_BESIDE,
+    COMPILE_SWITCH_STEP,
+)
 from runner.stack.background.policy import (
     DECIDE_AFTER,
     LateStep,
@@ -51,6 +62,8 @@ TIMEOUT_S = 3600.0
 """A compile process still running after this long is stopped and the run compiles in itself."""
 _PLACEMENT = {Background.auto: "pinned", Background.shared: "shared", Background.pinned: "pinned"}
 _SHOWN = {"shared": "on every core", "pinned": "pinned to one core"}
+_MEASURED = {"speedup_x": COMPILE_BACKGROUND_SPEEDUP_X, "switch_s": COMPILE_BACKGROUND_SWITCH_S}
+"""What the compile process measured that the report shows, under its figure's key."""
 
 
 class BackgroundCompile(StackComponent):
@@ -245,19 +258,18 @@ class BackgroundCompile(StackComponent):
         super().teardown()
 
     def figures(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"compile/background": self.policy.value, "compile/background_outcome": self.outcome}
+        out: dict[str, Any] = {COMPILE_BACKGROUND: self.policy.value, COMPILE_BACKGROUND_OUTCOME: self.outcome}
         if self.process is None or self.process.started is None:
             return out  # no process ran (auto kept the run eager, or the module stayed in the run)
-        out["compile/background_placement"] = _SHOWN[self.placement]
-        out["compile/eager_steps_beside"] = self.eager_steps
+        out[COMPILE_BACKGROUND_PLACEMENT] = _SHOWN[self.placement]
+        out[COMPILE_EAGER_STEPS_BESIDE] = self.eager_steps
         if (ms := self.eager_ms()) is not None:
-            out["compile/eager_step_beside_ms"] = round(ms, 3)
+            out[COMPILE_EAGER_STEP_BESIDE_MS] = round(ms, 3)
         if self.result is not None:
-            out["compile/background_s"] = round(self.result.seconds, 2)
-            out.update({f"compile/background_{k}": v for k, v in self.result.measured.items()
-                        if k in ("speedup_x", "switch_s")})
+            out[COMPILE_BACKGROUND_S] = round(self.result.seconds, 2)
+            out.update({_MEASURED[k]: v for k, v in self.result.measured.items() if k in _MEASURED})
         if self.switch_step is not None:
-            out["compile/switch_step"] = self.switch_step
+            out[COMPILE_SWITCH_STEP] = self.switch_step
         return out
 
 

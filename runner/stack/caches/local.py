@@ -25,6 +25,7 @@ import torch
 from runner import torch_internals as ti
 from runner.atomic_files import atomic_write_bytes
 from runner.config.paths import ARTIFACTS_DIR, ARTIFACTS_FILE
+from runner.figures.compile_caches import COMPILE_CACHE_ARTIFACTS_LOADED, COMPILE_CACHE_ARTIFACTS_SAVED
 from runner.stack.component import StackComponent
 from runner.stack.host import CacheArtifacts
 
@@ -110,8 +111,8 @@ class LocalCompileCache(StackComponent):
 
     def figures(self) -> dict[str, Any]:
         return {
-            "compile/cache_artifacts_loaded": dict(self.loaded) if self.artifacts.load_from else None,
-            "compile/cache_artifacts_saved": str(self.artifacts.save_to) if self.saved else None,
+            COMPILE_CACHE_ARTIFACTS_LOADED: dict(self.loaded) if self.artifacts.load_from else None,
+            COMPILE_CACHE_ARTIFACTS_SAVED: str(self.artifacts.save_to) if self.saved else None,
         }
 
 

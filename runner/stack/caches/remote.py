@@ -34,6 +34,15 @@ from runner import torch_internals as ti
 from runner.atomic_files import atomic_write_bytes
 from runner.config.cache_secret import SECRET_ENV, read_secret, redact_url
 from runner.config.checks_stack import remote_cache_error
+from runner.figures.compile_caches import (
+    COMPILE_REMOTE_CACHE,
+    COMPILE_REMOTE_CACHE_HITS,
+    COMPILE_REMOTE_CACHE_MISSES,
+    COMPILE_REMOTE_CACHE_STATUS,
+    COMPILE_REMOTE_KERNELS_FETCHED,
+    COMPILE_REMOTE_KERNELS_REJECTED,
+    COMPILE_REMOTE_KERNELS_UPLOADED,
+)
 from runner.stack.caches.kernels import KERNEL_NAME, open_entry, shared_object_problem, sharing_supported, sign
 from runner.stack.component import StackComponent
 
@@ -251,15 +260,15 @@ class RemoteCompileCache(StackComponent):
             self._bad.difference_update(queued)
 
     def figures(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"compile/remote_cache": self.shown, "compile/remote_cache_status": self.status}
+        out: dict[str, Any] = {COMPILE_REMOTE_CACHE: self.shown, COMPILE_REMOTE_CACHE_STATUS: self.status}
         if self._connected:
             now = ti.remote_cache_stats()
-            out.update({"compile/remote_cache_hits": now[0] - self._before[0],
-                        "compile/remote_cache_misses": now[1] - self._before[1]})
+            out.update({COMPILE_REMOTE_CACHE_HITS: now[0] - self._before[0],
+                        COMPILE_REMOTE_CACHE_MISSES: now[1] - self._before[1]})
             if self.on_cpu:
-                out.update({"compile/remote_kernels_fetched": self.fetched,
-                            "compile/remote_kernels_uploaded": self.uploaded,
-                            "compile/remote_kernels_rejected": self.rejected})
+                out.update({COMPILE_REMOTE_KERNELS_FETCHED: self.fetched,
+                            COMPILE_REMOTE_KERNELS_UPLOADED: self.uploaded,
+                            COMPILE_REMOTE_KERNELS_REJECTED: self.rejected})
         return out
 
 

@@ -13,6 +13,12 @@ import re
 from typing import Any
 
 from runner import torch_internals as ti
+from runner.figures.cudagraphs import (
+    CUDAGRAPHS_EAGER_REASONS,
+    CUDAGRAPHS_GRAPHS_PARTITIONED,
+    CUDAGRAPHS_PARTITIONS,
+    CUDAGRAPHS_PARTITIONS_GRAPHED,
+)
 
 _DYNAMIC_FIX = ("these kernels use a dynamic size: fix the shapes (dynamic=static, or dynamic=bucket, which pads "
                 "to the lengths of dynamic.buckets) so every kernel is graphed, or "
@@ -70,7 +76,7 @@ class PartitionCount:
                 graphs.setdefault(reason, []).append(g.graph)
         reasons = [{"reason": r, "nodes": n, "graphs": graphs[r], "example": examples[r], "fix": fix_for(r)}
                    for r, n in sorted(nodes.items(), key=lambda item: -item[1])]
-        return {"cudagraphs/graphs_partitioned": len(self.graphs),
-                "cudagraphs/partitions": sum(g.partitions for g in self.graphs),
-                "cudagraphs/partitions_graphed": sum(g.graphed for g in self.graphs),
-                "cudagraphs/eager_reasons": reasons}
+        return {CUDAGRAPHS_GRAPHS_PARTITIONED: len(self.graphs),
+                CUDAGRAPHS_PARTITIONS: sum(g.partitions for g in self.graphs),
+                CUDAGRAPHS_PARTITIONS_GRAPHED: sum(g.graphed for g in self.graphs),
+                CUDAGRAPHS_EAGER_REASONS: reasons}

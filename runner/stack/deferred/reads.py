@@ -25,6 +25,7 @@ from typing import Any
 
 from runner import lightning_internals as li
 from runner import torch_internals as ti
+from runner.figures.compile_plan import COMPILE_DYNAMIC_STATE_SOURCES
 from runner.stack.component import StackComponent
 
 FIT_LOOP_STATE = li.FIT_LOOP_STATE
@@ -56,4 +57,4 @@ class PythonState(StackComponent):
         ti.add_dynamic_sources(self.torch_settings, self.patterns)
 
     def figures(self) -> dict[str, Any]:
-        return {"compile/dynamic_state_sources": list(self.patterns)}
+        return {COMPILE_DYNAMIC_STATE_SOURCES: list(self.patterns)}

@@ -21,6 +21,7 @@ from typing import Any
 from runner import torch_internals as ti
 from runner.config.schema import OnError
 from runner.errors import RunStopped
+from runner.figures.compile_work import COMPILE_RECOMPILE_LIMIT_HITS
 from runner.stack.component import StackComponent
 
 log = logging.getLogger(__name__)
@@ -85,7 +86,7 @@ class CompileErrorWatch(StackComponent):
         super().teardown()
 
     def figures(self) -> dict[str, Any]:
-        return {"compile/recompile_limit_hits": list(self.limit_hits)}
+        return {COMPILE_RECOMPILE_LIMIT_HITS: list(self.limit_hits)}
 
 
 # -- the paragraph -----------------------------------------------------------------------------------

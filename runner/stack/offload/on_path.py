@@ -26,6 +26,7 @@ import torch
 
 from runner import torch_internals as ti
 from runner.config.schema import CudaGraphsConfig, OffloadStrategy
+from runner.figures.offload import OFFLOAD_MEASURE_SKIPPED
 from runner.stack.compiling.compile import CompiledModules, apply_compile
 from runner.stack.compiling.plan import CompilePlan, resolve_plan
 from runner.stack.deferred.log import discard_logs
@@ -55,7 +56,7 @@ def measure_saved_activations(module: L.LightningModule, host: LightningSide,
         batch, why = host.sample_batch()
         reason = None if batch is not None else why
     if reason is not None:
-        return {"offload/measure_skipped": reason}
+        return {OFFLOAD_MEASURE_SKIPPED: reason}
     return measure_on_run_path(module, batch, host.device, host.step_context, settings)
 
 

@@ -34,6 +34,13 @@ import torch
 from torch.optim import Optimizer
 
 from runner.config.schema import OptimizerPolicy
+from runner.figures.compile_plan import (
+    COMPILE_OPTIMIZER,
+    COMPILE_OPTIMIZER_COMPILED_STEPS,
+    COMPILE_OPTIMIZER_EAGER,
+    COMPILE_OPTIMIZER_EAGER_STEPS,
+    COMPILE_OPTIMIZER_REASON,
+)
 from runner.stack.compiling.plan import supports_fused
 from runner.stack.step_mode import StepMode
 
@@ -166,22 +173,22 @@ class OptimizerStep:
         policy, reason = self.policy.value, self.reason
         if self.policy is OptimizerPolicy.compiled and self.eager and not self._prior and self.demoted_at is None:
             policy, reason = OptimizerPolicy.none.value, "; ".join(f"{k}: {v}" for k, v in self.eager.items())
-        out: dict[str, Any] = {"compile/optimizer": policy, "compile/optimizer_reason": reason}
+        out: dict[str, Any] = {COMPILE_OPTIMIZER: policy, COMPILE_OPTIMIZER_REASON: reason}
         if self.compiled_steps or self.eager_steps:
-            out["compile/optimizer_compiled_steps"] = self.compiled_steps
-            out["compile/optimizer_eager_steps"] = self.eager_steps
+            out[COMPILE_OPTIMIZER_COMPILED_STEPS] = self.compiled_steps
+            out[COMPILE_OPTIMIZER_EAGER_STEPS] = self.eager_steps
             if self.eager_steps:
-                out["compile/optimizer_reason"] = (f"{reason}; {self.eager_steps} of its steps ran eagerly (forced "
+                out[COMPILE_OPTIMIZER_REASON] = (f"{reason}; {self.eager_steps} of its steps ran eagerly (forced "
                                                    "eager: the speedup meter's eager and FLOP steps, and steps "
                                                    "before a compile.background switch)")
             if not self.compiled_steps:
-                out["compile/optimizer"] = OptimizerPolicy.none.value
+                out[COMPILE_OPTIMIZER] = OptimizerPolicy.none.value
         if self.demoted_at is not None:
-            out["compile/optimizer"] = OptimizerPolicy.none.value
-            out["compile/optimizer_reason"] = (f"compiled until optimizer step {self.demoted_at}, then demoted "
+            out[COMPILE_OPTIMIZER] = OptimizerPolicy.none.value
+            out[COMPILE_OPTIMIZER_REASON] = (f"compiled until optimizer step {self.demoted_at}, then demoted "
                                                "(recompile storm)")
         if self.eager:
-            out["compile/optimizer_eager"] = dict(self.eager)
+            out[COMPILE_OPTIMIZER_EAGER] = dict(self.eager)
         return out
 
 

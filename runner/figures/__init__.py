@@ -1,0 +1,60 @@
+"""Every figure runner reports, defined once beside its meaning, and the one protocol of whatever reports them.
+
+A figure is a flat entry of the figures dict under a namespaced key with its unit (``compile/recompiles``,
+``perf/speedup_x``). Each key is a constant of the module of its namespace, defined with what it means
+(:mod:`runner.figures.registry`):
+
+* ``run``: ``run/*``, ``train/*``, ``val/*``, ``data/*``; ``perf``; ``memory``;
+* ``compile_plan``, ``compile_work``, ``compile_caches``, ``compile_background``: ``compile/*``, by what the
+  figures are about (the plan, what compiling did, the caches, compile beside the run);
+* ``cudagraphs``, ``dynamic``, ``offload``, ``reliability``, ``trace``, ``ranks``, ``tune``.
+
+The compile stack and its components, the telemetry callback and the reliability callbacks each
+expose ``figures() -> dict``; ``run`` collects them from whatever it built, without knowing their types.
+This package sits in the bottom layer, so every layer that writes or reads a figure imports its key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, Protocol, runtime_checkable
+
+from runner.figures import (
+    compile_background,
+    compile_caches,
+    compile_plan,
+    compile_work,
+    cudagraphs,
+    dynamic,
+    memory,
+    offload,
+    perf,
+    ranks,
+    reliability,
+    run,
+    trace,
+    tune,
+)
+from runner.figures.registry import Figure, defined, figure
+
+NAMESPACES = (run, perf, memory, compile_plan, compile_work, compile_caches, compile_background, cudagraphs,
+              dynamic, offload, reliability, trace, ranks, tune)
+"""The modules that define figures: importing this package imports them all, so :func:`defined` is complete."""
+
+__all__ = ["NAMESPACES", "Figure", "ReportsFigures", "collect_figures", "defined", "figure"]
+
+
+@runtime_checkable
+class ReportsFigures(Protocol):
+    """Anything with ``figures()``: flat, namespaced figures for loggers and the run report."""
+
+    def figures(self) -> dict[str, Any]: ...
+
+
+def collect_figures(sources: Iterable[object]) -> dict[str, Any]:
+    """Merge the figures of every source that reports any, in order (later keys win)."""
+    out: dict[str, Any] = {}
+    for source in sources:
+        if isinstance(source, ReportsFigures):
+            out.update(source.figures())
+    return out

@@ -1,0 +1,37 @@
+"""Compile beside the run (``compile.background``): ``compile/*`` figures of the compile process, the
+eager steps trained meanwhile and the switch.
+
+Each constant is its figure's key, a plain ``str``, defined once with what it means
+(:func:`runner.figures.registry.define`).
+"""
+
+from __future__ import annotations
+
+from runner.figures.registry import define
+
+COMPILE_BACKGROUND = define("compile/background",
+                            "compile.background: auto, shared, pinned, or disabled (compiled inside the first step)",
+                            label="compile.background")
+COMPILE_BACKGROUND_OUTCOME = define("compile/background_outcome",
+                                    "switched at which step, stayed eager (and why), not ready when training ended, "
+                                    "or failed",
+                                    label="  outcome")
+COMPILE_BACKGROUND_PLACEMENT = define("compile/background_placement",
+                                      "where the compile process ran: on every core (shared) or pinned to one core")
+COMPILE_BACKGROUND_S = define("compile/background_s", "seconds from starting the compile process to its end",
+                              label="  compile process [s]")
+COMPILE_EAGER_STEPS_BESIDE = define("compile/eager_steps_beside", "steps trained eagerly while it ran",
+                                    label="  eager steps meanwhile")
+COMPILE_EAGER_STEP_BESIDE_MS = define("compile/eager_step_beside_ms",
+                                      "median wall time of those steps (they share the cores with the compile process)",
+                                      label="  eager step meanwhile [ms]")
+COMPILE_BACKGROUND_SPEEDUP_X = define("compile/background_speedup_x",
+                                      "eager/compiled CPU time of its own step pairs, on which auto decides whether "
+                                      "to switch",
+                                      label="  speedup it measured [x]")
+COMPILE_BACKGROUND_SWITCH_S = define("compile/background_switch_s",
+                                     "under auto, the compile process's estimate of the switch: the same compile from "
+                                     "the warm cache, CPU seconds")
+COMPILE_SWITCH_STEP = define("compile/switch_step",
+                             "the step at which the run switched to the compiled step (counted from 0, as "
+                             "perf/step_series counts)")

@@ -1,0 +1,65 @@
+"""What compiling bought, step by step: ``perf/*``, the step times of the interleaved eager/compiled pairs,
+the speedup and the break-even step derived from them, the run's last steps, throughput and MFU.
+
+Each constant is its figure's key, a plain ``str``, defined once with what it means
+(:func:`runner.figures.registry.define`).
+"""
+
+from __future__ import annotations
+
+from runner.figures.registry import define
+
+PERF_EAGER_STEP_MS = define("perf/eager_step_ms", "median of the eager steps of the interleaved pairs",
+                            label="eager step [ms]")
+PERF_COMPILED_STEP_MS = define("perf/compiled_step_ms", "median of the compiled steps of the same pairs",
+                               label="compiled step [ms]")
+PERF_SPEEDUP_X = define("perf/speedup_x",
+                        "median over the pairs of eager/compiled time per token (25th to 75th percentile)",
+                        label="speedup [x]")
+PERF_SPEEDUP_P25_X = define("perf/speedup_p25_x", "the 25th percentile of the pairs' eager/compiled ratios")
+PERF_SPEEDUP_P75_X = define("perf/speedup_p75_x", "the 75th percentile of the pairs' eager/compiled ratios")
+PERF_SPEEDUP_PAIRS = define("perf/speedup_pairs", "eager/compiled pairs the speedup is the median of")
+PERF_SPEEDUP_STEPS = define("perf/speedup_steps",
+                            "the steps of the interleaved pairs (E C C E ...), after the warm-up and one "
+                            "FLOP-counting step",
+                            label="  pairs at steps")
+PERF_SPEEDUP_STATUS = define("perf/speedup_status",
+                             "how far the speedup measurement got: measured, nothing compiled, disabled, N of M pairs "
+                             "measured, or measured before the resume")
+PERF_BREAK_EVEN_STEP = define("perf/break_even_step",
+                              "compile time (+ cost to the eager steps beside a compile process) / time saved per "
+                              "step, compiled step x (speedup - 1); never if speedup <= 1",
+                              label="break-even step")
+PERF_BESIDE_COST_S = define("perf/beside_cost_s",
+                            "their time beyond the pairs' eager step; added to the compile time in the break-even step",
+                            label="  cost to the eager steps [s]")
+PERF_STEP_MS = define("perf/step_ms",
+                      "median of the run's last 50 timed steps that compiled nothing (compiled, or eager if none)",
+                      label="step, last 50 [ms]")
+PERF_LEFT_OUT_STEPS = define("perf/left_out_steps",
+                             "steps no step time uses: they compiled, or recorded CUDA graphs (host time)",
+                             label="  steps left out")
+PERF_RECORDING_STEPS = define("perf/recording_steps", "of which only recorded CUDA graphs",
+                              label="    recording CUDA graphs")
+PERF_LEFT_OUT_STEP_MS = define("perf/left_out_step_ms", "median host time of the steps left out",
+                               label="    their median [ms]")
+PERF_STEP_SERIES = define("perf/step_series",
+                          'every step: [{"step", "ms", "mode", "timed"}], mode compiled, eager, warmup, flops, '
+                          "compile or background; timed false: host time of a step not waited for (GPU), not plotted")
+PERF_STEP_SERIES_STRIDE = define("perf/step_series_stride",
+                                 "1, or in a long run the stride of the compiled steps kept in perf/step_series (past "
+                                 "4096 of them, those at its multiples)")
+PERF_SAMPLES_PER_S = define("perf/samples_per_s", "samples over time of the same last 50 steps (all ranks)",
+                            label="samples/s")
+PERF_TOKENS_PER_S = define("perf/tokens_per_s", "tokens over time of the same last 50 steps (all ranks)",
+                           label="tokens/s")
+PERF_TFLOP_PER_STEP = define("perf/tflop_per_step",
+                             "FLOPs of one step: counted on one eager step, or 6 x params x tokens",
+                             label="TFLOP per step")
+PERF_FLOPS_SOURCE = define("perf/flops_source",
+                           "where perf/tflop_per_step comes from: flop_counter (one counted eager step), "
+                           "6*params*tokens, or none")
+PERF_MFU = define("perf/mfu", "FLOP/s achieved over the last 50 steps / the device's peak", label="MFU")
+PERF_PEAK_TFLOPS = define("perf/peak_tflops", "the peak MFU is against", label="  device peak [TFLOP/s]")
+PERF_PEAK_SOURCE = define("perf/peak_source", "measured by a matmul probe, cached, given, or achieved by this run",
+                          label="  peak source")

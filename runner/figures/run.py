@@ -1,0 +1,32 @@
+"""What the run was and where it ended: ``run/*`` (the run itself), ``train/*`` and ``val/*`` (the losses
+it logged, under the names the LightningModule logs them) and ``data/*`` (what the data alone scores).
+
+Each constant is its figure's key, a plain ``str``, defined once with what it means
+(:func:`runner.figures.registry.define`).
+"""
+
+from __future__ import annotations
+
+from runner.figures.registry import define
+
+RUN_NAME = define("run/name", "the run's name (the config's `name`)")
+RUN_RECIPE = define("run/recipe", "the recipe the run was composed from (the config's `recipe`)")
+RUN_STEPS = define("run/steps", "optimizer steps trained (a resumed run counts from the first run's start)",
+                   label="steps")
+RUN_WALL_S = define("run/wall_s", "seconds in trainer.fit in this process: training, validation, compiles",
+                    label="wall time [s]")
+RUN_PARAMS = define("run/params", "parameters of the module trained")
+RUN_DEVICE = define("run/device", "the device the strategy trained on (its root device)")
+RUN_PRECISION = define("run/precision", "the precision the run trained in (trainer.precision)")
+RUN_TORCH = define("run/torch", "torch's version")
+RUN_LAST_CHECKPOINT = define("run/last_checkpoint", "the run's last checkpoint (null: none was written)")
+RUN_INTERRUPTED_BY = define("run/interrupted_by",
+                            "the signal that stopped the run (SIGINT, SIGTERM); absent when none did")
+RUN_INTERRUPTED_AT_STEP = define("run/interrupted_at_step",
+                                 "the step at which that signal stopped the run and its checkpoint was written")
+TRAIN_LOSS = define("train/loss", "the last logged training loss", label="train loss")
+VAL_LOSS = define("val/loss", "loss over the validation batches at the last validation", label="val loss")
+VAL_BPB = define("val/bpb", "the validation loss in bits per byte of text", label="val bits per byte")
+DATA_UNIGRAM_BPB = define("data/unigram_bpb",
+                          "the data's byte entropy: what a model that learned only byte frequencies scores",
+                          label="  unigram entropy [bits/byte]")
