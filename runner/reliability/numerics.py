@@ -35,9 +35,7 @@ same global steps, so the collectives match.
 
 from __future__ import annotations
 
-import functools
 import logging
-import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -49,6 +47,7 @@ from lightning.pytorch.callbacks import Callback
 from runner.config.schema import OnNonFinite
 from runner.errors import RunStopped
 from runner.figures.reliability import RELIABILITY_SKIPPED_STEPS
+from runner.reliability.flags import fold_flags, host_flags, nonfinite_flag, pending_flags  # noqa: F401
 
 log = logging.getLogger(__name__)
 
@@ -66,48 +65,6 @@ class _SkipStep(Exception):
 FOLD_EVERY = 32
 """Loss copies kept before they are folded into one running (flag, first step) pair on the device."""
 _KINDS = {1: "inf", 2: "nan"}  # the flag's values: 0 finite; the worst (max) wins across ranks
-
-
-def nonfinite_flag(loss: torch.Tensor) -> torch.Tensor:
-    """0 (finite), 1 (inf) or 2 (nan), as a tensor on the loss's device (no host sync yet)."""
-    nan = torch.isnan(loss).any()
-    inf = torch.isinf(loss).any()
-    return 2 * nan.long() + (inf & ~nan).long()
-
-
-def pending_flags(losses: list[tuple[int, torch.Tensor]]) -> tuple[torch.Tensor, torch.Tensor]:
-    """The worst flag of the kept ``(step, loss)`` pairs and the first step whose flag is not 0 (0 when none),
-    as device scalars: a few ops for the whole interval instead of a dozen per micro-batch. Checked in the
-    losses' own dtype (promoted, never narrowed: a finite float64 1e300 would be inf as float32)."""
-    if all(loss.numel() == 1 for _, loss in losses):
-        dtype = functools.reduce(torch.promote_types, (loss.dtype for _, loss in losses))
-        values = torch.stack([loss.reshape(()).to(dtype) for _, loss in losses])
-        nan, inf = torch.isnan(values), torch.isinf(values)
-        flags = 2 * nan.long() + (inf & ~nan).long()
-    else:
-        flags = torch.stack([nonfinite_flag(loss) for _, loss in losses])
-    steps = torch.tensor([step for step, _ in losses], device=flags.device)
-    never = torch.iinfo(torch.long).max
-    first = torch.where(flags > 0, steps, never).min()
-    return flags.max(), torch.where(first == never, 0, first)
-
-
-def host_flags(losses: list[tuple[int, torch.Tensor]]) -> tuple[int, int]:
-    """:func:`pending_flags` for scalar CPU losses, read at once (one ``tolist``) and checked in Python, in
-    their own dtype's values (promoted, never narrowed)."""
-    dtype = functools.reduce(torch.promote_types, (loss.dtype for _, loss in losses))
-    values = torch.stack([loss.reshape(()).to(dtype) for _, loss in losses]).tolist()
-    flags = [2 if math.isnan(v) else 1 if math.isinf(v) else 0 for v in values]
-    first = next((step for (step, _), f in zip(losses, flags, strict=True) if f), 0)
-    return max(flags), first
-
-
-def fold_flags(earlier: tuple[torch.Tensor, torch.Tensor] | None,
-               later: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Two ``(worst flag, first bad step)`` pairs of consecutive intervals as one (device ops only)."""
-    if earlier is None:
-        return later
-    return torch.maximum(earlier[0], later[0]), torch.where(earlier[1] > 0, earlier[1], later[1])
 
 
 def agreed_flag(trainer: L.Trainer, local: torch.Tensor) -> int:
