@@ -19,7 +19,7 @@ from torch import nn
 
 from runner.config.paths import checkpoint_dir
 from runner.config.schema import RunConfig
-from runner.config.targets import Batching, SyntheticDataSchema, TextDataSchema
+from runner.config.targets import Batching, SyntheticDataSchema, TextClassificationDataSchema, TextDataSchema
 from runner.console import quiet_wandb
 from runner.reliability import AtomicCheckpointIO, build_reliability_callbacks
 from runner.stack.dynamic.policy import resolve_bounds, resolve_pad_to
@@ -29,10 +29,16 @@ from runner.training.progress_bar import RunProgressBar
 from runner.training.summary import RunModelSummary
 
 
+def pads_per_batch(data: Any) -> bool:
+    """Whether runner's data module pads each batch to its longest sequence (documents text, labelled
+    text): those get the shape policy's padding rule."""
+    return getattr(data, "batching", None) is Batching.documents or isinstance(data, TextClassificationDataSchema)
+
+
 def build_datamodule(cfg: RunConfig) -> L.LightningDataModule:
-    """The data module; documents batching gets the shape policy's padding rule."""
+    """The data module; one that pads per batch gets the shape policy's padding rule."""
     extra: dict[str, Any] = {}
-    if getattr(cfg.data, "batching", None) is Batching.documents:
+    if pads_per_batch(cfg.data):
         extra["pad_to"] = resolve_pad_to(cfg.dynamic, cfg.data.seq_len)
     return instantiate(cfg.data, **extra)
 

@@ -10,6 +10,12 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Optional
 
+from runner.config.families import (
+    HFCausalLMSchema,
+    HFClassifierSchema,
+    TextClassificationDataSchema,
+)
+
 
 class Batching(Enum):
     """How text becomes batches."""
@@ -146,8 +152,10 @@ class TensorBoardLoggerSchema:
 
 # The schema of each option runner ships in the open groups: group -> option -> dataclass.
 _TARGET_SCHEMAS: dict[str, dict[str, type]] = {
-    "model": {"gpt": GPTSchema, "mlp": MLPSchema},
-    "data": {"text": TextDataSchema, "synthetic": SyntheticDataSchema},
+    "model": {"gpt": GPTSchema, "mlp": MLPSchema,
+              "hf_causal_lm": HFCausalLMSchema, "hf_classifier": HFClassifierSchema},
+    "data": {"text": TextDataSchema, "synthetic": SyntheticDataSchema,
+             "text_classification": TextClassificationDataSchema},
     "optimizer": {"adamw": AdamWSchema, "sgd": SGDSchema},
     "scheduler": {"warmup_cosine": WarmupCosineSchema},
     "logger": {"csv": CSVLoggerSchema, "wandb": WandbLoggerSchema, "tensorboard": TensorBoardLoggerSchema},
