@@ -66,3 +66,4 @@ class TextClassificationDataSchema:
     val_fraction: float = 0.1
     seed: int = 0
     num_workers: int = 0
+

@@ -78,6 +78,27 @@ class TextDataSchema:
 
 
 @dataclass
+class TokenizedTextDataSchema:
+    """Text tokenized by a saved tokenizer (``runner.data.tokenized.TokenizedTextDataModule``), for a
+    causal LM loaded from ``model.path``."""
+
+    _target_: str = "runner.data.tokenized.TokenizedTextDataModule"
+    tokenizer: Optional[str] = "${model.path}"
+    """The directory a tokenizer was saved to (default: the model's)."""
+    path: Optional[str] = None
+    """A directory (every UTF-8 text file under it) or a file; None: the Python stdlib source."""
+    batching: Batching = Batching.packed
+    """packed (fixed windows) or documents (one padded sequence per document)."""
+    seq_len: int = 256
+    min_len: int = 16
+    batch_size: int = 16
+    max_bytes: Optional[int] = 4_000_000
+    val_fraction: float = 0.05
+    seed: int = 0
+    num_workers: int = 0
+
+
+@dataclass
 class SyntheticDataSchema:
     """Random classification data for the MLP (``runner.data.synthetic.SyntheticDataModule``)."""
 
@@ -155,7 +176,7 @@ _TARGET_SCHEMAS: dict[str, dict[str, type]] = {
     "model": {"gpt": GPTSchema, "mlp": MLPSchema,
               "hf_causal_lm": HFCausalLMSchema, "hf_classifier": HFClassifierSchema},
     "data": {"text": TextDataSchema, "synthetic": SyntheticDataSchema,
-             "text_classification": TextClassificationDataSchema},
+             "text_classification": TextClassificationDataSchema, "tokenized_text": TokenizedTextDataSchema},
     "optimizer": {"adamw": AdamWSchema, "sgd": SGDSchema},
     "scheduler": {"warmup_cosine": WarmupCosineSchema},
     "logger": {"csv": CSVLoggerSchema, "wandb": WandbLoggerSchema, "tensorboard": TensorBoardLoggerSchema},
