@@ -67,3 +67,41 @@ class TextClassificationDataSchema:
     seed: int = 0
     num_workers: int = 0
 
+
+
+@dataclass
+class TimmSchema:
+    """A timm image classifier (``runner.models.image.ImageClassifier``)."""
+
+    _target_: str = "runner.models.image.ImageClassifier"
+    name: str = "resnet18"
+    """A timm architecture: resnet18, convnext_tiny, efficientnet_b0, vit_tiny_patch16_224, ..."""
+    num_classes: int = 10
+    img_size: Optional[int] = None
+    """Input size for models built for one (ViTs: their position embedding); null for CNNs."""
+    pretrained: bool = False
+    """True asks for downloaded weights, which an offline run refuses with the way to a local copy."""
+    checkpoint_path: Optional[str] = None
+    """A local weights file (.safetensors or .pth) loaded as timm loads pretrained weights."""
+    overrides: dict[str, Any] = field(default_factory=dict)
+    """Other arguments of the architecture (drop_rate, drop_path_rate, ...); null keeps its default."""
+
+
+@dataclass
+class ImageDataSchema:
+    """Images from a local folder (torchvision's ImageFolder layout) or synthetic ones
+    (``runner.data.images.ImageDataModule``)."""
+
+    _target_: str = "runner.data.images.ImageDataModule"
+    path: Optional[str] = None
+    """ROOT/CLASS/IMAGE (optionally under ROOT/train and ROOT/val); None: synthetic images."""
+    image_size: int = 64
+    num_classes: int = 10
+    num_samples: int = 2048
+    """Synthetic images: how many (train and val)."""
+    batch_size: int = 32
+    val_fraction: float = 0.1
+    seed: int = 0
+    num_workers: int = 0
+    mean: list[float] = field(default_factory=lambda: [0.485, 0.456, 0.406])
+    std: list[float] = field(default_factory=lambda: [0.229, 0.224, 0.225])

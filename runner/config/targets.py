@@ -13,7 +13,9 @@ from typing import Any, Optional
 from runner.config.families import (
     HFCausalLMSchema,
     HFClassifierSchema,
+    ImageDataSchema,
     TextClassificationDataSchema,
+    TimmSchema,
 )
 
 
@@ -174,9 +176,10 @@ class TensorBoardLoggerSchema:
 # The schema of each option runner ships in the open groups: group -> option -> dataclass.
 _TARGET_SCHEMAS: dict[str, dict[str, type]] = {
     "model": {"gpt": GPTSchema, "mlp": MLPSchema,
-              "hf_causal_lm": HFCausalLMSchema, "hf_classifier": HFClassifierSchema},
+              "hf_causal_lm": HFCausalLMSchema, "hf_classifier": HFClassifierSchema, "timm": TimmSchema},
     "data": {"text": TextDataSchema, "synthetic": SyntheticDataSchema,
-             "text_classification": TextClassificationDataSchema, "tokenized_text": TokenizedTextDataSchema},
+             "text_classification": TextClassificationDataSchema, "tokenized_text": TokenizedTextDataSchema,
+             "images": ImageDataSchema},
     "optimizer": {"adamw": AdamWSchema, "sgd": SGDSchema},
     "scheduler": {"warmup_cosine": WarmupCosineSchema},
     "logger": {"csv": CSVLoggerSchema, "wandb": WandbLoggerSchema, "tensorboard": TensorBoardLoggerSchema},
