@@ -93,6 +93,8 @@ class TokenizedTextDataSchema:
     """packed (fixed windows) or documents (one padded sequence per document)."""
     seq_len: int = 256
     min_len: int = 16
+    separator: Optional[str] = "\n\n"
+    """Documents: split each file into documents here; null keeps each file whole."""
     batch_size: int = 16
     max_bytes: Optional[int] = 4_000_000
     val_fraction: float = 0.05

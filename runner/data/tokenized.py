@@ -2,7 +2,7 @@
 
 The corpus is read as ``data=text`` reads it (``runner.data.corpus``: a directory or file of UTF-8 text,
 the Python stdlib source by default). ``packed``: fixed windows over the concatenated token stream.
-``documents``: one sequence per document (cut at ``seq_len``), each batch padded to the shape policy's
+``documents``: one sequence per document (files split at ``separator``, cut at ``seq_len``), each batch padded to the shape policy's
 length with the tokenizer's pad id (its eos id when it has none); padded targets are ``IGNORE_INDEX``,
 so the loss never counts them, whatever id pads the inputs.
 """
@@ -45,10 +45,12 @@ class TokenizedTextDataModule(L.LightningDataModule):
     """A corpus tokenized by the tokenizer saved in ``tokenizer`` (local files only)."""
 
     def __init__(self, tokenizer: str, path: str | None = None, batching: Batching | str = Batching.packed,
-                 seq_len: int = 256, min_len: int = 16, batch_size: int = 16, max_bytes: int | None = 4_000_000,
+                 seq_len: int = 256, min_len: int = 16, separator: str | None = "\n\n", batch_size: int = 16,
+                 max_bytes: int | None = 4_000_000,
                  val_fraction: float = 0.05, seed: int = 0, num_workers: int = 0, pad_to: PadTo | None = None) -> None:
         super().__init__()
         self.tokenizer_path, self.path, self.seq_len, self.min_len = tokenizer, path, seq_len, min_len
+        self.separator = separator
         self.batching = Batching(batching) if isinstance(batching, str) else batching
         self.batch_size, self.max_bytes, self.val_fraction = batch_size, max_bytes, val_fraction
         self.seed, self.num_workers = seed, num_workers
@@ -81,6 +83,8 @@ class TokenizedTextDataModule(L.LightningDataModule):
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         self.pad_id = int(pad) if pad is not None else 0
         docs = read_documents(self.path, self.max_bytes)
+        if self.separator and self.batching is Batching.documents:
+            docs = [part for d in docs for part in d.split(self.separator.encode()) if part.strip()]
         order = list(range(len(docs)))
         random.Random(self.seed).shuffle(order)
         n_val = max(1, round(len(docs) * self.val_fraction)) if len(docs) > 1 else 0
