@@ -3,6 +3,8 @@ BPE tokenizer trained on a few lines of text, written where ``save_pretrained`` 
 
 from __future__ import annotations
 
+import functools
+import tempfile
 from pathlib import Path
 
 TEXT = ["def add(a, b):\n    return a + b\n", "The quick brown fox jumps over the lazy dog.\n",
@@ -40,3 +42,20 @@ def save_model(directory: Path, task: str = "causal_lm", model_type: str = "llam
     auto = AutoModelForCausalLM if task == "causal_lm" else AutoModelForSequenceClassification
     auto.from_config(cfg).save_pretrained(directory)
     return directory
+
+
+@functools.lru_cache(maxsize=None)
+def saved_llama() -> Path:
+    """A tiny saved Llama and its tokenizer, made once per process (for composition tests)."""
+    return save_model(Path(tempfile.mkdtemp(prefix="runner-saved-llama-")))
+
+
+def vision_imports() -> bool:
+    """Whether timm (and the torchvision it imports) imports beside this torch. PyPI's torchvision pairs with
+    PyPI's torch; next to the local CPU-only torch of ``make setup`` it does not (docs/vision.md)."""
+    try:
+        import timm  # noqa: F401
+    except Exception:
+        return False
+    return True
+
