@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import tempfile
 from pathlib import Path
+from typing import Any
 
 TEXT = ["def add(a, b):\n    return a + b\n", "The quick brown fox jumps over the lazy dog.\n",
         "import os\nprint(os.getcwd())\n", "class A:\n    pass\n"] * 20
@@ -44,7 +45,7 @@ def save_model(directory: Path, task: str = "causal_lm", model_type: str = "llam
     return directory
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def saved_llama() -> Path:
     """A tiny saved Llama and its tokenizer, made once per process (for composition tests)."""
     return save_model(Path(tempfile.mkdtemp(prefix="runner-saved-llama-")))
@@ -59,3 +60,18 @@ def vision_imports() -> bool:
         return False
     return True
 
+
+
+def refused_without_vision(cfg: Any) -> bool:
+    """Whether ``cfg`` (composed) selects a timm model where timm does not import; if so, check that loading it is
+    refused up front with the install line (docs/vision.md), as a machine without CUDA refuses trainer=gpu."""
+    import pytest
+
+    from runner.config import ConfigError, load
+
+    target = str(getattr(getattr(cfg, "model", None), "_target_", ""))
+    if vision_imports() or "runner.models.image" not in target:
+        return False
+    with pytest.raises(ConfigError, match=r"runner\[vision\]"):
+        load(cfg)
+    return True

@@ -12,7 +12,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from runner.config import CONF_DIR, ConfigError, RunConfig, compose, load, recipes
 from runner.config.schema import Scope
-from tests.hf_models import saved_llama, vision_imports
+from tests.hf_models import refused_without_vision, saved_llama
 
 GROUPS = ["model", "data", "optimizer", "scheduler", "compile", "dynamic", "offload", "cudagraphs", "trainer",
           "telemetry", "logger", "reliability"]
@@ -43,15 +43,6 @@ def _extra_for(group: str, option: str) -> list[str]:
     return []
 
 
-def _refused_without_vision(cfg: object) -> bool:
-    """A timm model where timm does not import (the pinned CPU torch has no torchvision): refused up front
-    with the install line (docs/vision.md), as a machine without CUDA refuses trainer=gpu."""
-    if vision_imports() or "runner.models.image" not in str(getattr(getattr(cfg, "model", None), "_target_", "")):
-        return False
-    with pytest.raises(ConfigError, match=r"runner\[vision\]"):
-        load(cfg)  # type: ignore[arg-type]
-    return True
-
 
 def test_every_group_has_an_option() -> None:
     for g in GROUPS:
@@ -66,7 +57,7 @@ def test_group_option_composes_and_validates(group: str, option: str, tmp_path: 
         with pytest.raises(ConfigError, match="no CUDA device.*trainer=cpu"):
             load(composed)
         return
-    if _refused_without_vision(composed):
+    if refused_without_vision(composed):
         return
     assert isinstance(load(composed), RunConfig)
 
@@ -74,7 +65,7 @@ def test_group_option_composes_and_validates(group: str, option: str, tmp_path: 
 @pytest.mark.parametrize("recipe", sorted(recipes()))
 def test_recipe_composes_and_validates(recipe: str, tmp_path: Path) -> None:
     composed = compose([f"+recipe={recipe}"], run_dir=str(tmp_path))
-    if _refused_without_vision(composed):
+    if refused_without_vision(composed):
         return
     cfg = load(composed)
     assert cfg.recipe == recipe

@@ -144,7 +144,8 @@ def test_recipes_validate(recipe: str, tmp_path: Path) -> None:
 
 
 def test_tokenized_text_follows_the_model_path(saved_llama: Path, tmp_path: Path) -> None:
-    cfg = load(compose(["+recipe=llama_tiny", f"model.path={saved_llama}", "data=tokenized_text"], run_dir=str(tmp_path)))
+    overrides = ["+recipe=llama_tiny", f"model.path={saved_llama}", "data=tokenized_text"]
+    cfg = load(compose(overrides, run_dir=str(tmp_path)))
     assert cfg.data.tokenizer == str(saved_llama)  # type: ignore[union-attr]
 
 

@@ -2,9 +2,9 @@
 
 The corpus is read as ``data=text`` reads it (``runner.data.corpus``: a directory or file of UTF-8 text,
 the Python stdlib source by default). ``packed``: fixed windows over the concatenated token stream.
-``documents``: one sequence per document (files split at ``separator``, cut at ``seq_len``), each batch padded to the shape policy's
-length with the tokenizer's pad id (its eos id when it has none); padded targets are ``IGNORE_INDEX``,
-so the loss never counts them, whatever id pads the inputs.
+``documents``: one sequence per document (files split at ``separator``, cut at ``seq_len``), each batch
+padded to the shape policy's length with the tokenizer's pad id (its eos id when it has none); padded
+targets are ``IGNORE_INDEX``, so the loss never counts them, whatever id pads the inputs.
 """
 
 from __future__ import annotations
