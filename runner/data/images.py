@@ -4,8 +4,8 @@ images when no folder is given. PIL and torch only (no torchvision): the data wo
 A folder holds one subdirectory per class (``ROOT/cat/1.png``); when it has ``train/`` and ``val/``
 subdirectories (each in that layout) they are the split, else the images are split by a seeded shuffle.
 Images are converted to RGB, resized to ``image_size`` squared and normalized with ``mean``/``std``.
-Synthetic images are drawn per index from a seed: a smooth pattern of the sample's class plus noise, so
-a model can learn them (the loss falls) and every batch has the same shape.
+Synthetic images are drawn per index from a seed: a smooth pattern of the sample's class over a weaker one of
+another class, plus noise, so a model can learn them (the loss falls, not to 0) and every batch has the same shape.
 """
 
 from __future__ import annotations
@@ -76,8 +76,13 @@ class SyntheticImages(Dataset[tuple[torch.Tensor, int]]):
         index = self.offset + i
         label = index % self.num_classes
         g = torch.Generator().manual_seed(self.seed * 1_000_003 + index)
+        # The class's pattern, weaker or stronger, over another class's at most as strong, and noise: learnable
+        # (the label's pattern dominates) but not to a loss of 0 (when the two weigh nearly the same).
+        other = int(torch.randint(self.num_classes, (1,), generator=g))
+        own, mixed = torch.rand(2, generator=g).tolist()
         noise = torch.randn(3, self.image_size, self.image_size, generator=g)
-        return self.patterns[label] + noise, label
+        weight = 0.5 + 0.5 * own
+        return weight * self.patterns[label] + mixed * weight * self.patterns[other] + noise, label
 
 
 class ImageDataModule(L.LightningDataModule):
