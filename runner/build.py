@@ -19,7 +19,14 @@ from torch import nn
 
 from runner.config.paths import checkpoint_dir
 from runner.config.schema import RunConfig
-from runner.config.targets import Batching, SyntheticDataSchema, TextClassificationDataSchema, TextDataSchema
+from runner.config.targets import (
+    Batching,
+    ImageDataSchema,
+    SyntheticDataSchema,
+    TextClassificationDataSchema,
+    TextDataSchema,
+    TokenizedTextDataSchema,
+)
 from runner.console import quiet_wandb
 from runner.reliability import AtomicCheckpointIO, build_reliability_callbacks
 from runner.stack.dynamic.policy import resolve_bounds, resolve_pad_to
@@ -92,9 +99,9 @@ def build_strategy(cfg: RunConfig) -> CompileStrategy | DDPCompileStrategy | FSD
 
 
 def shapes_vary(cfg: RunConfig) -> bool:
-    """Whether batch shapes can change between steps or ranks: runner's packed text and synthetic data
-    never do; documents do; a user's own data module might."""
-    if isinstance(cfg.data, (TextDataSchema, SyntheticDataSchema)):
+    """Whether batch shapes can change between steps or ranks: runner's packed text (bytes or tokens), synthetic
+    data and images never do; documents and labelled text do; a user's own data module might."""
+    if isinstance(cfg.data, (TextDataSchema, TokenizedTextDataSchema, SyntheticDataSchema, ImageDataSchema)):
         return getattr(cfg.data, "batching", None) is Batching.documents
     return True
 

@@ -154,3 +154,12 @@ def test_timm_inductor_matches_eager(name: str) -> None:
     # Inductor's convolutions and BatchNorm reductions round differently, and the loss falls fast (1.35 -> 0.64
     # in 6 steps): ResNet-18 measured 0.56% apart at step 6 on torch 2.11.
     torch.testing.assert_close(torch.tensor(result.losses), torch.tensor(_eager_losses(name)), rtol=1e-2, atol=0)
+
+
+def test_images_never_vary_in_shape_so_ranks_need_no_shape_agreement(tmp_path: Path) -> None:
+    from runner.build import shapes_vary
+    from runner.config.loading import compose, convert
+
+    images = convert(compose(["model=timm", "data=images"], run_dir=str(tmp_path)))
+    labelled = convert(compose(["model=hf_classifier", "data=text_classification"], run_dir=str(tmp_path)))
+    assert not shapes_vary(images) and shapes_vary(labelled)
