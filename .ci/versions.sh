@@ -35,7 +35,9 @@ VENVS=${RUNNER_VERSION_VENVS:-.venvs}
 # scope and per-block compiles through the strategy with the fused optimizer, and a LightningModule with
 # torchmetrics through CompileStrategy() as users write it, each compared with eager Lightning; torch's own
 # CUDA-graph partition decision over runner's compiled step (the check runner corrects before 2.15), and
-# the static batch buffers.
+# the static batch buffers. The model families from other libraries (docs/hf.md, docs/vision.md): transformers models
+# and their checks, timm's CNN and ViT through every scope (PyPI's torchvision pairs with PyPI's torch, so timm imports
+# here, as it cannot beside make setup's local CPU torch), and real Inductor on a Llama-style LM and BERT.
 SUBSET=(
   tests/test_torch_internals.py
   tests/test_cudagraph_partitions.py
@@ -43,13 +45,17 @@ SUBSET=(
   "tests/test_strategy.py::test_inductor_scopes_with_fused_optimizer_match_eager[Scope.step]"
   "tests/test_strategy.py::test_inductor_scopes_with_fused_optimizer_match_eager[Scope.blocks]"
   "tests/test_idioms.py::test_idiom_through_default_compile_strategy_with_inductor[metrics_template]"
+  tests/test_hf_models.py
+  tests/test_vision.py
+  "tests/test_hf_stack.py::test_inductor_matches_eager[llama]"
+  "tests/test_hf_stack.py::test_inductor_matches_eager[bert]"
 )
 
 clock() { date +%s; }
 took() { echo "$(( $(clock) - $1 )) s"; }
 torch_of() { "$1/bin/python" -c 'import torch; print(torch.__version__.split("+")[0])' 2>/dev/null || true; }
 
-install() {  # install VERSION VENV: torch==VERSION, then runner[dev] with the other pins, torch untouched
+install() {  # install VERSION VENV: torch==VERSION, then runner[dev,vision] with the other pins, torch untouched
   local version=$1 venv=$2 stamp now
   stamp=$(cat pyproject.toml constraints.txt | sha256sum | cut -c1-16)
   if [ "$(torch_of "$venv")" != "$version" ]; then
@@ -58,8 +64,10 @@ install() {  # install VERSION VENV: torch==VERSION, then runner[dev] with the o
     from_index "$venv/bin/pip" install --quiet --no-compile "torch==$version"
   fi
   if [ "$(cat "$venv/.runner-stamp" 2>/dev/null)" != "$stamp" ]; then
-    grep -v '^torch==' constraints.txt > "$venv/constraints-without-torch.txt"
-    from_index "$venv/bin/pip" install --quiet -c "$venv/constraints-without-torch.txt" -e '.[dev]'
+    # torch pinned to this venv's own: timm's torchvision then resolves to the release made for it (0.26.0 for
+    # 2.11, 0.29.x for 2.15) instead of pulling in the torch of the newest torchvision.
+    { grep -v '^torch==' constraints.txt; echo "torch==$version"; } > "$venv/constraints-this-torch.txt"
+    from_index "$venv/bin/pip" install --quiet -c "$venv/constraints-this-torch.txt" -e '.[dev,vision]'
     echo "$stamp" > "$venv/.runner-stamp"
   fi
   now=$(torch_of "$venv")

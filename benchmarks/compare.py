@@ -46,6 +46,7 @@ from contestants import (
     gpt_workload,
     many_params_workload,
 )
+from family_workloads import FAMILIES, family_workload
 from hook_clock import HookClock
 
 from runner.config.schema import Scope
@@ -60,7 +61,9 @@ def workloads(names: list[str], quick: bool) -> list[Workload]:
     and ``overhead``: a one-block MLP of width 4 whose step is nearly all framework."""
     out = []
     for name in names:
-        if name in ("gpt", "gpt_bf16"):
+        if name in FAMILIES:  # families.py's: transformers and timm models
+            out.append(family_workload(name, quick))
+        elif name in ("gpt", "gpt_bf16"):
             sizes = (1, 16, 2, 16, 2, 20_000) if quick else (4, 128, 4, 256, 16, 4_000_000)
             work = gpt_workload(*sizes)
             if name == "gpt_bf16":

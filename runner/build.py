@@ -19,7 +19,14 @@ from torch import nn
 
 from runner.config.paths import artifacts_path, checkpoint_dir, resolve_artifacts_path
 from runner.config.schema import RunConfig
-from runner.config.targets import Batching, SyntheticDataSchema, TextDataSchema
+from runner.config.targets import (
+    Batching,
+    ImageDataSchema,
+    SyntheticDataSchema,
+    TextClassificationDataSchema,
+    TextDataSchema,
+    TokenizedTextDataSchema,
+)
 from runner.quiet import quiet_wandb
 from runner.reliability import AtomicCheckpointIO, build_reliability_callbacks
 from runner.stack import CacheArtifacts
@@ -31,10 +38,16 @@ from runner.training.progress_bar import RunProgressBar
 from runner.training.summary import RunModelSummary
 
 
+def pads_per_batch(data: Any) -> bool:
+    """Whether runner's data module pads each batch to its longest sequence (documents text, labelled
+    text): those get the shape policy's padding rule."""
+    return getattr(data, "batching", None) is Batching.documents or isinstance(data, TextClassificationDataSchema)
+
+
 def build_datamodule(cfg: RunConfig) -> L.LightningDataModule:
-    """The data module; documents batching gets the shape policy's padding rule."""
+    """The data module; one that pads per batch gets the shape policy's padding rule."""
     extra: dict[str, Any] = {}
-    if getattr(cfg.data, "batching", None) is Batching.documents:
+    if pads_per_batch(cfg.data):
         extra["pad_to"] = resolve_pad_to(cfg.dynamic, cfg.data.seq_len)
     return instantiate(cfg.data, **extra)
 
@@ -94,9 +107,9 @@ def build_strategy(cfg: RunConfig) -> CompileStrategy | DDPCompileStrategy | FSD
 
 
 def shapes_vary(cfg: RunConfig) -> bool:
-    """Whether batch shapes can change between steps or ranks: runner's packed text and synthetic data
-    never do; documents do; a user's own data module might."""
-    if isinstance(cfg.data, (TextDataSchema, SyntheticDataSchema)):
+    """Whether batch shapes can change between steps or ranks: runner's packed text (bytes or tokens), synthetic
+    data and images never do; documents and labelled text do; a user's own data module might."""
+    if isinstance(cfg.data, (TextDataSchema, TokenizedTextDataSchema, SyntheticDataSchema, ImageDataSchema)):
         return getattr(cfg.data, "batching", None) is Batching.documents
     return True
 

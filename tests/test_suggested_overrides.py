@@ -72,10 +72,20 @@ def test_the_scan_finds_the_suggestions_users_read() -> None:
 EXAMPLE = ROOT / "examples" / "my_project"
 
 
+def _contexts(override: str) -> list[list[str]]:
+    """The override on its own, then after each option of its group: a key that only some options have
+    (``model.config`` of ``model=hf_causal_lm``, ``data.image_size`` of ``data=images``) composes with one."""
+    key = override.lstrip("+").partition("=")[0]
+    group = key.split(".")[0]
+    options = sorted(p.stem for p in (ROOT / "conf" / group).glob("*.yaml")) if "." in key else []
+    return [[override], *([f"{group}={option}", override] for option in options)]
+
+
 @pytest.mark.parametrize("override", sorted(SUGGESTED), ids=str)
 def test_suggested_override_composes(override: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Composes in this repository, or (the README's "your own project" section) from the example
-    project's directory, whose conf/ and recipes/ runner reads before its own."""
+    project's directory, whose conf/ and recipes/ runner reads before its own; on its own or with the
+    option of its group that has the key."""
     if override.startswith("tune."):  # runner tune's own keys: its schema, not Hydra's composition
         from runner.config.tune import load_tune, split_overrides
 
@@ -84,11 +94,13 @@ def test_suggested_override_composes(override: str, tmp_path: Path, monkeypatch:
     errors = []
     for cwd in (ROOT, EXAMPLE):
         monkeypatch.chdir(cwd)
-        try:
-            compose([override], run_dir=str(tmp_path))
-            return
-        except Exception as e:  # noqa: BLE001 - any failure to compose is the bug this test is for
-            errors.append(f"from {cwd.name}: {e}")
+        for overrides in _contexts(override):
+            try:
+                compose(overrides, run_dir=str(tmp_path))
+                return
+            except Exception as e:  # noqa: BLE001 - any failure to compose is the bug this test is for
+                if len(overrides) == 1:
+                    errors.append(f"from {cwd.name}: {e}")
     pytest.fail(f"{override} (suggested in {SUGGESTED[override]}) does not compose: {' | '.join(errors)}")
 
 

@@ -102,18 +102,32 @@ def check_target_fields(cfg: RunConfig) -> str | None:
     return None
 
 
-def check_data_arguments(cfg: RunConfig) -> str | None:
-    """The data module's own check of its arguments, when its class has one (``check_arguments``,
-    e.g. ``TextDataModule``: ``data.path`` holds text, at least one batch of it). Found through
-    ``data._target_``, so a user's data module can refuse its config up front the same way."""
-    data = _fields(cfg.data)
-    target = data.get("_target_")
+def _own_check(group: str, cfg: RunConfig) -> str | None:
+    """The ``check_arguments`` of the class ``group._target_`` names, when it has one, called with the
+    group's fields: what is wrong, in one paragraph, or None."""
+    fields = _fields(getattr(cfg, group))
+    target = fields.get("_target_")
     cls = target_objects.locate(target)[0] if isinstance(target, str) else None
     check = getattr(cls, "check_arguments", None)
     if not callable(check):
         return None
-    message = check(**{k: v for k, v in data.items() if k not in _HYDRA_KEYS})
+    message = check(**{k: v for k, v in fields.items() if k not in _HYDRA_KEYS})
     return message if isinstance(message, str) else None
+
+
+def check_data_arguments(cfg: RunConfig) -> str | None:
+    """The data module's own check of its arguments, when its class has one (``check_arguments``,
+    e.g. ``TextDataModule``: ``data.path`` holds text, at least one batch of it). Found through
+    ``data._target_``, so a user's data module can refuse its config up front the same way."""
+    return _own_check("data", cfg)
+
+
+def check_model_arguments(cfg: RunConfig) -> str | None:
+    """The model's own check of its arguments, when its class has one (``check_arguments``, e.g. a
+    transformers model: the model type exists, ``model.path`` holds a model and its tokenizer). Runs
+    before the model is built on the meta device (``check_trainable_parameters``), which would fail
+    without words on the same arguments."""
+    return _own_check("model", cfg)
 
 
 def _device_count_error(devices: Any, accelerator: str) -> str | None:
@@ -285,6 +299,7 @@ CHECKS: list[Check] = [
     check_targets,
     check_target_fields,
     check_data_arguments,
+    check_model_arguments,
     check_trainable_parameters,
     check_devices,
     check_num_nodes,

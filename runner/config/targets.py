@@ -10,6 +10,14 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Optional
 
+from runner.config.families import (
+    HFCausalLMSchema,
+    HFClassifierSchema,
+    ImageDataSchema,
+    TextClassificationDataSchema,
+    TimmSchema,
+)
+
 
 class Batching(Enum):
     """How text becomes batches."""
@@ -69,6 +77,29 @@ class TextDataSchema:
     length_grouping: int = 0
     """Documents: sort each window of this many shuffled batches by length (0: random batches). Less
     padding per batch, which is what the dynamic-shape policies turn into shorter steps."""
+
+
+@dataclass
+class TokenizedTextDataSchema:
+    """Text tokenized by a saved tokenizer (``runner.data.tokenized.TokenizedTextDataModule``), for a
+    causal LM loaded from ``model.path``."""
+
+    _target_: str = "runner.data.tokenized.TokenizedTextDataModule"
+    tokenizer: Optional[str] = "${model.path}"
+    """The directory a tokenizer was saved to (default: the model's)."""
+    path: Optional[str] = None
+    """A directory (every UTF-8 text file under it) or a file; None: the Python stdlib source."""
+    batching: Batching = Batching.packed
+    """packed (fixed windows) or documents (one padded sequence per document)."""
+    seq_len: int = 256
+    min_len: int = 16
+    separator: Optional[str] = "\n\n"
+    """Documents: split each file into documents here; null keeps each file whole."""
+    batch_size: int = 16
+    max_bytes: Optional[int] = 4_000_000
+    val_fraction: float = 0.05
+    seed: int = 0
+    num_workers: int = 0
 
 
 @dataclass
@@ -146,8 +177,11 @@ class TensorBoardLoggerSchema:
 
 # The schema of each option runner ships in the open groups: group -> option -> dataclass.
 _TARGET_SCHEMAS: dict[str, dict[str, type]] = {
-    "model": {"gpt": GPTSchema, "mlp": MLPSchema},
-    "data": {"text": TextDataSchema, "synthetic": SyntheticDataSchema},
+    "model": {"gpt": GPTSchema, "mlp": MLPSchema,
+              "hf_causal_lm": HFCausalLMSchema, "hf_classifier": HFClassifierSchema, "timm": TimmSchema},
+    "data": {"text": TextDataSchema, "synthetic": SyntheticDataSchema,
+             "text_classification": TextClassificationDataSchema, "tokenized_text": TokenizedTextDataSchema,
+             "images": ImageDataSchema},
     "optimizer": {"adamw": AdamWSchema, "sgd": SGDSchema},
     "scheduler": {"warmup_cosine": WarmupCosineSchema},
     "logger": {"csv": CSVLoggerSchema, "wandb": WandbLoggerSchema, "tensorboard": TensorBoardLoggerSchema},

@@ -48,12 +48,12 @@ def encode(x: torch.Tensor, kind: str) -> Packed:
         return (_EXPANDED, encode(compact, kind), tuple(x.size()))
     if kind == "bf16":
         payload = x.to(torch.bfloat16)
-        return (payload, x.dtype, tuple(x.size()), tuple(x.stride()), _restride(payload, x))
+        return (payload, x.dtype, *_layout(payload, x))
     if kind == "fp8":
         xf = x.float()
         scale = (xf.abs().amax() / FP8_MAX).clamp(min=_FP8_EPS)
         payload = (xf / scale).to(FP8_DTYPE)
-        return (payload, scale, x.dtype, tuple(x.size()), tuple(x.stride()), _restride(payload, x))
+        return (payload, scale, x.dtype, *_layout(payload, x))
     raise ValueError(f"unknown saved-tensor encoding {kind!r} (expected 'bf16' or 'fp8')")
 
 
@@ -110,6 +110,18 @@ def expanded_dims(x: torch.Tensor) -> list[int]:
 def _restride(payload: torch.Tensor, x: torch.Tensor) -> bool:
     """Whether decode must copy into ``x``'s exact strides (``.to`` only keeps dense layouts)."""
     return tuple(payload.stride()) != tuple(x.stride())
+
+
+def _layout(payload: torch.Tensor, x: torch.Tensor) -> tuple[Any, Any, bool]:
+    """``(size, stride, restride)``: ``x``'s size and stride only when decode must restore them.
+
+    A payload that keeps ``x``'s layout needs neither, and leaving them out matters under dynamic shapes:
+    traced, they are graph outputs, and a size that appears twice (the ``[s, s]`` attention mask of a
+    transformers decoder or BERT) is one node listed twice, which AOTAutograd's inlining of the hooks
+    (torch 2.11-2.15, ``maybe_inline_graph_saved_tensors_hooks``) erases twice, leaving the forward graph
+    with an output used before it is defined."""
+    restride = _restride(payload, x)
+    return (tuple(x.size()), tuple(x.stride()), True) if restride else (None, None, False)
 
 
 def stored_nbytes(x: torch.Tensor) -> int:

@@ -1,0 +1,138 @@
+"""Hugging Face ``transformers`` models as runner models, built without network access.
+
+A model is built one of two ways:
+
+- from a configuration (``config``: a model type such as ``llama``, ``gpt2``, ``bert``, or its
+  configuration class name, ``LlamaConfig``), with ``overrides`` of its settings, through
+  ``from_config``: random weights, nothing read or downloaded;
+- from ``path``, a local directory holding a saved model (``config.json``, weights) and its tokenizer,
+  through ``from_pretrained(..., local_files_only=True)``. ``config`` and ``overrides`` describe the
+  model built from a configuration and are not applied to a saved one (a saved model keeps its sizes).
+
+The wrappers return plain logits, so runner's ``TrainModule`` trains them with its own loss (padding
+targets are ``IGNORE_INDEX``, -100, as in transformers): ``CausalLM(input_ids) -> [batch, seq, vocab]``
+and ``SequenceClassifier({"input_ids", "attention_mask"}) -> [batch, num_labels]``. The checks of their
+arguments, run before anything is written, are in :mod:`runner.models.hf_checks`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from runner.models import hf_checks
+
+log = logging.getLogger(__name__)
+
+_TOKEN_IDS = ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id", "sep_token_id")
+
+
+def _given(overrides: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The overrides to apply: a null value leaves the family's default (so one YAML serves several
+    families: ``intermediate_size: null`` for GPT-2, which has ``n_inner`` instead)."""
+    return {str(k): v for k, v in dict(overrides or {}).items() if v is not None}
+
+
+def build_config(config: str, overrides: Mapping[str, Any] | None = None, **fixed: Any) -> Any:
+    """The ``transformers`` configuration named by ``config`` (a model type or a configuration class
+    name) with ``overrides`` and ``fixed`` applied. Special-token ids the family defaults to that fall
+    outside a smaller vocabulary (GPT-2's 50256 with ``vocab_size=256``) are dropped unless given."""
+    cls = hf_checks.config_class(config)
+    values = {**_given(overrides), **fixed}
+    vocab = values.get("vocab_size")
+    if isinstance(vocab, int):
+        defaults = cls()
+        for key in _TOKEN_IDS:
+            default = getattr(defaults, key, None)
+            if key not in values and isinstance(default, int) and default >= vocab:
+                values[key] = None
+    return cls(**values)
+
+
+def _load(auto_class: Any, path: str, **kwargs: Any) -> nn.Module:
+    return auto_class.from_pretrained(str(Path(path).expanduser()), local_files_only=True, **kwargs)
+
+
+def _note_unused(path: str, config: str | None, overrides: Mapping[str, Any] | None) -> None:
+    unused = [f"config={config}"] if config else []
+    unused += [f"overrides.{k}" for k in _given(overrides)]
+    if unused:
+        log.info("model.path=%s: the saved model's own configuration is used; %s (for building from a "
+                 "configuration) not applied", path, ", ".join(unused))
+
+
+def pad_token_id(path: str) -> int | None:
+    """The pad id of the tokenizer saved in ``path`` (its eos id when it has no pad token), or None."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(Path(path).expanduser()), local_files_only=True)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    return int(pad) if pad is not None else None
+
+
+class CausalLM(nn.Module):
+    """Any ``transformers`` causal LM (``AutoModelForCausalLM``): ``forward(input_ids)`` returns logits.
+
+    No attention mask is passed: runner's text batches pad at the end, so causal attention alone keeps
+    every real position from seeing padding (as ``runner.models.gpt`` does), and the loss ignores padded
+    targets. The KV cache is off: training never reuses it, and building it costs graph breaks."""
+
+    def __init__(self, config: str | None = "llama", path: str | None = None,
+                 overrides: Mapping[str, Any] | None = None, attn_implementation: str = "sdpa") -> None:
+        super().__init__()
+        from transformers import AutoModelForCausalLM
+
+        self.source = path or config or "?"
+        if path:
+            _note_unused(path, config, overrides)
+            self.model = _load(AutoModelForCausalLM, path, attn_implementation=attn_implementation)
+        else:
+            assert config, "model.config or model.path (checked before the run)"
+            cfg = build_config(config, overrides)
+            self.model = AutoModelForCausalLM.from_config(cfg, attn_implementation=attn_implementation)
+
+    @staticmethod
+    def check_arguments(config: str | None = None, path: str | None = None,
+                        overrides: Mapping[str, Any] | None = None, **_: Any) -> str | None:
+        """What is wrong with these arguments, in one paragraph, before anything is written (None: nothing)."""
+        return hf_checks.check_model("causal_lm", config, path, _given(overrides))
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.model(input_ids=input_ids, use_cache=False).logits
+
+
+class SequenceClassifier(nn.Module):
+    """Any ``transformers`` sequence classifier (``AutoModelForSequenceClassification``, BERT-style):
+    ``forward(batch)`` takes the data's ``{"input_ids", "attention_mask"}`` and returns logits
+    ``[batch, num_labels]``. A saved model gets a new head of ``num_labels`` classes when it has
+    another number (fine-tuning a pretrained encoder)."""
+
+    def __init__(self, config: str | None = "bert", path: str | None = None,
+                 overrides: Mapping[str, Any] | None = None, num_labels: int = 2,
+                 attn_implementation: str = "sdpa") -> None:
+        super().__init__()
+        from transformers import AutoModelForSequenceClassification
+
+        self.source = path or config or "?"
+        if path:
+            _note_unused(path, config, overrides)
+            self.model = _load(AutoModelForSequenceClassification, path, num_labels=num_labels,
+                               ignore_mismatched_sizes=True, attn_implementation=attn_implementation)
+        else:
+            assert config, "model.config or model.path (checked before the run)"
+            cfg = build_config(config, overrides, num_labels=num_labels)
+            self.model = AutoModelForSequenceClassification.from_config(cfg, attn_implementation=attn_implementation)
+
+    @staticmethod
+    def check_arguments(config: str | None = None, path: str | None = None,
+                        overrides: Mapping[str, Any] | None = None, **_: Any) -> str | None:
+        """What is wrong with these arguments, in one paragraph, before anything is written (None: nothing)."""
+        return hf_checks.check_model("sequence_classification", config, path, _given(overrides))
+
+    def forward(self, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        return self.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
