@@ -33,7 +33,7 @@ from runner.stack import CacheArtifacts
 from runner.stack.dynamic.policy import resolve_bounds, resolve_pad_to
 from runner.strategy import CompileStrategy, ConsolidatedCheckpoint, DDPCompileStrategy, FSDPCompileStrategy
 from runner.training.callback_group import CallbackGroup
-from runner.training.module import TrainModule
+from runner.training.module import TrainModule, ValMetric
 from runner.training.progress_bar import RunProgressBar
 from runner.training.summary import RunModelSummary
 
@@ -61,7 +61,16 @@ def build_module(cfg: RunConfig) -> L.LightningModule:
         raise TypeError(f"model._target_={cfg.model._target_} built a {type(model).__name__}, not an nn.Module")
     optimizer = instantiate(cfg.optimizer)
     scheduler = instantiate(cfg.scheduler) if cfg.scheduler else None
-    return TrainModule(model, optimizer=optimizer, scheduler=scheduler)
+    return TrainModule(model, optimizer=optimizer, scheduler=scheduler, val_metric=val_metric(cfg))
+
+
+def val_metric(cfg: RunConfig) -> ValMetric:
+    """What validation reports beside its loss: bits per byte on byte-level text, accuracy on classes."""
+    if isinstance(cfg.data, TextDataSchema):
+        return ValMetric.bits_per_byte
+    if isinstance(cfg.data, (TextClassificationDataSchema, ImageDataSchema, SyntheticDataSchema)):
+        return ValMetric.accuracy
+    return ValMetric.none
 
 
 def build_loggers(cfg: RunConfig) -> list[Logger]:

@@ -48,6 +48,7 @@ from runner.figures.run import (
     RUN_TORCH,
     RUN_WALL_S,
     TRAIN_LOSS,
+    VAL_ACCURACY,
     VAL_BPB,
     VAL_LOSS,
 )
@@ -154,8 +155,10 @@ def run_figures(cfg: RunConfig, trainer: L.Trainer, module: L.LightningModule, d
         RUN_TORCH: torch.__version__,
         TRAIN_LOSS: metric(TRAIN_LOSS),
         VAL_LOSS: metric(VAL_LOSS),
-        VAL_BPB: metric(VAL_BPB),
     }
+    for key in (VAL_BPB, VAL_ACCURACY):  # whichever the module reports for its data (TrainModule.val_metric)
+        if key in trainer.callback_metrics:
+            figures[key] = metric(key)
     unigram = getattr(datamodule, "unigram_bits", None)
     if unigram is not None:
         figures[DATA_UNIGRAM_BPB] = round(unigram, 4)

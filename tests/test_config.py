@@ -130,3 +130,19 @@ def test_help_lists_the_options_a_user_picks_not_the_schemas() -> None:
     assert not any("_schema" in line or line.startswith(("hydra", "recipe")) for line in groups), groups
     assert {line.split(":")[0] for line in groups} >= set(GROUPS)
     assert all(f"  {name} " in recipes_help() for name in recipes())
+
+
+def test_validation_reports_what_the_targets_mean(tmp_path: Path) -> None:
+    """Bits per byte on byte-level text, accuracy on classes, neither on a tokenizer's tokens: a classifier's
+    summary never shows a bits-per-byte figure."""
+    from runner.build import val_metric
+    from runner.training.module import ValMetric
+
+    def metric(*overrides: str) -> ValMetric:
+        return val_metric(load(compose(list(overrides), run_dir=str(tmp_path))))
+
+    assert metric("+recipe=smoke") is ValMetric.bits_per_byte
+    assert metric("+recipe=smoke_mlp") is ValMetric.accuracy
+    assert metric("+recipe=bert_classify") is ValMetric.accuracy
+    saved = saved_llama()
+    assert metric("model=hf_causal_lm", f"model.path={saved}", "data=tokenized_text") is ValMetric.none

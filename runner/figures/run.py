@@ -26,7 +26,10 @@ RUN_INTERRUPTED_AT_STEP = define("run/interrupted_at_step",
                                  "the step at which that signal stopped the run and its checkpoint was written")
 TRAIN_LOSS = define("train/loss", "the last logged training loss", label="train loss")
 VAL_LOSS = define("val/loss", "loss over the validation batches at the last validation", label="val loss")
-VAL_BPB = define("val/bpb", "the validation loss in bits per byte of text", label="val bits per byte")
+VAL_BPB = define("val/bpb", "the validation loss in bits per byte of text (byte-level text only)",
+                 label="val bits per byte")
+VAL_ACCURACY = define("val/accuracy", "share of the validation targets predicted (classification data only)",
+                      label="val accuracy")
 DATA_UNIGRAM_BPB = define("data/unigram_bpb",
                           "the data's byte entropy: what a model that learned only byte frequencies scores",
                           label="  unigram entropy [bits/byte]")

@@ -87,7 +87,15 @@ from runner.figures.perf import (
     PERF_TOKENS_PER_S,
 )
 from runner.figures.registry import Figure, figure
-from runner.figures.run import DATA_UNIGRAM_BPB, RUN_STEPS, RUN_WALL_S, TRAIN_LOSS, VAL_BPB, VAL_LOSS
+from runner.figures.run import (
+    DATA_UNIGRAM_BPB,
+    RUN_STEPS,
+    RUN_WALL_S,
+    TRAIN_LOSS,
+    VAL_ACCURACY,
+    VAL_BPB,
+    VAL_LOSS,
+)
 from runner.figures.trace import TRACE_HTML
 from runner.figures.tune import TUNE_SPEEDUP_VS_EAGER_X, TUNE_US_PER_TOKEN
 
@@ -102,7 +110,7 @@ def _rows(*keys: str) -> tuple[Figure, ...]:
 
 
 SECTIONS: tuple[tuple[str, tuple[Figure, ...]], ...] = (
-    ("run", _rows(RUN_STEPS, RUN_WALL_S, TRAIN_LOSS, VAL_LOSS, VAL_BPB, DATA_UNIGRAM_BPB)),
+    ("run", _rows(RUN_STEPS, RUN_WALL_S, TRAIN_LOSS, VAL_LOSS, VAL_BPB, VAL_ACCURACY, DATA_UNIGRAM_BPB)),
     ("compile stack", _rows(COMPILE_SCOPE, COMPILE_OPTIONS, COMPILE_OPTIMIZER, DYNAMIC_POLICY,
                             DYNAMIC_PADDING_WASTE_PCT, OFFLOAD_STRATEGY, OFFLOAD_REDUCTION_X, OFFLOAD_GRAD_REL_ERROR,
                             CUDAGRAPHS_ACTIVE, CUDAGRAPHS_RECORDINGS, CUDAGRAPHS_RERECORDINGS,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from enum import Enum
 from typing import Any
 
 import lightning as L
@@ -18,7 +19,7 @@ from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 
 from runner.data.text import IGNORE_INDEX
-from runner.figures.run import TRAIN_LOSS, VAL_BPB, VAL_LOSS
+from runner.figures.run import TRAIN_LOSS, VAL_ACCURACY, VAL_BPB, VAL_LOSS
 
 OptimizerFactory = Callable[..., Optimizer]
 SchedulerFactory = Callable[[Optimizer], LRScheduler]
@@ -29,8 +30,17 @@ def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits.flatten(0, -2).float(), targets.flatten(), ignore_index=IGNORE_INDEX)
 
 
+class ValMetric(Enum):
+    """What validation reports beside its loss: it depends on what the targets are."""
+
+    bits_per_byte = "bits_per_byte"  # byte-level text: the loss in bits per byte (val/bpb)
+    accuracy = "accuracy"  # classes: the share of targets predicted (val/accuracy)
+    none = "none"  # anything else (tokens of a tokenizer: a loss per token, not per byte)
+
+
 class TrainModule(L.LightningModule):
-    """A model, a loss and an optimizer recipe. ``batch`` is ``(inputs, targets)``."""
+    """A model, a loss and an optimizer recipe. ``batch`` is ``(inputs, targets)``; ``val_metric`` is what
+    validation reports beside its loss."""
 
     def __init__(
         self,
@@ -38,12 +48,14 @@ class TrainModule(L.LightningModule):
         optimizer: OptimizerFactory,
         scheduler: SchedulerFactory | None = None,
         weight_decay_min_dim: int = 2,
+        val_metric: ValMetric = ValMetric.bits_per_byte,
     ) -> None:
         super().__init__()
         self.model = model
         self.optimizer_factory = optimizer
         self.scheduler_factory = scheduler
         self.weight_decay_min_dim = weight_decay_min_dim
+        self.val_metric = val_metric
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.model(x)
@@ -58,10 +70,15 @@ class TrainModule(L.LightningModule):
 
     def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
         x, y = batch
-        loss = lm_loss(self.model(x), y)
+        logits = self.model(x)
+        loss = lm_loss(logits, y)
         self.log(VAL_LOSS, loss, prog_bar=True, sync_dist=True)
-        # For byte-level data, nats per byte / ln 2 = bits per byte.
-        self.log(VAL_BPB, loss / math.log(2), sync_dist=True)
+        if self.val_metric is ValMetric.bits_per_byte:  # nats per byte / ln 2 = bits per byte
+            self.log(VAL_BPB, loss / math.log(2), sync_dist=True)
+        elif self.val_metric is ValMetric.accuracy:
+            counted = y != IGNORE_INDEX
+            right = ((logits.argmax(-1) == y) & counted).sum()
+            self.log(VAL_ACCURACY, right / counted.sum().clamp(min=1), sync_dist=True)
         return loss
 
     def configure_optimizers(self) -> Any:
