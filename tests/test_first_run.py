@@ -179,7 +179,9 @@ def test_help_lists_groups_recipes_and_how_to_add_your_own(project: Path) -> Non
     out = proc.stdout
     assert "Traceback" not in proc.stderr
     assert "Usage: runner" in out and "== Add your own ==" in out and "--config-dir" in out and "_target_" in out
-    assert "model: custom, gpt, gpt_tiny, lit, mlp, net" in out and "_schema" not in out  # runner's and the project's
+    # runner's groups and the project's own (lit, net), in one sorted list
+    assert "model: custom, gpt, gpt_tiny, hf_causal_lm, hf_classifier, lit, mlp, net, timm" in out
+    assert "_schema" not in out
     recipes = out.split("== Recipes (+recipe=NAME) ==")[1].split("==")[0]
     assert "recipes from ./recipes (this project)" in recipes and "recipes from runner" in recipes
     assert "mine " in recipes and "quickstart" in recipes

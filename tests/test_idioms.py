@@ -27,7 +27,7 @@ import pytest
 import torch
 from torch import nn
 
-from runner.config.schema import Background, CompileConfig, OptimizerPolicy
+from runner.config.schema import Background, CompileConfig, OptimizerPolicy, Scope
 from runner.stack.deferred.log import DeferredValueError
 from runner.strategy import CompileStrategy
 from runner.telemetry.collector import CompileCollector
@@ -143,7 +143,8 @@ def test_metrics_template_is_one_graph() -> None:
 def test_manual_optimization_compiles_the_submodules() -> None:
     _, figures, strategy = _fit_compiled(IDIOMS["manual_gan"], _compile("eager"))
     assert figures["compile/modules_compiled"] == 2  # generator and discriminator, in place
-    assert strategy.stack.plan is not None and strategy.stack.plan.target.value == "submodules"
+    assert strategy.stack.plan is not None and strategy.stack.plan.target is Scope.model
+    assert figures["compile/target"] == "submodules"
     # toggle_optimizer flips requires_grad: each forward compiles once per state, all in the first step
     assert all(r["step"] == 0 for r in figures["compile/recompile_reasons"])
 
