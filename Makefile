@@ -1,7 +1,7 @@
 # Two entry points for a newcomer: `make run` (the quickstart job) and `make test`.
 # Both create .venv and install the pinned stack first (once; later calls skip it).
 # On a 2-core machine (README): `make run` trains for about 3.5 min (up to ~10 when other jobs share
-# the cores); `make test` takes about 20-25 min.
+# the cores); `make test` takes about 28 min.
 VENV ?= .venv
 PY := $(VENV)/bin/python
 RECIPE ?= quickstart
@@ -24,7 +24,7 @@ lint: setup
 	$(VENV)/bin/lint-imports
 
 # Two pytest workers (pytest-xdist), each test file on one worker: most of the suite's time is
-# subprocesses starting and compiling, which two workers overlap (about 20-25 min on 2 cores).
+# subprocesses starting and compiling, which two workers overlap (about 28 min on 2 cores).
 PYTEST_WORKERS ?= 2
 test: lint
 	WANDB_MODE=offline $(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --durations=15 $(PYTEST_ARGS)

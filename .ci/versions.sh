@@ -9,15 +9,15 @@
 # The venvs live in .venvs/ inside the checkout: a local checkout reuses them (torch is installed once
 # per version, runner's pins again only when pyproject.toml or constraints.txt change); CI's fresh clone
 # starts clean. The installs (network-bound downloads) run side by side, the versions one after the other,
-# each version's files on two pytest workers as `make test` runs them (mostly Inductor compiling: CPU-bound).
+# each version's tests on two pytest workers, test by test (mostly Inductor compiling, CPU-bound; one file,
+# the timm tests, is a third of the whole). Started during `make test` instead, the downloads slowed it by
+# as much as they saved (measured in CI, 2026-11-26).
 #
 # These installs come from the package index with the machine's pip configuration set aside (from_index):
 # a machine image may carry a global pip config that caps torch at the releases on its own disk and adds
 # local wheel folders (seen: `constraint` capping torch<=2.14.1). That is the machine's, not runner's, and
 # it must neither refuse a supported torch nor swap in a local build. `make setup` keeps the config.
 # Usage: .ci/versions.sh [TORCH_VERSION...]   (default: the oldest and the newest supported)
-#        .ci/versions.sh --install [TORCH_VERSION...]   (the venvs only: .ci/run starts the downloads
-#                                                        while `make test` runs)
 #        source .ci/versions.sh --functions   (defines the functions only; the tests call from_index)
 set -euo pipefail
 
@@ -31,8 +31,6 @@ from_index() {
 
 cd "$(dirname "$0")/.."
 export WANDB_MODE=offline
-INSTALL_ONLY=false
-if [ "${1:-}" = --install ]; then INSTALL_ONLY=true; shift; fi
 VERSIONS=("$@")
 [ ${#VERSIONS[@]} -gt 0 ] || VERSIONS=(2.11.0 2.15.0)
 VENVS=${RUNNER_VERSION_VENVS:-.venvs}
@@ -97,12 +95,11 @@ for i in "${!VERSIONS[@]}"; do
   grep -v '^WARNING: Location' "$VENVS/install-${VERSIONS[$i]}.log" || true
 done
 echo "installs: $(took "$total")"
-$INSTALL_ONLY && exit 0
 
 for version in "${VERSIONS[@]}"; do
   venv=$VENVS/torch-$version
   t=$(clock)
-  "$venv/bin/python" -m pytest -q -p no:cacheprovider -n "${PYTEST_WORKERS:-2}" --dist loadfile --durations=10 \
+  "$venv/bin/python" -m pytest -q -p no:cacheprovider -n "${PYTEST_WORKERS:-2}" --dist load --durations=10 \
     "${SUBSET[@]}"
   echo "torch $version: tests $(took "$t")"
   t=$(clock); out=$(mktemp -d)

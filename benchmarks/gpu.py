@@ -1,7 +1,7 @@
 """runner against Lightning on one GPU: step time, throughput, MFU, compile time, memory, CUDA graphs.
 
     python benchmarks/gpu.py                  # on a GPU: gpt_124m and gpt_small, up to 3 rounds, under 8 min
-    python benchmarks/gpu.py --quick          # on the CPU: tiny sizes, Dynamo backend aot_eager, 1 round
+    python benchmarks/gpu.py --quick          # on the CPU: one tiny GPT, Dynamo backend aot_eager, 1 round
 
 Method: every (model, contestant) pair trains in a process of its own, once per round; rounds
 interleave the contestants (the order rotated by one each round) so a drift of the machine hits all
@@ -181,13 +181,15 @@ def run(a: argparse.Namespace, scratch: Path) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="every contestant on the CPU at tiny sizes (plumbing)")
-    p.add_argument("--models", nargs="+", choices=list(MODELS), default=list(MODELS))
+    p.add_argument("--models", nargs="+", choices=list(MODELS), default=None,
+                   help="default: all (--quick: gpt_small; every model has the same tiny size there)")
     p.add_argument("--rounds", type=int, default=None, help="default 3 (GPU) or 1 (--quick)")
     p.add_argument("--budget-s", type=float, default=420.0, help="start no round that would end past this")
     p.add_argument("--backend", default=None, help="torch.compile backend (default inductor; aot_eager with --quick)")
     p.add_argument("--peak-tflops", type=float, default=None, help="device peak for MFU instead of the probe")
     p.add_argument("--out", type=Path, default=None, help=f"default {OUT} ({QUICK_OUT} with --quick)")
     a = p.parse_args(argv)
+    a.models = a.models or (["gpt_small"] if a.quick else list(MODELS))
     a.rounds = a.rounds or (1 if a.quick else 3)
     a.backend = a.backend or ("aot_eager" if a.quick else "inductor")
     a.out = a.out or (QUICK_OUT if a.quick else OUT)

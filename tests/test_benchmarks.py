@@ -129,7 +129,7 @@ def test_hook_time_leaves_out_the_turn_wait() -> None:
 
 @pytest.fixture(scope="module")
 def gpu_quick(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict[str, Any]]:
-    """``benchmarks/gpu.py --quick`` once (about 1.5 min on 2 cores): its printed tables and its JSON."""
+    """``benchmarks/gpu.py --quick`` once (about 1 min on 2 cores): its printed tables and its JSON."""
     tmp = tmp_path_factory.mktemp("gpu")
     out = tmp / "gpu.json"
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu.py"), "--quick", "--out", str(out)],
@@ -147,7 +147,8 @@ def test_gpu_quick_measures_every_model_and_contestant(gpu_quick: tuple[str, dic
     assert {"device", "torch", "lightning", "date", "command", "rows"} <= result.keys()
     assert "--quick" in result["command"] and result["device"].startswith("cpu")
     rows = {(r["model"], r["contestant"]): r for r in result["rows"]}
-    assert set(rows) == {(m, c) for m in ("gpt_124m", "gpt_small") for c in GPU_CONTESTANTS}
+    # --quick races one model: at its tiny size every model is the same GPT (the GPU run races them all)
+    assert set(rows) == {("gpt_small", c) for c in GPU_CONTESTANTS}
     keys = {"step_ms", "tokens_per_s", "mfu", "compile_s", "peak_mem_gib", "cudagraph_recordings_after_warmup",
             "ratio_vs_lightning_compile_fused"}
     for (model, name), row in rows.items():
@@ -161,12 +162,11 @@ def test_gpu_quick_measures_every_model_and_contestant(gpu_quick: tuple[str, dic
         assert row["mfu"] > 0  # against the CPU's fp32 matmul peak, probed in its own process
     assert rows[("gpt_small", "lightning_compile_fused")]["ratio_vs_lightning_compile_fused"] == 1.0
     # One table per model, each contestant's line ending in its two ratios.
-    for model in ("gpt_124m", "gpt_small"):
-        assert f"## {model}: GPT 2x32" in text
+    assert "## gpt_small: GPT 2x32" in text
     assert "| partitions in CUDA graphs | vs lightning_compile_fused | vs lightning |" in text
     for name in GPU_CONTESTANTS:
         lines = [ln for ln in text.splitlines() if ln.startswith(f"| {name} |")]
-        assert len(lines) == 2, name
+        assert len(lines) == 1, name
         for line in lines:
             assert all(float(cell) > 0 for cell in line.split("|")[-3:-1]), line
 
