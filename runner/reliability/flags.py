@@ -16,13 +16,19 @@ def nonfinite_flag(loss: torch.Tensor) -> torch.Tensor:
     return 2 * nan.long() + (inf & ~nan).long()
 
 
+def _stacked(losses: list[tuple[int, torch.Tensor]]) -> torch.Tensor:
+    """The scalar losses as one tensor in their promoted dtype (never narrowed: a finite float64 1e300 would be
+    inf as float32)."""
+    dtype = functools.reduce(torch.promote_types, (loss.dtype for _, loss in losses))
+    return torch.stack([loss.reshape(()).to(dtype) for _, loss in losses])
+
+
 def pending_flags(losses: list[tuple[int, torch.Tensor]]) -> tuple[torch.Tensor, torch.Tensor]:
     """The worst flag of the kept ``(step, loss)`` pairs and the first step whose flag is not 0 (0 when none),
     as device scalars: a few ops for the whole interval instead of a dozen per micro-batch. Checked in the
     losses' own dtype (promoted, never narrowed: a finite float64 1e300 would be inf as float32)."""
     if all(loss.numel() == 1 for _, loss in losses):
-        dtype = functools.reduce(torch.promote_types, (loss.dtype for _, loss in losses))
-        values = torch.stack([loss.reshape(()).to(dtype) for _, loss in losses])
+        values = _stacked(losses)
         nan, inf = torch.isnan(values), torch.isinf(values)
         flags = 2 * nan.long() + (inf & ~nan).long()
     else:
@@ -36,8 +42,7 @@ def pending_flags(losses: list[tuple[int, torch.Tensor]]) -> tuple[torch.Tensor,
 def host_flags(losses: list[tuple[int, torch.Tensor]]) -> tuple[int, int]:
     """:func:`pending_flags` for scalar CPU losses, read at once (one ``tolist``) and checked in Python, in
     their own dtype's values (promoted, never narrowed)."""
-    dtype = functools.reduce(torch.promote_types, (loss.dtype for _, loss in losses))
-    values = torch.stack([loss.reshape(()).to(dtype) for _, loss in losses]).tolist()
+    values = _stacked(losses).tolist()
     flags = [2 if math.isnan(v) else 1 if math.isinf(v) else 0 for v in values]
     first = next((step for (step, _), f in zip(losses, flags, strict=True) if f), 0)
     return max(flags), first
