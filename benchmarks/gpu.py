@@ -153,7 +153,7 @@ def run(a: argparse.Namespace, scratch: Path) -> dict[str, Any]:
     peak = {"tflops": a.peak_tflops, "source": "given"} if a.peak_tflops else \
         spawn(["--peak", device], scratch, 300)
     models = {name: QUICK if a.quick else MODELS[name] for name in a.models}
-    names = list(CONTESTANTS)
+    names = a.contestants
     runs: dict[str, dict[str, list[dict[str, Any]]]] = {m: {n: [] for n in names} for m in models}
     rounds, last = 0, 0.0
     while rounds < a.rounds and (not rounds or time.monotonic() - t0 + last <= a.budget_s):
@@ -183,6 +183,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="every contestant on the CPU at tiny sizes (plumbing)")
     p.add_argument("--models", nargs="+", choices=list(MODELS), default=None,
                    help="default: all (--quick: gpt_small; every model has the same tiny size there)")
+    p.add_argument("--contestants", nargs="+", choices=list(CONTESTANTS), default=None,
+                   help="default: all (a short GPU session may race fewer)")
     p.add_argument("--rounds", type=int, default=None, help="default 3 (GPU) or 1 (--quick)")
     p.add_argument("--budget-s", type=float, default=420.0, help="start no round that would end past this")
     p.add_argument("--backend", default=None, help="torch.compile backend (default inductor; aot_eager with --quick)")
@@ -190,6 +192,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=None, help=f"default {OUT} ({QUICK_OUT} with --quick)")
     a = p.parse_args(argv)
     a.models = a.models or (["gpt_small"] if a.quick else list(MODELS))
+    a.contestants = a.contestants or list(CONTESTANTS)
+    for peer in PEERS:  # every row's ratios are against these two, so they always run
+        if peer not in a.contestants:
+            a.contestants.append(peer)
     a.rounds = a.rounds or (1 if a.quick else 3)
     a.backend = a.backend or ("aot_eager" if a.quick else "inductor")
     a.out = a.out or (QUICK_OUT if a.quick else OUT)

@@ -2,7 +2,9 @@
 # The GPU checks of one session, as one script (docs/gpu.md, "On a GPU machine"): the quickstart with CUDA
 # graphs from the command line, the gpu-marked tests, then benchmarks/gpu.py (every contestant, CUDA graphs'
 # partitions and re-recordings after warm-up included). Every log goes under $OUT (default gpu-out/); a part
-# that fails is logged and the next runs.
+# that fails is logged and the next runs. The quickstart and the tests time nothing, so they run side by side
+# (device time is short); the benchmark runs alone after them. GPU_BENCH_ARGS adds arguments to
+# benchmarks/gpu.py, e.g. GPU_BENCH_ARGS="--models gpt_124m --rounds 1" for a session with a few minutes.
 # The GPU machines have torch and Lightning but no Hydra/OmegaConf and no network: wheels placed in .whl/
 # (docs/benchmarks.md says how to make them) are installed first, when present.
 set -u
@@ -25,6 +27,8 @@ part versions python -c "import torch, lightning; print(torch.__version__, light
 # The quickstart through the CLI with CUDA graphs: its summary shows partitions in CUDA graphs, recordings,
 # re-recordings and replayed steps (docs/compile.md, "Record once, replay every step").
 part quickstart-cudagraphs python -m runner +recipe=quickstart trainer=gpu cudagraphs=reduce_overhead \
-  trainer.max_steps=120 "hydra.run.dir=${TMPDIR:-/tmp}/runner-quickstart-cudagraphs"
-part pytest-gpu python -m pytest -m gpu -q -p no:cacheprovider -n 4 --timeout 300 -W ignore::DeprecationWarning
-part bench-gpu python benchmarks/gpu.py --out "$OUT/gpu.json"
+  trainer.max_steps=120 "hydra.run.dir=${TMPDIR:-/tmp}/runner-quickstart-cudagraphs" &
+part pytest-gpu python -m pytest -m gpu -q -p no:cacheprovider -n 4 --timeout 300 -W ignore::DeprecationWarning &
+wait
+# shellcheck disable=SC2086  # GPU_BENCH_ARGS is a list of arguments
+part bench-gpu python benchmarks/gpu.py --out "$OUT/gpu.json" ${GPU_BENCH_ARGS:-}
