@@ -5,9 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 
 from runner.config import compose
 from runner.config.schema import TrainerConfig
+from runner.strategy import CompileStrategy
 
 
 @pytest.mark.parametrize(("accelerator", "devices", "device"), [
@@ -31,3 +33,11 @@ def test_gpu_trainer_option_composes(tmp_path: Path) -> None:
     assert cfg.trainer.accelerator == "cuda" and cfg.trainer.precision == "bf16-mixed"
     assert TrainerConfig(accelerator=cfg.trainer.accelerator, devices=list(cfg.trainer.devices)).single_device() \
         == "cuda:1"
+
+
+@pytest.mark.parametrize(("given", "root"), [("cuda", "cuda:0"), (torch.device("cuda"), "cuda:0"), ("cuda:2", "cuda:2"),
+                                             ("cpu", "cpu")])
+def test_compile_strategy_gives_a_bare_cuda_device_an_index(given: object, root: str) -> None:
+    # Lightning's CUDA accelerator calls torch.cuda.set_device(root_device), which raises for "cuda" without an index:
+    # the first GPU benchmark's runner contestants (CompileStrategy(device="cuda")) failed in setup_environment.
+    assert CompileStrategy(device=given).root_device == torch.device(root)

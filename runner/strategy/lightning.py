@@ -190,7 +190,14 @@ class CompileStrategy(CompileStrategyBase, SingleDeviceStrategy):
     is one)."""
 
     def __init__(self, *args: Any, device: str | torch.device | None = None, **kwargs: Any) -> None:
-        super().__init__(*args, device=device or ("cuda:0" if torch.cuda.is_available() else "cpu"), **kwargs)
+        """``device``: the one device (default the first CUDA device if there is one, else the CPU); ``"cuda"``
+        means ``"cuda:0"``, as with ``accelerator="cuda"``."""
+        chosen = torch.device(device or ("cuda:0" if torch.cuda.is_available() else "cpu"))
+        if chosen.type == "cuda" and chosen.index is None:
+            # Lightning's CUDA accelerator calls torch.cuda.set_device(root_device), which refuses a device
+            # without an index ("Expected a torch.device with a specified index"): the GPU benchmark's error.
+            chosen = torch.device("cuda", 0)
+        super().__init__(*args, device=chosen, **kwargs)
 
 
 class DDPCompileStrategy(CompileStrategyBase, DDPStrategy):
