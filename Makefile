@@ -6,7 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 RECIPE ?= quickstart
 
-.PHONY: setup run test lint bench test-versions constraints
+.PHONY: setup run test lint bench test-versions constraints setup-vision run-vision
 
 setup: $(VENV)/.installed
 
@@ -28,6 +28,17 @@ lint: setup
 PYTEST_WORKERS ?= 2
 test: lint
 	WANDB_MODE=offline $(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --durations=15 $(PYTEST_ARGS)
+
+# timm's image models (model=timm, docs/vision.md) need a torchvision made for the torch beside it. PyPI's torch and
+# torchvision pair up; .venv's local CPU torch has none on PyPI. So `make run-vision` trains in the versions job's venv
+# of the newest supported torch (PyPI's, with runner[dev,vision]; installed once, a few GB): RECIPE=resnet_tiny or vit_tiny.
+VISION_TORCH ?= 2.15.0
+setup-vision:
+	.ci/versions.sh --install $(VISION_TORCH)
+
+run-vision: RECIPE = resnet_tiny
+run-vision: setup-vision
+	.venvs/torch-$(VISION_TORCH)/bin/python -m runner +recipe=$(RECIPE) $(ARGS)
 
 bench: setup
 	$(PY) benchmarks/compare.py

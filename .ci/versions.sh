@@ -18,6 +18,7 @@
 # local wheel folders (seen: `constraint` capping torch<=2.14.1). That is the machine's, not runner's, and
 # it must neither refuse a supported torch nor swap in a local build. `make setup` keeps the config.
 # Usage: .ci/versions.sh [TORCH_VERSION...]   (default: the oldest and the newest supported)
+#        .ci/versions.sh --install VERSION     (that venv only: `make setup-vision`, timm's models)
 #        source .ci/versions.sh --functions   (defines the functions only; the tests call from_index)
 set -euo pipefail
 
@@ -79,6 +80,12 @@ install() {  # install VERSION VENV: torch==VERSION, then runner[dev,vision] wit
     return 1
   fi
 }
+
+if [ "${VERSIONS[0]}" = --install ]; then  # --install VERSION: that torch's venv only (make setup-vision)
+  install "${VERSIONS[1]:?--install needs a torch version}" "$VENVS/torch-${VERSIONS[1]}"
+  echo "$VENVS/torch-${VERSIONS[1]}: torch ${VERSIONS[1]} with runner[dev,vision]"
+  exit 0
+fi
 
 total=$(clock)
 mkdir -p "$VENVS"

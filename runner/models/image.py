@@ -16,8 +16,10 @@ from typing import Any
 import torch
 from torch import nn
 
-_INSTALL = ("pip install 'runner[vision]' with a torchvision built for this torch (docs/vision.md: PyPI's torch "
-            "and torchvision pair up; a CPU-only torch needs the CPU torchvision of download.pytorch.org)")
+_INSTALL = ("in runner's checkout, `make run-vision RECIPE=resnet_tiny` (or vit_tiny, with ARGS=...) trains in a "
+            "venv of PyPI's torch and torchvision; elsewhere pip install 'runner[vision]' with a torchvision built for "
+            "this torch (docs/vision.md: PyPI's torch and torchvision pair up; a CPU-only torch needs the CPU "
+            "torchvision of download.pytorch.org)")
 
 
 class ImageClassifier(nn.Module):
