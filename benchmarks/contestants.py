@@ -234,18 +234,21 @@ def run_callbacks() -> list[Callback]:
     throughput, MFU), the non-finite guard, the interrupt handler and the LR monitor. Two things are
     left out, each for a reason: the in-run speedup pairs (``speedup_steps=0``: 20 steps run eagerly
     on purpose, once per run, which a per-step race would count as framework cost) and the peak
-    probe (``peak_tflops`` given: a start-up cost, not a per-step one)."""
+    probe (``peak_tflops`` given: a start-up cost, not a per-step one). They come in one ``CallbackGroup``,
+    as ``python -m runner`` gives them to Lightning (one dispatch per hook)."""
     from lightning.pytorch.callbacks import LearningRateMonitor
 
     from runner.config.schema import OnNonFinite, TelemetryConfig
     from runner.reliability.numerics import NonFiniteGuard
     from runner.reliability.signals import GracefulInterrupt
     from runner.telemetry import CompileTelemetry
+    from runner.training.callback_group import CallbackGroup
 
     scratch = Path(tempfile.mkdtemp(prefix="bench-run-"))
     last = scratch / "last.ckpt"
-    return [CompileTelemetry(TelemetryConfig(speedup_steps=0, peak_tflops=1.0), scratch),
-            NonFiniteGuard(OnNonFinite.stop, last), GracefulInterrupt(last), LearningRateMonitor("step")]
+    telemetry = CompileTelemetry(TelemetryConfig(speedup_steps=0, peak_tflops=1.0), scratch)
+    return [CallbackGroup(LearningRateMonitor("step"), telemetry, NonFiniteGuard(OnNonFinite.stop, last),
+                          GracefulInterrupt(last))]
 
 
 def run_hand_loop(c: Contestant, work: Workload, steps: int, pacer: Pacer) -> None:
