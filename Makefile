@@ -33,12 +33,14 @@ test: lint
 # torchvision pair up; .venv's local CPU torch has none on PyPI. So `make run-vision` trains in the versions job's venv
 # of the newest supported torch (PyPI's, with runner[dev,vision]; installed once, a few GB): RECIPE=resnet_tiny or vit_tiny.
 VISION_TORCH ?= 2.15.0
+# Where versions.sh puts that venv (its RUNNER_VERSION_VENVS, from the environment, else .venvs).
+VISION_VENV = $(or $(RUNNER_VERSION_VENVS),.venvs)/torch-$(VISION_TORCH)
 setup-vision:
 	.ci/versions.sh --install $(VISION_TORCH)
 
 run-vision: RECIPE = resnet_tiny
 run-vision: setup-vision
-	.venvs/torch-$(VISION_TORCH)/bin/python -m runner +recipe=$(RECIPE) $(ARGS)
+	$(VISION_VENV)/bin/python -m runner +recipe=$(RECIPE) $(ARGS)
 
 bench: setup
 	$(PY) benchmarks/compare.py
