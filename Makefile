@@ -6,7 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 RECIPE ?= quickstart
 
-.PHONY: setup run test lint bench test-versions constraints setup-vision run-vision
+.PHONY: setup run test test-fast lint bench test-versions constraints setup-vision run-vision
 
 setup: $(VENV)/.installed
 
@@ -41,6 +41,11 @@ setup-vision:
 run-vision: RECIPE = resnet_tiny
 run-vision: setup-vision
 	$(VISION_VENV)/bin/python -m runner +recipe=$(RECIPE) $(ARGS)
+
+# The tier to run while working: every test not marked slow (no process started, nothing compiled with Inductor:
+# tests/conftest.py fails a test of this tier that does either), test by test on two workers.
+test-fast: setup
+	RUNNER_TEST_TIER=fast WANDB_MODE=offline $(PY) -m pytest -q -n $(PYTEST_WORKERS) -m "not slow" --durations=10 $(PYTEST_ARGS)
 
 bench: setup
 	$(PY) benchmarks/compare.py

@@ -123,7 +123,7 @@ def _probe(measure: bool, cpu_clock: bool) -> Any:
 
             stack = stack_of(trainer)
             assert stack is not None  # the fit runs through CompileStrategy
-            self.start(stack.mode)
+            self.start(stack.step_mode)
 
         def on_train_batch_end(self, trainer: L.Trainer, *args: Any) -> None:
             if self.end():

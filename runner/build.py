@@ -98,21 +98,17 @@ def build_strategy(cfg: RunConfig) -> CompileStrategy | DDPCompileStrategy | FSD
     artifacts = CacheArtifacts(
         save_to=artifacts_path(cfg.run_dir) if r.save_cache_artifacts else None,
         load_from=resolve_artifacts_path(r.load_cache_artifacts) if r.load_cache_artifacts else None)
+    # console=False: runner's telemetry prints compile progress and the summary table itself.
+    stack: dict[str, Any] = dict(compile=cfg.compile, dynamic=dynamic, offload=cfg.offload, cudagraphs=cfg.cudagraphs,
+                                 artifacts=artifacts, console=False)
     if t.sharded:
-        return FSDPCompileStrategy(compile=cfg.compile, dynamic=dynamic, offload=cfg.offload, cudagraphs=cfg.cudagraphs,
-                                   artifacts=artifacts, console=False,
-                                   reshard_after_forward=t.fsdp.reshard_after_forward,
+        return FSDPCompileStrategy(**stack, reshard_after_forward=t.fsdp.reshard_after_forward,
                                    mixed_precision=t.fsdp.mixed_precision,
                                    save_distributed_checkpoint=t.fsdp.distributed_checkpoint,
                                    process_group_backend=backend)
     if t.is_distributed():
-        return DDPCompileStrategy(compile=cfg.compile, dynamic=dynamic, offload=cfg.offload,
-                                  cudagraphs=cfg.cudagraphs, artifacts=artifacts, console=False,
-                                  process_group_backend=backend)
-    device = t.single_device()
-    # console=False: runner's telemetry prints compile progress and the summary table itself.
-    return CompileStrategy(compile=cfg.compile, dynamic=dynamic, offload=cfg.offload, cudagraphs=cfg.cudagraphs,
-                           artifacts=artifacts, device=device, console=False)
+        return DDPCompileStrategy(**stack, process_group_backend=backend)
+    return CompileStrategy(**stack, device=t.single_device())
 
 
 def shapes_vary(cfg: RunConfig) -> bool:

@@ -1,4 +1,9 @@
-"""Shared fixtures: a clean Dynamo between tests, GPU tests skipped without CUDA, tiny configs."""
+"""Shared fixtures: a clean Dynamo between tests, GPU tests skipped without CUDA, and the fast tier's guard.
+
+``make test-fast`` (``RUNNER_TEST_TIER=fast``, ``-m "not slow"``) is the tier to run while working: it must
+start no process and compile nothing with Inductor. Rather than trust the markers, the guard below makes
+either one fail the test that does it, naming the fix (mark it ``slow``), so the tier stays what it says.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +17,52 @@ import torch
 os.environ.setdefault("WANDB_MODE", "offline")
 # The MFU peak probe caches per machine; tests (and the processes they start) keep theirs out of ~/.cache.
 os.environ.setdefault("RUNNER_CACHE_DIR", tempfile.mkdtemp(prefix="runner-test-cache-"))
+
+
+FAST_TIER = os.environ.get("RUNNER_TEST_TIER") == "fast"
+_violations: list[str] = []
+"""What the running test did that the fast tier forbids (filled by the guards, checked after each test)."""
+
+
+def _install_fast_tier_guard() -> None:
+    """Make starting a process (subprocess, multiprocessing) or an Inductor compile a recorded violation; a
+    process start also raises at once, since it would cost what the tier exists to avoid."""
+    import multiprocessing.process
+    import subprocess
+
+    import torch._inductor.compile_fx as compile_fx_module
+
+    compile_fx = compile_fx_module.compile_fx
+
+    def no_process(*args: object, **kwargs: object) -> None:
+        _violations.append("started a process")
+        raise RuntimeError("the fast tier (make test-fast) starts no process: mark this test @pytest.mark.slow")
+
+    def noted_compile_fx(*args: object, **kwargs: object) -> object:
+        _violations.append("compiled a graph with Inductor")
+        return compile_fx(*args, **kwargs)
+
+    subprocess.Popen.__init__ = no_process  # type: ignore[method-assign,assignment]
+    multiprocessing.process.BaseProcess.start = no_process  # type: ignore[method-assign,assignment]
+    compile_fx_module.compile_fx = noted_compile_fx
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _fast_tier() -> None:
+    """Installed where tests run (in each xdist worker, not in the controller, which starts the workers)."""
+    if FAST_TIER:
+        _install_fast_tier_guard()
+
+
+@pytest.fixture(autouse=True)
+def _fast_tier_guard(_fast_tier: None) -> Iterator[None]:
+    """In the fast tier, fail a test that started a process or compiled with Inductor (module docstring)."""
+    _violations.clear()
+    yield
+    if FAST_TIER and _violations:
+        pytest.fail(f"the fast tier (make test-fast) starts no process and compiles nothing with Inductor, but this "
+                    f"test {' and '.join(dict.fromkeys(_violations))}: mark it @pytest.mark.slow (make test runs it) "
+                    "or use the eager/aot_eager backend in-process.", pytrace=False)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

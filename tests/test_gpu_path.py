@@ -95,6 +95,7 @@ def _float64_vectors(numel: int) -> int:
 
 @pytest.mark.parametrize("scope", [Scope.blocks, Scope.step], ids=["blocks", "step"])
 def test_measurement_keeps_one_copy_of_the_model_and_no_float64_gradients(scope: Scope) -> None:
+    from runner.stack.compiling.plan import resolve_plan
     from runner.stack.offload.on_path import measure_on_run_path
 
     module = gpt_module()
@@ -108,7 +109,8 @@ def test_measurement_keeps_one_copy_of_the_model_and_no_float64_gradients(scope:
 
     settings = CompileSettings(compile=CompileConfig(scope=scope, backend="eager"),
                                offload=OffloadConfig(strategy=OffloadStrategy.checkpoint, exclude=[]))
-    r = measure_on_run_path(module, gpt_batch(), torch.device("cpu"), context, settings)
+    plan = resolve_plan(settings.compile, settings.cudagraphs, None, torch.device("cpu"))
+    r = measure_on_run_path(module, gpt_batch(), torch.device("cpu"), context, settings, plan)
     assert len(seen) == 4  # two steps per variant, the none variant first
     assert [alive for alive, _ in seen] == [4, 4, 4, 4]  # the run's module and one copy, never two copies
     assert [vectors for _, vectors in seen] == [0, 0, 0, 0]
@@ -131,17 +133,20 @@ def test_host_gradients_keep_their_dtype_and_give_the_float64_error() -> None:
 
 
 def test_measurement_records_no_cuda_graph_and_leaves_the_random_state_as_it_was() -> None:
-    from runner.stack.offload.on_path import measure_on_run_path, measurement_plan
+    from runner.stack.compiling.plan import resolve_plan
+    from runner.stack.offload.on_path import measure_on_run_path
 
-    settings = CompileSettings(compile=CompileConfig(scope=Scope.step), cudagraphs=GRAPHS,
-                               offload=OffloadConfig(strategy=OffloadStrategy.bf16))
-    kwargs = measurement_plan(settings, torch.device("cuda", 0)).kwargs  # resolving needs no CUDA
+    cuda = torch.device("cuda", 0)
+    run_plan = resolve_plan(CompileConfig(scope=Scope.step), GRAPHS, None, cuda)  # resolving needs no CUDA
+    assert run_plan.cudagraphs and run_plan.kwargs.get("mode") == "reduce-overhead"
+    kwargs = run_plan.without_cudagraphs().kwargs  # what the measurement compiles with
     assert kwargs.get("mode") is None and "triton.cudagraphs" not in kwargs.get("options", {})
     eager = CompileSettings(compile=CompileConfig(scope=Scope.none),
                             offload=OffloadConfig(strategy=OffloadStrategy.bf16))
     module, batch = gpt_module(dropout=0.1), gpt_batch()
     before = torch.get_rng_state()
-    measure_on_run_path(module, batch, torch.device("cpu"), contextlib.nullcontext, eager)
+    plan = resolve_plan(eager.compile, eager.cudagraphs, None, torch.device("cpu"))
+    measure_on_run_path(module, batch, torch.device("cpu"), contextlib.nullcontext, eager, plan)
     assert torch.equal(torch.get_rng_state(), before)  # its dropout draws are not the run's
 
 
@@ -219,7 +224,7 @@ def test_eval_batches_of_a_cuda_graph_fit_mark_a_step() -> None:
     stack = CompileStack(settings, console=False)
     stack.setup(module, LightningSide(device=torch.device("cuda", 0)))  # nothing runs on the device in setup
     try:
-        assert stack.mode.eager_because() is Eager.warmup  # the first training steps run eagerly
+        assert stack.step_mode.eager_because() is Eager.warmup  # the first training steps run eagerly
         before = _mark_count()
         with stack.eval_step_context():
             pass
@@ -230,7 +235,7 @@ def test_eval_batches_of_a_cuda_graph_fit_mark_a_step() -> None:
     before = _mark_count()
     with off.eval_step_context():
         pass
-    assert _mark_count() == before and off.mode.eager_because() is None
+    assert _mark_count() == before and off.step_mode.eager_because() is None
 
 
 def test_the_strategy_routes_every_eval_batch_of_a_fit_through_the_stack() -> None:

@@ -257,6 +257,7 @@ def _stack_measure(strategy: OffloadStrategy, scope: Scope, backend: str, exclud
     import contextlib
 
     from runner.stack import CompileSettings
+    from runner.stack.compiling.plan import resolve_plan
     from runner.stack.offload.on_path import measure_on_run_path
     from runner.training.module import TrainModule
 
@@ -264,7 +265,8 @@ def _stack_measure(strategy: OffloadStrategy, scope: Scope, backend: str, exclud
                                offload=OffloadConfig(strategy=strategy, exclude=["head"] if exclude_head else [],
                                                      **offload))
     module = TrainModule(tiny_gpt(), optimizer=partial(torch.optim.AdamW, lr=1e-3))
-    return measure_on_run_path(module, batch(), torch.device("cpu"), contextlib.nullcontext, settings)
+    plan = resolve_plan(settings.compile, settings.cudagraphs, None, torch.device("cpu"))
+    return measure_on_run_path(module, batch(), torch.device("cpu"), contextlib.nullcontext, settings, plan)
 
 
 def test_run_path_measure_matches_the_benchmark_method_for_the_same_path() -> None:
@@ -314,7 +316,7 @@ def test_zero_stride_saved_tensor_round_trips() -> None:
 
     x = torch.randn(4, 1, 8).expand(4, 6, 8)
     for kind, tol in (("bf16", 1e-2), ("fp8", 1e-1)):
-        packed = codecs.encode(x, kind)
+        packed = codecs.encode(x, OffloadStrategy[kind].row.codec)
         y = codecs.decode(packed)
         assert y.shape == x.shape and y.stride() == x.stride()
         torch.testing.assert_close(y.float(), x, rtol=tol, atol=tol)

@@ -181,12 +181,13 @@ def test_unbacked_bounds_per_torch_version(tmp_path: Path) -> None:
 def test_pinned_saved_tensor_hook_internals() -> None:
     from torch._functorch._aot_autograd import graph_compile, utils
 
+    from runner.config.schema import OffloadStrategy
     from runner.stack.offload.hooks import SavedTensorCodec
 
     assert callable(graph_compile._get_saved_tensor_hook_context)
     assert callable(utils.saved_tensors_hooks_are_inlineable)
     assert ti.traced_saved_node() is None  # eagerly there is no traced node
-    codec = SavedTensorCodec("bf16", 0, ())
+    codec = SavedTensorCodec(OffloadStrategy.bf16.row.codec, 0, ())
     assert ti.hooks_are_inlineable(codec.pack_gm, codec.unpack_gm)
     assert not ti.hooks_are_inlineable(codec.pack, codec.unpack)
     assert ti.memory_budget() == 1.0

@@ -8,12 +8,13 @@ from __future__ import annotations
 import torch
 
 from runner import torch_internals as ti
-from runner.config.schema import AfterWarmup, RunConfig, ShapePolicy
+from runner.config.options import Mark
+from runner.config.schema import AfterWarmup, RunConfig
 
 
 def check_buckets(cfg: RunConfig) -> str | None:
     d = cfg.dynamic
-    if d.policy is not ShapePolicy.bucket:
+    if not d.policy.row.takes_buckets:
         return None
     if not d.buckets or any(b <= 0 for b in d.buckets):
         return (f"dynamic.policy=bucket needs positive dynamic.buckets (got {list(d.buckets)}), "
@@ -36,7 +37,7 @@ def check_dynamic_bounds(cfg: RunConfig) -> str | None:
 
 def check_bucket_fits(cfg: RunConfig) -> str | None:
     d = cfg.dynamic
-    if d.policy is not ShapePolicy.bucket or not d.buckets or any(b <= 0 for b in d.buckets):
+    if not d.policy.row.takes_buckets or not d.buckets or any(b <= 0 for b in d.buckets):
         return None
     if len(set(d.buckets)) > d.recompile_limit:
         return (f"dynamic.buckets has {len(set(d.buckets))} buckets but dynamic.recompile_limit={d.recompile_limit}: "
@@ -53,7 +54,8 @@ def check_bucket_fits(cfg: RunConfig) -> str | None:
 
 def check_shape_marks(cfg: RunConfig) -> str | None:
     d = cfg.dynamic
-    if d.policy not in (ShapePolicy.dynamic, ShapePolicy.unbacked):
+    row = d.policy.row
+    if not row.marks_dims:
         return None
     if not d.dims:
         return f"dynamic.policy={d.policy.value} with dynamic.dims=[]: nothing would be marked. Use dynamic.dims=[1]."
@@ -61,10 +63,11 @@ def check_shape_marks(cfg: RunConfig) -> str | None:
     if d.max is not None and isinstance(seq_len, int) and d.max < seq_len:
         return (f"dynamic.max={d.max} is below data.seq_len={seq_len}: longer batches would break the bound and "
                 f"recompile. Set dynamic.max >= {seq_len} or null.")
-    if d.policy is ShapePolicy.unbacked and d.min < 2:
-        return (f"dynamic.policy=unbacked with dynamic.min={d.min}: without a lower bound of 2, causal attention "
-                "cannot rule out an empty sequence, graph-breaks and falls back to eager. Use dynamic.min=2.")
-    if d.policy is ShapePolicy.unbacked and ti.unbacked_bounds_unsupported():
+    if d.min < row.min_length:
+        return (f"dynamic.policy={d.policy.value} with dynamic.min={d.min}: without a lower bound of "
+                f"{row.min_length}, causal attention cannot rule out an empty sequence, graph-breaks and falls back "
+                f"to eager. Use dynamic.min={row.min_length}.")
+    if row.mark is Mark.unbacked and ti.unbacked_bounds_unsupported():
         return (f"dynamic.policy=unbacked on torch {torch.__version__}: its mark_unbacked takes no lower bound (torch "
                 "2.13 and later do), so causal attention cannot rule out an empty sequence, graph-breaks and falls "
                 "back to eager. Use dynamic=dynamic (one graph for every length), or torch>=2.13.")

@@ -3,16 +3,15 @@ before anything runs, each with the key and the fix. ``runner.config.validate`` 
 
 from __future__ import annotations
 
-from runner.config.schema import CudaGraphMode, RunConfig, Scope
+from runner.config.schema import CudaGraphMode, RunConfig
 
 # Lightning's ModelParallelStrategy takes these (trainer/connectors/accelerator_connector.py,
 # ``mp_precision_supported``); fp16's gradient scaler cannot unscale sharded (DTensor) gradients.
 FSDP_PRECISIONS = ("32-true", "bf16-mixed", "bf16-true")
-FSDP_SCOPES = (Scope.none, Scope.blocks)
 
 
 def check_fsdp_scope(cfg: RunConfig) -> str | None:
-    if cfg.trainer.sharded and cfg.compile.scope not in FSDP_SCOPES:
+    if cfg.trainer.sharded and not cfg.compile.scope.row.under_fsdp:
         return (f"compile.scope={cfg.compile.scope.value} with trainer.distributed=fsdp: under FSDP2 runner compiles "
                 "each block in place before sharding it, so each block's all-gather and reduce-scatter hooks run "
                 "eagerly around its graph (torchtitan's order); compiling the whole step or model would trace "

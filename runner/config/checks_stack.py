@@ -7,68 +7,34 @@ from __future__ import annotations
 
 import torch
 
-from runner.config import checks_dynamic
+from runner.config import checks_dynamic, rules
 from runner.config.cache_secret import read_secret, redact_url
-from runner.config.schema import (
-    Background,
-    CudaGraphMode,
-    OffloadStrategy,
-    OnError,
-    OptimizerPolicy,
-    RunConfig,
-    Scope,
-    ShapePolicy,
-)
+from runner.config.options import Keeps
+from runner.config.schema import Background, CudaGraphMode, OnError, RunConfig
 
 _MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
-def cudagraphs_accumulation_error(accumulate_grad_batches: int) -> str:
-    """Why CUDA graphs and gradient accumulation are refused together (config check and stack)."""
-    return (f"cudagraphs=reduce_overhead with trainer.accumulate_grad_batches={accumulate_grad_batches}: each "
-            "micro-batch replays the backward graph into the same static output buffers, so the gradients of "
-            "earlier micro-batches are overwritten before the optimizer step (pytorch/pytorch#169545). Use "
-            "trainer.accumulate_grad_batches=1 with a larger data.batch_size, or cudagraphs=disabled.")
-
-
-def compiled_optimizer_scaler_error(name: str = "the optimizer's") -> str:
-    """Why a compiled optimizer step and a gradient scaler are refused together (config check, stack, plan)."""
-    return (f"compile.optimizer=compiled with a gradient scaler (trainer.precision=16-mixed): the scaler unscales "
-            f"the gradients and skips steps with inf/NaN itself, which a compiled {name} step cannot take part in "
-            "(torch would run it eagerly every step, Adam's single-tensor path with a host sync per parameter). "
-            "Use compile.optimizer=auto (the fused kernel where there is one, which the scaler drives) or "
-            "trainer.precision=bf16-mixed (no scaler).")
-
-
-def cpu_offload_exclude_error(exclude: list[str], scope: str) -> str:
-    """Why ``offload=cpu`` with an exclusion inside compiled code is refused (config check and stack)."""
-    return (f"offload=cpu with offload.exclude={exclude} under compile.scope={scope}: the cpu strategy's hooks run "
-            "eagerly on what each compiled forward saved, where a saved tensor no longer tells which module saved "
-            "it, so the exclusion would be silently ignored (those activations offloaded too). Use "
-            "offload.exclude=[] to offload everything, compile.scope=blocks (modules outside the blocks, such as "
-            "the head, run eagerly and keep theirs), or offload=bf16 (its hooks are traced into the compiled "
-            "graphs and honour offload.exclude).")
+def _on_cuda(cfg: RunConfig) -> bool:
+    acc = cfg.trainer.accelerator
+    return acc in ("cuda", "gpu") or (acc == "auto" and torch.cuda.is_available())
 
 
 def check_compiled_optimizer_scaler(cfg: RunConfig) -> str | None:
-    if cfg.compile.optimizer is OptimizerPolicy.compiled and str(cfg.trainer.precision).startswith("16-mixed"):
-        return compiled_optimizer_scaler_error()
-    return None
+    scaler = str(cfg.trainer.precision).startswith("16-mixed")
+    return rules.compiled_optimizer_with_scaler(cfg.compile.optimizer, scaler)
 
 
 def check_cpu_offload_exclude(cfg: RunConfig) -> str | None:
-    """The whole step or model is compiled, so every excluded module runs inside compiled code; for
-    ``scope=blocks`` the stack decides once it sees the model's module names."""
-    on_cuda = cfg.trainer.accelerator in ("cuda", "gpu") or (cfg.trainer.accelerator == "auto"
-                                                            and torch.cuda.is_available())
-    if (cfg.offload.strategy is OffloadStrategy.cpu and cfg.offload.exclude and on_cuda
-            and cfg.compile.scope in (Scope.step, Scope.model)):
-        return cpu_offload_exclude_error(list(cfg.offload.exclude), cfg.compile.scope.value)
-    return None
+    """Under a scope that compiles the whole step or model every excluded module runs inside compiled code; for
+    ``scope=blocks`` the stack decides once it sees the model's module names (the same rule)."""
+    o = cfg.offload
+    return rules.offload_exclusions_lost(o.strategy, o.exclude, _on_cuda(cfg), cfg.compile.scope)
 
 
 def check_step_backward_ddp(cfg: RunConfig) -> str | None:
-    if cfg.compile.scope is Scope.step_backward and cfg.trainer.is_distributed() and not cfg.trainer.sharded:
-        return ("compile.scope=step_backward runs backward inside the forward call, which DDP's gradient reducer "
+    scope = cfg.compile.scope
+    if not scope.row.under_ddp and cfg.trainer.is_distributed() and not cfg.trainer.sharded:
+        return (f"compile.scope={scope.value} runs backward inside the forward call, which DDP's gradient reducer "
                 "cannot synchronise. Use compile.scope=step (backward still runs compiled) with DDP.")
     return None
 
@@ -89,16 +55,18 @@ def check_mode_and_options(cfg: RunConfig) -> str | None:
 
 
 def check_cudagraphs_unbacked(cfg: RunConfig) -> str | None:
-    if cfg.cudagraphs.mode is CudaGraphMode.reduce_overhead and cfg.dynamic.policy is ShapePolicy.unbacked:
-        return ("cudagraphs=reduce_overhead with dynamic.policy=unbacked: a CUDA graph records fixed sizes, and "
-                "unbacked sizes are unknown until run time. Use dynamic=bucket (one graph per bucket) or "
+    policy = cfg.dynamic.policy
+    if cfg.cudagraphs.mode is CudaGraphMode.reduce_overhead and not policy.row.cudagraphs:
+        return (f"cudagraphs=reduce_overhead with dynamic.policy={policy.value}: a CUDA graph records fixed sizes, "
+                "and unbacked sizes are unknown until run time. Use dynamic=bucket (one graph per bucket) or "
                 "cudagraphs=disabled.")
     return None
 
 
 def check_fp8(cfg: RunConfig) -> str | None:
-    if cfg.offload.strategy is OffloadStrategy.fp8 and not hasattr(torch, "float8_e4m3fn"):
-        return (f"offload=fp8 needs torch.float8_e4m3fn, which torch {torch.__version__} lacks. "
+    codec = cfg.offload.strategy.row.codec
+    if codec is not None and not hasattr(torch, codec.payload):
+        return (f"offload={codec.name} needs torch.{codec.payload}, which torch {torch.__version__} lacks. "
                 "Use offload=bf16 or upgrade torch.")
     return None
 
@@ -112,7 +80,7 @@ def check_memory_budget(cfg: RunConfig) -> str | None:
 
 def check_backend(cfg: RunConfig) -> str | None:
     backend = cfg.compile.backend
-    if cfg.compile.scope is Scope.none:
+    if not cfg.compile.scope.row.compiles:
         return None  # nothing is compiled
     known = torch.compiler.list_backends(exclude_tags=())
     if backend not in known:
@@ -139,9 +107,9 @@ def check_fullgraph(cfg: RunConfig) -> str | None:
         return ("compile.fullgraph=true with compile.on_error=eager: under fullgraph torch raises on any graph break "
                 "even when errors are suppressed, so there is no frame to fall back from. Set "
                 "compile.fullgraph=false to allow eager fallbacks, or compile.on_error=raise to fail on breaks.")
-    if c.scope is Scope.none:
-        return ("compile.fullgraph=true with compile.scope=none: nothing is compiled, so fullgraph has no effect. "
-                "Pick a scope (compile=step) or drop compile.fullgraph.")
+    if not c.scope.row.compiles:
+        return (f"compile.fullgraph=true with compile.scope={c.scope.value}: nothing is compiled, so fullgraph has no "
+                "effect. Pick a scope (compile=step) or drop compile.fullgraph.")
     return None
 
 
@@ -149,19 +117,19 @@ def check_cudagraphs_combinations(cfg: RunConfig) -> str | None:
     """CUDA graphs with what cannot work beside them: refused before anything runs."""
     if cfg.cudagraphs.mode is not CudaGraphMode.reduce_overhead:
         return None
-    if cfg.trainer.accumulate_grad_batches > 1:
-        return cudagraphs_accumulation_error(cfg.trainer.accumulate_grad_batches)
-    if cfg.compile.scope is Scope.none:
-        return ("cudagraphs=reduce_overhead with compile.scope=none: CUDA graphs record compiled graphs, and "
-                "nothing is compiled. Pick a scope (compile=step) or use cudagraphs=disabled.")
+    if problem := rules.cudagraphs_with_accumulation(True, cfg.trainer.accumulate_grad_batches):
+        return problem
+    if not cfg.compile.scope.row.compiles:
+        return (f"cudagraphs=reduce_overhead with compile.scope={cfg.compile.scope.value}: CUDA graphs record "
+                "compiled graphs, and nothing is compiled. Pick a scope (compile=step) or use cudagraphs=disabled.")
     if cfg.compile.backend != "inductor":
         return (f"cudagraphs=reduce_overhead with compile.backend={cfg.compile.backend}: CUDA-graph trees are "
                 "Inductor's; other backends would drop them silently. Use compile.backend=inductor or "
                 "cudagraphs=disabled.")
-    if cfg.offload.strategy is OffloadStrategy.cpu:
-        return ("cudagraphs=reduce_overhead with offload=cpu: offloading to host memory runs stream and event "
-                "calls in eager saved-tensor hooks, which a CUDA graph cannot capture or replay. Use offload=bf16 "
-                "or offload=checkpoint (both work under CUDA graphs), or cudagraphs=disabled.")
+    if not cfg.offload.strategy.row.cudagraphs:
+        return (f"cudagraphs=reduce_overhead with offload={cfg.offload.strategy.value}: offloading to host memory "
+                "runs stream and event calls in eager saved-tensor hooks, which a CUDA graph cannot capture or "
+                "replay. Use offload=bf16 or offload=checkpoint (both work under CUDA graphs), or cudagraphs=disabled.")
     if cfg.compile.mode not in (None, "max-autotune"):
         return (f"cudagraphs=reduce_overhead with compile.mode={cfg.compile.mode}: the cudagraphs group sets the "
                 "mode (reduce-overhead). Leave compile.mode unset, or use compile.mode=max-autotune (which "
@@ -184,13 +152,13 @@ SDPA_MODELS = ("runner.models.gpt.GPT",)
 def _checkpointed_attention(cfg: RunConfig) -> str | None:
     """The model's ``_target_`` when per-block checkpointing wraps an attention torch tags as random."""
     target = getattr(cfg.model, "_target_", "")
-    per_block = cfg.offload.strategy is OffloadStrategy.checkpoint and cfg.offload.memory_budget is None
+    per_block = cfg.offload.strategy.row.keeps is Keeps.recomputed and cfg.offload.memory_budget is None
     return target if per_block and target in SDPA_MODELS else None
 
 
 def check_step_backward_checkpoint(cfg: RunConfig) -> str | None:
     target = _checkpointed_attention(cfg)
-    if target and cfg.compile.scope is Scope.step_backward and cfg.compile.backend != "eager":
+    if target and cfg.compile.scope.row.backward_in_step and cfg.compile.backend != "eager":
         return (f"compile.scope=step_backward with offload=checkpoint on {target}: step_backward traces forward, "
                 "loss and backward as one graph, and there torch cannot recompute random ops inside a "
                 "checkpointed block (its attention, scaled_dot_product_attention, is tagged random even at "
@@ -202,7 +170,7 @@ def check_step_backward_checkpoint(cfg: RunConfig) -> str | None:
 def check_cpp_wrapper_checkpoint(cfg: RunConfig) -> str | None:
     target = _checkpointed_attention(cfg)
     if (target and cfg.compile.options.get("cpp_wrapper") and cfg.compile.backend == "inductor"
-            and cfg.compile.scope is not Scope.none):
+            and cfg.compile.scope.row.compiles):
         return (f"Inductor's cpp_wrapper option (compile.options) with offload=checkpoint on {target}: a "
                 "checkpointed block saves and restores the random state around its attention "
                 "(scaled_dot_product_attention is tagged "
@@ -217,9 +185,10 @@ def check_background(cfg: RunConfig) -> str | None:
     b = cfg.compile.background
     if b in (Background.auto, Background.disabled):
         return None
-    if cfg.compile.scope is Scope.none:
-        return (f"compile.background={b.value} with compile.scope=none: nothing is compiled, so there is no compile "
-                "to run beside the run. Drop compile.background or choose a scope, e.g. compile=step.")
+    if not cfg.compile.scope.row.compiles:
+        return (f"compile.background={b.value} with compile.scope={cfg.compile.scope.value}: nothing is compiled, "
+                "so there is no compile to run beside the run. Drop compile.background or choose a scope, e.g. "
+                "compile=step.")
     if cfg.trainer.is_distributed():
         return (f"compile.background={b.value} with several processes (DDP or FSDP): every rank would have to switch "
                 "to the compiled step at the same step, which runner does not coordinate yet. Use "

@@ -6,7 +6,9 @@ composed config into these objects once (``runner.config.loading``), and ``runne
 their combination there; everything downstream receives typed objects, never a ``DictConfig``.
 
 Nodes that users swap (model, data, optimizer, scheduler, loggers) are open ``_target_`` nodes.
-Compile policies are closed enums, checked together in ``runner.config.validate``.
+Compile policies are closed enums, checked together in ``runner.config.validate``; the three whose options
+behave differently (``Scope``, ``ShapePolicy``, ``OffloadStrategy``) are declared with what each option does in
+``runner.config.options`` and re-exported here.
 """
 
 from __future__ import annotations
@@ -15,18 +17,12 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Optional
 
+# re-exported: every node from here (each option's behaviour is declared in runner.config.options)
+from runner.config.options import OffloadStrategy as OffloadStrategy
+from runner.config.options import Scope as Scope
+from runner.config.options import ShapePolicy as ShapePolicy
 from runner.config.schema_fsdp import Distributed, FsdpConfig
 from runner.config.schema_fsdp import FsdpMixedPrecision as FsdpMixedPrecision  # re-exported: every node from here
-
-
-class Scope(Enum):
-    """What the strategy hands to ``torch.compile``."""
-
-    none = "none"  # nothing: plain eager training
-    model = "model"  # the module's forward only (what Lightning does today)
-    step = "step"  # training_step: forward and loss; backward runs the AOT-compiled backward
-    step_backward = "step_backward"  # forward, loss and backward traced into one graph
-    blocks = "blocks"  # each repeated block (e.g. transformer layer) compiled once, reused
 
 
 class OptimizerPolicy(Enum):
@@ -57,14 +53,6 @@ class Background(Enum):
     disabled = "disabled"  # inside the first training step (torch.compile's own behaviour)
 
 
-class ShapePolicy(Enum):
-    """How batch shapes that vary are presented to the compiler."""
-
-    static = "static"  # pad every batch to the maximum length: one graph
-    bucket = "bucket"  # pad to the next bucket boundary: at most one graph per bucket
-    automatic = "automatic"  # torch's automatic dynamic: static first, dynamic after a change
-    dynamic = "dynamic"  # mark_dynamic on the configured dims: one graph for all lengths
-    unbacked = "unbacked"  # mark_unbacked: no specialisation at all, not even on 0/1
 
 
 class AfterWarmup(Enum):
@@ -75,14 +63,6 @@ class AfterWarmup(Enum):
     eager_on_recompile = "eager_on_recompile"  # run the new shape eagerly instead
 
 
-class OffloadStrategy(Enum):
-    """What happens to tensors autograd saves for backward."""
-
-    none = "none"
-    cpu = "cpu"  # copy to pinned host memory on a side stream (CUDA only; a no-op on CPU)
-    bf16 = "bf16"  # store floating tensors as bfloat16
-    fp8 = "fp8"  # store floating tensors as float8_e4m3fn with a per-tensor scale
-    checkpoint = "checkpoint"  # recompute in backward instead of saving
 
 
 class CudaGraphMode(Enum):

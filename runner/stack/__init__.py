@@ -1,5 +1,5 @@
 """The compile stack. The spine: ``CompileStack`` (``compile_stack``) applies every part in one ordered
-sequence, ``fit_parts`` builds one fit's parts, ``host`` holds what configures the stack (``CompileSettings``)
+sequence, ``fit_parts`` builds one fit's parts, ``fit_inputs`` holds what configures the stack (``CompileSettings``)
 and what Lightning hands it (``LightningSide``), ``component`` the interface each part implements, and
 ``step_mode`` the one owner of Dynamo's stance, which every part asks for eager steps. The parts, one folder
 each: ``compiling`` (what is compiled and how, and applying it), ``background`` (compile beside the run),
@@ -10,7 +10,7 @@ each: ``compiling`` (what is compiled and how, and applying it), ``background`` 
 
 from runner.stack.compile_stack import CompileSettings, CompileStack, LightningSide, stack_of
 from runner.stack.compiling.plan import CompilePlan, resolve_plan
-from runner.stack.host import CacheArtifacts
+from runner.stack.fit_inputs import CacheArtifacts
 from runner.stack.step_mode import Eager, StepMode
 
 __all__ = ["CacheArtifacts", "CompilePlan", "CompileSettings", "CompileStack", "Eager", "LightningSide", "StepMode",

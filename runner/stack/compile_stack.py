@@ -36,13 +36,13 @@ from runner.figures.compile_plan import (
 from runner.figures.compile_work import COMPILE_DEMOTED, COMPILE_DEMOTIONS, COMPILE_FRAMES
 from runner.stack.compiling.binding import code_of, install_step, user_step
 from runner.stack.compiling.compile import CompiledModules, apply_compile, compiled_submodules
-from runner.stack.compiling.plan import STEP_SCOPES, resolve_optimizers
+from runner.stack.compiling.plan import resolve_optimizers
 from runner.stack.component import overrides
 from runner.stack.deferred.metrics import metric_methods
 from runner.stack.errors.explain import explain_compile_error
 from runner.stack.errors.storms import Storm
+from runner.stack.fit_inputs import CompileSettings, LightningSide
 from runner.stack.fit_parts import FitParts, build_fit_parts
-from runner.stack.host import CompileSettings, LightningSide
 from runner.stack.offload.on_path import measure_saved_activations
 from runner.stack.step_mode import StepMode
 
@@ -57,7 +57,7 @@ class CompileStack:
     def __init__(self, settings: CompileSettings, console: bool = True) -> None:
         self.settings = settings
         self.console = console
-        self.mode = StepMode()
+        self.step_mode = StepMode()
         """The one owner of Dynamo's stance in a fit (a new one at each ``setup``): parts and callbacks ask it
         for eager steps (``runner.stack.step_mode``)."""
         self.parts: FitParts | None = None
@@ -96,14 +96,16 @@ class CompileStack:
         return self.plan is not None and self.plan.backward_in_step
 
     # -- setup: the ordered sequence -----------------------------------------------------------
-    def setup(self, module: L.LightningModule, host: LightningSide) -> None:
+    def setup(self, module: L.LightningModule, lightning: LightningSide) -> None:
         """Measure, transform the module in order, compile, shard, prepare the optimizers, bind."""
         self._snapshot = ti.code_snapshot()
         self._applied = True  # from here on, teardown has something to undo
-        self._accumulate = host.accumulate_grad_batches
-        self.mode = StepMode()
-        parts = self.parts = build_fit_parts(self.settings, module, host, console=self.console, mode=self.mode)
-        self.measured = measure_saved_activations(module, host, self.settings)  # 0. on a copy
+        self._accumulate = lightning.accumulate_grad_batches
+        self.step_mode = StepMode()
+        parts = self.parts = build_fit_parts(self.settings, module, lightning, console=self.console,
+                                             step_mode=self.step_mode)
+        parts.configure_tracing()
+        self.measured = measure_saved_activations(module, lightning, self.settings, parts.plan)  # 0. on a copy
         parts.background.apply(module)  # 0b. untransformed, for a compile process beside the run (compile.background)
         parts.configure_compiler()
         parts.shape.configure()  # 1. shape policy: Dynamo's dynamic-shape settings, batch marks, Lightning's counters
@@ -113,21 +115,21 @@ class CompileStack:
         parts.offload.apply(module)
         parts.offload.measured = self.measured
         self._step = parts.background.at_switch(lambda: apply_compile(  # 3. compile (beside the run: at the switch)
-            module, user_step(module), parts.plan, self.compiled, host.accumulate_grad_batches), user_step(module))
-        if host.shard is not None:  # 4. shard (FSDP): compiled blocks become FSDP units
-            host.shard(module)
-        optimizers = host.optimizers()  # 5. the optimizers as they will step (sharded params under FSDP)
-        parts.plan = resolve_optimizers(parts.plan, self.settings.compile.optimizer, optimizers, host.device,  # 6.
-                                        scaler=host.scaler)
-        parts.apply_optimizer_step(optimizers, host.device)
+            module, user_step(module), parts.plan, self.compiled, lightning.accumulate_grad_batches), user_step(module))
+        if lightning.shard is not None:  # 4. shard (FSDP): compiled blocks become FSDP units
+            lightning.shard(module)
+        optimizers = lightning.optimizers()  # 5. the optimizers as they will step (sharded params under FSDP)
+        parts.plan = resolve_optimizers(parts.plan, self.settings.compile.optimizer, optimizers, lightning.device,  # 6.
+                                        scaler=lightning.scaler)
+        parts.apply_optimizer_step(optimizers, lightning.device)
         parts.cudagraphs.configure()  # 7. CUDA graphs: static addresses, step marking
         parts.cudagraphs.apply(module)
         parts.cudagraphs.bind_optimizers(optimizers)
         log.info("compile stack: %s", parts.describe())
-        self._bind(module, optimizers, host)  # 8. route training_step through the stack
+        self._bind(module, optimizers, lightning)  # 8. route training_step through the stack
         parts.background.configure()  # 9. compile beside the run: every step eager until it is ready
 
-    def _bind(self, module: L.LightningModule, optimizers: list[Optimizer], host: LightningSide) -> None:
+    def _bind(self, module: L.LightningModule, optimizers: list[Optimizer], lightning: LightningSide) -> None:
         """Route every training_step call through the stack; per-step hooks only of components that
         override them (a disabled feature costs nothing in the hot loop)."""
         assert self.parts is not None
@@ -145,9 +147,10 @@ class CompileStack:
         self._optimizer_contexts = [c.optimizer_step_context for c in comps if overrides(c, "optimizer_step_context")]
         # Python side effects are deferred only where the step itself is compiled: an eager step
         # (manual optimization, scope=model/blocks) logs exactly when and as Lightning does.
-        self._capture = plan.target in STEP_SCOPES
+        self._capture = plan.whole_step
         self.parts.deferred.bind(module, metric_methods(module), detach_in_step=plan.backward_in_step,
-                                 optimizer_lists=host.optimizer_lists, module_optimizers=host.module_optimizers)
+                                 optimizer_lists=lightning.optimizer_lists,
+                                 module_optimizers=lightning.module_optimizers)
         if plan.backward_in_step:
             # Lightning zeroes gradients between training_step and backward; here backward runs inside
             # the step, so zeroing moves to just before it (same accumulation boundaries).
@@ -192,7 +195,7 @@ class CompileStack:
                 opt.zero_grad(set_to_none=True)
         self._micro_batches += 1
         with contextlib.ExitStack() as stack:
-            stack.enter_context(self.mode.training_step())  # the stance the step's reasons give (StepMode)
+            stack.enter_context(self.step_mode.training_step())  # the stance the step's reasons give (StepMode)
             for context in self._contexts:
                 stack.enter_context(context())
             if self._capture:
@@ -230,7 +233,7 @@ class CompileStack:
                 stack.enter_context(context())
             yield
         self.steps += 1
-        self.mode.optimizer_step_done()
+        self.step_mode.optimizer_step_done()
         for step_end in self._step_enders:
             step_end(self.steps)
         if self.parts is not None:

@@ -13,17 +13,13 @@ import torch
 from torch.optim import Optimizer
 
 from runner import torch_internals as ti
-from runner.config.checks_stack import (
-    compiled_optimizer_scaler_error,
-    cpu_offload_exclude_error,
-    cudagraphs_accumulation_error,
-)
-from runner.config.schema import OnError, OptimizerPolicy
+from runner.config import rules
+from runner.config.schema import OnError
 from runner.figures.compile_plan import COMPILE_MODE, COMPILE_OPTIMIZER, COMPILE_OPTIONS, COMPILE_TARGET
 from runner.stack.background import BackgroundCompile, NoBackground, build_background
 from runner.stack.caches import LocalCompileCache, build_remote_cache
 from runner.stack.compiling.binding import reads_logged_results, takes_dataloader_iter, user_step
-from runner.stack.compiling.plan import TARGET_NAMES, CompilePlan, resolve_plan, step_blocker, step_note
+from runner.stack.compiling.plan import CompilePlan, resolve_plan, step_blocker, step_note
 from runner.stack.component import StackComponent
 from runner.stack.console import CompileConsole
 from runner.stack.cudagraphs import CudaGraphs, CudaGraphsInactive, build_cudagraphs
@@ -32,7 +28,7 @@ from runner.stack.deferred.reads import PythonState
 from runner.stack.dynamic import ShapePolicyComponent, build_shape_policy
 from runner.stack.errors.explain import CompileErrorWatch
 from runner.stack.errors.storms import StormWatch
-from runner.stack.host import CacheArtifacts, CompileSettings, LightningSide
+from runner.stack.fit_inputs import CacheArtifacts, CompileSettings, LightningSide
 from runner.stack.offload import OffloadComponent, build_offload
 from runner.stack.offload.component import excluded_inside_compiled
 from runner.stack.optimizer.step import OptimizerStep
@@ -52,7 +48,7 @@ class FitParts:
     """Plan and components of one fit (see the module docstring)."""
 
     settings: CompileSettings
-    mode: StepMode
+    step_mode: StepMode
     plan: CompilePlan
     errors: CompileErrorWatch
     shape: ShapePolicyComponent
@@ -84,6 +80,11 @@ class FitParts:
                                        self.state, self.offload, self.cudagraphs]
         return comps + ([self.console] if self.console is not None else [])
 
+    def configure_tracing(self) -> None:
+        """How the step is traced, set before its first trace (the saved-activation measurement's, step 0):
+        ``loss.backward()`` into the step's graph for step_backward, and only then (restored by ``teardown``)."""
+        self._torch.dynamo("trace_autograd_ops", self.plan.backward_in_step)
+
     def configure_compiler(self) -> None:
         """The process-wide settings the compile config owns (restored by ``teardown``), and the
         listeners that start before anything compiles."""
@@ -92,8 +93,6 @@ class FitParts:
         self.remote_cache.configure()  # compile.cache: the shared cache, likewise
         # on_error=eager: a frame that fails to compile runs eagerly (counted by telemetry).
         t.dynamo("suppress_errors", c.on_error is OnError["eager"])
-        # loss.backward() traced into the step's graph for step_backward, and only then.
-        t.dynamo("trace_autograd_ops", self.plan.backward_in_step)
         ti.lift_python_scalars(t)  # an int attribute of the module that changes: one recompile, not a storm
         self.errors.configure()
         if self.console is not None:
@@ -102,13 +101,13 @@ class FitParts:
     def apply_optimizer_step(self, optimizers: list[Optimizer], device: torch.device) -> None:
         """6. The optimizer step the plan chose (fused kernel, compiled, or as configured)."""
         step = self.optimizer_step = OptimizerStep(self.plan.optimizer, self.plan.optimizer_reason,
-                                                   self.plan.optimizer_kwargs, mode=self.mode)
+                                                   self.plan.optimizer_kwargs, step_mode=self.step_mode)
         for opt in optimizers:
             step.prepare(opt, device)
 
     def describe(self) -> str:
         p = self.plan
-        return (f"scope={p.scope.value} target={TARGET_NAMES[p.target]} backend={p.kwargs['backend']} "
+        return (f"scope={p.scope.value} target={p.target_name} backend={p.kwargs['backend']} "
                 f"optimizer={p.optimizer.value}")
 
     def summary_extra(self, demoted: list[dict[str, Any]]) -> str:
@@ -137,7 +136,7 @@ class FitParts:
     def figures(self) -> dict[str, Any]:
         out: dict[str, Any] = {COMPILE_MODE: self.plan.kwargs.get("mode"),
                                COMPILE_OPTIONS: dict(self.plan.kwargs.get("options", {})),
-                               COMPILE_TARGET: TARGET_NAMES[self.plan.target]}
+                               COMPILE_TARGET: self.plan.target_name}
         if self.optimizer_step is not None:
             out.update(self.optimizer_step.figures())
         for comp in self.components:
@@ -150,41 +149,47 @@ class FitParts:
             self.optimizer_step.restore()
         for comp in reversed(self.components):
             comp.teardown()
-        self.mode.close()
+        self.step_mode.close()
         self._torch.restore()
 
 
-def build_fit_parts(settings: CompileSettings, module: L.LightningModule, host: LightningSide, console: bool,
-                mode: StepMode) -> FitParts:
-    """The plan and every component for ``module`` on ``host``'s device (nothing applied yet); the parts that
-    need steps eager ask ``mode``."""
+def build_fit_parts(settings: CompileSettings, module: L.LightningModule, lightning: LightningSide, console: bool,
+                step_mode: StepMode) -> FitParts:
+    """The plan and every component for ``module`` on ``lightning``'s device (nothing applied yet); the parts that
+    need steps eager ask ``step_mode``."""
     s = settings
-    device = host.device
-    shape = build_shape_policy(s.dynamic, mode)
+    device = lightning.device
+    shape = build_shape_policy(s.dynamic, step_mode)
     offload = build_offload(s.offload, device, s.compile.block_types)
     step = user_step(module)
     pulls, reads = takes_dataloader_iter(step), reads_logged_results(module)
     plan = resolve_plan(s.compile, s.cudagraphs, shape.dynamic_arg, device,
                         automatic_optimization=module.automatic_optimization, pulls_batches=pulls,
                         reads_results=reads)
-    if plan.cudagraphs and host.accumulate_grad_batches > 1:
-        raise ValueError(cudagraphs_accumulation_error(host.accumulate_grad_batches))
-    cudagraphs = build_cudagraphs(plan.cudagraphs, s.cudagraphs, device, mode)
-    # Refused before the saved-activation measurement (setup's step 0) spends its compiles.
-    if host.scaler and s.compile.optimizer is OptimizerPolicy.compiled:
-        raise ValueError(compiled_optimizer_scaler_error())
-    if kept := excluded_inside_compiled(s.offload, device, module, plan):
-        raise ValueError(cpu_offload_exclude_error(kept, plan.scope.value))
+    # The rules the config check enforces too (runner.config.rules), here with what the fit found; refused
+    # before the saved-activation measurement (setup's step 0) spends its compiles.
+    offload_cfg = s.offload
+    # Which excluded modules run compiled matters only to a strategy whose hooks run eagerly (offload=cpu).
+    inside = [] if offload_cfg.strategy.row.traced else excluded_inside_compiled(offload_cfg.exclude, module, plan)
+    for problem in (rules.cudagraphs_with_accumulation(plan.cudagraphs, lightning.accumulate_grad_batches),
+                    rules.compiled_optimizer_with_scaler(s.compile.optimizer, lightning.scaler),
+                    rules.offload_exclusions_lost(offload_cfg.strategy, offload_cfg.exclude, device.type == "cuda",
+                                                  plan.target, inside)):
+        if problem:
+            raise ValueError(problem)
+    cudagraphs = build_cudagraphs(plan.cudagraphs, s.cudagraphs, device, step_mode)
     blocker = step_blocker(module.automatic_optimization, pulls, reads)
     if (note := step_note(s.compile.scope, plan, blocker)) is not None:
         log.info(note)
     storms = _NoStorms() if s.compile.on_error is OnError["raise"] else StormWatch()
-    shown = CompileConsole(host.sink) if console and host.sink is not None else None
-    background = build_background(s, plan, host, takes_dataloader_iter(step), shown.say if shown else _quiet, mode)
-    return FitParts(settings=s, mode=mode, plan=plan, errors=CompileErrorWatch(s.compile.on_error), shape=shape,
-                 state=PythonState(step), offload=offload, cudagraphs=cudagraphs, console=shown, storms=storms,
-                 background=background, local_cache=LocalCompileCache(s.compile.cache_dir, s.artifacts),
-                 remote_cache=build_remote_cache(s.compile.cache, device))
+    shown = CompileConsole(lightning.sink) if console and lightning.sink is not None else None
+    background = build_background(s, plan, lightning, takes_dataloader_iter(step), shown.say if shown else _quiet,
+                                  step_mode)
+    return FitParts(settings=s, step_mode=step_mode, plan=plan, errors=CompileErrorWatch(s.compile.on_error),
+                    shape=shape, state=PythonState(step), offload=offload, cudagraphs=cudagraphs, console=shown,
+                    storms=storms, background=background,
+                    local_cache=LocalCompileCache(s.compile.cache_dir, s.artifacts),
+                    remote_cache=build_remote_cache(s.compile.cache, device))
 
 
 def _quiet(message: str) -> None:

@@ -58,9 +58,9 @@ class FSDPCompileStrategy(CompileStrategyBase, ModelParallelStrategy):
         module = self.lightning_module
         assert module is not None
         if trainer.state.fn == TrainerFn.FITTING and not is_sharded(module):
-            host = self.host(trainer, optimizers=lambda: self._place_and_build_optimizers(trainer),
-                             shard=lambda m: self.shard(m, trainer.precision))
-            self.stack.setup(module, host)
+            side = self.lightning_side(trainer, optimizers=lambda: self._place_and_build_optimizers(trainer),
+                                      shard=lambda m: self.shard(m, trainer.precision))
+            self.stack.setup(module, side)
             return
         if not is_sharded(module):
             self.shard(module, trainer.precision)

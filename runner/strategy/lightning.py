@@ -94,8 +94,8 @@ class CompileStrategyBase:
             atexit.unregister(_destroy_process_group)
             atexit.register(_destroy_process_group)
 
-    def host(self, trainer: L.Trainer, optimizers: Callable[[], list[Optimizer]] | None = None,
-             shard: Callable[[torch.nn.Module], None] | None = None) -> LightningSide:
+    def lightning_side(self, trainer: L.Trainer, optimizers: Callable[[], list[Optimizer]] | None = None,
+                       shard: Callable[[torch.nn.Module], None] | None = None) -> LightningSide:
         """Lightning's side of the stack's ordered apply, for this trainer."""
         strategy: Any = self
         return LightningSide(
@@ -125,7 +125,7 @@ class CompileStrategyBase:
     def setup(self, trainer: L.Trainer) -> None:
         self._setup_lightning(trainer)
         if trainer.state.fn == TrainerFn.FITTING:
-            self.stack.setup(self.lightning_module, self.host(trainer))  # type: ignore[attr-defined]
+            self.stack.setup(self.lightning_module, self.lightning_side(trainer))  # type: ignore[attr-defined]
 
     def backward(self, closure_loss: Tensor, optimizer: Optimizer | None, *args: Any, **kwargs: Any) -> Tensor:
         if self.stack.backward_in_step:

@@ -96,7 +96,7 @@ class CompileTelemetry(pl.Callback):
         self._module: torch.nn.Module | None = None
         self._trainable: int | None = None  # trainable parameter count, recounted each epoch
         self._step_state: tuple[str, Eager | None, int] | None = None  # mode, eager reason held, events before
-        self.mode = StepMode()
+        self.step_mode = StepMode()
         """The step mode the eager steps are asked of: the runner strategy's, from the fit's start."""
         self._sampled_step: int | None = None  # the global step whose first batch was timed for step_ms
         self._final: dict[str, Any] | None = None
@@ -126,7 +126,7 @@ class CompileTelemetry(pl.Callback):
         if self.collector is None and self.progress is not None:
             # A runner strategy with its own console already prints each compile: print them once.
             stack = stack_of(trainer)
-            self.mode = stack.mode if stack is not None else StepMode()
+            self.step_mode = stack.step_mode if stack is not None else StepMode()
             console = stack is not None and stack.console
             self.collector = CompileCollector(listeners=() if console else (self.progress,)).start()
             self.trace.start()
@@ -144,11 +144,11 @@ class CompileTelemetry(pl.Callback):
         if self.collector is None or self.clock is None:
             return
         self._counts = batch_counts(batch)  # every step: document batches vary in length
-        why = self.mode.eager_because()  # eager for the stack's own reason (beside the run, CUDA-graph warm-up)
+        why = self.step_mode.eager_because()  # eager for the stack's own reason (beside the run, CUDA-graph warm-up)
         mode = "background" if why is Eager.beside else self.meter.next_mode()
         held = {"eager": Eager.pair, "flops": Eager.flops}.get(mode)
         if held is not None:
-            self.mode.hold(held)
+            self.step_mode.hold(held)
         if mode == "flops":
             self._flops.start()
         step = trainer.global_step
@@ -196,7 +196,7 @@ class CompileTelemetry(pl.Callback):
         if mode == "flops":
             self._flops.stop()
         if held is not None:
-            self.mode.release(held)
+            self.step_mode.release(held)
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """Final figures to the loggers, reasons to wandb and ``compile_events.txt``."""

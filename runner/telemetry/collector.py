@@ -38,7 +38,7 @@ from runner.figures.compile_work import (
     COMPILE_CUDAGRAPH_RECORDINGS,
     COMPILE_CUDAGRAPH_SKIPS,
     COMPILE_DYNAMO_S,
-    COMPILE_EVENTS,
+    COMPILE_EVENT_LOG,
     COMPILE_FALLBACK_REASONS,
     COMPILE_FALLBACKS,
     COMPILE_FRAME_COMPILES,
@@ -263,7 +263,7 @@ class CompileCollector:
             COMPILE_RECOMPILE_REASONS: recompiles,
             COMPILE_GRAPH_BREAK_REASONS: breaks,
             COMPILE_FALLBACK_REASONS: [self._fallback(r) for r in forward if r.fail_type],
-            COMPILE_EVENTS: list(self.events),
+            COMPILE_EVENT_LOG: list(self.events),
         }
 
     def _fallback(self, r: ti.CompileRecord) -> dict[str, Any]:

@@ -1,7 +1,7 @@
-"""What every figure of the run report means, once: its label, what it measures and over which steps.
-
-The console summary, ``report.md``, the sweep summary and ``docs/report.md`` all read these
-definitions, and the rules that keep the headline figures from contradicting each other live here:
+"""How the figures are shown, and the rules that keep them consistent. What each figure means (its key, label
+and meaning) is defined once in ``runner.figures``; this module groups them into the summary's sections
+(``SECTIONS``, which the console summary, ``report.md``, the sweep summary and ``docs/report.md`` read) and
+holds the rules that keep the headline figures from contradicting each other:
 
 * the speedup is shown with the 25th-75th percentile of its pairs beside it;
 * the break-even step is ``never`` whenever the speedup is not above 1 (``break_even_text``);

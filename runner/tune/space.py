@@ -92,7 +92,7 @@ def resolve_space(space: TuneSpace, cfg: RunConfig, flags: frozenset[str] | None
     if not (cuda and inductor):
         dropped["cudagraphs"] = "CUDA graphs need a CUDA device and Inductor"
     if not cuda:
-        choices["offload"] = [o for o in choices["offload"] if o != OffloadStrategy.cpu.value]
+        choices["offload"] = [o for o in choices["offload"] if not OffloadStrategy[o].row.cuda_only]
     if not cuda and not BF16_UNITS & (cpu_flags() if flags is None else flags):
         bf16 = [p for p in choices["precision"] if "bf16" in str(p)]
         if bf16:
@@ -101,7 +101,7 @@ def resolve_space(space: TuneSpace, cfg: RunConfig, flags: frozenset[str] | None
                                          "(no avx512_bf16/amx_bf16 flag), so bf16 matmuls are emulated, ~100x "
                                          "slower than fp32")
     if cfg.trainer.is_distributed():
-        choices["scope"] = [s for s in choices["scope"] if s != Scope.step_backward.value]
+        choices["scope"] = [s for s in choices["scope"] if Scope[s].row.under_ddp]
     current = current_values(cfg)
     for name, options in choices.items():
         if current[name] not in options:

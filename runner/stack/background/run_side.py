@@ -53,7 +53,7 @@ from runner.stack.background.policy import (
 from runner.stack.background.process import CompileProcess, ProcessResult, last_cpu, start_process_for
 from runner.stack.compiling.plan import CompilePlan
 from runner.stack.component import StackComponent
-from runner.stack.host import CacheArtifacts, CompileSettings, LightningSide
+from runner.stack.fit_inputs import CacheArtifacts, CompileSettings, LightningSide
 from runner.stack.step_mode import Eager, StepMode
 
 log = logging.getLogger(__name__)
@@ -71,14 +71,14 @@ class BackgroundCompile(StackComponent):
 
     name = "background"
 
-    def __init__(self, policy: Background, settings: CompileSettings, host: LightningSide,
-                 say: Callable[[str], None], mode: StepMode) -> None:
+    def __init__(self, policy: Background, settings: CompileSettings, lightning: LightningSide,
+                 say: Callable[[str], None], step_mode: StepMode) -> None:
         self.policy = policy
-        self.mode = mode
+        self.step_mode = step_mode
         # The process compiles in itself, and the run alone loads and saves the cache artifacts.
         self.settings = dataclasses.replace(settings, compile=dataclasses.replace(
             settings.compile, background=Background.disabled), artifacts=CacheArtifacts())
-        self.host, self.say = host, say
+        self.lightning, self.say = lightning, say
         self.process: CompileProcess | None = None
         self.pending = False
         """True while the steps run eagerly waiting for the compile process."""
@@ -118,7 +118,7 @@ class BackgroundCompile(StackComponent):
 
     def at_switch(self, compile_step: Callable[[], Step], eager_step: Step) -> Step:
         """Step 3 of the ordered setup: compile at the switch (on the CPU, while waiting), else now."""
-        if not self.pending or self.host.device.type != "cpu":
+        if not self.pending or self.lightning.device.type != "cpu":
             return compile_step()
         self._late = LateStep(compile_step, eager_step)
         return self._late
@@ -127,7 +127,7 @@ class BackgroundCompile(StackComponent):
         """Every step eager once the setup is done: nothing compiles in the run until the switch (validation
         included)."""
         if self.pending:
-            self.mode.hold(Eager.beside)
+            self.step_mode.hold(Eager.beside)
 
     def prepare_batch(self, batch: Any) -> Any:
         """The first batch, as the step receives it, starts the compile process (``auto`` without a spare
@@ -147,8 +147,8 @@ class BackgroundCompile(StackComponent):
         trainer = self._module.trainer
         batch, self._batch = self._batch, None
         self.process.start(batch, {
-            "settings": self.settings, "device": str(self.host.device), "precision": str(trainer.precision),
-            "accumulate_grad_batches": self.host.accumulate_grad_batches, "threads": torch.get_num_threads(),
+            "settings": self.settings, "device": str(self.lightning.device), "precision": str(trainer.precision),
+            "accumulate_grad_batches": self.lightning.accumulate_grad_batches, "threads": torch.get_num_threads(),
             "matmul_precision": torch.get_float32_matmul_precision(),
             "deterministic": torch.are_deterministic_algorithms_enabled(),
             "measure": self.policy is Background.auto})
@@ -234,7 +234,7 @@ class BackgroundCompile(StackComponent):
         self.switch_step = step
         if self._late is not None:
             self._late.compile()
-        self.mode.release(Eager.beside)
+        self.step_mode.release(Eager.beside)
 
     def _give_back_core(self) -> None:
         if self._threads is not None:
@@ -253,7 +253,7 @@ class BackgroundCompile(StackComponent):
                            f"({self.process.elapsed():.0f} s); it trained eagerly throughout")
             self.process.stop()
         self._give_back_core()
-        self.mode.release(Eager.beside)
+        self.step_mode.release(Eager.beside)
         self.pending = False
         super().teardown()
 
@@ -273,15 +273,15 @@ class BackgroundCompile(StackComponent):
         return out
 
 
-def build_background(settings: CompileSettings, plan: CompilePlan, host: LightningSide, pulls_batches: bool,
-                     say: Callable[[str], None], mode: StepMode) -> NoBackground | BackgroundCompile:
-    """The component ``compile.background`` asks for on this host (in the run where it cannot run beside)."""
+def build_background(settings: CompileSettings, plan: CompilePlan, lightning: LightningSide, pulls_batches: bool,
+                     say: Callable[[str], None], step_mode: StepMode) -> NoBackground | BackgroundCompile:
+    """The component ``compile.background`` asks for on this machine (in the run where it cannot run beside)."""
     world = torch.distributed.get_world_size() if torch.distributed.is_available() and \
         torch.distributed.is_initialized() else 1
-    policy, why = resolve_background(settings.compile.background, plan, world, pulls_batches, host.device)
+    policy, why = resolve_background(settings.compile.background, plan, world, pulls_batches, lightning.device)
     if policy is Background.disabled:
         if why is not None and settings.compile.background is not Background.auto:
             log.warning("compile.background=%s: %s; it compiles in the first step instead",
                         settings.compile.background.value, why)
         return NoBackground(settings.compile.background, why)
-    return BackgroundCompile(policy, settings, host, say, mode)
+    return BackgroundCompile(policy, settings, lightning, say, step_mode)

@@ -27,7 +27,7 @@ from runner.atomic_files import atomic_write_bytes
 from runner.config.paths import ARTIFACTS_DIR, ARTIFACTS_FILE
 from runner.figures.compile_caches import COMPILE_CACHE_ARTIFACTS_LOADED, COMPILE_CACHE_ARTIFACTS_SAVED
 from runner.stack.component import StackComponent
-from runner.stack.host import CacheArtifacts
+from runner.stack.fit_inputs import CacheArtifacts
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from runner.config.schema import Scope
+from runner.config.options import InPlace
 from runner.stack.compiling.blocks import find_blocks
 from runner.stack.compiling.plan import CompilePlan
 
@@ -61,9 +61,10 @@ class CompiledModules:
 
 def module_targets(module: nn.Module, plan: CompilePlan) -> list[nn.Module]:
     """The modules the plan compiles in place (none for the step scopes)."""
-    if plan.target is Scope.model:
+    in_place = plan.target.row.in_place
+    if in_place is InPlace.submodules:
         return compiled_submodules(module)
-    if plan.target is not Scope.blocks:
+    if in_place is not InPlace.blocks:
         return []
     targets = [m for _, m in find_blocks(module, plan.block_types)]
     if not targets:
@@ -95,8 +96,6 @@ def apply_compile(module: nn.Module, step: Step, plan: CompilePlan, compiled: Co
     """Compile what the plan says (modules in place into ``compiled``); returns the training step to call."""
     for m in module_targets(module, plan):
         compiled.compile(m, plan.kwargs)
-    if plan.target is Scope.step:
-        return torch.compile(step, **plan.kwargs)
-    if plan.target is Scope.step_backward:
-        return torch.compile(step_and_backward(step, accumulate), **plan.kwargs)
-    return step
+    if not plan.whole_step:
+        return step
+    return torch.compile(step_and_backward(step, accumulate) if plan.backward_in_step else step, **plan.kwargs)

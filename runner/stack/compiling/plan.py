@@ -17,12 +17,7 @@ import torch
 from torch.optim import Optimizer
 
 from runner import torch_internals as ti
-from runner.config.checks_stack import compiled_optimizer_scaler_error
 from runner.config.schema import CompileConfig, CudaGraphMode, CudaGraphsConfig, OptimizerPolicy, Scope
-
-TARGET_NAMES = {Scope.none: "nothing", Scope.model: "submodules", Scope.blocks: "blocks", Scope.step: "step",
-                Scope.step_backward: "step_and_backward"}
-"""What ``compile/target`` calls each resolved scope in the report (the names it has always had)."""
 
 
 @dataclass(frozen=True)
@@ -42,16 +37,32 @@ class CompilePlan:
     compiled_autograd: bool = False
     cudagraphs: bool = False
     """Whether the run captures CUDA graphs (:func:`cudagraphs_on`): the one place this is decided."""
+    uncaptured_kwargs: dict[str, Any] = field(default_factory=dict)
+    """``kwargs`` without CUDA graphs (the saved-activation measurement's: its steps are never replayed)."""
 
     @property
     def compiles(self) -> bool:
         """Whether anything is compiled at all."""
-        return self.target is not Scope.none
+        return self.target.row.compiles
 
     @property
     def backward_in_step(self) -> bool:
         """Whether the compiled step already ran backward (Lightning's backward is skipped)."""
-        return self.target is Scope.step_backward
+        return self.target.row.backward_in_step
+
+    @property
+    def whole_step(self) -> bool:
+        """Whether the training step is compiled as one call (and its batch and logging captured)."""
+        return self.target.row.whole_step
+
+    @property
+    def target_name(self) -> str:
+        """What ``compile/target`` calls what is compiled in the report."""
+        return self.target.row.report_name
+
+    def without_cudagraphs(self) -> CompilePlan:
+        """The same plan, captured in no CUDA graph (for steps that are never replayed)."""
+        return dataclasses.replace(self, kwargs=dict(self.uncaptured_kwargs), cudagraphs=False)
 
     @property
     def compiled_autograd_kwargs(self) -> dict[str, Any]:
@@ -145,8 +156,7 @@ def resolve_optimizer_policy(
 ) -> tuple[OptimizerPolicy, str]:
     """The concrete policy for ``auto``, with the reason (logged and in the report)."""
     name = type(optimizer).__name__
-    if scaler and policy is OptimizerPolicy.compiled:
-        raise ValueError(compiled_optimizer_scaler_error(name))  # CompileStack refuses it before measuring
+    # A compiled step with a scaler is refused before this (runner.config.rules, by the config check and the stack).
     if policy is not OptimizerPolicy.auto:
         return policy, "set in config"
     if scaler:
@@ -202,6 +212,7 @@ def resolve_plan(cfg: CompileConfig, cudagraphs: CudaGraphsConfig, dynamic: bool
         scope=cfg.scope,
         target=cfg.scope,
         kwargs=resolve_compile_kwargs(cfg, cudagraphs, dynamic, device),
+        uncaptured_kwargs=resolve_compile_kwargs(cfg, CudaGraphsConfig(), dynamic, device),
         block_types=tuple(cfg.block_types),
         optimizer=cfg.optimizer,
         compiled_autograd=cfg.compiled_autograd,
@@ -224,14 +235,10 @@ def resolve_plan(cfg: CompileConfig, cudagraphs: CudaGraphsConfig, dynamic: bool
 # submodules in place (``scope=model``), each with its AOTAutograd backward: 4 graphs, 0 breaks, eager's
 # exact losses; the two recompiles are the discriminator's and generator's ``requires_grad`` flipping
 # under ``toggle_optimizer``, both in the first step.
-STEP_SCOPES = (Scope.step, Scope.step_backward)
-"""The scopes that compile the training step itself."""
-
-
 def resolve_step_target(plan: CompilePlan, step_compilable: bool) -> CompilePlan:
     """The plan unchanged unless it compiles a step that cannot be compiled as a whole (manual
     optimization, or a ``dataloader_iter`` step that pulls its own batches): then its submodules."""
-    if step_compilable or plan.target not in STEP_SCOPES:
+    if step_compilable or not plan.whole_step:
         return plan
     return dataclasses.replace(plan, target=Scope.model)
 
@@ -253,6 +260,6 @@ def step_blocker(automatic_optimization: bool, pulls_batches: bool = False, read
 
 def step_note(scope: Scope, resolved: CompilePlan, blocker: str | None) -> str | None:
     """One line for the log when a step scope became submodules, else None."""
-    if blocker is None or resolved.target is not Scope.model or scope not in STEP_SCOPES:
+    if blocker is None or resolved.target is scope or not scope.row.whole_step:
         return None
     return f"compile.scope={scope.value} on {blocker}: compiling its submodules' forwards"

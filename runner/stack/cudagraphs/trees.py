@@ -69,9 +69,9 @@ class CudaGraphs(StackComponent):
 
     name = "cudagraphs"
 
-    def __init__(self, cfg: CudaGraphsConfig, device: torch.device, mode: StepMode | None = None) -> None:
+    def __init__(self, cfg: CudaGraphsConfig, device: torch.device, step_mode: StepMode | None = None) -> None:
         self.cfg = cfg
-        self.mode = mode or StepMode()
+        self.step_mode = step_mode or StepMode()
         """The fit's step mode, which runs the warm-up steps eagerly (the stack's; a component built alone
         has one of its own)."""
         self.device_index = device.index if device.index is not None else 0
@@ -102,7 +102,7 @@ class CudaGraphs(StackComponent):
         self.torch_settings.inductor("triton.cudagraph_skip_dynamic_graphs", self.cfg.skip_dynamic_graphs)
         # The first warmup_steps run eagerly, so lazily built module state (caches, lazy modules) exists
         # before anything is recorded; their optimizer steps are not held (compiled from the first step).
-        self.mode.eager_first_steps(self.cfg.warmup_steps)
+        self.step_mode.eager_first_steps(self.cfg.warmup_steps)
         if self.cfg.skip_dynamic_graphs:
             ti.partition_on_graph_symbols_only(self.torch_settings)
         self.partitions.install(self.torch_settings)
@@ -238,9 +238,9 @@ class CudaGraphsInactive(StackComponent):
 
 
 def build_cudagraphs(on: bool, cfg: CudaGraphsConfig, device: torch.device,
-                     mode: StepMode) -> CudaGraphs | CudaGraphsInactive:
+                     step_mode: StepMode) -> CudaGraphs | CudaGraphsInactive:
     """The CUDA-graph component: active when the plan says so (``CompilePlan.cudagraphs``), else a no-op that
     says, when they were asked for, why they are not."""
     if on:
-        return CudaGraphs(cfg, device, mode)
+        return CudaGraphs(cfg, device, step_mode)
     return CudaGraphsInactive(cfg.mode is CudaGraphMode.reduce_overhead, device)

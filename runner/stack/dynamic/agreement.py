@@ -54,7 +54,7 @@ class Agreement(Enum):
 
 def resolve_agreement(policy: ShapePolicy, world_size: int, enabled: bool = True) -> Agreement:
     """Padded policies present the same shapes everywhere; the others need agreement under several ranks."""
-    if not enabled or world_size <= 1 or policy in (ShapePolicy.static, ShapePolicy.bucket):
+    if not enabled or world_size <= 1 or not policy.row.ranks_agree:
         return Agreement.local
     return Agreement.runner
 

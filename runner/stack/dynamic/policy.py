@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from runner import torch_internals as ti
+from runner.config.options import Mark, Pad
 from runner.config.schema import AfterWarmup, DynamicConfig, ShapePolicy
 from runner.data.batch import iter_tensors
 from runner.data.text import IGNORE_INDEX, PadTo
@@ -53,7 +54,7 @@ class RecompileAfterWarmupError(RuntimeError):
 def resolve_dynamic_arg(policy: ShapePolicy) -> bool | None:
     """``torch.compile(dynamic=...)`` for the policy: padded policies compile static graphs only;
     the others leave it to marks (``dynamic``, ``unbacked``) or to automatic dynamic."""
-    return False if policy in (ShapePolicy.static, ShapePolicy.bucket) else None
+    return policy.row.compile_dynamic
 
 
 def resolve_bounds(cfg: DynamicConfig, max_len: int | None) -> DynamicConfig:
@@ -63,16 +64,17 @@ def resolve_bounds(cfg: DynamicConfig, max_len: int | None) -> DynamicConfig:
     compiling fails. An unbounded range is the easiest to break (on CPU, Inductor's C++ reductions
     guard on ``batch x length <= 4096``), and no batch is ever longer than the data's ``seq_len``.
     """
-    if cfg.max is not None or max_len is None or cfg.policy not in (ShapePolicy.dynamic, ShapePolicy.unbacked):
+    if cfg.max is not None or max_len is None or not cfg.policy.row.marks_dims:
         return cfg
     return dataclasses.replace(cfg, max=max_len)
 
 
 def resolve_pad_to(cfg: DynamicConfig, max_len: int) -> PadTo:
     """Where the collate pads a batch: to ``max_len`` (static), the next bucket, or its longest sequence."""
-    if cfg.policy is ShapePolicy.static:
+    pad = cfg.policy.row.pad
+    if pad is Pad.max_length:
         return PadTo((max_len,))
-    if cfg.policy is ShapePolicy.bucket:
+    if pad is Pad.buckets:
         return PadTo(tuple(sorted(set(cfg.buckets))))
     return PadTo()
 
@@ -117,9 +119,9 @@ class ShapePolicyComponent(StackComponent):
 
     name = "dynamic"
 
-    def __init__(self, cfg: DynamicConfig, mode: StepMode | None = None) -> None:
+    def __init__(self, cfg: DynamicConfig, step_mode: StepMode | None = None) -> None:
         self.cfg = cfg
-        self.mode = mode or StepMode()
+        self.step_mode = step_mode or StepMode()
         self.dynamic_arg = resolve_dynamic_arg(cfg.policy)
         self.agreement = Agreement.local
         self._sync: ShapeAgreement | None = None
@@ -152,7 +154,7 @@ class ShapePolicyComponent(StackComponent):
             self._sync = ShapeAgreement(dist.new_group(backend="gloo"))
         settings.compilation_metrics_limit(_METRICS_LIMIT)
         if self.cfg.after_warmup is not AfterWarmup.none:  # inside training steps only: validation is unaffected
-            self.mode.after_warmup(self.cfg.after_warmup.value, from_step=self.cfg.warmup_steps)
+            self.step_mode.after_warmup(self.cfg.after_warmup.value, from_step=self.cfg.warmup_steps)
         self._since_us = _now_us()
         self._unregister = ti.COMPILE_EVENTS.subscribe(self._on_compile_start)
 
@@ -170,21 +172,21 @@ class ShapePolicyComponent(StackComponent):
             # Summed on the device, read once in figures(): no host sync per step.
             self._padding = self._padding + (y == IGNORE_INDEX).sum()
             self._tokens += y.numel()
-        policy, c = self.cfg.policy, self.cfg
-        if self._sync is None and policy not in (ShapePolicy.dynamic, ShapePolicy.unbacked):
+        mark, c = self.cfg.policy.row.mark, self.cfg
+        if self._sync is None and mark is Mark.none:
             return batch  # nothing to mark (the common case): no walk over the batch
         tensors = list(iter_tensors(batch))
         agreed, self._hold = self._sync.observe(shapes_of(tensors)) if self._sync is not None else (set(), False)
         if self._hold:  # this rank alone must not recompile: the ranks agree at a later step (agreement.py)
-            self.mode.eager_next_step(Eager.hold)
+            self.step_mode.eager_next_step(Eager.hold)
         for i, t in enumerate(tensors):
             marked: set[int] = set()
-            if policy in (ShapePolicy.dynamic, ShapePolicy.unbacked):
+            if mark is not Mark.none:
                 for dim in c.dims:
                     if not -t.dim() <= dim < t.dim():
                         continue  # e.g. dim 1 of a 1-d tensor
                     d = dim % t.dim()
-                    if policy is ShapePolicy.dynamic:
+                    if mark is Mark.dynamic:
                         ti.mark_dynamic(t, d, min=c.min, max=c.max)
                     else:
                         # One symbol per dim for every tensor (inputs and targets have one length): a
@@ -266,6 +268,6 @@ def _now_us() -> int:
     return time.time_ns() // 1000
 
 
-def build_shape_policy(cfg: DynamicConfig, mode: StepMode) -> ShapePolicyComponent:
+def build_shape_policy(cfg: DynamicConfig, step_mode: StepMode) -> ShapePolicyComponent:
     """The shape-policy component for the stack; ``dynamic_arg`` goes to ``torch.compile(dynamic=...)``."""
-    return ShapePolicyComponent(cfg, mode)
+    return ShapePolicyComponent(cfg, step_mode)

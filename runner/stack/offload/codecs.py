@@ -16,24 +16,22 @@ from typing import Any
 
 import torch
 
-FP8_DTYPE = torch.float8_e4m3fn
-FP8_MAX = float(torch.finfo(FP8_DTYPE).max)  # 448: the largest finite e4m3fn value
-_FP8_EPS = 1e-12  # keeps the scale of an all-zero tensor finite
+from runner.config.options import Codec
 
-# Bytes per element of each storage format: a tensor already this small is not worth packing.
-STORED_ITEMSIZE = {"bf16": 2, "fp8": 1}
+_SCALE_EPS = 1e-12  # keeps the scale of an all-zero tensor finite
 
 Packed = tuple[Any, ...]
 _VIEW = "view"  # tag of a packed view (eager only; the traced path packs graph values, not views)
 _EXPANDED = "expanded"  # tag of a tensor with zero strides (an expanded view), packed at its real size
 
 
-def encode(x: torch.Tensor, kind: str) -> Packed:
-    """Pack a floating tensor as ``kind`` ("bf16" or "fp8").
+def encode(x: torch.Tensor, codec: Codec) -> Packed:
+    """Pack a floating tensor as the codec's payload dtype (its row in ``runner.config.options``).
 
-    bf16: ``(payload, dtype, size, stride, restride)``.
-    fp8: ``(payload, scale, dtype, size, stride, restride)`` with a per-tensor scale
-    ``amax / 448`` (float32, 0-dim), so the largest magnitude maps to the largest e4m3fn value.
+    Unscaled (bf16): ``(payload, dtype, size, stride, restride)``.
+    Scaled (fp8): ``(payload, scale, dtype, size, stride, restride)`` with a per-tensor scale
+    ``amax / max`` (float32, 0-dim; ``max`` the payload's largest finite value, 448 for e4m3fn), so the
+    largest magnitude maps to the largest payload value.
     """
     # Detach: the pack hook must not record autograd history (it would keep ``x`` alive).
     x = x.detach()
@@ -45,19 +43,18 @@ def encode(x: torch.Tensor, kind: str) -> Packed:
         compact = x
         for d in broadcast:
             compact = compact.narrow(d, 0, 1)
-        return (_EXPANDED, encode(compact, kind), tuple(x.size()))
-    if kind == "bf16":
-        payload = x.to(torch.bfloat16)
+        return (_EXPANDED, encode(compact, codec), tuple(x.size()))
+    dtype = getattr(torch, codec.payload)
+    if not codec.scaled:
+        payload = x.to(dtype)
         return (payload, x.dtype, *_layout(payload, x))
-    if kind == "fp8":
-        xf = x.float()
-        scale = (xf.abs().amax() / FP8_MAX).clamp(min=_FP8_EPS)
-        payload = (xf / scale).to(FP8_DTYPE)
-        return (payload, scale, x.dtype, *_layout(payload, x))
-    raise ValueError(f"unknown saved-tensor encoding {kind!r} (expected 'bf16' or 'fp8')")
+    xf = x.float()
+    scale = (xf.abs().amax() / float(torch.finfo(dtype).max)).clamp(min=_SCALE_EPS)
+    payload = (xf / scale).to(dtype)
+    return (payload, scale, x.dtype, *_layout(payload, x))
 
 
-def encode_storage(x: torch.Tensor, kind: str) -> Packed:
+def encode_storage(x: torch.Tensor, codec: Codec) -> Packed:
     """Pack the whole storage under ``x`` as one flat tensor (eager path only).
 
     Eagerly, several saved tensors are often views of one storage (SDPA's output and the
@@ -66,7 +63,7 @@ def encode_storage(x: torch.Tensor, kind: str) -> Packed:
     """
     numel = x.untyped_storage().nbytes() // x.element_size()
     flat = torch.as_strided(x.detach(), (numel,), (1,), 0)
-    return encode(flat, kind)
+    return encode(flat, codec)
 
 
 def view_of(storage_packed: Packed, x: torch.Tensor) -> Packed:

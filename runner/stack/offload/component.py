@@ -18,7 +18,8 @@ import torch
 from torch import nn
 
 from runner import torch_internals as ti
-from runner.config.schema import OffloadConfig, OffloadStrategy, Scope
+from runner.config.options import Eagerly, Keeps
+from runner.config.schema import OffloadConfig
 from runner.figures.offload import (
     OFFLOAD_ACTIVE,
     OFFLOAD_CHECKPOINT_MODE,
@@ -41,7 +42,7 @@ from runner.stack.offload.checkpointing import apply_checkpointing
 from runner.stack.offload.hooks import SavedTensorCodec
 
 CPU_OFFLOAD_ON_CPU = (
-    "offload.strategy=cpu moves saved activations to host memory, which is pointless on a {device} "
+    "offload.strategy={strategy} moves saved activations to host memory, which is pointless on a {device} "
     "device: saved activations are kept as they are (acting as offload.strategy=none)."
 )
 _COUNTS = {"eager_packed": OFFLOAD_EAGER_PACKED, "eager_skipped": OFFLOAD_EAGER_SKIPPED,
@@ -85,7 +86,9 @@ class HookOffload(OffloadComponent):
 
     def __init__(self, cfg: OffloadConfig, device: torch.device) -> None:
         super().__init__(cfg, device)
-        self.codec = SavedTensorCodec(cfg.strategy.value, cfg.min_bytes, tuple(cfg.exclude))
+        codec = cfg.strategy.row.codec
+        assert codec is not None, "a strategy that keeps saved tensors encoded names its codec"
+        self.codec = SavedTensorCodec(codec, cfg.min_bytes, tuple(cfg.exclude))
 
     def apply(self, module: nn.Module) -> None:
         self.codec.attach(module)
@@ -120,7 +123,8 @@ class CheckpointOffload(OffloadComponent):
         self.applied_budget: float | None = None
 
     @property
-    def mode(self) -> str:
+    def checkpointing(self) -> str:
+        """How activations are recomputed: every block checkpointed (per_block), or the partitioner's memory budget."""
         return "per_block" if self.cfg.memory_budget is None else "memory_budget"
 
     def configure(self) -> None:
@@ -151,7 +155,7 @@ class CheckpointOffload(OffloadComponent):
 
     def figures(self) -> dict[str, Any]:
         out = super().figures()
-        out[OFFLOAD_CHECKPOINT_MODE] = self.mode
+        out[OFFLOAD_CHECKPOINT_MODE] = self.checkpointing
         out[OFFLOAD_CHECKPOINTED_BLOCKS] = len(self.wrapped)
         if self.cfg.memory_budget is not None:
             out[OFFLOAD_MEMORY_BUDGET] = self.applied_budget
@@ -200,20 +204,23 @@ def _saved_tensor_hooks(begin: Callable[[], None], end: Callable[[], None], pack
         end()
 
 
-def excluded_inside_compiled(cfg: OffloadConfig, device: torch.device, module: nn.Module,
-                             plan: CompilePlan) -> list[str]:
-    """The modules ``offload.exclude`` names that ``offload=cpu`` could not keep: its hooks run eagerly on
-    what a compiled forward saved, where no module is known, so only modules that run eagerly stay
-    excluded (under ``scope=blocks``: those outside the blocks). Empty for every other strategy."""
-    if cfg.strategy is not OffloadStrategy.cpu or device.type != "cuda" or not cfg.exclude or not plan.compiles:
+def excluded_inside_compiled(exclude: Sequence[str], module: nn.Module, plan: CompilePlan) -> list[str]:
+    """The modules ``offload.exclude`` names in ``module`` that run inside compiled code under the plan: every
+    one where the whole model runs compiled, those inside the blocks under ``scope=blocks``, none eagerly.
+    (A strategy whose hooks run eagerly cannot honour those: ``runner.config.rules.offload_exclusions_lost``.)"""
+    eagerly = plan.target.row.eagerly
+    if not exclude or eagerly is Eagerly.all:
         return []
-    excluded = sorted(policy.excluded_module_names(module, cfg.exclude))
-    if plan.target is Scope.step_backward:
-        return []  # forward, loss and backward in one graph: nothing is saved across it, nothing offloaded
-    if plan.target is not Scope.blocks:
-        return excluded  # the whole step or model runs compiled
+    excluded = sorted(policy.excluded_module_names(module, exclude))
+    if eagerly is Eagerly.none:
+        return excluded
     blocks = [policy.clean_name(name) for name, _ in policy.find_blocks(module, plan.block_types)]
     return [n for n in excluded if any(n == b or n.startswith(b + ".") for b in blocks)]
+
+
+_COMPONENTS: dict[Keeps, Callable[[OffloadConfig, torch.device], OffloadComponent]] = {
+    Keeps.as_saved: OffloadComponent, Keeps.host_memory: CudaOffload, Keeps.encoded: HookOffload}
+"""The component of each place a strategy keeps saved tensors (recomputing takes the blocks too)."""
 
 
 def build_offload(cfg: OffloadConfig, device: torch.device, block_types: Sequence[str] = ()) -> OffloadComponent:
@@ -223,18 +230,12 @@ def build_offload(cfg: OffloadConfig, device: torch.device, block_types: Sequenc
     the largest ``nn.ModuleList``. ``cpu`` on a non-CUDA device warns once and returns the no-op.
     """
     device = torch.device(device)
-    strategy = cfg.strategy
-    if strategy is OffloadStrategy.none:
+    row = cfg.strategy.row
+    if row.cuda_only and device.type != "cuda":
+        # One line, at build time: configure/apply/step_context of the no-op stay silent.
+        warnings.warn(CPU_OFFLOAD_ON_CPU.format(strategy=cfg.strategy.value, device=device.type), UserWarning,
+                      stacklevel=2)
         return OffloadComponent(cfg, device)
-    if strategy is OffloadStrategy.cpu:
-        if device.type != "cuda":
-            message = CPU_OFFLOAD_ON_CPU.format(device=device.type)
-            # One line, at build time: configure/apply/step_context of the no-op stay silent.
-            warnings.warn(message, UserWarning, stacklevel=2)
-            return OffloadComponent(cfg, device)
-        return CudaOffload(cfg, device)
-    if strategy in (OffloadStrategy.bf16, OffloadStrategy.fp8):
-        return HookOffload(cfg, device)
-    if strategy is OffloadStrategy.checkpoint:
+    if row.keeps is Keeps.recomputed:
         return CheckpointOffload(cfg, device, block_types)
-    raise ValueError(f"unknown offload.strategy {strategy!r}")
+    return _COMPONENTS[row.keeps](cfg, device)

@@ -24,6 +24,7 @@ import torch.fx
 from torch import nn
 
 from runner import torch_internals as ti
+from runner.config.options import Codec
 from runner.stack.offload import codecs, policy
 
 _CACHE_VERSION = "runner.stack.offload.hooks/1"  # bump when pack/unpack trace to something different
@@ -57,15 +58,13 @@ class SavedTensorCodec:
     """Packs floating saved tensors as bf16 or fp8 (see ``codecs``); everything else passes through.
 
     Args:
-        kind: ``"bf16"`` or ``"fp8"``.
+        codec: how tensors are stored (``OffloadStrategy.<name>.row.codec``).
         min_bytes: saved tensors with fewer bytes are left alone.
         exclude: module-name prefixes whose activations are left alone (resolved in ``attach``).
     """
 
-    def __init__(self, kind: str, min_bytes: int, exclude: tuple[str, ...]) -> None:
-        if kind not in codecs.STORED_ITEMSIZE:
-            raise ValueError(f"unknown saved-tensor encoding {kind!r}")
-        self.kind = kind
+    def __init__(self, codec: Codec, min_bytes: int, exclude: tuple[str, ...]) -> None:
+        self.codec = codec
         self.min_bytes = int(min_bytes)
         self.exclude = tuple(exclude)
         self.excluded: frozenset[str] = frozenset()
@@ -81,7 +80,7 @@ class SavedTensorCodec:
         self._build_graphs()
 
     def _build_graphs(self) -> None:
-        digest = f"{_CACHE_VERSION}:{self.kind}:{self.min_bytes}:{sorted(self.excluded)}"
+        digest = f"{_CACHE_VERSION}:{self.codec}:{self.min_bytes}:{sorted(self.excluded)}"
         self.pack_gm = _hook_graph(_pack_entry, self.codec_id, digest, "OffloadPack")
         self.unpack_gm = _hook_graph(_unpack_entry, self.codec_id, digest, "OffloadUnpack")
 
@@ -124,7 +123,7 @@ class SavedTensorCodec:
         node = ti.traced_saved_node()
         path = "traced" if node is not None else "eager"
         nbytes = codecs.stored_nbytes(x)
-        if not policy.wants_packing(x, nbytes, codecs.STORED_ITEMSIZE[self.kind], self.min_bytes):
+        if not policy.wants_packing(x, nbytes, self.codec.itemsize, self.min_bytes):
             self.counts[f"{path}_skipped"] += 1
             return x
         if node is not None:
@@ -133,7 +132,7 @@ class SavedTensorCodec:
                 self.counts["traced_skipped"] += 1
                 return x
             self.counts["traced_packed"] += 1
-            return codecs.encode(x, self.kind)
+            return codecs.encode(x, self.codec)
         if self._excluded_depth.depth > 0 or self._is_held(x):
             self.counts["eager_skipped"] += 1
             return x
@@ -141,7 +140,7 @@ class SavedTensorCodec:
         storage = x.untyped_storage()
         if self._by_storage is None or 2 * nbytes < storage.nbytes():
             # A small slice of a larger storage (one of q/k/v): pack just the slice.
-            return codecs.encode(x, self.kind)
+            return codecs.encode(x, self.codec)
         # Several saved tensors are often views of one storage (a block input saved by LayerNorm
         # and by the residual path; SDPA's output and the projection's reshaped input): pack the
         # storage once and rebuild each view. The entry is valid while the tensor that created it
@@ -149,7 +148,7 @@ class SavedTensorCodec:
         key = storage.data_ptr()
         entry = self._by_storage.get(key)
         if entry is None or entry[0]() is None or entry[1] != x._version:
-            entry = (weakref.ref(x), x._version, codecs.encode_storage(x, self.kind))
+            entry = (weakref.ref(x), x._version, codecs.encode_storage(x, self.codec))
             self._by_storage[key] = entry
         return codecs.view_of(entry[2], x)
 

@@ -25,50 +25,49 @@ import lightning as L
 import torch
 
 from runner import torch_internals as ti
-from runner.config.schema import CudaGraphsConfig, OffloadStrategy
 from runner.figures.offload import OFFLOAD_MEASURE_SKIPPED
 from runner.stack.compiling.compile import CompiledModules, apply_compile
-from runner.stack.compiling.plan import CompilePlan, resolve_plan
+from runner.stack.compiling.plan import CompilePlan
 from runner.stack.deferred.log import discard_logs
 from runner.stack.deferred.metrics import metric_methods
-from runner.stack.host import CompileSettings, LightningSide
+from runner.stack.fit_inputs import CompileSettings, LightningSide
 
 
-def skip_reason(module: L.LightningModule, host: LightningSide, settings: CompileSettings) -> str | None:
+def skip_reason(module: L.LightningModule, lightning: LightningSide, settings: CompileSettings) -> str | None:
     """Why the measurement does not run here (None: it runs)."""
     if not module.automatic_optimization:
         return "manual optimization: the step needs the trainer"
-    if host.shard is not None:
+    if lightning.shard is not None:
         return "sharded strategy: each variant would copy the whole unsharded model onto every rank"
     return None
 
 
-def measure_saved_activations(module: L.LightningModule, host: LightningSide,
-                              settings: CompileSettings) -> dict[str, Any]:
+def measure_saved_activations(module: L.LightningModule, lightning: LightningSide, settings: CompileSettings,
+                              plan: CompilePlan) -> dict[str, Any]:
     """``offload/*`` figures of the offload strategy against ``none`` (empty when there is nothing to
-    measure; ``offload/measure_skipped`` when it cannot run here)."""
+    measure; ``offload/measure_skipped`` when it cannot run here), compiled as the run's ``plan`` says."""
     offload = settings.offload
-    if offload.strategy is OffloadStrategy.none or not offload.measure:
+    if not offload.strategy.row.active or not offload.measure:
         return {}
-    reason = skip_reason(module, host, settings)
+    reason = skip_reason(module, lightning, settings)
     batch = None
     if reason is None:
-        batch, why = host.sample_batch()
+        batch, why = lightning.sample_batch()
         reason = None if batch is not None else why
     if reason is not None:
         return {OFFLOAD_MEASURE_SKIPPED: reason}
-    return measure_on_run_path(module, batch, host.device, host.step_context, settings)
+    return measure_on_run_path(module, batch, lightning.device, lightning.step_context, settings, plan)
 
 
 def measure_on_run_path(module: L.LightningModule, batch: Any, device: torch.device,
                         context: Callable[[], contextlib.AbstractContextManager[Any]],
-                        settings: CompileSettings) -> dict[str, Any]:
+                        settings: CompileSettings, run_plan: CompilePlan) -> dict[str, Any]:
     """``offload/*`` figures for ``module``'s own ``training_step`` on ``batch``, compiled as the run plans
     it (without CUDA graphs: a measurement step is not replayed), under ``context`` (the trainer's precision)."""
     from runner.stack.offload.measure import compare_with_none
 
     s = settings
-    plan = measurement_plan(settings, device)
+    plan = run_plan.without_cudagraphs()
     batch = ti.tree_map(lambda t: t.to(device) if isinstance(t, torch.Tensor) else t, batch)
 
     def build_step(m: torch.nn.Module) -> Callable[[Any], torch.Tensor]:
@@ -88,29 +87,15 @@ def measure_on_run_path(module: L.LightningModule, batch: Any, device: torch.dev
     def forget() -> None:  # between variants: what the measurement compiled, and nothing else
         ti.forget_codes(ti.codes_compiled_since(snapshot))
 
-    with _measurement_settings(plan, device):
+    with _run_random_state(device):
         # compare_with_none measures each variant on its own copy of the module, moved to the device.
         return compare_with_none(module, batch, s.offload, build_step, device, tuple(s.compile.block_types),
                                  compiled=plan.compiles, fresh_compiler=forget)
 
 
-def measurement_plan(settings: CompileSettings, device: torch.device) -> CompilePlan:
-    """The run's plan for ``device`` without CUDA graphs: the measurement's two steps per variant would
-    only warm up and record graphs (memory the run never gets back), never replay them."""
-    from runner.stack.dynamic import resolve_dynamic_arg
-
-    s = settings
-    return resolve_plan(s.compile, CudaGraphsConfig(), resolve_dynamic_arg(s.dynamic.policy), device)
-
-
 @contextlib.contextmanager
-def _measurement_settings(plan: CompilePlan, device: torch.device) -> Iterator[None]:
-    """The Dynamo setting the run's step compiles under (backward traced into the step), and the random
-    state the run continues from (the measurement's dropout draws are not the run's), both restored."""
-    saved = ti.TorchSettings()
-    saved.dynamo("trace_autograd_ops", plan.backward_in_step)
-    try:
-        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-            yield
-    finally:
-        saved.restore()
+def _run_random_state(device: torch.device) -> Iterator[None]:
+    """The random state the run continues from, restored (the measurement's dropout draws are not the run's).
+    Dynamo's settings are the run's own, set before this (``FitParts.configure_tracing``)."""
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        yield

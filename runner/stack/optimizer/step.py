@@ -85,7 +85,7 @@ class OptimizerStep:
     """Optimizers (class names) left eager under ``compiled``, with why."""
     demoted_at: int | None = None
     """The optimizer step at which a compiled step was demoted to eager (a recompile storm)."""
-    mode: StepMode = field(default_factory=StepMode)
+    step_mode: StepMode = field(default_factory=StepMode)
     """The fit's step mode: whether a compiled optimizer step runs eagerly (a speedup pair's eager side)."""
 
     compiled_steps: int = 0
@@ -135,7 +135,7 @@ class OptimizerStep:
         return [lr for _, lrs in self._lrs for lr in lrs]
 
     def _count(self) -> None:
-        if self.mode.eager:
+        if self.step_mode.eager:
             self.eager_steps += 1
         else:
             self.compiled_steps += 1
