@@ -181,10 +181,11 @@ def build_fit_parts(settings: CompileSettings, module: L.LightningModule, host: 
     storms = _NoStorms() if s.compile.on_error is OnError["raise"] else StormWatch()
     shown = CompileConsole(host.sink) if console and host.sink is not None else None
     background = build_background(s, plan, host, takes_dataloader_iter(step), shown.say if shown else _quiet, mode)
-    return FitParts(settings=s, mode=mode, plan=plan, errors=CompileErrorWatch(s.compile.on_error), shape=shape,
+    c = s.compile
+    return FitParts(settings=s, mode=mode, plan=plan, errors=CompileErrorWatch(c.on_error), shape=shape,
                  state=PythonState(step), offload=offload, cudagraphs=cudagraphs, console=shown, storms=storms,
-                 background=background, local_cache=LocalCompileCache(s.compile.cache_dir, s.artifacts),
-                 remote_cache=build_remote_cache(s.compile.cache, device))
+                 background=background, local_cache=LocalCompileCache(c.cache_dir, s.artifacts, c.cache_trust),
+                 remote_cache=build_remote_cache(c.cache, device, c.cache_trust))
 
 
 def _quiet(message: str) -> None:
