@@ -193,6 +193,30 @@ def test_every_redis_cache_of_torch_writes_signed_and_reads_only_what_verifies(
     assert (backend._get, backend._put) == torch_own
 
 
+def test_unsigned_trust_reads_what_the_server_holds_and_still_signs_what_it_writes(
+        server: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``compile.cache_trust=unsigned`` with a secret set: torch reads unchecked, as it would alone, and what it
+    writes is sealed, so processes that check can use it; the summary's row says so."""
+    from torch._inductor.remote_cache import RemoteFxGraphCache
+
+    from runner.stack.caches import RemoteCompileCache
+
+    monkeypatch.setenv(SECRET_ENV, SECRET)
+    url, client = f"{server}/3", _client(f"{server}/3")
+    cache = RemoteCompileCache(url, torch.device("cpu"), CacheTrust.unsigned)
+    cache.configure()
+    try:
+        assert cache.figures()[COMPILE_REMOTE_CACHE_STATUS] == "in use, unsigned (compile.cache_trust=unsigned)"
+        graphs = RemoteFxGraphCache("fx-graph-v1")
+        graphs.put("k", {"entry": 1})
+        [key] = [k.decode() for k in client.keys("pt2:*")]
+        assert OPENER.open(key, client.get(key)) == b'{"entry": 1}'
+        client.set(key, b'{"entry": 2}')  # unsigned: read as torch would
+        assert graphs.get("k") == {"entry": 2} and cache.entries_rejected == 0
+    finally:
+        cache.teardown()
+
+
 # (the AOTAutograd entry's attack, the first FX graph's, the second's): each kind meets every attack.
 CASES = [("bare", "kept_signature", "moved"), ("kept_signature", "moved", "truncated"),
          ("moved", "truncated", "bare"), ("truncated", "bare", "kept_signature"),
