@@ -40,6 +40,7 @@ _EXPORTS = {
     "ShapePolicy": "runner.config.schema",
     "AfterWarmup": "runner.config.schema",
     "Background": "runner.config.schema",
+    "CacheTrust": "runner.config.schema",
 }
 __all__ = sorted(_EXPORTS)
 

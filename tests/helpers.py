@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import shutil
 import socket
+import subprocess
+import time
+from collections.abc import Iterator
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import lightning as L
@@ -69,3 +75,29 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def redis_server(workdir: Path) -> Iterator[str]:
+    """A real ``redis-server`` of the caller's own (Debian's package: ``.ci/run`` installs it) on a free
+    localhost port, nothing persisted; yields its address and stops it afterwards. Skips without one."""
+    import pytest
+
+    from runner.stack.caches import ping
+
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.skip("redis-server is not installed (Debian's redis-server package; .ci/run installs it)")
+    port = free_port()
+    server = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                               "--dir", str(workdir)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"redis://127.0.0.1:{port}"
+    deadline = time.monotonic() + 10
+    try:
+        while ping(url) is not None:
+            assert server.poll() is None and time.monotonic() < deadline, "redis-server did not start"
+            time.sleep(0.05)
+        yield url
+    finally:
+        server.terminate()
+        server.wait(timeout=10)

@@ -1,11 +1,11 @@
 """Bad input is refused up front: one message naming the key, the value and the fix; exit code 2;
 nothing written (not even a run directory). The table runs ``precheck`` in-process (what
-``python -m runner`` runs before Hydra); two real processes check the exit code and the empty cwd."""
+``python -m runner`` runs before Hydra), the whole entry point in this process where the message comes later
+(``tests/cli.py``), and one real process checks the exit code and the empty cwd."""
 
 from __future__ import annotations
 
 import logging
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +15,7 @@ import torch
 
 from runner.config import ConfigError
 from runner.config.precheck import precheck
+from tests.cli import Outcome, run_cli
 from tests.test_reliability_support import env
 
 # (overrides on top of +recipe=smoke, fragments the message must contain: key, value, fix)
@@ -191,7 +192,7 @@ def test_cli_refuses_bad_input_and_writes_nothing(overrides: list[str], tmp_path
     assert list(tmp_path.iterdir()) == [], "nothing may be written (no outputs/ run dir)"
 
 
-def _refused(proc: subprocess.CompletedProcess[str], run_dir: Path) -> str:
+def _refused(proc: subprocess.CompletedProcess[str] | Outcome, run_dir: Path) -> str:
     """The one line ``python -m runner`` refused with (exit 2, no traceback, no run directory)."""
     assert proc.returncode == 2, proc.stderr[-3000:]
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
@@ -214,7 +215,8 @@ def test_a_model_without_parameters_is_refused_before_the_run_dir(tmp_path: Path
 
 
 @pytest.mark.parametrize("target", ["brokenpkg.Model", "uses_broken.Net"])
-def test_a_broken_installed_package_is_named_not_the_dotted_path(target: str, tmp_path: Path) -> None:
+def test_a_broken_installed_package_is_named_not_the_dotted_path(target: str, tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     """A package that is installed but raises while being imported (a torchvision built for another torch:
     ``RuntimeError: operator torchvision::nms does not exist``), imported by the target's own module or
     named by it: the message names that package and its error, not the user's dotted path."""
@@ -224,10 +226,10 @@ def test_a_broken_installed_package_is_named_not_the_dotted_path(target: str, tm
         'raise RuntimeError("operator brokenpkg::nms does not exist")\n')
     (packages / "uses_broken.py").write_text("import torch\nimport brokenpkg  # noqa: F401\n\n\n"
                                              "class Net(torch.nn.Linear):\n    pass\n")
+    monkeypatch.syspath_prepend(str(packages))  # installed: importable from anywhere
     run_dir = tmp_path / "run"
-    proc = subprocess.run([sys.executable, "-m", "runner", "+recipe=smoke", "model=custom", f"model._target_={target}",
-                           f"hydra.run.dir={run_dir}"], cwd=tmp_path, capture_output=True, text=True, timeout=120,
-                          env={**env(), "PYTHONPATH": f"{packages}{os.pathsep}{env()['PYTHONPATH']}"})
+    proc = run_cli("+recipe=smoke", "model=custom", f"model._target_={target}", f"hydra.run.dir={run_dir}",
+                   cwd=tmp_path)
     line = _refused(proc, run_dir)
     assert f"model._target_={target} cannot be imported: importing the package brokenpkg failed" in line, line
     assert "RuntimeError: operator brokenpkg::nms does not exist" in line, line

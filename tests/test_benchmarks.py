@@ -228,9 +228,11 @@ def test_remote_cache_quick_compiles_the_shared_process_from_the_server() -> Non
     rows = {ln.split("|")[1].strip(): [c.strip() for c in ln.strip("|").split("|")]
             for ln in proc.stdout.splitlines() if ln.startswith("| ") and "---" not in ln and "process" not in ln}
     assert set(rows) == {"cold", "shared", "local warm"}
-    # process, compile, vs cold, first step, hits, misses, kernels fetched, kernels shared
-    assert rows["cold"][4:] == ["0", rows["cold"][5], "0", rows["shared"][6]] and int(rows["cold"][5]) > 0
+    # process, compile, vs cold, first step, hits, misses, kernels fetched, kernels shared, entries rejected
+    assert rows["cold"][4:] == ["0", rows["cold"][5], "0", rows["shared"][6], "0"] and int(rows["cold"][5]) > 0
     assert rows["shared"][5] == "0" and rows["shared"][7] == "0" and int(rows["shared"][6]) > 0
+    assert rows["shared"][8] == "0"  # every entry it read verified
+    assert "every entry signed: yes" in proc.stdout and "Signing cost: the server's" in proc.stdout
 
 
 @pytest.mark.slow

@@ -1,4 +1,5 @@
-"""``python -m runner`` as a user runs it: real subprocesses, real Hydra, real loggers, CPU."""
+"""``python -m runner`` as a user runs it: real subprocesses, real Hydra, real loggers, CPU; what ends before a run
+starts (refusals, ``--cfg``, ``--list-recipes``) through the same entry point in this process (``tests/cli.py``)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from pathlib import Path
 
 import pytest
 import torch
+
+from tests.cli import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -65,13 +68,13 @@ def test_all_loggers_offline(tmp_path: Path) -> None:
 
 
 def test_list_recipes() -> None:
-    proc = runner("--list-recipes")
+    proc = run_cli("--list-recipes", cwd=ROOT)
     assert proc.returncode == 0
     assert "quickstart" in proc.stdout and "smoke" in proc.stdout
 
 
 def test_cfg_job_prints_the_composed_config() -> None:
-    proc = runner("+recipe=quickstart", "--cfg", "job")
+    proc = run_cli("+recipe=quickstart", "--cfg", "job", cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "scope: step" in proc.stdout and "n_layer: 4" in proc.stdout
 
@@ -87,7 +90,7 @@ def test_cfg_job_prints_the_composed_config() -> None:
 )
 def test_bad_input_fails_before_anything_is_written(override: str, named: str, tmp_path: Path) -> None:
     run_dir = tmp_path / "never"
-    proc = runner("+recipe=smoke", override, f"hydra.run.dir={run_dir}", cwd=tmp_path)
+    proc = run_cli("+recipe=smoke", override, f"hydra.run.dir={run_dir}", cwd=tmp_path)
     assert proc.returncode == 2
     assert named in proc.stderr and "Traceback" not in proc.stderr
     assert not run_dir.exists() and not (tmp_path / "outputs").exists()
@@ -149,7 +152,7 @@ ENTRY_POINTS: list[tuple[list[str], str]] = [
 
 @pytest.mark.parametrize(("args", "advice"), ENTRY_POINTS, ids=lambda v: " ".join(v) if isinstance(v, list) else None)
 def test_every_entry_point_names_a_misspelt_key_in_one_paragraph(args: list[str], advice: str, tmp_path: Path) -> None:
-    proc = runner(*args, cwd=tmp_path, timeout=180)
+    proc = run_cli(*args, cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr[-3000:]
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("runner: invalid configuration: "), proc.stderr[-3000:]
@@ -160,6 +163,6 @@ def test_every_entry_point_names_a_misspelt_key_in_one_paragraph(args: list[str]
 def test_cfg_job_prints_a_config_that_would_not_run() -> None:
     """``--cfg job`` composes and converts (a misspelt key is refused) but shows a combination that fails
     validation, so that the user can see what it is."""
-    proc = runner("--cfg", "job", "+recipe=smoke", "trainer.max_steps=0")
+    proc = run_cli("--cfg", "job", "+recipe=smoke", "trainer.max_steps=0", cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "max_steps: 0" in proc.stdout

@@ -1,4 +1,5 @@
-"""A new user's first runs, as real ``python -m runner`` processes: no recipe, ``--help`` and Hydra's
+"""A new user's first runs, as real ``python -m runner`` processes (what ends before a run starts, through the
+same entry point in this process: ``tests/cli.py``): no recipe, ``--help`` and Hydra's
 other flags, a project of their own (its recipes, config options, model, LightningModule and
 LightningDataModule) layered over runner's, text of any name, a clean console, and every bad input
 refused up front (exit 2, one paragraph, no traceback, nothing written).
@@ -21,6 +22,7 @@ from omegaconf import OmegaConf
 from runner.config import compose
 from runner.config import input_checks as checks
 from runner.config.schema import RunConfig
+from tests.cli import Outcome, run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 # Seconds per run: Dynamo's eager backend, a few steps, no speedup pairs.
@@ -28,6 +30,13 @@ QUICK = ["compile.backend=eager", "trainer.max_steps=2", "telemetry.speedup_step
          "data.max_bytes=200000"]
 # Launchers a CI machine may run under: with them, trainer.num_nodes=2 would be a real multi-node job.
 _LAUNCH_VARS = ("SLURM_", "LSB_", "OMPI_", "PMI_", "TORCHELASTIC_", "NODE_RANK", "GROUP_RANK", "WORLD_SIZE")
+
+
+def in_process(*args: str, cwd: Path, **env: str) -> Outcome:
+    """What ends before a run starts (``--help``, ``--cfg``, a refusal), through the same entry point in this
+    process (``tests/cli.py``), with the launchers' variables and PYTHONWARNINGS unset as ``runner`` below does."""
+    unset: dict[str, str | None] = {k: None for k in os.environ if k.startswith(_LAUNCH_VARS) or k == "PYTHONWARNINGS"}
+    return run_cli(*args, cwd=cwd, env={**unset, **env})
 
 
 def runner(*args: str, cwd: Path, timeout: int = 300, **env: str) -> subprocess.CompletedProcess[str]:
@@ -174,7 +183,7 @@ def test_no_recipe_runs_the_default_job(tmp_path: Path) -> None:
 
 
 def test_help_lists_groups_recipes_and_how_to_add_your_own(project: Path) -> None:
-    proc = runner("--help", cwd=project)
+    proc = in_process("--help", cwd=project)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout
     assert "Traceback" not in proc.stderr
@@ -188,12 +197,12 @@ def test_help_lists_groups_recipes_and_how_to_add_your_own(project: Path) -> Non
 
 
 def test_hydra_flags_without_a_recipe(project: Path, tmp_path: Path) -> None:
-    cfg = runner("--cfg", "job", cwd=project)
+    cfg = in_process("--cfg", "job", cwd=project)
     assert cfg.returncode == 0 and "_target_: runner.models.gpt.GPT" in cfg.stdout, cfg.stderr[-2000:]
-    info = runner("--info", "searchpath", cwd=project)
+    info = in_process("--info", "searchpath", cwd=project)
     assert info.returncode == 0, info.stderr[-2000:]
     assert f"runner-groups://{project}/conf" in info.stdout and f"runner-recipes://{project}/recipes" in info.stdout
-    query = runner("-sc", "query=bash", cwd=project, COMP_LINE="runner model=", COMP_POINT="13")
+    query = in_process("-sc", "query=bash", cwd=project, COMP_LINE="runner model=", COMP_POINT="13")
     assert query.returncode == 0 and "model=net" in query.stdout and "model=gpt" in query.stdout, query.stderr
     sweep = runner("-m", *QUICK, "optimizer=adamw,sgd", f"hydra.sweep.dir={tmp_path / 'sweep'}", cwd=tmp_path)
     assert sweep.returncode == 0, sweep.stderr[-3000:]
@@ -233,15 +242,15 @@ def test_a_recipe_does_not_leak_into_another_model_and_the_console_is_clean(proj
 def test_project_files_replace_runner_files_of_the_same_name(tmp_path: Path) -> None:
     project = _write(tmp_path / "p", {"recipes/smoke.yaml": "# @package _global_\n# Mine.\ntrainer: {max_steps: 3}\n",
                                       "conf/model/gpt.yaml": "defaults: [gpt_schema, _self_]\nn_layer: 1\n"})
-    cfg = runner("+recipe=smoke", "--cfg", "job", cwd=project)
+    cfg = in_process("+recipe=smoke", "--cfg", "job", cwd=project)
     assert cfg.returncode == 0, cfg.stderr[-2000:]
     job = OmegaConf.create(cfg.stdout)
     assert job.trainer.max_steps == 3 and job.model.n_layer == 1  # the project's smoke and model/gpt.yaml
     # A directory in Hydra's own layout (<group>/, recipe/), given with hydra.searchpath or --config-dir.
     other = _write(tmp_path / "other", {"recipe/extra.yaml": "# @package _global_\n# From another dir.\nseed: 7\n"})
-    extra = runner("+recipe=extra", f"hydra.searchpath=[{other}]", "--cfg", "job", cwd=project)
+    extra = in_process("+recipe=extra", f"hydra.searchpath=[{other}]", "--cfg", "job", cwd=project)
     assert extra.returncode == 0 and OmegaConf.create(extra.stdout).seed == 7, extra.stderr[-2000:]
-    listing = runner("--list-recipes", "--config-dir", str(other), cwd=project)
+    listing = in_process("--list-recipes", "--config-dir", str(other), cwd=project)
     assert listing.returncode == 0, listing.stderr
     assert "recipes from ./recipes (this project)" in listing.stdout and f"recipes from {other}" in listing.stdout
     smoke_lines = [ln for ln in listing.stdout.splitlines() if ln.strip().startswith("smoke ")]
@@ -279,18 +288,18 @@ def test_bad_input_is_one_paragraph_exit_2_nothing_written(args: list[str], frag
     files = _bad_files(tmp_path / "files")
     cwd = tmp_path / "cwd"
     cwd.mkdir()
-    proc = runner("+recipe=smoke", *(a.format(**files) for a in args), cwd=cwd, timeout=120)
+    proc = in_process("+recipe=smoke", *(a.format(**files) for a in args), cwd=cwd)
     _assert_refused(proc, fragments)
     assert list(cwd.iterdir()) == [], "nothing may be written (no outputs/ run dir)"
 
 
 def test_project_recipe_field_the_model_lacks(project: Path) -> None:
-    proc = runner("+recipe=bad", cwd=project, timeout=120)
+    proc = in_process("+recipe=bad", cwd=project)
     _assert_refused(proc, ["model.n_layer=2", "mypkg.net.Net", "recipe bad", "n_layer", "override /model"])
     assert not (project / "outputs").exists()
 
 
-def _assert_refused(proc: subprocess.CompletedProcess[str], fragments: list[str]) -> None:
+def _assert_refused(proc: Outcome, fragments: list[str]) -> None:
     assert proc.returncode == 2, (proc.returncode, proc.stderr[-3000:])
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("runner: "), proc.stderr[-3000:]

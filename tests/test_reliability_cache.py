@@ -1,6 +1,7 @@
 """Compile caches across real processes (Inductor, so ``slow``): a cold run fills ``compile.cache_dir``
-and saves torch's cache artifacts with the run; a second run on the same directory hits the cache;
-a third run on an empty directory hits it too after loading the first run's artifacts."""
+and saves torch's cache artifacts with the run, signed under the secret every run holds; a second run on the
+same directory hits the cache; a third run on an empty directory hits it too after loading the first run's
+artifacts (another run's: they load because they verify under the same secret)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,9 @@ def _report(run_dir: Path) -> dict:
 
 
 @pytest.mark.slow
-def test_cache_dir_warm_run_and_artifacts_loaded_by_another_run(tmp_path: Path) -> None:
+def test_cache_dir_warm_run_and_artifacts_loaded_by_another_run(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RUNNER_COMPILE_CACHE_SECRET", "the-secret-every-run-holds-0123456789")
     cache_a, cache_b = tmp_path / "cache_a", tmp_path / "cache_b"
     cold = run(tmp_path / "cold", *INDUCTOR, f"compile.cache_dir={cache_a}")
     assert cold.returncode == 0, cold.stderr[-4000:]
@@ -29,7 +32,7 @@ def test_cache_dir_warm_run_and_artifacts_loaded_by_another_run(tmp_path: Path) 
     artifacts = tmp_path / "cold" / "compile_cache" / "artifacts.bin"
     assert artifacts.exists() and cold_report["compile/cache_artifacts_saved"] == str(artifacts)
     info = json.loads(artifacts.with_suffix(".json").read_text())
-    assert info["inductor_artifacts"] > 0
+    assert info["inductor_artifacts"] > 0 and info["signed"] is True
     assert any(cache_a.iterdir()), "the configured cache_dir was not used"
 
     warm = run(tmp_path / "warm", *INDUCTOR, f"compile.cache_dir={cache_a}",

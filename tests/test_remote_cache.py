@@ -25,12 +25,12 @@ from pathlib import Path
 
 import pytest
 
-from runner.config.cache_secret import SECRET_ENV, redact_url
+from runner.config.cache_secret import SECRET_ENV, Signer, redact_url
+from runner.stack.caches.entries import SignedEntries
 from runner.stack.caches.kernels import KERNEL_NAME, MAX_KERNEL_BYTES, open_entry, shared_object_problem, sign
-from tests.helpers import free_port
+from tests.helpers import free_port, redis_server
 
 ROOT = Path(__file__).resolve().parents[1]
-REDIS = shutil.which("redis-server")
 SECRET = "a-test-secret-of-the-cluster-0123456789"
 CONTEXT_SCRIPT = "import torch; from runner import torch_internals as ti; print(torch.__version__, ti.cpu_capability())"
 
@@ -38,24 +38,8 @@ CONTEXT_SCRIPT = "import torch; from runner import torch_internals as ti; print(
 @pytest.fixture(scope="module")
 def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A Redis server of this module's own, on a free localhost port, with nothing persisted."""
-    if REDIS is None:
-        pytest.skip("redis-server is not installed (Debian's redis-server package; .ci/run installs it)")
-    port = free_port()
-    workdir = tmp_path_factory.mktemp("redis")
-    server = subprocess.Popen([REDIS, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                               "--dir", str(workdir)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"redis://127.0.0.1:{port}"
-    from runner.stack.caches.remote import ping
-
-    deadline = time.monotonic() + 10
-    while ping(url) is not None:
-        assert server.poll() is None and time.monotonic() < deadline, "redis-server did not start"
-        time.sleep(0.05)
-    try:
+    with redis_server(tmp_path_factory.mktemp("redis")) as url:
         yield url
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
 
 
 def _client(url: str):  # type: ignore[no-untyped-def]
@@ -137,6 +121,11 @@ def test_a_second_process_with_an_empty_local_cache_compiles_from_the_shared_one
     for name, value in entries.items():
         assert KERNEL_NAME.fullmatch(name.decode())
         assert open_entry(SECRET.encode(), name.decode(), first["context"], value)[1] is None
+    # Every entry torch stored is in an envelope that verifies under the cluster's secret, bound to its key.
+    graphs = {k.decode(): v for k in _client(redis_url).keys("pt2:*") if (v := _client(redis_url).get(k))}
+    assert len(graphs) == first["compile/remote_cache_misses"]
+    opener = SignedEntries(Signer(SECRET.encode()), lambda key, why: pytest.fail(f"{key}: {why}"))
+    assert all(json.loads(opener.open(key, value) or b"null")["data"] for key, value in graphs.items())
     second, _, _ = _fit(redis_url, tmp_path / "second")  # another local cache directory: empty
     assert second["compile/remote_cache_misses"] == 0
     assert second["compile/remote_cache_hits"] == first["compile/remote_cache_misses"]
@@ -313,18 +302,22 @@ def test_an_upload_racing_a_build_never_publishes_a_partial_kernel(redis_url: st
     assert result["uploaded"] == len(result["kernels"]) - 1  # every other kernel it used went up
 
 
-def test_without_a_secret_graphs_are_shared_and_kernels_are_not(redis_url: str,
-                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_unsigned_sharing_without_a_secret_shares_graphs_unchecked_and_no_kernels(
+        redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     import torch
 
+    from runner.config.schema import CacheTrust
     from runner.stack.caches import RemoteCompileCache
 
     monkeypatch.delenv(SECRET_ENV, raising=False)
-    cache = RemoteCompileCache(f"{redis_url}/4", torch.device("cpu"))  # a database of its own: empty
+    with pytest.raises(ValueError, match="no secret to sign"):  # built by hand: refused as the config check does
+        RemoteCompileCache(f"{redis_url}/4", torch.device("cpu")).configure()
+    cache = RemoteCompileCache(f"{redis_url}/4", torch.device("cpu"), CacheTrust.unsigned)  # a database of its own
     cache.configure()
     try:
-        assert cache.status == "in use: compiled graphs only (no RUNNER_COMPILE_CACHE_SECRET: built kernels are not " \
-                               "shared)"
+        assert cache.status == "in use, unsigned (compile.cache_trust=unsigned): compiled graphs only (no " \
+                               "RUNNER_COMPILE_CACHE_SECRET: built kernels are not shared)"
+        assert cache.figures()["compile/remote_cache_status"] == cache.status  # the summary's shared-cache row
         assert torch._inductor.config.fx_graph_remote_cache is True
         assert not _client(f"{redis_url}/4").exists(cache.kernels_key)
     finally:
@@ -354,12 +347,14 @@ def _any_shared_object() -> bytes:
     return lib.read_bytes()
 
 
-def test_a_password_never_reaches_logs_or_reports(caplog: pytest.LogCaptureFixture) -> None:
+def test_a_password_never_reaches_logs_or_reports(caplog: pytest.LogCaptureFixture,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     import torch
 
     from runner.stack.caches import RemoteCompileCache
     from runner.stack.caches.remote import bounded_url
 
+    monkeypatch.setenv(SECRET_ENV, SECRET)
     url = f"redis://runner:hunter2-secret@127.0.0.1:{free_port()}/2"  # nothing listens there
     assert redact_url(url) == f"redis://runner:***@127.0.0.1:{url.rsplit(':', 1)[1]}"
     cache = RemoteCompileCache(url, torch.device("cpu"))
@@ -387,13 +382,15 @@ def test_an_unusable_secret_is_refused_before_the_run(tmp_path: Path, monkeypatc
     assert load(compose(overrides, run_dir=str(tmp_path))).compile.cache == "redis://127.0.0.1:6379"
 
 
-def test_a_server_that_is_not_there_is_a_warning_and_a_local_compile(tmp_path: Path) -> None:
+def test_a_server_that_is_not_there_is_a_warning_and_a_local_compile(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     import lightning as L
     import torch
 
     import runner
     from tests.helpers import tiny_data, tiny_module
 
+    monkeypatch.setenv(SECRET_ENV, SECRET)
     url = f"redis://127.0.0.1:{free_port()}"  # nothing listens there
     cfg = runner.CompileConfig(backend="eager", cache=url, background=runner.Background.disabled)
     strategy = runner.CompileStrategy(compile=cfg, device="cpu", console=False)
@@ -407,10 +404,11 @@ def test_a_server_that_is_not_there_is_a_warning_and_a_local_compile(tmp_path: P
     assert torch._inductor.config.fx_graph_remote_cache is not True  # nothing turned on, nothing left on
 
 
-def test_a_malformed_address_is_refused_before_the_run(tmp_path: Path) -> None:
+def test_a_malformed_address_is_refused_before_the_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from runner.config import ConfigError
     from runner.config.loading import compose, load
 
+    monkeypatch.setenv(SECRET_ENV, SECRET)
     with pytest.raises(ConfigError, match=r"compile.cache=http://cache:6379 is not a Redis address.*redis://HOST:PORT"):
         load(compose(["+recipe=smoke", "compile.cache=http://cache:6379"], run_dir=str(tmp_path)))
     cfg = load(compose(["+recipe=smoke", "compile.cache=redis://127.0.0.1:6379"], run_dir=str(tmp_path)))

@@ -435,18 +435,35 @@ def test_shape_marks_are_the_attributes_the_mark_functions_set() -> None:
 
 
 def test_remote_cache_client_internals_are_pinned() -> None:
-    """What ``contain_remote_cache_failures`` replaces: torch's Redis backend's ``_get``/``_put``, which catch a
+    """What ``wrap_remote_cache_backend`` replaces: torch's Redis backend's ``_get``/``_put``, which catch a
     refused connection (and then drop ``_redis``) but not a timeout; AOTAutograd's remote save, which does not
-    catch what they raise. The patch is put back by ``restore``."""
+    catch what they raise. Every Redis cache of torch reads and writes through that one backend (no other remote
+    backend exists to wrap), AOTAutograd keeps its client in a ``functools.cache``, the per-kernel autotune cache
+    (looked up in compile workers) has its own switch. The patch is put back by ``restore``."""
     import redis
     from torch._functorch._aot_autograd import autograd_cache
+    from torch._inductor import remote_cache
     from torch._inductor.remote_cache import RedisRemoteCacheBackend as Backend
 
     for method in (Backend._get, Backend._put):
         source = inspect.getsource(method)
         assert "except redis.exceptions.ConnectionError" in source and "self._redis = None" in source
     assert "remote_cache.put(key, cache_data)" in inspect.getsource(autograd_cache.AOTAutogradCache.save)
+    backends = {c for c in vars(remote_cache).values()
+                if isinstance(c, type) and issubclass(c, remote_cache.RemoteCacheBackend)}
+    local_files = getattr(remote_cache, "LocalCacheBackend", None)  # torch 2.13 on: the local autotune cache's files
+    assert backends - {remote_cache.RemoteCacheBackend, local_files} == {Backend}
+    assert "RedisRemoteCacheBackend(cache_id)" in inspect.getsource(remote_cache.RedisRemoteCache.__init__)
+    assert callable(autograd_cache.AOTAutogradCache.get_remote_cache.cache_clear)
+    assert hasattr(torch._inductor.config, "autotune_remote_cache")
     import socket
+
+    class Passthrough:
+        def seal(self, key: str, data: bytes) -> bytes:
+            return data
+
+        def open(self, key: str, stored: bytes) -> bytes | None:
+            return stored
 
     silent = socket.create_server(("127.0.0.1", 0))  # accepts connections (the backlog) and never answers
     port = silent.getsockname()[1]
@@ -454,7 +471,7 @@ def test_remote_cache_client_internals_are_pinned() -> None:
     failures: list[str] = []
     s = ti.TorchSettings()
     get, put = Backend._get, Backend._put
-    ti.contain_remote_cache_failures(s, failures.append)
+    ti.wrap_remote_cache_backend(s, failures.append, Passthrough())
     try:
         backend._redis = redis.Redis(port=port, socket_timeout=0.2)
         assert backend._get("k") is None and backend._redis is None  # unavailable from now on, as torch does it

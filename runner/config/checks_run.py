@@ -10,8 +10,9 @@ from pathlib import Path
 
 import torch
 
+from runner.config.cache_secret import open_artifacts
 from runner.config.paths import resolve_artifacts_path
-from runner.config.schema import RunConfig
+from runner.config.schema import CacheTrust, RunConfig
 from runner.config.targets import Batching
 
 _PRECISIONS = {"32-true", "32", "bf16-mixed", "bf16-true", "16-mixed", "16-true", "64-true", "transformer-engine"}
@@ -102,14 +103,18 @@ def check_resume_path(cfg: RunConfig) -> str | None:
 
 
 def check_cache_artifacts(cfg: RunConfig) -> str | None:
+    """Another run's cache artifacts that are not there, or that may not be loaded (unsigned, or signed under
+    another secret: ``runner.config.cache_secret.open_artifacts``)."""
     src = cfg.reliability.load_cache_artifacts
-    if src is not None and not resolve_artifacts_path(src).exists():
-        return (f"reliability.load_cache_artifacts={src}: no artifacts there (looked for "
-                f"{resolve_artifacts_path(src)}). Point it at a finished run's directory (its "
-                "compile_cache/artifacts.bin) or drop it.")
-    return None
-
-
+    if src is None:
+        return None
+    path = resolve_artifacts_path(src)
+    if not path.exists():
+        return (f"reliability.load_cache_artifacts={src}: no artifacts there (looked for {path}). Point it at a "
+                "finished run's directory (its compile_cache/artifacts.bin) or drop it.")
+    _, problem = open_artifacts(path.read_bytes(), f"reliability.load_cache_artifacts={src}",
+                                cfg.compile.cache_trust is CacheTrust.unsigned)
+    return problem
 
 
 def check_data_path(cfg: RunConfig) -> str | None:

@@ -8,9 +8,9 @@ from __future__ import annotations
 import torch
 
 from runner.config import checks_dynamic, rules
-from runner.config.cache_secret import read_secret, redact_url
+from runner.config.cache_secret import SECRET_ENV, SECRET_FILE_ENV, SECRET_HINT, read_secret, redact_url
 from runner.config.options import Keeps
-from runner.config.schema import Background, CudaGraphMode, OnError, RunConfig
+from runner.config.schema import Background, CacheTrust, CudaGraphMode, OnError, RunConfig
 
 _MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
@@ -196,9 +196,9 @@ def check_background(cfg: RunConfig) -> str | None:
     return None
 
 
-def remote_cache_error(url: str) -> str | None:
-    """Why ``compile.cache`` cannot be used (a malformed address, no ``redis`` client, a kernel-signing secret
-    that is set but unusable), else None. The address is shown without its password."""
+def remote_cache_error(url: str, trust: CacheTrust = CacheTrust.signed) -> str | None:
+    """Why ``compile.cache`` cannot be used (a malformed address, no ``redis`` client, a secret that is set but
+    unusable, or none where entries must be signed), else None. The address is shown without its password."""
     from urllib.parse import urlsplit
 
     parts = urlsplit(url)
@@ -217,12 +217,22 @@ def remote_cache_error(url: str) -> str | None:
     if importlib.util.find_spec("redis") is None:
         return (f"compile.cache={shown} needs the redis client package, which is not installed: pip install "
                 "'runner[cache]' (or pip install redis), or drop compile.cache.")
-    _, secret_problem = read_secret()
-    return f"compile.cache={shown}: {secret_problem}" if secret_problem else None
+    secret, secret_problem = read_secret()
+    if secret_problem:
+        return f"compile.cache={shown}: {secret_problem}"
+    if secret is None and trust is CacheTrust.signed:
+        return (f"compile.cache={shown} with no secret to sign what the processes share: torch's entries are "
+                "pickles it unpickles and code it runs, so unsigned, anyone who can write to the server runs code "
+                f"in every process that uses it. Set {SECRET_ENV} to a random string of at least 16 bytes "
+                f"(`export {SECRET_ENV}=$({SECRET_HINT})`), or {SECRET_FILE_ENV} to a file holding it; every "
+                "process of the cluster (each rank, node and sweep job) needs the same one. Or accept torch's "
+                "unsigned sharing, trusting everyone who can write to the server, with "
+                "compile.cache_trust=unsigned (docs/compile-cache.md).")
+    return None
 
 
 def check_remote_cache(cfg: RunConfig) -> str | None:
-    return remote_cache_error(cfg.compile.cache) if cfg.compile.cache else None
+    return remote_cache_error(cfg.compile.cache, cfg.compile.cache_trust) if cfg.compile.cache else None
 
 
 CHECKS = [

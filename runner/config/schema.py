@@ -53,6 +53,12 @@ class Background(Enum):
     disabled = "disabled"  # inside the first training step (torch.compile's own behaviour)
 
 
+class CacheTrust(Enum):
+    """Which entries of torch's compile caches runner lets torch read: from the shared server
+    (``compile.cache``) and from another run's artifacts (``reliability.load_cache_artifacts``)."""
+
+    signed = "signed"  # only what verifies under RUNNER_COMPILE_CACHE_SECRET (or ..._FILE): a secret is required
+    unsigned = "unsigned"  # torch's own behaviour: whoever can write the server or the file runs code here
 
 
 class AfterWarmup(Enum):
@@ -101,6 +107,10 @@ class CompileConfig:
     cache: Optional[str] = None
     """A compile cache shared by every process of the run, its ranks and sweeps: ``redis://HOST:PORT`` (or
     ``.../DB``), Inductor's and AOTAutograd's remote caches on a Redis server (docs/compile-cache.md)."""
+    cache_trust: CacheTrust = CacheTrust.signed
+    """What torch may read from the shared cache and from another run's cache artifacts: signed (only entries
+    signed under RUNNER_COMPILE_CACHE_SECRET, which must then be set) or unsigned (torch's own unchecked
+    sharing: whoever can write to the server or the file runs code in every process that reads it)."""
     background: Background = Background.auto
     """Compile in a second process while the first steps train eagerly, then switch (docs/background-compile.md):
     auto (Inductor on the CPU, one process; see the doc for when it starts and switches), shared, pinned, disabled."""

@@ -23,14 +23,19 @@ COMPILE_CACHE_ARTIFACTS_SAVED = define("compile/cache_artifacts_saved",
 COMPILE_REMOTE_CACHE = define("compile/remote_cache",
                               "the shared cache's address (compile.cache), without its password")
 COMPILE_REMOTE_CACHE_STATUS = define("compile/remote_cache_status",
-                                     "in use; compiled graphs only (no kernel-signing secret); unreachable; or off "
-                                     "after a failure, and why",
+                                     "in use (every entry signed); in use, unsigned (compile.cache_trust=unsigned); "
+                                     "unreachable; or off after a failure, and why",
                                      label="shared cache (compile.cache)")
 COMPILE_REMOTE_CACHE_HITS = define("compile/remote_cache_hits",
                                    "graphs found in the shared compile cache (compile.cache), FX-graph and AOTAutograd",
                                    label="shared-cache hits")
 COMPILE_REMOTE_CACHE_MISSES = define("compile/remote_cache_misses", "graphs looked up there and compiled anew",
                                      label="shared-cache misses")
+COMPILE_REMOTE_ENTRIES_REJECTED = define("compile/remote_entries_rejected",
+                                         "torch's entries read from the shared cache and refused before torch saw "
+                                         "them: unsigned, signed under another secret, changed, truncated or moved "
+                                         "from another key (counted as misses, compiled here and stored again)",
+                                         label="  entries rejected")
 COMPILE_REMOTE_KERNELS_FETCHED = define("compile/remote_kernels_fetched",
                                         "CPU: built kernels taken from the shared cache",
                                         label="  kernels fetched")

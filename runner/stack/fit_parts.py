@@ -185,11 +185,12 @@ def build_fit_parts(settings: CompileSettings, module: L.LightningModule, lightn
     shown = CompileConsole(lightning.sink) if console and lightning.sink is not None else None
     background = build_background(s, plan, lightning, takes_dataloader_iter(step), shown.say if shown else _quiet,
                                   step_mode)
-    return FitParts(settings=s, step_mode=step_mode, plan=plan, errors=CompileErrorWatch(s.compile.on_error),
+    c = s.compile
+    return FitParts(settings=s, step_mode=step_mode, plan=plan, errors=CompileErrorWatch(c.on_error),
                     shape=shape, state=PythonState(step), offload=offload, cudagraphs=cudagraphs, console=shown,
                     storms=storms, background=background,
-                    local_cache=LocalCompileCache(s.compile.cache_dir, s.artifacts),
-                    remote_cache=build_remote_cache(s.compile.cache, device))
+                    local_cache=LocalCompileCache(c.cache_dir, s.artifacts, c.cache_trust),
+                    remote_cache=build_remote_cache(c.cache, device, c.cache_trust))
 
 
 def _quiet(message: str) -> None:

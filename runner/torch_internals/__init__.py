@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from runner.torch_internals.caches import (  # noqa: F401
     REDIS_URL_ENV,
-    contain_remote_cache_failures,
+    EntryCodec,
     cpu_kernel_files,
     cpu_kernels_in_use,
     inductor_cache_dir,
@@ -30,6 +30,7 @@ from runner.torch_internals.caches import (  # noqa: F401
     remote_cache_stats,
     stop_remote_compile_cache,
     use_remote_compile_cache,
+    wrap_remote_cache_backend,
 )
 from runner.torch_internals.errors import (  # noqa: F401
     CONVERT_FRAME_LOGGER,

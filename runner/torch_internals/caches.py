@@ -1,12 +1,13 @@
 """Inductor's compile caches as ``compile.cache`` uses them: the remote (Redis) tiers of the FX-graph and
-AOTAutograd caches, their counts, the local cache directory, and the C++ kernels built in it (read only
-under torch's own lock for each kernel)."""
+AOTAutograd caches, the one Redis client every remote cache of torch reads and writes through (wrapped so
+that each value passes runner's codec both ways), their counts, the local cache directory, and the C++
+kernels built in it (read only under torch's own lock for each kernel)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from runner.torch_internals.settings import TorchSettings
 
@@ -19,17 +20,38 @@ _REMOTE_CACHES = ("RemoteFxGraphCache", "RemoteAOTAutogradCache")
 def use_remote_compile_cache(settings: TorchSettings, url: str) -> None:
     """Inductor's FX-graph cache and AOTAutograd's cache also read and fill the Redis server at ``url``
     (``torch._inductor.remote_cache``: ``RemoteFxGraphCache``, ``RemoteAOTAutogradCache``). torch
-    connects lazily; a lookup that fails is a warning and a local compile (``FxGraphCache`` catches it)."""
+    connects lazily; a lookup that fails is a warning and a local compile (``FxGraphCache`` catches it).
+    The per-kernel autotune cache stays off: its lookups run in Inductor's compile worker processes, which
+    :func:`wrap_remote_cache_backend` does not reach (its entries are settings, not code, but the workers
+    could not read the envelopes)."""
+    from torch._functorch._aot_autograd.autograd_cache import AOTAutogradCache
+
     settings.env(REDIS_URL_ENV, url)
     settings.inductor("fx_graph_remote_cache", True)
+    settings.inductor("autotune_remote_cache", False)
     settings.functorch("enable_remote_autograd_cache", True)
+    # AOTAutograd keeps one client per process (functools.cache): a fit of its own starts with a new one, for
+    # this fit's address, and not the one an earlier fit's failure marked unavailable.
+    AOTAutogradCache.get_remote_cache.cache_clear()
 
 
-def contain_remote_cache_failures(settings: TorchSettings, on_failure: Callable[[str], None]) -> None:
-    """Any Redis error in torch's remote-cache client (a timeout too, not only a refused connection) marks that
-    client unavailable, as torch does for a refused connection, and is passed to ``on_failure``, instead of
-    raising into the compile: AOTAutograd's remote save does not catch it (a write that timed out crashed the
-    backward, torch 2.13). ``settings.restore()`` puts torch's methods back."""
+class EntryCodec(Protocol):
+    """What every value passes on its way to and from the server: ``seal`` before a write, ``open`` after a
+    read (None: treat it as absent, a miss)."""
+
+    def seal(self, key: str, data: bytes) -> bytes: ...
+
+    def open(self, key: str, stored: bytes) -> bytes | None: ...
+
+
+def wrap_remote_cache_backend(settings: TorchSettings, on_failure: Callable[[str], None], codec: EntryCodec) -> None:
+    """Every value torch's Redis client writes goes through ``codec.seal`` with its full key (``pt2:<cache
+    id>::<key>:c1``), and every value it reads through ``codec.open`` before torch sees a byte of it: the one
+    client (``RedisRemoteCacheBackend``) serves every Redis cache of torch, FX graph, AOTAutograd, autotune,
+    bundled autotune and Dynamo's PGO. Any Redis error (a timeout too, not only a refused connection) marks
+    that client unavailable, as torch does for a refused connection, and is passed to ``on_failure``, instead
+    of raising into the compile: AOTAutograd's remote save does not catch it (a write that timed out crashed
+    the backward, torch 2.13). ``settings.restore()`` puts torch's methods back."""
     import redis
     from torch._inductor.remote_cache import RedisRemoteCacheBackend as Backend
 
@@ -37,15 +59,16 @@ def contain_remote_cache_failures(settings: TorchSettings, on_failure: Callable[
 
     def _get(self: Any, key: str) -> bytes | None:
         try:
-            return get(self, key)  # type: ignore[no-any-return]
+            stored = get(self, key)
         except redis.exceptions.RedisError as e:
             self._redis = None
             on_failure(f"{type(e).__name__}: {e}")
             return None
+        return None if stored is None else codec.open(key, stored)
 
     def _put(self: Any, key: str, data: bytes) -> None:
         try:
-            put(self, key, data)
+            put(self, key, codec.seal(key, data))
         except redis.exceptions.RedisError as e:
             self._redis = None
             on_failure(f"{type(e).__name__}: {e}")

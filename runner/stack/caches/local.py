@@ -11,6 +11,11 @@ Two mechanisms, both torch's own, set up together before anything compiles:
   one) right after setting the directory, and saves this fit's artifacts with the run
   (``<run_dir>/compile_cache/artifacts.bin`` + ``artifacts.json``) when the fit ends, whether it ended
   well or raised; on the first rank only.
+
+torch unpickles the artifacts it loads, so they are code: saved signed when a secret is set
+(``RUNNER_COMPILE_CACHE_SECRET``, in the envelope of :mod:`runner.config.cache_secret`), and loaded only when
+they verify under this process's secret, or with ``compile.cache_trust=unsigned`` (the config check refuses
+anything else before the run; the bytes torch is given are checked again here).
 """
 
 from __future__ import annotations
@@ -24,7 +29,9 @@ import torch
 
 from runner import torch_internals as ti
 from runner.atomic_files import atomic_write_bytes
+from runner.config.cache_secret import ARTIFACTS_SUBJECT, Signer, open_artifacts, read_secret
 from runner.config.paths import ARTIFACTS_DIR, ARTIFACTS_FILE
+from runner.config.schema import CacheTrust
 from runner.figures.compile_caches import COMPILE_CACHE_ARTIFACTS_LOADED, COMPILE_CACHE_ARTIFACTS_SAVED
 from runner.stack.component import StackComponent
 from runner.stack.fit_inputs import CacheArtifacts
@@ -43,7 +50,8 @@ def _info_counts(info: Any) -> dict[str, int]:
 
 
 def save_artifacts(path: Path) -> dict[str, int] | None:
-    """Write this process's compile-cache artifacts to ``path``; None when there are none."""
+    """Write this process's compile-cache artifacts to ``path``, signed when a secret is set; None when there
+    are none."""
     saved = torch.compiler.save_cache_artifacts()
     if saved is None:
         return None
@@ -51,15 +59,19 @@ def save_artifacts(path: Path) -> dict[str, int] | None:
     counts = _info_counts(info)
     if not any(counts.values()):
         return None
+    secret, _ = read_secret()
     path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_bytes(data, path)
-    summary = {"torch": str(torch.__version__), "cpu": ti.cpu_capability(), "bytes": len(data), **counts}
+    atomic_write_bytes(Signer(secret).seal(ARTIFACTS_SUBJECT, data) if secret is not None else data, path)
+    summary = {"torch": str(torch.__version__), "cpu": ti.cpu_capability(), "bytes": len(data),
+               "signed": secret is not None, **counts}
     atomic_write_bytes(json.dumps(summary, indent=2).encode(), path.with_suffix(".json"))
     return counts
 
 
-def load_artifacts(path: Path) -> dict[str, int]:
-    """Load artifacts saved by :func:`save_artifacts` into this process's on-disk caches."""
+def load_artifacts(path: Path, trust: CacheTrust = CacheTrust.signed) -> dict[str, int]:
+    """Load artifacts saved by :func:`save_artifacts` into this process's on-disk caches, once they verify
+    (:func:`runner.config.cache_secret.open_artifacts`; ``ValueError`` with the fix when they may not be
+    loaded)."""
     info_path = path.with_suffix(".json")
     summary = json.loads(info_path.read_text()) if info_path.exists() else {}
     saved_by = summary.get("torch")
@@ -71,7 +83,11 @@ def load_artifacts(path: Path) -> dict[str, int]:
     if saved_by != str(torch.__version__):
         log.warning("compile cache: %s was saved by torch %s, this is %s; entries will likely miss",
                     path, saved_by, torch.__version__)
-    info = torch.compiler.load_cache_artifacts(path.read_bytes())
+    data, problem = open_artifacts(path.read_bytes(), f"reliability.load_cache_artifacts={path}",
+                                   trust is CacheTrust.unsigned)
+    if data is None:
+        raise ValueError(problem)
+    info = torch.compiler.load_cache_artifacts(data)
     return _info_counts(info) if info is not None else {}
 
 
@@ -80,9 +96,11 @@ class LocalCompileCache(StackComponent):
 
     name = "local_cache"
 
-    def __init__(self, cache_dir: str | None, artifacts: CacheArtifacts) -> None:
+    def __init__(self, cache_dir: str | None, artifacts: CacheArtifacts,
+                 trust: CacheTrust = CacheTrust.signed) -> None:
         self.cache_dir = cache_dir
         self.artifacts = artifacts
+        self.trust = trust
         self.loaded: dict[str, int] = {}
         self.saved: dict[str, int] | None = None
 
@@ -97,7 +115,7 @@ class LocalCompileCache(StackComponent):
                 f"reliability.load_cache_artifacts={load} does not exist: point it at a run dir whose "
                 f"{ARTIFACTS_DIR}/{ARTIFACTS_FILE} was saved, or drop it."
             )
-        self.loaded = load_artifacts(load)
+        self.loaded = load_artifacts(load, self.trust)
         log.info("compile cache: loaded %s from %s", self.loaded, load)
 
     def teardown(self) -> None:

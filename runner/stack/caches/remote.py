@@ -6,14 +6,19 @@ same graph (every rank, every sweep job, a restart, the compile process beside t
 stack from the same settings) finds it there after the first has compiled it, whatever its local cache
 directory holds. Dynamo still traces in each process; the graphs' compiles are what the cache skips.
 
+torch's entries are pickles it unpickles, so each value torch writes is signed and each it reads verified
+first under the secret every process of the cluster holds (:mod:`runner.stack.caches.entries`); one that
+fails is a miss, counted, compiled here and stored again by torch. Without a secret ``compile.cache`` is
+refused, unless ``compile.cache_trust=unsigned`` accepts torch's unchecked sharing.
+
 On a GPU a remote FX-graph entry carries its compiled Triton kernels (torch bundles them). On the CPU it
 carries the kernels' C++ source only, and building them is most of a CPU compile. So on the CPU runner
 also shares the built kernels through the same server, one Redis hash per torch version and instruction
 set, signed with a secret every process holds (:mod:`runner.stack.caches.kernels`): fetched into the local
 cache directory before anything compiles, written only when they verify; filled after the first step and
 at the end of the fit with the kernels this process compiled or loaded and those built beside it since the
-fit began, each read under torch's lock for it, so never half a file. Without a secret, kernels are not
-shared.
+fit began, each read under torch's lock for it, so never half a file. Without a secret (only with
+``compile.cache_trust=unsigned``), kernels are not shared.
 
 Whatever the server does, the run goes on: a server that is down gets one ``PING`` (one second at most)
 and a local compile; every command has a short socket timeout, the fetch and each upload a time budget;
@@ -26,31 +31,31 @@ from __future__ import annotations
 import logging
 import time
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import torch
 
 from runner import torch_internals as ti
 from runner.atomic_files import atomic_write_bytes
-from runner.config.cache_secret import SECRET_ENV, read_secret, redact_url
+from runner.config.cache_secret import SECRET_ENV, Signer, read_secret, redact_url
 from runner.config.checks_stack import remote_cache_error
+from runner.config.schema import CacheTrust
 from runner.figures.compile_caches import (
     COMPILE_REMOTE_CACHE,
     COMPILE_REMOTE_CACHE_HITS,
     COMPILE_REMOTE_CACHE_MISSES,
     COMPILE_REMOTE_CACHE_STATUS,
+    COMPILE_REMOTE_ENTRIES_REJECTED,
     COMPILE_REMOTE_KERNELS_FETCHED,
     COMPILE_REMOTE_KERNELS_REJECTED,
     COMPILE_REMOTE_KERNELS_UPLOADED,
 )
+from runner.stack.caches.entries import SignedEntries, UnsignedEntries
 from runner.stack.caches.kernels import KERNEL_NAME, open_entry, shared_object_problem, sharing_supported, sign
+from runner.stack.caches.server import CONNECT_TIMEOUT_S, TIMEOUT_S, bounded_url, ping
 from runner.stack.component import StackComponent
 
 log = logging.getLogger(__name__)
 
-CONNECT_TIMEOUT_S = 1.0
-TIMEOUT_S = 2.0
-"""Every command's socket timeout, runner's and (through the URL torch's client reads) torch's."""
 FETCH_BUDGET_S = 10.0
 UPLOAD_BUDGET_S = 5.0
 LOCK_WAIT_S = 0.5
@@ -58,43 +63,20 @@ LOCK_WAIT_S = 0.5
 _BATCH = 32
 
 
-def ping(url: str, timeout_s: float = CONNECT_TIMEOUT_S) -> str | None:
-    """None when the Redis server at ``url`` answers a PING within ``timeout_s``, else why not."""
-    import redis
-
-    try:
-        client = redis.Redis.from_url(url, socket_connect_timeout=timeout_s, socket_timeout=timeout_s)
-        try:
-            client.ping()
-        finally:
-            client.close()
-    except (redis.exceptions.RedisError, OSError) as e:
-        return f"{type(e).__name__}: {e}"
-    return None
-
-
-def bounded_url(url: str) -> str:
-    """``url`` with socket timeouts in its query (kept where the user set them): ``redis.Redis.from_url``
-    reads them, so torch's own client waits no longer than runner's."""
-    parts = urlsplit(url)
-    query = dict(parse_qsl(parts.query))
-    query.setdefault("socket_connect_timeout", f"{CONNECT_TIMEOUT_S:g}")
-    query.setdefault("socket_timeout", f"{TIMEOUT_S:g}")
-    return urlunsplit(parts._replace(query=urlencode(query)))
-
-
 class RemoteCompileCache(StackComponent):
-    """Turns torch's remote compile caches on for the fit when the server answers, and on the CPU shares
-    the built kernels (see the module docstring)."""
+    """Turns torch's remote compile caches on for the fit when the server answers, every entry signed (or, with
+    ``trust`` unsigned, as torch stores them), and on the CPU shares the built kernels (see the module
+    docstring)."""
 
     name = "remote_cache"
 
-    def __init__(self, url: str, device: torch.device) -> None:
+    def __init__(self, url: str, device: torch.device, trust: CacheTrust = CacheTrust.signed) -> None:
         self.url = url
         self.shown = redact_url(url)
         self.on_cpu = device.type == "cpu"
+        self.trust = trust
         self.status = "not configured yet"
-        self.fetched = self.uploaded = self.rejected = 0
+        self.fetched = self.uploaded = self.rejected = self.entries_rejected = 0
         self._client: Any = None
         self._secret: bytes | None = None
         self._known: set[str] = set()  # kernels the server holds (as names; their entries may be bad)
@@ -115,24 +97,31 @@ class RemoteCompileCache(StackComponent):
         return f"torch {torch.__version__}, {ti.cpu_capability().lower()}"
 
     def configure(self) -> None:
-        if (problem := remote_cache_error(self.url)) is not None:
+        if (problem := remote_cache_error(self.url, self.trust)) is not None:
             raise ValueError(problem)  # a CompileStrategy built by hand: the same refusal as the config check
         if (why := ping(self.url)) is not None:
             self.status = f"unreachable ({why}): compiled with the local cache only"
             log.warning("compile.cache=%s: no Redis server answered (%s); compiling with the local cache only",
                         self.shown, why)
             return
+        secret, _ = read_secret()  # unusable, or missing where entries are signed: refused by remote_cache_error
+        signer = Signer(secret) if secret is not None else None
+        codec: ti.EntryCodec
+        if self.trust is CacheTrust.signed and signer is not None:
+            codec, self.status = SignedEntries(signer, self._reject_entry), "in use"
+        else:
+            codec, self.status = UnsignedEntries(signer), "in use, unsigned (compile.cache_trust=unsigned)"
+            log.info("compile.cache=%s: compile.cache_trust=unsigned: torch reads the server's entries unchecked; "
+                     "whoever can write to the server can run code in this process", self.shown)
         ti.use_remote_compile_cache(self.torch_settings, bounded_url(self.url))
-        ti.contain_remote_cache_failures(self.torch_settings, lambda why: self._off(f"torch's remote cache: {why}"))
+        ti.wrap_remote_cache_backend(self.torch_settings, lambda why: self._off(f"torch's remote cache: {why}"), codec)
         self._before = ti.remote_cache_stats()
         self._connected = self._active = True
-        self.status = "in use"
         if not self.on_cpu:
             return  # torch's graph entries carry their Triton kernels
-        secret, _ = read_secret()  # a secret set but unusable was refused by remote_cache_error
         if (why := sharing_supported()) is not None or secret is None:
             why = why or f"no {SECRET_ENV}: built kernels are not shared"
-            self.status = f"in use: compiled graphs only ({why})"
+            self.status = f"{self.status}: compiled graphs only ({why})"
             log.warning("compile.cache=%s: compiled graphs are shared, built CPU kernels are not (%s; "
                         "docs/compile-cache.md)", self.shown, why)
             return
@@ -186,6 +175,14 @@ class RemoteCompileCache(StackComponent):
         if self._client is not None:
             self._client.close()
             self._client = None
+
+    def _reject_entry(self, key: str, why: str) -> None:
+        """One of torch's entries refused before torch read it (a miss: torch compiles it and stores it again)."""
+        self.entries_rejected += 1
+        if self.entries_rejected == 1:
+            log.warning("compile.cache=%s: the server's entry %s was rejected before torch read it: %s. It is compiled "
+                        "here and stored again; any more are counted in %s", self.shown, key, why,
+                        COMPILE_REMOTE_ENTRIES_REJECTED)
 
     def _reject(self, name: str, why: str) -> None:
         self.rejected += 1
@@ -264,7 +261,8 @@ class RemoteCompileCache(StackComponent):
         if self._connected:
             now = ti.remote_cache_stats()
             out.update({COMPILE_REMOTE_CACHE_HITS: now[0] - self._before[0],
-                        COMPILE_REMOTE_CACHE_MISSES: now[1] - self._before[1]})
+                        COMPILE_REMOTE_CACHE_MISSES: now[1] - self._before[1],
+                        COMPILE_REMOTE_ENTRIES_REJECTED: self.entries_rejected})
             if self.on_cpu:
                 out.update({COMPILE_REMOTE_KERNELS_FETCHED: self.fetched,
                             COMPILE_REMOTE_KERNELS_UPLOADED: self.uploaded,
@@ -279,6 +277,6 @@ def _decode(raw: bytes) -> str | None:
         return None
 
 
-def build_remote_cache(url: str | None, device: torch.device) -> StackComponent:
+def build_remote_cache(url: str | None, device: torch.device, trust: CacheTrust = CacheTrust.signed) -> StackComponent:
     """The shared compile cache for ``compile.cache``; a no-op component without one."""
-    return RemoteCompileCache(url, device) if url else StackComponent()
+    return RemoteCompileCache(url, device, trust) if url else StackComponent()
