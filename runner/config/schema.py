@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Optional
 
+from runner.config.schema_after import AfterConfig
 from runner.config.schema_fsdp import Distributed, FsdpConfig
 from runner.config.schema_fsdp import FsdpMixedPrecision as FsdpMixedPrecision  # re-exported: every node from here
 
@@ -290,6 +291,8 @@ class RunConfig:
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
     reliability: ReliabilityConfig = field(default_factory=ReliabilityConfig)
+    after: AfterConfig = field(default_factory=AfterConfig)
+    """What the run leaves for after training: the exported model, a sample of a causal LM's text."""
     logger: dict[str, Any] = field(default_factory=dict)
     """Lightning loggers by name, each a ``_target_`` node; CSV is always added."""
     seed: int = 1234
