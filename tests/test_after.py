@@ -155,6 +155,25 @@ def test_timm_export_loads_with_create_model_and_load_state_dict(tmp_path: Path)
     assert torch.equal(local.eval()(x), exported(x))
 
 
+def test_a_run_trained_on_a_gpu_exports_and_evaluates_on_a_machine_without_one(
+        gpt: TrainedRun, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The after-training commands check what building the model and reading the data need, not the trainer's
+    machine: the run's own trainer=gpu is no reason to refuse them here."""
+    from runner.after.evaluate import eval_device
+    from runner.after.source import run_config
+
+    copy = tmp_path / "gpu_run"
+    shutil.copytree(gpt.run_dir / ".hydra", copy / ".hydra")
+    shutil.copytree(gpt.run_dir / "checkpoints", copy / "checkpoints")
+    with (copy / ".hydra" / "overrides.yaml").open("a") as f:
+        f.write("- trainer=gpu\n")
+    assert run_config(copy).trainer.accelerator == "cuda"
+    assert main(["export", str(copy), "--out", str(tmp_path / "out")]) == 0
+    assert (tmp_path / "out" / WEIGHTS).is_file() and "runner export: " in capsys.readouterr().out
+    if not torch.cuda.is_available():
+        assert eval_device(run_config(copy)) == torch.device("cpu")
+
+
 # -- eval -------------------------------------------------------------------------------------------------
 def test_eval_scores_every_validation_target_of_a_language_model(gpt: TrainedRun,
                                                                    capsys: pytest.CaptureFixture[str]) -> None:

@@ -55,11 +55,12 @@ def main(argv: Sequence[str]) -> int:
 
 
 def export(args: Any) -> int:
-    from runner.after.export import EXPORT_DIR, export_error, export_model
     from runner.after.source import open_trained, run_dir_error
 
     if (problem := run_dir_error(args.run_dir)) is not None:
         raise ConfigError(problem)
+    from runner.after.export import EXPORT_DIR, export_error, export_model
+
     out = args.out or args.run_dir / EXPORT_DIR
     export_error(out, args.force)
     trained = open_trained(args.run_dir, args.ckpt)
@@ -72,9 +73,8 @@ def evaluate(args: Any, overrides: list[str]) -> int:
     from runner.after import evaluate as ev
     from runner.after.eval_data import data_error, overrides_error
     from runner.after.family import label_names, num_classes_of
-    from runner.after.source import checkpoint_path, open_trained, run_config, run_dir_error
+    from runner.after.source import check, checkpoint_path, open_trained, run_config, run_dir_error
     from runner.build import build_datamodule
-    from runner.config.validate import validate
     from runner.figures.eval_metrics import EVAL_CHECKPOINT, EVAL_DATA, EVAL_MODE, EVAL_STEP
 
     if (problem := overrides_error(overrides)) is not None:
@@ -86,7 +86,7 @@ def evaluate(args: Any, overrides: list[str]) -> int:
     cfg = run_config(run_dir, overrides, validated=False)
     if overrides and (problem := data_error(run_config(run_dir, validated=False), cfg, run_dir)) is not None:
         raise ConfigError(problem)
-    validate(cfg)  # then the data family's own checks of the files named, as a run's
+    check(cfg)  # then the data family's own checks of the files named, as a run's
     trained = open_trained(run_dir, args.ckpt, cfg)
     datamodule: Any = build_datamodule(trained.cfg)
     datamodule.setup("validate")

@@ -35,6 +35,7 @@ from runner.figures.eval_metrics import (
     EVAL_SUPPORT,
     EVAL_TOKENS,
 )
+from runner.figures.perf import PERF_SPEEDUP_STATUS
 from runner.telemetry.definitions import break_even_text
 
 
@@ -47,7 +48,8 @@ def resolve_mode(cfg: RunConfig, report: dict[str, Any], batches: int) -> tuple[
         return False, "eager: the run was not compiled (compile.scope=none)"
     paid = break_even_text(report)
     if paid is None:
-        return False, "eager: the run's report measured no speedup from compiling"
+        status = report.get(PERF_SPEEDUP_STATUS)
+        return False, "eager: the run's report measured no speedup from compiling" + (f" ({status})" if status else "")
     if paid == "never":
         return False, "eager: compiling did not pay for itself in the run (break-even: never)"
     if batches <= int(paid):

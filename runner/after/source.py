@@ -12,18 +12,19 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import lightning as L
-from torch import nn
-
-from runner.config import ConfigError, compose, load
+from runner.config import ConfigError, compose
 from runner.config.input_checks import read_checkpoint
 from runner.config.loading import convert
 from runner.config.messages import explain
 from runner.config.paths import checkpoint_dir, last_checkpoint_path
 from runner.config.precheck import command_line, search_dirs
 from runner.config.schema import RunConfig
+
+if TYPE_CHECKING:  # torch and Lightning load when a model does: a bad command line is refused before either
+    import lightning as L
+    from torch import nn
 
 OVERRIDES = Path(".hydra") / "overrides.yaml"
 CONFIG = Path(".hydra") / "config.yaml"
@@ -70,7 +71,8 @@ def saved_overrides(run_dir: Path) -> list[str]:
 
 def run_config(run_dir: Path, given: Sequence[str] = (), validated: bool = True) -> RunConfig:
     """The run's config, composed from its saved command line with ``given`` in place of the same keys, and
-    (``validated``) checked as a run's is."""
+    (``validated``) given the checks of what building its model and reading its data need. Not the trainer's:
+    a run trained on a GPU is exported, evaluated and sampled on a machine without one."""
     if (problem := run_dir_error(run_dir)) is not None:
         raise ConfigError(problem)
     overrides = merge_overrides(saved_overrides(run_dir), given)
@@ -78,12 +80,27 @@ def run_config(run_dir: Path, given: Sequence[str] = (), validated: bool = True)
     dirs = search_dirs(args) if args is not None else []
     plain = [o for o in overrides if not o.lstrip("+~").startswith(("hydra.", "hydra/"))]
     try:
-        return (load if validated else convert)(compose(plain, run_dir=str(run_dir), config_dirs=dirs or None))
+        cfg = convert(compose(plain, run_dir=str(run_dir), config_dirs=dirs or None))
     except ConfigError:
         raise
     except Exception as e:  # Hydra's and OmegaConf's own errors, worded as a run's are
         raise ConfigError(f"{run_dir}: its saved command line ({' '.join(overrides)}) no longer composes: "
                           f"{explain(e)}") from e
+    if validated:
+        check(cfg)
+    return cfg
+
+
+def check(cfg: RunConfig) -> None:
+    """Raise ``ConfigError`` with what stops the model from being built or the data from being read (``data.*``
+    overrides name files too)."""
+    from runner.config import checks_run, input_checks
+
+    checks = (input_checks.check_targets, checks_run.check_data_path, input_checks.check_data_arguments,
+              input_checks.check_model_arguments)
+    problems = [message for c in checks if (message := c(cfg))]
+    if problems:
+        raise ConfigError(" ".join(problems))
 
 
 def checkpoint_path(run_dir: Path, ckpt: str) -> Path:

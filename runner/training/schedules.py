@@ -88,8 +88,10 @@ class WarmupCosine:
             self.note = f"keep: planned for {end} steps, trainer.max_steps={max_steps}"
             past = (f"steps {end} to {max_steps - 1} hold its final rate (min_lr_ratio of the peak)"
                     if max_steps > end else f"it stops at step {max_steps}, before its rate reaches the floor")
-            tail = (f"scheduler.on_resume=keep (the default) keeps that plan, so {past}; scheduler.on_resume=stretch "
-                    f"stretches the rest of it from step {at_step} to end at step {max_steps}.")
+            other = (f"scheduler.on_resume=stretch stretches the rest of it from step {at_step} to end at step "
+                     f"{max_steps}" if where < self.total_steps else "the plan has ended, so there is nothing left for "
+                     "scheduler.on_resume=stretch to stretch (a fresh warm-up and decay is a new run)")
+            tail = f"scheduler.on_resume=keep (the default) keeps that plan, so {past}; {other}."
         log.warning("%s. %s", head, tail)
 
 
