@@ -87,6 +87,21 @@ def test_gpt_export_rebuilds_from_its_config_and_computes_what_the_trained_modul
     assert "byte-level" in json.loads((out / METADATA).read_text())["tokenizer"]
 
 
+def test_a_wrapped_module_is_exported_without_its_wrapper(gpt: TrainedRun, tmp_path: Path) -> None:
+    """torch.compile's wrapper puts ``_orig_mod.`` in every key: the export rebuilds the model, saves plain keys."""
+    from safetensors.torch import load_file
+
+    from runner.after.export import export_model
+
+    trained = open_trained(gpt.run_dir)
+    wrapped = torch.compile(trained.model, backend="eager")  # nothing compiles until it is called
+    assert all(k.startswith("_orig_mod.") for k in wrapped.state_dict())
+    export_model(wrapped, trained.cfg, gpt.run_dir, tmp_path / "out", None, None)
+    saved = load_file(str(tmp_path / "out" / WEIGHTS))
+    plain = trained.model.state_dict()
+    assert saved.keys() <= plain.keys() and all(torch.equal(saved[k], plain[k]) for k in saved)
+
+
 def test_transformers_causal_lm_export_loads_with_auto_model(llama: TrainedRun) -> None:
     from transformers import AutoModelForCausalLM
 
