@@ -41,7 +41,8 @@ VENVS=${RUNNER_VERSION_VENVS:-.venvs}
 # CUDA-graph partition decision over runner's compiled step (the check runner corrects before 2.15), and
 # the static batch buffers. The model families from other libraries (docs/hf.md, docs/vision.md): transformers models
 # and their checks, timm's CNN and ViT through every scope (PyPI's torchvision pairs with PyPI's torch, so timm imports
-# here, as it cannot beside make setup's local CPU torch), and real Inductor on a Llama-style LM and BERT.
+# here, as it cannot beside make setup's local CPU torch; and a trained timm model's export), and real Inductor on a
+# Llama-style LM and BERT.
 SUBSET=(
   tests/test_torch_internals.py
   tests/test_cudagraph_partitions.py
@@ -51,6 +52,7 @@ SUBSET=(
   "tests/test_idioms.py::test_idiom_through_default_compile_strategy_with_inductor[metrics_template]"
   tests/test_hf_models.py
   tests/test_vision.py
+  tests/test_after.py::test_timm_export_loads_with_create_model_and_load_state_dict
   "tests/test_hf_stack.py::test_inductor_matches_eager[llama]"
   "tests/test_hf_stack.py::test_inductor_matches_eager[bert]"
 )

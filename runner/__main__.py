@@ -1,5 +1,7 @@
 """``runner [+recipe=NAME] [overrides]`` (or ``python -m runner``); ``runner --list-recipes``; ``--help``;
-``runner tune [+recipe=NAME] [overrides] [tune.KEY=VALUE]`` (the fastest compile stack, :mod:`runner.tune`).
+``runner tune [+recipe=NAME] [overrides] [tune.KEY=VALUE]`` (the fastest compile stack, :mod:`runner.tune`);
+``runner export | eval | generate RUN_DIR ...`` and ``runner resume RUN_DIR [overrides]`` (after training,
+:mod:`runner.after`).
 
 Run from any directory: ``./conf/<group>/`` and ``./recipes/`` there (and in ``--config-dir`` /
 ``hydra.searchpath`` directories) come before runner's own, and the directory is importable, so a
@@ -24,6 +26,7 @@ from runner.config.store import register_configs
 from runner.quiet import quiet_third_party, short_console_lines
 
 _LIST = "--list-recipes"
+_AFTER = ("export", "eval", "generate")
 
 
 def _list_recipes() -> None:
@@ -73,12 +76,28 @@ def _main(argv: list[str]) -> None:
         from runner.tune import main as tune_main
 
         sys.exit(tune_main(argv[1:]))
+    if argv[:1] and argv[0] in _AFTER:  # runner export | eval | generate RUN_DIR ...: runner.after
+        from runner.after.cli import main as after_main
+
+        sys.exit(after_main(argv))
     try:
-        precheck(argv)
+        resumed = _resumed(argv)
+        precheck(resumed or argv)
     except ConfigError as e:
         print(f"runner: {e}", file=sys.stderr)
         sys.exit(2)
+    if resumed is not None:  # the run's own command line, in place: Hydra's entry point reads it from sys.argv
+        sys.argv = [sys.argv[0], *resumed]
     _hydra_main()
+
+
+def _resumed(argv: list[str]) -> list[str] | None:
+    """``runner resume RUN_DIR [overrides]`` (or ``hydra.run.dir=RUN_DIR ckpt_path=last`` alone) as the run's saved
+    command line with the new overrides; None for any other command line (a resume with overrides of its own is
+    checked against the run's config). Raises ``ConfigError``."""
+    from runner.after.resume import resume_command
+
+    return resume_command(argv)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,8 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from runner import torch_internals as ti
+from runner.after.at_end import at_end_of_fit
+from runner.after.source import inner_model
 from runner.build import (
     build_callbacks,
     build_datamodule,
@@ -125,11 +127,15 @@ def run(cfg: RunConfig, extra_callbacks: Sequence[Callback] = ()) -> RunResult:
     ckpt = last_checkpoint_path(run_dir)
     figures = {
         **run_figures(cfg, trainer, module, datamodule, time.perf_counter() - start),
-        **collect_figures([strategy, *callbacks]),
+        # The schedule says what a resume did to it (scheduler.on_resume), as the stack and callbacks report theirs.
+        **collect_figures([strategy, *callbacks, *(c.scheduler for c in trainer.lr_scheduler_configs)]),
         RUN_LAST_CHECKPOINT: str(ckpt) if ckpt.exists() else None,
     }
     code = _interrupted(figures, ckpt) if stopped else 0
     if trainer.is_global_zero:
+        if not stopped and trainer.state.status.value == "finished":  # the model out, and a causal LM's sample
+            figures.update(at_end_of_fit(cfg, inner_model(module), run_dir, ckpt if ckpt.exists() else None,
+                                         trainer.global_step))
         write_report(run_dir, figures)
         print(format_summary(figures, title=f"runner: {cfg.name}"))
     return RunResult(run_dir=run_dir, figures=figures, last_checkpoint=ckpt if ckpt.exists() else None,
@@ -170,7 +176,7 @@ def _interrupted(figures: dict[str, Any], ckpt: Path) -> int:
     name = figures.get(RUN_INTERRUPTED_BY)
     if name is None:
         return exit_code(signal.SIGTERM)  # Lightning's own SIGTERM handling, without a checkpoint
-    log.warning("stopped by %s at step %s; checkpoint %s. Resume with the same overrides plus "
-                "hydra.run.dir=%s ckpt_path=last", name, figures.get(RUN_INTERRUPTED_AT_STEP), ckpt,
-                ckpt.parent.parent)
+    log.warning("stopped by %s at step %s; checkpoint %s. Resume with python -m runner resume %s (or the same "
+                "overrides plus hydra.run.dir=%s ckpt_path=last)", name, figures.get(RUN_INTERRUPTED_AT_STEP), ckpt,
+                ckpt.parent.parent, ckpt.parent.parent)
     return exit_code(signal.Signals[name])

@@ -48,6 +48,7 @@ def check_non_negative(cfg: RunConfig) -> str | None:
         "reliability.max_skipped_steps": cfg.reliability.max_skipped_steps,
         "dynamic.warmup_steps": cfg.dynamic.warmup_steps,
         "cudagraphs.warmup_steps": cfg.cudagraphs.warmup_steps,
+        "after.sample_tokens": cfg.after.sample_tokens,
     }
     for key, value in values.items():
         if value is not None and value < 0:

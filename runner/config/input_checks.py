@@ -195,7 +195,8 @@ def check_num_nodes(cfg: RunConfig) -> str | None:
     return None
 
 
-def _load_checkpoint(path: Path) -> tuple[Any, str | None]:
+def read_checkpoint(path: Path) -> tuple[Any, str | None]:
+    """The object a checkpoint file holds and None, or None and why torch cannot load it (Type: first line)."""
     import torch
 
     try:  # mmap: only the pickled structure is read, not the tensors
@@ -256,7 +257,7 @@ def check_ckpt_path(cfg: RunConfig) -> str | None:
         last = path / "checkpoints" / "last.ckpt"  # a run directory
         hint = f" (did you mean ckpt_path={last}?)" if last.is_file() else ""
         return f"ckpt_path={value} is a directory, not a checkpoint file{hint}. {fix}"
-    ckpt, error = _load_checkpoint(path)
+    ckpt, error = read_checkpoint(path)
     if error is not None:
         return f"ckpt_path={value} is not a checkpoint torch can load ({error}). {fix}"
     if not isinstance(ckpt, dict) or not isinstance(ckpt.get("state_dict"), dict):

@@ -21,6 +21,7 @@ from typing import Any, Optional
 from runner.config.options import OffloadStrategy as OffloadStrategy
 from runner.config.options import Scope as Scope
 from runner.config.options import ShapePolicy as ShapePolicy
+from runner.config.schema_after import AfterConfig
 from runner.config.schema_fsdp import Distributed, FsdpConfig
 from runner.config.schema_fsdp import FsdpMixedPrecision as FsdpMixedPrecision  # re-exported: every node from here
 
@@ -280,6 +281,8 @@ class RunConfig:
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
     reliability: ReliabilityConfig = field(default_factory=ReliabilityConfig)
+    after: AfterConfig = field(default_factory=AfterConfig)
+    """What the run leaves for after training: the exported model, a sample of a causal LM's text."""
     logger: dict[str, Any] = field(default_factory=dict)
     """Lightning loggers by name, each a ``_target_`` node; CSV is always added."""
     seed: int = 1234

@@ -26,6 +26,14 @@ class Batching(Enum):
     documents = "documents"  # one sequence per document (chunked at max_len), padded per batch
 
 
+class OnResume(Enum):
+    """What a resume that asks for another ``trainer.max_steps`` does to the learning-rate schedule
+    (``runner.training.schedules``; docs/after-training.md says why ``keep`` is the default)."""
+
+    keep = "keep"  # the plan the run started with; steps past its end hold its final rate
+    stretch = "stretch"  # the rest of the plan, from the resume step, stretched to end at the new max_steps
+
+
 @dataclass
 class GPTSchema:
     """A small decoder-only transformer (``runner.models.gpt.GPT``)."""
@@ -146,6 +154,9 @@ class WarmupCosineSchema:
     warmup_steps: int = 20
     total_steps: Any = "${trainer.max_steps}"
     min_lr_ratio: float = 0.1
+    on_resume: OnResume = OnResume.keep
+    """A resume with another trainer.max_steps: keep the run's plan (steps past its end hold the final rate), or
+    stretch the rest of it to end at the new max_steps. A warning says which; so does the run's summary."""
 
 
 @dataclass

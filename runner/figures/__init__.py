@@ -7,7 +7,8 @@ A figure is a flat entry of the figures dict under a namespaced key with its uni
 * ``run``: ``run/*``, ``train/*``, ``val/*``, ``data/*``; ``perf``; ``memory``;
 * ``compile_plan``, ``compile_work``, ``compile_caches``, ``compile_background``: ``compile/*``, by what the
   figures are about (the plan, what compiling did, the caches, compile beside the run);
-* ``cudagraphs``, ``dynamic``, ``offload``, ``reliability``, ``trace``, ``ranks``, ``tune``.
+* ``cudagraphs``, ``dynamic``, ``offload``, ``reliability``, ``trace``, ``ranks``, ``tune``;
+* ``eval_metrics``: ``eval/*`` (``runner eval``).
 
 The compile stack and its components, the telemetry callback and the reliability callbacks each
 expose ``figures() -> dict``; ``run`` collects them from whatever it built, without knowing their types.
@@ -26,6 +27,7 @@ from runner.figures import (
     compile_work,
     cudagraphs,
     dynamic,
+    eval_metrics,
     memory,
     offload,
     perf,
@@ -38,7 +40,7 @@ from runner.figures import (
 from runner.figures.registry import Figure, defined, figure
 
 NAMESPACES = (run, perf, memory, compile_plan, compile_work, compile_caches, compile_background, cudagraphs,
-              dynamic, offload, reliability, trace, ranks, tune)
+              dynamic, offload, reliability, trace, ranks, tune, eval_metrics)
 """The modules that define figures: importing this package imports them all, so :func:`defined` is complete."""
 
 __all__ = ["NAMESPACES", "Figure", "ReportsFigures", "collect_figures", "defined", "figure"]

@@ -24,6 +24,12 @@ RUN_INTERRUPTED_BY = define("run/interrupted_by",
                             "the signal that stopped the run (SIGINT, SIGTERM); absent when none did")
 RUN_INTERRUPTED_AT_STEP = define("run/interrupted_at_step",
                                  "the step at which that signal stopped the run and its checkpoint was written")
+RUN_LR_SCHEDULE = define("run/lr_schedule",
+                          "what a resume that asked for another trainer.max_steps did to the learning-rate schedule "
+                          "(scheduler.on_resume: keep or stretch); absent when none did", label="LR schedule at resume")
+RUN_EXPORT = define("run/export", "the directory the trained model was exported to at the end of the fit "
+                    "(<run_dir>/model), or why it was not", label="model export")
+RUN_SAMPLE = define("run/sample", "text the trained causal LM wrote at the end of the fit (after.sample_tokens)")
 TRAIN_LOSS = define("train/loss", "the last logged training loss", label="train loss")
 VAL_LOSS = define("val/loss", "loss over the validation batches at the last validation", label="val loss")
 VAL_BPB = define("val/bpb", "the validation loss in bits per byte of text (byte-level text only)",

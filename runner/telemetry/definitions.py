@@ -90,6 +90,8 @@ from runner.figures.perf import (
 from runner.figures.registry import Figure, figure
 from runner.figures.run import (
     DATA_UNIGRAM_BPB,
+    RUN_EXPORT,
+    RUN_LR_SCHEDULE,
     RUN_STEPS,
     RUN_WALL_S,
     TRAIN_LOSS,
@@ -111,7 +113,8 @@ def _rows(*keys: str) -> tuple[Figure, ...]:
 
 
 SECTIONS: tuple[tuple[str, tuple[Figure, ...]], ...] = (
-    ("run", _rows(RUN_STEPS, RUN_WALL_S, TRAIN_LOSS, VAL_LOSS, VAL_BPB, VAL_ACCURACY, DATA_UNIGRAM_BPB)),
+    ("run", _rows(RUN_STEPS, RUN_WALL_S, TRAIN_LOSS, VAL_LOSS, VAL_BPB, VAL_ACCURACY, DATA_UNIGRAM_BPB, RUN_LR_SCHEDULE,
+                  RUN_EXPORT)),
     ("compile stack", _rows(COMPILE_SCOPE, COMPILE_OPTIONS, COMPILE_OPTIMIZER, DYNAMIC_POLICY,
                             DYNAMIC_PADDING_WASTE_PCT, OFFLOAD_STRATEGY, OFFLOAD_REDUCTION_X, OFFLOAD_GRAD_REL_ERROR,
                             CUDAGRAPHS_ACTIVE, CUDAGRAPHS_RECORDINGS, CUDAGRAPHS_RERECORDINGS,

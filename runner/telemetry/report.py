@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,7 @@ from runner.figures.perf import (
     PERF_SPEEDUP_X,
 )
 from runner.figures.ranks import RANKS, RANKS_COMPILES_AGREE
+from runner.figures.run import RUN_SAMPLE
 from runner.figures.trace import TRACE_HTML, TRACE_STATUS
 from runner.telemetry.advice import RUNNERS_OPTIMIZER_STEP, fix_label, runners_breaks
 from runner.telemetry.definitions import (
@@ -222,6 +224,17 @@ def _rank_table(figures: dict[str, Any]) -> list[str]:
     return out
 
 
+def _sample(figures: dict[str, Any]) -> list[str]:
+    """A causal LM's text at the end of the fit (``run/sample``), fenced so that nothing in it reads as markdown."""
+    text = figures.get(RUN_SAMPLE)
+    if not text:
+        return []
+    text = "".join(c if c in "\n\t" or c.isprintable() else "\ufffd" for c in text)  # no control bytes in the page
+    fence = "`" * max(3, 1 + max((len(run) for run in re.findall("`+", text)), default=0))
+    return ["", "## Sample", "", "What the trained model writes (after.sample_tokens=0 turns this off; more with "
+            "`python -m runner generate RUN_DIR --prompt TEXT`):", "", fence, text, fence]
+
+
 def _markdown(figures: dict[str, Any]) -> str:
     """``report.md``: the result, the summary table with what each figure measures, every reason."""
     _, sentence = speedup_verdict(figures)
@@ -245,6 +258,7 @@ def _markdown(figures: dict[str, Any]) -> str:
     out += [f"- {b.get('reason', '?')} at `{b.get('user_frame') or '?'}` (x{b.get('count', 1)})" + _fix(b)
             for b in breaks]
     out += _rank_table(figures)
+    out += _sample(figures)
     if figures.get(TRACE_HTML):
         out += ["", f"Every compile, in tlparse's report: [{figures[TRACE_HTML]}]({figures[TRACE_HTML]})"]
     elif figures.get(TRACE_STATUS):

@@ -1,0 +1,158 @@
+"""``runner export | eval | generate RUN_DIR ...``: the trained model out, its validation figures, its text
+(docs/after-training.md). Every refusal is one paragraph on stderr, exit code 2, before anything is written."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from runner.config import ConfigError
+
+_USAGE = {
+    "export": "python -m runner export RUN_DIR [--ckpt last|best|PATH] [--out DIR] [--force]",
+    "eval": "python -m runner eval RUN_DIR [--ckpt last|best|PATH] [--out FILE] [data.KEY=VALUE ...]",
+    "generate": ("python -m runner generate RUN_DIR|EXPORT_DIR --prompt TEXT [--max-new-tokens N] [--temperature T] "
+                 "[--top-k K] [--seed S] [--ckpt last|best|PATH]"),
+}
+
+
+def _parser(command: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=f"runner {command}", usage=_USAGE[command])
+    p.add_argument("run_dir", type=Path, help="a run directory (outputs/<date>/<time>-<name>)")
+    p.add_argument("--ckpt", default="last", help="last (default), best, or a checkpoint file")
+    if command == "export":
+        p.add_argument("--out", type=Path, help="the directory to write (default: RUN_DIR/model)")
+        p.add_argument("--force", action="store_true", help="replace --out when it exists and is not empty")
+    if command == "eval":
+        p.add_argument("--out", type=Path, help="the JSON file to write (default: RUN_DIR/eval.json)")
+    if command == "generate":
+        from runner.after.generate import Sampling
+
+        p.add_argument("--prompt", default="\n", help="the text to continue")
+        p.add_argument("--max-new-tokens", type=int, default=Sampling.max_new_tokens)
+        p.add_argument("--temperature", type=float, default=Sampling.temperature, help="0: greedy")
+        p.add_argument("--top-k", type=int, default=Sampling.top_k, help="0: every token")
+        p.add_argument("--seed", type=int, default=Sampling.seed)
+    return p
+
+
+def main(argv: Sequence[str]) -> int:
+    """Run ``argv[0]`` (export, eval or generate) with the rest of ``argv``; the exit code."""
+    command, rest = argv[0], list(argv[1:])
+    args, overrides = _parser(command).parse_known_args(rest)
+    try:
+        if command == "export":
+            return export(args)
+        if command == "eval":
+            return evaluate(args, overrides)
+        return generate(args)
+    except ConfigError as e:
+        print(f"runner {command}: {e}", file=sys.stderr)
+        return 2
+
+
+def export(args: Any) -> int:
+    from runner.after.source import open_trained, run_dir_error
+
+    if (problem := run_dir_error(args.run_dir)) is not None:
+        raise ConfigError(problem)
+    from runner.after.export import EXPORT_DIR, export_error, export_model
+
+    out = args.out or args.run_dir / EXPORT_DIR
+    export_error(out, args.force)
+    trained = open_trained(args.run_dir, args.ckpt)
+    export_model(trained.model, trained.cfg, args.run_dir, out, str(trained.checkpoint), trained.step)
+    print(f"runner export: {out} (step {trained.step} of {trained.checkpoint}); how to load it: {out / 'README.md'}")
+    return 0
+
+
+def evaluate(args: Any, overrides: list[str]) -> int:
+    from runner.after import evaluate as ev
+    from runner.after.eval_data import data_error, overrides_error
+    from runner.after.family import label_names, num_classes_of
+    from runner.after.source import check, checkpoint_path, open_trained, run_config, run_dir_error
+    from runner.build import build_datamodule
+    from runner.figures.eval_metrics import EVAL_CHECKPOINT, EVAL_DATA, EVAL_MODE, EVAL_STEP
+
+    if (problem := overrides_error(overrides)) is not None:
+        raise ConfigError(problem)
+    run_dir = args.run_dir
+    if (problem := run_dir_error(run_dir)) is not None:
+        raise ConfigError(problem)
+    checkpoint_path(run_dir, args.ckpt)  # a missing checkpoint is named before the config is composed
+    cfg = run_config(run_dir, overrides, validated=False)
+    if overrides and (problem := data_error(run_config(run_dir, validated=False), cfg, run_dir)) is not None:
+        raise ConfigError(problem)
+    check(cfg)  # then the data family's own checks of the files named, as a run's
+    trained = open_trained(run_dir, args.ckpt, cfg)
+    datamodule: Any = build_datamodule(trained.cfg)
+    datamodule.setup("validate")
+    loader = datamodule.val_dataloader()
+    compiled, mode = ev.resolve_mode(trained.cfg, ev.run_report(run_dir), len(loader))
+    labels = label_names(run_dir, num_classes_of(trained.cfg) or 0)
+    figures = {EVAL_CHECKPOINT: str(trained.checkpoint), EVAL_STEP: trained.step,
+               EVAL_DATA: "the validation split of " + (" ".join(overrides) or "the run's data"), EVAL_MODE: mode,
+               **ev.run_pass(trained.module, loader, trained.cfg, labels, compiled)}
+    written = ev.write_eval(figures, args.out or run_dir / "eval.json")
+    print(format_eval(figures, f"runner eval: {run_dir}"))
+    print("written: " + ", ".join(map(str, written)))
+    return 0
+
+
+def format_eval(figures: dict[str, Any], title: str) -> str:
+    """The figures as text tables: the scalars, then a classifier's per-class precision and recall."""
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    from runner.figures import figure
+    from runner.figures.eval_metrics import EVAL_LABELS, EVAL_PRECISION, EVAL_RECALL, EVAL_SUPPORT
+
+    table = Table(title=title)
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    for key, value in figures.items():
+        if not isinstance(value, list):
+            shown = f"{value:.4g}" if isinstance(value, float) else str(value)
+            table.add_row(Text(figure(key).label or key), Text(shown))
+    tables = [table]
+    if EVAL_PRECISION in figures:
+        per_class = Table(title="per class")
+        for name in ("class", "precision", "recall", "examples"):
+            per_class.add_column(name, justify="left" if name == "class" else "right")
+        for row in zip(figures[EVAL_LABELS], figures[EVAL_PRECISION], figures[EVAL_RECALL], figures[EVAL_SUPPORT],
+                       strict=True):
+            per_class.add_row(Text(row[0]), Text(f"{row[1]:.4f}"), Text(f"{row[2]:.4f}"), Text(str(row[3])))
+        tables.append(per_class)
+    console = Console(width=110, record=True, force_terminal=False, color_system=None)
+    with console.capture() as capture:
+        for t in tables:
+            console.print(t)
+    return capture.get()
+
+
+def generate(args: Any) -> int:
+    from runner.after.export import METADATA
+    from runner.after.family import tokens_of
+    from runner.after.generate import Sampling, generation_error, open_export, write_text
+    from runner.after.source import open_trained, run_dir_error
+
+    sampling = Sampling(args.max_new_tokens, args.temperature, args.top_k, args.seed)
+    if (problem := sampling.error()) is not None:
+        raise ConfigError(problem)
+    if (args.run_dir / METADATA).is_file():  # an export directory
+        model, tokens = open_export(args.run_dir)
+    else:
+        if (problem := run_dir_error(args.run_dir)) is not None:
+            raise ConfigError(problem)
+        trained = open_trained(args.run_dir, args.ckpt)
+        if (problem := generation_error(trained.model, f"{args.run_dir}")) is not None:
+            raise ConfigError(problem)
+        model, found = trained.model, tokens_of(trained.cfg)
+        assert found is not None, "a causal LM reads text"
+        tokens = found
+    print(args.prompt + write_text(model, tokens, args.prompt, sampling))
+    return 0

@@ -1,0 +1,182 @@
+"""``runner eval``: a checkpoint's validation figures on the run's data or other files, in ``eval.json`` and a
+table; a classifier's confusion matrix in a PNG beside it.
+
+Language models: the loss over every target, its perplexity and, on byte-level text, bits per byte.
+Classifiers (torchmetrics): accuracy, macro-F1, precision and recall per class, the confusion matrix.
+The pass runs eagerly unless compiling pays (:func:`resolve_mode`), and says which.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from runner import torch_internals as ti
+from runner.atomic_files import atomic_write_bytes
+from runner.config.schema import RunConfig, Scope
+from runner.config.targets import TextDataSchema
+from runner.data.text import IGNORE_INDEX
+from runner.figures.eval_metrics import (
+    EVAL_ACCURACY,
+    EVAL_BPB,
+    EVAL_CONFUSION,
+    EVAL_EXAMPLES,
+    EVAL_LABELS,
+    EVAL_LOSS,
+    EVAL_MACRO_F1,
+    EVAL_PERPLEXITY,
+    EVAL_PRECISION,
+    EVAL_RECALL,
+    EVAL_SUPPORT,
+    EVAL_TOKENS,
+)
+from runner.figures.perf import PERF_SPEEDUP_STATUS
+from runner.telemetry.definitions import break_even_text
+
+
+def resolve_mode(cfg: RunConfig, report: dict[str, Any], batches: int) -> tuple[bool, str]:
+    """Whether to compile the evaluation, and why, from what compiling bought the run (its ``report.json``):
+    compile when the run was compiled, compiling sped its steps up, and there are more batches than the steps
+    it took to pay for itself (a batch of evaluation counted as a step: a forward alone compiles faster, and
+    runs faster, in about the same ratio)."""
+    if cfg.compile.scope is Scope.none:
+        return False, "eager: the run was not compiled (compile.scope=none)"
+    paid = break_even_text(report)
+    if paid is None:
+        status = report.get(PERF_SPEEDUP_STATUS)
+        return False, "eager: the run's report measured no speedup from compiling" + (f" ({status})" if status else "")
+    if paid == "never":
+        return False, "eager: compiling did not pay for itself in the run (break-even: never)"
+    if batches <= int(paid):
+        return False, f"eager: {batches} batches, no more than the {paid} steps compiling took to pay for itself"
+    return True, (f"compiled (compile.backend={cfg.compile.backend}): {batches} batches, more than the {paid} steps "
+                  "compiling took to pay for itself in the run")
+
+
+def run_report(run_dir: Path) -> dict[str, Any]:
+    """The run's ``report.json`` (empty when it wrote none: a run stopped by a failure)."""
+    path = run_dir / "report.json"
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def eval_device(cfg: RunConfig) -> torch.device:
+    """The run's device when this machine has it, else the CPU."""
+    try:
+        device = torch.device(cfg.trainer.single_device())
+    except RuntimeError:
+        return torch.device("cpu")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        return torch.device("cpu")
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        return torch.device("cpu")
+    return device
+
+
+def evaluate(forward: Any, loader: Any, device: torch.device, cfg: RunConfig, labels: list[str]) -> dict[str, Any]:
+    """The figures of one pass of ``forward`` (the module, compiled or not) over ``loader``'s batches."""
+    from lightning.fabric.utilities import move_data_to_device
+
+    total, counted, examples = 0.0, 0, 0
+    metrics = None
+    with torch.no_grad():
+        for batch in loader:
+            x, y = move_data_to_device(batch, device)
+            logits = forward(x)
+            total += float(F.cross_entropy(logits.flatten(0, -2).float(), y.flatten(), ignore_index=IGNORE_INDEX,
+                                           reduction="sum"))
+            counted += int((y != IGNORE_INDEX).sum())
+            examples += int(y.shape[0])
+            if y.dim() == 1:  # one class per example
+                metrics = metrics or _classifier_metrics(logits.shape[-1], device)
+                for metric in metrics.values():
+                    metric.update(logits.float(), y)
+    loss = total / max(1, counted)
+    figures: dict[str, Any] = {EVAL_EXAMPLES: examples, EVAL_LOSS: round(loss, 6)}
+    if metrics is None:
+        figures.update({EVAL_TOKENS: counted, EVAL_PERPLEXITY: round(math.exp(min(loss, 700.0)), 4)})
+        if isinstance(cfg.data, TextDataSchema):  # a byte per target: nats per byte / ln 2
+            figures[EVAL_BPB] = round(loss / math.log(2), 6)
+        return figures
+    values = {name: metric.compute().cpu() for name, metric in metrics.items()}
+    confusion = values["confusion"].tolist()
+    figures.update({
+        EVAL_ACCURACY: round(float(values["accuracy"]), 6), EVAL_MACRO_F1: round(float(values["macro_f1"]), 6),
+        EVAL_LABELS: labels[:len(confusion)] + [str(i) for i in range(len(labels), len(confusion))],
+        EVAL_PRECISION: [round(float(v), 6) for v in values["precision"]],
+        EVAL_RECALL: [round(float(v), 6) for v in values["recall"]],
+        EVAL_SUPPORT: [int(sum(row)) for row in confusion], EVAL_CONFUSION: confusion,
+    })
+    return figures
+
+
+def _classifier_metrics(num_classes: int, device: torch.device) -> dict[str, Any]:
+    from torchmetrics.classification import (
+        MulticlassAccuracy,
+        MulticlassConfusionMatrix,
+        MulticlassF1Score,
+        MulticlassPrecision,
+        MulticlassRecall,
+    )
+
+    made = {"accuracy": MulticlassAccuracy(num_classes, average="micro"),
+            "macro_f1": MulticlassF1Score(num_classes, average="macro"),
+            "precision": MulticlassPrecision(num_classes, average=None, zero_division=0),
+            "recall": MulticlassRecall(num_classes, average=None, zero_division=0),
+            "confusion": MulticlassConfusionMatrix(num_classes)}
+    return {name: metric.to(device) for name, metric in made.items()}
+
+
+def run_pass(module: torch.nn.Module, loader: Any, cfg: RunConfig, labels: list[str], compiled: bool) -> dict[str, Any]:
+    """Move ``module`` to the evaluation device and evaluate it, compiled as the run was when ``compiled``; the
+    compiled code is dropped afterwards."""
+    device = eval_device(cfg)
+    module.to(device).eval()
+    if not compiled:
+        return evaluate(module, loader, device, cfg, labels)
+    c = cfg.compile
+    try:
+        forward = torch.compile(module, backend=c.backend, mode=c.mode, options=c.options or None)
+        return evaluate(forward, loader, device, cfg, labels)
+    finally:
+        ti.reset_compiler()
+
+
+def confusion_png(figures: dict[str, Any], path: Path) -> None:
+    """The confusion matrix as a heat map, counts written in the cells (up to 20 classes)."""
+    from matplotlib.figure import Figure
+
+    matrix, names = figures[EVAL_CONFUSION], figures[EVAL_LABELS]
+    n = len(matrix)
+    fig = Figure(figsize=(2 + 0.5 * n, 1.5 + 0.5 * n))
+    ax = fig.subplots()
+    image = ax.imshow(matrix, cmap="Blues")
+    fig.colorbar(image, ax=ax)
+    ax.set_xticks(range(n), names, rotation=45, ha="right")
+    ax.set_yticks(range(n), names)
+    ax.set_xlabel("predicted")
+    ax.set_ylabel("true")
+    ax.set_title(f"accuracy {figures[EVAL_ACCURACY]:.3f}, macro-F1 {figures[EVAL_MACRO_F1]:.3f}")
+    peak = max((max(row) for row in matrix), default=0)
+    if n <= 20:
+        for i, row in enumerate(matrix):
+            for j, count in enumerate(row):
+                ax.text(j, i, str(count), ha="center", va="center", color="white" if count > peak / 2 else "black")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+def write_eval(figures: dict[str, Any], out: Path) -> list[Path]:
+    """``out`` (JSON) and, for a classifier, the confusion matrix beside it (``<stem>_confusion.png``)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes((json.dumps(figures, indent=2) + "\n").encode(), out, one_writer=False)
+    written = [out]
+    if EVAL_CONFUSION in figures:
+        png = out.with_name(f"{out.stem}_confusion.png")
+        confusion_png(figures, png)
+        written.append(png)
+    return written

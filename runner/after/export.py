@@ -1,0 +1,166 @@
+"""The trained model, out: a directory its family's own library loads (docs/after-training.md).
+
+- transformers (``model=hf_causal_lm``, ``model=hf_classifier``): ``save_pretrained`` (safetensors, config.json,
+  a classifier's ``id2label``/``label2id``) and the tokenizer, for ``AutoModelFor...from_pretrained``;
+- timm (``model=timm``): timm's own folder (``save_for_hf``: ``model.safetensors``, ``config.json`` with the
+  architecture, ``pretrained_cfg`` and the arguments it was built with), for ``timm.create_model`` + ``load_state_dict``
+  (or ``timm.create_model('local-dir:DIR', pretrained=True)``);
+- runner's GPT and MLP, or a user's module: ``model.safetensors`` (the state dict) and ``config.json``, the
+  model's config node (``_target_`` and its arguments) that rebuilds it.
+
+Beside it: ``runner_export.json`` (family, checkpoint, step, how text becomes ids) and a README saying how to
+load it. The directory is written beside its place and renamed into it, so it is whole or absent. Exports
+never hold compile or checkpointing wrappers (``_orig_mod.``) or runner's hooks: a module that carries any is
+rebuilt from the config and given its weights first.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+from runner.after.family import Family, family_of, label_names, tokens_of, writes_text
+from runner.after.source import clean_state, is_clean
+from runner.config import ConfigError
+from runner.config.schema import RunConfig
+
+WEIGHTS = "model.safetensors"
+CONFIG = "config.json"
+METADATA = "runner_export.json"
+EXPORT_DIR = "model"
+"""Where a run exports its model at the end of the fit: ``<run_dir>/model``."""
+
+
+def out_error(out: Path, force: bool) -> str | None:
+    """Why the export may not be written to ``out`` (one paragraph), or None."""
+    if out.exists() and not out.is_dir():
+        return f"--out {out} is a file: give a directory to export the model into (it is created)."
+    if out.is_dir() and any(out.iterdir()) and not force:
+        return (f"{out} exists and is not empty: an export writes a whole directory and would replace what is there. "
+                "Give --force to replace it, or another directory with --out DIR.")
+    return None
+
+
+def node_dict(node: Any) -> dict[str, Any]:
+    """A config node (a schema dataclass or a plain dict) as JSON-ready values."""
+    values = dataclasses.asdict(node) if dataclasses.is_dataclass(node) and not isinstance(node, type) else dict(node)
+    return json.loads(json.dumps(values, default=lambda v: v.value if isinstance(v, Enum) else str(v)))
+
+
+def export_model(model: nn.Module, cfg: RunConfig, run_dir: Path, out: Path, checkpoint: str | None,
+                 step: int | None) -> Path:
+    """Write ``model`` (runner's ``TrainModule.model``, trained as ``cfg`` says) to ``out``, replacing it."""
+    if not is_clean(model):
+        model = _rebuilt(model, cfg)
+    family = family_of(model)
+    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        loading = _WRITERS[family](model, cfg, run_dir, tmp)
+        tokens = tokens_of(cfg)
+        meta: dict[str, Any] = {
+            "family": family.value, "task": _task(model, cfg), "checkpoint": checkpoint, "step": step,
+            "run_dir": str(run_dir), "model": node_dict(cfg.model), "tokenizer": tokens.note if tokens else None,
+            "load": loading}
+        if meta["task"] == "classification":
+            meta["labels"] = label_names(run_dir, int(getattr(cfg.data, "num_classes", 0)))
+        (tmp / METADATA).write_text(json.dumps(meta, indent=2) + "\n")
+        (tmp / "README.md").write_text(_readme(family, meta, loading))
+        _swap(tmp, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def _task(model: nn.Module, cfg: RunConfig) -> str:
+    if writes_text(model):
+        return "causal_lm"
+    return "classification" if getattr(cfg.data, "num_classes", None) else "model"
+
+
+def _rebuilt(model: nn.Module, cfg: RunConfig) -> nn.Module:
+    """A fresh model from the config, with ``model``'s weights (without the wrappers in their keys)."""
+    from hydra.utils import instantiate
+
+    fresh = instantiate(cfg.model)
+    fresh.load_state_dict(clean_state(model.state_dict()))
+    return fresh.eval()
+
+
+def _swap(tmp: Path, out: Path) -> None:
+    """``tmp`` renamed into ``out``; what was at ``out`` is removed once the new directory is in place."""
+    old = out.with_name(f".{out.name}.old-{os.getpid()}")
+    if out.exists():
+        os.replace(out, old)
+    os.replace(tmp, out)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _write_hf(model: nn.Module, cfg: RunConfig, run_dir: Path, out: Path) -> str:
+    hf: Any = model.model
+    auto = "AutoModelForCausalLM"
+    if family_of(model) is Family.hf_classifier:
+        auto = "AutoModelForSequenceClassification"
+        names = label_names(run_dir, int(hf.config.num_labels))
+        hf.config.id2label = dict(enumerate(names))
+        hf.config.label2id = {name: i for i, name in enumerate(names)}
+    hf.save_pretrained(out)
+    tokens = tokens_of(cfg)
+    if tokens is not None and tokens.directory:
+        tokens.tokenizer().save_pretrained(out)
+    return f"transformers.{auto}.from_pretrained(DIR)" + (
+        "; transformers.AutoTokenizer.from_pretrained(DIR)" if tokens and tokens.directory else "")
+
+
+def _write_timm(model: nn.Module, cfg: RunConfig, run_dir: Path, out: Path) -> str:
+    from timm.models import save_for_hf
+
+    net: Any = model.model
+    node = node_dict(cfg.model)
+    args = {k: v for k, v in (node.get("overrides") or {}).items() if v is not None}
+    if node.get("img_size") is not None:
+        args["img_size"] = node["img_size"]
+    # timm's own folder: model.safetensors and config.json (architecture, num_classes, pretrained_cfg, model_args)
+    save_for_hf(net, str(out), model_config={"label_names": label_names(run_dir, int(net.num_classes))},
+                model_args=args or None, safe_serialization=True)
+    return ("timm.create_model('local-dir:DIR', pretrained=True), or timm.create_model(config.json's architecture, "
+            "num_classes=..., **model_args) and load_state_dict(safetensors.torch.load_file(DIR/model.safetensors))")
+
+
+def _write_state(model: nn.Module, cfg: RunConfig, run_dir: Path, out: Path) -> str:
+    from safetensors.torch import save_model
+
+    save_model(model, str(out / WEIGHTS))  # tied weights (the GPT's head and embedding) kept once
+    (out / CONFIG).write_text(json.dumps(node_dict(cfg.model), indent=2) + "\n")
+    return ("hydra.utils.instantiate(json.load(open(DIR/config.json))) (or the class of its _target_ with its other "
+            "keys), then safetensors.torch.load_model(model, DIR/model.safetensors)")
+
+
+_WRITERS = {Family.hf_causal_lm: _write_hf, Family.hf_classifier: _write_hf, Family.timm: _write_timm,
+            Family.state_dict: _write_state}
+
+
+def _readme(family: Family, meta: dict[str, Any], loading: str) -> str:
+    lines = [f"# {meta['model'].get('_target_', 'model')}, exported by runner", "",
+             f"Trained in {meta['run_dir']}; weights of {meta['checkpoint'] or 'the end of the fit'}"
+             f" (step {meta['step']}).", "", f"Family: {family.value}. Load it with: {loading}.", ""]
+    if meta.get("tokenizer"):
+        lines += [f"Text: {meta['tokenizer']}.", ""]
+    if meta.get("labels"):
+        lines += [f"Classes by id: {', '.join(meta['labels'])}.", ""]
+    lines += [f"Everything runner knows about it: {METADATA}.", ""]
+    return "\n".join(lines)
+
+
+def export_error(out: Path, force: bool) -> None:
+    """Raise ``ConfigError`` when the export may not go to ``out`` (checked before anything is loaded)."""
+    if (problem := out_error(out, force)) is not None:
+        raise ConfigError(problem)

@@ -1,0 +1,123 @@
+"""What a trained model is, for what comes after training: its family (how it is saved and loaded), whether
+it writes text, how text becomes its ids, and the names of its classes.
+
+The tokenizer is the one the run's data used: the data's ``data.tokenizer`` directory when set; bytes for
+runner's byte-level text families (``data=text``: the UTF-8 bytes, 0-255; ``data=text_classification``:
+bytes + 1, 0 pads), which have no Hugging Face tokenizer; else the model's ``model.path``.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+from runner.config.schema import RunConfig
+from runner.config.targets import TextClassificationDataSchema, TextDataSchema
+
+LABELS_FILE = "labels.json"
+"""``<run_dir>/labels.json``, ``{"label2id": {...}, "id2label": {...}}``, written by the labelled-text data."""
+
+
+class Family(Enum):
+    """How a model is exported and loaded again."""
+
+    hf_causal_lm = "hf_causal_lm"  # transformers: save_pretrained / AutoModelForCausalLM.from_pretrained
+    hf_classifier = "hf_classifier"  # transformers: save_pretrained / AutoModelForSequenceClassification
+    timm = "timm"  # timm: model.safetensors + config.json (pretrained_cfg) / timm.create_model + load_state_dict
+    state_dict = "state_dict"  # runner's GPT and MLP, a user's module: model.safetensors + the config node
+
+
+def family_of(model: nn.Module) -> Family:
+    """The family of the model runner trained (``TrainModule.model``, or a user's LightningModule)."""
+    from runner.models.hf import CausalLM, SequenceClassifier
+    from runner.models.image import ImageClassifier
+
+    if isinstance(model, CausalLM):
+        return Family.hf_causal_lm
+    if isinstance(model, SequenceClassifier):
+        return Family.hf_classifier
+    if isinstance(model, ImageClassifier):
+        return Family.timm
+    return Family.state_dict
+
+
+def writes_text(model: nn.Module) -> bool:
+    """Whether the model is a causal LM runner can sample from: runner's GPT or a transformers causal LM."""
+    from runner.models.gpt import GPT
+    from runner.models.hf import CausalLM
+
+    return isinstance(model, (GPT, CausalLM))
+
+
+@dataclass(frozen=True)
+class Tokens:
+    """How text becomes the model's ids: a saved tokenizer (``directory``) or UTF-8 bytes plus ``offset``."""
+
+    directory: str | None = None
+    offset: int = 0
+
+    @property
+    def note(self) -> str:
+        """What the ids are, in words (an export's README and metadata say it)."""
+        if self.directory:
+            return f"the Hugging Face tokenizer saved in {self.directory} (exported beside the model)"
+        pad = ", 0 pads" if self.offset else ""
+        return (f"byte-level: ids are the UTF-8 bytes of the text{f' + {self.offset}' if self.offset else ''}"
+                f"{pad}; runner's byte-level models have no Hugging Face tokenizer (none is exported)")
+
+    def tokenizer(self) -> Any:
+        """The saved tokenizer, loaded from local files (only when ``directory`` is set)."""
+        assert self.directory, "a byte-level model has no tokenizer"
+        return _saved_tokenizer(self.directory)
+
+    def encode(self, text: str) -> list[int]:
+        if self.directory:
+            return list(self.tokenizer()(text)["input_ids"])
+        return [b + self.offset for b in text.encode("utf-8")]
+
+    def decode(self, ids: list[int]) -> str:
+        if self.directory:
+            return str(self.tokenizer().decode(ids, skip_special_tokens=True))
+        return bytes(max(0, min(255, i - self.offset)) for i in ids).decode("utf-8", "replace")
+
+
+@functools.cache
+def _saved_tokenizer(directory: str) -> Any:
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(Path(directory).expanduser()), local_files_only=True)
+
+
+def tokens_of(cfg: RunConfig) -> Tokens | None:
+    """How the run's data turned text into ids (module docstring); None when it read no text."""
+    directory = getattr(cfg.data, "tokenizer", None)
+    if directory:
+        return Tokens(str(directory))
+    if isinstance(cfg.data, TextDataSchema):
+        return Tokens()
+    if isinstance(cfg.data, TextClassificationDataSchema):
+        return Tokens(offset=1)
+    path = getattr(cfg.model, "path", None)
+    return Tokens(str(path)) if path else None
+
+
+def label_names(run_dir: Path, num_classes: int) -> list[str]:
+    """Class names by id: ``<run_dir>/labels.json``'s ``id2label`` where the data wrote one, else ``"0"``..``"n-1"``."""
+    path = Path(run_dir) / LABELS_FILE
+    names = [str(i) for i in range(num_classes)]
+    if path.is_file():
+        id2label = json.loads(path.read_text()).get("id2label") or {}
+        names = [str(id2label.get(str(i), id2label.get(i, name))) for i, name in enumerate(names)]
+    return names
+
+
+def num_classes_of(cfg: RunConfig) -> int | None:
+    """Classes of a classifier's data (``data.num_classes``), None for a language model's."""
+    n = getattr(cfg.data, "num_classes", None)
+    return int(n) if isinstance(n, int) else None

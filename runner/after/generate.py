@@ -1,0 +1,143 @@
+"""Text from a trained causal LM: runner's GPT (byte-level) or a transformers causal LM, from a run's checkpoint
+or from its export; and the short sample a causal-LM run writes into report.md at the end of the fit.
+
+A transformers model samples through its own ``generate`` with its KV cache (``use_cache=True``). runner's GPT
+has no KV cache: each new token runs the model over the last ``block_size`` tokens again (cheap at its sizes).
+Sampling is seeded, and the process's random state is left as it was.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from runner.after.family import Family, Tokens, family_of, writes_text
+from runner.config import ConfigError
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How new tokens are drawn: ``temperature`` 0 is greedy; ``top_k`` 0 keeps every token."""
+
+    max_new_tokens: int = 200
+    temperature: float = 0.8
+    top_k: int = 40
+    seed: int = 0
+
+    def error(self) -> str | None:
+        """What is wrong with these settings, in one paragraph (None: nothing)."""
+        if self.max_new_tokens < 1:
+            return f"--max-new-tokens {self.max_new_tokens}: give a number of tokens to write, >= 1."
+        if self.temperature < 0:
+            return f"--temperature {self.temperature}: give 0 (greedy) or more (1 samples as the model says)."
+        if self.top_k < 0:
+            return f"--top-k {self.top_k}: give 0 (every token) or the number of likeliest tokens to draw from."
+        return None
+
+
+def not_a_language_model(what: str, kind: str) -> str:
+    """The refusal of ``generate`` on ``what`` (a run or an export), which holds ``kind`` of model."""
+    return (f"{what} holds {kind}, not a causal language model: generate writes text with runner's GPT (model=gpt) "
+            "or a transformers causal LM (model=hf_causal_lm). Evaluate a classifier with "
+            "`python -m runner eval RUN_DIR` instead.")
+
+
+def generation_error(model: nn.Module, what: str) -> str | None:
+    """Why ``model`` (of ``what``: a run or an export) cannot write text, or None."""
+    if writes_text(model):
+        return None
+    kind = {Family.hf_classifier: "a transformers sequence classifier", Family.timm: "a timm image classifier"}.get(
+        family_of(model), f"a {type(model).__name__}")
+    return not_a_language_model(what, kind)
+
+
+@contextmanager
+def _eval_mode(model: nn.Module) -> Iterator[None]:
+    """Eval mode (no dropout) and no autograd for the sample; each submodule's mode restored after."""
+    modes = [(m, m.training) for m in model.modules()]
+    model.eval()
+    try:
+        with torch.no_grad():
+            yield
+    finally:
+        for m, training in modes:
+            m.training = training
+
+
+def generate_ids(model: nn.Module, prompt: list[int], sampling: Sampling) -> list[int]:
+    """The new token ids ``model`` (runner's GPT or ``runner.models.hf.CausalLM``) writes after ``prompt``."""
+    device = next(model.parameters()).device
+    ids = torch.tensor([prompt], dtype=torch.long, device=device)
+    with _eval_mode(model), torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        torch.manual_seed(sampling.seed)
+        if family_of(model) is Family.hf_causal_lm:
+            return _hf_generate(model.model, ids, sampling)  # type: ignore[arg-type]
+        return _gpt_generate(model, ids, sampling)
+
+
+def _hf_generate(hf: nn.Module, ids: torch.Tensor, sampling: Sampling) -> list[int]:
+    config: Any = hf.config
+    pad = config.pad_token_id if config.pad_token_id is not None else config.eos_token_id
+    out = hf.generate(  # type: ignore[operator]
+        input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=sampling.max_new_tokens,
+        do_sample=sampling.temperature > 0, temperature=sampling.temperature or None, top_k=sampling.top_k,
+        use_cache=True, pad_token_id=pad if pad is not None else 0)
+    return [int(i) for i in out[0, ids.shape[1]:]]
+
+
+def _gpt_generate(model: nn.Module, ids: torch.Tensor, sampling: Sampling) -> list[int]:
+    block = int(getattr(model, "block_size", ids.shape[1] + sampling.max_new_tokens))
+    start = ids.shape[1]
+    for _ in range(sampling.max_new_tokens):
+        logits = model(ids[:, -block:])[:, -1, :].float()
+        ids = torch.cat([ids, next_token(logits, sampling)], dim=1)
+    return [int(i) for i in ids[0, start:]]
+
+
+def next_token(logits: torch.Tensor, sampling: Sampling) -> torch.Tensor:
+    """One token per row of ``logits`` ``[batch, vocab]``: the likeliest (temperature 0), or drawn from the
+    ``top_k`` likeliest at ``temperature``, with the global generator (seeded by the caller)."""
+    if sampling.temperature == 0:
+        return logits.argmax(-1, keepdim=True)
+    logits = logits / sampling.temperature
+    if 0 < sampling.top_k < logits.shape[-1]:
+        kth = torch.topk(logits, sampling.top_k).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    return torch.multinomial(torch.softmax(logits, dim=-1), 1)
+
+
+def write_text(model: nn.Module, tokens: Tokens, prompt: str, sampling: Sampling) -> str:
+    """``prompt``'s continuation, as text."""
+    ids = tokens.encode(prompt or "\n")
+    if not ids:
+        ids = tokens.encode("\n")
+    return tokens.decode(generate_ids(model, ids, sampling))
+
+
+def open_export(directory: Path) -> tuple[nn.Module, Tokens]:
+    """A causal LM exported by runner (``runner_export.json`` beside it), loaded with its family's library, and
+    how text becomes its ids."""
+    from runner.after.export import CONFIG, METADATA, WEIGHTS
+
+    meta = json.loads((directory / METADATA).read_text())
+    tokens = Tokens(str(directory)) if (directory / "tokenizer_config.json").is_file() else Tokens()
+    if meta.get("task") != "causal_lm":
+        raise ConfigError(not_a_language_model(str(directory), f"an export of a {meta.get('task')} model "
+                                                                   f"({meta.get('family')})"))
+    if meta.get("family") == Family.hf_causal_lm.value:
+        from runner.models.hf import CausalLM
+
+        return CausalLM(config=None, path=str(directory)), tokens  # from_pretrained, local files only
+    from hydra.utils import instantiate
+    from safetensors.torch import load_model
+
+    model = instantiate(json.loads((directory / CONFIG).read_text()))
+    load_model(model, str(directory / WEIGHTS))
+    return model, tokens

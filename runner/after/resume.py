@@ -1,0 +1,163 @@
+"""Resuming a run from its own config: ``runner resume RUN_DIR [overrides]``, or ``hydra.run.dir=RUN_DIR
+ckpt_path=last`` with no other override, becomes the run's saved command line plus the new overrides, in place,
+from its last checkpoint; nothing is typed twice.
+
+A resume continues the state the checkpoint holds. An override that changes what that state fits (the model's
+shape, the data and the place in it, the optimizer and the schedule, whose state and plan come back from the
+checkpoint) is refused in one paragraph, whichever way the run is resumed; so is a config that changed under
+the run (its recipe edited since). ``trainer.max_steps`` may change: ``scheduler.on_resume`` says what the
+schedule does (``runner.training.schedules``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from runner.after.source import CONFIG, RUN_KEYS, merge_overrides, override_key, run_dir_error, saved_overrides
+from runner.config import ConfigError, compose
+from runner.config.precheck import command_line, search_dirs
+
+GROUPS = ("model", "data", "optimizer", "scheduler")
+FREE = {"data.num_workers", "scheduler.total_steps", "scheduler.on_resume"}
+"""Keys a resume may change: the loader's worker processes; the schedule's length (``trainer.max_steps``,
+what ``scheduler.on_resume`` is for) and that choice itself."""
+_WHY = {
+    "model": "changes the model's shape, and the checkpoint's weights do not fit it",
+    "data": "changes the data, and the checkpoint's place in it (its next batch) would point elsewhere",
+    "optimizer": "changes the optimizer, whose state (its learning rate too) comes back from the checkpoint: "
+                 "the setting would be ignored or the state would not fit",
+    "scheduler": "changes the schedule, whose plan comes back from the checkpoint and would ignore it "
+                 "(scheduler.on_resume says what a new trainer.max_steps does)",
+}
+_PLAIN = re.compile(r"^[A-Za-z0-9_./-]+$")
+
+
+def _value(path: Path) -> str:
+    """A path as an override's value: quoted when Hydra's grammar would read a character of it."""
+    text = str(path)
+    return text if _PLAIN.match(text) else "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def resume_command(argv: Sequence[str]) -> list[str] | None:
+    """The command line a resume runs, or None when ``argv`` is no resume from a run's own config.
+    ``resume RUN_DIR [overrides]``, or ``hydra.run.dir=RUN_DIR`` and ``ckpt_path`` alone: the run's saved command
+    line, the overrides in place of the same keys, then ``hydra.run.dir`` and ``ckpt_path`` (``last`` unless given).
+    A command line that resumes into a run directory with overrides of its own is checked (:func:`check_resume`)
+    and returned as it is. Raises ``ConfigError``."""
+    if argv[:1] == ["resume"]:
+        if len(argv) < 2 or "=" in argv[1]:
+            raise ConfigError("runner resume needs the run directory first: python -m runner resume RUN_DIR "
+                              "[overrides] (e.g. trainer.max_steps=600).")
+        return _resumed(Path(argv[1]), list(argv[2:]))
+    args = command_line(argv)
+    if args is None or args.multirun:
+        return None
+    given = {override_key(o): o.split("=", 1)[-1] for o in args.overrides}
+    if "hydra.run.dir" not in given or not given.get("ckpt_path"):
+        return None
+    run_dir = Path(given["hydra.run.dir"].strip("'\""))
+    if not (run_dir / CONFIG).is_file():
+        return None  # not a run of runner's: Lightning's own resume, as before
+    others = [o for o in args.overrides if override_key(o) not in RUN_KEYS]
+    if not others:
+        return _resumed(run_dir, [f"ckpt_path={given['ckpt_path']}"])
+    check_resume(run_dir, args.overrides)
+    return None
+
+
+def _resumed(run_dir: Path, given: list[str]) -> list[str]:
+    if (problem := run_dir_error(run_dir)) is not None:
+        raise ConfigError(f"runner resume: {problem}")
+    if any(override_key(o) == "hydra.run.dir" for o in given):
+        raise ConfigError(f"runner resume {run_dir} resumes the run in its own directory: drop hydra.run.dir "
+                          "(to train the trained model elsewhere, start a new run).")
+    if not any(override_key(o) == "ckpt_path" for o in given):
+        given.append("ckpt_path=last")
+    argv = [*merge_overrides(saved_overrides(run_dir), given), f"hydra.run.dir={_value(run_dir)}"]
+    check_resume(run_dir, argv, typed=given)
+    return argv
+
+
+def _flat(node: Any, prefix: str) -> dict[str, Any]:
+    if isinstance(node, dict):
+        out: dict[str, Any] = {}
+        for k, v in node.items():
+            out.update(_flat(v, f"{prefix}.{k}"))
+        return out
+    return {prefix: node}
+
+
+def _resolved(cfg: Any, group: str) -> dict[str, Any]:
+    from omegaconf import OmegaConf
+
+    node = OmegaConf.select(cfg, group)
+    plain = OmegaConf.to_container(node, resolve=True, enum_to_str=True) if node is not None else None
+    return _flat(plain, group) if isinstance(plain, dict) else {group: plain}
+
+
+def changed_keys(run_dir: Path, overrides: Sequence[str]) -> list[tuple[str, Any, Any]]:
+    """``(key, the run's value, the resume's value)`` of every model, data, optimizer or scheduler setting that
+    ``overrides`` (the resume's command line) compose to differently from the run's saved config, except the
+    keys a resume may change (``FREE``) and model settings that leave every weight's shape as it was."""
+    from omegaconf import OmegaConf
+
+    args = command_line(list(overrides))
+    dirs = search_dirs(args) if args is not None else []
+    plain = [o for o in overrides if not o.lstrip("+~").startswith(("hydra.", "hydra/"))]
+    new = compose(plain, run_dir=str(run_dir), config_dirs=dirs or None)
+    old = OmegaConf.load(run_dir / CONFIG)
+    out = []
+    for group in GROUPS:
+        before, after = _resolved(old, group), _resolved(new, group)
+        diffs = [(k, before.get(k), after.get(k)) for k in sorted({*before, *after})
+                 if k not in FREE and before.get(k) != after.get(k)]
+        if group == "model" and diffs and _same_shapes(old.model, new.model):
+            diffs = []
+        out += diffs
+    return out
+
+
+def _same_shapes(old: Any, new: Any) -> bool:
+    """Whether both model nodes build (on the meta device) the same class with every weight of the same shape."""
+    from runner.config.target_objects import meta_model
+
+    built = [meta_model(node) for node in (old, new)]
+    if any(m is None for m in built) or type(built[0]) is not type(built[1]):
+        return False
+    shapes = [{k: tuple(v.shape) for k, v in m.state_dict().items()} for m in built if m is not None]
+    return shapes[0] == shapes[1]
+
+
+def check_resume(run_dir: Path, overrides: Sequence[str], typed: Sequence[str] | None = None) -> None:
+    """Refuse, in one paragraph, a resume of ``run_dir`` whose config changes what its checkpoint's state fits.
+    ``typed``: the overrides the user gave (the rest of a difference came from config files changed since)."""
+    try:
+        changes = changed_keys(run_dir, overrides)
+    except ConfigError:
+        raise
+    except Exception:
+        return None  # a command line that does not compose: precheck names the problem next, in its words
+    if not changes:
+        return None
+    typed_keys = {override_key(o) for o in (overrides if typed is None else typed)}
+    shown, sources = [], set()
+    for key, was, now in changes[:4]:
+        given = any(key == k or key.startswith(f"{k}.") or k.startswith(f"{key}.") for k in typed_keys) or \
+            key.split(".")[0] in typed_keys
+        sources.add("given" if given else "files")
+        shown.append(f"{key}={_text(now)} (the run trained with {_text(was)})")
+    more = f" and {len(changes) - 4} more" if len(changes) > 4 else ""
+    why = "; ".join(dict.fromkeys(_WHY[key.split(".")[0]] for key, _, _ in changes))
+    origin = ("The config files (a recipe or conf/ option) changed since the run, or the overrides differ from its "
+              "saved command line; " if "files" in sources else "")
+    raise ConfigError(
+        f"cannot resume {run_dir} with {', '.join(shown)}{more}: that {why}. {origin}A resume takes the run's own "
+        f"config: `python -m runner resume {run_dir}` with no such override (trainer.max_steps and other trainer, "
+        "compile and logging settings may change). To train with the new setting, start a new run.")
+
+
+def _text(value: Any) -> str:
+    return "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)

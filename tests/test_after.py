@@ -1,0 +1,363 @@
+"""After training: every export loads with its family's own library and computes what the trained module computes,
+bit for bit on the CPU; ``runner eval`` scores a checkpoint; ``runner generate`` writes text (with the KV cache for a
+transformers model); the end-of-fit sample; and the bad inputs, each refused in one paragraph with nothing written.
+
+One tiny run per family (a few steps, no compile codegen) is trained in-process once for the module and read by
+every test (tests/after_runs.py); timm's export is tested where timm imports (the versions job's venv)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from runner.after.at_end import at_end_of_fit
+from runner.after.cli import main
+from runner.after.export import CONFIG, METADATA, WEIGHTS
+from runner.after.generate import Sampling, generate_ids
+from runner.after.source import open_trained
+from runner.data.text import IGNORE_INDEX
+from runner.figures.eval_metrics import EVAL_BPB, EVAL_LOSS, EVAL_MODE, EVAL_PERPLEXITY, EVAL_TOKENS
+from runner.figures.run import RUN_EXPORT, RUN_SAMPLE
+from tests import after_runs
+from tests.after_runs import TrainedRun, train
+from tests.hf_models import vision_imports
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def gpt(tmp_path_factory: pytest.TempPathFactory) -> TrainedRun:
+    return train(tmp_path_factory.mktemp("gpt") / "run", after_runs.GPT)
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory: pytest.TempPathFactory) -> TrainedRun:
+    return train(tmp_path_factory.mktemp("llama") / "run", after_runs.LLAMA)
+
+
+@pytest.fixture(scope="module")
+def bert(tmp_path_factory: pytest.TempPathFactory) -> TrainedRun:
+    base = tmp_path_factory.mktemp("bert")
+    return train(base / "run", after_runs.bert(after_runs.labelled_jsonl(base / "train.jsonl")))
+
+
+def _listing(directory: Path) -> list[str]:
+    return sorted(str(p.relative_to(directory)) for p in directory.rglob("*"))
+
+
+def _refused(args: list[str], capsys: pytest.CaptureFixture[str], *fragments: str) -> str:
+    """``main(args)`` exits 2 with one paragraph on stderr holding every fragment."""
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and err.startswith(f"runner {args[0]}: "), err
+    for fragment in fragments:
+        assert fragment in err, err
+    return err
+
+
+# -- export -----------------------------------------------------------------------------------------------
+def test_gpt_export_rebuilds_from_its_config_and_computes_what_the_trained_module_computes(gpt: TrainedRun) -> None:
+    from safetensors import safe_open
+    from safetensors.torch import load_model
+
+    from runner.models.gpt import GPT
+
+    out = gpt.run_dir / "model"
+    assert gpt.figures[RUN_EXPORT] == str(out)
+    config = json.loads((out / CONFIG).read_text())
+    assert config.pop("_target_") == "runner.models.gpt.GPT"
+    exported = GPT(**config)
+    load_model(exported, str(out / WEIGHTS))
+    with safe_open(str(out / WEIGHTS), "pt") as f:  # compile=model ran: no wrapper or hook in what was saved
+        keys = list(f.keys())  # noqa: SIM118 - a safetensors file is no dict
+    assert keys and not [k for k in keys if "_orig_mod" in k or "_checkpoint_wrapped" in k]
+    x = torch.randint(0, 256, (2, 16))
+    trained = gpt.module.model.eval()
+    assert torch.equal(exported.eval()(x), trained(x))
+    assert "byte-level" in json.loads((out / METADATA).read_text())["tokenizer"]
+
+
+def test_a_wrapped_module_is_exported_without_its_wrapper(gpt: TrainedRun, tmp_path: Path) -> None:
+    """torch.compile's wrapper puts ``_orig_mod.`` in every key: the export rebuilds the model, saves plain keys."""
+    from safetensors.torch import load_file
+
+    from runner.after.export import export_model
+
+    trained = open_trained(gpt.run_dir)
+    wrapped = torch.compile(trained.model, backend="eager")  # nothing compiles until it is called
+    assert all(k.startswith("_orig_mod.") for k in wrapped.state_dict())
+    export_model(wrapped, trained.cfg, gpt.run_dir, tmp_path / "out", None, None)
+    saved = load_file(str(tmp_path / "out" / WEIGHTS))
+    plain = trained.model.state_dict()
+    assert saved.keys() <= plain.keys() and all(torch.equal(saved[k], plain[k]) for k in saved)
+
+
+def test_transformers_causal_lm_export_loads_with_auto_model(llama: TrainedRun) -> None:
+    from transformers import AutoModelForCausalLM
+
+    exported = AutoModelForCausalLM.from_pretrained(str(llama.run_dir / "model"), local_files_only=True)
+    x = torch.randint(0, 256, (2, 16))
+    trained = llama.module.model.model.eval()
+    assert torch.equal(exported.eval()(input_ids=x).logits, trained(input_ids=x).logits)
+    assert (llama.run_dir / "model" / "model.safetensors").is_file()
+
+
+def test_classifier_export_carries_its_labels_and_loads_with_auto_model(bert: TrainedRun, tmp_path: Path,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    from transformers import AutoModelForSequenceClassification
+
+    run_dir = bert.run_dir
+    assert json.loads((run_dir / "model" / "config.json").read_text())["id2label"] == {str(i): str(i) for i in range(4)}
+    names = sorted(after_runs.CLASSES)  # what the data module writes beside the run: labels.json
+    (run_dir / "labels.json").write_text(json.dumps({"label2id": {n: i for i, n in enumerate(names)},
+                                                     "id2label": {str(i): n for i, n in enumerate(names)}}))
+    try:
+        assert main(["export", str(run_dir), "--out", str(tmp_path / "out")]) == 0
+    finally:
+        (run_dir / "labels.json").unlink()
+    assert "runner export: " in capsys.readouterr().out
+    exported = AutoModelForSequenceClassification.from_pretrained(str(tmp_path / "out"), local_files_only=True)
+    assert exported.config.id2label == dict(enumerate(names)) and exported.config.label2id["gamma"] == 3
+    batch = {"input_ids": torch.randint(1, 257, (3, 12)), "attention_mask": torch.ones(3, 12, dtype=torch.long)}
+    trained = bert.module.model.eval()
+    assert torch.equal(exported.eval()(**batch).logits, trained(batch))
+
+
+def test_export_from_a_checkpoint_equals_the_end_of_fit_export_and_replaces_only_with_force(
+        gpt: TrainedRun, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from safetensors.torch import load_file
+
+    out = tmp_path / "exported"
+    assert main(["export", str(gpt.run_dir), "--out", str(out)]) == 0
+    again, at_end = load_file(str(out / WEIGHTS)), load_file(str(gpt.run_dir / "model" / WEIGHTS))
+    assert again.keys() == at_end.keys() and all(torch.equal(again[k], at_end[k]) for k in again)
+    before = _listing(out)
+    _refused(["export", str(gpt.run_dir), "--out", str(out)], capsys, str(out), "not empty", "--force")
+    assert _listing(out) == before
+    (out / "stray.txt").write_text("x")
+    assert main(["export", str(gpt.run_dir), "--out", str(out), "--force"]) == 0
+    assert not (out / "stray.txt").exists() and (out / WEIGHTS).is_file()
+    assert not list(tmp_path.glob(".exported.*"))  # the temporary and the replaced directory are gone
+
+
+@pytest.mark.skipif(not vision_imports(), reason="timm does not import beside this torch (a CPU-only torch has no "
+                                                 "torchvision on PyPI): the versions job runs it on PyPI's torch 2.15")
+def test_timm_export_loads_with_create_model_and_load_state_dict(tmp_path: Path) -> None:
+    import timm
+    from safetensors.torch import load_file
+
+    trained = train(tmp_path / "run", ["+recipe=resnet_tiny", "compile=eager", "data.image_size=32",
+                                       "data.num_samples=64", "data.batch_size=8", *after_runs.FAST])
+    out = tmp_path / "run" / "model"
+    config = json.loads((out / "config.json").read_text())
+    assert config["architecture"] == "resnet18" and config["pretrained_cfg"]
+    exported = timm.create_model(config["architecture"], num_classes=config["num_classes"],
+                                 **config.get("model_args", {}))
+    exported.load_state_dict(load_file(str(out / WEIGHTS)))
+    x = torch.randn(2, 3, 32, 32)
+    assert torch.equal(exported.eval()(x), trained.module.model.eval()(x))
+    local = timm.create_model(f"local-dir:{out}", pretrained=True)  # timm's own folder format
+    assert torch.equal(local.eval()(x), exported(x))
+
+
+def test_a_run_trained_on_a_gpu_exports_and_evaluates_on_a_machine_without_one(
+        gpt: TrainedRun, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The after-training commands check what building the model and reading the data need, not the trainer's
+    machine: the run's own trainer=gpu is no reason to refuse them here."""
+    from runner.after.evaluate import eval_device
+    from runner.after.source import run_config
+
+    copy = tmp_path / "gpu_run"
+    shutil.copytree(gpt.run_dir / ".hydra", copy / ".hydra")
+    shutil.copytree(gpt.run_dir / "checkpoints", copy / "checkpoints")
+    with (copy / ".hydra" / "overrides.yaml").open("a") as f:
+        f.write("- trainer=gpu\n")
+    assert run_config(copy).trainer.accelerator == "cuda"
+    assert main(["export", str(copy), "--out", str(tmp_path / "out")]) == 0
+    assert (tmp_path / "out" / WEIGHTS).is_file() and "runner export: " in capsys.readouterr().out
+    if not torch.cuda.is_available():
+        assert eval_device(run_config(copy)) == torch.device("cpu")
+
+
+# -- eval -------------------------------------------------------------------------------------------------
+def test_eval_scores_every_validation_target_of_a_language_model(gpt: TrainedRun,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    from runner.after.source import run_config
+    from runner.build import build_datamodule
+
+    assert main(["eval", str(gpt.run_dir)]) == 0
+    figures = json.loads((gpt.run_dir / "eval.json").read_text())
+    dm = build_datamodule(run_config(gpt.run_dir))
+    dm.setup("validate")
+    model, total, count = gpt.module.model.eval(), 0.0, 0
+    with torch.no_grad():
+        for x, y in dm.val_dataloader():
+            total += float(F.cross_entropy(model(x).flatten(0, 1), y.flatten(), ignore_index=IGNORE_INDEX,
+                                           reduction="sum"))
+            count += int((y != IGNORE_INDEX).sum())
+    assert figures[EVAL_TOKENS] == count
+    assert figures[EVAL_LOSS] == pytest.approx(total / count, rel=1e-5)
+    assert figures[EVAL_PERPLEXITY] == pytest.approx(math.exp(figures[EVAL_LOSS]), rel=1e-4)
+    assert figures[EVAL_BPB] == pytest.approx(figures[EVAL_LOSS] / math.log(2), rel=1e-5)
+    assert figures[EVAL_MODE].startswith("eager: ")  # the run measured no speedup: nothing to pay for a compile
+    assert "perplexity" in capsys.readouterr().out
+
+
+def test_eval_of_a_classifier_gives_per_class_figures_and_a_confusion_matrix(
+        bert: TrainedRun, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    held_out = after_runs.labelled_jsonl(tmp_path / "held_out.jsonl", rows=120)
+    out = tmp_path / "held_out_eval.json"
+    assert main(["eval", str(bert.run_dir), "--out", str(out), f"data.path={held_out}"]) == 0
+    f = json.loads(out.read_text())
+    matrix = torch.tensor(f["eval/confusion"])
+    assert matrix.shape == (4, 4) and int(matrix.sum()) == f["eval/examples"] == sum(f["eval/support"])
+    assert f["eval/accuracy"] == pytest.approx(float(matrix.diag().sum() / matrix.sum()), abs=1e-6)
+    recall = matrix.diag() / matrix.sum(1).clamp(min=1)
+    assert f["eval/recall"] == pytest.approx(recall.tolist(), abs=1e-6)
+    assert f["eval/labels"] == ["0", "1", "2", "3"] and f["eval/data"].endswith(f"data.path={held_out}")
+    assert (tmp_path / "held_out_eval_confusion.png").stat().st_size > 1000
+    printed = capsys.readouterr().out
+    assert "macro-F1" in printed and "per class" in printed
+
+
+def test_compiled_eval_scores_as_the_eager_one(gpt: TrainedRun) -> None:
+    from runner.after import evaluate as ev
+    from runner.build import build_datamodule
+
+    trained = open_trained(gpt.run_dir)
+    dm = build_datamodule(trained.cfg)
+    dm.setup("validate")
+    paid = {"perf/speedup_x": 2.0, "perf/break_even_step": 1}
+    compiled, why = ev.resolve_mode(trained.cfg, paid, batches=len(dm.val_dataloader()))
+    assert compiled and why.startswith("compiled (compile.backend=eager)")
+    assert not ev.resolve_mode(trained.cfg, paid, batches=1)[0]
+    assert not ev.resolve_mode(trained.cfg, {"perf/speedup_x": 0.9, "perf/break_even_step": "never"}, 100)[0]
+    batches = list(itertools.islice(dm.val_dataloader(), 2))
+    eager = ev.run_pass(trained.module, batches, trained.cfg, [], compiled=False)
+    assert ev.run_pass(trained.module, batches, trained.cfg, [], compiled=True)[EVAL_LOSS] == \
+        pytest.approx(eager[EVAL_LOSS], rel=1e-6)
+
+
+# -- generate ---------------------------------------------------------------------------------------------
+def test_generate_from_the_checkpoint_and_from_the_export_write_the_same_text(
+        gpt: TrainedRun, capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["--prompt", "def ", "--max-new-tokens", "12", "--seed", "3"]
+    assert main(["generate", str(gpt.run_dir), *args]) == 0
+    from_ckpt = capsys.readouterr().out
+    assert main(["generate", str(gpt.run_dir / "model"), *args]) == 0
+    assert capsys.readouterr().out == from_ckpt and from_ckpt.startswith("def ")
+    model = gpt.module.model
+    greedy = generate_ids(model, list(b"def "), Sampling(max_new_tokens=8, temperature=0))
+    ids = torch.tensor([list(b"def ")])
+    with torch.no_grad():
+        for _ in range(8):
+            ids = torch.cat([ids, model(ids)[:, -1:].argmax(-1)], dim=1)
+    assert greedy == ids[0, 4:].tolist()
+
+
+def test_transformers_generation_uses_the_kv_cache_and_matches_a_full_forward(llama: TrainedRun) -> None:
+    model = llama.module.model
+    prompt = list(b"import ")
+    greedy = generate_ids(model, prompt, Sampling(max_new_tokens=10, temperature=0))
+    ids = torch.tensor([prompt])
+    with torch.no_grad():
+        for _ in range(10):  # no cache: the whole sequence each step (runner's CausalLM runs with use_cache=False)
+            ids = torch.cat([ids, model(ids)[:, -1:].argmax(-1)], dim=1)
+    assert greedy == ids[0, len(prompt):].tolist()
+    sampled = [generate_ids(model, prompt, Sampling(max_new_tokens=10, seed=s)) for s in (1, 1, 2)]
+    assert sampled[0] == sampled[1] != sampled[2]
+    state = torch.random.get_rng_state()
+    generate_ids(model, prompt, Sampling(max_new_tokens=3))
+    assert torch.equal(torch.random.get_rng_state(), state)  # the process's random state is left alone
+
+
+def test_a_causal_lm_run_ends_with_a_sample_in_its_report_unless_turned_off(gpt: TrainedRun) -> None:
+    report = (gpt.run_dir / "report.md").read_text()
+    assert "## Sample" in report and gpt.figures[RUN_SAMPLE].startswith("\n")
+    trained = open_trained(gpt.run_dir)
+    trained.cfg.after.sample_tokens, trained.cfg.after.export = 0, False
+    assert at_end_of_fit(trained.cfg, trained.model, gpt.run_dir, None, 3) == {}
+
+
+# -- bad input: one paragraph, exit code 2, nothing written -----------------------------------------------------
+def test_a_directory_that_is_no_run_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "notes.txt").write_text("x")
+    for command in ("export", "eval", "generate"):
+        _refused([command, str(tmp_path)], capsys, f"{tmp_path} is not a run directory", ".hydra/overrides.yaml",
+                 "outputs/<date>/<time>-<name>")
+    assert _listing(tmp_path) == ["notes.txt"]
+
+
+def test_a_missing_or_truncated_checkpoint_is_refused(gpt: TrainedRun, tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    before = _listing(gpt.run_dir)
+    _refused(["eval", str(gpt.run_dir), "--ckpt", str(tmp_path / "nope.ckpt")], capsys, "does not exist", "--ckpt last")
+    cut = tmp_path / "cut.ckpt"
+    data = (gpt.run_dir / "checkpoints" / "last.ckpt").read_bytes()
+    cut.write_bytes(data[: len(data) // 2])
+    _refused(["export", str(gpt.run_dir), "--ckpt", str(cut), "--out", str(tmp_path / "out")], capsys,
+             "not a checkpoint torch can load", "cut short")
+    _refused(["generate", str(gpt.run_dir), "--ckpt", "best"], capsys, "kept no best checkpoint", "--ckpt last")
+    assert _listing(gpt.run_dir) == before and not (tmp_path / "out").exists()
+
+
+def test_generate_on_a_classifier_is_refused(bert: TrainedRun, capsys: pytest.CaptureFixture[str]) -> None:
+    _refused(["generate", str(bert.run_dir), "--prompt", "hi"], capsys, "sequence classifier",
+             "not a causal language model", "runner eval RUN_DIR")
+    _refused(["generate", str(bert.run_dir / "model")], capsys, "export of a classification model")
+
+
+def test_eval_data_of_another_format_or_other_columns_or_labels_is_refused(
+        bert: TrainedRun, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    before = _listing(bert.run_dir)
+    tsv = tmp_path / "rows.tsv"
+    tsv.write_text("".join(f"{c}\t{c} {c} {c} {c} {c}\n" for c in after_runs.CLASSES * 5))
+    _refused(["eval", str(bert.run_dir), f"data.path={tsv}"], capsys, "is tab-separated", "trained on JSON lines")
+    renamed = after_runs.labelled_jsonl(tmp_path / "renamed.jsonl", columns=("sentence", "label"))
+    _refused(["eval", str(bert.run_dir), f"data.path={renamed}"], capsys, "has the columns sentence, label",
+             "not text")
+    other = after_runs.labelled_jsonl(tmp_path / "other.jsonl", classes=("alpha", "beta", "omega"))
+    _refused(["eval", str(bert.run_dir), f"data.path={other}"], capsys, "never saw (omega)",
+             "alpha, beta, delta, gamma")
+    _refused(["eval", str(bert.run_dir), "model.num_labels=3"], capsys, "data.KEY=VALUE overrides only")
+    assert _listing(bert.run_dir) == before
+
+
+def test_the_commands_exit_2_from_the_command_line(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "offline"}
+    proc = subprocess.run([sys.executable, "-m", "runner", "export", str(tmp_path / "missing")], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().count("\n") == 0 and "does not exist" in proc.stderr
+    assert _listing(tmp_path) == []
+
+
+def test_the_export_directory_is_whole_or_absent(gpt: TrainedRun, tmp_path: Path) -> None:
+    """A failure while writing leaves no export and no temporary directory behind."""
+    from runner.after import export as ex
+
+    trained = open_trained(gpt.run_dir)
+    real = ex._WRITERS[ex.Family.state_dict]
+
+    def fail(*args: object) -> str:
+        real(*args)  # type: ignore[arg-type]
+        raise OSError("disk full")
+
+    ex._WRITERS[ex.Family.state_dict] = fail
+    try:
+        with pytest.raises(OSError):
+            ex.export_model(trained.model, trained.cfg, gpt.run_dir, tmp_path / "model", None, None)
+    finally:
+        ex._WRITERS[ex.Family.state_dict] = real
+    assert _listing(tmp_path) == []
+    shutil.rmtree(tmp_path, ignore_errors=True)
