@@ -18,7 +18,7 @@ import torch.nn.functional as F
 
 from runner import torch_internals as ti
 from runner.atomic_files import atomic_write_bytes
-from runner.config.schema import RunConfig, Scope
+from runner.config.schema import RunConfig
 from runner.config.targets import TextDataSchema
 from runner.data.text import IGNORE_INDEX
 from runner.figures.eval_metrics import (
@@ -44,8 +44,8 @@ def resolve_mode(cfg: RunConfig, report: dict[str, Any], batches: int) -> tuple[
     compile when the run was compiled, compiling sped its steps up, and there are more batches than the steps
     it took to pay for itself (a batch of evaluation counted as a step: a forward alone compiles faster, and
     runs faster, in about the same ratio)."""
-    if cfg.compile.scope is Scope.none:
-        return False, "eager: the run was not compiled (compile.scope=none)"
+    if not cfg.compile.scope.row.compiles:
+        return False, f"eager: the run was not compiled (compile.scope={cfg.compile.scope.value})"
     paid = break_even_text(report)
     if paid is None:
         status = report.get(PERF_SPEEDUP_STATUS)
