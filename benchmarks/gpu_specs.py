@@ -31,19 +31,21 @@ LLAMA_QUICK: dict[str, Any] = {**LLAMA, "seq": 64, "steps": [1, 2],
 COLD: dict[str, Any] = {"n_layer": 4, "n_embd": 128, "n_head": 4, "seq": 256, "batch": 16}
 COLD_QUICK: dict[str, Any] = {"n_layer": 2, "n_embd": 32, "n_head": 2, "seq": 32, "batch": 4}
 
+# In the order a session short of time should measure them (never measured first, in this order): a Lightning
+# peer, then runner's likeliest answer to it, so that even a partial run has a comparison.
 HF_CONTESTANTS = {
     "lightning": "Lightning, eager",
-    "lightning_compile": "Lightning + torch.compile(model) in the module + fused AdamW",
-    "lightning_compile_reduce_overhead": "the same with mode='reduce-overhead'",
-    "runner_defaults": "runner's defaults: CompileStrategy() (dynamic.policy=automatic)",
-    "runner_dynamic": "CompileStrategy(dynamic=DynamicConfig(policy=dynamic)): one graph for every length",
+    "lightning_compile_reduce_overhead": "Lightning + torch.compile(model, mode='reduce-overhead') + fused AdamW",
     "runner_bucket": "CompileStrategy(dynamic=bucket 64/128/256/512, cudagraphs=reduce_overhead on CUDA)",
+    "runner_dynamic": "CompileStrategy(dynamic=DynamicConfig(policy=dynamic)): one graph for every length",
+    "lightning_compile": "Lightning + torch.compile(model) in the module + fused AdamW",
+    "runner_defaults": "runner's defaults: CompileStrategy() (dynamic.policy=automatic)",
 }
 MEMORY_CONTESTANTS = {
     "lightning_compile": "Lightning + torch.compile(model) in the module + fused AdamW",
-    **{f"runner_{s}": f"CompileStrategy(compile.scope=blocks, offload={s})" for s in ("none", "cpu", "bf16", "fp8")},
     "runner_checkpoint": "CompileStrategy(compile.scope=blocks, offload=checkpoint): every block recomputed",
     "runner_checkpoint_budget": "CompileStrategy(compile.scope=blocks, offload=checkpoint, memory_budget=0.5)",
+    **{f"runner_{s}": f"CompileStrategy(compile.scope=blocks, offload={s})" for s in ("fp8", "bf16", "cpu", "none")},
 }
 COLD_CONTESTANTS = {"runner": "runner's defaults: CompileStrategy()",
                     "lightning_compile": "Lightning + torch.compile(model) in the module + fused AdamW"}
