@@ -91,6 +91,14 @@ def contestant_runner(workload: str, contestants: dict[str, str],
     return run
 
 
+def per_contestant(name: str, describe: Callable[[bool], str], contestants: dict[str, str], unit_cost_s: float,
+                   jobs_of: Callable[[Context, str], list[dict[str, Any]]], row_of: Callable[[list[Row]], Row],
+                   timeout_s: float, columns: list[Column], targets: Callable[[list[Row]], list[str]]) -> Workload:
+    """A workload measured contestant by contestant (``contestant_runner``)."""
+    return Workload(name, describe, contestants, unit_cost_s,
+                    contestant_runner(name, contestants, jobs_of, row_of, timeout_s), columns, targets)
+
+
 def _job(call: str, ctx: Context, **args: Any) -> dict[str, Any]:
     return {"call": f"gpu_jobs:{call}", "args": {"device": ctx.device, "backend": ctx.backend, **args}}
 
@@ -138,10 +146,8 @@ def _hf_describe(quick: bool) -> str:
             "to its longest")
 
 
-HF_VARLEN = Workload(
-    "hf_varlen", _hf_describe, HF_CONTESTANTS, 100.0,
-    contestant_runner("hf_varlen", HF_CONTESTANTS, _hf_jobs, _figures, 600),
-    HF_COLUMNS, _hf_targets)
+HF_VARLEN = per_contestant("hf_varlen", _hf_describe, HF_CONTESTANTS, 100.0, _hf_jobs, _figures, 600, HF_COLUMNS,
+                           _hf_targets)
 
 
 # -- memory -------------------------------------------------------------------------------------------------------
@@ -179,10 +185,8 @@ def _memory_describe(quick: bool) -> str:
             f"{s['llama']['vocab_size']}), seq {s['seq']}, reference batch {s['batches'][1]}, cap {s['cap_gib']:g} GiB")
 
 
-MEMORY = Workload(
-    "memory", _memory_describe, MEMORY_CONTESTANTS, 150.0,
-    contestant_runner("memory", MEMORY_CONTESTANTS, _memory_jobs, _figures, 900),
-    MEMORY_COLUMNS, _memory_targets)
+MEMORY = per_contestant("memory", _memory_describe, MEMORY_CONTESTANTS, 150.0, _memory_jobs, _figures, 900,
+                        MEMORY_COLUMNS, _memory_targets)
 
 
 # -- cold_start ---------------------------------------------------------------------------------------------------
@@ -212,9 +216,8 @@ COLD_COLUMNS: list[Column] = [
     ("warm: first step s", fmt("warm_first_step_s", ".1f")), ("warm: 10th step s", fmt("warm_tenth_step_s", ".1f")),
     ("warm / cold first step", fmt("warm_over_cold", ".2f")), ("interpreter + imports s", fmt("startup_s", ".1f")),
 ]
-COLD_START = Workload(
+COLD_START = per_contestant(
     "cold_start", lambda quick: (
         "GPT {n_layer}x{n_embd}, seq {seq}, batch {batch}: 10 steps in a fresh process, cold, then warm from the "
         "local compile cache the cold process filled").format(**(COLD_QUICK if quick else COLD)),
-    COLD_CONTESTANTS, 75.0, contestant_runner("cold_start", COLD_CONTESTANTS, _cold_jobs, _cold_row, 300),
-    COLD_COLUMNS, _cold_targets)
+    COLD_CONTESTANTS, 75.0, _cold_jobs, _cold_row, 300, COLD_COLUMNS, _cold_targets)
