@@ -1,28 +1,23 @@
-"""One contestant of ``gpu.py`` in its own process: trains one model, writes its figures as JSON.
+"""The GPT workloads' jobs (``train_job``: one contestant; ``peak``: the device's dense matmul rate for MFU)
+and what every workload's jobs share (``BenchModule``, ``Marks``, ``bench_trainer``), run in ``gpu_child.py``.
 
-    python benchmarks/gpu_contestant.py CONTESTANT SIZE_JSON DEVICE BACKEND RESULT_PATH
-    python benchmarks/gpu_contestant.py --peak DEVICE RESULT_PATH
-
-Every contestant runs the same code path (``GPTModule``, one ``Trainer`` call, the ``Window``
+Every GPT contestant runs the same code path (``BenchModule``, one ``Trainer`` call, the ``Marks``
 callback); ``setup`` returns the one thing that differs: the compile call in the module, the AdamW
 implementation and the strategy. A contestant with CUDA graphs also counts, as Inductor partitions each
-graph it compiles, how many partitions it made CUDA graphs of and why not the rest. ``--peak`` probes the
-device's dense matmul rate for MFU.
+graph it compiles, how many partitions it made CUDA graphs of and why not the rest.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
-from pathlib import Path
 from typing import Any, cast
 
 import lightning as L
 import torch
 from contestants import _adamw  # sibling modules (run as a script): compare.py's AdamW hyper-parameters
-from gpu import Model
+from gpu_gpt import Model
 from lightning.pytorch.callbacks import Callback
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
@@ -35,9 +30,9 @@ from runner.telemetry.throughput import estimate_flops, trainable_parameters
 from runner.training.module import TrainModule, lm_loss
 
 
-class GPTModule(TrainModule):
-    """Every contestant's module; ``compile_kwargs`` compiles the model in ``setup`` (as the
-    lightning-hydra-template does). The loss is logged without ``prog_bar``: Lightning would turn it
+class BenchModule(TrainModule):
+    """Every contestant's module (of every workload); ``compile_kwargs`` compiles the model in ``setup`` (as
+    the lightning-hydra-template does). The loss is logged without ``prog_bar``: Lightning would turn it
     into a Python float after every batch, a host sync per step."""
 
     model: nn.Module
@@ -57,45 +52,51 @@ class GPTModule(TrainModule):
         return loss
 
 
-class Window(Callback):
-    """Wall time of the warm-up steps and of the timed steps after them, with the device synchronised
-    at the three marks only; the compiles and CUDA-graph recordings during the timed steps (torch's
-    compile callbacks, through runner's door to torch internals)."""
+class Marks(Callback):
+    """Wall-clock marks at the start of training and at the end of the given steps, the device synchronised
+    at the marks only (no per-step sync), and at each mark the compile events so far (torch's compile
+    callbacks, through runner's door to torch internals): ``graphs`` (CUDA-graph recordings), ``compiles``
+    (every other compile: frames, their recompiles, deferred backwards) and ``recompiles`` (Dynamo compiles of
+    a frame already compiled: a compile id whose attempt is not 0)."""
 
-    def __init__(self, warmup: int, timed: int, device: str) -> None:
-        self.warmup, self.timed, self.device = warmup, timed, device
-        self.marks: list[float] = []
-        self.steps = 0
-        self.events = {"graphs": 0, "compiles": 0}
-        self.at_window = dict(self.events)
+    def __init__(self, steps: list[int], device: str) -> None:
+        self.at, self.device = set(steps), device
+        self.times: dict[int, float] = {}
+        self.counts: dict[int, dict[str, int]] = {}
+        self.events = {"graphs": 0, "compiles": 0, "recompiles": 0}
+        self.step = 0
         self.unregister: Any = None
 
-    def _mark(self) -> None:
+    def mark(self, step: int) -> None:
         if self.device == "cuda":
             torch.cuda.synchronize()
-        self.marks.append(time.perf_counter())
+        self.times[step] = time.perf_counter()
+        self.counts[step] = dict(self.events)
 
     def _count(self, trigger: str, compile_id: str) -> None:
-        self.events["graphs" if trigger == ti.CUDAGRAPH_RECORDING_TRIGGER else "compiles"] += 1
+        if trigger == ti.CUDAGRAPH_RECORDING_TRIGGER:
+            self.events["graphs"] += 1
+            return
+        self.events["compiles"] += 1
+        attempt = compile_id.rsplit("/", 1)[-1].split("_")[0]
+        if trigger == "DYNAMO" and attempt.isdigit() and int(attempt) > 0:
+            self.events["recompiles"] += 1
 
     def on_train_start(self, *args: Any) -> None:
         self.unregister = ti.COMPILE_EVENTS.subscribe(self._count)
-        self._mark()
+        self.mark(0)
 
     def on_train_batch_end(self, *args: Any) -> None:
-        self.steps += 1
-        if self.steps == self.warmup:
-            self._mark()
-            self.at_window = dict(self.events)
-        elif self.steps == self.warmup + self.timed:
-            self._mark()
+        self.step += 1
+        if self.step in self.at:
+            self.mark(self.step)
 
     def on_train_end(self, *args: Any) -> None:
         self.unregister()
 
-    def after_warmup(self, kind: str) -> int:
-        """Events of ``kind`` (``graphs`` or ``compiles``) during the timed steps."""
-        return self.events[kind] - self.at_window[kind]
+    def between(self, first: int, last: int, kind: str) -> int:
+        """Events of ``kind`` after mark ``first`` up to mark ``last``."""
+        return self.counts[last][kind] - self.counts[first][kind]
 
 
 def runner_best_settings(device_type: str) -> dict[str, Any]:
@@ -116,24 +117,38 @@ def uses_graphs(name: str, device_type: str) -> bool:
                                       or (name == "runner_best" and "cudagraphs" in runner_best_settings("cuda")))
 
 
-def setup(name: str, device: str, backend: str) -> tuple[dict[str, Any] | None, dict[str, Any], Any]:
-    """What differs between contestants: (compile kwargs for the module's model, AdamW kwargs, strategy)."""
+def contestant(name: str, device: str, backend: str,
+               **runner: Any) -> tuple[dict[str, Any] | None, dict[str, Any], Any]:
+    """What differs between contestants, for every workload: (compile kwargs for the module's model, AdamW
+    kwargs, strategy). The Lightning peers by name (``lightning``; ``lightning_compile`` or
+    ``lightning_compile_fused``, fused AdamW either way; ``lightning_compile_reduce_overhead``); any other name
+    is runner's ``CompileStrategy`` with ``runner`` (its config nodes; ``compile`` given the backend)."""
+    from runner.config.schema import CompileConfig
+    from runner.strategy import CompileStrategy
+
     compiled = {"backend": backend}
     peers: dict[str, tuple[dict[str, Any] | None, dict[str, Any]]] = {
-        "lightning": (None, {}), "lightning_compile_fused": (compiled, {"fused": True}),
+        "lightning": (None, {}), "lightning_compile": (compiled, {"fused": True}),
+        "lightning_compile_fused": (compiled, {"fused": True}),
         "lightning_compile_reduce_overhead": ({**compiled, "mode": "reduce-overhead"}, {"fused": True})}
     if name in peers:
         return *peers[name], "auto"
+    compile_cfg = runner.pop("compile", None) or CompileConfig()
+    compile_cfg.backend = backend
+    return None, {}, CompileStrategy(compile=compile_cfg, device=device, **runner)
+
+
+def setup(name: str, device: str, backend: str) -> tuple[dict[str, Any] | None, dict[str, Any], Any]:
+    """A GPT contestant's (compile kwargs, AdamW kwargs, strategy): ``contestant`` with the runner settings
+    its name stands for."""
     from runner.config.schema import Background, CompileConfig, CudaGraphMode, CudaGraphsConfig
-    from runner.strategy import CompileStrategy
 
     extra = {"runner_step": {}, "runner_best": runner_best_settings(device),
-             "runner_cudagraphs": {"cudagraphs": CudaGraphsConfig(mode=CudaGraphMode.reduce_overhead)}}[name]
+             "runner_cudagraphs": {"cudagraphs": CudaGraphsConfig(mode=CudaGraphMode.reduce_overhead)}}.get(name, {})
     # Background.disabled for every runner contestant: the step compiles in the run, as torch.compile does,
     # so the warm-up holds the compile and every timed step is a compiled one (``auto`` trains eagerly
     # beside a compile process on the CPU and switches when that pays; on CUDA it resolves to disabled).
-    cfg = CompileConfig(backend=backend, background=Background.disabled)
-    return None, {}, CompileStrategy(compile=cfg, device=device, **extra)
+    return contestant(name, device, backend, compile=CompileConfig(background=Background.disabled), **extra)
 
 
 def train(name: str, m: Model, device: str, backend: str) -> dict[str, Any]:
@@ -147,32 +162,45 @@ def train(name: str, m: Model, device: str, backend: str) -> dict[str, Any]:
     flops += 12.0 * m.n_layer * m.n_embd * m.seq * tokens
     ids = torch.randint(0, 256, (m.batch * (m.warmup + m.timed), m.seq + 1), generator=torch.Generator().manual_seed(1))
     loader = DataLoader(TensorDataset(ids[:, :-1], ids[:, 1:]), batch_size=m.batch, pin_memory=device == "cuda")
-    window = Window(m.warmup, m.timed, device)
+    end = m.warmup + m.timed
+    marks = Marks([m.warmup, end], device)
     partitions, observing = PartitionCount(), ti.TorchSettings()
     if uses_graphs(name, device):  # what each compiled graph put in CUDA graphs, seen as Inductor decides it
         partitions.install(observing)
-    trainer = L.Trainer(accelerator=device, devices=1, strategy=strategy, max_steps=m.warmup + m.timed,
-                        precision="bf16-mixed" if device == "cuda" else "32-true",  # CPUs mostly emulate bf16
-                        limit_val_batches=0, num_sanity_val_steps=0, logger=False, enable_progress_bar=False,
-                        enable_model_summary=False, enable_checkpointing=False, callbacks=[window])
+    trainer = bench_trainer(device, strategy, end, [marks])
     try:
-        trainer.fit(GPTModule(compile_kwargs, model=model, optimizer=_adamw(**adamw)), loader)
+        trainer.fit(BenchModule(compile_kwargs, model=model, optimizer=_adamw(**adamw)), loader)
     finally:
         observing.restore()
     counted = partitions.figures()  # empty where no graph was partitioned here (all from the compile cache)
-    start, warm, end = window.marks
-    step_s = (end - warm) / m.timed
+    start, warm = marks.times[0], marks.times[m.warmup]
+    step_s = (marks.times[end] - warm) / m.timed
     return {"step_ms": 1e3 * step_s, "tokens_per_step": tokens, "flops_per_step": flops, "warmup_s": warm - start,
             "compile_s": max(0.0, warm - start - m.warmup * step_s),
-            "compiles_after_warmup": window.after_warmup("compiles"),
+            "compiles_after_warmup": marks.between(m.warmup, end, "compiles"),
             "peak_mem_gib": torch.cuda.max_memory_allocated() / 2**30 if device == "cuda" else None,
-            "cudagraph_recordings_after_warmup": window.after_warmup("graphs") if uses_graphs(name, device) else None,
+            "cudagraph_recordings_after_warmup": marks.between(m.warmup, end, "graphs") if uses_graphs(name, device)
+            else None,
             "cudagraph_partitions": counted.get(CUDAGRAPHS_PARTITIONS),
             "cudagraph_partitions_graphed": counted.get(CUDAGRAPHS_PARTITIONS_GRAPHED),
             "cudagraph_eager_reasons": counted.get(CUDAGRAPHS_EAGER_REASONS),
-            "device": torch.cuda.get_device_name() if device == "cuda" else f"cpu ({os.cpu_count()} cores)",
+            "device": device_name(device),
             # The GPU machine has no Hydra: whatever the contestants import must not need it.
             "hydra_modules": sorted(mod for mod in ("hydra", "omegaconf") if mod in sys.modules)}
+
+
+def bench_trainer(device: str, strategy: Any, max_steps: int, callbacks: list[Callback]) -> L.Trainer:
+    """Every workload's ``Trainer``: bf16-mixed on a GPU, fp32 on the CPU (CPUs mostly emulate bf16), no
+    validation, progress bar, logger or checkpoint."""
+    return L.Trainer(accelerator=device, devices=1, strategy=strategy, max_steps=max_steps,
+                     precision="bf16-mixed" if device == "cuda" else "32-true", limit_val_batches=0,
+                     num_sanity_val_steps=0, logger=False, enable_progress_bar=False, enable_model_summary=False,
+                     enable_checkpointing=False, callbacks=callbacks)
+
+
+def device_name(device: str) -> str:
+    """The device in words, as every row names it."""
+    return torch.cuda.get_device_name() if device == "cuda" else f"cpu ({os.cpu_count()} cores)"
 
 
 def peak(device: str) -> dict[str, Any]:
@@ -185,11 +213,6 @@ def peak(device: str) -> dict[str, Any]:
             "source": "fp32 probe"}
 
 
-if __name__ == "__main__":
-    args = sys.argv[1:]
-    if args[0] == "--peak":
-        out = peak(args[1])
-    else:
-        name, size, device, backend = args[:4]
-        out = train(name, Model(**json.loads(size)), device, backend)
-    Path(args[-1]).write_text(json.dumps(out))
+def train_job(name: str, size: dict[str, Any], device: str, backend: str) -> dict[str, Any]:
+    """One GPT contestant (a job of ``gpu_gpt``): ``size`` is a ``Model`` as a dict."""
+    return train(name, Model(**size), device, backend)

@@ -1,5 +1,5 @@
-"""``benchmarks/compare.py`` and ``benchmarks/gpu.py`` run end to end (tiny sizes, ``--quick``) and
-print/write their tables.
+"""``benchmarks/compare.py`` and the other CPU benchmarks run end to end (tiny sizes, ``--quick``) and
+print/write their tables (``benchmarks/gpu.py``: ``tests/test_gpu_benchmark.py``).
 
 Structure only: timings are never asserted (the machine is shared and they drift).
 """
@@ -12,7 +12,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -125,83 +124,6 @@ def test_hook_time_leaves_out_the_turn_wait() -> None:
     # three waits of 0.3 s fell inside hooks (turns of 2 steps); none is counted as callback time
     assert all(0.01 <= t < 0.15 for t in pacer.hook_times), pacer.hook_times
     assert pacer.waited >= 0.9
-
-
-@pytest.fixture(scope="module")
-def gpu_quick(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict[str, Any]]:
-    """``benchmarks/gpu.py --quick`` once (about 1 min on 2 cores): its printed tables and its JSON."""
-    tmp = tmp_path_factory.mktemp("gpu")
-    out = tmp / "gpu.json"
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu.py"), "--quick", "--out", str(out)],
-                          capture_output=True, text=True, cwd=tmp, timeout=600, check=False)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return proc.stdout, json.loads(out.read_text())
-
-
-GPU_CONTESTANTS = ("lightning", "lightning_compile_fused", "lightning_compile_reduce_overhead", "runner_step",
-                   "runner_cudagraphs", "runner_best")
-
-
-def test_gpu_quick_measures_every_model_and_contestant(gpu_quick: tuple[str, dict[str, Any]]) -> None:
-    text, result = gpu_quick
-    assert {"device", "torch", "lightning", "date", "command", "rows"} <= result.keys()
-    assert "--quick" in result["command"] and result["device"].startswith("cpu")
-    rows = {(r["model"], r["contestant"]): r for r in result["rows"]}
-    # --quick races one model: at its tiny size every model is the same GPT (the GPU run races them all)
-    assert set(rows) == {("gpt_small", c) for c in GPU_CONTESTANTS}
-    keys = {"step_ms", "tokens_per_s", "mfu", "compile_s", "peak_mem_gib", "cudagraph_recordings_after_warmup",
-            "ratio_vs_lightning_compile_fused"}
-    for (model, name), row in rows.items():
-        assert keys <= row.keys(), (model, name)
-        assert row["step_ms"] > 0 and row["tokens_per_s"] > 0 and row["compile_s"] >= 0
-        assert row["compiles_after_warmup"] == 0  # every compile fell in the warm-up
-        # On the CPU no CUDA graph exists and no CUDA memory is counted: null, not 0.
-        assert row["cudagraph_recordings_after_warmup"] is None and row["peak_mem_gib"] is None
-        assert row["cudagraph_partitions"] is None and row["cudagraph_eager_reasons"] is None
-        assert row["ratio_vs_lightning_compile_fused"] > 0 and row["ratio_vs_lightning"] > 0
-        assert row["mfu"] > 0  # against the CPU's fp32 matmul peak, probed in its own process
-    assert rows[("gpt_small", "lightning_compile_fused")]["ratio_vs_lightning_compile_fused"] == 1.0
-    # One table per model, each contestant's line ending in its two ratios.
-    assert "## gpt_small: GPT 2x32" in text
-    assert "| partitions in CUDA graphs | vs lightning_compile_fused | vs lightning |" in text
-    for name in GPU_CONTESTANTS:
-        lines = [ln for ln in text.splitlines() if ln.startswith(f"| {name} |")]
-        assert len(lines) == 1, name
-        for line in lines:
-            assert all(float(cell) > 0 for cell in line.split("|")[-3:-1]), line
-
-
-def test_gpu_benchmark_imports_no_hydra(gpu_quick: tuple[str, dict[str, Any]]) -> None:
-    """The GPU machine has no Hydra or OmegaConf: the contestants' processes must not import them."""
-    assert gpu_quick[1]["hydra_free"] is True, gpu_quick[1]["hydra_modules"]
-
-
-def test_gpu_rows_take_each_ratio_within_a_round() -> None:
-    """Ratios are medians of same-round ratios; compile_s is the first round's; a failed peer gives null ratios."""
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        from gpu import ROW_KEYS, summarize
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
-
-    def fig(ms: float, compile_s: float = 1.0) -> dict[str, Any]:
-        return {"step_ms": ms, "tokens_per_step": 100, "flops_per_step": 1e9, "compile_s": compile_s,
-                "peak_mem_gib": None, "cudagraph_recordings_after_warmup": None, "compiles_after_warmup": 0}
-
-    runs = {"lightning": [fig(10), fig(20)], "lightning_compile_fused": [fig(5), fig(10)],
-            "runner_step": [fig(4, 3.0), fig(9, 0.5)]}
-    rows = {r["contestant"]: r for r in summarize("m", runs, peak=1.0)}
-    r = rows["runner_step"]
-    # Same-round ratios 0.8 and 0.9 (the ratio of the medians, 6.5 / 7.5, would be 0.867).
-    assert r["ratio_vs_lightning_compile_fused"] == pytest.approx(0.85)
-    assert r["ratio_vs_lightning"] == pytest.approx(0.425)
-    assert r["step_ms"] == pytest.approx(6.5) and r["tokens_per_s"] == pytest.approx(100 / 6.5e-3)
-    assert r["mfu"] == pytest.approx(1e9 / 6.5e-3 / 1e12)
-    assert (r["compile_s"], r["compile_warm_s"]) == (3.0, 0.5)
-    runs["lightning"][1] = {"error": "exit 1: boom"}
-    rows = {r["contestant"]: r for r in summarize("m", runs, peak=None)}
-    assert all(rows["lightning"][k] is None for k in ROW_KEYS) and rows["lightning"]["error"] == "exit 1: boom"
-    assert rows["runner_step"]["ratio_vs_lightning"] is None and rows["runner_step"]["mfu"] is None
 
 
 def test_shape_agreement_quick_measures_every_variant() -> None:
