@@ -6,7 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 RECIPE ?= quickstart
 
-.PHONY: setup run test test-fast lint bench test-versions constraints setup-vision run-vision
+.PHONY: setup run test test-fast gpu-dry-run lint bench test-versions constraints setup-vision run-vision
 
 setup: $(VENV)/.installed
 
@@ -26,8 +26,9 @@ lint: setup
 # Two pytest workers (pytest-xdist), each test file on one worker: most of the suite's time is
 # subprocesses starting and compiling, which two workers overlap (about 28 min on 2 cores).
 PYTEST_WORKERS ?= 2
+# gpu_prep (the GPU session's dry run, ~10 min on a new machine, in a venv of its own) is left out: make gpu-dry-run.
 test: lint
-	WANDB_MODE=offline $(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --durations=15 $(PYTEST_ARGS)
+	WANDB_MODE=offline $(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile -m "not gpu_prep" --durations=15 $(PYTEST_ARGS)
 
 # timm's image models (model=timm, docs/vision.md) need a torchvision made for the torch beside it. PyPI's torch and
 # torchvision pair up; .venv's local CPU torch has none on PyPI. So `make run-vision` trains in the versions job's venv
@@ -45,7 +46,12 @@ run-vision: setup-vision
 # The tier to run while working: every test not marked slow (no process started, nothing compiled with Inductor:
 # tests/conftest.py fails a test of this tier that does either), test by test on two workers.
 test-fast: setup
-	RUNNER_TEST_TIER=fast WANDB_MODE=offline $(PY) -m pytest -q -n $(PYTEST_WORKERS) -m "not slow" --durations=10 $(PYTEST_ARGS)
+	RUNNER_TEST_TIER=fast WANDB_MODE=offline $(PY) -m pytest -q -n $(PYTEST_WORKERS) -m "not slow and not gpu_prep" --durations=10 $(PYTEST_ARGS)
+
+# Before a GPU session (docs/gpu.md): every part of scripts/gpu_session.sh with --quick on the CPU, in a venv holding
+# only what the GPU machine has plus the carried wheels (built once, ~/.cache/runner/gpu-venv-py3.12).
+gpu-dry-run: setup
+	WANDB_MODE=offline $(PY) -m pytest -q -m gpu_prep -s $(PYTEST_ARGS)
 
 bench: setup
 	$(PY) benchmarks/compare.py

@@ -83,7 +83,7 @@ class Marks(Callback):
             self.events["recompiles"] += 1
 
     def on_train_start(self, *args: Any) -> None:
-        self.unregister = ti.COMPILE_EVENTS.subscribe(self._count)
+        self.unregister = ti.COMPILE_EVENT_SOURCE.subscribe(self._count)
         self.mark(0)
 
     def on_train_batch_end(self, *args: Any) -> None:

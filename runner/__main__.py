@@ -12,6 +12,7 @@ paragraph and nothing (not even a run directory) is written.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
 
@@ -19,6 +20,7 @@ import hydra
 from omegaconf import DictConfig
 
 from runner.config import CONF_DIR, ConfigError, load
+from runner.config.help_text import rendering_help
 from runner.config.layers import config_dirs, set_config_dirs
 from runner.config.precheck import command_line, precheck, search_dirs
 from runner.config.recipe_files import recipe_listing
@@ -88,7 +90,8 @@ def _main(argv: list[str]) -> None:
         sys.exit(2)
     if resumed is not None:  # the run's own command line, in place: Hydra's entry point reads it from sys.argv
         sys.argv = [sys.argv[0], *resumed]
-    _hydra_main()
+    with rendering_help() if {"--help", "-h"} & set(argv) else contextlib.nullcontext():
+        _hydra_main()
 
 
 def _resumed(argv: list[str]) -> list[str] | None:

@@ -94,6 +94,7 @@ def test_a_break_in_the_optimizer_step_runner_compiled_is_runners() -> None:
     assert [line.split(":")[0] for line in advice_lines(figures)] == ["graph break at m.py"]
 
 
+@pytest.mark.slow
 def test_compiled_optimizer_step_break_is_reported_as_runners_not_the_users(tmp_path: Path) -> None:
     """A real run: runner compiles AdamW's step (compile.optimizer=compiled), whose ``_use_grad`` calls
     ``torch._dynamo.graph_break()``. It counts as a graph break, labelled as runner's; no warning tells the

@@ -333,6 +333,7 @@ def test_eval_data_of_another_format_or_other_columns_or_labels_is_refused(
     assert _listing(bert.run_dir) == before
 
 
+@pytest.mark.slow
 def test_the_commands_exit_2_from_the_command_line(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "offline"}
     proc = subprocess.run([sys.executable, "-m", "runner", "export", str(tmp_path / "missing")], cwd=tmp_path,

@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
@@ -48,6 +49,7 @@ def _rank(rank: int, port: int, out: str) -> None:
     dist.destroy_process_group()
 
 
+@pytest.mark.slow
 def test_ranks_agree_at_the_same_step_and_stop_exchanging(tmp_path: Path) -> None:
     mp.spawn(_rank, args=(free_port(), str(tmp_path)), nprocs=2)
     r0, r1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))

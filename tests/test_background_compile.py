@@ -171,6 +171,7 @@ def _assert_gone(pid: int | None) -> None:
         os.kill(pid, 0)
 
 
+@pytest.mark.slow
 def test_eager_steps_then_the_compiled_step_with_the_losses_of_compiling_first() -> None:
     wait = WaitForTheProcess(at=2)
     beside_module, first_module = tiny_module(), tiny_module()
@@ -191,6 +192,7 @@ def test_eager_steps_then_the_compiled_step_with_the_losses_of_compiling_first()
     _assert_gone(wait.pid)
 
 
+@pytest.mark.slow
 def test_a_compile_process_that_cannot_import_the_module_falls_back_to_compiling_in_the_run(
         monkeypatch: pytest.MonkeyPatch) -> None:
     # A module class that lives in a module only this process has: the compile process cannot import it.
@@ -220,6 +222,7 @@ def test_a_module_defined_in_main_compiles_in_the_first_step_and_says_why(monkey
     assert record.graphs == [1, 0, 0]
 
 
+@pytest.mark.slow
 def test_a_killed_compile_process_falls_back_and_on_error_eager_stays_eager() -> None:
     said: list[str] = []
     handler = logging.Handler()
@@ -250,6 +253,7 @@ class Threads(L.Callback):
         self.seen.append(torch.get_num_threads())
 
 
+@pytest.mark.slow
 def test_a_run_that_ends_first_stops_the_process_and_puts_the_stance_back() -> None:
     """``pinned``: the run leaves the process's core alone while it runs, and gets it back at the end."""
     threads, seen = torch.get_num_threads(), Threads()
@@ -285,6 +289,7 @@ def test_auto_keeps_a_short_run_eager_where_every_core_trains(every_core_trains:
     assert record.graphs == [0] * 6 and figures["compile/frames"] == 0 and ti.current_stance() == "default"
 
 
+@pytest.mark.slow
 def test_python_m_runner_reports_the_switch_and_pairs_after_it(tmp_path: Path) -> None:
     from runner.run import run
 

@@ -178,6 +178,7 @@ def test_cuda_graphs_on_cpu_is_a_warning_not_an_error(caplog: pytest.LogCaptureF
     assert "cudagraphs=disabled" in caplog.text
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("overrides", [["+trainer.max_step=5"], ["compile.fullgraph=true", "compile.on_error=eager"]])
 def test_cli_refuses_bad_input_and_writes_nothing(overrides: list[str], tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-m", "runner", "+recipe=smoke", *overrides], cwd=tmp_path, env=env(),
@@ -202,6 +203,7 @@ def _refused(proc: subprocess.CompletedProcess[str] | Outcome, run_dir: Path) ->
     return lines[0]
 
 
+@pytest.mark.slow
 def test_a_model_without_parameters_is_refused_before_the_run_dir(tmp_path: Path) -> None:
     """torch.nn.Identity has no parameter: the optimizer over it would fail inside the run (exit 1,
     a Hydra traceback, a run directory left behind); refused up front instead."""

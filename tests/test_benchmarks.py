@@ -18,6 +18,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow
 def test_compare_quick_prints_table_and_writes_json(tmp_path: Path) -> None:
     out = tmp_path / "compare.json"
     scratch = tmp_path / "tmp"
@@ -126,6 +127,7 @@ def test_hook_time_leaves_out_the_turn_wait() -> None:
     assert pacer.waited >= 0.9
 
 
+@pytest.mark.slow
 def test_shape_agreement_quick_measures_every_variant() -> None:
     """Two gloo ranks, each variant of the step timed in the same processes; after the first change is
     agreed on, no step exchanges shapes again."""

@@ -29,6 +29,7 @@ def _rows(metrics: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
+@pytest.mark.slow
 def test_smoke_recipe_leaves_a_complete_run_dir(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     proc = runner("+recipe=smoke", f"hydra.run.dir={run_dir}")
@@ -50,6 +51,7 @@ def test_smoke_recipe_leaves_a_complete_run_dir(tmp_path: Path) -> None:
     assert "scope: step" in hparams and "n_layer: 2" in hparams and "policy: automatic" in hparams
 
 
+@pytest.mark.slow
 def test_mlp_on_synthetic_data(tmp_path: Path) -> None:
     run_dir = tmp_path / "mlp"
     proc = runner("+recipe=smoke_mlp", f"hydra.run.dir={run_dir}")
@@ -58,6 +60,7 @@ def test_mlp_on_synthetic_data(tmp_path: Path) -> None:
     assert report["run/steps"] == 8 and report["compile/scope"] == "step"
 
 
+@pytest.mark.slow
 def test_all_loggers_offline(tmp_path: Path) -> None:
     run_dir = tmp_path / "loggers"
     proc = runner("+recipe=smoke", "logger=all", f"hydra.run.dir={run_dir}")
@@ -96,6 +99,7 @@ def test_bad_input_fails_before_anything_is_written(override: str, named: str, t
     assert not run_dir.exists() and not (tmp_path / "outputs").exists()
 
 
+@pytest.mark.slow
 def test_multirun_writes_one_dir_per_job(tmp_path: Path) -> None:
     sweep_dir = tmp_path / "sweep"
     proc = runner("-m", "+recipe=smoke", "compile=eager,step", f"hydra.sweep.dir={sweep_dir}")
@@ -109,6 +113,7 @@ def test_multirun_writes_one_dir_per_job(tmp_path: Path) -> None:
     assert "# Sweep summary" in (sweep_dir / "summary.md").read_text()
 
 
+@pytest.mark.slow
 def test_multirun_jobs_start_from_a_fresh_compiler(tmp_path: Path) -> None:
     """Hydra runs the jobs one after another in one process, each compiling the same training_step.
     Job 2 (bf16 saved-tensor hooks) must compile its own graph, not "recompile" job 1's."""
@@ -122,6 +127,7 @@ def test_multirun_jobs_start_from_a_fresh_compiler(tmp_path: Path) -> None:
         assert [e["kind"] for e in job["compile/events"]][0] == "compile"
 
 
+@pytest.mark.slow
 def test_dynamic_documents_recipe_one_graph_for_every_length(tmp_path: Path) -> None:
     """The recipe as shipped (strict dynamic on per-document batches), shrunk to seconds: varying
     lengths, one graph, no recompile after warm-up (fail_on_recompile would have stopped the run)."""

@@ -118,12 +118,16 @@ def test_composed_config_is_plain_yaml(tmp_path: Path) -> None:
 def test_help_lists_the_options_a_user_picks_not_the_schemas() -> None:
     from hydra import initialize_config_dir
 
-    from runner.config.help_text import groups_help, recipes_help
+    from runner.config.help_text import groups_help, recipes_help, rendering_help
     from runner.config.store import register_configs
 
     register_configs()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
         groups = groups_help().splitlines()
+        # Listed only while the help renders: every other composed config resolves the template to nothing.
+        assert OmegaConf.create({"g": "${runner.groups:}"}).g == ""
+        with rendering_help():
+            assert OmegaConf.create({"g": "${runner.groups:}"}).g.splitlines() == groups
     assert "model: " + ", ".join(o for o in _options("model")) in groups
     assert "logger: all, csv, tensorboard, wandb" in groups
     assert any(line.startswith("sweep (+sweep=NAME): ") for line in groups)

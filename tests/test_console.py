@@ -95,6 +95,7 @@ def test_console_shows_the_first_line_and_the_log_file_every_line(tmp_path: Path
     assert stream.formatter is formatter
 
 
+@pytest.mark.slow
 def test_runners_wandb_logger_prints_no_tables_and_no_false_warning(tmp_path: Path,
                                                                      capfd: pytest.CaptureFixture[str]) -> None:
     from lightning.pytorch.loggers import WandbLogger

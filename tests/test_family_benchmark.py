@@ -9,9 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow
 def test_families_quick_races_each_family_against_lightning_compile(tmp_path: Path) -> None:
     out = tmp_path / "families.json"
     proc = subprocess.run(

@@ -173,6 +173,7 @@ def _report(run_root: Path) -> dict:
 
 
 # -- no recipe, --help and Hydra's flags ---------------------------------------------------------------
+@pytest.mark.slow
 def test_no_recipe_runs_the_default_job(tmp_path: Path) -> None:
     proc = runner(*QUICK, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -196,6 +197,7 @@ def test_help_lists_groups_recipes_and_how_to_add_your_own(project: Path) -> Non
     assert "mine " in recipes and "quickstart" in recipes
 
 
+@pytest.mark.slow
 def test_hydra_flags_without_a_recipe(project: Path, tmp_path: Path) -> None:
     cfg = in_process("--cfg", "job", cwd=project)
     assert cfg.returncode == 0 and "_target_: runner.models.gpt.GPT" in cfg.stdout, cfg.stderr[-2000:]
@@ -210,6 +212,7 @@ def test_hydra_flags_without_a_recipe(project: Path, tmp_path: Path) -> None:
 
 
 # -- the user's project over runner's ------------------------------------------------------------------
+@pytest.mark.slow
 def test_project_recipe_trains_the_projects_model_on_its_extensionless_text(project: Path, tmp_path: Path) -> None:
     proc = runner("+recipe=mine", f"hydra.run.dir={tmp_path / 'run'}", cwd=project)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -220,6 +223,7 @@ def test_project_recipe_trains_the_projects_model_on_its_extensionless_text(proj
     assert (tmp_path / "run" / "checkpoints" / "last.ckpt").exists()
 
 
+@pytest.mark.slow
 def test_project_lightning_module_and_datamodule(project: Path, tmp_path: Path) -> None:
     proc = runner("+recipe=lit", f"hydra.run.dir={tmp_path / 'run'}", cwd=project)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -227,6 +231,7 @@ def test_project_lightning_module_and_datamodule(project: Path, tmp_path: Path) 
     assert report["run/steps"] == 4 and report["run/params"] == 8 * 2 + 2
 
 
+@pytest.mark.slow
 def test_a_recipe_does_not_leak_into_another_model_and_the_console_is_clean(project: Path, tmp_path: Path) -> None:
     """smoke sizes the GPT in its model option (gpt_tiny); another model gets none of it."""
     proc = runner("+recipe=smoke", "model=custom", "model._target_=mypkg.net.Net", "+model.width=8",

@@ -52,6 +52,7 @@ def quick(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict[str, dict
     return proc.stdout, {p.stem: json.loads(p.read_text()) for p in out.glob("*.json")}
 
 
+@pytest.mark.slow
 def test_quick_runs_every_workload_and_writes_its_rows(quick: tuple[str, dict[str, dict[str, Any]]]) -> None:
     text, runs = quick
     assert set(runs) == set(EXPECTED)  # gpt_124m is gpt_small's tiny GPT under --quick: left out
@@ -65,6 +66,7 @@ def test_quick_runs_every_workload_and_writes_its_rows(quick: tuple[str, dict[st
         assert f"`{name}`: " in text and f"| `{EXPECTED[name][-1]}` |" in text  # each table printed as it ends
 
 
+@pytest.mark.slow
 def test_quick_gpt_rows_take_ratios_against_both_peers(quick: tuple[str, dict[str, dict[str, Any]]]) -> None:
     rows = {r["contestant"]: r for r in quick[1]["gpt_small"]["rows"]}
     assert rows["lightning_compile_fused"]["ratio_vs_lightning_compile_fused"] == 1.0
@@ -78,6 +80,7 @@ def test_quick_gpt_rows_take_ratios_against_both_peers(quick: tuple[str, dict[st
     assert quick[1]["gpt_small"]["extra"]["hydra_modules"] == []
 
 
+@pytest.mark.slow
 def test_quick_hf_varlen_pads_recompiles_and_counts_tokens(quick: tuple[str, dict[str, dict[str, Any]]]) -> None:
     rows = {r["contestant"]: r for r in quick[1]["hf_varlen"]["rows"]}
     for row in rows.values():
@@ -92,6 +95,7 @@ def test_quick_hf_varlen_pads_recompiles_and_counts_tokens(quick: tuple[str, dic
     assert rows["runner_bucket"]["real_tokens"] == rows["lightning"]["real_tokens"]
 
 
+@pytest.mark.slow
 def test_quick_memory_and_cold_start_rows(quick: tuple[str, dict[str, dict[str, Any]]]) -> None:
     for row in quick[1]["memory"]["rows"]:
         # No memory cap on the CPU: the second fit runs at the reference batch, and no largest batch is claimed.
@@ -105,6 +109,7 @@ def test_quick_memory_and_cold_start_rows(quick: tuple[str, dict[str, dict[str, 
     assert quick[1]["cold_start"]["rows"][0]["startup_s"] > 0
 
 
+@pytest.mark.slow
 def test_merge_replaces_by_key_keeps_the_rest_and_rewrites_the_tables(
         quick: tuple[str, dict[str, dict[str, Any]]], tmp_path: Path) -> None:
     results_path, docs = tmp_path / "gpu.json", tmp_path / "gpu.md"
@@ -193,6 +198,7 @@ class _SpentAfterOneRow(Context):
         return -1.0 if rows else 100.0
 
 
+@pytest.mark.slow
 def test_a_run_cut_short_keeps_what_it_measured(tmp_path: Path) -> None:
     """One child per contestant (the GPU's way); the budget is spent after the first: its row is in the run
     file, written as it finished, and the second contestant, never started, gets no row."""
@@ -237,6 +243,7 @@ def test_largest_batch_follows_the_line_through_the_two_peaks() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.gpu_prep
 def test_dry_run_gets_through_in_the_gpu_like_venv(tmp_path: Path) -> None:
     """``scripts/gpu_session.sh --dry-run``: the venv of Python 3.12, PyPI's torch 2.11.0, Lightning and pytest
     only (built once, ~2-5 min, then reused) plus the carried wheels (built once, ~1 min): the CLI, the gpu tests

@@ -189,6 +189,7 @@ def test_bad_input_is_one_paragraph_naming_the_fix(overrides: list[str], fragmen
         assert fragment in message, message
 
 
+@pytest.mark.slow
 def test_a_bad_model_writes_nothing_and_exits_2(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-m", "runner", "+recipe=llama_tiny", "model.config=lama"], cwd=tmp_path,
                           env={**env(), "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=300)

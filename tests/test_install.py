@@ -44,6 +44,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return built
 
 
+@pytest.mark.slow
 def test_wheel_ships_config_recipes_and_the_runner_command(wheel: Path) -> None:
     with zipfile.ZipFile(wheel) as z:
         names = set(z.namelist())
@@ -65,6 +66,7 @@ def installed(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return target
 
 
+@pytest.mark.slow
 def test_installed_runner_works_from_any_directory(installed: Path, tmp_path: Path) -> None:
     env = _env(PYTHONPATH=str(installed))
     find = "import importlib.util as u; print(u.find_spec('runner').origin)"

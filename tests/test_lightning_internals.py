@@ -21,6 +21,7 @@ from runner.strategy.log_fastpath import LogFastPath
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow
 def test_import_runner_imports_no_lightning_and_no_torch() -> None:
     code = "import sys, runner; print(sorted(m for m in sys.modules if m.split('.')[0] in ('lightning', 'torch')))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)

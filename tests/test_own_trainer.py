@@ -50,6 +50,7 @@ def _fit(module: L.LightningModule, strategy: Any, **kwargs: Any) -> L.Trainer:
     return trainer
 
 
+@pytest.mark.slow
 def test_strategy_names_resolve_whichever_is_imported_first(tmp_path: Path) -> None:
     for first, second in (("runner", "lightning"), ("lightning", "runner")):
         result = _python(f"""
@@ -96,6 +97,7 @@ def test_built_in_torch_modules_compile_real_frames(scope: Scope) -> None:
     assert list(module.state_dict()) == ["net.0.weight", "net.0.bias", "net.2.weight", "net.2.bias"]
 
 
+@pytest.mark.slow
 def test_your_own_trainer_shows_what_compiles_and_a_summary(tmp_path: Path) -> None:
     code = """
         import logging, sys

@@ -100,6 +100,9 @@ def test_the_scan_finds_the_commands_users_read() -> None:
 @pytest.mark.parametrize("line", sorted(COMMANDS), ids=str)
 def test_every_command_line_composes_and_validates(line: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(ROOT)
+    if "compile.cache=redis" in line:  # a shared cache needs the cluster's secret, which the page must say to set
+        assert "export RUNNER_COMPILE_CACHE_SECRET" in (ROOT / COMMANDS[line]).read_text(), COMMANDS[line]
+        monkeypatch.setenv("RUNNER_COMPILE_CACHE_SECRET", "the-cluster's-secret-0123456789")
     tune = line.split()[:2] == ["runner", "tune"] or " runner tune " in f" {line} "
     for overrides in _overrides(line):
         run, tune_overrides = split_overrides(overrides) if tune else (overrides, [])

@@ -108,6 +108,7 @@ def _kill_at(path: Path, pause_at: int, point: str) -> int:
     return temp.stat().st_size
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("point", ["mid_write", "before_rename"])
 def test_kill_9_during_a_save_leaves_the_previous_checkpoint(tmp_path: Path, point: str) -> None:
     path = tmp_path / "checkpoints" / "last.ckpt"
@@ -129,6 +130,7 @@ def test_kill_9_during_a_save_leaves_the_previous_checkpoint(tmp_path: Path, poi
     assert sorted(p.name for p in path.parent.iterdir()) == ["last.ckpt"]
 
 
+@pytest.mark.slow
 def test_kill_9_during_the_first_save_leaves_no_checkpoint(tmp_path: Path) -> None:
     """Nothing to fall back to: no last.ckpt at all, rather than a truncated one."""
     path = tmp_path / "checkpoints" / "last.ckpt"

@@ -84,6 +84,7 @@ def _get(scenario: dict[str, Interrupted | Path], name: str) -> Interrupted:
     return run
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("name", "code"), [("sigint", 130), ("sigterm", 143)])
 def test_signal_checkpoints_flushes_and_exits_cleanly(scenario: dict[str, Interrupted | Path], name: str,
                                                       code: int) -> None:
@@ -99,6 +100,7 @@ def test_signal_checkpoints_flushes_and_exits_cleanly(scenario: dict[str, Interr
     assert run.report["run/interrupted_at_step"] == run.ckpt_step
 
 
+@pytest.mark.slow
 def test_sigint_flushes_wandb_offline_files(scenario: dict[str, Interrupted | Path]) -> None:
     run = _get(scenario, "sigint")
     files = sorted((run.run_dir / "wandb").glob("offline-run-*/run-*.wandb"))
@@ -108,6 +110,7 @@ def test_sigint_flushes_wandb_offline_files(scenario: dict[str, Interrupted | Pa
     assert len(first) > 1000
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["sigint", "sigterm", "sigkill"])
 def test_resumed_run_matches_uninterrupted_losses(scenario: dict[str, Interrupted | Path], name: str) -> None:
     run = _get(scenario, name)

@@ -43,6 +43,7 @@ def _message(proc: subprocess.CompletedProcess[str]) -> str:
     return lines[0]
 
 
+@pytest.mark.slow
 def test_nonfinite_loss_stops_with_step_and_last_good_checkpoint(runs: dict) -> None:
     proc, run_dir = runs["nan_stop"]
     assert proc.returncode == 4, proc.stderr[-4000:]
@@ -54,6 +55,7 @@ def test_nonfinite_loss_stops_with_step_and_last_good_checkpoint(runs: dict) -> 
     assert all(torch.isfinite(v).all() for v in ckpt["state_dict"].values() if v.is_floating_point())
 
 
+@pytest.mark.slow
 def test_nonfinite_loss_skips_the_step_and_goes_on(runs: dict) -> None:
     proc, run_dir = runs["nan_skip"]
     assert proc.returncode == 0, proc.stderr[-4000:]
@@ -66,6 +68,7 @@ def test_nonfinite_loss_skips_the_step_and_goes_on(runs: dict) -> None:
     assert all(torch.isfinite(v).all() for v in ckpt["state_dict"].values() if v.is_floating_point())
 
 
+@pytest.mark.slow
 def test_graph_break_under_fullgraph_names_frame_reason_and_fix(runs: dict) -> None:
     proc, _ = runs["fullgraph_break"]
     assert proc.returncode == 3, proc.stderr[-4000:]
@@ -76,6 +79,7 @@ def test_graph_break_under_fullgraph_names_frame_reason_and_fix(runs: dict) -> N
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_backend_failure_raises_with_frame_reason_and_fix(runs: dict) -> None:
     proc, _ = runs["backend_raise"]
     assert proc.returncode == 3, proc.stderr[-4000:]
@@ -85,6 +89,7 @@ def test_backend_failure_raises_with_frame_reason_and_fix(runs: dict) -> None:
     assert "compile.on_error=eager" in msg
 
 
+@pytest.mark.slow
 def test_backend_failure_under_on_error_eager_falls_back_and_is_logged(runs: dict) -> None:
     proc, run_dir = runs["backend_eager"]
     assert proc.returncode == 0, proc.stderr[-4000:]

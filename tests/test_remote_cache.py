@@ -302,6 +302,7 @@ def test_an_upload_racing_a_build_never_publishes_a_partial_kernel(redis_url: st
     assert result["uploaded"] == len(result["kernels"]) - 1  # every other kernel it used went up
 
 
+@pytest.mark.slow
 def test_unsigned_sharing_without_a_secret_shares_graphs_unchecked_and_no_kernels(
         redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     import torch

@@ -154,6 +154,7 @@ def test_the_planted_pickle_runs_when_unpickled_as_torch_does(tmp_path: Path) ->
     assert marker.read_text() == "ran"
 
 
+@pytest.mark.slow
 def test_every_redis_cache_of_torch_writes_signed_and_reads_only_what_verifies(
         server: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """torch's own cache classes (FX graph, AOTAutograd, autotune, bundled autotune, Dynamo's PGO: whichever this
@@ -193,6 +194,7 @@ def test_every_redis_cache_of_torch_writes_signed_and_reads_only_what_verifies(
     assert (backend._get, backend._put) == torch_own
 
 
+@pytest.mark.slow
 def test_unsigned_trust_reads_what_the_server_holds_and_still_signs_what_it_writes(
         server: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """``compile.cache_trust=unsigned`` with a secret set: torch reads unchecked, as it would alone, and what it

@@ -82,6 +82,7 @@ def sweep(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.Co
     return sweep_dir, proc
 
 
+@pytest.mark.slow
 def test_every_output_of_a_sweep_agrees(sweep: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
     sweep_dir, proc = sweep
     tables = _table(proc.stdout, "runner: smoke")
@@ -108,6 +109,7 @@ def test_every_output_of_a_sweep_agrees(sweep: tuple[Path, subprocess.CompletedP
     assert (sweep_dir / "summary.png").stat().st_size > 5000
 
 
+@pytest.mark.slow
 def test_the_console_is_quiet_and_the_log_file_keeps_the_details(
         sweep: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
     sweep_dir, proc = sweep
@@ -121,6 +123,7 @@ def test_the_console_is_quiet_and_the_log_file_keeps_the_details(
     assert re.search(r"Epoch 0 \S+ 16/16 ", console)  # steps out of max_steps
 
 
+@pytest.mark.slow
 def test_a_resumed_run_reports_the_speedup_measured_before_it(
         sweep: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
     sweep_dir, _ = sweep

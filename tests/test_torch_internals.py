@@ -68,7 +68,7 @@ def test_metrics_limit_roundtrip() -> None:
 
 def test_real_compile_records_callbacks_guards_and_resume_names() -> None:
     calls: list[tuple[str, str, object]] = []
-    remove = ti.COMPILE_EVENTS.subscribe(
+    remove = ti.COMPILE_EVENT_SOURCE.subscribe(
         lambda trig, cid: calls.append(("start", trig, ti.compiling_target())),
         lambda trig, cid: calls.append(("end", trig, None)),
     )
@@ -95,7 +95,7 @@ def test_real_compile_records_callbacks_guards_and_resume_names() -> None:
 
 def test_compiling_target_names_the_wrapped_module() -> None:
     names: list[object] = []
-    remove = ti.COMPILE_EVENTS.subscribe(lambda t, c: names.append(ti.compiling_target()))
+    remove = ti.COMPILE_EVENT_SOURCE.subscribe(lambda t, c: names.append(ti.compiling_target()))
     try:
         torch.compile(torch.nn.Linear(2, 2), backend="eager")(torch.randn(1, 2))
     finally:
@@ -484,6 +484,7 @@ def test_remote_cache_client_internals_are_pinned() -> None:
     assert (Backend._get, Backend._put) == (get, put)
 
 
+@pytest.mark.slow
 def test_cpu_kernel_internals_are_pinned(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """What the shared kernels rely on: a kernel's file is named by its ``CppCodeCache`` key, which this process
     lists once it compiled or loaded it, and a build holds ``locks/<key>.lock`` from start to finish."""
@@ -519,14 +520,14 @@ def test_compile_events_register_torchs_callbacks_once_for_every_listener() -> N
     handler = torch._dynamo.callback_handler
     before = len(handler.start_callbacks)
     seen: list[list[str]] = [[], [], []]
-    removes = [ti.COMPILE_EVENTS.subscribe(lambda t, c, i=i: seen[i].append(t)) for i in range(3)]
+    removes = [ti.COMPILE_EVENT_SOURCE.subscribe(lambda t, c, i=i: seen[i].append(t)) for i in range(3)]
     assert len(handler.start_callbacks) == before + 1
     torch.compile(lambda x: x + 1, backend="eager")(torch.randn(2))
     assert seen[0] == seen[1] == seen[2] == ["DYNAMO"]
     torch._dynamo.reset()  # clears torch's registry
-    late = ti.COMPILE_EVENTS.subscribe(lambda t, c: seen[0].append(t))
+    late = ti.COMPILE_EVENT_SOURCE.subscribe(lambda t, c: seen[0].append(t))
     torch.compile(lambda x: x * 2, backend="eager")(torch.randn(2))
     assert seen[0] == ["DYNAMO", "DYNAMO", "DYNAMO"] and seen[1] == ["DYNAMO", "DYNAMO"]
     for remove in [*removes, late]:
         remove()
-    assert len(handler.start_callbacks) == 0 and ti.COMPILE_EVENTS.listeners == 0
+    assert len(handler.start_callbacks) == 0 and ti.COMPILE_EVENT_SOURCE.listeners == 0

@@ -15,6 +15,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / ".ci" / "versions.sh"
 # A small pure-Python package with two releases on the index: the cap allows the older one only.
@@ -37,6 +39,7 @@ def _resolve(prefix: str, env: dict[str, str]) -> subprocess.CompletedProcess[st
                           env=env, capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow
 def test_from_index_sets_a_capping_pip_configuration_aside(tmp_path: Path) -> None:
     env = _capping_config(tmp_path)
     capped = _resolve("", env)

@@ -3,20 +3,44 @@ each config group with the options a user picks (never the ``*_schema`` nodes th
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 from runner.config.layers import RECIPE_GROUP, default_groups
 from runner.config.recipe_files import recipe_listing
 from runner.config.targets import is_schema_name
 
+_rendering = [False]
+
+
+@contextlib.contextmanager
+def rendering_help() -> Iterator[None]:
+    """While ``runner --help`` renders its template: only then do the resolvers below list anything."""
+    _rendering[0] = True
+    try:
+        yield
+    finally:
+        _rendering[0] = False
+
 
 def register_resolvers() -> None:
-    """``${runner.recipes:}`` and ``${runner.groups:}`` for the help template; idempotent."""
+    """``${runner.recipes:}`` and ``${runner.groups:}`` for the help template; idempotent. They list only while
+    ``rendering_help`` is entered: Hydra resolves the template while it merges every config it composes, and
+    listing every group's options (~2 s, Hydra's loader copying each group's configs) would cost each run and
+    each composed config that much for a text nothing prints."""
     from omegaconf import OmegaConf
 
     for name, resolver in (("runner.recipes", recipes_help), ("runner.groups", groups_help)):
         if not OmegaConf.has_resolver(name):
-            OmegaConf.register_new_resolver(name, resolver)
+            OmegaConf.register_new_resolver(name, _when_rendering(resolver))
+
+
+def _when_rendering(resolver: Any) -> Any:
+    def resolve() -> str:
+        return resolver() if _rendering[0] else ""
+
+    return resolve
 
 
 def _escape(text: str) -> str:

@@ -68,7 +68,7 @@ COMPILE_GRAPH_BREAK_REASONS = define("compile/graph_break_reasons",
 COMPILE_FALLBACK_REASONS = define("compile/fallback_reasons",
                                   'every function that failed to compile and ran eagerly: [{"name", "compile_id", '
                                   '"reason"}]')
-COMPILE_EVENT_LOG = define("compile/events",
+COMPILE_EVENTS = define("compile/events",
                         'every compile: [{"kind", "name", "compile_id", "step", "duration_s"}], kind from '
                         "torch's trigger: compile, recompile, backward, cudagraph_recording")
 COMPILE_REASONS = define("compile/reasons",

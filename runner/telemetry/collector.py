@@ -38,7 +38,7 @@ from runner.figures.compile_work import (
     COMPILE_CUDAGRAPH_RECORDINGS,
     COMPILE_CUDAGRAPH_SKIPS,
     COMPILE_DYNAMO_S,
-    COMPILE_EVENT_LOG,
+    COMPILE_EVENTS,
     COMPILE_FALLBACK_REASONS,
     COMPILE_FALLBACKS,
     COMPILE_FRAME_COMPILES,
@@ -116,7 +116,7 @@ class CompileCollector:
         self._baseline_counters = ti.counters_snapshot()
         self._final = self._final_counters = None
         self._live = (-1, [])
-        self._unregister = ti.COMPILE_EVENTS.subscribe(self._on_start, self._on_end)
+        self._unregister = ti.COMPILE_EVENT_SOURCE.subscribe(self._on_start, self._on_end)
         self._attach_graph_break_handler()
         return self
 
@@ -263,7 +263,7 @@ class CompileCollector:
             COMPILE_RECOMPILE_REASONS: recompiles,
             COMPILE_GRAPH_BREAK_REASONS: breaks,
             COMPILE_FALLBACK_REASONS: [self._fallback(r) for r in forward if r.fail_type],
-            COMPILE_EVENT_LOG: list(self.events),
+            COMPILE_EVENTS: list(self.events),
         }
 
     def _fallback(self, r: ti.CompileRecord) -> dict[str, Any]:

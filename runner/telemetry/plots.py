@@ -15,7 +15,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from runner.figures.compile_work import COMPILE_EVENT_LOG, COMPILE_TIME_S
+from runner.figures.compile_work import COMPILE_EVENTS, COMPILE_TIME_S
 from runner.figures.perf import (
     PERF_COMPILED_STEP_MS,
     PERF_EAGER_STEP_MS,
@@ -66,7 +66,7 @@ def _pair_span(figures: dict[str, Any], points: list[dict[str, Any]]) -> tuple[i
 def _events_by_step(figures: dict[str, Any]) -> list[tuple[int, str, float]]:
     """(step, kind, seconds) per step: a step's forward and backward compiles are one mark."""
     merged: dict[tuple[int, str], float] = {}
-    for event in figures.get(COMPILE_EVENT_LOG) or []:
+    for event in figures.get(COMPILE_EVENTS) or []:
         step, kind = event.get("step"), event.get("kind")
         if step is None or kind == "cudagraph_recording":  # a recording runs a graph, it does not compile
             continue
@@ -91,7 +91,7 @@ def step_times_figure(figures: dict[str, Any]) -> Any:
     if not points:
         return None
     plt = _pyplot()
-    compiled_any = any(p["mode"] == "compile" for p in points) or bool(figures.get(COMPILE_EVENT_LOG))
+    compiled_any = any(p["mode"] == "compile" for p in points) or bool(figures.get(COMPILE_EVENTS))
     # The y-axis covers the steps that say what a step costs: the pairs and the steady compiled steps
     # (the warm-up's first steps can be many times slower, and a compile step 1000 times).
     steady = ([p["ms"] for p in points if p["mode"] in ("compiled", "eager")]

@@ -15,7 +15,7 @@ from typing import Any
 import lightning.pytorch as pl
 
 from runner.figures.compile_work import (
-    COMPILE_EVENT_LOG,
+    COMPILE_EVENTS,
     COMPILE_FALLBACK_REASONS,
     COMPILE_GRAPH_BREAK_REASONS,
     COMPILE_REASONS,
@@ -79,7 +79,7 @@ def _cell(value: Any) -> Any:
 def write_events_text(path: Path, figures: dict[str, Any]) -> None:
     """``compile_events.txt``: every compile event with its step and duration, then every reason."""
     lines = ["# compile events: step, kind, seconds, name"]
-    for e in figures.get(COMPILE_EVENT_LOG) or []:
+    for e in figures.get(COMPILE_EVENTS) or []:
         lines.append(f"step {e.get('step')}\t{e.get('kind')}\t{e.get('duration_s', 0.0):.2f} s\t{e.get('name')}")
     lines += ["", "# reasons: kind, name, location, step, count, reason"]
     for row in reason_rows(figures):

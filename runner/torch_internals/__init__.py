@@ -45,7 +45,7 @@ from runner.torch_internals.errors import (  # noqa: F401
     limit_hit_from_record,
 )
 from runner.torch_internals.observation import (  # noqa: F401
-    COMPILE_EVENTS,
+    COMPILE_EVENT_SOURCE,
     COUNTERS,
     CUDAGRAPH_RECORDING_TRIGGER,
     GRAPH_BREAK_GROUP,

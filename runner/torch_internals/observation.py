@@ -205,7 +205,7 @@ def _ignore(trigger: str, compile_id: str) -> None:
     """A listener's end callback when it wants only starts."""
 
 
-COMPILE_EVENTS = CompileEvents()
+COMPILE_EVENT_SOURCE = CompileEvents()
 """The process's compile-event source (the telemetry, CUDA graphs, the shape policy and the console subscribe)."""
 
 

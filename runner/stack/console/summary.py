@@ -47,7 +47,7 @@ class CompileConsole(StackComponent):
 
     def configure(self) -> None:
         self._breaks_before = self._graph_breaks()
-        self._unregister = ti.COMPILE_EVENTS.subscribe(self._on_start, self._on_end)
+        self._unregister = ti.COMPILE_EVENT_SOURCE.subscribe(self._on_start, self._on_end)
 
     @staticmethod
     def _graph_breaks() -> int:

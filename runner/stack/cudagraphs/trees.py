@@ -106,7 +106,7 @@ class CudaGraphs(StackComponent):
         if self.cfg.skip_dynamic_graphs:
             ti.partition_on_graph_symbols_only(self.torch_settings)
         self.partitions.install(self.torch_settings)
-        self._unregister = ti.COMPILE_EVENTS.subscribe(self._on_compile_start)
+        self._unregister = ti.COMPILE_EVENT_SOURCE.subscribe(self._on_compile_start)
 
     def _on_compile_start(self, trigger: str, compile_id: str) -> None:
         if trigger == ti.CUDAGRAPH_RECORDING_TRIGGER:

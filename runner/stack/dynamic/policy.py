@@ -156,7 +156,7 @@ class ShapePolicyComponent(StackComponent):
         if self.cfg.after_warmup is not AfterWarmup.none:  # inside training steps only: validation is unaffected
             self.step_mode.after_warmup(self.cfg.after_warmup.value, from_step=self.cfg.warmup_steps)
         self._since_us = _now_us()
-        self._unregister = ti.COMPILE_EVENTS.subscribe(self._on_compile_start)
+        self._unregister = ti.COMPILE_EVENT_SOURCE.subscribe(self._on_compile_start)
 
     def _on_compile_start(self, trigger: str, compile_id: str) -> None:
         # The policy's figures are about the training step's frame: compiles started while a training
