@@ -27,6 +27,7 @@ from runner.config.targets import (
     TextDataSchema,
     TokenizedTextDataSchema,
 )
+from runner.data.tokenizers import is_bytes
 from runner.quiet import quiet_wandb
 from runner.reliability import AtomicCheckpointIO, build_reliability_callbacks
 from runner.stack import CacheArtifacts
@@ -66,8 +67,8 @@ def build_module(cfg: RunConfig) -> L.LightningModule:
 
 def val_metric(cfg: RunConfig) -> ValMetric:
     """What validation reports beside its loss: bits per byte on byte-level text, accuracy on classes."""
-    if isinstance(cfg.data, TextDataSchema):
-        return ValMetric.bits_per_byte
+    if isinstance(cfg.data, TextDataSchema):  # tokenized_text too: a tokenizer's ids are not bytes
+        return ValMetric.bits_per_byte if is_bytes(cfg.data.tokenizer) else ValMetric.none
     if isinstance(cfg.data, (TextClassificationDataSchema, ImageDataSchema, SyntheticDataSchema)):
         return ValMetric.accuracy
     return ValMetric.none

@@ -15,8 +15,7 @@ import torch
 from runner.config import ConfigError, compose, load
 from runner.config.precheck import precheck
 from runner.data.classification import ClassifyCollate, TextClassificationDataModule, label_ids, read_examples
-from runner.data.text import IGNORE_INDEX, PadTo
-from runner.data.tokenized import TokenizedTextDataModule
+from runner.data.text import IGNORE_INDEX, PadTo, TextDataModule
 from runner.models.hf import CausalLM, SequenceClassifier, build_config
 from runner.training.module import lm_loss
 from tests.family_fits import BERT, CAUSAL
@@ -95,7 +94,7 @@ def test_saved_encoder_gets_a_head_of_num_labels(tmp_path: Path) -> None:
 def test_tokenized_documents_pad_with_the_tokenizers_pad_id_and_ignore_it(saved_llama: Path, tmp_path: Path) -> None:
     text = tmp_path / "corpus.txt"
     text.write_text("\n\n".join(f"def f{i}(a, b):\n    return a + b * {i}" * (1 + i % 3) for i in range(60)))
-    dm = TokenizedTextDataModule(tokenizer=str(saved_llama), path=str(text), batching="documents", seq_len=48,
+    dm = TextDataModule(tokenizer=str(saved_llama), path=str(text), batching="documents", seq_len=48,
                                  min_len=4, batch_size=4)
     dm.setup()
     x, y = next(iter(dm.train_dataloader()))

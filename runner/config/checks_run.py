@@ -117,6 +117,10 @@ def check_data_path(cfg: RunConfig) -> str | None:
     if path is not None and not Path(path).expanduser().exists():
         return (f"data.path={path} does not exist. Point data.path at a directory or file of text, "
                 "or drop it (data.path=null) to use the Python stdlib source.")
+    val_path = getattr(cfg.data, "val_path", None)
+    if val_path is not None and not Path(val_path).expanduser().exists():
+        return (f"data.val_path={val_path} does not exist. Point it at the files that validate, or drop it "
+                "(data.val_path=null) to validate on a split of data.path.")
     return None
 
 def check_length_grouping(cfg: RunConfig) -> str | None:

@@ -52,8 +52,11 @@ class TextClassificationDataSchema:
     path: Optional[str] = None
     """A local file of labelled text: JSON lines ({"text": ..., "label": ...}) or tab-separated
     (label<TAB>text). None: paragraphs of the Python stdlib source labelled by their package."""
-    tokenizer: Optional[str] = None
-    """A directory holding a saved tokenizer (a model's ``model.path``); None: UTF-8 bytes (ids 1-256, 0 pads)."""
+    val_path: Optional[str] = None
+    """A file that validates, in data.path's forms; None: a seeded split of data.path's rows."""
+    tokenizer: Optional[str] = "${oc.select:model.path,null}"
+    """bytes (UTF-8 bytes, ids 1-256, 0 pads) or a directory holding a saved tokenizer. Default: the model's own
+    (model.path), else bytes."""
     num_classes: int = 4
     """Labels the file holds (the model's ``num_labels``)."""
     seq_len: int = 128

@@ -52,14 +52,24 @@ class MLPSchema:
     out_features: int = 10
 
 
+MODEL_TOKENIZER = "${oc.select:model.path,null}"
+"""The default of ``data.tokenizer``: the tokenizer saved beside the model (``model.path``), else UTF-8 bytes."""
+
+
 @dataclass
 class TextDataSchema:
-    """Byte-level language modelling over local text (``runner.data.text.TextDataModule``)."""
+    """Text for a causal LM: UTF-8 bytes, or a saved tokenizer's ids (``runner.data.text.TextDataModule``)."""
 
     _target_: str = "runner.data.text.TextDataModule"
     path: Optional[str] = None
     """A directory (every UTF-8 text file under it, whatever its name; binary files are skipped) or a
     file; None: the Python stdlib source."""
+    val_path: Optional[str] = None
+    """Files that validate, in data.path's forms; None: a split of data.path (by document, or the last windows
+    of a single document), never overlapping training."""
+    tokenizer: Optional[str] = MODEL_TOKENIZER
+    """bytes (UTF-8 bytes, ids 0-255) or a directory holding a saved tokenizer. Default: the model's own
+    (model.path), else bytes."""
     batching: Batching = Batching.packed
     seq_len: int = 256
     """Packed: window length. Documents: documents longer than this are cut into chunks."""
@@ -80,26 +90,14 @@ class TextDataSchema:
 
 
 @dataclass
-class TokenizedTextDataSchema:
-    """Text tokenized by a saved tokenizer (``runner.data.tokenized.TokenizedTextDataModule``), for a
-    causal LM loaded from ``model.path``."""
+class TokenizedTextDataSchema(TextDataSchema):
+    """``data=text`` whose tokenizer must be a saved one (default: the model's, ``model.path``)
+    (``runner.data.text.TokenizedTextDataModule``)."""
 
-    _target_: str = "runner.data.tokenized.TokenizedTextDataModule"
+    _target_: str = "runner.data.text.TokenizedTextDataModule"
+
     tokenizer: Optional[str] = "${model.path}"
     """The directory a tokenizer was saved to (default: the model's)."""
-    path: Optional[str] = None
-    """A directory (every UTF-8 text file under it) or a file; None: the Python stdlib source."""
-    batching: Batching = Batching.packed
-    """packed (fixed windows) or documents (one padded sequence per document)."""
-    seq_len: int = 256
-    min_len: int = 16
-    separator: Optional[str] = "\n\n"
-    """Documents: split each file into documents here; null keeps each file whole."""
-    batch_size: int = 16
-    max_bytes: Optional[int] = 4_000_000
-    val_fraction: float = 0.05
-    seed: int = 0
-    num_workers: int = 0
 
 
 @dataclass

@@ -20,8 +20,11 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader
 
+from runner.config.target_objects import TokenRange
 from runner.data.corpus import read_documents, stdlib_dir
-from runner.data.text import PadTo
+from runner.data.padding import PadTo
+from runner.data.splits import VAL_PATH, split_documents
+from runner.data.tokenizers import check_tokenizer, load_tokenizer, token_range
 
 # The default task: which of these stdlib packages a paragraph of source comes from.
 STDLIB_PACKAGES = ("asyncio", "email", "unittest", "xml")
@@ -71,30 +74,6 @@ def label_ids(labels: Sequence[Any]) -> dict[Any, int]:
     return {x: index[str(x)] for x in labels}
 
 
-class ByteTokens:
-    """UTF-8 bytes as ids 1-256 (0 is padding): a vocabulary of 257, nothing to download."""
-
-    pad_id = 0
-    vocab_size = 257
-
-    def __call__(self, text: str, max_len: int) -> list[int]:
-        return [b + 1 for b in text.encode("utf-8")[:max_len]]
-
-
-class SavedTokenizer:
-    """A tokenizer saved in a directory (``save_pretrained``), loaded from local files only."""
-
-    def __init__(self, path: str) -> None:
-        from transformers import AutoTokenizer
-
-        self.tokenizer = AutoTokenizer.from_pretrained(str(Path(path).expanduser()), local_files_only=True)
-        pad = self.tokenizer.pad_token_id
-        self.pad_id = int(pad if pad is not None else self.tokenizer.eos_token_id or 0)
-
-    def __call__(self, text: str, max_len: int) -> list[int]:
-        return list(self.tokenizer(text, truncation=True, max_length=max_len)["input_ids"])
-
-
 @dataclass(frozen=True)
 class ClassifyCollate:
     """Pads a list of ``(ids, label)`` to ``pad_to(longest)`` with ``pad_id``; the mask marks real tokens."""
@@ -117,11 +96,12 @@ class TextClassificationDataModule(L.LightningDataModule):
     """Labelled text in padded variable-length batches (module docstring); split train/val by a seeded
     shuffle, so the split is the same on every run and every rank."""
 
-    def __init__(self, path: str | None = None, tokenizer: str | None = None, num_classes: int = 4,
+    def __init__(self, path: str | None = None, val_path: str | None = None, tokenizer: str | None = None,
+                 num_classes: int = 4,
                  seq_len: int = 128, min_len: int = 16, batch_size: int = 16, max_examples: int | None = 20_000,
                  val_fraction: float = 0.1, seed: int = 0, num_workers: int = 0, pad_to: PadTo | None = None) -> None:
         super().__init__()
-        self.path, self.tokenizer_path, self.num_classes = path, tokenizer, num_classes
+        self.path, self.val_path, self.tokenizer_path, self.num_classes = path, val_path, tokenizer, num_classes
         self.seq_len, self.min_len, self.batch_size = seq_len, min_len, batch_size
         self.max_examples, self.val_fraction, self.seed = max_examples, val_fraction, seed
         self.num_workers = num_workers
@@ -129,43 +109,57 @@ class TextClassificationDataModule(L.LightningDataModule):
         self._train: list[tuple[torch.Tensor, int]] | None = None
         self._val: list[tuple[torch.Tensor, int]] | None = None
         self._pad_id = 0
+        self.split_how = ""
 
     @staticmethod
-    def check_arguments(path: str | None = None, tokenizer: str | None = None, num_classes: int = 4,
-                        min_len: int = 16, max_examples: int | None = 20_000, **_: Any) -> str | None:
+    def check_arguments(path: str | None = None, val_path: str | None = None, tokenizer: str | None = None,
+                        num_classes: int = 4, min_len: int = 16, max_examples: int | None = 20_000,
+                        **_: Any) -> str | None:
         """What is wrong with these arguments, in one paragraph, before anything is written (None: nothing)."""
-        if path is not None and Path(path).expanduser().exists():  # a missing path: the existence check names it
-            if not Path(path).expanduser().is_file():
-                return (f"data.path={path} is a directory. Give a file of labelled text: JSON lines "
+        if (message := check_tokenizer(tokenizer)) is not None:
+            return message
+        for key, where in (("data.path", path), ("data.val_path", val_path)):
+            if where is None or not Path(where).expanduser().exists():  # a missing path: the existence check names it
+                continue
+            if not Path(where).expanduser().is_file():
+                return (f"{key}={where} is a directory. Give a file of labelled text: JSON lines "
                         '({"text": ..., "label": ...}) or label<TAB>text lines; or drop data.path for the stdlib task.')
             try:
-                examples = read_examples(path, max_examples, min_len)
+                examples = read_examples(where, max_examples, min_len)
             except (ValueError, UnicodeDecodeError) as e:
                 return f"{e}. Each line is a JSON object with text and label, or label<TAB>text (UTF-8)."
             if not examples:
-                return f"data.path={path} holds no text of at least data.min_len={min_len} bytes."
+                return f"{key}={where} holds no text of at least data.min_len={min_len} bytes."
             ids = label_ids([lab for _, lab in examples])
             if max(ids.values()) >= num_classes or min(ids.values()) < 0:
-                return (f"data.path={path} has {len(set(ids.values()))} labels (ids {min(ids.values())}.."
+                return (f"{key}={where} has {len(set(ids.values()))} labels (ids {min(ids.values())}.."
                         f"{max(ids.values())}) but data.num_classes={num_classes}: set data.num_classes="
                         f"{max(ids.values()) + 1} (the model's num_labels follows it).")
-        if tokenizer is not None and not Path(tokenizer).expanduser().is_dir():
-            return (f"data.tokenizer={tokenizer} is not a directory. Give the directory a tokenizer was saved to "
-                    "(tokenizer.save_pretrained(DIR), usually the model's model.path), or drop it for UTF-8 bytes.")
         return None
+
+    @staticmethod
+    def token_range(tokenizer: str | None = None, **_: Any) -> TokenRange | None:
+        """The ids this data gives the model (the vocabulary check compares them with the model's embedding)."""
+        return token_range(tokenizer, offset=1)
 
     def setup(self, stage: str | None = None) -> None:
         if self._train is not None:
             return
         examples = read_examples(self.path, self.max_examples, self.min_len)
-        ids = label_ids([lab for _, lab in examples])
-        encode = SavedTokenizer(self.tokenizer_path) if self.tokenizer_path else ByteTokens()
+        val_examples = read_examples(self.val_path, self.max_examples, self.min_len) if self.val_path else []
+        ids = label_ids([lab for _, lab in examples + val_examples])
+        encode = load_tokenizer(self.tokenizer_path, offset=1)
         self._pad_id = encode.pad_id
-        encoded = [(torch.tensor(encode(text, self.seq_len), dtype=torch.long), ids[lab]) for text, lab in examples]
-        encoded = [e for e in encoded if len(e[0]) > 0]
-        random.Random(self.seed).shuffle(encoded)
-        n_val = max(1, round(len(encoded) * self.val_fraction))
-        self._val, self._train = encoded[:n_val], encoded[n_val:]
+        encoded = [(torch.from_numpy(t[:self.seq_len].astype("int64")), ids[lab])
+                   for t, (_, lab) in zip(encode([text for text, _ in examples + val_examples], self.seq_len),
+                                          examples + val_examples, strict=True)]
+        if val_examples:
+            self.split_how = VAL_PATH
+            self._train, self._val = encoded[:len(examples)], encoded[len(examples):]
+        else:
+            split = split_documents(len(encoded), self.val_fraction, self.seed)
+            self.split_how = split.how.replace("document", "row")
+            self._val, self._train = [encoded[i] for i in split.val], [encoded[i] for i in split.train]
         if len(self._train) < self.batch_size:
             raise ValueError(f"data: {len(self._train)} training examples, fewer than data.batch_size="
                              f"{self.batch_size}; give more text or lower data.batch_size.")

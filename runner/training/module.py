@@ -51,7 +51,9 @@ class TrainModule(L.LightningModule):
         val_metric: ValMetric = ValMetric.bits_per_byte,
     ) -> None:
         super().__init__()
-        self.model = model
+        # Train mode whatever the model was left in (from_pretrained returns eval mode, a user's module may be in
+        # either): Lightning keeps the modes it finds, and switches to eval only around validation.
+        self.model = model.train()
         self.optimizer_factory = optimizer
         self.scheduler_factory = scheduler
         self.weight_decay_min_dim = weight_decay_min_dim
