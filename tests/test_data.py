@@ -150,8 +150,9 @@ def test_lightning_injects_a_distributed_sampler_into_the_grouped_batches() -> N
 
 # -- data.path: any UTF-8 text, whatever its name; binary skipped by content ---------------------------
 def test_every_text_file_is_read_whatever_its_name(tmp_path: Path) -> None:
+    from runner.data.sources import resolve
+
     (tmp_path / "notes").write_text("plain notes without an extension\n" * 20)
-    (tmp_path / "train.jsonl").write_text('{"text": "a json line"}\n' * 20)
     (tmp_path / "main.rs").write_text("fn main() { println!(\"héllo\"); }\n" * 20)
     (tmp_path / "image.png").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00" + bytes(range(256)) * 8)
     (tmp_path / "latin1.txt").write_bytes("caf\xe9 cr\xe8me\n".encode("latin-1") * 20)  # not UTF-8
@@ -159,7 +160,11 @@ def test_every_text_file_is_read_whatever_its_name(tmp_path: Path) -> None:
     (tmp_path / ".git" / "config").write_text("[core]\n" * 50)  # hidden directories are not the user's text
     (tmp_path / "empty").write_text("")
     docs = read_documents(tmp_path, max_bytes=None)
-    assert sorted(d[:10] for d in docs) == [b"fn main() ", b"plain note", b'{"text": "']
+    assert sorted(d[:10] for d in docs) == [b"fn main() ", b"plain note"]
+    source = resolve(str(tmp_path))
+    assert source.kind == "text" and sorted(f.name for f in source.files) == ["main.rs", "notes"]
+    (tmp_path / "train.jsonl").write_text('{"text": "a json line"}\n' * 20)  # a table: its rows, not its bytes
+    assert resolve(str(tmp_path)).files == (tmp_path / "train.jsonl",)
 
 
 def test_a_single_file_without_extension_is_read(tmp_path: Path) -> None:

@@ -153,8 +153,11 @@ def test_a_saved_model_with_dropout_trains_in_train_mode(tmp_path: Path) -> None
                         "trainer.val_check_interval=2", "trainer.limit_val_batches=2", "telemetry.speedup_steps=0"],
                        run_dir=str(tmp_path / "run")))
     assert cfg.data.tokenizer == str(bert)  # type: ignore[union-attr]  # the model's own tokenizer, by default
-    run(cfg, extra_callbacks=[modes])
+    result = run(cfg, extra_callbacks=[modes])
     assert len(modes.train) == 2 and modes.val
+    # What the classifier's ids mean, beside its checkpoints (an export reads this file).
+    assert json.loads((result.run_dir / "labels.json").read_text()) == {
+        "label2id": {"neg": 0, "pos": 1}, "id2label": {"0": "neg", "1": "pos"}}
     assert all(len(m) >= 5 and all(m) for m in modes.train), modes.train
     assert all(len(m) >= 5 and not any(m) for m in modes.val), modes.val
 

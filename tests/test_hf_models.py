@@ -14,7 +14,9 @@ import torch
 
 from runner.config import ConfigError, compose, load
 from runner.config.precheck import precheck
-from runner.data.classification import ClassifyCollate, TextClassificationDataModule, label_ids, read_examples
+from runner.data.classification import ClassifyCollate, TextClassificationDataModule
+from runner.data.labelled import read_labelled
+from runner.data.labels import label_map
 from runner.data.text import IGNORE_INDEX, PadTo, TextDataModule
 from runner.models.hf import CausalLM, SequenceClassifier, build_config
 from runner.training.module import lm_loss
@@ -110,10 +112,12 @@ def test_labelled_file_formats_and_label_ids(tmp_path: Path) -> None:
                                for i in range(6)))
     tsv = tmp_path / "b.tsv"
     tsv.write_text("1\tone two three\n0\tfour five six\n")
-    assert read_examples(str(jsonl), None, 4)[0] == ("text number 0", "neg")
-    assert read_examples(str(tsv), None, 4) == [("one two three", "1"), ("four five six", "0")]
-    assert label_ids(["pos", "neg", "pos"]) == {"neg": 0, "pos": 1}
-    assert label_ids(["1", "0", "3"]) == {"1": 1, "0": 0, "3": 3}
+    rows = read_labelled(str(jsonl), "data.path", "text", "label", None, 4).rows
+    assert rows[0] == {"text": "text number 0", "label": "neg"}
+    assert read_labelled(str(tsv), "data.path", "text", "label", None, 4).rows[:] == {
+        "text": ["one two three", "four five six"], "label": ["1", "0"]}
+    assert label_map({"pos": 2, "neg": 1}, "").label2id == {"neg": 0, "pos": 1}
+    assert label_map({"1": 1, "0": 1, "3": 1}, "").label2id == {"0": 0, "1": 1, "3": 3}
 
 
 def test_classification_batches_are_padded_per_policy_with_a_mask() -> None:
@@ -169,7 +173,7 @@ BAD = [
     (["model=hf_classifier", "data=text_classification", "model.config=codegen"],
      ["model.config=codegen", "codegen has no sequence classifier", "Available ("]),
     (["model=hf_classifier", "data=text_classification", "data.path=LABELS", "data.num_classes=2"],
-     ["has 3 labels", "data.num_classes=3"]),
+     ["holds 3 classes", "model.num_labels=2", "Set data.num_classes=3"]),
     (["data=tokenized_text"], ["data.tokenizer is empty", "model.path"]),
 ]
 

@@ -1,5 +1,6 @@
 """Checks of the data against the model, before anything is written: what one group's own check cannot see.
 
+- the classes the rows hold (``label_count``) against the model's ``num_labels`` (or ``data.num_classes``);
 - the token ids the data gives (its tokenizer's largest id and its pad id, ``token_range`` on the data module's
   class) against the rows of the model's input embedding (``input_vocabulary`` on the model's class): an id past
   the embedding fails deep inside the first forward, with an ``IndexError`` and a partial run directory.
@@ -44,4 +45,24 @@ def check_vocabulary(cfg: RunConfig) -> str | None:
             f"a tokenizer of at most {embedding.rows} ids (data.tokenizer=bytes: UTF-8 bytes).")
 
 
-CHECKS: list[Check] = [check_vocabulary]
+def check_labels(cfg: RunConfig) -> str | None:
+    """The classes the rows hold (``label_count`` on the data module's class) are the classes the model predicts
+    (``model.num_labels``, else ``data.num_classes``)."""
+    found = _declared(cfg.data, "label_count")
+    if not isinstance(found, tuple):
+        return None
+    count, examples = found
+    model, data = target_objects.fields(cfg.model), target_objects.fields(cfg.data)
+    path = data.get("path")
+    settings = (("model.num_labels", model.get("num_labels")), ("data.num_classes", data.get("num_classes")))
+    for setting, value in settings:
+        if isinstance(value, int) and not isinstance(value, bool) and value != count:
+            where = f"data.path={path}" if path else "the stdlib task"
+            follows = " (it follows data.num_classes)" if setting == "model.num_labels" else ""
+            return (f"{where} holds {count} classes (labels {examples}), but {setting}={value}{follows}: the model "
+                    f"would predict {value} classes. Set data.num_classes={count}"
+                    + (", and model.num_labels with it if you set it yourself." if follows else "."))
+    return None
+
+
+CHECKS: list[Check] = [check_vocabulary, check_labels]

@@ -50,15 +50,19 @@ class TextClassificationDataSchema:
 
     _target_: str = "runner.data.classification.TextClassificationDataModule"
     path: Optional[str] = None
-    """A local file of labelled text: JSON lines ({"text": ..., "label": ...}) or tab-separated
-    (label<TAB>text). None: paragraphs of the Python stdlib source labelled by their package."""
+    """A file, a folder or a glob of labelled rows: .jsonl/.json, .csv or .parquet tables, a save_to_disk folder,
+    or text files of label<TAB>text lines. None: paragraphs of the Python stdlib source labelled by their package."""
     val_path: Optional[str] = None
-    """A file that validates, in data.path's forms; None: a seeded split of data.path's rows."""
+    """Rows that validate, in data.path's forms; None: a seeded split of data.path's rows."""
     tokenizer: Optional[str] = "${oc.select:model.path,null}"
     """bytes (UTF-8 bytes, ids 1-256, 0 pads) or a directory holding a saved tokenizer. Default: the model's own
     (model.path), else bytes."""
+    text_column: str = "text"
+    """The column of text."""
+    label_column: str = "label"
+    """The column of labels: class ids (0, 1, ...) or class names (numbered in sorted order), one kind."""
     num_classes: int = 4
-    """Labels the file holds (the model's ``num_labels``)."""
+    """Classes the rows hold (the model's ``num_labels`` follows it); checked against the data before the run."""
     seq_len: int = 128
     """Longest sequence: longer texts are cut here."""
     min_len: int = 16

@@ -62,25 +62,29 @@ class TextDataSchema:
 
     _target_: str = "runner.data.text.TextDataModule"
     path: Optional[str] = None
-    """A directory (every UTF-8 text file under it, whatever its name; binary files are skipped) or a
-    file; None: the Python stdlib source."""
+    """A file, a folder or a glob: text files (every UTF-8 file, whatever its name; binary files are skipped),
+    .jsonl/.json, .csv or .parquet tables (their text_column), or a save_to_disk folder; None: the Python stdlib
+    source."""
     val_path: Optional[str] = None
-    """Files that validate, in data.path's forms; None: a split of data.path (by document, or the last windows
+    """What validates, in data.path's forms; None: a split of data.path (by document, or the last windows
     of a single document), never overlapping training."""
     tokenizer: Optional[str] = MODEL_TOKENIZER
     """bytes (UTF-8 bytes, ids 0-255) or a directory holding a saved tokenizer. Default: the model's own
     (model.path), else bytes."""
+    text_column: str = "text"
+    """A table's column of text (each row a document)."""
     batching: Batching = Batching.packed
     seq_len: int = 256
     """Packed: window length. Documents: documents longer than this are cut into chunks."""
     min_len: int = 16
     """Documents: shorter chunks are dropped."""
     separator: Optional[str] = "\n\n"
-    """Documents: split each file into documents here (blank lines: one block of code or prose per
-    sequence, so lengths vary naturally); null keeps each file whole."""
+    """Documents: split each text file into documents here (blank lines: one block of code or prose per
+    sequence, so lengths vary naturally); null keeps each file whole. Packed: what joins a table's rows."""
     batch_size: int = 16
     max_bytes: Optional[int] = 4_000_000
-    """Read at most this many bytes of text (None: all)."""
+    """Read at most this many bytes of text (None: all): the files, or rows, up to the one that reaches it. What
+    it leaves out is said in the run's data section."""
     val_fraction: float = 0.05
     seed: int = 0
     num_workers: int = 0

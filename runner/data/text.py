@@ -1,5 +1,6 @@
 """Text for causal language models: UTF-8 bytes, or the ids of a saved tokenizer (the model's, with ``model.path``),
-in packed windows or one variable-length sequence per document.
+in packed windows or one variable-length sequence per document, from the Python stdlib source, text files, or
+the text column of a table (:mod:`runner.data.documents`: every format ``data.path`` takes).
 
 Targets of padded positions are ``IGNORE_INDEX``, so padding never counts in the loss. How far a batch of
 documents is padded is the dynamic-shape policy's choice (``pad_to``), set by the builder. Validation never
@@ -9,6 +10,7 @@ last windows of a single document.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,56 +21,42 @@ from torch.utils.data import DataLoader, Dataset, RandomSampler
 
 from runner.config.target_objects import TokenRange
 from runner.config.targets import Batching
-from runner.data.corpus import describe_missing_text, read_documents, text_bytes
+from runner.data.corpus import describe_missing_text
+from runner.data.documents import Corpus, read_corpus
 from runner.data.padding import IGNORE_INDEX, LengthGroupedBatchSampler, PadCollate, PadTo
+from runner.data.sources import DataError, names_something, resolve
 from runner.data.splits import VAL_PATH, split_documents, tail_cut, tail_how
-from runner.data.tokenizers import Tokenizer, check_tokenizer, is_bytes, load_tokenizer, token_range
+from runner.data.tables import load_table, text_lengths
+from runner.data.tokenizers import check_tokenizer, is_bytes, load_tokenizer, token_range
 from runner.data.windows import Chunks, PackedWindows, Spans, Stream
+
+BLOCK = 1 << 24
+"""Ids read at a time when the whole training text is counted."""
 
 __all__ = ["IGNORE_INDEX", "PadCollate", "PadTo", "TextDataModule", "TokenizedTextDataModule"]
 
 
-def unigram_bits(tokens: np.ndarray) -> float:
-    """Entropy of the byte distribution: what a model that ignores context would reach."""
-    counts = np.bincount(np.asarray(tokens, dtype=np.int64), minlength=256)
+def unigram_bits(parts: Iterable[np.ndarray]) -> float:
+    """Entropy of the byte distribution: what a model that ignores context would reach. ``parts``: the bytes, a
+    block at a time (a corpus larger than memory is counted without being held)."""
+    counts = np.zeros(256, dtype=np.int64)
+    for part in parts:
+        counts += np.bincount(part, minlength=256)
     p = counts[counts > 0] / counts.sum()
     return float(-(p * np.log2(p)).sum())
 
 
-class Corpus:
-    """Documents as token ids: ``tokens`` (flat), ``pieces`` (each document's parts: the whole document, or its
-    paragraphs when documents are split at a separator) and ``doc_of`` (the document of each piece)."""
-
-    def __init__(self, docs: list[bytes], tokenizer: Tokenizer, separator: str | None) -> None:
-        parts = [d.split(separator.encode()) if separator else [d] for d in docs]
-        flat = [p for ps in parts for p in ps]
-        if is_bytes(tokenizer.name):
-            self.tokens: np.ndarray = np.frombuffer(b"".join(flat), dtype=np.uint8)
-            lengths = np.array([len(p) for p in flat], dtype=np.int64)
-        else:
-            ids = tokenizer([p.decode("utf-8", "replace") for p in flat])
-            self.tokens = np.concatenate(ids) if ids else np.zeros(0, dtype=np.int32)
-            lengths = np.array([len(x) for x in ids], dtype=np.int64)
-        ends = np.cumsum(lengths)
-        self.pieces = Spans(ends - lengths, ends)
-        self.doc_of = np.repeat(np.arange(len(parts)), [len(ps) for ps in parts])
-
-    def of(self, docs: list[int]) -> Spans:
-        """The pieces of ``docs``, in that order."""
-        by_doc = {d: np.flatnonzero(self.doc_of == d) for d in docs}
-        return self.pieces.take(np.concatenate([by_doc[d] for d in docs]) if docs else [])
-
-
 class TextDataModule(L.LightningDataModule):
-    """Text from ``path``: every UTF-8 text file under a directory, whatever its name, or one file (default: the
-    Python stdlib source), tokenized by ``tokenizer`` (``bytes``/None: UTF-8 bytes; a directory: the tokenizer
-    saved there). ``val_path``: files that validate (else a split of ``path``, the same on every run and rank)."""
+    """Text from ``path`` (a file, a folder or a glob of text files or tables; default: the Python stdlib source),
+    tokenized by ``tokenizer`` (``bytes``/None: UTF-8 bytes; a directory: the tokenizer saved there); a table's
+    ``text_column``. ``val_path``: what validates (else a split of ``path``, the same on every run and rank)."""
 
     def __init__(
         self,
         path: str | None = None,
         val_path: str | None = None,
         tokenizer: str | None = None,
+        text_column: str = "text",
         batching: Batching | str = Batching.packed,
         seq_len: int = 256,
         min_len: int = 16,
@@ -82,7 +70,7 @@ class TextDataModule(L.LightningDataModule):
         pad_to: PadTo | None = None,
     ) -> None:
         super().__init__()
-        self.path, self.val_path, self.tokenizer = path, val_path, tokenizer
+        self.path, self.val_path, self.tokenizer, self.text_column = path, val_path, tokenizer, text_column
         self.seq_len, self.min_len, self.separator = seq_len, min_len, separator
         self.batching = Batching(batching) if isinstance(batching, str) else batching
         self.batch_size, self.max_bytes, self.val_fraction = batch_size, max_bytes, val_fraction
@@ -96,10 +84,12 @@ class TextDataModule(L.LightningDataModule):
 
     @staticmethod
     def check_arguments(path: str | None = None, val_path: str | None = None, tokenizer: str | None = None,
-                        seq_len: int = 256, batch_size: int = 16, **_: Any) -> str | None:
+                        text_column: str = "text", seq_len: int = 256, batch_size: int = 16,
+                        **_: Any) -> str | None:
         """What is wrong with these arguments, in one paragraph, before a run directory exists (None:
-        nothing): a tokenizer that is not one, a ``path`` that holds no text, or less than one batch of it,
-        a ``val_path`` that is ``path`` itself. A missing path is the config check's to name."""
+        nothing): a tokenizer that is not one, a path that cannot be read (a missing column, an empty or damaged
+        file) or holds less than one batch of text, a ``val_path`` that is ``path`` itself. A missing path is
+        the config check's to name."""
         if (message := check_tokenizer(tokenizer)) is not None:
             return message
         if val_path is not None and path is not None and Path(val_path).expanduser().resolve() == \
@@ -107,10 +97,13 @@ class TextDataModule(L.LightningDataModule):
             return (f"data.val_path={val_path} is data.path itself: validation would be the training data. Give "
                     "files that are not under data.path, or drop data.val_path to validate on a split of data.path.")
         for key, where in (("data.path", path), ("data.val_path", val_path)):
-            if where is None or not Path(where).expanduser().exists():
+            if where is None or not names_something(where):
                 continue
             need = seq_len * batch_size + 1 if key == "data.path" else seq_len + 1
-            have = text_bytes(where, enough=need)
+            try:
+                have = _text_bytes(where, key, text_column, need)
+            except DataError as e:
+                return str(e)
             if have == 0:
                 return describe_missing_text(where).replace("data.path", key, 1)
             if have < need:
@@ -126,41 +119,63 @@ class TextDataModule(L.LightningDataModule):
 
     def check(self) -> None:
         """Fail fast (before any model is built) if the data cannot be read."""
-        read_documents(self.path, max_bytes=1)
+        for key, where in (("data.path", self.path), ("data.val_path", self.val_path)):
+            if where is not None:
+                resolve(where, key)
+
+    def prepare_data(self) -> None:
+        """Read and tokenize once (rank 0 of each node, before the others set up): later reads hit the cache."""
+        self.setup()
 
     def setup(self, stage: str | None = None) -> None:
         if self._train is not None:
             return
         tokenizer = load_tokenizer(self.tokenizer)
         self.pad_id = tokenizer.pad_id
-        docs = read_documents(self.path, self.max_bytes)
-        val_docs = read_documents(self.val_path, self.max_bytes) if self.val_path else []
-        separator = self.separator if self.batching is Batching.documents else None
-        corpus = Corpus(docs + val_docs, tokenizer, separator)
+        packed = self.batching is Batching.packed
+        read = {key: read_corpus(where, key, tokenizer, text_column=self.text_column, separator=self.separator,
+                                 packed=packed, max_bytes=self.max_bytes)
+                for key, where in (("data.path", self.path), ("data.val_path", self.val_path))
+                if where is not None or key == "data.path"}
+        train, val = read["data.path"], read.get("data.val_path")
         self._train_docs: list[int] | None = None
-        self._train, self._val = self._split(corpus, len(docs), len(val_docs))
+        self._train, self._val = self._split(train, val)
         if is_bytes(tokenizer.name):  # over the training documents, or the training part of the one document
-            train = self._train.stream if isinstance(self._train, PackedWindows) else self._train
-            self.unigram_bits = unigram_bits(_ids(train) if self._train_docs is None else
-                                             np.frombuffer(b"".join(docs[i] for i in self._train_docs), np.uint8))
+            self.unigram_bits = unigram_bits(self._train_bytes(train))
         if len(self._train) == 0 or len(self._val) == 0:  # type: ignore[arg-type]
             which = "training" if len(self._train) == 0 else "validation"  # type: ignore[arg-type]
             raise ValueError(
-                f"data: no {which} sequences of seq_len={self.seq_len} in {len(docs)} documents "
+                f"data: no {which} sequences of seq_len={self.seq_len} in {train.n_docs} documents "
                 f"({self.split_how}); lower data.seq_len, raise data.max_bytes or give more text.")
 
-    def _split(self, corpus: Corpus, n_train: int, n_val: int) -> tuple[Dataset, Dataset]:
+    def _train_bytes(self, corpus: Corpus) -> Iterator[np.ndarray]:
+        """The training text's bytes, a block at a time: whole documents (their separators too, when held in
+        memory), or the training windows or chunks of the one document."""
+        if self._train_docs is not None and corpus.raw is not None:
+            yield np.frombuffer(b"".join(corpus.raw[i] for i in self._train_docs), np.uint8)
+            return
+        if self._train_docs is not None:
+            spans = corpus.of(self._train_docs)
+        elif isinstance(self._train, PackedWindows):
+            spans = self._train.stream.spans
+        else:
+            spans = self._train.spans  # type: ignore[union-attr]
+        for start, end in zip(spans.starts.tolist(), spans.ends.tolist(), strict=True):
+            for a in range(start, end, BLOCK):
+                yield np.asarray(corpus.tokens[a:min(end, a + BLOCK)])
+
+    def _split(self, corpus: Corpus, val: Corpus | None) -> tuple[Dataset, Dataset]:
         """Training and validation sequences, disjoint (module docstring)."""
-        if n_val:
+        n_train = corpus.n_docs
+        if val is not None:
             self.split_how, self._train_docs = VAL_PATH, list(range(n_train))
-            return self._sequences(corpus, corpus.of(list(range(n_train)))), \
-                self._sequences(corpus, corpus.of(list(range(n_train, n_train + n_val))))
+            return self._sequences(corpus, corpus.all()), self._sequences(val, val.all())
         if n_train >= 2:
             split = split_documents(n_train, self.val_fraction, self.seed)
             self.split_how, self._train_docs = split.how, split.train
             return self._sequences(corpus, corpus.of(split.train)), self._sequences(corpus, corpus.of(split.val))
         self.split_how = tail_how(self.val_fraction)
-        pieces = corpus.of([0])
+        pieces = corpus.all()
         if self.batching is Batching.packed:  # the last windows (seq_len + 1 ids each) validate
             n = int(pieces.lengths.sum())
             cut = tail_cut(n - 1, self.seq_len, self.val_fraction)
@@ -203,24 +218,33 @@ class TokenizedTextDataModule(TextDataModule):
 
     @staticmethod
     def check_arguments(path: str | None = None, val_path: str | None = None, tokenizer: str | None = None,
-                        seq_len: int = 256, batch_size: int = 16, **kwargs: Any) -> str | None:
+                        text_column: str = "text", seq_len: int = 256, batch_size: int = 16,
+                        **kwargs: Any) -> str | None:
         """An empty tokenizer (no model.path to default to) is refused; the rest is ``TextDataModule``'s check."""
         if is_bytes(tokenizer):
             return ("data.tokenizer is empty: give the directory a tokenizer was saved to (usually the model's "
                     "model.path), or use data=text (UTF-8 bytes) with a model built from its configuration.")
-        return TextDataModule.check_arguments(path, val_path, tokenizer, seq_len, batch_size, **kwargs)
+        return TextDataModule.check_arguments(path, val_path, tokenizer, text_column, seq_len, batch_size, **kwargs)
+
+
+def _text_bytes(where: str, key: str, text_column: str, enough: int) -> int:
+    """Bytes of text ``where`` holds (a table's text column), counted until ``enough``; :class:`DataError` when it
+    cannot be read."""
+    source = resolve(where, key)
+    if not source.is_table:  # file sizes, until enough
+        total = 0
+        for f in source.files:
+            total += f.stat().st_size
+            if total >= enough:
+                break
+        return total
+    rows, _ = load_table(source)
+    if len(rows) == 0:
+        raise DataError(f"{key}={where} holds no rows. Point {key} at a file with data in it.")
+    return int(text_lengths(rows, text_column, source, "data.text_column").sum())
 
 
 def _sub(stream: Stream, a: int, b: int) -> Stream:
     """Ids ``[a, b)`` of a single-span stream, as a stream."""
     start = int(stream.spans.starts[0])
     return Stream(stream.tokens, Spans([start + a], [start + b]))
-
-
-def _ids(data: Stream | Dataset) -> np.ndarray:
-    """Every id of a stream, or of a set of chunks."""
-    if isinstance(data, Stream):
-        return data.read(0, len(data))
-    assert isinstance(data, Chunks)
-    return np.concatenate([data.tokens[int(a):int(b)] for a, b in zip(data.spans.starts, data.spans.ends,
-                                                                        strict=True)] or [np.zeros(0, np.uint8)])

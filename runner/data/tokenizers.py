@@ -70,6 +70,16 @@ def load_tokenizer(spec: str | None, offset: int = 0) -> Tokenizer:
     return ByteTokens(offset) if is_bytes(spec) else SavedTokenizer(str(spec))
 
 
+def tokenizer_stamp(tokenizer: Tokenizer) -> Any:
+    """What identifies a tokenizer for a cache of its ids: ``bytes`` and the offset, or its saved files' stamps."""
+    if isinstance(tokenizer, ByteTokens):
+        return [BYTES, tokenizer.offset]
+    root = Path(tokenizer.name).expanduser()
+    return sorted((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in root.iterdir()
+                  if f.is_file() and (f.name.startswith(("tokenizer", "special_tokens", "added_tokens", "vocab",
+                                                           "merges", "spiece")) or f.name in TOKENIZER_FILES))
+
+
 def check_tokenizer(spec: str | None) -> str | None:
     """What is wrong with ``data.tokenizer``, in one paragraph (None: nothing)."""
     if is_bytes(spec):
