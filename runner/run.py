@@ -35,7 +35,6 @@ from runner.config.schema import RunConfig
 from runner.data.resumable import make_resumable
 from runner.figures import collect_figures
 from runner.figures.run import (
-    DATA_UNIGRAM_BPB,
     RUN_DEVICE,
     RUN_INTERRUPTED_AT_STEP,
     RUN_INTERRUPTED_BY,
@@ -159,9 +158,6 @@ def run_figures(cfg: RunConfig, trainer: L.Trainer, module: L.LightningModule, d
     for key in (VAL_BPB, VAL_ACCURACY):  # whichever the module reports for its data (TrainModule.val_metric)
         if key in trainer.callback_metrics:
             figures[key] = metric(key)
-    unigram = getattr(datamodule, "unigram_bits", None)
-    if unigram is not None:
-        figures[DATA_UNIGRAM_BPB] = round(unigram, 4)
     return figures
 
 

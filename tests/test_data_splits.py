@@ -158,6 +158,11 @@ def test_a_saved_model_with_dropout_trains_in_train_mode(tmp_path: Path) -> None
     # What the classifier's ids mean, beside its checkpoints (an export reads this file).
     assert json.loads((result.run_dir / "labels.json").read_text()) == {
         "label2id": {"neg": 0, "pos": 1}, "id2label": {"0": "neg", "1": "pos"}}
+    # ... and what it read, in the summary's data section.
+    report = json.loads((result.run_dir / "report.json").read_text())
+    assert report["data/rows"] == 64 and report["data/label_counts"] == {"neg": 32, "pos": 32}
+    assert report["data/train_sequences"] + report["data/val_sequences"] == 64
+    assert "| label counts | neg 32, pos 32 |" in (result.run_dir / "report.md").read_text()
     assert all(len(m) >= 5 and all(m) for m in modes.train), modes.train
     assert all(len(m) >= 5 and not any(m) for m in modes.val), modes.val
 

@@ -27,6 +27,7 @@ from runner.data.labels import LabelMap, label_map, row_ids
 from runner.data.padding import PadTo
 from runner.data.sources import DataError, names_something
 from runner.data.splits import VAL_PATH, split_documents
+from runner.data.summary import DataSummary
 from runner.data.tokenizers import ByteTokens, Tokenizer, check_tokenizer, load_tokenizer, token_range
 from runner.data.windows import Spans, as_long
 
@@ -54,6 +55,8 @@ class Encoded:
     spans: Spans
     labels: np.ndarray
     truncated: int
+    empty: int
+    """Rows whose text gave no ids (left out)."""
 
 
 def encode_labelled(part: Labelled, tokenizer: Tokenizer, labels: LabelMap, text_column: str, label_column: str,
@@ -68,7 +71,21 @@ def encode_labelled(part: Labelled, tokenizer: Tokenizer, labels: LabelMap, text
     spans = Spans(spans.starts, np.minimum(spans.ends, spans.starts + seq_len))  # bytes are stored whole
     keep = part.keep[spans.lengths[part.keep] > 0]
     return Encoded(tokens, spans.take(keep), row_ids(part.rows, label_column, labels)[keep],
-                   int((full[keep] > seq_len).sum()))
+                   int((full[keep] > seq_len).sum()), len(part.keep) - len(keep))
+
+
+def summarize(parts: list[Labelled], encoded: list[Encoded], labels: LabelMap, train: int, val: int,
+              split: str) -> DataSummary:
+    """The data section of labelled rows: ``parts`` as read, ``encoded`` as used (training's first)."""
+    dropped = {("data.val_path: " if i else "") + k: n for i, p in enumerate(parts) for k, n in p.dropped.items()}
+    empty = sum(e.empty for e in encoded)
+    if empty:
+        dropped["no token ids"] = empty
+    counts = np.bincount(np.concatenate([e.labels for e in encoded]), minlength=labels.count)
+    return DataSummary("; ".join(p.source for p in parts), sum(p.files for p in parts), sum(len(p.rows) for p in parts),
+                       sum(int(e.spans.lengths.sum()) for e in encoded), train, val, split,
+                       truncated=sum(e.truncated for e in encoded), used=sum(len(e.spans) for e in encoded),
+                       dropped=dropped, label_counts={k: int(counts[i]) for k, i in labels.label2id.items()})
 
 
 @dataclass(frozen=True)
@@ -109,6 +126,7 @@ class TextClassificationDataModule(L.LightningDataModule):
         self._pad_id = 0
         self.split_how = ""
         self.labels: LabelMap | None = None
+        self.summary: DataSummary | None = None
 
     @staticmethod
     def read(path: str | None = None, val_path: str | None = None, text_column: str = "text",
@@ -171,6 +189,10 @@ class TextClassificationDataModule(L.LightningDataModule):
         """The ids this data gives the model (the vocabulary check compares them with the model's embedding)."""
         return token_range(tokenizer, offset=1)
 
+    def figures(self) -> dict[str, Any]:
+        """What was read (``data/*``), after ``setup``."""
+        return self.summary.figures() if self.summary is not None else {}
+
     def prepare_data(self) -> None:
         """Read and tokenize once (rank 0 of each node, before the others set up): later reads hit the cache."""
         self.setup()
@@ -196,6 +218,9 @@ class TextClassificationDataModule(L.LightningDataModule):
             self.split_how = split.how.replace("document", "row")
             self._train = Rows(rows.tokens, rows.spans.take(split.train), rows.labels[split.train])
             self._val = Rows(rows.tokens, rows.spans.take(split.val), rows.labels[split.val])
+        parts = [part for part in (train, val) if part is not None]
+        self.summary = summarize(parts, encoded, self.labels, len(self._train), len(self._val), self.split_how)
+        self.summary.say(self.seq_len)
         if len(self._train) < self.batch_size:
             raise ValueError(f"data: {len(self._train)} training examples, fewer than data.batch_size="
                              f"{self.batch_size}; give more text or lower data.batch_size.")

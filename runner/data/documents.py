@@ -32,6 +32,7 @@ log = logging.getLogger(__name__)
 class Read:
     """What reading a corpus found, for the data section: its files and documents, and what a cap left out."""
 
+    key: str
     source: str
     files: int
     documents: int
@@ -96,7 +97,7 @@ def read_corpus(path: str | None, key: str, tokenizer: Tokenizer, *, text_column
     if path is None:
         docs = read_documents(None, max_bytes)
         every = sum(1 for _ in text_files(stdlib_dir()))
-        read = Read("the Python stdlib source", len(docs), len(docs), {cap: every - len(docs)} if every > len(docs)
+        read = Read(key, "the Python stdlib source", len(docs), len(docs), {cap: every - len(docs)} if every > len(docs)
                     else {})
         return from_bytes(docs, tokenizer, None if packed else separator, read)
     source = resolve(path, key)
@@ -105,7 +106,7 @@ def read_corpus(path: str | None, key: str, tokenizer: Tokenizer, *, text_column
         kept = Source(source.key, source.given, source.kind, files)
         rows, _ = load_text_files(kept, None if packed or not separator else separator.encode())
         rows, column = encode(rows, RAW_BYTES, tokenizer, keep=("doc",), what=f"{key}={path}")
-        read = Read(source.describe(), len(files), len(files), {cap: left_out} if left_out else {})
+        read = Read(key, source.describe(), len(files), len(files), {cap: left_out} if left_out else {})
         return from_rows(rows, column, "doc", read)
     return _table_corpus(source, tokenizer, text_column, separator if packed and separator else "", max_bytes)
 
@@ -121,4 +122,4 @@ def _table_corpus(source: Source, tokenizer: Tokenizer, text_column: str, suffix
         rows = rows.select(range(keep))
     dropped = {f"data.max_bytes={max_bytes}": len(lengths) - keep} if keep < len(lengths) else {}
     encoded, column = encode(rows, text_column, tokenizer, suffix=suffix, what=f"{source.key}={source.given}")
-    return from_rows(encoded, column, None, Read(source.describe(), len(source.files), keep, dropped))
+    return from_rows(encoded, column, None, Read(source.key, source.describe(), len(source.files), keep, dropped))

@@ -26,6 +26,7 @@ from runner.data.documents import Corpus, read_corpus
 from runner.data.padding import IGNORE_INDEX, LengthGroupedBatchSampler, PadCollate, PadTo
 from runner.data.sources import DataError, names_something, resolve
 from runner.data.splits import VAL_PATH, split_documents, tail_cut, tail_how
+from runner.data.summary import DataSummary
 from runner.data.tables import load_table, text_lengths
 from runner.data.tokenizers import check_tokenizer, is_bytes, load_tokenizer, token_range
 from runner.data.windows import Chunks, PackedWindows, Spans, Stream
@@ -78,6 +79,7 @@ class TextDataModule(L.LightningDataModule):
         self.pad_to = pad_to or PadTo()
         self.pad_id = 0
         self.unigram_bits: float | None = None
+        self.summary: DataSummary | None = None
         self.split_how = ""
         self._train: Dataset | None = None
         self._val: Dataset | None = None
@@ -117,6 +119,10 @@ class TextDataModule(L.LightningDataModule):
         """The ids this data gives the model (the vocabulary check compares them with the model's embedding)."""
         return token_range(tokenizer, offset=0)
 
+    def figures(self) -> dict[str, Any]:
+        """What was read (``data/*``), after ``setup``."""
+        return self.summary.figures() if self.summary is not None else {}
+
     def check(self) -> None:
         """Fail fast (before any model is built) if the data cannot be read."""
         for key, where in (("data.path", self.path), ("data.val_path", self.val_path)):
@@ -142,6 +148,9 @@ class TextDataModule(L.LightningDataModule):
         self._train, self._val = self._split(train, val)
         if is_bytes(tokenizer.name):  # over the training documents, or the training part of the one document
             self.unigram_bits = unigram_bits(self._train_bytes(train))
+        self.summary = summarize(list(read.values()), len(self._train), len(self._val),  # type: ignore[arg-type]
+                                 self.split_how, self.unigram_bits)
+        self.summary.say(self.seq_len)
         if len(self._train) == 0 or len(self._val) == 0:  # type: ignore[arg-type]
             which = "training" if len(self._train) == 0 else "validation"  # type: ignore[arg-type]
             raise ValueError(
@@ -242,6 +251,14 @@ def _text_bytes(where: str, key: str, text_column: str, enough: int) -> int:
     if len(rows) == 0:
         raise DataError(f"{key}={where} holds no rows. Point {key} at a file with data in it.")
     return int(text_lengths(rows, text_column, source, "data.text_column").sum())
+
+
+def summarize(corpora: list[Corpus], train: int, val: int, split: str, unigram: float | None) -> DataSummary:
+    """The data section of a training corpus and, when ``data.val_path`` is given, its validation corpus."""
+    read = [c.read for c in corpora]
+    dropped = {(f"{r.key}: " if i else "") + k: n for i, r in enumerate(read) for k, n in r.dropped.items()}
+    return DataSummary("; ".join(r.source for r in read), sum(r.files for r in read), sum(r.documents for r in read),
+                       sum(len(c.tokens) for c in corpora), train, val, split, dropped=dropped, unigram_bits=unigram)
 
 
 def _sub(stream: Stream, a: int, b: int) -> Stream:
