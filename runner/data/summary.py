@@ -12,21 +12,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from runner.figures.data import (
-    DATA_DROPPED_BY,
-    DATA_DROPPED_ROWS,
-    DATA_FILES,
-    DATA_LABEL_COUNTS,
-    DATA_ROWS,
-    DATA_SOURCE,
-    DATA_SPLIT,
-    DATA_TOKENS,
-    DATA_TRAIN_SEQUENCES,
-    DATA_TRUNCATED_PCT,
-    DATA_TRUNCATED_ROWS,
-    DATA_UNIGRAM_BPB,
-    DATA_VAL_SEQUENCES,
-)
+from runner.figures import data as keys
 
 log = logging.getLogger(__name__)
 
@@ -54,19 +40,19 @@ class DataSummary:
     unigram_bits: float | None = None
 
     def figures(self) -> dict[str, Any]:
-        out: dict[str, Any] = {DATA_SOURCE: self.source, DATA_FILES: self.files, DATA_ROWS: self.rows,
-                               DATA_TOKENS: self.tokens, DATA_TRAIN_SEQUENCES: self.train,
-                               DATA_VAL_SEQUENCES: self.val, DATA_SPLIT: self.split}
+        out: dict[str, Any] = {keys.DATA_SOURCE: self.source, keys.DATA_FILES: self.files, keys.DATA_ROWS: self.rows,
+                               keys.DATA_TOKENS: self.tokens, keys.DATA_TRAIN_SEQUENCES: self.train,
+                               keys.DATA_VAL_SEQUENCES: self.val, keys.DATA_SPLIT: self.split}
         if self.truncated is not None:
-            out[DATA_TRUNCATED_ROWS] = self.truncated
-            out[DATA_TRUNCATED_PCT] = round(100 * self.truncated / max(self.used, 1), 2)
+            out[keys.DATA_TRUNCATED_ROWS] = self.truncated
+            out[keys.DATA_TRUNCATED_PCT] = round(100 * self.truncated / max(self.used, 1), 2)
         if self.dropped:
-            out[DATA_DROPPED_ROWS] = sum(self.dropped.values())
-            out[DATA_DROPPED_BY] = "; ".join(f"{setting}: {n}" for setting, n in self.dropped.items())
+            out[keys.DATA_DROPPED_ROWS] = sum(self.dropped.values())
+            out[keys.DATA_DROPPED_BY] = "; ".join(f"{setting}: {n}" for setting, n in self.dropped.items())
         if self.label_counts is not None:
-            out[DATA_LABEL_COUNTS] = dict(self.label_counts)
+            out[keys.DATA_LABEL_COUNTS] = dict(self.label_counts)
         if self.unigram_bits is not None:
-            out[DATA_UNIGRAM_BPB] = round(self.unigram_bits, 4)
+            out[keys.DATA_UNIGRAM_BPB] = round(self.unigram_bits, 4)
         return out
 
     def say(self, seq_len: int) -> None:
