@@ -10,9 +10,9 @@ from pathlib import Path
 
 import torch
 
+from runner.config.data_schemas import Batching
 from runner.config.paths import resolve_artifacts_path
 from runner.config.schema import RunConfig
-from runner.config.targets import Batching
 
 _PRECISIONS = {"32-true", "32", "bf16-mixed", "bf16-true", "16-mixed", "16-true", "64-true", "transformer-engine"}
 _ACCELERATORS = ("cpu", "cuda", "gpu", "mps", "auto")

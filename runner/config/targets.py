@@ -7,23 +7,16 @@ YAML option (see ``conf/model/custom.yaml``), which has no schema beyond ``_targ
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
-from typing import Any, Optional
+from typing import Any
 
-from runner.config.families import (
-    HFCausalLMSchema,
-    HFClassifierSchema,
+from runner.config.data_schemas import (
     ImageDataSchema,
+    SyntheticDataSchema,
     TextClassificationDataSchema,
-    TimmSchema,
+    TextDataSchema,
+    TokenizedTextDataSchema,
 )
-
-
-class Batching(Enum):
-    """How text becomes batches."""
-
-    packed = "packed"  # fixed-length windows over the concatenated corpus
-    documents = "documents"  # one sequence per document (chunked at max_len), padded per batch
+from runner.config.families import HFCausalLMSchema, HFClassifierSchema, TimmSchema
 
 
 @dataclass
@@ -50,70 +43,6 @@ class MLPSchema:
     hidden: int = 256
     depth: int = 4
     out_features: int = 10
-
-
-MODEL_TOKENIZER = "${oc.select:model.path,null}"
-"""The default of ``data.tokenizer``: the tokenizer saved beside the model (``model.path``), else UTF-8 bytes."""
-
-
-@dataclass
-class TextDataSchema:
-    """Text for a causal LM: UTF-8 bytes, or a saved tokenizer's ids (``runner.data.text.TextDataModule``)."""
-
-    _target_: str = "runner.data.text.TextDataModule"
-    path: Optional[str] = None
-    """A file, a folder or a glob: text files (every UTF-8 file, whatever its name; binary files are skipped),
-    .jsonl/.json, .csv or .parquet tables (their text_column), or a save_to_disk folder; None: the Python stdlib
-    source."""
-    val_path: Optional[str] = None
-    """What validates, in data.path's forms; None: a split of data.path (by document, or the last windows
-    of a single document), never overlapping training."""
-    tokenizer: Optional[str] = MODEL_TOKENIZER
-    """bytes (UTF-8 bytes, ids 0-255) or a directory holding a saved tokenizer. Default: the model's own
-    (model.path), else bytes."""
-    text_column: str = "text"
-    """A table's column of text (each row a document)."""
-    batching: Batching = Batching.packed
-    seq_len: int = 256
-    """Packed: window length. Documents: documents longer than this are cut into chunks."""
-    min_len: int = 16
-    """Documents: shorter chunks are dropped."""
-    separator: Optional[str] = "\n\n"
-    """Documents: split each text file into documents here (blank lines: one block of code or prose per
-    sequence, so lengths vary naturally); null keeps each file whole. Packed: what joins a table's rows."""
-    batch_size: int = 16
-    max_bytes: Optional[int] = 4_000_000
-    """Read at most this many bytes of text (None: all): the files, or rows, up to the one that reaches it. What
-    it leaves out is said in the run's data section."""
-    val_fraction: float = 0.05
-    seed: int = 0
-    num_workers: int = 0
-    length_grouping: int = 0
-    """Documents: sort each window of this many shuffled batches by length (0: random batches). Less
-    padding per batch, which is what the dynamic-shape policies turn into shorter steps."""
-
-
-@dataclass
-class TokenizedTextDataSchema(TextDataSchema):
-    """``data=text`` whose tokenizer must be a saved one (default: the model's, ``model.path``)
-    (``runner.data.text.TokenizedTextDataModule``)."""
-
-    _target_: str = "runner.data.text.TokenizedTextDataModule"
-
-    tokenizer: Optional[str] = "${model.path}"
-    """The directory a tokenizer was saved to (default: the model's)."""
-
-
-@dataclass
-class SyntheticDataSchema:
-    """Random classification data for the MLP (``runner.data.synthetic.SyntheticDataModule``)."""
-
-    _target_: str = "runner.data.synthetic.SyntheticDataModule"
-    in_features: int = 32
-    num_classes: int = 10
-    num_samples: int = 4096
-    batch_size: int = 64
-    seed: int = 0
 
 
 @dataclass

@@ -29,6 +29,7 @@ from runner.data.sources import DataError, names_something
 from runner.data.splits import VAL_PATH, split_documents
 from runner.data.summary import DataSummary
 from runner.data.tokenizers import ByteTokens, Tokenizer, check_tokenizer, load_tokenizer, token_range
+from runner.data.traits import DataTraits, ValMetric
 from runner.data.windows import Spans, as_long
 
 log = logging.getLogger(__name__)
@@ -188,6 +189,11 @@ class TextClassificationDataModule(L.LightningDataModule):
     def token_range(tokenizer: str | None = None, **_: Any) -> TokenRange | None:
         """The ids this data gives the model (the vocabulary check compares them with the model's embedding)."""
         return token_range(tokenizer, offset=1)
+
+    @staticmethod
+    def traits(**_: Any) -> DataTraits:
+        """Accuracy; every batch padded to its longest text, so shapes vary."""
+        return DataTraits(ValMetric.accuracy, pads_per_batch=True, shapes_vary=True)
 
     def figures(self) -> dict[str, Any]:
         """What was read (``data/*``), after ``setup``."""

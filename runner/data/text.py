@@ -19,8 +19,8 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, RandomSampler
 
+from runner.config.data_schemas import Batching
 from runner.config.target_objects import TokenRange
-from runner.config.targets import Batching
 from runner.data.corpus import describe_missing_text
 from runner.data.documents import Corpus, read_corpus
 from runner.data.padding import IGNORE_INDEX, LengthGroupedBatchSampler, PadCollate, PadTo
@@ -29,6 +29,7 @@ from runner.data.splits import VAL_PATH, split_documents, tail_cut, tail_how
 from runner.data.summary import DataSummary
 from runner.data.tables import load_table, text_lengths
 from runner.data.tokenizers import check_tokenizer, is_bytes, load_tokenizer, token_range
+from runner.data.traits import DataTraits, ValMetric
 from runner.data.windows import Chunks, PackedWindows, Spans, Stream
 
 BLOCK = 1 << 24
@@ -118,6 +119,13 @@ class TextDataModule(L.LightningDataModule):
     def token_range(tokenizer: str | None = None, **_: Any) -> TokenRange | None:
         """The ids this data gives the model (the vocabulary check compares them with the model's embedding)."""
         return token_range(tokenizer, offset=0)
+
+    @staticmethod
+    def traits(tokenizer: str | None = None, batching: Batching | str = Batching.packed, **_: Any) -> DataTraits:
+        """Bits per byte on bytes (none on a tokenizer's ids); documents are padded per batch and vary in shape."""
+        documents = Batching(batching) is Batching.documents
+        metric = ValMetric.bits_per_byte if is_bytes(tokenizer) else ValMetric.none
+        return DataTraits(metric, pads_per_batch=documents, shapes_vary=documents)
 
     def figures(self) -> dict[str, Any]:
         """What was read (``data/*``), after ``setup``."""
