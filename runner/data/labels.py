@@ -62,8 +62,8 @@ def label_values(rows: Any, column: str, source: Source) -> dict[Any, int]:
     if data.null_count:
         raise DataError(f"{where}: {data.null_count} of {len(data)} rows have no label. Give every row a label, or "
                         "drop the rows without one.")
-    if isinstance(data.type, pa.ExtensionType):  # datasets' Json column: the rows' labels are of several types
-        data = data.cast(data.type.storage_type)
+    if isinstance(data.type, pa.BaseExtensionType):  # datasets' Json column: the rows' labels are of several types
+        data = pa.chunked_array([chunk.storage for chunk in data.chunks], data.type.storage_type)
         counts = {json.dumps(json.loads(v)): int(c) for v, c in zip(*_counts(pc, data), strict=True)}
         values = {json.loads(v): c for v, c in counts.items()}
     else:
