@@ -58,7 +58,7 @@ class DataSummary:
     def say(self, seq_len: int) -> None:
         """Log what was read in one line; warn when more than ``TRUNCATED_WARNING`` of the rows were cut."""
         left_out = f"; left out: {'; '.join(f'{k}: {n}' for k, n in self.dropped.items())}" if self.dropped else ""
-        log.info("data: %s: %d files, %d rows/documents, %d tokens; %d training and %d validation sequences (%s)%s",
+        log.info("data: %s: files %d, rows/documents %d, tokens %d; %d training and %d validation sequences (%s)%s",
                  self.source, self.files, self.rows, self.tokens, self.train, self.val, self.split, left_out)
         if self.truncated and self.truncated > TRUNCATED_WARNING * max(self.used, 1):
             log.warning("data: %d of %d rows (%.0f%%) are longer than data.seq_len=%d tokens and were cut there: "

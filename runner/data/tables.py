@@ -68,8 +68,21 @@ def file_stamps(files: Any) -> list[tuple[str, int, int]]:
     return [(str(f), os.stat(f).st_size, os.stat(f).st_mtime_ns) for f in files]
 
 
+_LOADED: dict[str, Any] = {}
+"""Tables this process has read, by their files' stamps: the checks before a run and the run itself read a table
+once (and say once where it came from)."""
+
+
 def load_table(source: Source) -> tuple[Any, bool]:
     """The rows of a table source as a memory-mapped ``datasets.Dataset``, and whether they came from the cache."""
+    files = sorted(f for f in source.files[0].rglob("*") if f.is_file()) if source.kind == SAVED else source.files
+    key = fingerprint(source.kind, file_stamps(files))
+    if key not in _LOADED:
+        _LOADED[key] = _load_table(source)
+    return _LOADED[key]
+
+
+def _load_table(source: Source) -> tuple[Any, bool]:
     import datasets
 
     with quiet_datasets():
