@@ -135,3 +135,17 @@ def test_a_glob_and_a_folder_of_tables_read_every_file(tmp_path: Path) -> None:
                                             min_len=1, max_examples=None)
         data.setup()
         assert len(data._train) + len(data._val) == 240  # type: ignore[arg-type]
+
+
+def test_a_long_text_is_tokenized_in_segments_as_a_whole(tmp_path: Path) -> None:
+    """A piece of a text file (megabytes) is tokenized 64 K characters at a time, cut after a newline, the special
+    tokens once: the same ids as the whole text at once, in a fraction of the tokenizer's memory."""
+    from runner.data.encoding import SEGMENT, tokenize_long
+    from runner.data.tokenizers import SavedTokenizer
+
+    save_tokenizer(tmp_path / "tokenizer")
+    tokenizer = SavedTokenizer(str(tmp_path / "tokenizer"))
+    rng = random.Random(2)
+    text = "\n".join(words(rng, 12) for _ in range(4000))
+    assert len(text) > 3 * SEGMENT
+    assert np.array_equal(tokenize_long(tokenizer, text), tokenizer([text])[0])

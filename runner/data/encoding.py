@@ -29,6 +29,8 @@ log = logging.getLogger(__name__)
 
 IDS = "ids"
 LENGTH = "length"
+SEGMENT = 1 << 16
+"""Characters of text a tokenizer is given at a time (``tokenize_long``)."""
 RAW_BYTES = "bytes"
 """The column of raw bytes ``load_text_files`` writes: byte ids as they are."""
 
@@ -59,7 +61,7 @@ def encode(rows: Any, column: str, tokenizer: Tokenizer, *, suffix: str = "", ma
 
         def fn(texts: list[Any]) -> dict[str, list[Any]]:
             strings = [_text(t) + suffix for t in texts]
-            ids = tokenizer(strings)
+            ids = tokenizer(strings) if max_len is not None else [tokenize_long(tokenizer, s) for s in strings]
             long = [i for i, x in enumerate(ids) if max_len is not None and len(x) > max_len]
             lengths = [len(x) for x in ids]
             for i, cut in zip(long, tokenizer([strings[i] for i in long], max_len) if long else [], strict=True):
@@ -73,8 +75,11 @@ def encode(rows: Any, column: str, tokenizer: Tokenizer, *, suffix: str = "", ma
     name: str | None = None if stamp is None else str(cache_root() / f"tokens-{key}.arrow")
     cached = name is not None and Path(name).exists()
     start = time.perf_counter()
+    # Pieces of text files are megabytes each: one at a time, so a tokenizer's working memory stays small.
+    batch = 1 if column == RAW_BYTES else 1000
     with quiet_datasets():
-        out = rows.map(fn, batched=True, input_columns=[column], features=features, cache_file_name=name,
+        out = rows.map(fn, batched=True, batch_size=batch, writer_batch_size=batch, input_columns=[column],
+                       features=features, cache_file_name=name,
                        keep_in_memory=name is None, new_fingerprint=None if name is None else Path(name).stem,
                        remove_columns=[c for c in rows.column_names if c not in keep], load_from_cache_file=True)
     if cached:
@@ -83,6 +88,24 @@ def encode(rows: Any, column: str, tokenizer: Tokenizer, *, suffix: str = "", ma
         log.info("data: tokenized %d rows of %s with %s in %.1f s; cached at %s", len(rows), what or column,
                  tokenizer.name, time.perf_counter() - start, name)
     return out, IDS
+
+
+def tokenize_long(tokenizer: Tokenizer, text: str) -> np.ndarray:
+    """The ids of one text of any length, ``SEGMENT`` characters (cut after a newline) at a time: a tokenizer's
+    working memory is many times its text's size, so a piece of megabytes is never tokenized at once. The special
+    tokens are added once, to the first segment."""
+    if len(text) <= SEGMENT:
+        return tokenizer([text])[0]
+    segments, start = [], 0
+    while start < len(text):
+        stop = len(text) if len(text) - start <= SEGMENT else text.rfind("\n", start, start + SEGMENT) + 1
+        stop = stop if stop > start else start + SEGMENT
+        segments.append(text[start:stop])
+        start = stop
+    ids = tokenizer(segments[:1])
+    for i in range(1, len(segments), 16):
+        ids += tokenizer(segments[i:i + 16], special=False)
+    return np.concatenate(ids)
 
 
 def _text(value: Any) -> str:

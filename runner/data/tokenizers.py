@@ -35,8 +35,8 @@ class ByteTokens:
         self.name = BYTES
         self.eos_id: int | None = None
 
-    def __call__(self, texts: Sequence[str], max_len: int | None = None) -> list[np.ndarray]:
-        """Each text's bytes as ids; the first ``max_len`` when given."""
+    def __call__(self, texts: Sequence[str], max_len: int | None = None, special: bool = True) -> list[np.ndarray]:
+        """Each text's bytes as ids; the first ``max_len`` when given (bytes have no special tokens)."""
         return [np.frombuffer(t.encode("utf-8")[:max_len], dtype=np.uint8).astype(np.int32) + self.offset
                 for t in texts]
 
@@ -55,10 +55,11 @@ class SavedTokenizer:
         self.pad_id = int(pad) if pad is not None else (self.eos_id or 0)
         self.vocab_size = len(self.tokenizer)
 
-    def __call__(self, texts: Sequence[str], max_len: int | None = None) -> list[np.ndarray]:
-        """Each text's ids with the tokenizer's special tokens; cut to ``max_len`` (special tokens kept) when given."""
+    def __call__(self, texts: Sequence[str], max_len: int | None = None, special: bool = True) -> list[np.ndarray]:
+        """Each text's ids, with the tokenizer's special tokens unless ``special`` is False; cut to ``max_len``
+        (special tokens kept) when given."""
         kwargs: dict[str, Any] = {"truncation": True, "max_length": max_len} if max_len else {}
-        ids = self.tokenizer(list(texts), **kwargs)["input_ids"]
+        ids = self.tokenizer(list(texts), add_special_tokens=special, **kwargs)["input_ids"]
         return [np.asarray(x, dtype=np.int32) for x in ids]
 
 
