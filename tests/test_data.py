@@ -163,8 +163,14 @@ def test_every_text_file_is_read_whatever_its_name(tmp_path: Path) -> None:
     assert sorted(d[:10] for d in docs) == [b"fn main() ", b"plain note"]
     source = resolve(str(tmp_path))
     assert source.kind == "text" and sorted(f.name for f in source.files) == ["main.rs", "notes"]
-    (tmp_path / "train.jsonl").write_text('{"text": "a json line"}\n' * 20)  # a table: its rows, not its bytes
-    assert resolve(str(tmp_path)).files == (tmp_path / "train.jsonl",)
+    (tmp_path / "train.jsonl").write_text('{"text": "a json line"}\n' * 20)  # among text: read as text
+    assert resolve(str(tmp_path)).kind == "text" and len(resolve(str(tmp_path)).files) == 3
+    assert resolve(str(tmp_path / "*.jsonl")).kind == "json"  # a glob reads the table's rows
+    tables = tmp_path / "tables"
+    tables.mkdir()
+    (tables / "part0.jsonl").write_text('{"text": "a json line"}\n' * 20)
+    (tables / "README.md").write_text("what these rows are\n")
+    assert resolve(str(tables)).files == (tables / "part0.jsonl",)  # a folder of tables: their rows
 
 
 def test_a_single_file_without_extension_is_read(tmp_path: Path) -> None:

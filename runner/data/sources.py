@@ -4,9 +4,10 @@
   ``datasets``' ``save_to_disk`` wrote (a ``Dataset``, or a ``DatasetDict``: its ``train`` split);
 - text: any other UTF-8 file, whatever its name (``notes``, ``main.rs``); binary files are skipped by content.
 
-A folder holding tables is read as its tables (every file of the one table format it holds; other files are
-left out and named in the log); a folder of text files as text. Files are read in sorted order, so a corpus is the
-same on every run. Anything that cannot be read is a :class:`DataError`: one paragraph naming the fix.
+A folder of tables (a README beside them allowed) is read as its tables, all of one format; any other folder as
+text, every UTF-8 file under it (a table among them included, as text: the log says which glob reads its rows).
+Files are read in sorted order, so a corpus is the same on every run. Anything that cannot be read is a
+:class:`DataError`: one paragraph naming the fix.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ log = logging.getLogger(__name__)
 TABLE_FORMATS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
 """A table file's suffix -> the ``datasets`` builder that reads it."""
 SAVED = "saved"
+_NOTES = ("README", "LICENSE", "NOTICE", "CHANGELOG")
+"""Files beside a folder's tables that do not make it a folder of text."""
 TEXT = "text"
 
 
@@ -104,10 +107,17 @@ def resolve(given: str, key: str = "data.path") -> Source:
         return Source(key, given, SAVED, (root,))
     if root.is_file():
         return _of_files(key, given, [root])
-    files = _walk(root)
-    if any(f.suffix.lower() in TABLE_FORMATS for f in files):
-        return _of_files(key, given, files)
-    return _of_files(key, given, list(text_files(root)))
+    tables = [f for f in _walk(root) if f.suffix.lower() in TABLE_FORMATS]
+    text = list(text_files(root))
+    if tables and not [f for f in text if f not in tables and not f.name.upper().startswith(_NOTES)]:
+        return _of_files(key, given, tables)  # a folder of tables (a README beside them): their rows
+    if tables:
+        log.warning("data: %s=%s holds tables (%s) among other text files: every UTF-8 file is read as text, the "
+                    "tables' bytes included. To read the tables' rows, give a glob: %s='%s/*%s'.", key, given,
+                    tables[0].name, key, given.rstrip("/"), tables[0].suffix)
+    if not text:
+        raise DataError(describe_missing_text(given).replace("data.path", key, 1))
+    return Source(key, given, TEXT, tuple(text))
 
 
 def names_something(given: str | None) -> bool:
