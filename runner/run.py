@@ -123,7 +123,7 @@ def run(cfg: RunConfig, extra_callbacks: Sequence[Callback] = ()) -> RunResult:
 
     ckpt = last_checkpoint_path(run_dir)
     figures = {
-        **run_figures(cfg, trainer, module, datamodule, time.perf_counter() - start),
+        **run_figures(cfg, trainer, module, time.perf_counter() - start),
         **collect_figures([strategy, *callbacks]),
         RUN_LAST_CHECKPOINT: str(ckpt) if ckpt.exists() else None,
     }
@@ -135,9 +135,9 @@ def run(cfg: RunConfig, extra_callbacks: Sequence[Callback] = ()) -> RunResult:
                      exit_code=code)
 
 
-def run_figures(cfg: RunConfig, trainer: L.Trainer, module: L.LightningModule, datamodule: Any,
-                wall_s: float) -> dict[str, Any]:
-    """What the run was and where it ended: steps, wall time, losses, device, precision."""
+def run_figures(cfg: RunConfig, trainer: L.Trainer, module: L.LightningModule, wall_s: float) -> dict[str, Any]:
+    """What the run was and where it ended: steps, wall time, losses, device, precision. What it read (``data/*``):
+    the data module's figures, through ``runner.telemetry.data_report.DataReport``."""
 
     def metric(key: str) -> float | None:
         value = trainer.callback_metrics.get(key)
