@@ -19,36 +19,31 @@ from torch import nn
 
 from runner.config.paths import artifacts_path, checkpoint_dir, resolve_artifacts_path
 from runner.config.schema import RunConfig
-from runner.config.targets import (
-    Batching,
-    ImageDataSchema,
-    SyntheticDataSchema,
-    TextClassificationDataSchema,
-    TextDataSchema,
-    TokenizedTextDataSchema,
-)
+from runner.config.target_objects import declared
+from runner.data.traits import DataTraits, ValMetric
 from runner.quiet import quiet_wandb
 from runner.reliability import AtomicCheckpointIO, build_reliability_callbacks
 from runner.stack import CacheArtifacts
 from runner.stack.dynamic.policy import resolve_bounds, resolve_pad_to
 from runner.strategy import CompileStrategy, ConsolidatedCheckpoint, DDPCompileStrategy, FSDPCompileStrategy
 from runner.training.callback_group import CallbackGroup
-from runner.training.module import TrainModule, ValMetric
+from runner.training.module import TrainModule
 from runner.training.progress_bar import RunProgressBar
 from runner.training.summary import RunModelSummary
 
 
-def pads_per_batch(data: Any) -> bool:
-    """Whether runner's data module pads each batch to its longest sequence (documents text, labelled
-    text): those get the shape policy's padding rule."""
-    return getattr(data, "batching", None) is Batching.documents or isinstance(data, TextClassificationDataSchema)
+def data_traits(cfg: RunConfig) -> DataTraits:
+    """What the data module's batches are, as its class declares (``traits``); ``DataTraits()`` for a class that
+    declares nothing (a user's own)."""
+    traits = declared(cfg.data, "traits")
+    return traits if isinstance(traits, DataTraits) else DataTraits()
 
 
 def build_datamodule(cfg: RunConfig) -> L.LightningDataModule:
     """The data module; one that pads per batch gets the shape policy's padding rule."""
     extra: dict[str, Any] = {}
-    if pads_per_batch(cfg.data):
-        extra["pad_to"] = resolve_pad_to(cfg.dynamic, cfg.data.seq_len)
+    if data_traits(cfg).pads_per_batch:
+        extra["pad_to"] = resolve_pad_to(cfg.dynamic, cfg.data.seq_len)  # type: ignore[union-attr]
     return instantiate(cfg.data, **extra)
 
 
@@ -65,12 +60,8 @@ def build_module(cfg: RunConfig) -> L.LightningModule:
 
 
 def val_metric(cfg: RunConfig) -> ValMetric:
-    """What validation reports beside its loss: bits per byte on byte-level text, accuracy on classes."""
-    if isinstance(cfg.data, TextDataSchema):
-        return ValMetric.bits_per_byte
-    if isinstance(cfg.data, (TextClassificationDataSchema, ImageDataSchema, SyntheticDataSchema)):
-        return ValMetric.accuracy
-    return ValMetric.none
+    """What validation reports beside its loss, as the data module declares it."""
+    return data_traits(cfg).val_metric
 
 
 def build_loggers(cfg: RunConfig) -> list[Logger]:
@@ -112,22 +103,21 @@ def build_strategy(cfg: RunConfig) -> CompileStrategy | DDPCompileStrategy | FSD
 
 
 def shapes_vary(cfg: RunConfig) -> bool:
-    """Whether batch shapes can change between steps or ranks: runner's packed text (bytes or tokens), synthetic
-    data and images never do; documents and labelled text do; a user's own data module might."""
-    if isinstance(cfg.data, (TextDataSchema, TokenizedTextDataSchema, SyntheticDataSchema, ImageDataSchema)):
-        return getattr(cfg.data, "batching", None) is Batching.documents
-    return True
+    """Whether batch shapes can change between steps or ranks, as the data module declares it."""
+    return data_traits(cfg).shapes_vary
 
 
 def build_callbacks(cfg: RunConfig, *more: Callback) -> list[Callback]:
     """Checkpointing into the run dir (``last.ckpt`` always), the model summary, the progress bar, and
-    runner's own callbacks as one group (LR monitoring, telemetry, reliability, and ``more``): Lightning
-    dispatches each hook to the group once (``CallbackGroup``)."""
+    runner's own callbacks as one group (LR monitoring, telemetry, the data report, reliability, and ``more``):
+    Lightning dispatches each hook to the group once (``CallbackGroup``)."""
     from runner.telemetry import CompileTelemetry
+    from runner.telemetry.data_report import DataReport
 
     ckpt_dir = checkpoint_dir(cfg.run_dir)
     own = CallbackGroup(LearningRateMonitor(logging_interval="step"),
-                        CompileTelemetry(cfg.telemetry, Path(cfg.run_dir)), *build_reliability_callbacks(cfg), *more)
+                        CompileTelemetry(cfg.telemetry, Path(cfg.run_dir)), DataReport(Path(cfg.run_dir)),
+                        *build_reliability_callbacks(cfg), *more)
     callbacks: list[Callback] = [
         ModelCheckpoint(dirpath=ckpt_dir, save_last=True, save_top_k=0,
                         every_n_train_steps=cfg.trainer.checkpoint_every_n_steps),

@@ -37,7 +37,6 @@ from runner.config.schema import RunConfig
 from runner.data.resumable import make_resumable
 from runner.figures import collect_figures
 from runner.figures.run import (
-    DATA_UNIGRAM_BPB,
     RUN_DEVICE,
     RUN_INTERRUPTED_AT_STEP,
     RUN_INTERRUPTED_BY,
@@ -126,7 +125,7 @@ def run(cfg: RunConfig, extra_callbacks: Sequence[Callback] = ()) -> RunResult:
 
     ckpt = last_checkpoint_path(run_dir)
     figures = {
-        **run_figures(cfg, trainer, module, datamodule, time.perf_counter() - start),
+        **run_figures(cfg, trainer, module, time.perf_counter() - start),
         # The schedule says what a resume did to it (scheduler.on_resume), as the stack and callbacks report theirs.
         **collect_figures([strategy, *callbacks, *(c.scheduler for c in trainer.lr_scheduler_configs)]),
         RUN_LAST_CHECKPOINT: str(ckpt) if ckpt.exists() else None,
@@ -142,9 +141,9 @@ def run(cfg: RunConfig, extra_callbacks: Sequence[Callback] = ()) -> RunResult:
                      exit_code=code)
 
 
-def run_figures(cfg: RunConfig, trainer: L.Trainer, module: L.LightningModule, datamodule: Any,
-                wall_s: float) -> dict[str, Any]:
-    """What the run was and where it ended: steps, wall time, losses, device, precision."""
+def run_figures(cfg: RunConfig, trainer: L.Trainer, module: L.LightningModule, wall_s: float) -> dict[str, Any]:
+    """What the run was and where it ended: steps, wall time, losses, device, precision. What it read (``data/*``):
+    the data module's figures, through ``runner.telemetry.data_report.DataReport``."""
 
     def metric(key: str) -> float | None:
         value = trainer.callback_metrics.get(key)
@@ -165,9 +164,6 @@ def run_figures(cfg: RunConfig, trainer: L.Trainer, module: L.LightningModule, d
     for key in (VAL_BPB, VAL_ACCURACY):  # whichever the module reports for its data (TrainModule.val_metric)
         if key in trainer.callback_metrics:
             figures[key] = metric(key)
-    unigram = getattr(datamodule, "unigram_bits", None)
-    if unigram is not None:
-        figures[DATA_UNIGRAM_BPB] = round(unigram, 4)
     return figures
 
 

@@ -17,6 +17,8 @@ import torch
 os.environ.setdefault("WANDB_MODE", "offline")
 # The MFU peak probe caches per machine; tests (and the processes they start) keep theirs out of ~/.cache.
 os.environ.setdefault("RUNNER_CACHE_DIR", tempfile.mkdtemp(prefix="runner-test-cache-"))
+# datasets' cache (prepared tables, runner's token ids) too: tests never read or fill ~/.cache/huggingface.
+os.environ.setdefault("HF_DATASETS_CACHE", tempfile.mkdtemp(prefix="runner-test-datasets-"))
 
 
 FAST_TIER = os.environ.get("RUNNER_TEST_TIER") == "fast"

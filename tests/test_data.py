@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from runner.config.targets import Batching
+from runner.config.data_schemas import Batching
 from runner.data.corpus import read_documents, stdlib_dir, unigram_bits_per_byte
 from runner.data.synthetic import SyntheticDataModule
 from runner.data.text import IGNORE_INDEX, PadTo, TextDataModule
@@ -150,8 +150,9 @@ def test_lightning_injects_a_distributed_sampler_into_the_grouped_batches() -> N
 
 # -- data.path: any UTF-8 text, whatever its name; binary skipped by content ---------------------------
 def test_every_text_file_is_read_whatever_its_name(tmp_path: Path) -> None:
+    from runner.data.sources import resolve
+
     (tmp_path / "notes").write_text("plain notes without an extension\n" * 20)
-    (tmp_path / "train.jsonl").write_text('{"text": "a json line"}\n' * 20)
     (tmp_path / "main.rs").write_text("fn main() { println!(\"héllo\"); }\n" * 20)
     (tmp_path / "image.png").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00" + bytes(range(256)) * 8)
     (tmp_path / "latin1.txt").write_bytes("caf\xe9 cr\xe8me\n".encode("latin-1") * 20)  # not UTF-8
@@ -159,7 +160,17 @@ def test_every_text_file_is_read_whatever_its_name(tmp_path: Path) -> None:
     (tmp_path / ".git" / "config").write_text("[core]\n" * 50)  # hidden directories are not the user's text
     (tmp_path / "empty").write_text("")
     docs = read_documents(tmp_path, max_bytes=None)
-    assert sorted(d[:10] for d in docs) == [b"fn main() ", b"plain note", b'{"text": "']
+    assert sorted(d[:10] for d in docs) == [b"fn main() ", b"plain note"]
+    source = resolve(str(tmp_path))
+    assert source.kind == "text" and sorted(f.name for f in source.files) == ["main.rs", "notes"]
+    (tmp_path / "train.jsonl").write_text('{"text": "a json line"}\n' * 20)  # among text: read as text
+    assert resolve(str(tmp_path)).kind == "text" and len(resolve(str(tmp_path)).files) == 3
+    assert resolve(str(tmp_path / "*.jsonl")).kind == "json"  # a glob reads the table's rows
+    tables = tmp_path / "tables"
+    tables.mkdir()
+    (tables / "part0.jsonl").write_text('{"text": "a json line"}\n' * 20)
+    (tables / "README.md").write_text("what these rows are\n")
+    assert resolve(str(tables)).files == (tables / "part0.jsonl",)  # a folder of tables: their rows
 
 
 def test_a_single_file_without_extension_is_read(tmp_path: Path) -> None:

@@ -76,12 +76,12 @@ def _definitions() -> list[tuple[str, str, str]]:
 
 def test_each_constant_is_named_after_its_key_in_the_module_of_its_namespace() -> None:
     """``perf/speedup_x`` is ``PERF_SPEEDUP_X`` in runner/figures/perf.py (``compile/*``: a compile_* module;
-    ``train/*``, ``val/*``, ``data/*``: run.py): a reader finds a figure's meaning from its name."""
+    ``train/*``, ``val/*``: run.py): a reader finds a figure's meaning from its name."""
     found = _definitions()
     for module, name, key in found:
         assert name == key.upper().replace("/", "_"), (module, name, key)
         namespace = key.split("/")[0]
-        home = {"train": "run", "val": "run", "data": "run"}.get(namespace, namespace)
+        home = {"train": "run", "val": "run"}.get(namespace, namespace)
         assert module == home or module.startswith(f"{home}_"), (module, key)
         assert getattr(getattr(figures_package, module), name) == key
     # Every figure the registry holds is one of these assignments: none is defined on the fly.

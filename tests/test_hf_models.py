@@ -14,9 +14,10 @@ import torch
 
 from runner.config import ConfigError, compose, load
 from runner.config.precheck import precheck
-from runner.data.classification import ClassifyCollate, TextClassificationDataModule, label_ids, read_examples
-from runner.data.text import IGNORE_INDEX, PadTo
-from runner.data.tokenized import TokenizedTextDataModule
+from runner.data.classification import ClassifyCollate, TextClassificationDataModule
+from runner.data.labelled import read_labelled
+from runner.data.labels import label_map
+from runner.data.text import IGNORE_INDEX, PadTo, TextDataModule
 from runner.models.hf import CausalLM, SequenceClassifier, build_config
 from runner.training.module import lm_loss
 from tests.family_fits import BERT, CAUSAL
@@ -95,7 +96,7 @@ def test_saved_encoder_gets_a_head_of_num_labels(tmp_path: Path) -> None:
 def test_tokenized_documents_pad_with_the_tokenizers_pad_id_and_ignore_it(saved_llama: Path, tmp_path: Path) -> None:
     text = tmp_path / "corpus.txt"
     text.write_text("\n\n".join(f"def f{i}(a, b):\n    return a + b * {i}" * (1 + i % 3) for i in range(60)))
-    dm = TokenizedTextDataModule(tokenizer=str(saved_llama), path=str(text), batching="documents", seq_len=48,
+    dm = TextDataModule(tokenizer=str(saved_llama), path=str(text), batching="documents", seq_len=48,
                                  min_len=4, batch_size=4)
     dm.setup()
     x, y = next(iter(dm.train_dataloader()))
@@ -111,10 +112,12 @@ def test_labelled_file_formats_and_label_ids(tmp_path: Path) -> None:
                                for i in range(6)))
     tsv = tmp_path / "b.tsv"
     tsv.write_text("1\tone two three\n0\tfour five six\n")
-    assert read_examples(str(jsonl), None, 4)[0] == ("text number 0", "neg")
-    assert read_examples(str(tsv), None, 4) == [("one two three", "1"), ("four five six", "0")]
-    assert label_ids(["pos", "neg", "pos"]) == {"neg": 0, "pos": 1}
-    assert label_ids(["1", "0", "3"]) == {"1": 1, "0": 0, "3": 3}
+    rows = read_labelled(str(jsonl), "data.path", "text", "label", None, 4).rows
+    assert rows[0] == {"text": "text number 0", "label": "neg"}
+    assert read_labelled(str(tsv), "data.path", "text", "label", None, 4).rows[:] == {
+        "text": ["one two three", "four five six"], "label": ["1", "0"]}
+    assert label_map({"pos": 2, "neg": 1}, "").label2id == {"neg": 0, "pos": 1}
+    assert label_map({"1": 1, "0": 1, "3": 1}, "").label2id == {"0": 0, "1": 1, "3": 3}
 
 
 def test_classification_batches_are_padded_per_policy_with_a_mask() -> None:
@@ -170,7 +173,7 @@ BAD = [
     (["model=hf_classifier", "data=text_classification", "model.config=codegen"],
      ["model.config=codegen", "codegen has no sequence classifier", "Available ("]),
     (["model=hf_classifier", "data=text_classification", "data.path=LABELS", "data.num_classes=2"],
-     ["has 3 labels", "data.num_classes=3"]),
+     ["holds 3 classes", "model.num_labels=2", "Set data.num_classes=3"]),
     (["data=tokenized_text"], ["data.tokenizer is empty", "model.path"]),
 ]
 

@@ -100,25 +100,28 @@ def _columns_error(key: str, path: Path, run: RunConfig) -> str | None:
             f"and labels from the columns {' and '.join(wanted)}. Give a file with them (rename the columns).")
 
 
+def _file_labels(path: str | None, data: Any) -> list[str]:
+    """The distinct labels of the labelled rows ``path`` names (None: the stdlib task), by name."""
+    from runner.data.labelled import read_labelled
+
+    part = read_labelled(path, "data.path", data.text_column, data.label_column, data.max_examples, data.min_len)
+    return sorted(str(label) for label in part.values)
+
+
 def run_labels(run: RunConfig, run_dir: Path) -> list[str]:
     """The labels the run trained on, by name: ``labels.json``'s where the data wrote one, else the run's data."""
-    from runner.data.classification import read_examples
-
     saved = run_dir / LABELS_FILE
     if saved.is_file():
         return sorted(str(k) for k in (json.loads(saved.read_text()).get("label2id") or {}))
-    data: Any = run.data
-    return sorted({str(label) for _, label in read_examples(data.path, data.max_examples, data.min_len)})
+    return _file_labels(run.data.path, run.data)
 
 
 def _labels_error(key: str, path: Path, run: RunConfig, run_dir: Path) -> str | None:
-    from runner.data.classification import read_examples
-
     data: Any = run.data
     try:
-        labels = sorted({str(label) for _, label in read_examples(str(path), data.max_examples, data.min_len)})
+        labels = _file_labels(str(path), data)
     except (ValueError, UnicodeDecodeError):
-        return None  # a file the data cannot read: its own check names the line
+        return None  # a file the data cannot read: its own check names the row
 
     ids = all(label.strip().lstrip("-").isdigit() for label in labels)
     if ids and all(0 <= int(label) < data.num_classes for label in labels):

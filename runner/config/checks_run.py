@@ -11,9 +11,9 @@ from pathlib import Path
 import torch
 
 from runner.config.cache_secret import open_artifacts
+from runner.config.data_schemas import Batching
 from runner.config.paths import resolve_artifacts_path
 from runner.config.schema import CacheTrust, RunConfig
-from runner.config.targets import Batching
 
 _PRECISIONS = {"32-true", "32", "bf16-mixed", "bf16-true", "16-mixed", "16-true", "64-true", "transformer-engine"}
 _ACCELERATORS = ("cpu", "cuda", "gpu", "mps", "auto")
@@ -123,6 +123,10 @@ def check_data_path(cfg: RunConfig) -> str | None:
     if path is not None and not Path(path).expanduser().exists():
         return (f"data.path={path} does not exist. Point data.path at a directory or file of text, "
                 "or drop it (data.path=null) to use the Python stdlib source.")
+    val_path = getattr(cfg.data, "val_path", None)
+    if val_path is not None and not Path(val_path).expanduser().exists():
+        return (f"data.val_path={val_path} does not exist. Point it at the files that validate, or drop it "
+                "(data.val_path=null) to validate on a split of data.path.")
     return None
 
 def check_length_grouping(cfg: RunConfig) -> str | None:

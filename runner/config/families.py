@@ -1,6 +1,6 @@
-"""Typed schemas of the model families runner builds from other libraries, and their data: Hugging Face
-``transformers`` (``model=hf_causal_lm``, ``model=hf_classifier``, ``data=text_classification``) and
-``timm`` (``model=timm``, ``data=images``). Registered with the other open ``_target_`` nodes by
+"""Typed schemas of the model families runner builds from other libraries: Hugging Face ``transformers``
+(``model=hf_causal_lm``, ``model=hf_classifier``) and ``timm`` (``model=timm``); their data's schemas are in
+:mod:`runner.config.data_schemas`. Registered with the other open ``_target_`` nodes by
 :mod:`runner.config.targets`; the libraries themselves are imported only when a model is built.
 """
 
@@ -44,32 +44,6 @@ class HFClassifierSchema:
 
 
 @dataclass
-class TextClassificationDataSchema:
-    """Labelled text, one padded variable-length batch at a time
-    (``runner.data.classification.TextClassificationDataModule``)."""
-
-    _target_: str = "runner.data.classification.TextClassificationDataModule"
-    path: Optional[str] = None
-    """A local file of labelled text: JSON lines ({"text": ..., "label": ...}) or tab-separated
-    (label<TAB>text). None: paragraphs of the Python stdlib source labelled by their package."""
-    tokenizer: Optional[str] = None
-    """A directory holding a saved tokenizer (a model's ``model.path``); None: UTF-8 bytes (ids 1-256, 0 pads)."""
-    num_classes: int = 4
-    """Labels the file holds (the model's ``num_labels``)."""
-    seq_len: int = 128
-    """Longest sequence: longer texts are cut here."""
-    min_len: int = 16
-    """Shorter texts are dropped."""
-    batch_size: int = 16
-    max_examples: Optional[int] = 20_000
-    """Read at most this many examples (None: all)."""
-    val_fraction: float = 0.1
-    seed: int = 0
-    num_workers: int = 0
-
-
-
-@dataclass
 class TimmSchema:
     """A timm image classifier (``runner.models.image.ImageClassifier``)."""
 
@@ -85,23 +59,3 @@ class TimmSchema:
     """A local weights file (.safetensors or .pth) loaded as timm loads pretrained weights."""
     overrides: dict[str, Any] = field(default_factory=dict)
     """Other arguments of the architecture (drop_rate, drop_path_rate, ...); null keeps its default."""
-
-
-@dataclass
-class ImageDataSchema:
-    """Images from a local folder (torchvision's ImageFolder layout) or synthetic ones
-    (``runner.data.images.ImageDataModule``)."""
-
-    _target_: str = "runner.data.images.ImageDataModule"
-    path: Optional[str] = None
-    """ROOT/CLASS/IMAGE (optionally under ROOT/train and ROOT/val); None: synthetic images."""
-    image_size: int = 64
-    num_classes: int = 10
-    num_samples: int = 2048
-    """Synthetic images: how many (train and val)."""
-    batch_size: int = 32
-    val_fraction: float = 0.1
-    seed: int = 0
-    num_workers: int = 0
-    mean: list[float] = field(default_factory=lambda: [0.485, 0.456, 0.406])
-    std: list[float] = field(default_factory=lambda: [0.229, 0.224, 0.225])

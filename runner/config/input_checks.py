@@ -9,7 +9,6 @@ not import) leaves it to the check that names that problem.
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
 import os
 from collections.abc import Callable
@@ -23,15 +22,11 @@ from runner.config.schema import RunConfig
 Check = Callable[[RunConfig], "str | None"]
 
 _GROUPS = ("model", "data", "optimizer", "scheduler")
-_HYDRA_KEYS = {"_target_", "_partial_", "_args_", "_recursive_", "_convert_"}
+_HYDRA_KEYS = target_objects.HYDRA_KEYS
 _CKPT_KEYWORDS = ("last", "best", "hpc", "registry")
 
 
-def _fields(node: Any) -> dict[str, Any]:
-    """A ``_target_`` node's keys: a schema dataclass or, for an option without one, a dict."""
-    if dataclasses.is_dataclass(node) and not isinstance(node, type):
-        return {f.name: getattr(node, f.name) for f in dataclasses.fields(node)}
-    return dict(node) if isinstance(node, dict) else {}
+_fields = target_objects.fields
 
 
 def _check_loggers(cfg: RunConfig) -> str | None:
@@ -105,13 +100,7 @@ def check_target_fields(cfg: RunConfig) -> str | None:
 def _own_check(group: str, cfg: RunConfig) -> str | None:
     """The ``check_arguments`` of the class ``group._target_`` names, when it has one, called with the
     group's fields: what is wrong, in one paragraph, or None."""
-    fields = _fields(getattr(cfg, group))
-    target = fields.get("_target_")
-    cls = target_objects.locate(target)[0] if isinstance(target, str) else None
-    check = getattr(cls, "check_arguments", None)
-    if not callable(check):
-        return None
-    message = check(**{k: v for k, v in fields.items() if k not in _HYDRA_KEYS})
+    message = target_objects.declared(getattr(cfg, group), "check_arguments")
     return message if isinstance(message, str) else None
 
 

@@ -11,9 +11,10 @@ code (a ``<module>`` frame) in it.
 
 from __future__ import annotations
 
+import dataclasses
 import types
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from runner import hydra_internals
 
@@ -83,6 +84,46 @@ def locate(target: str) -> tuple[Any, ImportFailure | str | None]:
     except Exception as e:  # ImportError, AttributeError, or a module failing on import (any exception)
         failure = import_failure(e)
         return None, failure if failure is not None else _error_text(e.__cause__ or e)
+
+
+class TokenRange(NamedTuple):
+    """The token ids a data module can give a model: the largest, the pad id, and where they come from (the
+    ``token_range`` a text data module declares)."""
+
+    largest: int
+    pad: int
+    source: str
+
+
+class Embedding(NamedTuple):
+    """How many token ids a model embeds (the ``input_vocabulary`` a model declares): ``rows``, where that number
+    comes from, and the setting that changes it (None: a saved model, whose size is fixed)."""
+
+    rows: int
+    source: str
+    setting: str | None
+
+
+def fields(node: Any) -> dict[str, Any]:
+    """A ``_target_`` node's keys: a schema dataclass or, for an option without one, a dict."""
+    if dataclasses.is_dataclass(node) and not isinstance(node, type):
+        return {f.name: getattr(node, f.name) for f in dataclasses.fields(node)}
+    return dict(node) if isinstance(node, dict) else {}
+
+
+HYDRA_KEYS = frozenset({"_target_", "_partial_", "_args_", "_recursive_", "_convert_"})
+
+
+def declared(node: Any, name: str) -> Any | None:
+    """What the class ``node._target_`` names declares as ``name`` (a static method), called with the node's
+    fields; None when the class does not import or declares no such thing."""
+    values = fields(node)
+    target = values.get("_target_")
+    cls = locate(target)[0] if isinstance(target, str) else None
+    declare = getattr(cls, name, None)
+    if not callable(declare):
+        return None
+    return declare(**{k: v for k, v in values.items() if k not in HYDRA_KEYS})
 
 
 def meta_model(node: Any) -> Any | None:

@@ -8,22 +8,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Optional
+from typing import Any
 
-from runner.config.families import (
-    HFCausalLMSchema,
-    HFClassifierSchema,
+from runner.config.data_schemas import (
     ImageDataSchema,
+    SyntheticDataSchema,
     TextClassificationDataSchema,
-    TimmSchema,
+    TextDataSchema,
+    TokenizedTextDataSchema,
 )
-
-
-class Batching(Enum):
-    """How text becomes batches."""
-
-    packed = "packed"  # fixed-length windows over the concatenated corpus
-    documents = "documents"  # one sequence per document (chunked at max_len), padded per batch
+from runner.config.families import HFCausalLMSchema, HFClassifierSchema, TimmSchema
 
 
 class OnResume(Enum):
@@ -58,68 +52,6 @@ class MLPSchema:
     hidden: int = 256
     depth: int = 4
     out_features: int = 10
-
-
-@dataclass
-class TextDataSchema:
-    """Byte-level language modelling over local text (``runner.data.text.TextDataModule``)."""
-
-    _target_: str = "runner.data.text.TextDataModule"
-    path: Optional[str] = None
-    """A directory (every UTF-8 text file under it, whatever its name; binary files are skipped) or a
-    file; None: the Python stdlib source."""
-    batching: Batching = Batching.packed
-    seq_len: int = 256
-    """Packed: window length. Documents: documents longer than this are cut into chunks."""
-    min_len: int = 16
-    """Documents: shorter chunks are dropped."""
-    separator: Optional[str] = "\n\n"
-    """Documents: split each file into documents here (blank lines: one block of code or prose per
-    sequence, so lengths vary naturally); null keeps each file whole."""
-    batch_size: int = 16
-    max_bytes: Optional[int] = 4_000_000
-    """Read at most this many bytes of text (None: all)."""
-    val_fraction: float = 0.05
-    seed: int = 0
-    num_workers: int = 0
-    length_grouping: int = 0
-    """Documents: sort each window of this many shuffled batches by length (0: random batches). Less
-    padding per batch, which is what the dynamic-shape policies turn into shorter steps."""
-
-
-@dataclass
-class TokenizedTextDataSchema:
-    """Text tokenized by a saved tokenizer (``runner.data.tokenized.TokenizedTextDataModule``), for a
-    causal LM loaded from ``model.path``."""
-
-    _target_: str = "runner.data.tokenized.TokenizedTextDataModule"
-    tokenizer: Optional[str] = "${model.path}"
-    """The directory a tokenizer was saved to (default: the model's)."""
-    path: Optional[str] = None
-    """A directory (every UTF-8 text file under it) or a file; None: the Python stdlib source."""
-    batching: Batching = Batching.packed
-    """packed (fixed windows) or documents (one padded sequence per document)."""
-    seq_len: int = 256
-    min_len: int = 16
-    separator: Optional[str] = "\n\n"
-    """Documents: split each file into documents here; null keeps each file whole."""
-    batch_size: int = 16
-    max_bytes: Optional[int] = 4_000_000
-    val_fraction: float = 0.05
-    seed: int = 0
-    num_workers: int = 0
-
-
-@dataclass
-class SyntheticDataSchema:
-    """Random classification data for the MLP (``runner.data.synthetic.SyntheticDataModule``)."""
-
-    _target_: str = "runner.data.synthetic.SyntheticDataModule"
-    in_features: int = 32
-    num_classes: int = 10
-    num_samples: int = 4096
-    batch_size: int = 64
-    seed: int = 0
 
 
 @dataclass

@@ -2,7 +2,8 @@
 
 The checks live beside this module, grouped by what they look at: ``checks_stack`` (compile,
 dynamic, offload, CUDA graphs), ``checks_run`` (trainer, data, model sizes, paths, ranges) and
-``input_checks`` (what a user types: paths, devices, checkpoints, recipe fields). ``validate`` runs
+``input_checks`` (what a user types: paths, devices, checkpoints, recipe fields) and ``checks_data`` (the data
+against the model: token ids and the embedding). ``validate`` runs
 them all and raises one ``ConfigError`` listing every problem, each naming the key and the fix.
 """
 
@@ -11,7 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from runner.config import checks_fsdp, checks_run, checks_stack, input_checks
+from runner.config import checks_data, checks_fsdp, checks_run, checks_stack, input_checks
 from runner.config.errors import ConfigError
 from runner.config.schema import RunConfig
 
@@ -22,7 +23,7 @@ Check = Callable[[RunConfig], "str | None"]
 
 def all_checks() -> list[Check]:
     """Every check, in the order their messages are reported."""
-    return [*checks_run.CHECKS, *checks_stack.CHECKS, *checks_fsdp.CHECKS, *input_checks.CHECKS]
+    return [*checks_run.CHECKS, *checks_stack.CHECKS, *checks_fsdp.CHECKS, *input_checks.CHECKS, *checks_data.CHECKS]
 
 
 _warned: set[str] = set()

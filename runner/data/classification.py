@@ -2,97 +2,91 @@
 
 A batch is ``({"input_ids", "attention_mask"}, labels)``: ids ``[batch, length]`` padded to the shape
 policy's length for the batch's longest text (``pad_to``, set by the builder), the mask 1 on real tokens,
-one label per text. Texts come from a local file (JSON lines with ``text`` and ``label``, or
-``label<TAB>text`` lines) or, by default, from the Python stdlib source: paragraphs labelled by the
-package they come from. Tokens are UTF-8 bytes shifted by one (0 pads), or a saved tokenizer's.
+one label per text. Rows come from a table (``.jsonl``, ``.csv``, ``.parquet``, a ``save_to_disk`` folder), text
+files of ``label<TAB>text`` lines, or by default the Python stdlib task (:mod:`runner.data.labelled`). Tokens are
+UTF-8 bytes shifted by one (0 pads), or a saved tokenizer's (the model's, with ``model.path``), computed once by a
+cached ``map``; texts longer than ``seq_len`` tokens are cut there (and counted).
 """
 
 from __future__ import annotations
 
-import json
-import random
-from collections.abc import Sequence
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import lightning as L
+import numpy as np
 import torch
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, Dataset
 
-from runner.data.corpus import read_documents, stdlib_dir
-from runner.data.text import PadTo
+from runner.config.target_objects import TokenRange
+from runner.data.encoding import LENGTH, ArrowTokens, encode
+from runner.data.labelled import Labelled, read_labelled
+from runner.data.labels import LabelMap, label_map, row_ids
+from runner.data.padding import PadTo
+from runner.data.sources import DataError, names_something
+from runner.data.splits import VAL_PATH, split_documents
+from runner.data.summary import DataSummary
+from runner.data.tokenizers import ByteTokens, Tokenizer, check_tokenizer, load_tokenizer, token_range
+from runner.data.traits import DataTraits, ValMetric
+from runner.data.windows import Spans, as_long
 
-# The default task: which of these stdlib packages a paragraph of source comes from.
-STDLIB_PACKAGES = ("asyncio", "email", "unittest", "xml")
-Example = tuple[str, Any]
-
-
-def read_examples(path: str | None, max_examples: int | None, min_len: int) -> list[Example]:
-    """``(text, label)`` pairs from ``path`` (JSON lines or ``label<TAB>text``), or the stdlib default."""
-    if path is None:
-        return _stdlib_examples(max_examples, min_len)
-    examples: list[Example] = []
-    for n, line in enumerate(Path(path).expanduser().read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        if line.lstrip().startswith("{"):
-            try:
-                row = json.loads(line)
-                examples.append((str(row["text"]), row["label"]))
-            except (ValueError, KeyError, TypeError) as e:
-                raise ValueError(f"data.path={path}, line {n}: not a JSON object with text and label ({e})") from e
-        else:
-            label, sep, text = line.partition("\t")
-            if not sep:
-                raise ValueError(f"data.path={path}, line {n}: neither JSON nor label<TAB>text")
-            examples.append((text, label))
-        if max_examples is not None and len(examples) >= max_examples:
-            break
-    return [(t, lab) for t, lab in examples if len(t.encode()) >= min_len]
+log = logging.getLogger(__name__)
 
 
-def _stdlib_examples(max_examples: int | None, min_len: int) -> list[Example]:
-    per_class = None if max_examples is None else max(1, max_examples // len(STDLIB_PACKAGES))
-    examples: list[Example] = []
-    for package in STDLIB_PACKAGES:
-        docs = read_documents(stdlib_dir() / package, max_bytes=None)
-        paragraphs = [p for d in docs for p in d.split(b"\n\n") if len(p.strip()) >= min_len]
-        random.Random(package).shuffle(paragraphs)
-        examples += [(p.decode("utf-8", "replace"), package) for p in paragraphs[:per_class]]
-    return examples
+class Rows(Dataset[tuple[torch.Tensor, int]]):
+    """``(ids, label)`` of chosen rows: their ids read from ``tokens`` at ``spans``."""
+
+    def __init__(self, tokens: ArrowTokens, spans: Spans, labels: np.ndarray) -> None:
+        self.tokens, self.spans, self.labels = tokens, spans, labels
+
+    def __len__(self) -> int:
+        return len(self.spans)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
+        return as_long(self.tokens[int(self.spans.starts[i]):int(self.spans.ends[i])]), int(self.labels[i])
 
 
-def label_ids(labels: Sequence[Any]) -> dict[Any, int]:
-    """Label -> class id: integer labels (``3``, ``"3"``) are their own ids; others are numbered in sorted order."""
-    if all(isinstance(x, int) or (isinstance(x, str) and x.strip().lstrip("-").isdigit()) for x in labels):
-        return {x: int(x) for x in labels}
-    index = {name: i for i, name in enumerate(sorted({str(x) for x in labels}))}
-    return {x: index[str(x)] for x in labels}
+@dataclass
+class Encoded:
+    """One setting's rows as ids: the tokens, each kept row's span (cut at seq_len) and class id, how many were cut."""
+
+    tokens: ArrowTokens
+    spans: Spans
+    labels: np.ndarray
+    truncated: int
+    empty: int
+    """Rows whose text gave no ids (left out)."""
 
 
-class ByteTokens:
-    """UTF-8 bytes as ids 1-256 (0 is padding): a vocabulary of 257, nothing to download."""
+def encode_labelled(part: Labelled, tokenizer: Tokenizer, labels: LabelMap, text_column: str, label_column: str,
+                    seq_len: int, what: str) -> Encoded:
+    """The kept rows of ``part`` tokenized (a cached map), cut at ``seq_len``, empty ones left out."""
+    rows, column = encode(part.rows, text_column, tokenizer, max_len=seq_len, what=what)
+    offset = tokenizer.offset if isinstance(tokenizer, ByteTokens) else 0
+    tokens = ArrowTokens(rows, column, offset=offset)
+    len(tokens)
+    spans = tokens.spans
+    full = spans.lengths if isinstance(tokenizer, ByteTokens) else rows.data.column(LENGTH).to_numpy()
+    spans = Spans(spans.starts, np.minimum(spans.ends, spans.starts + seq_len))  # bytes are stored whole
+    keep = part.keep[spans.lengths[part.keep] > 0]
+    return Encoded(tokens, spans.take(keep), row_ids(part.rows, label_column, labels)[keep],
+                   int((full[keep] > seq_len).sum()), len(part.keep) - len(keep))
 
-    pad_id = 0
-    vocab_size = 257
 
-    def __call__(self, text: str, max_len: int) -> list[int]:
-        return [b + 1 for b in text.encode("utf-8")[:max_len]]
-
-
-class SavedTokenizer:
-    """A tokenizer saved in a directory (``save_pretrained``), loaded from local files only."""
-
-    def __init__(self, path: str) -> None:
-        from transformers import AutoTokenizer
-
-        self.tokenizer = AutoTokenizer.from_pretrained(str(Path(path).expanduser()), local_files_only=True)
-        pad = self.tokenizer.pad_token_id
-        self.pad_id = int(pad if pad is not None else self.tokenizer.eos_token_id or 0)
-
-    def __call__(self, text: str, max_len: int) -> list[int]:
-        return list(self.tokenizer(text, truncation=True, max_length=max_len)["input_ids"])
+def summarize(parts: list[Labelled], encoded: list[Encoded], labels: LabelMap, train: int, val: int,
+              split: str) -> DataSummary:
+    """The data section of labelled rows: ``parts`` as read, ``encoded`` as used (training's first)."""
+    dropped = {("data.val_path: " if i else "") + k: n for i, p in enumerate(parts) for k, n in p.dropped.items()}
+    empty = sum(e.empty for e in encoded)
+    if empty:
+        dropped["no token ids"] = empty
+    counts = np.bincount(np.concatenate([e.labels for e in encoded]), minlength=labels.count)
+    return DataSummary("; ".join(p.source for p in parts), sum(p.files for p in parts), sum(len(p.rows) for p in parts),
+                       sum(int(e.spans.lengths.sum()) for e in encoded), train, val, split,
+                       truncated=sum(e.truncated for e in encoded), used=sum(len(e.spans) for e in encoded),
+                       dropped=dropped, label_counts={k: int(counts[i]) for k, i in labels.label2id.items()})
 
 
 @dataclass(frozen=True)
@@ -114,66 +108,133 @@ class ClassifyCollate:
 
 
 class TextClassificationDataModule(L.LightningDataModule):
-    """Labelled text in padded variable-length batches (module docstring); split train/val by a seeded
-    shuffle, so the split is the same on every run and every rank."""
+    """Labelled text in padded variable-length batches (module docstring). Validation: ``val_path``'s rows, else a
+    seeded split of the rows, the same on every run and every rank; ``labels`` (after setup) maps label to id."""
 
-    def __init__(self, path: str | None = None, tokenizer: str | None = None, num_classes: int = 4,
+    def __init__(self, path: str | None = None, val_path: str | None = None, tokenizer: str | None = None,
+                 text_column: str = "text", label_column: str = "label", num_classes: int = 4,
                  seq_len: int = 128, min_len: int = 16, batch_size: int = 16, max_examples: int | None = 20_000,
                  val_fraction: float = 0.1, seed: int = 0, num_workers: int = 0, pad_to: PadTo | None = None) -> None:
         super().__init__()
-        self.path, self.tokenizer_path, self.num_classes = path, tokenizer, num_classes
+        self.path, self.val_path, self.tokenizer_path, self.num_classes = path, val_path, tokenizer, num_classes
+        self.text_column, self.label_column = text_column, label_column
         self.seq_len, self.min_len, self.batch_size = seq_len, min_len, batch_size
         self.max_examples, self.val_fraction, self.seed = max_examples, val_fraction, seed
         self.num_workers = num_workers
         self.pad_to = pad_to or PadTo()
-        self._train: list[tuple[torch.Tensor, int]] | None = None
-        self._val: list[tuple[torch.Tensor, int]] | None = None
+        self._train: Rows | None = None
+        self._val: Rows | None = None
         self._pad_id = 0
+        self.split_how = ""
+        self.labels: LabelMap | None = None
+        self.summary: DataSummary | None = None
 
     @staticmethod
-    def check_arguments(path: str | None = None, tokenizer: str | None = None, num_classes: int = 4,
-                        min_len: int = 16, max_examples: int | None = 20_000, **_: Any) -> str | None:
-        """What is wrong with these arguments, in one paragraph, before anything is written (None: nothing)."""
-        if path is not None and Path(path).expanduser().exists():  # a missing path: the existence check names it
-            if not Path(path).expanduser().is_file():
-                return (f"data.path={path} is a directory. Give a file of labelled text: JSON lines "
-                        '({"text": ..., "label": ...}) or label<TAB>text lines; or drop data.path for the stdlib task.')
-            try:
-                examples = read_examples(path, max_examples, min_len)
-            except (ValueError, UnicodeDecodeError) as e:
-                return f"{e}. Each line is a JSON object with text and label, or label<TAB>text (UTF-8)."
-            if not examples:
-                return f"data.path={path} holds no text of at least data.min_len={min_len} bytes."
-            ids = label_ids([lab for _, lab in examples])
-            if max(ids.values()) >= num_classes or min(ids.values()) < 0:
-                return (f"data.path={path} has {len(set(ids.values()))} labels (ids {min(ids.values())}.."
-                        f"{max(ids.values())}) but data.num_classes={num_classes}: set data.num_classes="
-                        f"{max(ids.values()) + 1} (the model's num_labels follows it).")
-        if tokenizer is not None and not Path(tokenizer).expanduser().is_dir():
-            return (f"data.tokenizer={tokenizer} is not a directory. Give the directory a tokenizer was saved to "
-                    "(tokenizer.save_pretrained(DIR), usually the model's model.path), or drop it for UTF-8 bytes.")
+    def read(path: str | None = None, val_path: str | None = None, text_column: str = "text",
+             label_column: str = "label", min_len: int = 16, max_examples: int | None = 20_000,
+             **_: Any) -> tuple[Labelled, Labelled | None, LabelMap]:
+        """The rows of ``path`` and ``val_path`` and the map of their labels; :class:`DataError` when unusable."""
+        if val_path is not None and path is not None and Path(val_path).expanduser().resolve() == \
+                Path(path).expanduser().resolve():
+            raise DataError(f"data.val_path={val_path} is data.path itself: validation would be the training data. "
+                            "Give other rows, or drop data.val_path to validate on a split of data.path.")
+        train = read_labelled(path, "data.path", text_column, label_column, max_examples, min_len)
+        val = None if val_path is None else read_labelled(val_path, "data.val_path", text_column, label_column,
+                                                          max_examples, min_len)
+        values = dict(train.values)
+        for label, count in (val.values if val else {}).items():
+            values[label] = values.get(label, 0) + count
+        return train, val, label_map(values, f"data.label_column={label_column} of data.path={path}")
+
+    @staticmethod
+    def check_arguments(tokenizer: str | None = None, batch_size: int = 16, **fields: Any) -> str | None:
+        """What is wrong with these arguments, in one paragraph, before anything is written (None: nothing): a
+        tokenizer that is not one, rows that cannot be read (a missing column, an empty or damaged file, mixed
+        label kinds), too few rows for a batch, a ``val_path`` without rows."""
+        if (message := check_tokenizer(tokenizer)) is not None:
+            return message
+        if not all(names_something(fields.get(k)) for k in ("path", "val_path")):
+            return None  # a missing path: the existence check names it
+        try:
+            train, val, _ = TextClassificationDataModule.read(**fields)
+        except DataError as e:
+            return str(e)
+        min_len = fields.get("min_len", 16)
+        for key, part in (("data.path", train), ("data.val_path", val)):
+            if part is not None and len(part.keep) == 0:
+                return (f"{key}={fields.get(key.split('.')[1])} has no row with a text of at least data.min_len="
+                        f"{min_len} bytes. Lower data.min_len, or point {key} at other rows.")
+        n_train = len(train.keep) if val else len(train.keep) - max(1, round(len(train.keep) *
+                                                                             fields.get("val_fraction", 0.1)))
+        if n_train < batch_size:
+            return (f"data.path={fields.get('path')} leaves {n_train} training rows, fewer than data.batch_size="
+                    f"{batch_size}: an empty training split. Give more rows, or lower data.batch_size (or "
+                    "data.val_fraction).")
         return None
+
+    @staticmethod
+    def label_count(**fields: Any) -> tuple[int, str] | None:
+        """How many classes the rows hold (ids ``0 .. n - 1``) and a few of their labels; None when they cannot be
+        read (``check_arguments`` says why). The label check compares it with the model's ``num_labels``."""
+        if not all(names_something(fields.get(k)) for k in ("path", "val_path")):
+            return None
+        try:
+            _, _, labels = TextClassificationDataModule.read(**fields)
+        except DataError:
+            return None
+        names = list(labels.label2id)
+        return labels.count, ", ".join(names[:6]) + (", ..." if len(names) > 6 else "")
+
+    @staticmethod
+    def token_range(tokenizer: str | None = None, **_: Any) -> TokenRange | None:
+        """The ids this data gives the model (the vocabulary check compares them with the model's embedding)."""
+        return token_range(tokenizer, offset=1)
+
+    @staticmethod
+    def traits(**_: Any) -> DataTraits:
+        """Accuracy; every batch padded to its longest text, so shapes vary."""
+        return DataTraits(ValMetric.accuracy, pads_per_batch=True, shapes_vary=True)
+
+    def figures(self) -> dict[str, Any]:
+        """What was read (``data/*``), after ``setup``."""
+        return self.summary.figures() if self.summary is not None else {}
+
+    def prepare_data(self) -> None:
+        """Read and tokenize once (rank 0 of each node, before the others set up): later reads hit the cache."""
+        self.setup()
 
     def setup(self, stage: str | None = None) -> None:
         if self._train is not None:
             return
-        examples = read_examples(self.path, self.max_examples, self.min_len)
-        ids = label_ids([lab for _, lab in examples])
-        encode = SavedTokenizer(self.tokenizer_path) if self.tokenizer_path else ByteTokens()
-        self._pad_id = encode.pad_id
-        encoded = [(torch.tensor(encode(text, self.seq_len), dtype=torch.long), ids[lab]) for text, lab in examples]
-        encoded = [e for e in encoded if len(e[0]) > 0]
-        random.Random(self.seed).shuffle(encoded)
-        n_val = max(1, round(len(encoded) * self.val_fraction))
-        self._val, self._train = encoded[:n_val], encoded[n_val:]
+        train, val, self.labels = self.read(self.path, self.val_path, self.text_column, self.label_column,
+                                            self.min_len, self.max_examples)
+        tokenizer = load_tokenizer(self.tokenizer_path, offset=1)
+        self._pad_id = tokenizer.pad_id
+        encoded = [encode_labelled(part, tokenizer, self.labels, self.text_column, self.label_column, self.seq_len,
+                                   what=f"{key}={where}")
+                   for key, where, part in (("data.path", self.path, train), ("data.val_path", self.val_path, val))
+                   if part is not None]
+        rows = encoded[0]
+        if len(encoded) > 1:
+            self.split_how = VAL_PATH
+            self._train = Rows(rows.tokens, rows.spans, rows.labels)
+            self._val = Rows(encoded[1].tokens, encoded[1].spans, encoded[1].labels)
+        else:
+            split = split_documents(len(rows.spans), self.val_fraction, self.seed)
+            self.split_how = split.how.replace("document", "row")
+            self._train = Rows(rows.tokens, rows.spans.take(split.train), rows.labels[split.train])
+            self._val = Rows(rows.tokens, rows.spans.take(split.val), rows.labels[split.val])
+        parts = [part for part in (train, val) if part is not None]
+        self.summary = summarize(parts, encoded, self.labels, len(self._train), len(self._val), self.split_how)
+        self.summary.say(self.seq_len)
         if len(self._train) < self.batch_size:
             raise ValueError(f"data: {len(self._train)} training examples, fewer than data.batch_size="
                              f"{self.batch_size}; give more text or lower data.batch_size.")
 
-    def _loader(self, items: list[tuple[torch.Tensor, int]] | None, shuffle: bool) -> DataLoader:
-        assert items is not None, "setup() first"
+    def _loader(self, rows: Rows | None, shuffle: bool) -> DataLoader:
+        assert rows is not None, "setup() first"
         g = torch.Generator().manual_seed(self.seed)
-        return DataLoader(items, batch_size=self.batch_size, shuffle=shuffle, drop_last=shuffle, generator=g,  # type: ignore[arg-type]
+        return DataLoader(rows, batch_size=self.batch_size, shuffle=shuffle, drop_last=shuffle, generator=g,
                           collate_fn=ClassifyCollate(self.pad_to, self._pad_id), num_workers=self.num_workers,
                           persistent_workers=self.num_workers > 0)
 

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 STDLIB_SUFFIXES = (".py", ".txt", ".md", ".rst")
-_SKIP_DIRS = {"site-packages", "dist-packages", "__pycache__", "node_modules"}
+SKIP_DIRS = {"site-packages", "dist-packages", "__pycache__", "node_modules"}
 SNIFF_BYTES = 8192
 
 
@@ -57,7 +57,7 @@ def text_files(root: Path) -> Iterator[Path]:
             yield root
         return
     for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS and not d.startswith("."))
+        dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS and not d.startswith("."))
         for name in sorted(filenames):
             path = Path(dirpath) / name
             if (name.endswith(STDLIB_SUFFIXES) if stdlib else sniff(path)):

@@ -20,6 +20,8 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset
 
+from runner.data.traits import CLASSES, DataTraits
+
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp", ".gif")
 
 
@@ -119,6 +121,11 @@ class ImageDataModule(L.LightningDataModule):
         if len(items) < batch_size:
             return f"data.path={path} holds {len(items)} images, fewer than data.batch_size={batch_size}: lower it."
         return None
+
+    @staticmethod
+    def traits(**_: Any) -> DataTraits:
+        """Accuracy; every batch the same shape."""
+        return CLASSES
 
     def check(self) -> None:
         """Fail fast (before any model is built) if the folder is missing."""

@@ -1,145 +1,64 @@
-"""Byte-level language-modelling data: packed windows or one variable-length sequence per document.
+"""Text for causal language models: UTF-8 bytes, or the ids of a saved tokenizer (the model's, with ``model.path``),
+in packed windows or one variable-length sequence per document, from the Python stdlib source, text files, or
+the text column of a table (:mod:`runner.data.documents`: every format ``data.path`` takes).
 
-Targets of padded positions are ``IGNORE_INDEX``, so padding never counts in the loss. How far a
-batch of documents is padded is the dynamic-shape policy's choice (``pad_to``), set by the builder.
+Targets of padded positions are ``IGNORE_INDEX``, so padding never counts in the loss. How far a batch of
+documents is padded is the dynamic-shape policy's choice (``pad_to``), set by the builder. Validation never
+overlaps training (:mod:`runner.data.splits`): ``val_path``'s files, else a seeded split by document, else the
+last windows of a single document.
 """
 
 from __future__ import annotations
 
-import random
-from bisect import bisect_left
-from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 import lightning as L
+import numpy as np
 import torch
-from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler, Sampler
+from torch.utils.data import DataLoader, Dataset, RandomSampler
 
-from runner.config.targets import Batching
-from runner.data.corpus import describe_missing_text, read_documents, text_bytes, unigram_bits_per_byte
+from runner.config.data_schemas import Batching
+from runner.config.target_objects import TokenRange
+from runner.data.corpus import describe_missing_text
+from runner.data.documents import Corpus, read_corpus
+from runner.data.padding import IGNORE_INDEX, LengthGroupedBatchSampler, PadCollate, PadTo
+from runner.data.sources import DataError, names_something, resolve
+from runner.data.splits import VAL_PATH, split_documents, tail_cut, tail_how
+from runner.data.summary import DataSummary
+from runner.data.tables import load_table, text_lengths
+from runner.data.tokenizers import check_tokenizer, is_bytes, load_tokenizer, token_range
+from runner.data.traits import DataTraits, ValMetric
+from runner.data.windows import Chunks, PackedWindows, Spans, Stream
 
-IGNORE_INDEX = -100
+BLOCK = 1 << 24
+"""Ids read at a time when the whole training text is counted."""
 
-
-class PadTo:
-    """Where a batch whose longest sequence is ``n`` is padded to: ``n`` itself (no lengths
-    given), or the first of ``lengths`` that fits (a single length pads everything to it).
-
-    A plain class, not a dataclass: ``build_datamodule`` passes it through Hydra's ``instantiate``,
-    which turns a dataclass argument into a ``DictConfig`` (and the collate then fails)."""
-
-    __slots__ = ("lengths",)
-
-    def __init__(self, lengths: Sequence[int] = ()) -> None:
-        self.lengths: tuple[int, ...] = tuple(lengths)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, PadTo) and other.lengths == self.lengths
-
-    def __hash__(self) -> int:
-        return hash(self.lengths)
-
-    def __repr__(self) -> str:
-        return f"PadTo({self.lengths})"
-
-    def __call__(self, n: int) -> int:
-        if not self.lengths:
-            return n
-        i = bisect_left(self.lengths, n)
-        if i == len(self.lengths):
-            raise ValueError(f"a sequence of {n} tokens exceeds the largest pad length {self.lengths[-1]}")
-        return self.lengths[i]
+__all__ = ["IGNORE_INDEX", "PadCollate", "PadTo", "TextDataModule", "TokenizedTextDataModule"]
 
 
-class PackedWindows(Dataset[tuple[torch.Tensor, torch.Tensor]]):
-    """Non-overlapping windows of ``seq_len + 1`` bytes over the concatenated documents."""
-
-    def __init__(self, data: torch.Tensor, seq_len: int) -> None:
-        self.data, self.seq_len = data, seq_len
-
-    def __len__(self) -> int:
-        return max(0, (len(self.data) - 1) // self.seq_len)
-
-    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
-        chunk = self.data[i * self.seq_len : (i + 1) * self.seq_len + 1].long()
-        return chunk[:-1], chunk[1:]
-
-
-class DocumentChunks(Dataset[torch.Tensor]):
-    """One sequence per document, cut into chunks of at most ``seq_len + 1`` bytes. Files are first
-    split at ``separator`` (if given) into documents."""
-
-    def __init__(self, docs: Sequence[bytes], seq_len: int, min_len: int, separator: str | None = None) -> None:
-        if separator:
-            docs = [part for d in docs for part in d.split(separator.encode())]
-        self.chunks = [
-            torch.frombuffer(bytearray(d[i : i + seq_len + 1]), dtype=torch.uint8)
-            for d in docs
-            for i in range(0, len(d), seq_len + 1)
-            if len(d[i : i + seq_len + 1]) > min_len
-        ]
-
-    def __len__(self) -> int:
-        return len(self.chunks)
-
-    def __getitem__(self, i: int) -> torch.Tensor:
-        return self.chunks[i]
-
-
-@dataclass(frozen=True)
-class PadCollate:
-    """Pads a list of chunks to ``pad_to(longest)``; inputs with 0, targets with IGNORE_INDEX."""
-
-    pad_to: PadTo
-
-    def __call__(self, chunks: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        t = self.pad_to(max(len(c) for c in chunks) - 1)
-        x = torch.zeros(len(chunks), t, dtype=torch.long)
-        y = torch.full((len(chunks), t), IGNORE_INDEX, dtype=torch.long)
-        for row, c in enumerate(chunks):
-            n = len(c) - 1
-            x[row, :n] = c[:-1]
-            y[row, :n] = c[1:]
-        return x, y
-
-
-class LengthGroupedBatchSampler(BatchSampler):
-    """Batches of similar length: the sampler's (shuffled) order is cut into windows of ``window``
-    batches, each window is sorted by length and cut into batches, and the batches of a window are
-    shuffled. A batch padded to its longest sequence then holds little padding, which is what lets
-    the ``dynamic`` policies beat ``static`` (and one reason ``bucket`` exists).
-
-    The order depends only on the sampler's order (the window shuffle is seeded by the window's first
-    index), so it is as deterministic and resumable as the sampler, and Lightning can swap in a
-    ``DistributedSampler`` under DDP (it re-creates batch samplers with the same arguments).
-    """
-
-    def __init__(self, sampler: Sampler[int] | Iterable[int], batch_size: int, drop_last: bool,
-                 lengths: Sequence[int] = (), window: int = 64) -> None:
-        super().__init__(sampler, batch_size, drop_last)
-        self.lengths, self.window = list(lengths), window
-
-    def __iter__(self) -> Iterator[list[int]]:
-        indices = list(self.sampler)
-        span = self.batch_size * self.window
-        whole = len(indices) - len(indices) % self.batch_size if self.drop_last else len(indices)
-        for w in range(0, whole, span):
-            chunk = sorted(indices[w:min(w + span, whole)], key=self.lengths.__getitem__)
-            batches = [chunk[i:i + self.batch_size] for i in range(0, len(chunk), self.batch_size)]
-            random.Random(indices[w]).shuffle(batches)
-            yield from batches
+def unigram_bits(parts: Iterable[np.ndarray]) -> float:
+    """Entropy of the byte distribution: what a model that ignores context would reach. ``parts``: the bytes, a
+    block at a time (a corpus larger than memory is counted without being held)."""
+    counts = np.zeros(256, dtype=np.int64)
+    for part in parts:
+        counts += np.bincount(part, minlength=256)
+    p = counts[counts > 0] / counts.sum()
+    return float(-(p * np.log2(p)).sum())
 
 
 class TextDataModule(L.LightningDataModule):
-    """Byte-level text from ``path``: every UTF-8 text file under a directory, whatever its name, or
-    one file (default: the Python stdlib source). Documents are split train/val by a seeded
-    shuffle, so the split is the same on every run and every rank."""
+    """Text from ``path`` (a file, a folder or a glob of text files or tables; default: the Python stdlib source),
+    tokenized by ``tokenizer`` (``bytes``/None: UTF-8 bytes; a directory: the tokenizer saved there); a table's
+    ``text_column``. ``val_path``: what validates (else a split of ``path``, the same on every run and rank)."""
 
     def __init__(
         self,
         path: str | None = None,
+        val_path: str | None = None,
+        tokenizer: str | None = None,
+        text_column: str = "text",
         batching: Batching | str = Batching.packed,
         seq_len: int = 256,
         min_len: int = 16,
@@ -153,69 +72,154 @@ class TextDataModule(L.LightningDataModule):
         pad_to: PadTo | None = None,
     ) -> None:
         super().__init__()
-        self.path, self.seq_len, self.min_len, self.separator = path, seq_len, min_len, separator
+        self.path, self.val_path, self.tokenizer, self.text_column = path, val_path, tokenizer, text_column
+        self.seq_len, self.min_len, self.separator = seq_len, min_len, separator
         self.batching = Batching(batching) if isinstance(batching, str) else batching
         self.batch_size, self.max_bytes, self.val_fraction = batch_size, max_bytes, val_fraction
         self.seed, self.num_workers, self.length_grouping = seed, num_workers, length_grouping
         self.pad_to = pad_to or PadTo()
+        self.pad_id = 0
         self.unigram_bits: float | None = None
+        self.summary: DataSummary | None = None
+        self.split_how = ""
         self._train: Dataset | None = None
         self._val: Dataset | None = None
 
     @staticmethod
-    def check_arguments(path: str | None = None, seq_len: int = 256, batch_size: int = 16, **_: Any) -> str | None:
+    def check_arguments(path: str | None = None, val_path: str | None = None, tokenizer: str | None = None,
+                        text_column: str = "text", seq_len: int = 256, batch_size: int = 16,
+                        **_: Any) -> str | None:
         """What is wrong with these arguments, in one paragraph, before a run directory exists (None:
-        nothing): a ``path`` that holds no text, or less than one batch of it. A missing path is the
-        config check's to name."""
-        if path is None or not Path(path).expanduser().exists():
-            return None
-        need = seq_len * batch_size + 1
-        have = text_bytes(path, enough=need)
-        if have == 0:
-            return describe_missing_text(path)
-        if have < need:
-            return (f"data.path={path} holds {have} bytes of text, less than one batch takes (data.batch_size="
-                    f"{batch_size} x data.seq_len={seq_len} = {need - 1} bytes), so training would have no batch. "
-                    "Point data.path at more text, or lower data.seq_len or data.batch_size.")
+        nothing): a tokenizer that is not one, a path that cannot be read (a missing column, an empty or damaged
+        file) or holds less than one batch of text, a ``val_path`` that is ``path`` itself. A missing path is
+        the config check's to name."""
+        if (message := check_tokenizer(tokenizer)) is not None:
+            return message
+        if val_path is not None and path is not None and Path(val_path).expanduser().resolve() == \
+                Path(path).expanduser().resolve():
+            return (f"data.val_path={val_path} is data.path itself: validation would be the training data. Give "
+                    "files that are not under data.path, or drop data.val_path to validate on a split of data.path.")
+        for key, where in (("data.path", path), ("data.val_path", val_path)):
+            if where is None or not names_something(where):
+                continue
+            need = seq_len * batch_size + 1 if key == "data.path" else seq_len + 1
+            try:
+                have = _text_bytes(where, key, text_column, need)
+            except DataError as e:
+                return str(e)
+            if have == 0:
+                return describe_missing_text(where).replace("data.path", key, 1)
+            if have < need:
+                return (f"{key}={where} holds {have} bytes of text, less than one batch takes (data.batch_size="
+                        f"{batch_size} x data.seq_len={seq_len} = {need - 1} bytes), so training would have no "
+                        f"batch. Point {key} at more text, or lower data.seq_len or data.batch_size.")
         return None
+
+    @staticmethod
+    def token_range(tokenizer: str | None = None, **_: Any) -> TokenRange | None:
+        """The ids this data gives the model (the vocabulary check compares them with the model's embedding)."""
+        return token_range(tokenizer, offset=0)
+
+    @staticmethod
+    def traits(tokenizer: str | None = None, batching: Batching | str = Batching.packed, **_: Any) -> DataTraits:
+        """Bits per byte on bytes (none on a tokenizer's ids); documents are padded per batch and vary in shape."""
+        documents = Batching(batching) is Batching.documents
+        metric = ValMetric.bits_per_byte if is_bytes(tokenizer) else ValMetric.none
+        return DataTraits(metric, pads_per_batch=documents, shapes_vary=documents)
+
+    def figures(self) -> dict[str, Any]:
+        """What was read (``data/*``), after ``setup``."""
+        return self.summary.figures() if self.summary is not None else {}
 
     def check(self) -> None:
         """Fail fast (before any model is built) if the data cannot be read."""
-        read_documents(self.path, max_bytes=1)
+        for key, where in (("data.path", self.path), ("data.val_path", self.val_path)):
+            if where is not None:
+                resolve(where, key)
+
+    def prepare_data(self) -> None:
+        """Read and tokenize once (rank 0 of each node, before the others set up): later reads hit the cache."""
+        self.setup()
 
     def setup(self, stage: str | None = None) -> None:
         if self._train is not None:
             return
-        docs = read_documents(self.path, self.max_bytes)
-        order = list(range(len(docs)))
-        random.Random(self.seed).shuffle(order)
-        n_val = max(1, round(len(docs) * self.val_fraction)) if len(docs) > 1 else 0
-        val_docs = [docs[i] for i in order[:n_val]] or docs[:1]
-        train_docs = [docs[i] for i in order[n_val:]] or docs
-        self.unigram_bits = unigram_bits_per_byte(train_docs)
-        self._train, self._val = (self._dataset(d) for d in (train_docs, val_docs))
-        if len(self._train) == 0:  # type: ignore[arg-type]
+        tokenizer = load_tokenizer(self.tokenizer)
+        self.pad_id = tokenizer.pad_id
+        packed = self.batching is Batching.packed
+        read = {key: read_corpus(where, key, tokenizer, text_column=self.text_column, separator=self.separator,
+                                 packed=packed, max_bytes=self.max_bytes)
+                for key, where in (("data.path", self.path), ("data.val_path", self.val_path))
+                if where is not None or key == "data.path"}
+        train, val = read["data.path"], read.get("data.val_path")
+        self._train_docs: list[int] | None = None
+        self._train, self._val = self._split(train, val)
+        if is_bytes(tokenizer.name):  # over the training documents, or the training part of the one document
+            self.unigram_bits = unigram_bits(self._train_bytes(train))
+        self.summary = summarize(list(read.values()), len(self._train), len(self._val),  # type: ignore[arg-type]
+                                 self.split_how, self.unigram_bits)
+        self.summary.say(self.seq_len)
+        if len(self._train) == 0 or len(self._val) == 0:  # type: ignore[arg-type]
+            which = "training" if len(self._train) == 0 else "validation"  # type: ignore[arg-type]
             raise ValueError(
-                f"data: no training sequences of seq_len={self.seq_len} in {len(train_docs)} documents; "
-                "lower data.seq_len or raise data.max_bytes."
-            )
+                f"data: no {which} sequences of seq_len={self.seq_len} in {train.n_docs} documents "
+                f"({self.split_how}); lower data.seq_len, raise data.max_bytes or give more text.")
 
-    def _dataset(self, docs: list[bytes]) -> Dataset:
+    def _train_bytes(self, corpus: Corpus) -> Iterator[np.ndarray]:
+        """The training text's bytes, a block at a time: whole documents (their separators too, when held in
+        memory), or the training windows or chunks of the one document."""
+        if self._train_docs is not None and corpus.raw is not None:
+            yield np.frombuffer(b"".join(corpus.raw[i] for i in self._train_docs), np.uint8)
+            return
+        if self._train_docs is not None:
+            spans = corpus.of(self._train_docs)
+        elif isinstance(self._train, PackedWindows):
+            spans = self._train.stream.spans
+        else:
+            spans = self._train.spans  # type: ignore[union-attr]
+        for start, end in zip(spans.starts.tolist(), spans.ends.tolist(), strict=True):
+            for a in range(start, end, BLOCK):
+                yield np.asarray(corpus.tokens[a:min(end, a + BLOCK)])
+
+    def _split(self, corpus: Corpus, val: Corpus | None) -> tuple[Dataset, Dataset]:
+        """Training and validation sequences, disjoint (module docstring)."""
+        n_train = corpus.n_docs
+        if val is not None:
+            self.split_how, self._train_docs = VAL_PATH, list(range(n_train))
+            return self._sequences(corpus, corpus.all()), self._sequences(val, val.all())
+        if n_train >= 2:
+            split = split_documents(n_train, self.val_fraction, self.seed)
+            self.split_how, self._train_docs = split.how, split.train
+            return self._sequences(corpus, corpus.of(split.train)), self._sequences(corpus, corpus.of(split.val))
+        self.split_how = tail_how(self.val_fraction)
+        pieces = corpus.all()
+        if self.batching is Batching.packed:  # the last windows (seq_len + 1 ids each) validate
+            n = int(pieces.lengths.sum())
+            cut = tail_cut(n - 1, self.seq_len, self.val_fraction)
+            cut = 0 if cut is None else cut
+            stream = Stream(corpus.tokens, pieces)
+            return (PackedWindows(_sub(stream, 0, cut), self.seq_len),
+                    PackedWindows(_sub(stream, cut, n), self.seq_len))
+        chunks = pieces.chunked(self.seq_len + 1, self.min_len)  # the last chunks validate
+        cut = tail_cut(len(chunks), 1, self.val_fraction) or 0
+        order = np.arange(len(chunks))
+        return Chunks(corpus.tokens, chunks.take(order[:cut])), Chunks(corpus.tokens, chunks.take(order[cut:]))
+
+    def _sequences(self, corpus: Corpus, spans: Spans) -> Dataset:
         if self.batching is Batching.packed:
-            flat = torch.frombuffer(bytearray(b"".join(docs)), dtype=torch.uint8)
-            return PackedWindows(flat, self.seq_len)
-        return DocumentChunks(docs, self.seq_len, self.min_len, self.separator)
+            return PackedWindows(Stream(corpus.tokens, spans), self.seq_len)
+        return Chunks(corpus.tokens, spans.chunked(self.seq_len + 1, self.min_len))
 
     def _loader(self, ds: Dataset | None, shuffle: bool) -> DataLoader:
         assert ds is not None, "setup() first"
-        collate = PadCollate(self.pad_to) if self.batching is Batching.documents else None
+        collate = PadCollate(self.pad_to, self.pad_id) if self.batching is Batching.documents else None
         g = torch.Generator().manual_seed(self.seed)
         common: dict[str, Any] = dict(collate_fn=collate, generator=g, num_workers=self.num_workers,
                                       persistent_workers=self.num_workers > 0)
-        if shuffle and self.length_grouping and isinstance(ds, DocumentChunks):
+        if shuffle and self.length_grouping and isinstance(ds, Chunks):
             # The loader's generator drives the RandomSampler, so resuming restores the order.
             sampler = LengthGroupedBatchSampler(RandomSampler(ds, generator=g), self.batch_size, drop_last=True,
-                                                lengths=[len(c) for c in ds.chunks], window=self.length_grouping)
+                                                lengths=ds.lengths, window=self.length_grouping)
             return DataLoader(ds, batch_sampler=sampler, **common)
         return DataLoader(ds, batch_size=self.batch_size, shuffle=shuffle, drop_last=shuffle, **common)
 
@@ -224,3 +228,48 @@ class TextDataModule(L.LightningDataModule):
 
     def val_dataloader(self) -> DataLoader:
         return self._loader(self._val, shuffle=False)
+
+
+class TokenizedTextDataModule(TextDataModule):
+    """``data=tokenized_text``: ``TextDataModule`` whose tokenizer must be a saved one (never bytes)."""
+
+    @staticmethod
+    def check_arguments(path: str | None = None, val_path: str | None = None, tokenizer: str | None = None,
+                        text_column: str = "text", seq_len: int = 256, batch_size: int = 16,
+                        **kwargs: Any) -> str | None:
+        """An empty tokenizer (no model.path to default to) is refused; the rest is ``TextDataModule``'s check."""
+        if is_bytes(tokenizer):
+            return ("data.tokenizer is empty: give the directory a tokenizer was saved to (usually the model's "
+                    "model.path), or use data=text (UTF-8 bytes) with a model built from its configuration.")
+        return TextDataModule.check_arguments(path, val_path, tokenizer, text_column, seq_len, batch_size, **kwargs)
+
+
+def _text_bytes(where: str, key: str, text_column: str, enough: int) -> int:
+    """Bytes of text ``where`` holds (a table's text column), counted until ``enough``; :class:`DataError` when it
+    cannot be read."""
+    source = resolve(where, key)
+    if not source.is_table:  # file sizes, until enough
+        total = 0
+        for f in source.files:
+            total += f.stat().st_size
+            if total >= enough:
+                break
+        return total
+    rows, _ = load_table(source)
+    if len(rows) == 0:
+        raise DataError(f"{key}={where} holds no rows. Point {key} at a file with data in it.")
+    return int(text_lengths(rows, text_column, source, "data.text_column").sum())
+
+
+def summarize(corpora: list[Corpus], train: int, val: int, split: str, unigram: float | None) -> DataSummary:
+    """The data section of a training corpus and, when ``data.val_path`` is given, its validation corpus."""
+    read = [c.read for c in corpora]
+    dropped = {(f"{r.key}: " if i else "") + k: n for i, r in enumerate(read) for k, n in r.dropped.items()}
+    return DataSummary("; ".join(r.source for r in read), sum(r.files for r in read), sum(r.documents for r in read),
+                       sum(len(c.tokens) for c in corpora), train, val, split, dropped=dropped, unigram_bits=unigram)
+
+
+def _sub(stream: Stream, a: int, b: int) -> Stream:
+    """Ids ``[a, b)`` of a single-span stream, as a stream."""
+    start = int(stream.spans.starts[0])
+    return Stream(stream.tokens, Spans([start + a], [start + b]))

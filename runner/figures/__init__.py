@@ -4,7 +4,7 @@ A figure is a flat entry of the figures dict under a namespaced key with its uni
 ``perf/speedup_x``). Each key is a constant of the module of its namespace, defined with what it means
 (:mod:`runner.figures.registry`):
 
-* ``run``: ``run/*``, ``train/*``, ``val/*``, ``data/*``; ``perf``; ``memory``;
+* ``run``: ``run/*``, ``train/*``, ``val/*``; ``data``: ``data/*``, what the run read; ``perf``; ``memory``;
 * ``compile_plan``, ``compile_work``, ``compile_caches``, ``compile_background``: ``compile/*``, by what the
   figures are about (the plan, what compiling did, the caches, compile beside the run);
 * ``cudagraphs``, ``dynamic``, ``offload``, ``reliability``, ``trace``, ``ranks``, ``tune``;
@@ -26,6 +26,7 @@ from runner.figures import (
     compile_plan,
     compile_work,
     cudagraphs,
+    data,
     dynamic,
     eval_metrics,
     memory,
@@ -39,7 +40,7 @@ from runner.figures import (
 )
 from runner.figures.registry import Figure, defined, figure
 
-NAMESPACES = (run, perf, memory, compile_plan, compile_work, compile_caches, compile_background, cudagraphs,
+NAMESPACES = (run, data, perf, memory, compile_plan, compile_work, compile_caches, compile_background, cudagraphs,
               dynamic, offload, reliability, trace, ranks, tune, eval_metrics)
 """The modules that define figures: importing this package imports them all, so :func:`defined` is complete."""
 

@@ -1,5 +1,5 @@
 """What the run was and where it ended: ``run/*`` (the run itself), ``train/*`` and ``val/*`` (the losses
-it logged, under the names the LightningModule logs them) and ``data/*`` (what the data alone scores).
+it logged, under the names the LightningModule logs them). What it read, ``data/*``: :mod:`runner.figures.data`.
 
 Each constant is its figure's key, a plain ``str``, defined once with what it means
 (:func:`runner.figures.registry.define`).
@@ -36,6 +36,3 @@ VAL_BPB = define("val/bpb", "the validation loss in bits per byte of text (byte-
                  label="val bits per byte")
 VAL_ACCURACY = define("val/accuracy", "share of the validation targets predicted (classification data only)",
                       label="val accuracy")
-DATA_UNIGRAM_BPB = define("data/unigram_bpb",
-                          "the data's byte entropy: what a model that learned only byte frequencies scores",
-                          label="  unigram entropy [bits/byte]")

@@ -8,9 +8,13 @@ masking alone keeps real positions from attending to it, and the loss ignores pa
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from runner.config.target_objects import Embedding
 
 
 class CausalSelfAttention(nn.Module):
@@ -81,6 +85,11 @@ class GPT(nn.Module):
         self.head = nn.Linear(n_embd, vocab_size, bias=False)
         self.head.weight = self.tok_emb.weight  # weight tying, as in GPT-2
         self.apply(self._init_weights)
+
+    @staticmethod
+    def input_vocabulary(vocab_size: int = 256, **_: Any) -> Embedding:
+        """How many token ids the model embeds (the vocabulary check compares the data's ids with it)."""
+        return Embedding(vocab_size, f"model.vocab_size={vocab_size}", "model.vocab_size")
 
     @staticmethod
     def _init_weights(m: nn.Module) -> None:

@@ -17,6 +17,7 @@ arguments, run before anything is written, are in :mod:`runner.models.hf_checks`
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Mapping
 from pathlib import Path
@@ -25,6 +26,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from runner.config.target_objects import Embedding
 from runner.models import hf_checks
 
 log = logging.getLogger(__name__)
@@ -55,7 +57,26 @@ def build_config(config: str, overrides: Mapping[str, Any] | None = None, **fixe
 
 
 def _load(auto_class: Any, path: str, **kwargs: Any) -> nn.Module:
-    return auto_class.from_pretrained(str(Path(path).expanduser()), local_files_only=True, **kwargs)
+    """The model saved in ``path``, in train mode: ``from_pretrained`` returns it in eval mode (dropout off), and
+    Lightning keeps the modes it finds, so a fine-tuned model would train without its dropout."""
+    return auto_class.from_pretrained(str(Path(path).expanduser()), local_files_only=True, **kwargs).train()
+
+
+def input_vocabulary(config: str | None, path: str | None, overrides: Mapping[str, Any] | None) -> Embedding | None:
+    """How many token ids a transformers model embeds: a saved model's ``vocab_size`` (config.json), or the
+    configuration's with ``overrides``; None when neither can be read (the model's own check says why)."""
+    try:
+        if path:
+            saved = json.loads((Path(path).expanduser() / "config.json").read_text())
+            size = saved.get("vocab_size") or (saved.get("text_config") or {}).get("vocab_size")
+            return Embedding(int(size), f"model.path={path} (its config.json: vocab_size {size})", None) \
+                if size else None
+        if config:
+            size = build_config(config, overrides).vocab_size
+            return Embedding(int(size), f"model.config={config} with vocab_size {size}", "model.overrides.vocab_size")
+    except Exception:  # a model that does not build: hf_checks names the problem
+        return None
+    return None
 
 
 def _note_unused(path: str, config: str | None, overrides: Mapping[str, Any] | None) -> None:
@@ -102,6 +123,12 @@ class CausalLM(nn.Module):
         """What is wrong with these arguments, in one paragraph, before anything is written (None: nothing)."""
         return hf_checks.check_model("causal_lm", config, path, _given(overrides))
 
+    @staticmethod
+    def input_vocabulary(config: str | None = None, path: str | None = None,
+                         overrides: Mapping[str, Any] | None = None, **_: Any) -> Embedding | None:
+        """How many token ids the model embeds (the vocabulary check compares the data's ids with it)."""
+        return input_vocabulary(config, path, _given(overrides))
+
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         return self.model(input_ids=input_ids, use_cache=False).logits
 
@@ -133,6 +160,12 @@ class SequenceClassifier(nn.Module):
                         overrides: Mapping[str, Any] | None = None, **_: Any) -> str | None:
         """What is wrong with these arguments, in one paragraph, before anything is written (None: nothing)."""
         return hf_checks.check_model("sequence_classification", config, path, _given(overrides))
+
+    @staticmethod
+    def input_vocabulary(config: str | None = None, path: str | None = None,
+                         overrides: Mapping[str, Any] | None = None, **_: Any) -> Embedding | None:
+        """How many token ids the model embeds (the vocabulary check compares the data's ids with it)."""
+        return input_vocabulary(config, path, _given(overrides))
 
     def forward(self, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
         return self.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits

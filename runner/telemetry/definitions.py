@@ -62,6 +62,21 @@ from runner.figures.cudagraphs import (
     CUDAGRAPHS_REPLAY_STEPS,
     CUDAGRAPHS_RERECORDINGS,
 )
+from runner.figures.data import (
+    DATA_DROPPED_BY,
+    DATA_DROPPED_ROWS,
+    DATA_FILES,
+    DATA_LABEL_COUNTS,
+    DATA_ROWS,
+    DATA_SOURCE,
+    DATA_SPLIT,
+    DATA_TOKENS,
+    DATA_TRAIN_SEQUENCES,
+    DATA_TRUNCATED_PCT,
+    DATA_TRUNCATED_ROWS,
+    DATA_UNIGRAM_BPB,
+    DATA_VAL_SEQUENCES,
+)
 from runner.figures.dynamic import DYNAMIC_PADDING_WASTE_PCT, DYNAMIC_POLICY
 from runner.figures.memory import MEMORY_PEAK_GIB
 from runner.figures.offload import OFFLOAD_GRAD_REL_ERROR, OFFLOAD_REDUCTION_X, OFFLOAD_STRATEGY
@@ -89,7 +104,6 @@ from runner.figures.perf import (
 )
 from runner.figures.registry import Figure, figure
 from runner.figures.run import (
-    DATA_UNIGRAM_BPB,
     RUN_EXPORT,
     RUN_LR_SCHEDULE,
     RUN_STEPS,
@@ -115,6 +129,9 @@ def _rows(*keys: str) -> tuple[Figure, ...]:
 SECTIONS: tuple[tuple[str, tuple[Figure, ...]], ...] = (
     ("run", _rows(RUN_STEPS, RUN_WALL_S, TRAIN_LOSS, VAL_LOSS, VAL_BPB, VAL_ACCURACY, DATA_UNIGRAM_BPB, RUN_LR_SCHEDULE,
                   RUN_EXPORT)),
+    ("data", _rows(DATA_SOURCE, DATA_FILES, DATA_ROWS, DATA_TOKENS, DATA_TRAIN_SEQUENCES, DATA_VAL_SEQUENCES,
+                   DATA_SPLIT, DATA_TRUNCATED_ROWS, DATA_TRUNCATED_PCT, DATA_DROPPED_ROWS, DATA_DROPPED_BY,
+                   DATA_LABEL_COUNTS)),
     ("compile stack", _rows(COMPILE_SCOPE, COMPILE_OPTIONS, COMPILE_OPTIMIZER, DYNAMIC_POLICY,
                             DYNAMIC_PADDING_WASTE_PCT, OFFLOAD_STRATEGY, OFFLOAD_REDUCTION_X, OFFLOAD_GRAD_REL_ERROR,
                             CUDAGRAPHS_ACTIVE, CUDAGRAPHS_RECORDINGS, CUDAGRAPHS_RERECORDINGS,

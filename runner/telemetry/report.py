@@ -65,6 +65,9 @@ def _fmt(value: Any) -> str:
         if math.isnan(value) or math.isinf(value):
             return "-"
         return f"{value:.4g}"
+    if isinstance(value, dict):  # counts by name (data/label_counts): the first few, then how many more
+        shown = ", ".join(f"{k} {_fmt(v)}" for k, v in list(value.items())[:6])
+        return shown + (f" (+{len(value) - 6} more)" if len(value) > 6 else "")
     return str(value)
 
 

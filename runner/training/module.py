@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from enum import Enum
 from typing import Any
 
 import lightning as L
@@ -18,7 +17,8 @@ from torch import nn
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 
-from runner.data.text import IGNORE_INDEX
+from runner.data.padding import IGNORE_INDEX
+from runner.data.traits import ValMetric
 from runner.figures.run import TRAIN_LOSS, VAL_ACCURACY, VAL_BPB, VAL_LOSS
 
 OptimizerFactory = Callable[..., Optimizer]
@@ -28,14 +28,6 @@ SchedulerFactory = Callable[[Optimizer], LRScheduler]
 def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Mean cross-entropy over positions whose target is not padding (float32 for stability)."""
     return F.cross_entropy(logits.flatten(0, -2).float(), targets.flatten(), ignore_index=IGNORE_INDEX)
-
-
-class ValMetric(Enum):
-    """What validation reports beside its loss: it depends on what the targets are."""
-
-    bits_per_byte = "bits_per_byte"  # byte-level text: the loss in bits per byte (val/bpb)
-    accuracy = "accuracy"  # classes: the share of targets predicted (val/accuracy)
-    none = "none"  # anything else (tokens of a tokenizer: a loss per token, not per byte)
 
 
 class TrainModule(L.LightningModule):
@@ -51,7 +43,9 @@ class TrainModule(L.LightningModule):
         val_metric: ValMetric = ValMetric.bits_per_byte,
     ) -> None:
         super().__init__()
-        self.model = model
+        # Train mode whatever the model was left in (from_pretrained returns eval mode, a user's module may be in
+        # either): Lightning keeps the modes it finds, and switches to eval only around validation.
+        self.model = model.train()
         self.optimizer_factory = optimizer
         self.scheduler_factory = scheduler
         self.weight_decay_min_dim = weight_decay_min_dim

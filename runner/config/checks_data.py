@@ -1,0 +1,68 @@
+"""Checks of the data against the model, before anything is written: what one group's own check cannot see.
+
+- the classes the rows hold (``label_count``) against the model's ``num_labels`` (or ``data.num_classes``);
+- the token ids the data gives (its tokenizer's largest id and its pad id, ``token_range`` on the data module's
+  class) against the rows of the model's input embedding (``input_vocabulary`` on the model's class): an id past
+  the embedding fails deep inside the first forward, with an ``IndexError`` and a partial run directory.
+
+Each check returns one paragraph (the two sizes, the fix) or None; it is quiet where either side declares
+nothing (a user's own classes), or where a group's own check already names a problem.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from runner.config import target_objects
+from runner.config.schema import RunConfig
+from runner.config.target_objects import Embedding, TokenRange
+
+Check = Callable[[RunConfig], "str | None"]
+
+
+def _declared(node: object, name: str) -> object | None:
+    try:
+        return target_objects.declared(node, name)
+    except Exception:  # a class that fails on these arguments: its own check (or the run) says why
+        return None
+
+
+def check_vocabulary(cfg: RunConfig) -> str | None:
+    """The data's largest token id and pad id are rows of the model's input embedding."""
+    ids, embedding = _declared(cfg.data, "token_range"), _declared(cfg.model, "input_vocabulary")
+    if not isinstance(ids, TokenRange) or not isinstance(embedding, Embedding):
+        return None
+    largest = max(ids.largest, ids.pad)
+    if largest < embedding.rows:
+        return None
+    head = (f"The data's token ids go up to {ids.largest} and pad with id {ids.pad} ({ids.source}), but the model "
+            f"embeds {embedding.rows} ids, 0-{embedding.rows - 1} ({embedding.source}): a larger id would fail "
+            "inside the model's embedding.")
+    if embedding.setting is None:  # a saved model: its size is fixed; its own tokenizer fits it
+        return (f"{head} Tokenize with the model's own tokenizer (drop data.tokenizer: with model.path it is the "
+                f"default), or give data.tokenizer a tokenizer of at most {embedding.rows} ids.")
+    return (f"{head} Set {embedding.setting}={largest + 1} so that the model embeds every id, or give data.tokenizer "
+            f"a tokenizer of at most {embedding.rows} ids (data.tokenizer=bytes: UTF-8 bytes).")
+
+
+def check_labels(cfg: RunConfig) -> str | None:
+    """The classes the rows hold (``label_count`` on the data module's class) are the classes the model predicts
+    (``model.num_labels``, else ``data.num_classes``)."""
+    found = _declared(cfg.data, "label_count")
+    if not isinstance(found, tuple):
+        return None
+    count, examples = found
+    model, data = target_objects.fields(cfg.model), target_objects.fields(cfg.data)
+    path = data.get("path")
+    settings = (("model.num_labels", model.get("num_labels")), ("data.num_classes", data.get("num_classes")))
+    for setting, value in settings:
+        if isinstance(value, int) and not isinstance(value, bool) and value != count:
+            where = f"data.path={path}" if path else "the stdlib task"
+            follows = " (it follows data.num_classes)" if setting == "model.num_labels" else ""
+            return (f"{where} holds {count} classes (labels {examples}), but {setting}={value}{follows}: the model "
+                    f"would predict {value} classes. Set data.num_classes={count}"
+                    + (", and model.num_labels with it if you set it yourself." if follows else "."))
+    return None
+
+
+CHECKS: list[Check] = [check_vocabulary, check_labels]

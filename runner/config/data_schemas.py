@@ -1,0 +1,138 @@
+"""Typed schemas of the data options runner ships (``data=text``, ``tokenized_text``, ``text_classification``,
+``images``, ``synthetic``), all on one base: what every data module takes (``batch_size``, ``val_fraction``,
+``seed``, ``num_workers``) is declared once, in :class:`DataSchema`, and an option redeclares only a default
+that differs. Registered with the other open ``_target_`` nodes by :mod:`runner.config.targets`; each schema's
+defaults are its data module's (``tests/test_data_schemas.py``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Optional
+
+
+class Batching(Enum):
+    """How text becomes batches."""
+
+    packed = "packed"  # fixed-length windows over the concatenated corpus
+    documents = "documents"  # one sequence per document (chunked at max_len), padded per batch
+
+
+MODEL_TOKENIZER = "${oc.select:model.path,null}"
+"""The default of ``data.tokenizer``: the tokenizer saved beside the model (``model.path``), else UTF-8 bytes."""
+
+
+@dataclass
+class DataSchema:
+    """What every data module takes. ``_target_``: the data module's class."""
+
+    _target_: str = ""
+    batch_size: int = 16
+    val_fraction: float = 0.1
+    """The share of the data that validates (split by document or row, never overlapping training), when
+    data.val_path gives none."""
+    seed: int = 0
+    """Seeds the split and the order of the training batches."""
+    num_workers: int = 0
+    """DataLoader worker processes (0: batches are made in the training process)."""
+
+
+@dataclass
+class TextDataSchema(DataSchema):
+    """Text for a causal LM: UTF-8 bytes, or a saved tokenizer's ids (``runner.data.text.TextDataModule``)."""
+
+    _target_: str = "runner.data.text.TextDataModule"
+    val_fraction: float = 0.05
+    path: Optional[str] = None
+    """A file, a folder or a glob: text files (every UTF-8 file, whatever its name; binary files are skipped),
+    .jsonl/.json, .csv or .parquet tables (their text_column), or a save_to_disk folder; None: the Python stdlib
+    source."""
+    val_path: Optional[str] = None
+    """What validates, in data.path's forms; None: a split of data.path (by document, or the last windows
+    of a single document), never overlapping training."""
+    tokenizer: Optional[str] = MODEL_TOKENIZER
+    """bytes (UTF-8 bytes, ids 0-255) or a directory holding a saved tokenizer. Default: the model's own
+    (model.path), else bytes."""
+    text_column: str = "text"
+    """A table's column of text (each row a document)."""
+    batching: Batching = Batching.packed
+    seq_len: int = 256
+    """Packed: window length. Documents: documents longer than this are cut into chunks."""
+    min_len: int = 16
+    """Documents: shorter chunks are dropped."""
+    separator: Optional[str] = "\n\n"
+    """Documents: split each text file into documents here (blank lines: one block of code or prose per
+    sequence, so lengths vary naturally); null keeps each file whole. Packed: what joins a table's rows."""
+    max_bytes: Optional[int] = 4_000_000
+    """Read at most this many bytes of text (None: all): the files, or rows, up to the one that reaches it. What
+    it leaves out is said in the run's data section."""
+    length_grouping: int = 0
+    """Documents: sort each window of this many shuffled batches by length (0: random batches). Less
+    padding per batch, which is what the dynamic-shape policies turn into shorter steps."""
+
+
+@dataclass
+class TokenizedTextDataSchema(TextDataSchema):
+    """``data=text`` whose tokenizer must be a saved one (default: the model's, ``model.path``)
+    (``runner.data.text.TokenizedTextDataModule``)."""
+
+    _target_: str = "runner.data.text.TokenizedTextDataModule"
+    tokenizer: Optional[str] = "${model.path}"
+    """The directory a tokenizer was saved to (default: the model's)."""
+
+
+@dataclass
+class TextClassificationDataSchema(DataSchema):
+    """Labelled text, one padded variable-length batch at a time
+    (``runner.data.classification.TextClassificationDataModule``)."""
+
+    _target_: str = "runner.data.classification.TextClassificationDataModule"
+    path: Optional[str] = None
+    """A file, a folder or a glob of labelled rows: .jsonl/.json, .csv or .parquet tables, a save_to_disk folder,
+    or text files of label<TAB>text lines. None: paragraphs of the Python stdlib source labelled by their package."""
+    val_path: Optional[str] = None
+    """Rows that validate, in data.path's forms; None: a seeded split of data.path's rows."""
+    tokenizer: Optional[str] = MODEL_TOKENIZER
+    """bytes (UTF-8 bytes, ids 1-256, 0 pads) or a directory holding a saved tokenizer. Default: the model's own
+    (model.path), else bytes."""
+    text_column: str = "text"
+    """The column of text."""
+    label_column: str = "label"
+    """The column of labels: class ids (0, 1, ...) or class names (numbered in sorted order), one kind."""
+    num_classes: int = 4
+    """Classes the rows hold (the model's ``num_labels`` follows it); checked against the data before the run."""
+    seq_len: int = 128
+    """Longest sequence: longer texts are cut here (counted in the run's data section)."""
+    min_len: int = 16
+    """Shorter texts (in bytes) are left out."""
+    max_examples: Optional[int] = 20_000
+    """Read at most this many rows (None: all)."""
+
+
+@dataclass
+class ImageDataSchema(DataSchema):
+    """Images from a local folder (torchvision's ImageFolder layout) or synthetic ones
+    (``runner.data.images.ImageDataModule``)."""
+
+    _target_: str = "runner.data.images.ImageDataModule"
+    batch_size: int = 32
+    path: Optional[str] = None
+    """ROOT/CLASS/IMAGE (optionally under ROOT/train and ROOT/val); None: synthetic images."""
+    image_size: int = 64
+    num_classes: int = 10
+    num_samples: int = 2048
+    """Synthetic images: how many (train and val)."""
+    mean: list[float] = field(default_factory=lambda: [0.485, 0.456, 0.406])
+    std: list[float] = field(default_factory=lambda: [0.229, 0.224, 0.225])
+
+
+@dataclass
+class SyntheticDataSchema(DataSchema):
+    """Random classification data for the MLP (``runner.data.synthetic.SyntheticDataModule``)."""
+
+    _target_: str = "runner.data.synthetic.SyntheticDataModule"
+    batch_size: int = 64
+    in_features: int = 32
+    num_classes: int = 10
+    num_samples: int = 4096

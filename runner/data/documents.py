@@ -1,0 +1,125 @@
+"""A language-modelling corpus as token ids: every document's pieces, where they lie in one flat sequence of ids.
+
+A document is a text file, or a row of a table; its pieces are the parts it is stored in (a file's paragraphs when
+documents are split at ``data.separator``; a row is one piece). Splits choose documents, never pieces, so a
+document is never in training and validation both (:mod:`runner.data.splits`).
+
+``read_corpus`` reads what ``data.path`` names: the Python stdlib source by default (in memory, exactly as it has
+always been read, so every figure measured on it stands), text files (their bytes in runner's Arrow cache),
+or the text column of a table (``.jsonl``, ``.csv``, ``.parquet``, a ``save_to_disk`` folder), rows joined by
+the separator in packed windows. Token ids come from :func:`runner.data.encoding.encode` (cached).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from runner.data.corpus import read_documents, stdlib_dir, text_files
+from runner.data.encoding import RAW_BYTES, ArrowTokens, encode
+from runner.data.sources import Source, capped, resolve
+from runner.data.tables import load_table, load_text_files, text_lengths
+from runner.data.tokenizers import Tokenizer, is_bytes
+from runner.data.windows import Spans, Tokens
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Read:
+    """What reading a corpus found, for the data section: its files and documents, and what a cap left out."""
+
+    key: str
+    source: str
+    files: int
+    documents: int
+    dropped: dict[str, int] = field(default_factory=dict)
+    """Cap setting (``data.max_bytes=4000000``) -> files or rows it left out."""
+
+
+class Corpus:
+    """``tokens`` (flat ids), ``pieces`` (their spans) and ``doc_of`` (each piece's document, ascending)."""
+
+    def __init__(self, tokens: Tokens, pieces: Spans, doc_of: np.ndarray, read: Read,
+                 raw: list[bytes] | None = None) -> None:
+        self.tokens, self.pieces, self.doc_of, self.read = tokens, pieces, np.asarray(doc_of, np.int64), read
+        self.raw = raw
+        """The documents' bytes, when held in memory (the stdlib corpus: its byte entropy is counted on them)."""
+
+    @property
+    def n_docs(self) -> int:
+        return int(self.doc_of[-1]) + 1 if len(self.doc_of) else 0
+
+    def of(self, docs: Any) -> Spans:
+        """The pieces of ``docs``, document by document in that order."""
+        docs = np.asarray(docs, dtype=np.int64)
+        lo = np.searchsorted(self.doc_of, docs, side="left")
+        counts = np.searchsorted(self.doc_of, docs, side="right") - lo
+        index = np.repeat(lo - np.cumsum(counts) + counts, counts) + np.arange(counts.sum())
+        return self.pieces.take(index)
+
+    def all(self) -> Spans:
+        return self.pieces
+
+
+def from_bytes(docs: list[bytes], tokenizer: Tokenizer, separator: str | None, read: Read) -> Corpus:
+    """Documents held in memory as bytes, split at ``separator`` when given, as ids of ``tokenizer``."""
+    parts = [d.split(separator.encode()) if separator else [d] for d in docs]
+    flat = [p for ps in parts for p in ps]
+    if is_bytes(tokenizer.name):
+        tokens: np.ndarray = np.frombuffer(b"".join(flat), dtype=np.uint8)
+        lengths = np.array([len(p) for p in flat], dtype=np.int64)
+    else:
+        ids = tokenizer([p.decode("utf-8", "replace") for p in flat])
+        tokens = np.concatenate(ids) if ids else np.zeros(0, dtype=np.int32)
+        lengths = np.array([len(x) for x in ids], dtype=np.int64)
+    ends = np.cumsum(lengths)
+    doc_of = np.repeat(np.arange(len(parts)), [len(ps) for ps in parts])
+    return Corpus(tokens, Spans(ends - lengths, ends), doc_of, read, raw=docs)
+
+
+def from_rows(rows: Any, column: str, doc_column: str | None, read: Read) -> Corpus:
+    """Rows holding ids in ``column`` (one piece each), the document of each in ``doc_column`` (else one per row)."""
+    tokens = ArrowTokens(rows, column)
+    len(tokens)  # reads the offsets: the pieces' spans
+    doc_of = rows.data.column(doc_column).to_numpy() if doc_column else np.arange(len(rows))
+    return Corpus(tokens, tokens.spans, doc_of, read)
+
+
+def read_corpus(path: str | None, key: str, tokenizer: Tokenizer, *, text_column: str, separator: str | None,
+                packed: bool, max_bytes: int | None) -> Corpus:
+    """The corpus ``path`` names (module docstring). ``separator``: split text files into documents there
+    (documents batching); in packed windows, table rows are joined by it."""
+    cap = f"data.max_bytes={max_bytes}"
+    if path is None:
+        docs = read_documents(None, max_bytes)
+        every = sum(1 for _ in text_files(stdlib_dir()))
+        read = Read(key, "the Python stdlib source", len(docs), len(docs), {cap: every - len(docs)} if every > len(docs)
+                    else {})
+        return from_bytes(docs, tokenizer, None if packed else separator, read)
+    source = resolve(path, key)
+    if not source.is_table:
+        files, left_out = capped(source.files, max_bytes)
+        kept = Source(source.key, source.given, source.kind, files)
+        rows, _ = load_text_files(kept, None if packed or not separator else separator.encode())
+        rows, column = encode(rows, RAW_BYTES, tokenizer, keep=("doc",), what=f"{key}={path}")
+        read = Read(key, source.describe(), len(files), len(files), {cap: left_out} if left_out else {})
+        return from_rows(rows, column, "doc", read)
+    return _table_corpus(source, tokenizer, text_column, separator if packed and separator else "", max_bytes)
+
+
+def _table_corpus(source: Source, tokenizer: Tokenizer, text_column: str, suffix: str,
+                  max_bytes: int | None) -> Corpus:
+    """The text column of a table's rows, each row a document, the first rows whose text reaches ``max_bytes``."""
+    rows, _ = load_table(source)
+    lengths = text_lengths(rows, text_column, source, "data.text_column")
+    keep = len(rows)
+    if max_bytes is not None and len(lengths) and lengths.sum() > max_bytes:
+        keep = int(np.searchsorted(np.cumsum(lengths), max_bytes)) + 1
+        rows = rows.select(range(keep))
+    dropped = {f"data.max_bytes={max_bytes}": len(lengths) - keep} if keep < len(lengths) else {}
+    encoded, column = encode(rows, text_column, tokenizer, suffix=suffix, what=f"{source.key}={source.given}")
+    return from_rows(encoded, column, None, Read(source.key, source.describe(), len(source.files), keep, dropped))

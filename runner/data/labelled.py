@@ -1,0 +1,113 @@
+"""Labelled rows for a classifier, from what ``data.path`` names: a table (``.jsonl``, ``.csv``, ``.parquet``, a
+``save_to_disk`` folder; columns ``data.text_column`` and ``data.label_column``), text files of ``label<TAB>text``
+lines (or JSON objects, one a line), or by default the Python stdlib task: which of four packages a paragraph of
+source comes from.
+
+``read_labelled`` returns the rows (memory-mapped where they come from a table) and what was left out: the rows
+past ``data.max_examples``, and those whose text is shorter than ``data.min_len`` bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from runner.data.corpus import read_documents, stdlib_dir
+from runner.data.labels import label_values
+from runner.data.sources import DataError, Source, resolve
+from runner.data.tables import check_column, load_table, text_lengths
+
+# The default task: which of these stdlib packages a paragraph of source comes from.
+STDLIB_PACKAGES = ("asyncio", "email", "unittest", "xml")
+
+
+@dataclass
+class Labelled:
+    """One setting's rows: ``keep`` (the rows used, by index), each distinct label's count, what was left out."""
+
+    rows: Any
+    source: str
+    files: int
+    keep: np.ndarray
+    values: dict[Any, int]
+    dropped: dict[str, int] = field(default_factory=dict)
+
+
+def stdlib_examples(max_examples: int | None, min_len: int) -> tuple[list[str], list[str]]:
+    """Paragraphs of four stdlib packages (at least ``min_len`` bytes), at most ``max_examples`` split evenly, and
+    the package of each."""
+    per_class = None if max_examples is None else max(1, max_examples // len(STDLIB_PACKAGES))
+    texts: list[str] = []
+    labels: list[str] = []
+    for package in STDLIB_PACKAGES:
+        docs = read_documents(stdlib_dir() / package, max_bytes=None)
+        paragraphs = [p for d in docs for p in d.split(b"\n\n") if len(p.strip()) >= min_len]
+        random.Random(package).shuffle(paragraphs)
+        texts += [p.decode("utf-8", "replace") for p in paragraphs[:per_class]]
+        labels += [package] * len(paragraphs[:per_class])
+    return texts, labels
+
+
+def labelled_lines(source: Source, text_column: str, label_column: str) -> Any:
+    """Text files of ``label<TAB>text`` lines, or JSON objects with the two columns, as rows held in memory."""
+    import datasets
+
+    texts: list[str] = []
+    labels: list[Any] = []
+    for path in source.files:
+        for n, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+            if not line.strip():
+                continue
+            if line.lstrip().startswith("{"):
+                try:
+                    row = json.loads(line)
+                    texts.append(str(row[text_column]))
+                    labels.append(row[label_column])
+                except (ValueError, KeyError, TypeError) as e:
+                    raise DataError(f"{source.key}={path}, line {n}: not a JSON object with {text_column} and "
+                                    f"{label_column} ({type(e).__name__}: {e}). Each line is a JSON object with the "
+                                    "text and the label, or label<TAB>text; a table reads as .jsonl, .csv or "
+                                    ".parquet.") from e
+                continue
+            label, sep, text = line.partition("\t")
+            if not sep:
+                raise DataError(f"{source.key}={path}, line {n}: neither JSON nor label<TAB>text. Each line is a "
+                                "JSON object with the text and the label, or label<TAB>text; a table reads as "
+                                ".jsonl, .csv or .parquet.")
+            texts.append(text)
+            labels.append(label)
+    if len({type(v) for v in labels}) > 1:  # JSON lines with 1 and "cat": one Arrow column cannot hold both
+        labels = [json.dumps(v) if not isinstance(v, str) else v for v in labels]
+    return datasets.Dataset.from_dict({text_column: texts, label_column: labels})
+
+
+def read_labelled(path: str | None, key: str, text_column: str, label_column: str, max_examples: int | None,
+                  min_len: int) -> Labelled:
+    """The labelled rows ``path`` names (module docstring); :class:`DataError` when they cannot be used."""
+    import datasets
+
+    if path is None:
+        texts, labels = stdlib_examples(max_examples, min_len)
+        rows = datasets.Dataset.from_dict({text_column: texts, label_column: labels})
+        source, files, described = Source(key, "stdlib", "text", ()), len(STDLIB_PACKAGES), "the Python stdlib task"
+    else:
+        source = resolve(path, key)
+        rows = load_table(source)[0] if source.is_table else labelled_lines(source, text_column, label_column)
+        files, described = len(source.files), source.describe()
+    if len(rows) == 0:
+        raise DataError(f"{key}={path} holds no rows. Point {key} at a file with labelled rows in it.")
+    check_column(rows, label_column, "data.label_column", source)
+    lengths = text_lengths(rows, text_column, source, "data.text_column")
+    dropped: dict[str, int] = {}
+    if max_examples is not None and len(rows) > max_examples:
+        dropped[f"data.max_examples={max_examples}"] = len(rows) - max_examples
+        rows, lengths = rows.select(range(max_examples)), lengths[:max_examples]
+    keep = np.flatnonzero(lengths >= max(min_len, 1))
+    if len(keep) < len(rows):
+        dropped[f"data.min_len={min_len}"] = len(rows) - len(keep)
+    values = label_values(rows, label_column, source)
+    return Labelled(rows, described, files, keep, values, dropped)

@@ -1,0 +1,138 @@
+"""What ``data.path`` (and ``data.val_path``) name: a file, a folder or a glob, read as one kind of data.
+
+- rows with columns: ``.jsonl``/``.json`` (JSON lines or a JSON array), ``.csv``, ``.parquet``, or a folder
+  ``datasets``' ``save_to_disk`` wrote (a ``Dataset``, or a ``DatasetDict``: its ``train`` split);
+- text: any other UTF-8 file, whatever its name (``notes``, ``main.rs``); binary files are skipped by content.
+
+A folder of tables (a README beside them allowed) is read as its tables, all of one format; any other folder as
+text, every UTF-8 file under it (a table among them included, as text: the log says which glob reads its rows).
+Files are read in sorted order, so a corpus is the same on every run. Anything that cannot be read is a
+:class:`DataError`: one paragraph naming the fix.
+"""
+
+from __future__ import annotations
+
+import glob
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from runner.data.corpus import SKIP_DIRS, describe_missing_text, sniff, text_files
+
+log = logging.getLogger(__name__)
+
+TABLE_FORMATS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
+"""A table file's suffix -> the ``datasets`` builder that reads it."""
+SAVED = "saved"
+_NOTES = ("README", "LICENSE", "NOTICE", "CHANGELOG")
+"""Files beside a folder's tables that do not make it a folder of text."""
+TEXT = "text"
+
+
+class DataError(ValueError):
+    """Data that cannot be read as asked: the message is one paragraph, with the fix."""
+
+
+@dataclass(frozen=True)
+class Source:
+    """The files one setting names and how they are read: ``kind`` is ``text``, ``json``, ``csv``, ``parquet`` or
+    ``saved`` (a ``save_to_disk`` folder, the one entry of ``files``)."""
+
+    key: str
+    given: str
+    kind: str
+    files: tuple[Path, ...]
+
+    @property
+    def is_table(self) -> bool:
+        return self.kind != TEXT
+
+    def describe(self) -> str:
+        """The files, for the data section: ``3 .jsonl files under DIR`` or the one file."""
+        if len(self.files) == 1:
+            return str(self.files[0])
+        return f"{len(self.files)} {self.kind} files ({self.given})"
+
+
+def is_saved_dataset(root: Path) -> bool:
+    """Whether ``root`` is a folder ``Dataset.save_to_disk`` or ``DatasetDict.save_to_disk`` wrote."""
+    return root.is_dir() and ((root / "state.json").is_file() or (root / "dataset_dict.json").is_file())
+
+
+def _walk(root: Path) -> list[Path]:
+    """Every file under ``root`` in sorted order, hidden folders and caches left out (as for text)."""
+    out = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d not in SKIP_DIRS)
+        out += [Path(dirpath) / name for name in sorted(filenames) if not name.startswith(".")]
+    return out
+
+
+def _of_files(key: str, given: str, files: list[Path]) -> Source:
+    """The kind of ``files``: their one table format, else text."""
+    formats = sorted({TABLE_FORMATS[f.suffix.lower()] for f in files if f.suffix.lower() in TABLE_FORMATS})
+    if len(formats) > 1:
+        raise DataError(f"{key}={given} holds tables of several formats ({', '.join(formats)}): a data set is read "
+                        f"in one format. Point {key} at one of them with a glob ({key}='{given.rstrip('/')}/*.csv') or "
+                        "a single file.")
+    if formats:
+        tables = [f for f in files if TABLE_FORMATS.get(f.suffix.lower()) == formats[0]]
+        if len(tables) < len(files):
+            log.info("data: %s=%s: reading its %d %s files; %d other files left out", key, given, len(tables),
+                     formats[0], len(files) - len(tables))
+        return Source(key, given, formats[0], tuple(tables))
+    text = [f for f in files if sniff(f)]
+    if not text:
+        raise DataError(describe_missing_text(given).replace("data.path", key, 1))
+    return Source(key, given, TEXT, tuple(text))
+
+
+def resolve(given: str, key: str = "data.path") -> Source:
+    """The source ``given`` names (a file, a folder or a glob); :class:`DataError` when it names nothing readable."""
+    root = Path(given).expanduser()
+    if any(c in given for c in "*?["):
+        matches = [Path(m) for m in sorted(glob.glob(str(root), recursive=True))]
+        if len(matches) == 1 and is_saved_dataset(matches[0]):
+            return Source(key, given, SAVED, (matches[0],))
+        files = [m for m in matches if m.is_file()]
+        if not files:
+            raise DataError(f"{key}={given} matches no file. Check the pattern (it is matched from the current "
+                            f"directory, {Path.cwd()}), or give a file or a folder.")
+        return _of_files(key, given, files)
+    if not root.exists():
+        raise DataError(f"{key}={given} does not exist. Point it at a file, a folder or a glob of .txt, .jsonl, "
+                        ".csv or .parquet files, or a save_to_disk folder.")
+    if is_saved_dataset(root):
+        return Source(key, given, SAVED, (root,))
+    if root.is_file():
+        return _of_files(key, given, [root])
+    tables = [f for f in _walk(root) if f.suffix.lower() in TABLE_FORMATS]
+    text = list(text_files(root))
+    if tables and not [f for f in text if f not in tables and not f.name.upper().startswith(_NOTES)]:
+        return _of_files(key, given, tables)  # a folder of tables (a README beside them): their rows
+    if tables:
+        log.warning("data: %s=%s holds tables (%s) among other text files: every UTF-8 file is read as text, the "
+                    "tables' bytes included. To read the tables' rows, give a glob: %s='%s/*%s'.", key, given,
+                    tables[0].name, key, given.rstrip("/"), tables[0].suffix)
+    if not text:
+        raise DataError(describe_missing_text(given).replace("data.path", key, 1))
+    return Source(key, given, TEXT, tuple(text))
+
+
+def names_something(given: str | None) -> bool:
+    """Whether ``given`` is unset, a glob, or a path that exists (a missing one is the config check's to name)."""
+    return given is None or any(c in given for c in "*?[") or Path(given).expanduser().exists()
+
+
+def capped(files: tuple[Path, ...], max_bytes: int | None) -> tuple[tuple[Path, ...], int]:
+    """The first files whose sizes reach ``max_bytes`` (the one that crosses it included), and how many are left
+    out."""
+    if max_bytes is None:
+        return files, 0
+    total = 0
+    for i, f in enumerate(files):
+        total += f.stat().st_size
+        if total >= max_bytes:
+            return files[:i + 1], len(files) - i - 1
+    return files, 0

@@ -1,0 +1,59 @@
+"""Which part of the data validates, so that validation never overlaps training.
+
+Three ways, in this order:
+
+- ``data.val_path``: the files given there validate, everything under ``data.path`` trains;
+- several documents (files, rows): a seeded shuffle picks ``val_fraction`` of them (at least one), the same
+  on every run and every rank, and no document is in both;
+- one document: it is split by position, its last ``val_fraction`` of windows validates, and no token of it is
+  in both (a document has no second document to validate on, and sharing it would make every "val" figure a
+  training figure).
+
+Pure functions of counts and a seed: the data modules turn them into the rows and windows they load.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Split:
+    """Which documents (indices into the document list) train and validate, and how they were chosen."""
+
+    train: list[int]
+    val: list[int]
+    how: str
+    """In words, for the run's data section (``data/split``)."""
+
+
+def split_documents(n: int, val_fraction: float, seed: int) -> Split:
+    """``n >= 2`` documents split by a seeded shuffle: the first ``round(n * val_fraction)`` (at least 1, at
+    most ``n - 1``) of the shuffled order validate, the rest train in shuffled order."""
+    if n < 2:
+        raise ValueError(f"a split by document needs 2 documents, not {n}")
+    order = list(range(n))
+    random.Random(seed).shuffle(order)
+    n_val = min(n - 1, max(1, round(n * val_fraction)))
+    return Split(train=order[n_val:], val=order[:n_val],
+                 how=f"seeded split by document (seed {seed}): {n_val} of {n} validate")
+
+
+def tail_cut(n_tokens: int, window: int, val_fraction: float) -> int | None:
+    """Where one document of ``n_tokens`` is cut so that its last ``val_fraction`` of windows (at least one) of
+    ``window`` tokens validate: tokens ``[0, cut)`` train, ``[cut, n_tokens)`` validate. None when it holds
+    fewer than two windows (nothing would be left to train on)."""
+    windows = n_tokens // window
+    if windows < 2:
+        return None
+    n_val = min(windows - 1, max(1, round(windows * val_fraction)))
+    return n_tokens - n_val * window
+
+
+def tail_how(val_fraction: float) -> str:
+    """The data section's words for a split by position."""
+    return f"one document: its last {val_fraction:.0%} of windows validate (split by position)"
+
+
+VAL_PATH = "data.val_path: its files validate, data.path trains"

@@ -1,0 +1,67 @@
+"""What a data module read, for the run's data section (``data/*``, :mod:`runner.figures.data`).
+
+A text data module fills a :class:`DataSummary` in ``setup``: the files and rows or documents it read, the ids
+they became, how training and validation were split, the rows cut at ``data.seq_len`` and the rows or files a cap
+left out, the labels. Nothing a run reads is cut or left out without the summary saying so; more than
+``TRUNCATED_WARNING`` of the rows cut is also a warning in the log, with the fix.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from runner.figures import data as keys
+
+log = logging.getLogger(__name__)
+
+TRUNCATED_WARNING = 0.10
+"""A share of rows cut at ``data.seq_len`` above which the log warns."""
+
+
+@dataclass
+class DataSummary:
+    """What was read (module docstring). ``truncated``: rows cut at ``seq_len`` (None where nothing is cut: packed
+    windows, document chunks); ``dropped``: setting -> rows or files it left out."""
+
+    source: str
+    files: int
+    rows: int
+    tokens: int
+    train: int
+    val: int
+    split: str
+    truncated: int | None = None
+    used: int = 0
+    """Rows the truncation share is of (the rows kept)."""
+    dropped: dict[str, int] = field(default_factory=dict)
+    label_counts: dict[str, int] | None = None
+    unigram_bits: float | None = None
+
+    def figures(self) -> dict[str, Any]:
+        out: dict[str, Any] = {keys.DATA_SOURCE: self.source, keys.DATA_FILES: self.files, keys.DATA_ROWS: self.rows,
+                               keys.DATA_TOKENS: self.tokens, keys.DATA_TRAIN_SEQUENCES: self.train,
+                               keys.DATA_VAL_SEQUENCES: self.val, keys.DATA_SPLIT: self.split}
+        if self.truncated is not None:
+            out[keys.DATA_TRUNCATED_ROWS] = self.truncated
+            out[keys.DATA_TRUNCATED_PCT] = round(100 * self.truncated / max(self.used, 1), 2)
+        if self.dropped:
+            out[keys.DATA_DROPPED_ROWS] = sum(self.dropped.values())
+            out[keys.DATA_DROPPED_BY] = "; ".join(f"{setting}: {n}" for setting, n in self.dropped.items())
+        if self.label_counts is not None:
+            out[keys.DATA_LABEL_COUNTS] = dict(self.label_counts)
+        if self.unigram_bits is not None:
+            out[keys.DATA_UNIGRAM_BPB] = round(self.unigram_bits, 4)
+        return out
+
+    def say(self, seq_len: int) -> None:
+        """Log what was read in one line; warn when more than ``TRUNCATED_WARNING`` of the rows were cut."""
+        left_out = f"; left out: {'; '.join(f'{k}: {n}' for k, n in self.dropped.items())}" if self.dropped else ""
+        log.info("data: %s: files %d, rows/documents %d, tokens %d; %d training and %d validation sequences (%s)%s",
+                 self.source, self.files, self.rows, self.tokens, self.train, self.val, self.split, left_out)
+        if self.truncated and self.truncated > TRUNCATED_WARNING * max(self.used, 1):
+            log.warning("data: %d of %d rows (%.0f%%) are longer than data.seq_len=%d tokens and were cut there: "
+                        "what they say past it is not trained on. Raise data.seq_len (the model's positions must "
+                        "cover it), or shorten the texts.", self.truncated, self.used,
+                        100 * self.truncated / self.used, seq_len)

@@ -1,0 +1,219 @@
+"""Reading a :class:`~runner.data.sources.Source` into a Hugging Face ``datasets.Dataset``: memory-mapped Arrow,
+prepared once and read from ``datasets``' cache on every later run (``HF_DATASETS_CACHE``).
+
+- tables (``.jsonl``, ``.csv``, ``.parquet``) through ``datasets``' own builders, a ``save_to_disk`` folder
+  through ``load_from_disk``; a file that cannot be read is a :class:`~runner.data.sources.DataError`;
+- text files into runner's own Arrow file of raw bytes (``doc``: which file, ``bytes``: a piece of it), so
+  bytes stay exactly the file's (no newline translation) and a file never has to fit in memory: pieces end at a
+  newline, or at ``split_at`` (the documents' separator) when given.
+
+``datasets`` is quiet while it works (no progress bars, no log lines of its own); its settings are put back.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from runner.config.errors import close_matches
+from runner.data.sources import SAVED, DataError, Source
+
+log = logging.getLogger(__name__)
+
+PIECE_BYTES = 1 << 22
+"""Text files are stored in pieces of at most about this many bytes (4 MiB): what a file costs in memory."""
+_FORMAT = {"json": "JSON lines (or a JSON array)", "csv": "CSV", "parquet": "Parquet"}
+
+
+def cache_root() -> Path:
+    """runner's files in ``datasets``' cache (``HF_DATASETS_CACHE``, default ``~/.cache/huggingface/datasets``)."""
+    import datasets
+
+    root = Path(datasets.config.HF_DATASETS_CACHE) / "runner"
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+@contextlib.contextmanager
+def quiet_datasets() -> Iterator[None]:
+    """``datasets`` without progress bars or log lines (runner says what it read); its settings put back after."""
+    import datasets
+    from datasets.utils import logging as dlog
+
+    verbosity, bars = dlog.get_verbosity(), datasets.is_progress_bar_enabled()
+    dlog.set_verbosity(dlog.CRITICAL)
+    datasets.disable_progress_bars()
+    try:
+        yield
+    finally:
+        dlog.set_verbosity(verbosity)
+        if bars:
+            datasets.enable_progress_bars()
+
+
+def fingerprint(*parts: Any) -> str:
+    """A short hash of JSON-able ``parts`` (file names, sizes, times, settings): a cache file's name."""
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:20]
+
+
+def file_stamps(files: Any) -> list[tuple[str, int, int]]:
+    """Each file's path, size and modification time: a cache made from them is stale when any changes."""
+    return [(str(f), os.stat(f).st_size, os.stat(f).st_mtime_ns) for f in files]
+
+
+_LOADED: dict[str, Any] = {}
+"""Tables this process has read, by their files' stamps: the checks before a run and the run itself read a table
+once (and say once where it came from)."""
+
+
+def load_table(source: Source) -> tuple[Any, bool]:
+    """The rows of a table source as a memory-mapped ``datasets.Dataset``, and whether they came from the cache."""
+    files = sorted(f for f in source.files[0].rglob("*") if f.is_file()) if source.kind == SAVED else source.files
+    key = fingerprint(source.kind, file_stamps(files))
+    if key not in _LOADED:
+        _LOADED[key] = _load_table(source)
+    return _LOADED[key]
+
+
+def _load_table(source: Source) -> tuple[Any, bool]:
+    import datasets
+
+    with quiet_datasets():
+        if source.kind == SAVED:
+            loaded = datasets.load_from_disk(str(source.files[0]))
+            if isinstance(loaded, datasets.DatasetDict):
+                if "train" not in loaded:
+                    raise DataError(f"{source.key}={source.given} is a saved DatasetDict without a train split (its "
+                                    f"splits: {', '.join(loaded)}): give one split's folder, "
+                                    f"{source.key}={Path(source.given) / next(iter(loaded))}.")
+                log.info("data: %s=%s: its train split (others: %s; data.val_path=%s/validation reads one)",
+                         source.key, source.given, ", ".join(s for s in loaded if s != "train") or "none",
+                         source.given)
+                loaded = loaded["train"]
+            return loaded, True
+        try:
+            builder = datasets.load_dataset_builder(source.kind, data_files=[str(f) for f in source.files])
+            cached = os.path.exists(builder.cache_dir)
+            start = time.perf_counter()
+            builder.download_and_prepare()
+            rows = builder.as_dataset(split="train")
+        except DataError:
+            raise
+        except Exception as e:  # pyarrow's and pandas' many errors for a damaged or empty file
+            raise unreadable(source, e) from e
+    if cached:
+        log.info("data: %s=%s read from the cache (%s): nothing to prepare", source.key, source.given,
+                 builder.cache_dir)
+    else:
+        log.info("data: prepared %d rows of %s=%s as Arrow in %.1f s (%s)", len(rows), source.key, source.given,
+                 time.perf_counter() - start, builder.cache_dir)
+    return rows, cached
+
+
+def unreadable(source: Source, e: BaseException) -> DataError:
+    """The paragraph for a table ``datasets`` could not read: an empty file, or a damaged one."""
+    what = _FORMAT.get(source.kind, source.kind)
+    error = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    if isinstance(e, StopIteration) or "empty" in error.lower() or all(f.stat().st_size == 0 for f in source.files):
+        return DataError(f"{source.key}={source.given} holds no rows ({what}). Point {source.key} at a file with "
+                         "data in it.")
+    return DataError(f"{source.key}={source.given} cannot be read as {what} ({type(e).__name__}: {error}). The file "
+                     f"is damaged or not {what}: export it again (e.g. DataFrame.to_parquet / to_csv / to_json with "
+                     "lines=True), or give it the suffix of its real format.")
+
+
+def check_column(rows: Any, column: str, setting: str, source: Source) -> None:
+    """``column`` is one of the rows' columns; a :class:`DataError` with a did-you-mean when it is not."""
+    names = list(rows.column_names)
+    if column in names:
+        return
+    matches = close_matches(column, names)
+    hint = f"Did you mean {setting}={matches[0]}? " if matches else ""
+    raise DataError(f"{setting}={column}: {source.key}={source.given} has no column {column}. {hint}Its columns: "
+                    f"{', '.join(names) or 'none'}. Set {setting} to the column that holds it.")
+
+
+def _pieces(path: Path, split_at: bytes | None) -> Iterator[bytes]:
+    """``path``'s bytes in pieces: at each ``split_at`` (dropped, as ``bytes.split`` drops it), else after a
+    newline, each at most about ``PIECE_BYTES``."""
+    carry = b""
+    with path.open("rb") as f:
+        while block := f.read(PIECE_BYTES):
+            data = carry + block
+            if split_at:
+                *done, carry = data.split(split_at)
+                yield from done
+                if len(carry) > PIECE_BYTES:  # no separator for a long stretch: store it as it is
+                    yield carry
+                    carry = b""
+            else:
+                cut = data.rfind(b"\n") + 1 or len(data)
+                yield data[:cut]
+                carry = data[cut:]
+    if carry or split_at:
+        yield carry
+
+
+def load_text_files(source: Source, split_at: bytes | None) -> tuple[Any, bool]:
+    """The text files of ``source`` as a memory-mapped ``datasets.Dataset`` with columns ``doc`` (the file's index)
+    and ``bytes`` (a piece of it), written once into runner's cache; and whether it came from there."""
+    import datasets
+    import pyarrow as pa
+
+    path = cache_root() / f"text-{fingerprint(file_stamps(source.files), split_at, 1)}.arrow"
+    cached = path.exists()
+    if not cached:
+        start = time.perf_counter()
+        schema = pa.schema([("doc", pa.int32()), ("bytes", pa.large_binary())])
+        partial = path.with_suffix(f".{os.getpid()}.partial")
+        docs: list[int] = []
+        pieces: list[bytes] = []
+
+        def flush(writer: Any) -> None:  # a record batch of about PIECE_BYTES: memory stays that small
+            writer.write_batch(pa.record_batch([pa.array(docs, pa.int32()), pa.array(pieces, pa.large_binary())],
+                                               schema=schema))
+            docs.clear()
+            pieces.clear()
+
+        with pa.OSFile(str(partial), "wb") as sink, pa.ipc.new_stream(sink, schema) as writer:
+            held = 0
+            for i, f in enumerate(source.files):
+                for piece in _pieces(f, split_at):
+                    docs.append(i)
+                    pieces.append(piece)
+                    held += len(piece)
+                    if held >= PIECE_BYTES:
+                        flush(writer)
+                        held = 0
+            if pieces:
+                flush(writer)
+        os.replace(partial, path)  # whole or absent: a run killed while writing leaves no half cache
+        log.info("data: stored %d text files of %s in %s (%.1f s)", len(source.files), source.given, path,
+                 time.perf_counter() - start)
+    else:
+        log.info("data: %d text files of %s read from the cache (%s): nothing to prepare", len(source.files),
+                 source.given, path)
+    with quiet_datasets():
+        return datasets.Dataset.from_file(str(path)), cached
+
+
+def text_lengths(rows: Any, column: str, source: Source, setting: str) -> Any:
+    """Each row's text in ``column`` as its UTF-8 byte count (0 for a missing value), from the Arrow column alone;
+    a :class:`DataError` when the column holds no text."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    check_column(rows, column, setting, source)
+    data = rows.data.column(column)
+    if not (pa.types.is_string(data.type) or pa.types.is_large_string(data.type) or pa.types.is_binary(data.type)
+            or pa.types.is_large_binary(data.type)):
+        raise DataError(f"{setting}={column}: the column {column} of {source.key}={source.given} holds {data.type}, "
+                        f"not text. Set {setting} to the column that holds the text.")
+    return pc.fill_null(pc.binary_length(data), 0).to_numpy().astype("int64")

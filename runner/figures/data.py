@@ -1,0 +1,37 @@
+"""What the run read: ``data/*``. The files and rows or documents a data module read, the ids they became, how
+they were split, and what was cut or left out (``runner.data.summary.DataSummary`` reports them).
+
+Each constant is its figure's key, a plain ``str``, defined once with what it means
+(:func:`runner.figures.registry.define`).
+"""
+
+from __future__ import annotations
+
+from runner.figures.registry import define
+
+DATA_SOURCE = define("data/source", "what data.path named: its file, its files (how many, of which format), or "
+                     "the Python stdlib source", label="source")
+DATA_FILES = define("data/files", "files read (after data.max_bytes)", label="files")
+DATA_ROWS = define("data/rows", "rows (tables) or documents (text files) read, validation's included",
+                   label="rows / documents")
+DATA_TOKENS = define("data/tokens", "token ids those rows became (bytes of byte-level text), validation's included",
+                     label="tokens")
+DATA_TRAIN_SEQUENCES = define("data/train_sequences", "training sequences: packed windows, document chunks or rows",
+                              label="train sequences")
+DATA_VAL_SEQUENCES = define("data/val_sequences", "validation sequences, none of them in training",
+                            label="val sequences")
+DATA_SPLIT = define("data/split", "how validation was chosen: data.val_path, a seeded split by document or row, "
+                    "or the last windows of a single document", label="validation")
+DATA_TRUNCATED_ROWS = define("data/truncated_rows", "rows longer than data.seq_len tokens, cut there (a warning "
+                             "when more than 10%)", label="rows cut at seq_len")
+DATA_TRUNCATED_PCT = define("data/truncated_pct", "those rows as a share of the rows used",
+                            label="  share cut [%]")
+DATA_DROPPED_ROWS = define("data/dropped_rows", "rows or files a cap or filter left out (data.max_bytes, "
+                           "data.max_examples, data.min_len)", label="left out")
+DATA_DROPPED_BY = define("data/dropped_by", "what left them out, each setting with its count",
+                         label="  by")
+DATA_LABEL_COUNTS = define("data/label_counts", "rows per label, by class id (training and validation)",
+                           label="label counts")
+DATA_UNIGRAM_BPB = define("data/unigram_bpb",
+                          "the data's byte entropy: what a model that learned only byte frequencies scores",
+                          label="  unigram entropy [bits/byte]")

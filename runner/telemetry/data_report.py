@@ -1,0 +1,48 @@
+"""What the run read, said where its results are: the data section of the summary, and ``labels.json``.
+
+``DataReport`` is a Lightning callback. Once the data module has set up (``on_fit_start``), rank 0 writes
+``<run_dir>/labels.json``, ``{"label2id": {label: id}, "id2label": {id: label}}``, when the data has labels
+(``TextClassificationDataModule.labels``): what a trained classifier's ids mean, for whoever exports or serves it.
+Its ``figures()`` are the data module's (``data/*``: files, rows, tokens, the split, what was cut or left out),
+which ``runner.run`` collects into ``report.json``, ``report.md`` and the printed summary.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+
+from runner.atomic_files import atomic_write_bytes
+
+LABELS_FILE = "labels.json"
+
+
+class DataReport(L.Callback):
+    """Writes ``labels.json`` into ``run_dir`` at the start of the fit (module docstring)."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = Path(run_dir)
+        self.datamodule: Any = None
+
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.datamodule = getattr(trainer, "datamodule", None)
+        labels = getattr(self.datamodule, "labels", None)
+        as_json = getattr(labels, "as_json", None)
+        if trainer.is_global_zero and callable(as_json):
+            write_labels(self.run_dir, as_json())
+
+
+    def figures(self) -> dict[str, Any]:
+        """The data module's figures (``data/*``), when it reports any."""
+        report = getattr(self.datamodule, "figures", None)
+        return dict(report()) if callable(report) else {}
+
+
+def write_labels(run_dir: Path, labels: dict[str, Any]) -> Path:
+    """``labels.json`` in ``run_dir``, written whole or not at all."""
+    path = Path(run_dir) / LABELS_FILE
+    atomic_write_bytes((json.dumps(labels, indent=2, ensure_ascii=False) + "\n").encode(), path)
+    return path

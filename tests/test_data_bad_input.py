@@ -1,0 +1,102 @@
+"""Bad data is refused before anything is written: one paragraph naming the fix, exit code 2, no run directory.
+The table runs ``precheck`` in-process (what ``python -m runner`` runs before Hydra); one real process checks the
+exit code and that nothing was written."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from runner.config import ConfigError
+from runner.config.precheck import precheck
+from tests.hf_models import save_model, save_tokenizer
+from tests.test_reliability_support import env
+
+ROWS = [{"review": f"a review of some length, number {i}", "stars": ["bad", "good", "great"][i % 3]}
+        for i in range(60)]
+
+
+def _jsonl(path: Path, rows: list[dict[str, object]]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def _csv(path: Path) -> Path:
+    import pandas as pd
+
+    pd.DataFrame(ROWS).to_csv(path, index=False)
+    return path
+
+
+ONE_ID = {"review": "a review whose label is a class id", "stars": 1}
+CLASSIFY = ["+recipe=bert_classify", "data.text_column=review", "data.label_column=stars", "data.num_classes=3"]
+
+# (name, the overrides given the test's tmp_path, fragments the one paragraph must contain)
+BAD: list[tuple[str, Callable[[Path], list[str]], list[str]]] = [
+    ("missing text column", lambda p: [*CLASSIFY, f"data.path={_csv(p / 'rows.csv')}", "data.text_column=reviw"],
+     ["data.text_column=reviw", "has no column reviw", "Did you mean data.text_column=review?", "review, stars"]),
+    ("missing label column", lambda p: [*CLASSIFY, f"data.path={_csv(p / 'rows.csv')}", "data.label_column=star"],
+     ["data.label_column=star", "Did you mean data.label_column=stars?"]),
+    ("missing column, causal LM", lambda p: ["+recipe=smoke", f"data.path={_csv(p / 'rows.csv')}"],
+     ["data.text_column=text", "has no column text", "Its columns: review, stars"]),
+    ("empty file", lambda p: [*CLASSIFY, f"data.path={_jsonl(p / 'rows.jsonl', [])}"],
+     ["rows.jsonl holds no rows", "Point data.path at a file with data in it"]),
+    ("empty training split", lambda p: [*CLASSIFY, f"data.path={_jsonl(p / 'rows.jsonl', ROWS[:12])}"],
+     ["leaves 11 training rows, fewer than data.batch_size=16", "an empty training split", "lower data.batch_size"]),
+    ("mixed label kinds", lambda p: [*CLASSIFY, f"data.path={_jsonl(p / 'rows.jsonl', [*ROWS, ONE_ID])}"],
+     ["mixes label kinds", "1 rows have integer labels (e.g. 1)", "60 have names", "the same kind on every row"]),
+    ("label count against num_labels", lambda p: [*CLASSIFY, f"data.path={_csv(p / 'rows.csv')}",
+                                                  "data.num_classes=4"],
+     ["holds 3 classes (labels bad, good, great)", "model.num_labels=4", "Set data.num_classes=3"]),
+    ("unreadable parquet", lambda p: [*CLASSIFY, f"data.path={_bytes(p / 'rows.parquet', b'not parquet')}"],
+     ["cannot be read as Parquet", "damaged or not Parquet", "export it again"]),
+    ("val_path without rows", lambda p: [*CLASSIFY, f"data.path={_csv(p / 'rows.csv')}",
+                                         f"data.val_path={_jsonl(p / 'val.jsonl', [])}"],
+     ["data.val_path=", "val.jsonl holds no rows"]),
+    ("tokenizer larger than the embedding", lambda p: ["+recipe=smoke", f"data.tokenizer={_tokenizer(p)}"],
+     ["token ids go up to 319", "embeds 256 ids, 0-255", "Set model.vocab_size=320", "data.tokenizer=bytes"]),
+]
+
+
+def _bytes(path: Path, data: bytes) -> Path:
+    path.write_bytes(data)
+    return path
+
+
+def _tokenizer(tmp_path: Path) -> Path:
+    save_tokenizer(tmp_path / "tokenizer")
+    return tmp_path / "tokenizer"
+
+
+@pytest.mark.parametrize(("name", "overrides", "fragments"), BAD, ids=[name for name, _, _ in BAD])
+def test_bad_data_is_one_paragraph_naming_the_fix(name: str, overrides: Callable[[Path], list[str]],
+                                                   fragments: list[str], tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as info:
+        precheck(overrides(tmp_path))
+    message = str(info.value)
+    assert "\n" not in message.strip(), "one paragraph"
+    for fragment in fragments:
+        assert fragment in message, f"{fragment!r} not in: {message}"
+
+
+def test_the_model_label_and_column_checks_pass_on_good_data(tmp_path: Path) -> None:
+    precheck([*CLASSIFY, f"data.path={_csv(tmp_path / 'rows.csv')}"])
+    saved = save_model(tmp_path / "bert", task="sequence_classification", model_type="bert")
+    precheck([*CLASSIFY, f"data.path={_csv(tmp_path / 'rows.csv')}", f"model.path={saved}"])
+
+
+def test_bad_data_exits_2_and_writes_nothing(tmp_path: Path) -> None:
+    bad = _bytes(tmp_path / "rows.parquet", b"not parquet")
+    work = tmp_path / "work"
+    work.mkdir()
+    proc = subprocess.run([sys.executable, "-m", "runner", "+recipe=smoke", f"data.path={bad}"], cwd=work, env=env(),
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("runner: ") and "cannot be read as Parquet" in lines[0], proc.stderr
+    assert proc.stdout == "" and list(work.iterdir()) == []  # no outputs/, no run directory

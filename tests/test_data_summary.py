@@ -1,0 +1,63 @@
+"""What a run read is said: the data section's figures (files, rows, tokens, the split, rows cut at seq_len,
+rows or files a cap left out, label counts), and a warning when more than 10% of the rows are cut."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import pytest
+
+from runner.data.classification import TextClassificationDataModule
+from runner.data.text import TextDataModule
+from runner.figures.data import (
+    DATA_DROPPED_BY,
+    DATA_DROPPED_ROWS,
+    DATA_FILES,
+    DATA_LABEL_COUNTS,
+    DATA_ROWS,
+    DATA_SPLIT,
+    DATA_TOKENS,
+    DATA_TRAIN_SEQUENCES,
+    DATA_TRUNCATED_PCT,
+    DATA_TRUNCATED_ROWS,
+    DATA_VAL_SEQUENCES,
+)
+from runner.telemetry.report import format_summary
+
+
+def test_rows_cut_at_seq_len_and_left_out_by_caps_are_said(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    rows = [{"text": ("long " * 40 if i % 4 == 0 else "short text") + f" {i}", "label": "ab"[i % 2]}
+            for i in range(120)]
+    rows += [{"text": "tiny", "label": "a"}] * 5  # shorter than data.min_len
+    path = tmp_path / "rows.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    dm = TextClassificationDataModule(path=str(path), num_classes=2, seq_len=32, min_len=8, batch_size=4,
+                                      max_examples=123)
+    with caplog.at_level(logging.WARNING, logger="runner.data"):
+        dm.setup()
+    figures = dm.figures()
+    assert figures[DATA_ROWS] == 123 and figures[DATA_FILES] == 1
+    assert figures[DATA_TRUNCATED_ROWS] == 30 and figures[DATA_TRUNCATED_PCT] == 25.0  # 30 of the 120 rows used
+    assert figures[DATA_DROPPED_ROWS] == 2 + 3
+    assert figures[DATA_DROPPED_BY] == "data.max_examples=123: 2; data.min_len=8: 3"
+    assert figures[DATA_LABEL_COUNTS] == {"a": 60, "b": 60}
+    assert figures[DATA_TRAIN_SEQUENCES] + figures[DATA_VAL_SEQUENCES] == 120
+    assert "seeded split by row" in figures[DATA_SPLIT]
+    assert "30 of 120 rows (25%) are longer than data.seq_len=32 tokens" in caplog.text
+    assert "Raise data.seq_len" in caplog.text
+    shown = format_summary(figures)
+    assert "rows cut at seq_len" in shown and "a 60, b 60" in shown
+
+
+def test_a_corpus_cut_by_max_bytes_says_how_many_files_it_left_out(tmp_path: Path) -> None:
+    for i in range(10):
+        (tmp_path / f"doc{i}.txt").write_text(f"document {i} " * 200)  # about 2.4 kB each
+    dm = TextDataModule(path=str(tmp_path), seq_len=32, batch_size=4, max_bytes=5_000)
+    dm.setup()
+    figures = dm.figures()
+    assert figures[DATA_FILES] == 3 and figures[DATA_ROWS] == 3  # the file that crosses the cap is read whole
+    assert figures[DATA_DROPPED_BY] == "data.max_bytes=5000: 7"
+    assert figures[DATA_TOKENS] == sum((tmp_path / f"doc{i}.txt").stat().st_size for i in range(3))
+    assert DATA_TRUNCATED_ROWS not in figures  # packed windows cut nothing
