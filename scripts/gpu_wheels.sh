@@ -25,6 +25,9 @@ BASE=("torch==$TORCH" "lightning==$LIGHTNING" pytest pytest-xdist pytest-timeout
 # wandb and tensorboard are left out: runner imports them only for logger=wandb|tensorboard, which a GPU check
 # does not use (they would add 40 MB to every copy).
 NEEDS=(hydra-core omegaconf rich matplotlib transformers tokenizers safetensors huggingface_hub datasets pyarrow pandas)
+# Required by those but never imported offline: hf-xet only downloads from the Hub (the GPU machine has no network);
+# leaving it out keeps two parts under the 64 MiB a copy to the GPU machine may carry.
+SKIP=(hf-xet)
 VENV=${RUNNER_GPU_VENV:-$HOME/.cache/runner/gpu-venv-py3.12}
 PART_MIB=${PART_MIB:-56}
 
@@ -60,7 +63,7 @@ if [ "${1:-}" = --venv ]; then
   exit 0
 fi
 
-stamp=$( { cat "$VENV/.spec" constraints.txt; echo "${NEEDS[*]} $PART_MIB"; } | sha256sum | cut -c1-16)
+stamp=$( { cat "$VENV/.spec" constraints.txt; echo "${NEEDS[*]} ${SKIP[*]} $PART_MIB"; } | sha256sum | cut -c1-16)
 if [ "$(cat .whl/stamp 2>/dev/null)" = "$stamp" ]; then
   echo ".whl/ is up to date ($(du -sh .whl | cut -f1))"
   exit 0
@@ -75,9 +78,12 @@ grep -v '^#' constraints.txt | while IFS= read -r line; do
 done > "$work/constraints.txt"
 from_index "$VENV/bin/pip" install --quiet --dry-run --report "$work/report.json" -c "$work/constraints.txt" \
   "${NEEDS[@]}"
-"$VENV/bin/python" - "$work/report.json" > "$work/wanted" <<'EOF'
+"$VENV/bin/python" - "$work/report.json" "${SKIP[*]}" > "$work/wanted" <<'EOF'
 import json, sys
+skip = set(sys.argv[2].split())
 for item in json.load(open(sys.argv[1]))["install"]:
+    if item["metadata"]["name"].lower().replace("_", "-") in skip:
+        continue
     kind = "wheel" if item["download_info"]["url"].endswith(".whl") else "sdist"
     print(kind, f"{item['metadata']['name']}=={item['metadata']['version']}")
 EOF

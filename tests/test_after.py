@@ -117,14 +117,12 @@ def test_classifier_export_carries_its_labels_and_loads_with_auto_model(bert: Tr
     from transformers import AutoModelForSequenceClassification
 
     run_dir = bert.run_dir
-    assert json.loads((run_dir / "model" / "config.json").read_text())["id2label"] == {str(i): str(i) for i in range(4)}
-    names = sorted(after_runs.CLASSES)  # what the data module writes beside the run: labels.json
-    (run_dir / "labels.json").write_text(json.dumps({"label2id": {n: i for i, n in enumerate(names)},
-                                                     "id2label": {str(i): n for i, n in enumerate(names)}}))
-    try:
-        assert main(["export", str(run_dir), "--out", str(tmp_path / "out")]) == 0
-    finally:
-        (run_dir / "labels.json").unlink()
+    names = sorted(after_runs.CLASSES)  # the data module's label map, written beside the run (labels.json)
+    written = json.loads((run_dir / "labels.json").read_text())
+    assert written["id2label"] == {str(i): n for i, n in enumerate(names)}
+    # the end-of-fit export and an export of the checkpoint both carry the names, not bare ids
+    assert json.loads((run_dir / "model" / "config.json").read_text())["id2label"] == written["id2label"]
+    assert main(["export", str(run_dir), "--out", str(tmp_path / "out")]) == 0
     assert "runner export: " in capsys.readouterr().out
     exported = AutoModelForSequenceClassification.from_pretrained(str(tmp_path / "out"), local_files_only=True)
     assert exported.config.id2label == dict(enumerate(names)) and exported.config.label2id["gamma"] == 3
@@ -224,7 +222,7 @@ def test_eval_of_a_classifier_gives_per_class_figures_and_a_confusion_matrix(
     assert f["eval/accuracy"] == pytest.approx(float(matrix.diag().sum() / matrix.sum()), abs=1e-6)
     recall = matrix.diag() / matrix.sum(1).clamp(min=1)
     assert f["eval/recall"] == pytest.approx(recall.tolist(), abs=1e-6)
-    assert f["eval/labels"] == ["0", "1", "2", "3"] and f["eval/data"].endswith(f"data.path={held_out}")
+    assert f["eval/labels"] == sorted(after_runs.CLASSES) and f["eval/data"].endswith(f"data.path={held_out}")
     assert (tmp_path / "held_out_eval_confusion.png").stat().st_size > 1000
     printed = capsys.readouterr().out
     assert "macro-F1" in printed and "per class" in printed
