@@ -49,7 +49,9 @@ export WANDB_MODE=offline
 mapfile -t WHEELS < <(find .whl -type f -name '*.whl' 2>/dev/null | sort)
 if [ ${#WHEELS[@]} -gt 0 ]; then
   # Installed once per set of wheels: a second command of the same session finds them installed.
-  SITE=${TMPDIR:-/tmp}/runner-gpu-site-$(echo "$PY ${WHEELS[*]}" | sha256sum | cut -c1-12)
+  # A folder named site-packages: dill (datasets' fingerprints) pickles every module whose file lies outside the
+  # interpreter's prefix and under no "site-packages" by value, and pickling pyarrow by value fails (MonthDayNano).
+  SITE=${TMPDIR:-/tmp}/runner-gpu-$(echo "$PY ${WHEELS[*]}" | sha256sum | cut -c1-12)/site-packages
   if [ ! -f "$SITE/.installed" ]; then
     rm -rf "$SITE"
     "$PY" -m pip install -q --no-index --no-deps --target "$SITE" "${WHEELS[@]}" && touch "$SITE/.installed"
