@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -124,12 +125,18 @@ def spawn(jobs: list[dict[str, Any]], ctx: Context, timeout: float, env: dict[st
                               env={**os.environ, **(env or {})})
         why = f"exit {proc.returncode}: {proc.stderr[-3000:]}"
     except subprocess.TimeoutExpired:
-        why = f"no result within {limit:g} s"
+        why = f"not finished within {limit:.1f} s" + (" (what was left of the budget)" if limit < timeout else "")
     done = json.loads(result.read_text()) if result.exists() else []
     return done + [{"error": why}] * (len(jobs) - len(done))
 
 
 NOT_STARTED = "not started: the session's budget was spent"
+
+
+def unfinished_s(row: Row) -> float | None:
+    """The seconds a contestant ran without finishing (its job's time limit), from its error; None otherwise."""
+    found = re.search(r"(?:no result|not finished) within ([0-9.]+) s", row.get("error") or "")
+    return float(found.group(1)) if found else None
 
 
 def run_jobs(jobs: list[dict[str, Any]], ctx: Context, timeout: float, env: dict[str, str] | None = None,

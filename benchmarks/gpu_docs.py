@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from gpu_common import Row, Workload
+from gpu_common import Row, Workload, unfinished_s
 
 BLOCK = re.compile(r"<!-- gpu: (?P<name>[a-z0-9_]+) -->\n.*?<!-- end gpu -->", re.DOTALL)
 
@@ -28,14 +28,17 @@ def table(workload: Workload, results: dict[str, Any]) -> str:
     if not rows or last is None:
         return f"`{workload.name}`: {workload.describe(False)}. Not measured on a GPU yet."
     rounds = f", {last['rounds']} round{'s' if last['rounds'] != 1 else ''}" if workload.max_rounds else ""
-    head = [f"`{workload.name}`: {last['describe']}. Newest run {last['date'][:10]} on {last['device']} (torch "
+    device = last["device"] or "a GPU (no contestant finished to name it)"
+    head = [f"`{workload.name}`: {last['describe']}. Newest run {last['date'][:10]} on {device} (torch "
             f"{last['torch']}{rounds}{'' if last.get('complete') else ', cut short'}): `{last['command']}`.", ""]
     headers = ["contestant", *(h for h, _ in workload.columns), "date", "device"]
     lines = [_line(headers), "|---|" + "---:|" * len(workload.columns) + "---|---|"]
     for r in rows:
         if "error" in r:
             why = (r["error"].strip().splitlines() or ["?"])[-1][:100].replace("|", "/")
-            lines.append(_line([f"`{r['contestant']}`", f"failed: {why}", *[""] * (len(workload.columns) - 1),
+            stopped = unfinished_s(r)
+            said = f"not finished in {stopped:.0f} s (stopped)" if stopped else f"failed: {why}"
+            lines.append(_line([f"`{r['contestant']}`", said, *[""] * (len(workload.columns) - 1),
                                 r["date"][:10], r["device"] or "-"]))
             continue
         lines.append(_line([f"`{r['contestant']}`", *(fn(r, rows) for _, fn in workload.columns), r["date"][:10],
