@@ -5,8 +5,6 @@ exit code and that nothing was written."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -14,8 +12,8 @@ import pytest
 
 from runner.config import ConfigError
 from runner.config.precheck import precheck
+from tests.cli import run_cli
 from tests.hf_models import save_model, save_tokenizer
-from tests.test_reliability_support import env
 
 ROWS = [{"review": f"a review of some length, number {i}", "stars": ["bad", "good", "great"][i % 3]}
         for i in range(60)]
@@ -94,8 +92,8 @@ def test_bad_data_exits_2_and_writes_nothing(tmp_path: Path) -> None:
     bad = _bytes(tmp_path / "rows.parquet", b"not parquet")
     work = tmp_path / "work"
     work.mkdir()
-    proc = subprocess.run([sys.executable, "-m", "runner", "+recipe=smoke", f"data.path={bad}"], cwd=work, env=env(),
-                          capture_output=True, text=True, timeout=120)
+    # Through the entry point in this process (tests/test_bad_input.py keeps one refusal in a real process).
+    proc = run_cli("+recipe=smoke", f"data.path={bad}", cwd=work)
     assert proc.returncode == 2, proc.stderr[-2000:]
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("runner: ") and "cannot be read as Parquet" in lines[0], proc.stderr

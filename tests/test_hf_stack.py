@@ -17,6 +17,10 @@ import torch
 from runner.config.schema import DynamicConfig, OffloadConfig, OffloadStrategy, Scope, ShapePolicy
 from tests import family_fits as ff
 
+# Whole Hugging Face models through every scope, shape policy and saved-activation strategy (AOTAutograd and
+# Inductor fits, seconds each): make test runs them, make test-fast (the unit tier) leaves them out.
+pytestmark = pytest.mark.slow
+
 FAMILIES = ["llama", "gpt2", "bert"]
 STEPS = 8
 AOT_EAGER_RTOL = 1e-4  # the same ATen ops as eager: float reassociation only
