@@ -106,7 +106,6 @@ def test_bf16_saved_activations_stay_close(family: str, policy: ShapePolicy, fil
     assert_close(result.losses, eager_losses(family, files), BF16_RTOL)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("family", FAMILIES)
 def test_inductor_matches_eager(family: str, files: dict[str, Path]) -> None:
     """Real Inductor code for the compiled step of each family, one dynamic graph for every length."""
