@@ -14,9 +14,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from runner.after.family import LABELS_FILE
 from runner.config.schema import RunConfig
 from runner.config.targets import ImageDataSchema, TextClassificationDataSchema
+from runner.telemetry.data_report import LABELS_FILE
 
 DATA_KEYS = ("path", "val_path")
 """The data keys that name files (``val_path`` where the data family has one)."""

@@ -19,9 +19,7 @@ from torch import nn
 
 from runner.config.schema import RunConfig
 from runner.config.targets import TextClassificationDataSchema, TextDataSchema
-
-LABELS_FILE = "labels.json"
-"""``<run_dir>/labels.json``, ``{"label2id": {...}, "id2label": {...}}``, written by the labelled-text data."""
+from runner.telemetry.data_report import LABELS_FILE  # the file DataReport writes into the run directory
 
 
 class Family(Enum):

@@ -4,7 +4,8 @@ Integer labels (``3``, or ``"3"`` in a CSV or a text file) are their own class i
 numbered in sorted order. A column whose rows mix the two kinds (JSON lines with ``1`` and ``"cat"``, a header row
 read as data), a row without a label, a negative id or a fractional one is a
 :class:`~runner.data.sources.DataError`: one paragraph naming the rows and the fix. The map from label to id is
-what a trained classifier's ``labels.json`` holds (``runner.run`` writes it into the run directory).
+what a trained classifier's ``labels.json`` holds (``runner.telemetry.data_report`` writes it into the run
+directory).
 """
 
 from __future__ import annotations
