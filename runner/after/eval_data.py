@@ -16,7 +16,7 @@ from typing import Any
 
 from runner.config.schema import RunConfig
 from runner.config.targets import ImageDataSchema, TextClassificationDataSchema
-from runner.telemetry.data_report import LABELS_FILE
+from runner.telemetry.data_report import read_labels
 
 DATA_KEYS = ("path", "val_path")
 """The data keys that name files (``val_path`` where the data family has one)."""
@@ -110,9 +110,9 @@ def _file_labels(path: str | None, data: Any) -> list[str]:
 
 def run_labels(run: RunConfig, run_dir: Path) -> list[str]:
     """The labels the run trained on, by name: ``labels.json``'s where the data wrote one, else the run's data."""
-    saved = run_dir / LABELS_FILE
-    if saved.is_file():
-        return sorted(str(k) for k in (json.loads(saved.read_text()).get("label2id") or {}))
+    saved = read_labels(run_dir)
+    if saved:
+        return sorted(str(k) for k in (saved.get("label2id") or {}))
     return _file_labels(run.data.path, run.data)
 
 

@@ -9,7 +9,6 @@ bytes + 1, 0 pads), which have no Hugging Face tokenizer; else the model's ``mod
 from __future__ import annotations
 
 import functools
-import json
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -19,7 +18,7 @@ from torch import nn
 
 from runner.config.schema import RunConfig
 from runner.config.targets import TextClassificationDataSchema, TextDataSchema
-from runner.telemetry.data_report import LABELS_FILE  # the file DataReport writes into the run directory
+from runner.telemetry.data_report import read_labels
 
 
 class Family(Enum):
@@ -107,12 +106,8 @@ def tokens_of(cfg: RunConfig) -> Tokens | None:
 
 def label_names(run_dir: Path, num_classes: int) -> list[str]:
     """Class names by id: ``<run_dir>/labels.json``'s ``id2label`` where the data wrote one, else ``"0"``..``"n-1"``."""
-    path = Path(run_dir) / LABELS_FILE
-    names = [str(i) for i in range(num_classes)]
-    if path.is_file():
-        id2label = json.loads(path.read_text()).get("id2label") or {}
-        names = [str(id2label.get(str(i), id2label.get(i, name))) for i, name in enumerate(names)]
-    return names
+    id2label = read_labels(run_dir).get("id2label") or {}
+    return [str(id2label.get(str(i), id2label.get(i, i))) for i in range(num_classes)]
 
 
 def num_classes_of(cfg: RunConfig) -> int | None:

@@ -46,3 +46,9 @@ def write_labels(run_dir: Path, labels: dict[str, Any]) -> Path:
     path = Path(run_dir) / LABELS_FILE
     atomic_write_bytes((json.dumps(labels, indent=2, ensure_ascii=False) + "\n").encode(), path)
     return path
+
+
+def read_labels(run_dir: Path) -> dict[str, Any]:
+    """What :func:`write_labels` wrote into ``run_dir`` (``{}`` where the run's data had no labels)."""
+    path = Path(run_dir) / LABELS_FILE
+    return json.loads(path.read_text()) if path.is_file() else {}
