@@ -23,12 +23,13 @@ lint: setup
 	$(PY) -m mypy runner
 	$(VENV)/bin/lint-imports
 
-# Two pytest workers (pytest-xdist), each test file on one worker: most of the suite's time is
-# subprocesses starting and compiling, which two workers overlap (about 28 min on 2 cores).
+# Two pytest workers (pytest-xdist), each test file on one worker, the longest files first (tests/conftest.py,
+# LONGEST_FIRST): most of the suite's time is subprocesses starting and compiling, which two workers overlap.
 PYTEST_WORKERS ?= 2
 # gpu_prep (the GPU session's dry run, ~10 min on a new machine, in a venv of its own) is left out: make gpu-dry-run.
 test: lint
-	WANDB_MODE=offline $(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile -m "not gpu_prep" --durations=15 $(PYTEST_ARGS)
+	WANDB_MODE=offline $(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not gpu_prep" \
+	  --durations=15 $(PYTEST_ARGS)
 
 # timm's image models (model=timm, docs/vision.md) need a torchvision made for the torch beside it. PyPI's torch and
 # torchvision pair up; .venv's local CPU torch has none on PyPI. So `make run-vision` trains in the versions job's venv

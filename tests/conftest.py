@@ -1,4 +1,5 @@
-"""Shared fixtures: a clean Dynamo between tests, GPU tests skipped without CUDA, and the fast tier's guard.
+"""Shared fixtures: a clean Dynamo between tests, GPU tests skipped without CUDA, the fast tier's guard, and the
+order files are handed to ``make test``'s workers in (longest first).
 
 ``make test-fast`` (``RUNNER_TEST_TIER=fast``, ``-m "not slow"``) is the tier to run while working: it must
 start no process and compile nothing with Inductor. Rather than trust the markers, the guard below makes
@@ -67,7 +68,27 @@ def _fast_tier_guard(_fast_tier: None) -> Iterator[None]:
                     "or use the eager/aot_eager backend in-process.", pytrace=False)
 
 
+LONGEST_FIRST = (
+    "test_benchmarks", "test_hf_stack", "test_fsdp", "test_idioms", "test_offload", "test_remote_cache",
+    "test_install", "test_reliability_sigkill", "test_strategy", "test_reliability_resume", "test_reliability_runs",
+    "test_reliability_cache", "test_background_compile", "test_family_benchmark", "test_dynamic_ddp",
+    "test_reliability_failures", "test_cli", "test_no_leak", "test_gpu_path", "test_cudagraph_partitions",
+    "test_checkpoint", "test_first_run", "test_suggested_overrides", "test_ddp", "test_gpu_benchmark",
+    "test_nonfinite_ddp", "test_readme", "test_summary_consistency", "test_after_resume", "test_own_trainer",
+)
+"""The test files that take longest under ``make test`` (``--durations``, 2-core CPU, 2026-11-27), longest first.
+``make test`` hands whole files to its two workers in collection order (``--dist loadfile --no-loadscope-reorder``):
+starting with the longest leaves short files to fill the end, instead of one long file running alone there. A file
+missing here only runs later; the order changes no result."""
+
+
+def _schedule_longest_first(items: list[pytest.Item]) -> None:
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.stem, len(rank)))  # stable: a file's own order is kept
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    _schedule_longest_first(items)
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA device (gpu marker)")

@@ -60,16 +60,6 @@ def test_mlp_on_synthetic_data(tmp_path: Path) -> None:
     assert report["run/steps"] == 8 and report["compile/scope"] == "step"
 
 
-@pytest.mark.slow
-def test_all_loggers_offline(tmp_path: Path) -> None:
-    run_dir = tmp_path / "loggers"
-    proc = runner("+recipe=smoke", "logger=all", f"hydra.run.dir={run_dir}")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert list((run_dir / "wandb").glob("offline-run-*")), "wandb wrote no offline run"
-    assert list((run_dir / "tensorboard").rglob("events.out.tfevents.*")), "TensorBoard wrote no events"
-    assert (run_dir / "csv" / "metrics.csv").exists()
-
-
 def test_list_recipes() -> None:
     proc = run_cli("--list-recipes", cwd=ROOT)
     assert proc.returncode == 0
@@ -97,20 +87,6 @@ def test_bad_input_fails_before_anything_is_written(override: str, named: str, t
     assert proc.returncode == 2
     assert named in proc.stderr and "Traceback" not in proc.stderr
     assert not run_dir.exists() and not (tmp_path / "outputs").exists()
-
-
-@pytest.mark.slow
-def test_multirun_writes_one_dir_per_job(tmp_path: Path) -> None:
-    sweep_dir = tmp_path / "sweep"
-    proc = runner("-m", "+recipe=smoke", "compile=eager,step", f"hydra.sweep.dir={sweep_dir}")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    reports = sorted(sweep_dir.glob("*/report.json"))
-    assert len(reports) == 2
-    scopes = {json.loads(r.read_text())["compile/scope"] for r in reports}
-    assert scopes == {"none", "step"}
-    summary = json.loads((sweep_dir / "summary.json").read_text())  # any multirun is summarised
-    assert {r["job"] for r in summary["runs"]} == {"compile=eager", "compile=step"}
-    assert "# Sweep summary" in (sweep_dir / "summary.md").read_text()
 
 
 @pytest.mark.slow

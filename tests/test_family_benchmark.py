@@ -1,5 +1,7 @@
 """``benchmarks/families.py`` runs end to end (tiny sizes, ``--quick``, Dynamo's eager backend) and prints and
-writes its tables. Structure only: timings are never asserted (the machine is shared and they drift)."""
+writes its tables. One family races here, BERT, the classifier (each family is five more processes); the causal
+LMs run through the stack in tests/test_hf_stack.py. Structure only: timings are never asserted (the machine is
+shared and they drift)."""
 
 from __future__ import annotations
 
@@ -19,15 +21,15 @@ def test_families_quick_races_each_family_against_lightning_compile(tmp_path: Pa
     out = tmp_path / "families.json"
     proc = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "families.py"), "--quick", "--backend", "eager",
-         "--models", "llama", "bert", "--out", str(out)],
+         "--models", "bert", "--out", str(out)],
         capture_output=True, text=True, cwd=tmp_path, timeout=900, check=False,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "## llama: transformers llama" in proc.stdout and "## bert: transformers bert" in proc.stdout
+    assert "## bert: transformers bert" in proc.stdout
     result = json.loads(out.read_text())
-    for name in ("llama", "bert"):
-        figs = result["models"][name]["contestants"]
-        assert {"lightning", "lightning_compile", "lightning_compile_fused", "hand_loop", "runner_step"} <= set(figs)
-        assert set(figs["runner_step"]["ratio"]) >= {"lightning", "lightning_compile"}
-        assert any("eval loss" in v for v in result["models"][name]["verdicts"])
+    assert set(result["models"]) == {"bert"}
+    figs = result["models"]["bert"]["contestants"]
+    assert {"lightning", "lightning_compile", "lightning_compile_fused", "hand_loop", "runner_step"} <= set(figs)
+    assert set(figs["runner_step"]["ratio"]) >= {"lightning", "lightning_compile"}
+    assert any("eval loss" in v for v in result["models"]["bert"]["verdicts"])

@@ -86,14 +86,10 @@ def test_fsdp_two_ranks_eager_backend_match_one_process(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_fsdp_two_ranks_inductor(tmp_path: Path) -> None:
-    result = _fit("inductor", tmp_path, steps=4)
-    _check_parity_and_compile(result, 4, rtol=1e-4)  # Inductor's fused kernels round differently (observed ~1e-7)
-    _check_consolidated(result)
-
-
-@pytest.mark.slow
 def test_fsdp_two_ranks_inductor_with_bf16_saved_activations(tmp_path: Path) -> None:
+    # FSDP2 under Inductor (compiled blocks as FSDP units, the fused optimizer on DTensors, a consolidated
+    # export without wrapper names), with bf16 saved-activation hooks inlined into the compiled blocks. The
+    # weights' tight parity (1e-5) is the eager backend's test above; Inductor's rounding is held to the losses.
     # The reference runs the same hooks eagerly; inlined into the compiled blocks they pack only the
     # graphs' intermediates (not a block's input), so a few tensors are rounded in one and not the
     # other: losses within 1e-4 (observed 3e-6 relative, against 1.5e-5 from training without the

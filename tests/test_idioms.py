@@ -269,21 +269,32 @@ def test_idiom_trains_through_compile_strategy_defaults(name: str, eager_traces:
     assert all(math.isclose(a, b, rel_tol=INDUCTOR_RTOL, abs_tol=1e-6) for a, b in zip(c, e, strict=True)), (c, e)
 
 
-def _ddp(which: str, name: str, out: Path) -> list[dict[str, Any]]:
-    out.mkdir()
+DDP_IDIOMS = ["metrics_template", "logging", "manual_gan"]
+
+
+@pytest.fixture(scope="module")
+def ddp_fits(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Every DDP idiom through runner's strategy, then through Lightning's: one pair of processes each, fitting
+    the idioms one after another (tests/zoo/ddp_fit.py)."""
+    out = {}
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([sys.executable, "-m", "tests.zoo.ddp_fit", which, name, str(out)], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return [json.loads((out / f"rank{r}.json").read_text()) for r in (0, 1)]
+    for which in ("runner", "lightning"):
+        out[which] = tmp_path_factory.mktemp(which)
+        proc = subprocess.run([sys.executable, "-m", "tests.zoo.ddp_fit", which, ",".join(DDP_IDIOMS),
+                               str(out[which])], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    return out
+
+
+def _ddp(fits: dict[str, Path], which: str, name: str) -> list[dict[str, Any]]:
+    return [json.loads((fits[which] / name / f"rank{r}.json").read_text()) for r in (0, 1)]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["metrics_template", "logging", "manual_gan"])
-def test_idiom_through_ddp_matches_lightning_ddp(name: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("name", DDP_IDIOMS)
+def test_idiom_through_ddp_matches_lightning_ddp(name: str, ddp_fits: dict[str, Path]) -> None:
     """2 CPU processes: torchmetrics' epoch sync, sync_dist and manual optimization under DDP."""
-    runner = _ddp("runner", name, tmp_path / "runner")
-    lightning = _ddp("lightning", name, tmp_path / "lightning")
+    runner, lightning = _ddp(ddp_fits, "runner", name), _ddp(ddp_fits, "lightning", name)
     for r, ll in zip(runner, lightning, strict=True):
         assert r["steps"] == ll["steps"] and r["epochs"] == ll["epochs"] and r["checksum"] == ll["checksum"]
         assert r["graphs"] >= 1 and r["graph_breaks"] == 0

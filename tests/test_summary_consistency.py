@@ -1,7 +1,8 @@
-"""What a user sees after real runs through ``python -m runner``: a two-run sweep with every logger,
-then a resume. The console table, ``report.md``, ``report.json`` and the sweep's ``summary.md`` agree
-with each other and with the rules of ``runner.telemetry.definitions``; the console carries none of
-the libraries' noise; a resumed run shows the speedup measured before it, and its bar counts steps."""
+"""What a user sees after real runs through ``python -m runner``: a two-run sweep with every logger (Hydra's
+multirun: a dir per job, the sweep's summary, each logger's offline files), then a resume. The console table,
+``report.md``, ``report.json`` and the sweep's ``summary.md`` agree with each other and with the rules of
+``runner.telemetry.definitions``; the console carries none of the libraries'
+noise; a resumed run shows the speedup measured before it, and its bar counts steps."""
 
 from __future__ import annotations
 
@@ -107,6 +108,24 @@ def test_every_output_of_a_sweep_agrees(sweep: tuple[Path, subprocess.CompletedP
     assert dict(zip(columns, rows["compile=eager"], strict=True))["speedup [x]"] == "nothing compiled"
     assert "best speedup" not in summary and "What the columns measure:" in summary
     assert (sweep_dir / "summary.png").stat().st_size > 5000
+
+
+@pytest.mark.slow
+def test_a_sweep_writes_one_dir_per_job_and_every_logger_writes_offline(
+        sweep: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
+    """Hydra's multirun: one run dir per job with its report; the sweep's summary names each job by the overrides
+    that differ; ``logger=all`` gives each job wandb's offline run, TensorBoard's events and the CSV rows."""
+    sweep_dir, _ = sweep
+    job_dirs = sorted(d for d in sweep_dir.iterdir() if (d / "report.json").is_file())
+    assert len(job_dirs) == 2
+    assert {json.loads((d / "report.json").read_text())["compile/scope"] for d in job_dirs} == {"none", "step"}
+    summary = json.loads((sweep_dir / "summary.json").read_text())
+    assert {r["job"] for r in summary["runs"]} == {"compile=eager", "compile=step"}
+    assert "# Sweep summary" in (sweep_dir / "summary.md").read_text()
+    for d in job_dirs:
+        assert list((d / "wandb").glob("offline-run-*")), f"wandb wrote no offline run in {d.name}"
+        assert list((d / "tensorboard").rglob("events.out.tfevents.*")), f"TensorBoard wrote no events in {d.name}"
+        assert (d / "csv" / "metrics.csv").stat().st_size > 0
 
 
 @pytest.mark.slow

@@ -1,11 +1,13 @@
-"""One zoo idiom on 2 CPU processes (gloo), through DDPCompileStrategy or Lightning's DDPStrategy.
+"""Zoo idioms on 2 CPU processes (gloo), through DDPCompileStrategy or Lightning's DDPStrategy.
 
 Run by ``tests/test_idioms.py`` as a script (Lightning's launcher re-executes it for rank 1)::
 
-    python -m tests.zoo.ddp_fit runner|lightning IDIOM OUT_DIR
+    python -m tests.zoo.ddp_fit runner|lightning IDIOM[,IDIOM...] OUT_DIR
 
-Each rank writes ``OUT_DIR/rank<N>.json``: its per-step logged values and LRs, its epoch metrics, a
-checksum of its final parameters, and (runner) the compile figures.
+The idioms are fitted one after another in the same two processes, each with a strategy of its own (the
+processes start once: their start is most of a small fit's time). Each rank writes
+``OUT_DIR/IDIOM/rank<N>.json``: its step and epoch counts, a checksum of its final parameters, and (runner) the
+compile figures.
 """
 
 from __future__ import annotations
@@ -25,7 +27,13 @@ from tests.zoo.registry import IDIOMS
 
 
 def main() -> None:
-    which, name, out = sys.argv[1], sys.argv[2], Path(sys.argv[3])
+    which, names, out = sys.argv[1], sys.argv[2].split(","), Path(sys.argv[3])
+    for name in names:
+        run_one(which, name, out / name)
+
+
+def run_one(which: str, name: str, out: Path) -> None:
+    """Fit idiom ``name`` on both ranks; this rank writes ``out/rank<N>.json``."""
     kwargs = {"process_group_backend": "gloo", "find_unused_parameters": name == "manual_gan"}
     if which == "runner":
         strategy = DDPCompileStrategy(compile=CompileConfig(backend="eager", optimizer=OptimizerPolicy.none), **kwargs)
@@ -36,6 +44,7 @@ def main() -> None:
     figures = collector.figures()
     flat = torch.cat([v.double().flatten() for v in trace.state.values() if v.is_floating_point()])
     rank = strategy.global_rank
+    out.mkdir(parents=True, exist_ok=True)
     (out / f"rank{rank}.json").write_text(json.dumps({
         "steps": trace.steps, "epochs": trace.epochs, "checksum": [float(flat.sum()), float(flat.abs().sum())],
         "graphs": figures["compile/graphs"], "graph_breaks": figures["compile/graph_breaks"],
