@@ -32,6 +32,7 @@ class OptimizerPolicy(Enum):
     none = "none"  # the optimizer as configured, eager
     compiled = "compiled"  # optimizer.step traced by Dynamo, tensor learning rate
     fused = "fused"  # the optimizer's fused kernel (fused=True), eager
+    graphed = "graphed"  # clipping, the non-finite skip, the fused update and zeroing as one graph-safe function
     auto = "auto"  # the fastest correct choice for the device; the choice is logged
 
 

@@ -14,8 +14,8 @@ from torch.optim import Optimizer
 
 from runner import torch_internals as ti
 from runner.config import rules
-from runner.config.schema import OnError
-from runner.figures.compile_plan import COMPILE_MODE, COMPILE_OPTIMIZER, COMPILE_OPTIONS, COMPILE_TARGET
+from runner.config.schema import OnError, OptimizerPolicy
+from runner.figures.compile_plan import COMPILE_MODE, COMPILE_OPTIONS, COMPILE_TARGET
 from runner.stack.background import BackgroundCompile, NoBackground, build_background
 from runner.stack.caches import LocalCompileCache, build_remote_cache
 from runner.stack.compiling.binding import reads_logged_results, takes_dataloader_iter, user_step
@@ -31,6 +31,7 @@ from runner.stack.errors.storms import StormWatch
 from runner.stack.fit_inputs import CacheArtifacts, CompileSettings, LightningSide
 from runner.stack.offload import OffloadComponent, build_offload
 from runner.stack.offload.component import excluded_inside_compiled
+from runner.stack.optimizer.graphed import Clipping
 from runner.stack.optimizer.step import OptimizerStep
 from runner.stack.step_mode import StepMode
 
@@ -98,10 +99,15 @@ class FitParts:
         if self.console is not None:
             self.console.configure()
 
-    def apply_optimizer_step(self, optimizers: list[Optimizer], device: torch.device) -> None:
-        """6. The optimizer step the plan chose (fused kernel, compiled, or as configured)."""
-        step = self.optimizer_step = OptimizerStep(self.plan.optimizer, self.plan.optimizer_reason,
-                                                   self.plan.optimizer_kwargs, step_mode=self.step_mode)
+    def apply_optimizer_step(self, optimizers: list[Optimizer], device: torch.device,
+                             clipping: Clipping | None = None) -> None:
+        """6. The optimizer step the plan chose (fused kernel, compiled, graph-safe, or as configured); a graph-safe
+        step takes ``clipping`` over from Lightning and is captured in a CUDA graph when CUDA graphs are on."""
+        p = self.plan
+        step = self.optimizer_step = OptimizerStep(
+            p.optimizer, p.optimizer_reason, p.optimizer_kwargs, step_mode=self.step_mode,
+            clipping=clipping or Clipping(), capture=p.cudagraphs, blocker=p.optimizer_blocker,
+            asked_graphed=self.settings.compile.optimizer is OptimizerPolicy.graphed)
         for opt in optimizers:
             step.prepare(opt, device)
 
@@ -112,7 +118,7 @@ class FitParts:
 
     def summary_extra(self, demoted: list[dict[str, Any]]) -> str:
         """The end-of-fit line's tail: the optimizer step, CUDA graphs and any demotion."""
-        opt = self.optimizer_step.figures()[COMPILE_OPTIMIZER] if self.optimizer_step else "none"
+        opt = self.optimizer_step.describe() if self.optimizer_step else "none"
         text = f"optimizer step: {opt}"
         if isinstance(self.background, BackgroundCompile):
             text += f"; compile beside the run: {self.background.outcome}"

@@ -24,7 +24,7 @@ from torch.optim import Optimizer
 
 from runner import lightning_internals as li
 from runner.config.schema import CompileConfig, CudaGraphsConfig, DynamicConfig, OffloadConfig
-from runner.stack import CacheArtifacts, CompileSettings, CompileStack, LightningSide
+from runner.stack import CacheArtifacts, CompileSettings, CompileStack, LightningSide, gradient_hooks
 from runner.strategy.log_fastpath import LogFastPath
 from runner.strategy.progress_sink import progress_sink
 
@@ -109,6 +109,10 @@ class CompileStrategyBase:
             optimizer_lists=li.optimizer_lists(strategy),
             module_optimizers=lambda: li.lightning_optimizers(strategy),
             sink=progress_sink(trainer) if self.stack.console else None,
+            automatic_optimization=strategy.lightning_module.automatic_optimization,
+            gradient_clip_val=trainer.gradient_clip_val,
+            gradient_clip_algorithm=str(getattr(trainer.gradient_clip_algorithm, "value", None) or "norm"),
+            gradient_hooks=gradient_hooks(strategy.lightning_module, trainer.callbacks),
         )
 
     def _setup_lightning(self, trainer: L.Trainer) -> None:

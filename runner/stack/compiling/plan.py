@@ -9,15 +9,24 @@ decided here, from the typed config and the device, and tested without compiling
 from __future__ import annotations
 
 import dataclasses
-import inspect
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch.optim import Optimizer
 
-from runner import torch_internals as ti
 from runner.config.schema import CompileConfig, CudaGraphMode, CudaGraphsConfig, OptimizerPolicy, Scope
+from runner.stack.compiling.optimizer_policy import (
+    StepFacts,
+    capture_blocker,
+    eager_only,
+    holds_dtensors,
+    resolve_optimizer_policy,
+    supports_fused,
+)
+
+__all__ = ["CompilePlan", "StepFacts", "capture_blocker", "cudagraphs_on", "eager_only", "holds_dtensors",
+           "resolve_compile_kwargs", "resolve_optimizer_policy", "resolve_optimizers", "resolve_plan", "supports_fused"]
 
 
 @dataclass(frozen=True)
@@ -34,6 +43,8 @@ class CompilePlan:
     block_types: tuple[str, ...] = ()
     optimizer: OptimizerPolicy = OptimizerPolicy.none
     optimizer_reason: str = "no optimizer"
+    optimizer_blocker: str | None = None
+    """Why the optimizer step cannot be graph-safe (:func:`capture_blocker`; None: it can)."""
     compiled_autograd: bool = False
     cudagraphs: bool = False
     """Whether the run captures CUDA graphs (:func:`cudagraphs_on`): the one place this is decided."""
@@ -136,71 +147,18 @@ def resolve_compile_kwargs(cfg: CompileConfig, cudagraphs: CudaGraphsConfig, dyn
     return kwargs
 
 
-def supports_fused(optimizer: Optimizer, device: torch.device) -> bool:
-    """Whether the optimizer class takes ``fused=True`` and has a fused kernel for the device."""
-    if "fused" not in inspect.signature(type(optimizer).__init__).parameters:
-        return False
-    return device.type in ti.fused_kernel_devices()
-
-
-def holds_dtensors(optimizer: Optimizer) -> bool:
-    """Whether the optimizer's parameters are sharded ``DTensor``s (FSDP2)."""
-    from torch.distributed.tensor import DTensor
-
-    return any(isinstance(p, DTensor) for group in optimizer.param_groups for p in group["params"])
-
-
-def resolve_optimizer_policy(
-    policy: OptimizerPolicy, optimizer: Optimizer, device: torch.device, cudagraphs: bool,
-    scaler: bool = False,
-) -> tuple[OptimizerPolicy, str]:
-    """The concrete policy for ``auto``, with the reason (logged and in the report)."""
-    name = type(optimizer).__name__
-    # A compiled step with a scaler is refused before this (runner.config.rules, by the config check and the stack).
-    if policy is not OptimizerPolicy.auto:
-        return policy, "set in config"
-    if scaler:
-        if supports_fused(optimizer, device):
-            return OptimizerPolicy.fused, (f"a gradient scaler (16-mixed) steps {name}: its fused {device.type} "
-                                           "kernel takes the scale and the inf check on the device")
-        return OptimizerPolicy.none, (f"a gradient scaler (16-mixed) steps {name}, which has no fused "
-                                      f"{device.type} kernel: it runs as configured")
-    if cudagraphs and supports_fused(optimizer, device):
-        # A compiled optimizer step would be a CUDA-graph tree root of its own, recorded apart from the
-        # step's graphs and copying every gradient into its static inputs on each replay.
-        return OptimizerPolicy.fused, (f"CUDA graphs are on and {name} has a fused {device.type} kernel: it steps "
-                                       "outside the graph tree, nothing to record or copy")
-    if cudagraphs:
-        return OptimizerPolicy.compiled, "CUDA graphs are on: a compiled step is captured with the rest of the step"
-    sharded = holds_dtensors(optimizer)
-    if sharded and supports_fused(optimizer, device):
-        return OptimizerPolicy.fused, (
-            f"{name} over DTensor shards (FSDP2) has a fused {device.type} kernel: DTensor runs it once on each "
-            "rank's local shards, no collective and no compile time (2 gloo CPU ranks, 2-layer GPT: 1.04 ms per "
-            "step fused, 1.61 ms foreach)"
-        )
-    if sharded:
-        return OptimizerPolicy.none, (
-            f"{name} over DTensor shards (FSDP2) has no fused {device.type} kernel: its foreach implementation runs "
-            "on the local shards (a compiled step would trace DTensor's dispatch, compiling for minutes)"
-        )
-    if supports_fused(optimizer, device):
-        return OptimizerPolicy.fused, (
-            f"{name} has a fused {device.type} kernel: one kernel for all parameters, no compile time "
-            "(on a 2-core CPU it measured ~5x faster than foreach, and faster than a compiled step)"
-        )
-    return OptimizerPolicy.compiled, f"{name} has no fused {device.type} kernel: compiling the step fuses it"
-
-
 def resolve_optimizers(plan: CompilePlan, policy: OptimizerPolicy, optimizers: list[Optimizer],
-                       device: torch.device, scaler: bool = False) -> CompilePlan:
+                       device: torch.device, scaler: bool = False, facts: StepFacts | None = None) -> CompilePlan:
     """``plan`` with the optimizer policy resolved for ``optimizers`` (one policy for all; the last
     optimizer's reason is reported). Called once the optimizers hold their final parameters (under
-    FSDP2: after sharding)."""
+    FSDP2: after sharding). ``facts``: what decides whether the step can be graph-safe (default: a plain fit
+    with ``scaler``)."""
+    facts = facts or StepFacts(scaler=scaler)
+    blocker = capture_blocker(optimizers, device, facts)
     resolved, reason = policy, "no optimizer"
     for opt in optimizers:
-        resolved, reason = resolve_optimizer_policy(policy, opt, device, plan.cudagraphs, scaler)
-    return dataclasses.replace(plan, optimizer=resolved, optimizer_reason=reason)
+        resolved, reason = resolve_optimizer_policy(policy, opt, device, plan.cudagraphs, facts.scaler, blocker)
+    return dataclasses.replace(plan, optimizer=resolved, optimizer_reason=reason, optimizer_blocker=blocker)
 
 
 def resolve_plan(cfg: CompileConfig, cudagraphs: CudaGraphsConfig, dynamic: bool | None, device: torch.device,
