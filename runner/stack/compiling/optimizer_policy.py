@@ -85,6 +85,8 @@ def resolve_optimizer_policy(
     """The concrete policy for ``auto`` (and for ``graphed`` where ``blocker`` says it cannot run), with the reason
     (logged and in the report). ``blocker``: :func:`capture_blocker` of the fit."""
     name = type(optimizer).__name__
+    if blocker is None and not supports_fused(optimizer, device):  # the graph-safe step skips inside the kernel
+        blocker = f"{name} has no fused {device.type} kernel (the update that skips a step on the device)"
     # A compiled step with a scaler is refused before this (runner.config.rules, by the config check and the stack).
     if policy is OptimizerPolicy.graphed and blocker is None:
         return policy, ("set in config: clipping, the update and zeroing in one graph-safe function"
