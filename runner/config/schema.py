@@ -78,6 +78,7 @@ class CudaGraphMode(Enum):
 
     disabled = "disabled"
     reduce_overhead = "reduce_overhead"  # Inductor's CUDA-graph trees (mode="reduce-overhead")
+    auto = "auto"  # reduce_overhead where the step is eligible (runner.config.rules.cudagraphs_decision), else disabled
 
 
 @dataclass
@@ -122,7 +123,9 @@ class CompileConfig:
 class CudaGraphsConfig:
     """The ``cudagraphs`` group."""
 
-    mode: CudaGraphMode = CudaGraphMode.disabled
+    mode: CudaGraphMode = CudaGraphMode.auto
+    """auto (the default): on where the step is eligible on CUDA, off with the reason otherwise (always off on the
+    CPU); reduce_overhead: on wherever there is a CUDA device; disabled: never."""
     skip_dynamic_graphs: bool = True
     """Leave nodes that use a dynamic size out of CUDA graphs, graph the rest; false: a graph per size."""
     warmup_steps: int = 3

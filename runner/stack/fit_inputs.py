@@ -50,6 +50,8 @@ class LightningSide:
     optimizers: Callable[[], list[Optimizer]] = list
     """Step 5: the optimizers as they will step (Lightning's, or built after sharding under FSDP)."""
     accumulate_grad_batches: int = 1
+    world_size: int = 1
+    """Processes of the fit (DDP or FSDP ranks): ``cudagraphs=auto`` stays off with several."""
     sample_batch: Callable[[], tuple[Any, str]] = _no_batch
     """Step 0: one batch for the saved-activation measurement, or ``(None, why there is none)``."""
     step_context: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext

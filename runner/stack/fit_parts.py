@@ -16,6 +16,7 @@ from runner import torch_internals as ti
 from runner.config import rules
 from runner.config.schema import OnError, OptimizerPolicy
 from runner.figures.compile_plan import COMPILE_MODE, COMPILE_OPTIONS, COMPILE_TARGET
+from runner.figures.cudagraphs import CUDAGRAPHS_DECISION
 from runner.stack.background import BackgroundCompile, NoBackground, build_background
 from runner.stack.caches import LocalCompileCache, build_remote_cache
 from runner.stack.compiling.binding import reads_logged_results, takes_dataloader_iter, user_step
@@ -124,6 +125,8 @@ class FitParts:
             text += f"; compile beside the run: {self.background.outcome}"
         if self.plan.cudagraphs:
             text += f"; {self.cudagraphs.summary()}"
+        elif self.plan.cudagraphs_decision.worth_saying:
+            text += f"; CUDA graphs off ({self.plan.cudagraphs_decision.reason})"
         if demoted:
             text += "; demoted: " + ", ".join(f"{d['frame']} -> {d['to']} at step {d['step']}" for d in demoted)
         return text
@@ -140,7 +143,8 @@ class FitParts:
                 f"steps): {why}. The steps ran eagerly; compile/frames is 0.")
 
     def figures(self) -> dict[str, Any]:
-        out: dict[str, Any] = {COMPILE_MODE: self.plan.kwargs.get("mode"),
+        out: dict[str, Any] = {CUDAGRAPHS_DECISION: self.plan.cudagraphs_decision.describe(),
+                               COMPILE_MODE: self.plan.kwargs.get("mode"),
                                COMPILE_OPTIONS: dict(self.plan.kwargs.get("options", {})),
                                COMPILE_TARGET: self.plan.target_name}
         if self.optimizer_step is not None:
@@ -169,9 +173,15 @@ def build_fit_parts(settings: CompileSettings, module: L.LightningModule, lightn
     offload = build_offload(s.offload, device, s.compile.block_types)
     step = user_step(module)
     pulls, reads = takes_dataloader_iter(step), reads_logged_results(module)
+    facts = rules.CudaGraphsFacts(
+        on_cuda=device.type == "cuda", backend=s.compile.backend, compiles=s.compile.scope.row.compiles,
+        compile_mode=s.compile.mode, shape=s.dynamic.policy, offload=s.offload.strategy,
+        accumulate_grad_batches=lightning.accumulate_grad_batches, processes=lightning.world_size,
+        sharded=lightning.shard is not None, free_memory=free_memory_share(device))
     plan = resolve_plan(s.compile, s.cudagraphs, shape.dynamic_arg, device,
                         automatic_optimization=module.automatic_optimization, pulls_batches=pulls,
-                        reads_results=reads)
+                        reads_results=reads, facts=facts)
+    log.info("CUDA graphs %s", plan.cudagraphs_decision.describe())
     # The rules the config check enforces too (runner.config.rules), here with what the fit found; refused
     # before the saved-activation measurement (setup's step 0) spends its compiles.
     offload_cfg = s.offload
@@ -197,6 +207,15 @@ def build_fit_parts(settings: CompileSettings, module: L.LightningModule, lightn
                     storms=storms, background=background,
                     local_cache=LocalCompileCache(c.cache_dir, s.artifacts, c.cache_trust),
                     remote_cache=build_remote_cache(c.cache, device, c.cache_trust))
+
+
+def free_memory_share(device: torch.device) -> float | None:
+    """The share of a CUDA device's memory free now (what ``cudagraphs=auto`` wants headroom in); None elsewhere
+    (and where CUDA is not there to ask: a plan resolved for a CUDA device on a CPU-only machine)."""
+    if device.type != "cuda" or not torch.cuda.is_available():
+        return None
+    free, total = torch.cuda.mem_get_info(device)
+    return free / total if total else None
 
 
 def _quiet(message: str) -> None:

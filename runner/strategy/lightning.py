@@ -102,6 +102,7 @@ class CompileStrategyBase:
             device=strategy.root_device,
             optimizers=optimizers or (lambda: list(strategy.optimizers)),
             accumulate_grad_batches=trainer.accumulate_grad_batches,
+            world_size=trainer.world_size,
             sample_batch=lambda: sample_batch(trainer, strategy.lightning_module),
             step_context=strategy.precision_plugin.train_step_context,
             shard=shard,
@@ -112,7 +113,8 @@ class CompileStrategyBase:
             automatic_optimization=strategy.lightning_module.automatic_optimization,
             gradient_clip_val=trainer.gradient_clip_val,
             gradient_clip_algorithm=str(getattr(trainer.gradient_clip_algorithm, "value", None) or "norm"),
-            gradient_hooks=gradient_hooks(strategy.lightning_module, trainer.callbacks),
+            # Lightning's callback connector sets ``trainer.callbacks`` at run time: the class does not declare it.
+            gradient_hooks=gradient_hooks(strategy.lightning_module, trainer.callbacks),  # type: ignore[attr-defined]
         )
 
     def _setup_lightning(self, trainer: L.Trainer) -> None:

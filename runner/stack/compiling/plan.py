@@ -15,7 +15,8 @@ from typing import Any
 import torch
 from torch.optim import Optimizer
 
-from runner.config.schema import CompileConfig, CudaGraphMode, CudaGraphsConfig, OptimizerPolicy, Scope
+from runner.config.rules import CudaGraphsDecision, CudaGraphsFacts, cudagraphs_decision
+from runner.config.schema import CompileConfig, CudaGraphsConfig, OptimizerPolicy, Scope
 from runner.stack.compiling.optimizer_policy import (
     StepFacts,
     capture_blocker,
@@ -25,8 +26,9 @@ from runner.stack.compiling.optimizer_policy import (
     supports_fused,
 )
 
-__all__ = ["CompilePlan", "StepFacts", "capture_blocker", "cudagraphs_on", "eager_only", "holds_dtensors",
-           "resolve_compile_kwargs", "resolve_optimizer_policy", "resolve_optimizers", "resolve_plan", "supports_fused"]
+__all__ = ["CompilePlan", "StepFacts", "capture_blocker", "cudagraphs_facts", "cudagraphs_on", "eager_only",
+           "holds_dtensors", "resolve_compile_kwargs", "resolve_optimizer_policy", "resolve_optimizers", "resolve_plan",
+           "supports_fused"]
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,8 @@ class CompilePlan:
     compiled_autograd: bool = False
     cudagraphs: bool = False
     """Whether the run captures CUDA graphs (:func:`cudagraphs_on`): the one place this is decided."""
+    cudagraphs_decision: CudaGraphsDecision = CudaGraphsDecision(False, "cudagraphs=disabled", worth_saying=False)
+    """``cudagraphs`` with why (``cudagraphs/decision``)."""
     uncaptured_kwargs: dict[str, Any] = field(default_factory=dict)
     """``kwargs`` without CUDA graphs (the saved-activation measurement's: its steps are never replayed)."""
 
@@ -88,10 +92,18 @@ class CompilePlan:
         return {k: v for k, v in self.kwargs.items() if k not in ("dynamic", "fullgraph")}
 
 
-def cudagraphs_on(cudagraphs: CudaGraphsConfig, device: torch.device) -> bool:
-    """Whether the run captures CUDA graphs: asked for, and on a CUDA device (elsewhere torch would
-    silently ignore every CUDA-graph option; the stack reports them inactive instead)."""
-    return cudagraphs.mode is CudaGraphMode.reduce_overhead and device.type == "cuda"
+def cudagraphs_facts(cfg: CompileConfig, device: torch.device) -> CudaGraphsFacts:
+    """What the compile config and the device alone say about ``cudagraphs=auto``; the rest at its conservative
+    default (shapes that may vary), for callers that know no more (the stack passes every fact it found)."""
+    return CudaGraphsFacts(on_cuda=device.type == "cuda", backend=cfg.backend, compiles=cfg.scope.row.compiles,
+                           compile_mode=cfg.mode)
+
+
+def cudagraphs_on(cudagraphs: CudaGraphsConfig, cfg: CompileConfig, device: torch.device,
+                  facts: CudaGraphsFacts | None = None) -> CudaGraphsDecision:
+    """Whether the run captures CUDA graphs, and why (:func:`runner.config.rules.cudagraphs_decision`): never off
+    a CUDA device (there torch would silently ignore every CUDA-graph option; the stack reports them inactive)."""
+    return cudagraphs_decision(cudagraphs.mode, facts or cudagraphs_facts(cfg, device))
 
 
 # Inductor's defaults that runner overrides on the CPU, each with the measurement behind it.
@@ -117,7 +129,7 @@ def default_options(cfg: CompileConfig, device: torch.device) -> dict[str, Any]:
 
 
 def resolve_compile_kwargs(cfg: CompileConfig, cudagraphs: CudaGraphsConfig, dynamic: bool | None,
-                           device: torch.device) -> dict[str, Any]:
+                           device: torch.device, facts: CudaGraphsFacts | None = None) -> dict[str, Any]:
     """Arguments for every ``torch.compile`` call of the run.
 
     CUDA graphs are the ``cudagraphs`` group's alone, so they are on exactly when that component is:
@@ -129,10 +141,13 @@ def resolve_compile_kwargs(cfg: CompileConfig, cudagraphs: CudaGraphsConfig, dyn
 
     On the CPU, Inductor gets runner's ``default_options`` under the user's ``compile.options``.
     """
+    return _compile_kwargs(cfg, cudagraphs_on(cudagraphs, cfg, device, facts).on, dynamic, device)
+
+
+def _compile_kwargs(cfg: CompileConfig, graphs: bool, dynamic: bool | None, device: torch.device) -> dict[str, Any]:
     kwargs: dict[str, Any] = {"backend": cfg.backend, "fullgraph": cfg.fullgraph, "dynamic": dynamic}
     mode = cfg.mode
     options = {**default_options(cfg, device), **cfg.options}
-    graphs = cudagraphs_on(cudagraphs, device)
     if mode == "max-autotune" and not graphs:
         mode = "max-autotune-no-cudagraphs"
     if graphs and mode is None:
@@ -163,18 +178,21 @@ def resolve_optimizers(plan: CompilePlan, policy: OptimizerPolicy, optimizers: l
 
 def resolve_plan(cfg: CompileConfig, cudagraphs: CudaGraphsConfig, dynamic: bool | None, device: torch.device,
                  automatic_optimization: bool = True, pulls_batches: bool = False,
-                 reads_results: bool = False) -> CompilePlan:
+                 reads_results: bool = False, facts: CudaGraphsFacts | None = None) -> CompilePlan:
     """The plan for a run before its optimizers exist: target, ``torch.compile`` arguments, CUDA graphs (the
-    optimizer policy is resolved by :func:`resolve_optimizers` once the optimizers hold their parameters)."""
+    optimizer policy is resolved by :func:`resolve_optimizers` once the optimizers hold their parameters).
+    ``facts``: what the fit found that decides ``cudagraphs=auto`` (None: :func:`cudagraphs_facts`)."""
+    graphs = cudagraphs_on(cudagraphs, cfg, device, facts)
     plan = CompilePlan(
         scope=cfg.scope,
         target=cfg.scope,
-        kwargs=resolve_compile_kwargs(cfg, cudagraphs, dynamic, device),
-        uncaptured_kwargs=resolve_compile_kwargs(cfg, CudaGraphsConfig(), dynamic, device),
+        kwargs=_compile_kwargs(cfg, graphs.on, dynamic, device),
+        uncaptured_kwargs=_compile_kwargs(cfg, False, dynamic, device),
         block_types=tuple(cfg.block_types),
         optimizer=cfg.optimizer,
         compiled_autograd=cfg.compiled_autograd,
-        cudagraphs=cudagraphs_on(cudagraphs, device),
+        cudagraphs=graphs.on,
+        cudagraphs_decision=graphs,
     )
     return resolve_step_target(plan, step_blocker(automatic_optimization, pulls_batches, reads_results) is None)
 
