@@ -103,11 +103,13 @@ from runner.torch_internals.runtime import (  # noqa: F401
     restore_stance,
     run_code_eagerly,
     set_stance,
+    skip_update_on,
     stance_now,
     traced_saved_node,
     tree_leaves,
     tree_map,
     unbacked_bounds_unsupported,
+    zero_in_place,
 )
 from runner.torch_internals.settings import (  # noqa: F401
     MANAGED,

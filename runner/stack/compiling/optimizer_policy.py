@@ -72,6 +72,9 @@ def capture_blocker(optimizers: list[Optimizer], device: torch.device, facts: St
         return f"{name}: {why}"
     if not supports_fused(opt, device):
         return f"{name} has no fused {device.type} kernel (the update that skips a step on the device)"
+    if any(group.get("momentum") and group.get("dampening") for group in opt.param_groups):
+        return (f"{name} with dampening: a first step skipped on the device would leave its momentum buffers "
+                "unset, and a zero buffer is not the same start when dampened")
     if facts.gradient_hooks:
         return (f"{', '.join(facts.gradient_hooks)} runs between backward and the update, where it may clip, read or "
                 "replace gradients itself")

@@ -37,6 +37,8 @@ from typing import Any
 import torch
 from torch.optim import Optimizer
 
+from runner import torch_internals as ti
+
 WARMUP_CALLS = 2
 """Calls run eagerly on a side stream before the capture (the first creates the optimizer's state)."""
 MAX_RECORDINGS = 3
@@ -69,6 +71,21 @@ def _constants(optimizer: Optimizer) -> list[tuple[Any, ...]]:
             for g in optimizer.param_groups]
 
 
+def prime_momentum(optimizer: Optimizer) -> None:
+    """Give each parameter of a momentum group a zero momentum buffer before the first step. A fused SGD step
+    makes its buffers with ``empty_like`` on the first step and fills them in its kernel, so a first step
+    skipped on the device would leave them uninitialised for every later step; from zero, the first update is
+    ``momentum * 0 + grad``, exactly the ``grad`` it starts from (undampened: :func:`capture_blocker` refuses
+    dampening)."""
+    for group in optimizer.param_groups:
+        if not group.get("momentum"):  # no momentum buffer: Adam's groups have no such key, SGD's may be 0
+            continue
+        for p in group["params"]:
+            state = optimizer.state[p]
+            if state.get("momentum_buffer") is None:
+                state["momentum_buffer"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+
+
 class GraphSafeStep:
     """One optimizer's step after backward as a graph-safe function (see the module docstring)."""
 
@@ -91,6 +108,7 @@ class GraphSafeStep:
         (their index among this fit's optimizer steps); before the first step (a capture bakes it in)."""
         self.skipping = True
         self.skipped_at = torch.zeros(max(1, limit), dtype=torch.long, device=self.found_inf.device)
+        prime_momentum(self.optimizer)
 
     def count_from(self, step: int) -> None:
         """Count optimizer steps from ``step`` (the trainer's global step when training starts), so a recorded skip
@@ -127,8 +145,7 @@ class GraphSafeStep:
                 torch.nn.utils.clip_grads_with_norm_(params, float(self.clipping.value or 0.0), total)
         if self.clipping.by_value:
             torch.nn.utils.clip_grad_value_(params, float(self.clipping.value or 0.0))
-        opt: Any = self.optimizer
-        opt.found_inf = self.found_inf if self.skipping else None  # the fused kernels read it (as a scaler sets it)
+        ti.skip_update_on(self.optimizer, self.found_inf if self.skipping else None)
         type(self.optimizer).step(self.optimizer)  # the class's: an LR scheduler's wrapper is not in the graph
         self.zero_grads()
         self.calls.add_(1)
@@ -143,7 +160,7 @@ class GraphSafeStep:
     def zero_grads(self) -> None:
         """Zero every bound gradient in place (also after a closure that raised: the next step starts at zero)."""
         if self._live[0]:
-            torch._foreach_zero_(self._live[0])
+            ti.zero_in_place(self._live[0])
 
 
 class CapturedStep:
