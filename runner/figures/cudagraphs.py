@@ -10,7 +10,8 @@ from __future__ import annotations
 from runner.figures.registry import define
 
 CUDAGRAPHS_REQUESTED = define("cudagraphs/requested", "whether CUDA graphs were asked for (cudagraphs.mode)")
-CUDAGRAPHS_MODE = define("cudagraphs/mode", "cudagraphs.mode: reduce_overhead (Inductor's CUDA-graph trees)")
+CUDAGRAPHS_MODE = define("cudagraphs/mode", "cudagraphs.mode: auto (the default), reduce_overhead (Inductor's "
+                          "CUDA-graph trees) or disabled")
 CUDAGRAPHS_ACTIVE = define("cudagraphs/active", "whether CUDA graphs were recorded and replayed",
                            label="CUDA graphs active")
 CUDAGRAPHS_RECORDINGS = define("cudagraphs/recordings", "CUDA graphs recorded (graph partitions), all steps",
