@@ -294,3 +294,32 @@ def test_sgd_with_momentum_skipping_its_first_step_equals_eager() -> None:
         opt.step(lambda x=x, y=y: nn.functional.mse_loss(model(x), y).backward())
     assert step.graphed[0].step.read_skips() == (1, [0])
     torch.testing.assert_close(list(model.parameters()), list(reference.parameters()), rtol=1e-5, atol=1e-6)
+
+
+def test_gradient_accumulation_is_correct_uncaptured(tmp_path: Path) -> None:
+    """``trainer.accumulate_grad_batches=2`` under the graph-safe step: the gradients of both micro-batches
+    accumulate in place (Lightning's zero_grad is a no-op, the step zeroes after its update), as with the fused
+    step and Lightning's own zeroing. Captured, accumulation never runs: CUDA graphs refuse it (reduce_overhead)
+    or stay off (auto)."""
+    from runner.config.rules import CudaGraphsFacts, cudagraphs_decision
+    from runner.config.schema import CudaGraphMode, ShapePolicy
+
+    def fit(policy: OptimizerPolicy) -> nn.Module:
+        from torch.utils.data import DataLoader
+
+        from runner.strategy import CompileStrategy
+
+        module = _Regression()
+        trainer = L.Trainer(strategy=CompileStrategy(compile=CompileConfig(scope=Scope.step, backend="eager",
+                                                                           optimizer=policy)),
+                            accelerator="cpu", devices=1, max_steps=10, logger=False, enable_checkpointing=False,
+                            enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0,
+                            accumulate_grad_batches=2, gradient_clip_val=CLIP, default_root_dir=tmp_path)
+        batches = [b for i, b in enumerate(_batches()) if i != NAN_STEP]
+        trainer.fit(module, DataLoader(batches, batch_size=None))  # type: ignore[arg-type]
+        return module
+
+    graphed, fused = fit(OptimizerPolicy.graphed), fit(OptimizerPolicy.fused)
+    torch.testing.assert_close(list(graphed.parameters()), list(fused.parameters()), rtol=1e-6, atol=1e-7)
+    accumulating = CudaGraphsFacts(on_cuda=True, shape=ShapePolicy.static, accumulate_grad_batches=2)
+    assert not cudagraphs_decision(CudaGraphMode.auto, accumulating).on
