@@ -214,6 +214,20 @@ def test_the_nonfinite_guard_hands_its_skip_to_the_graph_safe_step(tmp_path: Pat
     torch.testing.assert_close(list(graphed.parameters()), list(fused.parameters()), rtol=1e-6, atol=1e-7)
 
 
+def test_past_max_skipped_steps_the_guard_stops_with_the_last_good_state(tmp_path: Path) -> None:
+    """The device's record read past ``reliability.max_skipped_steps``: the run stops with the step named, and the
+    state saved then never took a non-finite update."""
+    from runner.reliability import NonFiniteGuard
+    from runner.reliability.numerics import NonFiniteLossError
+
+    guard = NonFiniteGuard(OnNonFinite.skip, tmp_path / "last.ckpt", max_skipped_steps=0, check_every=1)
+    with pytest.raises(NonFiniteLossError, match=rf"non-finite gradients at step {NAN_STEP + 1}.*on the device"):
+        _fit(OptimizerPolicy.graphed, tmp_path / "stop", callbacks=lambda: [guard], nan=True)
+    saved = torch.load(tmp_path / "last.ckpt", weights_only=False)
+    assert all(torch.isfinite(t).all() for t in saved["state_dict"].values())
+    assert saved["global_step"] == NAN_STEP + 1  # read before the next update: the skipped step was the last
+
+
 @pytest.mark.parametrize("policy", [OptimizerPolicy.graphed])
 def test_an_lbfgs_or_a_hook_falls_back_with_the_reason(policy: OptimizerPolicy) -> None:
     """What cannot be captured keeps today's path, and the plan says why: LBFGS (its step calls the closure many
