@@ -106,6 +106,20 @@ def test_graph_safe_step_equals_eager_over_50_steps_with_clipping_decay_schedule
     assert figures["compile/optimizer"] == "graphed"
     assert figures["cudagraphs/optimizer_uncaptured"] == STEPS and figures["cudagraphs/optimizer_replays"] == 0
     assert all(p.grad is not None and not p.grad.any() for p in model.parameters())  # zeroed in place
+    assert "compile/optimizer_eager_steps" not in figures  # no stance changes what it runs: nothing "ran eagerly"
+
+
+def test_a_storm_leaves_the_graph_safe_step_and_teardown_unhooks_it() -> None:
+    """A recompile storm demotes a compiled optimizer step, never the graph-safe one (it compiles nothing, and
+    Lightning's zeroing and clipping are off for it); at teardown the optimizer gets its own step back and no
+    longer skips on the step's flag."""
+    model, step = _graphed(_model())
+    opt = step.graphed[0].step.optimizer
+    installed = vars(opt)["step"]
+    step.demote(10)
+    assert vars(opt)["step"] is installed and step.demoted_at is None
+    step.restore()
+    assert opt.step is not installed and getattr(opt, "found_inf", None) is None  # the scheduler's wrapper again
 
 
 def test_what_the_parity_test_would_catch() -> None:

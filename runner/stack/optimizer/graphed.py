@@ -214,7 +214,9 @@ class CapturedStep:
             return
         self._constants = _constants(self.step.optimizer)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):  # a capture records and runs nothing: the replay below is this step's update
+        # A capture records and runs nothing: the replay below is this step's update. thread_local, as Inductor's
+        # CUDA-graph trees capture: runner's console and compile threads may touch CUDA meanwhile.
+        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
             self.step()
         self.graph, self.recordings = graph, self.recordings + 1
         with self.region():

@@ -32,6 +32,7 @@ from typing import Any
 import torch
 from torch.optim import Optimizer
 
+from runner import torch_internals as ti
 from runner.config.schema import OptimizerPolicy
 from runner.figures.compile_plan import (
     COMPILE_OPTIMIZER,
@@ -137,7 +138,9 @@ class OptimizerStep:
         graphed = CapturedStep(GraphSafeStep(optimizer, self.clipping, device), self.capture)
         self.graphed.append(graphed)
         self._prior.append((optimizer, vars(optimizer).get("step", _MISSING)))
-        optimizer.step = _closure_step(optimizer, graphed, self._count,  # type: ignore[method-assign]
+        # Not counted as compiled or eager steps: no stance changes what it runs (the speedup meter's eager
+        # steps replay it too).
+        optimizer.step = _closure_step(optimizer, graphed, _uncounted,  # type: ignore[method-assign]
                                        on_error=graphed.zero_grads)
 
     def _install(self, optimizer: Optimizer, device: torch.device) -> None:
@@ -175,12 +178,18 @@ class OptimizerStep:
                     _make_capturable(optimizer, group)
 
     def demote(self, step: int) -> None:
-        """Run every compiled optimizer step eagerly from now on (after a recompile storm)."""
+        """Run every compiled optimizer step eagerly from now on (after a recompile storm). A graph-safe step
+        compiles nothing, so no storm is its: it stays (Lightning's zeroing and clipping are off for it)."""
+        if self.graphed:
+            return
         self.restore()
         self.demoted_at = step
 
     def restore(self) -> None:
-        """Give each optimizer back its own ``step`` (the LR scheduler's counting wrapper included)."""
+        """Give each optimizer back its own ``step`` (the LR scheduler's counting wrapper included); a graph-safe
+        step's optimizer no longer skips on its flag."""
+        for graphed in self.graphed:
+            ti.skip_update_on(graphed.step.optimizer, None)
         for optimizer, prior in reversed(self._prior):
             if prior is _MISSING:
                 vars(optimizer).pop("step", None)
@@ -245,6 +254,10 @@ def _make_capturable(optimizer: Optimizer, group: dict[str, Any]) -> None:
         state = optimizer.state.get(p, {})
         if isinstance(state.get("step"), torch.Tensor):
             state["step"] = state["step"].to(device=p.device, dtype=torch.float32)
+
+
+def _uncounted() -> None:
+    pass
 
 
 def _closure_step(optimizer: Optimizer, compiled: Callable[..., Any], count: Callable[[], None],
