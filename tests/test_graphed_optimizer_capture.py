@@ -6,6 +6,11 @@ a capture cannot hold is an op torch itself tags as unsafe for CUDA graphs: a ho
 (``data_dependent_output``: ``.item()``, ``bool(tensor)``), an output whose size depends on data
 (``dynamic_output_shape``: ``nonzero``), or an op tagged ``cudagraph_unsafe``. Every op the step dispatches is
 recorded on the CPU, through the same function the GPU captures, and checked against those tags.
+
+Then the capture's bookkeeping (warm-ups, one capture, replays, capturing again when a constant changes or a
+gradient is replaced, giving up after ``MAX_RECORDINGS``), the code a GPU runs around ``torch.cuda.graph``, driven
+on the CPU through its one seam (``CapturedStep.capturer``) by a stand-in that keeps the function instead of
+recording it.
 """
 
 from __future__ import annotations
@@ -18,8 +23,9 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from runner.config.schema import OptimizerPolicy
-from runner.stack.optimizer.graphed import Clipping
+from runner.stack.optimizer.graphed import MAX_RECORDINGS, WARMUP_CALLS, Clipping
 from runner.stack.optimizer.step import OptimizerStep
+from tests.test_graphed_optimizer import CLIP, STEPS, _batches, _eager_reference, _model, _optimizer
 
 CPU = torch.device("cpu")
 UNSAFE = (torch.Tag.data_dependent_output, torch.Tag.dynamic_output_shape, torch.Tag.cudagraph_unsafe)
@@ -113,3 +119,82 @@ def test_the_check_sees_a_host_read() -> None:
     with seen:
         bool(torch.isfinite(torch.tensor(1.0)))
     assert any("data_dependent_output" in op for op in seen.left_out())
+
+
+# -- the capture's bookkeeping, driven on the CPU through its seam ------------------------------------------------
+class Rehearsal:
+    """Stands in for ``CudaGraphCapture`` on the CPU: a warm-up runs the function, a "capture" keeps it (and, like a
+    real capture, runs nothing), its "replay" runs it again. Everything around it is the code a GPU runs."""
+
+    def __init__(self) -> None:
+        self.warmups = 0
+        self.captures = 0
+
+    def warm_up(self, fn: Callable[[], None]) -> None:
+        self.warmups += 1
+        fn()
+
+    def capture(self, fn: Callable[[], None]) -> Callable[[], None]:
+        self.captures += 1
+        return fn
+
+
+def test_captured_once_replayed_after_and_equal_to_eager() -> None:
+    """Warmed up twice, captured on the third call, replayed every call after: the same 50 steps as
+    ``test_graph_safe_step_equals_eager_over_50_steps...`` give the same weights as eager."""
+    rehearsal = Rehearsal()
+    model, step = _captured(_model(), rehearsal)
+    reference, _ = _eager_reference(_model())
+    torch.testing.assert_close(list(model.parameters()), list(reference.parameters()), rtol=1e-5, atol=2e-6)
+    assert (rehearsal.warmups, rehearsal.captures) == (WARMUP_CALLS, 1)
+    figures = step.figures()
+    assert figures["cudagraphs/optimizer_recordings"] == 1
+    assert figures["cudagraphs/optimizer_replays"] == STEPS - WARMUP_CALLS
+    assert figures["cudagraphs/optimizer_uncaptured"] == WARMUP_CALLS
+    assert "(clipped by norm at 0.5; 1 recorded, 48 replayed)" in step.describe()
+
+
+def _captured(model: nn.Module, capturer: Rehearsal,
+              between: Callable[[int, torch.optim.Optimizer], None] | None = None) -> tuple[nn.Module, OptimizerStep]:
+    """The 50 steps of test_graphed_optimizer's parity test, captured through ``capturer``; ``between(i, opt)``
+    after each step."""
+    opt, sched = _optimizer(model)
+    step = OptimizerStep(OptimizerPolicy.graphed, "test", {}, clipping=Clipping(CLIP), capture=True, capturer=capturer)
+    step.prepare(opt, CPU)
+    step.graphed[0].step.skip_on_device(limit=4)
+    assert all(group["capturable"] for group in opt.param_groups)  # torch's check before a capture
+    for i, (x, y) in enumerate(_batches()):
+        opt.step(lambda x=x, y=y: nn.functional.mse_loss(model(x), y).backward())
+        sched.step()
+        if between is not None:
+            between(i, opt)
+    return model, step
+
+
+def test_a_changed_constant_captures_again_and_too_many_stop_capturing() -> None:
+    """The fused kernel takes weight decay as a constant: each change drops the captured graph, warms up and
+    captures again; after ``MAX_RECORDINGS`` captures the step runs uncaptured, and the report says why."""
+    def decay_every_tenth(i: int, opt: torch.optim.Optimizer) -> None:
+        if i % 10 == 9:
+            for group in opt.param_groups:
+                group["weight_decay"] *= 0.5
+
+    rehearsal = Rehearsal()
+    model, step = _captured(_model(), rehearsal, decay_every_tenth)
+    assert rehearsal.captures == MAX_RECORDINGS
+    graphed = step.graphed[0]
+    assert graphed.stopped is not None and "weight decay" in graphed.stopped
+    assert f"uncaptured after {MAX_RECORDINGS} captures" in step.figures()["compile/optimizer_reason"]
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+
+
+def test_a_replaced_gradient_is_captured_again() -> None:
+    def replace_one(i: int, opt: torch.optim.Optimizer) -> None:
+        if i == 20:
+            first = opt.param_groups[0]["params"][0]
+            first.grad = torch.zeros_like(first)  # a hook that sets .grad to a new tensor
+
+    rehearsal = Rehearsal()
+    _, step = _captured(_model(), rehearsal, replace_one)
+    assert rehearsal.captures == 2 and step.graphed[0].stopped is None
+    assert step.graphed[0].step.bound()

@@ -29,7 +29,6 @@ are unchanged; after ``MAX_RECORDINGS`` captures the step stays uncaptured, and 
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -163,25 +162,48 @@ class GraphSafeStep:
             ti.zero_in_place(self._live[0])
 
 
-class CapturedStep:
-    """Runs a :class:`GraphSafeStep`: on CUDA with ``capture``, warmed up on a side stream, captured once into a
-    ``torch.cuda.CUDAGraph`` and replayed; otherwise called as it is. Counts what happened."""
+class CudaGraphCapture:
+    """How :class:`CapturedStep` warms the function up and captures it on CUDA: each warm-up on a side stream (as
+    ``torch.cuda.graph`` requires), the capture into one ``torch.cuda.CUDAGraph``, whose replay it returns."""
 
-    def __init__(self, step: GraphSafeStep, capture: bool) -> None:
+    def __init__(self) -> None:
+        self._stream: Any = None
+
+    def warm_up(self, fn: Callable[[], None]) -> None:
+        stream = self._stream = self._stream or torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            fn()
+        torch.cuda.current_stream().wait_stream(stream)
+
+    def capture(self, fn: Callable[[], None]) -> Callable[[], None]:
+        graph = torch.cuda.CUDAGraph()
+        # A capture records and runs nothing (the caller replays it for this step's update). thread_local, as
+        # Inductor's CUDA-graph trees capture: runner's console and compile threads may touch CUDA meanwhile.
+        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+            fn()
+        return graph.replay
+
+
+class CapturedStep:
+    """Runs a :class:`GraphSafeStep`: with ``capture``, warmed up ``WARMUP_CALLS`` times, captured once and
+    replayed (``capturer``: :class:`CudaGraphCapture`, the seam the CPU tests drive the same logic through);
+    otherwise called as it is. Counts what happened."""
+
+    def __init__(self, step: GraphSafeStep, capture: bool, capturer: Any = None) -> None:
         self.step = step
         self.capture = capture
-        self.graph: Any = None
+        self.capturer = capturer if capturer is not None else CudaGraphCapture()
+        self.replay: Callable[[], None] | None = None
+        """The captured step's replay (None: not captured now)."""
         self.recordings = 0
         self.replays = 0
         self.uncaptured = 0
         """Calls that ran the function itself (warm-up, or not captured)."""
         self.stopped: str | None = None
         """Why the step stopped capturing (None: it captures, or was never asked to)."""
-        self.region: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext
-        """Around each replay (the device-busy clock's events)."""
         self._warmups = 0
         self._constants: list[tuple[Any, ...]] = []
-        self._stream: Any = None
 
     def __call__(self, **_: Any) -> None:
         step = self.step
@@ -193,38 +215,25 @@ class CapturedStep:
             self.uncaptured += 1
             step()
             return
-        if self.graph is not None and _constants(step.optimizer) != self._constants:
+        if self.replay is not None and _constants(step.optimizer) != self._constants:
             self._drop("a hyper-parameter the fused kernel takes as a constant changed (betas, weight decay, eps)")
-        if self.graph is None:
-            self._warm_up_or_capture()
+        if self.replay is None and self.stopped is not None:
+            self.uncaptured += 1
+            step()
             return
-        with self.region():
-            self.graph.replay()
-        self.replays += 1
-
-    def _warm_up_or_capture(self) -> None:
-        stream = self._stream = self._stream or torch.cuda.Stream()
-        if self._warmups < WARMUP_CALLS:
+        if self.replay is None and self._warmups < WARMUP_CALLS:
             self._warmups += 1
             self.uncaptured += 1
-            stream.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(stream):
-                self.step()
-            torch.cuda.current_stream().wait_stream(stream)
+            self.capturer.warm_up(step)
             return
-        self._constants = _constants(self.step.optimizer)
-        graph = torch.cuda.CUDAGraph()
-        # A capture records and runs nothing: the replay below is this step's update. thread_local, as Inductor's
-        # CUDA-graph trees capture: runner's console and compile threads may touch CUDA meanwhile.
-        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
-            self.step()
-        self.graph, self.recordings = graph, self.recordings + 1
-        with self.region():
-            graph.replay()
+        if self.replay is None:
+            self._constants = _constants(step.optimizer)
+            self.replay, self.recordings = self.capturer.capture(step), self.recordings + 1
+        self.replay()
         self.replays += 1
 
     def _drop(self, why: str) -> None:
-        self.graph, self._warmups = None, 0
+        self.replay, self._warmups = None, 0
         if self.recordings >= MAX_RECORDINGS:
             self.stopped = f"uncaptured after {self.recordings} captures: {why}"
 

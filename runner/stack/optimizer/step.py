@@ -88,6 +88,8 @@ class OptimizerStep:
     """Why the step cannot be graph-safe (``capture_blocker``), shown where one was wanted."""
     asked_graphed: bool = False
     """``compile.optimizer=graphed`` was set (not picked by ``auto``)."""
+    capturer: Any = None
+    """How a captured graph-safe step is warmed up and captured (None: ``CudaGraphCapture``, on CUDA)."""
 
     compiled_steps: int = 0
     """Compiled optimizer steps that ran compiled."""
@@ -135,7 +137,7 @@ class OptimizerStep:
         if self.capture:
             for group in optimizer.param_groups:
                 group["capturable"] = True  # torch's check before a capture; the fused state is on the device anyway
-        graphed = CapturedStep(GraphSafeStep(optimizer, self.clipping, device), self.capture)
+        graphed = CapturedStep(GraphSafeStep(optimizer, self.clipping, device), self.capture, self.capturer)
         self.graphed.append(graphed)
         self._prior.append((optimizer, vars(optimizer).get("step", _MISSING)))
         # Not counted as compiled or eager steps: no stance changes what it runs (the speedup meter's eager
