@@ -236,15 +236,10 @@ class CompileStack:
             self.parts.optimizer_step.after_restore()
 
     def skip_nonfinite_on_device(self, limit: int) -> Any:
-        """Hand ``reliability.on_nonfinite=skip`` to the graph-safe optimizer step (before the first step): it skips
-        updates whose gradients are non-finite on the device and records the first ``limit`` skipped steps.
-        Returns that step (its ``read_skips``), or None where the optimizer step is not graph-safe."""
+        """Hand ``reliability.on_nonfinite=skip`` to the graph-safe optimizer step, if the fit has one
+        (``OptimizerStep.skip_on_device``); None where it has not."""
         step = self.parts.optimizer_step if self.parts is not None else None
-        if step is None or len(step.graphed) != 1:
-            return None
-        graph_safe = step.graphed[0].step
-        graph_safe.skip_on_device(limit)
-        return graph_safe
+        return step.skip_on_device(limit) if step is not None else None
 
     @contextlib.contextmanager
     def optimizer_step_context(self) -> Iterator[None]:

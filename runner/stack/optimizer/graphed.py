@@ -37,6 +37,11 @@ import torch
 from torch.optim import Optimizer
 
 from runner import torch_internals as ti
+from runner.figures.cudagraphs import (
+    CUDAGRAPHS_OPTIMIZER_RECORDINGS,
+    CUDAGRAPHS_OPTIMIZER_REPLAYS,
+    CUDAGRAPHS_OPTIMIZER_UNCAPTURED,
+)
 
 WARMUP_CALLS = 2
 """Calls run eagerly on a side stream before the capture (the first creates the optimizer's state)."""
@@ -239,6 +244,13 @@ class CapturedStep:
 
     def zero_grads(self) -> None:
         self.step.zero_grads()
+
+
+def capture_figures(steps: list[CapturedStep]) -> dict[str, Any]:
+    """What the graph-safe steps did: captures, replays, and calls that ran uncaptured."""
+    return {CUDAGRAPHS_OPTIMIZER_RECORDINGS: sum(g.recordings for g in steps),
+            CUDAGRAPHS_OPTIMIZER_REPLAYS: sum(g.replays for g in steps),
+            CUDAGRAPHS_OPTIMIZER_UNCAPTURED: sum(g.uncaptured for g in steps)}
 
 
 def gradient_hooks(module: Any, callbacks: list[Any]) -> list[str]:

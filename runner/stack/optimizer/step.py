@@ -41,13 +41,9 @@ from runner.figures.compile_plan import (
     COMPILE_OPTIMIZER_EAGER_STEPS,
     COMPILE_OPTIMIZER_REASON,
 )
-from runner.figures.cudagraphs import (
-    CUDAGRAPHS_OPTIMIZER_RECORDINGS,
-    CUDAGRAPHS_OPTIMIZER_REPLAYS,
-    CUDAGRAPHS_OPTIMIZER_UNCAPTURED,
-)
+from runner.figures.cudagraphs import CUDAGRAPHS_OPTIMIZER_RECORDINGS, CUDAGRAPHS_OPTIMIZER_REPLAYS
 from runner.stack.compiling.plan import eager_only, supports_fused
-from runner.stack.optimizer.graphed import CapturedStep, Clipping, GraphSafeStep
+from runner.stack.optimizer.graphed import CapturedStep, Clipping, GraphSafeStep, capture_figures
 from runner.stack.step_mode import StepMode
 
 log = logging.getLogger(__name__)
@@ -145,6 +141,15 @@ class OptimizerStep:
         optimizer.step = _closure_step(optimizer, graphed, _uncounted,  # type: ignore[method-assign]
                                        on_error=graphed.zero_grads)
 
+    def skip_on_device(self, limit: int) -> GraphSafeStep | None:
+        """Hand ``reliability.on_nonfinite=skip`` to the graph-safe step (before the first step): it skips updates
+        whose gradients are non-finite on the device and records the first ``limit`` skipped steps. Returns that
+        step (its ``read_skips``), or None where the fit's optimizer step is not one graph-safe step."""
+        if len(self.graphed) != 1:
+            return None
+        self.graphed[0].step.skip_on_device(limit)
+        return self.graphed[0].step
+
     def _install(self, optimizer: Optimizer, device: torch.device) -> None:
         self._tensor_lrs(optimizer, device)
         # The class's step, not ``optimizer.step``: an LR scheduler replaces the latter with a wrapper
@@ -220,24 +225,16 @@ class OptimizerStep:
         if self.eager:
             out[COMPILE_OPTIMIZER_EAGER] = dict(self.eager)
         if self.graphed:
-            out.update(self._graphed_figures())
-        return out
-
-    def _graphed_figures(self) -> dict[str, Any]:
-        """What the graph-safe steps did: captures, replays, uncaptured calls, and why one stopped capturing."""
-        out: dict[str, Any] = {CUDAGRAPHS_OPTIMIZER_RECORDINGS: sum(g.recordings for g in self.graphed),
-                               CUDAGRAPHS_OPTIMIZER_REPLAYS: sum(g.replays for g in self.graphed),
-                               CUDAGRAPHS_OPTIMIZER_UNCAPTURED: sum(g.uncaptured for g in self.graphed)}
-        stopped = [g.stopped for g in self.graphed if g.stopped]
-        if stopped:
-            out[COMPILE_OPTIMIZER_REASON] = f"{out.get(COMPILE_OPTIMIZER_REASON, self.reason)}; {stopped[0]}"
+            out.update(capture_figures(self.graphed))
+            if (stopped := next((g.stopped for g in self.graphed if g.stopped), None)) is not None:
+                out[COMPILE_OPTIMIZER_REASON] = f"{out[COMPILE_OPTIMIZER_REASON]}; {stopped}"
         return out
 
     def describe(self) -> str:
         """The optimizer step in a few words, for the end-of-fit line."""
         text = str(self.figures()[COMPILE_OPTIMIZER])
         if self.graphed:
-            g = self._graphed_figures()
+            g = capture_figures(self.graphed)
             text += (f" ({self.clipping.describe()}; {g[CUDAGRAPHS_OPTIMIZER_RECORDINGS]} recorded, "
                      f"{g[CUDAGRAPHS_OPTIMIZER_REPLAYS]} replayed)" if self.capture else
                      f" ({self.clipping.describe()}; uncaptured)")
