@@ -133,6 +133,9 @@ def test_a_cpu_fit_under_auto_is_unchanged_and_says_why() -> None:
     assert not [w for w in caught if "CUDA" in str(w.message)]
     figures = auto.stack.figures()
     assert figures["cudagraphs/decision"] == "off: cudagraphs=auto: no CUDA device"
+    from runner.telemetry.report import summary_rows
+
+    assert dict(summary_rows(figures))["CUDA graphs"] == "off: cudagraphs=auto: no CUDA device"  # which and why
     assert figures["cudagraphs/active"] is False and figures["cudagraphs/requested"] is False
     assert figures["compile/optimizer"] == "fused"  # never graphed without CUDA graphs
     disabled = fit(CudaGraphMode.disabled).stack

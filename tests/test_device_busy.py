@@ -29,6 +29,14 @@ def test_host_time_counts_only_compiled_steps_not_waited_for() -> None:
     assert meter.figures() == {"perf/host_ms_per_step": 2.0}
 
 
+def test_the_summary_shows_both_where_they_were_measured() -> None:
+    from runner.telemetry.report import summary_rows
+
+    rows = dict(summary_rows({"perf/host_ms_per_step": 1.25, "perf/device_busy": 0.875, "perf/step_ms": 4.0}))
+    assert "1.25" in rows["host per step [ms]"] and "0.875" in rows["device busy"]
+    assert not {"host per step [ms]", "device busy"} & set(dict(summary_rows({"perf/step_ms": 4.0})))
+
+
 def test_nothing_is_measured_off_cuda() -> None:
     meter = build_host_device(torch.device("cpu"))
     assert type(meter) is NoHostDevice
