@@ -166,7 +166,8 @@ def test_cuda_graphs_capture_and_replay_on_gpu() -> None:
     # backward record in one step, nothing records again, and every later step replays its own graphs.
     assert figures["cudagraphs/recording_steps"] == 1 and figures["cudagraphs/rerecordings"] == 0
     assert figures["cudagraphs/replay_steps"] == 8 - REQUESTED.warmup_steps - 2
-    assert figures["compile/optimizer"] == "fused"  # outside the graph tree: nothing of it records
+    # auto under CUDA graphs: the graph-safe step (clipping, the update, zeroing) recorded once in its own graph.
+    assert figures["compile/optimizer"] == "graphed" and figures["cudagraphs/optimizer_recordings"] == 1
     assert figures["cudagraphs/static_batch_copies"] == 2 * 8  # inputs and targets, every step
     from torch._dynamo.utils import counters
 
@@ -314,21 +315,28 @@ def test_speedup_is_measured_under_cuda_graphs_on_gpu() -> None:
     assert figures["perf/speedup_status"] == "measured", figures["perf/speedup_status"]
     assert figures["perf/speedup_x"] > 0
     stack = strategy.stack.figures()
-    assert stack["compile/optimizer"] == "fused" and stack["cudagraphs/rerecordings"] == 0
+    assert stack["compile/optimizer"] == "graphed" and stack["cudagraphs/rerecordings"] == 0
 
 
 # -- record once, replay every step (docs/compile.md, "Record once, replay every step") ----------------------
-def test_auto_steps_the_optimizer_fused_outside_the_graph_tree() -> None:
-    """Under CUDA graphs ``auto`` takes the fused kernel where there is one (a compiled step would be a
-    tree root of its own, copying every gradient on each replay), and compiles the step where not."""
+def test_auto_captures_the_optimizer_step_or_steps_it_fused_outside_the_graph_tree() -> None:
+    """Under CUDA graphs ``auto`` captures the graph-safe step (clipping, the update, zeroing) in a CUDA graph of its
+    own; where something keeps it from being graph-safe, it takes the fused kernel outside the graph tree (a compiled
+    step would be a tree root of its own, copying every gradient on each replay), and compiles the step where
+    there is no fused kernel."""
     from runner.stack.compiling.plan import resolve_optimizer_policy
 
     model = torch.nn.Linear(4, 4)
     cuda = torch.device("cuda", 0)
-    policy, reason = resolve_optimizer_policy(OptimizerPolicy.auto, torch.optim.AdamW(model.parameters()), cuda, True)
-    assert policy is OptimizerPolicy.fused and "outside the graph tree" in reason
+    adamw = torch.optim.AdamW(model.parameters())
+    policy, reason = resolve_optimizer_policy(OptimizerPolicy.auto, adamw, cuda, True)
+    assert policy is OptimizerPolicy.graphed and "captured in one CUDA graph" in reason
+    policy, reason = resolve_optimizer_policy(OptimizerPolicy.auto, adamw, cuda, True, blocker="a hook")
+    assert policy is OptimizerPolicy.fused and "outside the graph tree" in reason and "not captured: a hook" in reason
     policy, _ = resolve_optimizer_policy(OptimizerPolicy.auto, torch.optim.RMSprop(model.parameters()), cuda, True)
     assert policy is OptimizerPolicy.compiled
+    policy, _ = resolve_optimizer_policy(OptimizerPolicy.auto, adamw, cuda, False)  # no CUDA graphs: never graphed
+    assert policy is OptimizerPolicy.fused
 
 
 class AddressChurn(Callback):

@@ -62,7 +62,8 @@ SUGGESTED = suggested_overrides()
 
 
 def test_the_scan_finds_the_suggestions_users_read() -> None:
-    for known in ("cudagraphs=reduce_overhead", "compile.on_error=eager", "offload=bf16", "dynamic=unbacked",
+    for known in ("cudagraphs=reduce_overhead", "cudagraphs=auto", "compile.optimizer=graphed",
+                  "compile.on_error=eager", "offload=bf16", "dynamic=unbacked",
                   "trainer=cpu", "compile.fullgraph=false", "telemetry.trace=true", "tune.steps=12",
                   "trainer=fsdp", "compile=blocks", "trainer.precision=bf16-mixed"):
         assert known in SUGGESTED

@@ -531,3 +531,29 @@ def test_compile_events_register_torchs_callbacks_once_for_every_listener() -> N
     for remove in [*removes, late]:
         remove()
     assert len(handler.start_callbacks) == 0 and ti.COMPILE_EVENT_SOURCE.listeners == 0
+
+
+def test_a_fused_optimizer_skips_its_update_on_the_found_inf_flag() -> None:
+    """The graph-safe optimizer step (runner.stack.optimizer.graphed) skips a non-finite step inside the fused
+    kernel: on every supported torch, torch's fused AdamW, Adam and SGD leave parameters, state and step counts
+    alone where the flag is 1, and update where it is 0. (SGD's momentum buffers are primed at zero first, as the
+    step does: a fused SGD's first step makes them with ``empty_like`` and a skipped kernel never fills them.)"""
+    from runner.stack.optimizer.graphed import prime_momentum
+
+    for make in (lambda ps: torch.optim.AdamW(ps, lr=torch.tensor(0.1), fused=True),
+                 lambda ps: torch.optim.Adam(ps, lr=torch.tensor(0.1), fused=True),
+                 lambda ps: torch.optim.SGD(ps, lr=torch.tensor(0.1), momentum=0.9, fused=True)):
+        p = torch.nn.Parameter(torch.ones(3))
+        opt = make([p])
+        p.grad = torch.ones(3)
+        prime_momentum(opt)
+        flag = torch.ones(())
+        ti.skip_update_on(opt, flag)
+        opt.step()
+        assert torch.equal(p.detach(), torch.ones(3)), type(opt).__name__
+        assert all(not torch.is_tensor(v) or not v.any() for v in opt.state[p].values())
+        flag.zero_()
+        opt.step()
+        assert not torch.equal(p.detach(), torch.ones(3)), type(opt).__name__
+        ti.zero_in_place([p.grad])
+        assert p.grad is not None and not p.grad.any()

@@ -20,7 +20,8 @@ def check_fsdp_scope(cfg: RunConfig) -> str | None:
 
 
 def check_fsdp_cudagraphs(cfg: RunConfig) -> str | None:
-    if cfg.trainer.sharded and cfg.cudagraphs.mode is not CudaGraphMode.disabled:
+    # cudagraphs=auto stays off under FSDP by itself (runner.config.rules.cudagraphs_decision): nothing to refuse.
+    if cfg.trainer.sharded and cfg.cudagraphs.mode is CudaGraphMode.reduce_overhead:
         return ("cudagraphs=reduce_overhead with trainer.distributed=fsdp: FSDP2 allocates and frees the gathered "
                 "parameters around every block, outside the compiled graphs, so no static addresses exist to "
                 "record. Use cudagraphs=disabled with FSDP, or trainer.distributed=ddp.")

@@ -138,7 +138,8 @@ def check_cudagraphs_combinations(cfg: RunConfig) -> str | None:
 
 
 def warn_cudagraphs_on_cpu(cfg: RunConfig) -> str | None:
-    if cfg.cudagraphs.mode is not CudaGraphMode.disabled and cfg.trainer.accelerator == "cpu":
+    # cudagraphs=auto is off on the CPU by design (the default): nothing to warn about.
+    if cfg.cudagraphs.mode is CudaGraphMode.reduce_overhead and cfg.trainer.accelerator == "cpu":
         return (f"cudagraphs.mode={cfg.cudagraphs.mode.value} on trainer.accelerator=cpu: CUDA graphs need a CUDA "
                 "device and are skipped here (reported as inactive). Use cudagraphs=disabled on CPU.")
     return None

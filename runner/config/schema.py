@@ -32,6 +32,7 @@ class OptimizerPolicy(Enum):
     none = "none"  # the optimizer as configured, eager
     compiled = "compiled"  # optimizer.step traced by Dynamo, tensor learning rate
     fused = "fused"  # the optimizer's fused kernel (fused=True), eager
+    graphed = "graphed"  # clipping, the non-finite skip, the fused update and zeroing as one graph-safe function
     auto = "auto"  # the fastest correct choice for the device; the choice is logged
 
 
@@ -77,6 +78,7 @@ class CudaGraphMode(Enum):
 
     disabled = "disabled"
     reduce_overhead = "reduce_overhead"  # Inductor's CUDA-graph trees (mode="reduce-overhead")
+    auto = "auto"  # reduce_overhead where the step is eligible (runner.config.rules.cudagraphs_decision), else disabled
 
 
 @dataclass
@@ -121,7 +123,9 @@ class CompileConfig:
 class CudaGraphsConfig:
     """The ``cudagraphs`` group."""
 
-    mode: CudaGraphMode = CudaGraphMode.disabled
+    mode: CudaGraphMode = CudaGraphMode.auto
+    """auto (the default): on where the step is eligible on CUDA, off with the reason otherwise (always off on the
+    CPU); reduce_overhead: on wherever there is a CUDA device; disabled: never."""
     skip_dynamic_graphs: bool = True
     """Leave nodes that use a dynamic size out of CUDA graphs, graph the rest; false: a graph per size."""
     warmup_steps: int = 3

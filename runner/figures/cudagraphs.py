@@ -10,7 +10,8 @@ from __future__ import annotations
 from runner.figures.registry import define
 
 CUDAGRAPHS_REQUESTED = define("cudagraphs/requested", "whether CUDA graphs were asked for (cudagraphs.mode)")
-CUDAGRAPHS_MODE = define("cudagraphs/mode", "cudagraphs.mode: reduce_overhead (Inductor's CUDA-graph trees)")
+CUDAGRAPHS_MODE = define("cudagraphs/mode", "cudagraphs.mode: auto (the default), reduce_overhead (Inductor's "
+                          "CUDA-graph trees) or disabled")
 CUDAGRAPHS_ACTIVE = define("cudagraphs/active", "whether CUDA graphs were recorded and replayed",
                            label="CUDA graphs active")
 CUDAGRAPHS_RECORDINGS = define("cudagraphs/recordings", "CUDA graphs recorded (graph partitions), all steps",
@@ -44,3 +45,18 @@ CUDAGRAPHS_EAGER_REASONS = define("cudagraphs/eager_reasons",
                                   'nodes left out of CUDA graphs: [{"reason", "nodes", "graphs", "example", "fix"}], '
                                   "torch's reason, how many, in which graphs, one operator and the change that brings "
                                   "them in")
+CUDAGRAPHS_DECISION = define("cudagraphs/decision",
+                             "whether CUDA graphs are on and why: cudagraphs=auto's decision (on where the step is "
+                             "eligible, off with the reason otherwise), or what was asked for",
+                             label="CUDA graphs")
+CUDAGRAPHS_OPTIMIZER_RECORDINGS = define("cudagraphs/optimizer_recordings",
+                                         "captures of the graph-safe optimizer step (clipping, the update, zeroing) "
+                                         "into its CUDA graph: 1 when its replays hold",
+                                         label="  optimizer step recorded")
+CUDAGRAPHS_OPTIMIZER_REPLAYS = define("cudagraphs/optimizer_replays",
+                                      "optimizer steps that replayed the graph-safe step's CUDA graph",
+                                      label="  optimizer steps replayed")
+CUDAGRAPHS_OPTIMIZER_UNCAPTURED = define("cudagraphs/optimizer_uncaptured",
+                                         "optimizer steps the graph-safe step ran as it is: its warm-up, everywhere "
+                                         "without CUDA graphs, or after it stopped capturing (why: "
+                                         "compile/optimizer_reason)")

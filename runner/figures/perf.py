@@ -63,3 +63,12 @@ PERF_MFU = define("perf/mfu", "FLOP/s achieved over the last 50 steps / the devi
 PERF_PEAK_TFLOPS = define("perf/peak_tflops", "the peak MFU is against", label="  device peak [TFLOP/s]")
 PERF_PEAK_SOURCE = define("perf/peak_source", "measured by a matmul probe, cached, given, or achieved by this run",
                           label="  peak source")
+PERF_HOST_MS_PER_STEP = define("perf/host_ms_per_step",
+                               "CUDA only: median host time of the compiled steps not waited for (launching the "
+                               "step's work; a replayed CUDA graph makes it small), over the last 1000",
+                               label="host per step [ms]")
+PERF_DEVICE_BUSY = define("perf/device_busy",
+                          "CUDA only: share of one sampled window of compiled steps the device spent running "
+                          "kernels (the union of the profiler's kernel times over the window's wall time)",
+                          label="device busy")
+PERF_DEVICE_BUSY_STEPS = define("perf/device_busy_steps", "the steps of the window perf/device_busy was sampled in")

@@ -47,7 +47,9 @@ from lightning.pytorch.callbacks import Callback
 from runner.config.schema import OnNonFinite
 from runner.errors import RunStopped
 from runner.figures.reliability import RELIABILITY_SKIPPED_STEPS
+from runner.reliability.device_skips import DeviceSkips
 from runner.reliability.flags import fold_flags, host_flags, nonfinite_flag, pending_flags  # noqa: F401
+from runner.stack import stack_of
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +94,9 @@ def check_every_for(device: torch.device, log_every_n_steps: int) -> int:
 class NonFiniteGuard(Callback):
     """Stops or skips on a non-finite loss (see the module docstring).
 
+    Under a graph-safe optimizer step (``compile.optimizer=graphed``) ``skip`` is handed to the step, which skips
+    on the device (:mod:`runner.reliability.device_skips`).
+
     ``check_every``: optimizer steps between reads under ``stop`` (None: :func:`check_every_for` the
     run's device and ``log_every_n_steps``)."""
 
@@ -116,6 +121,11 @@ class NonFiniteGuard(Callback):
         self._saving = False
         self._trainer: L.Trainer | None = None
         self._original_step: Callable[..., Any] | None = None
+        self._device: DeviceSkips | None = None  # skip handed to a graph-safe optimizer step
+
+    leaves_gradients_alone = True
+    """Its ``on_before_optimizer_step`` reads its own loss copies, never a gradient: a graph-safe optimizer step
+    runs beside it."""
 
     # -- wiring --------------------------------------------------------------------------------
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -130,9 +140,19 @@ class NonFiniteGuard(Callback):
             log.warning("reliability.on_nonfinite=skip: %s steps its optimizers itself (manual optimization), "
                         "so no step can be skipped for it; a non-finite loss stops the run instead, as with "
                         "reliability.on_nonfinite=stop", type(pl_module).__name__)
+        self._device = None
         if self._policy is OnNonFinite.skip:
+            stack = stack_of(trainer)
+            step = stack.skip_nonfinite_on_device(self.max_skipped_steps + 1) if stack is not None else None
+            if step is not None:  # the graph-safe step skips on the device: no read before every update
+                self._device = DeviceSkips(step, self.max_skipped_steps, self.ckpt_path)
+                return
             self._original_step = pl_module.optimizer_step
             pl_module.optimizer_step = self._guarded_optimizer_step  # type: ignore[method-assign]
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self._device is not None:
+            self._device.start(trainer.global_step, len(self.skipped))
 
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         self._trainer = None
@@ -142,6 +162,8 @@ class NonFiniteGuard(Callback):
 
     # -- on the device: no host sync -------------------------------------------------------------
     def on_before_backward(self, trainer: L.Trainer, pl_module: L.LightningModule, loss: torch.Tensor) -> None:
+        if self._device is not None:
+            return  # the optimizer step flags non-finite gradients itself
         self._losses.append((trainer.global_step + 1, loss.detach().clone()))
         if len(self._losses) >= FOLD_EVERY:
             self._fold()
@@ -174,6 +196,10 @@ class NonFiniteGuard(Callback):
 
     def on_before_optimizer_step(self, trainer: L.Trainer, pl_module: L.LightningModule, optimizer: Any) -> None:
         step = trainer.global_step + 1
+        if self._device is not None and step % self._every == 0 and self._read_at != step:
+            self._read_at = step
+            self.reads += 1
+            self._device.read(trainer, self.skipped, NonFiniteLossError)
         if self._policy is not OnNonFinite.stop or step % self._every or self._read_at == step:
             return
         self._read_at = step
@@ -184,9 +210,15 @@ class NonFiniteGuard(Callback):
         # ran (what is pending belongs to the step under way); this guard's own save is the last good state.
         if self._policy is OnNonFinite.stop and not self._saving:
             self._decide(trainer, *self._read(trainer))
+        if self._device is not None:
+            self.reads += 1
+            self._device.read(trainer, self.skipped, NonFiniteLossError)
         self._saved_at = trainer.global_step
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self._device is not None:
+            self.reads += 1
+            self._device.read(trainer, self.skipped, NonFiniteLossError)
         if self._policy is OnNonFinite.stop:  # a non-finite loss in the last steps stops the run too
             self._decide(trainer, *self._read(trainer))
 

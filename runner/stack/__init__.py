@@ -11,7 +11,8 @@ each: ``compiling`` (what is compiled and how, and applying it), ``background`` 
 from runner.stack.compile_stack import CompileSettings, CompileStack, LightningSide, stack_of
 from runner.stack.compiling.plan import CompilePlan, resolve_plan
 from runner.stack.fit_inputs import CacheArtifacts
+from runner.stack.optimizer.graphed import gradient_hooks
 from runner.stack.step_mode import Eager, StepMode
 
 __all__ = ["CacheArtifacts", "CompilePlan", "CompileSettings", "CompileStack", "Eager", "LightningSide", "StepMode",
-           "resolve_plan", "stack_of"]
+           "gradient_hooks", "resolve_plan", "stack_of"]

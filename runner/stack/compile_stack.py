@@ -27,6 +27,7 @@ import torch
 from torch.optim import Optimizer
 
 from runner import torch_internals as ti
+from runner.config.schema import OptimizerPolicy
 from runner.figures.compile_plan import (
     COMPILE_BACKEND,
     COMPILE_COMPILED_AUTOGRAD,
@@ -36,7 +37,7 @@ from runner.figures.compile_plan import (
 from runner.figures.compile_work import COMPILE_DEMOTED, COMPILE_DEMOTIONS, COMPILE_FRAMES
 from runner.stack.compiling.binding import code_of, install_step, user_step
 from runner.stack.compiling.compile import CompiledModules, apply_compile, compiled_submodules
-from runner.stack.compiling.plan import resolve_optimizers
+from runner.stack.compiling.plan import StepFacts, resolve_optimizers
 from runner.stack.component import overrides
 from runner.stack.deferred.metrics import metric_methods
 from runner.stack.errors.explain import explain_compile_error
@@ -44,6 +45,7 @@ from runner.stack.errors.storms import Storm
 from runner.stack.fit_inputs import CompileSettings, LightningSide
 from runner.stack.fit_parts import FitParts, build_fit_parts
 from runner.stack.offload.on_path import measure_saved_activations
+from runner.stack.optimizer.graphed import Clipping
 from runner.stack.step_mode import StepMode
 
 log = logging.getLogger(__name__)
@@ -119,9 +121,12 @@ class CompileStack:
         if lightning.shard is not None:  # 4. shard (FSDP): compiled blocks become FSDP units
             lightning.shard(module)
         optimizers = lightning.optimizers()  # 5. the optimizers as they will step (sharded params under FSDP)
+        facts = StepFacts(automatic_optimization=module.automatic_optimization, scaler=lightning.scaler,
+                          sharded=lightning.shard is not None, gradient_hooks=tuple(lightning.gradient_hooks))
         parts.plan = resolve_optimizers(parts.plan, self.settings.compile.optimizer, optimizers, lightning.device,  # 6.
-                                        scaler=lightning.scaler)
-        parts.apply_optimizer_step(optimizers, lightning.device)
+                                        facts=facts)
+        parts.apply_optimizer_step(optimizers, lightning.device,
+                                   Clipping(lightning.gradient_clip_val, lightning.gradient_clip_algorithm))
         parts.cudagraphs.configure()  # 7. CUDA graphs: static addresses, step marking
         parts.cudagraphs.apply(module)
         parts.cudagraphs.bind_optimizers(optimizers)
@@ -151,10 +156,14 @@ class CompileStack:
         self.parts.deferred.bind(module, metric_methods(module), detach_in_step=plan.backward_in_step,
                                  optimizer_lists=lightning.optimizer_lists,
                                  module_optimizers=lightning.module_optimizers)
-        if plan.backward_in_step:
-            # Lightning zeroes gradients between training_step and backward; here backward runs inside
-            # the step, so zeroing moves to just before it (same accumulation boundaries).
+        if plan.backward_in_step or plan.optimizer is OptimizerPolicy.graphed:
+            # Lightning zeroes gradients between training_step and backward. Here backward runs inside the step
+            # (zeroing moves to just before it, same accumulation boundaries), or the graph-safe optimizer step
+            # zeroes them in place after its update: set to None, they would move.
             module.optimizer_zero_grad = lambda *args, **kwargs: None  # type: ignore[method-assign]
+        if plan.optimizer is OptimizerPolicy.graphed:
+            # Its clipping too (trainer.gradient_clip_val), inside the graph-safe step: Lightning must not also clip.
+            module.configure_gradient_clipping = lambda *args, **kwargs: None  # type: ignore[method-assign]
         # The strategy's call and DDP's forward redirection both reach training_step.
         self._undo_step = install_step(module, self.training_step)
         self.parts.storms.start(self.parts.settings_owner)
@@ -168,6 +177,7 @@ class CompileStack:
         if self._module is not None:
             self._undo_step()
             vars(self._module).pop("optimizer_zero_grad", None)
+            vars(self._module).pop("configure_gradient_clipping", None)
             if self.parts is not None and self.parts.console is not None:
                 self.parts.console.say(self.parts.console.summary(self.parts.summary_extra(self.demoted)))
         self._module, self._step = None, None
@@ -224,6 +234,12 @@ class CompileStack:
         compiled optimizer step reads go back to the device (``OptimizerStep.after_restore``)."""
         if self.parts is not None and self.parts.optimizer_step is not None:
             self.parts.optimizer_step.after_restore()
+
+    def skip_nonfinite_on_device(self, limit: int) -> Any:
+        """Hand ``reliability.on_nonfinite=skip`` to the graph-safe optimizer step, if the fit has one
+        (``OptimizerStep.skip_on_device``); None where it has not."""
+        step = self.parts.optimizer_step if self.parts is not None else None
+        return step.skip_on_device(limit) if step is not None else None
 
     @contextlib.contextmanager
     def optimizer_step_context(self) -> Iterator[None]:

@@ -50,6 +50,8 @@ class LightningSide:
     optimizers: Callable[[], list[Optimizer]] = list
     """Step 5: the optimizers as they will step (Lightning's, or built after sharding under FSDP)."""
     accumulate_grad_batches: int = 1
+    world_size: int = 1
+    """Processes of the fit (DDP or FSDP ranks): ``cudagraphs=auto`` stays off with several."""
     sample_batch: Callable[[], tuple[Any, str]] = _no_batch
     """Step 0: one batch for the saved-activation measurement, or ``(None, why there is none)``."""
     step_context: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext
@@ -65,3 +67,10 @@ class LightningSide:
     sink: Callable[[str], None] | None = None
     """Where compile progress and the end-of-fit line go (None: nowhere, e.g. runner's own runs)."""
     automatic_optimization: bool = True
+    gradient_clip_val: float | None = None
+    """``trainer.gradient_clip_val``: the clipping a graph-safe optimizer step takes over from Lightning."""
+    gradient_clip_algorithm: str = "norm"
+    """``trainer.gradient_clip_algorithm``: ``norm`` or ``value``."""
+    gradient_hooks: list[str] = field(default_factory=list)
+    """The module's and callbacks' hooks that run between backward and the update and may clip, read or replace
+    gradients (``runner.stack.optimizer.graphed.gradient_hooks``): each keeps the step off the graph-safe path."""

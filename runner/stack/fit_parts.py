@@ -14,8 +14,9 @@ from torch.optim import Optimizer
 
 from runner import torch_internals as ti
 from runner.config import rules
-from runner.config.schema import OnError
-from runner.figures.compile_plan import COMPILE_MODE, COMPILE_OPTIMIZER, COMPILE_OPTIONS, COMPILE_TARGET
+from runner.config.schema import OnError, OptimizerPolicy
+from runner.figures.compile_plan import COMPILE_MODE, COMPILE_OPTIONS, COMPILE_TARGET
+from runner.figures.cudagraphs import CUDAGRAPHS_DECISION
 from runner.stack.background import BackgroundCompile, NoBackground, build_background
 from runner.stack.caches import LocalCompileCache, build_remote_cache
 from runner.stack.compiling.binding import reads_logged_results, takes_dataloader_iter, user_step
@@ -31,6 +32,7 @@ from runner.stack.errors.storms import StormWatch
 from runner.stack.fit_inputs import CacheArtifacts, CompileSettings, LightningSide
 from runner.stack.offload import OffloadComponent, build_offload
 from runner.stack.offload.component import excluded_inside_compiled
+from runner.stack.optimizer.graphed import Clipping
 from runner.stack.optimizer.step import OptimizerStep
 from runner.stack.step_mode import StepMode
 
@@ -98,10 +100,15 @@ class FitParts:
         if self.console is not None:
             self.console.configure()
 
-    def apply_optimizer_step(self, optimizers: list[Optimizer], device: torch.device) -> None:
-        """6. The optimizer step the plan chose (fused kernel, compiled, or as configured)."""
-        step = self.optimizer_step = OptimizerStep(self.plan.optimizer, self.plan.optimizer_reason,
-                                                   self.plan.optimizer_kwargs, step_mode=self.step_mode)
+    def apply_optimizer_step(self, optimizers: list[Optimizer], device: torch.device,
+                             clipping: Clipping | None = None) -> None:
+        """6. The optimizer step the plan chose (fused kernel, compiled, graph-safe, or as configured); a graph-safe
+        step takes ``clipping`` over from Lightning and is captured in a CUDA graph when CUDA graphs are on."""
+        p = self.plan
+        step = self.optimizer_step = OptimizerStep(
+            p.optimizer, p.optimizer_reason, p.optimizer_kwargs, step_mode=self.step_mode,
+            clipping=clipping or Clipping(), capture=p.cudagraphs, blocker=p.optimizer_blocker,
+            asked_graphed=self.settings.compile.optimizer is OptimizerPolicy.graphed)
         for opt in optimizers:
             step.prepare(opt, device)
 
@@ -112,12 +119,14 @@ class FitParts:
 
     def summary_extra(self, demoted: list[dict[str, Any]]) -> str:
         """The end-of-fit line's tail: the optimizer step, CUDA graphs and any demotion."""
-        opt = self.optimizer_step.figures()[COMPILE_OPTIMIZER] if self.optimizer_step else "none"
+        opt = self.optimizer_step.describe() if self.optimizer_step else "none"
         text = f"optimizer step: {opt}"
         if isinstance(self.background, BackgroundCompile):
             text += f"; compile beside the run: {self.background.outcome}"
         if self.plan.cudagraphs:
             text += f"; {self.cudagraphs.summary()}"
+        elif self.plan.cudagraphs_decision.worth_saying:
+            text += f"; CUDA graphs off ({self.plan.cudagraphs_decision.reason})"
         if demoted:
             text += "; demoted: " + ", ".join(f"{d['frame']} -> {d['to']} at step {d['step']}" for d in demoted)
         return text
@@ -134,7 +143,8 @@ class FitParts:
                 f"steps): {why}. The steps ran eagerly; compile/frames is 0.")
 
     def figures(self) -> dict[str, Any]:
-        out: dict[str, Any] = {COMPILE_MODE: self.plan.kwargs.get("mode"),
+        out: dict[str, Any] = {CUDAGRAPHS_DECISION: self.plan.cudagraphs_decision.describe(),
+                               COMPILE_MODE: self.plan.kwargs.get("mode"),
                                COMPILE_OPTIONS: dict(self.plan.kwargs.get("options", {})),
                                COMPILE_TARGET: self.plan.target_name}
         if self.optimizer_step is not None:
@@ -163,9 +173,15 @@ def build_fit_parts(settings: CompileSettings, module: L.LightningModule, lightn
     offload = build_offload(s.offload, device, s.compile.block_types)
     step = user_step(module)
     pulls, reads = takes_dataloader_iter(step), reads_logged_results(module)
+    facts = rules.CudaGraphsFacts(
+        on_cuda=device.type == "cuda", backend=s.compile.backend, compiles=s.compile.scope.row.compiles,
+        compile_mode=s.compile.mode, shape=s.dynamic.policy, offload=s.offload.strategy,
+        accumulate_grad_batches=lightning.accumulate_grad_batches, processes=lightning.world_size,
+        sharded=lightning.shard is not None, free_memory=free_memory_share(device))
     plan = resolve_plan(s.compile, s.cudagraphs, shape.dynamic_arg, device,
                         automatic_optimization=module.automatic_optimization, pulls_batches=pulls,
-                        reads_results=reads)
+                        reads_results=reads, facts=facts)
+    log.info("CUDA graphs %s", plan.cudagraphs_decision.describe())
     # The rules the config check enforces too (runner.config.rules), here with what the fit found; refused
     # before the saved-activation measurement (setup's step 0) spends its compiles.
     offload_cfg = s.offload
@@ -191,6 +207,15 @@ def build_fit_parts(settings: CompileSettings, module: L.LightningModule, lightn
                     storms=storms, background=background,
                     local_cache=LocalCompileCache(c.cache_dir, s.artifacts, c.cache_trust),
                     remote_cache=build_remote_cache(c.cache, device, c.cache_trust))
+
+
+def free_memory_share(device: torch.device) -> float | None:
+    """The share of a CUDA device's memory free now (what ``cudagraphs=auto`` wants headroom in); None elsewhere
+    (and where CUDA is not there to ask: a plan resolved for a CUDA device on a CPU-only machine)."""
+    if device.type != "cuda" or not torch.cuda.is_available():
+        return None
+    free, total = torch.cuda.mem_get_info(device)
+    return free / total if total else None
 
 
 def _quiet(message: str) -> None:

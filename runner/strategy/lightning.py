@@ -24,7 +24,7 @@ from torch.optim import Optimizer
 
 from runner import lightning_internals as li
 from runner.config.schema import CompileConfig, CudaGraphsConfig, DynamicConfig, OffloadConfig
-from runner.stack import CacheArtifacts, CompileSettings, CompileStack, LightningSide
+from runner.stack import CacheArtifacts, CompileSettings, CompileStack, LightningSide, gradient_hooks
 from runner.strategy.log_fastpath import LogFastPath
 from runner.strategy.progress_sink import progress_sink
 
@@ -102,6 +102,7 @@ class CompileStrategyBase:
             device=strategy.root_device,
             optimizers=optimizers or (lambda: list(strategy.optimizers)),
             accumulate_grad_batches=trainer.accumulate_grad_batches,
+            world_size=trainer.world_size,
             sample_batch=lambda: sample_batch(trainer, strategy.lightning_module),
             step_context=strategy.precision_plugin.train_step_context,
             shard=shard,
@@ -109,6 +110,11 @@ class CompileStrategyBase:
             optimizer_lists=li.optimizer_lists(strategy),
             module_optimizers=lambda: li.lightning_optimizers(strategy),
             sink=progress_sink(trainer) if self.stack.console else None,
+            automatic_optimization=strategy.lightning_module.automatic_optimization,
+            gradient_clip_val=trainer.gradient_clip_val,
+            gradient_clip_algorithm=str(getattr(trainer.gradient_clip_algorithm, "value", None) or "norm"),
+            # Lightning's callback connector sets ``trainer.callbacks`` at run time: the class does not declare it.
+            gradient_hooks=gradient_hooks(strategy.lightning_module, trainer.callbacks),  # type: ignore[attr-defined]
         )
 
     def _setup_lightning(self, trainer: L.Trainer) -> None:

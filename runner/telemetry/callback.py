@@ -49,6 +49,7 @@ from runner.telemetry import ranks, sinks
 from runner.telemetry.advice import advice_lines
 from runner.telemetry.clock import StepClock
 from runner.telemetry.collector import CompileCollector
+from runner.telemetry.device_busy import NoHostDevice, build_host_device
 from runner.telemetry.peak import Peak, forget_peak, mfu_figures, reset_memory_peak, resolve_peak
 from runner.telemetry.speedup import SPEEDUP_KEYS, SpeedupMeter
 from runner.telemetry.throughput import (
@@ -103,6 +104,7 @@ class CompileTelemetry(pl.Callback):
         self.trace = StructuredTrace(self.run_dir, cfg.trace)
         self._carried: dict[str, Any] = {}  # the speedup measured before a resume (from the checkpoint)
         self._held = False
+        self.host_device: NoHostDevice = NoHostDevice()
 
     # -- lifecycle ---------------------------------------------------------------------------
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
@@ -118,6 +120,7 @@ class CompileTelemetry(pl.Callback):
         self.peak = resolve_peak(self._device, str(trainer.precision), self.cfg.peak_tflops)
         if self.clock is None:
             self.clock = StepClock(self._device)
+        self.host_device = build_host_device(self._device)  # perf/host_ms_per_step, perf/device_busy: CUDA only
         self.progress = CompileProgress(sinks.progress_sink(trainer), interval_s=self.heartbeat_s)
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -160,6 +163,7 @@ class CompileTelemetry(pl.Callback):
             self._sampled_step = step
         self._step_state = (mode, held, len(self.collector.events))
         self._held = why is Eager.warmup  # the speedup's warm-up counts only the steps after it
+        self.host_device.step_start(step, mode)
         self.clock.start(timed=sampled or self.meter.wants_time(mode))
 
     def on_train_batch_end(
@@ -179,6 +183,7 @@ class CompileTelemetry(pl.Callback):
         compiling = bool(self.collector.compiling())
         compiled = bool(kinds) or compiling
         recording_only = kinds == {"cudagraph_recording"} and not compiling
+        self.host_device.step_end(ms, timed, compiled=mode == "compiled" and not compiled)
         self.meter.record(self.collector.step or 0, mode, ms, compiled, samples=samples, tokens=tokens, timed=timed,
                           held=self._held, recording_only=recording_only)
         step = trainer.global_step
@@ -229,6 +234,7 @@ class CompileTelemetry(pl.Callback):
         if self.collector is not None and self._final is None:
             self._final = self._figures()
             self.collector.stop()
+        self.host_device.close()
         if self.progress is not None:
             self.progress.close()
         self.trace.stop()
@@ -258,6 +264,7 @@ class CompileTelemetry(pl.Callback):
             figures.update(self._carried)
             figures[PERF_SPEEDUP_STATUS] = "measured before the resume"
         figures[MEMORY_PEAK_GIB] = peak_memory_gib(self._device)
+        figures.update(self.host_device.figures())
         figures.update(self._per_rank)
         # Throughput over recent timed compiled steps (total work / total time: right for varying
         # lengths), summed over ranks.

@@ -298,3 +298,21 @@ def cudagraph_tree_state(device_index: int) -> str | None:
 
 CUDAGRAPH_RECORDING_TRIGGER = "CUDAGRAPH_RECORDING"
 """The compile-callback trigger torch reports while a CUDA graph is recorded (``CallbackTrigger``)."""
+
+
+def cuda_kernel_profiler() -> Any:
+    """A started ``torch.profiler.profile`` recording CUDA kernels only (for :func:`kernel_intervals`)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    prof = profile(activities=[ProfilerActivity.CUDA])
+    prof.start()
+    return prof
+
+
+def kernel_intervals(prof: Any) -> list[tuple[float, float]]:
+    """(start, end) in microseconds of every device kernel a stopped profiler recorded: its events on a device
+    (``FunctionEvent.device_type`` other than CPU) with their ``time_range``."""
+    from torch.autograd import DeviceType
+
+    return [(float(e.time_range.start), float(e.time_range.end)) for e in prof.events()
+            if e.device_type != DeviceType.CPU]

@@ -246,3 +246,15 @@ def fused_kernel_devices() -> list[str]:
     from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
 
     return list(_get_fused_kernels_supported_devices())
+
+
+def skip_update_on(optimizer: Any, found_inf: torch.Tensor | None) -> None:
+    """Have the optimizer's fused kernel skip its update (parameters, moments and step counts left as they were)
+    wherever ``found_inf`` holds 1, read on the device: the flag ``torch.amp.GradScaler`` hands a fused optimizer
+    (torch's ``Adam``, ``AdamW`` and ``SGD`` read ``self.found_inf`` in ``step``); None: never skip."""
+    optimizer.found_inf = found_inf
+
+
+def zero_in_place(tensors: list[torch.Tensor]) -> None:
+    """Zero every tensor in place, one foreach kernel (``torch._foreach_zero_``): their addresses stay."""
+    torch._foreach_zero_(tensors)

@@ -9,15 +9,26 @@ decided here, from the typed config and the device, and tested without compiling
 from __future__ import annotations
 
 import dataclasses
-import inspect
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch.optim import Optimizer
 
-from runner import torch_internals as ti
-from runner.config.schema import CompileConfig, CudaGraphMode, CudaGraphsConfig, OptimizerPolicy, Scope
+from runner.config.rules import CudaGraphsDecision, CudaGraphsFacts, cudagraphs_decision
+from runner.config.schema import CompileConfig, CudaGraphsConfig, OptimizerPolicy, Scope
+from runner.stack.compiling.optimizer_policy import (
+    StepFacts,
+    capture_blocker,
+    eager_only,
+    holds_dtensors,
+    resolve_optimizer_policy,
+    supports_fused,
+)
+
+__all__ = ["CompilePlan", "StepFacts", "capture_blocker", "cudagraphs_facts", "cudagraphs_on", "eager_only",
+           "holds_dtensors", "resolve_compile_kwargs", "resolve_optimizer_policy", "resolve_optimizers", "resolve_plan",
+           "supports_fused"]
 
 
 @dataclass(frozen=True)
@@ -34,9 +45,13 @@ class CompilePlan:
     block_types: tuple[str, ...] = ()
     optimizer: OptimizerPolicy = OptimizerPolicy.none
     optimizer_reason: str = "no optimizer"
+    optimizer_blocker: str | None = None
+    """Why the optimizer step cannot be graph-safe (:func:`capture_blocker`; None: it can)."""
     compiled_autograd: bool = False
     cudagraphs: bool = False
     """Whether the run captures CUDA graphs (:func:`cudagraphs_on`): the one place this is decided."""
+    cudagraphs_decision: CudaGraphsDecision = CudaGraphsDecision(False, "cudagraphs=disabled", worth_saying=False)
+    """``cudagraphs`` with why (``cudagraphs/decision``)."""
     uncaptured_kwargs: dict[str, Any] = field(default_factory=dict)
     """``kwargs`` without CUDA graphs (the saved-activation measurement's: its steps are never replayed)."""
 
@@ -77,10 +92,18 @@ class CompilePlan:
         return {k: v for k, v in self.kwargs.items() if k not in ("dynamic", "fullgraph")}
 
 
-def cudagraphs_on(cudagraphs: CudaGraphsConfig, device: torch.device) -> bool:
-    """Whether the run captures CUDA graphs: asked for, and on a CUDA device (elsewhere torch would
-    silently ignore every CUDA-graph option; the stack reports them inactive instead)."""
-    return cudagraphs.mode is CudaGraphMode.reduce_overhead and device.type == "cuda"
+def cudagraphs_facts(cfg: CompileConfig, device: torch.device) -> CudaGraphsFacts:
+    """What the compile config and the device alone say about ``cudagraphs=auto``; the rest at its conservative
+    default (shapes that may vary), for callers that know no more (the stack passes every fact it found)."""
+    return CudaGraphsFacts(on_cuda=device.type == "cuda", backend=cfg.backend, compiles=cfg.scope.row.compiles,
+                           compile_mode=cfg.mode)
+
+
+def cudagraphs_on(cudagraphs: CudaGraphsConfig, cfg: CompileConfig, device: torch.device,
+                  facts: CudaGraphsFacts | None = None) -> CudaGraphsDecision:
+    """Whether the run captures CUDA graphs, and why (:func:`runner.config.rules.cudagraphs_decision`): never off
+    a CUDA device (there torch would silently ignore every CUDA-graph option; the stack reports them inactive)."""
+    return cudagraphs_decision(cudagraphs.mode, facts or cudagraphs_facts(cfg, device))
 
 
 # Inductor's defaults that runner overrides on the CPU, each with the measurement behind it.
@@ -106,7 +129,7 @@ def default_options(cfg: CompileConfig, device: torch.device) -> dict[str, Any]:
 
 
 def resolve_compile_kwargs(cfg: CompileConfig, cudagraphs: CudaGraphsConfig, dynamic: bool | None,
-                           device: torch.device) -> dict[str, Any]:
+                           device: torch.device, facts: CudaGraphsFacts | None = None) -> dict[str, Any]:
     """Arguments for every ``torch.compile`` call of the run.
 
     CUDA graphs are the ``cudagraphs`` group's alone, so they are on exactly when that component is:
@@ -118,10 +141,13 @@ def resolve_compile_kwargs(cfg: CompileConfig, cudagraphs: CudaGraphsConfig, dyn
 
     On the CPU, Inductor gets runner's ``default_options`` under the user's ``compile.options``.
     """
+    return _compile_kwargs(cfg, cudagraphs_on(cudagraphs, cfg, device, facts).on, dynamic, device)
+
+
+def _compile_kwargs(cfg: CompileConfig, graphs: bool, dynamic: bool | None, device: torch.device) -> dict[str, Any]:
     kwargs: dict[str, Any] = {"backend": cfg.backend, "fullgraph": cfg.fullgraph, "dynamic": dynamic}
     mode = cfg.mode
     options = {**default_options(cfg, device), **cfg.options}
-    graphs = cudagraphs_on(cudagraphs, device)
     if mode == "max-autotune" and not graphs:
         mode = "max-autotune-no-cudagraphs"
     if graphs and mode is None:
@@ -136,87 +162,37 @@ def resolve_compile_kwargs(cfg: CompileConfig, cudagraphs: CudaGraphsConfig, dyn
     return kwargs
 
 
-def supports_fused(optimizer: Optimizer, device: torch.device) -> bool:
-    """Whether the optimizer class takes ``fused=True`` and has a fused kernel for the device."""
-    if "fused" not in inspect.signature(type(optimizer).__init__).parameters:
-        return False
-    return device.type in ti.fused_kernel_devices()
-
-
-def holds_dtensors(optimizer: Optimizer) -> bool:
-    """Whether the optimizer's parameters are sharded ``DTensor``s (FSDP2)."""
-    from torch.distributed.tensor import DTensor
-
-    return any(isinstance(p, DTensor) for group in optimizer.param_groups for p in group["params"])
-
-
-def resolve_optimizer_policy(
-    policy: OptimizerPolicy, optimizer: Optimizer, device: torch.device, cudagraphs: bool,
-    scaler: bool = False,
-) -> tuple[OptimizerPolicy, str]:
-    """The concrete policy for ``auto``, with the reason (logged and in the report)."""
-    name = type(optimizer).__name__
-    # A compiled step with a scaler is refused before this (runner.config.rules, by the config check and the stack).
-    if policy is not OptimizerPolicy.auto:
-        return policy, "set in config"
-    if scaler:
-        if supports_fused(optimizer, device):
-            return OptimizerPolicy.fused, (f"a gradient scaler (16-mixed) steps {name}: its fused {device.type} "
-                                           "kernel takes the scale and the inf check on the device")
-        return OptimizerPolicy.none, (f"a gradient scaler (16-mixed) steps {name}, which has no fused "
-                                      f"{device.type} kernel: it runs as configured")
-    if cudagraphs and supports_fused(optimizer, device):
-        # A compiled optimizer step would be a CUDA-graph tree root of its own, recorded apart from the
-        # step's graphs and copying every gradient into its static inputs on each replay.
-        return OptimizerPolicy.fused, (f"CUDA graphs are on and {name} has a fused {device.type} kernel: it steps "
-                                       "outside the graph tree, nothing to record or copy")
-    if cudagraphs:
-        return OptimizerPolicy.compiled, "CUDA graphs are on: a compiled step is captured with the rest of the step"
-    sharded = holds_dtensors(optimizer)
-    if sharded and supports_fused(optimizer, device):
-        return OptimizerPolicy.fused, (
-            f"{name} over DTensor shards (FSDP2) has a fused {device.type} kernel: DTensor runs it once on each "
-            "rank's local shards, no collective and no compile time (2 gloo CPU ranks, 2-layer GPT: 1.04 ms per "
-            "step fused, 1.61 ms foreach)"
-        )
-    if sharded:
-        return OptimizerPolicy.none, (
-            f"{name} over DTensor shards (FSDP2) has no fused {device.type} kernel: its foreach implementation runs "
-            "on the local shards (a compiled step would trace DTensor's dispatch, compiling for minutes)"
-        )
-    if supports_fused(optimizer, device):
-        return OptimizerPolicy.fused, (
-            f"{name} has a fused {device.type} kernel: one kernel for all parameters, no compile time "
-            "(on a 2-core CPU it measured ~5x faster than foreach, and faster than a compiled step)"
-        )
-    return OptimizerPolicy.compiled, f"{name} has no fused {device.type} kernel: compiling the step fuses it"
-
-
 def resolve_optimizers(plan: CompilePlan, policy: OptimizerPolicy, optimizers: list[Optimizer],
-                       device: torch.device, scaler: bool = False) -> CompilePlan:
+                       device: torch.device, scaler: bool = False, facts: StepFacts | None = None) -> CompilePlan:
     """``plan`` with the optimizer policy resolved for ``optimizers`` (one policy for all; the last
     optimizer's reason is reported). Called once the optimizers hold their final parameters (under
-    FSDP2: after sharding)."""
+    FSDP2: after sharding). ``facts``: what decides whether the step can be graph-safe (default: a plain fit
+    with ``scaler``)."""
+    facts = facts or StepFacts(scaler=scaler)
+    blocker = capture_blocker(optimizers, device, facts)
     resolved, reason = policy, "no optimizer"
     for opt in optimizers:
-        resolved, reason = resolve_optimizer_policy(policy, opt, device, plan.cudagraphs, scaler)
-    return dataclasses.replace(plan, optimizer=resolved, optimizer_reason=reason)
+        resolved, reason = resolve_optimizer_policy(policy, opt, device, plan.cudagraphs, facts.scaler, blocker)
+    return dataclasses.replace(plan, optimizer=resolved, optimizer_reason=reason, optimizer_blocker=blocker)
 
 
 def resolve_plan(cfg: CompileConfig, cudagraphs: CudaGraphsConfig, dynamic: bool | None, device: torch.device,
                  automatic_optimization: bool = True, pulls_batches: bool = False,
-                 reads_results: bool = False) -> CompilePlan:
+                 reads_results: bool = False, facts: CudaGraphsFacts | None = None) -> CompilePlan:
     """The plan for a run before its optimizers exist: target, ``torch.compile`` arguments, CUDA graphs (the
-    optimizer policy is resolved by :func:`resolve_optimizers` once the optimizers hold their parameters)."""
+    optimizer policy is resolved by :func:`resolve_optimizers` once the optimizers hold their parameters).
+    ``facts``: what the fit found that decides ``cudagraphs=auto`` (None: :func:`cudagraphs_facts`)."""
+    graphs = cudagraphs_on(cudagraphs, cfg, device, facts)
     plan = CompilePlan(
         scope=cfg.scope,
         target=cfg.scope,
-        kwargs=resolve_compile_kwargs(cfg, cudagraphs, dynamic, device),
-        uncaptured_kwargs=resolve_compile_kwargs(cfg, CudaGraphsConfig(), dynamic, device),
+        kwargs=_compile_kwargs(cfg, graphs.on, dynamic, device),
+        uncaptured_kwargs=_compile_kwargs(cfg, False, dynamic, device),
         block_types=tuple(cfg.block_types),
         optimizer=cfg.optimizer,
         compiled_autograd=cfg.compiled_autograd,
-        cudagraphs=cudagraphs_on(cudagraphs, device),
+        cudagraphs=graphs.on,
+        cudagraphs_decision=graphs,
     )
     return resolve_step_target(plan, step_blocker(automatic_optimization, pulls_batches, reads_results) is None)
 

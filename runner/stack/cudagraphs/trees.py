@@ -15,9 +15,10 @@ nothing may record again; the design that makes that hold, each part with why (d
 * the batch is copied into persistent static-address buffers (:class:`StaticBatch`): the backward of a
   compiled step saves the batch, and a saved input at a new address re-records the backward graph;
 * parameters and, once the first step created it, optimizer state are marked static: read in place;
-* the optimizer step runs outside the graph tree as the fused kernel wherever the optimizer has one
-  (``compile.optimizer=auto``): a compiled step would be a root of its own, recorded apart from the
-  step's graphs, copying every gradient into its static inputs on each replay;
+* the optimizer step runs outside the graph tree (``compile.optimizer=auto``): the graph-safe step in a
+  ``torch.cuda.CUDAGraph`` of its own (``runner.stack.optimizer.graphed``), or the fused kernel where that
+  cannot run; a compiled step would be a root of its own, recorded apart from the step's graphs, copying
+  every gradient into its static inputs on each replay;
 * the logged loss is cloned out of the graph's output (Lightning's ``_ResultMetric.update``), so nothing
   of a replay is read after the next one.
 

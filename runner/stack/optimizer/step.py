@@ -23,7 +23,6 @@ puts the installed tensors back, holding the restored values.
 from __future__ import annotations
 
 import contextvars
-import inspect
 import logging
 import os
 from collections.abc import Callable
@@ -33,6 +32,7 @@ from typing import Any
 import torch
 from torch.optim import Optimizer
 
+from runner import torch_internals as ti
 from runner.config.schema import OptimizerPolicy
 from runner.figures.compile_plan import (
     COMPILE_OPTIMIZER,
@@ -41,7 +41,9 @@ from runner.figures.compile_plan import (
     COMPILE_OPTIMIZER_EAGER_STEPS,
     COMPILE_OPTIMIZER_REASON,
 )
-from runner.stack.compiling.plan import supports_fused
+from runner.figures.cudagraphs import CUDAGRAPHS_OPTIMIZER_RECORDINGS, CUDAGRAPHS_OPTIMIZER_REPLAYS
+from runner.stack.compiling.plan import eager_only, supports_fused
+from runner.stack.optimizer.graphed import CapturedStep, Clipping, GraphSafeStep, capture_figures
 from runner.stack.step_mode import StepMode
 
 log = logging.getLogger(__name__)
@@ -60,19 +62,6 @@ def in_runners_optimizer_step(filename: str) -> bool:
     return _IN_COMPILED_STEP.get() and os.path.abspath(filename).startswith(_TORCH_OPTIM_DIR)
 
 
-def eager_only(optimizer: Optimizer) -> str | None:
-    """Why the optimizer's step cannot run as runner's compiled step (None: it can). A ``step`` that
-    requires its closure (``LBFGS`` calls it repeatedly), or a ``step`` the user wrote (it may call the
-    closure anywhere, or return something else), keeps Lightning's call ``optimizer.step(closure)``."""
-    step = type(optimizer).step
-    closure = inspect.signature(step).parameters.get("closure")
-    if closure is not None and closure.default is inspect.Parameter.empty:
-        return "its step requires the closure (it calls it repeatedly)"
-    if not getattr(step, "__module__", "").startswith("torch.optim"):
-        return f"its step is its own ({step.__qualname__}), which may call the closure itself"
-    return None
-
-
 @dataclass
 class OptimizerStep:
     """Prepares each optimizer for the resolved policy, and undoes it."""
@@ -87,6 +76,16 @@ class OptimizerStep:
     """The optimizer step at which a compiled step was demoted to eager (a recompile storm)."""
     step_mode: StepMode = field(default_factory=StepMode)
     """The fit's step mode: whether a compiled optimizer step runs eagerly (a speedup pair's eager side)."""
+    clipping: Clipping = field(default_factory=Clipping)
+    """Lightning's gradient clipping, which a graphed step takes over."""
+    capture: bool = False
+    """Whether a graphed step is captured in a CUDA graph (the plan's CUDA graphs are on)."""
+    blocker: str | None = None
+    """Why the step cannot be graph-safe (``capture_blocker``), shown where one was wanted."""
+    asked_graphed: bool = False
+    """``compile.optimizer=graphed`` was set (not picked by ``auto``)."""
+    capturer: Any = None
+    """How a captured graph-safe step is warmed up and captured (None: ``CudaGraphCapture``, on CUDA)."""
 
     compiled_steps: int = 0
     """Compiled optimizer steps that ran compiled."""
@@ -96,10 +95,11 @@ class OptimizerStep:
     def __post_init__(self) -> None:
         self._prior: list[tuple[Optimizer, Any]] = []  # (optimizer, its instance ``step`` before ours)
         self._lrs: list[tuple[Optimizer, list[torch.Tensor]]] = []  # the LR tensors installed, per group
+        self.graphed: list[CapturedStep] = []
 
     def prepare(self, optimizer: Optimizer, device: torch.device) -> None:
         """Adapt the optimizer once, before the first step."""
-        if self.policy is OptimizerPolicy.fused:
+        if self.policy is OptimizerPolicy.fused or self.policy is OptimizerPolicy.graphed:
             if not supports_fused(optimizer, device):
                 raise ValueError(
                     f"compile.optimizer=fused: {type(optimizer).__name__} has no fused kernel on {device.type}. "
@@ -109,6 +109,8 @@ class OptimizerStep:
             optimizer.defaults.update(fused=True, foreach=False)
             for group in optimizer.param_groups:
                 group.update(fused=True, foreach=False)
+            if self.policy is OptimizerPolicy.graphed:
+                self._install_graphed(optimizer, device)
         elif self.policy is OptimizerPolicy.compiled:
             if (why := eager_only(optimizer)) is not None:
                 self.eager[type(optimizer).__name__] = why
@@ -116,13 +118,40 @@ class OptimizerStep:
                 return
             self._install(optimizer, device)
 
-    def _install(self, optimizer: Optimizer, device: torch.device) -> None:
-        # A Python-float LR is a guarded constant: every scheduler change would recompile.
-        # A tensor LR is an input; LRScheduler fills it in place.
+    def _tensor_lrs(self, optimizer: Optimizer, device: torch.device) -> None:
+        # A Python-float LR is a guarded constant (every scheduler change would recompile) or, in a captured
+        # graph, a constant baked in. A tensor LR on the device is an input; LRScheduler fills it in place.
         for group in optimizer.param_groups:
-            if not isinstance(group["lr"], torch.Tensor):
+            if not isinstance(group["lr"], torch.Tensor) or group["lr"].device != device:
                 group["lr"] = torch.tensor(float(group["lr"]), device=device)
         self._lrs.append((optimizer, [group["lr"] for group in optimizer.param_groups]))
+
+    def _install_graphed(self, optimizer: Optimizer, device: torch.device) -> None:
+        """Clipping, the update and zeroing as one graph-safe function (``runner.stack.optimizer.graphed``), run
+        by the optimizer's ``step`` after Lightning's closure."""
+        self._tensor_lrs(optimizer, device)
+        if self.capture:
+            for group in optimizer.param_groups:
+                group["capturable"] = True  # torch's check before a capture; the fused state is on the device anyway
+        graphed = CapturedStep(GraphSafeStep(optimizer, self.clipping, device), self.capture, self.capturer)
+        self.graphed.append(graphed)
+        self._prior.append((optimizer, vars(optimizer).get("step", _MISSING)))
+        # Not counted as compiled or eager steps: no stance changes what it runs (the speedup meter's eager
+        # steps replay it too).
+        optimizer.step = _closure_step(optimizer, graphed, _uncounted,  # type: ignore[method-assign]
+                                       on_error=graphed.zero_grads)
+
+    def skip_on_device(self, limit: int) -> GraphSafeStep | None:
+        """Hand ``reliability.on_nonfinite=skip`` to the graph-safe step (before the first step): it skips updates
+        whose gradients are non-finite on the device and records the first ``limit`` skipped steps. Returns that
+        step (its ``read_skips``), or None where the fit's optimizer step is not one graph-safe step."""
+        if len(self.graphed) != 1:
+            return None
+        self.graphed[0].step.skip_on_device(limit)
+        return self.graphed[0].step
+
+    def _install(self, optimizer: Optimizer, device: torch.device) -> None:
+        self._tensor_lrs(optimizer, device)
         # The class's step, not ``optimizer.step``: an LR scheduler replaces the latter with a wrapper
         # that Dynamo refuses to trace (a graph break and an eager step every time).
         compiled = torch.compile(type(optimizer).step.__get__(optimizer), **self.compile_kwargs)
@@ -156,12 +185,18 @@ class OptimizerStep:
                     _make_capturable(optimizer, group)
 
     def demote(self, step: int) -> None:
-        """Run every compiled optimizer step eagerly from now on (after a recompile storm)."""
+        """Run every compiled optimizer step eagerly from now on (after a recompile storm). A graph-safe step
+        compiles nothing, so no storm is its: it stays (Lightning's zeroing and clipping are off for it)."""
+        if self.graphed:
+            return
         self.restore()
         self.demoted_at = step
 
     def restore(self) -> None:
-        """Give each optimizer back its own ``step`` (the LR scheduler's counting wrapper included)."""
+        """Give each optimizer back its own ``step`` (the LR scheduler's counting wrapper included); a graph-safe
+        step's optimizer no longer skips on its flag."""
+        for graphed in self.graphed:
+            ti.skip_update_on(graphed.step.optimizer, None)
         for optimizer, prior in reversed(self._prior):
             if prior is _MISSING:
                 vars(optimizer).pop("step", None)
@@ -189,7 +224,23 @@ class OptimizerStep:
                                                "(recompile storm)")
         if self.eager:
             out[COMPILE_OPTIMIZER_EAGER] = dict(self.eager)
+        if self.graphed:
+            out.update(capture_figures(self.graphed))
+            if (stopped := next((g.stopped for g in self.graphed if g.stopped), None)) is not None:
+                out[COMPILE_OPTIMIZER_REASON] = f"{out[COMPILE_OPTIMIZER_REASON]}; {stopped}"
         return out
+
+    def describe(self) -> str:
+        """The optimizer step in a few words, for the end-of-fit line."""
+        text = str(self.figures()[COMPILE_OPTIMIZER])
+        if self.graphed:
+            g = capture_figures(self.graphed)
+            text += (f" ({self.clipping.describe()}; {g[CUDAGRAPHS_OPTIMIZER_RECORDINGS]} recorded, "
+                     f"{g[CUDAGRAPHS_OPTIMIZER_REPLAYS]} replayed)" if self.capture else
+                     f" ({self.clipping.describe()}; uncaptured)")
+        elif self.blocker is not None and (self.capture or self.asked_graphed):
+            text += f" (not graph-safe: {self.blocker})"
+        return text
 
 
 def _make_capturable(optimizer: Optimizer, group: dict[str, Any]) -> None:
@@ -204,14 +255,25 @@ def _make_capturable(optimizer: Optimizer, group: dict[str, Any]) -> None:
             state["step"] = state["step"].to(device=p.device, dtype=torch.float32)
 
 
-def _closure_step(optimizer: Optimizer, compiled: Callable[..., Any], count: Callable[[], None]) -> Callable[..., Any]:
-    """``optimizer.step(closure=None, **kwargs)`` as torch's optimizers run it, the update compiled."""
+def _uncounted() -> None:
+    pass
+
+
+def _closure_step(optimizer: Optimizer, compiled: Callable[..., Any], count: Callable[[], None],
+                  on_error: Callable[[], None] | None = None) -> Callable[..., Any]:
+    """``optimizer.step(closure=None, **kwargs)`` as torch's optimizers run it, the update compiled (or graphed).
+    ``on_error``: after a closure that raised (the update skipped), before the error goes on."""
 
     def step(closure: Callable[[], Any] | None = None, **kwargs: Any) -> Any:
         loss = None
         if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
+            try:
+                with torch.enable_grad():
+                    loss = closure()
+            except BaseException:
+                if on_error is not None:
+                    on_error()
+                raise
         count()
         token = _IN_COMPILED_STEP.set(True)
         try:
