@@ -153,7 +153,8 @@ def test_cuda_graphs_capture_and_replay_on_gpu() -> None:
     from runner.strategy import CompileStrategy
     from tests.helpers import tiny_data, tiny_module
 
-    strategy = CompileStrategy(compile=CompileConfig(scope=Scope.step), cudagraphs=REQUESTED, device="cuda:0")
+    strategy = CompileStrategy(compile=CompileConfig(scope=Scope.step, optimizer=OptimizerPolicy.graphed),
+                               cudagraphs=REQUESTED, device="cuda:0")
     trainer = L.Trainer(strategy=strategy, accelerator="cuda", devices=1, max_steps=8, logger=False,
                         enable_checkpointing=False, enable_progress_bar=False, limit_val_batches=0)
     trainer.fit(tiny_module(), tiny_data())
@@ -166,7 +167,7 @@ def test_cuda_graphs_capture_and_replay_on_gpu() -> None:
     # backward record in one step, nothing records again, and every later step replays its own graphs.
     assert figures["cudagraphs/recording_steps"] == 1 and figures["cudagraphs/rerecordings"] == 0
     assert figures["cudagraphs/replay_steps"] == 8 - REQUESTED.warmup_steps - 2
-    # auto under CUDA graphs: the graph-safe step (clipping, the update, zeroing) recorded once in its own graph.
+    # compile.optimizer=graphed: the graph-safe step (clipping, the update, zeroing) recorded once in its own graph.
     assert figures["compile/optimizer"] == "graphed" and figures["cudagraphs/optimizer_recordings"] == 1
     assert figures["cudagraphs/static_batch_copies"] == 2 * 8  # inputs and targets, every step
     from torch._dynamo.utils import counters
@@ -315,22 +316,23 @@ def test_speedup_is_measured_under_cuda_graphs_on_gpu() -> None:
     assert figures["perf/speedup_status"] == "measured", figures["perf/speedup_status"]
     assert figures["perf/speedup_x"] > 0
     stack = strategy.stack.figures()
-    assert stack["compile/optimizer"] == "graphed" and stack["cudagraphs/rerecordings"] == 0
+    assert stack["compile/optimizer"] == "fused" and stack["cudagraphs/rerecordings"] == 0  # auto's choice
 
 
 # -- record once, replay every step (docs/compile.md, "Record once, replay every step") ----------------------
-def test_auto_captures_the_optimizer_step_or_steps_it_fused_outside_the_graph_tree() -> None:
-    """Under CUDA graphs ``auto`` captures the graph-safe step (clipping, the update, zeroing) in a CUDA graph of its
-    own; where something keeps it from being graph-safe, it takes the fused kernel outside the graph tree (a compiled
-    step would be a tree root of its own, copying every gradient on each replay), and compiles the step where
-    there is no fused kernel."""
+def test_auto_steps_fused_outside_the_graph_tree_and_names_the_graphed_step() -> None:
+    """Under CUDA graphs ``auto`` takes the fused kernel outside the graph tree (a compiled step would be a tree root
+    of its own, copying every gradient on each replay) and names ``compile.optimizer=graphed``, which captures it
+    (not picked by auto until measured on a GPU); it compiles the step where there is no fused kernel."""
     from runner.stack.compiling.plan import resolve_optimizer_policy
 
     model = torch.nn.Linear(4, 4)
     cuda = torch.device("cuda", 0)
     adamw = torch.optim.AdamW(model.parameters())
     policy, reason = resolve_optimizer_policy(OptimizerPolicy.auto, adamw, cuda, True)
-    assert policy is OptimizerPolicy.graphed and "captured in one CUDA graph" in reason
+    assert policy is OptimizerPolicy.fused and "compile.optimizer=graphed captures it" in reason
+    policy, reason = resolve_optimizer_policy(OptimizerPolicy.graphed, adamw, cuda, True)
+    assert policy is OptimizerPolicy.graphed and "captured in a CUDA graph" in reason
     policy, reason = resolve_optimizer_policy(OptimizerPolicy.auto, adamw, cuda, True, blocker="a hook")
     assert policy is OptimizerPolicy.fused and "outside the graph tree" in reason and "not captured: a hook" in reason
     policy, _ = resolve_optimizer_policy(OptimizerPolicy.auto, torch.optim.RMSprop(model.parameters()), cuda, True)

@@ -105,11 +105,11 @@ def resolve_optimizer_policy(
                                            "kernel takes the scale and the inf check on the device")
         return OptimizerPolicy.none, (f"a gradient scaler (16-mixed) steps {name}, which has no fused "
                                       f"{device.type} kernel: it runs as configured")
-    if cudagraphs and blocker is None:
-        return OptimizerPolicy.graphed, (f"CUDA graphs are on: clipping, the non-finite skip, {name}'s fused update "
-                                         "and zeroing the gradients are captured in one CUDA graph, replayed every "
-                                         "step")
-    not_captured = f" (not captured: {blocker})" if cudagraphs else ""
+    # auto does not pick graphed yet: its capture has not run on a GPU, and a default must not be worse than the
+    # fused step it would replace (measured there). compile.optimizer=graphed asks for it (docs/compile.md).
+    not_captured = (f" (not captured: {blocker})" if blocker is not None else
+                    "; compile.optimizer=graphed captures it, with clipping and zeroing, in a CUDA graph of its own")
+    not_captured = not_captured if cudagraphs else ""
     if cudagraphs and supports_fused(optimizer, device):
         # A compiled optimizer step would be a CUDA-graph tree root of its own, recorded apart from the
         # step's graphs and copying every gradient into its static inputs on each replay.

@@ -1,5 +1,5 @@
 """The optimizer step as one graph-safe function, captured once in a CUDA graph and replayed
-(``compile.optimizer=graphed``, what ``auto`` picks when CUDA graphs are on and nothing rules it out).
+(``compile.optimizer=graphed``; ``auto`` does not pick it until it is measured on a GPU).
 
 What runs after backward on every step (Lightning's gradient clipping, runner's non-finite skip, the update,
 zeroing the gradients) becomes one function of tensors that never move, with no host read and no branch on a
