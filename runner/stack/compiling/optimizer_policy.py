@@ -107,9 +107,12 @@ def resolve_optimizer_policy(
                                       f"{device.type} kernel: it runs as configured")
     # auto does not pick graphed yet: its capture has not run on a GPU, and a default must not be worse than the
     # fused step it would replace (measured there). compile.optimizer=graphed asks for it (docs/compile.md).
-    not_captured = (f" (not captured: {blocker})" if blocker is not None else
-                    "; compile.optimizer=graphed captures it, with clipping and zeroing, in a CUDA graph of its own")
-    not_captured = not_captured if cudagraphs else ""
+    if not cudagraphs:
+        not_captured = ""
+    elif blocker is not None:
+        not_captured = f" (not captured: {blocker})"
+    else:
+        not_captured = "; compile.optimizer=graphed captures it, with clipping and zeroing, in a CUDA graph of its own"
     if cudagraphs and supports_fused(optimizer, device):
         # A compiled optimizer step would be a CUDA-graph tree root of its own, recorded apart from the
         # step's graphs and copying every gradient into its static inputs on each replay.
