@@ -9,11 +9,22 @@ either one fail the test that does it, naming the fix (mark it ``slow``), so the
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
-import pytest
-import torch
+# Before torch: Inductor reads CXX when its config is imported. Kernels g++ has built once are reused for the rest
+# of the run (tests/cxx/g++ says how and why); this process and every one the tests start compile through it.
+_CXX = shutil.which(os.environ.get("CXX", "g++"))
+# Only in front of a g++ (Inductor chooses flags by the compiler's name, and the wrapper is named g++).
+if "RUNNER_TEST_CXX_CACHE" not in os.environ and _CXX and "g++" in Path(_CXX).name and "clang" not in _CXX:
+    os.environ["RUNNER_TEST_CXX"] = _CXX
+    os.environ["RUNNER_TEST_CXX_CACHE"] = tempfile.mkdtemp(prefix="runner-test-kernels-")
+    os.environ["CXX"] = str(Path(__file__).resolve().parent / "cxx" / "g++")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
 
 os.environ.setdefault("WANDB_MODE", "offline")
 # The MFU peak probe caches per machine; tests (and the processes they start) keep theirs out of ~/.cache.
@@ -85,6 +96,15 @@ missing here only runs later; the order changes no result."""
 def _schedule_longest_first(items: list[pytest.Item]) -> None:
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.stem, len(rank)))  # stable: a file's own order is kept
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """How many kernel builds tests/cxx/g++ ran and how many it reused (the controller sees both workers')."""
+    calls = Path(os.environ.get("RUNNER_TEST_CXX_CACHE") or "/nonexistent", "calls")
+    if calls.exists():
+        marks = calls.read_text()
+        terminalreporter.write_line(f"Inductor kernels: {marks.count('b')} built with g++, {marks.count('r')} "
+                                    "reused from an identical build earlier in this run (tests/cxx/g++)")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

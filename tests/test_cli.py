@@ -90,20 +90,6 @@ def test_bad_input_fails_before_anything_is_written(override: str, named: str, t
 
 
 @pytest.mark.slow
-def test_multirun_jobs_start_from_a_fresh_compiler(tmp_path: Path) -> None:
-    """Hydra runs the jobs one after another in one process, each compiling the same training_step.
-    Job 2 (bf16 saved-tensor hooks) must compile its own graph, not "recompile" job 1's."""
-    sweep_dir = tmp_path / "sweep"
-    proc = runner("-m", "+recipe=smoke", "offload=none,bf16", f"hydra.sweep.dir={sweep_dir}")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    reports = {r.parent.name.split("-")[0]: json.loads(r.read_text()) for r in sweep_dir.glob("*/report.json")}
-    assert reports["1"]["offload/strategy"] == "bf16"
-    for job in reports.values():
-        assert job["compile/recompiles"] == 0, job["compile/recompile_reasons"]
-        assert [e["kind"] for e in job["compile/events"]][0] == "compile"
-
-
-@pytest.mark.slow
 def test_dynamic_documents_recipe_one_graph_for_every_length(tmp_path: Path) -> None:
     """The recipe as shipped (strict dynamic on per-document batches), shrunk to seconds: varying
     lengths, one graph, no recompile after warm-up (fail_on_recompile would have stopped the run)."""

@@ -206,9 +206,16 @@ def test_hydra_flags_without_a_recipe(project: Path, tmp_path: Path) -> None:
     assert f"runner-groups://{project}/conf" in info.stdout and f"runner-recipes://{project}/recipes" in info.stdout
     query = in_process("-sc", "query=bash", cwd=project, COMP_LINE="runner model=", COMP_POINT="13")
     assert query.returncode == 0 and "model=net" in query.stdout and "model=gpt" in query.stdout, query.stderr
-    sweep = runner("-m", *QUICK, "optimizer=adamw,sgd", f"hydra.sweep.dir={tmp_path / 'sweep'}", cwd=tmp_path)
+    # Hydra runs the jobs one after another in one process, each compiling the same training_step: job 1 (bf16
+    # saved-tensor hooks) must compile its own graph, not "recompile" job 0's.
+    sweep = runner("-m", *QUICK, "offload=none,bf16", f"hydra.sweep.dir={tmp_path / 'sweep'}", cwd=tmp_path)
     assert sweep.returncode == 0, sweep.stderr[-3000:]
-    assert len(list((tmp_path / "sweep").glob("*/report.json"))) == 2
+    reports = {r.parent.name.split("-")[0]: json.loads(r.read_text())
+               for r in (tmp_path / "sweep").glob("*/report.json")}
+    assert sorted(reports) == ["0", "1"] and reports["1"]["offload/strategy"] == "bf16"
+    for job in reports.values():
+        assert job["compile/recompiles"] == 0, job["compile/recompile_reasons"]
+        assert [e["kind"] for e in job["compile/events"]][0] == "compile"
 
 
 # -- the user's project over runner's ------------------------------------------------------------------

@@ -123,15 +123,21 @@ def _group_dir(layer: ConfigLayer) -> Path | None:
     return None if layer.groups is None else layer.groups / RECIPE_GROUP
 
 
+_stored_in: list[ConfigStore] = []
+"""The ConfigStore the schemas went into: storing them again (each ``compose``) cost ~15% of a compose."""
+
+
 def register_configs() -> None:
     """Store every schema and register the search path plugins and the help's resolvers; idempotent."""
     cs = ConfigStore.instance()
-    cs.store(name="runner_schema", node=RunConfig)
-    for group, schemas in target_schemas().items():
-        for option, schema in schemas.items():
-            # Loggers live side by side under logger.<name>; the others are the group node itself.
-            node = {option: schema} if group == "logger" else schema
-            cs.store(group=group, name=schema_name(option), node=node)
+    if not any(stored is cs for stored in _stored_in):  # Hydra's singleton, unless something replaced it
+        cs.store(name="runner_schema", node=RunConfig)
+        for group, schemas in target_schemas().items():
+            for option, schema in schemas.items():
+                # Loggers live side by side under logger.<name>; the others are the group node itself.
+                node = {option: schema} if group == "logger" else schema
+                cs.store(group=group, name=schema_name(option), node=node)
+        _stored_in[:] = [cs]
     plugins = Plugins.instance()
     for plugin in (GroupsConfigSource, RecipesConfigSource, RunnerSearchPath):
         plugins.register(plugin)
