@@ -1,5 +1,6 @@
-"""Shared fixtures: a clean Dynamo between tests, GPU tests skipped without CUDA, the fast tier's guard, and the
-order files are handed to ``make test``'s workers in (longest first).
+"""Shared fixtures: a clean Dynamo between tests, GPU tests skipped without CUDA, the fast tier's guard, the
+order files are handed to ``make test``'s workers in (longest first), and the compiler Inductor builds kernels with
+(``tests/cxx/g++``: an identical build is done once per run).
 
 ``make test-fast`` (``RUNNER_TEST_TIER=fast``, ``-m "not slow"``) is the tier to run while working: it must
 start no process and compile nothing with Inductor. Rather than trust the markers, the guard below makes
@@ -100,8 +101,8 @@ def _schedule_longest_first(items: list[pytest.Item]) -> None:
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """How many kernel builds tests/cxx/g++ ran and how many it reused (the controller sees both workers')."""
-    calls = Path(os.environ.get("RUNNER_TEST_CXX_CACHE") or "/nonexistent", "calls")
-    if calls.exists():
+    cache = os.environ.get("RUNNER_TEST_CXX_CACHE")
+    if cache and (calls := Path(cache, "calls")).exists():
         marks = calls.read_text()
         terminalreporter.write_line(f"Inductor kernels: {marks.count('b')} built with g++, {marks.count('r')} "
                                     "reused from an identical build earlier in this run (tests/cxx/g++)")

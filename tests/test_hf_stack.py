@@ -75,7 +75,7 @@ def test_every_scope_trains_like_eager_without_graph_breaks(family: str, scope: 
 
 @pytest.mark.parametrize("family", FAMILIES)
 # automatic (the default): the Scope.step fits above (aot_eager) keep its promise over the same varying lengths.
-@pytest.mark.parametrize("policy", [ShapePolicy.dynamic, ShapePolicy.unbacked, ShapePolicy.static, ShapePolicy.bucket])
+@pytest.mark.parametrize("policy", [p for p in (*PROMISED, ShapePolicy.bucket) if p is not ShapePolicy.automatic])
 def test_shape_policy_keeps_its_promise_over_varying_lengths(family: str, policy: ShapePolicy,
                                                               files: dict[str, Path]) -> None:
     dynamic = DynamicConfig(policy=policy, max=ff.SEQ_LEN, buckets=BUCKETS if policy is ShapePolicy.bucket else [])
