@@ -5,7 +5,8 @@
 
 Method: every contestant (``contestants.py``) trains its own copy of the same model (same seed) on
 the same batches (same DataLoader seed) with the same AdamW hyper-parameters, in its own process
-(threads of one process slow each other's OpenMP kernels: see ``contestants.py``).
+(threads of one process slow each other's OpenMP kernels: see ``contestants.py``), forked from a server that
+has imported torch and Lightning and run nothing (``fork_server.py``).
 The driver first lets each contestant build and run its warm-up steps alone (the first step is
 where compilation happens: compile time = first step - steady median), then runs ``--rounds``
 rounds in which every contestant in turn runs ``--turn`` timed steps (order reversed on odd
@@ -23,7 +24,6 @@ import argparse
 import datetime
 import json
 import logging
-import multiprocessing
 import os
 import platform
 import statistics
@@ -31,9 +31,11 @@ import sys
 import tempfile
 import traceback
 import warnings
+from multiprocessing.context import BaseContext
 from pathlib import Path
 from typing import Any
 
+import fork_server  # sibling modules: run as a script
 import lightning
 import torch
 from compile_cache import child, cold_warm  # sibling modules: run as a script
@@ -78,8 +80,9 @@ def workloads(names: list[str], quick: bool) -> list[Workload]:
     return out
 
 
-def _contestant_process(c: Contestant, model: str, quick: bool, total: int, conn: Any) -> None:
+def _contestant_process(env: dict[str, str], c: Contestant, model: str, quick: bool, total: int, conn: Any) -> None:
     """A contestant's process: build its workload, train ``total`` steps taking turns, report."""
+    fork_server.adopt(env)
     warnings.filterwarnings("ignore")
     logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
     try:
@@ -98,11 +101,11 @@ def _contestant_process(c: Contestant, model: str, quick: bool, total: int, conn
 class _Remote:
     """The driver's handle on one contestant process."""
 
-    def __init__(self, c: Contestant, model: str, quick: bool, total: int) -> None:
-        ctx = multiprocessing.get_context("spawn")  # a fresh interpreter: no OpenMP or Dynamo state shared
+    def __init__(self, ctx: BaseContext, c: Contestant, model: str, quick: bool, total: int) -> None:
         self.name = c.name
         self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_contestant_process, args=(c, model, quick, total, child), name=c.name)
+        self.proc = ctx.Process(target=_contestant_process, args=(dict(os.environ), c, model, quick, total, child),
+                                name=c.name)
         self.proc.start()
         self.result: dict[str, Any] | None = None
         self._expect("done")  # built, waiting at its first step
@@ -129,9 +132,10 @@ class _Remote:
         return self.result
 
 
-def race(model: str, quick: bool, field: list[Contestant], warmup: int, rounds: int, turn: int,
+def race(ctx: BaseContext, model: str, quick: bool, field: list[Contestant], warmup: int, rounds: int, turn: int,
          copies: int = 1) -> dict[str, Any]:
-    """Run the contestants interleaved (see the module docstring); per-contestant figures.
+    """Run the contestants interleaved (see the module docstring), each process started from ``ctx``
+    (``fork_server.start()``); per-contestant figures.
 
     ``copies`` processes per contestant, taking the rounds in turn (round ``r`` is run by copy
     ``r % copies``): two processes of the same contestant measured up to 4% apart over a whole race
@@ -144,7 +148,7 @@ def race(model: str, quick: bool, field: list[Contestant], warmup: int, rounds: 
         for c in field:
             remotes[c.name] = []
             for _ in range(copies):
-                remotes[c.name].append(_Remote(c, model, quick, total))
+                remotes[c.name].append(_Remote(ctx, c, model, quick, total))
                 remotes[c.name][-1].turn(warmup)  # compiles here, alone on the machine
         for r in range(rounds):
             for c in field if r % 2 == 0 else field[::-1]:
@@ -295,18 +299,19 @@ def main(argv: list[str] | None = None) -> None:
         steps = a.warmup + 4
         print(json.dumps(child(work, Scope(a.best), a.backend, steps, a.save_artifacts, a.load_artifacts)))
         return
+    ctx = fork_server.start()
     with tempfile.TemporaryDirectory(prefix="runner-bench-") as scratch:
         # Every temporary file of the run (Inductor caches, contestants' CSV logs, the cold/warm child
         # processes' files, which inherit TMPDIR) lands here and is removed at the end.
         os.environ["TMPDIR"] = tempfile.tempdir = scratch
         try:
-            run(a)
+            run(a, ctx)
         finally:
             tempfile.tempdir = None
             os.environ.pop("TMPDIR", None)
 
 
-def run(a: argparse.Namespace) -> None:
+def run(a: argparse.Namespace, ctx: BaseContext) -> None:
     """The race on each model, then the cold/warm compile runs; prints and writes the result."""
     # A fresh Inductor cache: compile times in the race are cold, except for graphs an earlier
     # contestant of this run already compiled (those hit the FX-graph cache).
@@ -321,7 +326,7 @@ def run(a: argparse.Namespace) -> None:
         else:
             field = contestants(a.backend, scopes, Scope(a.best), fused_peer=not a.no_fused_peer,
                                 options=tuple(a.options) if a.backend == "inductor" else ())
-        figs = race(work.name, a.quick, field, a.warmup, a.rounds, a.turn * work.turn_scale, a.copies)
+        figs = race(ctx, work.name, a.quick, field, a.warmup, a.rounds, a.turn * work.turn_scale, a.copies)
         result["models"][work.name] = {"describe": work.describe, "turn": a.turn * work.turn_scale,
                                        "contestants": figs}
         print(f"{work.name}: done", file=sys.stderr, flush=True)

@@ -22,6 +22,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+import fork_server  # sibling modules: run as a script
 from compare import LOSS_RTOL, machine, race, table  # sibling modules: run as a script
 from contestants import contestants
 from family_workloads import FAMILIES, family_workload
@@ -79,6 +80,7 @@ def main(argv: list[str] | None = None) -> None:
     logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
     result: dict[str, Any] = {"machine": machine(), "method": __doc__, "args": {k: str(v) for k, v in vars(a).items()},
                               "models": {}}
+    ctx = fork_server.start()
     with tempfile.TemporaryDirectory(prefix="runner-bench-") as scratch:
         os.environ["TMPDIR"] = tempfile.tempdir = scratch
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="inductor-")
@@ -86,7 +88,7 @@ def main(argv: list[str] | None = None) -> None:
             for name in a.models:
                 work = family_workload(name, a.quick)
                 field = contestants(a.backend, [Scope.step], Scope.step, fused_peer=True, telemetry=False)
-                figs = race(name, a.quick, field, a.warmup, a.rounds, a.turn)
+                figs = race(ctx, name, a.quick, field, a.warmup, a.rounds, a.turn)
                 result["models"][name] = {"describe": work.describe, "contestants": figs,
                                           "verdicts": verdicts(name, figs)}
                 print(f"{name}: done", file=sys.stderr, flush=True)

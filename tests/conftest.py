@@ -1,6 +1,6 @@
 """Shared fixtures: a clean Dynamo between tests, GPU tests skipped without CUDA, the fast tier's guard, the
-order files are handed to ``make test``'s workers in (longest first), and the compiler Inductor builds kernels with
-(``tests/cxx/g++``: an identical build is done once per run).
+order files are handed to ``make test``'s workers in (longest first), the compiler Inductor builds kernels with
+(``tests/cxx/g++``: an identical build is done once per run), and OpenMP threads that sleep when idle.
 
 ``make test-fast`` (``RUNNER_TEST_TIER=fast``, ``-m "not slow"``) is the tier to run while working: it must
 start no process and compile nothing with Inductor. Rather than trust the markers, the guard below makes
@@ -23,6 +23,11 @@ if "RUNNER_TEST_CXX_CACHE" not in os.environ and _CXX and "g++" in Path(_CXX).na
     os.environ["RUNNER_TEST_CXX"] = _CXX
     os.environ["RUNNER_TEST_CXX_CACHE"] = tempfile.mkdtemp(prefix="runner-test-kernels-")
     os.environ["CXX"] = str(Path(__file__).resolve().parent / "cxx" / "g++")
+
+# Before torch too: OpenMP reads it when torch loads it. Two workers share two cores, and by default each process's
+# idle OpenMP threads spin between parallel regions on the core the other worker needs; with this they sleep.
+# Thread counts and the kernels Inductor generates stay as they are (measured in docs/testing.md).
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import pytest  # noqa: E402
 import torch  # noqa: E402

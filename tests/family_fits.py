@@ -24,14 +24,16 @@ from runner.training.module import TrainModule
 from tests.helpers import LossRecorder
 
 SEQ_LEN = 64
-# Overrides of a tiny model per family (runner.models.hf builds them from these, random weights).
+# Overrides of a tiny model per family (runner.models.hf builds them from these, random weights). One layer:
+# Dynamo and AOTAutograd trace every layer again (a second one doubled a fit's compile, 8 s to 16 s for Llama),
+# and what these tests check (graph breaks, graphs per shape policy, losses against eager) is the same per layer.
 CAUSAL = {
-    "llama": {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
+    "llama": {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2,
               "num_key_value_heads": 1, "vocab_size": 256, "max_position_embeddings": SEQ_LEN},
-    "gpt2": {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "vocab_size": 256,
+    "gpt2": {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2, "vocab_size": 256,
              "max_position_embeddings": SEQ_LEN, "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0},
 }
-BERT = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
+BERT = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2,
         "vocab_size": 257, "max_position_embeddings": SEQ_LEN, "hidden_dropout_prob": 0.0,
         "attention_probs_dropout_prob": 0.0}
 # Dropout off: the comparisons below are of numbers, and dropout's random masks depend on the padded shape

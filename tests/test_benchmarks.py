@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -21,17 +22,20 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.mark.slow
 def test_compare_quick_prints_table_and_writes_json(tmp_path: Path) -> None:
     out = tmp_path / "compare.json"
-    scratch = tmp_path / "tmp"
-    scratch.mkdir()
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "compare.py"), "--quick", "--backend", "eager",
-         "--models", "many_params", "gpt_bf16", "--scopes", "step",
-         "--out", str(out)],
-        capture_output=True, text=True, cwd=tmp_path, timeout=900, check=False,
-        env={**os.environ, "TMPDIR": str(scratch)},
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert list(scratch.iterdir()) == []  # caches, CSV logs and child processes' files are cleaned up
+    # TMPDIR of its own, but shorter than pytest's tmp_path: the fork server's socket lives there (AF_UNIX paths
+    # end at 107 bytes).
+    with tempfile.TemporaryDirectory(prefix="bench-tmp-") as scratch:
+        proc = subprocess.run(
+            [sys.executable, str(ROOT / "benchmarks" / "compare.py"), "--quick", "--backend", "eager",
+             "--models", "many_params", "gpt_bf16", "--scopes", "step",
+             "--out", str(out)],
+            capture_output=True, text=True, cwd=tmp_path, timeout=900, check=False,
+            env={**os.environ, "TMPDIR": scratch},
+        )
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert list(Path(scratch).iterdir()) == []  # caches, CSV logs and child processes' files are cleaned up
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert "spawned interpreters" not in proc.stderr  # the contestants were forked from the preloaded server
     text = proc.stdout
     for heading in ("## many_params:", "## gpt_bf16:", "## compile time", "## targets"):
         assert heading in text

@@ -1,7 +1,11 @@
 """Compile caches across real processes (Inductor, so ``slow``): a cold run fills ``compile.cache_dir``
 and saves torch's cache artifacts with the run, signed under the secret every run holds; a second run on the
 same directory hits the cache; a third run on an empty directory hits it too after loading the first run's
-artifacts (another run's: they load because they verify under the same secret)."""
+artifacts (another run's: they load because they verify under the same secret).
+
+The runs keep saved activations in bf16 (``offload=bf16``): the cold run traces the hooks into its graphs
+(path ``traced``); the warm run loads those graphs from AOTAutograd's cache and calls no hook, so its live counts
+alone would say ``none`` for graphs that pack: its report says ``cached``."""
 
 from __future__ import annotations
 
@@ -13,7 +17,8 @@ import pytest
 from tests.test_reliability_support import run
 
 INDUCTOR = ["compile.backend=inductor", "compile.optimizer=none", "trainer.max_steps=2",
-            "trainer.val_check_interval=2", "compile.background=disabled"]  # the run's own compile fills the cache
+            "trainer.val_check_interval=2", "compile.background=disabled",  # the run's own compile fills the cache
+            "offload=bf16", "offload.measure=false"]  # the path the run took, not a measurement's
 
 
 def _report(run_dir: Path) -> dict:
@@ -34,6 +39,7 @@ def test_cache_dir_warm_run_and_artifacts_loaded_by_another_run(tmp_path: Path,
     info = json.loads(artifacts.with_suffix(".json").read_text())
     assert info["inductor_artifacts"] > 0 and info["signed"] is True
     assert any(cache_a.iterdir()), "the configured cache_dir was not used"
+    assert cold_report["offload/path"] == "traced" and cold_report["offload/traced_packed"] > 0
 
     warm = run(tmp_path / "warm", *INDUCTOR, f"compile.cache_dir={cache_a}",
                "reliability.save_cache_artifacts=false")
@@ -41,6 +47,8 @@ def test_cache_dir_warm_run_and_artifacts_loaded_by_another_run(tmp_path: Path,
     warm_report = _report(tmp_path / "warm")
     assert warm_report["compile/cache_hits"] > 0
     assert warm_report["compile/cache_misses"] == 0
+    assert warm_report["offload/path"] == "cached" and warm_report["offload/active"] is True
+    assert warm_report.get("offload/traced_packed", 0) == 0  # nothing traced: the graphs came from the cache
 
     loaded = run(tmp_path / "loaded", *INDUCTOR, f"compile.cache_dir={cache_b}",
                  f"reliability.load_cache_artifacts={tmp_path / 'cold'}")

@@ -159,6 +159,28 @@ def test_step_times_clips_the_compile_step_and_writes_its_time_on_the_mark() -> 
     assert "31% less time" in ax.get_title(loc="left")
 
 
+def test_drawing_the_pictures_leaves_the_users_matplotlib_as_it_was(tmp_path: Path) -> None:
+    """A fit in a notebook draws step_times.png: the notebook keeps its backend and its open figures."""
+    import matplotlib
+    import matplotlib.pyplot as plt
+
+    from runner.telemetry.plots import plot_step_times, plot_sweep
+
+    before = matplotlib.get_backend()
+    plt.switch_backend("svg")  # a backend of the user's (a notebook's inline one, say)
+    users = plt.figure()
+    try:
+        assert plot_step_times({"perf/step_series": _series()}, tmp_path / "step_times.png")
+        plot_sweep([{"job": "compile=step", "figures": {**_measured(1.4, 1.3, 1.5, 30.0, 21.0)}}],
+                   tmp_path / "summary.png", (("perf/speedup_x", "speedup [x]"),))
+        assert matplotlib.get_backend() == "svg" and plt.get_fignums() == [users.number]
+        assert (tmp_path / "step_times.png").read_bytes().startswith(b"\x89PNG")
+        assert (tmp_path / "summary.png").read_bytes().startswith(b"\x89PNG")
+    finally:
+        plt.close(users)
+        plt.switch_backend(before)
+
+
 def test_step_times_marks_each_recompile_at_its_step() -> None:
     figures = {"perf/step_series": _series(), "compile/events": [
         {"kind": "compile", "step": 0, "duration_s": 20.0}, {"kind": "recompile", "step": 40, "duration_s": 2.5}]}
