@@ -38,9 +38,9 @@ _EVENT_COLORS = {"compile": "tab:green", "recompile": "tab:red"}
 
 
 def _figure(**kwargs: Any) -> Figure:
-    """A figure of its own (matplotlib's object API), drawn to PNG by Agg when saved. Not pyplot: pyplot would
-    switch the process's backend (a user's notebook keeps its own) and keep every figure until closed, and its
-    import costs half a second at the end of every run."""
+    """A figure of its own (matplotlib's object API), drawn to PNG by Agg when saved. Not pyplot: switching
+    pyplot to Agg would change the process's backend and close the figures open in it (a user's notebook keeps
+    both), and pyplot keeps every figure it made until it is closed."""
     from matplotlib.figure import Figure
 
     return Figure(**kwargs)
