@@ -11,7 +11,9 @@
 # starts clean. The installs (network-bound downloads) run side by side, the versions one after the other,
 # each version's tests on two pytest workers, test by test (mostly Inductor compiling, CPU-bound; one file,
 # the timm tests, is a third of the whole). Started during `make test` instead, the downloads slowed it by
-# as much as they saved (measured in CI, 2026-11-26).
+# as much as they saved (measured in CI, 2026-11-26). The first torch's tests run on a second vector width
+# (ATEN_CPU_CAPABILITY: avx2 on an AVX-512 machine, default on an AVX2 one; second_isa below), so a test whose
+# tolerance holds on one width only fails on every CI machine (docs/testing.md).
 #
 # These installs come from the package index with the machine's pip configuration set aside (from_index):
 # a machine image may carry a global pip config that caps torch at the releases on its own disk and adds
@@ -27,6 +29,19 @@ set -euo pipefail
 # environment's constraint, find-links and extra indexes. PIP_INDEX_URL (a mirror) and PIP_CERT stay.
 from_index() {
   env -u PIP_CONSTRAINT -u PIP_FIND_LINKS -u PIP_EXTRA_INDEX_URL PIP_CONFIG_FILE=/dev/null "$@"
+}
+
+# second_isa NATIVE: the ATen CPU capability the first torch's tests run under, given the machine's own (torch's
+# `get_cpu_capability()`): a vector width other than the native one, so that a test that holds on one width only
+# fails in CI on every machine, not only on the machine that has the other (docs/testing.md: tolerances). AVX-512
+# machines run AVX2 (every x86 machine here has it); AVX2 machines run ATen's unvectorised `default`. Inductor's
+# CPU code follows the variable too (its vector width). Empty where there is no other width to take.
+second_isa() {
+  case "$1" in
+    AVX512*) echo avx2 ;;
+    DEFAULT | "") echo "" ;;
+    *) echo default ;;
+  esac
 }
 [ "${1:-}" = --functions ] && return 0
 
@@ -109,11 +124,19 @@ for i in "${!VERSIONS[@]}"; do
 done
 echo "installs: $(took "$total")"
 
-for version in "${VERSIONS[@]}"; do
+for i in "${!VERSIONS[@]}"; do
+  version=${VERSIONS[$i]}
   venv=$VENVS/torch-$version
+  isa=()  # the first torch's tests on a second vector width (second_isa); the others on the machine's own
+  if [ "$i" = 0 ]; then
+    native=$("$venv/bin/python" -c 'import torch; print(torch.backends.cpu.get_cpu_capability())')
+    other=$(second_isa "$native")
+    [ -z "$other" ] || isa=("ATEN_CPU_CAPABILITY=$other")
+    echo "torch $version: tests under ATEN_CPU_CAPABILITY=${other:-(native)}, the machine's own being $native"
+  fi
   t=$(clock)
-  "$venv/bin/python" -m pytest -q -p no:cacheprovider -n "${PYTEST_WORKERS:-2}" --dist load --durations=10 \
-    "${SUBSET[@]}"
+  env "${isa[@]}" "$venv/bin/python" -m pytest -q -p no:cacheprovider -n "${PYTEST_WORKERS:-2}" --dist load \
+    --durations=10 "${SUBSET[@]}"
   echo "torch $version: tests $(took "$t")"
   t=$(clock); out=$(mktemp -d)
   if ! "$venv/bin/python" -m runner +recipe=smoke "hydra.run.dir=$out/run" > "$out/console.log" 2>&1; then

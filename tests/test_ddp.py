@@ -27,7 +27,9 @@ def test_ddp_two_cpu_processes_stay_in_sync(scope: Scope) -> None:
     result = json.loads(line.removeprefix("RESULT "))
     (sum0, abs0, graphs0), (sum1, abs1, graphs1) = result["checksums"]
     assert result["steps"] == 10
-    assert sum0 == pytest.approx(sum1, rel=1e-6) and abs0 == pytest.approx(abs1, rel=1e-6)
+    # DDP keeps the ranks' weights identical: every rank gets the same all-reduced bits and runs the same kernels on
+    # them, so the checksums agree to the bit (a tolerance would hide a rank that drifted by one update).
+    assert (sum0, abs0) == (sum1, abs1)
     assert graphs0 == graphs1 >= 1  # both ranks compiled, and compiled the same number of graphs
     # The strategy destroys the gloo group at exit on both ranks (left alive, it can abort the process).
     exits = sorted(re.findall(r"EXIT rank=(\d) group_left=(\w+)", proc.stdout))

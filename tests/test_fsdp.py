@@ -33,10 +33,13 @@ from runner.stack.compiling.shard import resolve_mixed_precision
 from runner.strategy import FSDPCompileStrategy
 from tests.helpers import tiny_module
 from tests.test_reliability_support import FAST, losses, write_corpus
+from tests.tolerance import drift
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARDED = {"__0_0.distcp", "__1_0.distcp", ".metadata", "meta.pt"}  # one file per rank, the index, Lightning's
-LOSS_RTOL = 1e-5  # fp32 on both sides; only the order of the gradient sums differs (observed <= 2e-7)
+# fp32 on both sides; only the order of the gradient sums differs (two ranks' halves against one batch), over 8
+# AdamW steps of ~8 roundings each (observed <= 2e-7 on Xeon and EPYC).
+LOSS_RTOL = drift(steps=8, depth=8).rtol
 
 
 def _fit(backend: str, out: Path, steps: int, *flags: str, cache: Path | None = None) -> dict[str, Any]:
@@ -103,7 +106,9 @@ def test_fsdp_two_ranks_inductor_with_bf16_saved_activations(tmp_path: Path) -> 
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("kind", "rtol"), [("bf16", 2e-6), ("fp8", 1e-3)])
+# bf16 packs elementwise, so each sample is rounded alike in both runs: the ranks' parity of fp32 (LOSS_RTOL); the
+# check that matters is that the hooks' own effect is ten times the ranks' noise (below).
+@pytest.mark.parametrize(("kind", "rtol"), [("bf16", LOSS_RTOL), ("fp8", 1e-3)])
 def test_fsdp_saved_activation_hooks_pack_activations_not_gathered_parameters(kind: str, rtol: float,
                                                                              tmp_path: Path) -> None:
     """FSDP2 gathers each block's parameters into fresh storage every step: the hooks must leave

@@ -25,7 +25,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from runner.config.schema import OptimizerPolicy
 from runner.stack.optimizer.graphed import MAX_RECORDINGS, WARMUP_CALLS, Clipping
 from runner.stack.optimizer.step import OptimizerStep
-from tests.test_graphed_optimizer import CLIP, STEPS, _batches, _eager_reference, _model, _optimizer
+from tests.test_graphed_optimizer import CLIP, STEPS, STEPS_TOL, _batches, _eager_reference, _model, _optimizer
 
 CPU = torch.device("cpu")
 UNSAFE = (torch.Tag.data_dependent_output, torch.Tag.dynamic_output_shape, torch.Tag.cudagraph_unsafe)
@@ -145,7 +145,7 @@ def test_captured_once_replayed_after_and_equal_to_eager() -> None:
     rehearsal = Rehearsal()
     model, step = _captured(_model(), rehearsal)
     reference, _ = _eager_reference(_model())
-    torch.testing.assert_close(list(model.parameters()), list(reference.parameters()), rtol=1e-5, atol=2e-6)
+    torch.testing.assert_close(list(model.parameters()), list(reference.parameters()), **STEPS_TOL.kwargs)
     assert (rehearsal.warmups, rehearsal.captures) == (WARMUP_CALLS, 1)
     figures = step.figures()
     assert figures["cudagraphs/optimizer_recordings"] == 1

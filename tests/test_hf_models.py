@@ -23,6 +23,7 @@ from runner.training.module import lm_loss
 from tests.family_fits import BERT, CAUSAL
 from tests.hf_models import save_model
 from tests.test_reliability_support import env
+from tests.tolerance import drift
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -60,7 +61,10 @@ def test_padding_is_invisible_to_the_causal_lm_loss() -> None:
     seq = torch.randint(0, 256, (1, 12))
     padded_x = torch.cat([seq[:, :-1], torch.zeros(1, 5, dtype=torch.long)], dim=1)
     padded_y = torch.cat([seq[:, 1:], torch.full((1, 5), IGNORE_INDEX)], dim=1)
-    torch.testing.assert_close(lm_loss(model(padded_x), padded_y), lm_loss(model(seq[:, :-1]), seq[:, 1:]))
+    # Another sequence length runs the attention and the matmuls over other shapes (other blockings and
+    # reduction orders): one forward of a small Llama, some 64 dependent roundings.
+    torch.testing.assert_close(lm_loss(model(padded_x), padded_y), lm_loss(model(seq[:, :-1]), seq[:, 1:]),
+                               **drift(steps=1, depth=64).kwargs)
 
 
 def test_classifier_masks_padding() -> None:
@@ -82,7 +86,7 @@ def test_saved_model_loads_from_its_directory_offline(saved_llama: Path, monkeyp
     reference = AutoModelForCausalLM.from_pretrained(saved_llama)
     model = CausalLM(config="llama", path=str(saved_llama), overrides={"hidden_size": 999})  # overrides: not applied
     for (name, a), b in zip(reference.state_dict().items(), model.model.state_dict().values(), strict=True):
-        torch.testing.assert_close(a, b, msg=name)
+        assert torch.equal(a, b), name  # the weights saved and loaded again: bitwise
 
 
 def test_saved_encoder_gets_a_head_of_num_labels(tmp_path: Path) -> None:

@@ -55,7 +55,7 @@ def eager_losses(family: str, files: dict[str, Path]) -> list[float]:
     return _eager[family]
 
 
-def assert_close(losses: list[float], reference: list[float], rtol: float) -> None:
+def assert_losses_close(losses: list[float], reference: list[float], rtol: float) -> None:
     assert len(losses) == len(reference) == STEPS
     torch.testing.assert_close(torch.tensor(losses), torch.tensor(reference), rtol=rtol, atol=0)
 
@@ -70,7 +70,7 @@ def test_every_scope_trains_like_eager_without_graph_breaks(family: str, scope: 
     if scope is Scope.step:  # the default policy's promise (automatic), kept exactly where the whole step is one graph
         assert result.graphs == PROMISED[ShapePolicy.automatic], (result.graphs, result.lengths)
         assert result.figures["dynamic/recompiles"] == result.graphs - 1
-    assert_close(result.losses, eager_losses(family, files), AOT_EAGER_RTOL)
+    assert_losses_close(result.losses, eager_losses(family, files), AOT_EAGER_RTOL)
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -87,14 +87,14 @@ def test_shape_policy_keeps_its_promise_over_varying_lengths(family: str, policy
         assert result.graphs == PROMISED[policy], (result.graphs, result.lengths)
         assert result.figures["dynamic/recompiles"] == result.graphs - 1
     # Padding (static and bucket pad further) never reaches the loss: the same steps as eager's.
-    assert_close(result.losses, eager_losses(family, files), AOT_EAGER_RTOL)
+    assert_losses_close(result.losses, eager_losses(family, files), AOT_EAGER_RTOL)
 
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_checkpointing_recomputes_exactly(family: str, files: dict[str, Path]) -> None:
     result = fit_family(family, files, backend="aot_eager", offload=OffloadConfig(strategy=OffloadStrategy.checkpoint))
     assert result.breaks == {}
-    assert_close(result.losses, eager_losses(family, files), AOT_EAGER_RTOL)
+    assert_losses_close(result.losses, eager_losses(family, files), AOT_EAGER_RTOL)
 
 
 @pytest.mark.parametrize(("family", "policy"), [
@@ -107,7 +107,7 @@ def test_bf16_saved_activations_stay_close(family: str, policy: ShapePolicy, fil
     result = fit_family(family, files, backend="aot_eager", dynamic=dynamic,
                         offload=OffloadConfig(strategy=OffloadStrategy.bf16))
     assert result.breaks == {}
-    assert_close(result.losses, eager_losses(family, files), BF16_RTOL)
+    assert_losses_close(result.losses, eager_losses(family, files), BF16_RTOL)
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -116,4 +116,4 @@ def test_inductor_matches_eager(family: str, files: dict[str, Path]) -> None:
     dynamic = DynamicConfig(policy=ShapePolicy.dynamic, max=ff.SEQ_LEN)
     result = fit_family(family, files, backend="inductor", dynamic=dynamic)
     assert result.breaks == {} and result.graphs == 1
-    assert_close(result.losses, eager_losses(family, files), INDUCTOR_RTOL)
+    assert_losses_close(result.losses, eager_losses(family, files), INDUCTOR_RTOL)

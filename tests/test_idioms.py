@@ -71,7 +71,7 @@ def _fit_compiled(idiom: Idiom, cfg: CompileConfig | None = None, **kwargs: Any)
 
 def _assert_same(eager: Trace, compiled: Trace, rtol: float = 0.0) -> None:
     assert len(compiled.steps) == len(eager.steps) > 0
-    if rtol == 0.0:
+    if rtol == 0.0:  # Dynamo's eager backend, eager optimizer: the same kernels on the same batches, to the bit
         assert compiled.steps == eager.steps
         assert compiled.epochs == eager.epochs
         assert compiled.extra == eager.extra

@@ -140,7 +140,7 @@ def test_lbfgs_gets_its_closure_and_trains_like_eager(policy: OptimizerPolicy) -
         return module.net.weight.detach().clone()
 
     strategy = _strategy(policy)
-    assert torch.equal(run(strategy), run(None))
+    assert torch.equal(run(strategy), run(None))  # eager backend, eager LBFGS: the same kernels, to the bit
     assert strategy.figures()["compile/optimizer"] == "none"  # LBFGS's step needs the closure: eager
 
 

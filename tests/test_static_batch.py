@@ -55,7 +55,7 @@ def test_the_shape_policys_marks_move_to_the_buffer_and_compile_one_graph() -> N
         ti.mark_dynamic(x, 1, min=2, max=None)
         out = static({"x": x})
         assert out["x"]._dynamo_dynamic_indices == {1}
-        torch.testing.assert_close(f(out), x.sum(dim=1) * 2)
+        assert torch.equal(f(out), x.sum(dim=1) * 2)  # the same kernels (a graph run as traced); times 2 is exact
     assert len(counts) == 1  # one graph for every length, as the marks ask
     unmarked = static({"x": torch.randn(2, 5)})  # the length-5 buffer again: its old marks go
     assert not hasattr(unmarked["x"], "_dynamo_dynamic_indices")

@@ -11,6 +11,11 @@ from torch import nn
 
 from runner.config.schema import CompileConfig, OptimizerPolicy, Scope
 from runner.strategy import CompileStrategy
+from tests.tolerance import drift
+
+# aot_eager's decomposed backward against eager autograd, over 4 SGD steps of a small MLP with clamping hooks: the
+# gradients' reductions may take another order (about 16 roundings a step).
+GRAD_TOL = drift(steps=4, depth=16)
 
 
 class HookedModule(L.LightningModule):
@@ -67,7 +72,7 @@ def test_compiled_autograd_applies_parameter_and_intermediate_hooks() -> None:
     assert eager[0]["l1.weight"].abs().max() <= 0.01 + 1e-7  # the parameter hook ran
     for e, c in zip(eager, compiled, strict=True):
         for name in e:
-            torch.testing.assert_close(c[name], e[name], rtol=1e-5, atol=1e-7)
+            torch.testing.assert_close(c[name], e[name], **GRAD_TOL.kwargs)
 
 
 def test_hooks_without_compiled_autograd_still_apply() -> None:
@@ -75,4 +80,4 @@ def test_hooks_without_compiled_autograd_still_apply() -> None:
     compiled = _grads(CompileConfig(scope=Scope.step, backend="aot_eager", optimizer=OptimizerPolicy.none))
     for e, c in zip(eager, compiled, strict=True):
         for name in e:
-            torch.testing.assert_close(c[name], e[name], rtol=1e-5, atol=1e-7)
+            torch.testing.assert_close(c[name], e[name], **GRAD_TOL.kwargs)

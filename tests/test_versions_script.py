@@ -55,3 +55,23 @@ def test_every_pip_install_of_the_script_goes_through_from_index() -> None:
     pip_calls = [line for line in lines if re.search(r"\bpip\"? install\b", line)]
     assert len(pip_calls) >= 2, pip_calls  # torch, then runner's pins
     assert all(line.startswith("from_index ") for line in pip_calls), pip_calls
+
+
+@pytest.mark.slow
+def test_the_first_torch_runs_on_a_second_vector_width() -> None:
+    """``second_isa`` picks a vector width other than the machine's (AVX-512 -> avx2, AVX2 -> default, nothing
+    where there is none), and torch really runs its kernels at that width when the job sets it."""
+    probe = f"{sys.executable} -c 'import torch; print(torch.backends.cpu.get_cpu_capability())'"
+    script = (f"source {SCRIPT} --functions && for n in AVX512 AVX512_VNNI AVX2 DEFAULT; do echo \"$n:$(second_isa $n)\";"
+              f" done && native=$({probe}) && other=$(second_isa $native) && echo \"native:$native\" &&"
+              f" ATEN_CPU_CAPABILITY=$other {probe}")
+    env = {k: v for k, v in os.environ.items() if k != "ATEN_CPU_CAPABILITY"}
+    proc = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.split()
+    assert lines[:4] == ["AVX512:avx2", "AVX512_VNNI:avx2", "AVX2:default", "DEFAULT:"]
+    native, under = lines[4].removeprefix("native:"), lines[5]
+    if native.startswith("AVX512"):
+        assert under == "AVX2"
+    elif native != "DEFAULT":  # AVX2 (this kind of machine's), or another architecture's vector unit
+        assert under == "DEFAULT"
