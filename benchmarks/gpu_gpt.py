@@ -136,11 +136,13 @@ def same_rounds(rows: list[Row], mine: str, theirs: str) -> float | None:
 
 
 # The rows that decide runner.config.gpu_defaults (docs/gpu.md, "Defaults follow the rows"): (default, contestant,
-# its peer, what a ratio above 1.00 means for the default).
-RULES = (("CUDAGRAPHS_AUTO", "runner_cudagraphs", "runner_cudagraphs_disabled", "CUDA graphs slower: turn it False"),
-         ("CUDAGRAPHS_AUTO", "runner_step", "runner_cudagraphs_disabled", "auto slower than disabled: turn it False"),
+# its peer, what the contestant's step time over its peer's says for the default: above 1.00, at most 1.00).
+RULES = (("CUDAGRAPHS_AUTO", "runner_cudagraphs", "runner_cudagraphs_disabled",
+          "CUDA graphs slower: turn it False", "it stays True"),
+         ("CUDAGRAPHS_AUTO", "runner_step", "runner_cudagraphs_disabled",
+          "auto slower than disabled: turn it False", "it stays True"),
          ("OPTIMIZER_AUTO_GRAPHED", "runner_graphed", "runner_cudagraphs",
-          "the graphed step slower: keep it False (at most 1.00 on both GPT workloads: turn it True)"))
+          "the graphed step slower: it stays False", "turn it True if the other GPT workload agrees"))
 
 
 def targets_of(workload: str) -> Any:
@@ -162,10 +164,11 @@ def targets_of(workload: str) -> Any:
         if workload == "gpt_small" and busy is not None:
             out.append(f"runner's defaults keep the device busy {busy:.0%} of the time (target >= 85%: "
                        f"{'met' if busy >= 0.85 else 'missed'})")
-        for default, mine, theirs, above in RULES:
+        on_cpu = any(str(r.get("device") or "").startswith("cpu") for r in rows)
+        for default, mine, theirs, above, below in () if on_cpu else RULES:  # CUDA graphs exist on a GPU only
             if (r := same_rounds(rows, mine, theirs)) is not None:
-                out.append(f"gpu_defaults.{default}: {mine} / {theirs} step time {r:.3f}"
-                           + (f" ({above})" if r > 1.0 else " (at most 1.00: the default holds)"))
+                says = above if r > 1.0 else below
+                out.append(f"gpu_defaults.{default}: {mine} / {theirs} step time {r:.3f} ({says})")
         return out
 
     return targets

@@ -41,7 +41,7 @@ HF_CONTESTANTS = {
 
 def _hf_jobs(ctx: Context, name: str) -> list[dict[str, Any]]:
     # Each contestant compiles cold, in a cache of its own: the time to finish includes every compile.
-    return [{**child_job("hf_varlen", ctx, name=name, size=HF_QUICK if ctx.quick else HF),
+    return [{**child_job("gpu_hf_job:hf_varlen", ctx, name=name, size=HF_QUICK if ctx.quick else HF),
              "env": cache_env(ctx, "hf_varlen", name)}]
 
 

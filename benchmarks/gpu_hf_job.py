@@ -19,7 +19,7 @@ from gpu_contestant import BenchModule, Marks, bench_trainer, contestant, device
 
 from runner.config import schema as cs
 from runner.data.text import PadTo
-from runner.figures.compile_background import COMPILE_BACKGROUND_OUTCOME, COMPILE_BACKGROUND_ROOM
+from runner.figures.compile_background import COMPILE_BACKGROUND, COMPILE_BACKGROUND_OUTCOME, COMPILE_BACKGROUND_ROOM
 from runner.figures.cudagraphs import CUDAGRAPHS_DECISION
 
 BUCKETS_OF = (8, 4, 2, 1)
@@ -142,10 +142,11 @@ def hf_varlen(name: str, size: dict[str, Any], device: str, backend: str) -> dic
     batches = seen[:n]  # Lightning fetches one batch ahead
     real, padded = sum(b[0] for b in batches), sum(b[1] for b in batches)
     ran = strategy.figures() if hasattr(strategy, "figures") else {}  # runner's report figures
-    return {**figures, "tokens_per_s": real / figures["finish_s"], "compiles": finish.counts[figures["end_batch"]][
-            "compiles"], "recompiles": finish.counts[figures["end_batch"]]["recompiles"],
-            "cudagraph_recordings": finish.counts[figures["end_batch"]]["graphs"], "batches": len(batches),
+    counts = finish.counts[figures["end_batch"]]
+    return {**figures, "tokens_per_s": real / figures["finish_s"], "compiles": counts["compiles"],
+            "recompiles": counts["recompiles"], "cudagraph_recordings": counts["graphs"], "batches": len(batches),
             "real_tokens": real, "padding_pct": 100.0 * (padded - real) / padded,
             "distinct_lengths": len({b[2] for b in batches}), "loss": float(trainer.callback_metrics["train/loss"]),
-            "background": ran.get(COMPILE_BACKGROUND_OUTCOME), "background_room": ran.get(COMPILE_BACKGROUND_ROOM),
+            "background": ran.get(COMPILE_BACKGROUND_OUTCOME) or ran.get(COMPILE_BACKGROUND),
+            "background_room": ran.get(COMPILE_BACKGROUND_ROOM),
             "cudagraphs_decision": ran.get(CUDAGRAPHS_DECISION), "device": device_name(device)}

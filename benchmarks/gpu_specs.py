@@ -88,7 +88,9 @@ def per_contestant(name: str, describe: Callable[[bool], str], contestants: dict
 
 
 def child_job(call: str, ctx: Context, **args: Any) -> dict[str, Any]:
-    return {"call": f"gpu_jobs:{call}", "args": {"device": ctx.device, "backend": ctx.backend, **args}}
+    """A job of ``gpu_child.py``: ``call`` is ``module:function``, or a function of ``gpu_jobs``."""
+    return {"call": call if ":" in call else f"gpu_jobs:{call}",
+            "args": {"device": ctx.device, "backend": ctx.backend, **args}}
 
 
 def one_job_row(results: list[Row]) -> Row:

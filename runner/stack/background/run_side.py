@@ -200,8 +200,7 @@ class BackgroundCompile(StackComponent):
         assert self.room is not None and self.process is not None
         fits, self.room_said = room_for_process(self.room())
         if fits:
-            self._start(f"; the device has room: {self.room_said}")
-            return
+            return self._start(f"; the device has room: {self.room_said}")
         self.process.stop()
         self._batch, self.pending = None, False
         self.outcome = f"compiled in the run at step {step}: no room on the device for a compile process"
@@ -285,6 +284,8 @@ class BackgroundCompile(StackComponent):
         out: dict[str, Any] = {COMPILE_BACKGROUND: self.policy.value, COMPILE_BACKGROUND_OUTCOME: self.outcome}
         if self.room_said is not None:
             out[COMPILE_BACKGROUND_ROOM] = self.room_said
+        if self.switch_step is not None:
+            out[COMPILE_SWITCH_STEP] = self.switch_step
         if self.process is None or self.process.started is None:
             return out  # no process ran (auto kept the run eager, or the module stayed in the run)
         out[COMPILE_BACKGROUND_PLACEMENT] = _SHOWN[self.placement]
@@ -294,7 +295,5 @@ class BackgroundCompile(StackComponent):
         if self.result is not None:
             out[COMPILE_BACKGROUND_S] = round(self.result.seconds, 2)
             out.update({_MEASURED[k]: v for k, v in self.result.measured.items() if k in _MEASURED})
-        if self.switch_step is not None:
-            out[COMPILE_SWITCH_STEP] = self.switch_step
         return out
 
