@@ -144,7 +144,7 @@ def test_merge_replaces_by_key_keeps_the_rest_and_rewrites_the_tables(
     quick_file.write_text(json.dumps(quick[1]["hf_varlen"]))
     assert gpu.merge_files([quick_file], results_path, docs) == 2  # a --quick run is plumbing: never merged
     gpu_run = {**quick[1]["hf_varlen"], "quick": False, "device": "NVIDIA H100 80GB HBM3",
-               "date": "2026-12-01T10:00:00"}
+               "date": "2026-12-01T10:00:00", "units": 3}
     by_name = {r["contestant"]: r for r in gpu_run["rows"]}
     gpu_run["rows"] = [by_name["lightning"], by_name["runner_bucket"],
                        {"contestant": "lightning_compile", "label": "x", "error": "boom"}]
