@@ -45,7 +45,7 @@ EXPECTED = {"gpt_small": ["lightning", "lightning_compile_fused", "runner_step",
 DRY_CONTESTANTS = ["runner_step", "runner_cudagraphs_disabled", "runner_graphed", "runner_defaults", "runner_best",
                    "runner_bucket", "runner_fp8", "runner", "runner_in_run"]
 DRY_EXPECTED = {"gpt_small": ["lightning", "lightning_compile_fused", "runner_step", "runner_cudagraphs_disabled",
-                              "runner_graphed"],
+                              "runner_graphed", "runner_best"],
                 "hf_varlen": ["lightning", "runner_defaults", "runner_best", "runner_bucket"],
                 "memory": ["runner_fp8"], "cold_start": ["runner", "runner_in_run"]}
 
