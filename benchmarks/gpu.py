@@ -5,12 +5,15 @@
     python benchmarks/gpu.py --merge gpu-out/rows/*.json # fold a run's rows into results/gpu.json, rewrite docs/gpu.md
     python benchmarks/gpu.py --docs [--check]            # rewrite (check) docs/gpu.md's tables from results/gpu.json
 
-Workloads: ``gpt_124m`` and ``gpt_small`` (step time, in rounds: ``gpu_gpt.py``), ``hf_varlen`` (a BERT-shaped
-classifier fine-tuned on variable-length batches: time to finish), ``memory`` (saved-activation strategies
-on a Llama-style LM: the largest batch under a memory cap) and ``cold_start`` (seconds to the first trained
-steps, cold and from a warm cache): ``gpu_specs.py``. Their order is need: a workload with a contestant never
-measured first, then the one measured longest ago (``benchmarks/results/gpu.json``'s rows; with ``--quick``,
-the order given). Each takes its expected cost (its last GPU run's time per round or per contestant, else an
+Workloads (the table ``WORKLOADS``): ``gpt_124m`` and ``gpt_small`` (step time, in rounds: ``gpu_gpt.py``),
+``hf_varlen`` (a BERT-shaped classifier fine-tuned on variable-length batches: time to finish, ``gpu_hf.py``),
+``memory`` (saved-activation strategies on a Llama-style LM: the largest batch under a memory cap) and
+``cold_start`` (seconds to the first trained steps, cold and from a warm cache): ``gpu_specs.py``. Their order is
+need: a workload with a contestant never measured first, then the one measured longest ago
+(``benchmarks/results/gpu.json``'s rows; with ``--quick``, the order given); within a workload its reference
+peers (eager Lightning for ``hf_varlen``, the two Lightning peers of the GPT workloads) come first and are always
+raced, then contestants never measured. Each takes its
+expected cost (its last GPU run's time per round or per contestant, else an
 estimate); one that does not fit what is left of ``--budget-s`` is skipped, or runs as many contestants as
 fit; what is left after every workload that fits goes to more rounds of the GPT workloads (up to 3, each
 ratio then the median over rounds). Each workload's rows go to ``--out-dir/WORKLOAD.json`` as every
@@ -34,10 +37,18 @@ from typing import Any
 from gpu_common import Context, RunFile, Workload
 from gpu_docs import render, table
 from gpu_gpt import GPT_124M, GPT_SMALL
+from gpu_hf import HF_VARLEN
 from gpu_results import RESULTS, load, merge, need_order, plan, unit_cost, write_json
-from gpu_specs import COLD_START, HF_VARLEN, MEMORY
+from gpu_specs import COLD_START, MEMORY
 
-WORKLOADS: dict[str, Workload] = {w.name: w for w in (GPT_124M, GPT_SMALL, HF_VARLEN, MEMORY, COLD_START)}
+# Every workload, in the docs' order: a new one is a module defining its ``Workload`` and one entry here.
+WORKLOADS: dict[str, Workload] = {w.name: w for w in (
+    GPT_124M,
+    GPT_SMALL,
+    HF_VARLEN,
+    MEMORY,
+    COLD_START,
+)}
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "gpu.md"
 QUICK_OUT = Path(tempfile.gettempdir()) / "runner-gpu-quick"
 
@@ -57,7 +68,7 @@ def queue(names: list[str], results: dict[str, Any], budget_s: float, run_one: C
     """Run ``names`` in order of need while they fit ``budget_s`` (``gpu_results.plan``, planned again before
     each workload with the time really left): ``run_one(name, units)`` runs one; ``picked(name)``: the
     contestants it races (default all). The (workload, units) that ran."""
-    picked = picked or (lambda n: list(WORKLOADS[n].contestants))
+    picked = picked or (lambda n: list(WORKLOADS[n].contestants))  # reference peers (Workload.first) included
     start = clock()
     unit = {n: unit_cost(results, n, WORKLOADS[n].unit_cost_s) for n in names}
     rounds = {n: min(max_rounds, WORKLOADS[n].max_rounds or 1) for n in names if WORKLOADS[n].max_rounds}
@@ -108,7 +119,7 @@ def run(a: argparse.Namespace) -> int:
             print(f"\n{table(WORKLOADS[name], shown)}\n", flush=True)
 
         ran = queue(a.workloads, results, a.budget_s, run_one, max_rounds=a.rounds or (1 if a.quick else 3),
-                    picked=lambda n: ctx.pick(list(WORKLOADS[n].contestants)))
+                    picked=lambda n: ctx.pick(list(WORKLOADS[n].contestants), WORKLOADS[n].first))
     print(f"ran {', '.join(f'{n} ({k})' for n, k in ran) or 'nothing'}; rows in {a.out_dir}"
           + (f"; FAILED: {', '.join(failed)}" if failed else ""))
     return 1 if failed else 0
@@ -136,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workloads", nargs="+", choices=list(WORKLOADS), default=None,
                    help="default: all (--quick: all but gpt_124m, the same tiny GPT as gpt_small there)")
     p.add_argument("--contestants", nargs="+", default=[], help="race only these where a workload has any of them "
-                   "(the GPT workloads' two peers always run)")
+                   "(its reference peers always run: eager Lightning, the GPT workloads' two)")
     p.add_argument("--budget-s", type=float, default=math.inf, help="start nothing expected to end past this")
     p.add_argument("--rounds", type=int, default=None, help="at most this many GPT rounds (default 3; 1 --quick)")
     p.add_argument("--backend", default=None, help="torch.compile backend (default inductor; aot_eager with --quick)")

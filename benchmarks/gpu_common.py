@@ -52,9 +52,10 @@ class Context:
     def left(self) -> float:
         return self.deadline - time.monotonic()
 
-    def pick(self, contestants: Sequence[str]) -> list[str]:
-        """The contestants of a workload this run races (``only``, where it names any of them)."""
-        listed = [c for c in contestants if c in self.only]
+    def pick(self, contestants: Sequence[str], first: Sequence[str] = ()) -> list[str]:
+        """The contestants of a workload this run races (``only``, where it names any of them), ``first`` (a
+        workload's reference peers) always among them."""
+        listed = [c for c in contestants if c in self.only or (c in first and self.only & set(contestants))]
         return listed or list(contestants)
 
 
@@ -78,6 +79,9 @@ class Workload:
     """The issue's targets, each a line saying what the rows show."""
     max_rounds: int | None = None
     """Measured in rounds (every contestant each round), up to this many; None: in contestants."""
+    first: tuple[str, ...] = ()
+    """The reference peers: raced by every run of the workload (no shorter contestant list leaves them out), and
+    before every other contestant, measured or not."""
 
 
 class RunFile:

@@ -1,10 +1,11 @@
 """The GPT workloads' jobs (``train_job``: one contestant; ``peak``: the device's dense matmul rate for MFU)
 and what every workload's jobs share (``BenchModule``, ``Marks``, ``bench_trainer``), run in ``gpu_child.py``.
 
-Every GPT contestant runs the same code path (``BenchModule``, one ``Trainer`` call, the ``Marks``
-callback); ``setup`` returns the one thing that differs: the compile call in the module, the AdamW
+Every GPT contestant runs the same code path (``BenchModule``, one ``Trainer`` call, the ``Marks`` and
+``HostBusy`` callbacks); ``setup`` returns the one thing that differs: the compile call in the module, the AdamW
 implementation and the strategy. A contestant with CUDA graphs also counts, as Inductor partitions each
-graph it compiles, how many partitions it made CUDA graphs of and why not the rest.
+graph it compiles, how many partitions it made CUDA graphs of and why not the rest (runner's stack counts its
+own; the benchmark counts the Lightning peer's the same way).
 """
 
 from __future__ import annotations
@@ -23,7 +24,14 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from runner import torch_internals as ti
-from runner.figures.cudagraphs import CUDAGRAPHS_EAGER_REASONS, CUDAGRAPHS_PARTITIONS, CUDAGRAPHS_PARTITIONS_GRAPHED
+from runner.figures.compile_plan import COMPILE_OPTIMIZER
+from runner.figures.cudagraphs import (
+    CUDAGRAPHS_DECISION,
+    CUDAGRAPHS_EAGER_REASONS,
+    CUDAGRAPHS_OPTIMIZER_RECORDINGS,
+    CUDAGRAPHS_PARTITIONS,
+    CUDAGRAPHS_PARTITIONS_GRAPHED,
+)
 from runner.models.gpt import GPT
 from runner.stack.cudagraphs import PartitionCount
 from runner.telemetry.throughput import estimate_flops, trainable_parameters
@@ -111,10 +119,41 @@ def runner_best_settings(device_type: str) -> dict[str, Any]:
     return {}
 
 
-def uses_graphs(name: str, device_type: str) -> bool:
-    """Whether the contestant records CUDA graphs (only ever on a CUDA device)."""
-    return device_type == "cuda" and (name in ("lightning_compile_reduce_overhead", "runner_cudagraphs")
-                                      or (name == "runner_best" and "cudagraphs" in runner_best_settings("cuda")))
+PEER_GRAPHS = {"lightning_compile_reduce_overhead": "on: torch.compile(mode='reduce-overhead')"}
+"""The Lightning peers that record CUDA graphs, with their ``cudagraphs/decision`` (runner's rows carry their own)."""
+
+
+class HostBusy(Callback):
+    """``perf/host_ms_per_step`` and ``perf/device_busy`` for every contestant, Lightning's included, measured as
+    runner's telemetry measures them (``runner.telemetry.device_busy.HostDevice``): the host time of the compiled
+    steps from ``compiled_from`` on that were not waited for (the device is synchronised only at the marks, after
+    this callback's end), and one profiled window of steps from ``start_after`` on (after the timed steps, so the
+    profiler's cost stays out of ``step_ms``). Nothing off CUDA."""
+
+    def __init__(self, device: str, compiled_from: int, start_after: int) -> None:
+        from runner.telemetry.device_busy import HostDevice, NoHostDevice
+
+        self.compiled_from = compiled_from
+        self.meter = HostDevice(torch.device(device), start_after=start_after) if device == "cuda" else NoHostDevice()
+        self._t = 0.0
+
+    def on_train_batch_start(self, trainer: L.Trainer, *args: Any) -> None:
+        step = trainer.global_step
+        self.meter.step_start(step, "compiled" if step >= self.compiled_from else "warmup")
+        self._t = time.perf_counter()
+
+    def on_train_batch_end(self, trainer: L.Trainer, *args: Any) -> None:
+        ms = 1e3 * (time.perf_counter() - self._t)
+        self.meter.step_end(ms, timed=False, compiled=trainer.global_step - 1 >= self.compiled_from)
+
+    def on_train_end(self, *args: Any) -> None:
+        self.meter.close()
+
+    def figures(self) -> dict[str, Any]:
+        from runner.figures.perf import PERF_DEVICE_BUSY, PERF_HOST_MS_PER_STEP
+
+        got = self.meter.figures()
+        return {"host_ms_per_step": got.get(PERF_HOST_MS_PER_STEP), "device_busy": got.get(PERF_DEVICE_BUSY)}
 
 
 def contestant(name: str, device: str, backend: str,
@@ -141,18 +180,27 @@ def contestant(name: str, device: str, backend: str,
 def setup(name: str, device: str, backend: str) -> tuple[dict[str, Any] | None, dict[str, Any], Any]:
     """A GPT contestant's (compile kwargs, AdamW kwargs, strategy): ``contestant`` with the runner settings
     its name stands for."""
-    from runner.config.schema import Background, CompileConfig, CudaGraphMode, CudaGraphsConfig
+    from runner.config.schema import Background, CompileConfig, CudaGraphMode, CudaGraphsConfig, OptimizerPolicy
 
-    extra = {"runner_step": {}, "runner_best": runner_best_settings(device),
-             "runner_cudagraphs": {"cudagraphs": CudaGraphsConfig(mode=CudaGraphMode.reduce_overhead)}}.get(name, {})
+    graphs = {"cudagraphs": CudaGraphsConfig(mode=CudaGraphMode.reduce_overhead)}
+    extra = {"runner_step": {}, "runner_best": runner_best_settings(device), "runner_cudagraphs": graphs,
+             "runner_cudagraphs_disabled": {"cudagraphs": CudaGraphsConfig(mode=CudaGraphMode.disabled)},
+             "runner_graphed": graphs}.get(name, {})
+    optimizer = OptimizerPolicy.graphed if name == "runner_graphed" else OptimizerPolicy.auto
     # Background.disabled for every runner contestant: the step compiles in the run, as torch.compile does,
-    # so the warm-up holds the compile and every timed step is a compiled one (``auto`` trains eagerly
-    # beside a compile process on the CPU and switches when that pays; on CUDA it resolves to disabled).
-    return contestant(name, device, backend, compile=CompileConfig(background=Background.disabled), **extra)
+    # so the warm-up holds the compile and every timed step is a compiled one (``auto`` trains eagerly beside
+    # a compile process until it is ready: what hf_varlen and cold_start measure, not a step time).
+    return contestant(name, device, backend, compile=CompileConfig(background=Background.disabled,
+                                                                   optimizer=optimizer), **extra)
+
+
+BUSY_STEPS = 6
+"""Steps after the timed ones: the device-busy window (``HostDevice``'s 5) and the step before it."""
 
 
 def train(name: str, m: Model, device: str, backend: str) -> dict[str, Any]:
-    """Train ``m.warmup + m.timed`` steps as contestant ``name``; its figures."""
+    """Train ``m.warmup + m.timed`` steps as contestant ``name``, then ``BUSY_STEPS`` for the device-busy window;
+    its figures."""
     compile_kwargs, adamw, strategy = setup(name, device, backend)
     torch.manual_seed(0)
     model = GPT(vocab_size=256, n_layer=m.n_layer, n_head=m.n_head, n_embd=m.n_embd, block_size=m.seq)
@@ -160,30 +208,35 @@ def train(name: str, m: Model, device: str, backend: str) -> dict[str, Any]:
     # 6 x parameters x tokens, plus causal attention's QK^T and AV: 12 x layers x width x seq per token (PaLM).
     flops = estimate_flops(trainable_parameters(model), None, tokens) or 0.0
     flops += 12.0 * m.n_layer * m.n_embd * m.seq * tokens
-    ids = torch.randint(0, 256, (m.batch * (m.warmup + m.timed), m.seq + 1), generator=torch.Generator().manual_seed(1))
-    loader = DataLoader(TensorDataset(ids[:, :-1], ids[:, 1:]), batch_size=m.batch, pin_memory=device == "cuda")
     end = m.warmup + m.timed
+    ids = torch.randint(0, 256, (m.batch * (end + BUSY_STEPS), m.seq + 1), generator=torch.Generator().manual_seed(1))
+    loader = DataLoader(TensorDataset(ids[:, :-1], ids[:, 1:]), batch_size=m.batch, pin_memory=device == "cuda")
     marks = Marks([m.warmup, end], device)
+    busy = HostBusy(device, compiled_from=m.warmup, start_after=end + 1)
     partitions, observing = PartitionCount(), ti.TorchSettings()
-    if uses_graphs(name, device):  # what each compiled graph put in CUDA graphs, seen as Inductor decides it
+    if device == "cuda" and name in PEER_GRAPHS:  # what each compiled graph put in CUDA graphs, as Inductor decides
         partitions.install(observing)
-    trainer = bench_trainer(device, strategy, end, [marks])
+    trainer = bench_trainer(device, strategy, end + BUSY_STEPS, [busy, marks])  # busy's step end before the marks'
     try:
         trainer.fit(BenchModule(compile_kwargs, model=model, optimizer=_adamw(**adamw)), loader)
     finally:
         observing.restore()
-    counted = partitions.figures()  # empty where no graph was partitioned here (all from the compile cache)
+    # runner's own report (the stack counts its partitions itself); empty where no graph was partitioned here
+    ran: dict[str, Any] = strategy.figures() if hasattr(strategy, "figures") else partitions.figures()
+    decision = ran.get(CUDAGRAPHS_DECISION, PEER_GRAPHS.get(name) if device == "cuda" else None)
+    graphs = bool(decision and decision.startswith("on"))
     start, warm = marks.times[0], marks.times[m.warmup]
     step_s = (marks.times[end] - warm) / m.timed
     return {"step_ms": 1e3 * step_s, "tokens_per_step": tokens, "flops_per_step": flops, "warmup_s": warm - start,
             "compile_s": max(0.0, warm - start - m.warmup * step_s),
             "compiles_after_warmup": marks.between(m.warmup, end, "compiles"),
             "peak_mem_gib": torch.cuda.max_memory_allocated() / 2**30 if device == "cuda" else None,
-            "cudagraph_recordings_after_warmup": marks.between(m.warmup, end, "graphs") if uses_graphs(name, device)
-            else None,
-            "cudagraph_partitions": counted.get(CUDAGRAPHS_PARTITIONS),
-            "cudagraph_partitions_graphed": counted.get(CUDAGRAPHS_PARTITIONS_GRAPHED),
-            "cudagraph_eager_reasons": counted.get(CUDAGRAPHS_EAGER_REASONS),
+            "cudagraph_recordings_after_warmup": marks.between(m.warmup, end, "graphs") if graphs else None,
+            "cudagraph_partitions": ran.get(CUDAGRAPHS_PARTITIONS),
+            "cudagraph_partitions_graphed": ran.get(CUDAGRAPHS_PARTITIONS_GRAPHED),
+            "cudagraph_eager_reasons": ran.get(CUDAGRAPHS_EAGER_REASONS), "cudagraphs_decision": decision,
+            "optimizer": ran.get(COMPILE_OPTIMIZER), "optimizer_recordings": ran.get(CUDAGRAPHS_OPTIMIZER_RECORDINGS),
+            **busy.figures(),
             "device": device_name(device),
             # The GPU machine has no Hydra: whatever the contestants import must not need it.
             "hydra_modules": sorted(mod for mod in ("hydra", "omegaconf") if mod in sys.modules)}

@@ -15,16 +15,22 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from gpu_common import Column, Context, Row, RunFile, Workload, fmt, run_jobs
+from gpu_results import contestant_order
 
 PEERS = ("lightning_compile_fused", "lightning")
 CONTESTANTS = {
     "lightning": "Lightning, eager",
     "lightning_compile_fused": "Lightning + torch.compile(model) in the module + fused AdamW",
     "lightning_compile_reduce_overhead": "the same with torch.compile(model, mode='reduce-overhead')",
-    "runner_step": "runner's defaults: CompileStrategy()",
-    "runner_cudagraphs": "CompileStrategy(cudagraphs=reduce_overhead)",
+    "runner_step": "runner's defaults: CompileStrategy() (cudagraphs=auto decides; compile.optimizer=auto)",
+    "runner_cudagraphs_disabled": "CompileStrategy(cudagraphs=disabled)",
+    "runner_cudagraphs": "CompileStrategy(cudagraphs=reduce_overhead): the CUDA graphs auto turns on where eligible",
+    "runner_graphed": "CompileStrategy(cudagraphs=reduce_overhead, compile.optimizer=graphed): the graph-safe step",
     "runner_best": "what runner picks for speed on this device (runner_best_settings)",
 }
+"""Every runner contestant compiles in the run (``compile.background=disabled``): the timed steps are compiled
+ones. ``runner_step`` against ``runner_cudagraphs_disabled`` and ``runner_cudagraphs``, and ``runner_graphed``
+against ``runner_cudagraphs``, are the rows that decide ``runner.config.gpu_defaults`` (docs/gpu.md)."""
 
 
 @dataclass(frozen=True)
@@ -74,6 +80,11 @@ def summarize(runs: dict[str, list[Row]], peak: float | None) -> list[Row]:
             row[f"ratio_vs_{p}"] = statistics.median(a["step_ms"] / b["step_ms"] for a, b in pairs) if pairs else None
         for key in ("peak_mem_gib", "cudagraph_recordings_after_warmup", "compiles_after_warmup"):
             row[key] = None if first[key] is None else max(r[key] for r in ok)  # the worst round's
+        for key in ("host_ms_per_step", "device_busy"):  # CUDA only: null elsewhere (and in rows of before 2026-12)
+            values = [r[key] for r in ok if r.get(key) is not None]
+            row[key] = statistics.median(values) if values else None
+        for key in ("cudagraphs_decision", "optimizer", "optimizer_recordings"):
+            row[key] = first.get(key)
         # Partitions are seen where a graph is compiled, not loaded from the run's shared cache: the first round.
         counted = next((r for r in ok if r.get("cudagraph_partitions") is not None), {})
         for key in ("cudagraph_partitions", "cudagraph_partitions_graphed", "cudagraph_eager_reasons"):
@@ -95,26 +106,72 @@ def _partitions_cell(row: Row, rows: list[Row]) -> str:
     return text + (f" ({reasons[0]['nodes']} nodes: {reasons[0]['reason']})" if reasons else "")
 
 
+def _decision_cell(row: Row, rows: list[Row]) -> str:
+    """``cudagraphs/decision`` up to its parenthesis (the conditions it checked), ``|`` kept out of the table."""
+    decision = row.get("cudagraphs_decision")
+    return "-" if not decision else decision.split(" (")[0].replace("|", "/")
+
+
 COLUMNS: list[Column] = [
     ("step ms", fmt("step_ms", ".2f")), ("tokens/s", fmt("tokens_per_s", ",.0f")), ("MFU", fmt("mfu", ".1%")),
     ("compile s", fmt("compile_s", ".1f")), ("peak GiB", fmt("peak_mem_gib", ".2f")),
+    ("cudagraphs/decision", _decision_cell),
     ("CUDA graphs recorded after warm-up", fmt("cudagraph_recordings_after_warmup", "d")),
     ("partitions in CUDA graphs", _partitions_cell),
+    ("optimizer step", lambda r, rows: str(r.get("optimizer") or "-")),
+    ("host ms/step", fmt("host_ms_per_step", ".2f")), ("device busy", fmt("device_busy", ".0%")),
     *((f"vs {p}", fmt(f"ratio_vs_{p}", ".3f")) for p in PEERS),
     ("rounds", lambda r, rows: str(r.get("rounds_measured") or r.get("rounds") or "-")),
 ]
 
 
-def targets(rows: list[Row]) -> list[str]:
-    """runner's defaults and its pick for speed against Lightning + compile + fused AdamW."""
-    out = []
-    for row in rows:
-        value = row.get("ratio_vs_lightning_compile_fused")
-        if row["contestant"] in ("runner_step", "runner_best") and value is not None:
-            n = row.get("rounds_measured") or row.get("rounds")
-            out.append(f"{row['contestant']} / lightning_compile_fused step time: {value:.3f} "
-                       f"(median of {n} same-round ratio{'s' if n != 1 else ''}; < 1 is faster)")
-    return out
+def same_rounds(rows: list[Row], mine: str, theirs: str) -> float | None:
+    """``mine``'s step time over ``theirs``', the median over the rounds both measured (same device); < 1 is faster."""
+    a = next((r for r in rows if r["contestant"] == mine and r.get("round_step_ms")), None)
+    b = next((r for r in rows if r["contestant"] == theirs and r.get("round_step_ms")
+              and a is not None and r.get("device") == a.get("device")), None)
+    if a is None or b is None:
+        return None
+    return statistics.median(x / y for x, y in zip(a["round_step_ms"], b["round_step_ms"], strict=False))
+
+
+# The rows that decide runner.config.gpu_defaults (docs/gpu.md, "Defaults follow the rows"): (default, contestant,
+# its peer, what the contestant's step time over its peer's says for the default: above 1.00, at most 1.00).
+RULES = (("CUDAGRAPHS_AUTO", "runner_cudagraphs", "runner_cudagraphs_disabled",
+          "CUDA graphs slower: turn it False", "it stays True"),
+         ("CUDAGRAPHS_AUTO", "runner_step", "runner_cudagraphs_disabled",
+          "auto slower than disabled: turn it False", "it stays True"),
+         ("OPTIMIZER_AUTO_GRAPHED", "runner_graphed", "runner_cudagraphs",
+          "the graphed step slower: it stays False", "turn it True if the other GPT workload agrees"))
+
+
+def targets_of(workload: str) -> Any:
+    """The issue's targets for ``workload``'s rows, and what the rows say of each default they decide."""
+    def targets(rows: list[Row]) -> list[str]:
+        out = []
+        for row in rows:
+            value = row.get("ratio_vs_lightning_compile_fused")
+            if row["contestant"] in ("runner_step", "runner_best") and value is not None:
+                n = row.get("rounds_measured") or row.get("rounds")
+                out.append(f"{row['contestant']} / lightning_compile_fused step time: {value:.3f} "
+                           f"(median of {n} same-round ratio{'s' if n != 1 else ''}; < 1 is faster)")
+        peer, want = {"gpt_small": ("lightning_compile_reduce_overhead", 1.5),
+                      "gpt_124m": ("lightning_compile_fused", 1.05)}[workload]
+        if (x := same_rounds(rows, peer, "runner_step")) is not None:
+            out.append(f"runner's defaults {x:.2f}x as fast as {peer} (target >= {want}x: "
+                       f"{'met' if x >= want else 'missed'})")
+        busy = next((r.get("device_busy") for r in rows if r["contestant"] == "runner_step"), None)
+        if workload == "gpt_small" and busy is not None:
+            out.append(f"runner's defaults keep the device busy {busy:.0%} of the time (target >= 85%: "
+                       f"{'met' if busy >= 0.85 else 'missed'})")
+        on_cpu = any(str(r.get("device") or "").startswith("cpu") for r in rows)
+        for default, mine, theirs, above, below in () if on_cpu else RULES:  # CUDA graphs exist on a GPU only
+            if (r := same_rounds(rows, mine, theirs)) is not None:
+                says = above if r > 1.0 else below
+                out.append(f"gpu_defaults.{default}: {mine} / {theirs} step time {r:.3f} ({says})")
+        return out
+
+    return targets
 
 
 def gpt_runner(name: str) -> Any:
@@ -123,9 +180,10 @@ def gpt_runner(name: str) -> Any:
     probe is the first job of the first round (its own process on a GPU) unless the run already has it."""
     def run(ctx: Context, out: RunFile, rounds: int) -> None:
         size = QUICK if ctx.quick else MODELS[name]
-        picked = ctx.pick(list(CONTESTANTS))
-        names = [n for n in CONTESTANTS if n in picked or n in PEERS]  # every ratio needs the peers
-        runs: dict[str, list[Row]] = {n: [] for n in names}
+        picked = ctx.pick(list(CONTESTANTS), PEERS)  # every ratio needs the peers
+        # The peers first, then never measured (a round cut short keeps them), then oldest; rotated each round.
+        names = contestant_order(ctx.shared.get("results") or {"rows": []}, name, picked, PEERS)
+        runs: dict[str, list[Row]] = {n: [] for n in CONTESTANTS if n in names}  # rows in the table's order
         done: list[Row] = []
         now: dict[str, Any] = {"round": 0, "jobs": []}
 
@@ -164,7 +222,7 @@ def gpt_runner(name: str) -> Any:
 
 def _workload(name: str, round_s: float) -> Workload:
     return Workload(name, lambda quick: (QUICK if quick else MODELS[name]).describe(), CONTESTANTS, round_s,
-                    gpt_runner(name), COLUMNS, targets, max_rounds=3)
+                    gpt_runner(name), COLUMNS, targets_of(name), max_rounds=3, first=PEERS)
 
 
 # Per round on a GPU: gpt_124m took 230 s for one round on an H200 (six contestants, cold compiles).

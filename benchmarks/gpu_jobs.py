@@ -1,4 +1,5 @@
-"""The jobs of the ``hf_varlen``, ``memory`` and ``cold_start`` workloads, run in ``gpu_child.py``.
+"""The jobs of the ``memory`` and ``cold_start`` workloads, run in ``gpu_child.py`` (``hf_varlen``'s is in
+``gpu_hf_job.py``).
 
 Each trains through the same ``BenchModule`` and ``Trainer`` as the GPT contestants; what differs per
 contestant is what ``gpu_contestant.contestant`` returns: the compile call in the module and the AdamW it uses
@@ -20,63 +21,6 @@ from lightning.pytorch.callbacks import Callback
 from torch.utils.data import DataLoader, IterableDataset
 
 from runner.config import schema as cs
-from runner.data.text import PadTo
-
-# -- hf_varlen ------------------------------------------------------------------------------------------------
-BUCKETS_OF = (8, 4, 2, 1)
-"""``runner_bucket``'s buckets: the longest length over each of these (512: 64, 128, 256, 512)."""
-
-
-def shape_policy(name: str, seq: int) -> cs.DynamicConfig | None:
-    """Each runner contestant's shape policy (None: a Lightning peer)."""
-    return {"runner_defaults": cs.DynamicConfig(),
-            "runner_dynamic": cs.DynamicConfig(policy=cs.ShapePolicy.dynamic, max=seq),
-            "runner_bucket": cs.DynamicConfig(policy=cs.ShapePolicy.bucket, buckets=[seq // k for k in BUCKETS_OF]),
-            }.get(name)
-
-
-def hf_varlen(name: str, size: dict[str, Any], device: str, backend: str) -> dict[str, Any]:
-    """Fine-tune a BERT-shaped classifier on ``size["batches"]`` batches of stdlib paragraphs padded per batch
-    (or to the bucket, for ``runner_bucket``): the wall time from the start of training to the end of the
-    last batch, compiles and recordings included; the steady step over the last ``size["steady"]``."""
-    from runner.data.classification import TextClassificationDataModule
-    from runner.models.hf import SequenceClassifier
-    from runner.stack.dynamic import resolve_pad_to
-
-    seq, n, steady = size["seq"], size["batches"], size["steady"]
-    policy = shape_policy(name, seq)
-    data = TextClassificationDataModule(seq_len=seq, batch_size=size["batch"], max_examples=size["examples"],
-                                        pad_to=resolve_pad_to(policy, seq) if policy else PadTo(), seed=0)
-    data.setup("fit")
-    loader = data.train_dataloader()
-    seen: list[tuple[int, int, int]] = []  # (real tokens, padded tokens, length) of each batch, counted on the host
-    collate = loader.collate_fn
-
-    def counted(items: Any) -> Any:
-        batch = collate(items)
-        mask = batch[0]["attention_mask"]
-        seen.append((int(mask.sum()), mask.numel(), mask.shape[1]))
-        return batch
-
-    loader.collate_fn = counted
-    graphs = {"cudagraphs": cs.CudaGraphsConfig(mode=cs.CudaGraphMode.reduce_overhead)} \
-        if name == "runner_bucket" and device == "cuda" else {}
-    nodes = {"dynamic": policy, **graphs} if policy else {}
-    compile_kwargs, adamw, strategy = contestant(name, device, backend, **nodes)
-    torch.manual_seed(0)
-    model = SequenceClassifier(config="bert", overrides=size["bert"], num_labels=4)
-    marks = Marks([n - steady, n], device)
-    trainer = bench_trainer(device, strategy, n, [marks])
-    trainer.fit(BenchModule(compile_kwargs, model=model, optimizer=_adamw(**adamw)), loader)
-    batches = seen[:n]  # Lightning fetches one batch ahead
-    wall = marks.times[n] - marks.times[0]
-    real, padded = sum(b[0] for b in batches), sum(b[1] for b in batches)
-    steady_s = (marks.times[n] - marks.times[n - steady]) / steady
-    return {"wall_s": wall, "tokens_per_s": real / wall, "steady_step_ms": 1e3 * steady_s,
-            "compiles": marks.counts[n]["compiles"], "recompiles": marks.counts[n]["recompiles"],
-            "cudagraph_recordings": marks.counts[n]["graphs"], "batches": len(batches), "real_tokens": real,
-            "padding_pct": 100.0 * (padded - real) / padded, "distinct_lengths": len({b[2] for b in batches}),
-            "loss": float(trainer.callback_metrics["train/loss"]), "device": device_name(device)}
 
 
 # -- memory ---------------------------------------------------------------------------------------------------
@@ -149,7 +93,9 @@ def memory(name: str, size: dict[str, Any], device: str, backend: str, cap_gib: 
     runner: dict[str, Any] = {}
     if name in MEMORY_STRATEGIES:  # every strategy at scope=blocks: one compiled block serves every layer
         strategy, budget = MEMORY_STRATEGIES[name]
-        runner = {"compile": cs.CompileConfig(scope=cs.Scope.blocks),
+        # Compiled in the run (compile.background=disabled): a compile process beside it would hold device memory
+        # of its own while the peaks are measured.
+        runner = {"compile": cs.CompileConfig(scope=cs.Scope.blocks, background=cs.Background.disabled),
                   "offload": cs.OffloadConfig(strategy=strategy, memory_budget=budget, measure=False)}
 
     def fit(schedule: list[int]) -> StepMemory:
@@ -211,7 +157,8 @@ def first_steps(name: str, size: dict[str, Any], device: str, backend: str, step
     from runner.models.gpt import GPT
 
     started = time.perf_counter()
-    compile_kwargs, adamw, strategy = contestant(name, device, backend)
+    in_run = {"compile": cs.CompileConfig(background=cs.Background.disabled)} if name == "runner_in_run" else {}
+    compile_kwargs, adamw, strategy = contestant(name, device, backend, **in_run)
     torch.manual_seed(0)
     model = GPT(vocab_size=256, n_layer=size["n_layer"], n_head=size["n_head"], n_embd=size["n_embd"],
                 block_size=size["seq"])

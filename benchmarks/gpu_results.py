@@ -85,10 +85,12 @@ def need_order(results: dict[str, Any], workloads: Mapping[str, Sequence[str]]) 
     return sorted(workloads, key=oldest)  # a stable sort: never measured keeps the given order
 
 
-def contestant_order(results: dict[str, Any], workload: str, contestants: Sequence[str]) -> list[str]:
-    """A workload's contestants in order of need: never measured first (in the given order), then oldest."""
+def contestant_order(results: dict[str, Any], workload: str, contestants: Sequence[str],
+                     first: Sequence[str] = ()) -> list[str]:
+    """A workload's contestants in order of need: its reference peers ``first`` (in the given order), then never
+    measured (in the given order), then oldest."""
     dates = dict(zip(contestants, measured_dates(results, workload, contestants), strict=True))
-    return sorted(contestants, key=lambda c: dates[c] or "")
+    return sorted(contestants, key=lambda c: (c not in first, "" if c in first else dates[c] or ""))
 
 
 def unit_cost(results: dict[str, Any], workload: str, default_s: float) -> float:

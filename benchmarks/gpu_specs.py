@@ -1,8 +1,9 @@
-"""The ``hf_varlen``, ``memory`` and ``cold_start`` workloads of ``gpu.py``: sizes, contestants, rows, tables.
+"""The ``memory`` and ``cold_start`` workloads of ``gpu.py`` (sizes, contestants, rows, tables), and what every
+workload measured contestant by contestant shares (``per_contestant``; ``hf_varlen`` is in ``gpu_hf.py``).
 
 Each is measured contestant by contestant (a contestant is its unit of cost): a run takes its contestants in
-their order of need (never measured first, then oldest) and as many as the session's budget holds, and a
-row is written as soon as its contestant's jobs end. Ratios between contestants are taken when the tables
+their order of need (its reference peers, then never measured, then oldest) and as many as the session's budget
+holds, and a row is written as soon as its contestant's jobs end. Ratios between contestants are taken when the tables
 are written, between rows measured on the same device. The jobs themselves are in ``gpu_jobs.py``.
 """
 
@@ -11,17 +12,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from gpu_common import NOT_STARTED, Column, Context, Row, RunFile, Workload, cell, fmt, ratio, run_jobs, unfinished_s
+from gpu_common import NOT_STARTED, Column, Context, Row, RunFile, Workload, cell, fmt, ratio, run_jobs
 from gpu_results import contestant_order
 
-HF: dict[str, Any] = {"seq": 512, "batch": 16, "batches": 300, "steady": 100, "examples": None,
-      "bert": {"hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12, "intermediate_size": 3072,
-               "vocab_size": 257, "max_position_embeddings": 512, "hidden_dropout_prob": 0.0,
-               "attention_probs_dropout_prob": 0.0}}
-# Batch 2 of texts cut at 128 bytes: 3 lengths in 8 batches, so the policies recompile, pad and record.
-HF_QUICK: dict[str, Any] = {"seq": 128, "batch": 2, "batches": 8, "steady": 4, "examples": 400,
-                            "bert": {**HF["bert"], "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
-                                     "intermediate_size": 64, "max_position_embeddings": 128}}
 LLAMA: dict[str, Any] = {"seq": 2048, "batches": [2, 4], "steps": [2, 3], "cap_gib": 24.0,
          "llama": {"hidden_size": 1024, "intermediate_size": 2816, "num_hidden_layers": 24, "num_attention_heads": 16,
                    "num_key_value_heads": 16, "vocab_size": 32000}}
@@ -31,27 +24,19 @@ LLAMA_QUICK: dict[str, Any] = {**LLAMA, "seq": 64, "steps": [1, 2],
 COLD: dict[str, Any] = {"n_layer": 4, "n_embd": 128, "n_head": 4, "seq": 256, "batch": 16}
 COLD_QUICK: dict[str, Any] = {"n_layer": 2, "n_embd": 32, "n_head": 2, "seq": 32, "batch": 4}
 
-# In the order a session short of time should measure them (never measured first, in this order): a Lightning
-# peer, then runner's likeliest answer to it, so that even a partial run has a comparison.
-HF_CONTESTANTS = {
-    "lightning": "Lightning, eager",
-    "lightning_compile_reduce_overhead": "Lightning + torch.compile(model, mode='reduce-overhead') + fused AdamW",
-    "runner_bucket": "CompileStrategy(dynamic=bucket 64/128/256/512, cudagraphs=reduce_overhead on CUDA)",
-    "runner_dynamic": "CompileStrategy(dynamic=DynamicConfig(policy=dynamic)): one graph for every length",
-    "lightning_compile": "Lightning + torch.compile(model) in the module + fused AdamW",
-    "runner_defaults": "runner's defaults: CompileStrategy() (dynamic.policy=automatic)",
-}
 MEMORY_CONTESTANTS = {
     "lightning_compile": "Lightning + torch.compile(model) in the module + fused AdamW",
     "runner_checkpoint": "CompileStrategy(compile.scope=blocks, offload=checkpoint): every block recomputed",
     "runner_checkpoint_budget": "CompileStrategy(compile.scope=blocks, offload=checkpoint, memory_budget=0.5)",
     **{f"runner_{s}": f"CompileStrategy(compile.scope=blocks, offload={s})" for s in ("fp8", "bf16", "cpu", "none")},
 }
-COLD_CONTESTANTS = {"runner": "runner's defaults: CompileStrategy()",
-                    "lightning_compile": "Lightning + torch.compile(model) in the module + fused AdamW"}
+COLD_CONTESTANTS = {"runner": "runner's defaults: CompileStrategy() (on a GPU, compile.background=auto compiles beside "
+                              "the run where the device has room: the first steps train eagerly)",
+                    "lightning_compile": "Lightning + torch.compile(model) in the module + fused AdamW",
+                    "runner_in_run": "CompileStrategy(compile.background=disabled): compiling in the first step"}
 
 
-def _cache_env(ctx: Context, *parts: str) -> dict[str, str]:
+def cache_env(ctx: Context, *parts: str) -> dict[str, str]:
     """A compile cache of its own: Inductor's and Triton's directories under the run's scratch."""
     root = ctx.scratch.joinpath(*parts)
     return {"TORCHINDUCTOR_CACHE_DIR": str(root / "inductor"), "TRITON_CACHE_DIR": str(root / "triton")}
@@ -59,12 +44,13 @@ def _cache_env(ctx: Context, *parts: str) -> dict[str, str]:
 
 def contestant_runner(workload: str, contestants: dict[str, str],
                       jobs_of: Callable[[Context, str], list[dict[str, Any]]], row_of: Callable[[list[Row]], Row],
-                      timeout_s: float) -> Callable[[Context, RunFile, int], None]:
-    """The run of a workload measured contestant by contestant: the first ``n`` in order of need, all their
-    jobs handed to ``run_jobs`` at once (one child each on a GPU), a contestant's row written as soon as its
-    last job ends. A contestant none of whose jobs started gets no row."""
+                      timeout_s: float, first: tuple[str, ...] = ()) -> Callable[[Context, RunFile, int], None]:
+    """The run of a workload measured contestant by contestant: the first ``n`` in order of need (the reference
+    peers ``first`` before any other), all their jobs handed to ``run_jobs`` at once (one child each on a GPU), a
+    contestant's row written as soon as its last job ends. A contestant none of whose jobs started gets no row."""
     def run(ctx: Context, out: RunFile, n: int) -> None:
-        chosen = contestant_order(ctx.shared.get("results") or {"rows": []}, workload, ctx.pick(list(contestants)))[:n]
+        picked = ctx.pick(list(contestants), first)
+        chosen = contestant_order(ctx.shared.get("results") or {"rows": []}, workload, picked, first)[:n]
         tagged = [(c, job) for c in chosen for job in jobs_of(ctx, c)]
         got: dict[str, list[Row]] = {c: [] for c in chosen}
         rows: list[Row] = []
@@ -93,74 +79,29 @@ def contestant_runner(workload: str, contestants: dict[str, str],
 
 def per_contestant(name: str, describe: Callable[[bool], str], contestants: dict[str, str], unit_cost_s: float,
                    jobs_of: Callable[[Context, str], list[dict[str, Any]]], row_of: Callable[[list[Row]], Row],
-                   timeout_s: float, columns: list[Column], targets: Callable[[list[Row]], list[str]]) -> Workload:
-    """A workload measured contestant by contestant (``contestant_runner``)."""
+                   timeout_s: float, columns: list[Column], targets: Callable[[list[Row]], list[str]],
+                   first: tuple[str, ...] = ()) -> Workload:
+    """A workload measured contestant by contestant (``contestant_runner``); ``first``: its reference peers."""
     return Workload(name, describe, contestants, unit_cost_s,
-                    contestant_runner(name, contestants, jobs_of, row_of, timeout_s), columns, targets)
+                    contestant_runner(name, contestants, jobs_of, row_of, timeout_s, first), columns, targets,
+                    first=first)
 
 
-def _job(call: str, ctx: Context, **args: Any) -> dict[str, Any]:
-    return {"call": f"gpu_jobs:{call}", "args": {"device": ctx.device, "backend": ctx.backend, **args}}
+def child_job(call: str, ctx: Context, **args: Any) -> dict[str, Any]:
+    """A job of ``gpu_child.py``: ``call`` is ``module:function``, or a function of ``gpu_jobs``."""
+    return {"call": call if ":" in call else f"gpu_jobs:{call}",
+            "args": {"device": ctx.device, "backend": ctx.backend, **args}}
 
 
-# -- hf_varlen --------------------------------------------------------------------------------------------------
-def _hf_jobs(ctx: Context, name: str) -> list[dict[str, Any]]:
-    # Each contestant compiles cold, in a cache of its own: the time to finish includes every compile.
-    return [{**_job("hf_varlen", ctx, name=name, size=HF_QUICK if ctx.quick else HF),
-             "env": _cache_env(ctx, "hf_varlen", name)}]
-
-
-def _figures(results: list[Row]) -> Row:
+def one_job_row(results: list[Row]) -> Row:
     """A one-job contestant's row: its job's figures (the device goes to the run file)."""
     return {k: v for k, v in results[0].items() if k not in ("device", "startup_s")}
-
-
-def _vs_best_lightning(rows: list[Row], row: Row) -> float | None:
-    """The best Lightning contestant's time to finish over this row's (same device): > 1 is faster."""
-    peers = [r for r in rows if r["contestant"].startswith("lightning") and r.get("wall_s")
-             and r.get("device") == row.get("device")]
-    return min(r["wall_s"] for r in peers) / row["wall_s"] if peers and row.get("wall_s") else None
-
-
-def _hf_targets(rows: list[Row]) -> list[str]:
-    runner = [r for r in rows if r["contestant"].startswith("runner") and _vs_best_lightning(rows, r)]
-    if not runner:
-        return []
-    best = min(runner, key=lambda r: r["wall_s"])
-    x = _vs_best_lightning(rows, best) or 0.0
-    out = [f"runner's best ({best['contestant']}) finishes the batches {x:.2f}x as fast as the best Lightning "
-           f"contestant that finished (target >= 1.5x: {'met' if x >= 1.5 else 'missed'})"]
-    # A Lightning contestant stopped at its time limit is a lower bound, not a missing peer: say what it bounds.
-    for r in rows:
-        limit = unfinished_s(r)
-        if r["contestant"].startswith("lightning") and limit:
-            out.append(f"{r['contestant']} did not finish the batches within {limit:.0f} s (stopped there): "
-                       f"{best['contestant']} is at least {limit / best['wall_s']:.2f}x as fast")
-    return out
-
-
-HF_COLUMNS: list[Column] = [
-    ("time to finish s", fmt("wall_s", ".1f")), ("tokens/s", fmt("tokens_per_s", ",.0f")),
-    ("steady step ms", fmt("steady_step_ms", ".1f")), ("compiles", fmt("compiles", "d")),
-    ("recompiles", fmt("recompiles", "d")), ("CUDA graphs recorded", fmt("cudagraph_recordings", "d")),
-    ("lengths", fmt("distinct_lengths", "d")), ("padding", fmt("padding_pct", ".1f")),
-    ("speedup vs best Lightning", lambda r, rows: cell(_vs_best_lightning(rows, r), ".2f")),
-]
-def _hf_describe(quick: bool) -> str:
-    s = HF_QUICK if quick else HF
-    return (f"BERT-shaped classifier ({s['bert']['num_hidden_layers']} layers x {s['bert']['hidden_size']}), "
-            f"{s['batches']} batches of {s['batch']} stdlib paragraphs (UTF-8 bytes, cut at {s['seq']}), each padded "
-            "to its longest")
-
-
-HF_VARLEN = per_contestant("hf_varlen", _hf_describe, HF_CONTESTANTS, 100.0, _hf_jobs, _figures, 600, HF_COLUMNS,
-                           _hf_targets)
 
 
 # -- memory -------------------------------------------------------------------------------------------------------
 def _memory_jobs(ctx: Context, name: str) -> list[dict[str, Any]]:
     size = LLAMA_QUICK if ctx.quick else LLAMA
-    return [_job("memory", ctx, name=name, size=size, cap_gib=size["cap_gib"])]
+    return [child_job("memory", ctx, name=name, size=size, cap_gib=size["cap_gib"])]
 
 
 def _best_runner(rows: list[Row], key: str) -> Row | None:
@@ -192,7 +133,7 @@ def _memory_describe(quick: bool) -> str:
             f"{s['llama']['vocab_size']}), seq {s['seq']}, reference batch {s['batches'][1]}, cap {s['cap_gib']:g} GiB")
 
 
-MEMORY = per_contestant("memory", _memory_describe, MEMORY_CONTESTANTS, 150.0, _memory_jobs, _figures, 900,
+MEMORY = per_contestant("memory", _memory_describe, MEMORY_CONTESTANTS, 150.0, _memory_jobs, one_job_row, 900,
                         MEMORY_COLUMNS, _memory_targets)
 
 
@@ -201,7 +142,7 @@ def _cold_jobs(ctx: Context, name: str) -> list[dict[str, Any]]:
     # The same cache directory twice: empty for the cold process, filled by it for the warm one. --quick puts
     # each phase's jobs in one child (group), so the warm jobs still run in a second process.
     size = COLD_QUICK if ctx.quick else COLD
-    return [{**_job("first_steps", ctx, name=name, size=size), "env": _cache_env(ctx, "cold_start", name),
+    return [{**child_job("first_steps", ctx, name=name, size=size), "env": cache_env(ctx, "cold_start", name),
              "group": phase} for phase in ("cold", "warm")]
 
 

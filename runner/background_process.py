@@ -1,4 +1,4 @@
-"""``python -m runner.background_process DIR --placement=pinned|shared [--cpu=N]``: the compile process of
+"""``python -m runner.background_process DIR --placement=pinned|shared|others [--cpu=N]``: the compile process of
 ``compile.background``, which runs beside a training run (the run's side is ``runner.stack.background``; this
 side fits through runner's strategy and times with the telemetry's meter, so it sits above both).
 
@@ -36,12 +36,16 @@ PAIRS = 6
 
 
 def place(placement: str, cpu: int | None) -> None:
-    """Pin this process to one core (``pinned``), before torch loads: the compile workers Inductor
-    starts inherit it. (Idle priority, ``SCHED_IDLE``, was measured and dropped: on 2 cores it still
-    slowed the run's eager steps from 124 to 459 ms, the run's OpenMP threads yielding their cores to it
-    at every barrier.)"""
-    if placement == "pinned" and cpu is not None and hasattr(os, "sched_setaffinity"):
+    """Pin this process to one core (``pinned``), or to every core but the run's (``others``), before torch
+    loads: the compile workers Inductor starts inherit it. (Idle priority, ``SCHED_IDLE``, was measured and
+    dropped: on 2 cores it still slowed the run's eager steps from 124 to 459 ms, the run's OpenMP threads
+    yielding their cores to it at every barrier.)"""
+    if cpu is None or not hasattr(os, "sched_setaffinity"):
+        return
+    if placement == "pinned":
         os.sched_setaffinity(0, {cpu})
+    elif placement == "others" and (rest := os.sched_getaffinity(0) - {cpu}):
+        os.sched_setaffinity(0, rest)
 
 
 def _watch_parent() -> None:
@@ -78,10 +82,18 @@ class _Probe:
         held = Eager.pair if mode == "eager" else None
         if held is not None:
             step_mode.hold(held)
-        self._state = (mode, (step_mode, held), time.perf_counter(), self._clock(), ti.graphs_compiled())
+        clock = self._clock()
+        self._state = (mode, (step_mode, held), time.perf_counter(), clock, ti.graphs_compiled())
 
     def _clock(self) -> float:
-        return time.process_time() if self.cpu_clock else time.perf_counter()
+        if self.cpu_clock:
+            return time.process_time()
+        import torch
+
+        # A CUDA step returns before its kernels ran: time it to the device's end (the pairs decide the switch).
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        return time.perf_counter()
 
     def end(self) -> bool:
         """Record the step that ran; whether the process has what it came for."""
@@ -89,7 +101,8 @@ class _Probe:
 
         assert self._state is not None
         mode, (step_mode, held), wall0, clock0, graphs = self._state
-        wall, spent = time.perf_counter() - wall0, self._clock() - clock0
+        spent = self._clock() - clock0
+        wall = time.perf_counter() - wall0
         if held is not None:
             step_mode.release(held)
         compiled = ti.graphs_compiled() > graphs
@@ -196,7 +209,7 @@ def compile_beside(directory: Path) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m runner.background_process")
     parser.add_argument("dir", type=Path)
-    parser.add_argument("--placement", choices=("pinned", "shared"), default="pinned")
+    parser.add_argument("--placement", choices=("pinned", "shared", "others"), default="pinned")
     parser.add_argument("--cpu", type=int, default=None)
     args = parser.parse_args(argv)
     place(args.placement, args.cpu)

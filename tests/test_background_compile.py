@@ -49,7 +49,8 @@ def _plan(backend: str = "inductor", target: Scope = Scope.step) -> CompilePlan:
     (Background.auto, _plan(target=Scope.none), 1, False, CPU, Background.disabled),
     (Background.pinned, _plan(), 2, False, CPU, Background.disabled),  # ranks would switch apart
     (Background.auto, _plan(), 1, True, CPU, Background.disabled),  # dataloader_iter: no batch to send
-    (Background.auto, _plan(), 1, False, torch.device("cuda", 0), Background.disabled),  # the GPU's memory
+    (Background.auto, _plan(), 1, False, torch.device("cuda", 0), Background.auto),  # if the GPU has room (at step 1)
+    (Background.auto, _plan(), 1, False, torch.device("mps"), Background.disabled),  # its memory cannot be read
     (Background.shared, _plan(), 1, False, torch.device("cuda", 0), Background.shared),
     (Background.disabled, _plan(), 1, False, CPU, Background.disabled),
 ])

@@ -23,22 +23,31 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import gpu  # noqa: E402  (benchmarks/ is a folder of scripts, not a package)
 from gpu_common import NOT_STARTED, Context, RunFile, Workload, run_jobs  # noqa: E402
-from gpu_docs import marked, render  # noqa: E402
+from gpu_docs import marked, render, table  # noqa: E402
+from gpu_hf import break_even  # noqa: E402
 from gpu_results import ROW_META, contestant_order, load, need_order, plan, unit_cost  # noqa: E402
 from gpu_specs import contestant_runner  # noqa: E402
 
 sys.path.remove(str(ROOT / "benchmarks"))
 
-# Per workload, its eager or compiled peer and one contestant of runner's (each workload's code paths: the
-# dry run races every contestant). One child process per workload, two for cold_start (cold, then warm).
-QUICK_CONTESTANTS = ["lightning", "lightning_compile_fused", "runner_step", "lightning_compile", "runner_bucket",
-                     "runner_fp8", "runner_checkpoint_budget", "runner"]
-EXPECTED = {"gpt_small": ["lightning", "lightning_compile_fused", "runner_step"],
-            "hf_varlen": ["lightning", "runner_bucket", "lightning_compile"],
+# Per workload, its eager or compiled peer and contestants of runner's (each workload's code paths: the dry run
+# races every contestant). One child process per workload, two for cold_start (cold, then warm).
+QUICK_CONTESTANTS = ["lightning", "lightning_compile_fused", "runner_step", "runner_graphed", "lightning_compile",
+                     "runner_bucket", "runner_defaults", "runner_fp8", "runner_checkpoint_budget", "runner",
+                     "runner_in_run"]
+EXPECTED = {"gpt_small": ["lightning", "lightning_compile_fused", "runner_step", "runner_graphed"],
+            # eager Lightning first, then never measured in the workload's order
+            "hf_varlen": ["lightning", "lightning_compile", "runner_defaults", "runner_bucket"],
             "memory": ["lightning_compile", "runner_checkpoint_budget", "runner_fp8"],
-            "cold_start": ["runner", "lightning_compile"]}
+            "cold_start": ["runner", "lightning_compile", "runner_in_run"]}
 
-DRY_CONTESTANTS = ["runner_step", "runner_bucket", "runner_fp8", "runner"]  # the GPT peers run anyway
+# The GPT peers and eager Lightning (hf_varlen) run anyway; every contestant added for issue 69 is here.
+DRY_CONTESTANTS = ["runner_step", "runner_cudagraphs_disabled", "runner_graphed", "runner_defaults", "runner_best",
+                   "runner_bucket", "runner_fp8", "runner", "runner_in_run"]
+DRY_EXPECTED = {"gpt_small": ["lightning", "lightning_compile_fused", "runner_step", "runner_cudagraphs_disabled",
+                              "runner_graphed", "runner_best"],
+                "hf_varlen": ["lightning", "runner_defaults", "runner_best", "runner_bucket"],
+                "memory": ["runner_fp8"], "cold_start": ["runner", "runner_in_run"]}
 
 
 @pytest.fixture(scope="module")
@@ -73,9 +82,14 @@ def test_quick_gpt_rows_take_ratios_against_both_peers(quick: tuple[str, dict[st
     for row in rows.values():
         assert row["step_ms"] > 0 and row["tokens_per_s"] > 0 and row["mfu"] > 0 and row["compile_s"] >= 0
         assert row["compiles_after_warmup"] == 0  # every compile fell in the warm-up
-        # On the CPU no CUDA graph exists and no CUDA memory is counted: null, not 0.
+        # On the CPU no CUDA graph exists and no CUDA memory is counted, nor the host and device figures: null.
         assert row["cudagraph_recordings_after_warmup"] is None and row["peak_mem_gib"] is None
+        assert row["host_ms_per_step"] is None and row["device_busy"] is None
         assert row["ratio_vs_lightning"] > 0 and row["rounds_measured"] == 1
+    # runner's rows carry its report's decisions: auto is off without a GPU, and the graph-safe step runs.
+    assert rows["runner_step"]["cudagraphs_decision"] == "off: cudagraphs=auto: no CUDA device"
+    assert rows["runner_step"]["optimizer"] == "fused" and rows["runner_graphed"]["optimizer"] == "graphed"
+    assert rows["lightning"]["cudagraphs_decision"] is None and rows["lightning"]["optimizer"] is None
     # The GPU machine had no Hydra: the contestants' processes import none of it.
     assert quick[1]["gpt_small"]["extra"]["hydra_modules"] == []
 
@@ -86,6 +100,12 @@ def test_quick_hf_varlen_pads_recompiles_and_counts_tokens(quick: tuple[str, dic
     for row in rows.values():
         assert row["batches"] == 8 and row["wall_s"] > 0 and row["tokens_per_s"] > 0 and row["steady_step_ms"] > 0
         assert row["cudagraph_recordings"] == 0  # no CUDA graph on the CPU
+        # From the fit's call: the first step, then the 8th; nothing compiles beside the run with --backend eager,
+        # so every fit stops at 8 and its time to 40 batches is projected from the steady window before it.
+        assert 0 < row["first_step_s"] < row["finish_s"] and row["finish_s"] >= row["wall_s"]
+        assert row["end_batch"] == 8 and row["at_long_how"] == "projected" and row["long"] == 40
+        assert row["at_long_s"] == pytest.approx(row["finish_s"] + 32 * row["steady_step_ms"] / 1e3)
+    assert rows["runner_defaults"]["background"].startswith("compiled in the run: backend=eager")
     # Per-batch padding: the corpus's lengths vary, and the compiled peer recompiles when they do.
     assert rows["lightning"]["distinct_lengths"] > 1 and rows["lightning_compile"]["recompiles"] >= 1
     assert rows["lightning"]["compiles"] == 0
@@ -124,15 +144,17 @@ def test_merge_replaces_by_key_keeps_the_rest_and_rewrites_the_tables(
     quick_file.write_text(json.dumps(quick[1]["hf_varlen"]))
     assert gpu.merge_files([quick_file], results_path, docs) == 2  # a --quick run is plumbing: never merged
     gpu_run = {**quick[1]["hf_varlen"], "quick": False, "device": "NVIDIA H100 80GB HBM3",
-               "date": "2026-12-01T10:00:00"}
-    gpu_run["rows"] = [*gpu_run["rows"][:2], {"contestant": "lightning_compile", "label": "x", "error": "boom"}]
+               "date": "2026-12-01T10:00:00", "units": 3}
+    by_name = {r["contestant"]: r for r in gpu_run["rows"]}
+    gpu_run["rows"] = [by_name["lightning"], by_name["runner_bucket"],
+                       {"contestant": "lightning_compile", "label": "x", "error": "boom"}]
     run_file = tmp_path / "hf_varlen.json"
     run_file.write_text(json.dumps(gpu_run))
     assert gpu.merge_files([run_file], results_path, docs) == 0
     after = load(results_path)
     assert after["rows"][:len(before["rows"])] == before["rows"]  # gpt_124m's rows untouched, still first
     hf = [r for r in after["rows"] if r["workload"] == "hf_varlen"]
-    assert [r["contestant"] for r in hf] == ["lightning", "runner_bucket", "lightning_compile"]
+    assert [r["contestant"] for r in hf] == ["lightning", "lightning_compile", "runner_bucket"]  # the table's order
     assert all(r["device"] == "NVIDIA H100 80GB HBM3" and r["date"] == "2026-12-01T10:00:00" and
                set(ROW_META) <= r.keys() for r in hf)
     assert after["workloads"]["hf_varlen"]["units"] == 3
@@ -224,7 +246,10 @@ def test_results_keep_the_h200_rows_and_docs_tables_are_what_the_results_write()
     keys = [(r["workload"], r["contestant"]) for r in results["rows"]]
     assert len(keys) == len(set(keys)) and all(set(ROW_META) <= r.keys() for r in results["rows"])
     h200 = [r for r in results["rows"] if r["device"] == "NVIDIA H200" and r["date"].startswith("2026-11-26")]
-    assert {r["contestant"] for r in h200 if r["workload"] == "gpt_124m"} == set(gpu.WORKLOADS["gpt_124m"].contestants)
+    # Every contestant of that session (those added since wait for a GPU: the queue takes them first).
+    assert {r["contestant"] for r in h200 if r["workload"] == "gpt_124m"} == {
+        "lightning", "lightning_compile_fused", "lightning_compile_reduce_overhead", "runner_step", "runner_cudagraphs",
+        "runner_best"}
     text = gpu.DOCS.read_text()
     assert marked(text) == list(gpu.WORKLOADS)  # every workload has its table
     assert render(text, results, gpu.WORKLOADS) == text, (
@@ -244,6 +269,107 @@ def test_largest_batch_follows_the_line_through_the_two_peaks() -> None:
     wrapped = RuntimeError("compile failed")
     wrapped.__cause__ = RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
     assert out_of_memory(wrapped) and not out_of_memory(RuntimeError("shape mismatch"))
+
+
+def test_reference_peers_are_raced_first_and_by_every_run() -> None:
+    """Eager Lightning runs before any other hf_varlen contestant, measured or not, and no shorter contestant list
+    leaves it out; then contestants never measured, then the oldest."""
+    results = {"workloads": {}, "rows": [{"workload": "hf_varlen", "contestant": c, "date": d} for c, d in (
+        ("lightning", "2026-11-30"), ("runner_bucket", "2026-11-01"), ("lightning_compile", "2026-11-20"))]}
+    hf = gpu.WORKLOADS["hf_varlen"]
+    assert hf.first == ("lightning",) and list(hf.contestants)[0] == "lightning"
+    order = contestant_order(results, "hf_varlen", list(hf.contestants), hf.first)
+    assert order[0] == "lightning" and order[-2:] == ["runner_bucket", "lightning_compile"]
+    assert order[1:4] == ["runner_defaults", "runner_best", "runner_dynamic"]  # never measured, in the given order
+    only = Context(False, "eager", Path("."), only=frozenset({"runner_best"}))
+    assert only.pick(list(hf.contestants), hf.first) == ["lightning", "runner_best"]
+    assert only.pick(["x", "y"], ("x",)) == ["x", "y"]  # a list naming none of a workload's: all of them
+    assert set(gpu.WORKLOADS["gpt_small"].first) == {"lightning", "lightning_compile_fused"}
+
+
+def _finish_fit(pending: Any, n: int = 4, steady: int = 2, long: int = 12) -> tuple[Any, dict[str, Any], int]:
+    import lightning as L
+
+    from tests.helpers import tiny_data, tiny_module
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        from gpu_hf_job import Finish
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    finish = Finish(n, steady, long, "cpu", pending=pending)
+    trainer = L.Trainer(max_steps=long, callbacks=[finish], logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0)
+    started = time.perf_counter()
+    trainer.fit(tiny_module(), tiny_data())
+    return finish, finish.figures(started, long), trainer.global_step
+
+
+def test_hf_varlen_stops_at_its_batches_or_trains_on_past_a_pending_compile() -> None:
+    """``Finish`` with the compile beside the run given: none (stops at batch 4, the window before it), one
+    pending until batch 7 (the window from the switch, 2 batches without compiling: stops at 9) and one never
+    ready (trains to ``long``, measured there)."""
+    finish, figures, steps = _finish_fit(lambda trainer: False)
+    assert steps == 4 and finish.window == (2, 4) and figures["switch_batch"] is None
+    assert figures["at_long_how"] == "projected" and figures["end_batch"] == 4 and figures["settled"]
+    assert figures["at_long_s"] == pytest.approx(figures["end_s"] + 8 * figures["end_step_ms"] / 1e3)
+    assert 0 < figures["first_step_s"] < figures["finish_s"] == figures["end_s"]
+    finish, figures, steps = _finish_fit(lambda trainer: trainer.global_step < 7)
+    assert steps == 9 and finish.window == (7, 9) and figures["switch_batch"] == 7 and figures["end_batch"] == 9
+    assert figures["finish_s"] < figures["end_s"] and figures["at_long_how"] == "projected"
+    finish, figures, steps = _finish_fit(lambda trainer: True)
+    assert steps == 12 and finish.window == (4, 12) and figures["switch_batch"] is None
+    assert figures["at_long_how"] == "measured" and figures["at_long_s"] == figures["end_s"]
+
+
+HF_ROWS: list[dict[str, Any]] = [{"device": "H100", "batches": 300, **row} for row in (
+    {"contestant": "lightning", "finish_s": 10.0, "first_step_s": 0.5, "end_batch": 300, "end_s": 10.0,
+     "end_step_ms": 30.0, "at_long_s": 91.0, "at_long_how": "projected"},
+    {"contestant": "lightning_compile", "finish_s": 40.0, "first_step_s": 30.0, "end_batch": 300, "end_s": 40.0,
+     "end_step_ms": 20.0, "at_long_s": 94.0, "at_long_how": "projected"},
+    {"contestant": "runner_defaults", "finish_s": 9.5, "first_step_s": 0.52, "end_batch": 2000, "end_s": 70.0,
+     "end_step_ms": 15.0, "at_long_s": 85.0, "at_long_how": "projected", "settled": True},
+    {"contestant": "runner_bucket", "finish_s": 60.0, "first_step_s": 56.0, "end_batch": 300, "end_s": 60.0,
+     "end_step_ms": 17.6, "at_long_s": 107.52, "at_long_how": "projected"},
+    {"contestant": "runner_dynamic", "finish_s": 50.0, "end_batch": 300, "end_s": 50.0, "end_step_ms": 31.0},
+)]
+
+
+def test_hf_varlen_break_even_and_targets_from_given_rows() -> None:
+    rows = {r["contestant"]: r for r in HF_ROWS}
+    assert break_even(HF_ROWS, rows["runner_defaults"]) == "at once"  # sooner at 300 already
+    assert break_even(HF_ROWS, rows["lightning_compile"]) == "3,300"  # (40 - 6) - (10 - 9) over 10 ms a batch
+    assert break_even(HF_ROWS, rows["runner_dynamic"]) == "never"  # its step is no faster
+    assert break_even(HF_ROWS, rows["lightning"]) == "-"
+    targets = gpu.WORKLOADS["hf_varlen"].targets(HF_ROWS)
+    assert targets[:3] == [
+        "runner's defaults finish the 300 batches in 0.95x eager Lightning's time (target <= 1.0x: met)",
+        "runner's defaults' first trained step 1.04x eager Lightning's (target <= 1.1x: met)",
+        "runner's defaults finish 3,000 batches 1.07x as fast as the best Lightning contestant with a figure there "
+        "(lightning, projected; target >= 1.5x: missed)"]
+    results = {"workloads": {"hf_varlen": {"describe": "d", "date": "2026-12-01", "device": "H100", "torch": "2.11",
+                                           "command": "c", "complete": True}},
+               "rows": [{"workload": "hf_varlen", "date": "2026-12-01", **r} for r in HF_ROWS]}
+    text = table(gpu.WORKLOADS["hf_varlen"], results)
+    assert "| `runner_defaults` | 9.5 | 0.95 | 0.52 | 1.04 | - | ~85.0 | at once |" in text, text
+
+
+def test_gpt_rows_say_what_they_decide_for_the_gpu_defaults() -> None:
+    def row(name: str, ms: float, **extra: Any) -> dict[str, Any]:
+        return {"contestant": name, "device": "NVIDIA H100", "round_step_ms": [ms, ms], **extra}
+
+    rows = [row("lightning_compile_reduce_overhead", 16.0), row("runner_step", 11.0, device_busy=0.9),
+            row("runner_cudagraphs_disabled", 11.0), row("runner_cudagraphs", 10.0), row("runner_graphed", 10.5)]
+    said = gpu.WORKLOADS["gpt_small"].targets(rows)
+    assert said == [
+        "runner's defaults 1.45x as fast as lightning_compile_reduce_overhead (target >= 1.5x: missed)",
+        "runner's defaults keep the device busy 90% of the time (target >= 85%: met)",
+        "gpu_defaults.CUDAGRAPHS_AUTO: runner_cudagraphs / runner_cudagraphs_disabled step time 0.909 (it stays True)",
+        "gpu_defaults.CUDAGRAPHS_AUTO: runner_step / runner_cudagraphs_disabled step time 1.000 (it stays True)",
+        "gpu_defaults.OPTIMIZER_AUTO_GRAPHED: runner_graphed / runner_cudagraphs step time 1.050 (the graphed step "
+        "slower: it stays False)"], said
+    on_cpu = [{**r, "device": "cpu (2 cores)"} for r in rows]  # no CUDA graphs: nothing said about the defaults
+    assert not any("gpu_defaults" in line for line in gpu.WORKLOADS["gpt_small"].targets(on_cpu))
 
 
 @pytest.mark.slow
@@ -266,10 +392,9 @@ def test_dry_run_gets_through_in_the_gpu_like_venv(tmp_path: Path) -> None:
     assert parts == ["versions", "quickstart", "pytest-gpu", "workloads"] or parts == [
         "versions", "pytest-gpu", "quickstart", "workloads"], summary
     runs = {p.stem: json.loads(p.read_text()) for p in (tmp_path / "rows").glob("*.json")}
-    assert set(runs) == set(EXPECTED)
+    assert set(runs) == set(DRY_EXPECTED)
     for name, run in runs.items():
-        assert [r["contestant"] for r in run["rows"]] == [c for c in EXPECTED[name] if c in DRY_CONTESTANTS
-                                                          or name == "gpt_small"], name
+        assert [r["contestant"] for r in run["rows"]] == DRY_EXPECTED[name], name
         assert all("error" not in r for r in run["rows"]), (name, run["rows"])
         assert run["torch"].startswith("2.11.0"), run["torch"]  # the GPU machines' torch, not .venv's
     # Every gpu test collected (imported under torch 2.11 with the carried wheels) and skipped: no CUDA here.

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from runner.config import gpu_defaults
 from runner.config.options import Eagerly, OffloadStrategy, Scope, ShapePolicy
 from runner.config.schema import CudaGraphMode, OptimizerPolicy
 
@@ -123,6 +124,9 @@ def cudagraphs_decision(mode: CudaGraphMode, facts: CudaGraphsFacts) -> CudaGrap
 
 def _auto_blocker(f: CudaGraphsFacts) -> str | None:
     """Why ``cudagraphs=auto`` leaves CUDA graphs off on a CUDA device (None: nothing does)."""
+    if not gpu_defaults.CUDAGRAPHS_AUTO:
+        return ("the GPU rows measured CUDA graphs slower than none (runner.config.gpu_defaults, docs/gpu.md); "
+                "cudagraphs=reduce_overhead still turns them on")
     if not f.compiles:
         return "nothing is compiled (compile.scope=none), and CUDA graphs record compiled graphs"
     if f.backend != "inductor":

@@ -116,7 +116,7 @@ class CompileConfig:
     sharing: whoever can write to the server or the file runs code in every process that reads it)."""
     background: Background = Background.auto
     """Compile in a second process while the first steps train eagerly, then switch (docs/background-compile.md):
-    auto (Inductor on the CPU, one process; see the doc for when it starts and switches), shared, pinned, disabled."""
+    auto (Inductor, one process: a long CPU run, a GPU with memory to spare; see the doc), shared, pinned, disabled."""
 
 
 @dataclass

@@ -17,7 +17,12 @@ COMPILE_BACKGROUND_OUTCOME = define("compile/background_outcome",
                                     "or failed",
                                     label="  outcome")
 COMPILE_BACKGROUND_PLACEMENT = define("compile/background_placement",
-                                      "where the compile process ran: on every core (shared) or pinned to one core")
+                                      "where the compile process ran: on every core (shared), pinned to one core, "
+                                      "or on every core but the run's (auto on a GPU)")
+COMPILE_BACKGROUND_ROOM = define("compile/background_room",
+                                 "auto on a GPU: the device memory free after the first step against what a compile "
+                                 "process needs, on which it started one or compiled in the run",
+                                 label="  device memory")
 COMPILE_BACKGROUND_S = define("compile/background_s", "seconds from starting the compile process to its end",
                               label="  compile process [s]")
 COMPILE_EAGER_STEPS_BESIDE = define("compile/eager_steps_beside", "steps trained eagerly while it ran",

@@ -18,6 +18,7 @@ from typing import Any
 from runner.figures.compile_background import (
     COMPILE_BACKGROUND,
     COMPILE_BACKGROUND_OUTCOME,
+    COMPILE_BACKGROUND_ROOM,
     COMPILE_BACKGROUND_S,
     COMPILE_BACKGROUND_SPEEDUP_X,
     COMPILE_EAGER_STEP_BESIDE_MS,
@@ -150,7 +151,8 @@ SECTIONS: tuple[tuple[str, tuple[Figure, ...]], ...] = (
                                  COMPILE_REMOTE_KERNELS_REJECTED, COMPILE_CUDAGRAPH_SKIPS, COMPILE_FALLBACKS,
                                  COMPILE_DEMOTIONS,
                                  COMPILE_OPTIMIZER_COMPILED_STEPS, COMPILE_OPTIMIZER_EAGER_STEPS)),
-    ("compile beside the run", _rows(COMPILE_BACKGROUND, COMPILE_BACKGROUND_OUTCOME, COMPILE_BACKGROUND_S,
+    ("compile beside the run", _rows(COMPILE_BACKGROUND, COMPILE_BACKGROUND_OUTCOME, COMPILE_BACKGROUND_ROOM,
+                                     COMPILE_BACKGROUND_S,
                                      COMPILE_EAGER_STEPS_BESIDE, COMPILE_EAGER_STEP_BESIDE_MS, PERF_BESIDE_COST_S,
                                      COMPILE_BACKGROUND_SPEEDUP_X)),
     ("what compiling bought", _rows(PERF_EAGER_STEP_MS, PERF_COMPILED_STEP_MS, PERF_SPEEDUP_X, PERF_SPEEDUP_STEPS,

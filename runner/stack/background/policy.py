@@ -1,6 +1,7 @@
 """``compile.background``'s decisions, pure: where a compile process beside the run can help
 (:func:`resolve_background`), whether ``auto`` starts one (:func:`worth_starting`) and whether switching
-to its compiled step pays (:func:`switch_pays`); and the two small pieces those decisions pick between:
+to its compiled step pays (:func:`switch_pays`), and on a CUDA device whether the process fits in its memory
+(:func:`room_for_process`); and the two small pieces those decisions pick between:
 :class:`NoBackground` (no process) and :class:`LateStep` (the step compiled at the switch).
 ``runner.stack.background`` carries them out."""
 
@@ -8,10 +9,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from runner.config import gpu_defaults
 from runner.config.schema import Background
 from runner.figures.compile_background import COMPILE_BACKGROUND, COMPILE_BACKGROUND_OUTCOME
 from runner.stack.compiling.plan import CompilePlan
@@ -27,6 +30,15 @@ LONG_RUN_S = 300.0
 training is left. The process then takes a core from training: on 2 cores, compiling the quickstart GPT
 beside the run cost the run 11-12 s (its eager steps 230 ms instead of 124 ms for 27 s), about what
 compiling first costs; a CPU speedup of 1.04x (that GPT) repays it over about 300 s of training."""
+PROCESS_FACTOR = 2.0
+"""``auto`` on CUDA: a compile process needs up to this many times the run's step peak on the device (its own copy
+of the model, optimizer state and a batch's activations, and the buffers Inductor benchmarks kernels in). A
+margin, not a measurement: no GPU has run it yet (the ``hf_varlen`` and ``cold_start`` rows will)."""
+PROCESS_OVERHEAD_BYTES = 1 << 30
+"""``auto`` on CUDA: a second process's own CUDA context, cuBLAS workspace and Triton's launchers."""
+RUN_HEADROOM = 0.10
+"""``auto`` on CUDA: the share of the device's memory left free for the run itself while the process runs (a
+later batch longer than the first one grows the run's activations)."""
 SWITCH_MARGIN = 2.0
 """``auto`` switches when the time saved exceeds this many times the switch the compile process measured:
 its estimate (the same compile from the warm cache, in a process that has compiled before) came out at
@@ -47,12 +59,42 @@ def resolve_background(policy: Background, plan: CompilePlan, world_size: int, p
     backend = str(plan.kwargs.get("backend"))
     if policy is Background.auto and backend != "inductor":
         return Background.disabled, f"backend={backend} keeps no on-disk cache a compile process could fill"
-    if policy is Background.auto and device.type != "cpu":
-        # The process would hold a second model, its optimizer state and a batch's activations on the
-        # run's own device, memory the run may need later: only on request (shared, pinned).
-        return Background.disabled, (f"on {device.type} a compile process would need memory on the run's device; "
-                                     "compile.background=shared opts in")
+    if policy is Background.auto and device.type == "cuda" and not gpu_defaults.BACKGROUND_AUTO_ON_CUDA:
+        return Background.disabled, ("on cuda the GPU rows measured compiling beside the run finishing later than "
+                                     "compiling in it (runner.config.gpu_defaults); compile.background=shared opts in")
+    if policy is Background.auto and device.type not in ("cpu", "cuda"):
+        # No way to ask this device how much memory a second model, its optimizer state and a batch's
+        # activations would leave the run: only on request (shared, pinned).
+        return Background.disabled, (f"on {device.type} runner cannot tell whether a compile process would fit in "
+                                     "the device's memory; compile.background=shared opts in")
     return policy, None
+
+
+@dataclass(frozen=True)
+class DeviceRoom:
+    """What ``auto`` on a CUDA device decides from, read after the run's first (eager) optimizer step."""
+
+    free_bytes: int
+    """Free device memory (``torch.cuda.mem_get_info``): what the run's caching allocator has not reserved."""
+    total_bytes: int
+    step_peak_bytes: int
+    """The run's peak allocated memory so far (``torch.cuda.max_memory_allocated``): weights, gradients, the
+    optimizer state its first step created and the first batch's activations."""
+
+
+def room_for_process(room: DeviceRoom) -> tuple[bool, str]:
+    """``auto`` on a CUDA device: whether a compile process fits beside the run, and the numbers it decided on.
+    The process holds what the run's step holds (:data:`PROCESS_FACTOR` times its peak, for Inductor's
+    benchmarking and autotuning buffers and a caching allocator of its own) plus its CUDA context
+    (:data:`PROCESS_OVERHEAD_BYTES`); the run keeps :data:`RUN_HEADROOM` of the device for batches longer than
+    its first."""
+    gib = 2**30
+    need = PROCESS_FACTOR * room.step_peak_bytes + PROCESS_OVERHEAD_BYTES
+    keep = RUN_HEADROOM * room.total_bytes
+    said = (f"{room.free_bytes / gib:.1f} of {room.total_bytes / gib:.1f} GiB free; a compile process needs about "
+            f"{need / gib:.1f} GiB ({PROCESS_FACTOR:g} x the step's peak of {room.step_peak_bytes / gib:.1f} GiB, plus "
+            f"{PROCESS_OVERHEAD_BYTES / gib:g} GiB) and the run keeps {keep / gib:.1f} GiB")
+    return room.free_bytes >= need + keep, said
 
 
 def switch_pays(measured: dict[str, Any], eager_ms: float | None, steps_left: float | None) -> tuple[bool, str]:

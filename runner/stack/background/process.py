@@ -8,8 +8,9 @@ batch as the step receives it and the settings (``payload.pt``). The process wri
 AOTAutograd's on-disk caches (``TORCHINDUCTOR_CACHE_DIR`` is inherited), which is all the run takes
 from it.
 
-Where it runs (``placement``): ``pinned`` to one core (the highest-numbered the run may use), or
-``shared`` on every core. The process places itself before importing torch.
+Where it runs (``placement``): ``pinned`` to one core (the highest-numbered the run may use), ``shared`` on every
+core, or ``others``: every core but the lowest-numbered, left to the run (a GPU run, whose host work is one thread
+launching kernels). The process places itself before importing torch.
 """
 
 from __future__ import annotations
@@ -56,6 +57,11 @@ def last_cpu() -> int:
     return max(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 0
 
 
+def first_cpu() -> int:
+    """The lowest-numbered CPU this process may run on (the one ``others`` leaves to the run)."""
+    return min(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 0
+
+
 class CompileProcess:
     """One compile process beside the run (see the module docstring)."""
 
@@ -94,6 +100,8 @@ class CompileProcess:
         argv = [sys.executable, "-m", ENTRY_POINT, str(self.dir), f"--placement={self.placement}"]
         if self.placement == "pinned":
             argv.append(f"--cpu={last_cpu()}")
+        elif self.placement == "others":
+            argv.append(f"--cpu={first_cpu()}")
         # The run's import path, so the process resolves the module's classes as the run did (a project's
         # own classes on the current directory, tests' packages).
         path = os.pathsep.join(p for p in sys.path if p and os.path.isdir(p))

@@ -11,7 +11,9 @@ produce, only the first steps eager. A failed process is reported and the run co
 leave that core) and switch as soon as it is ready. ``auto`` pins it to a core training does not
 use; where every core trains it starts only for a run long enough to repay the core it takes
 (:func:`worth_starting`), and it switches only when the speedup the process measured pays
-(:func:`switch_pays`). docs/background-compile.md has the measurements.
+(:func:`switch_pays`). On a CUDA device ``auto`` starts the process after the first (eager) step, on every core
+but the run's, where the device's free memory holds it (:func:`room_for_process`), and otherwise compiles in the
+run from the next step. docs/background-compile.md has the measurements.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from runner.figures.compile_background import (
     COMPILE_BACKGROUND,
     COMPILE_BACKGROUND_OUTCOME,
     COMPILE_BACKGROUND_PLACEMENT,
+    COMPILE_BACKGROUND_ROOM,
     COMPILE_BACKGROUND_S,
     COMPILE_BACKGROUND_SPEEDUP_X,
     COMPILE_BACKGROUND_SWITCH_S,
@@ -42,16 +45,15 @@ from runner.figures.compile_background import (
 )
 from runner.stack.background.policy import (
     DECIDE_AFTER,
+    DeviceRoom,
     LateStep,
-    NoBackground,
     Step,
-    resolve_background,
+    room_for_process,
     steps_left,
     switch_pays,
     worth_starting,
 )
 from runner.stack.background.process import CompileProcess, ProcessResult, last_cpu, start_process_for
-from runner.stack.compiling.plan import CompilePlan
 from runner.stack.component import StackComponent
 from runner.stack.fit_inputs import CacheArtifacts, CompileSettings, LightningSide
 from runner.stack.step_mode import Eager, StepMode
@@ -61,7 +63,7 @@ log = logging.getLogger(__name__)
 TIMEOUT_S = 3600.0
 """A compile process still running after this long is stopped and the run compiles in itself."""
 _PLACEMENT = {Background.auto: "pinned", Background.shared: "shared", Background.pinned: "pinned"}
-_SHOWN = {"shared": "on every core", "pinned": "pinned to one core"}
+_SHOWN = {"shared": "on every core", "pinned": "pinned to one core", "others": "on every core but one, the run's"}
 _MEASURED = {"speedup_x": COMPILE_BACKGROUND_SPEEDUP_X, "switch_s": COMPILE_BACKGROUND_SWITCH_S}
 """What the compile process measured that the report shows, under its figure's key."""
 
@@ -72,8 +74,12 @@ class BackgroundCompile(StackComponent):
     name = "background"
 
     def __init__(self, policy: Background, settings: CompileSettings, lightning: LightningSide,
-                 say: Callable[[str], None], step_mode: StepMode) -> None:
+                 say: Callable[[str], None], step_mode: StepMode, room: Callable[[], DeviceRoom] | None = None) -> None:
         self.policy = policy
+        self.room = room
+        """Reads the device's free memory and the run's peak (``auto`` on CUDA: after the first step, the process
+        starts only where it fits beside the run, :func:`room_for_process`); None: no such decision."""
+        self.room_said: str | None = None
         self.step_mode = step_mode
         # The process compiles in itself, and the run alone loads and saves the cache artifacts.
         self.settings = dataclasses.replace(settings, compile=dataclasses.replace(
@@ -99,7 +105,8 @@ class BackgroundCompile(StackComponent):
 
     @property
     def placement(self) -> str:
-        return _PLACEMENT[self.policy]
+        """Where the process runs: under ``auto`` on a GPU every core but the run's (its host work is one thread)."""
+        return "others" if self.room is not None and self.policy is Background.auto else _PLACEMENT[self.policy]
 
     def _tell(self, message: str, level: int = logging.INFO) -> None:
         log.log(level, message)
@@ -136,13 +143,13 @@ class BackgroundCompile(StackComponent):
             self._spare = len(os.sched_getaffinity(0)) > torch.get_num_threads() if hasattr(os, "sched_getaffinity") \
                 else False
             self._batch = batch
-            if self.policy is not Background.auto or self._spare:
+            if self.room is None and (self.policy is not Background.auto or self._spare):
                 self._start()
             else:
                 self._last = time.perf_counter()
         return batch
 
-    def _start(self) -> None:
+    def _start(self, why: str = "") -> None:
         assert self.process is not None and self._module is not None
         trainer = self._module.trainer
         batch, self._batch = self._batch, None
@@ -163,7 +170,7 @@ class BackgroundCompile(StackComponent):
         where = f"on core {last_cpu()}, which training does not use" if self._spare and self.placement == "pinned" \
             else _SHOWN[self.placement]
         self._tell(f"compile: compiling beside the run in a second process (compile.background={self.policy.value}, "
-                   f"{where}); the steps run eagerly until it is ready")
+                   f"{where}{why}); the steps run eagerly until it is ready")
 
     def on_step_end(self, step: int) -> None:
         """Count the eager step; once the compile process has exited, switch (or say why not)."""
@@ -174,8 +181,10 @@ class BackgroundCompile(StackComponent):
             self._eager_s.append(now - self._last)
         self._last = now
         self.eager_steps += 1
-        if self.process.proc is None:  # auto, no spare core: start only for a run long enough to repay it
-            if self.eager_steps >= DECIDE_AFTER:
+        if self.process.proc is None:  # auto: start only where the device has room, or for a run long enough
+            if self.room is not None:
+                self._start_if_room(step)
+            elif self.eager_steps >= DECIDE_AFTER:
                 self._start_or_stay(step)
             return
         result = self.process.poll()
@@ -184,6 +193,20 @@ class BackgroundCompile(StackComponent):
             result = ProcessResult(False, self.process.elapsed(), error=f"not finished after {TIMEOUT_S:.0f} s")
         if result is not None:
             self._decide(result, step)
+
+    def _start_if_room(self, step: int) -> None:
+        """``auto`` on CUDA, after the first step: start the process if it fits beside the run, else compile in
+        the run from the next step (as ``compile.background=disabled`` does from the first)."""
+        assert self.room is not None and self.process is not None
+        fits, self.room_said = room_for_process(self.room())
+        if fits:
+            return self._start(f"; the device has room: {self.room_said}")
+        self.process.stop()
+        self._batch, self.pending = None, False
+        self.outcome = f"compiled in the run at step {step}: no room on the device for a compile process"
+        self._tell(f"compile: compiling in the run from step {step} (compile.background=auto): no room on the device "
+                   f"for a compile process ({self.room_said}); compile.background=shared compiles beside it regardless")
+        self._switch(step)
 
     def _start_or_stay(self, step: int) -> None:
         start, why = worth_starting(self.eager_ms(), steps_left(self._module), self._spare)
@@ -259,6 +282,10 @@ class BackgroundCompile(StackComponent):
 
     def figures(self) -> dict[str, Any]:
         out: dict[str, Any] = {COMPILE_BACKGROUND: self.policy.value, COMPILE_BACKGROUND_OUTCOME: self.outcome}
+        if self.room_said is not None:
+            out[COMPILE_BACKGROUND_ROOM] = self.room_said
+        if self.switch_step is not None:
+            out[COMPILE_SWITCH_STEP] = self.switch_step
         if self.process is None or self.process.started is None:
             return out  # no process ran (auto kept the run eager, or the module stayed in the run)
         out[COMPILE_BACKGROUND_PLACEMENT] = _SHOWN[self.placement]
@@ -268,20 +295,5 @@ class BackgroundCompile(StackComponent):
         if self.result is not None:
             out[COMPILE_BACKGROUND_S] = round(self.result.seconds, 2)
             out.update({_MEASURED[k]: v for k, v in self.result.measured.items() if k in _MEASURED})
-        if self.switch_step is not None:
-            out[COMPILE_SWITCH_STEP] = self.switch_step
         return out
 
-
-def build_background(settings: CompileSettings, plan: CompilePlan, lightning: LightningSide, pulls_batches: bool,
-                     say: Callable[[str], None], step_mode: StepMode) -> NoBackground | BackgroundCompile:
-    """The component ``compile.background`` asks for on this machine (in the run where it cannot run beside)."""
-    world = torch.distributed.get_world_size() if torch.distributed.is_available() and \
-        torch.distributed.is_initialized() else 1
-    policy, why = resolve_background(settings.compile.background, plan, world, pulls_batches, lightning.device)
-    if policy is Background.disabled:
-        if why is not None and settings.compile.background is not Background.auto:
-            log.warning("compile.background=%s: %s; it compiles in the first step instead",
-                        settings.compile.background.value, why)
-        return NoBackground(settings.compile.background, why)
-    return BackgroundCompile(policy, settings, lightning, say, step_mode)

@@ -11,6 +11,7 @@ import torch
 from torch.optim import Optimizer
 
 from runner import torch_internals as ti
+from runner.config import gpu_defaults
 from runner.config.schema import OptimizerPolicy
 
 
@@ -105,8 +106,12 @@ def resolve_optimizer_policy(
                                            "kernel takes the scale and the inf check on the device")
         return OptimizerPolicy.none, (f"a gradient scaler (16-mixed) steps {name}, which has no fused "
                                       f"{device.type} kernel: it runs as configured")
-    # auto does not pick graphed yet: its capture has not run on a GPU, and a default must not be worse than the
-    # fused step it would replace (measured there). compile.optimizer=graphed asks for it (docs/compile.md).
+    # auto picks graphed only once the GPU rows measure it at least as fast as the fused step it would replace
+    # (runner.config.gpu_defaults, the one line that decides). compile.optimizer=graphed asks for it (docs/compile.md).
+    if cudagraphs and blocker is None and gpu_defaults.OPTIMIZER_AUTO_GRAPHED:
+        return OptimizerPolicy.graphed, ("CUDA graphs are on and nothing blocks the graph-safe step: clipping, the "
+                                         "update and zeroing in a CUDA graph of its own (measured at least as fast "
+                                         "as the fused step on a GPU: runner.config.gpu_defaults)")
     if not cudagraphs:
         not_captured = ""
     elif blocker is not None:
