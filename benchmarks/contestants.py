@@ -1,6 +1,6 @@
 """The contestants of ``compare.py``: one training loop per tool, each in its own thread.
 
-Every contestant builds its own model copy from the same seed, its own DataLoader over the same
+Every contestant builds its own model copy from the same seed (``workloads.py``), its own DataLoader over the same
 dataset with the same shuffling seed (so the same batches in the same order) and the same AdamW
 hyper-parameters, and trains for the same number of steps, each in its own process. Each calls
 ``Pacer.tick()`` at the start of every step: the tick records the time since the previous tick (one
@@ -31,88 +31,14 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import CSVLogger
 from torch import nn
-from torch.utils.data import DataLoader, Dataset, TensorDataset
+from torch.utils.data import DataLoader
+from workloads import Workload  # sibling modules: run as a script
 
 from runner.config.schema import Background, CompileConfig, OptimizerPolicy, Scope
-from runner.models.gpt import GPT
 from runner.strategy import CompileStrategy
 from runner.training.module import TrainModule, lm_loss
 
 LR, WEIGHT_DECAY = 1e-3, 0.1
-
-
-class ResidualBlock(nn.Module):
-    """``x + gelu(fc(norm(x)))``: four small parameter tensors."""
-
-    def __init__(self, width: int) -> None:
-        super().__init__()
-        self.norm = nn.LayerNorm(width)
-        self.fc = nn.Linear(width, width)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + nn.functional.gelu(self.fc(self.norm(x)))
-
-
-class ManyParams(nn.Module):
-    """A deep, narrow residual MLP: ``4 * depth + 4`` parameter tensors, so the optimizer step and
-    the per-op overhead matter as much as the matmuls."""
-
-    def __init__(self, in_features: int = 32, width: int = 128, depth: int = 64, classes: int = 10) -> None:
-        super().__init__()
-        self.inp = nn.Linear(in_features, width)
-        self.blocks = nn.ModuleList(ResidualBlock(width) for _ in range(depth))
-        self.head = nn.Linear(width, classes)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.inp(x)
-        for block in self.blocks:
-            x = block(x)
-        return self.head(x)
-
-
-@dataclass
-class Workload:
-    """A model recipe and the batches every contestant trains it on."""
-
-    name: str
-    describe: str
-    make_model: Callable[[], nn.Module]
-    dataset: Dataset[Any]
-    batch_size: int
-    turn_scale: int = 1
-    """Timed steps per turn, as a multiple of ``--turn`` (tiny steps need more of them per round)."""
-
-    def model(self, seed: int) -> nn.Module:
-        torch.manual_seed(seed)
-        return self.make_model()
-
-    def loader(self, seed: int) -> DataLoader[Any]:
-        g = torch.Generator().manual_seed(seed)
-        return DataLoader(self.dataset, batch_size=self.batch_size, shuffle=True, drop_last=True, generator=g)
-
-
-def gpt_workload(n_layer: int, n_embd: int, n_head: int, seq_len: int, batch: int, max_bytes: int) -> Workload:
-    """The quickstart GPT on packed windows of the stdlib source (``TextDataModule``)."""
-    from runner.data.text import TextDataModule
-
-    dm = TextDataModule(seq_len=seq_len, batch_size=batch, max_bytes=max_bytes)
-    dm.setup("fit")
-    make = partial(GPT, n_layer=n_layer, n_embd=n_embd, n_head=n_head, block_size=seq_len)
-    return Workload("gpt", f"GPT {n_layer}x{n_embd}, {n_head} heads, seq {seq_len}, batch {batch}", make,
-                    dm.train_dataloader().dataset, batch)
-
-
-def many_params_workload(width: int, depth: int, batch: int, samples: int = 32768, name: str = "many_params",
-                         turn_scale: int = 1) -> Workload:
-    """``ManyParams`` on a fixed random classification set, large enough that a race stays within one
-    epoch: from the second epoch on, Lightning draws a different shuffle than a plain loop re-iterating
-    the same DataLoader, and the hand-written loop would train on other batches."""
-    g = torch.Generator().manual_seed(1)
-    data = TensorDataset(torch.randn(samples, 32, generator=g), torch.randint(0, 10, (samples,), generator=g))
-    make = partial(ManyParams, width=width, depth=depth)
-    n = sum(1 for _ in make().parameters())
-    return Workload(name, f"residual MLP {depth}x{width}, {n} parameter tensors, batch {batch}", make,
-                    data, batch, turn_scale)
 
 
 @dataclass

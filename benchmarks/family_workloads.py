@@ -9,8 +9,8 @@ from functools import partial
 from typing import Any
 
 import torch
-from contestants import Workload
 from torch import nn
+from workloads import Workload
 
 FAMILIES = ("llama", "gpt2", "bert", "resnet18", "vit_tiny")
 # The recipes' sizes (recipes/*.yaml, conf/model/hf_*.yaml), dropout off as in the recipes.

@@ -116,7 +116,7 @@ def run(cfg: RunConfig, extra_callbacks: Sequence[Callback] = ()) -> RunResult:
     except SIGTERMException:
         stopped = True  # SIGINT/SIGTERM: GracefulInterrupt saved last.ckpt at a step boundary
     except Exception as e:
-        if (message := strategy.stack.explain_compile_error(e)) is not None:  # the stack explains its own errors
+        if (message := strategy.explain_compile_error(e)) is not None:  # the strategy answers for its stack
             raise CompileFailure(message) from e
         raise
     finally:

@@ -1,13 +1,15 @@
 """After training: every export loads with its family's own library and computes what the trained module computes,
 bit for bit on the CPU (the same model class with the weights copied runs the same kernels on the same inputs);
-``runner eval`` scores a checkpoint; ``runner generate`` writes text (with the KV cache for a transformers model);
-the end-of-fit sample; and the bad inputs, each refused in one paragraph with nothing written.
+``runner eval`` scores a checkpoint; ``runner generate`` writes text, both families on their KV cache (one new
+token per model call after the prompt, the tokens of uncached greedy decoding); the end-of-fit sample; and the bad
+inputs, each refused in one paragraph with nothing written.
 
 One tiny run per family (a few steps, no compile codegen) is trained in-process once for the module and read by
 every test (tests/after_runs.py); timm's export is tested where timm imports (the versions job's venv)."""
 
 from __future__ import annotations
 
+import copy
 import itertools
 import json
 import math
@@ -16,6 +18,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -29,6 +32,7 @@ from runner.after.source import open_trained
 from runner.data.text import IGNORE_INDEX
 from runner.figures.eval_metrics import EVAL_BPB, EVAL_LOSS, EVAL_MODE, EVAL_PERPLEXITY, EVAL_TOKENS
 from runner.figures.run import RUN_EXPORT, RUN_SAMPLE
+from runner.models.gpt import GPT, KVCache
 from tests import after_runs
 from tests.after_runs import TrainedRun, train
 from tests.hf_models import vision_imports
@@ -255,24 +259,84 @@ def test_generate_from_the_checkpoint_and_from_the_export_write_the_same_text(
     from_ckpt = capsys.readouterr().out
     assert main(["generate", str(gpt.run_dir / "model"), *args]) == 0
     assert capsys.readouterr().out == from_ckpt and from_ckpt.startswith("def ")
-    model = gpt.module.model
-    greedy = generate_ids(model, list(b"def "), Sampling(max_new_tokens=8, temperature=0))
-    ids = torch.tensor([list(b"def ")])
+
+
+def _uncached_greedy(model: torch.nn.Module, prompt: list[int], n: int, block: int | None = None) -> list[int]:
+    """Greedy decoding without a cache: the whole sequence (its last ``block`` tokens) through ``forward`` per token."""
+    ids = torch.tensor([prompt])
     with torch.no_grad():
-        for _ in range(8):
-            ids = torch.cat([ids, model(ids)[:, -1:].argmax(-1)], dim=1)
-    assert greedy == ids[0, 4:].tolist()
+        for _ in range(n):
+            ids = torch.cat([ids, model(ids[:, -(block or ids.shape[1]):])[:, -1:].argmax(-1)], dim=1)
+    return [int(i) for i in ids[0, len(prompt):]]
+
+
+def _lengths_run(module: torch.nn.Module, call: Any) -> tuple[Any, list[int]]:
+    """``call()``, and the length of every ids tensor ``module`` received meanwhile (its first input, or
+    ``input_ids``)."""
+    lengths: list[int] = []
+
+    def hook(_: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        lengths.append(int((args[0] if args else kwargs["input_ids"]).shape[1]))
+
+    handle = module.register_forward_pre_hook(hook, with_kwargs=True)
+    try:
+        return call(), lengths
+    finally:
+        handle.remove()
+
+
+def test_gpt_generation_runs_each_new_token_alone_on_its_kv_cache_and_writes_the_uncached_tokens(
+        gpt: TrainedRun) -> None:
+    model = gpt.module.model
+    assert isinstance(model, GPT)
+    prompt = list(b"def ")
+    greedy, lengths = _lengths_run(model.tok_emb, lambda: generate_ids(model, prompt, Sampling(8, temperature=0)))
+    assert lengths == [4] + [1] * 7  # the prompt once, then one token per step: the cache holds the rest
+    assert greedy == _uncached_greedy(model, prompt, 8)
+    ids = torch.tensor([prompt + greedy])
+    with torch.no_grad():
+        full, cache = model(ids), KVCache()
+        assert torch.equal(model.decode(ids[:, :4], cache), model(ids[:, :4]))  # the prompt: forward's computation
+        # Each later token: one query against cached keys instead of the causal square, other matmul shapes: the same
+        # sums in another order. Float32 rounding of sums of at most 4 x n_embd = 128 terms, in two layers, on logits
+        # of magnitude below 1: within 256 eps (measured: about 1 eps).
+        tol = 256 * torch.finfo(torch.float32).eps
+        for i in range(4, ids.shape[1]):
+            torch.testing.assert_close(model.decode(ids[:, i:i + 1], cache), full[:, i:i + 1], rtol=tol, atol=tol)
+    assert cache.length == ids.shape[1]
+
+
+def test_past_its_block_size_the_gpt_runs_the_moving_window_whole_as_uncached_decoding_does(gpt: TrainedRun) -> None:
+    """Positions are absolute: once the text is longer than ``block_size`` (32 here), every position of the last
+    32 tokens changes with each new token, so each one runs the whole window, as the uncached loop does."""
+    model = gpt.module.model
+    assert isinstance(model, GPT) and model.block_size == 32
+    prompt = list(b"import os\n")
+    greedy, lengths = _lengths_run(model.tok_emb, lambda: generate_ids(model, prompt, Sampling(40, temperature=0)))
+    assert lengths == [10] + [1] * 22 + [32] * 17  # cached up to 32 positions, then the window
+    assert greedy == _uncached_greedy(model, prompt, 40, block=32)
+
+
+def test_gpt_generation_reaches_blocks_inside_checkpoint_wrappers(gpt: TrainedRun) -> None:
+    """offload=checkpoint leaves torch's checkpoint wrapper around each block after the fit: the end-of-fit sample
+    still runs on the cache, through the blocks inside."""
+    from runner.stack.offload.checkpointing import apply_checkpointing
+
+    wrapped = copy.deepcopy(gpt.module.model)
+    assert apply_checkpointing(wrapped) == ["blocks.0", "blocks.1"]
+    sampling = Sampling(12, temperature=0)
+    greedy, lengths = _lengths_run(wrapped.tok_emb, lambda: generate_ids(wrapped, list(b"def "), sampling))
+    assert lengths == [4] + [1] * 11
+    assert greedy == generate_ids(gpt.module.model, list(b"def "), sampling)
 
 
 def test_transformers_generation_uses_the_kv_cache_and_matches_a_full_forward(llama: TrainedRun) -> None:
     model = llama.module.model
     prompt = list(b"import ")
-    greedy = generate_ids(model, prompt, Sampling(max_new_tokens=10, temperature=0))
-    ids = torch.tensor([prompt])
-    with torch.no_grad():
-        for _ in range(10):  # no cache: the whole sequence each step (runner's CausalLM runs with use_cache=False)
-            ids = torch.cat([ids, model(ids)[:, -1:].argmax(-1)], dim=1)
-    assert greedy == ids[0, len(prompt):].tolist()
+    greedy, lengths = _lengths_run(model.model, lambda: generate_ids(model, prompt, Sampling(10, temperature=0)))
+    assert lengths == [len(prompt)] + [1] * 9  # transformers' generate: the prompt once, then each new token alone
+    # No cache: the whole sequence each step (runner's CausalLM runs with use_cache=False).
+    assert greedy == _uncached_greedy(model, prompt, 10)
     sampled = [generate_ids(model, prompt, Sampling(max_new_tokens=10, seed=s)) for s in (1, 1, 2)]
     assert sampled[0] == sampled[1] != sampled[2]
     state = torch.random.get_rng_state()

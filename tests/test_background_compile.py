@@ -108,7 +108,7 @@ def test_the_speedup_pairs_start_after_the_switch_and_break_even_counts_their_co
 
 
 def test_the_result_sentence_says_the_run_stayed_eager_and_why() -> None:
-    from runner.telemetry.definitions import speedup_verdict
+    from runner.telemetry.verdict import speedup_verdict
 
     figures = {"perf/speedup_status": "nothing compiled", "compile/scope": "step",
                "compile/background_outcome": "stayed eager: about 37 s of training are left"}

@@ -1,6 +1,7 @@
 """Every format ``data.path`` takes trains (a few eager steps each): text files, .jsonl, .csv, .parquet and
 ``save_to_disk`` folders, for the causal LM (a table's text column, never its raw bytes) and the classifier (its
-text and label columns); token ids are tokenized once and read back from the cache; a corpus stays memory-mapped."""
+text and label columns); token ids are tokenized once and read back from the cache; a corpus stays memory-mapped;
+labelled rows held in memory are what ``datasets.Dataset.from_dict`` makes."""
 
 from __future__ import annotations
 
@@ -149,3 +150,19 @@ def test_a_long_text_is_tokenized_in_segments_as_a_whole(tmp_path: Path) -> None
     text = "\n".join(words(rng, 12) for _ in range(4000))
     assert len(text) > 3 * SEGMENT
     assert np.array_equal(tokenize_long(tokenizer, text), tokenizer([text])[0])
+
+
+def test_rows_held_in_memory_are_what_from_dict_makes_with_a_fingerprint_of_their_values() -> None:
+    """Labelled rows held in memory (the stdlib task, label<TAB>text lines) are named by runner, not by dill's pickle
+    of their Arrow table (which fails beside a pyarrow outside site-packages: tests/test_install.py runs that)."""
+    import datasets
+
+    from runner.data.tables import in_memory_rows
+
+    columns = {"text": ["a cat", "", "é\tb"], "label": ["x", "y", "x"]}
+    rows, expected = in_memory_rows(columns), datasets.Dataset.from_dict(columns)
+    assert rows.features == expected.features and rows.data.table.equals(expected.data.table)
+    assert rows.to_dict() == columns and rows.cache_files == []
+    # The name datasets keeps it under (no public accessor): the same for the same values, another for others.
+    assert rows._fingerprint == in_memory_rows(dict(columns))._fingerprint
+    assert rows._fingerprint != in_memory_rows({**columns, "label": ["x", "y", "y"]})._fingerprint

@@ -3,7 +3,9 @@ and works from any directory, without the checkout.
 
 The wheel is built once (its contents checked); CI's check installs it into a fresh virtual environment outside
 the checkout with the pinned constraints, asserts that ``runner`` is imported from there, and runs the example
-project's three commands as real processes.
+project's three commands as real processes; then the same wheel with ``datasets`` and ``pyarrow`` installed by
+``pip install --target`` into a folder outside any ``site-packages``, put first on ``PYTHONPATH``, trains on
+labelled rows held in memory (``datasets`` fingerprints those with dill, which pickled pyarrow by value there).
 """
 
 from __future__ import annotations
@@ -57,10 +59,29 @@ def test_wheel_ships_config_recipes_and_the_runner_command(wheel: Path) -> None:
     assert not any(n.startswith(("conf/", "recipes/", "tests/", "examples/")) for n in names)  # nothing top-level
 
 
+# A classifier of the test's own for a run on labelled text (the fresh venv has no transformers): mean byte embedding.
+BAG_OF_BYTES = """
+import torch
+from torch import nn
+
+
+class BagOfBytes(nn.Module):
+    def __init__(self, num_labels: int = 4, width: int = 16) -> None:
+        super().__init__()
+        self.embed = nn.EmbeddingBag(257, width)
+        self.head = nn.Linear(width, num_labels)
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        return self.head(self.embed(batch["input_ids"]))
+"""
+OVERLAID = ("runner", "datasets", "pyarrow", "dill")
+
+
 @pytest.mark.slow
 def test_fresh_venv_runs_the_example_project(wheel: Path, tmp_path: Path) -> None:
     """CI: install the wheel with the pinned constraints into a new virtual environment outside the
-    checkout; from a copy of the example project run the three commands a user starts with."""
+    checkout; from a copy of the example project run the three commands a user starts with. Then a
+    ``pip install --target`` folder on ``PYTHONPATH`` (see the module docstring) trains there too."""
     venv, project = tmp_path / "venv", tmp_path / "my_project"
     shutil.copytree(EXAMPLE, project, ignore=shutil.ignore_patterns("__pycache__", "outputs"))
     start = time.perf_counter()
@@ -97,8 +118,31 @@ def test_fresh_venv_runs_the_example_project(wheel: Path, tmp_path: Path) -> Non
     assert default.returncode == 0, default.stderr[-3000:]
     (default_dir,) = project.glob("outputs/*/*-run")
     assert json.loads((default_dir / "report.json").read_text())["run/steps"] == 3
-    print(f"\nfresh venv + wheel install: {installed_s:.0f} s; example commands: "
-          f"{time.perf_counter() - start - installed_s:.0f} s")
+    commands_s = time.perf_counter() - start - installed_s
+
+    # The overlay: runner and the data layer from a --target folder whose path holds no "site-packages".
+    overlay, elsewhere = tmp_path / "overlay", tmp_path / "elsewhere"
+    subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--no-compile", "--no-deps", "--target",
+                    str(overlay), "-c", str(ROOT / "constraints.txt"), str(wheel), "datasets", "pyarrow", "dill",
+                    "multiprocess"], check=True, env=_env(), timeout=900)
+    elsewhere.mkdir()
+    (elsewhere / "bag.py").write_text(BAG_OF_BYTES)
+    overlaid = _env(PYTHONPATH=str(overlay))
+    origins = subprocess.run([str(venv / "bin" / "python"), "-c", "import importlib.util as u; print(*(u.find_spec(m)"
+                              f".origin for m in {OVERLAID!r}))"], cwd=elsewhere, env=overlaid, capture_output=True,
+                             text=True, check=True).stdout.split()
+    assert len(origins) == len(OVERLAID) and all(o.startswith(str(overlay)) for o in origins), origins
+    assert not any("site-packages" in o for o in origins)  # where dill pickled modules by value
+    labelled = subprocess.run([str(venv / "bin" / "python"), "-m", "runner", "data=text_classification", "model=custom",
+                               "model._target_=bag.BagOfBytes", "compile.backend=eager", "trainer.max_steps=3",
+                               "telemetry.speedup_steps=0"], cwd=elsewhere, env=overlaid, capture_output=True,
+                              text=True, timeout=900)
+    assert labelled.returncode == 0, labelled.stderr[-3000:]
+    (labelled_dir,) = elsewhere.glob("outputs/*/*-run")
+    report = json.loads((labelled_dir / "report.json").read_text())
+    assert report["run/steps"] == 3 and report["data/source"].startswith("the Python stdlib task"), report
+    print(f"\nfresh venv + wheel install: {installed_s:.0f} s; example commands: {commands_s:.0f} s; --target "
+          f"overlay install and a run on labelled rows: {time.perf_counter() - start - installed_s - commands_s:.0f} s")
 
 
 def test_readme_section_shows_the_example_ci_runs() -> None:

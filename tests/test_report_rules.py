@@ -10,16 +10,12 @@ from typing import Any
 
 import pytest
 
-from runner.telemetry.definitions import (
-    SECTIONS,
-    break_even_text,
-    contradictions,
-    speedup_verdict,
-)
+from runner.telemetry.definitions import SECTIONS
 from runner.telemetry.plots import step_times_figure, sweep_figure
 from runner.telemetry.report import format_summary, summary_rows, write_report
 from runner.telemetry.speedup import SpeedupMeter
 from runner.telemetry.sweep import summarize_sweep
+from runner.telemetry.verdict import break_even_text, contradictions, speedup_verdict
 
 
 def _measured(speedup: float, p25: float, p75: float, eager: float, compiled: float, compile_s: float = 40.0,

@@ -41,10 +41,15 @@ class NewPhaseEveryStep(L.Callback):
         pl_module.phase = f"phase-{trainer.global_step}"
 
 
-def _fit(on_error: str, recompile_limit: int = 8) -> tuple[CompileStrategy, L.Trainer]:
-    strategy = CompileStrategy(compile=CompileConfig(backend="eager", optimizer=OptimizerPolicy.none,
-                                                     on_error=OnError[on_error]),
-                               dynamic=DynamicConfig(recompile_limit=recompile_limit), device="cpu")
+def _strategy(on_error: str, recompile_limit: int = 8) -> CompileStrategy:
+    return CompileStrategy(compile=CompileConfig(backend="eager", optimizer=OptimizerPolicy.none,
+                                                 on_error=OnError[on_error]),
+                           dynamic=DynamicConfig(recompile_limit=recompile_limit), device="cpu")
+
+
+def _fit(on_error: str, recompile_limit: int = 8, strategy: CompileStrategy | None = None,
+         ) -> tuple[CompileStrategy, L.Trainer]:
+    strategy = strategy or _strategy(on_error, recompile_limit)
     trainer = L.Trainer(strategy=strategy, max_steps=12, logger=False, enable_checkpointing=False,
                         enable_progress_bar=False, enable_model_summary=False, callbacks=[NewPhaseEveryStep()])
     trainer.fit(Phased(), VectorsDataModule())
@@ -75,14 +80,19 @@ def test_a_limit_hit_under_eager_goes_on_and_says_so_truthfully(caplog: pytest.L
     assert "recompile limit" in caplog.text and "runs eagerly from now on" in caplog.text
 
 
-def test_a_limit_hit_under_raise_stops_with_the_paragraph() -> None:
+def test_a_limit_hit_under_raise_stops_with_the_paragraph_its_strategy_gives() -> None:
+    """What ``runner.run`` does with an error a fit raised: it asks the strategy, which answers for its stack, whose
+    watch saw the guard that kept failing (the error alone does not name it)."""
     from torch._dynamo.exc import FailOnRecompileLimitHit
 
-    strategy = None
-    with pytest.raises(FailOnRecompileLimitHit) as info:
-        strategy, _ = _fit("raise", recompile_limit=3)
-    del strategy
     from runner.stack.errors.explain import explain_compile_error
 
-    paragraph = explain_compile_error(info.value)
+    strategy = _strategy("raise", recompile_limit=3)
+    with pytest.raises(FailOnRecompileLimitHit) as info:
+        _fit("raise", strategy=strategy)
+    paragraph = strategy.explain_compile_error(info.value)
     assert paragraph is not None and "recompile limit" in paragraph and "Fix:" in paragraph
+    assert "the guard that kept failing" in paragraph and "self.phase" in paragraph, paragraph
+    alone = explain_compile_error(info.value)
+    assert alone is not None and "self.phase" not in alone  # what the stack saw, not what the error says
+    assert strategy.explain_compile_error(ValueError("not a compile error")) is None

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from runner.telemetry.definitions import break_even_cell, break_even_text, contradictions, missing_speedup
+from runner.telemetry.verdict import break_even_cell, break_even_text, contradictions, missing_speedup
 
 ROOT = Path(__file__).resolve().parents[1]
 # A tiny GPT, Dynamo's eager backend: seconds per run, 4 eager/compiled pairs.

@@ -36,7 +36,7 @@ from runner.figures.eval_metrics import (
     EVAL_TOKENS,
 )
 from runner.figures.perf import PERF_SPEEDUP_STATUS
-from runner.telemetry.definitions import break_even_text
+from runner.telemetry.verdict import break_even_text
 
 
 def resolve_mode(cfg: RunConfig, report: dict[str, Any], batches: int) -> tuple[bool, str]:

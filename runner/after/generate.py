@@ -1,9 +1,12 @@
 """Text from a trained causal LM: runner's GPT (byte-level) or a transformers causal LM, from a run's checkpoint
 or from its export; and the short sample a causal-LM run writes into report.md at the end of the fit.
 
-A transformers model samples through its own ``generate`` with its KV cache (``use_cache=True``). runner's GPT
-has no KV cache: each new token runs the model over the last ``block_size`` tokens again (cheap at its sizes).
-Sampling is seeded, and the process's random state is left as it was.
+Both families keep the keys and values of the tokens already run (a KV cache), so each new token runs the model on
+that token alone: a transformers model through its own ``generate`` (``use_cache=True``), runner's GPT through
+``GPT.decode`` and its ``KVCache``. The GPT's positions are absolute and end at ``block_size``: once a text is longer,
+the window of the last ``block_size`` tokens moves with every token, and every position in it changes, so from there
+each token runs the whole window again, as the model sees it in training. Sampling is seeded, and the process's
+random state is left as it was.
 """
 
 from __future__ import annotations
@@ -93,11 +96,16 @@ def _hf_generate(hf: nn.Module, ids: torch.Tensor, sampling: Sampling) -> list[i
 
 
 def _gpt_generate(model: nn.Module, ids: torch.Tensor, sampling: Sampling) -> list[int]:
-    block = int(getattr(model, "block_size", ids.shape[1] + sampling.max_new_tokens))
-    start = ids.shape[1]
+    from runner.models.gpt import GPT, KVCache
+
+    assert isinstance(model, GPT), "writes_text: runner's GPT or a transformers causal LM"
+    start, cache, new = ids.shape[1], KVCache(), ids[:, -model.block_size:]
     for _ in range(sampling.max_new_tokens):
-        logits = model(ids[:, -block:])[:, -1, :].float()
-        ids = torch.cat([ids, next_token(logits, sampling)], dim=1)
+        if cache.length + new.shape[1] > model.block_size:  # the window moves: run it whole (module docstring)
+            cache, new = KVCache(), ids[:, -model.block_size:]
+        logits = model.decode(new, cache)[:, -1, :].float()
+        new = next_token(logits, sampling)
+        ids = torch.cat([ids, new], dim=1)
     return [int(i) for i in ids[0, start:]]
 
 

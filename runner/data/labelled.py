@@ -19,7 +19,7 @@ import numpy as np
 from runner.data.corpus import read_documents, stdlib_dir
 from runner.data.labels import label_values
 from runner.data.sources import DataError, Source, resolve
-from runner.data.tables import check_column, load_table, text_lengths
+from runner.data.tables import check_column, in_memory_rows, load_table, text_lengths
 
 # The default task: which of these stdlib packages a paragraph of source comes from.
 STDLIB_PACKAGES = ("asyncio", "email", "unittest", "xml")
@@ -54,7 +54,6 @@ def stdlib_examples(max_examples: int | None, min_len: int) -> tuple[list[str], 
 
 def labelled_lines(source: Source, text_column: str, label_column: str) -> Any:
     """Text files of ``label<TAB>text`` lines, or JSON objects with the two columns, as rows held in memory."""
-    import datasets
 
     texts: list[str] = []
     labels: list[Any] = []
@@ -82,17 +81,15 @@ def labelled_lines(source: Source, text_column: str, label_column: str) -> Any:
             labels.append(label)
     if len({type(v) for v in labels}) > 1:  # JSON lines with 1 and "cat": one Arrow column cannot hold both
         labels = [json.dumps(v) if not isinstance(v, str) else v for v in labels]
-    return datasets.Dataset.from_dict({text_column: texts, label_column: labels})
+    return in_memory_rows({text_column: texts, label_column: labels})
 
 
 def read_labelled(path: str | None, key: str, text_column: str, label_column: str, max_examples: int | None,
                   min_len: int) -> Labelled:
     """The labelled rows ``path`` names (module docstring); :class:`DataError` when they cannot be used."""
-    import datasets
-
     if path is None:
         texts, labels = stdlib_examples(max_examples, min_len)
-        rows = datasets.Dataset.from_dict({text_column: texts, label_column: labels})
+        rows = in_memory_rows({text_column: texts, label_column: labels})
         source, files, described = Source(key, "stdlib", "text", ()), len(STDLIB_PACKAGES), "the Python stdlib task"
     else:
         source = resolve(path, key)

@@ -63,6 +63,23 @@ def fingerprint(*parts: Any) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:20]
 
 
+def in_memory_rows(columns: dict[str, list[Any]]) -> Any:
+    """``columns`` (each a list of Python values) as an in-memory ``datasets.Dataset``, what
+    ``datasets.Dataset.from_dict`` makes, named (its ``fingerprint``) by a hash of the values.
+
+    ``from_dict`` would name it by pickling its Arrow table with dill, which pickles a module by value when its file
+    lies outside the interpreter's prefix and under no ``site-packages`` directory, and cannot pickle pyarrow's:
+    installed with ``pip install --target DIR`` or put on ``PYTHONPATH`` from such a directory, every run on these
+    rows failed (``tests/test_install.py`` runs one)."""
+    import datasets
+    import pyarrow as pa
+
+    digest = hashlib.sha256()
+    for name, values in columns.items():
+        digest.update(json.dumps([name, values], default=str).encode())
+    return datasets.Dataset(pa.table(columns), fingerprint=digest.hexdigest()[:20])
+
+
 def file_stamps(files: Any) -> list[tuple[str, int, int]]:
     """Each file's path, size and modification time: a cache made from them is stale when any changes."""
     return [(str(f), os.stat(f).st_size, os.stat(f).st_mtime_ns) for f in files]

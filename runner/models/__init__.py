@@ -1,1 +1,4 @@
-"""Models runner ships: a small GPT and an MLP. Any nn.Module or LightningModule also works."""
+"""The models runner builds from config (``model=...``), none downloaded: its own byte-level GPT (``gpt``) and MLP
+(``mlp``); Hugging Face transformers causal LMs and sequence classifiers, from a configuration or a local
+``save_pretrained`` directory (``hf``, their arguments checked by ``hf_checks``); timm image classifiers (``image``).
+Any other ``nn.Module`` or ``LightningModule`` trains too (``model=custom``, ``model._target_=pkg.Class``)."""

@@ -4,10 +4,15 @@
 sequence length may vary between batches (up to ``block_size``), which is what the dynamic-shape
 policies exercise. Attention is causal SDPA; padding sits at the end of each sequence, so causal
 masking alone keeps real positions from attending to it, and the loss ignores padded targets.
+
+Generation has a path of its own: ``decode(idx, cache)`` runs only the new positions, reading the keys and values
+of the earlier ones from a :class:`KVCache` and adding theirs (``runner.after.generate`` calls it). ``forward``, what
+training runs and compiles, never sees a cache; ``tests/test_after.py`` checks that the two paths agree.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -15,6 +20,22 @@ import torch.nn.functional as F
 from torch import nn
 
 from runner.config.target_objects import Embedding
+
+KV = tuple[torch.Tensor, torch.Tensor]
+"""One layer's keys and values, each ``[batch, n_head, positions, head_dim]``."""
+
+
+@dataclass
+class KVCache:
+    """Each layer's keys and values of the positions ``GPT.decode`` has run so far (generation only)."""
+
+    layers: list[KV | None] = field(default_factory=list)
+
+    @property
+    def length(self) -> int:
+        """Positions cached."""
+        first = self.layers[0] if self.layers else None
+        return 0 if first is None else int(first[0].shape[2])
 
 
 class CausalSelfAttention(nn.Module):
@@ -34,6 +55,23 @@ class CausalSelfAttention(nn.Module):
         p = self.dropout if self.training else 0.0
         y = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
         return self.proj(y.transpose(1, 2).reshape(b, t, c))
+
+    def decode(self, x: torch.Tensor, past: KV | None) -> tuple[torch.Tensor, KV]:
+        """``forward`` for new positions ``x`` after the ``past`` keys and values (None: no earlier positions), and
+        the keys and values of every position up to the new ones. Each new position attends to all earlier ones
+        and causally among the new."""
+        b, t, c = x.shape
+        q, k, v = self.qkv(x).split(c, dim=2)
+        q, k, v = (z.view(b, t, self.n_head, c // self.n_head).transpose(1, 2) for z in (q, k, v))
+        p = self.dropout if self.training else 0.0
+        if past is None:  # the prompt: forward's own call
+            y = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
+        else:
+            k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
+            total = k.shape[2]
+            mask = None if t == 1 else torch.ones(t, total, dtype=torch.bool, device=x.device).tril(total - t)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
+        return self.proj(y.transpose(1, 2).reshape(b, t, c)), (k, v)
 
 
 class MLPBlock(nn.Module):
@@ -60,6 +98,12 @@ class Block(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.attn(self.ln1(x))
         return x + self.mlp(self.ln2(x))
+
+    def decode(self, x: torch.Tensor, past: KV | None) -> tuple[torch.Tensor, KV]:
+        """``forward`` with the attention's ``decode``: the output, and the layer's keys and values."""
+        attended, kv = self.attn.decode(self.ln1(x), past)
+        x = x + attended
+        return x + self.mlp(self.ln2(x)), kv
 
 
 class GPT(nn.Module):
@@ -104,4 +148,21 @@ class GPT(nn.Module):
         x = self.drop(self.tok_emb(idx) + self.pos_emb(pos))
         for block in self.blocks:
             x = block(x)
+        return self.head(self.ln_f(x))
+
+    def decode(self, idx: torch.Tensor, cache: KVCache) -> torch.Tensor:
+        """Logits ``[batch, t, vocab]`` of ``idx`` ``[batch, t]``, the positions after the ``cache.length`` ones in
+        ``cache``, which then holds theirs too: the prompt once, then one new token at a time. Positions are
+        absolute, so they end at ``block_size``; past it, start again with a new cache over the last tokens."""
+        start, t = cache.length, idx.shape[1]
+        if start + t > self.block_size:
+            raise ValueError(f"{start} cached + {t} new positions exceed block_size={self.block_size}")
+        # Inside a wrapper too: offload=checkpoint leaves torch's checkpoint wrapper around each block after the fit.
+        blocks = [m for m in self.blocks.modules() if isinstance(m, Block)]
+        if not cache.layers:
+            cache.layers = [None] * len(blocks)
+        pos = torch.arange(start, start + t, device=idx.device)
+        x = self.drop(self.tok_emb(idx) + self.pos_emb(pos))
+        for i, block in enumerate(blocks):
+            x, cache.layers[i] = block.decode(x, cache.layers[i])
         return self.head(self.ln_f(x))

@@ -13,7 +13,8 @@ Elsewhere: resumable data in ``runner.data.resumable``, the compile-cache artifa
 ``runner.stack.caches`` (the ``reliability`` group's fields configure them), atomic files in
 ``runner.atomic_files``, compile-error explanation in ``runner.stack.errors.explain``, config checks in
 ``runner.config``, ``RunStopped`` in ``runner.errors``. Resume a stopped run in place: ``python -m runner
-<same overrides> hydra.run.dir=<run dir> ckpt_path=last``.
+<same overrides> hydra.run.dir=<run dir> ckpt_path=last``, or ``python -m runner resume <run dir>``
+(``runner.after.resume``), which reads the overrides back from the run.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """The compile stack. The spine: ``CompileStack`` (``compile_stack``) applies every part in one ordered
-sequence, ``fit_parts`` builds one fit's parts, ``fit_inputs`` holds what configures the stack (``CompileSettings``)
+sequence, ``demotion`` says what a frame in a recompile storm runs as instead, ``fit_parts`` builds one fit's parts
+(and their per-step hooks), ``fit_inputs`` holds what configures the stack (``CompileSettings``)
 and what Lightning hands it (``LightningSide``), ``component`` the interface each part implements, and
 ``step_mode`` the one owner of Dynamo's stance, which every part asks for eager steps. The parts, one folder
 each: ``compiling`` (what is compiled and how, and applying it), ``background`` (compile beside the run),

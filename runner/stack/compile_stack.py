@@ -10,8 +10,9 @@ Lightning's side of the order (a sample batch, sharding, the optimizers) comes f
 :class:`LightningSide`. What is compiled is decided once, up front, by
 ``runner.stack.compiling.plan.resolve_plan``. Each step then runs through ``training_step`` (batch preparation,
 the components' contexts, deferred Python side effects), a recompile storm demotes the frame that storms
-(``runner.stack.errors.storms``), and ``teardown`` restores every module, optimizer and process-wide setting the
-stack changed and forgets what this fit compiled, so the next fit in the process starts clean.
+(``runner.stack.errors.storms`` finds it, ``runner.stack.demotion`` demotes it), and ``teardown`` restores every
+module, optimizer and process-wide setting the stack changed and forgets what this fit compiled, so the next fit
+in the process starts clean.
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import lightning as L
-import torch
 from torch.optim import Optimizer
 
 from runner import torch_internals as ti
@@ -35,15 +35,15 @@ from runner.figures.compile_plan import (
     COMPILE_SCOPE,
 )
 from runner.figures.compile_work import COMPILE_DEMOTED, COMPILE_DEMOTIONS, COMPILE_FRAMES
-from runner.stack.compiling.binding import code_of, install_step, user_step
-from runner.stack.compiling.compile import CompiledModules, apply_compile, compiled_submodules
+from runner.stack.compiling.binding import install_step, turn_off_hooks, user_step
+from runner.stack.compiling.compile import CompiledModules, apply_compile
 from runner.stack.compiling.plan import StepFacts, resolve_optimizers
-from runner.stack.component import overrides
 from runner.stack.deferred.metrics import metric_methods
+from runner.stack.demotion import demote
 from runner.stack.errors.explain import explain_compile_error
 from runner.stack.errors.storms import Storm
 from runner.stack.fit_inputs import CompileSettings, LightningSide
-from runner.stack.fit_parts import FitParts, build_fit_parts
+from runner.stack.fit_parts import FitParts, StepHooks, build_fit_parts
 from runner.stack.offload.on_path import measure_saved_activations
 from runner.stack.optimizer.graphed import Clipping
 from runner.stack.step_mode import StepMode
@@ -76,12 +76,7 @@ class CompileStack:
         self._accumulate = 1
         self._micro_batches = 0
         self._optimizers: list[Optimizer] = []
-        self._preparers: list[Callable[[Any], Any]] = []
-        self._contexts: list[Callable[[], contextlib.AbstractContextManager[Any]]] = []
-        self._optimizer_contexts: list[Callable[[], contextlib.AbstractContextManager[Any]]] = []
-        self._step_enders: list[Callable[[int], None]] = []
-        self._backward_enders: list[Callable[[], None]] = []
-        self._backward_context: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext
+        self._hooks = StepHooks()
         self._frozen: dict[str, Any] = {}
         self._applied = False
         self.frames: int | None = None
@@ -135,37 +130,25 @@ class CompileStack:
         parts.background.configure()  # 9. compile beside the run: every step eager until it is ready
 
     def _bind(self, module: L.LightningModule, optimizers: list[Optimizer], lightning: LightningSide) -> None:
-        """Route every training_step call through the stack; per-step hooks only of components that
-        override them (a disabled feature costs nothing in the hot loop)."""
+        """Route every training_step call through the stack, with the components' per-step hooks."""
         assert self.parts is not None
-        plan, comps = self.parts.plan, self.parts.components
-        self._module, self._optimizers = module, optimizers
-        self._preparers = [c.prepare_batch for c in comps if overrides(c, "prepare_batch")]
-        self._contexts = [c.step_context for c in comps if overrides(c, "step_context")]
-        self._backward_context = contextlib.nullcontext
-        if plan.compiled_autograd:
-            compiler = torch.compile(**plan.compiled_autograd_kwargs)
-            self._contexts.append(lambda: ti.compiled_autograd(compiler))
-            self._backward_context = lambda: ti.compiled_autograd(compiler)
-        self._step_enders = [c.on_step_end for c in comps if overrides(c, "on_step_end")]
-        self._backward_enders = [c.after_backward for c in comps if overrides(c, "after_backward")]
-        self._optimizer_contexts = [c.optimizer_step_context for c in comps if overrides(c, "optimizer_step_context")]
+        plan = self.parts.plan
+        self._module, self._optimizers, self._hooks = module, optimizers, self.parts.step_hooks()
         # Python side effects are deferred only where the step itself is compiled: an eager step
         # (manual optimization, scope=model/blocks) logs exactly when and as Lightning does.
         self._capture = plan.whole_step
         self.parts.deferred.bind(module, metric_methods(module), detach_in_step=plan.backward_in_step,
                                  optimizer_lists=lightning.optimizer_lists,
                                  module_optimizers=lightning.module_optimizers)
-        if plan.backward_in_step or plan.optimizer is OptimizerPolicy.graphed:
-            # Lightning zeroes gradients between training_step and backward. Here backward runs inside the step
-            # (zeroing moves to just before it, same accumulation boundaries), or the graph-safe optimizer step
-            # zeroes them in place after its update: set to None, they would move.
-            module.optimizer_zero_grad = lambda *args, **kwargs: None  # type: ignore[method-assign]
-        if plan.optimizer is OptimizerPolicy.graphed:
-            # Its clipping too (trainer.gradient_clip_val), inside the graph-safe step: Lightning must not also clip.
-            module.configure_gradient_clipping = lambda *args, **kwargs: None  # type: ignore[method-assign]
-        # The strategy's call and DDP's forward redirection both reach training_step.
+        # Lightning zeroes gradients between training_step and backward. Here backward runs inside the step
+        # (zeroing moves to just before it, same accumulation boundaries), or the graph-safe optimizer step
+        # zeroes them in place after its update: set to None, they would move. The graph-safe step also clips
+        # (trainer.gradient_clip_val): Lightning must not also clip. The strategy's call and DDP's forward
+        # redirection both reach training_step.
+        graphed = plan.optimizer is OptimizerPolicy.graphed
+        undo_hooks = turn_off_hooks(module, zero_grad=plan.backward_in_step or graphed, clipping=graphed)
         self._undo_step = install_step(module, self.training_step)
+        self._undo.append(undo_hooks)
         self.parts.storms.start(self.parts.settings_owner)
 
     def teardown(self) -> None:
@@ -176,8 +159,6 @@ class CompileStack:
         self._applied = False
         if self._module is not None:
             self._undo_step()
-            vars(self._module).pop("optimizer_zero_grad", None)
-            vars(self._module).pop("configure_gradient_clipping", None)
             if self.parts is not None and self.parts.console is not None:
                 self.parts.console.say(self.parts.console.summary(self.parts.summary_extra(self.demoted)))
         self._module, self._step = None, None
@@ -198,20 +179,20 @@ class CompileStack:
     def training_step(self, *args: Any, **kwargs: Any) -> Any:
         """One training step through every component's context, with deferred Python side effects."""
         assert self._module is not None and self._step is not None and self.parts is not None
-        if args and self._preparers:  # each component's preparation of the device batch, in order
-            args = (functools.reduce(lambda batch, prepare: prepare(batch), self._preparers, args[0]), *args[1:])
+        if args and self._hooks.preparers:  # each component's preparation of the device batch, in order
+            args = (functools.reduce(lambda batch, prepare: prepare(batch), self._hooks.preparers, args[0]), *args[1:])
         if self.backward_in_step and self._micro_batches % self._accumulate == 0:
             for opt in self._optimizers:
                 opt.zero_grad(set_to_none=True)
         self._micro_batches += 1
         with contextlib.ExitStack() as stack:
             stack.enter_context(self.step_mode.training_step())  # the stance the step's reasons give (StepMode)
-            for context in self._contexts:
+            for context in self._hooks.contexts:
                 stack.enter_context(context())
             if self._capture:
                 stack.enter_context(self.parts.deferred.capture(self._module))
             out = self._step(*args, **kwargs)
-        for backward_end in self._backward_enders if self.backward_in_step else ():  # the step ran backward
+        for backward_end in self._hooks.backward_enders if self.backward_in_step else ():  # the step ran backward
             backward_end()
         for storm in self.parts.storms.check():
             self._demote(storm)
@@ -220,9 +201,9 @@ class CompileStack:
     @contextlib.contextmanager
     def backward_context(self) -> Iterator[None]:
         """Around Lightning's backward of each training step (not taken when the step ran it)."""
-        with self._backward_context():
+        with self._hooks.backward_context():
             yield
-        for backward_end in self._backward_enders:
+        for backward_end in self._hooks.backward_enders:
             backward_end()
 
     def eval_step_context(self) -> contextlib.AbstractContextManager[Any]:
@@ -245,12 +226,12 @@ class CompileStack:
     def optimizer_step_context(self) -> Iterator[None]:
         """Around Lightning's optimizer step (closure included); counts the step after it."""
         with contextlib.ExitStack() as stack:
-            for context in self._optimizer_contexts:
+            for context in self._hooks.optimizer_contexts:
                 stack.enter_context(context())
             yield
         self.steps += 1
         self.step_mode.optimizer_step_done()
-        for step_end in self._step_enders:
+        for step_end in self._hooks.step_enders:
             step_end(self.steps)
         if self.parts is not None:
             for storm in self.parts.storms.check():
@@ -258,30 +239,14 @@ class CompileStack:
 
     # -- demotion ----------------------------------------------------------------------------------
     def _demote(self, storm: Storm) -> None:
-        """Stop recompiling a storming frame: the step compiles its modules instead, a module or the
-        optimizer step runs eagerly, any other frame is skipped by Dynamo from now on."""
+        """Stop recompiling a storming frame (``runner.stack.demotion``); the step or the undo it hands back."""
         assert self._module is not None and self.parts is not None
-        own = code_of(user_step(self._module))
-        to = "eager"
-        if own is not None and (storm.name, storm.firstlineno) == (own.co_name, own.co_firstlineno) and self._capture:
-            self._step, self._capture, to = user_step(self._module), False, "compiled submodules"
-            for m in compiled_submodules(self._module):
-                self.compiled.compile(m, self.parts.plan.kwargs)
-        elif (modules := [m for m in self.compiled.modules if type(m).forward.__code__.co_name == storm.name
-                          and type(m).forward.__code__.co_firstlineno == storm.firstlineno]):
-            self.compiled.restore(modules)
-        elif storm.name == "step" and self.parts.optimizer_step is not None and self.parts.optimizer_step._prior:
-            self.parts.optimizer_step.demote(self.steps)
-        elif (code := ti.find_code(storm.filename, storm.firstlineno, storm.name)) is not None:
-            self._undo.append(ti.run_code_eagerly(code))
-        entry = {"frame": storm.frame, "guard": storm.guard, "step": self.steps, "to": to}
-        self.demoted.append(entry)
-        message = (f"compile: {storm.frame} recompiled twice on the same guard `{storm.guard}`; runner stops "
-                   f"recompiling it at step {self.steps} and runs it as {to} (reported as compile/demoted). "
-                   "Make that value stable, a tensor, or read it outside the step to keep it compiled.")
-        log.warning(message)
-        if self.parts.console is not None:
-            self.parts.console.say(message)
+        done = demote(storm, self._module, self.parts, self.compiled, self.steps, whole_step=self._capture)
+        if done.step is not None:
+            self._step, self._capture = done.step, False
+        if done.undo is not None:
+            self._undo.append(done.undo)
+        self.demoted.append(done.entry)
 
     # -- a Trainer is pickled and deep-copied (Lightning's own tests, notebooks, tuners) ------------------
     def __getstate__(self) -> dict[str, Any]:

@@ -4,7 +4,9 @@ settings the ``compile`` group owns, and what the stack reports about them."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,7 +23,7 @@ from runner.stack.background import BackgroundCompile, NoBackground, build_backg
 from runner.stack.caches import LocalCompileCache, build_remote_cache
 from runner.stack.compiling.binding import reads_logged_results, takes_dataloader_iter, user_step
 from runner.stack.compiling.plan import CompilePlan, resolve_plan, step_blocker, step_note
-from runner.stack.component import StackComponent
+from runner.stack.component import StackComponent, overrides
 from runner.stack.console import CompileConsole
 from runner.stack.cudagraphs import CudaGraphs, CudaGraphsInactive, build_cudagraphs
 from runner.stack.deferred.log import DeferredLog
@@ -43,6 +45,28 @@ class _NoStorms(StormWatch):
 
     def check(self) -> list[Any]:
         return []
+
+
+Context = Callable[[], contextlib.AbstractContextManager[Any]]
+
+
+@dataclass
+class StepHooks:
+    """The per-step hooks of one fit's components, only of those that override them (a disabled feature costs
+    nothing in the hot loop), in the components' order."""
+
+    preparers: list[Callable[[Any], Any]] = field(default_factory=list)
+    """Each one's preparation of the device batch."""
+    contexts: list[Context] = field(default_factory=list)
+    """Entered around every training step."""
+    optimizer_contexts: list[Context] = field(default_factory=list)
+    """Entered around Lightning's optimizer step (closure included)."""
+    step_enders: list[Callable[[int], None]] = field(default_factory=list)
+    """Called with the optimizer steps so far, after each."""
+    backward_enders: list[Callable[[], None]] = field(default_factory=list)
+    """Called after each backward (in the step or in Lightning's)."""
+    backward_context: Context = contextlib.nullcontext
+    """Around Lightning's backward (compiled autograd, where the plan has it)."""
 
 
 @dataclass
@@ -81,6 +105,21 @@ class FitParts:
         comps: list[StackComponent] = [self.background, self.local_cache, self.remote_cache, self.errors, self.shape,
                                        self.state, self.offload, self.cudagraphs]
         return comps + ([self.console] if self.console is not None else [])
+
+    def step_hooks(self) -> StepHooks:
+        """The per-step hooks of the components (and compiled autograd's context, where the plan has it)."""
+        comps = self.components
+        hooks = StepHooks(
+            preparers=[c.prepare_batch for c in comps if overrides(c, "prepare_batch")],
+            contexts=[c.step_context for c in comps if overrides(c, "step_context")],
+            optimizer_contexts=[c.optimizer_step_context for c in comps if overrides(c, "optimizer_step_context")],
+            step_enders=[c.on_step_end for c in comps if overrides(c, "on_step_end")],
+            backward_enders=[c.after_backward for c in comps if overrides(c, "after_backward")])
+        if self.plan.compiled_autograd:
+            compiler = torch.compile(**self.plan.compiled_autograd_kwargs)
+            hooks.contexts.append(lambda: ti.compiled_autograd(compiler))
+            hooks.backward_context = lambda: ti.compiled_autograd(compiler)
+        return hooks
 
     def configure_tracing(self) -> None:
         """How the step is traced, set before its first trace (the saved-activation measurement's, step 0):

@@ -189,6 +189,11 @@ class CompileStrategyBase:
         """What the stack applied and did (the report collects it from the strategy)."""
         return self.stack.figures()
 
+    def explain_compile_error(self, exc: BaseException) -> str | None:
+        """One paragraph for a compile error the fit raised (None when it is not one), from the stack's
+        explanation of its own errors (what it watched while compiling)."""
+        return self.stack.explain_compile_error(exc)
+
 
 class CompileStrategy(CompileStrategyBase, SingleDeviceStrategy):
     """One device, the whole compile stack. Every argument is optional: the defaults compile the

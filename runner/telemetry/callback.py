@@ -34,13 +34,11 @@ from runner.config.schema import TelemetryConfig
 from runner.figures.compile_work import COMPILE_TIME_S
 from runner.figures.memory import MEMORY_PEAK_GIB
 from runner.figures.perf import (
-    PERF_FLOPS_SOURCE,
     PERF_PEAK_SOURCE,
     PERF_PEAK_TFLOPS,
     PERF_SAMPLES_PER_S,
     PERF_SPEEDUP_STATUS,
     PERF_SPEEDUP_X,
-    PERF_TFLOP_PER_STEP,
     PERF_TOKENS_PER_S,
 )
 from runner.stack import Eager, StepMode, stack_of
@@ -50,15 +48,9 @@ from runner.telemetry.advice import advice_lines
 from runner.telemetry.clock import StepClock
 from runner.telemetry.collector import CompileCollector
 from runner.telemetry.device_busy import NoHostDevice, build_host_device
-from runner.telemetry.peak import Peak, forget_peak, mfu_figures, reset_memory_peak, resolve_peak
+from runner.telemetry.peak import Peak, forget_peak, reset_memory_peak, resolve_peak
 from runner.telemetry.speedup import SPEEDUP_KEYS, SpeedupMeter
-from runner.telemetry.throughput import (
-    FlopCounter,
-    batch_counts,
-    estimate_flops,
-    peak_memory_gib,
-    trainable_parameters,
-)
+from runner.telemetry.throughput import StepFlops, batch_counts, peak_memory_gib
 from runner.telemetry.trace import StructuredTrace
 
 log = logging.getLogger(__name__)
@@ -85,17 +77,13 @@ class CompileTelemetry(pl.Callback):
         self.meter = SpeedupMeter(pairs=cfg.speedup_steps)
         self.collector: CompileCollector | None = None
         self.progress: CompileProgress | None = None
-        self._flops = FlopCounter()
-        self._flops_per_step: float | None = None
-        self._flops_per_unit: float | None = None  # per token (or per sample without a sequence dim)
-        self._flops_source = "none"
+        self.flops = StepFlops()
         self._counts: tuple[int | None, int | None] = (None, None)
         self._world_rates: ranks.Rates | None = None  # (samples/s, tokens/s), all ranks
         self._per_rank: dict[str, Any] = {}  # ranks/<figure>: one value per rank, gathered at the end of fit
         self._device = torch.device("cpu")
         self.peak: Peak | None = None
         self._module: torch.nn.Module | None = None
-        self._trainable: int | None = None  # trainable parameter count, recounted each epoch
         self._step_state: tuple[str, Eager | None, int] | None = None  # mode, eager reason held, events before
         self.step_mode = StepMode()
         """The step mode the eager steps are asked of: the runner strategy's, from the fit's start."""
@@ -115,7 +103,7 @@ class CompileTelemetry(pl.Callback):
         # the setup hooks, so the module is still on the CPU here even in a GPU run.
         self._device = trainer.strategy.root_device
         self._module = pl_module
-        self._trainable = None  # counted for this module, at its first figures
+        self.flops.recount()  # for this module, at its first figures
         # Before the collector starts and before anything compiles: the probe is plain eager matmuls.
         self.peak = resolve_peak(self._device, str(trainer.precision), self.cfg.peak_tflops)
         if self.clock is None:
@@ -138,7 +126,7 @@ class CompileTelemetry(pl.Callback):
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """Recount trainable parameters at this epoch's first figures: finetuning callbacks (Lightning's
         ``BaseFinetuning``) freeze and unfreeze at epoch starts, possibly after this hook runs."""
-        self._trainable = None
+        self.flops.recount()
 
     def on_train_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
@@ -153,7 +141,7 @@ class CompileTelemetry(pl.Callback):
         if held is not None:
             self.step_mode.hold(held)
         if mode == "flops":
-            self._flops.start()
+            self.flops.counter.start()
         step = trainer.global_step
         self.collector.step = step
         # One sampled step per logging interval feeds step_ms and throughput; with gradient
@@ -176,9 +164,8 @@ class CompileTelemetry(pl.Callback):
         mode, _, n_events = self._step_state
         self._end_step_state()
         samples, tokens = self._counts
-        if mode == "flops" and self._flops.total and (tokens or samples):
-            self._flops_per_step, self._flops_source = float(self._flops.total), "flop_counter"
-            self._flops_per_unit = self._flops_per_step / float(tokens or samples or 1)
+        if mode == "flops":
+            self.flops.counted(samples, tokens)
         kinds = {e["kind"] for e in self.collector.events[n_events:]}
         compiling = bool(self.collector.compiling())
         compiled = bool(kinds) or compiling
@@ -199,7 +186,7 @@ class CompileTelemetry(pl.Callback):
         mode, held, _ = self._step_state
         self._step_state = None
         if mode == "flops":
-            self._flops.stop()
+            self.flops.counter.stop()
         if held is not None:
             self.step_mode.release(held)
 
@@ -272,20 +259,7 @@ class CompileTelemetry(pl.Callback):
         figures.update({k: r for k, r in ((PERF_SAMPLES_PER_S, samples_rate), (PERF_TOKENS_PER_S, tokens_rate)) if r})
         if self.peak is not None:
             figures[PERF_PEAK_TFLOPS], figures[PERF_PEAK_SOURCE] = self.peak.tflops, self.peak.source
-        samples, tokens = self._counts
-        per_unit, flops = self._flops_per_unit, self._flops_per_step
-        if per_unit is None and self._module is not None:
-            if self._trainable is None:
-                self._trainable = trainable_parameters(self._module)
-            flops, self._flops_source = estimate_flops(self._trainable, samples, tokens), "6*params*tokens"
-            per_unit = flops / float(tokens or samples or 1) if flops else None
-        if flops and per_unit:
-            figures[PERF_TFLOP_PER_STEP] = flops / 1e12
-            figures[PERF_FLOPS_SOURCE] = self._flops_source
-            # Per rank, in the unit FLOPs were counted per, against this rank's device peak.
-            unit_rate = self.meter.rate("tokens") if tokens else self.meter.rate("samples")
-            if unit_rate:
-                figures.update(mfu_figures(per_unit * unit_rate, self.peak))
+        figures.update(self.flops.figures(self._module, *self._counts, rate=self.meter.rate, peak=self.peak))
         return figures
 
     def _gather_ranks(self, trainer: pl.Trainer) -> None:

@@ -27,7 +27,7 @@ from runner.figures.perf import (
     PERF_STEP_MS,
     PERF_STEP_SERIES,
 )
-from runner.telemetry.definitions import missing_speedup, speedup_verdict
+from runner.telemetry.verdict import missing_speedup, speedup_verdict
 
 if TYPE_CHECKING:  # matplotlib is imported when a picture is drawn, not with the report
     from matplotlib.figure import Figure

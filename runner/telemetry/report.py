@@ -40,16 +40,9 @@ from runner.figures.ranks import RANKS, RANKS_COMPILES_AGREE
 from runner.figures.run import RUN_SAMPLE
 from runner.figures.trace import TRACE_HTML, TRACE_STATUS
 from runner.telemetry.advice import RUNNERS_OPTIMIZER_STEP, fix_label, runners_breaks
-from runner.telemetry.definitions import (
-    FIGURES,
-    SECTIONS,
-    TIMING_LEGEND,
-    break_even_cell,
-    break_even_text,
-    missing_speedup,
-    speedup_verdict,
-)
+from runner.telemetry.definitions import FIGURES, SECTIONS, TIMING_LEGEND
 from runner.telemetry.plots import plot_step_times
+from runner.telemetry.verdict import break_even_cell, break_even_text, missing_speedup, speedup_verdict
 
 # Rows of the summary table, in order: (key, label), from the definitions. Keys absent from the figures are skipped.
 SUMMARY_ROWS: tuple[tuple[str, str], ...] = tuple((f.key, f.label) for _, section in SECTIONS for f in section)

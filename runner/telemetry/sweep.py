@@ -33,8 +33,9 @@ from runner.figures.perf import (
     PERF_STEP_MS,
 )
 from runner.figures.run import VAL_BPB
-from runner.telemetry.definitions import FIGURES, break_even_cell, missing_speedup, speedup_verdict
+from runner.telemetry.definitions import FIGURES
 from runner.telemetry.plots import plot_sweep
+from runner.telemetry.verdict import break_even_cell, missing_speedup, speedup_verdict
 
 # (criterion, report key, higher is better)
 CRITERIA: tuple[tuple[str, str, bool], ...] = (

@@ -1,20 +1,24 @@
-"""Throughput, FLOPs, model FLOPs utilisation and peak memory: small pure helpers.
+"""Throughput, FLOPs, model FLOPs utilisation and peak memory.
 
 MFU = achieved FLOP/s / device peak FLOP/s; the peak is measured on the run's device
 (:mod:`runner.telemetry.peak`) unless ``TelemetryConfig.peak_tflops`` gives it. FLOPs per step are
 counted by ``torch.utils.flop_counter.FlopCounterMode`` on one eager step (forward, backward and
-optimizer), or estimated as 6 x parameters x tokens (samples when there is no sequence dim).
+optimizer), or estimated as 6 x parameters x tokens (samples when there is no sequence dim): :class:`StepFlops`
+keeps which, and gives the telemetry's FLOP and MFU figures.
 """
 
 from __future__ import annotations
 
 import resource
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from runner.data.batch import iter_tensors
+from runner.figures.perf import PERF_FLOPS_SOURCE, PERF_TFLOP_PER_STEP
+from runner.telemetry.peak import Peak, mfu_figures
 
 
 def batch_counts(batch: Any) -> tuple[int | None, int | None]:
@@ -71,6 +75,50 @@ class FlopCounter:
         mode.__exit__(None, None, None)
         self.total = int(mode.get_total_flops())
         return self.total
+
+
+class StepFlops:
+    """The FLOPs of a training step and of one unit of its work (a token, or a sample without a sequence dim):
+    counted by ``counter`` on the one eager step the speedup meter gives it, until then estimated from the
+    trainable parameters; and the figures they give (``perf/tflop_per_step``, ``perf/flops_source``, MFU)."""
+
+    def __init__(self) -> None:
+        self.counter = FlopCounter()
+        self.per_step: float | None = None
+        self.per_unit: float | None = None
+        self.source = "none"
+        self._trainable: int | None = None  # trainable parameter count, recounted each epoch
+
+    def recount(self) -> None:
+        """Count the trainable parameters again at the next figures (finetuning callbacks, Lightning's
+        ``BaseFinetuning``, freeze and unfreeze at epoch starts)."""
+        self._trainable = None
+
+    def counted(self, samples: int | None, tokens: int | None) -> None:
+        """After the counted step (``counter`` stopped), of ``samples`` and ``tokens``: its FLOPs from now on."""
+        if self.counter.total and (tokens or samples):
+            self.per_step, self.source = float(self.counter.total), "flop_counter"
+            self.per_unit = self.per_step / float(tokens or samples or 1)
+
+    def figures(self, module: torch.nn.Module | None, samples: int | None, tokens: int | None,
+                rate: Callable[[str], float | None], peak: Peak | None) -> dict[str, Any]:
+        """The FLOP figures of a step of ``samples`` and ``tokens`` (the latest batch's), and the MFU at
+        ``rate("tokens")`` (``rate("samples")`` without tokens) against ``peak``: per rank, in the unit FLOPs
+        were counted per, against this rank's device peak."""
+        per_unit, flops = self.per_unit, self.per_step
+        if per_unit is None and module is not None:
+            if self._trainable is None:
+                self._trainable = trainable_parameters(module)
+            flops, self.source = estimate_flops(self._trainable, samples, tokens), "6*params*tokens"
+            per_unit = flops / float(tokens or samples or 1) if flops else None
+        out: dict[str, Any] = {}
+        if flops and per_unit:
+            out[PERF_TFLOP_PER_STEP] = flops / 1e12
+            out[PERF_FLOPS_SOURCE] = self.source
+            unit_rate = rate("tokens") if tokens else rate("samples")
+            if unit_rate:
+                out.update(mfu_figures(per_unit * unit_rate, peak))
+        return out
 
 
 def peak_memory_gib(device: torch.device) -> float:

@@ -1,19 +1,13 @@
-"""What torch.compile did, read from torch's own records: counters, compile records, compile
-callbacks, live guards, the graph-break log, CUDA-graph trees, the structured trace."""
+"""What torch.compile did, read from torch's own records: counters, compile records, live guards, the graph-break
+log, CUDA-graph trees, the device kernels a profiler saw. The compile events as they happen: ``events``."""
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
 import re
-import sys
-import types
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
-
-import torch
 
 # (group, name) of each torch counter we read, and the torch module whose source increments it
 # (the pin test checks that source, because most counters exist only once something bumped them).
@@ -151,97 +145,6 @@ def resume_parent(co_name: str | None) -> str | None:
     return match.group("parent") if match else None
 
 
-CompileCallback = Callable[[str, str], None]
-"""Called with (trigger, compile_id); trigger is "DYNAMO", "LAZY_BACKWARD", "CUDAGRAPH_RECORDING"..."""
-
-
-class CompileEvents:
-    """The one source of compile events in the process: torch's compile start/end callbacks
-    (``torch._dynamo.callback_handler``, which also fire for the deferred backward compile and for each CUDA-graph
-    recording) registered once while anyone listens, and passed to every listener of runner as
-    ``(trigger name, compile id)``. torch runs them only for the outermost of nested compiles."""
-
-    def __init__(self) -> None:
-        self._listeners: list[tuple[CompileCallback, CompileCallback]] = []
-
-    def subscribe(self, on_start: CompileCallback, on_end: CompileCallback | None = None) -> Callable[[], None]:
-        """Call ``on_start`` (and ``on_end``) around every compile from now on; returns the unsubscribe."""
-        listener = (on_start, on_end or _ignore)
-        self._listeners.append(listener)
-        self._register()
-        return lambda: self._unsubscribe(listener)
-
-    def _register(self) -> None:
-        # Again when torch._dynamo.reset() cleared torch's callbacks since the last subscription.
-        handler = torch._dynamo.callback_handler
-        if self._start not in handler.start_callbacks:
-            handler.register_start_callback(self._start)
-        if self._end not in handler.end_callbacks:
-            handler.register_end_callback(self._end)
-
-    def _unsubscribe(self, listener: tuple[CompileCallback, CompileCallback]) -> None:
-        if listener in self._listeners:
-            self._listeners.remove(listener)
-        if not self._listeners:
-            handler = torch._dynamo.callback_handler
-            for remover, fn in ((handler.remove_start_callback, self._start), (handler.remove_end_callback, self._end)):
-                with contextlib.suppress(ValueError):  # torch._dynamo.reset() already cleared the registry
-                    remover(fn)
-
-    def _start(self, args: Any) -> None:
-        for on_start, _ in list(self._listeners):
-            on_start(args.callback_trigger.name, str(args.compile_id))
-
-    def _end(self, args: Any) -> None:
-        for _, on_end in list(self._listeners):
-            on_end(args.callback_trigger.name, str(args.compile_id))
-
-    @property
-    def listeners(self) -> int:
-        return len(self._listeners)
-
-
-def _ignore(trigger: str, compile_id: str) -> None:
-    """A listener's end callback when it wants only starts."""
-
-
-COMPILE_EVENT_SOURCE = CompileEvents()
-"""The process's compile-event source (the telemetry, CUDA graphs, the shape policy and the console subscribe)."""
-
-
-def compiling_target() -> tuple[str, str, int] | None:
-    """(name, file, first line) of what Dynamo is compiling now, from inside a compile start callback.
-
-    torch passes only a compile id to callbacks; the code object is an argument of
-    ``convert_frame._compile``, found by walking the stack. For a compiled ``nn.Module`` Dynamo
-    compiles torch's own ``wrap_inline`` wrapper, so the wrapped module (its closure cell ``fn``) is
-    named instead: ``Sequential.forward (models.py:12)``. None when called anywhere else.
-    """
-    frame: types.FrameType | None = sys._getframe(1)
-    while frame is not None and not (
-        frame.f_code.co_name == "_compile" and isinstance(frame.f_locals.get("code"), types.CodeType)
-    ):
-        frame = frame.f_back
-    if frame is None:
-        return None
-    code: types.CodeType = frame.f_locals["code"]
-    closure = frame.f_locals.get("closure")
-    if code.co_filename.startswith(_TORCH_DIR) and closure and "fn" in code.co_freevars:
-        try:
-            fn = closure[code.co_freevars.index("fn")].cell_contents
-            target = fn.forward if isinstance(fn, torch.nn.Module) else fn
-            inner = getattr(getattr(target, "__func__", target), "__code__", None)
-            if inner is not None:
-                owner = f"{type(fn).__name__}." if isinstance(fn, torch.nn.Module) else ""
-                return f"{owner}{inner.co_name}", inner.co_filename, inner.co_firstlineno
-        except (ValueError, IndexError, AttributeError):  # an empty cell or an unusual wrapper
-            pass
-    return code.co_name, code.co_filename, code.co_firstlineno
-
-
-_TORCH_DIR = os.path.dirname(torch.__file__)
-
-
 def _count_leaf_guards(manager: Any) -> int:
     return len(manager.get_leaf_guards()) + sum(_count_leaf_guards(c) for c in manager.get_child_managers())
 
@@ -294,10 +197,6 @@ def cudagraph_tree_state(device_index: int) -> str | None:
     if manager.current_gen != type(manager).get_curr_generation():
         return "NONE"
     return str(manager.path_state.name)
-
-
-CUDAGRAPH_RECORDING_TRIGGER = "CUDAGRAPH_RECORDING"
-"""The compile-callback trigger torch reports while a CUDA graph is recorded (``CallbackTrigger``)."""
 
 
 def cuda_kernel_profiler() -> Any:

@@ -87,3 +87,18 @@ def install_step(module: nn.Module, run: Callable[..., Any]) -> Callable[[], Non
             attrs["training_step"] = prior
 
     return undo
+
+
+def turn_off_hooks(module: nn.Module, zero_grad: bool, clipping: bool) -> Callable[[], None]:
+    """Turn Lightning's ``optimizer_zero_grad`` (``zero_grad``) and ``configure_gradient_clipping`` (``clipping``)
+    into no-ops on ``module``, where the stack does that work itself; returns the undo."""
+    if zero_grad:
+        module.optimizer_zero_grad = lambda *args, **kwargs: None  # type: ignore[assignment]
+    if clipping:
+        module.configure_gradient_clipping = lambda *args, **kwargs: None  # type: ignore[assignment]
+
+    def undo() -> None:
+        vars(module).pop("optimizer_zero_grad", None)
+        vars(module).pop("configure_gradient_clipping", None)
+
+    return undo

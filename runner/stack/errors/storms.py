@@ -9,7 +9,7 @@ storm is certain by then, and the remaining six compiles are saved. Shape guards
 (the shape policy owns them: ``dynamic=...``), nor are the two compiles a changing int or float costs
 before it becomes a graph input (their guard changes once, then holds).
 
-What a demotion does is the stack's decision (``CompileStack``: the step falls back to compiling the
+What a demotion does is the stack's decision (``runner.stack.demotion``: the step falls back to compiling the
 modules it calls, a compiled module or optimizer step runs eagerly); this module only detects.
 """
 
