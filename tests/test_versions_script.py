@@ -62,9 +62,9 @@ def test_the_first_torch_runs_on_a_second_vector_width() -> None:
     """``second_isa`` picks a vector width other than the machine's (AVX-512 -> avx2, AVX2 -> default, nothing
     where there is none), and torch really runs its kernels at that width when the job sets it."""
     probe = f"{sys.executable} -c 'import torch; print(torch.backends.cpu.get_cpu_capability())'"
-    script = (f"source {SCRIPT} --functions && for n in AVX512 AVX512_VNNI AVX2 DEFAULT; do echo \"$n:$(second_isa $n)\";"
-              f" done && native=$({probe}) && other=$(second_isa $native) && echo \"native:$native\" &&"
-              f" ATEN_CPU_CAPABILITY=$other {probe}")
+    script = (f"source {SCRIPT} --functions && for n in AVX512 AVX512_VNNI AVX2 DEFAULT;"
+              f" do echo \"$n:$(second_isa $n)\"; done && native=$({probe}) && other=$(second_isa $native)"
+              f" && echo \"native:$native\" && ATEN_CPU_CAPABILITY=$other {probe}")
     env = {k: v for k, v in os.environ.items() if k != "ATEN_CPU_CAPABILITY"}
     proc = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr

@@ -51,9 +51,9 @@ def drift(steps: int, depth: int, magnitude: float = 1.0) -> Tolerance:
     the learning rate). ``magnitude``: the size of the values compared, for the absolute part near zero.
 
     Each rounding is off by at most one ``eps`` relative, and the worst case adds them up over steps:
-    ``rtol = steps * depth * eps``, ``atol = rtol * magnitude`` (each no less than the floors below). That stays far below what a broken feature
-    changes (a skipped clip, a missed update or a lost hook moves values by 1e-3 or more), so the comparison
-    still fails when the feature breaks.
+    ``rtol = steps * depth * eps``, ``atol = rtol * magnitude`` (each no less than the floors above). That stays
+    far below what a broken feature changes (a skipped clip, a missed update or a lost hook moves values by 1e-3 or
+    more), so the comparison still fails when the feature breaks.
     """
     if steps < 1 or depth < 1 or magnitude <= 0:
         raise ValueError(f"drift(steps={steps}, depth={depth}, magnitude={magnitude}): each must be positive")
