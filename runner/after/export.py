@@ -35,8 +35,9 @@ WEIGHTS = "model.safetensors"
 CONFIG = "config.json"
 METADATA = "runner_export.json"
 NO_TOKENIZER = "NoTokenizerExported"
-"""config.json's ``tokenizer_class`` where no tokenizer is known: ``AutoTokenizer`` (and so ``pipeline``) refuses
-the folder instead of building an empty tokenizer for the model's type."""
+"""``tokenizer_config.json``'s ``tokenizer_class`` where no tokenizer is known (and no tokenizer file beside it):
+``AutoTokenizer``, and so ``pipeline``, refuses the folder instead of building an empty tokenizer for the model's
+type."""
 EXPORT_DIR = "model"
 """Where a run exports its model at the end of the fit: ``<run_dir>/model``."""
 
@@ -127,11 +128,10 @@ def _write_hf(model: nn.Module, cfg: RunConfig, run_dir: Path, out: Path) -> str
         names = label_names(run_dir, int(hf.config.num_labels))
         hf.config.id2label = dict(enumerate(names))
         hf.config.label2id = {name: i for i, name in enumerate(names)}
+    hf.save_pretrained(out)
     tokens = tokens_of(cfg)
     if tokens is None:  # ids of a user's own data: no tokenizer to export, and transformers must not guess one
-        hf.config.tokenizer_class = NO_TOKENIZER
-    hf.save_pretrained(out)
-    if tokens is None:
+        (out / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": NO_TOKENIZER}) + "\n")
         return (f"transformers.{auto}.from_pretrained(DIR); no tokenizer was exported (the run's data module made "
                 "its own ids): give pipeline(..., tokenizer=...) the one that makes them")
     tokens.save(out)
