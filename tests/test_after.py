@@ -206,17 +206,22 @@ def test_a_byte_level_classifier_export_predicts_in_a_pipeline_what_runner_predi
         assert got["score"] == pytest.approx(float(probs.max()), rel=1e-5)
 
 
-def test_a_byte_level_causal_lm_export_writes_in_a_pipeline_what_runner_generates(llama: TrainedRun) -> None:
+def test_a_causal_lm_export_writes_in_a_pipeline_what_runner_generates(llama: TrainedRun, bpe: TrainedRun) -> None:
+    """Byte-level (its ids are the prompt's bytes) and with the tokenizer of its model.path: the same text."""
     from transformers import pipeline
 
-    from runner.after.family import Tokens
+    from runner.after.family import tokens_of
 
-    write = pipeline("text-generation", model=str(llama.run_dir / "model"))
-    for prompt in ("import ", "é ✓ <pad>"):
-        assert write.tokenizer(prompt)["input_ids"] == list(prompt.encode())
-        ours = generate_ids(llama.module.model, list(prompt.encode()), Sampling(max_new_tokens=12, temperature=0))
-        got = write(prompt, do_sample=False, max_new_tokens=12)[0]["generated_text"]
-        assert got == prompt + Tokens().decode(ours)
+    for trained in (llama, bpe):
+        write = pipeline("text-generation", model=str(trained.run_dir / "model"))
+        tokens = tokens_of(open_trained(trained.run_dir).cfg)
+        assert tokens is not None
+        for prompt in ("import ", "é ✓ <pad>"):
+            if trained is llama:
+                assert write.tokenizer(prompt)["input_ids"] == list(prompt.encode())
+            ours = generate_ids(trained.module.model, tokens.encode(prompt), Sampling(max_new_tokens=12, temperature=0))
+            got = write(prompt, do_sample=False, max_new_tokens=12)[0]["generated_text"]
+            assert got == prompt + tokens.decode(ours)
 
 
 def test_runners_gpt_export_carries_its_byte_tokenizer_and_a_pipeline_refuses_the_model(gpt: TrainedRun) -> None:
