@@ -25,8 +25,8 @@ def unreadable(source: Source, e: BaseException) -> DataError:
     if source.kind == "json" and (found := bad_json_line(source.files)) is not None:
         path, line, why = found
         where = f"{source.key}={source.given}" + ("" if len(source.files) == 1 else f": {path}")
-        return DataError(f"{where}, line {line}: {why}. Each line of a JSON lines file is one JSON object (a .json file "
-                         "may hold one array of them instead): fix or remove that line.")
+        return DataError(f"{where}, line {line}: {why}. Each line of a JSON lines file is one JSON object (a .json "
+                         "file may hold one array of them instead): fix or remove that line.")
     return DataError(f"{source.key}={source.given} cannot be read as {what} ({type(e).__name__}: {error}). The file "
                      f"is damaged or not {what}: export it again (e.g. DataFrame.to_parquet / to_csv / to_json with "
                      "lines=True), or give it the suffix of its real format.")
