@@ -163,7 +163,7 @@ class TextClassificationDataModule(L.LightningDataModule):
         min_len = fields.get("min_len", 16)
         for key, part in (("data.path", train), ("data.val_path", val)):
             if part is not None and len(part.keep) == 0:
-                return (f"{key}={fields.get(key.split('.')[1])} has no row with a text of at least data.min_len="
+                return (f"{key}={part.given} has no row with a text of at least data.min_len="
                         f"{min_len} bytes. Lower data.min_len, or point {key} at other rows.")
         n_train = len(train.keep) if val else len(train.keep) - max(1, round(len(train.keep) *
                                                                              fields.get("val_fraction", 0.1)))

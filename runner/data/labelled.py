@@ -37,6 +37,8 @@ class Labelled:
     keep: np.ndarray
     values: dict[Any, int]
     dropped: dict[str, int] = field(default_factory=dict)
+    given: str | None = None
+    """What the setting named (the path given; a DatasetDict's own validation split's folder)."""
 
 
 def stdlib_examples(max_examples: int | None, min_len: int) -> tuple[list[str], list[str]]:
@@ -120,4 +122,4 @@ def read_labelled(path: str | None, key: str, text_column: str, label_column: st
     if len(keep) + int(null.sum()) < len(rows):
         dropped[f"data.min_len={min_len}"] = len(rows) - len(keep) - int(null.sum())
     values = label_values(rows, label_column, source)
-    return Labelled(rows, described, files, keep, values, dropped)
+    return Labelled(rows, described, files, keep, values, dropped, path)
