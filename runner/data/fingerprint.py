@@ -110,7 +110,8 @@ def _file_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     given = Path(str(new["given"])).expanduser().resolve()
     root = str(given) if given.is_dir() else ""
     out = []
-    changed = [p for p in after if p in before and after[p] != before[p]]
+    changed = sorted((p for p in after if p in before and after[p] != before[p]),
+                     key=lambda p: before[p][0] == after[p][0])  # a new size first: the likeliest new content
     for p in changed[:NAMED]:
         (size0, _), (size1, ns1) = before[p], after[p]
         size = f"{size0:,} -> {size1:,} bytes" if size0 != size1 else f"same size, {size1:,} bytes"

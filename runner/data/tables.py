@@ -151,7 +151,7 @@ def split_note(source: Source, splits: list[str]) -> str:
     if own is None:
         return (f"its train split trains{unread} (no validation split: data.val_path={Path(source.given) / 'NAME'} "
                 "validates on split NAME, else a split of train)")
-    return f"its train split trains, its {own} split validates (unless data.val_path is given){unread}"
+    return f"its train split trains, its {own} split validates (where data.val_path names no other files){unread}"
 
 
 def check_column(rows: Any, column: str, setting: str, source: Source) -> None:
