@@ -111,12 +111,14 @@ def build_callbacks(cfg: RunConfig, *more: Callback) -> list[Callback]:
     """Checkpointing into the run dir (``last.ckpt`` always), the model summary, the progress bar, and
     runner's own callbacks as one group (LR monitoring, telemetry, the data report, reliability, and ``more``):
     Lightning dispatches each hook to the group once (``CallbackGroup``)."""
+    from runner.data.fingerprint import of_node
     from runner.telemetry import CompileTelemetry
     from runner.telemetry.data_report import DataReport
 
     ckpt_dir = checkpoint_dir(cfg.run_dir)
+    data = DataReport(Path(cfg.run_dir), of_node(cfg.data), resuming=bool(cfg.ckpt_path))
     own = CallbackGroup(LearningRateMonitor(logging_interval="step"),
-                        CompileTelemetry(cfg.telemetry, Path(cfg.run_dir)), DataReport(Path(cfg.run_dir)),
+                        CompileTelemetry(cfg.telemetry, Path(cfg.run_dir)), data,
                         *build_reliability_callbacks(cfg), *more)
     callbacks: list[Callback] = [
         ModelCheckpoint(dirpath=ckpt_dir, save_last=True, save_top_k=0,

@@ -116,3 +116,24 @@ def quiet_wandb(logger: Any) -> None:
     if "anonymous" in init and init["anonymous"] is None:
         del init["anonymous"]
     init.setdefault("settings", {"quiet": True})
+
+
+@contextmanager
+def quiet_transformers_bars() -> Iterator[None]:
+    """While open: transformers draws no progress bars ("Loading weights", "Writing model shards": a tiny model's
+    export or evaluation is over before they mean anything); whether they were on is restored on exit. Without
+    transformers (runner[hf]) there is nothing to quiet."""
+    import importlib.util
+
+    if importlib.util.find_spec("transformers") is None:
+        yield
+        return
+    from transformers.utils import logging as tlog
+
+    enabled = tlog.is_progress_bar_enabled()
+    tlog.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if enabled:
+            tlog.enable_progress_bar()

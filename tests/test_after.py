@@ -35,7 +35,7 @@ from runner.figures.run import RUN_EXPORT, RUN_SAMPLE
 from runner.models.gpt import GPT, KVCache
 from tests import after_runs
 from tests.after_runs import TrainedRun, train
-from tests.hf_models import vision_imports
+from tests.hf_models import save_model, vision_imports
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -54,6 +54,15 @@ def llama(tmp_path_factory: pytest.TempPathFactory) -> TrainedRun:
 def bert(tmp_path_factory: pytest.TempPathFactory) -> TrainedRun:
     base = tmp_path_factory.mktemp("bert")
     return train(base / "run", after_runs.bert(after_runs.labelled_jsonl(base / "train.jsonl")))
+
+
+@pytest.fixture(scope="module")
+def bpe(tmp_path_factory: pytest.TempPathFactory) -> TrainedRun:
+    """A saved Llama with its own byte-level BPE tokenizer (320 ids), loaded from ``model.path``: not bytes."""
+    base = tmp_path_factory.mktemp("bpe")
+    saved = save_model(base / "saved")
+    return train(base / "run", ["model=hf_causal_lm", f"model.path={saved}", "compile=eager", "data.seq_len=32",
+                                "data.batch_size=4", "data.max_bytes=40000", *after_runs.FAST])
 
 
 def _listing(directory: Path) -> list[str]:
@@ -173,6 +182,88 @@ def test_timm_export_loads_with_create_model_and_load_state_dict(tmp_path: Path)
     assert torch.equal(local.eval()(x), exported(x))
 
 
+TEXTS = ["alpha beta alpha", "I feel furious", "gamma ünïcode ✓ 😀", "<pad> is text here", "nul \x00 and\ttab\r\n",
+         "delta " * 12]
+"""Texts a byte tokenizer could get wrong: non-ASCII, a special token's name, control bytes, one past seq_len."""
+
+
+def test_a_byte_level_classifier_export_predicts_in_a_pipeline_what_runner_predicts(bert: TrainedRun) -> None:
+    """transformers' own pipeline on the export: the tokenizer gives runner's ids (bytes + 1, cut at data.seq_len),
+    and each text gets the class and score the trained module gives runner's ids (not one class for every text)."""
+    from transformers import AutoTokenizer, pipeline
+
+    from runner.data.tokenizers import load_tokenizer
+
+    out, seq_len = bert.run_dir / "model", 32
+    ours = load_tokenizer(None, offset=1)  # what runner's classifier data reads text with
+    tokenizer = AutoTokenizer.from_pretrained(str(out), local_files_only=True)
+    for text in TEXTS:
+        assert tokenizer(text)["input_ids"] == ours([text])[0].tolist()
+        assert tokenizer(text, truncation=True)["input_ids"] == ours([text], seq_len)[0].tolist()
+        assert tokenizer.decode(tokenizer(text)["input_ids"]) == text
+    classify = pipeline("text-classification", model=str(out))
+    model, names = bert.module.model.eval(), sorted(after_runs.CLASSES)
+    for text, got in zip(TEXTS, classify(TEXTS, truncation=True), strict=True):
+        ids = torch.tensor(ours([text], seq_len)[0], dtype=torch.long)[None]
+        with torch.no_grad():
+            probs = model({"input_ids": ids, "attention_mask": torch.ones_like(ids)}).softmax(-1)[0]
+        assert got["label"] == names[int(probs.argmax())]
+        assert got["score"] == pytest.approx(float(probs.max()), rel=1e-5)
+
+
+def test_a_causal_lm_export_writes_in_a_pipeline_what_runner_generates(llama: TrainedRun, bpe: TrainedRun) -> None:
+    """Byte-level (its ids are the prompt's bytes) and with the tokenizer of its model.path: the same text."""
+    from transformers import pipeline
+
+    from runner.after.family import tokens_of
+
+    for trained in (llama, bpe):
+        write = pipeline("text-generation", model=str(trained.run_dir / "model"))
+        tokens = tokens_of(open_trained(trained.run_dir).cfg)
+        assert tokens is not None
+        for prompt in ("import ", "é ✓ <pad>"):
+            if trained is llama:
+                assert write.tokenizer(prompt)["input_ids"] == list(prompt.encode())
+            ours = generate_ids(trained.module.model, tokens.encode(prompt), Sampling(max_new_tokens=12, temperature=0))
+            got = write(prompt, do_sample=False, max_new_tokens=12)[0]["generated_text"]
+            assert got == prompt + tokens.decode(ours)
+
+
+def test_runners_gpt_export_carries_its_byte_tokenizer_and_a_pipeline_refuses_the_model(gpt: TrainedRun) -> None:
+    """runner's GPT is no transformers model: its config.json (runner's node, no model_type) makes pipeline refuse
+    it; its ids load with AutoTokenizer all the same."""
+    from transformers import AutoTokenizer, pipeline
+
+    out = gpt.run_dir / "model"
+    tokenizer = AutoTokenizer.from_pretrained(str(out), local_files_only=True)
+    assert all(tokenizer(text)["input_ids"] == list(text.encode()) for text in TEXTS)
+    assert "tokenizer.json beside the model" in json.loads((out / METADATA).read_text())["tokenizer"]
+    with pytest.raises(ValueError, match="model_type"):
+        pipeline("text-generation", model=str(out))
+
+
+def test_a_transformers_model_whose_ids_runner_does_not_know_makes_the_pipeline_refuse(
+        llama: TrainedRun, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A transformers model trained on a data module of the user's own (no tokenizer runner knows): its export
+    carries none, and its config makes AutoTokenizer, and so pipeline, refuse instead of guessing one."""
+    import dataclasses
+
+    from transformers import AutoModelForCausalLM, pipeline
+
+    from runner.after.export import export_model
+    from runner.config.data_schemas import SyntheticDataSchema
+
+    trained = open_trained(llama.run_dir)
+    own_data = dataclasses.replace(trained.cfg, data=SyntheticDataSchema(_target_="my_project.MyData"))
+    out = export_model(trained.model, own_data, llama.run_dir, tmp_path / "out", None, None)
+    assert not (out / "tokenizer.json").exists() and "no tokenizer was exported" in (out / "README.md").read_text()
+    with pytest.raises(ValueError):
+        pipeline("text-generation", model=str(out))
+    AutoModelForCausalLM.from_pretrained(str(out), local_files_only=True)  # the model itself loads
+    capsys.readouterr()
+    _refused(["generate", str(out)], capsys, "holds no tokenizer", "sample it with the tokenizer")
+
+
 def test_a_run_trained_on_a_gpu_exports_and_evaluates_on_a_machine_without_one(
         gpt: TrainedRun, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The after-training commands check what building the model and reading the data need, not the trainer's
@@ -214,6 +305,39 @@ def test_eval_scores_every_validation_target_of_a_language_model(gpt: TrainedRun
     assert figures[EVAL_BPB] == pytest.approx(figures[EVAL_LOSS] / math.log(2), rel=1e-5)
     assert figures[EVAL_MODE].startswith("eager: ")  # the run measured no speedup: nothing to pay for a compile
     assert "perplexity" in capsys.readouterr().out
+
+
+def test_bits_per_byte_only_where_the_ids_are_bytes_and_eval_summary_and_report_agree(
+        gpt: TrainedRun, bpe: TrainedRun, capsys: pytest.CaptureFixture[str]) -> None:
+    """A model reading its own BPE tokenizer's ids has no bits per byte anywhere (a loss per token is none): not in
+    runner eval, not in the summary, not in report.json; the byte-level GPT has it in all three."""
+    from runner.figures.run import VAL_BPB
+    from runner.telemetry.report import format_summary
+
+    for trained, per_byte in ((gpt, True), (bpe, False)):
+        assert main(["eval", str(trained.run_dir)]) == 0
+        printed = capsys.readouterr().out
+        figures = json.loads((trained.run_dir / "eval.json").read_text())
+        report = json.loads((trained.run_dir / "report.json").read_text())
+        assert (EVAL_BPB in figures) is per_byte and ("bits per byte" in printed) is per_byte
+        assert (VAL_BPB in report) is per_byte and (VAL_BPB in trained.figures) is per_byte
+        assert ("val bits per byte" in format_summary(trained.figures)) is per_byte
+        assert figures[EVAL_LOSS] > 0 and figures[EVAL_PERPLEXITY] > 1
+
+
+def test_a_saved_models_export_records_the_config_it_was_loaded_with_and_no_progress_bars(
+        bpe: TrainedRun, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """runner_export.json of a model loaded from model.path leaves out the family's config and overrides (never
+    applied to it); export, eval and generate draw no "Loading weights" bars."""
+    meta = json.loads((bpe.run_dir / "model" / METADATA).read_text())
+    assert meta["model"]["path"] and "config" not in meta["model"] and "overrides" not in meta["model"]
+    capsys.readouterr()
+    assert main(["export", str(bpe.run_dir), "--out", str(tmp_path / "out")]) == 0
+    assert main(["generate", str(tmp_path / "out"), "--prompt", "def ", "--max-new-tokens", "4"]) == 0
+    assert main(["eval", str(bpe.run_dir), "--out", str(tmp_path / "eval.json")]) == 0
+    shown = capsys.readouterr()
+    assert "Loading weights" not in shown.err + shown.out and "Writing model shards" not in shown.err + shown.out
+    assert (tmp_path / "out" / "tokenizer.json").is_file() and (tmp_path / "eval.json").is_file()
 
 
 def test_eval_of_a_classifier_gives_per_class_figures_and_a_confusion_matrix(

@@ -143,12 +143,84 @@ def test_an_override_that_changes_what_the_checkpoint_fits_is_refused(run_dir: P
 def test_resuming_with_overrides_typed_again_is_checked_against_the_runs_config(run_dir: Path) -> None:
     kept = [f"hydra.run.dir={run_dir}", "ckpt_path=last"]
     assert resume_command(["+recipe=smoke", "compile.backend=eager", "trainer.max_steps=12", *kept]) is None
-    with pytest.raises(ConfigError, match=r"model.n_layer=4 \(the run trained with 2\).*the overrides differ from"):
+    with pytest.raises(ConfigError,
+                       match=r"model.n_layer=4 \(the run trained with 2\).*The overrides differ from its saved"):
         resume_command(["compile.backend=eager", *kept])  # +recipe=smoke forgotten: the default model
     (run_dir / ".hydra" / "config.yaml").write_text(
         (run_dir / ".hydra" / "config.yaml").read_text().replace("n_layer: 2", "n_layer: 3"))
     with pytest.raises(ConfigError, match=r"model.n_layer=2 \(the run trained with 3\).*config files"):
         resume_command(["resume", str(run_dir)])  # the recipe changed under the run
+
+
+@pytest.mark.parametrize(("base", "override", "follows"), [
+    (["+recipe=smoke", "compile.backend=eager"], "data.seq_len=64", "model.block_size=64 (the run trained with 32)"),
+    (["model=hf_causal_lm", "compile=eager"], "model.path=SAVED", "data.tokenizer=SAVED (the run trained with null)"),
+])
+def test_a_setting_that_follows_an_override_is_not_blamed_on_the_config_files(
+        tmp_path: Path, base: list[str], override: str, follows: str) -> None:
+    """data.seq_len sets model.block_size, model.path sets data.tokenizer: the refusal names both as the override's
+    doing (no config file changed), in whole sentences."""
+    from tests.hf_models import saved_llama
+
+    saved = str(saved_llama())
+    d = tmp_path / "run"
+    (d / ".hydra").mkdir(parents=True)
+    (d / ".hydra" / "overrides.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(base)))
+    (d / ".hydra" / "config.yaml").write_text(OmegaConf.to_yaml(compose(base, run_dir=str(d))))
+    with pytest.raises(ConfigError) as e:
+        resume_command(["resume", str(d), override.replace("SAVED", saved)])
+    message = str(e.value)
+    assert follows.replace("SAVED", saved) in message and "config files" not in message
+    assert "; A resume" not in message and message.endswith("To train with the new setting, start a new run.")
+
+
+def _corpus(path: Path, seed: int, words: int = 8000) -> Path:
+    import random
+
+    rng = random.Random(seed)
+    path.write_text(" ".join("".join(rng.choices("abcdefgh", k=rng.randint(2, 7))) for _ in range(words)) + "\n")
+    return path
+
+
+def test_a_resume_on_changed_data_is_refused_unless_allowed_and_then_the_summary_says_so(tmp_path: Path) -> None:
+    """The run records what it read (data_fingerprint.json); its file replaced, a resume is refused naming it, with
+    nothing written; --allow-changed-data (after.allow_changed_data=true) trains on it, the summary says what
+    changed, and the next resume neither carries the flag nor refuses the data it now trained on."""
+    from runner.config import load
+    from runner.data.fingerprint import FILE
+    from runner.figures.data import DATA_CHANGED
+    from runner.run import run
+    from runner.telemetry.report import format_summary
+
+    corpus = _corpus(tmp_path / "corpus.txt", seed=0)
+    trained = after_runs.train(tmp_path / "run", [*after_runs.GPT, f"data.path={corpus}"])
+    run_dir = trained.run_dir
+    assert (run_dir / FILE).is_file()
+    assert resume_command(["resume", str(run_dir), "trainer.max_steps=5"]) is not None  # the same data: resumes
+    _corpus(corpus, seed=1, words=6000)
+    before = sorted(p.name for p in run_dir.rglob("*"))
+    with pytest.raises(ConfigError) as e:
+        resume_command(["resume", str(run_dir), "trainer.max_steps=5"])
+    message = str(e.value)
+    assert "\n" not in message and "its data changed since the run read it" in message
+    assert f"data.path={corpus}: corpus.txt changed (" in message and " bytes, modified " in message
+    assert f"python -m runner resume {run_dir} --allow-changed-data" in message
+    assert sorted(p.name for p in run_dir.rglob("*")) == before
+    with pytest.raises(ConfigError, match="its data changed"):  # the old way of resuming gets the same check
+        resume_command(["+recipe=smoke", *after_runs.GPT[1:], f"data.path={corpus}", "trainer.max_steps=5",
+                        f"hydra.run.dir={run_dir}", "ckpt_path=last"])
+    alone = resume_command([f"hydra.run.dir={run_dir}", "ckpt_path=last", "after.allow_changed_data=true"])
+    assert alone is not None and "after.allow_changed_data=true" in alone
+    argv = resume_command(["resume", str(run_dir), "--allow-changed-data", "trainer.max_steps=5"])
+    assert argv is not None and "after.allow_changed_data=true" in argv
+    overrides = [o for o in argv if not o.startswith("hydra.")]
+    result = run(load(compose(overrides, run_dir=str(run_dir))))
+    assert result.figures["run/steps"] == 5
+    assert "corpus.txt changed (" in result.figures[DATA_CHANGED]
+    assert "changed since the checkpoint" in format_summary(result.figures)
+    (run_dir / ".hydra" / "overrides.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(overrides)))  # as Hydra
+    again = resume_command(["resume", str(run_dir), "trainer.max_steps=6"])
+    assert again is not None and not any("allow_changed_data" in o for o in again)
 
 
 def test_what_is_no_run_of_runners_is_left_alone_or_refused(tmp_path: Path) -> None:

@@ -32,6 +32,9 @@ def _csv(path: Path) -> Path:
 
 
 ONE_ID = {"review": "a review whose label is a class id", "stars": 1}
+NUMBER_ROW = {"review": 5, "stars": "bad"}
+MISSING_COMMA = '{"review": "a review" "stars": "bad"}'
+NUMBER_TEXT = json.dumps(NUMBER_ROW)
 CLASSIFY = ["+recipe=bert_classify", "data.text_column=review", "data.label_column=stars", "data.num_classes=3"]
 
 # (name, the overrides given the test's tmp_path, fragments the one paragraph must contain)
@@ -58,7 +61,24 @@ BAD: list[tuple[str, Callable[[Path], list[str]], list[str]]] = [
      ["data.val_path=", "val.jsonl holds no rows"]),
     ("tokenizer larger than the embedding", lambda p: ["+recipe=smoke", f"data.tokenizer={_tokenizer(p)}"],
      ["token ids go up to 319", "embeds 256 ids, 0-255", "Set model.vocab_size=320", "data.tokenizer=bytes"]),
+    ("no validation", lambda p: ["+recipe=smoke", "data.val_fraction=0"],
+     ["data.val_fraction=0 would leave nothing to validate on", "data.val_path=FILE", "data.val_fraction=0.01"]),
+    ("a malformed JSON line", lambda p: [*CLASSIFY, f"data.path={_lines(p / 'rows.jsonl', 7, MISSING_COMMA)}"],
+     ["rows.jsonl, line 8: not valid JSON (", "at column", "fix or remove that line"]),
+    ("a JSON line that is no object", lambda p: [*CLASSIFY, f"data.path={_lines(p / 'rows.jsonl', 3, '[1, 2]')}"],
+     ["rows.jsonl, line 4: a JSON list, not an object with columns"]),
+    ("a number among the texts", lambda p: [*CLASSIFY, f"data.path={_jsonl(p / 'rows.jsonl', [*ROWS, NUMBER_ROW])}"],
+     ["data.text_column=review", "values of several types (row 61 is 5, a number)", "Make every review a string"]),
+    ("a number as a text of a labelled text file", lambda p: [
+        *CLASSIFY, f"data.path={_bytes(p / 'rows.txt', _lines(p / 'r.jsonl', 40, NUMBER_TEXT).read_bytes())}"],
+     ["rows.txt, line 41: its review is 5, not a string", "a missing one as null"]),
 ]
+
+
+def _lines(path: Path, good: int, bad: str) -> Path:
+    """``good`` rows of JSON lines, then the line ``bad``."""
+    path.write_text("".join(json.dumps(r) + "\n" for r in ROWS[:good]) + bad + "\n")
+    return path
 
 
 def _bytes(path: Path, data: bytes) -> Path:
@@ -80,6 +100,13 @@ def test_bad_data_is_one_paragraph_naming_the_fix(name: str, overrides: Callable
     assert "\n" not in message.strip(), "one paragraph"
     for fragment in fragments:
         assert fragment in message, f"{fragment!r} not in: {message}"
+
+
+def test_no_validation_share_composes_with_a_validation_file(tmp_path: Path) -> None:
+    """data.val_fraction=0 is refused (a run always validates) unless data.val_path gives the validation data."""
+    rows = _csv(tmp_path / "rows.csv")
+    precheck([*CLASSIFY, f"data.path={rows}", f"data.val_path={_jsonl(tmp_path / 'val.jsonl', ROWS)}",
+              "data.val_fraction=0"])
 
 
 def test_the_model_label_and_column_checks_pass_on_good_data(tmp_path: Path) -> None:

@@ -99,6 +99,65 @@ def test_one_document_is_split_by_position_and_no_token_is_in_both(tmp_path: Pat
     assert 0.03 < n_val / (n_val + n_train) < 0.08  # val_fraction=0.05 of the windows
 
 
+def _dataset_dict(root: Path, splits: dict[str, range]) -> Path:
+    """A ``DatasetDict`` saved with ``save_to_disk``: labelled rows of random words in each split."""
+    import datasets
+
+    datasets.DatasetDict({name: datasets.Dataset.from_list(
+        [{"text": words(i, 8), "label": ["neg", "pos"][i % 2]} for i in rows]) for name, rows in splits.items()}
+    ).save_to_disk(str(root))
+    return root
+
+
+def test_a_dataset_dicts_own_validation_split_validates_and_the_log_says_so_whatever_read_it_first(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Its train split trains and its validation split validates (every family of text), data.val_path still wins;
+    the lines about the table, said while nothing logs INFO (the checks before a run), are said when the run's
+    logging can show them."""
+    import logging
+
+    from runner.data.sources import resolve
+    from runner.data.tables import load_table
+
+    root = _dataset_dict(tmp_path / "dd", {"train": range(200), "validation": range(500, 540), "test": range(900, 920)})
+    rows = _labelled(tmp_path / "rows.jsonl", range(200))
+    quiet = logging.getLogger("runner.data")
+    level = quiet.level
+    quiet.setLevel(logging.WARNING)  # as before the run's logging is set up: the tables are read, their lines held
+    try:
+        load_table(resolve(str(root)))
+        load_table(resolve(str(rows)))
+    finally:
+        quiet.setLevel(level)
+    with caplog.at_level(logging.INFO, logger="runner.data"):
+        TextClassificationDataModule(path=str(rows), num_classes=2, min_len=4, batch_size=8).setup("fit")
+    assert f"prepared 200 rows of data.path={rows}" in caplog.text
+    held, said = {words(i, 8) for i in range(500, 540)}, ""
+    for make in (lambda: TextClassificationDataModule(path=str(root), num_classes=2, min_len=4, batch_size=8),
+                 lambda: TextDataModule(path=str(root), seq_len=8, batch_size=4, batching="documents", min_len=2)):
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="runner.data"):
+            dm = make()
+            dm.setup("fit")
+        said += caplog.text
+        assert "own validation split" in dm.split_how and "its train split trains" in dm.split_how
+        offset = 1 if isinstance(dm, TextClassificationDataModule) else 0
+        val = [bytes(x - offset for x in ids).decode() for ids, *_ in sequences(dm.val_dataloader().dataset)]
+        assert val and all(any(piece in text for text in held) for piece in val)  # pieces of the validation split
+        if offset:
+            assert len(val) == 40
+        assert not set(sequences(dm.train_dataloader().dataset)) & set(sequences(dm.val_dataloader().dataset))
+    other = TextClassificationDataModule(path=str(root), num_classes=2, min_len=4, batch_size=8,
+                                         val_path=str(root / "test"))
+    other.setup("fit")
+    assert other.split_how.startswith("data.val_path") and len(other._val) == 20  # type: ignore[arg-type]
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="runner.data"):
+        TextClassificationDataModule(path=str(root), num_classes=2, min_len=4, batch_size=8).setup("fit")
+    assert "its validation split validates" not in caplog.text  # said once per process, not at every read
+    assert said.count("a DatasetDict; its train split trains, its validation split validates") == 1
+
+
 def test_a_val_path_that_is_the_data_path_is_refused(tmp_path: Path) -> None:
     corpus = tmp_path / "corpus.txt"
     corpus.write_text(paragraphs(0, 40))

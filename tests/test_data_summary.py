@@ -61,3 +61,35 @@ def test_a_corpus_cut_by_max_bytes_says_how_many_files_it_left_out(tmp_path: Pat
     assert figures[DATA_DROPPED_BY] == "data.max_bytes=5000: 7"
     assert figures[DATA_TOKENS] == sum((tmp_path / f"doc{i}.txt").stat().st_size for i in range(3))
     assert DATA_TRUNCATED_ROWS not in figures  # packed windows cut nothing
+
+
+def _with_nulls(path: Path, n: int = 200, every: int = 10) -> Path:
+    """A Parquet table whose ``text`` is null in one row of ``every`` (``n // every`` of them)."""
+    import pandas as pd
+
+    texts = [None if i % every == 3 else f"row {i} says something long enough" for i in range(n)]
+    pd.DataFrame({"text": texts, "label": ["ab"[i % 2] for i in range(n)]}).to_parquet(path)
+    return path
+
+
+def test_null_texts_are_left_out_and_counted_under_their_own_reason(tmp_path: Path) -> None:
+    """A null text is neither an empty document (the causal LM) nor a row too short for data.min_len (the
+    classifier): it is left out, and said as what it is."""
+    from runner.figures.data import DATA_NULL_ROWS
+
+    path = _with_nulls(tmp_path / "rows.parquet")
+    classifier = TextClassificationDataModule(path=str(path), num_classes=2, seq_len=64, min_len=16, batch_size=4)
+    classifier.setup()
+    figures = classifier.figures()
+    assert figures[DATA_NULL_ROWS] == 20 and figures[DATA_DROPPED_BY] == "null text: 20"  # not data.min_len
+    assert figures[DATA_TRAIN_SEQUENCES] + figures[DATA_VAL_SEQUENCES] == 180
+    lm = TextDataModule(path=str(path), seq_len=8, batch_size=2, batching="documents", min_len=2)
+    lm.setup()
+    figures = lm.figures()
+    assert figures[DATA_NULL_ROWS] == 20 and figures[DATA_ROWS] == 180 and "null text: 20" in figures[DATA_DROPPED_BY]
+    shown = format_summary(figures)
+    assert "null texts" in shown and "null text: 20" in shown
+    packed = TextDataModule(path=str(path), seq_len=8, batch_size=2)
+    packed.setup()
+    joined = bytes(packed._train.stream.tokens[0:len(packed._train.stream.tokens)]).decode()  # type: ignore[union-attr]
+    assert "\n\n\n\n" not in joined  # no empty document between two separators

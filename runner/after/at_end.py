@@ -46,9 +46,12 @@ def at_end_of_fit(cfg: RunConfig, model: nn.Module, run_dir: Path, checkpoint: P
 
 
 def _export(cfg: RunConfig, model: nn.Module, run_dir: Path, checkpoint: Path | None, step: int) -> str:
+    from runner.quiet import quiet_transformers_bars
+
     out = run_dir / EXPORT_DIR
     try:
-        export_model(model, cfg, run_dir, out, str(checkpoint) if checkpoint else None, step)
+        with quiet_transformers_bars():
+            export_model(model, cfg, run_dir, out, str(checkpoint) if checkpoint else None, step)
     except Exception as e:  # noqa: BLE001 - the run trained and its checkpoint is on disk
         log.warning("the model was not exported (%s: %s); python -m runner export %s --force writes it from the "
                     "checkpoint", type(e).__name__, e, run_dir)

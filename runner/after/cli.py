@@ -41,14 +41,17 @@ def _parser(command: str) -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str]) -> int:
     """Run ``argv[0]`` (export, eval or generate) with the rest of ``argv``; the exit code."""
+    from runner.quiet import quiet_transformers_bars
+
     command, rest = argv[0], list(argv[1:])
     args, overrides = _parser(command).parse_known_args(rest)
     try:
-        if command == "export":
-            return export(args)
-        if command == "eval":
-            return evaluate(args, overrides)
-        return generate(args)
+        with quiet_transformers_bars():
+            if command == "export":
+                return export(args)
+            if command == "eval":
+                return evaluate(args, overrides)
+            return generate(args)
     except ConfigError as e:
         print(f"runner {command}: {e}", file=sys.stderr)
         return 2

@@ -1,7 +1,9 @@
 """``runner eval``: a checkpoint's validation figures on the run's data or other files, in ``eval.json`` and a
 table; a classifier's confusion matrix in a PNG beside it.
 
-Language models: the loss over every target, its perplexity and, on byte-level text, bits per byte.
+Language models: the loss over every target, its perplexity and, where the ids are bytes (the data declares
+``ValMetric.bits_per_byte``, as the run's validation did), bits per byte; a tokenizer's ids have none (a loss per
+token is no figure per byte).
 Classifiers (torchmetrics): accuracy, macro-F1, precision and recall per class, the confusion matrix.
 The pass runs eagerly unless compiling pays (:func:`resolve_mode`), and says which.
 """
@@ -18,9 +20,10 @@ import torch.nn.functional as F
 
 from runner import torch_internals as ti
 from runner.atomic_files import atomic_write_bytes
+from runner.build import val_metric
 from runner.config.schema import RunConfig
-from runner.config.targets import TextDataSchema
 from runner.data.text import IGNORE_INDEX
+from runner.data.traits import ValMetric
 from runner.figures.eval_metrics import (
     EVAL_ACCURACY,
     EVAL_BPB,
@@ -99,7 +102,7 @@ def evaluate(forward: Any, loader: Any, device: torch.device, cfg: RunConfig, la
     figures: dict[str, Any] = {EVAL_EXAMPLES: examples, EVAL_LOSS: round(loss, 6)}
     if metrics is None:
         figures.update({EVAL_TOKENS: counted, EVAL_PERPLEXITY: round(math.exp(min(loss, 700.0)), 4)})
-        if isinstance(cfg.data, TextDataSchema):  # a byte per target: nats per byte / ln 2
+        if val_metric(cfg) is ValMetric.bits_per_byte:  # byte ids, one byte per target: nats / ln 2 per byte
             figures[EVAL_BPB] = round(loss / math.log(2), 6)
         return figures
     values = {name: metric.compute().cpu() for name, metric in metrics.items()}

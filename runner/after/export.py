@@ -34,6 +34,10 @@ from runner.config.schema import RunConfig
 WEIGHTS = "model.safetensors"
 CONFIG = "config.json"
 METADATA = "runner_export.json"
+NO_TOKENIZER = "NoTokenizerExported"
+"""``tokenizer_config.json``'s ``tokenizer_class`` where no tokenizer is known (and no tokenizer file beside it):
+``AutoTokenizer``, and so ``pipeline``, refuses the folder instead of building an empty tokenizer for the model's
+type."""
 EXPORT_DIR = "model"
 """Where a run exports its model at the end of the fit: ``<run_dir>/model``."""
 
@@ -54,6 +58,16 @@ def node_dict(node: Any) -> dict[str, Any]:
     return json.loads(json.dumps(values, default=lambda v: v.value if isinstance(v, Enum) else str(v)))
 
 
+def model_node(cfg: RunConfig) -> dict[str, Any]:
+    """The model's config node as it was applied: a model loaded from ``model.path`` keeps its own configuration,
+    so the family's ``config`` and ``overrides`` (never applied to it) are left out."""
+    node = node_dict(cfg.model)
+    if node.get("path"):
+        for unused in ("config", "overrides"):
+            node.pop(unused, None)
+    return node
+
+
 def export_model(model: nn.Module, cfg: RunConfig, run_dir: Path, out: Path, checkpoint: str | None,
                  step: int | None) -> Path:
     """Write ``model`` (runner's ``TrainModule.model``, trained as ``cfg`` says) to ``out``, replacing it."""
@@ -68,10 +82,12 @@ def export_model(model: nn.Module, cfg: RunConfig, run_dir: Path, out: Path, che
         tokens = tokens_of(cfg)
         meta: dict[str, Any] = {
             "family": family.value, "task": _task(model, cfg), "checkpoint": checkpoint, "step": step,
-            "run_dir": str(run_dir), "model": node_dict(cfg.model), "tokenizer": tokens.note if tokens else None,
+            "run_dir": str(run_dir), "model": model_node(cfg), "tokenizer": tokens.note if tokens else None,
             "load": loading}
         if meta["task"] == "classification":
             meta["labels"] = label_names(run_dir, int(getattr(cfg.data, "num_classes", 0)))
+        if tokens and not tokens.directory and (tmp / "tokenizer.json").is_file():
+            meta["tokenizer"] += "; tokenizer.json beside the model gives exactly these ids"
         (tmp / METADATA).write_text(json.dumps(meta, indent=2) + "\n")
         (tmp / "README.md").write_text(_readme(family, meta, loading))
         _swap(tmp, out)
@@ -114,10 +130,12 @@ def _write_hf(model: nn.Module, cfg: RunConfig, run_dir: Path, out: Path) -> str
         hf.config.label2id = {name: i for i, name in enumerate(names)}
     hf.save_pretrained(out)
     tokens = tokens_of(cfg)
-    if tokens is not None and tokens.directory:
-        tokens.tokenizer().save_pretrained(out)
-    return f"transformers.{auto}.from_pretrained(DIR)" + (
-        "; transformers.AutoTokenizer.from_pretrained(DIR)" if tokens and tokens.directory else "")
+    if tokens is None:  # ids of a user's own data: no tokenizer to export, and transformers must not guess one
+        (out / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": NO_TOKENIZER}) + "\n")
+        return (f"transformers.{auto}.from_pretrained(DIR); no tokenizer was exported (the run's data module made "
+                "its own ids): give pipeline(..., tokenizer=...) the one that makes them")
+    tokens.save(out)
+    return f"transformers.{auto}.from_pretrained(DIR); transformers.AutoTokenizer.from_pretrained(DIR)"
 
 
 def _write_timm(model: nn.Module, cfg: RunConfig, run_dir: Path, out: Path) -> str:
@@ -139,9 +157,13 @@ def _write_state(model: nn.Module, cfg: RunConfig, run_dir: Path, out: Path) -> 
     from safetensors.torch import save_model
 
     save_model(model, str(out / WEIGHTS))  # tied weights (the GPT's head and embedding) kept once
+    # runner's config node, not a transformers config (no model_type): transformers.pipeline refuses the folder.
     (out / CONFIG).write_text(json.dumps(node_dict(cfg.model), indent=2) + "\n")
+    tokens = tokens_of(cfg)
+    saved = tokens is not None and tokens.save(out)
     return ("hydra.utils.instantiate(json.load(open(DIR/config.json))) (or the class of its _target_ with its other "
-            "keys), then safetensors.torch.load_model(model, DIR/model.safetensors)")
+            "keys), then safetensors.torch.load_model(model, DIR/model.safetensors)" +
+            ("; its token ids: transformers.AutoTokenizer.from_pretrained(DIR)" if saved else ""))
 
 
 _WRITERS = {Family.hf_causal_lm: _write_hf, Family.hf_classifier: _write_hf, Family.timm: _write_timm,

@@ -3,12 +3,14 @@ it writes text, how text becomes its ids, and the names of its classes.
 
 The tokenizer is the one the run's data used: the data's ``data.tokenizer`` directory when set; bytes for
 runner's byte-level text families (``data=text``: the UTF-8 bytes, 0-255; ``data=text_classification``:
-bytes + 1, 0 pads), which have no Hugging Face tokenizer; else the model's ``model.path``.
+bytes + 1, 0 pads), exported as a tokenizer that gives exactly those ids (:mod:`runner.data.byte_tokenizer`);
+else the model's ``model.path``.
 """
 
 from __future__ import annotations
 
 import functools
+import importlib.util
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -58,6 +60,8 @@ class Tokens:
 
     directory: str | None = None
     offset: int = 0
+    max_length: int | None = None
+    """Where the run cut its texts (a classifier's ``data.seq_len``): ``truncation=True`` cuts there."""
 
     @property
     def note(self) -> str:
@@ -65,8 +69,20 @@ class Tokens:
         if self.directory:
             return f"the Hugging Face tokenizer saved in {self.directory} (exported beside the model)"
         pad = ", 0 pads" if self.offset else ""
-        return (f"byte-level: ids are the UTF-8 bytes of the text{f' + {self.offset}' if self.offset else ''}"
-                f"{pad}; runner's byte-level models have no Hugging Face tokenizer (none is exported)")
+        return f"byte-level: ids are the UTF-8 bytes of the text{f' + {self.offset}' if self.offset else ''}{pad}"
+
+    def save(self, out: Path) -> bool:
+        """The tokenizer into ``out`` (``save_pretrained``): the saved one, or the byte ids as a tokenizer; False
+        where transformers (runner[hf]), which writes it, is not installed."""
+        if self.directory:
+            self.tokenizer().save_pretrained(out)
+            return True
+        if importlib.util.find_spec("transformers") is None:
+            return False
+        from runner.data.byte_tokenizer import byte_tokenizer
+
+        byte_tokenizer(self.offset, self.max_length).save_pretrained(out)
+        return True
 
     def tokenizer(self) -> Any:
         """The saved tokenizer, loaded from local files (only when ``directory`` is set)."""
@@ -99,7 +115,7 @@ def tokens_of(cfg: RunConfig) -> Tokens | None:
     if isinstance(cfg.data, TextDataSchema):
         return Tokens()
     if isinstance(cfg.data, TextClassificationDataSchema):
-        return Tokens(offset=1)
+        return Tokens(offset=1, max_length=cfg.data.seq_len)
     path = getattr(cfg.model, "path", None)
     return Tokens(str(path)) if path else None
 

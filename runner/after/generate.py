@@ -139,6 +139,10 @@ def open_export(directory: Path) -> tuple[nn.Module, Tokens]:
     if meta.get("task") != "causal_lm":
         raise ConfigError(not_a_language_model(str(directory), f"an export of a {meta.get('task')} model "
                                                                    f"({meta.get('family')})"))
+    if meta.get("tokenizer") is None:
+        raise ConfigError(f"{directory} holds no tokenizer (its run's data module made its own ids): generate cannot "
+                          "turn a prompt into them. Load the model with transformers and sample it with the "
+                          "tokenizer that makes those ids.")
     if meta.get("family") == Family.hf_causal_lm.value:
         from runner.models.hf import CausalLM
 

@@ -5,8 +5,10 @@ from its last checkpoint; nothing is typed twice.
 A resume continues the state the checkpoint holds. An override that changes what that state fits (the model's
 shape, the data and the place in it, the optimizer and the schedule, whose state and plan come back from the
 checkpoint) is refused in one paragraph, whichever way the run is resumed; so is a config that changed under
-the run (its recipe edited since). ``trainer.max_steps`` may change: ``scheduler.on_resume`` says what the
-schedule does (``runner.training.schedules``).
+the run (its recipe edited since), and data that changed since the run recorded it (its files' sizes and times,
+the tokenizer: :mod:`runner.data.fingerprint`) unless ``--allow-changed-data`` (``after.allow_changed_data=true``)
+says to train on it. ``trainer.max_steps`` may change: ``scheduler.on_resume`` says what the schedule does
+(``runner.training.schedules``).
 """
 
 from __future__ import annotations
@@ -16,7 +18,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from runner.after.source import CONFIG, RUN_KEYS, merge_overrides, override_key, run_dir_error, saved_overrides
+from runner.after.source import (
+    ALLOW_CHANGED_DATA,
+    CONFIG,
+    RUN_KEYS,
+    merge_overrides,
+    override_key,
+    run_dir_error,
+    saved_overrides,
+)
 from runner.config import ConfigError, compose
 from runner.config.precheck import command_line, search_dirs
 
@@ -33,6 +43,8 @@ _WHY = {
                  "(scheduler.on_resume says what a new trainer.max_steps does)",
 }
 _PLAIN = re.compile(r"^[A-Za-z0-9_./-]+$")
+ALLOW_FLAG = "--allow-changed-data"
+"""``runner resume RUN_DIR --allow-changed-data``: ``after.allow_changed_data=true`` for this resume."""
 
 
 def _value(path: Path) -> str:
@@ -50,8 +62,8 @@ def resume_command(argv: Sequence[str]) -> list[str] | None:
     if argv[:1] == ["resume"]:
         if len(argv) < 2 or "=" in argv[1]:
             raise ConfigError("runner resume needs the run directory first: python -m runner resume RUN_DIR "
-                              "[overrides] (e.g. trainer.max_steps=600).")
-        return _resumed(Path(argv[1]), list(argv[2:]))
+                              "[--allow-changed-data] [overrides] (e.g. trainer.max_steps=600).")
+        return _resumed(Path(argv[1]), [f"{ALLOW_CHANGED_DATA}=true" if a == ALLOW_FLAG else a for a in argv[2:]])
     args = command_line(argv)
     if args is None or args.multirun:
         return None
@@ -63,7 +75,8 @@ def resume_command(argv: Sequence[str]) -> list[str] | None:
         return None  # not a run of runner's: Lightning's own resume, as before
     others = [o for o in args.overrides if override_key(o) not in RUN_KEYS]
     if not others:
-        return _resumed(run_dir, [f"ckpt_path={given['ckpt_path']}"])
+        allow = [o for o in args.overrides if override_key(o) == ALLOW_CHANGED_DATA]
+        return _resumed(run_dir, [f"ckpt_path={given['ckpt_path']}", *allow])
     check_resume(run_dir, args.overrides)
     return None
 
@@ -98,16 +111,22 @@ def _resolved(cfg: Any, group: str) -> dict[str, Any]:
     return _flat(plain, group) if isinstance(plain, dict) else {group: plain}
 
 
-def changed_keys(run_dir: Path, overrides: Sequence[str]) -> list[tuple[str, Any, Any]]:
-    """``(key, the run's value, the resume's value)`` of every model, data, optimizer or scheduler setting that
-    ``overrides`` (the resume's command line) compose to differently from the run's saved config, except the
-    keys a resume may change (``FREE``) and model settings that leave every weight's shape as it was."""
-    from omegaconf import OmegaConf
-
+def _compose(run_dir: Path, overrides: Sequence[str]) -> Any:
+    """The config ``overrides`` (a command line) compose to, as ``python -m runner`` composes it for ``run_dir``."""
     args = command_line(list(overrides))
     dirs = search_dirs(args) if args is not None else []
     plain = [o for o in overrides if not o.lstrip("+~").startswith(("hydra.", "hydra/"))]
-    new = compose(plain, run_dir=str(run_dir), config_dirs=dirs or None)
+    return compose(plain, run_dir=str(run_dir), config_dirs=dirs or None)
+
+
+def changed_keys(run_dir: Path, overrides: Sequence[str], new: Any = None) -> list[tuple[str, Any, Any]]:
+    """``(key, the run's value, the resume's value)`` of every model, data, optimizer or scheduler setting that
+    ``overrides`` (the resume's command line; ``new``: what it composes to) compose to differently from the run's
+    saved config, except the keys a resume may change (``FREE``) and model settings that leave every weight's shape
+    as it was."""
+    from omegaconf import OmegaConf
+
+    new = _compose(run_dir, overrides) if new is None else new
     old = OmegaConf.load(run_dir / CONFIG)
     out = []
     for group in GROUPS:
@@ -132,31 +151,74 @@ def _same_shapes(old: Any, new: Any) -> bool:
 
 
 def check_resume(run_dir: Path, overrides: Sequence[str], typed: Sequence[str] | None = None) -> None:
-    """Refuse, in one paragraph, a resume of ``run_dir`` whose config changes what its checkpoint's state fits.
-    ``typed``: the overrides the user gave (the rest of a difference came from config files changed since)."""
+    """Refuse, in one paragraph, a resume of ``run_dir`` whose config changes what its checkpoint's state fits, or
+    whose data changed since the run recorded it (unless ``after.allow_changed_data``). ``typed``: the overrides
+    the user gave (None: ``overrides`` are the whole command line, typed again)."""
     try:
-        changes = changed_keys(run_dir, overrides)
+        new = _compose(run_dir, overrides)
+        changes = changed_keys(run_dir, overrides, new)
     except ConfigError:
         raise
     except Exception:
         return None  # a command line that does not compose: precheck names the problem next, in its words
-    if not changes:
-        return None
+    if changes:
+        raise ConfigError(_settings_refusal(run_dir, overrides, typed, changes))
+    if (problem := _data_refusal(run_dir, new)) is not None:
+        raise ConfigError(problem)
+
+
+def _by_files(run_dir: Path) -> set[str]:
+    """The keys whose values the run's own command line composes to differently from its saved config: the config
+    files (a recipe, a conf/ option) changed since the run."""
+    try:
+        return {k for k, _, _ in changed_keys(run_dir, saved_overrides(run_dir))}
+    except Exception:  # a saved command line that no longer composes: no key can be put down to the files
+        return set()
+
+
+def _settings_refusal(run_dir: Path, overrides: Sequence[str], typed: Sequence[str] | None,
+                      changes: list[tuple[str, Any, Any]]) -> str:
     typed_keys = {override_key(o) for o in (overrides if typed is None else typed)}
-    shown, sources = [], set()
-    for key, was, now in changes[:4]:
-        given = any(key == k or key.startswith(f"{k}.") or k.startswith(f"{key}.") for k in typed_keys) or \
-            key.split(".")[0] in typed_keys
-        sources.add("given" if given else "files")
-        shown.append(f"{key}={_text(now)} (the run trained with {_text(was)})")
+    files = _by_files(run_dir)
+    shown = [f"{key}={_text(now)} (the run trained with {_text(was)})" for key, was, now in changes[:4]]
     more = f" and {len(changes) - 4} more" if len(changes) > 4 else ""
     why = "; ".join(dict.fromkeys(_WHY[key.split(".")[0]] for key, _, _ in changes))
-    origin = ("The config files (a recipe or conf/ option) changed since the run, or the overrides differ from its "
-              "saved command line; " if "files" in sources else "")
-    raise ConfigError(
-        f"cannot resume {run_dir} with {', '.join(shown)}{more}: that {why}. {origin}A resume takes the run's own "
-        f"config: `python -m runner resume {run_dir}` with no such override (trainer.max_steps and other trainer, "
-        "compile and logging settings may change). To train with the new setting, start a new run.")
+    from_files = [key for key, _, _ in changes if key in files]
+    origin = (f"{', '.join(from_files[:4])} changed because the config files (a recipe or a conf/ option) changed "
+              "since the run. " if from_files else "")
+
+    def given(key: str) -> bool:
+        return any(key == k or key.startswith(f"{k}.") or k.startswith(f"{key}.") for k in typed_keys) or \
+            key.split(".")[0] in typed_keys
+
+    if typed is None and any(key not in files and not given(key) for key, _, _ in changes):
+        origin += "The overrides differ from its saved command line (.hydra/overrides.yaml). "
+    return (f"cannot resume {run_dir} with {', '.join(shown)}{more}: that {why}. {origin}A resume takes the run's "
+            f"own config: `python -m runner resume {run_dir}` with no such override (trainer.max_steps and other "
+            "trainer, compile and logging settings may change). To train with the new setting, start a new run.")
+
+
+def _data_refusal(run_dir: Path, new: Any) -> str | None:
+    """Why the data the resume would read is not the data the run recorded (its files, the tokenizer); None when
+    it is, when the run recorded none, or when ``after.allow_changed_data`` allows it."""
+    from omegaconf import OmegaConf
+
+    from runner.data.fingerprint import changes, data_fingerprint, read_fingerprint
+
+    before = read_fingerprint(run_dir)
+    if before is None or OmegaConf.select(new, ALLOW_CHANGED_DATA):
+        return None
+    data = _resolved(new, "data")
+    now = data_fingerprint(data.get("data.path"), data.get("data.val_path"), data.get("data.tokenizer"),
+                           text="data.tokenizer" in data)
+    found = changes(before, now)
+    if not found:
+        return None
+    return (f"cannot resume {run_dir}: its data changed since the run read it ({'; '.join(found)}). The checkpoint's "
+            "place in the data (its next batch) and the validation split would no longer mean what they did. Resume "
+            "on the data the run trained on, or train on the changed data with `python -m runner resume "
+            f"{run_dir} {ALLOW_FLAG}` ({ALLOW_CHANGED_DATA}=true; the summary then says what changed), or start a "
+            "new run.")
 
 
 def _text(value: Any) -> str:

@@ -28,8 +28,10 @@ if TYPE_CHECKING:  # torch and Lightning load when a model does: a bad command l
 
 OVERRIDES = Path(".hydra") / "overrides.yaml"
 CONFIG = Path(".hydra") / "config.yaml"
-RUN_KEYS = ("hydra.run.dir", "ckpt_path")
-"""Overrides that say where and from what a run resumed: replaced at each resume, never carried over."""
+ALLOW_CHANGED_DATA = "after.allow_changed_data"
+RUN_KEYS = ("hydra.run.dir", "ckpt_path", ALLOW_CHANGED_DATA)
+"""Overrides that say where and from what a run resumed (and whether on changed data): replaced at each resume,
+never carried over."""
 # What compiling and saved-activation checkpointing put in a module's state-dict keys: a plain module has neither.
 _WRAPPERS = re.compile(r"(^|\.)(_orig_mod|_checkpoint_wrapped_module)\.")
 

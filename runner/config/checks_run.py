@@ -57,8 +57,13 @@ def check_non_negative(cfg: RunConfig) -> str | None:
 
 
 def check_fractions(cfg: RunConfig) -> str | None:
-    for key, value in (("data.val_fraction", getattr(cfg.data, "val_fraction", None)),
-                       ("model.dropout", getattr(cfg.model, "dropout", None))):
+    val_fraction = getattr(cfg.data, "val_fraction", None)
+    if val_fraction == 0 and getattr(cfg.data, "val_path", None) is None:
+        # A run always validates, on data it never trains on: 0 would still hold one document out, or none at all.
+        return ("data.val_fraction=0 would leave nothing to validate on: a run always validates, on data it never "
+                "trains on. To train on all of data.path, give the validation data as files of their own "
+                "(data.val_path=FILE); else a small share, e.g. data.val_fraction=0.01.")
+    for key, value in (("data.val_fraction", val_fraction), ("model.dropout", getattr(cfg.model, "dropout", None))):
         if isinstance(value, (int, float)) and not 0.0 <= value < 1.0:
             return f"{key}={value} must be in [0, 1), e.g. {key}=0.1."
     return None

@@ -1,5 +1,5 @@
-"""Typed schema of ``after``: what a run leaves for use after training (docs/after-training.md),
-re-exported by ``runner.config.schema``."""
+"""Typed schema of ``after``: what a run leaves for use after training, and how a resume treats data that changed
+under it (docs/after-training.md), re-exported by ``runner.config.schema``."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 @dataclass
 class AfterConfig:
-    """The ``after`` node: the model exported and a sample written at the end of the fit."""
+    """The ``after`` node: the model exported and a sample written at the end of the fit; a resume on changed data."""
 
     export: bool = True
     """Write the trained model to <run_dir>/model/ at the end of the fit, in its family's own format
@@ -19,3 +19,8 @@ class AfterConfig:
     report.md (0: none)."""
     sample_prompt: str = "\n"
     """What the end-of-fit sample starts from."""
+    allow_changed_data: bool = False
+    """A resume trains on even where the data (data.path's files, data.val_path's, the tokenizer) changed since
+    the run recorded it: the checkpoint's place in the data and the validation split then mean something else,
+    and the run's data section says what changed. ``runner resume RUN_DIR --allow-changed-data`` sets it for
+    that resume only (it is never carried to the next)."""

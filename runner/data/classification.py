@@ -25,8 +25,8 @@ from runner.data.encoding import LENGTH, ArrowTokens, encode
 from runner.data.labelled import Labelled, read_labelled
 from runner.data.labels import LabelMap, label_map, row_ids
 from runner.data.padding import PadTo
-from runner.data.sources import DataError, names_something
-from runner.data.splits import VAL_PATH, split_documents
+from runner.data.sources import DataError, names_something, own_validation
+from runner.data.splits import split_documents, val_how
 from runner.data.summary import DataSummary
 from runner.data.tokenizers import ByteTokens, Tokenizer, check_tokenizer, load_tokenizer, token_range
 from runner.data.traits import DataTraits, ValMetric
@@ -139,6 +139,7 @@ class TextClassificationDataModule(L.LightningDataModule):
             raise DataError(f"data.val_path={val_path} is data.path itself: validation would be the training data. "
                             "Give other rows, or drop data.val_path to validate on a split of data.path.")
         train = read_labelled(path, "data.path", text_column, label_column, max_examples, min_len)
+        val_path = val_path or own_validation(path)
         val = None if val_path is None else read_labelled(val_path, "data.val_path", text_column, label_column,
                                                           max_examples, min_len)
         values = dict(train.values)
@@ -162,7 +163,7 @@ class TextClassificationDataModule(L.LightningDataModule):
         min_len = fields.get("min_len", 16)
         for key, part in (("data.path", train), ("data.val_path", val)):
             if part is not None and len(part.keep) == 0:
-                return (f"{key}={fields.get(key.split('.')[1])} has no row with a text of at least data.min_len="
+                return (f"{key}={part.given} has no row with a text of at least data.min_len="
                         f"{min_len} bytes. Lower data.min_len, or point {key} at other rows.")
         n_train = len(train.keep) if val else len(train.keep) - max(1, round(len(train.keep) *
                                                                              fields.get("val_fraction", 0.1)))
@@ -210,13 +211,15 @@ class TextClassificationDataModule(L.LightningDataModule):
                                             self.min_len, self.max_examples)
         tokenizer = load_tokenizer(self.tokenizer_path, offset=1)
         self._pad_id = tokenizer.pad_id
+        own = None if self.val_path else own_validation(self.path)
         encoded = [encode_labelled(part, tokenizer, self.labels, self.text_column, self.label_column, self.seq_len,
                                    what=f"{key}={where}")
-                   for key, where, part in (("data.path", self.path, train), ("data.val_path", self.val_path, val))
+                   for key, where, part in (("data.path", self.path, train), ("data.val_path", self.val_path or own,
+                                                                              val))
                    if part is not None]
         rows = encoded[0]
         if len(encoded) > 1:
-            self.split_how = VAL_PATH
+            self.split_how = val_how(self.val_path, own)
             self._train = Rows(rows.tokens, rows.spans, rows.labels)
             self._val = Rows(encoded[1].tokens, encoded[1].spans, encoded[1].labels)
         else:

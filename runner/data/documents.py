@@ -21,7 +21,8 @@ import numpy as np
 from runner.data.corpus import read_documents, stdlib_dir, text_files
 from runner.data.encoding import RAW_BYTES, ArrowTokens, encode
 from runner.data.sources import Source, capped, resolve
-from runner.data.tables import load_table, load_text_files, text_lengths
+from runner.data.summary import NULL_TEXT
+from runner.data.tables import load_table, load_text_files, null_rows, text_lengths
 from runner.data.tokenizers import Tokenizer, is_bytes
 from runner.data.windows import Spans, Tokens
 
@@ -113,13 +114,20 @@ def read_corpus(path: str | None, key: str, tokenizer: Tokenizer, *, text_column
 
 def _table_corpus(source: Source, tokenizer: Tokenizer, text_column: str, suffix: str,
                   max_bytes: int | None) -> Corpus:
-    """The text column of a table's rows, each row a document, the first rows whose text reaches ``max_bytes``."""
+    """The text column of a table's rows, each row a document (a null text none), the first rows whose text
+    reaches ``max_bytes``."""
     rows, _ = load_table(source)
     lengths = text_lengths(rows, text_column, source, "data.text_column")
+    null = null_rows(rows, text_column)
+    dropped: dict[str, int] = {}
+    if null.any():  # a missing text is no document (not an empty one): left out, and counted
+        dropped[NULL_TEXT] = int(null.sum())
+        rows, lengths = rows.select(np.flatnonzero(~null)), lengths[~null]
     keep = len(rows)
     if max_bytes is not None and len(lengths) and lengths.sum() > max_bytes:
         keep = int(np.searchsorted(np.cumsum(lengths), max_bytes)) + 1
         rows = rows.select(range(keep))
-    dropped = {f"data.max_bytes={max_bytes}": len(lengths) - keep} if keep < len(lengths) else {}
+    if keep < len(lengths):
+        dropped[f"data.max_bytes={max_bytes}"] = len(lengths) - keep
     encoded, column = encode(rows, text_column, tokenizer, suffix=suffix, what=f"{source.key}={source.given}")
     return from_rows(encoded, column, None, Read(source.key, source.describe(), len(source.files), keep, dropped))

@@ -4,7 +4,8 @@ lines (or JSON objects, one a line), or by default the Python stdlib task: which
 source comes from.
 
 ``read_labelled`` returns the rows (memory-mapped where they come from a table) and what was left out: the rows
-past ``data.max_examples``, and those whose text is shorter than ``data.min_len`` bytes.
+past ``data.max_examples``, those whose text is null (missing: ``NULL_TEXT``, counted on their own), and those
+whose text is shorter than ``data.min_len`` bytes.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ import numpy as np
 from runner.data.corpus import read_documents, stdlib_dir
 from runner.data.labels import label_values
 from runner.data.sources import DataError, Source, resolve
-from runner.data.tables import check_column, in_memory_rows, load_table, text_lengths
+from runner.data.summary import NULL_TEXT
+from runner.data.tables import check_column, in_memory_rows, load_table, null_rows, text_lengths
 
 # The default task: which of these stdlib packages a paragraph of source comes from.
 STDLIB_PACKAGES = ("asyncio", "email", "unittest", "xml")
@@ -35,6 +37,8 @@ class Labelled:
     keep: np.ndarray
     values: dict[Any, int]
     dropped: dict[str, int] = field(default_factory=dict)
+    given: str | None = None
+    """What the setting named (the path given; a DatasetDict's own validation split's folder)."""
 
 
 def stdlib_examples(max_examples: int | None, min_len: int) -> tuple[list[str], list[str]]:
@@ -55,7 +59,7 @@ def stdlib_examples(max_examples: int | None, min_len: int) -> tuple[list[str], 
 def labelled_lines(source: Source, text_column: str, label_column: str) -> Any:
     """Text files of ``label<TAB>text`` lines, or JSON objects with the two columns, as rows held in memory."""
 
-    texts: list[str] = []
+    texts: list[str | None] = []
     labels: list[Any] = []
     for path in source.files:
         for n, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
@@ -64,13 +68,18 @@ def labelled_lines(source: Source, text_column: str, label_column: str) -> Any:
             if line.lstrip().startswith("{"):
                 try:
                     row = json.loads(line)
-                    texts.append(str(row[text_column]))
-                    labels.append(row[label_column])
+                    text, label = row[text_column], row[label_column]
                 except (ValueError, KeyError, TypeError) as e:
                     raise DataError(f"{source.key}={path}, line {n}: not a JSON object with {text_column} and "
                                     f"{label_column} ({type(e).__name__}: {e}). Each line is a JSON object with the "
                                     "text and the label, or label<TAB>text; a table reads as .jsonl, .csv or "
                                     ".parquet.") from e
+                if text is not None and not isinstance(text, str):
+                    raise DataError(f"{source.key}={path}, line {n}: its {text_column} is {json.dumps(text)[:40]}, "
+                                    "not a string. Give every text as a string (a missing one as null: it is left "
+                                    "out and counted).")
+                texts.append(text)
+                labels.append(label)
                 continue
             label, sep, text = line.partition("\t")
             if not sep:
@@ -99,12 +108,15 @@ def read_labelled(path: str | None, key: str, text_column: str, label_column: st
         raise DataError(f"{key}={path} holds no rows. Point {key} at a file with labelled rows in it.")
     check_column(rows, label_column, "data.label_column", source)
     lengths = text_lengths(rows, text_column, source, "data.text_column")
+    null = null_rows(rows, text_column)
     dropped: dict[str, int] = {}
     if max_examples is not None and len(rows) > max_examples:
         dropped[f"data.max_examples={max_examples}"] = len(rows) - max_examples
-        rows, lengths = rows.select(range(max_examples)), lengths[:max_examples]
-    keep = np.flatnonzero(lengths >= max(min_len, 1))
-    if len(keep) < len(rows):
-        dropped[f"data.min_len={min_len}"] = len(rows) - len(keep)
+        rows, lengths, null = rows.select(range(max_examples)), lengths[:max_examples], null[:max_examples]
+    if null.any():
+        dropped[NULL_TEXT] = int(null.sum())
+    keep = np.flatnonzero((lengths >= max(min_len, 1)) & ~null)
+    if len(keep) + int(null.sum()) < len(rows):
+        dropped[f"data.min_len={min_len}"] = len(rows) - len(keep) - int(null.sum())
     values = label_values(rows, label_column, source)
-    return Labelled(rows, described, files, keep, values, dropped)
+    return Labelled(rows, described, files, keep, values, dropped, path)

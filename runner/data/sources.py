@@ -55,6 +55,20 @@ class Source:
         return f"{len(self.files)} {self.kind} files ({self.given})"
 
 
+VALIDATION_SPLITS = ("validation", "valid", "val", "dev")
+"""A saved ``DatasetDict``'s splits that are its own validation set, the first one present."""
+
+
+def own_validation(given: str | None) -> str | None:
+    """The folder of the validation split of the ``DatasetDict`` that ``given`` (``data.path``) names, where it
+    was saved with one (``DIR/validation``); None for anything else."""
+    root = Path(given).expanduser() if given else None
+    if root is None or not (root / "dataset_dict.json").is_file():
+        return None
+    return next((str(Path(given) / s) for s in VALIDATION_SPLITS  # type: ignore[arg-type]
+                 if is_saved_dataset(root / s)), None)
+
+
 def is_saved_dataset(root: Path) -> bool:
     """Whether ``root`` is a folder ``Dataset.save_to_disk`` or ``DatasetDict.save_to_disk`` wrote."""
     return root.is_dir() and ((root / "state.json").is_file() or (root / "dataset_dict.json").is_file())

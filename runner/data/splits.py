@@ -2,7 +2,8 @@
 
 Three ways, in this order:
 
-- ``data.val_path``: the files given there validate, everything under ``data.path`` trains;
+- ``data.val_path``: the files given there validate, everything under ``data.path`` trains; a saved
+  ``DatasetDict`` with a validation split of its own is its own ``data.val_path`` (its train split trains);
 - several documents (files, rows): a seeded shuffle picks ``val_fraction`` of them (at least one), the same
   on every run and every rank, and no document is in both;
 - one document: it is split by position, its last ``val_fraction`` of windows validates, and no token of it is
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -57,3 +59,11 @@ def tail_how(val_fraction: float) -> str:
 
 
 VAL_PATH = "data.val_path: its files validate, data.path trains"
+
+
+def val_how(given: str | None, own: str | None) -> str:
+    """The data section's words for a validation set of its own: ``data.val_path``'s files, or (``own``) the
+    validation split of the ``DatasetDict`` that data.path names."""
+    if given is None and own is not None:
+        return f"the DatasetDict's own {Path(own).name} split ({own}) validates, its train split trains"
+    return VAL_PATH

@@ -18,6 +18,8 @@ log = logging.getLogger(__name__)
 
 TRUNCATED_WARNING = 0.10
 """A share of rows cut at ``data.seq_len`` above which the log warns."""
+NULL_TEXT = "null text"
+"""The reason rows whose text is null (missing) were left out (``data/null_rows``)."""
 
 
 @dataclass
@@ -49,6 +51,9 @@ class DataSummary:
         if self.dropped:
             out[keys.DATA_DROPPED_ROWS] = sum(self.dropped.values())
             out[keys.DATA_DROPPED_BY] = "; ".join(f"{setting}: {n}" for setting, n in self.dropped.items())
+        nulls = sum(n for reason, n in self.dropped.items() if reason.endswith(NULL_TEXT))
+        if nulls:
+            out[keys.DATA_NULL_ROWS] = nulls
         if self.label_counts is not None:
             out[keys.DATA_LABEL_COUNTS] = dict(self.label_counts)
         if self.unigram_bits is not None:

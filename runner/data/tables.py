@@ -23,13 +23,13 @@ from pathlib import Path
 from typing import Any
 
 from runner.config.errors import close_matches
-from runner.data.sources import SAVED, DataError, Source
+from runner.data.sources import SAVED, VALIDATION_SPLITS, DataError, Source
+from runner.data.table_errors import not_text, unreadable
 
 log = logging.getLogger(__name__)
 
 PIECE_BYTES = 1 << 22
 """Text files are stored in pieces of at most about this many bytes (4 MiB): what a file costs in memory."""
-_FORMAT = {"json": "JSON lines (or a JSON array)", "csv": "CSV", "parquet": "Parquet"}
 
 
 def cache_root() -> Path:
@@ -85,9 +85,29 @@ def file_stamps(files: Any) -> list[tuple[str, int, int]]:
     return [(str(f), os.stat(f).st_size, os.stat(f).st_mtime_ns) for f in files]
 
 
-_LOADED: dict[str, Any] = {}
+class Said:
+    """Log lines about a table, kept with it: a table is read once per process (the checks before a run read it
+    first), and its lines are said the first time logging would show them (the run's console and log file are
+    set up after those checks), not lost to a logger nobody listens to yet."""
+
+    def __init__(self) -> None:
+        self.lines: list[tuple[int, str, tuple[Any, ...]]] = []
+        self.said = False
+
+    def add(self, level: int, message: str, *args: Any) -> None:
+        self.lines.append((level, message, args))
+
+    def say(self) -> None:
+        if self.said or not (log.isEnabledFor(logging.INFO) and log.hasHandlers()):
+            return
+        self.said = True
+        for level, message, args in self.lines:
+            log.log(level, message, *args)
+
+
+_LOADED: dict[str, tuple[Any, bool, Said]] = {}
 """Tables this process has read, by their files' stamps: the checks before a run and the run itself read a table
-once (and say once where it came from)."""
+once (and say once where it came from, where the user sees it)."""
 
 
 def load_table(source: Source) -> tuple[Any, bool]:
@@ -95,11 +115,14 @@ def load_table(source: Source) -> tuple[Any, bool]:
     files = sorted(f for f in source.files[0].rglob("*") if f.is_file()) if source.kind == SAVED else source.files
     key = fingerprint(source.kind, file_stamps(files))
     if key not in _LOADED:
-        _LOADED[key] = _load_table(source)
-    return _LOADED[key]
+        said = Said()
+        _LOADED[key] = (*_load_table(source, said), said)
+    rows, cached, said = _LOADED[key]
+    said.say()
+    return rows, cached
 
 
-def _load_table(source: Source) -> tuple[Any, bool]:
+def _load_table(source: Source, said: Said) -> tuple[Any, bool]:
     import datasets
 
     with quiet_datasets():
@@ -110,9 +133,8 @@ def _load_table(source: Source) -> tuple[Any, bool]:
                     raise DataError(f"{source.key}={source.given} is a saved DatasetDict without a train split (its "
                                     f"splits: {', '.join(loaded)}): give one split's folder, "
                                     f"{source.key}={Path(source.given) / next(iter(loaded))}.")
-                log.info("data: %s=%s: its train split (others: %s; data.val_path=%s/validation reads one)",
-                         source.key, source.given, ", ".join(s for s in loaded if s != "train") or "none",
-                         source.given)
+                said.add(logging.INFO, "data: %s=%s: a DatasetDict; %s", source.key, source.given,
+                         split_note(source, list(loaded)))
                 loaded = loaded["train"]
             return loaded, True
         try:
@@ -126,24 +148,27 @@ def _load_table(source: Source) -> tuple[Any, bool]:
         except Exception as e:  # pyarrow's and pandas' many errors for a damaged or empty file
             raise unreadable(source, e) from e
     if cached:
-        log.info("data: %s=%s read from the cache (%s): nothing to prepare", source.key, source.given,
+        said.add(logging.INFO, "data: %s=%s read from the cache (%s): nothing to prepare", source.key, source.given,
                  builder.cache_dir)
     else:
-        log.info("data: prepared %d rows of %s=%s as Arrow in %.1f s (%s)", len(rows), source.key, source.given,
-                 time.perf_counter() - start, builder.cache_dir)
+        said.add(logging.INFO, "data: prepared %d rows of %s=%s as Arrow in %.1f s (%s)", len(rows), source.key,
+                 source.given, time.perf_counter() - start, builder.cache_dir)
     return rows, cached
 
 
-def unreadable(source: Source, e: BaseException) -> DataError:
-    """The paragraph for a table ``datasets`` could not read: an empty file, or a damaged one."""
-    what = _FORMAT.get(source.kind, source.kind)
-    error = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-    if isinstance(e, StopIteration) or "empty" in error.lower() or all(f.stat().st_size == 0 for f in source.files):
-        return DataError(f"{source.key}={source.given} holds no rows ({what}). Point {source.key} at a file with "
-                         "data in it.")
-    return DataError(f"{source.key}={source.given} cannot be read as {what} ({type(e).__name__}: {error}). The file "
-                     f"is damaged or not {what}: export it again (e.g. DataFrame.to_parquet / to_csv / to_json with "
-                     "lines=True), or give it the suffix of its real format.")
+def split_note(source: Source, splits: list[str]) -> str:
+    """What a saved ``DatasetDict``'s splits do: ``train`` trains; its own validation split validates (for
+    ``data.path``, unless ``data.val_path`` names other files); the others are not read."""
+    others = [s for s in splits if s != "train"]
+    if source.key != "data.path":
+        return f"its train split validates (others, not read: {', '.join(others) or 'none'})"
+    own = next((s for s in VALIDATION_SPLITS if s in splits), None)
+    rest = [s for s in others if s != own]
+    unread = f"; not read: {', '.join(rest)}" if rest else ""
+    if own is None:
+        return (f"its train split trains{unread} (no validation split: data.val_path={Path(source.given) / 'NAME'} "
+                "validates on split NAME, else a split of train)")
+    return f"its train split trains, its {own} split validates (where data.val_path names no other files){unread}"
 
 
 def check_column(rows: Any, column: str, setting: str, source: Source) -> None:
@@ -231,6 +256,14 @@ def text_lengths(rows: Any, column: str, source: Source, setting: str) -> Any:
     data = rows.data.column(column)
     if not (pa.types.is_string(data.type) or pa.types.is_large_string(data.type) or pa.types.is_binary(data.type)
             or pa.types.is_large_binary(data.type)):
-        raise DataError(f"{setting}={column}: the column {column} of {source.key}={source.given} holds {data.type}, "
-                        f"not text. Set {setting} to the column that holds the text.")
+        raise DataError(f"{setting}={column}: the column {column} of {source.key}={source.given} holds "
+                        f"{not_text(data)}, not text. Make every {column} a string (a missing one null: it is left "
+                        f"out and counted), or set {setting} to the column that holds the text.")
     return pc.fill_null(pc.binary_length(data), 0).to_numpy().astype("int64")
+
+
+def null_rows(rows: Any, column: str) -> Any:
+    """Which rows' ``column`` is null (a missing text), as a boolean array."""
+    import pyarrow.compute as pc
+
+    return pc.is_null(rows.data.column(column)).to_numpy(zero_copy_only=False)

@@ -24,8 +24,8 @@ from runner.config.target_objects import TokenRange
 from runner.data.corpus import describe_missing_text
 from runner.data.documents import Corpus, read_corpus
 from runner.data.padding import IGNORE_INDEX, LengthGroupedBatchSampler, PadCollate, PadTo
-from runner.data.sources import DataError, names_something, resolve
-from runner.data.splits import VAL_PATH, split_documents, tail_cut, tail_how
+from runner.data.sources import DataError, names_something, own_validation, resolve
+from runner.data.splits import split_documents, tail_cut, tail_how, val_how
 from runner.data.summary import DataSummary
 from runner.data.tables import load_table, text_lengths
 from runner.data.tokenizers import check_tokenizer, is_bytes, load_tokenizer, token_range
@@ -84,6 +84,7 @@ class TextDataModule(L.LightningDataModule):
         self.split_how = ""
         self._train: Dataset | None = None
         self._val: Dataset | None = None
+        self._own_val: str | None = None
 
     @staticmethod
     def check_arguments(path: str | None = None, val_path: str | None = None, tokenizer: str | None = None,
@@ -99,6 +100,7 @@ class TextDataModule(L.LightningDataModule):
                 Path(path).expanduser().resolve():
             return (f"data.val_path={val_path} is data.path itself: validation would be the training data. Give "
                     "files that are not under data.path, or drop data.val_path to validate on a split of data.path.")
+        val_path = val_path or own_validation(path)
         for key, where in (("data.path", path), ("data.val_path", val_path)):
             if where is None or not names_something(where):
                 continue
@@ -147,9 +149,10 @@ class TextDataModule(L.LightningDataModule):
         tokenizer = load_tokenizer(self.tokenizer)
         self.pad_id = tokenizer.pad_id
         packed = self.batching is Batching.packed
+        self._own_val = None if self.val_path else own_validation(self.path)
         read = {key: read_corpus(where, key, tokenizer, text_column=self.text_column, separator=self.separator,
                                  packed=packed, max_bytes=self.max_bytes)
-                for key, where in (("data.path", self.path), ("data.val_path", self.val_path))
+                for key, where in (("data.path", self.path), ("data.val_path", self.val_path or self._own_val))
                 if where is not None or key == "data.path"}
         train, val = read["data.path"], read.get("data.val_path")
         self._train_docs: list[int] | None = None
@@ -185,7 +188,7 @@ class TextDataModule(L.LightningDataModule):
         """Training and validation sequences, disjoint (module docstring)."""
         n_train = corpus.n_docs
         if val is not None:
-            self.split_how, self._train_docs = VAL_PATH, list(range(n_train))
+            self.split_how, self._train_docs = val_how(self.val_path, self._own_val), list(range(n_train))
             return self._sequences(corpus, corpus.all()), self._sequences(val, val.all())
         if n_train >= 2:
             split = split_documents(n_train, self.val_fraction, self.seed)

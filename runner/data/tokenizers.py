@@ -75,7 +75,12 @@ def tokenizer_stamp(tokenizer: Tokenizer) -> Any:
     """What identifies a tokenizer for a cache of its ids: ``bytes`` and the offset, or its saved files' stamps."""
     if isinstance(tokenizer, ByteTokens):
         return [BYTES, tokenizer.offset]
-    root = Path(tokenizer.name).expanduser()
+    return saved_files_stamp(tokenizer.name)
+
+
+def saved_files_stamp(directory: str) -> list[tuple[str, int, int]]:
+    """The name, size and modification time of each file of the tokenizer saved in ``directory``."""
+    root = Path(directory).expanduser()
     return sorted((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in root.iterdir()
                   if f.is_file() and (f.name.startswith(("tokenizer", "special_tokens", "added_tokens", "vocab",
                                                            "merges", "spiece")) or f.name in TOKENIZER_FILES))

@@ -27,11 +27,16 @@ DATA_TRUNCATED_ROWS = define("data/truncated_rows", "rows longer than data.seq_l
 DATA_TRUNCATED_PCT = define("data/truncated_pct", "those rows as a share of the rows used",
                             label="  share cut [%]")
 DATA_DROPPED_ROWS = define("data/dropped_rows", "rows or files a cap or filter left out (data.max_bytes, "
-                           "data.max_examples, data.min_len)", label="left out")
+                           "data.max_examples, data.min_len, a null text)", label="left out")
 DATA_DROPPED_BY = define("data/dropped_by", "what left them out, each setting with its count",
                          label="  by")
+DATA_NULL_ROWS = define("data/null_rows", "rows whose text is null (missing), left out: no empty document, no "
+                        "row blamed on data.min_len (counted in left out too)", label="  null texts")
 DATA_LABEL_COUNTS = define("data/label_counts", "rows per label, by class id (training and validation)",
                            label="label counts")
 DATA_UNIGRAM_BPB = define("data/unigram_bpb",
                           "the data's byte entropy: what a model that learned only byte frequencies scores",
                           label="  unigram entropy [bits/byte]")
+DATA_CHANGED = define("data/changed", "what changed in the data since the checkpoint this run resumed from (a "
+                     "resume refuses it unless after.allow_changed_data=true, or --allow-changed-data)",
+                     label="changed since the checkpoint")

@@ -1,0 +1,148 @@
+"""A fingerprint of the data a run reads, so that a resume notices data that changed under its checkpoint.
+
+For ``data.path`` and ``data.val_path`` it records every file they name (a file, every file under a folder, a
+glob's matches): its path, size and modification time, what runner's cache and ``datasets``' key their entries
+on (a changed file makes a new entry there as well), and the digest of those stamps; for a ``save_to_disk``
+folder also ``datasets``' own fingerprint of each split (``state.json``); and the tokenizer: ``bytes``, or its
+saved files' stamps. Only the files' metadata is read: a ``stat`` per file. Built-in data (no ``data.path``: the
+stdlib source, synthetic samples) is recorded as such.
+
+A run writes it into its directory (``FILE``) as its fit starts. A resume compares the data it would read with it
+(:func:`changes`): ``runner.after.resume`` refuses a change, naming it, unless ``after.allow_changed_data``
+allows it; the resumed run's data section then says what changed (``data/changed``).
+"""
+
+from __future__ import annotations
+
+import datetime
+import glob
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from runner.data.corpus import SKIP_DIRS
+from runner.data.tables import fingerprint
+from runner.data.tokenizers import is_bytes, saved_files_stamp
+
+FILE = "data_fingerprint.json"
+LISTED = 2000
+"""Files listed one by one (more are recorded by their count, their bytes and the digest of their stamps)."""
+NAMED = 3
+"""Files a description names before it counts the rest."""
+
+
+def _files(given: str) -> list[Path]:
+    """Every file ``given`` names: itself, every file under a folder (hidden ones and caches left out), a glob's."""
+    root = Path(given).expanduser()
+    if any(c in given for c in "*?["):
+        tops = [Path(m) for m in sorted(glob.glob(str(root), recursive=True))]
+    else:
+        tops = [root] if root.exists() else []
+    out: list[Path] = []
+    for top in tops:
+        if top.is_file():
+            out.append(top)
+            continue
+        for dirpath, dirnames, filenames in os.walk(top):
+            dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d not in SKIP_DIRS)
+            out += [Path(dirpath) / n for n in sorted(filenames) if not n.startswith(".")]
+    return out
+
+
+def _entry(given: str | None) -> dict[str, Any] | None:
+    """What one setting names, as recorded (module docstring); None for built-in data."""
+    if given is None:
+        return None
+    stamps = []
+    for f in _files(given):
+        st = f.stat()
+        stamps.append((str(f.resolve()), st.st_size, st.st_mtime_ns))
+    entry: dict[str, Any] = {"given": given, "count": len(stamps), "bytes": sum(s[1] for s in stamps),
+                             "digest": fingerprint(stamps)}
+    if len(stamps) <= LISTED:
+        entry["files"] = stamps
+    saved = {Path(f).parent.name: json.loads(Path(f).read_text()).get("_fingerprint")
+             for f, _, _ in stamps if Path(f).name == "state.json"}
+    if saved:
+        entry["datasets"] = saved
+    return entry
+
+
+def data_fingerprint(path: str | None, val_path: str | None, tokenizer: str | None,
+                     text: bool = True) -> dict[str, Any]:
+    """The fingerprint of the data ``data.path``, ``data.val_path`` and (``text``) ``data.tokenizer`` name."""
+    tokens: Any = None if not text else "bytes" if is_bytes(tokenizer) else {
+        "given": tokenizer, "files": saved_files_stamp(str(tokenizer))
+        if Path(str(tokenizer)).expanduser().is_dir() else []}
+    recorded = {"data.path": _entry(path), "data.val_path": _entry(val_path), "data.tokenizer": tokens}
+    return json.loads(json.dumps(recorded))  # as it reads back from FILE (lists, not tuples): compared equal to it
+
+
+def of_node(node: Any) -> dict[str, Any]:
+    """The fingerprint of what a data config node (``cfg.data``: its ``path``, ``val_path``, ``tokenizer``) names."""
+    return data_fingerprint(getattr(node, "path", None), getattr(node, "val_path", None),
+                            getattr(node, "tokenizer", None), text=hasattr(node, "tokenizer"))
+
+
+def read_fingerprint(run_dir: Path) -> dict[str, Any] | None:
+    """What a run recorded (None: a run that recorded none, from before fingerprints or stopped before its fit)."""
+    path = Path(run_dir) / FILE
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def _when(ns: int) -> str:
+    return datetime.datetime.fromtimestamp(ns / 1e9).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _named(paths: list[str], root: str) -> str:
+    """A few of ``paths`` by their names under ``root`` (the given folder), then how many more."""
+    names = [os.path.relpath(p, root) if root and p.startswith(root) else Path(p).name for p in paths[:NAMED]]
+    return ", ".join(names) + (f" and {len(paths) - NAMED} more" if len(paths) > NAMED else "")
+
+
+def _file_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """How the files of one setting differ: added, removed, changed (size, time), datasets' fingerprints."""
+    if "files" not in old or "files" not in new:
+        return [f"{old['count']} files of {old['bytes']:,} bytes, now {new['count']} of {new['bytes']:,}"]
+    before = {p: (size, ns) for p, size, ns in old["files"]}
+    after = {p: (size, ns) for p, size, ns in new["files"]}
+    given = Path(str(new["given"])).expanduser().resolve()
+    root = str(given) if given.is_dir() else ""
+    out = []
+    changed = sorted((p for p in after if p in before and after[p] != before[p]),
+                     key=lambda p: before[p][0] == after[p][0])  # a new size first: the likeliest new content
+    for p in changed[:NAMED]:
+        (size0, _), (size1, ns1) = before[p], after[p]
+        size = f"{size0:,} -> {size1:,} bytes" if size0 != size1 else f"same size, {size1:,} bytes"
+        out.append(f"{_named([p], root)} changed ({size}, modified {_when(ns1)})")
+    if len(changed) > NAMED:
+        out.append(f"{len(changed) - NAMED} more files changed")
+    added, removed = [p for p in after if p not in before], [p for p in before if p not in after]
+    if added:
+        out.append(f"{len(added)} file(s) added ({_named(added, root)})")
+    if removed:
+        out.append(f"{len(removed)} file(s) gone ({_named(removed, root)})")
+    for split, hashed in (new.get("datasets") or {}).items():
+        if (old.get("datasets") or {}).get(split) not in (None, hashed):
+            out.append(f"datasets' fingerprint of {split} changed")
+    return out or ["its files' stamps changed"]
+
+
+def changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """What differs between two fingerprints, one clause per setting (``data.path=X: a.csv changed (...)``)."""
+    out = []
+    for key in ("data.path", "data.val_path"):
+        a, b = old.get(key), new.get(key)
+        if a is None and b is None or a is not None and b is not None and a["digest"] == b["digest"]:
+            continue
+        if a is None or b is None or a["given"] != b["given"]:
+            was, now = (e["given"] if e else "the built-in data" for e in (a, b))
+            out.append(f"{key}: {was}, now {now}")
+            continue
+        out.append(f"{key}={b['given']}: " + "; ".join(_file_changes(a, b)))
+    a, b = old.get("data.tokenizer"), new.get("data.tokenizer")
+    if a != b:
+        was, now = (t if isinstance(t, str) or t is None else f"{t['given']}" for t in (a, b))
+        out.append(f"data.tokenizer: {now}, its files changed" if was == now else f"data.tokenizer: {was}, now {now}")
+    return out

@@ -1,0 +1,70 @@
+"""What is wrong with a table, in the words of the paragraph that refuses it: an empty or damaged file, the line of
+a JSON lines file that is no JSON object (its file and line number, json's own reason), a text column that holds
+something else than text.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from runner.data.sources import DataError, Source
+
+_FORMAT = {"json": "JSON lines (or a JSON array)", "csv": "CSV", "parquet": "Parquet"}
+_KINDS = {"int": "a number", "float": "a number", "bool": "true or false", "list": "a list", "dict": "an object"}
+
+
+def unreadable(source: Source, e: BaseException) -> DataError:
+    """The paragraph for a table ``datasets`` could not read: an empty file, or a damaged one."""
+    what = _FORMAT.get(source.kind, source.kind)
+    error = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    if isinstance(e, StopIteration) or "empty" in error.lower() or all(f.stat().st_size == 0 for f in source.files):
+        return DataError(f"{source.key}={source.given} holds no rows ({what}). Point {source.key} at a file with "
+                         "data in it.")
+    if source.kind == "json" and (found := bad_json_line(source.files)) is not None:
+        path, line, why = found
+        where = f"{source.key}={source.given}" + ("" if len(source.files) == 1 else f": {path}")
+        return DataError(f"{where}, line {line}: {why}. Each line of a JSON lines file is one JSON object (a .json "
+                         "file may hold one array of them instead): fix or remove that line.")
+    return DataError(f"{source.key}={source.given} cannot be read as {what} ({type(e).__name__}: {error}). The file "
+                     f"is damaged or not {what}: export it again (e.g. DataFrame.to_parquet / to_csv / to_json with "
+                     "lines=True), or give it the suffix of its real format.")
+
+
+def bad_json_line(files: Any) -> tuple[Path, int, str] | None:
+    """The first line of ``files`` (JSON lines, or a JSON array) that is no JSON object: its file, its line number
+    and why (json's own reason); None when every line is one."""
+    for path in files:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            first = f.read(1 << 16).lstrip()
+        if first.startswith("["):  # one JSON array: json names the line of its first error
+            try:
+                json.loads(Path(path).read_text(encoding="utf-8", errors="replace"))
+            except ValueError as e:
+                return path, getattr(e, "lineno", 1), f"not valid JSON ({getattr(e, 'msg', e)})"
+            continue
+        with open(path, encoding="utf-8", errors="replace") as f:
+            for n, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except ValueError as e:
+                    return path, n, f"not valid JSON ({getattr(e, 'msg', e)} at column {getattr(e, 'colno', '?')})"
+                if not isinstance(row, dict):
+                    return path, n, f"a JSON {type(row).__name__}, not an object with columns"
+    return None
+
+
+def not_text(data: Any) -> str:
+    """What a column that is not text holds: its type, or (JSON lines mixing strings with other values, which
+    ``datasets`` stores as JSON) the first row that is no string."""
+    if "json" not in str(data.type):
+        return str(data.type)
+    for i, value in enumerate(data.combine_chunks().storage.to_pylist()):
+        decoded = None if value is None else json.loads(value)
+        if decoded is not None and not isinstance(decoded, str):
+            kind = _KINDS.get(type(decoded).__name__, type(decoded).__name__)
+            return f"values of several types (row {i + 1} is {value[:40]}, {kind})"
+    return "JSON values"
