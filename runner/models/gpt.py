@@ -4,6 +4,10 @@
 sequence length may vary between batches (up to ``block_size``), which is what the dynamic-shape
 policies exercise. Attention is causal SDPA; padding sits at the end of each sequence, so causal
 masking alone keeps real positions from attending to it, and the loss ignores padded targets.
+
+A packed batch (``runner.packing.PackedInputs``, ``data.packing=true``) brings position ids that restart
+with each example and the examples' boundaries: attention stays within each example
+(``runner.packing.document_attention``), so a packed row computes what its examples would alone.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from runner.config.target_objects import Embedding
+from runner.packing import PackedInputs, document_attention
 
 
 class CausalSelfAttention(nn.Module):
@@ -27,12 +32,15 @@ class CausalSelfAttention(nn.Module):
         self.proj = nn.Linear(n_embd, n_embd, bias=bias)
         self.dropout = dropout
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, document_ids: torch.Tensor | None = None) -> torch.Tensor:
         b, t, c = x.shape
         q, k, v = self.qkv(x).split(c, dim=2)
         q, k, v = (z.view(b, t, self.n_head, c // self.n_head).transpose(1, 2) for z in (q, k, v))
         p = self.dropout if self.training else 0.0
-        y = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
+        if document_ids is None:
+            y = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
+        else:
+            y = document_attention(q, k, v, document_ids, dropout_p=p)
         return self.proj(y.transpose(1, 2).reshape(b, t, c))
 
 
@@ -57,8 +65,8 @@ class Block(nn.Module):
         self.ln2 = nn.LayerNorm(n_embd, bias=bias)
         self.mlp = MLPBlock(n_embd, dropout, bias)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.attn(self.ln1(x))
+    def forward(self, x: torch.Tensor, document_ids: torch.Tensor | None = None) -> torch.Tensor:
+        x = x + self.attn(self.ln1(x), document_ids)
         return x + self.mlp(self.ln2(x))
 
 
@@ -92,16 +100,24 @@ class GPT(nn.Module):
         return Embedding(vocab_size, f"model.vocab_size={vocab_size}", "model.vocab_size")
 
     @staticmethod
+    def packing_refusal(**_: Any) -> str | None:
+        """Why this model cannot train on packed rows (None: it can: position ids and a document mask)."""
+        return None
+
+    @staticmethod
     def _init_weights(m: nn.Module) -> None:
         if isinstance(m, (nn.Linear, nn.Embedding)):
             nn.init.normal_(m.weight, mean=0.0, std=0.02)
         if isinstance(m, nn.Linear) and m.bias is not None:
             nn.init.zeros_(m.bias)
 
-    def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        t = idx.shape[1]
-        pos = torch.arange(t, device=idx.device)
+    def forward(self, idx: torch.Tensor | PackedInputs) -> torch.Tensor:
+        documents = None
+        if isinstance(idx, PackedInputs):
+            idx, pos, documents = idx.input_ids, idx.position_ids, idx.document_ids
+        else:
+            pos = torch.arange(idx.shape[1], device=idx.device)
         x = self.drop(self.tok_emb(idx) + self.pos_emb(pos))
         for block in self.blocks:
-            x = block(x)
+            x = block(x) if documents is None else block(x, documents)
         return self.head(self.ln_f(x))
