@@ -34,8 +34,8 @@ from typing import Any
 from gpu_common import Context, RunFile, Workload
 from gpu_docs import render, table
 from gpu_gpt import GPT_124M, GPT_SMALL
-from gpu_results import RESULTS, load, merge, need_order, plan, unit_cost, write_json
 from gpu_packing import PACKING
+from gpu_results import RESULTS, load, merge, need_order, plan, unit_cost, write_json
 from gpu_specs import COLD_START, HF_VARLEN, MEMORY
 
 WORKLOADS: dict[str, Workload] = {w.name: w for w in (GPT_124M, GPT_SMALL, HF_VARLEN, MEMORY, COLD_START, PACKING)}

@@ -204,8 +204,9 @@ def main(argv: list[str] | None = None) -> None:
     out = a.out or (None if a.quick else OUT)
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
-        meta = {"command": " ".join(["python", "benchmarks/packing.py", *(argv if argv is not None else sys.argv[1:])]),
-                "cpus": os.cpu_count(), "backend": a.backend, "quick": a.quick, "model": QUICK_MODEL if a.quick else MODEL,
+        given = argv if argv is not None else sys.argv[1:]
+        meta = {"command": " ".join(["python", "benchmarks/packing.py", *given]), "cpus": os.cpu_count(),
+                "backend": a.backend, "quick": a.quick, "model": QUICK_MODEL if a.quick else MODEL,
                 "sizes": QUICK if a.quick else SIZES, "contestants": CONTESTANTS}
         out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
     print(table(rows))

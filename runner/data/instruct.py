@@ -21,7 +21,7 @@ from typing import Any
 import lightning as L
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader
 
 from runner.config.data_schemas import TrainOn
 from runner.config.target_objects import TokenRange
@@ -120,7 +120,7 @@ class InstructDataModule(L.LightningDataModule):
                  packing: bool = False, max_examples: int | None = None, batch_size: int = 16,
                  val_fraction: float = 0.1, seed: int = 0, num_workers: int = 0, pad_to: PadTo | None = None) -> None:
         super().__init__()
-        self.settings = dict(prompt_column=prompt_column, response_column=response_column,
+        self.settings: dict[str, Any] = dict(prompt_column=prompt_column, response_column=response_column,
                              messages_column=messages_column, prompt_template=prompt_template,
                              chat_template=chat_template, max_examples=max_examples)
         self.path, self.val_path, self.tokenizer_spec = path, val_path, tokenizer
@@ -132,8 +132,8 @@ class InstructDataModule(L.LightningDataModule):
         self.summary: DataSummary | None = None
         self.instruct_figures: dict[str, Any] = {}
         self.prompt_format: dict[str, Any] | None = None
-        self._train: Dataset | None = None
-        self._val: Dataset | None = None
+        self._train: Examples | Packs | None = None
+        self._val: Examples | Packs | None = None
 
     @staticmethod
     def check_arguments(path: str | None = None, val_path: str | None = None, tokenizer: str | None = None,
@@ -198,7 +198,7 @@ class InstructDataModule(L.LightningDataModule):
         inner = tokenizer.tokenizer if isinstance(tokenizer, SavedTokenizer) else None
         return template_render(inner, self.settings["chat_template"])
 
-    def read(self, tokenizer: Tokenizer) -> tuple[Fitted, Fitted | None]:
+    def read(self, tokenizer: Tokenizer) -> tuple[Fitted, Fitted]:
         """Training and validation examples, fitted to ``seq_len`` (validation None: a split of training's rows,
         made by ``setup``); :class:`DataError` when the rows cannot train."""
         render = self.render(tokenizer)
@@ -244,16 +244,16 @@ class InstructDataModule(L.LightningDataModule):
                                                         packs[0] if packs else None, self.batch_size)
         self.summary.say(self.seq_len)
         log.info("data: %s", describe(self.instruct_figures))
-        if len(self._train) == 0 or len(self._val) == 0:  # type: ignore[arg-type]  # the checks say why first
-            which = "training" if len(self._train) == 0 else "validation"  # type: ignore[arg-type]
+        if len(self._train) == 0 or len(self._val) == 0:  # the checks before the run say why first
+            which = "training" if len(self._train) == 0 else "validation"
             raise ValueError(f"data: no {which} examples fit data.seq_len={self.seq_len}; raise data.seq_len or "
                              "give shorter examples.")
 
-    def _dataset(self, fitted: Fitted) -> Dataset:
+    def _dataset(self, fitted: Fitted) -> Examples | Packs:
         examples = Examples(fitted.tokens, fitted.spans, fitted.mask, self.answers_only)
         return Packs(examples, self.seq_len, self.pad_id) if self.packing else examples
 
-    def _loader(self, ds: Dataset | None, shuffle: bool) -> DataLoader:
+    def _loader(self, ds: Examples | Packs | None, shuffle: bool) -> DataLoader:
         assert ds is not None, "setup() first"
         collate = pack_collate if self.packing else PadCollate(self.pad_to, self.pad_id)
         g = torch.Generator().manual_seed(self.seed)

@@ -23,7 +23,7 @@ import numpy as np
 from runner.data.encoding import ArrowTokens, rows_stamp
 from runner.data.instruct_formats import Format, Kind, Render
 from runner.data.tables import cache_root, fingerprint, quiet_datasets
-from runner.data.tokenizers import SavedTokenizer, Tokenizer, is_bytes, tokenizer_stamp
+from runner.data.tokenizers import Tokenizer, is_bytes, tokenizer_stamp
 from runner.data.windows import Spans
 
 log = logging.getLogger(__name__)
@@ -101,7 +101,8 @@ def encode_instructions(rows: Any, fmt: Format, tokenizer: Tokenizer, render: Re
     import datasets
 
     stamp = rows_stamp(rows)
-    key = fingerprint(stamp, fmt.kind.value, fmt.columns, fmt.template, tokenizer_stamp(tokenizer), chat_template, BYTES_EOS, 1)
+    key = fingerprint(stamp, fmt.kind.value, fmt.columns, fmt.template, tokenizer_stamp(tokenizer), chat_template,
+                      BYTES_EOS, 1)
     name = None if stamp is None else str(cache_root() / f"instruct-{key}.arrow")
     cached = name is not None and Path(name).exists()
     features = datasets.Features({IDS: datasets.List(datasets.Value("int32")),

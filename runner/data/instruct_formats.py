@@ -183,9 +183,9 @@ def template_render(tokenizer: Any, chat_template: str | None) -> Render | None:
         from transformers.utils.chat_template_utils import render_jinja_template
 
         def alone(messages: list[dict[str, str]], generation: bool) -> str:
-            rendered, _ = render_jinja_template([messages], chat_template=chat_template,
-                                                add_generation_prompt=generation, bos_token="", eos_token="")
-            return str(rendered[0])
+            rendered: Any = render_jinja_template([messages], chat_template=chat_template,  # (texts, indices)
+                                                  add_generation_prompt=generation, bos_token="", eos_token="")
+            return str(rendered[0][0])
         return alone
     return None
 

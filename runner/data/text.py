@@ -171,9 +171,10 @@ class TextDataModule(L.LightningDataModule):
         if is_bytes(tokenizer.name):  # over the training documents, or the training part of the one document
             self.unigram_bits = unigram_bits(self._train_bytes(train))
         if self.packing:  # documents batching (checked): the chunks, packed into rows of seq_len
-            self._train, self._val = (Packs(Examples(ds.tokens, ds.spans), self.seq_len, self.pad_id)  # type: ignore[union-attr]
-                                      for ds in (self._train, self._val))
-            self._packing = packing_figures(self._train.describe(), self.batch_size)  # type: ignore[union-attr]
+            train_packs, val_packs = (Packs(Examples(ds.tokens, ds.spans), self.seq_len, self.pad_id)
+                                      for ds in (self._train, self._val) if isinstance(ds, Chunks))
+            self._train, self._val = train_packs, val_packs
+            self._packing = packing_figures(train_packs.describe(), self.batch_size)
         self.summary = summarize(list(read.values()), len(self._train), len(self._val),  # type: ignore[arg-type]
                                  self.split_how, self.unigram_bits)
         self.summary.say(self.seq_len)
@@ -255,12 +256,14 @@ class TokenizedTextDataModule(TextDataModule):
     @staticmethod
     def check_arguments(path: str | None = None, val_path: str | None = None, tokenizer: str | None = None,
                         text_column: str = "text", seq_len: int = 256, batch_size: int = 16,
+                        batching: Batching | str = Batching.packed, packing: bool = False,
                         **kwargs: Any) -> str | None:
         """An empty tokenizer (no model.path to default to) is refused; the rest is ``TextDataModule``'s check."""
         if is_bytes(tokenizer):
             return ("data.tokenizer is empty: give the directory a tokenizer was saved to (usually the model's "
                     "model.path), or use data=text (UTF-8 bytes) with a model built from its configuration.")
-        return TextDataModule.check_arguments(path, val_path, tokenizer, text_column, seq_len, batch_size, **kwargs)
+        return TextDataModule.check_arguments(path, val_path, tokenizer, text_column, seq_len, batch_size, batching,
+                                              packing, **kwargs)
 
 
 def _text_bytes(where: str, key: str, text_column: str, enough: int) -> int:

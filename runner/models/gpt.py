@@ -114,10 +114,10 @@ class GPT(nn.Module):
     def forward(self, idx: torch.Tensor | PackedInputs) -> torch.Tensor:
         documents = None
         if isinstance(idx, PackedInputs):
-            idx, pos, documents = idx.input_ids, idx.position_ids, idx.document_ids
+            ids, pos, documents = idx.input_ids, idx.position_ids, idx.document_ids
         else:
-            pos = torch.arange(idx.shape[1], device=idx.device)
-        x = self.drop(self.tok_emb(idx) + self.pos_emb(pos))
+            ids, pos = idx, torch.arange(idx.shape[1], device=idx.device)
+        x = self.drop(self.tok_emb(ids) + self.pos_emb(pos))
         for block in self.blocks:
             x = block(x) if documents is None else block(x, documents)
         return self.head(self.ln_f(x))
