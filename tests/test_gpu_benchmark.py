@@ -32,13 +32,14 @@ sys.path.remove(str(ROOT / "benchmarks"))
 # Per workload, its eager or compiled peer and one contestant of runner's (each workload's code paths: the
 # dry run races every contestant). One child process per workload, two for cold_start (cold, then warm).
 QUICK_CONTESTANTS = ["lightning", "lightning_compile_fused", "runner_step", "lightning_compile", "runner_bucket",
-                     "runner_fp8", "runner_checkpoint_budget", "runner"]
+                     "runner_fp8", "runner_checkpoint_budget", "runner", "runner_packed"]
 EXPECTED = {"gpt_small": ["lightning", "lightning_compile_fused", "runner_step"],
             "hf_varlen": ["lightning", "runner_bucket", "lightning_compile"],
             "memory": ["lightning_compile", "runner_checkpoint_budget", "runner_fp8"],
-            "cold_start": ["runner", "lightning_compile"]}
+            "cold_start": ["runner", "lightning_compile"],
+            "packing": ["lightning", "runner_packed", "lightning_compile", "runner_bucket"]}
 
-DRY_CONTESTANTS = ["runner_step", "runner_bucket", "runner_fp8", "runner"]  # the GPT peers run anyway
+DRY_CONTESTANTS = ["runner_step", "runner_bucket", "runner_fp8", "runner", "runner_packed"]  # the GPT peers run anyway
 
 
 @pytest.fixture(scope="module")
@@ -93,6 +94,16 @@ def test_quick_hf_varlen_pads_recompiles_and_counts_tokens(quick: tuple[str, dic
     assert rows["runner_bucket"]["distinct_lengths"] < rows["lightning"]["distinct_lengths"]
     assert rows["runner_bucket"]["padding_pct"] > rows["lightning"]["padding_pct"]
     assert rows["runner_bucket"]["real_tokens"] == rows["lightning"]["real_tokens"]
+
+
+@pytest.mark.slow
+def test_quick_packing_rows_count_the_tokens_in_the_loss(quick: tuple[str, dict[str, dict[str, Any]]]) -> None:
+    rows = {r["contestant"]: r for r in quick[1]["packing"]["rows"]}
+    assert all(r["real_tokens_per_s"] > 0 and r["steps"] == 5 for r in rows.values())
+    # Packed rows: one shape, so no recompile, and less padding than batches padded to their longest document.
+    assert rows["runner_packed"]["recompiles"] == 0
+    assert rows["runner_packed"]["padding_pct"] < rows["lightning"]["padding_pct"]
+    assert rows["lightning"]["loss_share_pct"] == pytest.approx(100 - rows["lightning"]["padding_pct"])
 
 
 @pytest.mark.slow
