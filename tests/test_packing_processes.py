@@ -42,7 +42,8 @@ def test_packed_rows_compile_beside_the_run_and_switch(tmp_path: Path) -> None:
     cfg = load(compose(["model=gpt_tiny", "data=instruct", f"data.path={shipped}", "data.seq_len=128",
                         "data.batch_size=4", "data.max_examples=200", "data.packing=true", "compile.backend=aot_eager",
                         "compile.background=shared", "trainer.max_steps=8", "trainer.val_check_interval=8",
-                        "trainer.limit_val_batches=1", "telemetry.speedup_steps=0", "trainer.enable_progress_bar=false"],
+                        "trainer.limit_val_batches=1", "telemetry.speedup_steps=0",
+                        "trainer.enable_progress_bar=false"],
                        run_dir=str(tmp_path)))
     figures = run(cfg, extra_callbacks=[WaitForTheProcess(at=2)]).figures
     assert figures["compile/background_outcome"] == "switched at step 3"
