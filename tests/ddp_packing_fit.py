@@ -1,6 +1,7 @@
 """A 2-process CPU DDP fit on packed instruction rows, run by tests/test_packing_processes.py as a real script
-(Lightning's launcher re-executes the script for rank 1). Rank 0 prints one JSON line: per rank, the packs it trained on (a
-fingerprint of each batch's rows), their shapes, the graphs its step compiled, its parameters' checksum."""
+(Lightning's launcher re-executes the script for rank 1). Rank 0 prints one JSON line: per rank, the packs it
+trained on (a fingerprint of each batch's rows), their shapes, the graphs its step compiled, its parameters'
+checksum."""
 
 from __future__ import annotations
 
