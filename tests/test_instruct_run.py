@@ -63,9 +63,9 @@ def test_the_shipped_recipe_trains_on_the_answers_only(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("overrides", [
-    ["compile=model"], ["compile=blocks"], ["compile=step", "dynamic=dynamic"], ["compile=step", "dynamic=bucket"],
-    ["compile=step", "dynamic=static"], ["compile=step", "offload=bf16"], ["compile=step", "offload=checkpoint"]],
-    ids=["model", "blocks", "dynamic", "bucket", "static", "bf16", "checkpoint"])
+    ["compile=model"], ["compile=blocks", "dynamic=unbacked"], ["compile=step_backward", "dynamic=dynamic"],
+    ["compile=step", "dynamic=bucket", "offload=bf16"], ["compile=step", "dynamic=static", "offload=checkpoint"]],
+    ids=["model", "blocks-unbacked", "step_backward-dynamic", "bucket-bf16", "static-checkpoint"])
 def test_packed_rows_through_the_stack_compile_once(overrides: list[str], tmp_path: Path) -> None:
     figures = train(tmp_path / "run", [*GPT, "trainer.max_steps=4", *overrides]).figures
     # compile=model and blocks compile modules that validation (no grad) calls too: a grad-mode recompile, packing

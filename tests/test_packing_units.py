@@ -137,3 +137,35 @@ def test_flex_attention_with_the_block_mask_equals_sdpa_with_the_dense_mask() ->
     dense = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=dense_document_mask(docs))
     flex = flex_attention(q, k, v, block_mask=block_document_mask(docs))
     torch.testing.assert_close(flex, dense, rtol=1e-5, atol=1e-5)
+
+
+def test_the_padding_figure_counts_each_rows_trailing_ignored_targets_only() -> None:
+    """``dynamic/padding_waste_pct`` counts padding, not an instruction prompt's ignored targets: padding is each
+    row's run of ignored targets at its end (an answer ends every example)."""
+    from runner.stack.dynamic.policy import trailing_padding
+
+    i = IGNORE_INDEX
+    targets = torch.tensor([[i, i, 5, 6, i, i], [i, 3, 4, 5, 6, 7], [1, i, 2, i, i, i]])
+    assert int(trailing_padding(targets)) == 2 + 0 + 3
+
+
+def test_generate_asks_in_the_runs_template() -> None:
+    from runner.data.instruct_formats import (
+        ALPACA_NO_INPUT_TEMPLATE,
+        PAIR_TEMPLATE,
+        Format,
+        Kind,
+        generation_prompt,
+        prompt_info,
+    )
+
+    pair = prompt_info(Format(Kind.pair, ("prompt", "response")), None, None)
+    assert generation_prompt(pair, "2+2?", None) == PAIR_TEMPLATE.replace("{prompt}", "2+2?")
+    alpaca = prompt_info(Format(Kind.alpaca, ("instruction", "input", "output")), None, None)
+    assert generation_prompt(alpaca, "Sort 3, 1.", None) == ALPACA_NO_INPUT_TEMPLATE.replace("{instruction}",
+                                                                                              "Sort 3, 1.")
+    own = prompt_info(Format(Kind.pair, ("q", "a"), "Q: {prompt}\nA: "), None, None)
+    assert generation_prompt(own, "why?", None) == "Q: why?\nA: "
+    chat = prompt_info(Format(Kind.chat, ("messages",)), "{% for m in messages %}<{{ m.role }}>{{ m.content }}"
+                       "{% endfor %}{% if add_generation_prompt %}<assistant>{% endif %}", None)
+    assert generation_prompt(chat, "hi", None) == "<user>hi<assistant>"
