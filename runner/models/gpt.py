@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from runner.config.target_objects import Embedding
-from runner.packing import PackedInputs, document_attention
+from runner.packing import PackedInputs, document_attention, layer_documents
 
 
 class CausalSelfAttention(nn.Module):
@@ -32,15 +32,15 @@ class CausalSelfAttention(nn.Module):
         self.proj = nn.Linear(n_embd, n_embd, bias=bias)
         self.dropout = dropout
 
-    def forward(self, x: torch.Tensor, document_ids: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, documents: torch.Tensor | None = None) -> torch.Tensor:
         b, t, c = x.shape
         q, k, v = self.qkv(x).split(c, dim=2)
         q, k, v = (z.view(b, t, self.n_head, c // self.n_head).transpose(1, 2) for z in (q, k, v))
         p = self.dropout if self.training else 0.0
-        if document_ids is None:
+        if documents is None:
             y = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
         else:
-            y = document_attention(q, k, v, document_ids, dropout_p=p)
+            y = document_attention(q, k, v, documents, dropout_p=p)
         return self.proj(y.transpose(1, 2).reshape(b, t, c))
 
 
@@ -65,8 +65,8 @@ class Block(nn.Module):
         self.ln2 = nn.LayerNorm(n_embd, bias=bias)
         self.mlp = MLPBlock(n_embd, dropout, bias)
 
-    def forward(self, x: torch.Tensor, document_ids: torch.Tensor | None = None) -> torch.Tensor:
-        x = x + self.attn(self.ln1(x), document_ids)
+    def forward(self, x: torch.Tensor, documents: torch.Tensor | None = None) -> torch.Tensor:
+        x = x + self.attn(self.ln1(x), documents)
         return x + self.mlp(self.ln2(x))
 
 
@@ -114,7 +114,8 @@ class GPT(nn.Module):
     def forward(self, idx: torch.Tensor | PackedInputs) -> torch.Tensor:
         documents = None
         if isinstance(idx, PackedInputs):
-            ids, pos, documents = idx.input_ids, idx.position_ids, idx.document_ids
+            dropout = self.drop.p if self.training else 0.0
+            ids, pos, documents = idx.input_ids, idx.position_ids, layer_documents(idx.document_ids, dropout)
         else:
             ids, pos = idx, torch.arange(idx.shape[1], device=idx.device)
         x = self.drop(self.tok_emb(ids) + self.pos_emb(pos))

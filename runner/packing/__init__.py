@@ -15,10 +15,11 @@ from runner.packing.attention import (
     block_document_mask,
     dense_document_mask,
     document_attention,
+    layer_documents,
     uses_flex,
 )
 from runner.packing.bins import best_fit_decreasing
 from runner.packing.inputs import PackedInputs
 
 __all__ = ["BLOCK", "PackedInputs", "additive_document_mask", "best_fit_decreasing", "block_document_mask",
-           "dense_document_mask", "document_attention", "uses_flex"]
+           "dense_document_mask", "document_attention", "layer_documents", "uses_flex"]
