@@ -91,8 +91,8 @@ def uses_flex(query: torch.Tensor, dropout_p: float = 0.0) -> bool:
 def layer_documents(document_ids: torch.Tensor, dropout_p: float = 0.0) -> torch.Tensor:
     """What a model hands each of its layers for :func:`document_attention`: ``document_ids`` where FlexAttention
     runs (each layer derives its block tables, a few small kernels), else the dense mask, built once for every
-    layer (``[batch, 1, seq, seq]`` booleans cost ``O(batch x seq^2)`` to build: 0.15 s at batch 8, seq 2048 on
-    two CPU cores). Plain tensors either way: a compiled block, a checkpoint wrapper or FSDP takes them as any
+    layer (``[batch, 1, seq, seq]`` booleans, ``O(batch x seq^2)`` to build: not once per layer). Plain tensors
+    either way: a compiled block, a checkpoint wrapper or FSDP takes them as any
     other input."""
     return document_ids if uses_flex(document_ids, dropout_p) else dense_document_mask(document_ids)
 
