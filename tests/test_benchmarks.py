@@ -197,3 +197,20 @@ def test_step_host_quick_times_every_contestant_against_lightning() -> None:
     assert {"model", "lightning", "runner_eager", "runner"} <= rows.keys()
     for name in ("runner", "runner_eager"):
         assert float(rows[name].split("|")[2]) > 0 and float(rows[name].split("|")[4]) > 0
+
+
+@pytest.mark.slow
+def test_packing_quick_races_every_contestant_on_instruction_data(tmp_path: Path) -> None:
+    """``benchmarks/packing.py --quick`` on the instruction distribution (the stdlib one runs in ``gpu.py
+    --quick``'s ``packing`` workload, the same race): every contestant's row, the ratios and the targets' lines."""
+    out = tmp_path / "packing.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "packing.py"), "--quick", "--backend", "eager",
+                           "--dists", "instruct", "--out", str(out)], capture_output=True, text=True, cwd=ROOT,
+                          timeout=900, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = {r["contestant"]: r for r in json.loads(out.read_text())["rows"]}
+    assert list(rows) == ["lightning", "lightning_compile", "runner_bucket", "runner_packed"]
+    assert all("error" not in r and r["steps"] == 5 and r["real_tokens_per_s"] > 0 for r in rows.values()), rows
+    assert rows["runner_packed"]["recompiles"] == 0 and rows["runner_bucket"]["recompiles"] == 0
+    assert "instruct: runner_packed / runner_bucket real tokens/s = " in proc.stdout
+    assert "| instruct | runner_packed |" in proc.stdout

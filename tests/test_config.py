@@ -40,6 +40,8 @@ def _extra_for(group: str, option: str) -> list[str]:
         return ["model=timm", "data=images"]
     if (group, option) == ("data", "tokenized_text"):
         return ["model=hf_causal_lm", f"model.path={saved_llama()}"]
+    if (group, option) == ("data", "instruct"):  # a table of examples is required: the shipped one
+        return [f"data.path={CONF_DIR.parent / 'examples' / 'data' / 'instruct.jsonl'}"]
     return []
 
 

@@ -62,6 +62,10 @@ def test_what_every_data_module_takes_is_declared_once() -> None:
     ("text", {"tokenizer": "bytes", "batching": "documents"},
      DataTraits(ValMetric.bits_per_byte, pads_per_batch=True, shapes_vary=True)),
     ("text", {"tokenizer": "/a/tokenizer"}, DataTraits(ValMetric.none, pads_per_batch=False, shapes_vary=False)),
+    ("text", {"tokenizer": "bytes", "batching": "documents", "packing": True},
+     DataTraits(ValMetric.bits_per_byte, pads_per_batch=False, shapes_vary=False)),  # packed rows: one shape
+    ("instruct", {"tokenizer": None}, DataTraits(ValMetric.bits_per_byte, pads_per_batch=True, shapes_vary=True)),
+    ("instruct", {"tokenizer": None, "packing": True}, DataTraits(ValMetric.bits_per_byte, False, False)),
     ("tokenized_text", {"tokenizer": "/a/tokenizer"}, DataTraits(ValMetric.none, False, False)),
     ("text_classification", {}, DataTraits(ValMetric.accuracy, pads_per_batch=True, shapes_vary=True)),
     ("images", {}, DataTraits(ValMetric.accuracy, pads_per_batch=False, shapes_vary=False)),

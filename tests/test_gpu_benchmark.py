@@ -34,20 +34,22 @@ sys.path.remove(str(ROOT / "benchmarks"))
 # races every contestant). One child process per workload, two for cold_start (cold, then warm).
 QUICK_CONTESTANTS = ["lightning", "lightning_compile_fused", "runner_step", "runner_graphed", "lightning_compile",
                      "runner_bucket", "runner_defaults", "runner_fp8", "runner_checkpoint_budget", "runner",
-                     "runner_in_run"]
+                     "runner_in_run", "runner_packed"]
 EXPECTED = {"gpt_small": ["lightning", "lightning_compile_fused", "runner_step", "runner_graphed"],
             # eager Lightning first, then never measured in the workload's order
             "hf_varlen": ["lightning", "lightning_compile", "runner_defaults", "runner_bucket"],
             "memory": ["lightning_compile", "runner_checkpoint_budget", "runner_fp8"],
-            "cold_start": ["runner", "lightning_compile", "runner_in_run"]}
+            "cold_start": ["runner", "lightning_compile", "runner_in_run"],
+            "packing": ["lightning", "runner_packed", "lightning_compile", "runner_bucket"]}
 
 # The GPT peers and eager Lightning (hf_varlen) run anyway; every contestant added for issue 69 is here.
 DRY_CONTESTANTS = ["runner_step", "runner_cudagraphs_disabled", "runner_graphed", "runner_defaults", "runner_best",
-                   "runner_bucket", "runner_fp8", "runner", "runner_in_run"]
+                   "runner_bucket", "runner_fp8", "runner", "runner_in_run", "runner_packed"]
 DRY_EXPECTED = {"gpt_small": ["lightning", "lightning_compile_fused", "runner_step", "runner_cudagraphs_disabled",
                               "runner_graphed", "runner_best"],
                 "hf_varlen": ["lightning", "runner_defaults", "runner_best", "runner_bucket"],
-                "memory": ["runner_fp8"], "cold_start": ["runner", "runner_in_run"]}
+                "memory": ["runner_fp8"], "cold_start": ["runner", "runner_in_run"],
+                "packing": ["lightning", "runner_packed", "runner_bucket"]}
 
 
 @pytest.fixture(scope="module")
@@ -113,6 +115,16 @@ def test_quick_hf_varlen_pads_recompiles_and_counts_tokens(quick: tuple[str, dic
     assert rows["runner_bucket"]["distinct_lengths"] < rows["lightning"]["distinct_lengths"]
     assert rows["runner_bucket"]["padding_pct"] > rows["lightning"]["padding_pct"]
     assert rows["runner_bucket"]["real_tokens"] == rows["lightning"]["real_tokens"]
+
+
+@pytest.mark.slow
+def test_quick_packing_rows_count_the_tokens_in_the_loss(quick: tuple[str, dict[str, dict[str, Any]]]) -> None:
+    rows = {r["contestant"]: r for r in quick[1]["packing"]["rows"]}
+    assert all(r["real_tokens_per_s"] > 0 and r["steps"] == 5 for r in rows.values())
+    # Packed rows: one shape, so no recompile, and less padding than batches padded to their longest document.
+    assert rows["runner_packed"]["recompiles"] == 0
+    assert rows["runner_packed"]["padding_pct"] < rows["lightning"]["padding_pct"]
+    assert rows["lightning"]["loss_share_pct"] == pytest.approx(100 - rows["lightning"]["padding_pct"])
 
 
 @pytest.mark.slow

@@ -16,6 +16,7 @@ from torch import nn
 from runner.after.export import EXPORT_DIR, export_model
 from runner.after.family import tokens_of, writes_text
 from runner.after.generate import Sampling, write_text
+from runner.after.prompting import asked
 from runner.config.schema import RunConfig
 from runner.figures.run import RUN_EXPORT, RUN_SAMPLE
 
@@ -38,7 +39,8 @@ def at_end_of_fit(cfg: RunConfig, model: nn.Module, run_dir: Path, checkpoint: P
     if cfg.after.sample_tokens and writes_text(model) and tokens is not None:
         sampling = Sampling(max_new_tokens=cfg.after.sample_tokens, seed=cfg.seed)
         try:
-            figures[RUN_SAMPLE] = cfg.after.sample_prompt + write_text(model, tokens, cfg.after.sample_prompt, sampling)
+            prompt, sampling = asked(run_dir, cfg.after.sample_prompt, tokens, sampling)
+            figures[RUN_SAMPLE] = prompt + write_text(model, tokens, prompt, sampling)
         except Exception as e:  # noqa: BLE001 - a sample is a courtesy: the run trained
             log.warning("no sample for report.md (%s: %s); python -m runner generate RUN_DIR writes one",
                         type(e).__name__, e)

@@ -141,6 +141,7 @@ def generate(args: Any) -> int:
     from runner.after.export import METADATA
     from runner.after.family import tokens_of
     from runner.after.generate import Sampling, generation_error, open_export, write_text
+    from runner.after.prompting import asked
     from runner.after.source import open_trained, run_dir_error
 
     sampling = Sampling(args.max_new_tokens, args.temperature, args.top_k, args.seed)
@@ -157,5 +158,6 @@ def generate(args: Any) -> int:
         model, found = trained.model, tokens_of(trained.cfg)
         assert found is not None, "a causal LM reads text"
         tokens = found
-    print(args.prompt + write_text(model, tokens, args.prompt, sampling))
+    prompt, sampling = asked(args.run_dir, args.prompt, tokens, sampling)  # an instruction run's template
+    print(prompt + write_text(model, tokens, prompt, sampling))
     return 0

@@ -27,12 +27,14 @@ from runner.config import ConfigError
 
 @dataclass(frozen=True)
 class Sampling:
-    """How new tokens are drawn: ``temperature`` 0 is greedy; ``top_k`` 0 keeps every token."""
+    """How new tokens are drawn: ``temperature`` 0 is greedy; ``top_k`` 0 keeps every token; ``eos_id``: the
+    token that ends an answer (an instruction run's), where writing stops."""
 
     max_new_tokens: int = 200
     temperature: float = 0.8
     top_k: int = 40
     seed: int = 0
+    eos_id: int | None = None
 
     def error(self) -> str | None:
         """What is wrong with these settings, in one paragraph (None: nothing)."""
@@ -91,7 +93,8 @@ def _hf_generate(hf: nn.Module, ids: torch.Tensor, sampling: Sampling) -> list[i
     out = hf.generate(  # type: ignore[operator]
         input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=sampling.max_new_tokens,
         do_sample=sampling.temperature > 0, temperature=sampling.temperature or None, top_k=sampling.top_k,
-        use_cache=True, pad_token_id=pad if pad is not None else 0)
+        use_cache=True, pad_token_id=pad if pad is not None else 0,
+        **({"eos_token_id": sampling.eos_id} if sampling.eos_id is not None else {}))
     return [int(i) for i in out[0, ids.shape[1]:]]
 
 
@@ -106,6 +109,8 @@ def _gpt_generate(model: nn.Module, ids: torch.Tensor, sampling: Sampling) -> li
         logits = model.decode(new, cache)[:, -1, :].float()
         new = next_token(logits, sampling)
         ids = torch.cat([ids, new], dim=1)
+        if sampling.eos_id is not None and int(ids[0, -1]) == sampling.eos_id:
+            break
     return [int(i) for i in ids[0, start:]]
 
 
@@ -126,7 +131,10 @@ def write_text(model: nn.Module, tokens: Tokens, prompt: str, sampling: Sampling
     ids = tokens.encode(prompt or "\n")
     if not ids:
         ids = tokens.encode("\n")
-    return tokens.decode(generate_ids(model, ids, sampling))
+    new = generate_ids(model, ids, sampling)
+    if sampling.eos_id is not None and new and new[-1] == sampling.eos_id:
+        new = new[:-1]  # the answer ended
+    return tokens.decode(new)
 
 
 def open_export(directory: Path) -> tuple[nn.Module, Tokens]:

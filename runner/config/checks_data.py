@@ -5,6 +5,9 @@
   class) against the rows of the model's input embedding (``input_vocabulary`` on the model's class): an id past
   the embedding fails deep inside the first forward, with an ``IndexError`` and a partial run directory.
 
+- packed rows (``data.packing=true``) against a model that can take them: its class declares
+  ``packing_refusal`` (None: it can), and a model that declares nothing is refused with the ones that can.
+
 Each check returns one paragraph (the two sizes, the fix) or None; it is quiet where either side declares
 nothing (a user's own classes), or where a group's own check already names a problem.
 """
@@ -65,4 +68,31 @@ def check_labels(cfg: RunConfig) -> str | None:
     return None
 
 
-CHECKS: list[Check] = [check_vocabulary, check_labels]
+def check_packing(cfg: RunConfig) -> str | None:
+    """``data.packing=true`` only with a model whose attention takes a document mask (its class says so), and
+    FlexAttention only on CUDA (torch 2.13 has no FlexAttention backward on the CPU)."""
+    if target_objects.fields(cfg.data).get("packing") is not True:
+        return None
+    model = target_objects.fields(cfg.model)
+    target = model.get("_target_")
+    cls = target_objects.locate(target)[0] if isinstance(target, str) else None
+    if cls is None:
+        return None  # the import check names it
+    if not callable(getattr(cls, "packing_refusal", None)):
+        return (f"data.packing=true with model._target_={target}, which does not say it takes packed rows: a packed "
+                "row holds several examples, and a model that does not read their position ids and document mask "
+                "would attend across them. The models that do: runner's GPT (model=gpt) and transformers' Llama "
+                "family (model=hf_causal_lm model.config=llama|qwen2|qwen3); a model of your own declares it with a "
+                "static packing_refusal() returning None and reads runner.packing.PackedInputs. Or drop "
+                "data.packing.")
+    refusal = _declared(cfg.model, "packing_refusal")
+    if isinstance(refusal, str):
+        return refusal
+    if model.get("attn_implementation") == "flex_attention" and cfg.trainer.accelerator == "cpu":
+        return ("data.packing=true with model.attn_implementation=flex_attention on the CPU: torch's FlexAttention "
+                "has no backward on the CPU (torch 2.13). Use model.attn_implementation=sdpa (the same document "
+                "mask, dense), or train on a GPU (trainer=gpu).")
+    return None
+
+
+CHECKS: list[Check] = [check_vocabulary, check_labels, check_packing]

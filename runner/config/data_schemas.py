@@ -1,7 +1,7 @@
 """Typed schemas of the data options runner ships (``data=text``, ``tokenized_text``, ``text_classification``,
-``images``, ``synthetic``), all on one base: what every data module takes (``batch_size``, ``val_fraction``,
-``seed``, ``num_workers``) is declared once, in :class:`DataSchema`, and an option redeclares only a default
-that differs. Registered with the other open ``_target_`` nodes by :mod:`runner.config.targets`; each schema's
+``instruct``, ``images``, ``synthetic``), all on one base: what every data module takes (``batch_size``,
+``val_fraction``, ``seed``, ``num_workers``) is declared once, in :class:`DataSchema`, and an option redeclares only
+a default that differs. Registered with the other open ``_target_`` nodes by :mod:`runner.config.targets`; each schema's
 defaults are its data module's (``tests/test_data_schemas.py``).
 """
 
@@ -17,6 +17,13 @@ class Batching(Enum):
 
     packed = "packed"  # fixed-length windows over the concatenated corpus
     documents = "documents"  # one sequence per document (chunked at max_len), padded per batch
+
+
+class TrainOn(Enum):
+    """Which tokens of instruction data the loss covers."""
+
+    answer = "answer"  # the answers and their EOS (every assistant turn of a chat)
+    all = "all"  # every token, prompts and templates too
 
 
 MODEL_TOKENIZER = "${oc.select:model.path,null}"
@@ -70,6 +77,9 @@ class TextDataSchema(DataSchema):
     length_grouping: int = 0
     """Documents: sort each window of this many shuffled batches by length (0: random batches). Less
     padding per batch, which is what the dynamic-shape policies turn into shorter steps."""
+    packing: bool = False
+    """Documents: pack them into rows of exactly seq_len tokens (best fit), position ids restarting and attention
+    never crossing documents: no padding to speak of, and one batch shape (docs/data.md#packing)."""
 
 
 @dataclass
@@ -80,6 +90,42 @@ class TokenizedTextDataSchema(TextDataSchema):
     _target_: str = "runner.data.text.TokenizedTextDataModule"
     tokenizer: Optional[str] = "${model.path}"
     """The directory a tokenizer was saved to (default: the model's)."""
+
+
+@dataclass
+class InstructDataSchema(DataSchema):
+    """Instruction or chat data for a causal LM, the loss on the answers (``runner.data.instruct.InstructDataModule``,
+    docs/data.md#instruction-and-chat-data)."""
+
+    _target_: str = "runner.data.instruct.InstructDataModule"
+    path: Optional[str] = None
+    """A table of examples: .jsonl/.json, .csv, .parquet or a save_to_disk folder (e.g.
+    examples/data/instruct.jsonl)."""
+    val_path: Optional[str] = None
+    """Examples that validate, in data.path's forms; None: a seeded split of data.path's rows."""
+    tokenizer: Optional[str] = MODEL_TOKENIZER
+    """bytes (UTF-8 bytes; byte 4 ends each answer) or a directory holding a saved tokenizer. Default: the model's
+    own (model.path), else bytes."""
+    prompt_column: str = "prompt"
+    response_column: str = "response"
+    messages_column: Optional[str] = None
+    """A column of conversations (lists of {role, content}), rendered with the chat template; every assistant turn
+    is an answer."""
+    prompt_template: Optional[str] = None
+    """The prompt around the prompt column's text ({prompt}; Alpaca: {instruction}, {input}). None: the documented
+    default (docs/data.md)."""
+    chat_template: Optional[str] = None
+    """A Jinja chat template for data.messages_column (None: the tokenizer's own)."""
+    train_on: TrainOn = TrainOn.answer
+    """The loss on the answers and their EOS (answer), or on every token (all)."""
+    seq_len: int = 256
+    """Longest example, in tokens: a longer one loses the end of its answer, one whose prompt fills it is left out
+    (both counted)."""
+    packing: bool = False
+    """Pack examples into rows of exactly seq_len tokens (best fit), position ids restarting and attention never
+    crossing examples."""
+    max_examples: Optional[int] = None
+    """Read at most this many rows (None: all)."""
 
 
 @dataclass

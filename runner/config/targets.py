@@ -12,6 +12,7 @@ from typing import Any
 
 from runner.config.data_schemas import (
     ImageDataSchema,
+    InstructDataSchema,
     SyntheticDataSchema,
     TextClassificationDataSchema,
     TextDataSchema,
@@ -124,7 +125,7 @@ _TARGET_SCHEMAS: dict[str, dict[str, type]] = {
               "hf_causal_lm": HFCausalLMSchema, "hf_classifier": HFClassifierSchema, "timm": TimmSchema},
     "data": {"text": TextDataSchema, "synthetic": SyntheticDataSchema,
              "text_classification": TextClassificationDataSchema, "tokenized_text": TokenizedTextDataSchema,
-             "images": ImageDataSchema},
+             "images": ImageDataSchema, "instruct": InstructDataSchema},
     "optimizer": {"adamw": AdamWSchema, "sgd": SGDSchema},
     "scheduler": {"warmup_cosine": WarmupCosineSchema},
     "logger": {"csv": CSVLoggerSchema, "wandb": WandbLoggerSchema, "tensorboard": TensorBoardLoggerSchema},

@@ -48,19 +48,21 @@ class PadTo:
 @dataclass(frozen=True)
 class PadCollate:
     """Pads a list of ``seq_len + 1``-token chunks to ``pad_to(longest)``: inputs with ``pad_id``, targets with
-    IGNORE_INDEX (so whatever id pads the inputs never counts)."""
+    IGNORE_INDEX (so whatever id pads the inputs never counts). A chunk is its ids, or ``[2, n]``: its ids and
+    its labels (IGNORE_INDEX outside the loss: an instruction example's prompt)."""
 
     pad_to: PadTo
     pad_id: int = 0
 
     def __call__(self, chunks: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        t = self.pad_to(max(len(c) for c in chunks) - 1)
+        t = self.pad_to(max(c.shape[-1] for c in chunks) - 1)
         x = torch.full((len(chunks), t), self.pad_id, dtype=torch.long)
         y = torch.full((len(chunks), t), IGNORE_INDEX, dtype=torch.long)
         for row, c in enumerate(chunks):
-            n = len(c) - 1
-            x[row, :n] = c[:-1]
-            y[row, :n] = c[1:]
+            ids, labels = (c, c) if c.dim() == 1 else (c[0], c[1])
+            n = len(ids) - 1
+            x[row, :n] = ids[:-1]
+            y[row, :n] = labels[1:]
         return x, y
 
 

@@ -3,7 +3,9 @@ in packed windows or one variable-length sequence per document, from the Python 
 the text column of a table (:mod:`runner.data.documents`: every format ``data.path`` takes).
 
 Targets of padded positions are ``IGNORE_INDEX``, so padding never counts in the loss. How far a batch of
-documents is padded is the dynamic-shape policy's choice (``pad_to``), set by the builder. Validation never
+documents is padded is the dynamic-shape policy's choice (``pad_to``), set by the builder; with ``packing`` the
+documents are packed into rows of exactly ``seq_len`` instead, attention never crossing them
+(:mod:`runner.data.packed`). Validation never
 overlaps training (:mod:`runner.data.splits`): ``val_path``'s files, else a seeded split by document, else the
 last windows of a single document.
 """
@@ -23,6 +25,8 @@ from runner.config.data_schemas import Batching
 from runner.config.target_objects import TokenRange
 from runner.data.corpus import describe_missing_text
 from runner.data.documents import Corpus, read_corpus
+from runner.data.instruct_summary import packing_figures
+from runner.data.packed import Examples, Packs, pack_collate
 from runner.data.padding import IGNORE_INDEX, LengthGroupedBatchSampler, PadCollate, PadTo
 from runner.data.sources import DataError, names_something, own_validation, resolve
 from runner.data.splits import split_documents, tail_cut, tail_how, val_how
@@ -69,6 +73,7 @@ class TextDataModule(L.LightningDataModule):
         seed: int = 0,
         num_workers: int = 0,
         length_grouping: int = 0,
+        packing: bool = False,
         pad_to: PadTo | None = None,
     ) -> None:
         super().__init__()
@@ -77,6 +82,8 @@ class TextDataModule(L.LightningDataModule):
         self.batching = Batching(batching) if isinstance(batching, str) else batching
         self.batch_size, self.max_bytes, self.val_fraction = batch_size, max_bytes, val_fraction
         self.seed, self.num_workers, self.length_grouping = seed, num_workers, length_grouping
+        self.packing = packing
+        self._packing: dict[str, Any] = {}
         self.pad_to = pad_to or PadTo()
         self.pad_id = 0
         self.unigram_bits: float | None = None
@@ -89,13 +96,18 @@ class TextDataModule(L.LightningDataModule):
     @staticmethod
     def check_arguments(path: str | None = None, val_path: str | None = None, tokenizer: str | None = None,
                         text_column: str = "text", seq_len: int = 256, batch_size: int = 16,
+                        batching: Batching | str = Batching.packed, packing: bool = False,
                         **_: Any) -> str | None:
         """What is wrong with these arguments, in one paragraph, before a run directory exists (None:
         nothing): a tokenizer that is not one, a path that cannot be read (a missing column, an empty or damaged
-        file) or holds less than one batch of text, a ``val_path`` that is ``path`` itself. A missing path is
-        the config check's to name."""
+        file) or holds less than one batch of text, a ``val_path`` that is ``path`` itself, packing without
+        documents. A missing path is the config check's to name."""
         if (message := check_tokenizer(tokenizer)) is not None:
             return message
+        if packing and Batching(batching) is Batching.packed:
+            return ("data.packing=true packs documents into rows, but data.batching=packed reads fixed windows "
+                    "that run across documents (attention crossing them). Set data.batching=documents "
+                    "(data=text_documents data.packing=true), or drop data.packing.")
         if val_path is not None and path is not None and Path(val_path).expanduser().resolve() == \
                 Path(path).expanduser().resolve():
             return (f"data.val_path={val_path} is data.path itself: validation would be the training data. Give "
@@ -123,15 +135,17 @@ class TextDataModule(L.LightningDataModule):
         return token_range(tokenizer, offset=0)
 
     @staticmethod
-    def traits(tokenizer: str | None = None, batching: Batching | str = Batching.packed, **_: Any) -> DataTraits:
-        """Bits per byte on bytes (none on a tokenizer's ids); documents are padded per batch and vary in shape."""
-        documents = Batching(batching) is Batching.documents
+    def traits(tokenizer: str | None = None, batching: Batching | str = Batching.packed, packing: bool = False,
+               **_: Any) -> DataTraits:
+        """Bits per byte on bytes (none on a tokenizer's ids); documents are padded per batch and vary in shape,
+        unless packed into rows of one length."""
+        varies = Batching(batching) is Batching.documents and not packing
         metric = ValMetric.bits_per_byte if is_bytes(tokenizer) else ValMetric.none
-        return DataTraits(metric, pads_per_batch=documents, shapes_vary=documents)
+        return DataTraits(metric, pads_per_batch=varies, shapes_vary=varies)
 
     def figures(self) -> dict[str, Any]:
         """What was read (``data/*``), after ``setup``."""
-        return self.summary.figures() if self.summary is not None else {}
+        return {**self.summary.figures(), **self._packing} if self.summary is not None else {}
 
     def check(self) -> None:
         """Fail fast (before any model is built) if the data cannot be read."""
@@ -159,6 +173,11 @@ class TextDataModule(L.LightningDataModule):
         self._train, self._val = self._split(train, val)
         if is_bytes(tokenizer.name):  # over the training documents, or the training part of the one document
             self.unigram_bits = unigram_bits(self._train_bytes(train))
+        if self.packing:  # documents batching (checked): the chunks, packed into rows of seq_len
+            train_packs, val_packs = (Packs(Examples(ds.tokens, ds.spans), self.seq_len, self.pad_id)
+                                      for ds in (self._train, self._val) if isinstance(ds, Chunks))
+            self._train, self._val = train_packs, val_packs
+            self._packing = packing_figures(train_packs.describe(), self.batch_size)
         self.summary = summarize(list(read.values()), len(self._train), len(self._val),  # type: ignore[arg-type]
                                  self.split_how, self.unigram_bits)
         self.summary.say(self.seq_len)
@@ -215,7 +234,8 @@ class TextDataModule(L.LightningDataModule):
 
     def _loader(self, ds: Dataset | None, shuffle: bool) -> DataLoader:
         assert ds is not None, "setup() first"
-        collate = PadCollate(self.pad_to, self.pad_id) if self.batching is Batching.documents else None
+        collate: Any = PadCollate(self.pad_to, self.pad_id) if self.batching is Batching.documents else None
+        collate = pack_collate if self.packing else collate
         g = torch.Generator().manual_seed(self.seed)
         common: dict[str, Any] = dict(collate_fn=collate, generator=g, num_workers=self.num_workers,
                                       persistent_workers=self.num_workers > 0)
@@ -239,12 +259,14 @@ class TokenizedTextDataModule(TextDataModule):
     @staticmethod
     def check_arguments(path: str | None = None, val_path: str | None = None, tokenizer: str | None = None,
                         text_column: str = "text", seq_len: int = 256, batch_size: int = 16,
+                        batching: Batching | str = Batching.packed, packing: bool = False,
                         **kwargs: Any) -> str | None:
         """An empty tokenizer (no model.path to default to) is refused; the rest is ``TextDataModule``'s check."""
         if is_bytes(tokenizer):
             return ("data.tokenizer is empty: give the directory a tokenizer was saved to (usually the model's "
                     "model.path), or use data=text (UTF-8 bytes) with a model built from its configuration.")
-        return TextDataModule.check_arguments(path, val_path, tokenizer, text_column, seq_len, batch_size, **kwargs)
+        return TextDataModule.check_arguments(path, val_path, tokenizer, text_column, seq_len, batch_size, batching,
+                                              packing, **kwargs)
 
 
 def _text_bytes(where: str, key: str, text_column: str, enough: int) -> int:

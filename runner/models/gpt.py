@@ -8,6 +8,10 @@ masking alone keeps real positions from attending to it, and the loss ignores pa
 Generation has a path of its own: ``decode(idx, cache)`` runs only the new positions, reading the keys and values
 of the earlier ones from a :class:`KVCache` and adding theirs (``runner.after.generate`` calls it). ``forward``, what
 training runs and compiles, never sees a cache; ``tests/test_after.py`` checks that the two paths agree.
+
+A packed batch (``runner.packing.PackedInputs``, ``data.packing=true``) brings position ids that restart
+with each example and the examples' boundaries: attention stays within each example
+(``runner.packing.document_attention``), so a packed row computes what its examples would alone.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from runner.config.target_objects import Embedding
+from runner.packing import PackedInputs, document_attention, layer_documents
 
 KV = tuple[torch.Tensor, torch.Tensor]
 """One layer's keys and values, each ``[batch, n_head, positions, head_dim]``."""
@@ -48,12 +53,15 @@ class CausalSelfAttention(nn.Module):
         self.proj = nn.Linear(n_embd, n_embd, bias=bias)
         self.dropout = dropout
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, documents: torch.Tensor | None = None) -> torch.Tensor:
         b, t, c = x.shape
         q, k, v = self.qkv(x).split(c, dim=2)
         q, k, v = (z.view(b, t, self.n_head, c // self.n_head).transpose(1, 2) for z in (q, k, v))
         p = self.dropout if self.training else 0.0
-        y = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
+        if documents is None:
+            y = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
+        else:
+            y = document_attention(q, k, v, documents, dropout_p=p)
         return self.proj(y.transpose(1, 2).reshape(b, t, c))
 
     def decode(self, x: torch.Tensor, past: KV | None) -> tuple[torch.Tensor, KV]:
@@ -95,8 +103,8 @@ class Block(nn.Module):
         self.ln2 = nn.LayerNorm(n_embd, bias=bias)
         self.mlp = MLPBlock(n_embd, dropout, bias)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.attn(self.ln1(x))
+    def forward(self, x: torch.Tensor, documents: torch.Tensor | None = None) -> torch.Tensor:
+        x = x + self.attn(self.ln1(x), documents)
         return x + self.mlp(self.ln2(x))
 
     def decode(self, x: torch.Tensor, past: KV | None) -> tuple[torch.Tensor, KV]:
@@ -136,18 +144,27 @@ class GPT(nn.Module):
         return Embedding(vocab_size, f"model.vocab_size={vocab_size}", "model.vocab_size")
 
     @staticmethod
+    def packing_refusal(**_: Any) -> str | None:
+        """Why this model cannot train on packed rows (None: it can: position ids and a document mask)."""
+        return None
+
+    @staticmethod
     def _init_weights(m: nn.Module) -> None:
         if isinstance(m, (nn.Linear, nn.Embedding)):
             nn.init.normal_(m.weight, mean=0.0, std=0.02)
         if isinstance(m, nn.Linear) and m.bias is not None:
             nn.init.zeros_(m.bias)
 
-    def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        t = idx.shape[1]
-        pos = torch.arange(t, device=idx.device)
-        x = self.drop(self.tok_emb(idx) + self.pos_emb(pos))
+    def forward(self, idx: torch.Tensor | PackedInputs) -> torch.Tensor:
+        documents = None
+        if isinstance(idx, PackedInputs):
+            dropout = self.drop.p if self.training else 0.0
+            ids, pos, documents = idx.input_ids, idx.position_ids, layer_documents(idx.document_ids, dropout)
+        else:
+            ids, pos = idx, torch.arange(idx.shape[1], device=idx.device)
+        x = self.drop(self.tok_emb(ids) + self.pos_emb(pos))
         for block in self.blocks:
-            x = block(x)
+            x = block(x) if documents is None else block(x, documents)
         return self.head(self.ln_f(x))
 
     def decode(self, idx: torch.Tensor, cache: KVCache) -> torch.Tensor:

@@ -27,7 +27,8 @@ import torch
 from torch import nn
 
 from runner.config.target_objects import Embedding
-from runner.models import hf_checks
+from runner.models import hf_checks, hf_packing
+from runner.packing import PackedInputs
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +102,9 @@ class CausalLM(nn.Module):
 
     No attention mask is passed: runner's text batches pad at the end, so causal attention alone keeps
     every real position from seeing padding (as ``runner.models.gpt`` does), and the loss ignores padded
-    targets. The KV cache is off: training never reuses it, and building it costs graph breaks."""
+    targets. A packed batch (``PackedInputs``) passes its position ids and a document mask
+    (:mod:`runner.models.hf_packing`). The KV cache is off: training never reuses it, and building it costs graph
+    breaks."""
 
     def __init__(self, config: str | None = "llama", path: str | None = None,
                  overrides: Mapping[str, Any] | None = None, attn_implementation: str = "sdpa") -> None:
@@ -109,6 +112,7 @@ class CausalLM(nn.Module):
         from transformers import AutoModelForCausalLM
 
         self.source = path or config or "?"
+        self.attn_implementation = attn_implementation
         if path:
             _note_unused(path, config, overrides)
             self.model = _load(AutoModelForCausalLM, path, attn_implementation=attn_implementation)
@@ -129,7 +133,19 @@ class CausalLM(nn.Module):
         """How many token ids the model embeds (the vocabulary check compares the data's ids with it)."""
         return input_vocabulary(config, path, _given(overrides))
 
-    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+    @staticmethod
+    def packing_refusal(config: str | None = None, path: str | None = None,
+                        overrides: Mapping[str, Any] | None = None, attn_implementation: str = "sdpa",
+                        **_: Any) -> str | None:
+        """Why this model cannot train on packed rows (None: it can)."""
+        return hf_packing.packing_refusal(config, path, _given(overrides), attn_implementation)
+
+    def forward(self, input_ids: torch.Tensor | PackedInputs) -> torch.Tensor:
+        if isinstance(input_ids, PackedInputs):
+            mask = hf_packing.document_mask(self.attn_implementation, input_ids.document_ids,
+                                            next(self.model.parameters()).dtype)
+            return self.model(input_ids=input_ids.input_ids, position_ids=input_ids.position_ids,
+                              attention_mask=mask, use_cache=False).logits
         return self.model(input_ids=input_ids, use_cache=False).logits
 
 
@@ -166,6 +182,14 @@ class SequenceClassifier(nn.Module):
                          overrides: Mapping[str, Any] | None = None, **_: Any) -> Embedding | None:
         """How many token ids the model embeds (the vocabulary check compares the data's ids with it)."""
         return input_vocabulary(config, path, _given(overrides))
+
+    @staticmethod
+    def packing_refusal(**_: Any) -> str | None:
+        """A classifier never trains on packed rows."""
+        return ("data.packing=true with a sequence classifier (model=hf_classifier): packing lays several examples "
+                "of a causal language model end to end in one row, but a classifier predicts one label per row. "
+                "Drop data.packing; a classifier's batches are padded per the shape policy (dynamic=bucket pads "
+                "least).")
 
     def forward(self, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
         return self.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits

@@ -1,10 +1,13 @@
-"""What the run read, said where its results are: the data section of the summary, and ``labels.json``.
+"""What the run read, said where its results are: the data section of the summary, ``labels.json``, the data's
+fingerprint and an instruction run's ``prompt.json``.
 
 ``DataReport`` is a Lightning callback. Once the data module has set up (``on_fit_start``), rank 0 writes
 ``<run_dir>/labels.json``, ``{"label2id": {label: id}, "id2label": {id: label}}``, when the data has labels
 (``TextClassificationDataModule.labels``): what a trained classifier's ids mean, for whoever exports or serves it;
 and ``<run_dir>/data_fingerprint.json``, the files and tokenizer the run reads, which a resume compares with the
-data it would read (a resumed fit that was allowed to train on changed data says what changed: ``data/changed``).
+data it would read (a resumed fit that was allowed to train on changed data says what changed: ``data/changed``); and
+``<run_dir>/prompt.json`` when the data is instruction data (``InstructDataModule.prompt_format``): the prompt
+template or chat template and the EOS, so that ``runner generate`` asks the model the way it was trained.
 Its ``figures()`` are the data module's (``data/*``: files, rows, tokens, the split, what was cut or left out),
 which ``runner.run`` collects into ``report.json``, ``report.md`` and the printed summary.
 """
@@ -25,6 +28,7 @@ from runner.figures.data import DATA_CHANGED
 log = logging.getLogger(__name__)
 
 LABELS_FILE = "labels.json"
+PROMPT_FILE = "prompt.json"
 
 
 class DataReport(L.Callback):
@@ -46,6 +50,9 @@ class DataReport(L.Callback):
             write_labels(self.run_dir, as_json())
         if trainer.is_global_zero and self.fingerprint is not None:
             self._record(self.fingerprint)
+        prompt = getattr(self.datamodule, "prompt_format", None)
+        if trainer.is_global_zero and isinstance(prompt, dict):
+            write_json(self.run_dir / PROMPT_FILE, prompt)
 
     def _record(self, now: dict[str, Any]) -> None:
         """Say what changed since the checkpoint's data (a resume allowed to train on it), then record ``now``."""
@@ -68,9 +75,19 @@ class DataReport(L.Callback):
 
 def write_labels(run_dir: Path, labels: dict[str, Any]) -> Path:
     """``labels.json`` in ``run_dir``, written whole or not at all."""
-    path = Path(run_dir) / LABELS_FILE
-    atomic_write_bytes((json.dumps(labels, indent=2, ensure_ascii=False) + "\n").encode(), path)
+    return write_json(Path(run_dir) / LABELS_FILE, labels)
+
+
+def write_json(path: Path, value: dict[str, Any]) -> Path:
+    """``value`` as JSON at ``path``, written whole or not at all."""
+    atomic_write_bytes((json.dumps(value, indent=2, ensure_ascii=False) + "\n").encode(), path)
     return path
+
+
+def read_prompt(run_dir: Path) -> dict[str, Any] | None:
+    """What instruction data wrote as ``prompt.json`` into ``run_dir`` (None: the run's data was not that)."""
+    path = Path(run_dir) / PROMPT_FILE
+    return json.loads(path.read_text()) if path.is_file() else None
 
 
 def read_labels(run_dir: Path) -> dict[str, Any]:

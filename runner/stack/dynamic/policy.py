@@ -89,6 +89,16 @@ def targets_of(batch: Any) -> torch.Tensor | None:
     return None
 
 
+def trailing_padding(targets: torch.Tensor) -> torch.Tensor:
+    """Padded positions of ``[batch, seq]`` targets: each row's ``IGNORE_INDEX`` run at its end. Padding is always
+    there; an instruction example's prompt (also ``IGNORE_INDEX``, never at the end: an answer ends each example)
+    is not padding."""
+    flat = targets.reshape(-1, targets.shape[-1])
+    positions = torch.arange(1, flat.shape[-1] + 1, device=flat.device)
+    last = ((flat != IGNORE_INDEX) * positions).amax(dim=-1)
+    return (flat.shape[-1] - last).sum()
+
+
 def format_recompile_error(exc: BaseException, step: int, cfg: DynamicConfig, shapes: list[tuple[int, ...]]) -> str:
     """torch's message (it names the failed guard) with what runner knows: when, which shapes, the fix."""
     return (f"recompile after warm-up (dynamic.after_warmup=fail_on_recompile, warm-up {cfg.warmup_steps} steps): "
@@ -170,7 +180,7 @@ class ShapePolicyComponent(StackComponent):
         y = targets_of(batch)
         if y is not None:
             # Summed on the device, read once in figures(): no host sync per step.
-            self._padding = self._padding + (y == IGNORE_INDEX).sum()
+            self._padding = self._padding + trailing_padding(y)
             self._tokens += y.numel()
         mark, c = self.cfg.policy.row.mark, self.cfg
         if self._sync is None and mark is Mark.none:

@@ -1,0 +1,58 @@
+"""The data section of instruction data: the rows read, the examples they became, their prompt and answer tokens,
+what ``data.seq_len`` cut or left out (and which part), and what packing made of them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from runner.data.instruct_encode import Fitted
+from runner.data.instruct_formats import Format, Kind
+from runner.data.summary import DataSummary
+from runner.figures import data as keys
+
+
+def cut_part(fmt: Format) -> str:
+    """What cutting one of ``fmt``'s examples at ``data.seq_len`` loses."""
+    if fmt.kind is Kind.chat:
+        return "the end of the conversation: the rest of the turn it reaches, later turns, their EOS"
+    return "the end of the answer, and its EOS"
+
+
+def summarize(parts: list[Any], fitted: tuple[Fitted, Fitted], train: int, val: int, split: str, fmt: Format,
+              packs: dict[str, Any] | None, batch_size: int) -> tuple[DataSummary, dict[str, Any]]:
+    """The common data section (``DataSummary``) and instruction data's own figures. ``parts``: the settings' rows
+    as prepared (training's first); ``fitted``: training's and validation's examples."""
+    dropped = {("data.val_path: " if i else "") + k: n for i, p in enumerate(parts) for k, n in p.dropped.items()}
+    left_out = sum(f.left_out for f in fitted)
+    if left_out:
+        dropped["data.seq_len (the prompt fills it: no answer left)"] = left_out
+    used = sum(len(f.spans) for f in fitted)
+    summary = DataSummary("; ".join(p.source for p in parts), sum(p.files for p in parts),
+                          sum(p.rows for p in parts), sum(int(f.spans.lengths.sum()) for f in fitted), train, val,
+                          split, truncated=sum(f.cut for f in fitted), used=used, dropped=dropped)
+    own: dict[str, Any] = {keys.DATA_FORMAT: fmt.describe(), keys.DATA_EXAMPLES: used,
+                           keys.DATA_PROMPT_TOKENS: sum(f.prompt_tokens for f in fitted),
+                           keys.DATA_ANSWER_TOKENS: sum(f.answer_tokens for f in fitted),
+                           keys.DATA_LOSS_TOKENS: sum(f.loss_tokens for f in fitted)}
+    if summary.truncated:
+        own[keys.DATA_CUT_PART] = cut_part(fmt)
+    if packs is not None:
+        own.update(packing_figures(packs, batch_size))
+    return summary, own
+
+
+def packing_figures(packs: dict[str, Any], batch_size: int) -> dict[str, Any]:
+    """``Packs.describe()`` of the training rows as figures, with the one batch shape they make."""
+    return {keys.DATA_PACKS: packs["packs"], keys.DATA_EXAMPLES_PER_PACK: packs["per_pack"],
+            keys.DATA_PACKING_PADDING_PCT: packs["padding_pct"],
+            keys.DATA_BATCH_SHAPE: f"[{batch_size}, {packs['seq_len']}] every batch (packed rows)"}
+
+
+def describe(own: dict[str, Any]) -> str:
+    """Instruction data's figures in one log line."""
+    line = (f"{own[keys.DATA_FORMAT]}; {own[keys.DATA_EXAMPLES]} examples, {own[keys.DATA_PROMPT_TOKENS]} prompt "
+            f"and {own[keys.DATA_ANSWER_TOKENS]} answer tokens, {own[keys.DATA_LOSS_TOKENS]} in the loss")
+    if keys.DATA_PACKS in own:
+        line += (f"; packed into {own[keys.DATA_PACKS]} rows ({own[keys.DATA_EXAMPLES_PER_PACK]} examples a row, "
+                 f"{own[keys.DATA_PACKING_PADDING_PCT]}% padding)")
+    return line

@@ -1,0 +1,101 @@
+"""Examples for a causal LM, one per item (padded per batch) or packed into rows of exactly ``data.seq_len``.
+
+An example is ``n`` token ids and which of them are in the loss: it trains ``n - 1`` positions, inputs ``ids[:-1]``,
+targets ``ids[1:]`` (``IGNORE_INDEX`` where not in the loss). :class:`Examples` gives one as a ``[2, n]`` tensor
+(ids, labels) for :class:`~runner.data.padding.PadCollate`. :class:`Packs` lays examples end to end in rows of
+``seq_len`` positions chosen by best-fit decreasing (:func:`runner.packing.best_fit_decreasing`), each example's
+inputs and targets its own (no target crosses into the next example), position ids restarting at 0, and
+``document_ids`` numbering the examples of the row; the rest of a row is padding (pad id, no target, an example of
+its own). :func:`pack_collate` stacks packs into ``(PackedInputs, targets)``: every batch ``[batch, seq_len]``.
+
+Packing is computed once, the same on every rank (a pure function of the lengths); the sampler then shuffles and,
+under DDP, shards the packs, so each rank trains on packs of its own, all of one shape.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from runner.data.padding import IGNORE_INDEX
+from runner.data.windows import Spans, Tokens
+from runner.packing import PackedInputs, best_fit_decreasing
+
+
+class Examples(Dataset[torch.Tensor]):
+    """The examples at ``spans`` of ``tokens``; ``mask`` (the same layout, 1 on answers) limits the loss to the
+    answers when ``answers_only``; without one every target is in the loss (text documents)."""
+
+    def __init__(self, tokens: Tokens, spans: Spans, mask: Tokens | None = None, answers_only: bool = True) -> None:
+        self.tokens, self.spans, self.mask, self.answers_only = tokens, spans, mask, answers_only
+
+    def __len__(self) -> int:
+        return len(self.spans)
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """Each example's ids."""
+        return self.spans.lengths
+
+    def labelled(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+        """Example ``i``'s ids and labels (``IGNORE_INDEX`` outside the loss), int64."""
+        a, b = int(self.spans.starts[i]), int(self.spans.ends[i])
+        ids = np.asarray(self.tokens[a:b], dtype=np.int64)
+        if self.mask is None or not self.answers_only:
+            return ids, ids
+        return ids, np.where(np.asarray(self.mask[a:b]) > 0, ids, IGNORE_INDEX)
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        ids, labels = self.labelled(i)
+        return torch.from_numpy(np.stack([ids, labels]))
+
+
+class Packs(Dataset[torch.Tensor]):
+    """Rows of exactly ``seq_len`` positions holding whole examples (module docstring); an item is ``[4, seq_len]``:
+    inputs, targets, position ids, document ids."""
+
+    def __init__(self, examples: Examples, seq_len: int, pad_id: int) -> None:
+        self.examples, self.seq_len, self.pad_id = examples, seq_len, pad_id
+        positions = (examples.lengths - 1).tolist()
+        self.rows = best_fit_decreasing(positions, seq_len)
+        self.positions = int(sum(positions))
+        """Positions the examples fill; the rest of ``len(self) * seq_len`` is padding."""
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    @property
+    def padding_pct(self) -> float:
+        """The share of the rows' positions that is padding."""
+        total = len(self.rows) * self.seq_len
+        return 100.0 * (total - self.positions) / total if total else 0.0
+
+    def __getitem__(self, r: int) -> torch.Tensor:
+        out = np.empty((4, self.seq_len), dtype=np.int64)
+        at = 0
+        for doc, i in enumerate(self.rows[r]):
+            ids, labels = self.examples.labelled(i)
+            n = len(ids) - 1
+            out[0, at:at + n], out[1, at:at + n] = ids[:-1], labels[1:]
+            out[2, at:at + n], out[3, at:at + n] = np.arange(n), doc
+            at += n
+        pad = self.seq_len - at
+        out[0, at:], out[1, at:], out[2, at:], out[3, at:] = self.pad_id, IGNORE_INDEX, np.arange(pad), \
+            len(self.rows[r])
+        return torch.from_numpy(out)
+
+    def describe(self) -> dict[str, Any]:
+        """What packing made: rows, examples per row, the padding share."""
+        return {"packs": len(self.rows), "examples": len(self.examples), "seq_len": self.seq_len,
+                "per_pack": round(len(self.examples) / max(len(self.rows), 1), 2),
+                "padding_pct": round(self.padding_pct, 2)}
+
+
+def pack_collate(items: list[torch.Tensor]) -> tuple[PackedInputs, torch.Tensor]:
+    """Packs (``[4, seq_len]`` each) as ``(PackedInputs, targets)``, every tensor ``[batch, seq_len]``."""
+    stacked = torch.stack(items)
+    return (PackedInputs(stacked[:, 0].contiguous(), stacked[:, 2].contiguous(), stacked[:, 3].contiguous()),
+            stacked[:, 1].contiguous())

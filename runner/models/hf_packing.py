@@ -1,0 +1,74 @@
+"""Packed rows for transformers causal LMs: which families take them, and the mask each attention kernel takes.
+
+A packed batch (``runner.packing.PackedInputs``) reaches a transformers model as ``position_ids`` (restarting with
+each example: rotary embeddings see every example from position 0) and a 4-D ``attention_mask`` that transformers
+passes to its attention kernel as it is (``masking_utils`` returns a 4-D mask unchanged, so nothing is inferred
+from the position ids: that inference is data-dependent, a graph break or a host sync under compile, transformers
+issues 35588 and 35590). The mask is built in the forward, inside the compiled graph, from ``document_ids``:
+
+- ``attn_implementation=sdpa``: a boolean ``[batch, 1, seq, seq]`` mask (True: attend);
+- ``eager``: the same as an additive mask (0, or the dtype's lowest value);
+- ``flex_attention``: FlexAttention's ``BlockMask`` (CUDA only: torch 2.13 has no FlexAttention backward on the
+  CPU).
+
+Families are listed only once their packed loss has been checked against the same examples unpacked
+(``tests/test_packing_exact.py``): their attention is a plain causal one that a 4-D mask fully describes (no
+sliding window, no per-layer mask types).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from runner.packing import additive_document_mask, block_document_mask, dense_document_mask
+
+PACKING_FAMILIES = ("llama", "qwen2", "qwen3")
+"""transformers model types whose packed loss equals their unpacked loss (the Llama family's layout)."""
+PACKING_ATTENTION = ("sdpa", "eager", "flex_attention")
+
+
+def family_of(config: str | None, path: str | None) -> str | None:
+    """The model type a ``CausalLM`` is built as: a saved model's ``config.json``, else ``config``'s type."""
+    if path:
+        try:
+            return json.loads((Path(path).expanduser() / "config.json").read_text()).get("model_type")
+        except (OSError, ValueError):
+            return None
+    if config:
+        from runner.models.hf_checks import model_type
+
+        return model_type(config)
+    return None
+
+
+def packing_refusal(config: str | None, path: str | None, overrides: Mapping[str, Any],
+                    attn_implementation: str) -> str | None:
+    """Why this transformers model cannot train on packed rows, in one paragraph (None: it can)."""
+    kind = family_of(config, path)
+    what = f"model.path={path}" if path else f"model.config={config}"
+    if kind not in PACKING_FAMILIES:
+        return (f"data.packing=true with {what} ({kind or 'an unknown model type'}): runner packs examples only for "
+                "models whose attention takes its document mask and position ids, checked against the unpacked "
+                f"loss: runner's GPT (model=gpt) and transformers' {', '.join(PACKING_FAMILIES)} (model=hf_causal_lm "
+                "model.config=llama). Use one of those, or drop data.packing (padded batches).")
+    if overrides.get("use_sliding_window") or overrides.get("sliding_window"):
+        return (f"data.packing=true with {what} and a sliding window (model.overrides): the document mask runner "
+                "passes is the whole causal mask, without the window. Drop the sliding window, or data.packing.")
+    if attn_implementation not in PACKING_ATTENTION:
+        return (f"data.packing=true with model.attn_implementation={attn_implementation}: that kernel takes no "
+                f"document mask. Use one that does: {', '.join(PACKING_ATTENTION)} (model.attn_implementation=sdpa).")
+    return None
+
+
+def document_mask(attn_implementation: str, document_ids: torch.Tensor, dtype: torch.dtype) -> Any:
+    """The attention mask of a packed batch for ``attn_implementation`` (module docstring)."""
+    if attn_implementation == "flex_attention":
+        return block_document_mask(document_ids)
+    if attn_implementation == "sdpa":
+        return dense_document_mask(document_ids)
+    return additive_document_mask(document_ids, dtype)

@@ -1,0 +1,112 @@
+"""Causal attention that never crosses examples, from the ``document_ids`` of a packed batch.
+
+Every mask here is computed from ``document_ids`` inside the model's forward, so inside the compiled graph: its
+shapes depend only on the row length (fixed when packing), it reads no value back to the host, and a CUDA graph
+replays it with whatever boundaries the next pack has (``document_ids`` is an input of the graph, copied into its
+static buffer every step). Nothing about a pack's boundaries is baked into a graph, so one graph serves every pack.
+
+Two kernels:
+
+- **FlexAttention** with a ``BlockMask`` (:func:`block_document_mask`): block-sparse, it skips the blocks of keys
+  no query of a block can see. Its block tables are derived from the first and last example of each block of 128
+  positions: ``O(batch x (seq_len / 128)^2)`` integer work, fixed shapes, no ``create_block_mask`` (which
+  evaluates the mask at every position: 0.15-0.30 s a call, pytorch issue 151043) and nothing rebuilt on the host.
+  Used on CUDA, inside a compiled graph, without dropout (:func:`uses_flex`).
+- **SDPA with a dense boolean mask** (:func:`dense_document_mask`, ``[batch, 1, seq_len, seq_len]``) everywhere
+  else: on the CPU, because torch 2.13's FlexAttention has no backward there ("FlexAttention does not support
+  backward on CPU"); outside a compiled graph, because uncompiled FlexAttention materialises the whole score
+  matrix anyway; and with attention dropout, which FlexAttention does not take.
+
+Both compute the same attention: the loss of a packed batch is the loss of its examples unpacked
+(``tests/test_packing_exact.py``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+BLOCK = 128
+"""FlexAttention's block size (its default): the granularity at which whole blocks of keys are skipped."""
+
+
+def dense_document_mask(document_ids: torch.Tensor) -> torch.Tensor:
+    """``[batch, 1, seq, seq]``, True where a query (row) may attend to a key (column): the key is not after it
+    and belongs to the same example."""
+    t = document_ids.shape[1]
+    causal = torch.ones(t, t, dtype=torch.bool, device=document_ids.device).tril()
+    same = document_ids[:, :, None] == document_ids[:, None, :]
+    return (same & causal)[:, None]
+
+
+def additive_document_mask(document_ids: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """:func:`dense_document_mask` as the additive mask attention implementations that add theirs take: 0 where
+    attended, the dtype's lowest value elsewhere."""
+    allowed = dense_document_mask(document_ids)
+    return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill(~allowed,
+                                                                                      torch.finfo(dtype).min)
+
+
+def block_document_mask(document_ids: torch.Tensor, block: int = BLOCK) -> Any:
+    """The FlexAttention ``BlockMask`` of causal attention within each example (module docstring).
+
+    ``document_ids`` is non-decreasing along each row, so a block of queries ``qb`` and a block of keys ``kb``
+    (``kb <= qb``) share an example exactly when the last example of ``kb`` is the first of ``qb`` (or ``kb`` is
+    ``qb``); the block is full (no position masked) when ``kb`` lies before ``qb`` and both hold one example only.
+    """
+    from torch.nn.attention.flex_attention import BlockMask
+
+    b, t = document_ids.shape
+    n = -(-t // block)
+    index = torch.arange(n, device=document_ids.device)
+    first = document_ids[:, index * block]
+    last = document_ids[:, torch.clamp(index * block + block, max=t) - 1]
+    on_or_below = index[:, None] >= index[None, :]  # [query block, key block]
+    below = index[:, None] > index[None, :]
+    touches = on_or_below & (last[:, None, :] >= first[:, :, None])
+    full = below & (first[:, None, :] == last[:, :, None])
+
+    def tables(blocks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        counts = blocks.sum(-1, dtype=torch.int32)[:, None]
+        order = torch.argsort(blocks.to(torch.int8), dim=-1, descending=True, stable=True).to(torch.int32)
+        return counts, order[:, None]
+
+    def same_example(batch: Any, head: Any, q: Any, k: Any) -> Any:
+        return (document_ids[batch, q] == document_ids[batch, k]) & (q >= k)
+
+    partial_num, partial_idx = tables(touches & ~full)
+    full_num, full_idx = tables(full)
+    return BlockMask.from_kv_blocks(partial_num, partial_idx, full_num, full_idx, BLOCK_SIZE=block,
+                                    mask_mod=same_example, seq_lengths=(t, t))
+
+
+def uses_flex(query: torch.Tensor, dropout_p: float = 0.0) -> bool:
+    """Whether :func:`document_attention` runs FlexAttention for ``query`` (module docstring): on CUDA, inside a
+    compiled graph, without dropout. ``is_compiling`` is a constant to Dynamo: the graph holds one kernel."""
+    return query.is_cuda and dropout_p == 0.0 and torch.compiler.is_compiling()
+
+
+def layer_documents(document_ids: torch.Tensor, dropout_p: float = 0.0) -> torch.Tensor:
+    """What a model hands each of its layers for :func:`document_attention`: ``document_ids`` where FlexAttention
+    runs (each layer derives its block tables, a few small kernels), else the dense mask, built once for every
+    layer (``[batch, 1, seq, seq]`` booleans, ``O(batch x seq^2)`` to build: not once per layer). Plain tensors
+    either way: a compiled block, a checkpoint wrapper or FSDP takes them as any
+    other input."""
+    return document_ids if uses_flex(document_ids, dropout_p) else dense_document_mask(document_ids)
+
+
+def document_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, documents: torch.Tensor,
+                       dropout_p: float = 0.0) -> torch.Tensor:
+    """Causal attention of ``q``, ``k``, ``v`` (``[batch, heads, seq, head_dim]``) within each example:
+    ``documents`` is the examples' ``document_ids`` (``[batch, seq]``), or the dense mask already built from them
+    (:func:`layer_documents`)."""
+    if documents.dtype == torch.bool:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=documents, dropout_p=dropout_p)
+    if uses_flex(q, dropout_p):
+        from torch.nn.attention.flex_attention import flex_attention
+
+        out = flex_attention(q, k, v, block_mask=block_document_mask(documents))
+        return out  # type: ignore[return-value]
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=dense_document_mask(documents), dropout_p=dropout_p)

@@ -1,0 +1,87 @@
+"""Instruction tuning end to end, in this process: the shipped recipe on the shipped file with the loss on the
+answers only (counted from the file itself), packed rows through every compile scope, shape policy and
+saved-activation strategy with one graph and no recompile, then ``runner eval`` and ``runner generate`` (in the
+run's prompt template) on the result."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from runner.data.instruct_formats import PAIR_TEMPLATE
+from runner.figures import data as keys
+from runner.figures.dynamic import DYNAMIC_GRAPHS, DYNAMIC_PADDING_WASTE_PCT, DYNAMIC_RECOMPILES
+from tests.after_runs import FAST, train
+
+ROOT = Path(__file__).resolve().parents[1]
+SHIPPED = ROOT / "examples" / "data" / "instruct.jsonl"
+RECIPE = ["+recipe=instruct_tiny", f"data.path={SHIPPED}", "compile.backend=aot_eager", "data.max_examples=300",
+          "model.overrides.hidden_size=32", "model.overrides.intermediate_size=64",
+          "model.overrides.num_hidden_layers=1", "model.overrides.num_attention_heads=2", *FAST]
+"""The documented command, shortened: 300 examples, a one-layer model, a few steps, aot_eager."""
+GPT = ["model=gpt_tiny", "data=instruct", f"data.path={SHIPPED}", "data.seq_len=128", "data.batch_size=4",
+       "data.max_examples=200", "data.packing=true", "compile.backend=aot_eager", *FAST]
+
+
+def test_the_shipped_recipe_trains_on_the_answers_only(tmp_path: Path) -> None:
+    trained = train(tmp_path / "run", RECIPE)
+    figures = trained.figures
+    rows = [json.loads(line) for line in SHIPPED.read_text().splitlines()[:300]]
+    # Byte-level: each answer's bytes and its EOS are in the loss; every prompt (in its template) is not.
+    assert figures[keys.DATA_LOSS_TOKENS] == sum(len(r["response"].encode()) + 1 for r in rows)
+    assert figures[keys.DATA_PROMPT_TOKENS] == sum(len(PAIR_TEMPLATE.replace("{prompt}", r["prompt"]).encode())
+                                                   for r in rows)
+    assert figures[keys.DATA_EXAMPLES] == 300 and keys.DATA_TRUNCATED_ROWS in figures
+    # Examples of 60-175 bytes in rows of 512: 4-5 a row; 300 of them leave the last rows part-empty.
+    assert figures[keys.DATA_TRUNCATED_ROWS] == 0 and figures[keys.DATA_PACKING_PADDING_PCT] < 10
+    assert figures[DYNAMIC_RECOMPILES] == 0 and figures[DYNAMIC_GRAPHS] == 1
+    assert figures[keys.DATA_BATCH_SHAPE] == "[4, 512] every batch (packed rows)"
+    report = (trained.run_dir / "report.md").read_text()
+    assert "packed rows" in report and "tokens in the loss" in report
+    # The sample at the end asks the recipe's question in the prompt template.
+    assert "### Instruction:\nWhat is 12 + 30?\n\n### Response:\n" in figures["run/sample"]
+
+    from runner.after.cli import main
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["generate", str(trained.run_dir), "--prompt", "Reverse the word \"river\".",
+                     "--max-new-tokens", "12", "--temperature", "0"]) == 0
+    assert out.getvalue().startswith(PAIR_TEMPLATE.replace("{prompt}", "Reverse the word \"river\"."))
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert main(["eval", str(trained.run_dir)]) == 0
+    evaluated = json.loads((trained.run_dir / "eval.json").read_text())
+    from runner.data.splits import split_documents
+
+    val = split_documents(300, 0.1, 0).val  # the run's seeded split by row (data.val_fraction, data.seed)
+    assert evaluated["eval/tokens"] == sum(len(rows[i]["response"].encode()) + 1 for i in val)  # the answers only
+    assert evaluated["eval/loss"] > 0
+
+
+@pytest.mark.parametrize("overrides", [
+    ["compile=model"], ["compile=blocks", "dynamic=unbacked"], ["compile=step_backward", "dynamic=dynamic"],
+    ["compile=step", "dynamic=bucket", "offload=bf16"], ["compile=step", "dynamic=static", "offload=checkpoint"]],
+    ids=["model", "blocks-unbacked", "step_backward-dynamic", "bucket-bf16", "static-checkpoint"])
+def test_packed_rows_through_the_stack_compile_once(overrides: list[str], tmp_path: Path) -> None:
+    figures = train(tmp_path / "run", [*GPT, "trainer.max_steps=4", *overrides]).figures
+    # compile=model and blocks compile modules that validation (no grad) calls too: a grad-mode recompile, packing
+    # or not. No recompile for a shape.
+    reasons = [r for r in figures["dynamic/recompile_reasons"] if "grad_mode" not in r]
+    modules = overrides[0] in ("compile=model", "compile=blocks")
+    assert reasons == [] and figures[DYNAMIC_RECOMPILES] <= (1 if modules else 0), reasons
+    assert figures["run/steps"] == 4 and figures["train/loss"] > 0
+    assert figures[keys.DATA_BATCH_SHAPE] == "[4, 128] every batch (packed rows)"
+    assert figures[DYNAMIC_PADDING_WASTE_PCT] is None or figures[DYNAMIC_PADDING_WASTE_PCT] < 10
+
+
+def test_text_documents_pack_too(tmp_path: Path) -> None:
+    figures = train(tmp_path / "run", ["+recipe=smoke", "data=text_documents", "data.seq_len=64",
+                                       "data.max_bytes=40000", "data.packing=true", "compile.backend=aot_eager",
+                                       *FAST]).figures
+    assert figures[DYNAMIC_RECOMPILES] == 0 and figures[DYNAMIC_GRAPHS] == 1
+    assert figures[keys.DATA_PACKING_PADDING_PCT] < 5 and figures[keys.DATA_PACKS] == figures[
+        keys.DATA_TRAIN_SEQUENCES]
