@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpu_common import Column, Context, Row, cell, fmt
-from gpu_specs import _cache_env, _figures, per_contestant
+from gpu_specs import cache_env, one_job_row, per_contestant
 
 SIZE: dict[str, Any] = {"seq": 2048, "batch": 8, "max_bytes": None, "examples": None, "warmup": 10, "timed": 50,
                         "llama": {"hidden_size": 768, "intermediate_size": 2048, "num_hidden_layers": 12,
@@ -47,7 +47,7 @@ def packing(name: str, size: dict[str, Any], device: str, backend: str) -> dict[
 def _jobs(ctx: Context, name: str) -> list[dict[str, Any]]:
     return [{"call": "gpu_packing:packing", "args": {"device": ctx.device, "backend": ctx.backend, "name": name,
                                                      "size": QUICK if ctx.quick else SIZE},
-             "env": _cache_env(ctx, "packing", name)}]
+             "env": cache_env(ctx, "packing", name)}]
 
 
 def _vs(rows: list[Row], row: Row, peers: tuple[str, ...]) -> float | None:
@@ -86,4 +86,5 @@ COLUMNS: list[Column] = [
     ("CUDA graphs recorded", fmt("cudagraph_recordings", "d")),
     ("vs runner_bucket", lambda r, rows: cell(_vs(rows, r, ("runner_bucket",)), ".2f")),
 ]
-PACKING = per_contestant("packing", _describe, CONTESTANTS, 120.0, _jobs, _figures, 900, COLUMNS, _targets)
+PACKING = per_contestant("packing", _describe, CONTESTANTS, 120.0, _jobs, one_job_row, 900, COLUMNS, _targets,
+                         first=("lightning",))

@@ -218,8 +218,12 @@ def _mark_count() -> int:
 def test_eval_batches_of_a_cuda_graph_fit_mark_a_step() -> None:
     from runner.config.schema import OptimizerPolicy
 
-    settings = CompileSettings(compile=CompileConfig(scope=Scope.blocks, optimizer=OptimizerPolicy.none),
-                               cudagraphs=GRAPHS)
+    from runner.config.schema import Background
+
+    # Compiled in the run: on CUDA, compile.background=auto would train the first steps eagerly beside a compile
+    # process (Eager.beside), ahead of the CUDA-graph warm-up this test follows.
+    settings = CompileSettings(compile=CompileConfig(scope=Scope.blocks, optimizer=OptimizerPolicy.none,
+                                                     background=Background.disabled), cudagraphs=GRAPHS)
     module = gpt_module()
     stack = CompileStack(settings, console=False)
     stack.setup(module, LightningSide(device=torch.device("cuda", 0)))  # nothing runs on the device in setup

@@ -56,7 +56,9 @@ print("FIGURES " + json.dumps({"steps": trainer.global_step, "loss": float(train
 
 # -- every command line -------------------------------------------------------------------------------
 _RUNNER = re.compile(r"^(?:\.venv/bin/)?(?:python -m runner|runner)(?:\s|$)")
-_PLACEHOLDER = re.compile(r"[<>$]|\.\.\.|\bNAME\b|\bDIR\b")
+# <run_dir>-style names, shell variables, redirections: not runnable as written. A chat template's <|role|> markers are
+# text of an override, and run.
+_PLACEHOLDER = re.compile(r"<(?!\|)|(?<!\|)>|\$|\.\.\.|\bNAME\b|\bDIR\b")
 _GPU = re.compile(r"\btrainer=gpu\b|accelerator=(cuda|gpu)")
 
 
@@ -66,7 +68,9 @@ def _command_lines() -> dict[str, str]:
     found: dict[str, str] = {}
     for page in [README, *sorted((ROOT / "docs").rglob("*.md"))]:
         text = page.read_text()
-        shell = [ln for block in re.findall(r"```(?:bash|sh|shell)\n(.*?)```", text, re.S) for ln in block.splitlines()]
+        # A shell line ending in a backslash goes on in the next: one command.
+        shell = [ln for block in re.findall(r"```(?:bash|sh|shell)\n(.*?)```", text, re.S)
+                 for ln in re.sub(r"\\\n\s*", " ", block).splitlines()]
         inline = re.findall(r"`([^`\n]+)`", re.sub(r"```.*?```", "", text, flags=re.S))
         for line in [*shell, *inline]:
             line = line.split(" #", 1)[0].strip()
