@@ -216,9 +216,7 @@ def _mark_count() -> int:
 
 
 def test_eval_batches_of_a_cuda_graph_fit_mark_a_step() -> None:
-    from runner.config.schema import OptimizerPolicy
-
-    from runner.config.schema import Background
+    from runner.config.schema import Background, OptimizerPolicy
 
     # Compiled in the run: on CUDA, compile.background=auto would train the first steps eagerly beside a compile
     # process (Eager.beside), ahead of the CUDA-graph warm-up this test follows.
