@@ -131,6 +131,10 @@ def open_export(directory: Path) -> tuple[nn.Module, Tokens]:
     if meta.get("task") != "causal_lm":
         raise ConfigError(not_a_language_model(str(directory), f"an export of a {meta.get('task')} model "
                                                                    f"({meta.get('family')})"))
+    if meta.get("adapter"):  # a LoRA run's export: its base, and the adapter applied to it
+        from runner.after.adapter_export import open_adapter_export
+
+        return open_adapter_export(directory, meta), tokens
     if meta.get("family") == Family.hf_causal_lm.value:
         from runner.models.hf import CausalLM
 

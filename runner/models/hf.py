@@ -103,6 +103,9 @@ class CausalLM(nn.Module):
     every real position from seeing padding (as ``runner.models.gpt`` does), and the loss ignores padded
     targets. The KV cache is off: training never reuses it, and building it costs graph breaks."""
 
+    adapter_root = "model"  # peft's key names are relative to the transformers model (runner.config.peft_targets)
+    adapter_task = "CAUSAL_LM"  # peft's task_type, written into adapter_config.json
+
     def __init__(self, config: str | None = "llama", path: str | None = None,
                  overrides: Mapping[str, Any] | None = None, attn_implementation: str = "sdpa") -> None:
         super().__init__()
@@ -138,6 +141,10 @@ class SequenceClassifier(nn.Module):
     ``forward(batch)`` takes the data's ``{"input_ids", "attention_mask"}`` and returns logits
     ``[batch, num_labels]``. A saved model gets a new head of ``num_labels`` classes when it has
     another number (fine-tuning a pretrained encoder)."""
+
+    adapter_root = "model"
+    adapter_task = "SEQ_CLS"
+    adapter_heads = ("classifier", "score")  # trained in full beside an adapter (peft's SEQ_CLS modules_to_save)
 
     def __init__(self, config: str | None = "bert", path: str | None = None,
                  overrides: Mapping[str, Any] | None = None, num_labels: int = 2,
