@@ -1,0 +1,285 @@
+"""``peft=lora`` and ``peft=qlora`` from the config to the adapter on disk: runner's layer, which modules it adapts in
+each kind of model, the optimizer holding the adapter only, the summary's figures, the adapter read by
+``peft.PeftModel.from_pretrained`` with every key and the trained logits, the merged export loaded by transformers
+alone, eval, generate and resume of a LoRA run. Real runs in this process, Dynamo's eager backend (seconds)."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+from runner.after.cli import main
+from runner.config.peft_targets import ADAPTER_CONFIG, ADAPTER_WEIGHTS, adapted_shapes, resolve_plan
+from runner.config.schema_peft import PeftConfig, PeftMethod
+from runner.figures.peft import (
+    PEFT_BASE_WEIGHT_BYTES,
+    PEFT_METHOD,
+    PEFT_OPTIMIZER_STATE_BYTES,
+    PEFT_TARGETS,
+    PEFT_TOTAL_PARAMS,
+    PEFT_TRAINABLE_PARAMS,
+)
+from runner.peft import LoRALinear, apply_peft, merge_peft
+from runner.peft.layer import LoRAConv1D
+from runner.peft.nf4 import QLoRALinear
+from tests import after_runs
+from tests.after_runs import TrainedRun, train
+
+LORA = ["peft=lora", "peft.r=4", "peft.alpha=8", "compile=model", "compile.backend=eager", "optimizer.lr=3e-2"]
+"""The tiny Llama (2 layers, 7 linears each) with a rank-4 adapter, its forward compiled in place."""
+LAYERS, PER_LAYER = 2, 7
+SEED = 5
+FLOAT_STEPS = 8  # a tolerance for two computations of the same logits in another order: a few float32 eps per op
+
+
+@pytest.fixture(scope="module")
+def lora(tmp_path_factory: pytest.TempPathFactory) -> TrainedRun:
+    return train(tmp_path_factory.mktemp("lora") / "run", [*after_runs.LLAMA, *LORA])
+
+
+@pytest.fixture(scope="module")
+def qlora(tmp_path_factory: pytest.TempPathFactory) -> TrainedRun:
+    return train(tmp_path_factory.mktemp("qlora") / "run", [*after_runs.LLAMA, *LORA, "peft=qlora"])
+
+
+def ids() -> torch.Tensor:
+    return torch.randint(1, 256, (2, 16), generator=torch.Generator().manual_seed(SEED))
+
+
+def close(a: torch.Tensor, b: torch.Tensor) -> None:
+    """Equal up to float32 rounding in another order of the same operations."""
+    scale = float(b.detach().abs().max())
+    torch.testing.assert_close(a, b, rtol=0, atol=FLOAT_STEPS * torch.finfo(torch.float32).eps * max(scale, 1.0))
+
+
+# -- the layer --------------------------------------------------------------------------------------------------
+def test_the_layer_starts_as_its_base_and_adds_scale_times_b_a() -> None:
+    torch.manual_seed(0)
+    base = nn.Linear(16, 24)
+    layer = LoRALinear(base, r=4, alpha=8, dropout=0.0)
+    x = torch.randn(3, 16)
+    assert torch.equal(layer(x), base(x))  # lora_B starts at zero
+    with torch.no_grad():
+        layer.lora_B.weight.normal_()
+    expected = base(x) + 2.0 * (x @ layer.lora_A.weight.T @ layer.lora_B.weight.T)
+    close(layer(x), expected)
+    close(layer.merged()(x), layer(x))
+    assert isinstance(layer.dropout, nn.Identity)  # p=0 runs no dropout op
+    assert isinstance(LoRALinear(nn.Linear(4, 4), 2, 2, 0.1).dropout, nn.Dropout)
+    assert layer.weight is base.weight and not layer.weight.requires_grad  # the base's own tensor, frozen
+
+
+def test_the_compiled_layer_is_one_graph_that_guards_on_nothing_changing() -> None:
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    layer = LoRALinear(nn.Linear(16, 16), r=4, alpha=8, dropout=0.1)
+    step = torch.compile(layer, backend="eager", fullgraph=True)
+    for _ in range(3):
+        step(torch.randn(2, 5, 16)).sum().backward()
+    layer.eval()  # dropout off: a different graph is expected for eval, once
+    step(torch.randn(2, 5, 16))
+    assert counters["stats"]["unique_graphs"] == 2 and not counters["graph_break"]
+
+
+def test_qlora_runs_its_nf4_weight_through_the_registered_op_in_the_graph() -> None:
+    torch.manual_seed(0)
+    base = nn.Linear(128, 64)
+    layer = QLoRALinear(base, r=4, alpha=8, dropout=0.0)
+    assert not hasattr(layer, "weight") and layer.weight_codes.dtype == torch.uint8
+    assert layer.weight_codes.numel() == 128 * 64 // 2  # 4 bits a value
+    error = (layer.base_weight() - base.weight).abs().max()
+    assert 0 < error < 0.25 * base.weight.abs().max()  # NF4 rounds, within a block's step
+    graphs: list[torch.fx.GraphModule] = []
+
+    def record(gm: torch.fx.GraphModule, inputs: Any) -> Any:
+        graphs.append(gm)
+        return gm.forward
+
+    torch._dynamo.reset()
+    x = torch.randn(3, 128, requires_grad=True)
+    out = torch.compile(layer, backend=record, fullgraph=True)(x)
+    targets = [str(n.target) for n in graphs[0].graph.nodes if n.op == "call_function"]
+    assert "runner.nf4_linear" in targets, targets  # the op itself: no subclass, no Python in the graph
+    close(out, nn.functional.linear(x, layer.base_weight(), base.bias))
+    out.sum().backward()  # the op's backward: grad @ W, W dequantized again
+    close(x.grad, torch.ones(3, 64) @ layer.base_weight())
+
+
+# -- which modules, in each kind of model ---------------------------------------------------------------------
+def _adapt(model: nn.Module, **kwargs: Any) -> tuple[list[str], list[str]]:
+    adapter = apply_peft(model, PeftConfig(method=PeftMethod.lora, r=2, alpha=4, **kwargs))
+    assert adapter is not None
+    trainable = [n for n, p in model.named_parameters() if p.requires_grad]
+    return list(adapter.plan.targets), trainable
+
+
+def test_a_causal_lm_adapts_every_linear_of_attention_and_mlp_but_not_its_head() -> None:
+    from runner.models.hf import CausalLM
+
+    model = CausalLM(config="llama", overrides={"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+                                                "num_attention_heads": 2, "vocab_size": 256})
+    x = ids()
+    before = model(x)
+    targets, trainable = _adapt(model)
+    assert len(targets) == LAYERS * PER_LAYER and not any("lm_head" in t for t in targets)
+    assert all(".lora_" in n for n in trainable) and len(trainable) == 2 * len(targets)
+    assert torch.equal(model(x), before)  # lora_B is zero: the adapted model starts as the base
+
+
+def test_a_classifier_trains_its_head_in_full_beside_the_adapter() -> None:
+    from runner.models.hf import SequenceClassifier
+
+    model = SequenceClassifier(config="bert", overrides={"hidden_size": 32, "intermediate_size": 64, "vocab_size": 100,
+                                                         "num_hidden_layers": 1, "num_attention_heads": 2},
+                               num_labels=3)
+    targets, trainable = _adapt(model)
+    assert "classifier" not in targets and {"model.classifier.weight", "model.classifier.bias"} <= set(trainable)
+    assert set(trainable) - {"model.classifier.weight", "model.classifier.bias"} == \
+        {f"model.{t}.lora_{p}.weight" for t in targets for p in "AB"}
+
+
+def test_runner_gpt_and_gpt2s_conv1d_and_a_users_module_by_module_path() -> None:
+    from runner.models.gpt import GPT
+    from runner.models.hf import CausalLM
+
+    gpt_targets, _ = _adapt(GPT(n_layer=2, n_embd=32, n_head=2, block_size=16))
+    assert sorted(gpt_targets) == sorted(f"blocks.{i}.{m}" for i in range(2)
+                                         for m in ("attn.qkv", "attn.proj", "mlp.fc", "mlp.proj"))  # tied head left
+    gpt2 = CausalLM(config="gpt2", overrides={"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2,
+                                              "vocab_size": 256, "intermediate_size": None})
+    targets, _ = _adapt(gpt2)
+    assert {type(gpt2.model.get_submodule(t)) for t in targets} == {LoRAConv1D} and len(targets) == 4
+    own = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    targets, trainable = _adapt(own, target_modules=["2"])
+    assert targets == ["2"] and trainable == ["2.lora_A.weight", "2.lora_B.weight"]
+
+
+def test_the_config_checks_shapes_are_the_adapted_models() -> None:
+    from runner.models.hf import CausalLM
+
+    for method in (PeftMethod.lora, PeftMethod.qlora):
+        peft = PeftConfig(method=method, r=4)
+        model = CausalLM(config="llama", overrides={"hidden_size": 64, "intermediate_size": 128, "vocab_size": 256,
+                                                    "num_hidden_layers": 1, "num_attention_heads": 2})
+        expected = adapted_shapes(model, resolve_plan(model, peft), peft)
+        apply_peft(model, peft)
+        assert expected == {k: tuple(v.shape) for k, v in model.state_dict().items()}, method
+
+
+# -- a LoRA run, end to end -------------------------------------------------------------------------------------
+def test_the_optimizer_holds_the_adapter_only_and_the_summary_says_so(lora: TrainedRun) -> None:
+    model = lora.module.model
+    adapter_params = [p for n, p in model.named_parameters() if ".lora_" in n]
+    held = [p for g in lora.module.trainer.optimizers[0].param_groups for p in g["params"]]
+    assert {id(p) for p in held} == {id(p) for p in adapter_params}
+    f = lora.figures
+    trainable = sum(p.numel() for p in adapter_params)
+    assert f[PEFT_METHOD] == "lora" and f[PEFT_TARGETS] == LAYERS * PER_LAYER
+    assert f[PEFT_TRAINABLE_PARAMS] == trainable
+    assert f[PEFT_TOTAL_PARAMS] == sum(p.numel() for p in model.parameters())
+    assert f[PEFT_OPTIMIZER_STATE_BYTES] == 2 * 4 * trainable + 4 * len(adapter_params)  # AdamW: 2 moments, a step
+    assert f[PEFT_BASE_WEIGHT_BYTES] == 4 * (f[PEFT_TOTAL_PARAMS] - trainable)
+    assert any(float(p.detach().abs().max()) > 0 for n, p in model.named_parameters() if ".lora_B" in n)  # it trained
+
+
+def _logits(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    with torch.no_grad():
+        return model.eval()(input_ids=x).logits
+
+
+def _peft_model(directory: Path) -> tuple[Any, Any]:
+    """peft's model of the adapter in ``directory`` over the base it names; every key matched, or the test fails."""
+    from peft import PeftModel
+    from peft.utils import set_peft_model_state_dict
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    config = json.loads((directory / ADAPTER_CONFIG).read_text())
+    base = AutoModelForCausalLM.from_pretrained(config["base_model_name_or_path"], local_files_only=True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = PeftModel.from_pretrained(base, str(directory))
+    assert not [w for w in caught if "key" in str(w.message).lower()], [str(w.message) for w in caught]
+    saved = load_file(str(directory / ADAPTER_WEIGHTS))
+    assert saved and not any("_orig_mod" in k for k in saved)
+    result = set_peft_model_state_dict(model, saved)  # what peft matched: a missing or unexpected key fails
+    assert not result.unexpected_keys and not [k for k in result.missing_keys if "lora_" in k]
+    return model, AutoModelForCausalLM.from_pretrained(config["base_model_name_or_path"], local_files_only=True)
+
+
+def test_peft_loads_the_adapter_with_every_key_and_computes_the_trained_logits(lora: TrainedRun) -> None:
+    x = ids()
+    peft_model, base = _peft_model(lora.run_dir / "model")
+    ours = _logits(lora.module.model.model, x)
+    close(_logits(peft_model, x), ours)
+    assert float((_logits(base, x) - ours).abs().max()) > 1e-2  # the adapter is not a no-op
+
+
+def test_the_merged_export_loads_with_transformers_alone(lora: TrainedRun, tmp_path: Path) -> None:
+    from transformers import AutoModelForCausalLM
+
+    out = tmp_path / "merged"
+    assert main(["export", str(lora.run_dir), "--merge", "--out", str(out)]) == 0
+    merged = AutoModelForCausalLM.from_pretrained(str(out), local_files_only=True)
+    assert not any("lora" in k for k in merged.state_dict())
+    close(_logits(merged, ids()), _logits(lora.module.model.model, ids()))
+    assert json.loads((out / "runner_export.json").read_text())["merged"] == LAYERS * PER_LAYER
+
+
+def test_eval_generate_and_resume_work_on_a_lora_run(lora: TrainedRun, capsys: pytest.CaptureFixture[str],
+                                                     tmp_path: Path) -> None:
+    import shutil
+
+    from tests.cli import run_cli
+
+    assert main(["eval", str(lora.run_dir), "--out", str(lora.run_dir / "eval_peft.json")]) == 0
+    assert json.loads((lora.run_dir / "eval_peft.json").read_text())["eval/loss"] > 0
+    capsys.readouterr()
+    args = ["--prompt", "def ", "--max-new-tokens", "6", "--seed", "1", "--temperature", "0"]
+    assert main(["generate", str(lora.run_dir), *args]) == 0
+    from_ckpt = capsys.readouterr().out
+    assert main(["generate", str(lora.run_dir / "model"), *args]) == 0  # the adapter export: its base + the adapter
+    assert capsys.readouterr().out == from_ckpt
+    copy = tmp_path / "run"
+    shutil.copytree(lora.run_dir, copy)
+    resumed = run_cli("resume", str(copy), "trainer.max_steps=4", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    report = json.loads((copy / "report.json").read_text())
+    assert report["run/steps"] == 4 and report[PEFT_TARGETS] == LAYERS * PER_LAYER
+
+
+# -- a QLoRA run ------------------------------------------------------------------------------------------------
+def test_qlora_stores_the_base_in_nf4_and_peft_loads_its_adapter_over_the_dequantized_base(qlora: TrainedRun,
+                                                                                             lora: TrainedRun) -> None:
+    model = qlora.module.model
+    layers = [m for m in model.modules() if isinstance(m, QLoRALinear)]
+    assert len(layers) == LAYERS * PER_LAYER
+    nf4 = sum(b.numel() * b.element_size() for m in layers for b in m.buffers(recurse=False))
+    frozen = sum(p.numel() * p.element_size() for p in model.parameters() if not p.requires_grad)
+    f = qlora.figures
+    assert f[PEFT_METHOD] == "qlora" and f[PEFT_BASE_WEIGHT_BYTES] == frozen + nf4
+    assert f[PEFT_BASE_WEIGHT_BYTES] < lora.figures[PEFT_BASE_WEIGHT_BYTES]
+    assert f[PEFT_TOTAL_PARAMS] == lora.figures[PEFT_TOTAL_PARAMS]  # the same model, its NF4 values counted
+    peft_model, _ = _peft_model(qlora.run_dir / "model")
+    close(_logits(peft_model, ids()), _logits(model.model, ids()))
+
+
+def test_merging_a_qlora_run_needs_dequantize_and_then_loads_alone(qlora: TrainedRun, tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    from transformers import AutoModelForCausalLM
+
+    out = tmp_path / "merged"
+    assert main(["export", str(qlora.run_dir), "--merge", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "dequantized" in err and "--merge --dequantize" in err and not out.exists()
+    assert main(["export", str(qlora.run_dir), "--merge", "--dequantize", "--out", str(out)]) == 0
+    merged = AutoModelForCausalLM.from_pretrained(str(out), local_files_only=True)
+    close(_logits(merged, ids()), _logits(qlora.module.model.model, ids()))
