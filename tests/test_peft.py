@@ -283,3 +283,92 @@ def test_merging_a_qlora_run_needs_dequantize_and_then_loads_alone(qlora: Traine
     assert main(["export", str(qlora.run_dir), "--merge", "--dequantize", "--out", str(out)]) == 0
     merged = AutoModelForCausalLM.from_pretrained(str(out), local_files_only=True)
     close(_logits(merged, ids()), _logits(qlora.module.model.model, ids()))
+
+
+# -- bad input: one paragraph, exit code 2, nothing written ---------------------------------------------------------
+TINY = ["+recipe=llama_lora", "data.max_bytes=20000", "model.overrides.hidden_size=32",
+        "model.overrides.intermediate_size=64", "model.overrides.num_hidden_layers=1",
+        "model.overrides.num_attention_heads=2"]
+
+
+def refused(tmp_path: Path, *overrides: str) -> str:
+    """Run ``python -m runner`` (in this process) and return its one-paragraph refusal; nothing may be written."""
+    from tests.cli import run_cli
+
+    out = run_cli(*overrides, cwd=tmp_path)
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert list(tmp_path.iterdir()) == []  # no outputs/, no run directory
+    message = out.stderr.strip().splitlines()[-1]
+    assert message.startswith("runner: "), out.stderr[-2000:]
+    return message
+
+
+def test_a_target_pattern_that_matches_nothing_is_refused_with_the_models_linears(tmp_path: Path) -> None:
+    message = refused(tmp_path, *TINY, "peft.target_modules=[q_prj]")
+    for fragment in ("peft.target_modules: 'q_prj' matches no module", "model.layers.N.self_attn.q_proj",
+                     "model.layers.N.mlp.down_proj", "leave peft.target_modules empty"):
+        assert fragment in message, message
+
+
+def test_a_rank_below_one_is_refused(tmp_path: Path) -> None:
+    message = refused(tmp_path, *TINY, "peft.r=0")
+    assert "peft.r=0" in message and "positive integer" in message and "peft.r=16" in message
+
+
+def test_lora_on_a_model_without_a_linear_layer_is_refused(tmp_path: Path) -> None:
+    message = refused(tmp_path, "peft=lora", "model=custom", "model._target_=torch.nn.Embedding",
+                      "+model.num_embeddings=256", "+model.embedding_dim=8")
+    assert "peft=lora on Embedding, which has no nn.Linear" in message and "peft=none" in message, message
+
+
+def test_a_saved_adapter_of_another_shape_is_refused_naming_the_module_and_both_shapes(tmp_path: Path) -> None:
+    from runner.models.hf import CausalLM
+    from runner.peft.files import write_adapter
+
+    model = CausalLM(config="llama", overrides={"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1,
+                                                "num_attention_heads": 2, "vocab_size": 256,
+                                                "max_position_embeddings": 128})
+    adapter = apply_peft(model, PeftConfig(method=PeftMethod.lora, r=2))
+    assert adapter is not None
+    saved = tmp_path.parent / f"{tmp_path.name}_adapter"
+    saved.mkdir()
+    write_adapter(adapter, saved, None)
+    message = refused(tmp_path, *TINY, "peft.r=4", f"peft.path={saved}")
+    assert "does not fit this model" in message and "model.layers.0.self_attn.q_proj has [2, 32]" in message
+    assert "and [4, 32] here" in message, message
+
+
+def test_qlora_where_nf4_cannot_run_is_refused_with_the_reason(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    from runner import torch_internals as ti
+
+    assert ti.nf4_problem("meta") is not None  # a device NF4 cannot run on names why
+    # torchao absent, as in an environment without it: hidden from the import system for this test only.
+    for name in [m for m in sys.modules if m == "torchao" or m.startswith("torchao.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "torchao", None)
+    ti.nf4_module.cache_clear()
+    ti.nf4_problem.cache_clear()
+    try:
+        message = refused(tmp_path, *TINY, "peft=qlora")
+    finally:
+        ti.nf4_module.cache_clear()
+        ti.nf4_problem.cache_clear()
+    assert "peft=qlora stores the frozen base weights in 4-bit NF4 through torchao" in message, message
+    assert "torchao does not import" in message and "peft=lora" in message, message
+
+
+def test_other_peft_settings_that_name_nothing_are_refused(tmp_path: Path) -> None:
+    from runner.config import ConfigError
+    from runner.config.precheck import precheck
+
+    cases = {"peft.target_modules=[input_layernorm]": "which is not a linear layer",
+             "peft.modules_to_save=[classifier]": "peft.modules_to_save: 'classifier' matches no module",
+             "peft.dropout=1.0": "peft.dropout=1.0", "peft.alpha=0": "peft.alpha=0",
+             "peft.path=/nonexistent": "peft.path=/nonexistent does not exist"}
+    for override, fragment in cases.items():
+        with pytest.raises(ConfigError) as info:
+            precheck([*TINY, override])
+        assert fragment in str(info.value), (override, str(info.value))

@@ -168,8 +168,8 @@ def _matched(modules: dict[str, Any], patterns: list[str], key: str, model: Any)
             kinds = linear_kinds()
             linears = [n for n, m in modules.items() if isinstance(m, kinds)]
             named = [n for n, m in modules.items() if not isinstance(m, (nn.ModuleList, nn.ModuleDict))]
-            listing = (f"its linear layers: {shown(linears)}" if key.endswith("target_modules")
-                       else f"its modules: {shown(named)}")
+            listing = (f"Its linear layers: {shown(linears)}" if key.endswith("target_modules")
+                       else f"Its modules: {shown(named)}")
             empty = ("leave peft.target_modules empty for every linear of attention and MLP" if
                      key.endswith("target_modules") else "peft.modules_to_save=[] for none")
             raise PeftTargetError(
