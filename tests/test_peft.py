@@ -25,7 +25,7 @@ from runner.figures.peft import (
     PEFT_TOTAL_PARAMS,
     PEFT_TRAINABLE_PARAMS,
 )
-from runner.peft import LoRALinear, apply_peft, merge_peft
+from runner.peft import LoRALinear, apply_peft
 from runner.peft.layer import LoRAConv1D
 from runner.peft.nf4 import QLoRALinear
 from tests import after_runs

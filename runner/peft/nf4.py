@@ -109,7 +109,6 @@ class QLoRALinear(LoRALinear):
         self.bias = base.bias  # type: ignore[assignment]
         if self.bias is not None:
             self.bias.requires_grad_(False)
-        ops()
 
     def pieces(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         return self.weight_codes, self.weight_scalers, self.weight_factor, self.weight_mean, self.weight_lut
@@ -137,3 +136,6 @@ class _MetaPieces:
         self.quantization_factor = torch.empty(blocks // group, dtype=torch.float32, device="meta")
         self.scaler_mean = torch.empty((), dtype=torch.float32, device="meta")
         self.nf4 = torch.empty(16, dtype=torch.float32, device="meta")
+
+
+ops()  # at import: a layer unpickled in another process (the compile beside the run) finds its ops registered
