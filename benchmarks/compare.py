@@ -50,6 +50,7 @@ from contestants import (
 )
 from family_workloads import FAMILIES, family_workload
 from hook_clock import HookClock
+from peft_contestants import CPU, CPU_QUICK, llama_workload
 
 from runner.config.schema import Scope
 
@@ -65,6 +66,8 @@ def workloads(names: list[str], quick: bool) -> list[Workload]:
     for name in names:
         if name in FAMILIES:  # families.py's: transformers and timm models
             out.append(family_workload(name, quick))
+        elif name == "llama_peft":  # peft.py's: LoRA and full fine-tunes of one Llama-style model
+            out.append(llama_workload(CPU_QUICK if quick else CPU, 20_000 if quick else 4_000_000))
         elif name in ("gpt", "gpt_bf16"):
             sizes = (1, 16, 2, 16, 2, 20_000) if quick else (4, 128, 4, 256, 16, 4_000_000)
             work = gpt_workload(*sizes)
@@ -93,7 +96,8 @@ def _contestant_process(env: dict[str, str], c: Contestant, model: str, quick: b
         assert c.model is not None
         with torch.no_grad(), torch.compiler.set_stance("force_eager"):
             eval_loss = float(torch.nn.functional.cross_entropy(c.model(x).flatten(0, -2), y.flatten()))
-        conn.send(("result", {"times": pacer.times, "hook_times": pacer.hook_times, "eval_loss": eval_loss}))
+        conn.send(("result", {"times": pacer.times, "hook_times": pacer.hook_times, "eval_loss": eval_loss,
+                              "measured": c.extra.get("measured")}))
     except BaseException:  # reported by the driver, with the contestant's traceback
         conn.send(("error", traceback.format_exc()))
 
@@ -185,6 +189,7 @@ def race(ctx: BaseContext, model: str, quick: bool, field: list[Contestant], war
             # inside a hook moves the mean of a short run by milliseconds, not the median.
             "hooks_median_ms": 1e3 * statistics.median(hooks),
             "eval_loss": eval_loss,
+            "measured": results[c.name][0].get("measured"),  # what the contestant measured itself, if anything
         }
     add_ratios(out)
     return out
@@ -198,13 +203,13 @@ def round_times(runs: list[list[float]], r: int, warmup: int, turn: int) -> list
     return runs[r % copies][warmup + j * turn:warmup + (j + 1) * turn]
 
 
-def add_ratios(figs: dict[str, Any]) -> None:
+def add_ratios(figs: dict[str, Any], peers: list[str] = PEERS) -> None:
     """Each contestant against each peer: the median over rounds of the ratio of round medians."""
     for fig in figs.values():
         fig["ratio"] = {
             peer: statistics.median(
                 a / b for a, b in zip(fig["round_medians_ms"], figs[peer]["round_medians_ms"], strict=True))
-            for peer in PEERS if peer in figs
+            for peer in peers if peer in figs
         }
 
 

@@ -34,10 +34,12 @@ from typing import Any
 from gpu_common import Context, RunFile, Workload
 from gpu_docs import render, table
 from gpu_gpt import GPT_124M, GPT_SMALL
+from gpu_lora import LORA_WORKLOAD
 from gpu_results import RESULTS, load, merge, need_order, plan, unit_cost, write_json
 from gpu_specs import COLD_START, HF_VARLEN, MEMORY
 
-WORKLOADS: dict[str, Workload] = {w.name: w for w in (GPT_124M, GPT_SMALL, HF_VARLEN, MEMORY, COLD_START)}
+WORKLOADS: dict[str, Workload] = {w.name: w for w in (GPT_124M, GPT_SMALL, HF_VARLEN, MEMORY, COLD_START,
+                                                      LORA_WORKLOAD)}
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "gpu.md"
 QUICK_OUT = Path(tempfile.gettempdir()) / "runner-gpu-quick"
 

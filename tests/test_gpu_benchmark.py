@@ -32,13 +32,14 @@ sys.path.remove(str(ROOT / "benchmarks"))
 # Per workload, its eager or compiled peer and one contestant of runner's (each workload's code paths: the
 # dry run races every contestant). One child process per workload, two for cold_start (cold, then warm).
 QUICK_CONTESTANTS = ["lightning", "lightning_compile_fused", "runner_step", "lightning_compile", "runner_bucket",
-                     "runner_fp8", "runner_checkpoint_budget", "runner"]
+                     "runner_fp8", "runner_checkpoint_budget", "runner", "runner_lora"]
 EXPECTED = {"gpt_small": ["lightning", "lightning_compile_fused", "runner_step"],
             "hf_varlen": ["lightning", "runner_bucket", "lightning_compile"],
             "memory": ["lightning_compile", "runner_checkpoint_budget", "runner_fp8"],
-            "cold_start": ["runner", "lightning_compile"]}
+            "cold_start": ["runner", "lightning_compile"],
+            "lora": ["runner_lora"]}
 
-DRY_CONTESTANTS = ["runner_step", "runner_bucket", "runner_fp8", "runner"]  # the GPT peers run anyway
+DRY_CONTESTANTS = ["runner_step", "runner_bucket", "runner_fp8", "runner", "runner_lora"]  # the GPT peers run anyway
 
 
 @pytest.fixture(scope="module")

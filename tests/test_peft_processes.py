@@ -70,3 +70,21 @@ def test_qlora_with_checkpointing_and_dropout_compiles_beside_the_run_with_induc
     assert f[PEFT_METHOD] == "qlora" and f[COMPILE_GRAPH_BREAKS] == 0 and not f[COMPILE_RECOMPILE_LIMIT_HITS]
     assert f[COMPILE_BACKGROUND_OUTCOME] == "switched at step 3", f[COMPILE_BACKGROUND_OUTCOME]
     assert all(r["step"] <= 3 for r in f[COMPILE_RECOMPILE_REASONS]), f[COMPILE_RECOMPILE_REASONS]
+
+
+def test_the_benchmarks_quick_run_races_every_contestant(tmp_path: Path) -> None:
+    """``benchmarks/peft.py --quick``: every contestant in its own process, the figures beside each step time."""
+    out = tmp_path / "peft.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "peft.py"), "--quick", "--out", str(out)],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    result = json.loads(out.read_text())
+    figs = result["contestants"]
+    assert list(figs) == ["lightning", "lightning_peft", "lightning_peft_compile", "runner_full", "runner_lora",
+                          "runner_qlora"]
+    for name in ("runner_full", "runner_lora", "runner_qlora"):
+        assert figs[name]["measured"]["graph_breaks"] == 0 and figs[name]["measured"]["recompiles"] == 0, name
+    lora, full = figs["runner_lora"]["measured"], figs["runner_full"]["measured"]
+    assert lora["trainable_params"] == figs["lightning_peft"]["measured"]["trainable_params"]  # the same adapter
+    assert lora["optimizer_state_bytes"] < full["optimizer_state_bytes"]
+    assert len(result["targets"]) == 3 and "| runner peft=qlora |" in proc.stdout
