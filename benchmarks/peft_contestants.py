@@ -8,7 +8,8 @@ LoRA the ways users do it, and in full.
 - ``runner_lora``: the same with ``peft=lora`` (``runner.peft.apply_peft``);
 - ``runner_qlora``: ``peft=qlora`` (the frozen base of each adapted linear in NF4).
 
-Every adapter is the same: rank 16, alpha 32, no dropout, on every linear of attention and MLP. Each contestant
+Every adapter is the same: rank 16 (``--rank``), alpha twice the rank, no dropout, on every linear of attention and
+MLP. Each contestant
 leaves in ``c.extra["measured"]`` what ``peft.py`` reports beside its step time: graph breaks, recompiles, peak
 memory, the optimizer's state and the trainable parameters.
 """
@@ -33,7 +34,8 @@ from runner.peft import apply_peft, optimizer_state_bytes
 from runner.strategy import CompileStrategy
 from runner.training.module import TrainModule
 
-RANK, ALPHA = 16, 32
+RANK = 16
+"""The adapter's rank by default (runner's peft.r); alpha is twice the rank (runner's and peft's usual 32 at 16)."""
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
@@ -54,15 +56,15 @@ class Size:
                 "num_attention_heads": self.heads, "num_key_value_heads": self.heads, "vocab_size": self.vocab,
                 "max_position_embeddings": self.seq}
 
-    def describe(self) -> str:
+    def describe(self, rank: int = RANK) -> str:
         return (f"Llama-style {self.layers}x{self.hidden} (MLP {self.intermediate}, {self.heads} heads, vocab "
-                f"{self.vocab}), seq {self.seq}, batch {self.batch}; adapter r={RANK}, alpha={ALPHA} on every "
+                f"{self.vocab}), seq {self.seq}, batch {self.batch}; adapter r={rank}, alpha={2 * rank} on every "
                 "attention and MLP linear")
 
 
-# Matmuls dominate on the CPU: 4 layers of 512 (12.6M parameters in the layers), 1024 tokens a step. Every linear
-# holds whole NF4 blocks (512 x 1408 = 11,264 blocks of 64).
-CPU = Size(hidden=512, intermediate=1408, layers=4, heads=8, seq=256, batch=4)
+# Matmuls dominate on the CPU: 2 layers of 1024 (25.7M parameters in the layers, Llama's MLP ratio), 1024 tokens a
+# step; the width of the GPU workload's model. Every linear holds whole NF4 blocks (1024 x 2816 = 45,056 of 64).
+CPU = Size(hidden=1024, intermediate=2816, layers=2, heads=16, seq=256, batch=4)
 CPU_QUICK = Size(hidden=64, intermediate=128, layers=1, heads=2, seq=32, batch=2)
 
 
@@ -98,16 +100,17 @@ def hf_peft_package() -> Any:
     return peft
 
 
-def hf_peft(model: nn.Module) -> nn.Module:
+def hf_peft(model: nn.Module, rank: int = RANK) -> nn.Module:
     """``model`` (runner's ``CausalLM``) with its transformers model wrapped by HF peft's ``get_peft_model``."""
     peft = hf_peft_package()
-    config = peft.LoraConfig(r=RANK, lora_alpha=ALPHA, lora_dropout=0.0, target_modules=TARGETS, task_type="CAUSAL_LM")
+    config = peft.LoraConfig(r=rank, lora_alpha=2 * rank, lora_dropout=0.0, target_modules=TARGETS,
+                             task_type="CAUSAL_LM")
     model.model = peft.get_peft_model(model.model, config)  # type: ignore[assignment]
     return model
 
 
-def runner_peft(model: nn.Module, method: PeftMethod) -> nn.Module:
-    apply_peft(model, PeftConfig(method=method, r=RANK, alpha=ALPHA))
+def runner_peft(model: nn.Module, method: PeftMethod, rank: int = RANK) -> nn.Module:
+    apply_peft(model, PeftConfig(method=method, r=rank, alpha=2 * rank))
     return model
 
 
@@ -130,7 +133,7 @@ def run_lightning(c: Contestant, work: Workload, steps: int, pacer: Pacer) -> No
     ti.keep_compilation_metrics(10_000)
     model = work.model(seed=0)
     if c.extra.get("hf_peft"):
-        model = hf_peft(model)
+        model = hf_peft(model, c.extra.get("rank", RANK))
     module = PeerModule(model, optimizer=_adamw(**({"fused": True} if c.extra.get("compile") else {})))
     c.model = module.model
     before = ti.counters_snapshot()
@@ -145,7 +148,7 @@ def run_runner(c: Contestant, work: Workload, steps: int, pacer: Pacer) -> None:
     model = work.model(seed=0)
     method = c.extra.get("peft", PeftMethod.none)
     if method is not PeftMethod.none:
-        model = runner_peft(model, method)
+        model = runner_peft(model, method, c.extra.get("rank", RANK))
     module = TrainModule(model, optimizer=_adamw())
     c.model = module.model
     cfg = CompileConfig(scope=Scope.step, backend=c.extra["backend"], optimizer=OptimizerPolicy.auto,
@@ -156,15 +159,15 @@ def run_runner(c: Contestant, work: Workload, steps: int, pacer: Pacer) -> None:
     c.extra["measured"] = measured(module, module.trainer.optimizers, before)
 
 
-def peft_contestants(backend: str) -> list[Contestant]:
-    """The field, eager Lightning first (the baseline)."""
+def peft_contestants(backend: str, rank: int = RANK) -> list[Contestant]:
+    """The field, eager Lightning first (the baseline); every adapter of rank ``rank``, alpha ``2 * rank``."""
+    base = {"backend": backend, "rank": rank}
     return [
-        Contestant("lightning", "Lightning eager, full fine-tune", run_lightning, {"backend": backend}),
-        Contestant("lightning_peft", "Lightning + HF peft, eager", run_lightning, {"backend": backend,
-                                                                                  "hf_peft": True}),
+        Contestant("lightning", "Lightning eager, full fine-tune", run_lightning, dict(base)),
+        Contestant("lightning_peft", "Lightning + HF peft, eager", run_lightning, {**base, "hf_peft": True}),
         Contestant("lightning_peft_compile", "Lightning + HF peft + torch.compile(module) + fused AdamW",
-                   run_lightning, {"backend": backend, "hf_peft": True, "compile": True}),
-        Contestant("runner_full", "runner, full fine-tune", run_runner, {"backend": backend}),
-        Contestant("runner_lora", "runner peft=lora", run_runner, {"backend": backend, "peft": PeftMethod.lora}),
-        Contestant("runner_qlora", "runner peft=qlora", run_runner, {"backend": backend, "peft": PeftMethod.qlora}),
+                   run_lightning, {**base, "hf_peft": True, "compile": True}),
+        Contestant("runner_full", "runner, full fine-tune", run_runner, dict(base)),
+        Contestant("runner_lora", "runner peft=lora", run_runner, {**base, "peft": PeftMethod.lora}),
+        Contestant("runner_qlora", "runner peft=qlora", run_runner, {**base, "peft": PeftMethod.qlora}),
     ]
