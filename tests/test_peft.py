@@ -32,7 +32,10 @@ from tests import after_runs
 from tests.after_runs import TrainedRun, train
 
 LORA = ["peft=lora", "peft.r=4", "peft.alpha=8", "compile=model", "compile.backend=eager", "optimizer.lr=3e-2"]
-"""The tiny Llama (2 layers, 7 linears each) with a rank-4 adapter, its forward compiled in place."""
+"""A tiny Llama (2 layers, 7 linears each) with a rank-4 adapter, its forward compiled in place."""
+SAVED = ["model=hf_causal_lm", "data=tokenized_text", "data.seq_len=32", "data.batch_size=4", "data.max_bytes=40000",
+         *after_runs.FAST]
+"""A saved tiny Llama (``model.path``, its own tokenizer): the LoRA run starts from it, and its export records it."""
 LAYERS, PER_LAYER = 2, 7
 SEED = 5
 FLOAT_STEPS = 8  # a tolerance for two computations of the same logits in another order: a few float32 eps per op
@@ -40,11 +43,14 @@ FLOAT_STEPS = 8  # a tolerance for two computations of the same logits in anothe
 
 @pytest.fixture(scope="module")
 def lora(tmp_path_factory: pytest.TempPathFactory) -> TrainedRun:
-    return train(tmp_path_factory.mktemp("lora") / "run", [*after_runs.LLAMA, *LORA])
+    from tests.hf_models import saved_llama
+
+    return train(tmp_path_factory.mktemp("lora") / "run", [*SAVED, f"model.path={saved_llama()}", *LORA])
 
 
 @pytest.fixture(scope="module")
 def qlora(tmp_path_factory: pytest.TempPathFactory) -> TrainedRun:
+    """The tiny Llama built from its configuration: its export writes the base (dequantized) beside the adapter."""
     return train(tmp_path_factory.mktemp("qlora") / "run", [*after_runs.LLAMA, *LORA, "peft=qlora"])
 
 
@@ -195,12 +201,24 @@ def _logits(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
         return model.eval()(input_ids=x).logits
 
 
+def hf_peft_package() -> Any:
+    """HF's peft (benchmarks/peft.py, on sys.path in a test that ran a benchmark script in this process, is not)."""
+    import importlib
+    import sys
+
+    found = sys.modules.get("peft")
+    if found is not None and "benchmarks" in str(getattr(found, "__file__", "")):
+        del sys.modules["peft"]
+    return importlib.import_module("peft")
+
+
 def _peft_model(directory: Path) -> tuple[Any, Any]:
     """peft's model of the adapter in ``directory`` over the base it names; every key matched, or the test fails."""
-    from peft import PeftModel
-    from peft.utils import set_peft_model_state_dict
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM
+
+    peft = hf_peft_package()
+    PeftModel, set_peft_model_state_dict = peft.PeftModel, peft.utils.set_peft_model_state_dict
 
     config = json.loads((directory / ADAPTER_CONFIG).read_text())
     base = AutoModelForCausalLM.from_pretrained(config["base_model_name_or_path"], local_files_only=True)
@@ -216,7 +234,12 @@ def _peft_model(directory: Path) -> tuple[Any, Any]:
 
 
 def test_peft_loads_the_adapter_with_every_key_and_computes_the_trained_logits(lora: TrainedRun) -> None:
+    from tests.hf_models import saved_llama
+
     x = ids()
+    config = json.loads((lora.run_dir / "model" / ADAPTER_CONFIG).read_text())
+    assert config["base_model_name_or_path"] == str(saved_llama().resolve())  # the model the run started from
+    assert not (lora.run_dir / "model" / "base").exists()
     peft_model, base = _peft_model(lora.run_dir / "model")
     ours = _logits(lora.module.model.model, x)
     close(_logits(peft_model, x), ours)
@@ -257,8 +280,7 @@ def test_eval_generate_and_resume_work_on_a_lora_run(lora: TrainedRun, capsys: p
 
 
 # -- a QLoRA run ------------------------------------------------------------------------------------------------
-def test_qlora_stores_the_base_in_nf4_and_peft_loads_its_adapter_over_the_dequantized_base(qlora: TrainedRun,
-                                                                                             lora: TrainedRun) -> None:
+def test_qlora_stores_the_base_in_nf4_and_peft_loads_its_adapter_over_the_dequantized_base(qlora: TrainedRun) -> None:
     model = qlora.module.model
     layers = [m for m in model.modules() if isinstance(m, QLoRALinear)]
     assert len(layers) == LAYERS * PER_LAYER
@@ -266,8 +288,12 @@ def test_qlora_stores_the_base_in_nf4_and_peft_loads_its_adapter_over_the_dequan
     frozen = sum(p.numel() * p.element_size() for p in model.parameters() if not p.requires_grad)
     f = qlora.figures
     assert f[PEFT_METHOD] == "qlora" and f[PEFT_BASE_WEIGHT_BYTES] == frozen + nf4
-    assert f[PEFT_BASE_WEIGHT_BYTES] < lora.figures[PEFT_BASE_WEIGHT_BYTES]
-    assert f[PEFT_TOTAL_PARAMS] == lora.figures[PEFT_TOTAL_PARAMS]  # the same model, its NF4 values counted
+    full = sum(4 * m.in_features * m.out_features for m in layers)
+    assert nf4 < full / 6  # 4 bits a value and small scales, against float32's 32
+    assert f[PEFT_TOTAL_PARAMS] == sum(p.numel() for p in model.parameters()) + sum(
+        2 * m.weight_codes.numel() for m in layers)  # an NF4 weight counted by the values it holds
+    config = json.loads((qlora.run_dir / "model" / ADAPTER_CONFIG).read_text())
+    assert config["base_model_name_or_path"] == str((qlora.run_dir / "model" / "base").resolve())  # written here
     peft_model, _ = _peft_model(qlora.run_dir / "model")
     close(_logits(peft_model, ids()), _logits(model.model, ids()))
 
@@ -372,3 +398,58 @@ def test_other_peft_settings_that_name_nothing_are_refused(tmp_path: Path) -> No
         with pytest.raises(ConfigError) as info:
             precheck([*TINY, override])
         assert fragment in str(info.value), (override, str(info.value))
+
+
+def test_a_gpt_and_a_classifier_run_export_adapters_peft_loads(tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """runner's GPT (its tied head left out, its base written as runner's own format) and a BERT classifier (its
+    head trained in full: peft's ``modules_to_save``): every key matched, the trained model's outputs."""
+    from hydra.utils import instantiate
+    from safetensors.torch import load_model
+    from transformers import AutoModelForSequenceClassification
+
+    peft = hf_peft_package()
+    gpt = train(tmp_path / "gpt", [*after_runs.GPT, "peft=lora", "peft.r=4"])
+    base_dir = Path(json.loads((gpt.run_dir / "model" / ADAPTER_CONFIG).read_text())["base_model_name_or_path"])
+    base = instantiate(json.loads((base_dir / "config.json").read_text()))
+    load_model(base, str(base_dir / "model.safetensors"))
+    model = peft.PeftModel.from_pretrained(base, str(gpt.run_dir / "model")).eval()
+    x = ids()
+    with torch.no_grad():
+        close(model(x), gpt.module.model.eval()(x))
+    args = ["--prompt", "def ", "--max-new-tokens", "6", "--temperature", "0"]
+    capsys.readouterr()  # the training's summaries
+    assert main(["generate", str(gpt.run_dir), *args]) == 0
+    from_ckpt = capsys.readouterr().out
+    assert main(["generate", str(gpt.run_dir / "model"), *args]) == 0  # runner's own base format + the adapter
+    assert capsys.readouterr().out == from_ckpt
+
+    bert = train(tmp_path / "bert", [*after_runs.bert(after_runs.labelled_jsonl(tmp_path / "train.jsonl")),
+                                     "peft=lora", "peft.r=4", "optimizer.lr=3e-2"])
+    out = bert.run_dir / "model"
+    config = json.loads((out / ADAPTER_CONFIG).read_text())
+    assert config["task_type"] == "SEQ_CLS" and config["modules_to_save"] == ["classifier"]
+    hf = AutoModelForSequenceClassification.from_pretrained(config["base_model_name_or_path"])
+    classifier = peft.PeftModel.from_pretrained(hf, str(out)).eval()
+    result = peft.utils.set_peft_model_state_dict(classifier, load_file_of(out))
+    assert not result.unexpected_keys
+    batch = {"input_ids": ids() % 100 + 1, "attention_mask": torch.ones(2, 16, dtype=torch.long)}
+    with torch.no_grad():
+        close(classifier(**batch).logits, bert.module.model.eval()(batch))
+
+
+def load_file_of(directory: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    return load_file(str(directory / ADAPTER_WEIGHTS))
+
+
+def test_merge_is_refused_for_a_run_without_an_adapter() -> None:
+    from runner.after.adapter_export import merge_error
+    from runner.config.schema import RunConfig
+
+    cfg = RunConfig()
+    assert "no adapter to merge" in (merge_error(cfg, Path("RUN"), merge=True, dequantize=False) or "")
+    assert "--dequantize goes with --merge" in (merge_error(cfg, Path("RUN"), merge=False, dequantize=True) or "")
+    cfg.peft.method = PeftMethod.lora
+    assert merge_error(cfg, Path("RUN"), merge=True, dequantize=False) is None

@@ -44,6 +44,7 @@ def write_adapter_export(model: nn.Module, adapter: Adapter, cfg: RunConfig, run
     if saved:
         base = str(Path(saved).expanduser().resolve())
     else:
+        (tmp / BASE_DIR).mkdir()
         with base_view(adapter) as plain:
             base_writer(plain, cfg, run_dir, tmp / BASE_DIR)
         base = str(final.resolve() / BASE_DIR)
