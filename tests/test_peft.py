@@ -453,3 +453,26 @@ def test_merge_is_refused_for_a_run_without_an_adapter() -> None:
     assert "--dequantize goes with --merge" in (merge_error(cfg, Path("RUN"), merge=False, dequantize=True) or "")
     cfg.peft.method = PeftMethod.lora
     assert merge_error(cfg, Path("RUN"), merge=True, dequantize=False) is None
+
+
+def test_a_run_starts_from_a_saved_adapter(tmp_path: Path) -> None:
+    """``peft.path``: the adapter's weights (and a module trained in full) copied into the new run's layers."""
+    from runner.models.gpt import GPT
+    from runner.peft.files import write_adapter
+
+    def gpt() -> nn.Module:
+        torch.manual_seed(0)
+        return GPT(n_layer=1, n_embd=32, n_head=2, block_size=16)
+
+    first = gpt()
+    adapter = apply_peft(first, PeftConfig(method=PeftMethod.lora, r=2, modules_to_save=["ln_f"]))
+    assert adapter is not None
+    with torch.no_grad():
+        for p in first.parameters():
+            if p.requires_grad:
+                p.add_(torch.randn_like(p))
+    write_adapter(adapter, tmp_path, None)
+    second = gpt()
+    apply_peft(second, PeftConfig(method=PeftMethod.lora, r=2, modules_to_save=["ln_f"], path=str(tmp_path)))
+    x = ids() % 256
+    assert torch.equal(second(x), first(x))

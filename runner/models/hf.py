@@ -26,6 +26,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from runner import torch_internals as ti
 from runner.config.target_objects import Embedding
 from runner.models import hf_checks
 
@@ -109,7 +110,9 @@ class CausalLM(nn.Module):
     def __init__(self, config: str | None = "llama", path: str | None = None,
                  overrides: Mapping[str, Any] | None = None, attn_implementation: str = "sdpa") -> None:
         super().__init__()
-        from transformers import AutoModelForCausalLM
+        with ti.torchao_import_quiet():  # transformers' modeling code imports torchao wherever it is installed
+            import transformers.modeling_utils  # noqa: F401
+            from transformers import AutoModelForCausalLM
 
         self.source = path or config or "?"
         if path:
@@ -150,7 +153,9 @@ class SequenceClassifier(nn.Module):
                  overrides: Mapping[str, Any] | None = None, num_labels: int = 2,
                  attn_implementation: str = "sdpa") -> None:
         super().__init__()
-        from transformers import AutoModelForSequenceClassification
+        with ti.torchao_import_quiet():
+            import transformers.modeling_utils  # noqa: F401
+            from transformers import AutoModelForSequenceClassification
 
         self.source = path or config or "?"
         if path:

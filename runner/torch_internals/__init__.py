@@ -44,7 +44,7 @@ from runner.torch_internals.errors import (  # noqa: F401
     is_fail_on_recompile,
     limit_hit_from_record,
 )
-from runner.torch_internals.nf4 import nf4_module, nf4_problem  # noqa: F401
+from runner.torch_internals.nf4 import nf4_module, nf4_problem, torchao_import_quiet  # noqa: F401
 from runner.torch_internals.observation import (  # noqa: F401
     COMPILE_EVENT_SOURCE,
     COUNTERS,

@@ -8,34 +8,43 @@ before a run, so a torch, torchao or device that cannot is refused with the reas
 from __future__ import annotations
 
 import functools
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 _MODULES = ("torchao.quantization.quantize_.workflows.nf4.nf4_tensor", "torchao.dtypes.nf4tensor")
 """Where torchao keeps NF4, newest first (``torchao.dtypes.nf4tensor`` before torchao moved it)."""
 
 
-@functools.cache
-def nf4_module() -> Any:
-    """torchao's NF4 module (``to_nf4``, ``NF4Tensor``, ``SubclassTensorArgs``); ImportError when none imports."""
-    import importlib
-    import logging
-
-    # Quiet while importing: torchao warns that its CUDA kernels (_C_*.so) do not load on a CPU-only torch, and
-    # torch that torchao registers an Enum with pytree; neither concerns NF4.
+@contextmanager
+def torchao_import_quiet() -> Iterator[None]:
+    """Importing torchao, alone or through transformers (whose modeling code imports it wherever it is installed),
+    without its import-time warnings: that its CUDA kernels (``_C_*.so``) do not load on a CPU-only torch, and
+    torch's that torchao registers Enums with pytree. Neither concerns NF4; both would print in every run."""
     quiet = [logging.getLogger(name) for name in ("torchao", "torch.utils._pytree")]
     levels = [q.level for q in quiet]
     for q in quiet:
         q.setLevel(logging.ERROR)
-    errors = []
     try:
+        yield
+    finally:
+        for q, level in zip(quiet, levels, strict=True):
+            q.setLevel(level)
+
+
+@functools.cache
+def nf4_module() -> Any:
+    """torchao's NF4 module (``to_nf4``, ``NF4Tensor``, ``SubclassTensorArgs``); ImportError when none imports."""
+    import importlib
+
+    errors = []
+    with torchao_import_quiet():
         for name in _MODULES:
             try:
                 return importlib.import_module(name)
             except ImportError as e:
                 errors.append(f"{name}: {e}")
-    finally:
-        for q, level in zip(quiet, levels, strict=True):
-            q.setLevel(level)
     raise ImportError("; ".join(errors))
 
 
