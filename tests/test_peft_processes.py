@@ -1,6 +1,7 @@
-"""What needs a process or a real Inductor compile: ``+recipe=llama_lora`` on 2 ranks with DDP and with FSDP2 (each
-block holds frozen and trainable parameters), and QLoRA with checkpointing and adapter dropout compiled by Inductor
-in a compile process beside the run (``compile.background=shared``), which the run switches to."""
+"""What needs a process or a real Inductor compile: ``+recipe=llama_lora`` on 2 ranks with DDP (LoRA) and with FSDP2
+(QLoRA: each block holds frozen, trainable and NF4 tensors), QLoRA with checkpointing and adapter dropout compiled
+by Inductor in a compile process beside the run (``compile.background=shared``), which the run switches to, and
+``benchmarks/peft.py --quick``."""
 
 from __future__ import annotations
 
@@ -42,14 +43,19 @@ def only_the_adapter_trained(f: dict[str, Any]) -> None:
     assert f[PEFT_OPTIMIZER_STATE_BYTES] == 8 * f[PEFT_TRAINABLE_PARAMS] + 4 * 2 * f[PEFT_TARGETS]
 
 
-@pytest.mark.parametrize("distributed", ["ddp", "fsdp"])
-def test_lora_trains_on_two_ranks_and_its_adapter_loads_in_peft(distributed: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("distributed", "method"), [("ddp", "lora"), ("fsdp", "qlora")])
+def test_an_adapter_trains_on_two_ranks_and_loads_in_peft(distributed: str, method: str, tmp_path: Path) -> None:
+    """DDP with LoRA; FSDP2 with QLoRA: each block holds frozen weights (norms), trainable ones (the adapter) and
+    NF4 buffers, which FSDP2 leaves whole on every rank."""
     run_dir = tmp_path / "run"
     parallel = ["trainer=fsdp", "compile=blocks"] if distributed == "fsdp" else ["trainer.devices=2"]
-    proc = subprocess.run([sys.executable, "-m", "runner", *TINY, *parallel, f"hydra.run.dir={run_dir}"], cwd=ROOT,
+    proc = subprocess.run([sys.executable, "-m", "runner", *TINY, *parallel, f"peft={method}",
+                           f"hydra.run.dir={run_dir}"], cwd=ROOT,
                           env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    only_the_adapter_trained(figures(run_dir))
+    f = figures(run_dir)
+    assert f[PEFT_METHOD] == method
+    only_the_adapter_trained(f)
     if distributed == "fsdp":  # the whole model is in the consolidated checkpoint, exported after the fit
         from runner.after.cli import main
 
