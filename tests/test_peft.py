@@ -79,6 +79,8 @@ def test_the_layer_starts_as_its_base_and_adds_scale_times_b_a() -> None:
     assert isinstance(layer.dropout, nn.Identity)  # p=0 runs no dropout op
     assert isinstance(LoRALinear(nn.Linear(4, 4), 2, 2, 0.1).dropout, nn.Dropout)
     assert layer.weight is base.weight and not layer.weight.requires_grad  # the base's own tensor, frozen
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # bf16-mixed: bf16 out, as the base linear's
+        assert layer(x).dtype == base(x).dtype == torch.bfloat16
 
 
 def test_the_compiled_layer_is_one_graph_that_guards_on_nothing_changing() -> None:
@@ -117,6 +119,8 @@ def test_qlora_runs_its_nf4_weight_through_the_registered_op_in_the_graph() -> N
     close(out, nn.functional.linear(x, layer.base_weight(), base.bias))
     out.sum().backward()  # the op's backward: grad @ W, W dequantized again
     close(x.grad, torch.ones(3, 64) @ layer.base_weight())
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # bf16-mixed: the base matmul in bf16, as nn.Linear's
+        assert layer(x).dtype == base(x).dtype == torch.bfloat16
 
 
 # -- which modules, in each kind of model ---------------------------------------------------------------------

@@ -59,8 +59,9 @@ class LoRALinear(nn.Module):
         return F.linear(x, self.weight, self.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        base = self.base_forward(x)
         adapter = self.lora_B(self.lora_A(self.dropout(x.to(self.lora_A.weight.dtype))))
-        return self.base_forward(x) + (adapter * self.scale).to(x.dtype)
+        return base + (adapter * self.scale).to(base.dtype)  # the base's dtype: bf16 under bf16-mixed, as peft
 
     @torch.no_grad()
     def base_weight(self) -> torch.Tensor:

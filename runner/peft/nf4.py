@@ -114,9 +114,13 @@ class QLoRALinear(LoRALinear):
         return self.weight_codes, self.weight_scalers, self.weight_factor, self.weight_mean, self.weight_lut
 
     def base_forward(self, x: torch.Tensor) -> torch.Tensor:
+        # Autocast does not know runner's op: cast its input as autocast casts a linear's (bf16-mixed runs the
+        # base matmul in bf16, as for LoRA's base), not in the float32 an RMSNorm hands it.
+        if torch.is_autocast_enabled(x.device.type):
+            x = x.to(torch.get_autocast_dtype(x.device.type))
         y = torch.ops.runner.nf4_linear(x, *self.pieces(), self.out_features, self.in_features, self.block,
                                         self.group)
-        return y if self.bias is None else y + self.bias
+        return y if self.bias is None else y + self.bias.to(y.dtype)
 
     @torch.no_grad()
     def base_weight(self) -> torch.Tensor:
