@@ -17,7 +17,7 @@ import pytest
 from runner.figures.compile_background import COMPILE_BACKGROUND_OUTCOME
 from runner.figures.compile_work import COMPILE_GRAPH_BREAKS, COMPILE_RECOMPILE_LIMIT_HITS, COMPILE_RECOMPILE_REASONS
 from runner.figures.peft import PEFT_METHOD, PEFT_OPTIMIZER_STATE_BYTES, PEFT_TARGETS, PEFT_TRAINABLE_PARAMS
-from tests.test_peft import _peft_model
+from tests.test_peft_runs import _peft_model
 
 pytestmark = pytest.mark.slow
 
