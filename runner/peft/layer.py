@@ -77,7 +77,8 @@ class LoRALinear(nn.Module):
     def merged(self) -> nn.Module:
         """The base layer's kind (``nn.Linear``, or ``Conv1D``) holding base + adapter, as peft's
         ``merge_and_unload`` leaves it."""
-        weight = self.base_weight() + self.delta().to(self.base_weight().dtype)
+        base = self.base_weight()
+        weight = base + self.delta().to(base.dtype)
         out: nn.Module
         if self.fan_in_fan_out:
             from transformers.pytorch_utils import Conv1D
