@@ -39,6 +39,7 @@ from gpu_docs import render, table
 from gpu_gpt import GPT_124M, GPT_SMALL
 from gpu_hf import HF_VARLEN
 from gpu_packing import PACKING
+from gpu_lora import LORA_WORKLOAD
 from gpu_results import RESULTS, load, merge, need_order, plan, unit_cost, write_json
 from gpu_specs import COLD_START, MEMORY
 
@@ -50,6 +51,7 @@ WORKLOADS: dict[str, Workload] = {w.name: w for w in (
     MEMORY,
     COLD_START,
     PACKING,
+    LORA_WORKLOAD,
 )}
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "gpu.md"
 QUICK_OUT = Path(tempfile.gettempdir()) / "runner-gpu-quick"

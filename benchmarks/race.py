@@ -39,7 +39,8 @@ def _contestant_process(env: dict[str, str], c: Contestant, model: str, quick: b
         assert c.model is not None
         with torch.no_grad(), torch.compiler.set_stance("force_eager"):
             eval_loss = float(torch.nn.functional.cross_entropy(c.model(x).flatten(0, -2), y.flatten()))
-        conn.send(("result", {"times": pacer.times, "hook_times": pacer.hook_times, "eval_loss": eval_loss}))
+        conn.send(("result", {"times": pacer.times, "hook_times": pacer.hook_times, "eval_loss": eval_loss,
+                              "measured": c.extra.get("measured")}))
     except BaseException:  # reported by the driver, with the contestant's traceback
         conn.send(("error", traceback.format_exc()))
 
@@ -131,6 +132,7 @@ def race(ctx: BaseContext, model: str, quick: bool, field: list[Contestant], war
             # inside a hook moves the mean of a short run by milliseconds, not the median.
             "hooks_median_ms": 1e3 * statistics.median(hooks),
             "eval_loss": eval_loss,
+            "measured": results[c.name][0].get("measured"),  # what the contestant measured itself, if anything
         }
     add_ratios(out)
     return out
@@ -144,11 +146,11 @@ def round_times(runs: list[list[float]], r: int, warmup: int, turn: int) -> list
     return runs[r % copies][warmup + j * turn:warmup + (j + 1) * turn]
 
 
-def add_ratios(figs: dict[str, Any]) -> None:
+def add_ratios(figs: dict[str, Any], peers: list[str] = PEERS) -> None:
     """Each contestant against each peer: the median over rounds of the ratio of round medians."""
     for fig in figs.values():
         fig["ratio"] = {
             peer: statistics.median(
                 a / b for a, b in zip(fig["round_medians_ms"], figs[peer]["round_medians_ms"], strict=True))
-            for peer in PEERS if peer in figs
+            for peer in peers if peer in figs
         }

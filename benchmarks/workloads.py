@@ -100,6 +100,10 @@ def workloads(names: list[str], quick: bool) -> list[Workload]:
     for name in names:
         if name in FAMILIES:  # families.py's: transformers and timm models
             out.append(family_workload(name, quick))
+        elif name == "llama_peft":  # peft.py's: LoRA and full fine-tunes of one Llama-style model
+            from peft_contestants import CPU, CPU_QUICK, llama_workload  # sibling; it imports Workload from here
+
+            out.append(llama_workload(CPU_QUICK if quick else CPU, 20_000 if quick else 4_000_000))
         elif name in ("gpt", "gpt_bf16"):
             sizes = (1, 16, 2, 16, 2, 20_000) if quick else (4, 128, 4, 256, 16, 4_000_000)
             work = gpt_workload(*sizes)

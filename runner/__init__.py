@@ -41,6 +41,9 @@ _EXPORTS = {
     "AfterWarmup": "runner.config.schema",
     "Background": "runner.config.schema",
     "CacheTrust": "runner.config.schema",
+    "PeftConfig": "runner.config.schema_peft",
+    "PeftMethod": "runner.config.schema_peft",
+    "apply_peft": "runner.peft",
 }
 __all__ = sorted(_EXPORTS)
 

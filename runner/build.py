@@ -21,6 +21,7 @@ from runner.config.paths import artifacts_path, checkpoint_dir, resolve_artifact
 from runner.config.schema import RunConfig
 from runner.config.target_objects import declared
 from runner.data.traits import DataTraits, ValMetric
+from runner.peft import apply_peft
 from runner.quiet import quiet_wandb
 from runner.reliability import AtomicCheckpointIO, build_reliability_callbacks
 from runner.stack import CacheArtifacts
@@ -48,12 +49,14 @@ def build_datamodule(cfg: RunConfig) -> L.LightningDataModule:
 
 
 def build_module(cfg: RunConfig) -> L.LightningModule:
-    """The LightningModule: the user's own, or ``TrainModule`` around any ``nn.Module``."""
+    """The LightningModule: the user's own, or ``TrainModule`` around any ``nn.Module``, adapted as ``cfg.peft``
+    says (its optimizer then holds the adapter's parameters only: the others no longer require grad)."""
     model = instantiate(cfg.model)
     if isinstance(model, L.LightningModule):
         return model
     if not isinstance(model, nn.Module):
         raise TypeError(f"model._target_={cfg.model._target_} built a {type(model).__name__}, not an nn.Module")
+    apply_peft(model, cfg.peft)
     optimizer = instantiate(cfg.optimizer)
     scheduler = instantiate(cfg.scheduler) if cfg.scheduler else None
     return TrainModule(model, optimizer=optimizer, scheduler=scheduler, val_metric=val_metric(cfg))

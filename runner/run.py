@@ -53,6 +53,7 @@ from runner.figures.run import (
     VAL_BPB,
     VAL_LOSS,
 )
+from runner.peft import peft_figures
 from runner.reliability import LogHistory, exit_code, flush_loggers
 from runner.stack.errors.explain import CompileFailure
 
@@ -164,7 +165,7 @@ def run_figures(cfg: RunConfig, trainer: L.Trainer, module: L.LightningModule, w
     for key in (VAL_BPB, VAL_ACCURACY):  # whichever the module reports for its data (TrainModule.val_metric)
         if key in trainer.callback_metrics:
             figures[key] = metric(key)
-    return figures
+    return {**figures, **peft_figures(inner_model(module), trainer.optimizers)}  # an adapter's peft/*
 
 
 def _interrupted(figures: dict[str, Any], ckpt: Path) -> int:

@@ -21,10 +21,12 @@ source .ci/versions.sh --functions  # from_index: pip without this machine's own
 TORCH=2.11.0
 LIGHTNING=2.6.6
 BASE=("torch==$TORCH" "lightning==$LIGHTNING" pytest pytest-xdist pytest-timeout)
-# runner's CLI (Hydra, rich, matplotlib), its Hugging Face models and data (transformers, datasets: pyarrow, pandas).
+# runner's CLI (Hydra, rich, matplotlib), its Hugging Face models and data (transformers, datasets: pyarrow, pandas),
+# LoRA's peers and QLoRA's NF4 (peft, torchao: the lora workload).
 # wandb and tensorboard are left out: runner imports them only for logger=wandb|tensorboard, which a GPU check
 # does not use (they would add 40 MB to every copy).
-NEEDS=(hydra-core omegaconf rich matplotlib transformers tokenizers safetensors huggingface_hub datasets pyarrow pandas)
+NEEDS=(hydra-core omegaconf rich matplotlib transformers tokenizers safetensors huggingface_hub datasets pyarrow pandas
+       peft torchao)
 # Required by those but never imported offline: hf-xet only downloads from the Hub (the GPU machine has no network);
 # leaving it out keeps two parts under the 64 MiB a copy to the GPU machine may carry.
 SKIP=(hf-xet)

@@ -92,7 +92,7 @@ def classifier_module() -> TrainModule:
 
 def fit(module: L.LightningModule, data: L.LightningDataModule, scope: Scope = Scope.step, backend: str = "eager",
         dynamic: DynamicConfig | None = None, offload: OffloadConfig | None = None, steps: int = 8,
-        block_types: tuple[str, ...] = ()) -> Fit:
+        block_types: tuple[str, ...] = (), optimizer: OptimizerPolicy = OptimizerPolicy.none) -> Fit:
     """Train ``module`` on ``data`` for ``steps`` through CompileStrategy (compiled from the first step)."""
     from torch._dynamo.utils import counters
 
@@ -107,7 +107,7 @@ def fit(module: L.LightningModule, data: L.LightningDataModule, scope: Scope = S
             lengths.append(int(x.shape[-1]))
 
     rec = Lengths()
-    cfg = CompileConfig(scope=scope, backend=backend, optimizer=OptimizerPolicy.none, background=Background.disabled,
+    cfg = CompileConfig(scope=scope, backend=backend, optimizer=optimizer, background=Background.disabled,
                         block_types=list(block_types))
     strategy = CompileStrategy(compile=cfg, dynamic=dynamic or DynamicConfig(), offload=offload, device="cpu")
     trainer = L.Trainer(accelerator="cpu", strategy=strategy, max_steps=steps, logger=False, limit_val_batches=0,

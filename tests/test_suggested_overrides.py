@@ -21,7 +21,7 @@ from runner.config import compose, schema
 
 ROOT = Path(__file__).resolve().parents[1]
 _GROUPS = {"compile", "dynamic", "offload", "cudagraphs", "trainer", "data", "model", "optimizer", "scheduler",
-           "telemetry", "reliability", "after", "logger", "seed", "ckpt_path", "recipe", "sweep", "tune"}
+           "telemetry", "reliability", "after", "logger", "seed", "ckpt_path", "recipe", "sweep", "tune", "peft"}
 _TOKEN = re.compile(r"(?<![\w.+~/$-])(\+{0,2}[a-z_]+(?:\.[a-z_]+)*=(?:\[[^\]\s]*\]|[^\s`'\",;)|]+))")
 # Placeholders, and Python constructor calls in code examples (``compile=CompileConfig(...)`` is a keyword
 # argument, not an override; Hydra's own override functions, ``choice(...)``, are lowercase and still scanned).

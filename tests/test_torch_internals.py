@@ -557,3 +557,19 @@ def test_a_fused_optimizer_skips_its_update_on_the_found_inf_flag() -> None:
         assert not torch.equal(p.detach(), torch.ones(3)), type(opt).__name__
         ti.zero_in_place([p.grad])
         assert p.grad is not None and not p.grad.any()
+
+
+def test_torchaos_nf4_has_what_qlora_reads() -> None:
+    """``nf4_module``: ``to_nf4`` and an ``NF4Tensor`` whose pieces runner keeps as buffers and rebuilds
+    (``runner.peft.nf4``), with the constructor and dequantization it calls; a round trip on the CPU."""
+    nf4 = ti.nf4_module()
+    w = torch.randn(64, 256)
+    q = nf4.to_nf4(w, 64, 256)
+    pieces = ("quantized_data", "quantized_scalers", "quantization_factor", "scaler_mean", "nf4")
+    assert all(isinstance(getattr(q, p), torch.Tensor) for p in pieces)
+    assert q.quantized_data.dtype == torch.uint8 and q.quantized_data.numel() == w.numel() // 2
+    meta = nf4.SubclassTensorArgs(w.shape, w.stride(), 0, w.dtype, w.device, False)
+    again = nf4.NF4Tensor(meta, 64, w.numel() // 64, 256, q.quantized_scalers, q.quantization_factor, q.scaler_mean,
+                          q.quantized_data, q.nf4)
+    assert torch.equal(again.get_original_weight(), q.get_original_weight())
+    assert ti.nf4_problem("cpu") is None

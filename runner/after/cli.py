@@ -12,7 +12,7 @@ from typing import Any
 from runner.config import ConfigError
 
 _USAGE = {
-    "export": "python -m runner export RUN_DIR [--ckpt last|best|PATH] [--out DIR] [--force]",
+    "export": "python -m runner export RUN_DIR [--ckpt last|best|PATH] [--out DIR] [--force] [--merge [--dequantize]]",
     "eval": "python -m runner eval RUN_DIR [--ckpt last|best|PATH] [--out FILE] [data.KEY=VALUE ...]",
     "generate": ("python -m runner generate RUN_DIR|EXPORT_DIR --prompt TEXT [--max-new-tokens N] [--temperature T] "
                  "[--top-k K] [--seed S] [--ckpt last|best|PATH]"),
@@ -26,6 +26,9 @@ def _parser(command: str) -> argparse.ArgumentParser:
     if command == "export":
         p.add_argument("--out", type=Path, help="the directory to write (default: RUN_DIR/model)")
         p.add_argument("--force", action="store_true", help="replace --out when it exists and is not empty")
+        p.add_argument("--merge", action="store_true", help="a LoRA run: the adapter merged into its base, one model")
+        p.add_argument("--dequantize", action="store_true", help="with --merge, a QLoRA run: merge into its NF4 "
+                       "base weights dequantized")
     if command == "eval":
         p.add_argument("--out", type=Path, help="the JSON file to write (default: RUN_DIR/eval.json)")
     if command == "generate":
@@ -62,12 +65,20 @@ def export(args: Any) -> int:
 
     if (problem := run_dir_error(args.run_dir)) is not None:
         raise ConfigError(problem)
+    from runner.after.adapter_export import merge_error
     from runner.after.export import EXPORT_DIR, export_error, export_model
+    from runner.after.source import checkpoint_path, run_config
+    from runner.peft import merge_peft
 
     out = args.out or args.run_dir / EXPORT_DIR
     export_error(out, args.force)
-    trained = open_trained(args.run_dir, args.ckpt)
-    export_model(trained.model, trained.cfg, args.run_dir, out, str(trained.checkpoint), trained.step)
+    checkpoint_path(args.run_dir, args.ckpt)  # a missing checkpoint is named before the config is composed
+    cfg = run_config(args.run_dir)
+    if (problem := merge_error(cfg, args.run_dir, args.merge, args.dequantize)) is not None:
+        raise ConfigError(problem)
+    trained = open_trained(args.run_dir, args.ckpt, cfg)
+    extra = {"merged": merge_peft(trained.model), "dequantized": args.dequantize} if args.merge else None
+    export_model(trained.model, trained.cfg, args.run_dir, out, str(trained.checkpoint), trained.step, extra)
     print(f"runner export: {out} (step {trained.step} of {trained.checkpoint}); how to load it: {out / 'README.md'}")
     return 0
 

@@ -6,7 +6,9 @@
   architecture, ``pretrained_cfg`` and the arguments it was built with), for ``timm.create_model`` + ``load_state_dict``
   (or ``timm.create_model('local-dir:DIR', pretrained=True)``);
 - runner's GPT and MLP, or a user's module: ``model.safetensors`` (the state dict) and ``config.json``, the
-  model's config node (``_target_`` and its arguments) that rebuilds it.
+  model's config node (``_target_`` and its arguments) that rebuilds it;
+- a LoRA or QLoRA run (``peft``): its adapter in peft's format and the base it applies to, or with ``--merge`` the
+  merged model in its family's format (``runner.after.adapter_export``).
 
 Beside it: ``runner_export.json`` (family, checkpoint, step, how text becomes ids) and a README saying how to
 load it. The directory is written beside its place and renamed into it, so it is whole or absent. Exports
@@ -26,10 +28,12 @@ from typing import Any
 
 from torch import nn
 
+from runner.after.adapter_export import write_adapter_export
 from runner.after.family import Family, family_of, label_names, tokens_of, writes_text
 from runner.after.source import clean_state, is_clean
 from runner.config import ConfigError
 from runner.config.schema import RunConfig
+from runner.peft import adapter_of, apply_peft
 
 WEIGHTS = "model.safetensors"
 CONFIG = "config.json"
@@ -69,21 +73,28 @@ def model_node(cfg: RunConfig) -> dict[str, Any]:
 
 
 def export_model(model: nn.Module, cfg: RunConfig, run_dir: Path, out: Path, checkpoint: str | None,
-                 step: int | None) -> Path:
-    """Write ``model`` (runner's ``TrainModule.model``, trained as ``cfg`` says) to ``out``, replacing it."""
+                 step: int | None, extra: dict[str, Any] | None = None) -> Path:
+    """Write ``model`` (runner's ``TrainModule.model``, trained as ``cfg`` says) to ``out``, replacing it: an adapted
+    model as its adapter (``runner.after.adapter_export``). ``extra`` goes into ``runner_export.json``."""
     if not is_clean(model):
         model = _rebuilt(model, cfg)
     family = family_of(model)
+    adapter = adapter_of(model)
     tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     try:
-        loading = _WRITERS[family](model, cfg, run_dir, tmp)
+        more = dict(extra or {})
+        if adapter is not None:
+            loading, more["adapter"] = write_adapter_export(model, adapter, cfg, run_dir, tmp, out, family.value,
+                                                            _WRITERS[family])
+        else:
+            loading = _WRITERS[family](model, cfg, run_dir, tmp)
         tokens = tokens_of(cfg)
         meta: dict[str, Any] = {
             "family": family.value, "task": _task(model, cfg), "checkpoint": checkpoint, "step": step,
             "run_dir": str(run_dir), "model": model_node(cfg), "tokenizer": tokens.note if tokens else None,
-            "load": loading}
+            "load": loading, **more}
         if meta["task"] == "classification":
             meta["labels"] = label_names(run_dir, int(getattr(cfg.data, "num_classes", 0)))
         if tokens and not tokens.directory and (tmp / "tokenizer.json").is_file():
@@ -107,6 +118,7 @@ def _rebuilt(model: nn.Module, cfg: RunConfig) -> nn.Module:
     from hydra.utils import instantiate
 
     fresh = instantiate(cfg.model)
+    apply_peft(fresh, dataclasses.replace(cfg.peft, path=None))  # the same adapter's layers, given the weights below
     fresh.load_state_dict(clean_state(model.state_dict()))
     return fresh.eval()
 

@@ -151,6 +151,10 @@ def open_export(directory: Path) -> tuple[nn.Module, Tokens]:
         raise ConfigError(f"{directory} holds no tokenizer (its run's data module made its own ids): generate cannot "
                           "turn a prompt into them. Load the model with transformers and sample it with the "
                           "tokenizer that makes those ids.")
+    if meta.get("adapter"):  # a LoRA run's export: its base, and the adapter applied to it
+        from runner.after.adapter_export import open_adapter_export
+
+        return open_adapter_export(directory, meta), tokens
     if meta.get("family") == Family.hf_causal_lm.value:
         from runner.models.hf import CausalLM
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from runner.config import target_objects
 from runner.config.errors import close_matches
+from runner.config.peft_targets import state_shapes
 from runner.config.schema import RunConfig
 
 Check = Callable[[RunConfig], "str | None"]
@@ -208,7 +209,7 @@ def _expected_state(cfg: RunConfig) -> dict[str, tuple[int, ...]] | None:
     if not isinstance(model, torch.nn.Module):
         return None
     prefix = "" if isinstance(model, L.LightningModule) else "model."  # runner's TrainModule holds it as .model
-    return {prefix + k: tuple(v.shape) for k, v in model.state_dict().items()}
+    return state_shapes(model, cfg.peft, prefix)  # with the adapter's weights under peft=lora|qlora
 
 
 def _compare(saved: dict[str, Any], expected: dict[str, tuple[int, ...]]) -> str | None:

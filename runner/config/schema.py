@@ -24,6 +24,7 @@ from runner.config.options import ShapePolicy as ShapePolicy
 from runner.config.schema_after import AfterConfig
 from runner.config.schema_fsdp import Distributed, FsdpConfig
 from runner.config.schema_fsdp import FsdpMixedPrecision as FsdpMixedPrecision  # re-exported: every node from here
+from runner.config.schema_peft import PeftConfig
 
 
 class OptimizerPolicy(Enum):
@@ -69,8 +70,6 @@ class AfterWarmup(Enum):
     none = "none"  # recompile as usual
     fail_on_recompile = "fail_on_recompile"  # raise, naming the guard that failed
     eager_on_recompile = "eager_on_recompile"  # run the new shape eagerly instead
-
-
 
 
 class CudaGraphMode(Enum):
@@ -285,6 +284,7 @@ class RunConfig:
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
     reliability: ReliabilityConfig = field(default_factory=ReliabilityConfig)
+    peft: PeftConfig = field(default_factory=PeftConfig)  # which weights train (runner.config.schema_peft)
     after: AfterConfig = field(default_factory=AfterConfig)
     """What the run leaves for after training: the exported model, a sample of a causal LM's text."""
     logger: dict[str, Any] = field(default_factory=dict)

@@ -26,6 +26,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from runner import torch_internals as ti
 from runner.config.target_objects import Embedding
 from runner.models import hf_checks, hf_packing
 from runner.packing import PackedInputs
@@ -106,10 +107,15 @@ class CausalLM(nn.Module):
     (:mod:`runner.models.hf_packing`). The KV cache is off: training never reuses it, and building it costs graph
     breaks."""
 
+    adapter_root = "model"  # peft's key names are relative to the transformers model (runner.config.peft_targets)
+    adapter_task = "CAUSAL_LM"  # peft's task_type, written into adapter_config.json
+
     def __init__(self, config: str | None = "llama", path: str | None = None,
                  overrides: Mapping[str, Any] | None = None, attn_implementation: str = "sdpa") -> None:
         super().__init__()
-        from transformers import AutoModelForCausalLM
+        with ti.torchao_import_quiet():  # transformers' modeling code imports torchao wherever it is installed
+            import transformers.modeling_utils  # noqa: F401
+            from transformers import AutoModelForCausalLM
 
         self.source = path or config or "?"
         self.attn_implementation = attn_implementation
@@ -155,11 +161,17 @@ class SequenceClassifier(nn.Module):
     ``[batch, num_labels]``. A saved model gets a new head of ``num_labels`` classes when it has
     another number (fine-tuning a pretrained encoder)."""
 
+    adapter_root = "model"
+    adapter_task = "SEQ_CLS"
+    adapter_heads = ("classifier", "score")  # trained in full beside an adapter (peft's SEQ_CLS modules_to_save)
+
     def __init__(self, config: str | None = "bert", path: str | None = None,
                  overrides: Mapping[str, Any] | None = None, num_labels: int = 2,
                  attn_implementation: str = "sdpa") -> None:
         super().__init__()
-        from transformers import AutoModelForSequenceClassification
+        with ti.torchao_import_quiet():
+            import transformers.modeling_utils  # noqa: F401
+            from transformers import AutoModelForSequenceClassification
 
         self.source = path or config or "?"
         if path:

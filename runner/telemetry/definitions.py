@@ -6,6 +6,7 @@ figures from contradicting each other are :mod:`runner.telemetry.verdict`'s.
 
 from __future__ import annotations
 
+from runner.figures import peft as fp
 from runner.figures.compile_background import (
     COMPILE_BACKGROUND,
     COMPILE_BACKGROUND_OUTCOME,
@@ -134,6 +135,8 @@ def _rows(*keys: str) -> tuple[Figure, ...]:
 SECTIONS: tuple[tuple[str, tuple[Figure, ...]], ...] = (
     ("run", _rows(RUN_STEPS, RUN_WALL_S, TRAIN_LOSS, VAL_LOSS, VAL_BPB, VAL_ACCURACY, DATA_UNIGRAM_BPB, RUN_LR_SCHEDULE,
                   RUN_EXPORT)),
+    ("fine-tuning", _rows(fp.PEFT_METHOD, fp.PEFT_TARGETS, fp.PEFT_TRAINABLE_PARAMS, fp.PEFT_TOTAL_PARAMS,
+                          fp.PEFT_TRAINABLE_PCT, fp.PEFT_OPTIMIZER_STATE_BYTES, fp.PEFT_BASE_WEIGHT_BYTES)),
     ("data", _rows(DATA_SOURCE, DATA_CHANGED, DATA_FILES, DATA_ROWS, DATA_TOKENS, DATA_TRAIN_SEQUENCES,
                    DATA_VAL_SEQUENCES, DATA_SPLIT, DATA_TRUNCATED_ROWS, DATA_TRUNCATED_PCT, DATA_CUT_PART,
                    DATA_DROPPED_ROWS, DATA_DROPPED_BY, DATA_NULL_ROWS, DATA_LABEL_COUNTS, DATA_FORMAT, DATA_EXAMPLES,

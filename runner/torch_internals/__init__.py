@@ -11,9 +11,9 @@ breaks one named test instead of the product. No other runner module names ``tor
 Process-wide settings go through :class:`TorchSettings`, which records what it found and puts it
 back on ``restore()``: Hydra multirun jobs and a user's own code share the process.
 
-A package of eight modules by concept (``observation``, ``events``, ``settings``, ``errors``, ``runtime``,
-``trace``, ``partitions``, ``caches``); this module re-exports every name, so callers write ``ti.<name>`` and never
-import a submodule.
+A package of nine modules by concept (``observation``, ``events``, ``settings``, ``errors``, ``runtime``,
+``trace``, ``partitions``, ``caches``, and torchao's ``nf4``); this module re-exports every name, so callers write
+``ti.<name>`` and never import a submodule.
 
 Pinned against torch 2.11 through 2.15 (``tests/test_torch_internals.py`` runs on each in CI)."""
 
@@ -51,6 +51,7 @@ from runner.torch_internals.events import (  # noqa: F401
     CompileEvents,
     compiling_target,
 )
+from runner.torch_internals.nf4 import nf4_module, nf4_problem, torchao_import_quiet  # noqa: F401
 from runner.torch_internals.observation import (  # noqa: F401
     COUNTERS,
     GRAPH_BREAK_GROUP,
