@@ -38,8 +38,8 @@ from gpu_common import Context, RunFile, Workload
 from gpu_docs import render, table
 from gpu_gpt import GPT_124M, GPT_SMALL
 from gpu_hf import HF_VARLEN
-from gpu_packing import PACKING
 from gpu_lora import LORA_WORKLOAD
+from gpu_packing import PACKING
 from gpu_results import RESULTS, load, merge, need_order, plan, unit_cost, write_json
 from gpu_specs import COLD_START, MEMORY
 

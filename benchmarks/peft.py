@@ -27,8 +27,8 @@ from typing import Any
 
 import fork_server  # sibling modules: run as a script
 from compare import machine
-from race import add_ratios, race
 from peft_contestants import CPU, CPU_QUICK, RANK, peft_contestants
+from race import add_ratios, race
 
 OUT = Path(__file__).resolve().parent / "results" / "peft.json"
 PEERS = ["lightning", "lightning_peft", "lightning_peft_compile", "runner_full"]
