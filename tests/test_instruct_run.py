@@ -85,3 +85,29 @@ def test_text_documents_pack_too(tmp_path: Path) -> None:
     assert figures[DYNAMIC_RECOMPILES] == 0 and figures[DYNAMIC_GRAPHS] == 1
     assert figures[keys.DATA_PACKING_PADDING_PCT] < 5 and figures[keys.DATA_PACKS] == figures[
         keys.DATA_TRAIN_SEQUENCES]
+
+
+def test_lora_trains_packed_instruction_data_through_one_graph(tmp_path: Path) -> None:
+    """``+recipe=instruct_lora`` (issue 70 meets 71): packed rows of the shipped file with the loss on the answers,
+    an adapter on every linear, one graph, no recompile, no graph break; the base stays as it was built and the
+    run's ``model/`` is the adapter in peft's format."""
+    import torch
+    from safetensors.torch import load_file
+
+    from runner.figures import peft as fp
+
+    lora = ["+recipe=instruct_lora", *RECIPE[1:]]
+    trained = train(tmp_path / "run", lora)
+    figures = trained.figures
+    rows = [json.loads(line) for line in SHIPPED.read_text().splitlines()[:300]]
+    assert figures[keys.DATA_LOSS_TOKENS] == sum(len(r["response"].encode()) + 1 for r in rows)
+    assert figures[DYNAMIC_RECOMPILES] == 0 and figures[DYNAMIC_GRAPHS] == 1
+    assert figures["compile/graph_breaks"] == 0
+    assert figures[fp.PEFT_METHOD] == "lora" and 0 < figures[fp.PEFT_TRAINABLE_PARAMS] < figures[fp.PEFT_TOTAL_PARAMS]
+    model = trained.module.model
+    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+    assert trainable and all("lora_" in n for n in trainable)  # only the adapter trained
+    adapter = load_file(str(trained.run_dir / "model" / "adapter_model.safetensors"))
+    assert adapter and all(k.startswith("base_model.model.") and "_orig_mod" not in k for k in adapter)
+    assert any(float(t.abs().max()) > 0 for k, t in adapter.items() if "lora_B" in k)  # trained: not a no-op
+    assert all(torch.isfinite(t).all() for t in adapter.values())

@@ -5,9 +5,8 @@ the text column of a table (:mod:`runner.data.documents`: every format ``data.pa
 Targets of padded positions are ``IGNORE_INDEX``, so padding never counts in the loss. How far a batch of
 documents is padded is the dynamic-shape policy's choice (``pad_to``), set by the builder; with ``packing`` the
 documents are packed into rows of exactly ``seq_len`` instead, attention never crossing them
-(:mod:`runner.data.packed`). Validation never
-overlaps training (:mod:`runner.data.splits`): ``val_path``'s files, else a seeded split by document, else the
-last windows of a single document.
+(:mod:`runner.data.packed`). Validation never overlaps training (:mod:`runner.data.splits`): ``val_path``'s files,
+else a seeded split by document, else the last windows of a single document.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from runner.figures.registry import define
 
-PEFT_METHOD = define("peft/method", "how the model was fine-tuned: lora or qlora (peft.method)", label="fine-tuning")
+PEFT_METHOD = define("peft/method", "how the model was fine-tuned: lora or qlora (peft.method)", label="method")
 PEFT_TARGETS = define("peft/targets", "linear layers the adapter adapts (peft.target_modules)",
                       label="adapted linears")
 PEFT_TRAINABLE_PARAMS = define("peft/trainable_params",
