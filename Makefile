@@ -8,11 +8,17 @@ RECIPE ?= quickstart
 
 .PHONY: setup run test test-fast gpu-dry-run lint bench test-versions constraints setup-vision run-vision
 
+# pip byte-compiles every module it installs (torch's and transformers' thousands: about a minute on 2 cores), most of
+# which no run imports; Python compiles what is imported as it is imported, once. Where the environment forbids
+# writing byte-code (PYTHONDONTWRITEBYTECODE, which many container images set) every process would compile torch again,
+# so pip compiles it all up front there.
+NO_COMPILE := $(if $(PYTHONDONTWRITEBYTECODE),,--no-compile)
+
 setup: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	python3 -m venv $(VENV)
-	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev]'
+	$(PY) -m pip install --quiet $(NO_COMPILE) -c constraints.txt -e '.[dev]'
 	touch $@
 
 run: setup
@@ -41,8 +47,11 @@ setup-vision:
 	.ci/versions.sh --install $(VISION_TORCH)
 
 run-vision: RECIPE = resnet_tiny
+# That venv holds no byte-code until a process writes it (versions.sh installs with --no-compile): where the
+# environment says not to write it (PYTHONDONTWRITEBYTECODE, set by many container images), every run would compile
+# torch from source again, ~12 s.
 run-vision: setup-vision
-	$(VISION_VENV)/bin/python -m runner +recipe=$(RECIPE) $(ARGS)
+	env -u PYTHONDONTWRITEBYTECODE $(VISION_VENV)/bin/python -m runner +recipe=$(RECIPE) $(ARGS)
 
 # The tier to run while working: every test not marked slow (no process started, nothing compiled with Inductor:
 # tests/conftest.py fails a test of this tier that does either), test by test on two workers.

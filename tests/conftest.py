@@ -86,14 +86,16 @@ def _fast_tier_guard(_fast_tier: None) -> Iterator[None]:
 
 
 LONGEST_FIRST = (
-    "test_benchmarks", "test_hf_stack", "test_fsdp", "test_idioms", "test_offload", "test_remote_cache",
-    "test_install", "test_reliability_sigkill", "test_strategy", "test_reliability_resume", "test_reliability_runs",
-    "test_reliability_cache", "test_background_compile", "test_family_benchmark", "test_dynamic_ddp",
-    "test_reliability_failures", "test_cli", "test_no_leak", "test_gpu_path", "test_cudagraph_partitions",
-    "test_checkpoint", "test_first_run", "test_suggested_overrides", "test_ddp", "test_gpu_benchmark",
-    "test_nonfinite_ddp", "test_readme", "test_summary_consistency", "test_after_resume", "test_own_trainer",
+    "test_hf_stack", "test_benchmarks", "test_idioms", "test_fsdp", "test_install", "test_peft_processes",
+    "test_offload", "test_reliability_sigkill", "test_remote_cache", "test_gpu_benchmark", "test_strategy",
+    "test_suggested_overrides", "test_first_run", "test_reliability_cache", "test_background_compile",
+    "test_reliability_failures", "test_reliability_resume", "test_gpu_path", "test_peft_stack", "test_nonfinite_ddp",
+    "test_bad_input", "test_no_leak", "test_cli", "test_readme", "test_ddp", "test_hf_models",
+    "test_reliability_runs", "test_own_trainer", "test_family_benchmark", "test_dynamic_ddp", "test_instruct_run",
+    "test_packing_processes", "test_cudagraph_partitions", "test_checkpoint", "test_after_resume",
+    "test_summary_consistency",
 )
-"""The test files that take longest under ``make test`` (``--durations``, 2-core CPU, 2026-11-27), longest first.
+"""The test files that take longest under ``make test`` (``--junitxml``, 2-core CPU, 2026-11-28), longest first.
 ``make test`` hands whole files to its two workers in collection order (``--dist loadfile --no-loadscope-reorder``):
 starting with the longest leaves short files to fill the end, instead of one long file running alone there. A file
 missing here only runs later; the order changes no result."""

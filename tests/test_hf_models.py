@@ -196,6 +196,29 @@ def test_bad_input_is_one_paragraph_naming_the_fix(overrides: list[str], fragmen
         assert fragment in message, message
 
 
+_ASKED: list[str] | None = None  # while a list: the network calls this process makes (an audit hook cannot be removed)
+
+
+def _audit(event: str, args: tuple[object, ...]) -> None:
+    if _ASKED is not None and event in ("socket.getaddrinfo", "socket.connect"):
+        _ASKED.append(f"{event}{args[:2]}")
+
+
+def test_a_hub_name_is_refused_without_asking_the_network() -> None:
+    """transformers looks a non-directory up on the Hub for a peft adapter even under local_files_only (five retries,
+    ~23 s offline): the refusal comes first, and nothing in the check opens a connection."""
+    global _ASKED
+    sys.addaudithook(_audit)
+    _ASKED = []
+    try:
+        with pytest.raises(ConfigError, match="Hugging Face Hub name"):
+            precheck(["+recipe=llama_tiny", "model.path=meta-llama/Llama-3.2-1B"])
+        asked = list(_ASKED)
+    finally:
+        _ASKED = None
+    assert asked == []
+
+
 @pytest.mark.slow
 def test_a_bad_model_writes_nothing_and_exits_2(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-m", "runner", "+recipe=llama_tiny", "model.config=lama"], cwd=tmp_path,

@@ -60,8 +60,15 @@ def build_config(config: str, overrides: Mapping[str, Any] | None = None, **fixe
 
 def _load(auto_class: Any, path: str, **kwargs: Any) -> nn.Module:
     """The model saved in ``path``, in train mode: ``from_pretrained`` returns it in eval mode (dropout off), and
-    Lightning keeps the modes it finds, so a fine-tuned model would train without its dropout."""
-    return auto_class.from_pretrained(str(Path(path).expanduser()), local_files_only=True, **kwargs).train()
+    Lightning keeps the modes it finds, so a fine-tuned model would train without its dropout.
+
+    Anything but a directory is refused first: with peft installed, transformers looks a non-directory up on the Hub
+    for an adapter even under ``local_files_only`` (five retries, ~23 s offline), so a Hub name in ``model.path``
+    would wait that long before its one-paragraph refusal (hf_checks.check_path)."""
+    root = Path(path).expanduser()
+    if not root.is_dir():
+        raise FileNotFoundError(f"model.path={path} is not a directory (hf_checks.check_path says what to do)")
+    return auto_class.from_pretrained(str(root), local_files_only=True, **kwargs).train()
 
 
 def input_vocabulary(config: str | None, path: str | None, overrides: Mapping[str, Any] | None) -> Embedding | None:
