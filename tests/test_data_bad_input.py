@@ -94,8 +94,13 @@ def _tokenizer(tmp_path: Path) -> Path:
 @pytest.mark.parametrize(("name", "overrides", "fragments"), BAD, ids=[name for name, _, _ in BAD])
 def test_bad_data_is_one_paragraph_naming_the_fix(name: str, overrides: Callable[[Path], list[str]],
                                                    fragments: list[str], tmp_path: Path) -> None:
+    refused_in_one_paragraph(overrides(tmp_path), fragments)
+
+
+def refused_in_one_paragraph(overrides: list[str], fragments: list[str]) -> None:
+    """``precheck`` refuses ``overrides`` with one paragraph holding every fragment."""
     with pytest.raises(ConfigError) as info:
-        precheck(overrides(tmp_path))
+        precheck(overrides)
     message = str(info.value)
     assert "\n" not in message.strip(), "one paragraph"
     for fragment in fragments:

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from runner.config import ConfigError
 from runner.config.precheck import precheck
 from tests.cli import run_cli
 from tests.hf_models import save_tokenizer
+from tests.test_data_bad_input import refused_in_one_paragraph
 
 QA = [{"prompt": f"question number {i}?", "response": f"answer {i}"} for i in range(40)]
 INSTRUCT = ["model=gpt_tiny", "data=instruct", "data.seq_len=128", "data.batch_size=4", "compile.backend=eager"]
@@ -90,12 +90,7 @@ def _text(p: Path) -> Path:
 @pytest.mark.parametrize(("name", "overrides", "fragments"), BAD, ids=[name for name, _, _ in BAD])
 def test_bad_instruction_data_is_one_paragraph_naming_the_fix(name: str, overrides: Callable[[Path], list[str]],
                                                               fragments: list[str], tmp_path: Path) -> None:
-    with pytest.raises(ConfigError) as info:
-        precheck(overrides(tmp_path))
-    message = str(info.value)
-    assert "\n" not in message.strip(), "one paragraph"
-    for fragment in fragments:
-        assert fragment in message, f"{fragment!r} not in: {message}"
+    refused_in_one_paragraph(overrides(tmp_path), fragments)
 
 
 @pytest.mark.parametrize("overrides", [
