@@ -10,8 +10,8 @@
 # per version, runner's pins again only when pyproject.toml or constraints.txt change); CI's fresh clone
 # starts clean. The installs (network-bound downloads) run side by side, the versions one after the other,
 # each version's tests on two pytest workers, test by test (mostly Inductor compiling, CPU-bound; the timm
-# tests, a third of the whole, run on the newest torch only). Started during `make test` instead, the downloads slowed it by
-# as much as they saved (measured in CI, 2026-11-26). The first torch's tests run on a second vector width
+# tests, a third of the whole, run on the newest torch only). Started during `make test` instead, the downloads
+# slowed it by as much as they saved (measured in CI, 2026-11-26). The first torch's tests run on a second vector width
 # (ATEN_CPU_CAPABILITY: avx2 on an AVX-512 machine, default on an AVX2 one; second_isa below), so a test whose
 # tolerance holds on one width only fails on every CI machine (docs/testing.md).
 #
@@ -58,8 +58,9 @@ VENVS=${RUNNER_VERSION_VENVS:-.venvs}
 # default scope and per-block compiles through the strategy with the fused optimizer, and a LightningModule with
 # torchmetrics through CompileStrategy() as users write it, each compared with eager Lightning; torch's own
 # CUDA-graph partition decision over runner's compiled step (the check runner corrects before 2.15), and the static
-# batch buffers; transformers' models and their checks in this process. The graph-safe optimizer step and cudagraphs=auto's decision (seconds, eager): they lean on torch's fused kernels'
-# found_inf and the ops' tags, which move between releases.
+# batch buffers; transformers' models and their checks in this process. The graph-safe optimizer step and
+# cudagraphs=auto's decision (seconds, eager): they lean on torch's fused kernels' found_inf and the ops' tags, which
+# move between releases.
 SUBSET=(
   tests/test_torch_internals.py
   tests/test_graphed_optimizer.py
@@ -75,8 +76,9 @@ SUBSET=(
 # On the newest torch only, the one `make run-vision` trains with: timm's CNN and ViT through every scope (PyPI's
 # torchvision pairs with PyPI's torch, so timm imports here, as it cannot beside make setup's local CPU torch), a
 # trained timm model's export, and a Llama-style LM and BERT under Inductor (make test runs both on the pinned torch).
-# They check other libraries' models, not torch's internals; run on both torches they cost CI about 4 minutes of its
-# 40 (measured 2026-11-27: CI took 49 min).
+# They check other libraries' models, not torch's internals; run on both torches they cost CI about 3 minutes
+# (2026-11-28: the first torch's tests went from 314 s to 118 s without them, the skip below and docs/testing.md's
+# Hub-name wait).
 NEWEST=(
   tests/test_vision.py
   tests/test_after.py::test_timm_export_loads_with_create_model_and_load_state_dict
