@@ -29,16 +29,17 @@ def save_tokenizer(directory: Path, vocab_size: int = 320) -> int:
     return len(fast)
 
 
-def save_model(directory: Path, task: str = "causal_lm", model_type: str = "llama") -> Path:
+def save_model(directory: Path, task: str = "causal_lm", model_type: str = "llama", hidden_size: int = 32,
+               vocab_size: int = 320, max_positions: int = 128) -> Path:
     """A tiny ``model_type`` model for ``task`` (causal_lm or sequence_classification) and its tokenizer."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSequenceClassification
 
     directory.mkdir(parents=True, exist_ok=True)
-    vocab = save_tokenizer(directory)
-    sizes = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, vocab_size=vocab,
-                 max_position_embeddings=128, pad_token_id=0, bos_token_id=2, eos_token_id=3)
+    vocab = save_tokenizer(directory, vocab_size)
+    sizes = dict(hidden_size=hidden_size, num_hidden_layers=2, num_attention_heads=2, vocab_size=vocab,
+                 max_position_embeddings=max_positions, pad_token_id=0, bos_token_id=2, eos_token_id=3)
     if model_type != "gpt2":
-        sizes["intermediate_size"] = 64
+        sizes["intermediate_size"] = 2 * hidden_size
     cfg = AutoConfig.for_model(model_type, **sizes)
     auto = AutoModelForCausalLM if task == "causal_lm" else AutoModelForSequenceClassification
     auto.from_config(cfg).save_pretrained(directory)

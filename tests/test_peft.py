@@ -201,8 +201,34 @@ def test_a_saved_adapter_of_another_shape_is_refused_naming_the_module_and_both_
     saved.mkdir()
     write_adapter(adapter, saved, None)
     message = refused(tmp_path, *TINY, "peft.r=4", f"peft.path={saved}")
-    assert "does not fit this model" in message and "model.layers.0.self_attn.q_proj has [2, 32]" in message
-    assert "and [4, 32] here" in message, message
+    assert "does not fit this model" in message and "14 of its weights differ" in message, message
+    assert "model.layers.N.self_attn.q_proj (N = 0): lora_A [2, 32], lora_B [32, 2] in the adapter; [4, 32], " \
+           "[32, 4] here" in message, message
+
+
+def test_a_saved_model_gets_every_adapter_check_before_anything_is_written(tmp_path: Path) -> None:
+    """A model of one's own (``model.path``, saved with save_pretrained) is built on the meta device from its
+    config.json for the checks, as a configured model is: a target that matches nothing and an adapter trained on
+    another base (hidden 32 against 64) are refused, each mismatched module named with both shapes."""
+    from runner.models.hf import CausalLM
+    from runner.peft.files import write_adapter
+    from tests.own_llm import alpaca_array, own_llm
+
+    own, other = own_llm(tmp_path.parent / "own", hidden_size=64), own_llm(tmp_path.parent / "other", hidden_size=32)
+    data = alpaca_array(tmp_path.parent / "alpaca.json")
+    adapter = apply_peft(CausalLM(path=str(other)), PeftConfig(method=PeftMethod.lora, r=4))
+    assert adapter is not None
+    (tmp_path.parent / "adapter").mkdir()
+    write_adapter(adapter, tmp_path.parent / "adapter", str(other))
+    run = ["model=hf_causal_lm", f"model.path={own}", "data=instruct", f"data.path={data}", "peft=lora", "peft.r=4"]
+    message = refused(tmp_path, *run, "peft.target_modules=[nonexistent_proj]")
+    assert "peft.target_modules: 'nonexistent_proj' matches no module" in message, message
+    assert "model.layers.N.mlp.down_proj (x2)" in message, message
+    message = refused(tmp_path, *run, f"peft.path={tmp_path.parent / 'adapter'}")
+    assert f"does not fit this model (trained on {other}" in message and "28 of its weights differ" in message
+    for module, shapes in {"self_attn.q_proj": "lora_A [4, 32], lora_B [32, 4] in the adapter; [4, 64], [64, 4]",
+                           "mlp.down_proj": "lora_A [4, 64], lora_B [32, 4] in the adapter; [4, 128], [64, 4]"}.items():
+        assert f"model.layers.N.{module} (N = 0, 1): {shapes} here" in message, message
 
 
 def test_qlora_where_nf4_cannot_run_is_refused_with_the_reason(tmp_path: Path,

@@ -1,6 +1,7 @@
 """Checks of ``peft`` (LoRA, QLoRA): what cannot be adapted or loaded is refused before anything is written, each
-with the key and the fix. The model is built on the meta device (shapes, no memory) and asked the same rule the
-injection follows (``runner.config.peft_targets``). ``runner.config.validate`` runs them."""
+with the key and the fix. The model is built on the meta device (shapes, no memory; a saved model, ``model.path``,
+from its ``config.json``) and asked the same rule the injection follows (``runner.config.peft_targets``).
+``runner.config.validate`` runs them."""
 
 from __future__ import annotations
 
@@ -126,12 +127,11 @@ def check_peft_path(cfg: RunConfig) -> str | None:
     expected = _expected(*found, cfg.peft.r)
     different = [k for k in expected if k in saved and saved[k] != expected[k]]
     if different:
-        k = different[0]
-        module = k.removeprefix("base_model.model.").rsplit(".", 2)[0] if ".lora_" in k else k
-        return (f"peft.path={path} does not fit this model: {module} has {list(saved[k])} in the adapter ({k}) and "
-                f"{list(expected[k])} here ({len(different)} weight(s) differ). An adapter fits the model and the "
-                "peft.r it was trained with: give the same model and peft.r (the adapter's adapter_config.json "
-                "says r), or train a new adapter without peft.path.")
+        return (f"peft.path={path} does not fit this model{_trained_on(d)}: {len(different)} of its weights differ "
+                f"in shape from this run's adapter: {_mismatches(different, saved, expected)}. An adapter fits the "
+                "model and the peft.r it was trained with: give that model (model.path, or the model options it was "
+                "trained with) and peft.r (the adapter's adapter_config.json says r and base_model_name_or_path), "
+                "or train a new adapter without peft.path.")
     missing = [k for k in expected if k not in saved]
     unexpected = [k for k in saved if k not in expected]
     if missing or unexpected:
@@ -140,6 +140,42 @@ def check_peft_path(cfg: RunConfig) -> str | None:
         return (f"peft.path={path}: {what}. Give the peft.target_modules and peft.modules_to_save it was trained "
                 f"with (its {ADAPTER_CONFIG} lists them).")
     return None
+
+
+def _trained_on(adapter: Path) -> str:
+    """`` (trained on BASE)`` from the adapter's ``adapter_config.json``, or nothing when it does not say."""
+    import json
+
+    try:
+        base = json.loads((adapter / ADAPTER_CONFIG).read_text()).get("base_model_name_or_path")
+    except (OSError, ValueError, AttributeError):
+        return ""
+    return f" (trained on {base}, its {ADAPTER_CONFIG} says)" if base else ""
+
+
+def _mismatches(keys: list[str], saved: dict[str, tuple[int, ...]], expected: dict[str, tuple[int, ...]]) -> str:
+    """Each module whose weights differ, with both shapes (``model.layers.N.self_attn.q_proj (N = 0, 1): lora_A
+    [16, 128], lora_B [128, 16] in the adapter; [16, 64], [64, 16] here``); modules alike but for their layer index
+    named once."""
+    import re
+
+    by_module: dict[str, list[tuple[str, tuple[int, ...], tuple[int, ...]]]] = {}
+    for k in keys:
+        name = k.removeprefix("base_model.model.")
+        module, lora, part = name.rpartition(".lora_")
+        module, part = (module, f"lora_{part.split('.')[0]}") if lora else name.rsplit(".", 1)
+        by_module.setdefault(module, []).append((part, saved[k], expected[k]))
+    groups: dict[tuple[str, tuple[tuple[str, tuple[int, ...], tuple[int, ...]], ...]], list[str]] = {}
+    for module, parts in by_module.items():
+        layer = re.search(r"\.(\d+)\.", module)
+        folded = re.sub(r"\.\d+\.", ".N.", module, count=1)
+        groups.setdefault((folded, tuple(parts)), []).append(layer.group(1) if layer else "")
+    items = []
+    for (module, parts), layers in groups.items():
+        where = f" (N = {', '.join(layers)})" if any(layers) else ""
+        was = ", ".join(f"{part} {list(a)}" for part, a, _ in parts)
+        items.append(f"{module}{where}: {was} in the adapter; {', '.join(str(list(b)) for _, _, b in parts)} here")
+    return "; ".join(items)
 
 
 def _device(cfg: RunConfig) -> str:

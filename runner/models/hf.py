@@ -62,13 +62,27 @@ def _load(auto_class: Any, path: str, **kwargs: Any) -> nn.Module:
     """The model saved in ``path``, in train mode: ``from_pretrained`` returns it in eval mode (dropout off), and
     Lightning keeps the modes it finds, so a fine-tuned model would train without its dropout.
 
+    Under a meta device (the config checks) it is built from its ``config.json`` instead (``_from_saved_config``).
     Anything but a directory is refused first: with peft installed, transformers looks a non-directory up on the Hub
     for an adapter even under ``local_files_only`` (five retries, ~23 s offline), so a Hub name in ``model.path``
     would wait that long before its one-paragraph refusal (hf_checks.check_path)."""
     root = Path(path).expanduser()
     if not root.is_dir():
         raise FileNotFoundError(f"model.path={path} is not a directory (hf_checks.check_path says what to do)")
+    if torch.get_default_device().type == "meta":
+        return _from_saved_config(auto_class, root, **kwargs)
     return auto_class.from_pretrained(str(root), local_files_only=True, **kwargs).train()
+
+
+def _from_saved_config(auto_class: Any, root: Path, attn_implementation: str = "sdpa",
+                       ignore_mismatched_sizes: bool = False, **settings: Any) -> nn.Module:
+    """The saved model's architecture from its ``config.json`` alone, built on the meta device: what the config
+    checks build (``target_objects.meta_model``), as they build a model from a configuration. transformers refuses
+    ``from_pretrained`` under a meta device (it would read the weights), and the checks need shapes only."""
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(str(root), local_files_only=True, **settings)  # num_labels for a classifier
+    return auto_class.from_config(config, attn_implementation=attn_implementation).train()
 
 
 def input_vocabulary(config: str | None, path: str | None, overrides: Mapping[str, Any] | None) -> Embedding | None:
