@@ -109,13 +109,18 @@ class InstructDataSchema(DataSchema):
     prompt_column: str = "prompt"
     response_column: str = "response"
     messages_column: Optional[str] = None
-    """A column of conversations (lists of {role, content}), rendered with the chat template; every assistant turn
-    is an answer."""
+    """A column of conversations (lists of {role, content}, or ShareGPT's {from, value}), rendered with the chat
+    template; every assistant turn is an answer. None: a column named messages or conversations, when the table has
+    no prompt/response and no Alpaca columns."""
     prompt_template: Optional[str] = None
     """The prompt around the prompt column's text ({prompt}; Alpaca: {instruction}, {input}). None: the documented
     default (docs/data.md)."""
     chat_template: Optional[str] = None
     """A Jinja chat template for data.messages_column (None: the tokenizer's own)."""
+    roles: dict[str, str] = field(default_factory=dict)
+    """Conversations: what each role as written becomes (+data.roles.bot=assistant); system, user and assistant are
+    themselves, ShareGPT's human and gpt are user and assistant. Any other role is refused before the run (a role
+    mapped to itself is kept as it is, out of the loss)."""
     train_on: TrainOn = TrainOn.answer
     """The loss on the answers and their EOS (answer), or on every token (all)."""
     seq_len: int = 256

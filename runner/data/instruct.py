@@ -13,9 +13,12 @@ conversation column without a chat template, empty answers, no example that fits
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import lightning as L
@@ -25,14 +28,16 @@ from torch.utils.data import DataLoader
 
 from runner.config.data_schemas import TrainOn
 from runner.config.target_objects import TokenRange
+from runner.data.instruct_chat import ROLES, SHAPES_HINT, Turns, scan
 from runner.data.instruct_encode import PROBLEM, Fitted, encode_instructions, eos_id, fit
 from runner.data.instruct_formats import Format, Kind, Render, prompt_info, resolve_format, template_render
 from runner.data.instruct_summary import describe, summarize
 from runner.data.packed import Examples, Packs, pack_collate
 from runner.data.padding import PadCollate, PadTo
-from runner.data.sources import DataError, names_something, resolve
+from runner.data.sources import DataError, Source, names_something, resolve
 from runner.data.splits import VAL_PATH, split_documents
 from runner.data.summary import DataSummary
+from runner.data.table_errors import row_place
 from runner.data.tables import load_table
 from runner.data.tokenizers import SavedTokenizer, Tokenizer, check_tokenizer, is_bytes, load_tokenizer, token_range
 from runner.data.traits import DataTraits, ValMetric
@@ -45,7 +50,8 @@ SHIPPED = "examples/data/instruct.jsonl"
 
 @dataclass
 class Prepared:
-    """One setting's rows, read and encoded: the table's shape, its rows as ids, where they came from."""
+    """One setting's rows, read and encoded: the table's shape, its rows as ids, where they came from, and a chat's
+    turns."""
 
     fmt: Format
     encoded: Any
@@ -53,6 +59,7 @@ class Prepared:
     files: int
     rows: int
     dropped: dict[str, int]
+    turns: Turns | None = None
 
 
 _PREPARED: dict[tuple[Any, ...], Prepared] = {}
@@ -61,10 +68,10 @@ _PREPARED: dict[tuple[Any, ...], Prepared] = {}
 
 def prepare(where: str, key: str, tokenizer: Tokenizer, render: Render | None, prompt_column: str,
             response_column: str, messages_column: str | None, prompt_template: str | None,
-            chat_template: str | None, max_examples: int | None) -> Prepared:
+            chat_template: str | None, max_examples: int | None, roles: dict[str, str] | None = None) -> Prepared:
     """The rows ``where`` names, in their shape, encoded; :class:`DataError` when they cannot be."""
     memo = (where, key, tokenizer.name, prompt_column, response_column, messages_column, prompt_template,
-            chat_template, max_examples)
+            chat_template, max_examples, tuple(sorted((roles or {}).items())))
     if memo in _PREPARED:
         return _PREPARED[memo]
     source = resolve(where, key)
@@ -76,10 +83,10 @@ def prepare(where: str, key: str, tokenizer: Tokenizer, render: Render | None, p
     if len(rows) == 0:
         raise DataError(f"{key}={where} holds no rows. Point {key} at a file with examples in it.")
     fmt = resolve_format(rows.column_names, source, prompt_column, response_column, messages_column,
-                         prompt_template)
+                         prompt_template, roles)
     if fmt.kind is Kind.chat and render is None:
         which = "UTF-8 bytes" if is_bytes(tokenizer.name) else f"the tokenizer {tokenizer.name}"
-        raise DataError(f"data.messages_column={messages_column}: {which} has no chat template to render the "
+        raise DataError(f"data.messages_column={fmt.columns[0]}: {which} has no chat template to render the "
                         "conversations with. Give one as data.chat_template='{% for m in messages %}...' (a Jinja "
                         "template over messages, with add_generation_prompt), or a tokenizer that has one "
                         "(data.tokenizer=DIR), or use prompt/response columns.")
@@ -87,9 +94,28 @@ def prepare(where: str, key: str, tokenizer: Tokenizer, render: Render | None, p
     if max_examples is not None and len(rows) > max_examples:
         dropped[f"data.max_examples={max_examples}"] = len(rows) - max_examples
         rows = rows.select(range(max_examples))
+    turns = None
+    if fmt.kind is Kind.chat:
+        turns = scan(rows.with_format("arrow")[fmt.columns[0]], roles)
+        if turns.unknown_row is not None:
+            raise unknown_role(turns, source, fmt.columns[0])
+        fmt = dataclasses.replace(fmt, sharegpt=turns.sharegpt)
     encoded = encode_instructions(rows, fmt, tokenizer, render, chat_template, f"{key}={where}")
-    _PREPARED[memo] = Prepared(fmt, encoded, source.describe(), len(source.files), len(rows), dropped)
+    _PREPARED[memo] = Prepared(fmt, encoded, source.describe(), len(source.files), len(rows), dropped, turns)
     return _PREPARED[memo]
+
+
+def unknown_role(turns: Turns, source: Source, column: str) -> DataError:
+    """The paragraph refusing a conversation whose role no rule maps (:mod:`runner.data.instruct_chat`)."""
+    assert turns.unknown_row is not None
+    role = next(w for w, (r, _) in turns.roles.items() if r is None)
+    shape = "ShareGPT's human, gpt, system" if turns.sharegpt else ", ".join(ROLES)
+    return DataError(
+        f"{source.key}={source.given}, {row_place(source, turns.unknown_row)}: a turn of {column} has the role "
+        f"{role!r}, which is none of the chat format's ({shape}); roles found: {turns.describe_roles()}. The chat "
+        "template would render it, but nothing says whether it is an answer, so its turns would fall out of the loss "
+        f"without a word. Map it with +data.roles.{role}=assistant (or user or system; a role mapped to itself, "
+        f"+data.roles.{role}={role}, is kept as it is, rendered and never in the loss), or fix those rows.")
 
 
 def refuse_problems(prepared: Prepared, key: str, where: str) -> None:
@@ -106,8 +132,8 @@ def refuse_problems(prepared: Prepared, key: str, where: str) -> None:
                         "0): the model would learn to answer with nothing. Fill them in or remove those rows.")
     i, problem = bad[0]
     raise DataError(f"{key}={where}: {len(bad)} rows cannot be read as conversations (row {i}: {problem}). Each "
-                    f"cell of {column} is a list of {{\"role\", \"content\"}} messages with at least one assistant "
-                    "turn (a CSV cell holds it as JSON); fix or remove those rows.")
+                    f"cell of {column} is {SHAPES_HINT}, with at least one assistant turn (a CSV cell holds it as "
+                    "JSON); fix or remove those rows.")
 
 
 class InstructDataModule(L.LightningDataModule):
@@ -116,13 +142,15 @@ class InstructDataModule(L.LightningDataModule):
     def __init__(self, path: str | None = None, val_path: str | None = None, tokenizer: str | None = None,
                  prompt_column: str = "prompt", response_column: str = "response",
                  messages_column: str | None = None, prompt_template: str | None = None,
-                 chat_template: str | None = None, train_on: TrainOn | str = TrainOn.answer, seq_len: int = 256,
-                 packing: bool = False, max_examples: int | None = None, batch_size: int = 16,
-                 val_fraction: float = 0.1, seed: int = 0, num_workers: int = 0, pad_to: PadTo | None = None) -> None:
+                 chat_template: str | None = None, roles: Mapping[str, str] = MappingProxyType({}),
+                 train_on: TrainOn | str = TrainOn.answer, seq_len: int = 256, packing: bool = False,
+                 max_examples: int | None = None, batch_size: int = 16, val_fraction: float = 0.1, seed: int = 0,
+                 num_workers: int = 0, pad_to: PadTo | None = None) -> None:
         super().__init__()
         self.settings: dict[str, Any] = dict(prompt_column=prompt_column, response_column=response_column,
                              messages_column=messages_column, prompt_template=prompt_template,
-                             chat_template=chat_template, max_examples=max_examples)
+                             chat_template=chat_template, max_examples=max_examples,
+                             roles={str(k): str(v) for k, v in (roles or {}).items()} or None)
         self.path, self.val_path, self.tokenizer_spec = path, val_path, tokenizer
         self.answers_only = TrainOn(train_on) is TrainOn.answer
         self.seq_len, self.packing, self.batch_size = seq_len, packing, batch_size

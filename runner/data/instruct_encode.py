@@ -86,9 +86,10 @@ def encode_rows(fmt: Format, tokenizer: Tokenizer, render: Render | None,
 def _answers(fmt: Format, row: dict[str, Any], segments: list[tuple[str, bool]]) -> list[tuple[str, bool]]:
     """The answers' own text: a chat's assistant contents (the rendered pieces carry template markup)."""
     if fmt.kind is Kind.chat:
-        from runner.data.instruct_formats import messages_of
+        from runner.data.instruct_chat import ANSWER_ROLE, messages_of
 
-        return [(m["content"], True) for m in messages_of(row[fmt.columns[0]]) if m["role"] == "assistant"]
+        return [(m["content"], True) for m in messages_of(row[fmt.columns[0]], dict(fmt.roles))
+                if m["role"] == ANSWER_ROLE]
     return [s for s in segments if s[1]]
 
 
@@ -101,8 +102,7 @@ def encode_instructions(rows: Any, fmt: Format, tokenizer: Tokenizer, render: Re
     import datasets
 
     stamp = rows_stamp(rows)
-    key = fingerprint(stamp, fmt.kind.value, fmt.columns, fmt.template, tokenizer_stamp(tokenizer), chat_template,
-                      BYTES_EOS, 1)
+    key = fingerprint(stamp, *fmt.key(), tokenizer_stamp(tokenizer), chat_template, BYTES_EOS, 1)
     name = None if stamp is None else str(cache_root() / f"instruct-{key}.arrow")
     cached = name is not None and Path(name).exists()
     features = datasets.Features({IDS: datasets.List(datasets.Value("int32")),

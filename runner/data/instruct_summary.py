@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
+from runner.data.instruct_chat import answer_turns
 from runner.data.instruct_encode import Fitted
 from runner.data.instruct_formats import Format, Kind
 from runner.data.summary import DataSummary
@@ -36,9 +39,31 @@ def summarize(parts: list[Any], fitted: tuple[Fitted, Fitted], train: int, val: 
                            keys.DATA_LOSS_TOKENS: sum(f.loss_tokens for f in fitted)}
     if summary.truncated:
         own[keys.DATA_CUT_PART] = cut_part(fmt)
+    if fmt.kind is Kind.chat:
+        own.update(turn_figures(parts, fitted))
     if packs is not None:
         own.update(packing_figures(packs, batch_size))
     return summary, own
+
+
+def turn_figures(parts: list[Any], fitted: tuple[Fitted, Fitted]) -> dict[str, Any]:
+    """A chat's turns: by role, the assistant turns trained on and those ``data.seq_len`` cut off, the others.
+    ``parts[0]`` holds training's rows (and validation's, when split from them), ``parts[-1]`` validation's."""
+    turns = [p.turns for p in parts if p.turns is not None]
+    answers = sum(int(t.answers.sum()) for t in turns)
+    trained = 0
+    for part, f in zip((parts[0], parts[-1]), fitted, strict=True):
+        if part.turns is None or not len(f.rows):
+            continue
+        whole, kept = answer_turns(f.mask, f.tokens.spans.take(f.rows), f.spans)
+        trained += int(np.maximum(part.turns.answers[f.rows] - (whole - kept), 0).sum())
+    roles: dict[str, tuple[str | None, int]] = {}
+    for t in turns:
+        for written, (role, n) in t.roles.items():
+            roles[written] = (role, roles.get(written, (role, 0))[1] + n)
+    shown = ", ".join(f"{w}{'' if r == w else f' -> {r}'} {n}" for w, (r, n) in roles.items())
+    return {keys.DATA_ROLES: shown, keys.DATA_TURNS_TRAINED: trained, keys.DATA_TURNS_CUT: answers - trained,
+            keys.DATA_TURNS_PROMPT: sum(int(t.others.sum()) for t in turns)}
 
 
 def packing_figures(packs: dict[str, Any], batch_size: int) -> dict[str, Any]:
@@ -52,6 +77,10 @@ def describe(own: dict[str, Any]) -> str:
     """Instruction data's figures in one log line."""
     line = (f"{own[keys.DATA_FORMAT]}; {own[keys.DATA_EXAMPLES]} examples, {own[keys.DATA_PROMPT_TOKENS]} prompt "
             f"and {own[keys.DATA_ANSWER_TOKENS]} answer tokens, {own[keys.DATA_LOSS_TOKENS]} in the loss")
+    if keys.DATA_TURNS_TRAINED in own:
+        line += (f"; turns ({own[keys.DATA_ROLES]}): {own[keys.DATA_TURNS_TRAINED]} assistant turns trained on, "
+                 f"{own[keys.DATA_TURNS_CUT]} cut off by data.seq_len, {own[keys.DATA_TURNS_PROMPT]} other turns "
+                 "in the prompt")
     if keys.DATA_PACKS in own:
         line += (f"; packed into {own[keys.DATA_PACKS]} rows ({own[keys.DATA_EXAMPLES_PER_PACK]} examples a row, "
                  f"{own[keys.DATA_PACKING_PADDING_PCT]}% padding)")

@@ -68,3 +68,46 @@ def not_text(data: Any) -> str:
             kind = _KINDS.get(type(decoded).__name__, type(decoded).__name__)
             return f"values of several types (row {i + 1} is {value[:40]}, {kind})"
     return "JSON values"
+
+
+def row_place(source: Source, row: int) -> str:
+    """Where row ``row`` (counting from 0, over the files in order) of a table is, for a refusal: ``line 7`` of a JSON
+    lines file, ``line 12 (its 3rd element)`` of a JSON array, a CSV's or Parquet file's row, each with its file
+    when there are several."""
+    at = 0
+    for path in source.files:
+        places = _json_lines(path) if source.kind == "json" else None
+        if places is None:
+            break
+        if row < at + len(places):
+            line = places[row - at]
+            within = f", its element {row - at + 1}" if _is_array(path) else ""
+            return (f"line {line}{within}" if len(source.files) == 1 else f"{path}, line {line}{within}")
+        at += len(places)
+    return f"row {row + 1} (counting from 1" + (", over its files in order)" if len(source.files) > 1 else ")")
+
+
+def _is_array(path: Path) -> bool:
+    with open(path, encoding="utf-8", errors="replace") as f:
+        return f.read(1 << 16).lstrip().startswith("[")
+
+
+def _json_lines(path: Path) -> list[int] | None:
+    """The line each row of a JSON file starts on: every non-empty line of JSON lines, or where each element of a
+    JSON array starts; None when the file is neither."""
+    text = Path(path).read_text(encoding="utf-8", errors="replace")
+    if not _is_array(path):
+        return [n for n, line in enumerate(text.splitlines(), 1) if line.strip()]
+    decoder = json.JSONDecoder()
+    at, lines, counted, line = text.index("[") + 1, [], 0, 1
+    while True:
+        while at < len(text) and text[at] in " \t\r\n,":
+            at += 1
+        if at >= len(text) or text[at] == "]":
+            return lines
+        line, counted = line + text.count("\n", counted, at), at
+        lines.append(line)
+        try:
+            _, at = decoder.raw_decode(text, at)
+        except ValueError:
+            return None

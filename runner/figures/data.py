@@ -51,6 +51,15 @@ DATA_ANSWER_TOKENS = define("data/answer_tokens", "tokens of the answers, the EO
 DATA_LOSS_TOKENS = define("data/loss_tokens", "targets in the loss per epoch: the answers' (data.train_on=answer) "
                           "or every position (all)", label="  tokens in the loss")
 DATA_CUT_PART = define("data/cut_part", "what cutting an example at data.seq_len lost", label="  part cut")
+DATA_ROLES = define("data/roles", "chat: the turns of each role as written, and the role data.roles or ShareGPT's "
+                    "names made of it (human -> user)", label="turns by role")
+DATA_TURNS_TRAINED = define("data/turns_trained", "chat: assistant turns with ids in the loss (one data.seq_len cuts "
+                            "counts while any of it is left)", label="  assistant turns trained on")
+DATA_TURNS_CUT = define("data/turns_cut", "chat: assistant turns not trained on: data.seq_len cut them off whole, or "
+                        "left their row out", label="  assistant turns cut off")
+DATA_TURNS_PROMPT = define("data/turns_prompt", "chat: turns of the other roles (system, user, a role data.roles "
+                           "keeps as it is): prompt, out of the loss unless data.train_on=all",
+                           label="  other turns (prompt)")
 DATA_PACKS = define("data/packs", "data.packing: training rows of exactly data.seq_len tokens the examples were "
                     "packed into (best fit)", label="packed rows")
 DATA_EXAMPLES_PER_PACK = define("data/examples_per_pack", "examples per packed row, on average",

@@ -1,0 +1,206 @@
+"""Conversations: how a chat row becomes messages, every turn accounted for, and the messages as text with their
+answers marked.
+
+A conversation cell is a list of turns in one of two shapes (a CSV cell holds the list as JSON):
+
+- ``{"role", "content"}`` (OpenAI's and transformers' chat format): roles ``system``, ``user``, ``assistant``;
+- ``{"from", "value"}`` (ShareGPT's): ``human`` is the user, ``gpt`` the assistant, ``system`` the system, and the
+  names ShareGPT files use beside them (:data:`SHAREGPT_ROLES`).
+
+Every turn's role must be one of the three, or be mapped by ``data.roles`` (``{bot: assistant}``): a role the chat
+template renders but no rule names would fall out of the loss without a word, so it is refused before the run
+(:func:`scan`, naming the file and line, the roles found and the fix). A role ``data.roles`` maps to itself is kept
+as it is (a ``tool`` turn, rendered by the template, never in the loss). Every assistant turn is an answer.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+ROLES = ("system", "user", "assistant")
+"""The roles of the chat format; the assistant's turns are the answers."""
+ANSWER_ROLE = "assistant"
+SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant",
+                  "system": "system", "chatgpt": "assistant", "bing": "assistant", "bard": "assistant",
+                  "model": "assistant"}
+"""ShareGPT's ``from`` values and the roles they are (FastChat's and Axolotl's readings of the format)."""
+CHAT_COLUMNS = ("messages", "conversations")
+"""Columns recognised as conversations without ``data.messages_column``: transformers' and ShareGPT's names."""
+SHAPES_HINT = ("a list of {\"role\", \"content\"} turns (system, user, assistant) or ShareGPT's {\"from\", \"value\"} "
+               "(human, gpt, system)")
+"""The two shapes, in the words of every hint about a conversation column."""
+
+Segments = list[tuple[str, bool]]
+Render = Callable[[list[dict[str, str]], bool], str]
+"""A chat template: ``(messages, add_generation_prompt) -> text``."""
+
+
+class RoleError(ValueError):
+    """A turn whose role is none of the chat format's and that ``data.roles`` does not map."""
+
+    def __init__(self, role: str) -> None:
+        super().__init__(f"role {role!r} is not one of {', '.join(ROLES)}")
+        self.role = role
+
+
+def _text(value: Any) -> str:
+    return "" if value is None else value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def role_map(roles: Mapping[str, str] | None) -> dict[str, str]:
+    """``data.roles`` with the chat roles themselves: what each role as written becomes."""
+    return {**{r: r for r in ROLES}, **{str(k): str(v) for k, v in (roles or {}).items()}}
+
+
+def messages_of(cell: Any, roles: Mapping[str, str] | None = None) -> list[dict[str, str]]:
+    """A conversation cell (module docstring; a JSON string is parsed) as ``{"role", "content"}`` messages, each
+    role mapped (``data.roles`` first, then ShareGPT's names for a ``from``/``value`` turn); :class:`RoleError`
+    for a role nothing maps, ``ValueError`` for a cell of neither shape."""
+    value = json.loads(cell) if isinstance(cell, str) else cell
+    if not isinstance(value, list) or not all(isinstance(m, dict) for m in value):
+        raise ValueError(f"not {SHAPES_HINT}")
+    mapping = role_map(roles)
+    out = []
+    for m in value:
+        if "role" in m and "content" in m:
+            written, content, known = m["role"], m["content"], mapping
+        elif "from" in m and "value" in m:
+            written, content, known = m["from"], m["value"], {**SHAREGPT_ROLES, **mapping}
+        else:
+            raise ValueError(f"a turn with the keys {sorted(m)}: not {SHAPES_HINT}")
+        role = known.get(str(written))
+        if role is None:
+            raise RoleError(str(written))
+        out.append({"role": role, "content": _text(content)})
+    return out
+
+
+@dataclass(frozen=True)
+class Turns:
+    """What a column of conversations holds: each row's assistant turns and other turns (after mapping), how many
+    turns had each role as written and what it became, and the first row whose role nothing maps."""
+
+    answers: np.ndarray
+    """Per row: its assistant turns."""
+    others: np.ndarray
+    """Per row: its other turns (system, user, roles kept as they are)."""
+    roles: dict[str, tuple[str | None, int]]
+    """Role as written -> (the role it became, None when nothing maps it; turns)."""
+    unknown_row: int | None
+    """The first row with a role nothing maps (None: every role is known)."""
+    sharegpt: bool
+    """Whether the turns are ShareGPT's ``from``/``value``."""
+
+    def describe_roles(self) -> str:
+        """``human -> user 40, gpt -> assistant 40, system 20``: each role as written, what it became, its turns."""
+        return ", ".join(f"{w}{'' if r == w else f' -> {r}' if r else ' (no rule)'} {n}"
+                         for w, (r, n) in self.roles.items())
+
+
+def scan(column: Any, roles: Mapping[str, str] | None) -> Turns:
+    """Every turn of a column of conversations (a pyarrow array of lists of structs, or of JSON strings): its role,
+    mapped as :func:`messages_of` maps it. Columnar where the column is (no Python object per turn)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    struct = pa.types.is_list(array.type) or pa.types.is_large_list(array.type)
+    fields = {f.name for f in array.type.value_type} if struct and pa.types.is_struct(array.type.value_type) else set()
+    key = "role" if "role" in fields else "from" if "from" in fields else None
+    if key is not None and not ({"role", "from"} <= fields):
+        flat = pc.list_flatten(array)
+        written = flat.field(key).to_numpy(zero_copy_only=False).astype(str)
+        parents = pc.list_parent_indices(array).to_numpy()
+        return _counted(written, parents, len(array), roles, sharegpt=key == "from")
+    written_list: list[str] = []
+    parent_list: list[int] = []
+    sharegpt = False
+    for i, cell in enumerate(array.to_pylist()):
+        try:
+            value = json.loads(cell) if isinstance(cell, str) else cell
+        except ValueError:
+            continue  # the encoder names a cell that is no JSON
+        for m in value if isinstance(value, list) else []:
+            if isinstance(m, dict) and ("role" in m or "from" in m):
+                sharegpt = sharegpt or "role" not in m
+                written_list.append(str(m.get("role", m.get("from"))))
+                parent_list.append(i)
+    return _counted(np.array(written_list, dtype=str), np.array(parent_list, dtype=np.int64), len(array), roles,
+                    sharegpt)
+
+
+def _counted(written: np.ndarray, parents: np.ndarray, rows: int, roles: Mapping[str, str] | None,
+             sharegpt: bool) -> Turns:
+    mapping = {**(SHAREGPT_ROLES if sharegpt else {}), **role_map(roles)}
+    names, counts = np.unique(written, return_counts=True) if len(written) else (np.array([], str), np.array([]))
+    found = {str(n): (mapping.get(str(n)), int(c)) for n, c in sorted(zip(names, counts, strict=True),
+                                                                      key=lambda nc: -int(nc[1]))}
+    unknown = [n for n, (r, _) in found.items() if r is None]
+    unknown_row = int(parents[np.isin(written, unknown)].min()) if unknown else None
+    answer = np.isin(written, [n for n, (r, _) in found.items() if r == ANSWER_ROLE])
+    answers = np.bincount(parents[answer], minlength=rows)
+    others = np.bincount(parents[~answer], minlength=rows)
+    return Turns(answers, others, found, unknown_row, sharegpt)
+
+
+def chat_segments(messages: list[dict[str, str]], render: Render) -> Segments:
+    """A conversation as pieces: each assistant turn's text as the template renders it (its end-of-turn marker
+    included) is an answer. Found by rendering the conversation up to each assistant turn with the generation
+    prompt, then with the turn: what the turn adds is the answer. A template that renders earlier turns
+    differently once a later one follows cannot be split this way (``ValueError``)."""
+    full = render(messages, False)
+    cuts: list[tuple[int, int]] = []
+    for i, m in enumerate(messages):
+        if m["role"] != ANSWER_ROLE:
+            continue
+        before, through = render(messages[:i], True), render(messages[:i + 1], False)
+        if not (through.startswith(before) and full.startswith(through)):
+            raise ValueError(f"the chat template renders the turns before assistant turn {i} differently once "
+                             "that turn follows")
+        cuts.append((len(before), len(through)))
+    if not cuts:
+        raise ValueError("no assistant turn")
+    out: Segments = []
+    at = 0
+    for start, end in cuts:
+        if start > at:
+            out.append((full[at:start], False))
+        out.append((full[start:end], True))
+        at = end
+    if at < len(full):
+        out.append((full[at:], False))
+    return out
+
+
+def template_render(tokenizer: Any, chat_template: str | None) -> Render | None:
+    """``(messages, add_generation_prompt) -> text`` for a saved tokenizer (its own chat template, or
+    ``chat_template``), or, with bytes (``tokenizer`` None), ``chat_template`` alone; None when there is none."""
+    if tokenizer is not None and (chat_template or getattr(tokenizer, "chat_template", None)):
+        def with_tokenizer(messages: list[dict[str, str]], generation: bool) -> str:
+            return str(tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation,
+                                                     chat_template=chat_template))
+        return with_tokenizer
+    if tokenizer is None and chat_template:
+        from transformers.utils.chat_template_utils import render_jinja_template
+
+        def alone(messages: list[dict[str, str]], generation: bool) -> str:
+            rendered: Any = render_jinja_template([messages], chat_template=chat_template,  # (texts, indices)
+                                                  add_generation_prompt=generation, bos_token="", eos_token="")
+            return str(rendered[0][0])
+        return alone
+    return None
+
+
+def answer_turns(mask: Any, full: Any, cut: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Per example: its answers (runs of 1 in ``mask``, the ids' answer marks) within its whole span ``full`` and
+    within ``cut`` (what ``data.seq_len`` kept): the answers' runs that start before the cut are in the loss."""
+    flat = np.asarray(mask[0:len(mask)], dtype=np.int8) if len(mask) else np.zeros(0, np.int8)
+    starts = np.flatnonzero(np.diff(flat, prepend=np.int8(0)) > 0)
+    whole = np.searchsorted(starts, full.ends) - np.searchsorted(starts, full.starts)
+    kept = np.searchsorted(starts, cut.ends) - np.searchsorted(starts, cut.starts)
+    return whole, kept

@@ -1,0 +1,123 @@
+"""Every turn of a conversation accounted for (issue 75): a role the chat format does not have is refused before the
+run (its file and line, the roles found, the fix), or mapped by ``data.roles``; ShareGPT's ``from``/``value`` is
+read, recognised by its column as Alpaca is; the data section counts the assistant turns trained on, those
+``data.seq_len`` cut off and the other turns. On a tokenizer of one's own with a chat template that renders any
+role (the case where a turn could fall out of the loss without a word)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from runner.config import ConfigError
+from runner.config.precheck import precheck
+from runner.data.instruct import InstructDataModule
+from runner.data.padding import IGNORE_INDEX
+from runner.figures import data as keys
+from tests.cli import run_cli
+from tests.own_llm import chat_rows, jsonl, own_llm, sharegpt_rows
+from tests.test_data_bad_input import refused_in_one_paragraph
+
+
+@pytest.fixture(scope="module")
+def llm(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return own_llm(tmp_path_factory.mktemp("own") / "llm")
+
+
+def data(path: Path, llm: Path, **kwargs: Any) -> InstructDataModule:
+    module = InstructDataModule(str(path), tokenizer=str(llm), **{"seq_len": 128, "batch_size": 2, **kwargs})
+    module.setup()
+    return module
+
+
+def answer_runs(module: InstructDataModule) -> int:
+    """The answers in the loss, counted from the examples' labels themselves: runs of targets in the loss."""
+    runs = 0
+    for ds in (module._train, module._val):
+        for i in range(len(ds)):  # type: ignore[arg-type]
+            _, labels = ds[i]  # type: ignore[index]
+            on = np.asarray(labels != IGNORE_INDEX, dtype=np.int8)
+            runs += int((np.diff(on, prepend=0) > 0).sum())
+    return runs
+
+
+def run(llm: Path, path: Path, *more: str) -> list[str]:
+    return ["model=hf_causal_lm", f"model.path={llm}", "data=instruct", f"data.path={path}", "data.seq_len=128",
+            "data.batch_size=2", "compile.backend=eager", *more]
+
+
+def test_a_role_the_format_does_not_have_is_refused_with_its_line_the_roles_and_the_fix(tmp_path: Path,
+                                                                                         llm: Path) -> None:
+    rows = chat_rows(20)
+    for r in rows[7:]:
+        r["messages"][3]["role"] = "bot"  # the second answer of rows 8.. (lines 8..) in a role no rule names
+    path = jsonl(tmp_path / "chat.jsonl", rows)
+    refused_in_one_paragraph(run(llm, path), [
+        f"data.path={path}, line 8: a turn of messages has the role 'bot'", "none of the chat format's (system, user, "
+        "assistant)", "roles found: user 40, assistant 27, bot (no rule) 13", "fall out of the loss",
+        "+data.roles.bot=assistant", "+data.roles.bot=bot"])
+    work = tmp_path / "work"
+    work.mkdir()
+    out = run_cli(*run(llm, path), cwd=work)
+    assert out.returncode == 2 and list(work.iterdir()) == [], out.stderr[-2000:]
+    precheck(run(llm, path, "+data.roles.bot=assistant"))  # the fix the refusal names composes and passes
+
+
+def test_data_roles_maps_a_role_and_every_turn_is_counted(tmp_path: Path, llm: Path) -> None:
+    plain = data(jsonl(tmp_path / "chat.jsonl", chat_rows(20)), llm, messages_column="messages")
+    bot = jsonl(tmp_path / "bot.jsonl", chat_rows(20, second_role="bot"))
+    mapped = data(bot, llm, roles={"bot": "assistant"})  # the column found by its name, messages
+    for module in (plain, mapped):
+        figures = module.figures()
+        assert figures[keys.DATA_TURNS_TRAINED] == 40 and figures[keys.DATA_TURNS_CUT] == 0
+        assert figures[keys.DATA_TURNS_PROMPT] == 40 and answer_runs(module) == 40
+    assert mapped.figures()[keys.DATA_LOSS_TOKENS] == plain.figures()[keys.DATA_LOSS_TOKENS]
+    assert mapped.figures()[keys.DATA_ROLES] == "user 40, assistant 20, bot -> assistant 20"
+    kept = data(bot, llm, roles={"bot": "bot"}).figures()  # kept as it is: rendered, never trained on, and said so
+    assert kept[keys.DATA_TURNS_TRAINED] == 20 and kept[keys.DATA_TURNS_PROMPT] == 60
+    assert kept[keys.DATA_LOSS_TOKENS] < plain.figures()[keys.DATA_LOSS_TOKENS]
+
+
+def test_turns_data_seq_len_cuts_off_are_counted_as_not_trained_on(tmp_path: Path, llm: Path) -> None:
+    module = data(jsonl(tmp_path / "chat.jsonl", chat_rows(20)), llm, seq_len=40)
+    figures = module.figures()
+    trained = figures[keys.DATA_TURNS_TRAINED]
+    assert trained == answer_runs(module) and 0 < trained < 40
+    assert figures[keys.DATA_TURNS_CUT] == 40 - trained and figures[keys.DATA_TRUNCATED_ROWS] > 0
+
+
+def test_sharegpt_is_read_as_chat_by_its_shape(tmp_path: Path, llm: Path) -> None:
+    share = data(jsonl(tmp_path / "share.jsonl", sharegpt_rows(20)), llm)  # no data.messages_column
+    same = [{"messages": [{"role": {"human": "user", "gpt": "assistant"}.get(t["from"], t["from"]),
+                           "content": t["value"]} for t in r["conversations"]]} for r in sharegpt_rows(20)]
+    plain = data(jsonl(tmp_path / "same.jsonl", same), llm)
+    figures = share.figures()
+    assert figures[keys.DATA_FORMAT] == "chat: column conversations, ShareGPT from/value turns (every assistant " \
+                                        "turn an answer)"
+    assert figures[keys.DATA_ROLES] == "gpt -> assistant 40, human -> user 40, system 20"
+    assert figures[keys.DATA_TURNS_TRAINED] == 40 and figures[keys.DATA_TURNS_PROMPT] == 60
+    for i in range(len(share._train)):  # type: ignore[arg-type]
+        assert (share._train[i] == plain._train[i]).all()  # type: ignore[index]  # the same ids, the same answers
+
+
+def test_hints_about_chat_columns_name_both_shapes(tmp_path: Path, llm: Path) -> None:
+    dialog = jsonl(tmp_path / "dialog.jsonl", [{"dialog": r["conversations"]} for r in sharegpt_rows(8)])
+    refused_in_one_paragraph(run(llm, dialog), [
+        "has no column prompt", "{\"role\", \"content\"} turns (system, user, assistant) or ShareGPT's {\"from\", "
+        "\"value\"} (human, gpt, system)", "data.messages_column=dialog", "named messages or conversations"])
+    broken = jsonl(tmp_path / "broken.jsonl", [{"messages": [{"speaker": "user", "text": "hi"}]}] * 8)
+    refused_in_one_paragraph(run(llm, broken), ["cannot be read as conversations", "ShareGPT's {\"from\", \"value\"}"])
+
+
+def test_a_json_arrays_row_is_found_by_its_line(tmp_path: Path, llm: Path) -> None:
+    rows = chat_rows(6)
+    rows[3]["messages"][3]["role"] = "bot"
+    text = json.dumps(rows, indent=1)
+    (tmp_path / "chat.json").write_text(text)
+    line = [n for n, t in enumerate(text.splitlines(), 1) if t == " {"][3]  # where the 4th element starts
+    with pytest.raises(ConfigError, match=rf"chat.json, line {line}, its element 4: a turn of messages has the role"):
+        precheck(run(llm, tmp_path / "chat.json"))
