@@ -18,11 +18,14 @@ COLOURS = {"cherry": "red", "sky": "blue", "grass": "green", "snow": "white", "c
 
 def own_llm(directory: Path, hidden_size: int = 64, vocab_size: int = 512) -> Path:
     """A tiny Llama (``hidden_size``) and its ``vocab_size``-id BPE tokenizer with :data:`CHAT_TEMPLATE`, saved in
-    ``directory`` as ``save_pretrained`` writes them."""
+    ``directory`` as ``save_pretrained`` writes them. The tokenizer puts its BOS before a text, as Llama's does."""
+    from tokenizers.processors import TemplateProcessing
     from transformers import AutoTokenizer
 
     save_model(directory, hidden_size=hidden_size, vocab_size=vocab_size, max_positions=256)
     tokenizer = AutoTokenizer.from_pretrained(str(directory))
+    tokenizer.backend_tokenizer.post_processor = TemplateProcessing(
+        single="<s> $A", pair="<s> $A <s> $B", special_tokens=[("<s>", tokenizer.bos_token_id)])
     tokenizer.chat_template = CHAT_TEMPLATE
     tokenizer.save_pretrained(str(directory))
     return directory

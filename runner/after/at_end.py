@@ -19,6 +19,7 @@ from runner.after.generate import Sampling, write_text
 from runner.after.prompting import asked
 from runner.config.schema import RunConfig
 from runner.figures.run import RUN_EXPORT, RUN_SAMPLE
+from runner.telemetry.data_report import read_prompt
 
 log = logging.getLogger(__name__)
 
@@ -39,8 +40,8 @@ def at_end_of_fit(cfg: RunConfig, model: nn.Module, run_dir: Path, checkpoint: P
     if cfg.after.sample_tokens and writes_text(model) and tokens is not None:
         sampling = Sampling(max_new_tokens=cfg.after.sample_tokens, seed=cfg.seed)
         try:
-            prompt, sampling = asked(run_dir, cfg.after.sample_prompt, tokens, sampling)
-            figures[RUN_SAMPLE] = prompt + write_text(model, tokens, prompt, sampling)
+            ask = asked(read_prompt(run_dir), cfg.after.sample_prompt, tokens, sampling)
+            figures[RUN_SAMPLE] = ask.prompt + write_text(model, tokens, ask.prompt, ask.sampling, ask.special)
         except Exception as e:  # noqa: BLE001 - a sample is a courtesy: the run trained
             log.warning("no sample for report.md (%s: %s); python -m runner generate RUN_DIR writes one",
                         type(e).__name__, e)

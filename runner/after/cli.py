@@ -152,7 +152,7 @@ def generate(args: Any) -> int:
     from runner.after.export import METADATA
     from runner.after.family import tokens_of
     from runner.after.generate import Sampling, generation_error, open_export, write_text
-    from runner.after.prompting import asked
+    from runner.after.prompting import asked, prompt_of
     from runner.after.source import open_trained, run_dir_error
 
     sampling = Sampling(args.max_new_tokens, args.temperature, args.top_k, args.seed)
@@ -169,6 +169,6 @@ def generate(args: Any) -> int:
         model, found = trained.model, tokens_of(trained.cfg)
         assert found is not None, "a causal LM reads text"
         tokens = found
-    prompt, sampling = asked(args.run_dir, args.prompt, tokens, sampling)  # an instruction run's template
-    print(prompt + write_text(model, tokens, prompt, sampling))
+    ask = asked(prompt_of(args.run_dir), args.prompt, tokens, sampling)  # as the run trained: its template, its EOS
+    print(ask.prompt + write_text(model, tokens, ask.prompt, ask.sampling, ask.special))
     return 0

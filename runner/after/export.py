@@ -10,10 +10,12 @@
 - a LoRA or QLoRA run (``peft``): its adapter in peft's format and the base it applies to, or with ``--merge`` the
   merged model in its family's format (``runner.after.adapter_export``).
 
-Beside it: ``runner_export.json`` (family, checkpoint, step, how text becomes ids) and a README saying how to
-load it. The directory is written beside its place and renamed into it, so it is whole or absent. Exports
-never hold compile or checkpointing wrappers (``_orig_mod.``) or runner's hooks: a module that carries any is
-rebuilt from the config and given its weights first.
+Beside it: ``runner_export.json`` (family, checkpoint, step, how text becomes ids, an instruction run's prompt
+format) and a README saying how to load it and, for an instruction run, how to ask it as it was trained (the
+exported tokenizer's chat template does that for transformers users: ``runner.after.export_prompt``). The
+directory is written beside its place and renamed into it, so it is whole or absent. Exports never hold compile or
+checkpointing wrappers (``_orig_mod.``) or runner's hooks: a module that carries any is rebuilt from the config and
+given its weights first.
 """
 
 from __future__ import annotations
@@ -29,11 +31,13 @@ from typing import Any
 from torch import nn
 
 from runner.after.adapter_export import write_adapter_export
+from runner.after.export_prompt import chat_template_into, readme_lines
 from runner.after.family import Family, family_of, label_names, tokens_of, writes_text
 from runner.after.source import clean_state, is_clean
 from runner.config import ConfigError
 from runner.config.schema import RunConfig
 from runner.peft import adapter_of, apply_peft
+from runner.telemetry.data_report import read_prompt
 
 WEIGHTS = "model.safetensors"
 CONFIG = "config.json"
@@ -99,8 +103,14 @@ def export_model(model: nn.Module, cfg: RunConfig, run_dir: Path, out: Path, che
             meta["labels"] = label_names(run_dir, int(getattr(cfg.data, "num_classes", 0)))
         if tokens and not tokens.directory and (tmp / "tokenizer.json").is_file():
             meta["tokenizer"] += "; tokenizer.json beside the model gives exactly these ids"
+        prompt = read_prompt(run_dir)  # an instruction run's format: the export asks as the run did
+        template = None
+        if prompt is not None:
+            meta["prompt"] = prompt
+            if tokens is not None and (tmp / "tokenizer_config.json").is_file():
+                template = chat_template_into(tmp, prompt)
         (tmp / METADATA).write_text(json.dumps(meta, indent=2) + "\n")
-        (tmp / "README.md").write_text(_readme(family, meta, loading))
+        (tmp / "README.md").write_text(_readme(family, meta, loading, template))
         _swap(tmp, out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -182,7 +192,7 @@ _WRITERS = {Family.hf_causal_lm: _write_hf, Family.hf_classifier: _write_hf, Fam
             Family.state_dict: _write_state}
 
 
-def _readme(family: Family, meta: dict[str, Any], loading: str) -> str:
+def _readme(family: Family, meta: dict[str, Any], loading: str, template: str | None) -> str:
     lines = [f"# {meta['model'].get('_target_', 'model')}, exported by runner", "",
              f"Trained in {meta['run_dir']}; weights of {meta['checkpoint'] or 'the end of the fit'}"
              f" (step {meta['step']}).", "", f"Family: {family.value}. Load it with: {loading}.", ""]
@@ -190,6 +200,8 @@ def _readme(family: Family, meta: dict[str, Any], loading: str) -> str:
         lines += [f"Text: {meta['tokenizer']}.", ""]
     if meta.get("labels"):
         lines += [f"Classes by id: {', '.join(meta['labels'])}.", ""]
+    if meta.get("prompt"):
+        lines += readme_lines(meta["prompt"], template)
     lines += [f"Everything runner knows about it: {METADATA}.", ""]
     return "\n".join(lines)
 

@@ -89,9 +89,11 @@ class Tokens:
         assert self.directory, "a byte-level model has no tokenizer"
         return _saved_tokenizer(self.directory)
 
-    def encode(self, text: str) -> list[int]:
+    def encode(self, text: str, special: bool = True) -> list[int]:
+        """``text``'s ids; ``special``: with the tokenizer's special tokens (its BOS), as a prompt's first piece is
+        tokenized in training (a chat template writes its own)."""
         if self.directory:
-            return list(self.tokenizer()(text)["input_ids"])
+            return list(self.tokenizer()(text, add_special_tokens=special)["input_ids"])
         return [b + self.offset for b in text.encode("utf-8")]
 
     def decode(self, ids: list[int]) -> str:

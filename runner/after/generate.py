@@ -126,9 +126,9 @@ def next_token(logits: torch.Tensor, sampling: Sampling) -> torch.Tensor:
     return torch.multinomial(torch.softmax(logits, dim=-1), 1)
 
 
-def write_text(model: nn.Module, tokens: Tokens, prompt: str, sampling: Sampling) -> str:
-    """``prompt``'s continuation, as text."""
-    ids = tokens.encode(prompt or "\n")
+def write_text(model: nn.Module, tokens: Tokens, prompt: str, sampling: Sampling, special: bool = True) -> str:
+    """``prompt``'s continuation, as text; ``special``: the prompt's ids with the tokenizer's special tokens."""
+    ids = tokens.encode(prompt or "\n", special)
     if not ids:
         ids = tokens.encode("\n")
     new = generate_ids(model, ids, sampling)

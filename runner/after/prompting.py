@@ -1,23 +1,46 @@
-"""Asking an instruction-tuned run the way it was trained: the question put in the run's prompt template or chat
-template, and writing stopped at the EOS that ends its answers (``<run_dir>/prompt.json``, written by the data
-report at the start of the fit)."""
+"""Asking an instruction-tuned model the way it was trained: the question put in the run's prompt template or chat
+template, and writing stopped at the EOS that ends its answers. The format is the run's ``<run_dir>/prompt.json``
+(written by the data report at the start of the fit), which every export of the run carries
+(``runner_export.json``'s ``prompt``, and the export's tokenizer's chat template: ``runner.after.export_prompt``)."""
 
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
+from typing import Any
 
+from runner.after.export import METADATA
 from runner.after.family import Tokens
 from runner.after.generate import Sampling
-from runner.data.instruct_formats import generation_prompt
+from runner.data.instruct_formats import Kind, generation_prompt
 from runner.telemetry.data_report import read_prompt
 
 
-def asked(run_dir: Path, text: str, tokens: Tokens, sampling: Sampling) -> tuple[str, Sampling]:
-    """``text`` as the run's prompt, and ``sampling`` stopping at its EOS; both unchanged for a run whose data was
-    not instruction data."""
-    info = read_prompt(run_dir)
+def prompt_of(directory: Path) -> dict[str, Any] | None:
+    """The prompt format ``directory`` was trained with: a run's ``prompt.json``, or an export's ``prompt``; None for
+    a model whose data was not instruction data."""
+    meta = Path(directory) / METADATA
+    if meta.is_file():
+        found = json.loads(meta.read_text()).get("prompt")
+        return found if isinstance(found, dict) else None
+    return read_prompt(directory)
+
+
+@dataclasses.dataclass(frozen=True)
+class Asked:
+    """A question as the model was trained to read it: the prompt text, the sampling that stops at its EOS, and
+    whether the tokenizer adds its special tokens (a chat template writes its own, as the run's data did)."""
+
+    prompt: str
+    sampling: Sampling
+    special: bool = True
+
+
+def asked(info: dict[str, Any] | None, text: str, tokens: Tokens, sampling: Sampling) -> Asked:
+    """``text`` in the prompt format ``info`` (:func:`prompt_of`), ``sampling`` stopping at its EOS; both unchanged
+    where there is none."""
     if info is None:
-        return text, sampling
+        return Asked(text, sampling)
     prompt = generation_prompt(info, text, tokens.tokenizer() if tokens.directory else None)
-    return prompt, dataclasses.replace(sampling, eos_id=info.get("eos_id"))
+    return Asked(prompt, dataclasses.replace(sampling, eos_id=info.get("eos_id")), info.get("kind") != Kind.chat.value)

@@ -17,6 +17,7 @@ encoder (:mod:`runner.data.instruct_encode`) tokenizes each piece on its own, so
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
@@ -171,3 +172,19 @@ def generation_prompt(info: dict[str, Any], text: str, tokenizer: Any) -> str:
         assert render is not None, "a chat run has a chat template"
         return render([{"role": "user", "content": text}], True)
     return str(info["template"]).replace("{prompt}", text).replace("{instruction}", text).replace("{input}", "")
+
+
+def as_chat_template(info: dict[str, Any], bos: bool) -> str:
+    """The prompt template of a pair or Alpaca run (``info``, :func:`prompt_info`) as a Jinja chat template, for an
+    export's tokenizer: a user turn becomes the prompt exactly as :func:`generation_prompt` puts it (its BOS first
+    where ``bos``, the tokenizer adding one to the first piece as the run's did), an assistant turn its text and the
+    EOS, so that ``apply_chat_template(..., add_generation_prompt=True)`` asks the model as the run trained it."""
+    template = str(info["template"]).replace("{instruction}", "{prompt}").replace("{input}", "")
+    before, _, after = template.partition("{prompt}")
+
+    def literal(text: str) -> str:
+        return f"{{{{ {json.dumps(text)} }}}}" if text else ""
+
+    return (("{{ bos_token }}" if bos else "") + "{% for m in messages %}{% if m.role == 'user' %}"
+             f"{literal(before)}{{{{ m.content }}}}{literal(after)}"
+             "{% elif m.role == 'assistant' %}{{ m.content }}{{ eos_token }}{% endif %}{% endfor %}")
