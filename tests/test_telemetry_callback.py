@@ -122,11 +122,13 @@ def test_callback_in_real_fit_logs_keys_and_speedup(tmp_path: Path, monkeypatch:
     expected = math.ceil(figures["compile/time_s"] / saved_s) if saved_s > 0 else math.inf
     assert figures["perf/break_even_step"] == expected
 
-    # Throughput: work over time of the timed compiled steps; 8 tokens per sample.
+    # Throughput: the timed compiled steps' work per step over their median time, perf/step_ms, so that a rate and
+    # the step time agree (8 samples a step); 8 tokens per sample.
     compiled = [p for p in series if p["mode"] == "compiled" and p["timed"]]
-    assert figures["perf/samples_per_s"] == pytest.approx(
-        sum(p["samples"] for p in compiled) / (sum(p["ms"] for p in compiled) / 1000.0))
+    assert figures["perf/step_ms"] == pytest.approx(statistics.median(p["ms"] for p in compiled))
+    assert figures["perf/samples_per_s"] == pytest.approx(8 / (figures["perf/step_ms"] / 1000.0))
     assert figures["perf/tokens_per_s"] == pytest.approx(8 * figures["perf/samples_per_s"])
+    assert figures["perf/examples_per_s"] == pytest.approx(figures["perf/samples_per_s"])  # a row is an example
     # FLOPs counted on the eager step, and MFU = FLOP/s achieved / the peak measured on this machine.
     assert figures["perf/flops_source"] == "flop_counter"
     assert figures["perf/tflop_per_step"] * 1e12 == pytest.approx(TINY_STEP_FLOPS)

@@ -49,10 +49,23 @@ PERF_STEP_SERIES = define("perf/step_series",
 PERF_STEP_SERIES_STRIDE = define("perf/step_series_stride",
                                  "1, or in a long run the stride of the compiled steps kept in perf/step_series (past "
                                  "4096 of them, those at its multiples)")
-PERF_SAMPLES_PER_S = define("perf/samples_per_s", "samples over time of the same last 50 steps (all ranks)",
-                            label="samples/s")
-PERF_TOKENS_PER_S = define("perf/tokens_per_s", "tokens over time of the same last 50 steps (all ranks)",
-                           label="tokens/s")
+PERF_SAMPLES_PER_S = define("perf/samples_per_s",
+                            "batch rows a second: rows per step (mean) over perf/step_ms, the same last 50 steps, all "
+                            "ranks; a packed row holds several examples (perf/examples_per_s counts them)",
+                            label="rows/s")
+PERF_TOKENS_PER_S = define("perf/tokens_per_s",
+                           "positions of a [batch, seq] batch a second, padding included: per step (mean) over "
+                           "perf/step_ms, all ranks (perf/loss_tokens_per_s counts the trained ones)",
+                           label="positions/s (padding incl.)")
+PERF_EXAMPLES_PER_S = define("perf/examples_per_s",
+                             "examples a second, all ranks: a padded row with a target in the loss, or each example "
+                             "of a packed row (any other batch: its rows); per step (mean) over perf/step_ms. Compares "
+                             "packed with padded runs",
+                             label="examples/s")
+PERF_LOSS_TOKENS_PER_S = define("perf/loss_tokens_per_s",
+                                "targets in the loss a second, all ranks (an (inputs, targets) batch of token ids, "
+                                "-100 outside the loss): no padding, no prompt; per step (mean) over perf/step_ms",
+                                label="tokens in the loss/s")
 PERF_TFLOP_PER_STEP = define("perf/tflop_per_step",
                              "FLOPs of one step: counted on one eager step, or 6 x params x tokens",
                              label="TFLOP per step")

@@ -34,6 +34,8 @@ from runner.config.schema import TelemetryConfig
 from runner.figures.compile_work import COMPILE_TIME_S
 from runner.figures.memory import MEMORY_PEAK_GIB
 from runner.figures.perf import (
+    PERF_EXAMPLES_PER_S,
+    PERF_LOSS_TOKENS_PER_S,
     PERF_PEAK_SOURCE,
     PERF_PEAK_TFLOPS,
     PERF_SAMPLES_PER_S,
@@ -50,10 +52,14 @@ from runner.telemetry.collector import CompileCollector
 from runner.telemetry.device_busy import NoHostDevice, build_host_device
 from runner.telemetry.peak import Peak, forget_peak, reset_memory_peak, resolve_peak
 from runner.telemetry.speedup import SPEEDUP_KEYS, SpeedupMeter
-from runner.telemetry.throughput import StepFlops, batch_counts, peak_memory_gib
+from runner.telemetry.throughput import BatchCounts, StepFlops, batch_counts, peak_memory_gib
 from runner.telemetry.trace import StructuredTrace
 
 log = logging.getLogger(__name__)
+
+RATE_OF = {PERF_SAMPLES_PER_S: "samples", PERF_TOKENS_PER_S: "tokens", PERF_EXAMPLES_PER_S: "examples",
+           PERF_LOSS_TOKENS_PER_S: "loss_tokens"}
+"""Each throughput figure and the count of a step (``BatchCounts``) it is the rate of."""
 
 
 class CompileTelemetry(pl.Callback):
@@ -78,8 +84,8 @@ class CompileTelemetry(pl.Callback):
         self.collector: CompileCollector | None = None
         self.progress: CompileProgress | None = None
         self.flops = StepFlops()
-        self._counts: tuple[int | None, int | None] = (None, None)
-        self._world_rates: ranks.Rates | None = None  # (samples/s, tokens/s), all ranks
+        self._counts = BatchCounts()
+        self._world_rates: ranks.Rates | None = None  # every rate, summed over ranks
         self._per_rank: dict[str, Any] = {}  # ranks/<figure>: one value per rank, gathered at the end of fit
         self._device = torch.device("cpu")
         self.peak: Peak | None = None
@@ -163,7 +169,8 @@ class CompileTelemetry(pl.Callback):
         ms, timed = self.clock.stop()
         mode, _, n_events = self._step_state
         self._end_step_state()
-        samples, tokens = self._counts
+        counts = self._counts
+        samples, tokens = counts.samples, counts.tokens
         if mode == "flops":
             self.flops.counted(samples, tokens)
         kinds = {e["kind"] for e in self.collector.events[n_events:]}
@@ -172,7 +179,8 @@ class CompileTelemetry(pl.Callback):
         recording_only = kinds == {"cudagraph_recording"} and not compiling
         self.host_device.step_end(ms, timed, compiled=mode == "compiled" and not compiled)
         self.meter.record(self.collector.step or 0, mode, ms, compiled, samples=samples, tokens=tokens, timed=timed,
-                          held=self._held, recording_only=recording_only)
+                          held=self._held, recording_only=recording_only, examples=counts.examples,
+                          loss_tokens=counts.loss_tokens)
         step = trainer.global_step
         if step % max(1, self.cfg.log_every_n_steps) == 0:
             self._reduce_rates(trainer)  # every rank reaches this step: the all-reduce is matched
@@ -253,28 +261,30 @@ class CompileTelemetry(pl.Callback):
         figures[MEMORY_PEAK_GIB] = peak_memory_gib(self._device)
         figures.update(self.host_device.figures())
         figures.update(self._per_rank)
-        # Throughput over recent timed compiled steps (total work / total time: right for varying
-        # lengths), summed over ranks.
-        samples_rate, tokens_rate = self._world_rates or (self.meter.rate("samples"), self.meter.rate("tokens"))
-        figures.update({k: r for k, r in ((PERF_SAMPLES_PER_S, samples_rate), (PERF_TOKENS_PER_S, tokens_rate)) if r})
+        # Throughput over the steps perf/step_ms is the median of (SpeedupMeter.rate), summed over ranks.
+        rates = self._world_rates or self._own_rates()
+        figures.update({k: r for k, r in rates.items() if r})
         if self.peak is not None:
             figures[PERF_PEAK_TFLOPS], figures[PERF_PEAK_SOURCE] = self.peak.tflops, self.peak.source
-        figures.update(self.flops.figures(self._module, *self._counts, rate=self.meter.rate, peak=self.peak))
+        figures.update(self.flops.figures(self._module, self._counts.samples, self._counts.tokens,
+                                          rate=self.meter.rate, peak=self.peak))
         return figures
+
+    def _own_rates(self) -> ranks.Rates:
+        """This process's rates (``RATE_OF``)."""
+        return {key: self.meter.rate(count) for key, count in RATE_OF.items()}
 
     def _gather_ranks(self, trainer: pl.Trainer) -> None:
         """Every rank's own headline figures and the rates summed over ranks, once at the end of fit."""
         if trainer.world_size <= 1:
             return
         # this rank's own rates, not the sums over ranks that the figures carry
-        own = {**self._figures(series=False), PERF_TOKENS_PER_S: self.meter.rate("tokens"),
-               PERF_SAMPLES_PER_S: self.meter.rate("samples")}
+        own = {**self._figures(series=False), **self._own_rates()}
         self._per_rank, self._world_rates = ranks.gather_rank_figures(trainer.strategy, own, self._device)
 
     def _reduce_rates(self, trainer: pl.Trainer) -> None:
-        """Samples/s and tokens/s summed over ranks. Called on every rank at the same step; with one
-        process there is nothing to reduce (the figures use this process's live rates)."""
+        """The rates summed over ranks. Called on every rank at the same step; with one process there is nothing
+        to reduce (the figures use this process's live rates)."""
         if trainer.world_size > 1:
-            own = (self.meter.rate("samples"), self.meter.rate("tokens"))
-            self._world_rates = ranks.sum_rates(trainer.strategy, own, self._device)
+            self._world_rates = ranks.sum_rates(trainer.strategy, self._own_rates(), self._device)
 

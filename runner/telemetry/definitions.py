@@ -98,9 +98,11 @@ from runner.figures.perf import (
     PERF_COMPILED_STEP_MS,
     PERF_DEVICE_BUSY,
     PERF_EAGER_STEP_MS,
+    PERF_EXAMPLES_PER_S,
     PERF_HOST_MS_PER_STEP,
     PERF_LEFT_OUT_STEP_MS,
     PERF_LEFT_OUT_STEPS,
+    PERF_LOSS_TOKENS_PER_S,
     PERF_MFU,
     PERF_PEAK_SOURCE,
     PERF_PEAK_TFLOPS,
@@ -166,7 +168,8 @@ SECTIONS: tuple[tuple[str, tuple[Figure, ...]], ...] = (
     ("what compiling bought", _rows(PERF_EAGER_STEP_MS, PERF_COMPILED_STEP_MS, PERF_SPEEDUP_X, PERF_SPEEDUP_STEPS,
                                     PERF_BREAK_EVEN_STEP, PERF_STEP_MS, PERF_HOST_MS_PER_STEP, PERF_DEVICE_BUSY,
                                     PERF_LEFT_OUT_STEPS, PERF_RECORDING_STEPS,
-                                    PERF_LEFT_OUT_STEP_MS, PERF_SAMPLES_PER_S, PERF_TOKENS_PER_S, PERF_TFLOP_PER_STEP,
+                                    PERF_LEFT_OUT_STEP_MS, PERF_EXAMPLES_PER_S, PERF_LOSS_TOKENS_PER_S,
+                                    PERF_SAMPLES_PER_S, PERF_TOKENS_PER_S, PERF_TFLOP_PER_STEP,
                                     PERF_MFU, PERF_PEAK_TFLOPS, PERF_PEAK_SOURCE, MEMORY_PEAK_GIB, TRACE_HTML)),
 )
 """The summary's sections and rows, in order: the console table, ``report.md`` and docs/report.md show them."""

@@ -12,25 +12,55 @@ from __future__ import annotations
 import resource
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from runner.data.batch import iter_tensors
+from runner.data.padding import IGNORE_INDEX
 from runner.figures.perf import PERF_FLOPS_SOURCE, PERF_TFLOP_PER_STEP
+from runner.packing import PackedInputs
 from runner.telemetry.peak import Peak, mfu_figures
 
 
-def batch_counts(batch: Any) -> tuple[int | None, int | None]:
-    """(samples, tokens) of a batch: the first tensor's dim 0; tokens for a [batch, seq] int tensor."""
+@dataclass(frozen=True)
+class BatchCounts:
+    """What one batch holds, for throughput. ``samples``: its rows (the first tensor's dim 0); ``tokens``: the
+    positions of a ``[batch, seq]`` int tensor, padding included; ``examples``: the examples in it (a packed row holds
+    several; a padded row with no target in the loss none); ``loss_tokens``: the targets in the loss. The last two are
+    0-d tensors on the batch's device, summed when the figures are made: counting them waits for nothing."""
+
+    samples: int | None = None
+    tokens: int | None = None
+    examples: Any = None
+    loss_tokens: Any = None
+
+
+def batch_counts(batch: Any) -> BatchCounts:
+    """The counts of a batch (:class:`BatchCounts`). Examples and targets in the loss are counted for an
+    ``(inputs, targets)`` batch whose targets are ``[batch, seq]`` ids, ``IGNORE_INDEX`` outside the loss (runner's
+    causal-LM data, transformers' convention), its inputs ids or ``PackedInputs``; any other batch's examples are its
+    rows."""
     tensors = list(iter_tensors(batch))
     if not tensors or tensors[0].dim() == 0:
-        return None, None
+        return BatchCounts()
     samples = int(tensors[0].shape[0])
-    for t in tensors:
-        if t.dim() == 2 and not t.is_floating_point() and not t.is_complex():
-            return samples, int(t.numel())  # token ids [batch, seq]
-    return samples, None
+    tokens = next((int(t.numel()) for t in tensors  # token ids [batch, seq]
+                   if t.dim() == 2 and not t.is_floating_point() and not t.is_complex()), None)
+    targets = batch[1] if isinstance(batch, (tuple, list)) and len(batch) == 2 else None
+    if not (isinstance(targets, torch.Tensor) and targets.dim() == 2 and not targets.is_floating_point()):
+        return BatchCounts(samples, tokens, samples)
+    with torch.no_grad():
+        counted = targets != IGNORE_INDEX
+        inputs = batch[0]
+        if isinstance(inputs, PackedInputs) and inputs.document_ids.shape == targets.shape:
+            # An example of a packed row: a document of it with a target in the loss (the row's padding has none).
+            docs = torch.zeros(targets.shape[0], targets.shape[1] + 1, dtype=torch.int32, device=targets.device)
+            examples = (docs.scatter_add_(1, inputs.document_ids.long(), counted.int()) > 0).sum()
+        else:
+            examples = counted.any(dim=1).sum()
+        return BatchCounts(samples, tokens, examples, counted.sum())
 
 
 def trainable_parameters(module: torch.nn.Module) -> int:

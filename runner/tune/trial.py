@@ -1,8 +1,8 @@
 """One tuning trial: a short run in this process, its objective, and Optuna's pruning during it.
 
 The objective is the steady-state time per token after warm-up as runner's telemetry measures it
-(``perf/tokens_per_s``: total tokens over total time of the timed compiled steps after the compile
-steps and two quiet ones), in microseconds. While the trial trains, :class:`PruningReporter` reports
+(``perf/tokens_per_s``: the mean positions per step over the median time of the timed compiled steps after the
+compile steps and two quiet ones), in microseconds. While the trial trains, :class:`PruningReporter` reports
 that running figure to Optuna after every step; once Optuna's pruner says the trial is clearly slower
 than the others at the same step, the run stops at the step boundary (Lightning's ``should_stop``:
 the run still finishes cleanly and writes its report).
