@@ -17,9 +17,10 @@ from lightning.pytorch.callbacks import Callback, LearningRateMonitor, ModelChec
 from lightning.pytorch.loggers import CSVLogger, Logger
 from torch import nn
 
+from runner.config.data_schemas import Batching
 from runner.config.paths import artifacts_path, checkpoint_dir, resolve_artifacts_path
 from runner.config.schema import RunConfig
-from runner.config.target_objects import declared
+from runner.config.target_objects import declared, locate
 from runner.data.traits import DataTraits, ValMetric
 from runner.peft import apply_peft
 from runner.quiet import quiet_wandb
@@ -27,6 +28,7 @@ from runner.reliability import AtomicCheckpointIO, build_reliability_callbacks
 from runner.stack import CacheArtifacts
 from runner.stack.dynamic.policy import resolve_bounds, resolve_pad_to
 from runner.strategy import CompileStrategy, ConsolidatedCheckpoint, DDPCompileStrategy, FSDPCompileStrategy
+from runner.telemetry.advice import Batches
 from runner.training.callback_group import CallbackGroup
 from runner.training.module import TrainModule
 from runner.training.progress_bar import RunProgressBar
@@ -38,6 +40,16 @@ def data_traits(cfg: RunConfig) -> DataTraits:
     declares nothing (a user's own)."""
     traits = declared(cfg.data, "traits")
     return traits if isinstance(traits, DataTraits) else DataTraits()
+
+
+def batches_of(cfg: RunConfig) -> Batches:
+    """What the run's batches are, for the telemetry's advice on a recompile of a new shape: padded per batch, and
+    whether ``data.packing=true`` is there to turn on for a model that takes packed rows."""
+    packing = getattr(cfg.data, "packing", None)
+    can_pack = packing is False and getattr(cfg.data, "batching", None) in (None, Batching.documents) and \
+        callable(getattr(locate(str(getattr(cfg.model, "_target_", "")))[0], "packing_refusal", None)) and \
+        declared(cfg.model, "packing_refusal") is None
+    return Batches(pads_per_batch=data_traits(cfg).pads_per_batch, can_pack=can_pack)
 
 
 def build_datamodule(cfg: RunConfig) -> L.LightningDataModule:
@@ -121,7 +133,7 @@ def build_callbacks(cfg: RunConfig, *more: Callback) -> list[Callback]:
     ckpt_dir = checkpoint_dir(cfg.run_dir)
     data = DataReport(Path(cfg.run_dir), of_node(cfg.data), resuming=bool(cfg.ckpt_path))
     own = CallbackGroup(LearningRateMonitor(logging_interval="step"),
-                        CompileTelemetry(cfg.telemetry, Path(cfg.run_dir)), data,
+                        CompileTelemetry(cfg.telemetry, Path(cfg.run_dir), batches=batches_of(cfg)), data,
                         *build_reliability_callbacks(cfg), *more)
     callbacks: list[Callback] = [
         ModelCheckpoint(dirpath=ckpt_dir, save_last=True, save_top_k=0,

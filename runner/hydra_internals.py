@@ -51,3 +51,13 @@ def refused_override(message: str) -> str | None:
         if line.strip().startswith(_APPEND_HINT):
             return line.strip()[len(_APPEND_HINT):]
     return None
+
+
+def jobs_override(master: Any, override: str) -> None:
+    """Make every job of a multirun read ``override``: the launcher composes each job's config again from the
+    master config's ``hydra.overrides.hydra`` (``ConfigLoaderImpl.load_sweep_config``), so a value set on the master
+    config alone (a claimed sweep directory) would not reach the jobs."""
+    from omegaconf import read_write
+
+    with read_write(master.hydra):
+        master.hydra.overrides.hydra.append(override)

@@ -64,6 +64,40 @@ def test_recompile_fixes(reason: str, expect: str) -> None:
     assert expect in recompile_fix(reason)
 
 
+SEQ = "0/0: tensor 'batch[0]' size mismatch at index 1. expected 129, actual 118"
+
+
+def test_a_new_sequence_length_gets_the_fix_for_the_data_at_hand() -> None:
+    """Issue 75: a padded instruction run's length change was explained as "often the last, smaller batch ...
+    drop_last=True"; its fixes are packing or a shape policy, and drop_last is for a batch size that changes."""
+    from runner.telemetry.advice import Batches
+
+    padded = recompile_fix(SEQ, None, Batches(pads_per_batch=True, can_pack=True))
+    assert "padded to its longest sequence" in padded and "data.packing=true" in padded
+    assert "dynamic=bucket" in padded and "drop_last" not in padded
+    classifier = recompile_fix(SEQ, None, Batches(pads_per_batch=True, can_pack=False))
+    assert "dynamic=bucket" in classifier and "data.packing" not in classifier
+    last = recompile_fix("tensor 'batch[0]' size mismatch at index 0. expected 16, actual 8", None,
+                         Batches(pads_per_batch=True, can_pack=True))
+    assert "drop_last=True" in last and "data.packing" not in last
+
+
+@pytest.mark.parametrize(("overrides", "pads", "packs"), [
+    (["+recipe=instruct_tiny", "data.packing=false"], True, True),  # a Llama: takes packed rows
+    (["+recipe=instruct_tiny"], False, False),  # packed already: one shape
+    (["+recipe=instruct_tiny", "data.packing=false", "model.config=gpt2", "model.overrides.intermediate_size=null"],
+     True, False),  # GPT-2 cannot take the document mask
+    (["+recipe=bert_classify"], True, False),  # a classifier pads per batch and never packs
+    (["+recipe=smoke"], False, False),  # fixed windows
+])
+def test_the_run_tells_the_advice_what_its_batches_are(overrides: list[str], pads: bool, packs: bool) -> None:
+    from runner.build import batches_of
+    from runner.config import compose, load
+
+    batches = batches_of(load(compose(overrides, run_dir="/tmp/unused")))
+    assert (batches.pads_per_batch, batches.can_pack) == (pads, packs)
+
+
 def test_advise_finds_the_guard_location_and_formats_one_line() -> None:
     reason = "0/3: L['self'].calls == 3  # self.calls += 1  # tests/zoo/m.py:17 in training_step"
     assert guard_location(reason) == "tests/zoo/m.py:17"

@@ -3,7 +3,7 @@ and works from any directory, without the checkout.
 
 The wheel is built once (its contents checked); CI's check installs it into a fresh virtual environment outside
 the checkout with the pinned constraints, asserts that ``runner`` is imported from there, and runs the example
-project's three commands as real processes; then the same wheel with ``datasets`` and ``pyarrow`` installed by
+project's three commands and a recipe on the data runner ships as real processes; then the same wheel with ``datasets`` and ``pyarrow`` installed by
 ``pip install --target`` into a folder outside any ``site-packages``, put first on ``PYTHONPATH``, trains on
 labelled rows held in memory (``datasets`` fingerprints those with dill, which pickled pyarrow by value there).
 """
@@ -55,6 +55,7 @@ def test_wheel_ships_config_recipes_and_the_runner_command(wheel: Path) -> None:
     assert shipped_conf == {p.relative_to(ROOT / "conf").as_posix() for p in (ROOT / "conf").rglob("*.yaml")
                             if not p.relative_to(ROOT / "conf").as_posix().startswith("recipe/")}
     assert {f"runner/_recipes/{p.name}" for p in (ROOT / "recipes").glob("*.yaml")} <= names
+    assert {f"runner/_data/{p.name}" for p in (ROOT / "examples" / "data").glob("*.jsonl")} <= names  # recipes' data
     assert "runner = runner.__main__:main" in entry_points
     assert not any(n.startswith(("conf/", "recipes/", "tests/", "examples/")) for n in names)  # nothing top-level
 
@@ -118,6 +119,16 @@ def test_fresh_venv_runs_the_example_project(wheel: Path, tmp_path: Path) -> Non
     assert default.returncode == 0, default.stderr[-3000:]
     (default_dir,) = project.glob("outputs/*/*-run")
     assert json.loads((default_dir / "report.json").read_text())["run/steps"] == 3
+
+    # A recipe on the data runner ships (examples/data/instruct.jsonl), from a directory that has none: the wheel's
+    # copy. runner's GPT: the core install has no transformers for the recipe's Llama.
+    shipped = run("+recipe=instruct_tiny", "model=gpt_tiny", "compile.backend=eager", "data.max_examples=100",
+                  "trainer.max_steps=2", "trainer.val_check_interval=2", "trainer.limit_val_batches=1",
+                  "telemetry.speedup_steps=0")
+    assert shipped.returncode == 0, shipped.stderr[-3000:]
+    (shipped_dir,) = project.glob("outputs/*/*-instruct_tiny")
+    report = json.loads((shipped_dir / "report.json").read_text())
+    assert report["data/source"].startswith(str(venv)) and report["data/source"].endswith("runner/_data/instruct.jsonl")
     commands_s = time.perf_counter() - start - installed_s
 
     # The overlay: runner and the data layer from a --target folder whose path holds no "site-packages".

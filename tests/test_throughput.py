@@ -1,7 +1,8 @@
 """Throughput that compares across packing and padding (issue 75): each batch's examples (a packed row holds
 several, a padded row one) and its targets in the loss, counted without waiting for the device; the rates of the
 steps ``perf/step_ms`` is the median of, so that a rate and the step time agree; and in a run, every rate in the
-summary, ``report.json`` and the loggers, the packed run's examples/s above its rows/s."""
+summary, ``report.json`` and the loggers, the packed run's examples/s above its rows/s, and the padded run's
+recompile advised with packing."""
 
 from __future__ import annotations
 
@@ -82,9 +83,12 @@ def test_packed_and_padded_runs_report_rates_that_compare(tmp_path: Path) -> Non
     path = tmp_path / "qa.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in ROWS))
     base = ["model=gpt_tiny", "data=instruct", f"data.path={path}", "data.seq_len=128", "data.batch_size=4",
-            "compile=eager", *FAST, "trainer.max_steps=6"]
+            "compile.backend=eager", *FAST, "trainer.max_steps=6"]
     packed, padded = (_rates(train(tmp_path / name, [*base, f"data.packing={name == 'packed'}"]).run_dir)
                       for name in ("packed", "padded"))
+    # The padded run recompiled for a new length: its advice is the data's (packing, a shape policy), not drop_last.
+    recompiles = json.loads((tmp_path / "padded" / "report.json").read_text())["compile/recompile_reasons"]
+    assert recompiles and all("data.packing=true" in r["fix"] and "drop_last" not in r["fix"] for r in recompiles)
     for rates in (packed, padded):
         assert all(isinstance(v, float) and v > 0 for v in rates.values()), rates
         assert rates[PERF_SAMPLES_PER_S] == pytest.approx(4 / (rates[PERF_STEP_MS] / 1000))  # agrees with the step

@@ -171,10 +171,11 @@ def _mismatches(keys: list[str], saved: dict[str, tuple[int, ...]], expected: di
         folded = re.sub(r"\.\d+\.", ".N.", module, count=1)
         groups.setdefault((folded, tuple(parts)), []).append(layer.group(1) if layer else "")
     items = []
-    for (module, parts), layers in groups.items():
+    for (folded_module, shapes), layers in groups.items():
         where = f" (N = {', '.join(layers)})" if any(layers) else ""
-        was = ", ".join(f"{part} {list(a)}" for part, a, _ in parts)
-        items.append(f"{module}{where}: {was} in the adapter; {', '.join(str(list(b)) for _, _, b in parts)} here")
+        was = ", ".join(f"{part} {list(a)}" for part, a, _ in shapes)
+        items.append(f"{folded_module}{where}: {was} in the adapter; {', '.join(str(list(b)) for _, _, b in shapes)} "
+                     "here")
     return "; ".join(items)
 
 

@@ -11,8 +11,14 @@ from pathlib import Path
 import torch
 
 from runner.config.cache_secret import open_artifacts
-from runner.config.data_schemas import Batching
-from runner.config.paths import resolve_artifacts_path
+from runner.config.data_schemas import (
+    Batching,
+    ImageDataSchema,
+    InstructDataSchema,
+    TextClassificationDataSchema,
+    TextDataSchema,
+)
+from runner.config.paths import SHIPPED, resolve_artifacts_path
 from runner.config.schema import CacheTrust, RunConfig
 
 _PRECISIONS = {"32-true", "32", "bf16-mixed", "bf16-true", "16-mixed", "16-true", "64-true", "transformer-engine"}
@@ -123,11 +129,31 @@ def check_cache_artifacts(cfg: RunConfig) -> str | None:
     return problem
 
 
+_WHAT_PATH_TAKES: dict[type, str] = {
+    TextDataSchema: ("Point data.path at a directory or file of text, or drop it (data.path=null) to use the Python "
+                     "stdlib source."),
+    TextClassificationDataSchema: ("Point data.path at labelled rows (.jsonl/.json, .csv, .parquet, label<TAB>text "
+                                   "lines), or drop it (data.path=null) for paragraphs of the Python stdlib source "
+                                   "labelled by their package."),
+    InstructDataSchema: ("Point data.path at a table of examples (.jsonl/.json, .csv, .parquet or a save_to_disk "
+                         "folder) with prompt/response columns, Alpaca's instruction/input/output, or conversations; "
+                         f"runner ships {SHIPPED}/instruct.jsonl (+recipe=instruct_tiny trains on it)."),
+    ImageDataSchema: ("Point data.path at a folder of ROOT/CLASS/IMAGE files, or drop it (data.path=null) for "
+                      "synthetic images."),
+}
+"""What ``data.path`` takes, for each data option runner ships (a subclass takes its base's words)."""
+
+
+def _what_path_takes(data: object) -> str:
+    found = next((words for kind, words in _WHAT_PATH_TAKES.items() if isinstance(data, kind)), None)
+    return found or "Point data.path at the files your data module reads."
+
+
 def check_data_path(cfg: RunConfig) -> str | None:
     path = getattr(cfg.data, "path", None)
     if path is not None and not Path(path).expanduser().exists():
-        return (f"data.path={path} does not exist. Point data.path at a directory or file of text, "
-                "or drop it (data.path=null) to use the Python stdlib source.")
+        where = "" if Path(path).expanduser().is_absolute() else f" (a relative path is read from {Path.cwd()})"
+        return f"data.path={path} does not exist{where}. {_what_path_takes(cfg.data)}"
     val_path = getattr(cfg.data, "val_path", None)
     if val_path is not None and not Path(val_path).expanduser().exists():
         return (f"data.val_path={val_path} does not exist. Point it at the files that validate, or drop it "

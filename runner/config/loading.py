@@ -14,6 +14,7 @@ from runner.config import layers
 from runner.config.errors import ConfigError
 from runner.config.layers import CONF_DIR
 from runner.config.messages import explain, unknown_key
+from runner.config.paths import shipped
 from runner.config.schema import RunConfig
 from runner.config.store import register_configs
 from runner.config.validate import validate
@@ -40,6 +41,9 @@ def convert(cfg: DictConfig) -> RunConfig:
     except OmegaConfBaseException as e:  # e.g. model=custom without model._target_
         raise ConfigError(explain(e)) from e
     assert isinstance(run_cfg, RunConfig)
+    for key in ("path", "val_path"):  # runner's own example data, wherever runner is installed
+        if isinstance(getattr(run_cfg.data, key, None), str):
+            setattr(run_cfg.data, key, shipped(getattr(run_cfg.data, key)))
     return run_cfg
 
 

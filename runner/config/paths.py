@@ -4,6 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+_PKG = Path(__file__).resolve().parents[1]
+SHIPPED = "examples/data"
+"""Where the data files runner ships are in a checkout (``examples/data``), as recipes and docs name them."""
+SHIPPED_DATA = _PKG / "_data" if (_PKG / "_data").is_dir() else _PKG.parent / SHIPPED
+"""Those files: ``runner/_data`` in an installed wheel (see setup.py), ``examples/data`` in a checkout."""
 ARTIFACTS_DIR = "compile_cache"
 ARTIFACTS_FILE = "artifacts.bin"
 
@@ -32,3 +37,16 @@ def resolve_artifacts_path(path: str | Path) -> Path:
                 return candidate
         return p / ARTIFACTS_DIR / ARTIFACTS_FILE
     return p
+
+
+def shipped(path: str | None) -> str | None:
+    """``path`` as given, unless it names one of the data files runner ships (``examples/data/NAME``, as recipes and
+    docs write it) and the current directory has no such file: then that file where runner is installed, so that a
+    recipe on shipped data runs from any directory, and from an installed runner."""
+    if path is None or Path(path).is_absolute() or Path(path).expanduser().exists():
+        return path
+    name = Path(path).as_posix().removeprefix("./")
+    if not name.startswith(SHIPPED + "/"):
+        return path
+    found = SHIPPED_DATA / name.removeprefix(SHIPPED + "/")
+    return str(found) if found.exists() else path

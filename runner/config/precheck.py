@@ -24,6 +24,7 @@ from runner import hydra_internals
 from runner.config.errors import ConfigError
 from runner.config.loading import compose, convert, load
 from runner.config.messages import explain
+from runner.config.run_dirs import taken_error
 
 if TYPE_CHECKING:
     from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -115,6 +116,8 @@ def precheck(argv: Sequence[str]) -> None:
             raise ConfigError(f"{flag} {d}: no such directory. Give a directory holding conf/<group>/ and "
                               "recipes/ (or Hydra's <group>/ layout), relative to the current directory "
                               f"({Path.cwd()}) or absolute.")
+    if not _informational(args) and (taken := taken_error(args.overrides, bool(args.multirun))) is not None:
+        raise ConfigError(taken)
     overrides = [a for a in args.overrides if not a.lstrip("+~").startswith(("hydra.", "hydra/"))]
     check = convert if _informational(args) else load
     for job in _jobs(overrides, multirun=bool(args.multirun)):

@@ -99,7 +99,8 @@ def _json_lines(path: Path) -> list[int] | None:
     if not _is_array(path):
         return [n for n, line in enumerate(text.splitlines(), 1) if line.strip()]
     decoder = json.JSONDecoder()
-    at, lines, counted, line = text.index("[") + 1, [], 0, 1
+    lines: list[int] = []
+    at, counted, line = text.index("[") + 1, 0, 1
     while True:
         while at < len(text) and text[at] in " \t\r\n,":
             at += 1

@@ -93,11 +93,44 @@ _BREAK_RULES: tuple[tuple[str, str], ...] = (
      "them once in setup()"),
 )
 
-# (pattern on torch's failed guard, fix), for recompiles.
+@dataclass(frozen=True)
+class Batches:
+    """What the run's batches are, for the advice on a recompile of a new shape (``runner.build`` says, from the
+    data module's traits and the config; a user's own Trainer gets the default: nothing known)."""
+
+    pads_per_batch: bool = False
+    """Each batch is padded to its longest sequence: its length changes from batch to batch."""
+    can_pack: bool = False
+    """``data.packing=true`` is there to turn on, and the model takes packed rows."""
+
+
+_SIZE = re.compile(r"size mismatch at index (\d+)", re.IGNORECASE)
+
+
+def shape_fix(reason: str, batches: Batches) -> str:
+    """The fix for a recompile of a new input shape, for the data at hand: a sequence length that padding per
+    batch changes (packing, a shape policy), or a batch size (the last, smaller batch: drop_last)."""
+    found = _SIZE.search(reason)
+    index = int(found.group(1)) if found else None
+    pack = "data.packing=true (rows of exactly data.seq_len: one shape, no padding), or " if batches.can_pack else ""
+    if index == 0:
+        return ("the batch size changed (often the last, smaller batch of an epoch): DataLoader(drop_last=True), or "
+                "dynamic=dynamic (the batch dim marked dynamic: one graph for every size)")
+    if index is not None and batches.pads_per_batch:
+        return (f"each batch is padded to its longest sequence, so its length changes from batch to batch: {pack}"
+                "a shape policy: dynamic=bucket (lengths padded up to a few buckets, one graph each) or "
+                "dynamic=dynamic (one graph for every length)")
+    if index is not None:
+        return ("a sequence length changed between batches: pad batches to fixed lengths or a few buckets "
+                "(dynamic=bucket), mark the length dynamic (dynamic=dynamic), or pack sequences into full rows "
+                "(runner's causal-LM data: data.packing=true)")
+    return ("a new input shape: dynamic=dynamic (one graph for every shape) or dynamic=bucket; for the last, smaller "
+            "batch of an epoch, DataLoader(drop_last=True)")
+
+
+# (pattern on torch's failed guard, fix), for recompiles. A new shape's fix depends on the data: ``shape_fix``.
+_SHAPE_RULE = r"size mismatch|stride mismatch|dimensionality"
 _RECOMPILE_RULES: tuple[tuple[str, str], ...] = (
-    (r"size mismatch|stride mismatch|dimensionality",
-     "a new input shape (often the last, smaller batch of an epoch): use dynamic=dynamic or dynamic=bucket, "
-     "or DataLoader(drop_last=True)"),
     (r"requires_grad mismatch",
      "requires_grad changed between calls (toggle_optimizer, freezing layers): one graph per state, compiled "
      "once each; move freezing out of the hot loop if it changes often"),
@@ -193,31 +226,33 @@ def graph_break_fix(reason: str, where: str | None = None) -> str:
     return _GENERIC_BREAK
 
 
-def recompile_fix(reason: str, where: str | None = None) -> str:
-    """The suggested fix for a recompile whose failed guard is ``reason`` (torch's text)."""
+def recompile_fix(reason: str, where: str | None = None, batches: Batches = Batches()) -> str:  # noqa: B008
+    """The suggested fix for a recompile whose failed guard is ``reason`` (torch's text), for ``batches``."""
+    if re.search(_SHAPE_RULE, reason.split("#", 1)[0], re.IGNORECASE):
+        return shape_fix(reason, batches)
     for pattern, fix in _RECOMPILE_RULES:
         if re.search(pattern, reason.split("#", 1)[0], re.IGNORECASE):
             return fix
     return _GENERIC_RECOMPILE
 
 
-def advise(kind: str, reason: str, where: str | None = None) -> Advice:
+def advise(kind: str, reason: str, where: str | None = None, batches: Batches = Batches()) -> Advice:  # noqa: B008
     """``kind`` is ``graph_break`` or ``recompile``; ``where`` defaults to the location in the reason."""
     first = _first_line(reason)
     if kind == "graph_break":
         return Advice(kind, where, first, graph_break_fix(reason, where))
     if kind == "recompile":
         where = where or guard_location(reason)
-        return Advice(kind, where, first.split("#", 1)[0].strip() or first, recompile_fix(reason, where))
+        return Advice(kind, where, first.split("#", 1)[0].strip() or first, recompile_fix(reason, where, batches))
     raise ValueError(f"kind must be 'graph_break' or 'recompile', not {kind!r}")
 
 
-def advice_lines(figures: dict[str, Any], limit: int = 5) -> list[str]:
+def advice_lines(figures: dict[str, Any], limit: int = 5, batches: Batches = Batches()) -> list[str]:  # noqa: B008
     """One console line per graph-break site of the user's and per recompile after the first step, with
     its fix (runner's own breaks, in the optimizer step it compiled, are in the report, not warned of)."""
     breaks = [b for b in figures.get(COMPILE_GRAPH_BREAK_REASONS) or [] if not is_runners(b.get("user_frame"))]
     recompiles = [r for r in figures.get(COMPILE_RECOMPILE_REASONS) or [] if (r.get("step") or 0) > 0]
     lines = [str(advise("graph_break", str(b.get("reason")), b.get("user_frame"))) for b in breaks[:limit]]
-    lines += [str(advise("recompile", str(r.get("reason")), guard_location(str(r.get("reason"))) or r.get("location")))
-              for r in recompiles[:limit]]
+    lines += [str(advise("recompile", str(r.get("reason")), guard_location(str(r.get("reason"))) or r.get("location"),
+                         batches)) for r in recompiles[:limit]]
     return lines

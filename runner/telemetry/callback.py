@@ -46,7 +46,7 @@ from runner.figures.perf import (
 from runner.stack import Eager, StepMode, stack_of
 from runner.stack.console import CompileProgress
 from runner.telemetry import ranks, sinks
-from runner.telemetry.advice import advice_lines
+from runner.telemetry.advice import Batches, advice_lines
 from runner.telemetry.clock import StepClock
 from runner.telemetry.collector import CompileCollector
 from runner.telemetry.device_busy import NoHostDevice, build_host_device
@@ -71,12 +71,15 @@ class CompileTelemetry(pl.Callback):
         heartbeat_s: seconds between "still compiling" lines.
         clock: the step timer; None builds one for the run's device at setup (tests pass one whose
             waits they count).
+        batches: what the run's batches are (padded per batch, packing available), for the fix a recompile of a
+            new shape gets; the default knows nothing of the data (a user's own Trainer).
     """
 
     def __init__(self, cfg: TelemetryConfig, run_dir: Path | None = None, heartbeat_s: float = 5.0,
-                 clock: StepClock | None = None) -> None:
+                 clock: StepClock | None = None, batches: Batches = Batches()) -> None:  # noqa: B008
         super().__init__()
         self.cfg = cfg
+        self.batches = batches
         self.run_dir = Path(run_dir) if run_dir is not None else None
         self.heartbeat_s = heartbeat_s
         self.clock = clock
@@ -125,7 +128,8 @@ class CompileTelemetry(pl.Callback):
             stack = stack_of(trainer)
             self.step_mode = stack.step_mode if stack is not None else StepMode()
             console = stack is not None and stack.console
-            self.collector = CompileCollector(listeners=() if console else (self.progress,)).start()
+            self.collector = CompileCollector(listeners=() if console else (self.progress,),
+                                              batches=self.batches).start()
             self.trace.start()
             reset_memory_peak(self._device)  # memory/peak_gib: the run's, not the measurement's before it
 
@@ -210,7 +214,7 @@ class CompileTelemetry(pl.Callback):
             sinks.log_reason_table(trainer, figures)
             if self.run_dir is not None:
                 sinks.write_events_text(self.run_dir / "compile_events.txt", figures)
-            for line in advice_lines(figures):  # what could not be compiled, where, and the fix
+            for line in advice_lines(figures, batches=self.batches):  # what could not be compiled, where, the fix
                 log.warning("compile: %s", line)
         if figures.get(PERF_PEAK_SOURCE) == "achieved" and self.peak is not None and self.peak.source == "cached":
             forget_peak(self._device, str(trainer.precision))  # the cached peak was too low: measure anew

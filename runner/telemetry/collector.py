@@ -58,7 +58,7 @@ from runner.figures.compile_work import (
     COMPILE_TIME_S,
     COMPILE_WALL_S,
 )
-from runner.telemetry.advice import graph_break_fix, guard_location, recompile_fix
+from runner.telemetry.advice import Batches, graph_break_fix, guard_location, recompile_fix
 from runner.telemetry.reasons import GraphBreakHandler, recompile_events, short_path, short_reason
 
 
@@ -88,9 +88,12 @@ class CompileCollector:
     so events carry the step they happened in.
     """
 
-    def __init__(self, listeners: tuple[CompileListener, ...] = (), metrics_limit: int = 100_000) -> None:
-        """``metrics_limit``: compile records torch keeps (its default, 64, loses records in long runs)."""
+    def __init__(self, listeners: tuple[CompileListener, ...] = (), metrics_limit: int = 100_000,
+                 batches: Batches = Batches()) -> None:  # noqa: B008
+        """``metrics_limit``: compile records torch keeps (its default, 64, loses records in long runs);
+        ``batches``: what the run's batches are, for the fix of a recompile of a new shape."""
         self.listeners = listeners
+        self.batches = batches
         self.metrics_limit = metrics_limit
         self.step: int | None = None
         self.events: list[dict[str, Any]] = []
@@ -222,7 +225,7 @@ class CompileCollector:
         live = self._live_guards(len(records) + ti.counter(counters, "unique_graphs"))
         hit = ti.counter(counters, "fx_cache_hit") + ti.counter(counters, "aot_cache_hit")
         miss = ti.counter(counters, "fx_cache_miss") + ti.counter(counters, "aot_cache_miss")
-        recompiles = [{**e, "fix": recompile_fix(str(e["reason"]), guard_location(str(e["reason"])))}
+        recompiles = [{**e, "fix": recompile_fix(str(e["reason"]), guard_location(str(e["reason"])), self.batches)}
                       for e in recompile_events(forward)]
         # The step a recompile happened in is its forward compile's. Other events share the compile
         # id (the lazy backward, a CUDA-graph recording of that graph, both later) and must not
