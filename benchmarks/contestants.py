@@ -32,7 +32,7 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import CSVLogger
 from torch import nn
 from torch.utils.data import DataLoader
-from workloads import Workload  # sibling modules: run as a script
+from workload import Workload  # sibling modules: run as a script
 
 from runner.config.schema import Background, CompileConfig, OptimizerPolicy, Scope
 from runner.strategy import CompileStrategy

@@ -24,8 +24,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from contestants import Contestant, Pacer, PeerModule, Workload, _adamw, _fit
+from contestants import Contestant, Pacer, PeerModule, _adamw, _fit
 from torch import nn
+from workload import Workload
 
 from runner import torch_internals as ti
 from runner.config.schema import Background, CompileConfig, OptimizerPolicy, Scope

@@ -5,14 +5,12 @@ batches."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
 from functools import partial
-from typing import Any
 
 import torch
 from torch import nn
-from torch.utils.data import DataLoader, Dataset, TensorDataset
+from torch.utils.data import TensorDataset
+from workload import Workload  # sibling modules: run as a script
 
 from runner.models.gpt import GPT
 
@@ -46,27 +44,6 @@ class ManyParams(nn.Module):
         return self.head(x)
 
 
-@dataclass
-class Workload:
-    """A model recipe and the batches every contestant trains it on."""
-
-    name: str
-    describe: str
-    make_model: Callable[[], nn.Module]
-    dataset: Dataset[Any]
-    batch_size: int
-    turn_scale: int = 1
-    """Timed steps per turn, as a multiple of ``--turn`` (tiny steps need more of them per round)."""
-
-    def model(self, seed: int) -> nn.Module:
-        torch.manual_seed(seed)
-        return self.make_model()
-
-    def loader(self, seed: int) -> DataLoader[Any]:
-        g = torch.Generator().manual_seed(seed)
-        return DataLoader(self.dataset, batch_size=self.batch_size, shuffle=True, drop_last=True, generator=g)
-
-
 def gpt_workload(n_layer: int, n_embd: int, n_head: int, seq_len: int, batch: int, max_bytes: int) -> Workload:
     """The quickstart GPT on packed windows of the stdlib source (``TextDataModule``)."""
     from runner.data.text import TextDataModule
@@ -94,14 +71,14 @@ def many_params_workload(width: int, depth: int, batch: int, samples: int = 3276
 def workloads(names: list[str], quick: bool) -> list[Workload]:
     """Full sizes: the quickstart GPT (``GPT()`` defaults, seq 256, batch 16), a 50-deep MLP (204 tensors),
     and ``overhead``: a one-block MLP of width 4 whose step is nearly all framework."""
-    from family_workloads import FAMILIES, family_workload  # sibling module; it imports Workload from here
+    from family_workloads import FAMILIES, family_workload  # sibling module (Workload from workload.py)
 
     out = []
     for name in names:
         if name in FAMILIES:  # families.py's: transformers and timm models
             out.append(family_workload(name, quick))
         elif name == "llama_peft":  # peft.py's: LoRA and full fine-tunes of one Llama-style model
-            from peft_contestants import CPU, CPU_QUICK, llama_workload  # sibling; it imports Workload from here
+            from peft_contestants import CPU, CPU_QUICK, llama_workload  # sibling (Workload from workload.py)
 
             out.append(llama_workload(CPU_QUICK if quick else CPU, 20_000 if quick else 4_000_000))
         elif name in ("gpt", "gpt_bf16"):

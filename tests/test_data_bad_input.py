@@ -35,6 +35,8 @@ ONE_ID = {"review": "a review whose label is a class id", "stars": 1}
 NUMBER_ROW = {"review": 5, "stars": "bad"}
 MISSING_COMMA = '{"review": "a review" "stars": "bad"}'
 NUMBER_TEXT = json.dumps(NUMBER_ROW)
+UNTERMINATED = '{"review": "never closed'
+CUT_SHORT = b'[{"review": "a", "stars": "bad"},\n {"review": "b'
 CLASSIFY = ["+recipe=bert_classify", "data.text_column=review", "data.label_column=stars", "data.num_classes=3"]
 
 # (name, the overrides given the test's tmp_path, fragments the one paragraph must contain)
@@ -65,6 +67,16 @@ BAD: list[tuple[str, Callable[[Path], list[str]], list[str]]] = [
      ["data.val_fraction=0 would leave nothing to validate on", "data.val_path=FILE", "data.val_fraction=0.01"]),
     ("a malformed JSON line", lambda p: [*CLASSIFY, f"data.path={_lines(p / 'rows.jsonl', 7, MISSING_COMMA)}"],
      ["rows.jsonl, line 8: not valid JSON (", "at column", "fix or remove that line"]),
+    ("a JSON line with an unterminated string", lambda p: [
+        *CLASSIFY, f"data.path={_lines(p / 'rows.jsonl', 5, UNTERMINATED)}"],
+     ["rows.jsonl, line 6: not valid JSON (Invalid control character at column 25)"]),  # the reason whole
+    ("a JSON array cut short", lambda p: [*CLASSIFY, f"data.path={_bytes(p / 'rows.json', CUT_SHORT)}"],
+     ["rows.json, line 2: not valid JSON (Unterminated string starting at column 13; the file is one JSON array)",
+      "fix the JSON at that line"]),
+    ("a JSON object holding the rows", lambda p: [
+        *CLASSIFY, f"data.path={_bytes(p / 'rows.json', json.dumps({'data': ROWS}).encode())}"],
+     ["rows.json is one JSON object, not rows: its key 'data' holds a list of 60 objects",
+      "json.dump(data['data'], f)"]),
     ("a JSON line that is no object", lambda p: [*CLASSIFY, f"data.path={_lines(p / 'rows.jsonl', 3, '[1, 2]')}"],
      ["rows.jsonl, line 4: a JSON list, not an object with columns"]),
     ("a number among the texts", lambda p: [*CLASSIFY, f"data.path={_jsonl(p / 'rows.jsonl', [*ROWS, NUMBER_ROW])}"],

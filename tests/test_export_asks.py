@@ -65,7 +65,8 @@ def transformers_text(export: Path) -> str:
         model = AutoModelForCausalLM.from_pretrained(str(export))
     out = model.eval().generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=NEW,
                                 do_sample=False, eos_token_id=meta["prompt"]["eos_id"], pad_token_id=0)
-    return "".join(tokenizer.decode(part.tolist(), skip_special_tokens=True) for part in (ids[0], out[0, ids.shape[1]:]))
+    parts = (ids[0], out[0, ids.shape[1]:])  # the prompt and the answer
+    return "".join(tokenizer.decode(part.tolist(), skip_special_tokens=True) for part in parts)
 
 
 @pytest.mark.parametrize(("run", "exports"), [("lora", ("adapter", "merged")), ("chat", ("full",))])
@@ -85,3 +86,26 @@ def test_an_export_answers_as_the_run_did_in_runner_and_in_transformers(runs: di
         assert "## Asking it as it was trained" in readme and "apply_chat_template" in readme
         if run == "lora":
             assert "### Instruction:\nQUESTION\n\n### Response:" in readme
+
+
+def test_greedy_generation_gives_transformers_no_sampling_flag_to_warn_about(runs: dict[str, Path]) -> None:
+    """Issue 75: transformers warned about ``top_k`` on every greedy ``runner generate``: greedy decoding reads neither
+    top-k nor the temperature, and runner no longer passes them."""
+    import logging
+
+    class Kept(logging.Handler):
+        def __init__(self) -> None:
+            super().__init__()
+            self.said: list[str] = []
+
+        def emit(self, record: logging.LogRecord) -> None:
+            self.said.append(record.getMessage())
+
+    kept, transformers_log = Kept(), logging.getLogger("transformers")  # its own handler: it does not propagate
+    logging.Logger.warning_once.cache_clear()  # type: ignore[attr-defined]  # transformers says it once a process
+    transformers_log.addHandler(kept)
+    try:
+        generate(runs["merged"])
+    finally:
+        transformers_log.removeHandler(kept)
+    assert not [m for m in kept.said if "generation flags are not valid" in m], kept.said

@@ -89,6 +89,22 @@ def test_saved_model_loads_from_its_directory_offline(saved_llama: Path, monkeyp
         assert torch.equal(a, b), name  # the weights saved and loaded again: bitwise
 
 
+def test_a_saved_models_unused_settings_are_said_once(saved_llama: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The config checks build the model on the meta device (its config.json), the run builds it for real, and
+    each used to log that ``model.config`` and ``overrides`` are not applied: three times in a run's log."""
+    import logging
+
+    overrides = {"hidden_size": 48, "num_hidden_layers": 1}
+    with caplog.at_level(logging.INFO, logger="runner.models.hf"):
+        with torch.device("meta"):
+            meta = CausalLM(config="llama", path=str(saved_llama), overrides=overrides)
+        for _ in range(2):
+            CausalLM(config="llama", path=str(saved_llama), overrides=overrides)
+    said = [r for r in caplog.records if "own configuration is used" in r.getMessage()]
+    assert len(said) == 1 and "overrides.hidden_size" in said[0].getMessage()
+    assert next(meta.parameters()).device.type == "meta" and meta.model.config.hidden_size == 32  # its config.json
+
+
 def test_saved_encoder_gets_a_head_of_num_labels(tmp_path: Path) -> None:
     directory = save_model(tmp_path / "bert", task="sequence_classification", model_type="bert")
     model = SequenceClassifier(path=str(directory), num_labels=5)

@@ -3,9 +3,10 @@ and works from any directory, without the checkout.
 
 The wheel is built once (its contents checked); CI's check installs it into a fresh virtual environment outside
 the checkout with the pinned constraints, asserts that ``runner`` is imported from there, and runs the example
-project's three commands and a recipe on the data runner ships as real processes; then the same wheel with ``datasets`` and ``pyarrow`` installed by
-``pip install --target`` into a folder outside any ``site-packages``, put first on ``PYTHONPATH``, trains on
-labelled rows held in memory (``datasets`` fingerprints those with dill, which pickled pyarrow by value there).
+project's three commands and a recipe on the data runner ships as real processes; then the same wheel with
+``datasets`` and ``pyarrow`` installed by ``pip install --target`` into a folder outside any ``site-packages``, put
+first on ``PYTHONPATH``, trains on labelled rows held in memory (``datasets`` fingerprints those with dill, which
+pickled pyarrow by value there).
 """
 
 from __future__ import annotations

@@ -57,6 +57,9 @@ BAD: list[tuple[str, Callable[[Path], list[str]], list[str]]] = [
      ["2 of 42 rows have an empty answer in column response", "rows 40, 41", "Fill them in or remove those rows"]),
     ("no data.path", lambda p: INSTRUCT,
      ["data=instruct needs data.path", "data.path=examples/data/instruct.jsonl"]),
+    ("a JSON object holding Alpaca rows", lambda p: [*INSTRUCT, f"data.path={_object(p)}"],
+     ["alpaca.json is one JSON object, not rows: its key 'examples' holds a list of 40 objects",
+      "an array of objects", "json.dump(data['examples'], f)"]),  # not "has no column prompt"
     ("a text file", lambda p: [*INSTRUCT, f"data.path={_text(p)}"],
      ["is text, not a table", "data=text"]),
     ("a tokenizer without an EOS", lambda p: [*INSTRUCT, _qa(p), f"data.tokenizer={_no_eos_tokenizer(p)}",
@@ -80,6 +83,12 @@ BAD: list[tuple[str, Callable[[Path], list[str]], list[str]]] = [
                                             "model.attn_implementation=flex_attention"],
      ["flex_attention on the CPU", "no backward on the CPU", "model.attn_implementation=sdpa"]),
 ]
+
+
+def _object(p: Path) -> Path:
+    rows = [{"instruction": f"do {i}", "input": "", "output": f"done {i}"} for i in range(40)]
+    (p / "alpaca.json").write_text(json.dumps({"examples": rows}, indent=1))
+    return p / "alpaca.json"
 
 
 def _text(p: Path) -> Path:

@@ -90,10 +90,12 @@ def generate_ids(model: nn.Module, prompt: list[int], sampling: Sampling) -> lis
 def _hf_generate(hf: nn.Module, ids: torch.Tensor, sampling: Sampling) -> list[int]:
     config: Any = hf.config
     pad = config.pad_token_id if config.pad_token_id is not None else config.eos_token_id
+    sample = sampling.temperature > 0
+    # Greedy decoding reads neither the temperature nor top-k: given anyway, transformers warns on every call.
+    drawn = {"temperature": sampling.temperature, "top_k": sampling.top_k} if sample else {}
     out = hf.generate(  # type: ignore[operator]
         input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=sampling.max_new_tokens,
-        do_sample=sampling.temperature > 0, temperature=sampling.temperature or None, top_k=sampling.top_k,
-        use_cache=True, pad_token_id=pad if pad is not None else 0,
+        do_sample=sample, **drawn, use_cache=True, pad_token_id=pad if pad is not None else 0,
         **({"eos_token_id": sampling.eos_id} if sampling.eos_id is not None else {}))
     return [int(i) for i in out[0, ids.shape[1]:]]
 

@@ -37,7 +37,7 @@ from runner.data.padding import PadCollate, PadTo
 from runner.data.sources import DataError, Source, names_something, resolve
 from runner.data.splits import VAL_PATH, split_documents
 from runner.data.summary import DataSummary
-from runner.data.table_errors import row_place
+from runner.data.table_errors import json_object_of_rows, row_place
 from runner.data.tables import load_table
 from runner.data.tokenizers import SavedTokenizer, Tokenizer, check_tokenizer, is_bytes, load_tokenizer, token_range
 from runner.data.traits import DataTraits, ValMetric
@@ -82,8 +82,14 @@ def prepare(where: str, key: str, tokenizer: Tokenizer, render: Render | None, p
     rows, _ = load_table(source)
     if len(rows) == 0:
         raise DataError(f"{key}={where} holds no rows. Point {key} at a file with examples in it.")
-    fmt = resolve_format(rows.column_names, source, prompt_column, response_column, messages_column,
-                         prompt_template, roles)
+    try:
+        fmt = resolve_format(rows.column_names, source, prompt_column, response_column, messages_column,
+                             prompt_template, roles)
+    except DataError:
+        nested = json_object_of_rows(source)  # {"data": [...]}: one row to datasets, rows to the user
+        if nested is not None:
+            raise DataError(nested) from None
+        raise
     if fmt.kind is Kind.chat and render is None:
         which = "UTF-8 bytes" if is_bytes(tokenizer.name) else f"the tokenizer {tokenizer.name}"
         raise DataError(f"data.messages_column={fmt.columns[0]}: {which} has no chat template to render the "

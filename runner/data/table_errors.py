@@ -25,8 +25,10 @@ def unreadable(source: Source, e: BaseException) -> DataError:
     if source.kind == "json" and (found := bad_json_line(source.files)) is not None:
         path, line, why = found
         where = f"{source.key}={source.given}" + ("" if len(source.files) == 1 else f": {path}")
-        return DataError(f"{where}, line {line}: {why}. Each line of a JSON lines file is one JSON object (a .json "
-                         "file may hold one array of them instead): fix or remove that line.")
+        fix = ("A .json file may hold one array of objects: fix the JSON at that line." if "JSON array" in why else
+               "Each line of a JSON lines file is one JSON object (a .json file may hold one array of them instead): "
+               "fix or remove that line.")
+        return DataError(f"{where}, line {line}: {why}. {fix}")
     return DataError(f"{source.key}={source.given} cannot be read as {what} ({type(e).__name__}: {error}). The file "
                      f"is damaged or not {what}: export it again (e.g. DataFrame.to_parquet / to_csv / to_json with "
                      "lines=True), or give it the suffix of its real format.")
@@ -42,7 +44,7 @@ def bad_json_line(files: Any) -> tuple[Path, int, str] | None:
             try:
                 json.loads(Path(path).read_text(encoding="utf-8", errors="replace"))
             except ValueError as e:
-                return path, getattr(e, "lineno", 1), f"not valid JSON ({getattr(e, 'msg', e)})"
+                return path, getattr(e, "lineno", 1), f"not valid JSON ({_reason(e)}; the file is one JSON array)"
             continue
         with open(path, encoding="utf-8", errors="replace") as f:
             for n, line in enumerate(f, 1):
@@ -51,10 +53,44 @@ def bad_json_line(files: Any) -> tuple[Path, int, str] | None:
                 try:
                     row = json.loads(line)
                 except ValueError as e:
-                    return path, n, f"not valid JSON ({getattr(e, 'msg', e)} at column {getattr(e, 'colno', '?')})"
+                    return path, n, f"not valid JSON ({_reason(e)})"
                 if not isinstance(row, dict):
                     return path, n, f"a JSON {type(row).__name__}, not an object with columns"
     return None
+
+
+def _reason(e: ValueError) -> str:
+    """json's reason whole, with its column: its ``msg`` alone stops mid-sentence for some errors ("Unterminated
+    string starting at", "Invalid control character at")."""
+    msg, column = str(getattr(e, "msg", e)), getattr(e, "colno", None)
+    if column is None:
+        return msg
+    return f"{msg} column {column}" if msg.endswith(" at") else f"{msg} at column {column}"
+
+
+def json_object_of_rows(source: Source) -> str | None:
+    """Why a ``.json`` file that is one JSON object holding the rows (``{"data": [{...}, ...]}``) is not a table of
+    them, naming the key that holds them; None for anything else. ``datasets`` reads such a file as one row whose
+    column is that list, and the columns a row should have are then reported missing."""
+    if source.kind != "json" or len(source.files) != 1:
+        return None
+    path = source.files[0]
+    with open(path, encoding="utf-8", errors="replace") as f:
+        if not f.read(1 << 16).lstrip().startswith("{"):
+            return None
+    try:
+        value = json.loads(Path(path).read_text(encoding="utf-8", errors="replace"))
+    except ValueError:
+        return None  # JSON lines, or damaged: named elsewhere
+    lists = [k for k, v in value.items() if isinstance(v, list) and v and all(isinstance(r, dict) for r in v)] \
+        if isinstance(value, dict) else []
+    if not lists:
+        return None
+    key = lists[0]
+    return (f"{source.key}={source.given} is one JSON object, not rows: its key {key!r} holds a list of "
+            f"{len(value[key])} objects, which would be read as one row. A table in JSON is an array of objects "
+            f"([{{...}}, {{...}}], as Alpaca's file is) or JSON lines (one object a line): write "
+            f"json.dump(data[{key!r}], f) (or the rows one a line) and point {source.key} at that file.")
 
 
 def not_text(data: Any) -> str:

@@ -24,7 +24,7 @@ from typing import Any
 
 from runner.config.errors import close_matches
 from runner.data.sources import SAVED, VALIDATION_SPLITS, DataError, Source
-from runner.data.table_errors import not_text, unreadable
+from runner.data.table_errors import json_object_of_rows, not_text, unreadable
 
 log = logging.getLogger(__name__)
 
@@ -176,6 +176,8 @@ def check_column(rows: Any, column: str, setting: str, source: Source) -> None:
     names = list(rows.column_names)
     if column in names:
         return
+    if (nested := json_object_of_rows(source)) is not None:  # {"data": [...]}: one row to datasets
+        raise DataError(nested)
     matches = close_matches(column, names)
     hint = f"Did you mean {setting}={matches[0]}? " if matches else ""
     raise DataError(f"{setting}={column}: {source.key}={source.given} has no column {column}. {hint}Its columns: "

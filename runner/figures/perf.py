@@ -74,7 +74,8 @@ PERF_FLOPS_SOURCE = define("perf/flops_source",
                            "6*params*tokens, or none")
 PERF_MFU = define("perf/mfu", "FLOP/s achieved over the last 50 steps / the device's peak", label="MFU")
 PERF_PEAK_TFLOPS = define("perf/peak_tflops", "the peak MFU is against", label="  device peak [TFLOP/s]")
-PERF_PEAK_SOURCE = define("perf/peak_source", "measured by a matmul probe, cached, given, or achieved by this run",
+PERF_PEAK_SOURCE = define("perf/peak_source", "measured by a matmul probe, cached, given, or achieved by this run "
+                          "(above the probe's: no MFU then)",
                           label="  peak source")
 PERF_HOST_MS_PER_STEP = define("perf/host_ms_per_step",
                                "CUDA only: median host time of the compiled steps not waited for (launching the "

@@ -102,10 +102,16 @@ def input_vocabulary(config: str | None, path: str | None, overrides: Mapping[st
     return None
 
 
+_NOTED: set[tuple[str, ...]] = set()
+"""The unused settings this process said once: the checks build the model on the meta device, the run again."""
+
+
 def _note_unused(path: str, config: str | None, overrides: Mapping[str, Any] | None) -> None:
     unused = [f"config={config}"] if config else []
     unused += [f"overrides.{k}" for k in _given(overrides)]
-    if unused:
+    said = (path, *unused)
+    if unused and torch.get_default_device().type != "meta" and said not in _NOTED:
+        _NOTED.add(said)
         log.info("model.path=%s: the saved model's own configuration is used; %s (for building from a "
                  "configuration) not applied", path, ", ".join(unused))
 

@@ -20,7 +20,7 @@ from torch import nn
 
 from runner.config.peft_targets import ADAPTER_CONFIG, ADAPTER_WEIGHTS, PeftTargetError, lora_key, saved_key
 from runner.config.schema_peft import PeftMethod
-from runner.peft.inject import Adapter
+from runner.peft.adapter import Adapter
 
 
 def adapter_state(adapter: Adapter) -> dict[str, torch.Tensor]:

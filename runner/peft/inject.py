@@ -5,30 +5,13 @@ runs before the run."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from torch import nn
 
-from runner.config.peft_targets import AdapterPlan, adapter_root, resolve_plan
+from runner.config.peft_targets import adapter_root, resolve_plan
 from runner.config.schema_peft import PeftConfig, PeftMethod
+from runner.peft.adapter import ADAPTER, Adapter
+from runner.peft.files import load_adapter
 from runner.peft.layer import LoRAConv1D, LoRALinear
-
-ADAPTER = "runner_adapter"
-"""The attribute of an adapted model that holds its ``Adapter``."""
-
-
-@dataclass(frozen=True)
-class Adapter:
-    """An adapted model's adapter: its plan (targets, modules trained in full, under ``root``) and its settings."""
-
-    plan: AdapterPlan
-    config: PeftConfig
-    model: nn.Module
-    root: nn.Module
-
-    def layers(self) -> dict[str, LoRALinear]:
-        """The adapted layers by name under ``root``."""
-        return {name: self.root.get_submodule(name) for name in self.plan.targets}  # type: ignore[misc]
 
 
 def apply_peft(model: nn.Module, peft: PeftConfig) -> Adapter | None:
@@ -51,8 +34,6 @@ def apply_peft(model: nn.Module, peft: PeftConfig) -> Adapter | None:
     adapter = Adapter(plan, peft, model, root)
     object.__setattr__(model, ADAPTER, adapter)  # a plain attribute: forward never reads it
     if peft.path:
-        from runner.peft.files import load_adapter
-
         load_adapter(adapter, peft.path)
     return adapter
 
@@ -64,12 +45,6 @@ def _adapted(base: nn.Module, peft: PeftConfig) -> LoRALinear:
         return QLoRALinear(base, peft.r, peft.alpha, peft.dropout)
     kind = LoRALinear if isinstance(base, nn.Linear) else LoRAConv1D
     return kind(base, peft.r, peft.alpha, peft.dropout)
-
-
-def adapter_of(model: nn.Module) -> Adapter | None:
-    """The adapter ``apply_peft`` put into ``model``; None for a model it did not adapt."""
-    adapter = getattr(model, ADAPTER, None)
-    return adapter if isinstance(adapter, Adapter) else None
 
 
 def merge_peft(model: nn.Module) -> int:

@@ -18,7 +18,7 @@ from runner.figures.peft import (
     PEFT_TRAINABLE_PARAMS,
     PEFT_TRAINABLE_PCT,
 )
-from runner.peft.inject import adapter_of
+from runner.peft.adapter import adapter_of
 from runner.peft.nf4 import QLoRALinear
 
 

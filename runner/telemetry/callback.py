@@ -50,7 +50,7 @@ from runner.telemetry.advice import Batches, advice_lines
 from runner.telemetry.clock import StepClock
 from runner.telemetry.collector import CompileCollector
 from runner.telemetry.device_busy import NoHostDevice, build_host_device
-from runner.telemetry.peak import Peak, forget_peak, reset_memory_peak, resolve_peak
+from runner.telemetry.peak import ACHIEVED, Peak, forget_peak, reset_memory_peak, resolve_peak
 from runner.telemetry.speedup import SPEEDUP_KEYS, SpeedupMeter
 from runner.telemetry.throughput import BatchCounts, StepFlops, batch_counts, peak_memory_gib
 from runner.telemetry.trace import StructuredTrace
@@ -216,7 +216,7 @@ class CompileTelemetry(pl.Callback):
                 sinks.write_events_text(self.run_dir / "compile_events.txt", figures)
             for line in advice_lines(figures, batches=self.batches):  # what could not be compiled, where, the fix
                 log.warning("compile: %s", line)
-        if figures.get(PERF_PEAK_SOURCE) == "achieved" and self.peak is not None and self.peak.source == "cached":
+        if figures.get(PERF_PEAK_SOURCE) == ACHIEVED and self.peak is not None and self.peak.source == "cached":
             forget_peak(self._device, str(trainer.precision))  # the cached peak was too low: measure anew
 
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:

@@ -222,14 +222,18 @@ def forget_peak(device: torch.device, precision: str | None, cache: Path | None 
         _write(path, data)
 
 
+ACHIEVED = "achieved by this run, above the probe's (which ran while the machine was busy): no MFU"
+"""``perf/peak_source`` when the run did more than the measured peak."""
+
+
 def mfu_figures(achieved_flops: float, peak: Peak | None) -> dict[str, Any]:
     """``perf/mfu`` and the peak it is against. A measured (or cached) peak is the most this device
-    was seen to do; if this run did more (the probe ran while the machine was busy), the run's own
-    rate is the better bound and becomes the peak (source ``achieved``), so MFU never exceeds 1. A
-    peak the user gave is kept as given."""
+    was seen to do; if this run did more (the probe ran while the machine was busy), the probe's figure is no
+    peak: the run's own rate is the best bound known (source ``achieved``), and there is no MFU, for a run's rate
+    over itself is 1 whatever it did (a CPU summary said "MFU 1"). A peak the user gave is kept as given."""
     if peak is None or achieved_flops <= 0:
         return {}
     if peak.source != "given" and achieved_flops > peak.tflops * 1e12:
-        peak = Peak(achieved_flops / 1e12, "achieved")
+        return {PERF_PEAK_TFLOPS: achieved_flops / 1e12, PERF_PEAK_SOURCE: ACHIEVED}
     return {PERF_MFU: achieved_flops / (peak.tflops * 1e12), PERF_PEAK_TFLOPS: peak.tflops,
             PERF_PEAK_SOURCE: peak.source}
