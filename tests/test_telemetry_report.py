@@ -223,8 +223,10 @@ def test_nothing_compiled_runs_no_eager_steps_and_reports_no_speedup() -> None:
 
 
 def test_throughput_helpers() -> None:
-    assert batch_counts((torch.zeros(4, 16, dtype=torch.long), torch.zeros(4, 16, dtype=torch.long))) == (4, 64)
-    assert batch_counts({"x": torch.zeros(8, 3), "y": torch.zeros(8)}) == (8, None)
+    tokens = batch_counts((torch.zeros(4, 16, dtype=torch.long), torch.zeros(4, 16, dtype=torch.long)))
+    assert (tokens.samples, tokens.tokens, int(tokens.examples), int(tokens.loss_tokens)) == (4, 64, 4, 64)
+    features = batch_counts({"x": torch.zeros(8, 3), "y": torch.zeros(8)})
+    assert (features.samples, features.tokens, features.examples, features.loss_tokens) == (8, None, 8, None)
     linear = torch.nn.Linear(10, 10)
     assert estimate_flops(trainable_parameters(linear), 4, None) == 6 * 110 * 4
     linear.bias.requires_grad_(False)
