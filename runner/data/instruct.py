@@ -28,16 +28,16 @@ from torch.utils.data import DataLoader
 
 from runner.config.data_schemas import TrainOn
 from runner.config.target_objects import TokenRange
-from runner.data.instruct_chat import ROLES, SHAPES_HINT, Turns, scan
+from runner.data.instruct_chat import SHAPES_HINT, Turns, scan, unknown_role
 from runner.data.instruct_encode import PROBLEM, Fitted, encode_instructions, eos_id, fit
 from runner.data.instruct_formats import Format, Kind, Render, prompt_info, resolve_format, template_render
 from runner.data.instruct_summary import describe, summarize
 from runner.data.packed import Examples, Packs, pack_collate
 from runner.data.padding import PadCollate, PadTo
-from runner.data.sources import DataError, Source, names_something, resolve
+from runner.data.sources import DataError, names_something, resolve
 from runner.data.splits import VAL_PATH, split_documents
 from runner.data.summary import DataSummary
-from runner.data.table_errors import json_object_of_rows, row_place
+from runner.data.table_errors import json_object_of_rows
 from runner.data.tables import load_table
 from runner.data.tokenizers import SavedTokenizer, Tokenizer, check_tokenizer, is_bytes, load_tokenizer, token_range
 from runner.data.traits import DataTraits, ValMetric
@@ -109,19 +109,6 @@ def prepare(where: str, key: str, tokenizer: Tokenizer, render: Render | None, p
     encoded = encode_instructions(rows, fmt, tokenizer, render, chat_template, f"{key}={where}")
     _PREPARED[memo] = Prepared(fmt, encoded, source.describe(), len(source.files), len(rows), dropped, turns)
     return _PREPARED[memo]
-
-
-def unknown_role(turns: Turns, source: Source, column: str) -> DataError:
-    """The paragraph refusing a conversation whose role no rule maps (:mod:`runner.data.instruct_chat`)."""
-    assert turns.unknown_row is not None
-    role = next(w for w, (r, _) in turns.roles.items() if r is None)
-    shape = "ShareGPT's human, gpt, system" if turns.sharegpt else ", ".join(ROLES)
-    return DataError(
-        f"{source.key}={source.given}, {row_place(source, turns.unknown_row)}: a turn of {column} has the role "
-        f"{role!r}, which is none of the chat format's ({shape}); roles found: {turns.describe_roles()}. The chat "
-        "template would render it, but nothing says whether it is an answer, so its turns would fall out of the loss "
-        f"without a word. Map it with +data.roles.{role}=assistant (or user or system; a role mapped to itself, "
-        f"+data.roles.{role}={role}, is kept as it is, rendered and never in the loss), or fix those rows.")
 
 
 def refuse_problems(prepared: Prepared, key: str, where: str) -> None:

@@ -22,6 +22,9 @@ from typing import Any
 
 import numpy as np
 
+from runner.data.sources import DataError, Source
+from runner.data.table_errors import row_place
+
 ROLES = ("system", "user", "assistant")
 """The roles of the chat format; the assistant's turns are the answers."""
 ANSWER_ROLE = "assistant"
@@ -146,6 +149,20 @@ def _counted(written: np.ndarray, parents: np.ndarray, rows: int, roles: Mapping
     answers = np.bincount(parents[answer], minlength=rows)
     others = np.bincount(parents[~answer], minlength=rows)
     return Turns(answers, others, found, unknown_row, sharegpt)
+
+
+def unknown_role(turns: Turns, source: Source, column: str) -> DataError:
+    """The paragraph refusing a column of conversations (``turns``, :func:`scan`) where a role no rule maps: the file
+    and line of the first row holding it, the roles found, the fix."""
+    assert turns.unknown_row is not None
+    role = next(w for w, (r, _) in turns.roles.items() if r is None)
+    shape = "ShareGPT's human, gpt, system" if turns.sharegpt else ", ".join(ROLES)
+    return DataError(
+        f"{source.key}={source.given}, {row_place(source, turns.unknown_row)}: a turn of {column} has the role "
+        f"{role!r}, which is none of the chat format's ({shape}); roles found: {turns.describe_roles()}. The chat "
+        "template would render it, but nothing says whether it is an answer, so its turns would fall out of the loss "
+        f"without a word. Map it with +data.roles.{role}=assistant (or user or system; a role mapped to itself, "
+        f"+data.roles.{role}={role}, is kept as it is, rendered and never in the loss), or fix those rows.")
 
 
 def chat_segments(messages: list[dict[str, str]], render: Render) -> Segments:
