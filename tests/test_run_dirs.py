@@ -62,7 +62,7 @@ def test_a_sweep_directory_is_claimed_for_the_sweep_and_each_of_its_jobs(tmp_pat
     register_configs()
     (tmp_path / "sweep").mkdir()  # another sweep started in the same second
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
-        pattern = f"hydra.sweep.dir={tmp_path}/sweep" + "${oc.env:RUNNER_NO_SUCH_VARIABLE,}"  # a pattern
+        pattern = f"hydra.sweep.dir={tmp_path}/sweep" + "${oc.env:RUNNER_NO_SUCH_VARIABLE,''}"  # a pattern
         cfg = compose("config", overrides=[pattern], return_hydra_config=True)
     ClaimRunDir().on_multirun_start(config=cfg)
     assert cfg.hydra.sweep.dir == str(tmp_path / "sweep_2") and (tmp_path / "sweep_2").is_dir()
