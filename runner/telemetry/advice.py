@@ -104,6 +104,8 @@ class Batches:
     """``data.packing=true`` is there to turn on, and the model takes packed rows."""
 
 
+UNKNOWN_BATCHES = Batches()
+"""What the advice knows of batches it was told nothing about (a user's own Trainer)."""
 _SIZE = re.compile(r"size mismatch at index (\d+)", re.IGNORECASE)
 
 
@@ -226,7 +228,7 @@ def graph_break_fix(reason: str, where: str | None = None) -> str:
     return _GENERIC_BREAK
 
 
-def recompile_fix(reason: str, where: str | None = None, batches: Batches = Batches()) -> str:  # noqa: B008
+def recompile_fix(reason: str, where: str | None = None, batches: Batches = UNKNOWN_BATCHES) -> str:
     """The suggested fix for a recompile whose failed guard is ``reason`` (torch's text), for ``batches``."""
     if re.search(_SHAPE_RULE, reason.split("#", 1)[0], re.IGNORECASE):
         return shape_fix(reason, batches)
@@ -236,7 +238,7 @@ def recompile_fix(reason: str, where: str | None = None, batches: Batches = Batc
     return _GENERIC_RECOMPILE
 
 
-def advise(kind: str, reason: str, where: str | None = None, batches: Batches = Batches()) -> Advice:  # noqa: B008
+def advise(kind: str, reason: str, where: str | None = None, batches: Batches = UNKNOWN_BATCHES) -> Advice:
     """``kind`` is ``graph_break`` or ``recompile``; ``where`` defaults to the location in the reason."""
     first = _first_line(reason)
     if kind == "graph_break":
@@ -247,7 +249,7 @@ def advise(kind: str, reason: str, where: str | None = None, batches: Batches = 
     raise ValueError(f"kind must be 'graph_break' or 'recompile', not {kind!r}")
 
 
-def advice_lines(figures: dict[str, Any], limit: int = 5, batches: Batches = Batches()) -> list[str]:  # noqa: B008
+def advice_lines(figures: dict[str, Any], limit: int = 5, batches: Batches = UNKNOWN_BATCHES) -> list[str]:
     """One console line per graph-break site of the user's and per recompile after the first step, with
     its fix (runner's own breaks, in the optimizer step it compiled, are in the report, not warned of)."""
     breaks = [b for b in figures.get(COMPILE_GRAPH_BREAK_REASONS) or [] if not is_runners(b.get("user_frame"))]

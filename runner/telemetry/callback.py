@@ -46,7 +46,7 @@ from runner.figures.perf import (
 from runner.stack import Eager, StepMode, stack_of
 from runner.stack.console import CompileProgress
 from runner.telemetry import ranks, sinks
-from runner.telemetry.advice import Batches, advice_lines
+from runner.telemetry.advice import UNKNOWN_BATCHES, Batches, advice_lines
 from runner.telemetry.clock import StepClock
 from runner.telemetry.collector import CompileCollector
 from runner.telemetry.device_busy import NoHostDevice, build_host_device
@@ -76,7 +76,7 @@ class CompileTelemetry(pl.Callback):
     """
 
     def __init__(self, cfg: TelemetryConfig, run_dir: Path | None = None, heartbeat_s: float = 5.0,
-                 clock: StepClock | None = None, batches: Batches = Batches()) -> None:  # noqa: B008
+                 clock: StepClock | None = None, batches: Batches = UNKNOWN_BATCHES) -> None:
         super().__init__()
         self.cfg = cfg
         self.batches = batches

@@ -58,7 +58,7 @@ from runner.figures.compile_work import (
     COMPILE_TIME_S,
     COMPILE_WALL_S,
 )
-from runner.telemetry.advice import Batches, graph_break_fix, guard_location, recompile_fix
+from runner.telemetry.advice import UNKNOWN_BATCHES, Batches, graph_break_fix, guard_location, recompile_fix
 from runner.telemetry.reasons import GraphBreakHandler, recompile_events, short_path, short_reason
 
 
@@ -89,7 +89,7 @@ class CompileCollector:
     """
 
     def __init__(self, listeners: tuple[CompileListener, ...] = (), metrics_limit: int = 100_000,
-                 batches: Batches = Batches()) -> None:  # noqa: B008
+                 batches: Batches = UNKNOWN_BATCHES) -> None:
         """``metrics_limit``: compile records torch keeps (its default, 64, loses records in long runs);
         ``batches``: what the run's batches are, for the fix of a recompile of a new shape."""
         self.listeners = listeners
