@@ -117,8 +117,10 @@ from runner.torch_internals.runtime import (  # noqa: F401
     zero_in_place,
 )
 from runner.torch_internals.settings import (  # noqa: F401
+    AUTO_CHUNKER,
     MANAGED,
     TorchSettings,
+    auto_chunker_options,
     add_dynamic_sources,
     cpu_capability,
     lift_python_scalars,
