@@ -238,3 +238,16 @@ def test_vocab_quick_races_whole_and_chunked_logits_and_finds_the_largest_batch(
     assert all(r["largest_batch"] == 4 and list(r["peaks_gib"]) == ["1", "2", "4"] for r in ladder.values()), ladder
     assert "| 4,096 | lora | 64 x 2 | runner_chunked |" in proc.stdout
     assert "4,096 ids, lora: runner_chunked" in proc.stdout
+
+
+@pytest.mark.slow
+def test_vocab_loss_quick_measures_each_variant_in_its_own_process() -> None:
+    """``benchmarks/vocab_loss.py --quick``: the whole logits and torch's chunked op, each in a process of its own."""
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "vocab_loss.py"), "--quick", "--variants", "whole",
+                           "functional:64", "--steps", "2"], capture_output=True, text=True, cwd=ROOT, timeout=600,
+                          check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = [json.loads(line) for line in proc.stderr.splitlines() if line.startswith("{")]
+    assert [r["variant"] for r in rows] == ["whole", "functional:64"] and all("error" not in r for r in rows), rows
+    assert all(r["graph_breaks"] == 0 and r["step_ms"] > 0 for r in rows)
+    assert "| 1,000 | functional:64 |" in proc.stdout

@@ -422,3 +422,24 @@ def test_generate_runs_the_head_on_the_last_position_only() -> None:
     calls = _HeadCalls(llama.output_layer())
     generate_ids(llama, list(range(1, 20)), Sampling(max_new_tokens=3, temperature=0))
     assert calls.shapes and all(shape[1] == 1 for shape in calls.shapes)  # transformers' logits_to_keep=1
+
+
+@needs_chunking
+@pytest.mark.parametrize("method", ["lora", "none"])
+def test_the_llama3_recipe_fine_tunes_packed_instructions_chunked_by_default(method: str, tmp_path: Path) -> None:
+    """``+recipe=instruct_llama3`` (a 128,256-id vocabulary, packed instruction data, the loss on the answers), LoRA
+    and in full, shortened: chunked by default (2,048 positions a step: 1 GiB of logits, 4 chunks), one graph, no
+    break or recompile, the answers' tokens in the loss; the sample at the end written from the last position."""
+    shipped = Path(__file__).resolve().parents[1] / "examples" / "data" / "instruct.jsonl"
+    overrides = ["+recipe=instruct_llama3", f"data.path={shipped}", "data.max_examples=120", f"peft={method}",
+                 "compile.backend=aot_eager", "model.overrides.hidden_size=32", "model.overrides.intermediate_size=64",
+                 "model.overrides.num_hidden_layers=1", "model.overrides.num_attention_heads=2", *FAST,
+                 "after.sample_tokens=4"]
+    figures = train(tmp_path / "run", overrides).figures
+    assert figures["loss/chunked"] is True and figures["loss/chunks"] == 4 and figures["loss/chunk_rows"] == 512
+    assert figures["loss/reason"].startswith("auto: a step's float32 logits are 1002 MiB (2,048 positions x 128,256")
+    assert figures["compile/graph_breaks"] == 0 and figures["compile/recompiles"] == 0
+    assert figures["compile/graphs"] == 1 and figures["data/loss_tokens"] > 0
+    assert math.isfinite(figures["train/loss"]) and math.isfinite(figures["val/loss"])
+    assert (figures.get("peft/method") == "lora") is (method == "lora")
+    assert "What is 12 + 30?" in figures["run/sample"]
