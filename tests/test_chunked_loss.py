@@ -355,8 +355,9 @@ GPT_RUN = ["+recipe=smoke", "model.vocab_size=1024", "data.seq_len=64", "data.ba
 
 @needs_chunking
 @pytest.mark.parametrize("overrides", [["compile=model"], ["compile=step_backward", "dynamic=dynamic"],
-                                       ["compile=blocks", "data=text_documents", "data.packing=true"]],
-                         ids=["model", "step_backward-dynamic", "blocks-packed"])
+                                       ["compile=blocks", "data=text_documents", "data.packing=true"],
+                                       ["compile=step", "trainer.precision=bf16-mixed"]],
+                         ids=["model", "step_backward-dynamic", "blocks-packed", "step-bf16"])
 def test_chunked_through_the_stack_adds_no_break_or_recompile(overrides: list[str], tmp_path: Path) -> None:
     settings = {"false": ["loss.chunked=false"], "true": ["loss.chunked=true", "loss.chunks=4"]}
     runs = {name: train(tmp_path / name, [*GPT_RUN, *overrides, *given]).figures for name, given in settings.items()}
