@@ -31,6 +31,12 @@ def all_checks() -> list[Check]:
 _warned: set[str] = set()
 
 
+def already_said(message: str) -> bool:
+    """Whether ``message`` was logged as a config warning in this process (a builder that finds the same thing at
+    fit time says it only where no check did: a user's own ``Trainer``)."""
+    return message in _warned
+
+
 def emit_warnings(cfg: RunConfig) -> list[str]:
     """Log each warning once per process (the config is loaded twice: precheck, then the run)."""
     messages = [msg for check in (*checks_stack.WARNINGS, *checks_loss.WARNINGS) if (msg := check(cfg))]

@@ -24,6 +24,7 @@ from torch import nn
 from runner.config.loss_rules import LossDecision, LossFacts, data_facts, decide, head_problem
 from runner.config.schema_loss import LossConfig
 from runner.config.schema_peft import PeftConfig
+from runner.config.validate import already_said
 from runner.figures.loss import LOSS_CHUNK_ROWS, LOSS_CHUNKED, LOSS_CHUNKS, LOSS_LOGITS_GIB, LOSS_REASON
 from runner.losses import IGNORE_INDEX, Reduction, chunking_unavailable, linear_cross_entropy, logits_bytes
 from runner.peft.layer import LoRALinear
@@ -125,7 +126,7 @@ def resolve_loss(model: nn.Module, loss: LossConfig, peft: PeftConfig, data: dic
                                 tokens, vocab))
     if decision.refusal is not None:
         raise ValueError(decision.refusal)
-    if decision.note is not None:
+    if decision.note is not None and not already_said(decision.note):  # the config check said it already
         log.warning("%s", decision.note)
     size = logits_bytes(tokens, vocab) if tokens is not None and vocab is not None else None
     head = _path_of(model, model.output_layer()) if decision.chunked else None  # type: ignore[operator]
