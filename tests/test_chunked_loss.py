@@ -279,6 +279,17 @@ def test_where_it_cannot_chunk_auto_says_so_and_true_is_refused() -> None:
     assert not classifier.chunked and classifier.refusal is None and "ignored" in (classifier.note or "")
 
 
+def test_a_qlora_adapted_output_layer_is_not_chunked_a_lora_one_is() -> None:
+    from runner.config.loss_rules import head_problem
+    from runner.config.schema_peft import PeftConfig, PeftMethod
+
+    gpt = _gpt()
+    why, vocab = head_problem(gpt, PeftConfig(method=PeftMethod.qlora, target_modules=["qkv", "head"]))
+    assert vocab == VOCAB and why is not None and "peft=qlora adapts the output layer head" in why
+    assert head_problem(gpt, PeftConfig(method=PeftMethod.lora, target_modules=["qkv", "head"])) == (None, VOCAB)
+    assert head_problem(gpt, PeftConfig(method=PeftMethod.qlora)) == (None, VOCAB)  # the default leaves it out
+
+
 @pytest.mark.parametrize("loss", [LossConfig(chunked="maybe"), LossConfig(chunks=0),
                                   LossConfig(chunked=False, chunks=4)])
 def test_bad_settings_are_refused(loss: LossConfig) -> None:
