@@ -37,7 +37,7 @@ from typing import Any
 import fork_server  # sibling modules: run as a script
 from compare import machine
 from race import add_ratios, race
-from vocab_contestants import CONFIGS, LABELS, QUICK_CONFIGS, Config, ladder, size_of, vocab_contestants
+from vocab_contestants import CONFIGS, DEFAULT, LABELS, QUICK_CONFIGS, Config, ladder, size_of, vocab_contestants
 
 HERE = Path(__file__).resolve().parent
 OUT = HERE / "results" / "vocab.json"
@@ -51,7 +51,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--backend", default=None, help="torch.compile backend (default: inductor; --quick: eager)")
     p.add_argument("--configs", nargs="+", default=None, help="VOCAB_METHOD (128256_lora); default: "
                    + " ".join(CONFIGS))
-    p.add_argument("--contestants", nargs="+", choices=list(LABELS), default=list(LABELS))
+    p.add_argument("--contestants", nargs="+", choices=list(LABELS), default=list(DEFAULT))
     p.add_argument("--warmup", type=int, default=None)
     p.add_argument("--rounds", type=int, default=None)
     p.add_argument("--turn", type=int, default=None, help="timed steps per contestant per round")
