@@ -38,9 +38,9 @@ IGNORE_INDEX = -100
 
 CHUNK_BYTES = 256 * 2**20
 """Float32 logits of one chunk, at most, when the chunk count is not given (``loss.chunks``): 512 positions of a
-128,256-id vocabulary, 2,048 of 32,000. Measured on the CPU (``benchmarks/vocab.py``, docs/large-vocab.md): chunks
-of this size ran no slower than the compiled unchunked loss; chunks a quarter of it were up to 1.5x slower
-(twice as many passes over the weight and its gradient)."""
+128,256-id vocabulary, 2,048 of 32,000. Measured on the CPU (``benchmarks/vocab_loss.py``, docs/large-vocab.md):
+chunks of this size ran no slower than the compiled whole logits, and other sizes within the machine's noise of them;
+a chunk holds about two buffers of its size."""
 
 MIN_TORCH = (2, 13)
 """The first torch with ``torch.nn.functional.linear_cross_entropy`` (2.11 and 2.12 have none)."""
