@@ -56,6 +56,7 @@ from runner.figures.run import (
 from runner.peft import peft_figures
 from runner.reliability import LogHistory, exit_code, flush_loggers
 from runner.stack.errors.explain import CompileFailure
+from runner.training.loss import LossPlan
 
 log = logging.getLogger(__name__)
 
@@ -165,7 +166,9 @@ def run_figures(cfg: RunConfig, trainer: L.Trainer, module: L.LightningModule, w
     for key in (VAL_BPB, VAL_ACCURACY):  # whichever the module reports for its data (TrainModule.val_metric)
         if key in trainer.callback_metrics:
             figures[key] = metric(key)
-    return {**figures, **peft_figures(inner_model(module), trainer.optimizers)}  # an adapter's peft/*
+    plan = getattr(module, "loss_plan", None)  # TrainModule's: loss/*, whole or chunked logits
+    return {**figures, **peft_figures(inner_model(module), trainer.optimizers),  # an adapter's peft/*
+            **(plan.figures() if isinstance(plan, LossPlan) else {})}
 
 
 def _interrupted(figures: dict[str, Any], ckpt: Path) -> int:
