@@ -1,7 +1,7 @@
 """Token ids for rows of a ``datasets.Dataset``: a cached batched ``map``, and a flat view of its ids.
 
-``encode`` tokenizes one text column once: the ids go to a cache file named after the rows' own files (their
-paths, sizes and times), the column, the tokenizer's files and the settings, so a second run on the same data
+``encode`` tokenizes one text column once: the ids go to a cache file named after the rows' content (the digest of
+their Arrow files), the column, the tokenizer's files' contents and the settings, so a second run on the same data
 reads them back instead of tokenizing again (and says so in its log). Bytes are stored as bytes (an Arrow binary
 column: one byte per id); a tokenizer's ids as ``int32`` lists, with each text's full length beside them.
 A ``bytes`` column (text files, :func:`runner.data.tables.load_text_files`) already is byte ids.
@@ -21,7 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from runner.data.tables import cache_root, file_stamps, fingerprint, quiet_datasets
+from runner.data.store import digest_files
+from runner.data.tables import cache_root, fingerprint, quiet_datasets
 from runner.data.tokenizers import Tokenizer, is_bytes, tokenizer_stamp
 from runner.data.windows import Spans
 
@@ -36,10 +37,11 @@ RAW_BYTES = "bytes"
 
 
 def rows_stamp(rows: Any) -> Any:
-    """What identifies ``rows``' content: their files' stamps and their count (a capped selection is a prefix);
-    None for rows held in memory (nothing to name a cache after)."""
-    files = [f["filename"] for f in rows.cache_files]
-    return [file_stamps(files), len(rows)] if files else None
+    """What identifies ``rows``' content: the digest of their Arrow files' bytes (a table prepared again from a file
+    touched but unchanged is the same bytes) and their count (a capped selection is a prefix); None for rows held in
+    memory (nothing to name a cache after)."""
+    files = [Path(f["filename"]) for f in rows.cache_files]
+    return [digest_files(files), len(rows)] if files else None
 
 
 def encode(rows: Any, column: str, tokenizer: Tokenizer, *, suffix: str = "", max_len: int | None = None,
@@ -71,7 +73,7 @@ def encode(rows: Any, column: str, tokenizer: Tokenizer, *, suffix: str = "", ma
     for kept in keep:
         features[kept] = rows.features[kept]
     stamp = rows_stamp(rows)
-    key = fingerprint(stamp, column, tokenizer_stamp(tokenizer), suffix, max_len, keep, 1)
+    key = fingerprint(stamp, column, tokenizer_stamp(tokenizer), suffix, max_len, keep, 2)
     name: str | None = None if stamp is None else str(cache_root() / f"tokens-{key}.arrow")
     cached = name is not None and Path(name).exists()
     start = time.perf_counter()

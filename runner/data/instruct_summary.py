@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from runner.data.instruct_encode import Fitted
+from runner.data.instruct_fit import Fitted
 from runner.data.instruct_formats import Format, Kind
 from runner.data.summary import DataSummary
 from runner.figures import data as keys

@@ -209,7 +209,9 @@ def load_text_files(source: Source, split_at: bytes | None) -> tuple[Any, bool]:
     import datasets
     import pyarrow as pa
 
-    path = cache_root() / f"text-{fingerprint(file_stamps(source.files), split_at, 1)}.arrow"
+    from runner.data.store import digest_files
+
+    path = cache_root() / f"text-{fingerprint(digest_files(source.files), split_at, 2)}.arrow"
     cached = path.exists()
     if not cached:
         start = time.perf_counter()

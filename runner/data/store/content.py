@@ -1,0 +1,104 @@
+"""What a file holds, as a digest: the key of everything prepared from it, so that a cache is named by content.
+
+A file's digest is SHA-256 over its bytes in blocks of ``BLOCK`` (a chain: each full block's hash starts from the
+one before, the last partial block and the length close it). It is read once per state of the file: the digest is
+kept in an index beside the caches (``digests/``), with the file's stamp (size, modification and change times,
+inode), and a later run whose file has the same stamp takes it from there (a ``stat``). A file whose stamp changed
+is read again, so a file touched but unchanged (``touch``, a copy with new times) keeps its digest: it is not new
+data, and nothing prepared from it is prepared again.
+
+A file that only grew (rows appended: the new size is larger, and the last partial block of the old content still
+hashes as it did) is hashed from its last full block on: the bytes before it are taken as unchanged, as an append
+leaves them, and only the rest is read. A file edited and grown at once, with its edit before that block, would keep
+its old bytes' digest for them: rewrite such a file (or ``touch`` it after truncating it) rather than append to it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+BLOCK = 16 << 20
+"""Bytes per chained block (16 MiB): what is read again of an appended file's old content, as a check."""
+SEED = b"runner content digest 1"
+
+
+def _stamp(st: os.stat_result) -> list[int]:
+    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+
+
+def _chain(state: bytes, f: Any, blocks: int, buffer: bytearray) -> tuple[bytes, int, bytes]:
+    """Hashes full blocks of ``f`` (at the start of block ``blocks``) into ``state``; returns the new state, the
+    count of full blocks and the tail (the last, partial block)."""
+    view = memoryview(buffer)
+    while True:
+        n = f.readinto(buffer)
+        while n < BLOCK:  # a short read before the end of the file
+            more = f.readinto(view[n:])
+            if not more:
+                break
+            n += more
+        if n < BLOCK:
+            return state, blocks, bytes(view[:n])
+        h = hashlib.sha256(state)
+        h.update(view)
+        state, blocks = h.digest(), blocks + 1
+
+
+def _close(state: bytes, tail: bytes, size: int) -> str:
+    h = hashlib.sha256(state)
+    h.update(tail)
+    h.update(size.to_bytes(8, "little"))
+    return h.hexdigest()
+
+
+def file_digest(path: Path, index: Path) -> str:
+    """The digest of the file at ``path`` (module docstring); ``index`` is the folder that keeps digests."""
+    path = Path(path).resolve()
+    st = os.stat(path)
+    entry = index / f"{hashlib.sha256(str(path).encode()).hexdigest()[:32]}.json"
+    record = _read(entry)
+    if record is not None and record.get("path") == str(path) and record["stamp"] == _stamp(st):
+        return str(record["digest"])
+    buffer = bytearray(BLOCK)
+    with path.open("rb") as f:
+        state, blocks = hashlib.sha256(SEED).digest(), 0
+        if record is not None and record.get("path") == str(path) and st.st_size > record["stamp"][0]:
+            start = record["blocks"] * BLOCK
+            f.seek(start)
+            old_tail = f.read(record["stamp"][0] - start)
+            if _close(bytes.fromhex(record["state"]), old_tail, record["stamp"][0]) == record["digest"]:
+                state, blocks = bytes.fromhex(record["state"]), record["blocks"]  # appended to: go on from there
+            f.seek(blocks * BLOCK)
+        state, blocks, tail = _chain(state, f, blocks, buffer)
+    digest = _close(state, tail, blocks * BLOCK + len(tail))
+    _write(entry, {"path": str(path), "stamp": _stamp(st), "state": state.hex(), "blocks": blocks,
+                   "digest": digest})
+    return digest
+
+
+def files_digest(files: Iterable[Path], index: Path, names: bool = False) -> str:
+    """One digest of several files' contents in their order (``names``: their file names as well, where a name
+    says what a file is, as a tokenizer's do)."""
+    parts = [[Path(f).name, file_digest(Path(f), index)] if names else file_digest(Path(f), index) for f in files]
+    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
+
+
+def _read(entry: Path) -> dict[str, Any] | None:
+    try:
+        return dict(json.loads(entry.read_text()))
+    except (OSError, ValueError):
+        return None
+
+
+def _write(entry: Path, record: dict[str, Any]) -> None:
+    """Atomically (a reader never sees half a record; two writers of one record write the same)."""
+    from runner.atomic_files import atomic_write_bytes
+
+    with contextlib.suppress(OSError):  # a read-only cache: the digest is right, only not remembered
+        atomic_write_bytes(json.dumps(record).encode(), entry, one_writer=False)

@@ -1,0 +1,121 @@
+"""A table's rows through an encoder, chunk by chunk, on every core, into a store.
+
+The rows are read from the table's Arrow files as a stream (``pyarrow``'s file reads, not a memory map: the
+reading process holds one record batch, not every page of the table it has passed), cut into chunks of
+``CHUNK_ROWS`` and handed to ``encoder`` (a picklable callable: a :class:`ChunkEncoder`) in worker processes, one per
+core, a few chunks ahead. What comes back is appended to the :class:`~runner.data.store.arrays.StoreWriter` in the
+rows' order, so the store is the same whatever the number of workers. Small tables (under ``PARALLEL_ROWS``) are
+encoded in this process: starting workers would cost more than it saves.
+
+A data kind stores its token arrays by writing an encoder: a dataclass whose ``__call__`` turns a
+``pyarrow.RecordBatch`` of rows into a :class:`Chunk` (per ragged column, the rows' values one after another and
+each row's count; per row column, a value per row) and loads what it needs (a tokenizer) once per process.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import deque
+from collections.abc import Iterator
+from concurrent.futures import Future, ProcessPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from runner.data.store.arrays import StoreWriter
+from runner.data.store.progress import Progress
+
+CHUNK_ROWS = 4096
+PARALLEL_ROWS = 50_000
+"""Rows from which a table is encoded in worker processes (each starts in about a second)."""
+
+
+@dataclass
+class Chunk:
+    """What an encoder made of a chunk of rows: the store's columns, and notes about rows (row in the chunk,
+    what is wrong with it) for the data's checks."""
+
+    ragged: dict[str, tuple[np.ndarray, np.ndarray]]
+    rows: dict[str, np.ndarray] = field(default_factory=dict)
+    notes: list[tuple[int, str]] = field(default_factory=list)
+
+
+class ChunkEncoder(Protocol):
+    """Rows (a ``pyarrow.RecordBatch``) -> :class:`Chunk`; picklable (it crosses to worker processes)."""
+
+    def __call__(self, batch: Any) -> Chunk: ...
+
+
+def workers() -> int:
+    """The cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def table_batches(rows: Any, columns: list[str], limit: int | None) -> Iterator[Any]:
+    """The first ``limit`` (None: all) rows of a ``datasets.Dataset`` as record batches of ``columns``, at most
+    ``CHUNK_ROWS`` rows each: streamed from its Arrow files where it has them, else from its table."""
+    import pyarrow as pa
+
+    files = [f["filename"] for f in rows.cache_files]
+    left = len(rows) if limit is None else min(limit, len(rows))
+    if files and rows._indices is None and sum(_stream_rows(f) for f in files) == len(rows):
+        sources: Iterator[Any] = (b for f in files for b in pa.ipc.open_stream(pa.OSFile(f, "rb")))
+    else:  # rows held in memory, or a view of a table (a selection): read through it
+        sources = iter(rows.with_format("arrow")[a:a + CHUNK_ROWS] for a in range(0, left, CHUNK_ROWS))
+    for batch in sources:
+        if left <= 0:
+            return
+        batch = batch.select(columns) if hasattr(batch, "select") else batch
+        for a in range(0, min(batch.num_rows, left), CHUNK_ROWS):
+            piece = batch.slice(a, min(CHUNK_ROWS, left - a))
+            yield piece
+        left -= min(batch.num_rows, left)
+
+
+def _stream_rows(path: str) -> int:
+    """Rows in an Arrow stream file, from its batches' headers (mapped: their data is not read)."""
+    import pyarrow as pa
+
+    try:
+        with pa.memory_map(path, "r") as f:
+            return sum(b.num_rows for b in pa.ipc.open_stream(f))
+    except (OSError, pa.ArrowInvalid):
+        return -1
+
+
+def encode_into(writer: StoreWriter, batches: Iterator[Any], encoder: ChunkEncoder, progress: Progress,
+                processes: int) -> list[tuple[int, str]]:
+    """Every batch through ``encoder`` (in ``processes`` worker processes when more than one), appended to
+    ``writer`` in order; the notes of every row, by row index."""
+    notes: list[tuple[int, str]] = []
+
+    def keep(chunk: Chunk) -> None:
+        notes.extend((writer.rows + i, note) for i, note in chunk.notes)
+        writer.append(chunk.ragged, chunk.rows)
+        progress.advance(len(next(iter(chunk.ragged.values()))[1]))
+
+    if processes <= 1:
+        for batch in batches:
+            keep(encoder(batch))
+        return notes
+    import multiprocessing
+
+    with ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn"),
+                             initializer=_worker_start) as pool:
+        pending: deque[Future[Chunk]] = deque()
+        for batch in batches:
+            pending.append(pool.submit(encoder, batch))
+            if len(pending) >= 2 * processes:
+                keep(pending.popleft().result())
+        while pending:
+            keep(pending.popleft().result())
+    return notes
+
+
+def _worker_start() -> None:
+    """One core per worker: the tokenizers library's own threads would compete with the other workers."""
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
