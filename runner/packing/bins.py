@@ -76,6 +76,8 @@ def pack_rows(lengths: Sequence[int] | np.ndarray, capacity: int) -> PackRows:
     bad = np.flatnonzero((lengths < 1) | (lengths > capacity))
     if len(bad):
         raise ValueError(f"example {bad[0]} has length {lengths[bad[0]]}, outside 1..{capacity}")
+    if not len(lengths):
+        return PackRows(np.zeros(0, np.int64), np.zeros(1, np.int64))
     order = np.argsort(-lengths, kind="stable")
     ordered = lengths[order]
     row_of = np.empty(len(lengths), dtype=np.int64)  # by position in ``order``

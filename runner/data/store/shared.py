@@ -58,14 +58,17 @@ def is_complete(directory: Path) -> bool:
     return (directory / INFO).is_file()
 
 
-def prepared(directory: Path, build: Callable[[Path], None], what: str, stall_s: float = STALL_S) -> tuple[Store, bool]:
+def prepared(directory: Path, build: Callable[[Path], None], what: str, stall_s: float = STALL_S,
+             rank: int | None = None) -> tuple[Store, bool]:
     """The store at ``directory`` and whether this process built it; ``build(tmp)`` writes a complete store into
-    the directory ``tmp`` (module docstring). ``what`` names the data for a waiter's message."""
+    the directory ``tmp`` (module docstring). ``what`` names the data for a waiter's message; ``rank``: this
+    process's local rank (default: :func:`local_rank`)."""
     directory = Path(directory)
     if is_complete(directory):
         return Store(directory), False
-    if local_rank() != 0:
-        _wait(directory, what, stall_s, f"local rank {local_rank()} waits for local rank 0")
+    rank = local_rank() if rank is None else rank
+    if rank != 0:
+        _wait(directory, what, stall_s, f"local rank {rank} waits for local rank 0")
         return Store(directory), False
     directory.parent.mkdir(parents=True, exist_ok=True)
     with _locked(directory, what, stall_s):
