@@ -203,49 +203,55 @@ def _pieces(path: Path, split_at: bytes | None) -> Iterator[bytes]:
         yield carry
 
 
-def load_text_files(source: Source, split_at: bytes | None) -> tuple[Any, bool]:
-    """The text files of ``source`` as a memory-mapped ``datasets.Dataset`` with columns ``doc`` (the file's index)
-    and ``bytes`` (a piece of it), written once into runner's cache; and whether it came from there."""
-    import datasets
-    import pyarrow as pa
+def load_text_files(source: Source, split_at: bytes | None) -> Any:
+    """The text files of ``source`` as a store (:mod:`runner.data.store`) of their pieces: a ragged column ``bytes``
+    (each piece's bytes, the ids of byte-level text) and ``doc`` (the file's index), written once into runner's cache
+    (named by the files' contents) and read from there by later runs."""
+    import numpy as np
 
-    from runner.data.store import digest_files
+    from runner.data.store import Progress, StoreWriter, digest_files, prepared, progress_file, store_dir, store_key
 
-    path = cache_root() / f"text-{fingerprint(digest_files(source.files), split_at, 2)}.arrow"
-    cached = path.exists()
-    if not cached:
-        start = time.perf_counter()
-        schema = pa.schema([("doc", pa.int32()), ("bytes", pa.large_binary())])
-        partial = path.with_suffix(f".{os.getpid()}.partial")
+    directory = store_dir(store_key("text", digest_files(source.files), split_at, 2))
+
+    def build(tmp: Path) -> None:
+        writer = StoreWriter(tmp, ragged={"bytes": np.uint8}, rows={"doc": np.int32})
+        counter = Progress(f"reading {source.key}={source.given}", sum(f.stat().st_size for f in source.files),
+                           file=progress_file(directory), unit="bytes")
         docs: list[int] = []
         pieces: list[bytes] = []
 
-        def flush(writer: Any) -> None:  # a record batch of about PIECE_BYTES: memory stays that small
-            writer.write_batch(pa.record_batch([pa.array(docs, pa.int32()), pa.array(pieces, pa.large_binary())],
-                                               schema=schema))
+        def flush() -> None:  # about PIECE_BYTES at a time: memory stays that small
+            lengths = np.fromiter(map(len, pieces), dtype=np.int64, count=len(pieces))
+            writer.append({"bytes": (np.frombuffer(b"".join(pieces), np.uint8), lengths)}, {"doc": np.array(docs)})
+            counter.advance(int(lengths.sum()))
             docs.clear()
             pieces.clear()
 
-        with pa.OSFile(str(partial), "wb") as sink, pa.ipc.new_stream(sink, schema) as writer:
-            held = 0
+        held = 0
+        try:
             for i, f in enumerate(source.files):
                 for piece in _pieces(f, split_at):
                     docs.append(i)
                     pieces.append(piece)
                     held += len(piece)
                     if held >= PIECE_BYTES:
-                        flush(writer)
+                        flush()
                         held = 0
             if pieces:
-                flush(writer)
-        os.replace(partial, path)  # whole or absent: a run killed while writing leaves no half cache
-        log.info("data: stored %d text files of %s in %s (%.1f s)", len(source.files), source.given, path,
-                 time.perf_counter() - start)
+                flush()
+        except BaseException:
+            writer.abandon()
+            raise
+        writer.finish({"seconds": round(counter.finish(), 2)})
+
+    store, built = prepared(directory, build, f"{source.key}={source.given}")
+    if built:
+        log.info("data: stored %d text files of %s in %s (%.1f s)", len(source.files), source.given, directory,
+                 store.meta["seconds"])
     else:
         log.info("data: %d text files of %s read from the cache (%s): nothing to prepare", len(source.files),
-                 source.given, path)
-    with quiet_datasets():
-        return datasets.Dataset.from_file(str(path)), cached
+                 source.given, directory)
+    return store
 
 
 def text_lengths(rows: Any, column: str, source: Source, setting: str) -> Any:

@@ -13,21 +13,22 @@ A data kind stores its token arrays here: an encoder (a picklable ``ChunkEncoder
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from runner.data.store.arrays import VERSION, Mapped, Ragged, Store, StoreWriter, token_dtype
+from runner.data.store.arrays import VERSION, Mapped, Ragged, Store, StoreWriter, spans_blocks, token_dtype
 from runner.data.store.content import files_digest
 from runner.data.store.parallel import Chunk, ChunkEncoder, encode_into, table_batches, workers
 from runner.data.store.progress import Progress
 from runner.data.store.shared import PrepareTimeout, local_rank, prepared, progress_file
 
 __all__ = ["Chunk", "ChunkEncoder", "Mapped", "PrepareTimeout", "Progress", "Ragged", "Store", "StoreWriter",
-           "digest_files", "encode_into", "local_rank", "prepared", "progress_file", "store_dir", "store_key",
-           "table_batches", "token_dtype", "workers"]
+           "digest_files", "encode_into", "local_rank", "prepared", "progress_file", "remembered", "spans_blocks",
+           "store_dir", "store_key", "table_batches", "token_dtype", "workers"]
 
 
 def root() -> Path:
@@ -51,3 +52,17 @@ def store_key(kind: str, *parts: Any) -> str:
 def store_dir(key: str) -> Path:
     """The directory of the store named ``key``."""
     return root() / "store" / key
+
+
+def remembered(key: str, compute: Callable[[], Any]) -> Any:
+    """A figure computed once from stored data (JSON-able), kept under ``key`` beside the stores and read after."""
+    from runner.atomic_files import atomic_write_bytes
+
+    path = root() / "figures" / f"{key}.json"
+    try:
+        return json.loads(path.read_text())["value"]
+    except (OSError, ValueError, KeyError):
+        value = compute()
+    with contextlib.suppress(OSError):  # a read-only cache: computed again next time
+        atomic_write_bytes(json.dumps({"value": value}).encode(), path, one_writer=False)
+    return value

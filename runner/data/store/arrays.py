@@ -18,6 +18,7 @@ a row is. Torch-free: worker processes that prepare a store import this and nump
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +63,31 @@ class Mapped:
 
     def __getitem__(self, index: Any) -> Any:
         return self.array[index]
+
+    def read(self, a: int, b: int) -> np.ndarray:
+        """Values ``[a, b)`` read from the file (not mapped: the pages do not stay in this process)."""
+        if b <= a:
+            return np.zeros(0, dtype=self.dtype)
+        return np.fromfile(self.path, dtype=self.dtype, count=b - a, offset=a * self.dtype.itemsize)
+
+
+def spans_blocks(values: Mapped, starts: np.ndarray, ends: np.ndarray, block: int = 1 << 24) -> Iterator[np.ndarray]:
+    """The values within ``[starts[i], ends[i])`` (spans, in any order, not overlapping), a block of the file at a
+    time, read in the file's order with file reads: a pass over a corpus larger than memory holds one block."""
+    order = np.argsort(starts, kind="stable")
+    starts, ends = np.asarray(starts)[order], np.asarray(ends)[order]
+    if not len(starts):
+        return
+    for a in range(int(starts[0]), int(ends.max()), block):
+        b = a + block
+        first, last = np.searchsorted(ends, a, side="right"), np.searchsorted(starts, b, side="left")
+        if first >= last:
+            continue
+        data = values.read(a, min(b, len(values)))
+        edges = np.zeros(len(data) + 1, dtype=np.int64)
+        np.add.at(edges, np.clip(starts[first:last] - a, 0, len(data)), 1)
+        np.add.at(edges, np.clip(ends[first:last] - a, 0, len(data)), -1)
+        yield data[np.cumsum(edges[:-1]) > 0]
 
 
 class Ragged:

@@ -55,25 +55,50 @@ def workers() -> int:
         return os.cpu_count() or 1
 
 
-def table_batches(rows: Any, columns: list[str], limit: int | None) -> Iterator[Any]:
-    """The first ``limit`` (None: all) rows of a ``datasets.Dataset`` as record batches of ``columns``, at most
-    ``CHUNK_ROWS`` rows each: streamed from its Arrow files where it has them, else from its table."""
+def table_batches(rows: Any, columns: list[str], limit: int | None = None,
+                  select: np.ndarray | None = None) -> Iterator[Any]:
+    """Rows of a ``datasets.Dataset`` as record batches of ``columns``, at most ``CHUNK_ROWS`` rows each: the first
+    ``limit`` (None: all), or those at ``select`` (ascending indices). Streamed from its Arrow files where it has
+    them, else read from its table (rows held in memory, or a view of a table)."""
     import pyarrow as pa
 
     files = [f["filename"] for f in rows.cache_files]
-    left = len(rows) if limit is None else min(limit, len(rows))
+    wanted = np.arange(min(limit, len(rows)) if limit is not None else len(rows)) if select is None \
+        else np.asarray(select, dtype=np.int64)
     if files and rows._indices is None and sum(_stream_rows(f) for f in files) == len(rows):
         sources: Iterator[Any] = (b for f in files for b in pa.ipc.open_stream(pa.OSFile(f, "rb")))
-    else:  # rows held in memory, or a view of a table (a selection): read through it
-        sources = iter(rows.with_format("arrow")[a:a + CHUNK_ROWS] for a in range(0, left, CHUNK_ROWS))
+    else:  # tables of a few rows each (pyarrow.Table: what an encoder reads of a batch, a table has too)
+        table = rows.with_format("arrow")
+        sources = (table[a:a + CHUNK_ROWS] for a in range(0, len(rows), CHUNK_ROWS))
+    first = 0
     for batch in sources:
-        if left <= 0:
+        if not len(wanted) or first > wanted[-1]:
             return
-        batch = batch.select(columns) if hasattr(batch, "select") else batch
-        for a in range(0, min(batch.num_rows, left), CHUNK_ROWS):
-            piece = batch.slice(a, min(CHUNK_ROWS, left - a))
-            yield piece
-        left -= min(batch.num_rows, left)
+        lo, hi = np.searchsorted(wanted, [first, first + batch.num_rows])
+        if hi > lo:
+            picked = batch.select(columns)
+            if hi - lo != batch.num_rows:
+                picked = picked.take(pa.array(wanted[lo:hi] - first))
+            for a in range(0, picked.num_rows, CHUNK_ROWS):
+                yield picked.slice(a, CHUNK_ROWS)
+        first += batch.num_rows
+
+
+def store_batches(store: Any, column: str, rows: tuple[str, ...] = ()) -> Iterator[Any]:
+    """A store's ragged ``column`` (bytes: a text's pieces) and its row columns ``rows`` as record batches of at most
+    ``CHUNK_ROWS`` rows (``column`` as binary values), read with file reads (nothing mapped)."""
+    import pyarrow as pa
+
+    ragged = store.ragged(column)
+    starts, ends = ragged.bounds()
+    for a in range(0, store.rows, CHUNK_ROWS):
+        b = min(a + CHUNK_ROWS, store.rows)
+        values = ragged.values.read(int(starts[a]), int(ends[b - 1])).astype(np.uint8, copy=False)
+        offsets = (np.append(starts[a:b], ends[b - 1]) - starts[a]).astype(np.int64)
+        arrays = {column: pa.LargeBinaryArray.from_buffers(pa.large_binary(), b - a, [None, pa.py_buffer(offsets),
+                                                                                    pa.py_buffer(values)])}
+        arrays.update({name: pa.array(store.column(name).read(a, b)) for name in rows})
+        yield pa.record_batch(list(arrays.values()), names=list(arrays))
 
 
 def _stream_rows(path: str) -> int:
