@@ -24,7 +24,7 @@ from runner.data.instruct_layout import layout_key
 from runner.data.instruct_prepare import _PREPARED, examples_key, prepare
 from runner.data.store import content
 from runner.data.store.arrays import Store, StoreWriter, token_dtype
-from runner.data.store.progress import Progress
+from runner.data.store.progress import Heartbeat, Progress
 from runner.data.store.shared import PrepareTimeout, prepared, progress_file
 from runner.data.tokenizers import load_tokenizer, tokenizer_stamp
 from runner.packing.bins import best_fit_decreasing, pack_rows
@@ -196,6 +196,14 @@ def test_progress_says_rows_rate_and_time_left_once_it_takes_a_while(tmp_path: P
     now[0] = 8
     progress.advance(400)
     assert progress.finish() == 8 and said[-1] == "data: tokenizing data.path=x.jsonl: 1,000 rows in 8.0 s (125 rows/s)"
+    beats: list[str] = []
+    with Heartbeat("reading x.jsonl into Arrow", sink=beats.append, after_s=0.05, every_s=0.05):
+        time.sleep(0.3)  # work that cannot count its rows: how long it has run, then the total
+    assert beats[0].startswith("data: reading x.jsonl into Arrow: ") and beats[-1].endswith(" s")
+    assert "done in" in beats[-1] and len(beats) >= 3
+    with Heartbeat("quick", sink=beats.append, after_s=5):
+        pass
+    assert not any("quick" in b for b in beats)  # short work: nothing said
 
 
 def _one_at_a_time(lengths: list[int], capacity: int) -> list[list[int]]:

@@ -24,6 +24,7 @@ from typing import Any
 
 from runner.config.errors import close_matches
 from runner.data.sources import SAVED, VALIDATION_SPLITS, DataError, Source
+from runner.data.store.progress import Heartbeat
 from runner.data.table_errors import not_text, unreadable
 
 log = logging.getLogger(__name__)
@@ -141,7 +142,9 @@ def _load_table(source: Source, said: Said) -> tuple[Any, bool]:
             builder = datasets.load_dataset_builder(source.kind, data_files=[str(f) for f in source.files])
             cached = os.path.exists(builder.cache_dir)
             start = time.perf_counter()
-            builder.download_and_prepare()
+            size = sum(f.stat().st_size for f in source.files)
+            with Heartbeat(f"reading {source.key}={source.given} ({size / 1e6:,.0f} MB) into Arrow"):
+                builder.download_and_prepare()
             rows = builder.as_dataset(split="train")
         except DataError:
             raise

@@ -23,9 +23,13 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from runner.data.store.progress import Heartbeat
+
 BLOCK = 16 << 20
 """Bytes per chained block (16 MiB): what is read again of an appended file's old content, as a check."""
 SEED = b"runner content digest 1"
+LARGE = 1 << 30
+"""Bytes to read from which the console hears how long it takes (about a second a gigabyte)."""
 
 
 def _stamp(st: os.stat_result) -> list[int]:
@@ -75,7 +79,10 @@ def file_digest(path: Path, index: Path) -> str:
             if _close(bytes.fromhex(record["state"]), old_tail, record["stamp"][0]) == record["digest"]:
                 state, blocks = bytes.fromhex(record["state"]), record["blocks"]  # appended to: go on from there
             f.seek(blocks * BLOCK)
-        state, blocks, tail = _chain(state, f, blocks, buffer)
+        large = st.st_size - blocks * BLOCK > LARGE
+        with Heartbeat(f"reading {path.name} ({st.st_size / 1e9:.1f} GB) for its digest") if large else \
+                contextlib.nullcontext():
+            state, blocks, tail = _chain(state, f, blocks, buffer)
     digest = _close(state, tail, blocks * BLOCK + len(tail))
     _write(entry, {"path": str(path), "stamp": _stamp(st), "state": state.hex(), "blocks": blocks,
                    "digest": digest})

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -84,3 +85,37 @@ class Progress:
         with contextlib.suppress(OSError):
             self.file.write_text(json.dumps({"what": self.what, "done": self.done, "total": self.total,
                                              "seconds": round(now - self.start, 1)}))
+
+
+class Heartbeat:
+    """For work that cannot count its rows (``datasets`` converting a file to Arrow, hashing a large file): from
+    ``after_s`` on, a line every ``every_s`` seconds saying how long it has run, from a daemon thread, and the total
+    at the end when anything was said. A context manager."""
+
+    def __init__(self, what: str, sink: Sink = console, after_s: float = 5.0, every_s: float = 10.0) -> None:
+        self.what, self.sink, self.after_s, self.every_s = what, sink, after_s, every_s
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._beat, daemon=True)
+        self.said = False
+
+    def __enter__(self) -> Heartbeat:
+        self.start = time.monotonic()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        self._thread.join()
+        if self.said and exc[0] is None:
+            self._say(f"data: {self.what}: done in {time.monotonic() - self.start:.1f} s")
+
+    def _beat(self) -> None:
+        wait = self.after_s
+        while not self._done.wait(wait):
+            self._say(f"data: {self.what}: {time.monotonic() - self.start:.0f} s so far")
+            wait = self.every_s
+
+    def _say(self, message: str) -> None:
+        self.said = True
+        with contextlib.suppress(Exception):
+            self.sink(message)
