@@ -267,3 +267,32 @@ def test_instruction_examples_come_from_the_store_with_their_answers_marked(tmp_
     assert part.store.directory.parent == store_pkg.root() / "store"
     x, _ = data._train[0], None  # a packed row reads its examples' ids through the maps
     assert x.shape == (4, 64)
+
+
+@pytest.mark.slow
+def test_worker_processes_write_the_store_one_process_writes(tmp_path: Path) -> None:
+    """The rows through the encoder in 2 worker processes, in chunks: byte for byte the store one process writes."""
+    from runner.data.instruct_encode import ANSWERS, IDS, PROBLEM, InstructEncoder
+    from runner.data.instruct_formats import resolve_format
+    from runner.data.sources import resolve
+    from runner.data.store import encode_into, parallel, table_batches
+    from runner.data.tables import load_table
+
+    path = tmp_path / "qa.jsonl"
+    path.write_text("".join(json.dumps({"instruction": f"do {i}", "input": "this" if i % 3 else "",
+                                        "output": f"done {i}" if i % 50 else " "}) + "\n" for i in range(3000)))
+    rows, _ = load_table(resolve(str(path)))
+    fmt = resolve_format(rows.column_names, resolve(str(path)), "prompt", "response", None, None)
+    stores = []
+    for processes in (1, 2):
+        writer = StoreWriter(tmp_path / str(processes), ragged={IDS: np.uint8, ANSWERS: np.int32},
+                             rows={PROBLEM: np.int8})
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(parallel, "CHUNK_ROWS", 256)  # several chunks in flight
+            encode_into(writer, table_batches(rows, list(fmt.columns)), InstructEncoder(fmt, None, None),
+                        Progress("x", len(rows), sink=lambda _: None), processes)
+        writer.finish({})
+        stores.append(tmp_path / str(processes))
+    for name in ("ids.values", "ids.offsets", "answers.values", "answers.offsets", "problem.rows"):
+        assert (stores[0] / name).read_bytes() == (stores[1] / name).read_bytes(), name
+    assert Store(stores[1]).rows == 3000 and int((Store(stores[1]).column(PROBLEM)[:] == 1).sum()) == 60

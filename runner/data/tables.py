@@ -1,11 +1,12 @@
-"""Reading a :class:`~runner.data.sources.Source` into a Hugging Face ``datasets.Dataset``: memory-mapped Arrow,
-prepared once and read from ``datasets``' cache on every later run (``HF_DATASETS_CACHE``).
+"""Reading a :class:`~runner.data.sources.Source`: tables into a Hugging Face ``datasets.Dataset`` (memory-mapped
+Arrow, prepared once and read from ``datasets``' cache on every later run, ``HF_DATASETS_CACHE``), text files into a
+store of their bytes (:mod:`runner.data.store`).
 
 - tables (``.jsonl``, ``.csv``, ``.parquet``) through ``datasets``' own builders, a ``save_to_disk`` folder
   through ``load_from_disk``; a file that cannot be read is a :class:`~runner.data.sources.DataError`;
-- text files into runner's own Arrow file of raw bytes (``doc``: which file, ``bytes``: a piece of it), so
-  bytes stay exactly the file's (no newline translation) and a file never has to fit in memory: pieces end at a
-  newline, or at ``split_at`` (the documents' separator) when given.
+- text files into runner's store of raw bytes (``bytes``: a piece of a file, ``doc``: which file), named by the
+  files' contents, so bytes stay exactly the file's (no newline translation) and a file never has to fit in memory:
+  pieces end at a newline, or at ``split_at`` (the documents' separator) when given.
 
 ``datasets`` is quiet while it works (no progress bars, no log lines of its own); its settings are put back.
 """

@@ -2,9 +2,10 @@
 
 The rows are read from the table's Arrow files as a stream (``pyarrow``'s file reads, not a memory map: the
 reading process holds one record batch, not every page of the table it has passed), cut into chunks of
-``CHUNK_ROWS`` and handed to ``encoder`` (a picklable callable: a :class:`ChunkEncoder`) in worker processes, one per
-core, a few chunks ahead. What comes back is appended to the :class:`~runner.data.store.arrays.StoreWriter` in the
-rows' order, so the store is the same whatever the number of workers. Small tables (under ``PARALLEL_ROWS``) are
+``CHUNK_ROWS`` and handed to ``encoder`` (a picklable callable: a :class:`ChunkEncoder`) in worker processes, one
+per core (forked), a few chunks ahead. What comes back is appended to the
+:class:`~runner.data.store.arrays.StoreWriter` in the rows' order, so the store is the same whatever the number of
+workers. Small tables (under ``PARALLEL_ROWS``) are
 encoded in this process: starting workers would cost more than it saves.
 
 A data kind stores its token arrays by writing an encoder: a dataclass whose ``__call__`` turns a
@@ -28,7 +29,7 @@ from runner.data.store.progress import Progress
 
 CHUNK_ROWS = 4096
 PARALLEL_ROWS = 50_000
-"""Rows from which a table is encoded in worker processes (each starts in about a second)."""
+"""Rows from which a table is encoded in worker processes (below, starting them costs more than it saves)."""
 
 
 @dataclass
@@ -129,7 +130,12 @@ def encode_into(writer: StoreWriter, batches: Iterator[Any], encoder: ChunkEncod
         return notes
     import multiprocessing
 
-    with ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn"),
+    # Forked, as datasets' map(num_proc) and a DataLoader's workers are on Linux: no import again, and no script
+    # run again in a worker (a user's script without a __main__ guard). What the writer holds is written first, so
+    # that nothing buffered is copied into the workers.
+    writer.flush()
+    method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+    with ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context(method),
                              initializer=_worker_start) as pool:
         pending: deque[Future[Chunk]] = deque()
         for batch in batches:
