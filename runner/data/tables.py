@@ -259,10 +259,14 @@ def load_text_files(source: Source, split_at: bytes | None) -> Any:
 
 
 def text_lengths(rows: Any, column: str, source: Source, setting: str) -> Any:
-    """Each row's text in ``column`` as its UTF-8 byte count (0 for a missing value), from the Arrow column alone;
-    a :class:`DataError` when the column holds no text."""
+    """Each row's text in ``column`` as its UTF-8 byte count (0 for a missing value), from the column's offsets,
+    streamed from the table's files (:func:`runner.data.store.table_batches`: a scan through the memory map would
+    keep every page it touched, and the kernel maps tens of kilobytes around each); a :class:`DataError` when the
+    column holds no text."""
+    import numpy as np
     import pyarrow as pa
-    import pyarrow.compute as pc
+
+    from runner.data.store import table_batches
 
     check_column(rows, column, setting, source)
     data = rows.data.column(column)
@@ -271,7 +275,19 @@ def text_lengths(rows: Any, column: str, source: Source, setting: str) -> Any:
         raise DataError(f"{setting}={column}: the column {column} of {source.key}={source.given} holds "
                         f"{not_text(data)}, not text. Make every {column} a string (a missing one null: it is left "
                         f"out and counted), or set {setting} to the column that holds the text.")
-    return pc.fill_null(pc.binary_length(data), 0).to_numpy().astype("int64")
+    wide = pa.types.is_large_string(data.type) or pa.types.is_large_binary(data.type)
+    parts = []
+    for batch in table_batches(rows, [column]):
+        for chunk in getattr(batch.column(0), "chunks", [batch.column(0)]):
+            if not len(chunk):
+                continue
+            offsets = np.frombuffer(chunk.buffers()[1], np.int64 if wide else np.int32)[chunk.offset:chunk.offset +
+                                                                                         len(chunk) + 1]
+            lengths = np.diff(offsets).astype(np.int64)
+            if chunk.null_count:  # a null's offsets need not be equal
+                lengths[chunk.is_null().to_numpy(zero_copy_only=False)] = 0
+            parts.append(lengths)
+    return np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
 
 def null_rows(rows: Any, column: str) -> Any:

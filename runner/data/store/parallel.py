@@ -66,7 +66,7 @@ def table_batches(rows: Any, columns: list[str], limit: int | None = None,
     files = [f["filename"] for f in rows.cache_files]
     wanted = np.arange(min(limit, len(rows)) if limit is not None else len(rows)) if select is None \
         else np.asarray(select, dtype=np.int64)
-    if files and rows._indices is None and sum(_stream_rows(f) for f in files) == len(rows):
+    if files and rows._indices is None and _file_rows(rows, files) == len(rows):
         sources: Iterator[Any] = (b for f in files for b in pa.ipc.open_stream(pa.OSFile(f, "rb")))
     else:  # tables of a few rows each (pyarrow.Table: what an encoder reads of a batch, a table has too)
         table = rows.with_format("arrow")
@@ -102,13 +102,17 @@ def store_batches(store: Any, column: str, rows: tuple[str, ...] = ()) -> Iterat
         yield pa.record_batch(list(arrays.values()), names=list(arrays))
 
 
-def _stream_rows(path: str) -> int:
-    """Rows in an Arrow stream file, from its batches' headers (mapped: their data is not read)."""
+def _file_rows(rows: Any, files: list[str]) -> int:
+    """The rows in a dataset's Arrow files (more than ``len(rows)`` when it is a slice of them): its split's count
+    where ``datasets`` recorded one, else counted with file reads (a memory map would keep the pages it touched,
+    and the kernel maps tens of kilobytes around each)."""
     import pyarrow as pa
 
+    splits = rows.info.splits or {}
+    if rows.split is not None and str(rows.split) in splits and splits[str(rows.split)].num_examples:
+        return int(splits[str(rows.split)].num_examples)
     try:
-        with pa.memory_map(path, "r") as f:
-            return sum(b.num_rows for b in pa.ipc.open_stream(f))
+        return sum(b.num_rows for f in files for b in pa.ipc.open_stream(pa.OSFile(f, "rb")))
     except (OSError, pa.ArrowInvalid):
         return -1
 
