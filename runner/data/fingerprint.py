@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.data.corpus import SKIP_DIRS
-from runner.data.store import digest_files
+from runner.data.store import file_digests
 from runner.data.tables import fingerprint
 from runner.data.tokenizers import is_bytes, saved_files
 
@@ -56,10 +56,11 @@ def _entry(given: str | None) -> dict[str, Any] | None:
     """What one setting names, as recorded (module docstring); None for built-in data."""
     if given is None:
         return None
+    files = _files(given)
     stamps = []
-    for f in _files(given):
+    for f, digest in zip(files, file_digests(files), strict=True):
         st = f.stat()
-        stamps.append((str(f.resolve()), st.st_size, st.st_mtime_ns, digest_files([f])))
+        stamps.append((str(f.resolve()), st.st_size, st.st_mtime_ns, digest))
     entry: dict[str, Any] = {"given": given, "count": len(stamps), "bytes": sum(s[1] for s in stamps),
                              "content": True, "digest": fingerprint([(s[0], s[3]) for s in stamps])}
     if len(stamps) <= LISTED:
@@ -75,7 +76,9 @@ def data_fingerprint(path: str | None, val_path: str | None, tokenizer: str | No
                      text: bool = True) -> dict[str, Any]:
     """The fingerprint of the data ``data.path``, ``data.val_path`` and (``text``) ``data.tokenizer`` name."""
     tokens: Any = None if not text else "bytes" if is_bytes(tokenizer) else {
-        "given": tokenizer, "files": [[f.name, digest_files([f])] for f in saved_files(str(tokenizer))]
+        "given": tokenizer, "files": [[f.name, d] for f, d in zip(saved_files(str(tokenizer)),
+                                                                   file_digests(saved_files(str(tokenizer))),
+                                                                   strict=True)]
         if Path(str(tokenizer)).expanduser().is_dir() else []}
     recorded = {"data.path": _entry(path), "data.val_path": _entry(val_path), "data.tokenizer": tokens}
     return json.loads(json.dumps(recorded))  # as it reads back from FILE (lists, not tuples): compared equal to it

@@ -21,14 +21,14 @@ from pathlib import Path
 from typing import Any
 
 from runner.data.store.arrays import VERSION, Mapped, Ragged, Store, StoreWriter, spans_blocks, token_dtype
-from runner.data.store.content import files_digest
+from runner.data.store.content import digests, files_digest
 from runner.data.store.parallel import Chunk, ChunkEncoder, encode_into, table_batches, workers
 from runner.data.store.progress import Progress
 from runner.data.store.shared import PrepareTimeout, local_rank, prepared, progress_file
 
 __all__ = ["Chunk", "ChunkEncoder", "Mapped", "PrepareTimeout", "Progress", "Ragged", "Store", "StoreWriter",
-           "digest_files", "encode_into", "local_rank", "prepared", "progress_file", "remembered", "spans_blocks",
-           "store_dir", "store_key", "table_batches", "token_dtype", "workers"]
+           "digest_files", "encode_into", "file_digests", "local_rank", "prepared", "progress_file", "remembered",
+           "spans_blocks", "store_dir", "store_key", "table_batches", "token_dtype", "workers"]
 
 
 def root() -> Path:
@@ -41,6 +41,11 @@ def root() -> Path:
 def digest_files(files: Iterable[Path], names: bool = False) -> str:
     """The digest of ``files``' contents in order (``runner.data.store.content``), read once per state of each."""
     return files_digest(files, root() / "digests", names=names)
+
+
+def file_digests(files: Iterable[Path]) -> list[str]:
+    """Each file's digest (``runner.data.store.content``), read once per state of each."""
+    return digests(files, root() / "digests")
 
 
 def store_key(kind: str, *parts: Any) -> str:

@@ -2,8 +2,9 @@
 
 A file's digest is SHA-256 over its bytes in blocks of ``BLOCK`` (a chain: each full block's hash starts from the
 one before, the last partial block and the length close it). It is read once per state of the file: the digest is
-kept in an index beside the caches (``digests/``), with the file's stamp (size, modification and change times,
-inode), and a later run whose file has the same stamp takes it from there (a ``stat``). A file whose stamp changed
+kept in an index beside the caches (``digests/``, one record per set of files: a folder of many files costs one read),
+with the file's stamp (size, modification and change times, inode), and a later run whose file has the same stamp
+takes it from there (a ``stat``). A file whose stamp changed
 is read again, so a file touched but unchanged (``touch``, a copy with new times) keeps its digest: it is not new
 data, and nothing prepared from it is prepared again.
 
@@ -61,18 +62,13 @@ def _close(state: bytes, tail: bytes, size: int) -> str:
     return h.hexdigest()
 
 
-def file_digest(path: Path, index: Path) -> str:
-    """The digest of the file at ``path`` (module docstring); ``index`` is the folder that keeps digests."""
-    path = Path(path).resolve()
-    st = os.stat(path)
-    entry = index / f"{hashlib.sha256(str(path).encode()).hexdigest()[:32]}.json"
-    record = _read(entry)
-    if record is not None and record.get("path") == str(path) and record["stamp"] == _stamp(st):
-        return str(record["digest"])
+def _hashed(path: Path, st: os.stat_result, record: dict[str, Any] | None) -> dict[str, Any]:
+    """The record of ``path`` as it is now (``st``): hashed from ``record``'s last full block where the file only
+    grew (module docstring), else from its start."""
     buffer = bytearray(BLOCK)
     with path.open("rb") as f:
         state, blocks = hashlib.sha256(SEED).digest(), 0
-        if record is not None and record.get("path") == str(path) and st.st_size > record["stamp"][0]:
+        if record is not None and st.st_size > record["stamp"][0]:
             start = record["blocks"] * BLOCK
             f.seek(start)
             old_tail = f.read(record["stamp"][0] - start)
@@ -83,16 +79,40 @@ def file_digest(path: Path, index: Path) -> str:
         with Heartbeat(f"reading {path.name} ({st.st_size / 1e9:.1f} GB) for its digest") if large else \
                 contextlib.nullcontext():
             state, blocks, tail = _chain(state, f, blocks, buffer)
-    digest = _close(state, tail, blocks * BLOCK + len(tail))
-    _write(entry, {"path": str(path), "stamp": _stamp(st), "state": state.hex(), "blocks": blocks,
-                   "digest": digest})
-    return digest
+    return {"stamp": _stamp(st), "state": state.hex(), "blocks": blocks,
+            "digest": _close(state, tail, blocks * BLOCK + len(tail))}
+
+
+def digests(files: Iterable[Path], index: Path) -> list[str]:
+    """Each file's digest (module docstring). ``index`` is the folder that keeps them: one record per set of files
+    (a folder of many files costs one read and a ``stat`` a file), rewritten when a file's stamp changed."""
+    paths = [Path(f).resolve() for f in files]
+    entry = index / f"{hashlib.sha256(json.dumps([str(p) for p in paths]).encode()).hexdigest()[:32]}.json"
+    records = _read(entry) or {}
+    out, changed = [], False
+    for path in paths:
+        st = os.stat(path)
+        record = records.get(str(path))
+        if record is None or record["stamp"] != _stamp(st):
+            records[str(path)] = record = _hashed(path, st, record)
+            changed = True
+        out.append(str(record["digest"]))
+    if changed:
+        _write(entry, records)
+    return out
+
+
+def file_digest(path: Path, index: Path) -> str:
+    """The digest of one file (:func:`digests`)."""
+    return digests([path], index)[0]
 
 
 def files_digest(files: Iterable[Path], index: Path, names: bool = False) -> str:
     """One digest of several files' contents in their order (``names``: their file names as well, where a name
     says what a file is, as a tokenizer's do)."""
-    parts = [[Path(f).name, file_digest(Path(f), index)] if names else file_digest(Path(f), index) for f in files]
+    files = list(files)
+    found = digests(files, index)
+    parts = [[Path(f).name, d] for f, d in zip(files, found, strict=True)] if names else found
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
 
 
@@ -104,7 +124,7 @@ def _read(entry: Path) -> dict[str, Any] | None:
 
 
 def _write(entry: Path, record: dict[str, Any]) -> None:
-    """Atomically (a reader never sees half a record; two writers of one record write the same)."""
+    """Atomically (a reader never sees half a record; of two writers of one record, the last wins)."""
     from runner.atomic_files import atomic_write_bytes
 
     with contextlib.suppress(OSError):  # a read-only cache: the digest is right, only not remembered
