@@ -4,6 +4,7 @@ progress said as it goes; and packing on arrays, row for row the one-example-at-
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import pickle
@@ -17,6 +18,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from runner.atomic_files import DiskFullError
 from runner.data import store as store_pkg
 from runner.data.fingerprint import changes, data_fingerprint
 from runner.data.instruct import InstructDataModule
@@ -176,6 +178,13 @@ def test_a_build_that_fails_leaves_nothing_behind(tmp_path: Path) -> None:
 
     with pytest.raises(ValueError, match="the data is bad"):
         prepared(tmp_path / "s", fail, "x", rank=0)
+    assert [p.name for p in tmp_path.iterdir()] == ["s.lock"]
+
+    def full(tmp: Path) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with pytest.raises(DiskFullError, match="while preparing data.path=x.jsonl into .*HF_DATASETS_CACHE"):
+        prepared(tmp_path / "s", full, "data.path=x.jsonl", rank=0)
     assert [p.name for p in tmp_path.iterdir()] == ["s.lock"]
 
 

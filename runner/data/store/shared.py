@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from runner.atomic_files import DiskFullError, disk_full
 from runner.data.store.arrays import INFO, Store
 
 log = logging.getLogger(__name__)
@@ -84,6 +85,13 @@ def prepared(directory: Path, build: Callable[[Path], None], what: str, stall_s:
             if directory.exists():  # an incomplete directory of an older version of this code
                 shutil.rmtree(directory)
             os.rename(tmp, directory)
+        except OSError as e:
+            full = disk_full(e)
+            if full is None:
+                raise
+            raise DiskFullError(full.errno, f"{full.strerror} while preparing {what} into {directory.parent}: "
+                                "nothing was kept. Free space there, or point HF_DATASETS_CACHE at a disk with "
+                                "room (the data takes about 1 to 4 bytes a token), then run again.") from e
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
             with contextlib.suppress(FileNotFoundError):
