@@ -305,3 +305,14 @@ def test_worker_processes_write_the_store_one_process_writes(tmp_path: Path) -> 
     for name in ("ids.values", "ids.offsets", "answers.values", "answers.offsets", "problem.rows"):
         assert (stores[0] / name).read_bytes() == (stores[1] / name).read_bytes(), name
     assert Store(stores[1]).rows == 3000 and int((Store(stores[1]).column(PROBLEM)[:] == 1).sum()) == 60
+
+
+def test_a_fast_tokenizers_backend_gives_the_ids_its_call_gives(tmp_path: Path) -> None:
+    """The encoders read ids from the backend (no offsets or masks built): the same ids, special tokens or not."""
+    from runner.data.tokenizers import SavedTokenizer
+
+    save_tokenizer(tmp_path / "tok")
+    tok = SavedTokenizer(str(tmp_path / "tok"))
+    texts = ["### Instruction:\nwhat is 12 + 30?\n\n### Response:\n", "42", "", "é ünï <s> </s> code()"]
+    for special in (True, False):
+        assert tok.ids(texts, special) == tok.tokenizer(texts, add_special_tokens=special)["input_ids"]

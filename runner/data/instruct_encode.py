@@ -115,8 +115,8 @@ def _token_lists(tokenizer: Tokenizer, texts: list[str], special: bool) -> list[
         return []
     if is_bytes(tokenizer.name):
         return [list(t.encode("utf-8")) for t in texts]
-    ids = tokenizer.tokenizer(texts, add_special_tokens=special)["input_ids"]  # type: ignore[union-attr]
-    return [list(x) for x in ids]
+    assert isinstance(tokenizer, SavedTokenizer)
+    return tokenizer.ids(texts, special)
 
 
 def _pieces_ids(pieces: list[list[tuple[str, bool]]], tokenizer: Tokenizer, special: bool,
