@@ -316,3 +316,21 @@ def test_a_fast_tokenizers_backend_gives_the_ids_its_call_gives(tmp_path: Path) 
     texts = ["### Instruction:\nwhat is 12 + 30?\n\n### Response:\n", "42", "", "é ünï <s> </s> code()"]
     for special in (True, False):
         assert tok.ids(texts, special) == tok.tokenizer(texts, add_special_tokens=special)["input_ids"]
+
+
+@pytest.mark.slow
+def test_a_large_table_is_turned_into_arrow_in_a_process_of_its_own(tmp_path: Path) -> None:
+    """datasets' conversion of a large table runs in a fresh process (its memory returned when it ends); the run
+    then finds the table prepared in the same cache entry, the same rows."""
+    import datasets
+
+    from runner.data.sources import resolve
+    from runner.data.tables import _prepare_apart, load_table
+
+    source = resolve(str(_rows(tmp_path / "qa.jsonl", 50, salt="apart")))
+    builder = datasets.load_dataset_builder("json", data_files=[str(f) for f in source.files])
+    assert not os.path.exists(builder.cache_dir)
+    _prepare_apart(source)
+    assert os.path.exists(builder.cache_dir)  # prepared by the other process
+    rows, cached = load_table(source)
+    assert cached and len(rows) == 50 and rows[3]["prompt"] == "question 3apart?"

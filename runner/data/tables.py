@@ -145,6 +145,8 @@ def _load_table(source: Source, said: Said) -> tuple[Any, bool]:
             start = time.perf_counter()
             size = sum(f.stat().st_size for f in source.files)
             with Heartbeat(f"reading {source.key}={source.given} ({size / 1e6:,.0f} MB) into Arrow"):
+                if not cached and size >= APART_BYTES:
+                    _prepare_apart(source)  # the same cache entry; a failure there is said again below
                 builder.download_and_prepare()
             rows = builder.as_dataset(split="train")
         except DataError:
@@ -158,6 +160,24 @@ def _load_table(source: Source, said: Said) -> tuple[Any, bool]:
         said.add(logging.INFO, "data: prepared %d rows of %s=%s as Arrow in %.1f s (%s)", len(rows), source.key,
                  source.given, time.perf_counter() - start, builder.cache_dir)
     return rows, cached
+
+
+APART_BYTES = 64 << 20
+"""Tables from this size are turned into Arrow in a process of their own."""
+
+
+def _prepare_apart(source: Source) -> None:
+    """``datasets``' conversion of a large table into Arrow, in a fresh process: its working memory (about half
+    the file's size) is that process's, not the run's, and is returned when it ends. Whatever goes wrong there,
+    the run's own ``download_and_prepare`` (which then finds nothing prepared) does again, and says why."""
+    import subprocess
+    import sys
+
+    code = ("import sys, datasets; datasets.disable_progress_bars(); datasets.load_dataset_builder(sys.argv[1], "
+            "data_files=sys.argv[2:]).download_and_prepare()")
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        subprocess.run([sys.executable, "-c", code, source.kind, *map(str, source.files)], capture_output=True,
+                       timeout=24 * 3600, check=False)
 
 
 def split_note(source: Source, splits: list[str]) -> str:
