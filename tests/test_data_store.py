@@ -334,3 +334,22 @@ def test_a_large_table_is_turned_into_arrow_in_a_process_of_its_own(tmp_path: Pa
     assert os.path.exists(builder.cache_dir)  # prepared by the other process
     rows, cached = load_table(source)
     assert cached and len(rows) == 50 and rows[3]["prompt"] == "question 3apart?"
+
+
+def test_a_touched_text_table_reads_its_token_ids_from_the_cache(tmp_path: Path,
+                                                                 caplog: pytest.LogCaptureFixture) -> None:
+    """datasets prepares a touched file's Arrow again (its key has the file's time); the same bytes, the same
+    token store: nothing is tokenized again."""
+    import logging
+
+    from runner.data import tables
+    from runner.data.text import TextDataModule
+
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(json.dumps({"text": f"row {i} " * 20}) + "\n" for i in range(300)))
+    TextDataModule(path=str(path), seq_len=64, batch_size=2, max_bytes=None).setup()
+    os.utime(path, ns=(time.time_ns() + 10**9, time.time_ns() + 10**9))
+    tables._LOADED.clear()  # a new process
+    with caplog.at_level(logging.INFO, logger="runner.data"):
+        TextDataModule(path=str(path), seq_len=64, batch_size=2, max_bytes=None).setup()
+    assert "as Arrow" in caplog.text and "not tokenized again" in caplog.text and "tokenized 300" not in caplog.text
