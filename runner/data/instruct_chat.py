@@ -113,6 +113,7 @@ class Turns:
 
     @staticmethod
     def from_meta(meta: dict[str, Any]) -> Turns:
+        """The turns :meth:`as_meta` wrote (a store prepared by an earlier run)."""
         return Turns(int(meta["answers"]), int(meta["others"]), {w: (r, int(n)) for w, r, n in meta["roles"]},
                      meta["unknown_row"], bool(meta["sharegpt"]))
 
