@@ -26,15 +26,6 @@ from runner.data.table_errors import json_object_of_rows, not_text, unreadable
 
 log = logging.getLogger(__name__)
 
-def cache_root() -> Path:
-    """runner's files in ``datasets``' cache (``HF_DATASETS_CACHE``, default ``~/.cache/huggingface/datasets``)."""
-    import datasets
-
-    root = Path(datasets.config.HF_DATASETS_CACHE) / "runner"
-    root.mkdir(parents=True, exist_ok=True)
-    return root
-
-
 @contextlib.contextmanager
 def quiet_datasets() -> Iterator[None]:
     """``datasets`` without progress bars or log lines (runner says what it read); its settings put back after."""

@@ -32,10 +32,13 @@ __all__ = ["Chunk", "ChunkEncoder", "Mapped", "PrepareTimeout", "Progress", "Rag
 
 
 def root() -> Path:
-    """Where stores and digests live: ``runner/`` in ``datasets``' cache (``HF_DATASETS_CACHE``)."""
-    from runner.data.tables import cache_root
+    """Where stores and digests live: ``runner/`` in ``datasets``' cache (``HF_DATASETS_CACHE``, by default
+    ``~/.cache/huggingface/datasets``)."""
+    import datasets
 
-    return cache_root()
+    directory = Path(datasets.config.HF_DATASETS_CACHE) / "runner"
+    directory.mkdir(parents=True, exist_ok=True)
+    return directory
 
 
 def digest_files(files: Iterable[Path], names: bool = False) -> str:
