@@ -1,7 +1,8 @@
 """A 2-process CPU DDP fit on packed instruction rows, run by tests/test_packing_processes.py as a real script
 (Lightning's launcher re-executes the script for rank 1). Rank 0 prints one JSON line: per rank, the packs it
 trained on (a fingerprint of each batch's rows), their shapes, the graphs its step compiled, its parameters'
-checksum."""
+checksum, whether it prepared the data, the store it read and how much of the ids' file it shares with the other
+rank (``Shared_Clean`` of its mapping, once both have read all of it)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
+import numpy as np
 import torch
 from lightning.pytorch.callbacks import Callback
 
@@ -38,12 +40,28 @@ class Seen(Callback):
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         flat = torch.cat([p.detach().flatten() for p in pl_module.parameters()])
+        part = trainer.datamodule._parts[0]  # type: ignore[attr-defined]
+        ids = part.store.ragged("ids").values
+        int(np.asarray(ids.array).sum())  # every page of the ids read, on both ranks, before either looks
+        torch.distributed.barrier()
         mine = {"rows": self.rows, "shapes": sorted(self.shapes), "checksum": float(flat.sum()),
-                "graphs": int(torch._dynamo.utils.counters["stats"]["unique_graphs"])}
+                "graphs": int(torch._dynamo.utils.counters["stats"]["unique_graphs"]), "prepared": part.built,
+                "store": str(part.store.directory), "shared_kb": _shared_kb(ids.path)}
         gathered: list[Any] = [None, None]
         torch.distributed.all_gather_object(gathered, mine)
         if trainer.is_global_zero:
             print("RESULT " + json.dumps({"ranks": gathered, "steps": trainer.global_step}), flush=True)
+
+
+def _shared_kb(path: Path) -> int:
+    """Kilobytes of this process's mapping of ``path`` that another process maps too (``/proc/self/smaps``)."""
+    lines = Path("/proc/self/smaps").read_text().splitlines()
+    for i, line in enumerate(lines):
+        if line.endswith(str(path)):
+            for detail in lines[i + 1:i + 25]:
+                if detail.startswith("Shared_Clean:"):
+                    return int(detail.split()[1])
+    return 0
 
 
 def main() -> None:

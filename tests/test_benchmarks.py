@@ -251,3 +251,22 @@ def test_vocab_loss_quick_measures_each_variant_in_its_own_process() -> None:
     assert [r["variant"] for r in rows] == ["whole", "functional:64"] and all("error" not in r for r in rows), rows
     assert all(r["graph_breaks"] == 0 and r["step_ms"] > 0 for r in rows)
     assert "| 1,000 | functional:64 |" in proc.stdout
+
+
+@pytest.mark.slow
+def test_data_scale_quick_measures_first_steps_cold_and_warm(tmp_path: Path) -> None:
+    """``benchmarks/data_scale.py --quick``: runner on two sizes of generated Alpaca rows, cold then warm (the warm
+    run reads the store the cold one wrote), each size's time to first step and peak memory, and the ratio to the
+    reference size."""
+    out = tmp_path / "data_scale.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "data_scale.py"), "--quick", "--out", str(out)],
+                          capture_output=True, text=True, cwd=ROOT, timeout=900, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    result = json.loads(out.read_text())
+    runs = result["results"]["runner, bytes"]
+    assert list(runs) == [str(n) for n in result["sizes"]] and len(result["sizes"]) == 2
+    for r in runs.values():
+        assert 0 < r["cold"]["first_step_s"] < r["cold"]["total_s"] and r["cold"]["peak_rss_mib"] > 0
+        assert r["warm_first_step_s"] > 0 and r["warm"][0]["examples"] == r["cold"]["examples"] > 0
+    assert runs[str(result["sizes"][0])]["warm_vs_reference_x"] == 1.0
+    assert "| runner, bytes | " in proc.stdout

@@ -16,8 +16,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.slow
-def test_each_rank_trains_its_own_packs_of_one_shape() -> None:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+def test_each_rank_trains_its_own_packs_of_one_shape(tmp_path: Path) -> None:
+    """... from one preparation: local rank 0 tokenizes and packs, rank 1 waits for it and maps the same files,
+    whose pages the two processes share."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_DATASETS_CACHE": str(tmp_path / "cache")}
     proc = subprocess.run([sys.executable, "-m", "tests.ddp_packing_fit"], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -28,6 +30,8 @@ def test_each_rank_trains_its_own_packs_of_one_shape() -> None:
     assert first["shapes"] == second["shapes"] == [[2, 128]]  # one shape on both ranks: nothing to agree on
     assert first["graphs"] == second["graphs"] == 1
     assert first["checksum"] == pytest.approx(second["checksum"], rel=1e-6)
+    assert (first["prepared"], second["prepared"]) == (True, False) and first["store"] == second["store"]
+    assert first["shared_kb"] > 0 and second["shared_kb"] > 0
 
 
 @pytest.mark.slow

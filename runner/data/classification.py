@@ -21,7 +21,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from runner.config.target_objects import TokenRange
-from runner.data.encoding import LENGTH, ArrowTokens, encode
+from runner.data.encoding import IDS, LENGTH, encode
 from runner.data.labelled import Labelled, read_labelled
 from runner.data.labels import LabelMap, label_map, row_ids
 from runner.data.padding import PadTo
@@ -30,7 +30,7 @@ from runner.data.splits import split_documents, val_how
 from runner.data.summary import DataSummary
 from runner.data.tokenizers import ByteTokens, Tokenizer, check_tokenizer, load_tokenizer, token_range
 from runner.data.traits import DataTraits, ValMetric
-from runner.data.windows import Spans, as_long
+from runner.data.windows import Shifted, Spans, Tokens, as_long
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 class Rows(Dataset[tuple[torch.Tensor, int]]):
     """``(ids, label)`` of chosen rows: their ids read from ``tokens`` at ``spans``."""
 
-    def __init__(self, tokens: ArrowTokens, spans: Spans, labels: np.ndarray) -> None:
+    def __init__(self, tokens: Tokens, spans: Spans, labels: np.ndarray) -> None:
         self.tokens, self.spans, self.labels = tokens, spans, labels
 
     def __len__(self) -> int:
@@ -52,7 +52,7 @@ class Rows(Dataset[tuple[torch.Tensor, int]]):
 class Encoded:
     """One setting's rows as ids: the tokens, each kept row's span (cut at seq_len) and class id, how many were cut."""
 
-    tokens: ArrowTokens
+    tokens: Tokens
     spans: Spans
     labels: np.ndarray
     truncated: int
@@ -63,12 +63,12 @@ class Encoded:
 def encode_labelled(part: Labelled, tokenizer: Tokenizer, labels: LabelMap, text_column: str, label_column: str,
                     seq_len: int, what: str) -> Encoded:
     """The kept rows of ``part`` tokenized (a cached map), cut at ``seq_len``, empty ones left out."""
-    rows, column = encode(part.rows, text_column, tokenizer, max_len=seq_len, what=what)
+    store = encode(part.rows, text_column, tokenizer, max_len=seq_len, what=what)
+    ids = store.ragged(IDS)
     offset = tokenizer.offset if isinstance(tokenizer, ByteTokens) else 0
-    tokens = ArrowTokens(rows, column, offset=offset)
-    len(tokens)
-    spans = tokens.spans
-    full = spans.lengths if isinstance(tokenizer, ByteTokens) else rows.data.column(LENGTH).to_numpy()
+    tokens: Tokens = Shifted(ids.values, offset) if offset else ids.values
+    spans = Spans(*ids.bounds())
+    full = spans.lengths if isinstance(tokenizer, ByteTokens) else np.asarray(store.column(LENGTH)[:])
     spans = Spans(spans.starts, np.minimum(spans.ends, spans.starts + seq_len))  # bytes are stored whole
     keep = part.keep[spans.lengths[part.keep] > 0]
     return Encoded(tokens, spans.take(keep), row_ids(part.rows, label_column, labels)[keep],
@@ -199,10 +199,6 @@ class TextClassificationDataModule(L.LightningDataModule):
     def figures(self) -> dict[str, Any]:
         """What was read (``data/*``), after ``setup``."""
         return self.summary.figures() if self.summary is not None else {}
-
-    def prepare_data(self) -> None:
-        """Read and tokenize once (rank 0 of each node, before the others set up): later reads hit the cache."""
-        self.setup()
 
     def setup(self, stage: str | None = None) -> None:
         if self._train is not None:

@@ -5,9 +5,10 @@ documents are split at ``data.separator``; a row is one piece). Splits choose do
 document is never in training and validation both (:mod:`runner.data.splits`).
 
 ``read_corpus`` reads what ``data.path`` names: the Python stdlib source by default (in memory, exactly as it has
-always been read, so every figure measured on it stands), text files (their bytes in runner's Arrow cache),
-or the text column of a table (``.jsonl``, ``.csv``, ``.parquet``, a ``save_to_disk`` folder), rows joined by
-the separator in packed windows. Token ids come from :func:`runner.data.encoding.encode` (cached).
+always been read, so every figure measured on it stands), text files (their bytes in a store of runner's cache,
+:func:`runner.data.text_files.load_text_files`), or the text column of a table (``.jsonl``, ``.csv``, ``.parquet``, a
+``save_to_disk`` folder), rows joined by the separator in packed windows. Token ids come from
+:func:`runner.data.encoding.encode` (a store, cached); they stay in memory-mapped files.
 """
 
 from __future__ import annotations
@@ -19,10 +20,12 @@ from typing import Any
 import numpy as np
 
 from runner.data.corpus import read_documents, stdlib_dir, text_files
-from runner.data.encoding import RAW_BYTES, ArrowTokens, encode
+from runner.data.encoding import DOC, IDS, RAW_BYTES, encode
 from runner.data.sources import Source, capped, resolve
+from runner.data.store import Store
 from runner.data.summary import NULL_TEXT
-from runner.data.tables import load_table, load_text_files, null_rows, text_lengths
+from runner.data.tables import load_table, null_rows, text_lengths
+from runner.data.text_files import load_text_files
 from runner.data.tokenizers import Tokenizer, is_bytes
 from runner.data.windows import Spans, Tokens
 
@@ -45,10 +48,12 @@ class Corpus:
     """``tokens`` (flat ids), ``pieces`` (their spans) and ``doc_of`` (each piece's document, ascending)."""
 
     def __init__(self, tokens: Tokens, pieces: Spans, doc_of: np.ndarray, read: Read,
-                 raw: list[bytes] | None = None) -> None:
+                 raw: list[bytes] | None = None, store: Store | None = None) -> None:
         self.tokens, self.pieces, self.doc_of, self.read = tokens, pieces, np.asarray(doc_of, np.int64), read
         self.raw = raw
         """The documents' bytes, when held in memory (the stdlib corpus: its byte entropy is counted on them)."""
+        self.store = store
+        """The store the ids are in (None: held in memory)."""
 
     @property
     def n_docs(self) -> int:
@@ -82,12 +87,13 @@ def from_bytes(docs: list[bytes], tokenizer: Tokenizer, separator: str | None, r
     return Corpus(tokens, Spans(ends - lengths, ends), doc_of, read, raw=docs)
 
 
-def from_rows(rows: Any, column: str, doc_column: str | None, read: Read) -> Corpus:
-    """Rows holding ids in ``column`` (one piece each), the document of each in ``doc_column`` (else one per row)."""
-    tokens = ArrowTokens(rows, column)
-    len(tokens)  # reads the offsets: the pieces' spans
-    doc_of = rows.data.column(doc_column).to_numpy() if doc_column else np.arange(len(rows))
-    return Corpus(tokens, tokens.spans, doc_of, read)
+def from_store(store: Store, column: str, doc_column: str | None, read: Read) -> Corpus:
+    """A store holding ids in ``column`` (one piece a row), the document of each in ``doc_column`` (else one per
+    row): the ids stay in their memory-mapped file."""
+    ids = store.ragged(column)
+    starts, ends = ids.bounds()
+    doc_of = np.asarray(store.column(doc_column)[:]) if doc_column else np.arange(store.rows)
+    return Corpus(ids.values, Spans(starts, ends), doc_of, read, store=store)
 
 
 def read_corpus(path: str | None, key: str, tokenizer: Tokenizer, *, text_column: str, separator: str | None,
@@ -105,10 +111,11 @@ def read_corpus(path: str | None, key: str, tokenizer: Tokenizer, *, text_column
     if not source.is_table:
         files, left_out = capped(source.files, max_bytes)
         kept = Source(source.key, source.given, source.kind, files)
-        rows, _ = load_text_files(kept, None if packed or not separator else separator.encode())
-        rows, column = encode(rows, RAW_BYTES, tokenizer, keep=("doc",), what=f"{key}={path}")
+        pieces = load_text_files(kept, None if packed or not separator else separator.encode())
         read = Read(key, source.describe(), len(files), len(files), {cap: left_out} if left_out else {})
-        return from_rows(rows, column, "doc", read)
+        if is_bytes(tokenizer.name):  # the pieces' bytes are the ids
+            return from_store(pieces, RAW_BYTES, DOC, read)
+        return from_store(encode(pieces, RAW_BYTES, tokenizer, keep=(DOC,), what=f"{key}={path}"), IDS, DOC, read)
     return _table_corpus(source, tokenizer, text_column, separator if packed and separator else "", max_bytes)
 
 
@@ -120,14 +127,15 @@ def _table_corpus(source: Source, tokenizer: Tokenizer, text_column: str, suffix
     lengths = text_lengths(rows, text_column, source, "data.text_column")
     null = null_rows(rows, text_column)
     dropped: dict[str, int] = {}
+    chosen = np.flatnonzero(~null)
     if null.any():  # a missing text is no document (not an empty one): left out, and counted
         dropped[NULL_TEXT] = int(null.sum())
-        rows, lengths = rows.select(np.flatnonzero(~null)), lengths[~null]
-    keep = len(rows)
+        lengths = lengths[~null]
+    keep = len(chosen)
     if max_bytes is not None and len(lengths) and lengths.sum() > max_bytes:
         keep = int(np.searchsorted(np.cumsum(lengths), max_bytes)) + 1
-        rows = rows.select(range(keep))
     if keep < len(lengths):
         dropped[f"data.max_bytes={max_bytes}"] = len(lengths) - keep
-    encoded, column = encode(rows, text_column, tokenizer, suffix=suffix, what=f"{source.key}={source.given}")
-    return from_rows(encoded, column, None, Read(source.key, source.describe(), len(source.files), keep, dropped))
+    encoded = encode(rows, text_column, tokenizer, suffix=suffix, select=chosen[:keep],
+                     what=f"{source.key}={source.given}")
+    return from_store(encoded, IDS, None, Read(source.key, source.describe(), len(source.files), keep, dropped))

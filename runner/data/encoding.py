@@ -1,93 +1,151 @@
-"""Token ids for rows of a ``datasets.Dataset``: a cached batched ``map``, and a flat view of its ids.
+"""Token ids of text for the causal LM and the classifier, in a store (:mod:`runner.data.store`).
 
-``encode`` tokenizes one text column once: the ids go to a cache file named after the rows' own files (their
-paths, sizes and times), the column, the tokenizer's files and the settings, so a second run on the same data
-reads them back instead of tokenizing again (and says so in its log). Bytes are stored as bytes (an Arrow binary
-column: one byte per id); a tokenizer's ids as ``int32`` lists, with each text's full length beside them.
-A ``bytes`` column (text files, :func:`runner.data.tables.load_text_files`) already is byte ids.
+``encode`` tokenizes one text column once, on every core: the ids go to a store named after the rows' content
+(the digest of their Arrow files' bytes, and which rows), the column, the tokenizer's files' contents and the
+settings, so a second run on the same data reads them back instead of tokenizing again (and says so in its log).
+Bytes are stored as bytes (``uint8``: one byte per id); a tokenizer's ids in the narrowest dtype that holds them,
+with each text's full length beside them when they are cut (``length``). Text files are stored as their bytes
+already (:func:`runner.data.text_files.load_text_files`): with bytes nothing is encoded; a tokenizer reads their pieces.
 
-``ArrowTokens`` reads such a column as one flat sequence of ids, straight from the memory-mapped Arrow buffers:
-nothing is copied until a window is read, and a data loader's workers open the same files (they pickle the
-``datasets.Dataset``, which pickles as its file names).
+The ids are read through memory maps: nothing is copied until a sequence is read, and a data loader's workers map
+the same files.
 """
 
 from __future__ import annotations
 
-import functools
+import hashlib
 import logging
-import time
-from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from runner.data.tables import cache_root, file_stamps, fingerprint, quiet_datasets
-from runner.data.tokenizers import Tokenizer, is_bytes, tokenizer_stamp
-from runner.data.windows import Spans
+from runner.data.store import (
+    Chunk,
+    PrepareTimeout,
+    Progress,
+    Store,
+    StoreWriter,
+    digest_files,
+    encode_into,
+    prepared,
+    progress_file,
+    store_dir,
+    store_key,
+    table_batches,
+    token_dtype,
+    workers,
+)
+from runner.data.store.parallel import PARALLEL_ROWS, store_batches
+from runner.data.tokenizers import Tokenizer, is_bytes, load_tokenizer, tokenizer_stamp
 
 log = logging.getLogger(__name__)
 
 IDS = "ids"
 LENGTH = "length"
+DOC = "doc"
 SEGMENT = 1 << 16
 """Characters of text a tokenizer is given at a time (``tokenize_long``)."""
 RAW_BYTES = "bytes"
-"""The column of raw bytes ``load_text_files`` writes: byte ids as they are."""
+"""The ragged column of raw bytes ``load_text_files`` writes: byte ids as they are."""
+VERSION = 1
 
 
 def rows_stamp(rows: Any) -> Any:
-    """What identifies ``rows``' content: their files' stamps and their count (a capped selection is a prefix);
-    None for rows held in memory (nothing to name a cache after)."""
-    files = [f["filename"] for f in rows.cache_files]
-    return [file_stamps(files), len(rows)] if files else None
+    """What identifies ``rows``' content: the digest of their Arrow files' bytes (a table prepared again from a file
+    touched but unchanged is the same bytes) and their count; rows held in memory by ``datasets``' fingerprint of
+    them (:func:`runner.data.tables.in_memory_rows`: a hash of their values)."""
+    from pathlib import Path
+
+    files = [Path(f["filename"]) for f in rows.cache_files]
+    return [digest_files(files), len(rows)] if files else ["in memory", rows._fingerprint, len(rows)]
+
+
+_TOKENIZERS: dict[str, Tokenizer] = {}
+"""This process's tokenizers, by their directory: loaded once per worker."""
+
+
+@dataclass(frozen=True)
+class TextEncoder:
+    """Texts of ``column`` (strings, or bytes: a text file's pieces) -> their ids; ``keep``: row columns stored as
+    they are (a piece's document). Picklable: it runs in worker processes (:mod:`runner.data.store.parallel`)."""
+
+    column: str
+    tokenizer: str | None
+    suffix: str = ""
+    max_len: int | None = None
+    keep: tuple[str, ...] = field(default_factory=tuple)
+
+    def __call__(self, batch: Any) -> Chunk:
+        texts = batch.column(self.column).to_pylist()
+        rows = {name: np.asarray(batch.column(name).to_numpy()) for name in self.keep}
+        if self.tokenizer is None:
+            suffix = self.suffix.encode("utf-8")
+            data = [(t if isinstance(t, bytes) else _text(t).encode("utf-8")) + suffix for t in texts]
+            lengths = np.fromiter(map(len, data), dtype=np.int64, count=len(data))
+            return Chunk({IDS: (np.frombuffer(b"".join(data), dtype=np.uint8), lengths)}, rows)
+        if self.tokenizer not in _TOKENIZERS:
+            _TOKENIZERS[self.tokenizer] = load_tokenizer(self.tokenizer)
+        tokenizer = _TOKENIZERS[self.tokenizer]
+        strings = [_text(t) + self.suffix for t in texts]
+        ids = tokenizer(strings) if self.max_len is not None else [tokenize_long(tokenizer, s) for s in strings]
+        full = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
+        long = [i for i, x in enumerate(ids) if self.max_len is not None and len(x) > self.max_len]
+        for i, cut in zip(long, tokenizer([strings[i] for i in long], self.max_len) if long else [], strict=True):
+            ids[i] = cut
+        lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
+        flat = np.concatenate(ids) if ids else np.zeros(0, np.int32)
+        if self.max_len is not None:
+            rows[LENGTH] = full
+        return Chunk({IDS: (flat, lengths)}, rows)
 
 
 def encode(rows: Any, column: str, tokenizer: Tokenizer, *, suffix: str = "", max_len: int | None = None,
-           keep: tuple[str, ...] = (), what: str = "") -> tuple[Any, str]:
-    """``rows`` with the ids of ``column`` (plus ``suffix``): the dataset and the name of its ids column. A saved
-    tokenizer's ids are cut at ``max_len`` (its special tokens kept), ``length`` holding each full length; byte ids
-    are cut when read. Columns other than ``keep`` are left out."""
-    if is_bytes(tokenizer.name) and column == RAW_BYTES and not suffix:
-        return rows, RAW_BYTES
-    import datasets
-
-    if is_bytes(tokenizer.name):
-        features = datasets.Features({IDS: datasets.Value("binary")})
-
-        def fn(texts: list[Any]) -> dict[str, list[Any]]:
-            return {IDS: [_text(t).encode("utf-8") + suffix.encode("utf-8") for t in texts]}
+           select: np.ndarray | None = None, keep: tuple[str, ...] = (), what: str = "") -> Store:
+    """The store of ``rows``' ids of ``column`` (plus ``suffix``): the rows at ``select`` (ascending indices; None:
+    all), a ragged ``ids`` column and the ``keep`` columns. A saved tokenizer's ids are cut at ``max_len`` (its special
+    tokens kept), ``length`` holding each full length; byte ids are stored whole (cut when read). ``rows`` may be a
+    store of a text file's pieces (``load_text_files``), whose ``bytes`` a tokenizer reads."""
+    if isinstance(rows, Store):
+        content: Any = ["store", rows.directory.name]
+        total = rows.rows
     else:
-        features = datasets.Features({IDS: datasets.List(datasets.Value("int32")), LENGTH: datasets.Value("int32")})
+        content = [rows_stamp(rows), None if select is None else hashlib.sha256(np.asarray(select, np.int64)
+                                                                               .tobytes()).hexdigest()]
+        total = len(rows) if select is None else len(select)
+    spec = None if is_bytes(tokenizer.name) else tokenizer.name
+    encoder = TextEncoder(column, spec, suffix, max_len if spec is not None else None, keep)
+    directory = store_dir(store_key("tokens", content, column, tokenizer_stamp(tokenizer), suffix, encoder.max_len,
+                                    keep, VERSION))
 
-        def fn(texts: list[Any]) -> dict[str, list[Any]]:
-            strings = [_text(t) + suffix for t in texts]
-            ids = tokenizer(strings) if max_len is not None else [tokenize_long(tokenizer, s) for s in strings]
-            long = [i for i, x in enumerate(ids) if max_len is not None and len(x) > max_len]
-            lengths = [len(x) for x in ids]
-            for i, cut in zip(long, tokenizer([strings[i] for i in long], max_len) if long else [], strict=True):
-                ids[i] = cut
-            return {IDS: ids, LENGTH: lengths}
+    def build(tmp: Any) -> None:
+        largest = 255 if spec is None else tokenizer.vocab_size - 1
+        row_columns = {name: "int32" for name in keep}
+        if encoder.max_len is not None:
+            row_columns[LENGTH] = "int64"
+        writer = StoreWriter(tmp, ragged={IDS: token_dtype(largest)}, rows=row_columns)
+        counter = Progress(f"tokenizing {what or column}", total, file=progress_file(directory))
+        batches = store_batches(rows, column, keep) if isinstance(rows, Store) else \
+            table_batches(rows, [column, *keep], select=select)
+        try:
+            encode_into(writer, batches, encoder, counter, workers() if total >= PARALLEL_ROWS else 1)
+        except BaseException:
+            writer.abandon()
+            raise
+        writer.finish({"seconds": round(counter.finish(), 2)})
 
-    for kept in keep:
-        features[kept] = rows.features[kept]
-    stamp = rows_stamp(rows)
-    key = fingerprint(stamp, column, tokenizer_stamp(tokenizer), suffix, max_len, keep, 1)
-    name: str | None = None if stamp is None else str(cache_root() / f"tokens-{key}.arrow")
-    cached = name is not None and Path(name).exists()
-    start = time.perf_counter()
-    # Pieces of text files are megabytes each: one at a time, so a tokenizer's working memory stays small.
-    batch = 1 if column == RAW_BYTES else 1000
-    with quiet_datasets():
-        out = rows.map(fn, batched=True, batch_size=batch, writer_batch_size=batch, input_columns=[column],
-                       features=features, cache_file_name=name,
-                       keep_in_memory=name is None, new_fingerprint=None if name is None else Path(name).stem,
-                       remove_columns=[c for c in rows.column_names if c not in keep], load_from_cache_file=True)
-    if cached:
-        log.info("data: token ids of %s read from the cache (%s): not tokenized again", what or column, name)
-    elif name is not None:
-        log.info("data: tokenized %d rows of %s with %s in %.1f s; cached at %s", len(rows), what or column,
-                 tokenizer.name, time.perf_counter() - start, name)
-    return out, IDS
+    try:
+        store, built = prepared(directory, build, what or column)
+    except PrepareTimeout as e:
+        from runner.data.sources import DataError
+
+        raise DataError(str(e)) from e
+    if built:
+        log.info("data: tokenized %d rows of %s with %s in %.1f s; stored in %s", store.rows, what or column,
+                 tokenizer.name, store.meta["seconds"], directory)
+    else:
+        log.info("data: token ids of %s read from the cache (%s): not tokenized again", what or column, directory)
+    return store
 
 
 def tokenize_long(tokenizer: Tokenizer, text: str) -> np.ndarray:
@@ -113,64 +171,3 @@ def _text(value: Any) -> str:
     if value is None:
         return ""
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
-
-
-class ArrowTokens:
-    """The ids in ``column`` of ``rows`` (binary: one byte per id; or lists of ids) as one flat sequence, plus
-    ``offset`` (a family's byte ids start at 1). ``spans``: where each row's ids start and end in it."""
-
-    def __init__(self, rows: Any, column: str, offset: int = 0) -> None:
-        self.rows, self.column, self.offset = rows, column, offset
-        self._values: list[np.ndarray] | None = None
-        self._starts = np.zeros(1, dtype=np.int64)
-        self.spans = Spans([], [])
-
-    def __getstate__(self) -> dict[str, Any]:  # a worker maps the files again instead of receiving copies
-        return {**self.__dict__, "_values": None}
-
-    def _load(self) -> list[np.ndarray]:
-        if self._values is not None:
-            return self._values
-        values, row_starts, row_ends, bases = [], [], [], [0]
-        for chunk in self.rows.data.column(self.column).chunks:
-            if chunk.type.id in _binary():
-                wide = chunk.type.id == _binary()[1]
-                offsets = np.frombuffer(chunk.buffers()[1], np.int64 if wide else np.int32)[
-                    chunk.offset:chunk.offset + len(chunk) + 1].astype(np.int64)
-                flat = np.frombuffer(chunk.buffers()[2], np.uint8) if chunk.buffers()[2] else np.zeros(0, np.uint8)
-            else:
-                offsets = chunk.offsets.to_numpy().astype(np.int64)
-                flat = chunk.values.to_numpy(zero_copy_only=False)
-            values.append(flat[offsets[0]:offsets[-1]])
-            row_starts.append(offsets[:-1] - offsets[0] + bases[-1])
-            row_ends.append(offsets[1:] - offsets[0] + bases[-1])
-            bases.append(bases[-1] + int(offsets[-1] - offsets[0]))
-        self._starts = np.asarray(bases, dtype=np.int64)
-        self.spans = Spans(np.concatenate(row_starts) if row_starts else [],
-                           np.concatenate(row_ends) if row_ends else [])
-        self._values = values
-        return values
-
-    def __len__(self) -> int:
-        self._load()
-        return int(self._starts[-1])
-
-    def __getitem__(self, index: slice) -> np.ndarray:
-        values = self._load()
-        a, b = index.start or 0, index.stop
-        i = int(np.searchsorted(self._starts, a, side="right")) - 1
-        parts = []
-        while a < b:
-            stop = min(b, int(self._starts[i + 1]))
-            parts.append(values[i][a - int(self._starts[i]):stop - int(self._starts[i])])
-            a, i = stop, i + 1
-        ids = parts[0] if len(parts) == 1 else np.concatenate(parts) if parts else np.zeros(0, np.int32)
-        return ids.astype(np.int64) + self.offset if self.offset else ids
-
-
-@functools.cache
-def _binary() -> tuple[int, int]:
-    """pyarrow's type ids of binary and large binary (imported when ids are first read)."""
-    import pyarrow as pa
-
-    return pa.binary().id, pa.large_binary().id

@@ -1,11 +1,12 @@
 """A fingerprint of the data a run reads, so that a resume notices data that changed under its checkpoint.
 
 For ``data.path`` and ``data.val_path`` it records every file they name (a file, every file under a folder, a
-glob's matches): its path, size and modification time, what runner's cache and ``datasets``' key their entries
-on (a changed file makes a new entry there as well), and the digest of those stamps; for a ``save_to_disk``
-folder also ``datasets``' own fingerprint of each split (``state.json``); and the tokenizer: ``bytes``, or its
-saved files' stamps. Only the files' metadata is read: a ``stat`` per file. Built-in data (no ``data.path``: the
-stdlib source, synthetic samples) is recorded as such.
+glob's matches): its path, size, modification time and the digest of its bytes, the same digest runner's caches are
+named by (:mod:`runner.data.store.content`: read once per state of a file, then taken from its index, so a run
+costs a ``stat`` per file), and one digest of them all; for a ``save_to_disk`` folder also ``datasets``' own
+fingerprint of each split (``state.json``); and the tokenizer: ``bytes``, or its saved files' digests. A file
+touched but unchanged (new times, the same bytes) is not changed data. Built-in data (no ``data.path``: the stdlib
+source, synthetic samples) is recorded as such.
 
 A run writes it into its directory (``FILE``) as its fit starts. A resume compares the data it would read with it
 (:func:`changes`): ``runner.after.resume`` refuses a change, naming it, unless ``after.allow_changed_data``
@@ -22,8 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from runner.data.corpus import SKIP_DIRS
+from runner.data.store import file_digests
 from runner.data.tables import fingerprint
-from runner.data.tokenizers import is_bytes, saved_files_stamp
+from runner.data.tokenizers import is_bytes, saved_files
 
 FILE = "data_fingerprint.json"
 LISTED = 2000
@@ -54,16 +56,17 @@ def _entry(given: str | None) -> dict[str, Any] | None:
     """What one setting names, as recorded (module docstring); None for built-in data."""
     if given is None:
         return None
+    files = _files(given)
     stamps = []
-    for f in _files(given):
+    for f, digest in zip(files, file_digests(files), strict=True):
         st = f.stat()
-        stamps.append((str(f.resolve()), st.st_size, st.st_mtime_ns))
+        stamps.append((str(f.resolve()), st.st_size, st.st_mtime_ns, digest))
     entry: dict[str, Any] = {"given": given, "count": len(stamps), "bytes": sum(s[1] for s in stamps),
-                             "digest": fingerprint(stamps)}
+                             "content": True, "digest": fingerprint([(s[0], s[3]) for s in stamps])}
     if len(stamps) <= LISTED:
         entry["files"] = stamps
-    saved = {Path(f).parent.name: json.loads(Path(f).read_text()).get("_fingerprint")
-             for f, _, _ in stamps if Path(f).name == "state.json"}
+    saved = {Path(f[0]).parent.name: json.loads(Path(f[0]).read_text()).get("_fingerprint")
+             for f in stamps if Path(f[0]).name == "state.json"}
     if saved:
         entry["datasets"] = saved
     return entry
@@ -73,7 +76,9 @@ def data_fingerprint(path: str | None, val_path: str | None, tokenizer: str | No
                      text: bool = True) -> dict[str, Any]:
     """The fingerprint of the data ``data.path``, ``data.val_path`` and (``text``) ``data.tokenizer`` name."""
     tokens: Any = None if not text else "bytes" if is_bytes(tokenizer) else {
-        "given": tokenizer, "files": saved_files_stamp(str(tokenizer))
+        "given": tokenizer, "files": [[f.name, d] for f, d in zip(saved_files(str(tokenizer)),
+                                                                   file_digests(saved_files(str(tokenizer))),
+                                                                   strict=True)]
         if Path(str(tokenizer)).expanduser().is_dir() else []}
     recorded = {"data.path": _entry(path), "data.val_path": _entry(val_path), "data.tokenizer": tokens}
     return json.loads(json.dumps(recorded))  # as it reads back from FILE (lists, not tuples): compared equal to it
@@ -101,21 +106,33 @@ def _named(paths: list[str], root: str) -> str:
     return ", ".join(names) + (f" and {len(paths) - NAMED} more" if len(paths) > NAMED else "")
 
 
+def _same(old: dict[str, Any] | None, new: dict[str, Any] | None) -> bool:
+    """Whether two records of one setting name the same data: the same digest of the files' contents; a record of
+    a run before digests were recorded (its files' sizes and times) is compared by those."""
+    if old is None or new is None:
+        return old is new
+    if old.get("content") or "files" not in new:
+        return bool(old["digest"] == new["digest"])
+    return [f[:3] for f in old.get("files", [])] == [f[:3] for f in new["files"]]
+
+
 def _file_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     """How the files of one setting differ: added, removed, changed (size, time), datasets' fingerprints."""
     if "files" not in old or "files" not in new:
         return [f"{old['count']} files of {old['bytes']:,} bytes, now {new['count']} of {new['bytes']:,}"]
-    before = {p: (size, ns) for p, size, ns in old["files"]}
-    after = {p: (size, ns) for p, size, ns in new["files"]}
+    same = (1, 3) if old.get("content") else (1, 2)  # what identifies a file: size and digest (before: and time)
+    before = {f[0]: tuple(f[i] for i in same) for f in old["files"]}
+    after = {f[0]: tuple(f[i] for i in same) for f in new["files"]}
+    times = {f[0]: f[2] for f in new["files"]}
     given = Path(str(new["given"])).expanduser().resolve()
     root = str(given) if given.is_dir() else ""
     out = []
     changed = sorted((p for p in after if p in before and after[p] != before[p]),
                      key=lambda p: before[p][0] == after[p][0])  # a new size first: the likeliest new content
     for p in changed[:NAMED]:
-        (size0, _), (size1, ns1) = before[p], after[p]
+        size0, size1 = before[p][0], after[p][0]
         size = f"{size0:,} -> {size1:,} bytes" if size0 != size1 else f"same size, {size1:,} bytes"
-        out.append(f"{_named([p], root)} changed ({size}, modified {_when(ns1)})")
+        out.append(f"{_named([p], root)} changed ({size}, modified {_when(times[p])})")
     if len(changed) > NAMED:
         out.append(f"{len(changed) - NAMED} more files changed")
     added, removed = [p for p in after if p not in before], [p for p in before if p not in after]
@@ -129,19 +146,28 @@ def _file_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     return out or ["its files' stamps changed"]
 
 
+def _as_recorded(old: Any, new: Any) -> Any:
+    """The tokenizer's record ``new`` as a run recorded ``old``: a run before digests recorded each file's name, size
+    and modification time."""
+    if not (isinstance(old, dict) and isinstance(new, dict) and any(len(f) == 3 for f in old.get("files", []))):
+        return new
+    root = Path(str(new["given"])).expanduser()
+    return {**new, "files": [[f.name, f.stat().st_size, f.stat().st_mtime_ns] for f in saved_files(str(root))]}
+
+
 def changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     """What differs between two fingerprints, one clause per setting (``data.path=X: a.csv changed (...)``)."""
     out = []
     for key in ("data.path", "data.val_path"):
         a, b = old.get(key), new.get(key)
-        if a is None and b is None or a is not None and b is not None and a["digest"] == b["digest"]:
+        if _same(a, b):
             continue
         if a is None or b is None or a["given"] != b["given"]:
             was, now = (e["given"] if e else "the built-in data" for e in (a, b))
             out.append(f"{key}: {was}, now {now}")
             continue
         out.append(f"{key}={b['given']}: " + "; ".join(_file_changes(a, b)))
-    a, b = old.get("data.tokenizer"), new.get("data.tokenizer")
+    a, b = old.get("data.tokenizer"), _as_recorded(old.get("data.tokenizer"), new.get("data.tokenizer"))
     if a != b:
         was, now = (t if isinstance(t, str) or t is None else f"{t['given']}" for t in (a, b))
         out.append(f"data.tokenizer: {now}, its files changed" if was == now else f"data.tokenizer: {was}, now {now}")

@@ -16,7 +16,7 @@ as it is (a ``tool`` turn, rendered by the template, never in the loss). Every a
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,15 +85,16 @@ def messages_of(cell: Any, roles: Mapping[str, str] | None = None) -> list[dict[
 
 @dataclass(frozen=True)
 class Turns:
-    """What a column of conversations holds: each row's assistant turns and other turns (after mapping), how many
-    turns had each role as written and what it became, and the first row whose role nothing maps."""
+    """What a column of conversations holds: its assistant turns and other turns (after mapping), how many turns had
+    each role as written and what it became, and the first row whose role nothing maps. A few numbers whatever the
+    rows: counted batch by batch (:func:`count_turns`) and kept with the prepared examples (:meth:`as_meta`)."""
 
-    answers: np.ndarray
-    """Per row: its assistant turns."""
-    others: np.ndarray
-    """Per row: its other turns (system, user, roles kept as they are)."""
+    answers: int
+    """Assistant turns."""
+    others: int
+    """Other turns (system, user, roles kept as they are)."""
     roles: dict[str, tuple[str | None, int]]
-    """Role as written -> (the role it became, None when nothing maps it; turns)."""
+    """Role as written -> (the role it became, None when nothing maps it; turns), the most frequent first."""
     unknown_row: int | None
     """The first row with a role nothing maps (None: every role is known)."""
     sharegpt: bool
@@ -103,6 +104,39 @@ class Turns:
         """``human -> user 40, gpt -> assistant 40, system 20``: each role as written, what it became, its turns."""
         return ", ".join(f"{w}{'' if r == w else f' -> {r}' if r else ' (no rule)'} {n}"
                          for w, (r, n) in self.roles.items())
+
+    def as_meta(self) -> dict[str, Any]:
+        """JSON-able, for a store's description (:meth:`from_meta` reads it back)."""
+        return {"answers": self.answers, "others": self.others, "roles": [[w, r, n] for w, (r, n) in
+                                                                           self.roles.items()],
+                "unknown_row": self.unknown_row, "sharegpt": self.sharegpt}
+
+    @staticmethod
+    def from_meta(meta: dict[str, Any]) -> Turns:
+        """The turns :meth:`as_meta` wrote (a store prepared by an earlier run)."""
+        return Turns(int(meta["answers"]), int(meta["others"]), {w: (r, int(n)) for w, r, n in meta["roles"]},
+                     meta["unknown_row"], bool(meta["sharegpt"]))
+
+
+def count_turns(batches: Iterable[Any], column: str, roles: Mapping[str, str] | None) -> Turns:
+    """Every turn of ``column`` in ``batches`` (``pyarrow`` record batches or tables of a table's rows, in order:
+    :func:`runner.data.store.table_batches` streams them from the table's files), counted one batch at a time, so
+    that a million conversations are never held at once."""
+    answers = others = rows = 0
+    found: dict[str, tuple[str | None, int]] = {}
+    unknown_row: int | None = None
+    sharegpt = False
+    for batch in batches:
+        turns = scan(batch.column(column), roles)
+        answers, others = answers + turns.answers, others + turns.others
+        for written, (role, n) in turns.roles.items():
+            found[written] = (role, found.get(written, (role, 0))[1] + n)
+        if unknown_row is None and turns.unknown_row is not None:
+            unknown_row = rows + turns.unknown_row
+        sharegpt = sharegpt or turns.sharegpt
+        rows += batch.num_rows
+    ordered = dict(sorted(found.items(), key=lambda item: (-item[1][1], item[0])))
+    return Turns(answers, others, ordered, unknown_row, sharegpt)
 
 
 def scan(column: Any, roles: Mapping[str, str] | None) -> Turns:
@@ -119,7 +153,7 @@ def scan(column: Any, roles: Mapping[str, str] | None) -> Turns:
         flat = pc.list_flatten(array)
         written = flat.field(key).to_numpy(zero_copy_only=False).astype(str)
         parents = pc.list_parent_indices(array).to_numpy()
-        return _counted(written, parents, len(array), roles, sharegpt=key == "from")
+        return _counted(written, parents, roles, sharegpt=key == "from")
     written_list: list[str] = []
     parent_list: list[int] = []
     sharegpt = False
@@ -133,22 +167,18 @@ def scan(column: Any, roles: Mapping[str, str] | None) -> Turns:
                 sharegpt = sharegpt or "role" not in m
                 written_list.append(str(m.get("role", m.get("from"))))
                 parent_list.append(i)
-    return _counted(np.array(written_list, dtype=str), np.array(parent_list, dtype=np.int64), len(array), roles,
-                    sharegpt)
+    return _counted(np.array(written_list, dtype=str), np.array(parent_list, dtype=np.int64), roles, sharegpt)
 
 
-def _counted(written: np.ndarray, parents: np.ndarray, rows: int, roles: Mapping[str, str] | None,
-             sharegpt: bool) -> Turns:
+def _counted(written: np.ndarray, parents: np.ndarray, roles: Mapping[str, str] | None, sharegpt: bool) -> Turns:
     mapping = {**(SHAREGPT_ROLES if sharegpt else {}), **role_map(roles)}
     names, counts = np.unique(written, return_counts=True) if len(written) else (np.array([], str), np.array([]))
     found = {str(n): (mapping.get(str(n)), int(c)) for n, c in sorted(zip(names, counts, strict=True),
                                                                       key=lambda nc: -int(nc[1]))}
     unknown = [n for n, (r, _) in found.items() if r is None]
     unknown_row = int(parents[np.isin(written, unknown)].min()) if unknown else None
-    answer = np.isin(written, [n for n, (r, _) in found.items() if r == ANSWER_ROLE])
-    answers = np.bincount(parents[answer], minlength=rows)
-    others = np.bincount(parents[~answer], minlength=rows)
-    return Turns(answers, others, found, unknown_row, sharegpt)
+    answers = int(sum(n for r, n in found.values() if r == ANSWER_ROLE))
+    return Turns(answers, len(written) - answers, found, unknown_row, sharegpt)
 
 
 def unknown_role(turns: Turns, source: Source, column: str) -> DataError:
@@ -211,13 +241,3 @@ def template_render(tokenizer: Any, chat_template: str | None) -> Render | None:
             return str(rendered[0][0])
         return alone
     return None
-
-
-def answer_turns(mask: Any, full: Any, cut: Any) -> tuple[np.ndarray, np.ndarray]:
-    """Per example: its answers (runs of 1 in ``mask``, the ids' answer marks) within its whole span ``full`` and
-    within ``cut`` (what ``data.seq_len`` kept): the answers' runs that start before the cut are in the loss."""
-    flat = np.asarray(mask[0:len(mask)], dtype=np.int8) if len(mask) else np.zeros(0, np.int8)
-    starts = np.flatnonzero(np.diff(flat, prepend=np.int8(0)) > 0)
-    whole = np.searchsorted(starts, full.ends) - np.searchsorted(starts, full.starts)
-    kept = np.searchsorted(starts, cut.ends) - np.searchsorted(starts, cut.starts)
-    return whole, kept

@@ -5,10 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
-from runner.data.instruct_chat import answer_turns
-from runner.data.instruct_encode import Fitted
+from runner.data.instruct_fit import Fitted
 from runner.data.instruct_formats import Format, Kind
 from runner.data.summary import DataSummary
 from runner.figures import data as keys
@@ -48,22 +45,20 @@ def summarize(parts: list[Any], fitted: tuple[Fitted, Fitted], train: int, val: 
 
 def turn_figures(parts: list[Any], fitted: tuple[Fitted, Fitted]) -> dict[str, Any]:
     """A chat's turns: by role, the assistant turns trained on and those ``data.seq_len`` cut off, the others.
-    ``parts[0]`` holds training's rows (and validation's, when split from them), ``parts[-1]`` validation's."""
+    ``parts[0]`` holds training's rows (and validation's, when split from them), ``parts[-1]`` validation's. The
+    turns trained on are the answer runs with a target in the loss (:func:`runner.data.instruct_fit.fit`, from the
+    runs' bounds: no token is read)."""
     turns = [p.turns for p in parts if p.turns is not None]
-    answers = sum(int(t.answers.sum()) for t in turns)
-    trained = 0
-    for part, f in zip((parts[0], parts[-1]), fitted, strict=True):
-        if part.turns is None or not len(f.rows):
-            continue
-        whole, kept = answer_turns(f.mask, f.tokens.spans.take(f.rows), f.spans)
-        trained += int(np.maximum(part.turns.answers[f.rows] - (whole - kept), 0).sum())
+    answers = sum(t.answers for t in turns)
+    trained = sum(f.answer_runs for part, f in zip((parts[0], parts[-1]), fitted, strict=True)
+                  if part.turns is not None)
     roles: dict[str, tuple[str | None, int]] = {}
     for t in turns:
         for written, (role, n) in t.roles.items():
             roles[written] = (role, roles.get(written, (role, 0))[1] + n)
     shown = ", ".join(f"{w}{'' if r == w else f' -> {r}'} {n}" for w, (r, n) in roles.items())
     return {keys.DATA_ROLES: shown, keys.DATA_TURNS_TRAINED: trained, keys.DATA_TURNS_CUT: answers - trained,
-            keys.DATA_TURNS_PROMPT: sum(int(t.others.sum()) for t in turns)}
+            keys.DATA_TURNS_PROMPT: sum(t.others for t in turns)}
 
 
 def packing_figures(packs: dict[str, Any], batch_size: int) -> dict[str, Any]:

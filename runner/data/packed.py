@@ -3,7 +3,7 @@
 An example is ``n`` token ids and which of them are in the loss: it trains ``n - 1`` positions, inputs ``ids[:-1]``,
 targets ``ids[1:]`` (``IGNORE_INDEX`` where not in the loss). :class:`Examples` gives one as a ``[2, n]`` tensor
 (ids, labels) for :class:`~runner.data.padding.PadCollate`. :class:`Packs` lays examples end to end in rows of
-``seq_len`` positions chosen by best-fit decreasing (:func:`runner.packing.best_fit_decreasing`), each example's
+``seq_len`` positions chosen by best-fit decreasing (:func:`runner.packing.bins.pack_rows`), each example's
 inputs and targets its own (no target crosses into the next example), position ids restarting at 0, and
 ``document_ids`` numbering the examples of the row; the rest of a row is padding (pad id, no target, an example of
 its own). :func:`pack_collate` stacks packs into ``(PackedInputs, targets)``: every batch ``[batch, seq_len]``.
@@ -22,7 +22,8 @@ from torch.utils.data import Dataset
 
 from runner.data.padding import IGNORE_INDEX
 from runner.data.windows import Spans, Tokens
-from runner.packing import PackedInputs, best_fit_decreasing
+from runner.packing import PackedInputs
+from runner.packing.bins import PackRows, pack_rows
 
 
 class Examples(Dataset[torch.Tensor]):
@@ -55,13 +56,14 @@ class Examples(Dataset[torch.Tensor]):
 
 class Packs(Dataset[torch.Tensor]):
     """Rows of exactly ``seq_len`` positions holding whole examples (module docstring); an item is ``[4, seq_len]``:
-    inputs, targets, position ids, document ids."""
+    inputs, targets, position ids, document ids. ``rows``: the packing, where it was computed before (a cached
+    layout); else it is computed here."""
 
-    def __init__(self, examples: Examples, seq_len: int, pad_id: int) -> None:
+    def __init__(self, examples: Examples, seq_len: int, pad_id: int, rows: PackRows | None = None) -> None:
         self.examples, self.seq_len, self.pad_id = examples, seq_len, pad_id
-        positions = (examples.lengths - 1).tolist()
-        self.rows = best_fit_decreasing(positions, seq_len)
-        self.positions = int(sum(positions))
+        positions = examples.lengths - 1
+        self.rows = rows if rows is not None else pack_rows(positions, seq_len)
+        self.positions = int(positions.sum())
         """Positions the examples fill; the rest of ``len(self) * seq_len`` is padding."""
 
     def __len__(self) -> int:
@@ -76,15 +78,15 @@ class Packs(Dataset[torch.Tensor]):
     def __getitem__(self, r: int) -> torch.Tensor:
         out = np.empty((4, self.seq_len), dtype=np.int64)
         at = 0
-        for doc, i in enumerate(self.rows[r]):
+        row = self.rows[r].tolist()
+        for doc, i in enumerate(row):
             ids, labels = self.examples.labelled(i)
             n = len(ids) - 1
             out[0, at:at + n], out[1, at:at + n] = ids[:-1], labels[1:]
             out[2, at:at + n], out[3, at:at + n] = np.arange(n), doc
             at += n
         pad = self.seq_len - at
-        out[0, at:], out[1, at:], out[2, at:], out[3, at:] = self.pad_id, IGNORE_INDEX, np.arange(pad), \
-            len(self.rows[r])
+        out[0, at:], out[1, at:], out[2, at:], out[3, at:] = self.pad_id, IGNORE_INDEX, np.arange(pad), len(row)
         return torch.from_numpy(out)
 
     def describe(self) -> dict[str, Any]:

@@ -1,11 +1,8 @@
-"""Reading a :class:`~runner.data.sources.Source` into a Hugging Face ``datasets.Dataset``: memory-mapped Arrow,
-prepared once and read from ``datasets``' cache on every later run (``HF_DATASETS_CACHE``).
-
-- tables (``.jsonl``, ``.csv``, ``.parquet``) through ``datasets``' own builders, a ``save_to_disk`` folder
-  through ``load_from_disk``; a file that cannot be read is a :class:`~runner.data.sources.DataError`;
-- text files into runner's own Arrow file of raw bytes (``doc``: which file, ``bytes``: a piece of it), so
-  bytes stay exactly the file's (no newline translation) and a file never has to fit in memory: pieces end at a
-  newline, or at ``split_at`` (the documents' separator) when given.
+"""Reading a table :class:`~runner.data.sources.Source` into a Hugging Face ``datasets.Dataset`` (memory-mapped
+Arrow, prepared once and read from ``datasets``' cache on every later run, ``HF_DATASETS_CACHE``): ``.jsonl``,
+``.csv``, ``.parquet`` through ``datasets``' own builders, a ``save_to_disk`` folder through ``load_from_disk``; a
+file that cannot be read is a :class:`~runner.data.sources.DataError`. Its columns' checks and text lengths read
+the table's files, not its memory map. (Text files go into a store of their bytes: :mod:`runner.data.text_files`.)
 
 ``datasets`` is quiet while it works (no progress bars, no log lines of its own); its settings are put back.
 """
@@ -24,22 +21,10 @@ from typing import Any
 
 from runner.config.errors import close_matches
 from runner.data.sources import SAVED, VALIDATION_SPLITS, DataError, Source
+from runner.data.store.progress import Heartbeat
 from runner.data.table_errors import json_object_of_rows, not_text, unreadable
 
 log = logging.getLogger(__name__)
-
-PIECE_BYTES = 1 << 22
-"""Text files are stored in pieces of at most about this many bytes (4 MiB): what a file costs in memory."""
-
-
-def cache_root() -> Path:
-    """runner's files in ``datasets``' cache (``HF_DATASETS_CACHE``, default ``~/.cache/huggingface/datasets``)."""
-    import datasets
-
-    root = Path(datasets.config.HF_DATASETS_CACHE) / "runner"
-    root.mkdir(parents=True, exist_ok=True)
-    return root
-
 
 @contextlib.contextmanager
 def quiet_datasets() -> Iterator[None]:
@@ -141,7 +126,11 @@ def _load_table(source: Source, said: Said) -> tuple[Any, bool]:
             builder = datasets.load_dataset_builder(source.kind, data_files=[str(f) for f in source.files])
             cached = os.path.exists(builder.cache_dir)
             start = time.perf_counter()
-            builder.download_and_prepare()
+            size = sum(f.stat().st_size for f in source.files)
+            with Heartbeat(f"reading {source.key}={source.given} ({size / 1e6:,.0f} MB) into Arrow"):
+                if not cached and size >= APART_BYTES:
+                    _prepare_apart(source)  # the same cache entry; a failure there is said again below
+                builder.download_and_prepare()
             rows = builder.as_dataset(split="train")
         except DataError:
             raise
@@ -154,6 +143,24 @@ def _load_table(source: Source, said: Said) -> tuple[Any, bool]:
         said.add(logging.INFO, "data: prepared %d rows of %s=%s as Arrow in %.1f s (%s)", len(rows), source.key,
                  source.given, time.perf_counter() - start, builder.cache_dir)
     return rows, cached
+
+
+APART_BYTES = 64 << 20
+"""Tables from this size are turned into Arrow in a process of their own."""
+
+
+def _prepare_apart(source: Source) -> None:
+    """``datasets``' conversion of a large table into Arrow, in a fresh process: its working memory (about half
+    the file's size) is that process's, not the run's, and is returned when it ends. Whatever goes wrong there,
+    the run's own ``download_and_prepare`` (which then finds nothing prepared) does again, and says why."""
+    import subprocess
+    import sys
+
+    code = ("import sys, datasets; datasets.disable_progress_bars(); datasets.load_dataset_builder(sys.argv[1], "
+            "data_files=sys.argv[2:]).download_and_prepare()")
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        subprocess.run([sys.executable, "-c", code, source.kind, *map(str, source.files)], capture_output=True,
+                       timeout=24 * 3600, check=False)
 
 
 def split_note(source: Source, splits: list[str]) -> str:
@@ -184,75 +191,15 @@ def check_column(rows: Any, column: str, setting: str, source: Source) -> None:
                     f"{', '.join(names) or 'none'}. Set {setting} to the column that holds it.")
 
 
-def _pieces(path: Path, split_at: bytes | None) -> Iterator[bytes]:
-    """``path``'s bytes in pieces: at each ``split_at`` (dropped, as ``bytes.split`` drops it), else after a
-    newline, each at most about ``PIECE_BYTES``."""
-    carry = b""
-    with path.open("rb") as f:
-        while block := f.read(PIECE_BYTES):
-            data = carry + block
-            if split_at:
-                *done, carry = data.split(split_at)
-                yield from done
-                if len(carry) > PIECE_BYTES:  # no separator for a long stretch: store it as it is
-                    yield carry
-                    carry = b""
-            else:
-                cut = data.rfind(b"\n") + 1 or len(data)
-                yield data[:cut]
-                carry = data[cut:]
-    if carry or split_at:
-        yield carry
-
-
-def load_text_files(source: Source, split_at: bytes | None) -> tuple[Any, bool]:
-    """The text files of ``source`` as a memory-mapped ``datasets.Dataset`` with columns ``doc`` (the file's index)
-    and ``bytes`` (a piece of it), written once into runner's cache; and whether it came from there."""
-    import datasets
-    import pyarrow as pa
-
-    path = cache_root() / f"text-{fingerprint(file_stamps(source.files), split_at, 1)}.arrow"
-    cached = path.exists()
-    if not cached:
-        start = time.perf_counter()
-        schema = pa.schema([("doc", pa.int32()), ("bytes", pa.large_binary())])
-        partial = path.with_suffix(f".{os.getpid()}.partial")
-        docs: list[int] = []
-        pieces: list[bytes] = []
-
-        def flush(writer: Any) -> None:  # a record batch of about PIECE_BYTES: memory stays that small
-            writer.write_batch(pa.record_batch([pa.array(docs, pa.int32()), pa.array(pieces, pa.large_binary())],
-                                               schema=schema))
-            docs.clear()
-            pieces.clear()
-
-        with pa.OSFile(str(partial), "wb") as sink, pa.ipc.new_stream(sink, schema) as writer:
-            held = 0
-            for i, f in enumerate(source.files):
-                for piece in _pieces(f, split_at):
-                    docs.append(i)
-                    pieces.append(piece)
-                    held += len(piece)
-                    if held >= PIECE_BYTES:
-                        flush(writer)
-                        held = 0
-            if pieces:
-                flush(writer)
-        os.replace(partial, path)  # whole or absent: a run killed while writing leaves no half cache
-        log.info("data: stored %d text files of %s in %s (%.1f s)", len(source.files), source.given, path,
-                 time.perf_counter() - start)
-    else:
-        log.info("data: %d text files of %s read from the cache (%s): nothing to prepare", len(source.files),
-                 source.given, path)
-    with quiet_datasets():
-        return datasets.Dataset.from_file(str(path)), cached
-
-
 def text_lengths(rows: Any, column: str, source: Source, setting: str) -> Any:
-    """Each row's text in ``column`` as its UTF-8 byte count (0 for a missing value), from the Arrow column alone;
-    a :class:`DataError` when the column holds no text."""
+    """Each row's text in ``column`` as its UTF-8 byte count (0 for a missing value), from the column's offsets,
+    streamed from the table's files (:func:`runner.data.store.table_batches`: a scan through the memory map would
+    keep every page it touched, and the kernel maps tens of kilobytes around each); a :class:`DataError` when the
+    column holds no text."""
+    import numpy as np
     import pyarrow as pa
-    import pyarrow.compute as pc
+
+    from runner.data.store import table_batches
 
     check_column(rows, column, setting, source)
     data = rows.data.column(column)
@@ -261,7 +208,19 @@ def text_lengths(rows: Any, column: str, source: Source, setting: str) -> Any:
         raise DataError(f"{setting}={column}: the column {column} of {source.key}={source.given} holds "
                         f"{not_text(data)}, not text. Make every {column} a string (a missing one null: it is left "
                         f"out and counted), or set {setting} to the column that holds the text.")
-    return pc.fill_null(pc.binary_length(data), 0).to_numpy().astype("int64")
+    wide = pa.types.is_large_string(data.type) or pa.types.is_large_binary(data.type)
+    parts = []
+    for batch in table_batches(rows, [column]):
+        for chunk in getattr(batch.column(0), "chunks", [batch.column(0)]):
+            if not len(chunk):
+                continue
+            offsets = np.frombuffer(chunk.buffers()[1], np.int64 if wide else np.int32)[chunk.offset:chunk.offset +
+                                                                                         len(chunk) + 1]
+            lengths = np.diff(offsets).astype(np.int64)
+            if chunk.null_count:  # a null's offsets need not be equal
+                lengths[chunk.is_null().to_numpy(zero_copy_only=False)] = 0
+            parts.append(lengths)
+    return np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
 
 def null_rows(rows: Any, column: str) -> Any:

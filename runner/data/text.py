@@ -11,7 +11,8 @@ else a seeded split by document, else the last windows of a single document.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+import hashlib
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -29,14 +30,12 @@ from runner.data.packed import Examples, Packs, pack_collate
 from runner.data.padding import IGNORE_INDEX, LengthGroupedBatchSampler, PadCollate, PadTo
 from runner.data.sources import DataError, names_something, own_validation, resolve
 from runner.data.splits import split_documents, tail_cut, tail_how, val_how
+from runner.data.store import Mapped, remembered, spans_blocks, store_key
 from runner.data.summary import DataSummary
 from runner.data.tables import load_table, text_lengths
 from runner.data.tokenizers import check_tokenizer, is_bytes, load_tokenizer, token_range
 from runner.data.traits import DataTraits, ValMetric
 from runner.data.windows import Chunks, PackedWindows, Spans, Stream
-
-BLOCK = 1 << 24
-"""Ids read at a time when the whole training text is counted."""
 
 __all__ = ["IGNORE_INDEX", "PadCollate", "PadTo", "TextDataModule", "TokenizedTextDataModule"]
 
@@ -152,10 +151,6 @@ class TextDataModule(L.LightningDataModule):
             if where is not None:
                 resolve(where, key)
 
-    def prepare_data(self) -> None:
-        """Read and tokenize once (rank 0 of each node, before the others set up): later reads hit the cache."""
-        self.setup()
-
     def setup(self, stage: str | None = None) -> None:
         if self._train is not None:
             return
@@ -171,7 +166,7 @@ class TextDataModule(L.LightningDataModule):
         self._train_docs: list[int] | None = None
         self._train, self._val = self._split(train, val)
         if is_bytes(tokenizer.name):  # over the training documents, or the training part of the one document
-            self.unigram_bits = unigram_bits(self._train_bytes(train))
+            self.unigram_bits = self._unigram(train)
         if self.packing:  # documents batching (checked): the chunks, packed into rows of seq_len
             train_packs, val_packs = (Packs(Examples(ds.tokens, ds.spans), self.seq_len, self.pad_id)
                                       for ds in (self._train, self._val) if isinstance(ds, Chunks))
@@ -186,21 +181,29 @@ class TextDataModule(L.LightningDataModule):
                 f"data: no {which} sequences of seq_len={self.seq_len} in {train.n_docs} documents "
                 f"({self.split_how}); lower data.seq_len, raise data.max_bytes or give more text.")
 
-    def _train_bytes(self, corpus: Corpus) -> Iterator[np.ndarray]:
-        """The training text's bytes, a block at a time: whole documents (their separators too, when held in
-        memory), or the training windows or chunks of the one document."""
-        if self._train_docs is not None and corpus.raw is not None:
-            yield np.frombuffer(b"".join(corpus.raw[i] for i in self._train_docs), np.uint8)
-            return
+    def _train_spans(self, corpus: Corpus) -> Spans:
+        """Where the training text lies in the corpus's ids: its documents, or the training windows or chunks of the
+        one document."""
         if self._train_docs is not None:
-            spans = corpus.of(self._train_docs)
-        elif isinstance(self._train, PackedWindows):
-            spans = self._train.stream.spans
-        else:
-            spans = self._train.spans  # type: ignore[union-attr]
-        for start, end in zip(spans.starts.tolist(), spans.ends.tolist(), strict=True):
-            for a in range(start, end, BLOCK):
-                yield np.asarray(corpus.tokens[a:min(end, a + BLOCK)])
+            return corpus.of(self._train_docs)
+        if isinstance(self._train, PackedWindows):
+            return self._train.stream.spans
+        return self._train.spans  # type: ignore[union-attr]
+
+    def _unigram(self, corpus: Corpus) -> float:
+        """The training bytes' entropy: over the documents held in memory (their separators too), else read from
+        the store a block at a time with file reads (a corpus larger than memory is counted without being held, or
+        mapped), once: the figure is remembered beside the store for the same training text."""
+        if self._train_docs is not None and corpus.raw is not None:
+            return unigram_bits([np.frombuffer(b"".join(corpus.raw[i] for i in self._train_docs), np.uint8)])
+        spans = self._train_spans(corpus)
+        tokens = corpus.tokens
+        if not isinstance(tokens, Mapped):
+            return unigram_bits(np.asarray(corpus.tokens[a:b]) for a, b in zip(spans.starts.tolist(),
+                                                                               spans.ends.tolist(), strict=True))
+        which = hashlib.sha256(spans.starts.tobytes() + spans.ends.tobytes()).hexdigest()
+        return float(remembered(store_key("unigram", str(tokens.path), which),
+                                lambda: unigram_bits(spans_blocks(tokens, spans.starts, spans.ends))))
 
     def _split(self, corpus: Corpus, val: Corpus | None) -> tuple[Dataset, Dataset]:
         """Training and validation sequences, disjoint (module docstring)."""

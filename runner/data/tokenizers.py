@@ -18,6 +18,8 @@ from runner.config.target_objects import TokenRange
 
 BYTES = "bytes"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "spiece.model", "vocab.json", "vocab.txt")
+_SAVED_PREFIXES = ("tokenizer", "special_tokens", "added_tokens", "vocab", "merges", "spiece", "chat_template")
+"""What a saved tokenizer's files are named (``chat_template.jinja``: transformers' chat template, saved apart)."""
 
 
 def is_bytes(spec: str | None) -> bool:
@@ -58,9 +60,20 @@ class SavedTokenizer:
     def __call__(self, texts: Sequence[str], max_len: int | None = None, special: bool = True) -> list[np.ndarray]:
         """Each text's ids, with the tokenizer's special tokens unless ``special`` is False; cut to ``max_len``
         (special tokens kept) when given."""
-        kwargs: dict[str, Any] = {"truncation": True, "max_length": max_len} if max_len else {}
-        ids = self.tokenizer(list(texts), add_special_tokens=special, **kwargs)["input_ids"]
-        return [np.asarray(x, dtype=np.int32) for x in ids]
+        if not max_len:
+            return [np.asarray(x, dtype=np.int32) for x in self.ids(texts, special)]
+        ids = self.tokenizer(list(texts), add_special_tokens=special, truncation=True, max_length=max_len)
+        return [np.asarray(x, dtype=np.int32) for x in ids["input_ids"]]
+
+    def ids(self, texts: Sequence[str], special: bool = True) -> list[list[int]]:
+        """Each text's ids as a list: what ``tokenizer(texts)["input_ids"]`` gives, straight from a fast tokenizer's
+        backend where it has one (``encode_batch_fast``: no offsets or attention masks made and dropped again, 1.7x
+        the throughput on instruction prompts)."""
+        backend = getattr(self.tokenizer, "backend_tokenizer", None)
+        encode = getattr(backend, "encode_batch_fast", None) or getattr(backend, "encode_batch", None)
+        if encode is None:
+            return [list(x) for x in self.tokenizer(list(texts), add_special_tokens=special)["input_ids"]]
+        return [e.ids for e in encode(list(texts), add_special_tokens=special)]
 
 
 Tokenizer = ByteTokens | SavedTokenizer
@@ -72,18 +85,28 @@ def load_tokenizer(spec: str | None, offset: int = 0) -> Tokenizer:
 
 
 def tokenizer_stamp(tokenizer: Tokenizer) -> Any:
-    """What identifies a tokenizer for a cache of its ids: ``bytes`` and the offset, or its saved files' stamps."""
+    """What identifies a tokenizer for a cache of its ids: ``bytes`` and the offset, or the digest of its saved
+    files' contents (not its name or its files' times: another tokenizer saved under the same name is another
+    tokenizer, and one copied elsewhere is the same)."""
     if isinstance(tokenizer, ByteTokens):
         return [BYTES, tokenizer.offset]
-    return saved_files_stamp(tokenizer.name)
+    return tokenizer_digest(tokenizer.name)
 
 
-def saved_files_stamp(directory: str) -> list[tuple[str, int, int]]:
-    """The name, size and modification time of each file of the tokenizer saved in ``directory``."""
+def saved_files(directory: str) -> list[Path]:
+    """The files of the tokenizer saved in ``directory`` (its vocabulary, merges, configuration, special tokens
+    and chat template), sorted by name."""
     root = Path(directory).expanduser()
-    return sorted((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in root.iterdir()
-                  if f.is_file() and (f.name.startswith(("tokenizer", "special_tokens", "added_tokens", "vocab",
-                                                           "merges", "spiece")) or f.name in TOKENIZER_FILES))
+    return sorted((f for f in root.iterdir() if f.is_file() and (f.name.startswith(_SAVED_PREFIXES)
+                                                                 or f.name in TOKENIZER_FILES)),
+                  key=lambda f: f.name)
+
+
+def tokenizer_digest(directory: str) -> str:
+    """The digest of the saved tokenizer's files' contents, their names with them."""
+    from runner.data.store import digest_files
+
+    return digest_files(saved_files(directory), names=True)
 
 
 def check_tokenizer(spec: str | None) -> str | None:

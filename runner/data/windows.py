@@ -79,6 +79,19 @@ class Stream:
         return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
+class Shifted:
+    """``tokens``' ids plus ``offset`` (a classifier's byte ids start at 1: 0 pads), read as int64."""
+
+    def __init__(self, tokens: Tokens, offset: int) -> None:
+        self.tokens, self.offset = tokens, offset
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def __getitem__(self, index: slice) -> np.ndarray:
+        return np.asarray(self.tokens[index], dtype=np.int64) + self.offset
+
+
 def as_long(ids: np.ndarray) -> torch.Tensor:
     """Ids of any integer dtype as an int64 tensor (a copy: the source may be a read-only memory map)."""
     return torch.from_numpy(ids.astype(np.int64))

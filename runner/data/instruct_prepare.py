@@ -1,0 +1,227 @@
+"""Instruction rows prepared once into a store of token ids and answer runs, named by what they are made of.
+
+The store's name (:func:`examples_key`) is the digest of the table's bytes (its files' contents, not their names or
+times), the tokenizer's (its files' contents: bytes, or a saved tokenizer's vocabulary, merges, configuration and
+chat template), the columns, templates and role mapping (``data.roles``) that make a row's text, the names ShareGPT's
+turns are read by (:data:`~runner.data.instruct_chat.SHAREGPT_ROLES`; whether a table's turns are ShareGPT's or
+``role``/``content`` its bytes decide), and the encoder's version: a second run on the same rows, wherever they lie
+and however often they were touched, reads the store instead of preparing again, and any change to what the ids
+would be, or to which turns are answers, makes a new one. ``data.seq_len``, the loss's policy and packing are
+applied to the examples afterwards (:mod:`runner.data.instruct_layout`, cached under a key of their own).
+
+Preparing reads the table once (``datasets`` turns JSON lines, CSV or Parquet into Arrow) and checks its shape
+before anything is tokenized: a JSON object holding the rows, a conversation column without a chat template, a role
+no rule maps (a conversation column's turns are counted batch by batch as they stream from the table's files,
+:func:`~runner.data.instruct_chat.count_turns`, and kept in the store's description for the data section). It then
+streams the rows through :class:`~runner.data.instruct_encode.InstructEncoder` on every core and writes the ids as
+they come (:mod:`runner.data.store`), saying how far it got when it takes more than a few seconds. Local rank 0
+prepares; the other ranks of its machine wait for it and read the same files.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from runner.data.instruct_chat import SHAPES_HINT, SHAREGPT_ROLES, Turns, count_turns, unknown_role
+from runner.data.instruct_encode import (
+    ANSWERS,
+    BYTES_EOS,
+    EMPTY_ANSWER,
+    IDS,
+    PROBLEM,
+    VERSION,
+    InstructEncoder,
+    eos_id,
+    tokenizer_and_render,
+)
+from runner.data.instruct_formats import Format, Kind, resolve_format
+from runner.data.sources import SAVED, DataError, Source, resolve
+from runner.data.store import (
+    PrepareTimeout,
+    Progress,
+    Store,
+    StoreWriter,
+    digest_files,
+    encode_into,
+    prepared,
+    progress_file,
+    store_dir,
+    store_key,
+    table_batches,
+    token_dtype,
+    workers,
+)
+from runner.data.store.parallel import PARALLEL_ROWS
+from runner.data.store.progress import Heartbeat
+from runner.data.table_errors import json_object_of_rows
+from runner.data.tables import load_table
+from runner.data.tokenizers import Tokenizer, is_bytes, tokenizer_stamp
+
+log = logging.getLogger(__name__)
+
+SHIPPED = "examples/data/instruct.jsonl"
+"""The instruction file runner ships (examples/data/make_instruct.py writes it)."""
+NOTED = 5
+"""Rows a problem's message names."""
+
+
+@dataclass
+class Prepared:
+    """One setting's rows, prepared: the table's shape, its store, where the rows came from, what was left out."""
+
+    fmt: Format
+    store: Store
+    key: str
+    source: str
+    files: int
+    rows: int
+    dropped: dict[str, int]
+    problems: dict[str, Any]
+    built: bool
+    """Whether this process prepared the store (else it read one a run before it, or another rank, wrote)."""
+    turns: Turns | None = None
+    """A conversation column's turns (chat only)."""
+
+    def say(self, what: str) -> None:
+        """Where the examples came from, in the log: prepared now (how long it took), or read from the cache."""
+        if self.built:
+            log.info("data: instruction examples of %s: tokenized in %.1f s (%d processes), stored in %s", what,
+                     self.store.meta["seconds"], self.store.meta["processes"], self.store.directory)
+        else:
+            log.info("data: instruction examples of %s read from the cache (%s): not tokenized again", what,
+                     self.store.directory)
+
+
+def source_files(source: Source) -> list[Any]:
+    """The files whose bytes make ``source``'s rows: its files, or every file of a ``save_to_disk`` folder."""
+    if source.kind == SAVED:
+        return sorted((f for f in source.files[0].rglob("*") if f.is_file()), key=str)
+    return list(source.files)
+
+
+def examples_key(data_digest: str, tokenizer: Any, prompt_column: str, response_column: str,
+                 messages_column: str | None, prompt_template: str | None, chat_template: str | None,
+                 max_examples: int | None, roles: dict[str, str] | None = None) -> str:
+    """The store's name: everything a row's ids and answers depend on (module docstring)."""
+    return store_key("instruct", data_digest, tokenizer, prompt_column, response_column, messages_column,
+                     prompt_template, chat_template, max_examples, sorted((roles or {}).items()),
+                     sorted(SHAREGPT_ROLES.items()), BYTES_EOS, VERSION)
+
+
+_PREPARED: dict[str, Prepared] = {}
+"""Rows this process has prepared or opened, by their settings: the checks before a run and the run itself read
+them once."""
+
+
+def prepare(where: str, key: str, tokenizer: Tokenizer, prompt_column: str, response_column: str,
+            messages_column: str | None, prompt_template: str | None, chat_template: str | None,
+            max_examples: int | None, roles: dict[str, str] | None = None) -> Prepared:
+    """The rows ``where`` names, in their shape, prepared; :class:`DataError` when they cannot be."""
+    source = resolve(where, key)
+    if not source.is_table:
+        raise DataError(f"{key}={where} is text, not a table: data=instruct reads rows with a prompt and a response "
+                        "(or a conversation). Give a .jsonl, .csv or .parquet file, or a save_to_disk folder "
+                        f"(e.g. {SHIPPED}); plain text trains with data=text.")
+    name = examples_key(digest_files(source_files(source)), tokenizer_stamp(tokenizer), prompt_column,
+                        response_column, messages_column, prompt_template, chat_template, max_examples, roles)
+    if name in _PREPARED:
+        return _PREPARED[name]
+    settings = dict(prompt_column=prompt_column, response_column=response_column, messages_column=messages_column,
+                    prompt_template=prompt_template, roles=roles)
+    directory = store_dir(name)
+
+    def build(tmp: Any) -> None:
+        _build(tmp, source, tokenizer, settings, chat_template, max_examples, f"{key}={where}",
+               progress_file(directory))
+
+    try:
+        store, built = prepared(directory, build, f"{key}={where}")
+    except PrepareTimeout as e:
+        raise DataError(str(e)) from e
+    meta = store.meta
+    fmt = Format(Kind(meta["kind"]), tuple(meta["columns"]), meta["template"],
+                 tuple((str(w), str(r)) for w, r in meta["roles"]), bool(meta["sharegpt"]))
+    dropped = {f"data.max_examples={max_examples}": meta["table_rows"] - store.rows} \
+        if meta["table_rows"] > store.rows else {}
+    _PREPARED[name] = Prepared(fmt, store, name, source.describe(), len(source.files), store.rows, dropped,
+                               meta["problems"], built, Turns.from_meta(meta["turns"]) if meta["turns"] else None)
+    return _PREPARED[name]
+
+
+def _build(tmp: Any, source: Source, tokenizer: Tokenizer, settings: dict[str, Any], chat_template: str | None,
+           max_examples: int | None, what: str, progress: Any) -> None:
+    """Reads the table, checks its shape, and writes its rows' ids into the store directory ``tmp``."""
+    rows, _ = load_table(source)
+    if len(rows) == 0:
+        raise DataError(f"{what} holds no rows. Point {what.split('=')[0]} at a file with examples in it.")
+    try:
+        fmt = resolve_format(rows.column_names, source, **settings)
+    except DataError:
+        nested = json_object_of_rows(source)  # {"data": [...]}: one row to datasets, rows to the user
+        if nested is not None:
+            raise DataError(nested) from None
+        raise
+    _, render = tokenizer_and_render(tokenizer.name, chat_template, given=tokenizer)
+    if fmt.kind is Kind.chat and render is None:
+        which = "UTF-8 bytes" if is_bytes(tokenizer.name) else f"the tokenizer {tokenizer.name}"
+        raise DataError(f"data.messages_column={fmt.columns[0]}: {which} has no chat template to render the "
+                        "conversations with. Give one as data.chat_template='{% for m in messages %}...' (a Jinja "
+                        "template over messages, with add_generation_prompt), or a tokenizer that has one "
+                        "(data.tokenizer=DIR), or use prompt/response columns.")
+    total = len(rows) if max_examples is None else min(max_examples, len(rows))
+    turns = None
+    if fmt.kind is Kind.chat:  # every turn's role known before anything is tokenized
+        with Heartbeat(f"reading the turns of {what}"):
+            turns = count_turns(table_batches(rows, [fmt.columns[0]], total), fmt.columns[0], settings["roles"])
+        if turns.unknown_row is not None:
+            raise unknown_role(turns, source, fmt.columns[0])
+        fmt = dataclasses.replace(fmt, sharegpt=turns.sharegpt)
+    eos = eos_id(tokenizer)
+    largest = 255 if is_bytes(tokenizer.name) else max(tokenizer.vocab_size - 1, eos or 0)
+    writer = StoreWriter(tmp, ragged={IDS: token_dtype(largest), ANSWERS: "int32"}, rows={PROBLEM: "int8"})
+    counter = Progress(f"tokenizing {what}", total, file=progress)
+    encoder = InstructEncoder(fmt, None if is_bytes(tokenizer.name) else tokenizer.name, chat_template)
+    processes = workers() if total >= PARALLEL_ROWS else 1
+    columns = [c for c in fmt.columns if c]
+    try:
+        notes = encode_into(writer, table_batches(rows, columns, total), encoder, counter, processes)
+    except BaseException:
+        writer.abandon()
+        raise
+    seconds = counter.finish()
+    writer.flush()
+    problem = writer_problems(tmp, writer.rows, notes)
+    writer.finish({"kind": fmt.kind.value, "columns": list(fmt.columns), "template": fmt.template,
+                   "roles": [list(r) for r in fmt.roles], "sharegpt": fmt.sharegpt,
+                   "turns": turns.as_meta() if turns is not None else None, "table_rows": len(rows),
+                   "problems": problem, "seconds": round(seconds, 2), "processes": processes})
+
+
+def writer_problems(directory: Any, rows: int, notes: list[tuple[int, str]]) -> dict[str, Any]:
+    """What is wrong with rows, from the problem codes just written: empty answers (how many, the first rows), and
+    rows that cannot be read (how many, the first one and why)."""
+    import numpy as np
+
+    codes = np.fromfile(directory / f"{PROBLEM}.rows", dtype=np.int8, count=rows)
+    empty = np.flatnonzero(codes == EMPTY_ANSWER)
+    return {"empty": int(len(empty)), "empty_rows": empty[:NOTED].tolist(), "unreadable": len(notes),
+            "first_unreadable": list(notes[0]) if notes else None}
+
+
+def refuse_problems(prepared: Prepared, key: str, where: str) -> None:
+    """A :class:`DataError` naming rows that cannot train (an empty answer, a malformed conversation)."""
+    p = prepared.problems
+    column = prepared.fmt.answer_column
+    if p["empty"]:
+        first = p["empty_rows"]
+        raise DataError(f"{key}={where}: {p['empty']} of {prepared.rows} rows have an empty answer in column {column} "
+                        f"(rows {', '.join(map(str, first))}{', ...' if p['empty'] > len(first) else ''}, counting "
+                        "from 0): the model would learn to answer with nothing. Fill them in or remove those rows.")
+    if p["unreadable"]:
+        i, problem = p["first_unreadable"]
+        raise DataError(f"{key}={where}: {p['unreadable']} rows cannot be read as conversations (row {i}: {problem}). "
+                        f"Each cell of {column} is {SHAPES_HINT}, with at least one assistant turn (a CSV cell holds "
+                        "it as JSON); fix or remove those rows.")

@@ -1,0 +1,76 @@
+"""Prepared data on disk: flat token arrays read through memory maps, named by content, prepared once.
+
+- ``arrays``: a store's files (ragged and per-row columns), its writer and its memory-mapped reader;
+- ``content``: the digest of a file's bytes (read once per state of the file; an appended file from where it grew);
+- ``shared``: a store prepared once by local rank 0 (or the first run to ask), the others waiting, bounded;
+- ``parallel``: a table's rows through an encoder on every core into a store;
+- ``progress``: rows done, rows per second and time left, on the console, for a preparation that takes a while.
+
+A data kind stores its token arrays here: an encoder (a picklable ``ChunkEncoder``) and a key, then
+:func:`prepared` with a build function that streams its table through :func:`encode_into` into a
+:class:`StoreWriter` (``runner.data.instruct_prepare`` is one). Torch-free, so worker processes start quickly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from runner.data.store.arrays import VERSION, Mapped, Ragged, Store, StoreWriter, spans_blocks, token_dtype
+from runner.data.store.content import digests, files_digest
+from runner.data.store.parallel import Chunk, ChunkEncoder, encode_into, table_batches, workers
+from runner.data.store.progress import Progress
+from runner.data.store.shared import PrepareTimeout, local_rank, prepared, progress_file
+
+__all__ = ["Chunk", "ChunkEncoder", "Mapped", "PrepareTimeout", "Progress", "Ragged", "Store", "StoreWriter",
+           "digest_files", "encode_into", "file_digests", "local_rank", "prepared", "progress_file", "remembered",
+           "spans_blocks", "store_dir", "store_key", "table_batches", "token_dtype", "workers"]
+
+
+def root() -> Path:
+    """Where stores and digests live: ``runner/`` in ``datasets``' cache (``HF_DATASETS_CACHE``, by default
+    ``~/.cache/huggingface/datasets``)."""
+    import datasets
+
+    directory = Path(datasets.config.HF_DATASETS_CACHE) / "runner"
+    directory.mkdir(parents=True, exist_ok=True)
+    return directory
+
+
+def digest_files(files: Iterable[Path], names: bool = False) -> str:
+    """The digest of ``files``' contents in order (``runner.data.store.content``), read once per state of each."""
+    return files_digest(files, root() / "digests", names=names)
+
+
+def file_digests(files: Iterable[Path]) -> list[str]:
+    """Each file's digest (``runner.data.store.content``), read once per state of each."""
+    return digests(files, root() / "digests")
+
+
+def store_key(kind: str, *parts: Any) -> str:
+    """A store's name from everything its content depends on (JSON-able ``parts``) and the store layout's version."""
+    text = json.dumps([kind, VERSION, *parts], sort_keys=True, default=str)
+    return f"{kind}-{hashlib.sha256(text.encode()).hexdigest()[:24]}"
+
+
+def store_dir(key: str) -> Path:
+    """The directory of the store named ``key``."""
+    return root() / "store" / key
+
+
+def remembered(key: str, compute: Callable[[], Any]) -> Any:
+    """A figure computed once from stored data (JSON-able), kept under ``key`` beside the stores and read after."""
+    from runner.atomic_files import atomic_write_bytes
+
+    path = root() / "figures" / f"{key}.json"
+    try:
+        return json.loads(path.read_text())["value"]
+    except (OSError, ValueError, KeyError):
+        value = compute()
+    with contextlib.suppress(OSError):  # a read-only cache: computed again next time
+        atomic_write_bytes(json.dumps({"value": value}).encode(), path, one_writer=False)
+    return value

@@ -1,0 +1,90 @@
+"""Text files into runner's store of raw bytes (:mod:`runner.data.store`): ``bytes``, a piece of a file, and
+``doc``, which file, named by the files' contents, so bytes stay exactly the file's (no newline translation) and a
+file never has to fit in memory: pieces end at a newline, or at ``split_at`` (the documents' separator) when given.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from runner.data.sources import Source
+
+log = logging.getLogger(__name__)
+
+PIECE_BYTES = 1 << 22
+"""Text files are stored in pieces of at most about this many bytes (4 MiB): what a file costs in memory."""
+
+
+def _pieces(path: Path, split_at: bytes | None) -> Iterator[bytes]:
+    """``path``'s bytes in pieces: at each ``split_at`` (dropped, as ``bytes.split`` drops it), else after a
+    newline, each at most about ``PIECE_BYTES``."""
+    carry = b""
+    with path.open("rb") as f:
+        while block := f.read(PIECE_BYTES):
+            data = carry + block
+            if split_at:
+                *done, carry = data.split(split_at)
+                yield from done
+                if len(carry) > PIECE_BYTES:  # no separator for a long stretch: store it as it is
+                    yield carry
+                    carry = b""
+            else:
+                cut = data.rfind(b"\n") + 1 or len(data)
+                yield data[:cut]
+                carry = data[cut:]
+    if carry or split_at:
+        yield carry
+
+
+def load_text_files(source: Source, split_at: bytes | None) -> Any:
+    """The text files of ``source`` as a store (:mod:`runner.data.store`) of their pieces: a ragged column ``bytes``
+    (each piece's bytes, the ids of byte-level text) and ``doc`` (the file's index), written once into runner's cache
+    (named by the files' contents) and read from there by later runs."""
+    import numpy as np
+
+    from runner.data.store import Progress, StoreWriter, digest_files, prepared, progress_file, store_dir, store_key
+
+    directory = store_dir(store_key("text", digest_files(source.files), split_at, 2))
+
+    def build(tmp: Path) -> None:
+        writer = StoreWriter(tmp, ragged={"bytes": np.uint8}, rows={"doc": np.int32})
+        counter = Progress(f"reading {source.key}={source.given}", sum(f.stat().st_size for f in source.files),
+                           file=progress_file(directory), unit="bytes")
+        docs: list[int] = []
+        pieces: list[bytes] = []
+
+        def flush() -> None:  # about PIECE_BYTES at a time: memory stays that small
+            lengths = np.fromiter(map(len, pieces), dtype=np.int64, count=len(pieces))
+            writer.append({"bytes": (np.frombuffer(b"".join(pieces), np.uint8), lengths)}, {"doc": np.array(docs)})
+            counter.advance(int(lengths.sum()))
+            docs.clear()
+            pieces.clear()
+
+        held = 0
+        try:
+            for i, f in enumerate(source.files):
+                for piece in _pieces(f, split_at):
+                    docs.append(i)
+                    pieces.append(piece)
+                    held += len(piece)
+                    if held >= PIECE_BYTES:
+                        flush()
+                        held = 0
+            if pieces:
+                flush()
+        except BaseException:
+            writer.abandon()
+            raise
+        writer.finish({"seconds": round(counter.finish(), 2)})
+
+    store, built = prepared(directory, build, f"{source.key}={source.given}")
+    if built:
+        log.info("data: stored %d text files of %s in %s (%.1f s)", len(source.files), source.given, directory,
+                 store.meta["seconds"])
+    else:
+        log.info("data: %d text files of %s read from the cache (%s): nothing to prepare", len(source.files),
+                 source.given, directory)
+    return store
