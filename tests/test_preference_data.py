@@ -164,15 +164,15 @@ def test_identical_pairs_are_left_out_and_counted(tmp_path: Path) -> None:
 
 
 def test_pairs_longer_than_seq_len_are_cut_and_counted_and_those_left_no_room_left_out(tmp_path: Path) -> None:
-    long = "x" * 60
+    long = "x" * 200
     rows = [*_rows(SHIPPED, 40), {"prompt": "q", "chosen": long, "rejected": "short"},
-            {"prompt": "y" * 200, "chosen": "a", "rejected": "b"},
+            {"prompt": "y" * 300, "chosen": "a", "rejected": "b"},
             {"prompt": "q", "chosen": long + "1", "rejected": long + "2"}]  # the same once cut
-    data = _data(_jsonl(tmp_path / "pairs.jsonl", rows), seq_len=64)
+    data = _data(_jsonl(tmp_path / "pairs.jsonl", rows), seq_len=192)
     f = data.figures()
     assert f[keys.DATA_PAIRS] == 41 and f[keys.DATA_TRUNCATED_ROWS] == 1
     assert f[keys.DATA_CUT_PART] == "the end of the completion, and its EOS"
     assert "data.seq_len (the prompt fills it: no completion left): 1" in f[keys.DATA_DROPPED_BY]
     assert "chosen identical to rejected once cut at data.seq_len: 1" in f[keys.DATA_DROPPED_BY]
     positions = np.concatenate([d.fitted.positions().ravel() for d in data.datasets.values()])
-    assert positions.max() == 64  # cut at seq_len positions, never more
+    assert positions.max() == 192  # cut at seq_len positions, never more

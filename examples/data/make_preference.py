@@ -3,9 +3,11 @@
 
     python examples/data/make_preference.py     # preference.jsonl (prompt, chosen, rejected), preference_chat.jsonl
 
-Each task's right answer follows from its question by a rule a small model can pick up (copy a word of the question,
-write it in capitals, compare two numbers, tell a number's parity, name the first of a list), so a tiny model's
-preference accuracy on pairs it never saw rises well above chance in a short run.
+Each task's right answer follows from its question by a rule (write words in capital or in small letters, a number
+in digits or in words, pick the larger of two numbers); the wrong answer breaks it (the other case, the other form,
+the smaller number). Every row is different (validation reads pairs
+training never saw), and all but the last rule show in the answer's form, which a tiny model picks up in a short
+run: its preference accuracy on the validation pairs rises well above chance (docs/preference.md shows a run).
 
 ``preference.jsonl``: 2,000 rows of ``{"prompt", "chosen", "rejected"}`` (TRL's explicit-prompt shape).
 ``preference_chat.jsonl``: 500 rows of ``{"chosen", "rejected"}``, each a conversation (``[{"role", "content"},
@@ -25,18 +27,50 @@ HERE = Path(__file__).resolve().parent
 ROWS = 2000
 CHATS = 500
 WORDS = ["garden", "python", "window", "river", "planet", "silver", "orange", "castle", "bridge", "forest",
-         "engine", "pencil", "rocket", "summer", "winter", "island", "market", "candle", "butter", "mirror"]
+         "engine", "pencil", "rocket", "summer", "winter", "island", "market", "candle", "butter", "mirror",
+         "cat", "sun", "map", "owl", "tree", "lamp", "frog", "ship", "cloud", "stone", "bread", "chair", "tiger",
+         "music", "ocean", "apple", "yellow", "kitten", "basket", "dragon", "blanket", "diamond", "kitchen",
+         "library", "monster", "rainbow", "teacher", "volcano", "elephant", "mountain", "sandwich", "umbrella",
+         "dinosaur", "notebook", "computer", "keyboard", "hospital", "painting", "bicycle", "airplane"]
 Task = Callable[[random.Random], tuple[str, str, str]]
 
 
-def repeat(rng: random.Random) -> tuple[str, str, str]:
-    word, other = rng.sample(WORDS, 2)
-    return f'Repeat the word "{word}".', word, other
+ONES = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve",
+        "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen"]
+TENS = ["", "", "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety"]
+
+
+def spelled(n: int) -> str:
+    """``n`` (0-999) in words: 42 -> forty-two, 305 -> three hundred and five."""
+    if n >= 100:
+        return ONES[n // 100] + " hundred" + (" and " + spelled(n % 100) if n % 100 else "")
+    if n < 20:
+        return ONES[n]
+    return TENS[n // 10] + ("-" + ONES[n % 10] if n % 10 else "")
+
+
+def phrase(rng: random.Random) -> str:
+    return " ".join(rng.sample(WORDS, rng.randint(1, 3)))
 
 
 def capitals(rng: random.Random) -> tuple[str, str, str]:
-    words = " ".join(rng.sample(WORDS, rng.randint(1, 2)))
+    words = phrase(rng)
     return f'Write "{words}" in capital letters.', words.upper(), words
+
+
+def small_letters(rng: random.Random) -> tuple[str, str, str]:
+    words = phrase(rng).upper()
+    return f'Write "{words}" in small letters.', words.lower(), words
+
+
+def digits(rng: random.Random) -> tuple[str, str, str]:
+    n = rng.randint(0, 999)
+    return f"Write {spelled(n)} in digits.", str(n), spelled(n)
+
+
+def in_words(rng: random.Random) -> tuple[str, str, str]:
+    n = rng.randint(0, 999)
+    return f"Write {n} in words.", spelled(n), str(n)
 
 
 def larger(rng: random.Random) -> tuple[str, str, str]:
@@ -44,24 +78,30 @@ def larger(rng: random.Random) -> tuple[str, str, str]:
     return f"Which is larger, {a} or {b}?", str(max(a, b)), str(min(a, b))
 
 
-def parity(rng: random.Random) -> tuple[str, str, str]:
-    n = rng.randint(10, 999)
-    right, wrong = ("even", "odd") if n % 2 == 0 else ("odd", "even")
-    return f"Is {n} even or odd?", f"{n} is {right}.", f"{n} is {wrong}."
-
-
-def first(rng: random.Random) -> tuple[str, str, str]:
-    words = rng.sample(WORDS, 3)
-    return f'What is the first word of "{" ".join(words)}"?', words[0], rng.choice(words[1:])
-
-
-TASKS: list[Task] = [repeat, capitals, larger, parity, first]
+TASKS: list[Task] = [capitals, small_letters, digits, in_words, larger]
 
 
 def pairs(n: int, seed: int = 0) -> list[dict[str, str]]:
-    """``n`` questions with a right and a wrong answer, the tasks in turn."""
+    """``n`` different questions-and-answers pairs (no row twice: validation reads rows training never does), the
+    tasks in turn; a task whose pairs run out leaves its turn to the others."""
     rng = random.Random(seed)
-    return [dict(zip(("prompt", "chosen", "rejected"), TASKS[i % len(TASKS)](rng), strict=True)) for i in range(n)]
+    seen: set[tuple[str, str, str]] = set()
+    out: list[dict[str, str]] = []
+    tasks, misses = list(TASKS), dict.fromkeys(TASKS, 0)
+    i = 0
+    while len(out) < n and tasks:
+        task = tasks[i % len(tasks)]
+        i += 1
+        row = task(rng)
+        if row in seen:
+            misses[task] += 1
+            if misses[task] > 1000:  # this task has (almost) no new pair left: the others take its turns
+                tasks.remove(task)
+            continue
+        misses[task] = 0
+        seen.add(row)
+        out.append(dict(zip(("prompt", "chosen", "rejected"), row, strict=True)))
+    return out
 
 
 def chats(n: int, seed: int = 1) -> list[dict[str, list[dict[str, str]]]]:

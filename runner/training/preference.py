@@ -74,7 +74,9 @@ class PreferenceModule(TrainModule):
 
     def validation_step(self, batch: Batch, batch_idx: int) -> torch.Tensor:  # type: ignore[override]
         loss, stats = self.pair_losses(batch)
-        n = batch[0].pair_slots
+        # Weighed by the pairs the batch holds (packed rows hold more short pairs than long ones): validation's
+        # figures are means over its pairs. A host sync, in validation only (it runs eagerly).
+        n = int(batch[0].pairs.sum())
         self.log(VAL_LOSS, loss, prog_bar=True, sync_dist=True, batch_size=n)
         for key, name in zip(VAL_METRICS, STATS, strict=True):
             self.log(key, stats[name], sync_dist=True, batch_size=n)
