@@ -110,3 +110,12 @@ def test_padded_pairs_of_varying_length_compile_once(tmp_path: Path) -> None:
                                  "dynamic.after_warmup=fail_on_recompile", "trainer.max_steps=5"]).figures
     assert f[DYNAMIC_GRAPHS] == 1 and f[DYNAMIC_RECOMPILES] == 0 and f["run/steps"] == 5
     assert torch.isfinite(torch.tensor(f["train/loss"]))
+
+
+def test_compiled_in_place_the_reference_is_the_graph_without_gradients(tmp_path: Path) -> None:
+    """``compile.scope=model``: the model is compiled in place, called for the policy (with gradients) and the
+    reference (without): two graphs, told apart by the grad mode alone (validation's graph), none by the adapter's
+    state: the gate is a tensor, not a guard."""
+    f = train(tmp_path / "run", [*RECIPE, "compile=model", "trainer.max_steps=4", "trainer.val_check_interval=2"]).figures
+    reasons = f["dynamic/recompile_reasons"]
+    assert f[DYNAMIC_GRAPHS] == 2 and reasons and all("grad_mode" in r for r in reasons), reasons
