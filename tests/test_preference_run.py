@@ -116,6 +116,7 @@ def test_compiled_in_place_the_reference_is_the_graph_without_gradients(tmp_path
     """``compile.scope=model``: the model is compiled in place, called for the policy (with gradients) and the
     reference (without): two graphs, told apart by the grad mode alone (validation's graph), none by the adapter's
     state: the gate is a tensor, not a guard."""
-    f = train(tmp_path / "run", [*RECIPE, "compile=model", "trainer.max_steps=4", "trainer.val_check_interval=2"]).figures
+    overrides = [*RECIPE, "compile=model", "trainer.max_steps=4", "trainer.val_check_interval=2"]
+    f = train(tmp_path / "run", overrides).figures
     reasons = f["dynamic/recompile_reasons"]
     assert f[DYNAMIC_GRAPHS] == 2 and reasons and all("grad_mode" in r for r in reasons), reasons
