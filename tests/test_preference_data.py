@@ -79,7 +79,7 @@ def test_the_last_batch_is_filled_with_empty_pairs_so_every_batch_has_one_shape(
     assert [n for _, n in shapes] == [4, 1] and all(s[0] == 8 for s, _ in shapes)
 
 
-def test_packed_rows_hold_whole_pairs_each_sequence_its_own_document() -> None:
+def test_packed_rows_hold_whole_pairs_sharing_their_prompt() -> None:
     rows = _rows(SHIPPED, 60)
     data = _data(SHIPPED, max_examples=60, seq_len=128, packing=True)
     train = data.datasets["train"]
@@ -96,10 +96,18 @@ def test_packed_rows_hold_whole_pairs_each_sequence_its_own_document() -> None:
         for side, key in ((0, "chosen"), (1, "rejected")):
             mine = targets[(inputs.slots == side * p + slot) & (targets != IGNORE_INDEX)]
             assert bytes(mine.tolist()) == row[key].encode() + b"\x04"
-    # Each sequence its own document, position ids from 0 in each.
-    docs, positions = inputs.ids.document_ids[0], inputs.ids.position_ids[0]
-    starts = torch.nonzero(torch.diff(docs, prepend=docs[:1] - 1)).flatten()
-    assert (positions[starts] == 0).all()
+    # The prompt but its last id once (a document of its own, and its own parent), then each completion (a document
+    # whose parent is the prompt's) starting with the prompt's last id, its positions going on from the prompt's.
+    ids, docs, parents = inputs.ids.input_ids[0], inputs.ids.document_ids[0], inputs.ids.parent_ids[0]
+    positions = inputs.ids.position_ids[0]
+    pair = train.fitted  # type: ignore[union-attr]
+    i = int(inputs.index[0])
+    prompt = len(pair.sequence(i, 0)[0]) - len(pair.sequence(i, 0)[0][pair.sequence(i, 0)[1]:])
+    assert (docs[:prompt - 1] == 0).all() and (parents[:prompt - 1] == 0).all()
+    for side in (0, 1):
+        mine = docs == 1 + side
+        assert (parents[mine] == 0).all() and positions[mine][0] == prompt - 1
+        assert int(ids[mine][0]) == int(pair.sequence(i, side)[0][prompt - 1])  # the prompt's last id
 
 
 @pytest.mark.parametrize("fmt", ["jsonl", "json", "csv", "parquet", "saved"])
@@ -176,3 +184,28 @@ def test_pairs_longer_than_seq_len_are_cut_and_counted_and_those_left_no_room_le
     assert "chosen identical to rejected once cut at data.seq_len: 1" in f[keys.DATA_DROPPED_BY]
     positions = np.concatenate([d.fitted.positions().ravel() for d in data.datasets.values()])
     assert positions.max() == 192  # cut at seq_len positions, never more
+
+
+def test_a_prompt_shared_by_two_completions_is_attended_by_both_and_they_not_by_each_other() -> None:
+    """The dense mask with parents: a completion sees its prompt (its parent) and its own earlier positions, never
+    the other completion; FlexAttention's block mask computes the same attention (forward: torch 2.13 has no
+    FlexAttention backward on the CPU)."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    from runner.packing import block_document_mask, dense_document_mask
+
+    # prompt 0 (3 positions), chosen 1 (2), rejected 2 (2), the next pair's prompt 3 (1) and chosen 4 (1).
+    docs = torch.tensor([[0, 0, 0, 1, 1, 2, 2, 3, 4]])
+    parents = torch.tensor([[0, 0, 0, 0, 0, 0, 0, 3, 3]])
+    mask = dense_document_mask(docs, parents)[0, 0]
+    assert mask[5].tolist() == [True, True, True, False, False, True, False, False, False]  # rejected: prompt, itself
+    assert mask[4].tolist() == [True, True, True, True, True, False, False, False, False]  # chosen: prompt, its own
+    assert mask[8].tolist() == [False] * 7 + [True, True]
+    torch.manual_seed(0)
+    docs = torch.repeat_interleave(torch.arange(9), torch.tensor([100, 40, 60, 30, 20, 10, 50, 30, 172]))[None]
+    parents = torch.tensor([0, 0, 0, 3, 3, 3, 6, 6, 8]).repeat_interleave(
+        torch.tensor([100, 40, 60, 30, 20, 10, 50, 30, 172]))[None]
+    q, k, v = (torch.randn(1, 2, 512, 16) for _ in range(3))
+    dense = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=dense_document_mask(docs, parents))
+    flex = flex_attention(q, k, v, block_mask=block_document_mask(docs, parent_ids=parents))
+    torch.testing.assert_close(flex, dense, rtol=1e-5, atol=1e-5)

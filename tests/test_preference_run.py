@@ -27,7 +27,7 @@ SHIPPED = ROOT / "examples" / "data" / "preference.jsonl"
 TINY = ["model.overrides.hidden_size=32", "model.overrides.intermediate_size=64", "model.overrides.num_hidden_layers=1",
         "model.overrides.num_attention_heads=2"]
 RECIPE = ["+recipe=llama_dpo", f"data.path={SHIPPED}", "compile.backend=aot_eager", "data.max_examples=200", *TINY,
-          *FAST]
+          *FAST, "trainer.checkpoint_every_n_steps=3"]
 """The documented command, shortened: 200 pairs, a one-layer model, a few steps, aot_eager."""
 
 
@@ -85,6 +85,7 @@ def test_eval_scores_every_validation_pair_and_a_resume_goes_on(dpo: TrainedRun,
     shutil.copytree(dpo.run_dir, copy)
     resumed = train(copy, [*RECIPE, "ckpt_path=last", "trainer.max_steps=5"])
     assert resumed.figures["run/steps"] == 5 and isinstance(resumed.figures["rewards/accuracies"], float)
+    assert min(s["step"] for s in resumed.figures["perf/step_series"]) == 3  # on from the checkpoint's step
 
 
 def test_precomputed_reference_is_computed_once_and_read_by_the_next_run(tmp_path: Path) -> None:

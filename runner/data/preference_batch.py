@@ -10,10 +10,13 @@ per-sequence sums of a batch are always ``2P`` values, whatever its pairs, and t
 - **padded** (:class:`PairSequences`, :class:`PairCollate`): ``[2B, T]``, the chosen sequences first, then the
   rejected (TRL's layout), ``T`` where the shape policy pads the longest to (``dynamic=static``: ``data.seq_len``;
   ``bucket``: the next bucket); ``P = B``.
-- **packed** (:class:`PairPacks`, :func:`pair_pack_collate`): ``[B, 2 x data.seq_len]`` rows of whole pairs (a
-  pair's two sequences in one row, so each sequence of at most ``seq_len`` positions always fits), chosen by
-  best-fit decreasing, each sequence with position ids from 0 and its own document id (attention never crosses
-  sequences: :class:`runner.packing.PackedInputs`); ``P = B x K``, ``K`` the most pairs any row holds.
+- **packed** (:class:`PairPacks`, :class:`PackCollate`): ``[B, 2 x data.seq_len]`` rows of whole pairs (a pair's
+  two sequences in one row, so each of at most ``seq_len`` positions always fits), chosen by best-fit decreasing;
+  ``P = B x K``, ``K`` the most pairs any row holds. The pair's prompt is there once: its positions but the last
+  form a document both completions attend to (their parent, :class:`runner.packing.PackedInputs`), and each
+  completion is a document of its own that starts with the prompt's last id (which predicts the completion's
+  first), its position ids going on from the prompt's. Each completion's targets are what its sequence alone
+  gives (the same attention, the same positions), for ``P - 1`` fewer positions a pair than two whole sequences.
 """
 
 from __future__ import annotations
@@ -108,15 +111,17 @@ class PairCollate:
 
 
 class PairPacks(Dataset[dict[str, Any]]):
-    """Rows of ``2 x seq_len`` positions holding whole pairs (module docstring); ``per_row``: ``K``, the most pairs
-    a row holds (pass the same to every dataset of a run: one shape for training and validation)."""
+    """Rows of ``2 x seq_len`` positions holding whole pairs, each sharing its prompt (module docstring);
+    ``per_row``: ``K``, the most pairs a row holds (pass the same to every dataset of a run: one shape for training
+    and validation)."""
 
     def __init__(self, pairs: FittedPairs, seq_len: int, pad_id: int) -> None:
         self.fitted, self.seq_len, self.pad_id = pairs, seq_len, pad_id
         self.length = 2 * seq_len
-        positions = pairs.positions()
-        self.rows = best_fit_decreasing(positions.sum(axis=1).tolist(), self.length)
-        self.positions = int(positions.sum())
+        shared = np.maximum(pairs.prompts.lengths - 1, 0)  # the prompt but its last id, once
+        sizes = pairs.positions().sum(axis=1) - shared
+        self.rows = best_fit_decreasing(sizes.tolist(), self.length)
+        self.positions = int(sizes.sum())
         self.per_row = max((len(r) for r in self.rows), default=1)
         self.reference: np.ndarray | None = None
 
@@ -131,22 +136,30 @@ class PairPacks(Dataset[dict[str, Any]]):
 
     def __getitem__(self, r: int) -> dict[str, Any]:
         k = self.per_row
-        out = np.zeros((5, self.length), dtype=np.int64)  # inputs, targets, positions, documents, slots
+        # inputs, targets, positions, documents, parents, slots
+        out = np.zeros((6, self.length), dtype=np.int64)
         out[1] = IGNORE_INDEX
         reference = np.zeros((2, k), np.float32)
         index = np.full(k, -1, np.int64)
         at = doc = 0
         for j, i in enumerate(self.rows[r]):
-            for side in (CHOSEN, REJECTED):
-                ids, labels = labelled(self.fitted, i, side)
-                n = len(ids) - 1
-                out[0, at:at + n], out[1, at:at + n] = ids[:-1], labels[1:]
-                out[2, at:at + n], out[3, at:at + n], out[4, at:at + n] = np.arange(n), doc, side * k + j
-                at, doc = at + n, doc + 1
+            sides = [labelled(self.fitted, i, side) for side in (CHOSEN, REJECTED)]
+            shared = max(int(self.fitted.prompts.lengths[i]) - 1, 0)
+            ids, labels = sides[CHOSEN]
+            out[0, at:at + shared], out[1, at:at + shared] = ids[:shared], labels[1:shared + 1]
+            out[2, at:at + shared], out[3:5, at:at + shared] = np.arange(shared), doc
+            at += shared
+            for side, (ids, labels) in enumerate(sides):
+                n = len(ids) - 1 - shared  # this completion's positions: the prompt's last id, then its own
+                out[0, at:at + n], out[1, at:at + n] = ids[shared:-1], labels[shared + 1:]
+                out[2, at:at + n], out[3, at:at + n] = np.arange(shared, shared + n), doc + 1 + side
+                out[4, at:at + n], out[5, at:at + n] = doc, side * k + j
+                at += n
+            doc += 3
             if self.reference is not None:
                 reference[:, j] = self.reference[i]
             index[j] = i
-        out[0, at:], out[2, at:], out[3, at:] = self.pad_id, np.arange(self.length - at), doc
+        out[0, at:], out[2, at:], out[3:5, at:] = self.pad_id, np.arange(self.length - at), doc
         return {"tokens": out, "reference": reference, "index": index, "pairs": len(self.rows[r])}
 
     def describe(self) -> dict[str, Any]:
@@ -168,7 +181,7 @@ class PackCollate:
 
     def __call__(self, items: list[dict[str, Any]]) -> tuple[PairInputs, torch.Tensor]:
         b, k = self.batch_size, self.per_row
-        tokens = np.zeros((b, 5, self.length), dtype=np.int64)
+        tokens = np.zeros((b, 6, self.length), dtype=np.int64)
         tokens[:, 0], tokens[:, 1], tokens[:, 2] = self.pad_id, IGNORE_INDEX, np.arange(self.length)
         reference = np.zeros((b, 2, k), np.float32)
         index = np.full((b, k), -1, np.int64)
@@ -179,11 +192,11 @@ class PackCollate:
                                  f"{item['reference'].shape[1]} pair slots; this collate makes {self.length} and {k}")
             tokens[r], reference[r], index[r] = item["tokens"], item["reference"], item["index"]
             pairs[r, :item["pairs"]] = 1
-        local = tokens[:, 4]
+        local = tokens[:, 5]
         row = np.arange(b)[:, None]
         slots = (local // k) * (b * k) + row * k + local % k  # side * P + the pair's slot
         t = torch.from_numpy(tokens)
-        ids = PackedInputs(t[:, 0].contiguous(), t[:, 2].contiguous(), t[:, 3].contiguous())
+        ids = PackedInputs(t[:, 0].contiguous(), t[:, 2].contiguous(), t[:, 3].contiguous(), t[:, 4].contiguous())
         return (PairInputs(ids, torch.from_numpy(slots), torch.from_numpy(pairs.reshape(-1)),
                            torch.from_numpy(reference.transpose(1, 0, 2).reshape(-1).copy()),
                            torch.from_numpy(index.reshape(-1))), t[:, 1].contiguous())

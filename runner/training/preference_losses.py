@@ -87,6 +87,10 @@ def log1mexp(x: torch.Tensor) -> torch.Tensor:
 def orpo(policy: PairLogps, beta: float, pairs: torch.Tensor) -> PairLosses:
     """ORPO's loss (module docstring); ``pairs`` (1 where a pair is) weighs the chosen cross-entropy's tokens."""
     avg_c, avg_r = policy.averages()
+    # An empty pair slot averages 0 tokens to 0, where log(1 - e^0) is -inf (and its gradient infinite): a safe
+    # value there, which the mean over the pairs present leaves out anyway.
+    there = pairs > 0
+    avg_c, avg_r = (torch.where(there, a, torch.full_like(a, -1.0)) for a in (avg_c, avg_r))
     log_odds = (avg_c - avg_r) - (log1mexp(avg_c) - log1mexp(avg_r))
     nll = -(policy.chosen * pairs).sum() / (policy.chosen_tokens * pairs).sum().clamp(min=1)
     return PairLosses(-beta * F.logsigmoid(log_odds), nll, beta * avg_c.detach(), beta * avg_r.detach(),
@@ -99,7 +103,7 @@ def reduce(out: PairLosses, pairs: torch.Tensor) -> tuple[torch.Tensor, dict[str
     n = pairs.sum().clamp(min=1)
 
     def mean(x: torch.Tensor) -> torch.Tensor:
-        return (x * pairs).sum() / n
+        return torch.where(pairs > 0, x, torch.zeros_like(x)).sum() / n
 
     loss = mean(out.losses) + out.batch_term
     stats = {"chosen": mean(out.chosen_rewards), "rejected": mean(out.rejected_rewards),
