@@ -122,11 +122,11 @@ def run_trl(spec: dict[str, Any], pacer: Pacer, compiles: Compiles) -> dict[str,
     forward, as ``torch_compile`` would. TRL 1.13.0 with peft crashes at its first step under ``"trainer"``: its
     reference branch asks ``is_peft_model`` of the compiled wrapper, gets False, and calls ``ref_model``, None."""
     import torch
-    from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
 
-    with environment_packages():
+    with environment_packages():  # transformers imports peft too
+        from datasets import Dataset
         from peft import LoraConfig
+        from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
         from trl import DPOConfig, DPOTrainer
 
     tokenizer = AutoTokenizer.from_pretrained(spec["tokenizer"])
