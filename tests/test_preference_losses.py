@@ -238,3 +238,33 @@ def test_per_token_log_probabilities_are_log_softmax_and_gather() -> None:
     expected = torch.gather(logits.log_softmax(-1), 2, targets.clamp(min=0).unsqueeze(-1)).squeeze(-1)
     expected = expected.masked_fill(targets == IGNORE_INDEX, 0.0)
     torch.testing.assert_close(token_logps(logits, targets), expected, **drift(steps=1, depth=16).kwargs)
+
+
+def test_compiled_the_step_s_reference_is_the_frozen_base_s_and_one_graph() -> None:
+    """The policy and the reference through Dynamo and AOTAutograd (``aot_eager``): one graph for both forwards, the
+    reference's log-probabilities the frozen base's (another order of the same float32 operations: a tolerance)."""
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    fitted = pairs()
+    model = llama()
+    base = copy.deepcopy(model)
+    lora(model)
+    reference = AdapterReference(model)
+    inputs, targets = padded_batch(fitted)
+
+    def step(inputs: Any, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        reference.policy()
+        policy, _ = sequence_logps(model(inputs.ids), targets, inputs.slots, 2 * inputs.pair_slots)
+        ref = reference.logps(model, inputs, targets)
+        assert ref is not None
+        return policy, ref
+
+    torch._dynamo.reset()
+    counters.clear()
+    policy, ref = torch.compile(step, backend="aot_eager")(inputs, targets)
+    with torch.no_grad():
+        theirs, _ = sequence_logps(base(inputs.ids), targets, inputs.slots, 2 * inputs.pair_slots)
+    assert counters["stats"]["unique_graphs"] == 1 and not counters["graph_break"]
+    torch.testing.assert_close(ref, theirs, **drift(steps=1, depth=64, magnitude=float(theirs.abs().max())).kwargs)
+    assert float((policy.detach() - theirs).abs().max()) > 1e-3 and reference.gate.value is None
