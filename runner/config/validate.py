@@ -3,7 +3,8 @@
 The checks live beside this module, grouped by what they look at: ``checks_stack`` (compile,
 dynamic, offload, CUDA graphs), ``checks_run`` (trainer, data, model sizes, paths, ranges),
 ``input_checks`` (what a user types: paths, devices, checkpoints, recipe fields), ``checks_data`` (the data
-against the model: token ids and the embedding) and ``checks_peft`` (the adapter against the model).
+against the model: token ids and the embedding), ``checks_peft`` (the adapter against the model) and
+``checks_objective`` (a preference objective against its data and reference).
 ``validate`` runs them all and raises one ``ConfigError`` listing every problem, each naming the key and the fix.
 """
 
@@ -12,7 +13,15 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from runner.config import checks_data, checks_fsdp, checks_peft, checks_run, checks_stack, input_checks
+from runner.config import (
+    checks_data,
+    checks_fsdp,
+    checks_objective,
+    checks_peft,
+    checks_run,
+    checks_stack,
+    input_checks,
+)
 from runner.config.errors import ConfigError
 from runner.config.schema import RunConfig
 
@@ -24,7 +33,7 @@ Check = Callable[[RunConfig], "str | None"]
 def all_checks() -> list[Check]:
     """Every check, in the order their messages are reported."""
     return [*checks_run.CHECKS, *checks_stack.CHECKS, *checks_fsdp.CHECKS, *input_checks.CHECKS, *checks_data.CHECKS,
-            *checks_peft.CHECKS]
+            *checks_peft.CHECKS, *checks_objective.CHECKS]
 
 
 _warned: set[str] = set()

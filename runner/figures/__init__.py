@@ -8,7 +8,9 @@ A figure is a flat entry of the figures dict under a namespaced key with its uni
 * ``compile_plan``, ``compile_work``, ``compile_caches``, ``compile_background``: ``compile/*``, by what the
   figures are about (the plan, what compiling did, the caches, compile beside the run);
 * ``cudagraphs``, ``dynamic``, ``offload``, ``reliability``, ``trace``, ``ranks``, ``tune``;
-* ``eval_metrics``: ``eval/*`` (``runner eval``); ``peft``: ``peft/*``, what an adapter trains and holds.
+* ``eval_metrics``: ``eval/*`` (``runner eval``); ``peft``: ``peft/*``, what an adapter trains and holds;
+* ``objective``: ``objective/*``, a preference objective's settings; ``rewards``, ``logps``: TRL's figures, and
+  ``run_preference`` their ``val/`` twins.
 
 The compile stack and its components, the telemetry callback and the reliability callbacks each
 expose ``figures() -> dict``; ``run`` collects them from whatever it built, without knowing their types.
@@ -29,20 +31,25 @@ from runner.figures import (
     data,
     dynamic,
     eval_metrics,
+    logps,
     memory,
+    objective,
     offload,
     peft,
     perf,
     ranks,
     reliability,
+    rewards,
     run,
+    run_preference,
     trace,
     tune,
 )
 from runner.figures.registry import Figure, defined, figure
 
 NAMESPACES = (run, data, perf, memory, compile_plan, compile_work, compile_caches, compile_background, cudagraphs,
-              dynamic, offload, reliability, trace, ranks, tune, eval_metrics, peft)
+              dynamic, offload, reliability, trace, ranks, tune, eval_metrics, peft, objective, rewards, logps,
+              run_preference)
 """The modules that define figures: importing this package imports them all, so :func:`defined` is complete."""
 
 __all__ = ["NAMESPACES", "Figure", "ReportsFigures", "collect_figures", "defined", "figure"]

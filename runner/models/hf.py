@@ -176,7 +176,7 @@ class CausalLM(nn.Module):
     def forward(self, input_ids: torch.Tensor | PackedInputs) -> torch.Tensor:
         if isinstance(input_ids, PackedInputs):
             mask = hf_packing.document_mask(self.attn_implementation, input_ids.document_ids,
-                                            next(self.model.parameters()).dtype)
+                                            next(self.model.parameters()).dtype, input_ids.parent_ids)
             return self.model(input_ids=input_ids.input_ids, position_ids=input_ids.position_ids,
                               attention_mask=mask, use_cache=False).logits
         return self.model(input_ids=input_ids, use_cache=False).logits
