@@ -45,6 +45,11 @@ BAD: list[tuple[str, Callable[[Path], list[str]], list[str]]] = [
         {"chosen": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}],
          "rejected": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "b"}]}] * 40)],
      ["holds conversations", "no chat template", "data.chat_template="]),
+    ("a role nothing maps", lambda p: [*DPO, _pairs(p, [
+        {"chosen": [{"role": "user", "content": "q"}, {"role": "bot", "content": "a"}],
+         "rejected": [{"role": "user", "content": "q"}, {"role": "bot", "content": "b"}]}] * 40),
+        "data.chat_template='{% for m in messages %}{{ m.content }}{% endfor %}'"],
+     ["line 1", "has the role 'bot'", "bot (no rule) 40", "a turn of chosen", "+data.roles.bot=assistant"]),
     ("texts and conversations mixed", lambda p: [*DPO, _pairs(p, [
         {"prompt": "q", "chosen": [{"role": "assistant", "content": "a"}], "rejected": "b"}] * 40)],
      ["mixes texts and conversations", "Convert the columns to one form"]),

@@ -143,6 +143,20 @@ def test_conversations_with_an_explicit_prompt_render_with_the_chat_template(tmp
     assert data.prompt_format is not None and data.prompt_format["kind"] == "chat"
 
 
+def test_sharegpt_conversations_and_roles_mapped_by_data_roles_read_as_their_chat_roles(tmp_path: Path) -> None:
+    plain = [{"prompt": [{"role": "user", "content": f"q{i}"}], "chosen": [{"role": "assistant", "content": "yes"}],
+              "rejected": [{"role": "assistant", "content": "no"}]} for i in range(20)]
+    sharegpt = [{"prompt": [{"from": "human", "value": f"q{i}"}], "chosen": [{"from": "gpt", "value": "yes"}],
+                 "rejected": [{"from": "gpt", "value": "no"}]} for i in range(20)]
+    bot = [{"prompt": [{"role": "user", "content": f"q{i}"}], "chosen": [{"role": "bot", "content": "yes"}],
+            "rejected": [{"role": "bot", "content": "no"}]} for i in range(20)]
+    want = _data(_jsonl(tmp_path / "plain.jsonl", plain), chat_template=TEMPLATE).figures()
+    for name, rows, extra in (("sharegpt", sharegpt, {}), ("bot", bot, {"roles": {"bot": "assistant"}})):
+        got = _data(_jsonl(tmp_path / f"{name}.jsonl", rows), chat_template=TEMPLATE, **extra).figures()
+        for key in (keys.DATA_PAIRS, keys.DATA_PROMPT_TOKENS, keys.DATA_COMPLETION_TOKENS):
+            assert got[key] == want[key], (name, key)
+
+
 def test_conversations_with_an_implicit_prompt_share_their_first_turns() -> None:
     rows = _rows(CHATS)
     data = _data(CHATS, chat_template=TEMPLATE)

@@ -159,6 +159,9 @@ class PreferenceDataSchema(DataSchema):
     """The prompt around a text prompt ({prompt}). None: the instruction data's default (docs/data.md)."""
     chat_template: Optional[str] = None
     """A Jinja chat template for conversations (None: the tokenizer's own)."""
+    roles: dict[str, str] = field(default_factory=dict)
+    """Conversations: what each role as written becomes (+data.roles.bot=assistant), as for instruction data; any
+    other role than system, user, assistant (ShareGPT's human, gpt) is refused before the run."""
     seq_len: int = 256
     """Longest sequence (prompt + one completion), in tokens: a longer one loses the end of its completion, a pair
     whose prompt fills it is left out (both counted)."""

@@ -14,7 +14,9 @@ Pairs whose chosen and rejected completions are the same are left out and counte
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import lightning as L
@@ -48,13 +50,15 @@ class PreferenceDataModule(L.LightningDataModule):
 
     def __init__(self, path: str | None = None, val_path: str | None = None, tokenizer: str | None = None,
                  prompt_column: str = "prompt", chosen_column: str = "chosen", rejected_column: str = "rejected",
-                 prompt_template: str | None = None, chat_template: str | None = None, seq_len: int = 256,
+                 prompt_template: str | None = None, chat_template: str | None = None,
+                 roles: Mapping[str, str] = MappingProxyType({}), seq_len: int = 256,
                  packing: bool = False, max_examples: int | None = None, batch_size: int = 8,
                  val_fraction: float = 0.1, seed: int = 0, num_workers: int = 0, pad_to: PadTo | None = None) -> None:
         super().__init__()
         self.settings: dict[str, Any] = dict(prompt_column=prompt_column, chosen_column=chosen_column,
                                              rejected_column=rejected_column, prompt_template=prompt_template,
-                                             chat_template=chat_template, max_examples=max_examples)
+                                             chat_template=chat_template, max_examples=max_examples,
+                                             roles={str(k): str(v) for k, v in (roles or {}).items()} or None)
         self.path, self.val_path, self.tokenizer_spec = path, val_path, tokenizer
         self.seq_len, self.packing, self.batch_size = seq_len, packing, batch_size
         self.val_fraction, self.seed, self.num_workers = val_fraction, seed, num_workers
@@ -223,7 +227,7 @@ class PreferenceDataModule(L.LightningDataModule):
 
         tokenizer = load_tokenizer(self.tokenizer_spec)
         parts = [[p.stamp, p.rows, p.fmt.shape.value, p.fmt.prompt_column, p.fmt.chosen_column,
-                  p.fmt.rejected_column, p.fmt.template] for p in self._parts]
+                  p.fmt.rejected_column, p.fmt.template, p.fmt.roles] for p in self._parts]
         return [parts, self.settings["chat_template"], tokenizer_stamp(tokenizer), eos_id(tokenizer), BYTES_EOS,
                 self.seq_len, self.split_how, self.val_fraction, self.seed]
 

@@ -84,7 +84,7 @@ def encode_pairs(rows: Any, fmt: PairFormat, tokenizer: Tokenizer, render: Rende
 
     stamp = rows_stamp(rows)
     key = fingerprint(stamp, fmt.shape.value, fmt.prompt_column, fmt.chosen_column, fmt.rejected_column,
-                      fmt.template, tokenizer_stamp(tokenizer), chat_template, BYTES_EOS, 1)
+                      fmt.template, fmt.roles, tokenizer_stamp(tokenizer), chat_template, BYTES_EOS, 1)
     name = None if stamp is None else str(cache_root() / f"preference-{key}.arrow")
     cached = name is not None and Path(name).exists()
     ids = datasets.List(datasets.Value("int32"))

@@ -6,8 +6,10 @@ ones TRL's ``DPOTrainer`` reads, told apart by the table's columns and its first
 - **explicit text**: ``data.prompt_column`` (``prompt``), ``data.chosen_column`` (``chosen``) and
   ``data.rejected_column`` (``rejected``), each a text; the prompt is put in ``data.prompt_template`` (the
   instruction data's, :data:`runner.data.instruct_formats.PAIR_TEMPLATE`, by default);
-- **explicit conversation**: the same columns holding lists of ``{"role", "content"}`` messages (a CSV cell holds
-  the list as JSON): the prompt's messages, and each completion's (the assistant's turns);
+- **explicit conversation**: the same columns holding conversations (lists of ``{"role", "content"}`` messages, or
+  ShareGPT's ``{"from", "value"}``; a CSV cell holds the list as JSON): the prompt's messages, and each completion's
+  (the assistant's turns); each role checked and mapped as instruction data's are (``data.roles``,
+  :mod:`runner.data.instruct_chat`);
 - **implicit conversation**: no prompt column; chosen and rejected are whole conversations, and the prompt is the
   messages they share from the start (UltraFeedback's binarized shape);
 - **implicit text**: no prompt column; chosen and rejected are whole texts, and the prompt is the text they share
@@ -27,6 +29,7 @@ from enum import Enum
 from typing import Any
 
 from runner.config.errors import close_matches
+from runner.data.instruct_chat import SHAPES_HINT, RoleError
 from runner.data.instruct_formats import PAIR_TEMPLATE, Render, messages_of
 from runner.data.sources import DataError, Source
 
@@ -72,6 +75,8 @@ class PairFormat:
     rejected_column: str
     template: str | None = None
     """Explicit text: ``data.prompt_template`` (None: the instruction data's default)."""
+    roles: tuple[tuple[str, str], ...] = ()
+    """Conversations: ``data.roles``, each role as written and the role it becomes."""
 
     def describe(self) -> str:
         """The shape, for the data section."""
@@ -91,12 +96,13 @@ class PairFormat:
         if self.shape is Shape.implicit_text:
             return split_text(_text(chosen), _text(rejected))
         assert render is not None, "a chat template (checked before the run)"
+        roles = dict(self.roles)
         if self.shape is Shape.chat:
-            prompt_messages = messages_of(row[self.prompt_column])  # type: ignore[index]
-            chosen_messages, rejected_messages = messages_of(chosen), messages_of(rejected)
+            prompt_messages = messages_of(row[self.prompt_column], roles)  # type: ignore[index]
+            chosen_messages, rejected_messages = messages_of(chosen, roles), messages_of(rejected, roles)
         else:
-            prompt_messages, chosen_messages, rejected_messages = split_messages(messages_of(chosen),
-                                                                                  messages_of(rejected))
+            prompt_messages, chosen_messages, rejected_messages = split_messages(messages_of(chosen, roles),
+                                                                                  messages_of(rejected, roles))
         return render_pair(prompt_messages, chosen_messages, rejected_messages, render)
 
 
@@ -146,13 +152,16 @@ def render_pair(prompt: list[dict[str, str]], chosen: list[dict[str, str]], reje
 def _is_conversation(cell: Any) -> bool:
     try:
         messages_of(cell)
+    except RoleError:  # a conversation with a role nothing maps: refused with its place by the reading
+        return True
     except (ValueError, TypeError):
         return False
     return True
 
 
 def resolve_shape(columns: Sequence[str], first: dict[str, Any], source: Source, prompt_column: str,
-                  chosen_column: str, rejected_column: str, prompt_template: str | None) -> PairFormat:
+                  chosen_column: str, rejected_column: str, prompt_template: str | None,
+                  roles: dict[str, str] | None = None) -> PairFormat:
     """The shape of a table with ``columns`` whose first row is ``first`` (module docstring); :class:`DataError`
     naming the fix when it has none."""
     names = list(columns)
@@ -166,8 +175,8 @@ def resolve_shape(columns: Sequence[str], first: dict[str, Any], source: Source,
     columns = [*([prompt_column] if has_prompt else []), chosen_column, rejected_column]
     if len({_is_conversation(first[c]) for c in columns}) > 1:
         raise DataError(f"{source.key}={source.given}: its first row mixes texts and conversations across "
-                        f"{', '.join(columns)}: the prompt, chosen and rejected are all texts, or all lists of "
-                        "{\"role\", \"content\"} messages. Convert the columns to one form.")
+                        f"{', '.join(columns)}: the prompt, chosen and rejected are all texts, or all conversations "
+                        f"({SHAPES_HINT}). Convert the columns to one form.")
     if prompt_template is not None and "{prompt}" not in prompt_template:
         raise DataError(f"data.prompt_template={prompt_template!r} has no {{prompt}}: the row's prompt would not be in "
                         "the text the model reads. Put {prompt} where it goes (e.g. 'Q: {prompt}\\nA: '), or drop "
@@ -175,7 +184,8 @@ def resolve_shape(columns: Sequence[str], first: dict[str, Any], source: Source,
     shape = (Shape.chat if chat else Shape.text) if has_prompt else (Shape.implicit_chat if chat else
                                                                       Shape.implicit_text)
     return PairFormat(shape, prompt_column if has_prompt else None, chosen_column, rejected_column,
-                      prompt_template if shape is Shape.text else None)
+                      prompt_template if shape is Shape.text else None,
+                      tuple(sorted((str(k), str(v)) for k, v in (roles or {}).items())) if chat else ())
 
 
 def missing_column(setting: str, value: str, names: list[str], source: Source) -> DataError:

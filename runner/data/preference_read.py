@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from runner.data.instruct_chat import SHAPES_HINT, scan, unknown_role
 from runner.data.instruct_formats import Render
 from runner.data.preference_encode import PROBLEM, encode_pairs
 from runner.data.preference_formats import IDENTICAL, PairFormat, resolve_shape
@@ -37,12 +38,12 @@ _PREPARED: dict[tuple[Any, ...], PreparedPairs] = {}
 
 def prepare_pairs(where: str, key: str, tokenizer: Tokenizer, render: Render | None, prompt_column: str,
                   chosen_column: str, rejected_column: str, prompt_template: str | None, chat_template: str | None,
-                  max_examples: int | None) -> PreparedPairs:
+                  max_examples: int | None, roles: dict[str, str] | None = None) -> PreparedPairs:
     """The rows ``where`` names, in their shape, encoded; :class:`DataError` when they cannot be."""
     from runner.data.encoding import rows_stamp
 
     memo = (where, key, tokenizer.name, prompt_column, chosen_column, rejected_column, prompt_template,
-            chat_template, max_examples)
+            chat_template, max_examples, tuple(sorted((roles or {}).items())))
     if memo in _PREPARED:
         return _PREPARED[memo]
     source = resolve(where, key)
@@ -54,10 +55,10 @@ def prepare_pairs(where: str, key: str, tokenizer: Tokenizer, render: Render | N
     if len(rows) == 0:
         raise DataError(f"{key}={where} holds no rows. Point {key} at a file with pairs in it.")
     fmt = resolve_shape(rows.column_names, rows[0], source, prompt_column, chosen_column, rejected_column,
-                        prompt_template)
+                        prompt_template, roles)
     if fmt.shape.conversational and render is None:
         which = "UTF-8 bytes" if is_bytes(tokenizer.name) else f"the tokenizer {tokenizer.name}"
-        raise DataError(f"{key}={where} holds conversations (lists of {{\"role\", \"content\"}} messages): {which} has "
+        raise DataError(f"{key}={where} holds conversations ({SHAPES_HINT}): {which} has "
                         "no chat template to render them with. Give one as data.chat_template='{% for m in messages "
                         "%}...' (a Jinja template over messages, with add_generation_prompt), or a tokenizer that has "
                         "one (data.tokenizer=DIR).")
@@ -65,6 +66,12 @@ def prepare_pairs(where: str, key: str, tokenizer: Tokenizer, render: Render | N
     if max_examples is not None and len(rows) > max_examples:
         dropped[f"data.max_examples={max_examples}"] = len(rows) - max_examples
         rows = rows.select(range(max_examples))
+    if fmt.shape.conversational:  # every turn's role known or mapped, before anything is tokenized
+        table = rows.with_format("arrow")
+        for column in (c for c in (fmt.prompt_column, fmt.chosen_column, fmt.rejected_column) if c is not None):
+            turns = scan(table[column], roles)
+            if turns.unknown_row is not None:
+                raise unknown_role(turns, source, column)
     encoded = encode_pairs(rows, fmt, tokenizer, render, chat_template, f"{key}={where}")
     _PREPARED[memo] = PreparedPairs(fmt, encoded, source.describe(), rows_stamp(rows), len(source.files), len(rows),
                                     dropped)
@@ -82,8 +89,8 @@ def refuse_problems(prepared: PreparedPairs, key: str, where: str) -> None:
         fmt = prepared.fmt
         raise DataError(f"{key}={where}: {len(bad)} of {len(problems)} rows cannot be read as preference pairs (rows "
                         f"{rows}, counting from 0; row {i}: {problem}). Each row holds a {fmt.chosen_column} and a "
-                        f"{fmt.rejected_column} completion of one prompt: texts, or lists of {{\"role\", "
-                        "\"content\"}} messages (a CSV cell holds the list as JSON); without a prompt column, "
+                        f"{fmt.rejected_column} completion of one prompt: texts, or conversations ({SHAPES_HINT}; "
+                        "a CSV cell holds the list as JSON); without a prompt column, "
                         "chosen and rejected start with the same prompt. Fix or remove those rows.")
     if all(p == IDENTICAL for p in problems):
         raise DataError(f"{key}={where}: every row's {prepared.fmt.chosen_column} is identical to its "
