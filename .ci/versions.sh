@@ -58,9 +58,10 @@ VENVS=${RUNNER_VERSION_VENVS:-.venvs}
 # default scope and per-block compiles through the strategy with the fused optimizer, and a LightningModule with
 # torchmetrics through CompileStrategy() as users write it, each compared with eager Lightning; torch's own
 # CUDA-graph partition decision over runner's compiled step (the check runner corrects before 2.15), and the static
-# batch buffers; transformers' models and their checks in this process. The graph-safe optimizer step and
-# cudagraphs=auto's decision (seconds, eager): they lean on torch's fused kernels' found_inf and the ops' tags, which
-# move between releases.
+# batch buffers; transformers' models and their checks in this process; the chunked loss (torch's
+# linear_cross_entropy came in 2.13 and changed its options by 2.15; on 2.11 only the fallback and the refusal run).
+# The graph-safe optimizer step and cudagraphs=auto's decision (seconds, eager): they lean on torch's fused kernels'
+# found_inf and the ops' tags, which move between releases.
 SUBSET=(
   tests/test_torch_internals.py
   tests/test_graphed_optimizer.py
@@ -72,6 +73,7 @@ SUBSET=(
   "tests/test_strategy.py::test_inductor_scopes_with_fused_optimizer_match_eager[Scope.blocks]"
   "tests/test_idioms.py::test_idiom_through_default_compile_strategy_with_inductor[metrics_template]"
   tests/test_hf_models.py
+  tests/test_chunked_loss.py
 )
 # On the newest torch only, the one `make run-vision` trains with: timm's CNN and ViT through every scope (PyPI's
 # torchvision pairs with PyPI's torch, so timm imports here, as it cannot beside make setup's local CPU torch), a

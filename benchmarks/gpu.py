@@ -8,8 +8,9 @@
 Workloads (the table ``WORKLOADS``): ``gpt_124m`` and ``gpt_small`` (step time, in rounds: ``gpu_gpt.py``),
 ``hf_varlen`` (a BERT-shaped classifier fine-tuned on variable-length batches: time to finish, ``gpu_hf.py``),
 ``memory`` (saved-activation strategies on a Llama-style LM: the largest batch under a memory cap) and
-``cold_start`` (seconds to the first trained steps, cold and from a warm cache): ``gpu_specs.py``. Their order is
-need: a workload with a contestant never measured first, then the one measured longest ago
+``cold_start`` (seconds to the first trained steps, cold and from a warm cache): ``gpu_specs.py``; ``packing``,
+``lora`` and ``vocab`` (a 128,256-id vocabulary: the chunked loss's peak memory and step time, ``gpu_vocab.py``).
+Their order is need: a workload with a contestant never measured first, then the one measured longest ago
 (``benchmarks/results/gpu.json``'s rows; with ``--quick``, the order given); within a workload its reference
 peers (eager Lightning for ``hf_varlen``, the two Lightning peers of the GPT workloads) come first and are always
 raced, then contestants never measured. Each takes its
@@ -43,6 +44,7 @@ from gpu_lora import LORA_WORKLOAD
 from gpu_packing import PACKING
 from gpu_results import RESULTS, load, merge, need_order, plan, unit_cost, write_json
 from gpu_specs import COLD_START, MEMORY
+from gpu_vocab import VOCAB_WORKLOAD
 
 # Every workload, in the docs' order: a new one is a module defining its ``Workload`` and one entry here.
 WORKLOADS: dict[str, Workload] = {w.name: w for w in (
@@ -54,6 +56,7 @@ WORKLOADS: dict[str, Workload] = {w.name: w for w in (
     PACKING,
     LORA_WORKLOAD,
     DPO_WORKLOAD,
+    VOCAB_WORKLOAD,
 )}
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "gpu.md"
 QUICK_OUT = Path(tempfile.gettempdir()) / "runner-gpu-quick"

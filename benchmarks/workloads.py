@@ -81,6 +81,10 @@ def workloads(names: list[str], quick: bool) -> list[Workload]:
             from peft_contestants import CPU, CPU_QUICK, llama_workload  # sibling (Workload from workload.py)
 
             out.append(llama_workload(CPU_QUICK if quick else CPU, 20_000 if quick else 4_000_000))
+        elif name.startswith("vocab_"):  # vocab.py's: a large vocabulary, whole or chunked logits
+            from vocab_contestants import vocab_workload  # sibling module (Workload from workload.py)
+
+            out.append(vocab_workload(name, quick))
         elif name in ("gpt", "gpt_bf16"):
             sizes = (1, 16, 2, 16, 2, 20_000) if quick else (4, 128, 4, 256, 16, 4_000_000)
             work = gpt_workload(*sizes)

@@ -21,7 +21,7 @@ from runner.config.data_schemas import Batching
 from runner.config.paths import artifacts_path, checkpoint_dir, resolve_artifacts_path
 from runner.config.schema import RunConfig
 from runner.config.schema_objective import Reference, resolve_reference
-from runner.config.target_objects import declared, locate
+from runner.config.target_objects import declared, fields, locate
 from runner.data.traits import DataTraits, ValMetric
 from runner.peft import apply_peft
 from runner.quiet import quiet_wandb
@@ -31,6 +31,7 @@ from runner.stack.dynamic.policy import resolve_bounds, resolve_pad_to
 from runner.strategy import CompileStrategy, ConsolidatedCheckpoint, DDPCompileStrategy, FSDPCompileStrategy
 from runner.telemetry.advice import Batches
 from runner.training.callback_group import CallbackGroup
+from runner.training.loss import resolve_loss
 from runner.training.module import TrainModule
 from runner.training.preference import PreferenceModule
 from runner.training.progress_bar import RunProgressBar
@@ -65,19 +66,21 @@ def build_datamodule(cfg: RunConfig) -> L.LightningDataModule:
 
 def build_module(cfg: RunConfig) -> L.LightningModule:
     """The LightningModule: the user's own, or ``TrainModule`` around any ``nn.Module``, adapted as ``cfg.peft``
-    says (its optimizer then holds the adapter's parameters only: the others no longer require grad)."""
+    says (its optimizer then holds the adapter's parameters only: the others no longer require grad), with the loss
+    ``cfg.loss`` and the model decide (whole or chunked logits: ``runner.training.loss.resolve_loss``)."""
     model = instantiate(cfg.model)
     if isinstance(model, L.LightningModule):
         return model
     if not isinstance(model, nn.Module):
         raise TypeError(f"model._target_={cfg.model._target_} built a {type(model).__name__}, not an nn.Module")
+    loss = resolve_loss(model, cfg.loss, cfg.peft, fields(cfg.data), data_traits(cfg))  # before peft: the check's rule
     adapter = apply_peft(model, cfg.peft)
     optimizer = instantiate(cfg.optimizer)
     scheduler = instantiate(cfg.scheduler) if cfg.scheduler else None
     if cfg.objective.loss.preference:
         return PreferenceModule(model, optimizer, cfg.objective, build_reference(cfg, model, adapter is not None),
-                                scheduler=scheduler)
-    return TrainModule(model, optimizer=optimizer, scheduler=scheduler, val_metric=val_metric(cfg))
+                                scheduler=scheduler, loss=loss)
+    return TrainModule(model, optimizer=optimizer, scheduler=scheduler, val_metric=val_metric(cfg), loss=loss)
 
 
 def build_reference(cfg: RunConfig, model: nn.Module, adapted: bool) -> NoReference:

@@ -57,6 +57,7 @@ from runner.figures.run_preference import TRAIN_METRICS, VAL_METRICS
 from runner.peft import peft_figures
 from runner.reliability import LogHistory, exit_code, flush_loggers
 from runner.stack.errors.explain import CompileFailure
+from runner.training.loss import LossPlan
 from runner.training.preference import PreferenceModule
 
 log = logging.getLogger(__name__)
@@ -169,7 +170,9 @@ def run_figures(cfg: RunConfig, trainer: L.Trainer, module: L.LightningModule, w
         if key in trainer.callback_metrics:
             figures[key] = metric(key)
     own = module.figures() if isinstance(module, PreferenceModule) else {}  # objective/*
-    return {**figures, **own, **peft_figures(inner_model(module), trainer.optimizers)}  # an adapter's peft/*
+    plan = getattr(module, "loss_plan", None)  # TrainModule's: loss/*, whole or chunked logits
+    return {**figures, **own, **peft_figures(inner_model(module), trainer.optimizers),  # an adapter's peft/*
+            **(plan.figures() if isinstance(plan, LossPlan) else {})}
 
 
 def _interrupted(figures: dict[str, Any], ckpt: Path) -> int:

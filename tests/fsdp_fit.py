@@ -1,13 +1,16 @@
 """A 2-process CPU FSDP2 fit through FSDPCompileStrategy, run by tests/test_fsdp.py as a real script
 (Lightning's launcher re-executes the script for rank 1, so it cannot run inside pytest itself).
 
-``python -m tests.fsdp_fit BACKEND OUT_DIR [STEPS] [RESUME] [--offload=bf16|fp8|checkpoint]``: trains the tiny GPT
+``python -m tests.fsdp_fit BACKEND OUT_DIR [STEPS] [RESUME] [--offload=bf16|fp8|checkpoint] [--chunked]``: trains the
+tiny GPT
 with ``compile=blocks`` on 2 gloo ranks, writes a sharded checkpoint every 4 steps and
 ``consolidated.pt`` at the end. Rank 0 then trains the same model in this process, without sharding
 or compiling, on the same global batches (both ranks' batches, concatenated), with the same
 optimizer, schedule, clipping and saved-activation strategy (the same hooks, run eagerly), and
 prints one JSON line comparing the two. With ``--offload``, it also trains without the hooks, to show
-that the hooks changed something.
+that the hooks changed something. With ``--chunked``, the FSDP2 fit's loss is chunked (``loss.chunked=true``, 4
+chunks: the output layer's weight, tied to the embedding, gathered in the root unit) and the reference's is the whole
+logits'.
 """
 
 from __future__ import annotations
@@ -99,13 +102,28 @@ def reference(batches: list[tuple[torch.Tensor, torch.Tensor]],
     return losses, module
 
 
+def chunked_module() -> TrainModule:
+    """``tiny_module`` with the chunked loss: 4 chunks of a step's 128 positions (a rank's 4 rows of 32)."""
+    from runner.config.schema_loss import LossConfig
+    from runner.config.schema_peft import PeftConfig
+    from runner.training.loss import resolve_loss
+
+    module = tiny_module()
+    plan = resolve_loss(module.model, LossConfig(chunked=True, chunks=4), PeftConfig(),
+                        {"batch_size": 4, "seq_len": 32}, None)
+    return TrainModule(module.model, optimizer=module.optimizer_factory, scheduler=module.scheduler_factory,
+                       loss=plan)
+
+
 def main() -> None:
-    flags = [a for a in sys.argv[1:] if a.startswith("--offload=")]
+    chunked = "--chunked" in sys.argv[1:]
+    flags = [a for a in sys.argv[1:] if a.startswith("--offload=") or a == "--chunked"]
     args = [a for a in sys.argv[1:] if a not in flags]
     backend, out = args[0], Path(args[1])
     steps = int(args[2]) if len(args) > 2 else 8
     resume = args[3] if len(args) > 3 else None
-    kind = OffloadStrategy(flags[0].split("=", 1)[1]) if flags else OffloadStrategy.none
+    offloads = [f for f in flags if f.startswith("--offload=")]
+    kind = OffloadStrategy(offloads[0].split("=", 1)[1]) if offloads else OffloadStrategy.none
     # min_bytes=0: a rank holds half the global batch, so a size threshold would pack different
     # tensors here than in the single-process reference.
     offload = OffloadConfig(strategy=kind, min_bytes=0, measure=False)
@@ -117,7 +135,7 @@ def main() -> None:
     trainer = L.Trainer(accelerator="cpu", devices=2, strategy=strategy, max_steps=steps, logger=False,
                         enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0,
                         gradient_clip_val=CLIP, callbacks=callbacks)
-    trainer.fit(tiny_module(), tiny_data(), ckpt_path=resume)
+    trainer.fit(chunked_module() if chunked else tiny_module(), tiny_data(), ckpt_path=resume)
     gathered: list[Any] = [None, None]
     dist.all_gather_object(gathered, (record.batches, record.losses, record.compile))
     if not trainer.is_global_zero:
@@ -126,6 +144,7 @@ def main() -> None:
     global_batches = [(torch.cat([x0, x1]), torch.cat([y0, y1])) for (x0, y0), (x1, y1) in zip(b0, b1, strict=True)]
     fsdp_losses = [(a + b) / 2 for a, b in zip(l0, l1, strict=True)]  # equal shards: mean = global loss
     result: dict[str, Any] = {"steps": trainer.global_step, "fsdp_losses": fsdp_losses, "compile": [c0, c1],
+                              "chunked": bool(getattr(trainer.lightning_module, "loss_fn", None).chunked),  # type: ignore[union-attr]
                               "checkpoints": sorted(p.name for p in (out / "ckpt").iterdir())}
     if resume is None:
         ref_losses, ref = reference(global_batches, offload)

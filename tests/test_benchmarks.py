@@ -235,3 +235,40 @@ def test_dpo_quick_races_runner_against_trl_where_trl_is(tmp_path: Path) -> None
     assert figs["runner_packed"]["measured"]["graphs"] == 1  # one shape: one graph
     assert result["targets"] == ["TRL was not raced (no --trl-python): the pairs/s target is unmeasured"]
     assert "| runner objective=dpo peft=lora, packed pairs |" in proc.stdout
+
+
+@pytest.mark.slow
+def test_vocab_quick_races_whole_and_chunked_logits_and_finds_the_largest_batch(tmp_path: Path) -> None:
+    """``benchmarks/vocab.py --quick`` with LoRA (HF peft in Lightning, runner's adapter in runner): every contestant
+    in its own process, eager Lightning first, runner's chunked loss chunked (4 chunks) and training the same model
+    as the whole logits (the same eval loss), then each ladder contestant's largest batch under the cap."""
+    out = tmp_path / "vocab.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "vocab.py"), "--quick", "--configs", "4096_lora",
+                           "--out", str(out)], capture_output=True, text=True, cwd=ROOT, timeout=900, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    result = json.loads(out.read_text())
+    race = result["races"]["vocab_4096_lora"]
+    assert list(race) == ["lightning", "lightning_compile", "runner_whole", "runner_chunked"]
+    chunked, whole = race["runner_chunked"]["measured"], race["runner_whole"]["measured"]
+    assert chunked["loss/chunked"] is True and chunked["loss/chunks"] == 4 and whole["loss/chunked"] is False
+    assert all(f["measured"]["graph_breaks"] == 0 and f["measured"]["recompiles"] == 0 for f in race.values())
+    assert all(0 < f["measured"]["step_peak_gib"] <= f["measured"]["peak_gib"] for f in race.values())
+    assert race["runner_chunked"]["eval_loss"] == pytest.approx(race["runner_whole"]["eval_loss"], rel=1e-3)
+    ladder = {r["contestant"]: r for r in result["ladder"]}
+    assert list(ladder) == ["lightning_compile", "runner_chunked"]
+    assert all(r["largest_batch"] == 4 and list(r["peaks_gib"]) == ["1", "2", "4"] for r in ladder.values()), ladder
+    assert "| 4,096 | lora | 64 x 2 | runner_chunked |" in proc.stdout
+    assert "4,096 ids, lora: runner_chunked" in proc.stdout
+
+
+@pytest.mark.slow
+def test_vocab_loss_quick_measures_each_variant_in_its_own_process() -> None:
+    """``benchmarks/vocab_loss.py --quick``: the whole logits and torch's chunked op, each in a process of its own."""
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "vocab_loss.py"), "--quick", "--variants", "whole",
+                           "functional:64", "--steps", "2"], capture_output=True, text=True, cwd=ROOT, timeout=600,
+                          check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = [json.loads(line) for line in proc.stderr.splitlines() if line.startswith("{")]
+    assert [r["variant"] for r in rows] == ["whole", "functional:64"] and all("error" not in r for r in rows), rows
+    assert all(r["graph_breaks"] == 0 and r["step_ms"] > 0 for r in rows)
+    assert "| 1,000 | functional:64 |" in proc.stdout

@@ -89,6 +89,17 @@ def test_fsdp_two_ranks_eager_backend_match_one_process(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+def test_fsdp_chunked_loss_over_a_sharded_output_layer_matches_one_process_whole_logits(tmp_path: Path) -> None:
+    """The chunked loss (4 chunks) reads the output layer's weight (tied to the embedding, sharded in the root
+    unit, gathered for the forward and kept until backward): the losses and the consolidated weights equal one
+    process's training on the whole logits."""
+    result = _fit("eager", tmp_path, 4, "--chunked")
+    assert result["chunked"] is True
+    _check_parity_and_compile(result, 4, LOSS_RTOL)
+    _check_consolidated(result)
+
+
+@pytest.mark.slow
 def test_fsdp_two_ranks_inductor_with_bf16_saved_activations(tmp_path: Path) -> None:
     # FSDP2 under Inductor (compiled blocks as FSDP units, the fused optimizer on DTensors, a consolidated
     # export without wrapper names), with bf16 saved-activation hooks inlined into the compiled blocks. The

@@ -90,7 +90,8 @@ def test_bad_preference_input_is_one_paragraph_naming_the_fix(name: str, overrid
 
 @pytest.mark.parametrize("overrides", [
     [*DPO], [*DPO, "data.packing=true"], [*DPO, "objective=simpo"], [*DPO, "objective=orpo", "peft=none"],
-    [*DPO, "peft=none"], [*DPO, "peft=none", "objective.reference=precompute"], ["+recipe=llama_dpo"]],
-    ids=["dpo-lora", "packed", "simpo", "orpo-full", "dpo-copy", "dpo-precompute", "recipe"])
+    [*DPO, "peft=none"], [*DPO, "peft=none", "objective.reference=precompute"], ["+recipe=llama_dpo"],
+    ["+recipe=llama_dpo", "loss.chunked=true"]],
+    ids=["dpo-lora", "packed", "simpo", "orpo-full", "dpo-copy", "dpo-precompute", "recipe", "recipe-chunked"])
 def test_what_can_train_passes_the_same_checks(overrides: list[str], tmp_path: Path) -> None:
     precheck([*overrides, _pairs(tmp_path)] if "data=preference" in overrides else overrides)

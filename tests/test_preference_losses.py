@@ -33,19 +33,23 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from runner.config.schema_loss import LossConfig
 from runner.config.schema_objective import Loss, ObjectiveConfig
 from runner.config.schema_peft import PeftConfig, PeftMethod
 from runner.data.padding import IGNORE_INDEX, PadTo
 from runner.data.preference_batch import PackCollate, PairCollate, PairPacks, PairSequences
 from runner.data.preference_encode import FittedPairs
 from runner.data.windows import Spans
+from runner.losses import chunking_unavailable
 from runner.models.hf import CausalLM
 from runner.peft import apply_peft
 from runner.training.logprobs import sequence_logps, token_logps
+from runner.training.loss import FULL_LOGITS, resolve_loss
 from runner.training.preference import PreferenceModule
 from runner.training.reference import AdapterReference, FrozenCopy, NoReference
 from tests.tolerance import drift
 
+needs_chunking = pytest.mark.skipif(chunking_unavailable() is not None, reason=str(chunking_unavailable()))
 SEQ = 24
 """The longest sequence of a pair (``data.seq_len``): packed rows are twice this."""
 
@@ -80,9 +84,13 @@ def llama() -> nn.Module:
                                             max_position_embeddings=2 * SEQ))
 
 
-def lora(model: nn.Module) -> nn.Module:
+HEAD_TOO = ["q_proj", "k_proj", "v_proj", "o_proj", "lm_head"]
+"""An adapter on the output layer too: the chunked loss takes it in (``runner.training.loss.head_operands``)."""
+
+
+def lora(model: nn.Module, targets: list[str] | None = None) -> nn.Module:
     """``model`` with a rank-4 adapter whose B is not zero (so the policy differs from its base)."""
-    apply_peft(model, PeftConfig(method=PeftMethod.lora, r=4, alpha=8))
+    apply_peft(model, PeftConfig(method=PeftMethod.lora, r=4, alpha=8, target_modules=targets or []))
     torch.manual_seed(1)
     for name, p in model.named_parameters():
         if "lora_B" in name:
@@ -154,18 +162,27 @@ def trl_loss(loss: Loss, policy: tuple[torch.Tensor, ...], reference: tuple[torc
 
 
 # -- the comparisons --------------------------------------------------------------------------------------------
-def _module(loss: Loss, adapted: bool, beta: float, label_smoothing: float) -> tuple[PreferenceModule, nn.Module]:
-    """runner's module, and TRL's reference model (the frozen base, or a copy of the model as built)."""
+def _module(loss: Loss, adapted: bool, beta: float, label_smoothing: float, chunks: int | None = None,
+            targets: list[str] | None = None) -> tuple[PreferenceModule, nn.Module]:
+    """runner's module, and TRL's reference model (the frozen base, or a copy of the model as built); ``chunks``:
+    the log-probabilities through the chunked loss (``loss.chunked=true loss.chunks=N``), decided as the builder
+    decides it, before the adapter."""
     model = llama()
     base = copy.deepcopy(model).requires_grad_(False)
+    plan = FULL_LOGITS
+    if chunks is not None:
+        peft = PeftConfig(method=PeftMethod.lora if adapted else PeftMethod.none, target_modules=targets or [])
+        plan = resolve_loss(model, LossConfig(chunked=True, chunks=chunks), peft, {"batch_size": 6, "seq_len": SEQ},
+                            None)
+        assert plan.decision.chunked and plan.head == "model.lm_head", plan
     reference: NoReference
     if adapted:
-        lora(model)
+        lora(model, targets)
         reference = AdapterReference(model) if loss is Loss.dpo else NoReference()
     else:
         reference = FrozenCopy(model) if loss is Loss.dpo else NoReference()
     objective = ObjectiveConfig(loss=loss, beta=beta, label_smoothing=label_smoothing, gamma=0.5)
-    return PreferenceModule(model, torch.optim.AdamW, objective, reference), base
+    return PreferenceModule(model, torch.optim.AdamW, objective, reference, loss=plan), base
 
 
 def _grads(module: nn.Module) -> dict[str, torch.Tensor]:
@@ -181,9 +198,31 @@ CASES = [(Loss.dpo, True, 0.0), (Loss.dpo, False, 0.0), (Loss.dpo, True, 0.1), (
                          ids=[f"{c[0].value}-{'lora' if c[1] else 'full'}-ls{c[2]}" for c in CASES])
 def test_the_loss_and_its_gradients_are_trls(loss: Loss, adapted: bool, label_smoothing: float,
                                               packed: bool) -> None:
+    _compare_with_trl(loss, adapted, label_smoothing, packed)
+
+
+CHUNKED = [(Loss.dpo, True, None), (Loss.dpo, True, HEAD_TOO), (Loss.dpo, False, None), (Loss.simpo, True, None),
+           (Loss.orpo, False, None)]
+
+
+@needs_chunking
+@pytest.mark.parametrize("packed", [False, True], ids=["padded", "packed"])
+@pytest.mark.parametrize(("loss", "adapted", "targets"), CHUNKED,
+                         ids=["dpo-lora", "dpo-lora-head", "dpo-full", "simpo-lora", "orpo-full"])
+def test_chunked_the_loss_and_its_gradients_are_trls(loss: Loss, adapted: bool, targets: list[str] | None,
+                                                      packed: bool) -> None:
+    """``loss.chunked=true``: the policy's and the reference's log-probabilities from the hidden states and the
+    output layer's weight, several chunks a batch (no ``[tokens, vocab]`` logits), still TRL's loss and gradients;
+    with the adapter on the output layer too, the reference through the gate is the frozen base's."""
+    _compare_with_trl(loss, adapted, 0.0, packed, chunks=4, targets=targets)
+
+
+def _compare_with_trl(loss: Loss, adapted: bool, label_smoothing: float, packed: bool, chunks: int | None = None,
+                      targets: list[str] | None = None) -> None:
     beta = 2.0 if loss is Loss.simpo else 0.1
     fitted = pairs()
-    module, base = _module(loss, adapted, beta, label_smoothing)
+    module, base = _module(loss, adapted, beta, label_smoothing, chunks, targets)
+    assert module.loss_fn.chunked is (chunks is not None)
     batch = packed_batch(fitted) if packed else padded_batch(fitted)
     ours, stats = module.pair_losses(batch)
     ours.backward()
@@ -268,3 +307,20 @@ def test_compiled_the_step_s_reference_is_the_frozen_base_s_and_one_graph() -> N
     assert counters["stats"]["unique_graphs"] == 1 and not counters["graph_break"]
     torch.testing.assert_close(ref, theirs, **drift(steps=1, depth=64, magnitude=float(theirs.abs().max())).kwargs)
     assert float((policy.detach() - theirs).abs().max()) > 1e-3 and reference.gate.value is None
+
+
+@needs_chunking
+def test_compiled_the_chunked_step_is_one_graph_and_the_eager_step_s_loss() -> None:
+    """``loss.chunked=true`` under Dynamo and AOTAutograd (``aot_eager``): the policy's and the reference's chunked
+    log-probabilities (torch's custom op, an opaque node) in one graph, no break, the eager step's loss."""
+    import torch._dynamo
+    from torch._dynamo.utils import counters
+
+    module, _ = _module(Loss.dpo, True, 0.1, 0.0, chunks=4, targets=HEAD_TOO)
+    batch = packed_batch(pairs())
+    eager, _ = module.pair_losses(batch)
+    torch._dynamo.reset()
+    counters.clear()
+    compiled, _ = torch.compile(module.pair_losses, backend="aot_eager")(batch)
+    assert counters["stats"]["unique_graphs"] == 1 and not counters["graph_break"]
+    torch.testing.assert_close(compiled, eager, **drift(steps=1, depth=64, magnitude=float(eager.abs())).kwargs)

@@ -185,6 +185,15 @@ def test_step_times_marks_each_recompile_at_its_step() -> None:
     assert "recompile 2.5 s" in [t.get_text() for t in ax.texts]
 
 
+def test_step_times_says_how_the_loss_was_computed_and_the_peak_memory() -> None:
+    chunked = {"perf/step_series": _series(), "loss/chunked": True, "loss/chunks": 8, "loss/chunk_rows": 512,
+               "loss/logits_gib": 1.957, "memory/peak_gib": 1.35}
+    assert step_times_figure(chunked).axes[0].get_xlabel() == (
+        "step\nloss: 8 chunks of 512 positions, never the whole logits (1.96 GiB a step); peak memory 1.35 GiB")
+    whole = {"perf/step_series": _series(), "loss/chunked": False, "memory/peak_gib": 2.99}
+    assert step_times_figure(whole).axes[0].get_xlabel() == "step\nloss: from the whole logits; peak memory 2.99 GiB"
+
+
 def test_sweep_picture_draws_every_run_with_its_spread(tmp_path: Path) -> None:
     eager = {"perf/speedup_status": "nothing compiled", "compile/scope": "none", "compile/time_s": 0.0,
              "perf/step_ms": 30.0}

@@ -14,7 +14,7 @@ from runner.config.paths import SHIPPED_DATA, shipped
 from runner.config.precheck import precheck
 
 
-@pytest.mark.parametrize("recipe", ["instruct_tiny", "instruct_lora"])
+@pytest.mark.parametrize("recipe", ["instruct_tiny", "instruct_lora", "instruct_llama3"])
 def test_a_recipe_on_shipped_data_runs_from_another_directory(recipe: str, tmp_path: Path,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)

@@ -573,3 +573,16 @@ def test_torchaos_nf4_has_what_qlora_reads() -> None:
                           q.quantized_data, q.nf4)
     assert torch.equal(again.get_original_weight(), q.get_original_weight())
     assert ti.nf4_problem("cpu") is None
+
+
+def test_auto_chunker_options_are_inductor_config_keys() -> None:
+    """The auto-chunker's keys (the vocab benchmarks' runner_autochunk contestant) exist in Inductor's config."""
+    import torch._inductor.config as inductor_config
+
+    chunker = getattr(inductor_config, ti.AUTO_CHUNKER)
+    assert chunker.enable is False or chunker.enable is True
+    for key, value in ti.auto_chunker_options(chunks=4).items():
+        section, name = key.split(".")
+        assert section == ti.AUTO_CHUNKER and hasattr(chunker, name), key
+        with inductor_config.patch({key: value}):
+            assert getattr(chunker, name) == value

@@ -3,7 +3,8 @@ table; a classifier's confusion matrix in a PNG beside it.
 
 Language models: the loss over every target, its perplexity and, where the ids are bytes (the data declares
 ``ValMetric.bits_per_byte``, as the run's validation did), bits per byte; a tokenizer's ids have none (a loss per
-token is no figure per byte).
+token is no figure per byte). A model the run trained with a chunked loss (``loss.chunked``) is evaluated with it
+too: only the loss is wanted, so the whole ``[tokens x vocab]`` logits are never built.
 Classifiers (torchmetrics): accuracy, macro-F1, precision and recall per class, the confusion matrix.
 Preference pairs (``objective=dpo|simpo|orpo``): TRL's figures over every pair: the preference accuracy
 (``eval/rewards/accuracies``), the margins, rewards and log-probabilities of the chosen and rejected completions.
@@ -89,8 +90,10 @@ def eval_device(cfg: RunConfig) -> torch.device:
     return device
 
 
-def evaluate(forward: Any, loader: Any, device: torch.device, cfg: RunConfig, labels: list[str]) -> dict[str, Any]:
-    """The figures of one pass of ``forward`` (the module, compiled or not) over ``loader``'s batches."""
+def evaluate(forward: Any, loader: Any, device: torch.device, cfg: RunConfig, labels: list[str],
+             loss_sum: Any = None) -> dict[str, Any]:
+    """The figures of one pass of ``forward`` (the module, compiled or not) over ``loader``'s batches; ``loss_sum``
+    (``(inputs, targets) -> the summed loss``, compiled or not): a causal LM's loss without its logits (chunked)."""
     from lightning.fabric.utilities import move_data_to_device
 
     total, counted, examples = 0.0, 0, 0
@@ -98,6 +101,11 @@ def evaluate(forward: Any, loader: Any, device: torch.device, cfg: RunConfig, la
     with torch.no_grad():
         for batch in loader:
             x, y = move_data_to_device(batch, device)
+            if loss_sum is not None and y.dim() > 1:  # a target per position: the loss is all a causal LM reports
+                total += float(loss_sum(x, y))
+                counted += int((y != IGNORE_INDEX).sum())
+                examples += int(y.shape[0])
+                continue
             logits = forward(x)
             total += float(F.cross_entropy(logits.flatten(0, -2).float(), y.flatten(), ignore_index=IGNORE_INDEX,
                                            reduction="sum"))
@@ -195,14 +203,30 @@ def run_pass(module: torch.nn.Module, loader: Any, cfg: RunConfig, labels: list[
     compiled code is dropped afterwards."""
     device = eval_device(cfg)
     module.to(device).eval()
+    loss_sum = chunked_loss_sum(module)
     if not compiled:
-        return evaluate(module, loader, device, cfg, labels)
+        return evaluate(module, loader, device, cfg, labels, loss_sum)
     c = cfg.compile
     try:
-        forward = torch.compile(module, backend=c.backend, mode=c.mode, options=c.options or None)
-        return evaluate(forward, loader, device, cfg, labels)
+        kwargs: dict[str, Any] = dict(backend=c.backend, mode=c.mode, options=c.options or None)
+        forward = torch.compile(module, **kwargs)
+        return evaluate(forward, loader, device, cfg, labels, torch.compile(loss_sum, **kwargs) if loss_sum else None)
     finally:
         ti.reset_compiler()
+
+
+def chunked_loss_sum(module: torch.nn.Module) -> Any:
+    """``(inputs, targets) -> summed loss`` through the chunked loss ``module`` (a ``TrainModule``) trained with;
+    None when it trained on the whole logits (or is a LightningModule of your own)."""
+    loss = getattr(module, "loss_fn", None)
+    if not getattr(loss, "chunked", False):
+        return None
+    model = module.model  # type: ignore[union-attr]
+
+    def loss_sum(x: Any, y: torch.Tensor) -> torch.Tensor:
+        return loss(model, x, y, reduction="sum")  # type: ignore[misc]
+
+    return loss_sum
 
 
 def confusion_png(figures: dict[str, Any], path: Path) -> None:

@@ -108,7 +108,7 @@ def _gpt_generate(model: nn.Module, ids: torch.Tensor, sampling: Sampling) -> li
     for _ in range(sampling.max_new_tokens):
         if cache.length + new.shape[1] > model.block_size:  # the window moves: run it whole (module docstring)
             cache, new = KVCache(), ids[:, -model.block_size:]
-        logits = model.decode(new, cache)[:, -1, :].float()
+        logits = model.decode(new, cache, last_only=True)[:, -1, :].float()
         new = next_token(logits, sampling)
         ids = torch.cat([ids, new], dim=1)
         if sampling.eos_id is not None and int(ids[0, -1]) == sampling.eos_id:

@@ -24,6 +24,7 @@ from runner.config.options import ShapePolicy as ShapePolicy
 from runner.config.schema_after import AfterConfig
 from runner.config.schema_fsdp import Distributed, FsdpConfig
 from runner.config.schema_fsdp import FsdpMixedPrecision as FsdpMixedPrecision  # re-exported: every node from here
+from runner.config.schema_loss import LossConfig
 from runner.config.schema_objective import ObjectiveConfig
 from runner.config.schema_peft import PeftConfig
 
@@ -288,6 +289,7 @@ class RunConfig:
     peft: PeftConfig = field(default_factory=PeftConfig)  # which weights train (runner.config.schema_peft)
     objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
     """What the training step minimises: sft, or a preference objective (runner.config.schema_objective)."""
+    loss: LossConfig = field(default_factory=LossConfig)  # full or chunked logits (runner.config.schema_loss)
     after: AfterConfig = field(default_factory=AfterConfig)
     """What the run leaves for after training: the exported model, a sample of a causal LM's text."""
     logger: dict[str, Any] = field(default_factory=dict)

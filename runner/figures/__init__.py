@@ -8,7 +8,8 @@ A figure is a flat entry of the figures dict under a namespaced key with its uni
 * ``compile_plan``, ``compile_work``, ``compile_caches``, ``compile_background``: ``compile/*``, by what the
   figures are about (the plan, what compiling did, the caches, compile beside the run);
 * ``cudagraphs``, ``dynamic``, ``offload``, ``reliability``, ``trace``, ``ranks``, ``tune``;
-* ``eval_metrics``: ``eval/*`` (``runner eval``); ``peft``: ``peft/*``, what an adapter trains and holds;
+* ``eval_metrics``: ``eval/*`` (``runner eval``); ``peft``: ``peft/*``, what an adapter trains and holds; ``loss``:
+  ``loss/*``, whether the loss was chunked;
 * ``objective``: ``objective/*``, a preference objective's settings; ``rewards``, ``logps``: TRL's figures, and
   ``run_preference`` their ``val/`` twins.
 
@@ -32,6 +33,7 @@ from runner.figures import (
     dynamic,
     eval_metrics,
     logps,
+    loss,
     memory,
     objective,
     offload,
@@ -48,7 +50,7 @@ from runner.figures import (
 from runner.figures.registry import Figure, defined, figure
 
 NAMESPACES = (run, data, perf, memory, compile_plan, compile_work, compile_caches, compile_background, cudagraphs,
-              dynamic, offload, reliability, trace, ranks, tune, eval_metrics, peft, objective, rewards, logps,
+              dynamic, offload, reliability, trace, ranks, tune, eval_metrics, peft, loss, objective, rewards, logps,
               run_preference)
 """The modules that define figures: importing this package imports them all, so :func:`defined` is complete."""
 

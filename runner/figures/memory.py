@@ -8,5 +8,6 @@ from __future__ import annotations
 
 from runner.figures.registry import define
 
-MEMORY_PEAK_GIB = define("memory/peak_gib", "CUDA: peak allocated by tensors; CPU: the process's peak resident set",
-                         label="peak memory [GiB]")
+MEMORY_PEAK_GIB = define("memory/peak_gib", "the most the fit's steps held, from the fit's start (the model's build "
+                         "and setup's measurements left out): CUDA: peak allocated by tensors; CPU: the process's peak "
+                         "resident set (on Linux; elsewhere from the process's start)", label="peak memory [GiB]")

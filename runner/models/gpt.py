@@ -12,6 +12,10 @@ training runs and compiles, never sees a cache; ``tests/test_after.py`` checks t
 A packed batch (``runner.packing.PackedInputs``, ``data.packing=true``) brings position ids that restart
 with each example and the examples' boundaries: attention stays within each example
 (``runner.packing.document_attention``), so a packed row computes what its examples would alone.
+
+``forward(idx, return_hidden=True)`` returns the final norm's output instead, what the head (``output_layer()``)
+takes: the chunked loss (``loss.chunked``, ``runner.losses``) multiplies it by the head's weight a chunk of
+positions at a time instead of holding every position's logits.
 """
 
 from __future__ import annotations
@@ -155,7 +159,12 @@ class GPT(nn.Module):
         if isinstance(m, nn.Linear) and m.bias is not None:
             nn.init.zeros_(m.bias)
 
-    def forward(self, idx: torch.Tensor | PackedInputs) -> torch.Tensor:
+    def output_layer(self) -> nn.Linear:
+        """The linear layer that turns the last hidden states into logits (its weight is the embedding's)."""
+        return self.head
+
+    def forward(self, idx: torch.Tensor | PackedInputs, return_hidden: bool = False) -> torch.Tensor:
+        """Logits ``[batch, seq, vocab]``; with ``return_hidden``, the head's input ``[batch, seq, n_embd]``."""
         documents = None
         if isinstance(idx, PackedInputs):
             dropout = self.drop.p if self.training else 0.0
@@ -166,12 +175,15 @@ class GPT(nn.Module):
         x = self.drop(self.tok_emb(ids) + self.pos_emb(pos))
         for block in self.blocks:
             x = block(x) if documents is None else block(x, documents)
-        return self.head(self.ln_f(x))
+        x = self.ln_f(x)
+        return x if return_hidden else self.head(x)
 
-    def decode(self, idx: torch.Tensor, cache: KVCache) -> torch.Tensor:
+    def decode(self, idx: torch.Tensor, cache: KVCache, last_only: bool = False) -> torch.Tensor:
         """Logits ``[batch, t, vocab]`` of ``idx`` ``[batch, t]``, the positions after the ``cache.length`` ones in
         ``cache``, which then holds theirs too: the prompt once, then one new token at a time. Positions are
-        absolute, so they end at ``block_size``; past it, start again with a new cache over the last tokens."""
+        absolute, so they end at ``block_size``; past it, start again with a new cache over the last tokens.
+        ``last_only``: the last position's logits alone, ``[batch, 1, vocab]`` (what sampling reads: a prompt's other
+        positions never go through the head, as transformers' ``logits_to_keep=1``)."""
         start, t = cache.length, idx.shape[1]
         if start + t > self.block_size:
             raise ValueError(f"{start} cached + {t} new positions exceed block_size={self.block_size}")
@@ -183,4 +195,4 @@ class GPT(nn.Module):
         x = self.drop(self.tok_emb(idx) + self.pos_emb(pos))
         for i, block in enumerate(blocks):
             x, cache.layers[i] = block.decode(x, cache.layers[i])
-        return self.head(self.ln_f(x))
+        return self.head(self.ln_f(x[:, -1:] if last_only else x))

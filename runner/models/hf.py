@@ -13,6 +13,10 @@ The wrappers return plain logits, so runner's ``TrainModule`` trains them with i
 targets are ``IGNORE_INDEX``, -100, as in transformers): ``CausalLM(input_ids) -> [batch, seq, vocab]``
 and ``SequenceClassifier({"input_ids", "attention_mask"}) -> [batch, num_labels]``. The checks of their
 arguments, run before anything is written, are in :mod:`runner.models.hf_checks`.
+
+``CausalLM(input_ids, return_hidden=True)`` returns the backbone's last hidden states instead of logits, and
+``output_layer()`` the ``lm_head`` that makes logits of them, for the families in :data:`LOSS_FAMILIES`: the
+chunked loss (``loss.chunked``) multiplies the two a chunk of positions at a time.
 """
 
 from __future__ import annotations
@@ -34,6 +38,12 @@ from runner.packing import PackedInputs
 log = logging.getLogger(__name__)
 
 _TOKEN_IDS = ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id", "sep_token_id")
+
+LOSS_FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "gpt2")
+"""transformers model types whose logits are ``lm_head(last_hidden_state)`` and nothing more (checked against
+their own forward in ``tests/test_chunked_loss.py``). Families that scale or cap their logits after the head
+(Gemma 2 and 3's soft-capping, Cohere's and Granite's scales) are not among them: their loss is computed from
+their full logits."""
 
 
 def _given(overrides: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -173,13 +183,32 @@ class CausalLM(nn.Module):
         """Why this model cannot train on packed rows (None: it can)."""
         return hf_packing.packing_refusal(config, path, _given(overrides), attn_implementation)
 
-    def forward(self, input_ids: torch.Tensor | PackedInputs) -> torch.Tensor:
+    @property
+    def model_type(self) -> str:
+        """The transformers model type (``llama``, ``gpt2``...)."""
+        return str(getattr(self.model.config, "model_type", "?"))
+
+    def output_layer(self) -> nn.Module | None:
+        """``lm_head``, whose product with the last hidden states is the logits, for :data:`LOSS_FAMILIES`; None
+        for other families (their logits may be scaled or capped after the head)."""
+        if self.model_type not in LOSS_FAMILIES:
+            return None
+        head = self.model.get_output_embeddings()  # type: ignore[operator]
+        return head if isinstance(head, nn.Module) else None
+
+    def forward(self, input_ids: torch.Tensor | PackedInputs, return_hidden: bool = False) -> torch.Tensor:
+        """Logits ``[batch, seq, vocab]``; with ``return_hidden``, the backbone's last hidden states ``[batch, seq,
+        hidden]`` (``lm_head``'s input: no position goes through the head)."""
+        # The backbone (LlamaModel, GPT2Model...) when only the hidden states are wanted, else the whole model.
+        run: Any = self.model.base_model if return_hidden else self.model
         if isinstance(input_ids, PackedInputs):
             mask = hf_packing.document_mask(self.attn_implementation, input_ids.document_ids,
                                             next(self.model.parameters()).dtype, input_ids.parent_ids)
-            return self.model(input_ids=input_ids.input_ids, position_ids=input_ids.position_ids,
-                              attention_mask=mask, use_cache=False).logits
-        return self.model(input_ids=input_ids, use_cache=False).logits
+            out = run(input_ids=input_ids.input_ids, position_ids=input_ids.position_ids, attention_mask=mask,
+                      use_cache=False)
+        else:
+            out = run(input_ids=input_ids, use_cache=False)
+        return out.last_hidden_state if return_hidden else out.logits
 
 
 class SequenceClassifier(nn.Module):

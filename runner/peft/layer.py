@@ -11,7 +11,7 @@ the adapter's are ``<module>.lora_A.weight`` and ``<module>.lora_B.weight``, pef
 ``QLoRALinear`` stores the base weight in NF4 (``runner.peft.nf4``) instead.
 
 The adapter's contribution passes through the layer's ``gate``: :data:`UNGATED` (nothing) unless a preference
-objective put an :class:`AdapterGate` there (:func:`runner.peft.gate.gate_adapter`). The gate multiplies the
+objective put an :class:`AdapterGate` there (:func:`runner.training.reference.gate_adapter`). The gate multiplies the
 contribution by a tensor (1: the policy; 0: exactly the frozen base, the reference), so the policy and the
 reference are the same code and the same graph, told apart by data, not by a Python flag a graph would guard on.
 """

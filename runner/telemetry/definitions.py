@@ -94,6 +94,7 @@ from runner.figures.data import (
     DATA_VAL_SEQUENCES,
 )
 from runner.figures.dynamic import DYNAMIC_PADDING_WASTE_PCT, DYNAMIC_POLICY
+from runner.figures.loss import LOSS_CHUNK_ROWS, LOSS_CHUNKED, LOSS_CHUNKS, LOSS_LOGITS_GIB, LOSS_REASON
 from runner.figures.memory import MEMORY_PEAK_GIB
 from runner.figures.offload import OFFLOAD_GRAD_REL_ERROR, OFFLOAD_REDUCTION_X, OFFLOAD_STRATEGY
 from runner.figures.perf import (
@@ -149,6 +150,7 @@ SECTIONS: tuple[tuple[str, tuple[Figure, ...]], ...] = (
                           fp.PEFT_TRAINABLE_PCT, fp.PEFT_OPTIMIZER_STATE_BYTES, fp.PEFT_BASE_WEIGHT_BYTES)),
     ("preference", _rows(fo.OBJECTIVE_LOSS, fo.OBJECTIVE_BETA, fo.OBJECTIVE_REFERENCE, fo.OBJECTIVE_REFERENCE_BYTES,
                          fo.OBJECTIVE_REFERENCE_CACHE, *fpref.VAL_METRICS, *fpref.TRAIN_METRICS)),
+    ("loss", _rows(LOSS_CHUNKED, LOSS_REASON, LOSS_CHUNKS, LOSS_CHUNK_ROWS, LOSS_LOGITS_GIB)),
     ("data", _rows(DATA_SOURCE, DATA_CHANGED, DATA_FILES, DATA_ROWS, DATA_TOKENS, DATA_TRAIN_SEQUENCES,
                    DATA_VAL_SEQUENCES, DATA_SPLIT, DATA_TRUNCATED_ROWS, DATA_TRUNCATED_PCT, DATA_CUT_PART,
                    DATA_DROPPED_ROWS, DATA_DROPPED_BY, DATA_NULL_ROWS, DATA_LABEL_COUNTS, DATA_FORMAT, DATA_EXAMPLES,

@@ -146,12 +146,16 @@ def measure_tflops(device: torch.device, dtype: torch.dtype, budget_s: float = 0
 
 
 def reset_memory_peak(device: torch.device) -> None:
-    """Start the device's peak-memory count (``memory/peak_gib``) anew, on CUDA (the CPU's peak resident
-    set size cannot be reset): what ran before (the MFU probe, the saved-activation measurement in the
-    strategy's setup) is not the run's peak."""
+    """Start the device's peak-memory count (``memory/peak_gib``) anew: what ran before (the model's build, the MFU
+    probe, the saved-activation measurement in the strategy's setup) is not the run's peak. CUDA: its peak
+    allocated; the CPU on Linux: the process's peak resident set (``VmHWM``; writing 5 to ``/proc/self/clear_refs``
+    resets it), elsewhere nothing (the peak counts from the process's start)."""
     if device.type == "cuda" and torch.cuda.is_available():
         torch.cuda.init()  # resetting before CUDA is initialised raises "Invalid device argument"
         torch.cuda.reset_peak_memory_stats(device)
+    elif device.type == "cpu":
+        with contextlib.suppress(OSError):  # not Linux, or a /proc that does not allow it: the process's peak
+            Path("/proc/self/clear_refs").write_text("5")
 
 
 def _read(path: Path) -> dict[str, dict[str, object]]:

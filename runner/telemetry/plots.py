@@ -2,8 +2,9 @@
 
 ``step_times.png``: every timed step, compiled and eager as two series with their medians, the
 interleaved pairs shaded, each compile and recompile marked at its step with its compile time
-written on the mark. The y-axis covers the steady steps; a step above it (the first, compiling one)
-sits on the top edge with its time written beside it. The legend names only what happened.
+written on the mark; under the axis, the loss (whole or chunked logits) and the peak memory. The
+y-axis covers the steady steps; a step above it (the first, compiling one) sits on the top edge
+with its time written beside it. The legend names only what happened.
 
 ``summary.png``: each run's figures side by side, the speedup with its pairs' 25th-75th percentile,
 every value written on its bar; a run without a figure says why instead of leaving a gap.
@@ -16,6 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from runner.figures.compile_work import COMPILE_EVENTS, COMPILE_TIME_S
+from runner.figures.loss import LOSS_CHUNK_ROWS, LOSS_CHUNKED, LOSS_CHUNKS, LOSS_LOGITS_GIB
+from runner.figures.memory import MEMORY_PEAK_GIB
 from runner.figures.perf import (
     PERF_COMPILED_STEP_MS,
     PERF_EAGER_STEP_MS,
@@ -139,13 +142,29 @@ def step_times_figure(figures: dict[str, Any]) -> Figure | None:
                   label=f"median of the last {len(last)} steps: {step_ms:.4g} ms")
     _mark_events(ax, figures, points, top)
     ax.set_ylim(0, top * 1.02)
-    ax.set_xlabel("step")
+    note = _memory_note(figures)
+    ax.set_xlabel("step" + (f"\n{note}" if note else ""))
     ax.set_ylabel("step time [ms]")
     kind, sentence = speedup_verdict(figures)
     ax.set_title(_wrap(sentence[:1].upper() + sentence[1:] + "."), fontsize=9, loc="left")
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=3, fontsize=8, frameon=False)
     fig.tight_layout()
     return fig
+
+
+def _memory_note(figures: dict[str, Any]) -> str:
+    """What held the step's memory: the loss (whole or chunked logits) and the peak, in a line (empty: neither)."""
+    parts = []
+    if LOSS_CHUNKED in figures:
+        chunked = figures[LOSS_CHUNKED]
+        size = figures.get(LOSS_LOGITS_GIB)
+        whole = f" ({size:.3g} GiB a step)" if isinstance(size, (int, float)) else ""
+        parts.append(f"loss: {figures.get(LOSS_CHUNKS)} chunks of {figures.get(LOSS_CHUNK_ROWS)} positions, never the "
+                     f"whole logits{whole}" if chunked else f"loss: from the whole logits{whole}")
+    peak = figures.get(MEMORY_PEAK_GIB)
+    if isinstance(peak, (int, float)):
+        parts.append(f"peak memory {peak:.3g} GiB")
+    return "; ".join(parts)
 
 
 def _mark_events(ax: Any, figures: dict[str, Any], points: list[dict[str, Any]], top: float) -> None:

@@ -155,9 +155,26 @@ class StepFlops:
 
 
 def peak_memory_gib(device: torch.device) -> float:
-    """Peak memory: CUDA max allocated by tensors; CPU the process's max resident set size."""
+    """Peak memory: CUDA max allocated by tensors; CPU the process's max resident set size (``VmHWM`` on Linux,
+    which ``runner.telemetry.peak.reset_memory_peak`` resets at the start of the fit; ``getrusage``'s may keep an
+    earlier peak)."""
     if device.type == "cuda" and torch.cuda.is_available():
         return torch.cuda.max_memory_allocated(device) / 2**30
+    hwm = _vm_hwm_kib()
+    if hwm is not None:
+        return hwm / 2**20
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     # ru_maxrss is KiB on Linux and bytes on macOS.
     return rss / 2**30 if sys.platform == "darwin" else rss / 2**20
+
+
+def _vm_hwm_kib() -> int | None:
+    """The process's peak resident set in KiB from ``/proc/self/status`` (None where there is none)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None

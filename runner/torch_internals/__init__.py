@@ -117,9 +117,11 @@ from runner.torch_internals.runtime import (  # noqa: F401
     zero_in_place,
 )
 from runner.torch_internals.settings import (  # noqa: F401
+    AUTO_CHUNKER,
     MANAGED,
     TorchSettings,
     add_dynamic_sources,
+    auto_chunker_options,
     cpu_capability,
     lift_python_scalars,
     local_source_pattern,

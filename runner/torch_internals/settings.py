@@ -170,3 +170,19 @@ def machine_cache_dir(directory: str) -> str:
     cache filled with AVX-512 code and read with the AVX2 path gave NaN losses from the first step (torch
     2.13, measured 2026-11-24), which a cache directory shared between machines would hit."""
     return os.path.join(directory, f"cpu-{cpu_capability().lower()}")
+
+
+AUTO_CHUNKER = "auto_chunker"
+"""Inductor's config class of its auto-chunker (``torch._inductor.config.auto_chunker``, torch 2.11 and later): a
+joint-graph pass that cuts a node whose output dwarfs its inputs (a large vocabulary's logits) into chunks along the
+batch dimension. runner's chunked loss is torch's ``linear_cross_entropy`` instead (docs/large-vocab.md says why);
+the benchmarks measure this one beside it."""
+
+
+def auto_chunker_options(chunks: int | None = None) -> dict[str, Any]:
+    """``torch.compile(options=...)`` turning Inductor's auto-chunker on (``chunks``: its chunk count; None: its own
+    choice, 8 in torch 2.13)."""
+    options: dict[str, Any] = {f"{AUTO_CHUNKER}.enable": True}
+    if chunks is not None:
+        options[f"{AUTO_CHUNKER}.num_chunk"] = chunks
+    return options

@@ -1,22 +1,30 @@
 """The log-probability a model gives each completion of a batch: the one place it is computed.
 
 Every preference objective reads its policy's (and DPO its reference's) per-sequence log-probabilities from
-:func:`sequence_logps`: the per-token log-probability of each target, summed per sequence, with the number of targets
-summed. The per-token values come from ``cross_entropy(reduction="none")`` on the logits: one float32 copy of the
-logits at most (the cast; none when they are float32 already), where ``log_softmax`` and a gather would hold a second
-``[tokens, vocab]`` tensor. A target outside the loss (``IGNORE_INDEX``: prompts, padding) adds 0.
+:func:`pair_logps`: the per-token log-probability of each target, summed per sequence, with the number of targets
+summed. The per-token values are the negated per-position losses of the run's loss (``reduction="none"``,
+:mod:`runner.training.loss`), so a preference step computes its log-probabilities as an SFT step computes its loss:
 
-This is the function a chunked cross-entropy (per-token losses from the hidden states and the output weight,
-without ``[tokens, vocab]`` logits) takes over: its callers hand it the model's output and the batch's targets, and
-read sums per sequence back.
+- from the whole logits (``FullLogits``): ``cross_entropy(reduction="none")`` on the logits, one float32 copy of them
+  at most (the cast; none when they are float32 already), where ``log_softmax`` and a gather would hold a second
+  ``[tokens, vocab]`` tensor;
+- chunked (``ChunkedLogits``, ``loss.chunked``): ``runner.losses.linear_cross_entropy(..., reduction="none")`` from
+  the last hidden states and the output layer's weight, a chunk of positions at a time: no ``[tokens, vocab]``
+  logits, in the policy's forward or the reference's.
+
+A target outside the loss (``IGNORE_INDEX``: prompts, padding) adds 0.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 
 from runner.data.padding import IGNORE_INDEX
+from runner.data.preference_batch import PairInputs
+from runner.training.loss import Loss
 
 
 def token_logps(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -27,14 +35,28 @@ def token_logps(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return -flat.view(targets.shape)
 
 
+def sequence_sums(per_token: torch.Tensor, targets: torch.Tensor, slots: torch.Tensor,
+                  sequences: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(sums, counts)``, each ``[sequences]`` float32: ``per_token`` ``[rows, T]`` (each target's log-probability,
+    0 outside the loss) summed per sequence, and how many targets each has. ``slots`` ``[rows, T]`` says which
+    sequence each position's target belongs to (a row of padded pairs is one sequence; a packed row holds several);
+    shapes depend on ``sequences``, never on the data."""
+    values = per_token.float().flatten()
+    index = slots.flatten()
+    sums = torch.zeros(sequences, dtype=values.dtype, device=values.device).index_add(0, index, values)
+    counted = (targets.flatten() != IGNORE_INDEX).to(values.dtype)
+    counts = torch.zeros(sequences, dtype=values.dtype, device=values.device).index_add(0, index, counted)
+    return sums, counts
+
+
 def sequence_logps(logits: torch.Tensor, targets: torch.Tensor, slots: torch.Tensor,
                    sequences: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(sums, counts)``, each ``[sequences]`` float32: the log-probability of each sequence's targets, summed, and
-    how many targets it has. ``slots`` ``[rows, T]`` says which sequence each position's target belongs to (a row of
-    padded pairs is one sequence; a packed row holds several); shapes depend on ``sequences``, never on the data."""
-    per_token = token_logps(logits, targets).flatten()
-    index = slots.flatten()
-    sums = torch.zeros(sequences, dtype=per_token.dtype, device=per_token.device).index_add(0, index, per_token)
-    counted = (targets.flatten() != IGNORE_INDEX).to(per_token.dtype)
-    counts = torch.zeros(sequences, dtype=per_token.dtype, device=per_token.device).index_add(0, index, counted)
-    return sums, counts
+    """:func:`sequence_sums` of the log-probabilities under whole ``logits`` ``[rows, T, vocab]``."""
+    return sequence_sums(token_logps(logits, targets), targets, slots, sequences)
+
+
+def pair_logps(loss: Loss, model: Any, inputs: PairInputs, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`sequence_sums` of ``model``'s log-probability of every sequence of the batch (``2P``: the chosen, then
+    the rejected), through ``loss`` (whole or chunked logits, module docstring)."""
+    per_token = -loss(model, inputs.ids, targets, reduction="none")
+    return sequence_sums(per_token, targets, inputs.slots, 2 * inputs.pair_slots)

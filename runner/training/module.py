@@ -1,7 +1,8 @@
 """``TrainModule``: trains any ``nn.Module`` that maps inputs to logits, with cross-entropy.
 
 It knows nothing about compilation: ``CompileStrategy`` compiles around it. It logs with
-``self.log`` like any LightningModule; the strategy makes those calls safe inside compiled code.
+``self.log`` like any LightningModule; the strategy makes those calls safe inside compiled code. Its loss is the
+one its ``LossPlan`` chose before the fit (``runner.training.loss``: the whole logits, or chunked).
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from typing import Any
 
 import lightning as L
 import torch
-import torch.nn.functional as F
 from torch import nn
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
@@ -20,19 +20,18 @@ from torch.optim.lr_scheduler import LRScheduler
 from runner.data.padding import IGNORE_INDEX
 from runner.data.traits import ValMetric
 from runner.figures.run import TRAIN_LOSS, VAL_ACCURACY, VAL_BPB, VAL_LOSS
+from runner.training.loss import FULL_LOGITS, LossPlan, lm_loss
+
+__all__ = ["TrainModule", "lm_loss"]
 
 OptimizerFactory = Callable[..., Optimizer]
 SchedulerFactory = Callable[[Optimizer], LRScheduler]
 
 
-def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Mean cross-entropy over positions whose target is not padding (float32 for stability)."""
-    return F.cross_entropy(logits.flatten(0, -2).float(), targets.flatten(), ignore_index=IGNORE_INDEX)
-
-
 class TrainModule(L.LightningModule):
     """A model, a loss and an optimizer recipe. ``batch`` is ``(inputs, targets)``; ``val_metric`` is what
-    validation reports beside its loss."""
+    validation reports beside its loss; ``loss`` how the loss is computed (``runner.training.loss.resolve_loss``;
+    default: from the whole logits)."""
 
     def __init__(
         self,
@@ -41,6 +40,7 @@ class TrainModule(L.LightningModule):
         scheduler: SchedulerFactory | None = None,
         weight_decay_min_dim: int = 2,
         val_metric: ValMetric = ValMetric.bits_per_byte,
+        loss: LossPlan = FULL_LOGITS,
     ) -> None:
         super().__init__()
         # Train mode whatever the model was left in (from_pretrained returns eval mode, a user's module may be in
@@ -50,13 +50,15 @@ class TrainModule(L.LightningModule):
         self.scheduler_factory = scheduler
         self.weight_decay_min_dim = weight_decay_min_dim
         self.val_metric = val_metric
+        self.loss_plan = loss
+        self.loss_fn = loss.loss_for(self.model)  # its output layer as the model holds it now (after peft)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.model(x)
 
     def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
         x, y = batch
-        loss = lm_loss(self.model(x), y)
+        loss = self.loss_fn(self.model, x, y)
         # Not prog_bar=True: Lightning turns every progress-bar value into a Python float after every
         # batch, a host sync per step. runner's progress bar shows train/loss, read at log steps only.
         self.log(TRAIN_LOSS, loss)
@@ -64,15 +66,17 @@ class TrainModule(L.LightningModule):
 
     def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
         x, y = batch
-        logits = self.model(x)
-        loss = lm_loss(logits, y)
-        self.log(VAL_LOSS, loss, prog_bar=True, sync_dist=True)
-        if self.val_metric is ValMetric.bits_per_byte:  # nats per byte / ln 2 = bits per byte
-            self.log(VAL_BPB, loss / math.log(2), sync_dist=True)
-        elif self.val_metric is ValMetric.accuracy:
+        if self.val_metric is ValMetric.accuracy:  # the logits' argmax: a classifier's [batch, classes]
+            logits = self.model(x)
+            loss = lm_loss(logits, y)
             counted = y != IGNORE_INDEX
             right = ((logits.argmax(-1) == y) & counted).sum()
             self.log(VAL_ACCURACY, right / counted.sum().clamp(min=1), sync_dist=True)
+        else:  # the loss alone: chunked where training is, never the whole logits then
+            loss = self.loss_fn(self.model, x, y)
+        self.log(VAL_LOSS, loss, prog_bar=True, sync_dist=True)
+        if self.val_metric is ValMetric.bits_per_byte:  # nats per byte / ln 2 = bits per byte
+            self.log(VAL_BPB, loss / math.log(2), sync_dist=True)
         return loss
 
     def configure_optimizers(self) -> Any:

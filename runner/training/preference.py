@@ -1,7 +1,8 @@
 """``PreferenceModule``: trains a causal LM on preference pairs with DPO, SimPO or ORPO (``objective=...``,
 docs/preference.md).
 
-One step: the policy's forward over every sequence of the batch (both completions of every pair, one forward), the
+One step: the policy's forward over every sequence of the batch (both completions of every pair, one forward;
+through the run's loss, :mod:`runner.training.logprobs`: the whole logits, or chunked with ``loss.chunked``), the
 reference's log-probabilities (:mod:`runner.training.reference`: the same model through the adapter's gate, a frozen
 copy, precomputed values, or none), the objective's loss (:mod:`runner.training.preference_losses`) and TRL's figures,
 logged under TRL's names on every logger. Like ``TrainModule`` it knows nothing of compiling: the compile stack
@@ -22,7 +23,8 @@ from runner.figures.objective import OBJECTIVE_BETA, OBJECTIVE_LOSS
 from runner.figures.run import TRAIN_LOSS, VAL_LOSS
 from runner.figures.run_preference import TRAIN_METRICS, VAL_METRICS
 from runner.training import preference_losses as losses
-from runner.training.logprobs import sequence_logps
+from runner.training.logprobs import pair_logps
+from runner.training.loss import FULL_LOGITS, LossPlan
 from runner.training.module import OptimizerFactory, SchedulerFactory, TrainModule
 from runner.training.reference import NoReference, Precomputed
 
@@ -38,11 +40,12 @@ class PreferenceModule(TrainModule):
 
     def __init__(self, model: nn.Module, optimizer: OptimizerFactory, objective: ObjectiveConfig,
                  reference: NoReference, scheduler: SchedulerFactory | None = None,
-                 weight_decay_min_dim: int = 2) -> None:
-        super().__init__(model, optimizer, scheduler, weight_decay_min_dim, val_metric=ValMetric.none)
+                 weight_decay_min_dim: int = 2, loss: LossPlan = FULL_LOGITS) -> None:
+        super().__init__(model, optimizer, scheduler, weight_decay_min_dim, val_metric=ValMetric.none, loss=loss)
         self.loss_kind = objective.loss
         self.beta, self.label_smoothing, self.gamma = objective.beta, objective.label_smoothing, objective.gamma
         self.reference = reference
+        reference.bind(loss, self.model)  # the reference's log-probabilities through the same loss as the policy's
 
     def pair_losses(self, batch: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The batch's loss and TRL's figures (means over its pairs)."""
@@ -52,7 +55,7 @@ class PreferenceModule(TrainModule):
         """Each pair's loss, rewards and log-probabilities (what ``runner eval`` sums over a whole split)."""
         inputs, targets = batch
         self.reference.policy()
-        sums, counts = sequence_logps(self.model(inputs.ids), targets, inputs.slots, 2 * inputs.pair_slots)
+        sums, counts = pair_logps(self.loss_fn, self.model, inputs, targets)
         policy = losses.PairLogps.of(sums, counts)
         if self.loss_kind is Loss.dpo:
             reference = self.reference.logps(self.model, inputs, targets)

@@ -33,17 +33,20 @@ from torch import nn
 from runner.data.preference_batch import PairInputs
 from runner.figures.objective import OBJECTIVE_REFERENCE, OBJECTIVE_REFERENCE_BYTES, OBJECTIVE_REFERENCE_CACHE
 from runner.peft.layer import AdapterGate, LoRALinear
-from runner.training.logprobs import sequence_logps
+from runner.training.logprobs import pair_logps
+from runner.training.loss import FullLogits, Loss, LossPlan
 
 log = logging.getLogger(__name__)
 
 Forward = Callable[[Any], torch.Tensor]
 
 
-def reference_sums(model: Forward, inputs: PairInputs, targets: torch.Tensor) -> torch.Tensor:
-    """``[2P]``: ``model``'s log-probability of each sequence of the batch, without gradients."""
+def reference_sums(model: Forward, inputs: PairInputs, targets: torch.Tensor,
+                   loss: Loss | None = None) -> torch.Tensor:
+    """``[2P]``: ``model``'s log-probability of each sequence of the batch, without gradients, through ``loss``
+    (the run's: whole or chunked logits; None: the whole logits)."""
     with torch.no_grad():
-        sums, _ = sequence_logps(model(inputs.ids), targets, inputs.slots, 2 * inputs.pair_slots)
+        sums, _ = pair_logps(loss or FullLogits(), model, inputs, targets)
     return sums.detach()
 
 
@@ -79,6 +82,13 @@ class NoReference(nn.Module):
 
     describe = "none (the objective uses none)"
     digest: str | None = None
+    loss: Loss | None = None
+    """What the reference's log-probabilities are computed through (:meth:`bind`; None: the whole logits)."""
+
+    def bind(self, plan: LossPlan, model: nn.Module) -> None:
+        """Compute through the run's loss (``plan``: whole or chunked logits) over ``model``, the policy: the
+        reference's forward holds no more logits than the policy's."""
+        self.loss = plan.loss_for(model)
 
     def policy(self) -> None:
         """Before the policy's forward: nothing."""
@@ -109,7 +119,7 @@ class AdapterReference(NoReference):
 
     def logps(self, model: Forward, inputs: PairInputs, targets: torch.Tensor) -> torch.Tensor | None:
         self.gate.value = self.off
-        sums = reference_sums(model, inputs, targets)
+        sums = reference_sums(model, inputs, targets, self.loss)
         self.gate.value = None  # the adapted model again, for whoever calls it next (validation, generation)
         return sums
 
@@ -139,8 +149,11 @@ class FrozenCopy(NoReference):
         self.frozen.train(mode)
         return self
 
+    def bind(self, plan: LossPlan, model: nn.Module) -> None:
+        self.loss = plan.loss_for(self.frozen)  # the copy's own output layer, at the policy's path
+
     def logps(self, model: Forward, inputs: PairInputs, targets: torch.Tensor) -> torch.Tensor | None:
-        return reference_sums(self.frozen, inputs, targets)
+        return reference_sums(self.frozen, inputs, targets, self.loss)
 
     def figures(self) -> dict[str, Any]:
         size = sum(t.numel() * t.element_size() for t in (*self.frozen.parameters(), *self.frozen.buffers()))
@@ -236,7 +249,7 @@ class Precomputed(NoReference):
             for batch in _batches(datamodule.loader(which)):
                 inputs, targets = move_data_to_device(batch, device)
                 with context():
-                    sums = reference_sums(model, inputs, targets).float().cpu().numpy()
+                    sums = reference_sums(model, inputs, targets, self.loss).float().cpu().numpy()
                 index = inputs.index.cpu().numpy()
                 there = index >= 0
                 p = inputs.pair_slots

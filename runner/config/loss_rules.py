@@ -1,0 +1,210 @@
+"""``loss.chunked``: whether a run's cross-entropy is computed a chunk of positions at a time, and why, written once.
+
+:func:`decide` takes plain facts; the config check (``runner.config.checks_loss``, before the run, on the model
+built on the meta device) and the builder (``runner.training.loss.resolve_loss``, on the real model) gather them
+the same way (:func:`head_problem`, :func:`data_facts`) and call it, so a run chunks exactly when its check said it
+would, and a user's own ``Trainer`` (no config check) gets the same refusal from the builder.
+
+The threshold of ``auto``: a step's float32 logits (positions x vocabulary x 4 bytes) above
+:data:`LARGE_LOGITS_BYTES`, 256 MiB, the size of one chunk (``runner.losses.CHUNK_BYTES``): 2,048 positions of a
+32,000-id vocabulary, 512 of a 128,256-id one. At or below it chunking would make one chunk, the whole logits,
+and buy nothing; above it the logits (twice: their gradient too) soon outgrow a small model's own activations,
+and chunks of that size measured no slower than the whole logits compiled (docs/large-vocab.md).
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Any
+
+from runner.config.peft_targets import PeftTargetError, adapter_root, resolve_plan
+from runner.config.schema_loss import Chunked
+from runner.config.schema_peft import PeftConfig, PeftMethod
+
+LARGE_LOGITS_BYTES = 256 * 2**20
+"""``loss.chunked=auto`` chunks where one float32 copy of a step's logits would exceed this (module docstring)."""
+LARGE_VOCAB = 65_536
+"""Where the data does not say a step's positions (a data module of your own without ``batch_size`` and
+``seq_len``), ``auto`` chunks a vocabulary larger than this: Llama 3's 128,256 ids, not Llama 2's 32,000."""
+
+HEAD_PROTOCOL = ("give the module an output_layer() method returning the nn.Linear whose output is the logits, and "
+                 "a forward(x, return_hidden=True) that returns that layer's input (the last hidden states) instead "
+                 "of the logits (docs/large-vocab.md)")
+
+
+@dataclass(frozen=True)
+class LossFacts:
+    """What ``loss.chunked`` is decided from."""
+
+    mode: Chunked | None
+    """``loss.chunked`` (None: a value that is none of auto, true, false)."""
+    chunks: int | None
+    """``loss.chunks``."""
+    raw: Any = "auto"
+    """``loss.chunked`` as given, for the messages."""
+    classifier: bool = False
+    """The data's targets are one class per example: logits ``[batch, classes]``, no vocabulary to chunk."""
+    head: str | None = None
+    """None when runner found the model's output layer; else why not, in a clause."""
+    torch: str | None = None
+    """None when this torch chunks (``runner.losses.chunking_unavailable``); else why not."""
+    tokens: int | None = None
+    """Positions of a full step (data.batch_size x data.seq_len); None where the data does not say."""
+    vocab: int | None = None
+    """The output layer's rows (None where there is no output layer to read)."""
+
+
+@dataclass(frozen=True)
+class LossDecision:
+    """What :func:`decide` found: whether to chunk, by how much, why, and what to refuse or say."""
+
+    chunked: bool
+    rows: int | None
+    """Positions per chunk (``runner.losses.linear_cross_entropy``'s ``rows``); None when unchunked."""
+    chunks: int | None
+    """Chunks of a full step (None when unchunked or when the step's positions are unknown)."""
+    reason: str
+    """What ran and why, in a sentence (the report's ``loss/reason``)."""
+    refusal: str | None = None
+    """The one-paragraph refusal of this setting, before the run; None when it runs."""
+    note: str | None = None
+    """A word for the log where the setting does not do what it says (``auto`` left unchunked where the logits
+    are large, ``true`` ignored by a classifier)."""
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
+
+
+def _logits(f: LossFacts) -> str:
+    """A step's logits, in words."""
+    if f.tokens is None or f.vocab is None:
+        return f"a {f.vocab:,}-id vocabulary" if f.vocab else "an unknown vocabulary"
+    return (f"a step's float32 logits are {_gib(4 * f.tokens * f.vocab)} ({f.tokens:,} positions x "
+            f"{f.vocab:,} ids)")
+
+
+def decide(f: LossFacts) -> LossDecision:
+    """Whether and how to chunk, from the facts (module docstring)."""
+    from runner.losses import MIN_TORCH, chunk_count, chunk_rows
+
+    if f.mode is None:
+        return LossDecision(False, None, None, "refused", refusal=(
+            f"loss.chunked={f.raw}: give auto (chunked where a step's logits would be large), true (chunked, or "
+            "refused where it cannot be) or false (the whole logits)."))
+    if f.chunks is not None and f.chunks < 1:
+        return LossDecision(False, None, None, "refused", refusal=(
+            f"loss.chunks={f.chunks}: the number of chunks a step's positions are cut into must be at least 1. Give "
+            "loss.chunks=8, or drop it (loss.chunks=null: chunks of at most 256 MiB of logits)."))
+    if f.classifier:
+        note = (f"loss.chunked={f.raw} with a classifier: its logits are [batch, classes], one row per example, "
+                "with no vocabulary to chunk; the setting is ignored.") if f.mode is Chunked.true or f.chunks else None
+        return LossDecision(False, None, None, "a classifier: logits of one row per example", note=note)
+    if f.mode is Chunked.false:
+        if f.chunks is not None:
+            return LossDecision(False, None, None, "refused", refusal=(
+                f"loss.chunks={f.chunks} with loss.chunked=false: the chunk count is for a chunked loss. Drop "
+                "loss.chunks, or set loss.chunked=true."))
+        return LossDecision(False, None, None, "loss.chunked=false: the whole logits")
+    blocker = f.head or f.torch
+    if blocker is not None or f.vocab is None:
+        why = blocker or "the output layer's size is unknown"
+        if f.mode is Chunked.true:
+            fix = (f"Install torch>={MIN_TORCH[0]}.{MIN_TORCH[1]}" if f.head is None else
+                   f"To chunk a model of your own, {HEAD_PROTOCOL}")
+            return LossDecision(False, None, None, "refused", refusal=(
+                f"loss.chunked=true, but {why}: runner computes a chunked loss from the last hidden states and the "
+                f"output layer's weight, never the logits. {fix}; or set loss.chunked=auto (the whole logits where "
+                "it cannot chunk) or loss.chunked=false."))
+        large = _large(f)
+        note = (f"loss.chunked=auto: {_logits(f)}, but {why}: the loss is computed from the whole logits."
+                if large else None)
+        return LossDecision(False, None, None, f"unchunked: {why}", note=note)
+    if f.chunks is not None and f.tokens is None:
+        return LossDecision(False, None, None, "refused", refusal=(
+            f"loss.chunks={f.chunks}, but the data does not say a step's positions (data.batch_size and "
+            "data.seq_len), which the count divides. Drop loss.chunks (chunks of at most 256 MiB of logits)."))
+    if f.mode is Chunked.auto and f.chunks is None and not _large(f):
+        return LossDecision(False, None, None, f"auto: {_logits(f)}, within {_gib(LARGE_LOGITS_BYTES)}: the whole "
+                            "logits")
+    rows = chunk_rows(f.vocab, f.tokens, f.chunks)
+    count = chunk_count(f.tokens, rows) if f.tokens is not None else None
+    cut = f"{count} chunks of {rows:,} positions" if count is not None else f"chunks of {rows:,} positions"
+    why = "loss.chunked=true" if f.mode is Chunked.true else "auto"
+    return LossDecision(True, rows, count, f"{why}: {_logits(f)}; {cut}")
+
+
+def _large(f: LossFacts) -> bool:
+    """Whether a step's logits are large enough for ``auto`` to chunk them (module docstring)."""
+    if f.vocab is None:
+        return False
+    if f.tokens is None:
+        return f.vocab > LARGE_VOCAB
+    return 4 * f.tokens * f.vocab > LARGE_LOGITS_BYTES
+
+
+def output_layer(model: Any) -> tuple[Any | None, str | None]:
+    """``model``'s output layer and None; or None and why runner cannot find it (a clause). A model declares it
+    with ``output_layer()`` and a ``forward`` that takes ``return_hidden`` (runner's GPT, ``CausalLM``)."""
+    from torch import nn
+
+    name = type(model).__name__
+    find = getattr(model, "output_layer", None)
+    forward = getattr(model, "forward", None)
+    takes = callable(forward) and "return_hidden" in inspect.signature(forward).parameters
+    if not callable(find) or not takes:
+        return None, f"{name} does not declare its output layer (no output_layer() and forward(x, return_hidden))"
+    head = find()
+    if head is None:
+        kind = getattr(model, "model_type", None)
+        from_hf = f" (transformers {kind})" if kind else ""
+        return None, (f"{name}{from_hf} has no output layer whose product with the last hidden states is its logits "
+                      "(transformers' llama, mistral, qwen2, qwen3 and gpt2 have: others may scale or cap their "
+                      "logits after it)")
+    if not isinstance(head, nn.Linear):
+        return None, f"{name}'s output layer is a {type(head).__name__}, not an nn.Linear"
+    return head, None
+
+
+def head_problem(model: Any, peft: PeftConfig) -> tuple[str | None, int | None]:
+    """Why the chunked loss cannot use ``model``'s output layer once ``peft`` adapts it (None: it can), and the
+    vocabulary (the layer's rows; without one, the largest embedding's). A LoRA adapter on the layer is taken into
+    the chunked loss; QLoRA's 4-bit weight is not (it would be dequantised whole every step, as big as the logits'
+    savings on a small model)."""
+    head, why = output_layer(model)
+    if head is None:
+        return why, _embedded(model)
+    vocab = int(head.weight.shape[0])
+    if peft.method is PeftMethod.qlora:
+        _, root = adapter_root(model)
+        try:
+            targets = resolve_plan(model, peft).targets
+        except PeftTargetError:
+            return None, vocab  # the peft check names it
+        name = next((n for n in targets if root.get_submodule(n) is head), None)
+        if name is not None:
+            return (f"peft=qlora adapts the output layer {name}, whose base weight is stored in 4-bit NF4 (leave it "
+                    "out of peft.target_modules, or use peft=lora)"), vocab
+    return None, vocab
+
+
+def _embedded(model: Any) -> int | None:
+    """The rows of the model's largest embedding: a causal LM's vocabulary, which its logits have too (what ``auto``
+    says it would have chunked where it finds no output layer); None without one."""
+    from torch import nn
+
+    modules = model.modules() if hasattr(model, "modules") else []
+    rows = [m.num_embeddings for m in modules if isinstance(m, nn.Embedding)]
+    return max(rows) if rows else None
+
+
+def data_facts(data: dict[str, Any], traits: Any) -> tuple[bool, int | None]:
+    """Whether the data's targets are one class per example (its traits say accuracy), and a full step's positions
+    (``batch_size x seq_len`` of the data's fields, twice for preference pairs: two sequences a pair, padded or
+    packed into rows of ``2 x seq_len``; None where it has no such fields)."""
+    metric = getattr(getattr(traits, "val_metric", None), "value", None)
+    batch, seq = data.get("batch_size"), data.get("seq_len")
+    ints = all(isinstance(v, int) and not isinstance(v, bool) for v in (batch, seq))
+    sequences = 2 if getattr(traits, "pairs", False) else 1
+    return metric == "accuracy", (batch * seq * sequences if ints else None)  # type: ignore[operator]

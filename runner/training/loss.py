@@ -1,0 +1,139 @@
+"""The cross-entropy ``TrainModule`` computes, chosen once before the fit: from the whole logits (:class:`FullLogits`)
+or a chunk of positions at a time from the last hidden states and the output layer's weight (:class:`ChunkedLogits`,
+``runner.losses.linear_cross_entropy``), as ``loss.chunked`` and the model decide (``runner.config.loss_rules``).
+
+Both are called the same way, ``loss(model, inputs, targets, reduction=...)``, in training and validation steps, so
+neither the step nor the compile stack asks which one runs. The chunked one calls the model's ``forward`` (with
+``return_hidden=True``), not a method beside it: whatever wraps ``forward`` (``compile.scope=model``'s compiled
+forward, FSDP2's gather of the root's parameters, which stay gathered until backward) wraps it still.
+
+A LoRA adapter on the output layer (``peft.target_modules`` naming it) joins the chunked loss exactly:
+``h W^T + s A(h)^T B^T`` is ``[h, s A(h)] [W, B]^T``, one linear of ``hidden + r`` inputs.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from runner.config.loss_rules import LossDecision, LossFacts, data_facts, decide, head_problem
+from runner.config.schema_loss import LossConfig
+from runner.config.schema_peft import PeftConfig
+from runner.config.validate import already_said
+from runner.figures.loss import LOSS_CHUNK_ROWS, LOSS_CHUNKED, LOSS_CHUNKS, LOSS_LOGITS_GIB, LOSS_REASON
+from runner.losses import IGNORE_INDEX, Reduction, chunking_unavailable, linear_cross_entropy, logits_bytes
+from runner.peft.layer import LoRALinear
+
+log = logging.getLogger(__name__)
+
+
+def lm_loss(logits: torch.Tensor, targets: torch.Tensor, reduction: Reduction = "mean") -> torch.Tensor:
+    """Cross-entropy over positions whose target is not padding (float32 for stability); ``reduction="none"``:
+    each position's, ``targets``' shape."""
+    out = F.cross_entropy(logits.flatten(0, -2).float(), targets.flatten(), ignore_index=IGNORE_INDEX,
+                          reduction=reduction)
+    return out.view(targets.shape) if reduction == "none" else out
+
+
+class Loss(Protocol):
+    """What ``TrainModule`` calls for its loss."""
+
+    chunked: bool
+
+    def __call__(self, model: nn.Module, inputs: Any, targets: torch.Tensor,
+                 reduction: Reduction = "mean") -> torch.Tensor: ...
+
+
+class FullLogits:
+    """The loss from the model's logits, ``[..., vocab]`` held whole (any model: a classifier's too)."""
+
+    chunked = False
+
+    def __call__(self, model: nn.Module, inputs: Any, targets: torch.Tensor,
+                 reduction: Reduction = "mean") -> torch.Tensor:
+        return lm_loss(model(inputs), targets, reduction)
+
+
+class ChunkedLogits:
+    """The loss from ``model(inputs, return_hidden=True)`` and ``head``'s weight, ``rows`` positions at a time."""
+
+    chunked = True
+
+    def __init__(self, head: nn.Module, rows: int) -> None:
+        self.head = head
+        self.rows = rows
+
+    def __call__(self, model: nn.Module, inputs: Any, targets: torch.Tensor,
+                 reduction: Reduction = "mean") -> torch.Tensor:
+        hidden, weight, bias = head_operands(self.head, model(inputs, return_hidden=True))
+        return linear_cross_entropy(hidden, weight, targets, bias=bias, rows=self.rows, reduction=reduction)
+
+
+def head_operands(head: nn.Module, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """The hidden states, weight and bias whose linear is ``head(hidden)``: ``head``'s own for an ``nn.Linear``; for
+    a LoRA-adapted one, the hidden states joined by the adapter's scaled inner activations and the weight joined by
+    ``lora_B``'s (module docstring). Preference tuning's per-token log-probabilities take the same operands."""
+    if isinstance(head, LoRALinear):
+        # The adapter's gate (preference tuning's reference: 0 runs the frozen base) on its inner activations: the
+        # same factor on its contribution as ``LoRALinear.forward`` applies.
+        inner = head.gate(head.lora_A(head.dropout(hidden.to(head.lora_A.weight.dtype))) * head.scale)
+        weight = torch.cat([head.weight, head.lora_B.weight.to(head.weight.dtype)], dim=1)
+        return torch.cat([hidden, inner.to(hidden.dtype)], dim=-1), weight, head.bias
+    return hidden, head.weight, head.bias  # type: ignore[return-value]
+
+
+@dataclass(frozen=True)
+class LossPlan:
+    """The loss a run computes, and why (its figures: ``loss/*``)."""
+
+    decision: LossDecision
+    head: str | None = None
+    """The output layer's path in the model (None when unchunked)."""
+    logits_bytes: int | None = None
+    """One float32 copy of a full step's logits (None where the step's positions or the vocabulary are unknown)."""
+
+    def loss_for(self, model: nn.Module) -> Loss:
+        """The loss over ``model`` as it is now: its output layer looked up by path, after ``peft`` may have
+        replaced it by its adapted layer."""
+        if not self.decision.chunked or self.head is None or self.decision.rows is None:
+            return FullLogits()
+        return ChunkedLogits(model.get_submodule(self.head), self.decision.rows)
+
+    def figures(self) -> dict[str, Any]:
+        d = self.decision
+        out: dict[str, Any] = {LOSS_CHUNKED: d.chunked, LOSS_REASON: d.reason}
+        if d.chunked:
+            out.update({LOSS_CHUNKS: d.chunks, LOSS_CHUNK_ROWS: d.rows})
+        if self.logits_bytes is not None:
+            out[LOSS_LOGITS_GIB] = round(self.logits_bytes / 2**30, 3)
+        return out
+
+
+FULL_LOGITS = LossPlan(LossDecision(False, None, None, "the whole logits (TrainModule built without a loss plan)"))
+"""What a ``TrainModule`` built without a plan computes (a user's own code, runner's tests)."""
+
+
+def resolve_loss(model: nn.Module, loss: LossConfig, peft: PeftConfig, data: dict[str, Any], traits: Any) -> LossPlan:
+    """The loss ``model`` trains with, decided before ``peft`` adapts it (``runner.config.loss_rules.decide`` on the
+    real model: what the config check decided on the meta one). Raises ``ValueError`` with the refusal where the
+    check would have refused (a user's own ``Trainer``, where no check ran)."""
+    classifier, tokens = data_facts(data, traits)
+    head_why, vocab = head_problem(model, peft)
+    decision = decide(LossFacts(loss.mode, loss.chunks, loss.chunked, classifier, head_why, chunking_unavailable(),
+                                tokens, vocab))
+    if decision.refusal is not None:
+        raise ValueError(decision.refusal)
+    if decision.note is not None and not already_said(decision.note):  # the config check said it already
+        log.warning("%s", decision.note)
+    size = logits_bytes(tokens, vocab) if tokens is not None and vocab is not None else None
+    head = _path_of(model, model.output_layer()) if decision.chunked else None  # type: ignore[operator]
+    return LossPlan(decision, head, size)
+
+
+def _path_of(model: nn.Module, head: nn.Module) -> str:
+    return next(name for name, m in model.named_modules() if m is head)
