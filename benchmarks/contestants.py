@@ -19,7 +19,6 @@ loops with the most small kernels.
 from __future__ import annotations
 
 import tempfile
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import partial
@@ -30,6 +29,7 @@ import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import CSVLogger
+from pacer import Pacer  # sibling modules: run as a script
 from torch import nn
 from torch.utils.data import DataLoader
 from workload import Workload  # sibling modules: run as a script
@@ -39,47 +39,6 @@ from runner.strategy import CompileStrategy
 from runner.training.module import TrainModule, lm_loss
 
 LR, WEIGHT_DECAY = 1e-3, 0.1
-
-
-@dataclass
-class Pacer:
-    """Step clock and turn-taking for one contestant (see the module docstring).
-
-    ``conn`` is the contestant process's end of a pipe to the driver: when its turn is over the
-    contestant sends ``("done", None)`` and blocks until the driver sends the next turn's number of
-    steps. Without a pipe (one contestant alone, as in ``compile_cache.child``) it never waits.
-    """
-
-    conn: Any = None
-    times: list[float] = field(default_factory=list)
-    quota: int = 0
-    left: int = 0
-    last: float | None = None
-    hooks: Any = None
-    """A ``hook_clock.HookClock``: then ``hook_times`` holds each step's time in callback hooks."""
-    hook_times: list[float] = field(default_factory=list)
-    waited: float = 0.0
-    hook_mark: float = 0.0
-
-    def tick(self) -> None:
-        """Called by the contestant at the start of every step (from a callback hook, for the
-        Lightning contestants: the time it waits for its turn is taken out of the hooks' time)."""
-        now = time.perf_counter()
-        if self.last is not None:
-            self.times.append(now - self.last)
-            self.left -= 1
-            if self.hooks is not None:
-                spent = self.hooks.total - self.waited
-                self.hook_times.append(spent - self.hook_mark)
-                self.hook_mark = spent
-        if self.left <= 0 and self.conn is not None:
-            self.conn.send(("done", None))
-            self.left = self.quota = self.conn.recv()
-            after = time.perf_counter()
-            if self.hooks is not None and self.hooks.depth:  # the wait is inside a timed hook
-                self.waited += after - now
-            now = after
-        self.last = now
 
 
 class _Tick(Callback):

@@ -37,6 +37,7 @@ from typing import Any
 
 from gpu_common import Context, RunFile, Workload
 from gpu_docs import render, table
+from gpu_dpo import DPO_WORKLOAD
 from gpu_gpt import GPT_124M, GPT_SMALL
 from gpu_hf import HF_VARLEN
 from gpu_lora import LORA_WORKLOAD
@@ -54,6 +55,7 @@ WORKLOADS: dict[str, Workload] = {w.name: w for w in (
     COLD_START,
     PACKING,
     LORA_WORKLOAD,
+    DPO_WORKLOAD,
     VOCAB_WORKLOAD,
 )}
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "gpu.md"

@@ -14,6 +14,7 @@ import os
 import statistics
 import traceback
 import warnings
+from collections.abc import Callable
 from multiprocessing.context import BaseContext
 from typing import Any
 
@@ -71,6 +72,10 @@ class _Remote:
         self.conn.send(steps)
         self._expect("done")
 
+    def kill(self) -> None:
+        if self.proc.is_alive():
+            self.proc.kill()
+
     def finish(self) -> dict[str, Any]:
         self.conn.send(10**9)
         self._expect("result")
@@ -80,9 +85,11 @@ class _Remote:
 
 
 def race(ctx: BaseContext, model: str, quick: bool, field: list[Contestant], warmup: int, rounds: int, turn: int,
-         copies: int = 1) -> dict[str, Any]:
+         copies: int = 1, start: Callable[[Contestant, int], Any] | None = None) -> dict[str, Any]:
     """Run the contestants interleaved (see the module docstring), each process started from ``ctx``
-    (``fork_server.start()``); per-contestant figures.
+    (``fork_server.start()``); per-contestant figures. ``start(contestant, total_steps)``: another way to start a
+    contestant's process (``dpo.py``: a program of another virtual environment), returning what ``_Remote`` is
+    (``turn(steps)``, ``finish() -> {"times", "hook_times", "eval_loss", "measured"}``, ``proc``).
 
     ``copies`` processes per contestant, taking the rounds in turn (round ``r`` is run by copy
     ``r % copies``): two processes of the same contestant measured up to 4% apart over a whole race
@@ -90,12 +97,13 @@ def race(ctx: BaseContext, model: str, quick: bool, field: list[Contestant], war
     targets ask about; rounds from several processes average it out instead of crowning a process."""
     share = -(-rounds // copies)  # rounds each copy runs (the last copy may run one fewer)
     total = warmup + share * turn + 1  # the last step only closes the last timed one
-    remotes: dict[str, list[_Remote]] = {}
+    remotes: dict[str, list[Any]] = {}
+    begin = start or (lambda c, steps: _Remote(ctx, c, model, quick, steps))
     try:
         for c in field:
             remotes[c.name] = []
             for _ in range(copies):
-                remotes[c.name].append(_Remote(ctx, c, model, quick, total))
+                remotes[c.name].append(begin(c, total))
                 remotes[c.name][-1].turn(warmup)  # compiles here, alone on the machine
         for r in range(rounds):
             for c in field if r % 2 == 0 else field[::-1]:
@@ -104,8 +112,7 @@ def race(ctx: BaseContext, model: str, quick: bool, field: list[Contestant], war
     finally:
         for procs in remotes.values():
             for remote in procs:
-                if remote.proc.is_alive():
-                    remote.proc.kill()
+                remote.kill()
 
     out: dict[str, Any] = {}
     for c in field:

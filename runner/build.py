@@ -20,6 +20,7 @@ from torch import nn
 from runner.config.data_schemas import Batching
 from runner.config.paths import artifacts_path, checkpoint_dir, resolve_artifacts_path
 from runner.config.schema import RunConfig
+from runner.config.schema_objective import Reference, resolve_reference
 from runner.config.target_objects import declared, fields, locate
 from runner.data.traits import DataTraits, ValMetric
 from runner.peft import apply_peft
@@ -32,7 +33,9 @@ from runner.telemetry.advice import Batches
 from runner.training.callback_group import CallbackGroup
 from runner.training.loss import resolve_loss
 from runner.training.module import TrainModule
+from runner.training.preference import PreferenceModule
 from runner.training.progress_bar import RunProgressBar
+from runner.training.reference import AdapterReference, FrozenCopy, NoReference, Precomputed
 from runner.training.summary import RunModelSummary
 
 
@@ -71,10 +74,26 @@ def build_module(cfg: RunConfig) -> L.LightningModule:
     if not isinstance(model, nn.Module):
         raise TypeError(f"model._target_={cfg.model._target_} built a {type(model).__name__}, not an nn.Module")
     loss = resolve_loss(model, cfg.loss, cfg.peft, fields(cfg.data), data_traits(cfg))  # before peft: the check's rule
-    apply_peft(model, cfg.peft)
+    adapter = apply_peft(model, cfg.peft)
     optimizer = instantiate(cfg.optimizer)
     scheduler = instantiate(cfg.scheduler) if cfg.scheduler else None
+    if cfg.objective.loss.preference:
+        return PreferenceModule(model, optimizer, cfg.objective, build_reference(cfg, model, adapter is not None),
+                                scheduler=scheduler, loss=loss)
     return TrainModule(model, optimizer=optimizer, scheduler=scheduler, val_metric=val_metric(cfg), loss=loss)
+
+
+def build_reference(cfg: RunConfig, model: nn.Module, adapted: bool) -> NoReference:
+    """Where the objective's reference log-probabilities come from (``objective.reference``; docs/preference.md)."""
+    kind = resolve_reference(cfg.objective, adapted, bool(cfg.peft.path))
+    if kind is None:
+        return NoReference()
+    if kind is Reference.base:
+        return AdapterReference(model)
+    if kind is Reference.copy:
+        return FrozenCopy(model)
+    return Precomputed(model, cfg.trainer.precision, cfg.objective.cache_dir,
+                       base_only=adapted and not cfg.peft.path)
 
 
 def val_metric(cfg: RunConfig) -> ValMetric:

@@ -53,10 +53,12 @@ from runner.figures.run import (
     VAL_BPB,
     VAL_LOSS,
 )
+from runner.figures.run_preference import TRAIN_METRICS, VAL_METRICS
 from runner.peft import peft_figures
 from runner.reliability import LogHistory, exit_code, flush_loggers
 from runner.stack.errors.explain import CompileFailure
 from runner.training.loss import LossPlan
+from runner.training.preference import PreferenceModule
 
 log = logging.getLogger(__name__)
 
@@ -163,11 +165,13 @@ def run_figures(cfg: RunConfig, trainer: L.Trainer, module: L.LightningModule, w
         TRAIN_LOSS: metric(TRAIN_LOSS),
         VAL_LOSS: metric(VAL_LOSS),
     }
-    for key in (VAL_BPB, VAL_ACCURACY):  # whichever the module reports for its data (TrainModule.val_metric)
+    # Whichever the module reports for its data (TrainModule.val_metric), and a preference objective's TRL figures.
+    for key in (VAL_BPB, VAL_ACCURACY, *TRAIN_METRICS, *VAL_METRICS):
         if key in trainer.callback_metrics:
             figures[key] = metric(key)
+    own = module.figures() if isinstance(module, PreferenceModule) else {}  # objective/*
     plan = getattr(module, "loss_plan", None)  # TrainModule's: loss/*, whole or chunked logits
-    return {**figures, **peft_figures(inner_model(module), trainer.optimizers),  # an adapter's peft/*
+    return {**figures, **own, **peft_figures(inner_model(module), trainer.optimizers),  # an adapter's peft/*
             **(plan.figures() if isinstance(plan, LossPlan) else {})}
 
 

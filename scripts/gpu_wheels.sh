@@ -22,11 +22,11 @@ TORCH=2.11.0
 LIGHTNING=2.6.6
 BASE=("torch==$TORCH" "lightning==$LIGHTNING" pytest pytest-xdist pytest-timeout)
 # runner's CLI (Hydra, rich, matplotlib), its Hugging Face models and data (transformers, datasets: pyarrow, pandas),
-# LoRA's peers and QLoRA's NF4 (peft, torchao: the lora workload).
+# LoRA's peers and QLoRA's NF4 (peft, torchao: the lora workload), and DPO's peer (trl: the dpo workload).
 # wandb and tensorboard are left out: runner imports them only for logger=wandb|tensorboard, which a GPU check
 # does not use (they would add 40 MB to every copy).
 NEEDS=(hydra-core omegaconf rich matplotlib transformers tokenizers safetensors huggingface_hub datasets pyarrow pandas
-       peft torchao)
+       peft torchao trl)
 # Required by those but never imported offline: hf-xet only downloads from the Hub (the GPU machine has no network);
 # leaving it out keeps two parts under the 64 MiB a copy to the GPU machine may carry.
 SKIP=(hf-xet)

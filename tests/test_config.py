@@ -15,7 +15,7 @@ from runner.config.schema import Scope
 from tests.hf_models import refused_without_vision, saved_llama
 
 GROUPS = ["model", "data", "optimizer", "scheduler", "compile", "dynamic", "offload", "cudagraphs", "trainer",
-          "telemetry", "logger", "reliability"]
+          "telemetry", "logger", "reliability", "objective"]
 
 
 def _options(group: str) -> list[str]:
@@ -42,6 +42,10 @@ def _extra_for(group: str, option: str) -> list[str]:
         return ["model=hf_causal_lm", f"model.path={saved_llama()}"]
     if (group, option) == ("data", "instruct"):  # a table of examples is required: the shipped one
         return [f"data.path={CONF_DIR.parent / 'examples' / 'data' / 'instruct.jsonl'}"]
+    if (group, option) == ("data", "preference") or (group == "objective" and option != "sft"):
+        # A preference objective and preference pairs go together: the shipped pairs.
+        pairs = [f"data.path={CONF_DIR.parent / 'examples' / 'data' / 'preference.jsonl'}", "data=preference"]
+        return [*pairs, "objective=dpo"] if group == "data" else pairs
     return []
 
 

@@ -22,7 +22,7 @@ from scripts.figure_docs import REST, marked, render, tables
 ROOT = Path(__file__).resolve().parents[1]
 FIGURES_DIR = ROOT / "runner" / "figures"
 NAMESPACES = ("perf", "compile", "cudagraphs", "dynamic", "offload", "memory", "run", "train", "val", "data",
-              "reliability", "trace", "ranks", "tune", "eval", "peft", "loss")
+              "reliability", "trace", "ranks", "tune", "eval", "peft", "loss", "objective", "rewards", "logps")
 LITERAL_KEY = re.compile(rf"^({'|'.join(NAMESPACES)})/[a-z0-9_/]*$")
 """A figure key, a per-rank key or a namespace prefix (``ranks/``, the start of ``f"offload/{name}"``)."""
 

@@ -34,7 +34,7 @@ sys.path.remove(str(ROOT / "benchmarks"))
 # races every contestant). One child process per workload, two for cold_start (cold, then warm).
 QUICK_CONTESTANTS = ["lightning", "lightning_compile_fused", "runner_step", "runner_graphed", "lightning_compile",
                      "runner_bucket", "runner_defaults", "runner_fp8", "runner_checkpoint_budget", "runner",
-                     "runner_in_run", "runner_packed", "runner_lora", "runner_chunked"]
+                     "runner_in_run", "runner_packed", "runner_lora", "runner_dpo_packed", "runner_chunked"]
 EXPECTED = {"gpt_small": ["lightning", "lightning_compile_fused", "runner_step", "runner_graphed"],
             # eager Lightning first, then never measured in the workload's order
             "hf_varlen": ["lightning", "lightning_compile", "runner_defaults", "runner_bucket"],
@@ -42,18 +42,19 @@ EXPECTED = {"gpt_small": ["lightning", "lightning_compile_fused", "runner_step",
             "cold_start": ["runner", "lightning_compile", "runner_in_run"],
             "packing": ["lightning", "runner_packed", "lightning_compile", "runner_bucket"],
             "lora": ["lightning_peft", "runner_lora"],  # the user's own baseline first: HF peft, eager
+            "dpo": ["runner_dpo_packed"],  # TRL is not in the test environment: its peers race on the GPU machine
             "vocab": ["lightning", "lightning_compile", "runner_chunked"]}
 
 # The GPT peers and eager Lightning (hf_varlen) run anyway; every contestant added for issue 69 is here.
 DRY_CONTESTANTS = ["runner_step", "runner_cudagraphs_disabled", "runner_graphed", "runner_defaults", "runner_best",
                    "runner_bucket", "runner_fp8", "runner", "runner_in_run", "runner_packed",
-                   "runner_lora", "runner_chunked"]
+                   "runner_lora", "runner_dpo_packed", "runner_chunked"]
 DRY_EXPECTED = {"gpt_small": ["lightning", "lightning_compile_fused", "runner_step", "runner_cudagraphs_disabled",
                               "runner_graphed", "runner_best"],
                 "hf_varlen": ["lightning", "runner_defaults", "runner_best", "runner_bucket"],
                 "memory": ["runner_fp8"], "cold_start": ["runner", "runner_in_run"],
                 "packing": ["lightning", "runner_packed", "runner_bucket"],
-                "lora": ["lightning_peft", "runner_lora"],
+                "lora": ["lightning_peft", "runner_lora"], "dpo": ["runner_dpo_packed"],
                 "vocab": ["lightning", "lightning_compile", "runner_chunked"]}
 
 

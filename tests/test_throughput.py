@@ -16,6 +16,8 @@ import torch
 
 from runner.data.instruct import InstructDataModule
 from runner.data.padding import IGNORE_INDEX
+from runner.data.preference import PreferenceDataModule
+from runner.data.preference_batch import PairPacks
 from runner.figures import data as keys
 from runner.figures.perf import (
     PERF_EXAMPLES_PER_S,
@@ -56,6 +58,21 @@ def test_a_batch_counts_its_examples_and_its_targets_in_the_loss(tmp_path: Path,
         assert abs(examples / rows - data.figures()[keys.DATA_EXAMPLES_PER_PACK]) < 1.0
     else:
         assert examples == rows == len(data._train) // 4 * 4  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("packing", [True, False], ids=["packed", "padded"])
+def test_a_preference_batch_counts_its_pairs(packing: bool) -> None:
+    """A pair is the example, padded (two rows) or packed (several pairs a row), and empty pair slots are none."""
+    shipped = Path(__file__).resolve().parents[1] / "examples" / "data" / "preference.jsonl"
+    data = PreferenceDataModule(str(shipped), seq_len=128, batch_size=4, packing=packing, max_examples=40)
+    data.setup()
+    pairs = loss = 0
+    for batch in data.val_dataloader():  # its last batch is filled with empty pair slots
+        counts = batch_counts(batch)
+        pairs, loss = pairs + int(counts.examples), loss + int(counts.loss_tokens)
+        assert int(counts.loss_tokens) == int((batch[1] != IGNORE_INDEX).sum())
+    val = data.datasets["val"]
+    assert pairs == (len(val.fitted) if isinstance(val, PairPacks) else len(val)) > 0
 
 
 def test_a_rate_is_work_per_step_over_the_median_step_time() -> None:

@@ -107,9 +107,11 @@ def evaluate(args: Any, overrides: list[str]) -> int:
     loader = datamodule.val_dataloader()
     compiled, mode = ev.resolve_mode(trained.cfg, ev.run_report(run_dir), len(loader))
     labels = label_names(run_dir, num_classes_of(trained.cfg) or 0)
+    scored = (ev.run_pairs(trained.module, datamodule, trained.cfg, compiled) if trained.cfg.objective.loss.preference
+              else ev.run_pass(trained.module, loader, trained.cfg, labels, compiled))
     figures = {EVAL_CHECKPOINT: str(trained.checkpoint), EVAL_STEP: trained.step,
                EVAL_DATA: "the validation split of " + (" ".join(overrides) or "the run's data"), EVAL_MODE: mode,
-               **ev.run_pass(trained.module, loader, trained.cfg, labels, compiled)}
+               **scored}
     written = ev.write_eval(figures, args.out or run_dir / "eval.json")
     print(format_eval(figures, f"runner eval: {run_dir}"))
     print("written: " + ", ".join(map(str, written)))

@@ -6,6 +6,8 @@ Language models: the loss over every target, its perplexity and, where the ids a
 token is no figure per byte). A model the run trained with a chunked loss (``loss.chunked``) is evaluated with it
 too: only the loss is wanted, so the whole ``[tokens x vocab]`` logits are never built.
 Classifiers (torchmetrics): accuracy, macro-F1, precision and recall per class, the confusion matrix.
+Preference pairs (``objective=dpo|simpo|orpo``): TRL's figures over every pair: the preference accuracy
+(``eval/rewards/accuracies``), the margins, rewards and log-probabilities of the chosen and rejected completions.
 The pass runs eagerly unless compiling pays (:func:`resolve_mode`), and says which.
 """
 
@@ -31,11 +33,18 @@ from runner.figures.eval_metrics import (
     EVAL_CONFUSION,
     EVAL_EXAMPLES,
     EVAL_LABELS,
+    EVAL_LOGPS_CHOSEN,
+    EVAL_LOGPS_REJECTED,
     EVAL_LOSS,
     EVAL_MACRO_F1,
+    EVAL_PAIRS,
     EVAL_PERPLEXITY,
     EVAL_PRECISION,
     EVAL_RECALL,
+    EVAL_REWARDS_ACCURACIES,
+    EVAL_REWARDS_CHOSEN,
+    EVAL_REWARDS_MARGINS,
+    EVAL_REWARDS_REJECTED,
     EVAL_SUPPORT,
     EVAL_TOKENS,
 )
@@ -123,6 +132,53 @@ def evaluate(forward: Any, loader: Any, device: torch.device, cfg: RunConfig, la
         EVAL_SUPPORT: [int(sum(row)) for row in confusion], EVAL_CONFUSION: confusion,
     })
     return figures
+
+
+def evaluate_pairs(pair_outputs: Any, loader: Any, device: torch.device) -> dict[str, Any]:
+    """TRL's figures over every pair of ``loader`` (``pair_outputs``: ``PreferenceModule.pair_outputs``, compiled or
+    not); the loss is the mean over pairs of each batch's."""
+    from lightning.fabric.utilities import move_data_to_device
+
+    from runner.training import preference_losses
+
+    sums: dict[str, float] = {}
+    pairs, loss = 0.0, 0.0
+    with torch.no_grad():
+        for batch in loader:
+            batch = move_data_to_device(batch, device)
+            out = pair_outputs(batch)
+            mask = batch[0].pairs
+            n = float(mask.sum())
+            batch_loss, _ = preference_losses.reduce(out, mask)
+            loss, pairs = loss + float(batch_loss) * n, pairs + n
+            values = {EVAL_REWARDS_ACCURACIES: (out.chosen_rewards > out.rejected_rewards).float(),
+                      EVAL_REWARDS_MARGINS: out.chosen_rewards - out.rejected_rewards,
+                      EVAL_REWARDS_CHOSEN: out.chosen_rewards, EVAL_REWARDS_REJECTED: out.rejected_rewards,
+                      EVAL_LOGPS_CHOSEN: out.chosen_logps, EVAL_LOGPS_REJECTED: out.rejected_logps}
+            for key, value in values.items():
+                sums[key] = sums.get(key, 0.0) + float((value * mask).sum())
+    n = max(pairs, 1.0)
+    return {EVAL_PAIRS: int(pairs), EVAL_LOSS: round(loss / n, 6), **{k: round(v / n, 6) for k, v in sums.items()}}
+
+
+def run_pairs(module: Any, datamodule: Any, cfg: RunConfig, compiled: bool) -> dict[str, Any]:
+    """Move a ``PreferenceModule`` to the evaluation device and score ``datamodule``'s validation pairs, compiled as
+    the run was when ``compiled``; precomputed reference log-probabilities read from the run's cache first."""
+    from runner.training.reference import Precomputed
+
+    device = eval_device(cfg)
+    module.to(device).eval()
+    if isinstance(module.reference, Precomputed):
+        module.reference.prepare(module.model, datamodule, device)
+    loader = datamodule.val_dataloader()
+    if not compiled:
+        return evaluate_pairs(module.pair_outputs, loader, device)
+    c = cfg.compile
+    try:
+        forward = torch.compile(module.pair_outputs, backend=c.backend, mode=c.mode, options=c.options or None)
+        return evaluate_pairs(forward, loader, device)
+    finally:
+        ti.reset_compiler()
 
 
 def _classifier_metrics(num_classes: int, device: torch.device) -> dict[str, Any]:

@@ -19,7 +19,12 @@ from typing import Any
 from torch import nn
 
 from runner.config.schema import RunConfig
-from runner.config.targets import InstructDataSchema, TextClassificationDataSchema, TextDataSchema
+from runner.config.targets import (
+    InstructDataSchema,
+    PreferenceDataSchema,
+    TextClassificationDataSchema,
+    TextDataSchema,
+)
 from runner.telemetry.data_report import read_labels
 
 
@@ -114,7 +119,7 @@ def tokens_of(cfg: RunConfig) -> Tokens | None:
     directory = getattr(cfg.data, "tokenizer", None)
     if directory:
         return Tokens(str(directory))
-    if isinstance(cfg.data, (TextDataSchema, InstructDataSchema)):
+    if isinstance(cfg.data, (TextDataSchema, InstructDataSchema, PreferenceDataSchema)):
         return Tokens()
     if isinstance(cfg.data, TextClassificationDataSchema):
         return Tokens(offset=1, max_length=cfg.data.seq_len)

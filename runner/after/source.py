@@ -197,6 +197,11 @@ def open_trained(run_dir: Path, ckpt: str = "last", cfg: RunConfig | None = None
     path = checkpoint_path(run_dir, ckpt)  # the checkpoint first: a missing or cut one is refused before composing
     state, step = checkpoint_state(path)
     cfg = cfg or run_config(run_dir)
+    # The run's seed first, as the run set it before building: a model built from its configuration starts from the
+    # same weights, and so does what was frozen from them (a preference objective's reference).
+    import lightning as L
+
+    L.seed_everything(cfg.seed, verbose=False)
     module = build_module(cfg)
     try:
         missing, unexpected = module.load_state_dict(state, strict=False)

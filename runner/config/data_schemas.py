@@ -1,5 +1,5 @@
 """Typed schemas of the data options runner ships (``data=text``, ``tokenized_text``, ``text_classification``,
-``instruct``, ``images``, ``synthetic``), all on one base: what every data module takes (``batch_size``,
+``instruct``, ``preference``, ``images``, ``synthetic``), all on one base: what every data module takes (``batch_size``,
 ``val_fraction``, ``seed``, ``num_workers``) is declared once, in :class:`DataSchema`, and an option redeclares only
 a default that differs. Registered with the other open ``_target_`` nodes by :mod:`runner.config.targets`; each schema's
 defaults are its data module's (``tests/test_data_schemas.py``).
@@ -129,6 +129,45 @@ class InstructDataSchema(DataSchema):
     packing: bool = False
     """Pack examples into rows of exactly seq_len tokens (best fit), position ids restarting and attention never
     crossing examples."""
+    max_examples: Optional[int] = None
+    """Read at most this many rows (None: all)."""
+
+
+@dataclass
+class PreferenceDataSchema(DataSchema):
+    """Pairs of completions of one prompt, one chosen and one rejected, for a preference objective
+    (``runner.data.preference.PreferenceDataModule``, docs/preference.md)."""
+
+    _target_: str = "runner.data.preference.PreferenceDataModule"
+    batch_size: int = 8
+    """Pairs a batch: each is two sequences (prompt + chosen, prompt + rejected) through one forward."""
+    path: Optional[str] = None
+    """A table of pairs: .jsonl/.json, .csv, .parquet or a save_to_disk folder (e.g. examples/data/preference.jsonl)."""
+    val_path: Optional[str] = None
+    """Pairs that validate, in data.path's forms; None: a seeded split of data.path's rows."""
+    tokenizer: Optional[str] = MODEL_TOKENIZER
+    """bytes (UTF-8 bytes; byte 4 ends each completion) or a directory holding a saved tokenizer. Default: the
+    model's own (model.path), else bytes."""
+    prompt_column: str = "prompt"
+    """The prompt: text (put in data.prompt_template) or a list of {role, content} messages (the chat template's
+    generation prompt after it). A table without it has an implicit prompt: what chosen and rejected share."""
+    chosen_column: str = "chosen"
+    """The preferred completion: text, or messages (the assistant's turns)."""
+    rejected_column: str = "rejected"
+    """The other completion, in the chosen column's form."""
+    prompt_template: Optional[str] = None
+    """The prompt around a text prompt ({prompt}). None: the instruction data's default (docs/data.md)."""
+    chat_template: Optional[str] = None
+    """A Jinja chat template for conversations (None: the tokenizer's own)."""
+    roles: dict[str, str] = field(default_factory=dict)
+    """Conversations: what each role as written becomes (+data.roles.bot=assistant), as for instruction data; any
+    other role than system, user, assistant (ShareGPT's human, gpt) is refused before the run."""
+    seq_len: int = 256
+    """Longest sequence (prompt + one completion), in tokens: a longer one loses the end of its completion, a pair
+    whose prompt fills it is left out (both counted)."""
+    packing: bool = False
+    """Pack pairs into rows of exactly seq_len tokens (best fit; a pair's two sequences in one row), position ids
+    restarting and attention never crossing sequences: one batch shape, little padding."""
     max_examples: Optional[int] = None
     """Read at most this many rows (None: all)."""
 

@@ -201,8 +201,10 @@ def _embedded(model: Any) -> int | None:
 
 def data_facts(data: dict[str, Any], traits: Any) -> tuple[bool, int | None]:
     """Whether the data's targets are one class per example (its traits say accuracy), and a full step's positions
-    (``batch_size x seq_len`` of the data's fields; None where it has no such fields)."""
+    (``batch_size x seq_len`` of the data's fields, twice for preference pairs: two sequences a pair, padded or
+    packed into rows of ``2 x seq_len``; None where it has no such fields)."""
     metric = getattr(getattr(traits, "val_metric", None), "value", None)
     batch, seq = data.get("batch_size"), data.get("seq_len")
     ints = all(isinstance(v, int) and not isinstance(v, bool) for v in (batch, seq))
-    return metric == "accuracy", (batch * seq if ints else None)  # type: ignore[operator]
+    sequences = 2 if getattr(traits, "pairs", False) else 1
+    return metric == "accuracy", (batch * seq * sequences if ints else None)  # type: ignore[operator]

@@ -25,6 +25,7 @@ from runner.config.schema_after import AfterConfig
 from runner.config.schema_fsdp import Distributed, FsdpConfig
 from runner.config.schema_fsdp import FsdpMixedPrecision as FsdpMixedPrecision  # re-exported: every node from here
 from runner.config.schema_loss import LossConfig
+from runner.config.schema_objective import ObjectiveConfig
 from runner.config.schema_peft import PeftConfig
 
 
@@ -286,6 +287,8 @@ class RunConfig:
     telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
     reliability: ReliabilityConfig = field(default_factory=ReliabilityConfig)
     peft: PeftConfig = field(default_factory=PeftConfig)  # which weights train (runner.config.schema_peft)
+    objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
+    """What the training step minimises: sft, or a preference objective (runner.config.schema_objective)."""
     loss: LossConfig = field(default_factory=LossConfig)  # full or chunked logits (runner.config.schema_loss)
     after: AfterConfig = field(default_factory=AfterConfig)
     """What the run leaves for after training: the exported model, a sample of a causal LM's text."""

@@ -13,6 +13,7 @@ from typing import Any
 from runner.config.data_schemas import (
     ImageDataSchema,
     InstructDataSchema,
+    PreferenceDataSchema,
     SyntheticDataSchema,
     TextClassificationDataSchema,
     TextDataSchema,
@@ -125,7 +126,8 @@ _TARGET_SCHEMAS: dict[str, dict[str, type]] = {
               "hf_causal_lm": HFCausalLMSchema, "hf_classifier": HFClassifierSchema, "timm": TimmSchema},
     "data": {"text": TextDataSchema, "synthetic": SyntheticDataSchema,
              "text_classification": TextClassificationDataSchema, "tokenized_text": TokenizedTextDataSchema,
-             "images": ImageDataSchema, "instruct": InstructDataSchema},
+             "images": ImageDataSchema, "instruct": InstructDataSchema,
+             "preference": PreferenceDataSchema},
     "optimizer": {"adamw": AdamWSchema, "sgd": SGDSchema},
     "scheduler": {"warmup_cosine": WarmupCosineSchema},
     "logger": {"csv": CSVLoggerSchema, "wandb": WandbLoggerSchema, "tensorboard": TensorBoardLoggerSchema},

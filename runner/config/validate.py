@@ -3,8 +3,9 @@
 The checks live beside this module, grouped by what they look at: ``checks_stack`` (compile,
 dynamic, offload, CUDA graphs), ``checks_run`` (trainer, data, model sizes, paths, ranges),
 ``input_checks`` (what a user types: paths, devices, checkpoints, recipe fields), ``checks_data`` (the data
-against the model: token ids and the embedding), ``checks_peft`` (the adapter against the model) and ``checks_loss``
-(a chunked loss against the model's output layer).
+against the model: token ids and the embedding), ``checks_peft`` (the adapter against the model),
+``checks_objective`` (a preference objective against its data and reference) and ``checks_loss`` (a chunked loss
+against the model's output layer).
 ``validate`` runs them all and raises one ``ConfigError`` listing every problem, each naming the key and the fix.
 """
 
@@ -13,7 +14,16 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from runner.config import checks_data, checks_fsdp, checks_loss, checks_peft, checks_run, checks_stack, input_checks
+from runner.config import (
+    checks_data,
+    checks_fsdp,
+    checks_loss,
+    checks_objective,
+    checks_peft,
+    checks_run,
+    checks_stack,
+    input_checks,
+)
 from runner.config.errors import ConfigError
 from runner.config.schema import RunConfig
 
@@ -25,7 +35,7 @@ Check = Callable[[RunConfig], "str | None"]
 def all_checks() -> list[Check]:
     """Every check, in the order their messages are reported."""
     return [*checks_run.CHECKS, *checks_stack.CHECKS, *checks_fsdp.CHECKS, *input_checks.CHECKS, *checks_data.CHECKS,
-            *checks_peft.CHECKS, *checks_loss.CHECKS]
+            *checks_peft.CHECKS, *checks_objective.CHECKS, *checks_loss.CHECKS]
 
 
 _warned: set[str] = set()

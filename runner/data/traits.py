@@ -31,6 +31,8 @@ class DataTraits:
     """Each batch is padded to its longest sequence: the shape policy's padding rule (``pad_to``) applies."""
     shapes_vary: bool = True
     """Batch shapes can differ between steps or ranks (what the shape policies and rank agreement are for)."""
+    pairs: bool = False
+    """Batches hold preference pairs (``runner.data.preference_batch``): what a preference objective trains on."""
 
 
 CLASSES = DataTraits(ValMetric.accuracy, pads_per_batch=False, shapes_vary=False)

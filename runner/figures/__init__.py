@@ -9,7 +9,9 @@ A figure is a flat entry of the figures dict under a namespaced key with its uni
   figures are about (the plan, what compiling did, the caches, compile beside the run);
 * ``cudagraphs``, ``dynamic``, ``offload``, ``reliability``, ``trace``, ``ranks``, ``tune``;
 * ``eval_metrics``: ``eval/*`` (``runner eval``); ``peft``: ``peft/*``, what an adapter trains and holds; ``loss``:
-  ``loss/*``, whether the loss was chunked.
+  ``loss/*``, whether the loss was chunked;
+* ``objective``: ``objective/*``, a preference objective's settings; ``rewards``, ``logps``: TRL's figures, and
+  ``run_preference`` their ``val/`` twins.
 
 The compile stack and its components, the telemetry callback and the reliability callbacks each
 expose ``figures() -> dict``; ``run`` collects them from whatever it built, without knowing their types.
@@ -30,21 +32,26 @@ from runner.figures import (
     data,
     dynamic,
     eval_metrics,
+    logps,
     loss,
     memory,
+    objective,
     offload,
     peft,
     perf,
     ranks,
     reliability,
+    rewards,
     run,
+    run_preference,
     trace,
     tune,
 )
 from runner.figures.registry import Figure, defined, figure
 
 NAMESPACES = (run, data, perf, memory, compile_plan, compile_work, compile_caches, compile_background, cudagraphs,
-              dynamic, offload, reliability, trace, ranks, tune, eval_metrics, peft, loss)
+              dynamic, offload, reliability, trace, ranks, tune, eval_metrics, peft, loss, objective, rewards, logps,
+              run_preference)
 """The modules that define figures: importing this package imports them all, so :func:`defined` is complete."""
 
 __all__ = ["NAMESPACES", "Figure", "ReportsFigures", "collect_figures", "defined", "figure"]

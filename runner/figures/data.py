@@ -40,12 +40,13 @@ DATA_UNIGRAM_BPB = define("data/unigram_bpb",
 DATA_CHANGED = define("data/changed", "what changed in the data since the checkpoint this run resumed from (a "
                      "resume refuses it unless after.allow_changed_data=true, or --allow-changed-data)",
                      label="changed since the checkpoint")
-DATA_FORMAT = define("data/format", "instruction data: its shape (prompt/response, Alpaca, chat) and columns",
-                     label="instruction format")
+DATA_FORMAT = define("data/format", "instruction or preference data: its shape (prompt/response, Alpaca, chat; "
+                     "preference pairs or conversations) and columns", label="format")
 DATA_EXAMPLES = define("data/examples", "instruction examples used, training and validation (after those left "
                        "out)", label="examples")
 DATA_PROMPT_TOKENS = define("data/prompt_tokens", "tokens of those examples outside the answers: prompts, "
-                            "templates, a chat's other turns", label="  prompt tokens")
+                            "templates, a chat's other turns (preference pairs: each pair's prompt once)",
+                            label="  prompt tokens")
 DATA_ANSWER_TOKENS = define("data/answer_tokens", "tokens of the answers, the EOS after each included",
                             label="  answer tokens")
 DATA_LOSS_TOKENS = define("data/loss_tokens", "targets in the loss per epoch: the answers' (data.train_on=answer) "
@@ -60,11 +61,16 @@ DATA_TURNS_CUT = define("data/turns_cut", "chat: assistant turns not trained on:
 DATA_TURNS_PROMPT = define("data/turns_prompt", "chat: turns of the other roles (system, user, a role data.roles "
                            "keeps as it is): prompt, out of the loss unless data.train_on=all",
                            label="  other turns (prompt)")
-DATA_PACKS = define("data/packs", "data.packing: training rows of exactly data.seq_len tokens the examples were "
-                    "packed into (best fit)", label="packed rows")
-DATA_EXAMPLES_PER_PACK = define("data/examples_per_pack", "examples per packed row, on average",
+DATA_PACKS = define("data/packs", "data.packing: training rows of exactly data.seq_len tokens (preference pairs: 2 x "
+                    "data.seq_len) the examples were packed into (best fit)", label="packed rows")
+DATA_EXAMPLES_PER_PACK = define("data/examples_per_pack", "examples (preference: pairs) per packed row, on average",
                                 label="  examples per row")
 DATA_PACKING_PADDING_PCT = define("data/packing_padding_pct", "the share of the packed rows' positions that is "
                                   "padding", label="  padding [%]")
 DATA_BATCH_SHAPE = define("data/batch_shape", "data.packing: the one shape of every batch, [data.batch_size, "
-                          "data.seq_len]: the step compiles once, whatever the shape policy", label="batch shape")
+                          "data.seq_len] (preference pairs: 2 x data.seq_len): the step compiles once, whatever the "
+                          "shape policy", label="batch shape")
+DATA_PAIRS = define("data/pairs", "preference pairs used, training and validation (after those left out)",
+                    label="pairs")
+DATA_COMPLETION_TOKENS = define("data/completion_tokens", "tokens of the chosen and rejected completions in the "
+                                "loss, the EOS after each included", label="  completion tokens")

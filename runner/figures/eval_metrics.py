@@ -26,3 +26,16 @@ EVAL_PRECISION = define("eval/precision", "precision per class, by class id")
 EVAL_RECALL = define("eval/recall", "recall per class, by class id")
 EVAL_SUPPORT = define("eval/support", "examples per class, by class id")
 EVAL_CONFUSION = define("eval/confusion", "confusion matrix: rows the true class, columns the predicted one")
+EVAL_PAIRS = define("eval/pairs", "preference pairs evaluated", label="pairs")
+EVAL_REWARDS_ACCURACIES = define("eval/rewards/accuracies", "share of the pairs whose chosen reward is above the "
+                                 "rejected one's: the preference accuracy (a tie counts as wrong, as in TRL)",
+                                 label="rewards/accuracies")
+EVAL_REWARDS_MARGINS = define("eval/rewards/margins", "mean of chosen minus rejected reward over the pairs",
+                              label="rewards/margins")
+EVAL_REWARDS_CHOSEN = define("eval/rewards/chosen", "mean reward of the chosen completions (val/rewards/chosen's "
+                             "meaning)", label="rewards/chosen")
+EVAL_REWARDS_REJECTED = define("eval/rewards/rejected", "mean reward of the rejected completions",
+                               label="rewards/rejected")
+EVAL_LOGPS_CHOSEN = define("eval/logps/chosen", "mean log-probability of the chosen completions (summed over their "
+                           "tokens; SimPO, ORPO: per token)", label="logps/chosen")
+EVAL_LOGPS_REJECTED = define("eval/logps/rejected", "the same for the rejected completions", label="logps/rejected")

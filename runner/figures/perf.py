@@ -59,8 +59,8 @@ PERF_TOKENS_PER_S = define("perf/tokens_per_s",
                            label="positions/s (padding incl.)")
 PERF_EXAMPLES_PER_S = define("perf/examples_per_s",
                              "examples a second, all ranks: a padded row with a target in the loss, or each example "
-                             "of a packed row (any other batch: its rows); per step (mean) over perf/step_ms. Compares "
-                             "packed with padded runs",
+                             "of a packed row (preference data: pairs; any other batch: its rows); per step (mean) "
+                             "over perf/step_ms. Compares packed with padded runs",
                              label="examples/s")
 PERF_LOSS_TOKENS_PER_S = define("perf/loss_tokens_per_s",
                                 "targets in the loss a second, all ranks (an (inputs, targets) batch of token ids, "

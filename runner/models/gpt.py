@@ -168,7 +168,8 @@ class GPT(nn.Module):
         documents = None
         if isinstance(idx, PackedInputs):
             dropout = self.drop.p if self.training else 0.0
-            ids, pos, documents = idx.input_ids, idx.position_ids, layer_documents(idx.document_ids, dropout)
+            ids, pos = idx.input_ids, idx.position_ids
+            documents = layer_documents(idx.document_ids, dropout, idx.parent_ids)
         else:
             ids, pos = idx, torch.arange(idx.shape[1], device=idx.device)
         x = self.drop(self.tok_emb(ids) + self.pos_emb(pos))

@@ -203,7 +203,7 @@ class CausalLM(nn.Module):
         run: Any = self.model.base_model if return_hidden else self.model
         if isinstance(input_ids, PackedInputs):
             mask = hf_packing.document_mask(self.attn_implementation, input_ids.document_ids,
-                                            next(self.model.parameters()).dtype)
+                                            next(self.model.parameters()).dtype, input_ids.parent_ids)
             out = run(input_ids=input_ids.input_ids, position_ids=input_ids.position_ids, attention_mask=mask,
                       use_cache=False)
         else:

@@ -65,10 +65,12 @@ def packing_refusal(config: str | None, path: str | None, overrides: Mapping[str
     return None
 
 
-def document_mask(attn_implementation: str, document_ids: torch.Tensor, dtype: torch.dtype) -> Any:
-    """The attention mask of a packed batch for ``attn_implementation`` (module docstring)."""
+def document_mask(attn_implementation: str, document_ids: torch.Tensor, dtype: torch.dtype,
+                  parent_ids: torch.Tensor | None = None) -> Any:
+    """The attention mask of a packed batch for ``attn_implementation`` (module docstring); ``parent_ids``: the
+    prefix each example also attends to (``runner.packing.PackedInputs``)."""
     if attn_implementation == "flex_attention":
-        return block_document_mask(document_ids)
+        return block_document_mask(document_ids, parent_ids=parent_ids)
     if attn_implementation == "sdpa":
-        return dense_document_mask(document_ids)
-    return additive_document_mask(document_ids, dtype)
+        return dense_document_mask(document_ids, parent_ids)
+    return additive_document_mask(document_ids, dtype, parent_ids)

@@ -21,3 +21,6 @@ class PackedInputs:
     document_ids: torch.Tensor
     """Which example of its row each position belongs to, non-decreasing along the row: 0, 0, 0, 1, 1, 2, ...;
     a row's padding is one more example of its own (it attends only to itself, and no target counts it)."""
+    parent_ids: torch.Tensor | None = None
+    """Where examples share a prefix (a preference pair's prompt, once for its two completions): the example each
+    position may also attend to, never above its own (``runner.packing.dense_document_mask``); None: none."""

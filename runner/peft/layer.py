@@ -9,6 +9,11 @@ reads flags, each a guard: peft issue 1199, PR 2416).
 The base weight keeps its name (``<module>.weight``, ``.bias``), so a checkpoint's base keys are the model's own;
 the adapter's are ``<module>.lora_A.weight`` and ``<module>.lora_B.weight``, peft's names without its adapter name.
 ``QLoRALinear`` stores the base weight in NF4 (``runner.peft.nf4``) instead.
+
+The adapter's contribution passes through the layer's ``gate``: :data:`UNGATED` (nothing) unless a preference
+objective put an :class:`AdapterGate` there (:func:`runner.training.reference.gate_adapter`). The gate multiplies the
+contribution by a tensor (1: the policy; 0: exactly the frozen base, the reference), so the policy and the
+reference are the same code and the same graph, told apart by data, not by a Python flag a graph would guard on.
 """
 
 from __future__ import annotations
@@ -18,6 +23,28 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+
+class Ungated:
+    """No gate: the adapter's contribution as it is (every run without a preference objective)."""
+
+    def __call__(self, delta: torch.Tensor) -> torch.Tensor:
+        return delta
+
+
+UNGATED = Ungated()
+
+
+class AdapterGate:
+    """One factor on the contribution of every adapted layer of a model: ``value`` is a 0-dim tensor (1.0 runs the
+    adapted model, 0.0 the frozen base: ``base + 0 * delta`` is the base's output exactly), set by whoever calls the
+    model (:class:`runner.training.reference.AdapterReference`). None: the adapted model, as without a gate."""
+
+    def __init__(self) -> None:
+        self.value: torch.Tensor | None = None
+
+    def __call__(self, delta: torch.Tensor) -> torch.Tensor:
+        return delta if self.value is None else delta * self.value
 
 
 class LoRALinear(nn.Module):
@@ -39,6 +66,7 @@ class LoRALinear(nn.Module):
         self.lora_A = nn.Linear(self.in_features, r, bias=False, device=device, dtype=dtype)
         self.lora_B = nn.Linear(r, self.out_features, bias=False, device=device, dtype=dtype)
         self.dropout: nn.Module = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
+        self.gate: Ungated | AdapterGate = UNGATED  # a plain attribute, not a submodule: no state, no parameters
         self.reset_adapter()
 
     def _take_base(self, base: nn.Module) -> None:
@@ -61,7 +89,7 @@ class LoRALinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         base = self.base_forward(x)
         adapter = self.lora_B(self.lora_A(self.dropout(x.to(self.lora_A.weight.dtype))))
-        return base + (adapter * self.scale).to(base.dtype)  # the base's dtype: bf16 under bf16-mixed, as peft
+        return base + self.gate(adapter * self.scale).to(base.dtype)  # the base's dtype: bf16 under bf16-mixed, as peft
 
     @torch.no_grad()
     def base_weight(self) -> torch.Tensor:

@@ -6,7 +6,9 @@ figures from contradicting each other are :mod:`runner.telemetry.verdict`'s.
 
 from __future__ import annotations
 
+from runner.figures import objective as fo
 from runner.figures import peft as fp
+from runner.figures import run_preference as fpref
 from runner.figures.compile_background import (
     COMPILE_BACKGROUND,
     COMPILE_BACKGROUND_OUTCOME,
@@ -62,6 +64,7 @@ from runner.figures.data import (
     DATA_ANSWER_TOKENS,
     DATA_BATCH_SHAPE,
     DATA_CHANGED,
+    DATA_COMPLETION_TOKENS,
     DATA_CUT_PART,
     DATA_DROPPED_BY,
     DATA_DROPPED_ROWS,
@@ -74,6 +77,7 @@ from runner.figures.data import (
     DATA_NULL_ROWS,
     DATA_PACKING_PADDING_PCT,
     DATA_PACKS,
+    DATA_PAIRS,
     DATA_PROMPT_TOKENS,
     DATA_ROLES,
     DATA_ROWS,
@@ -144,12 +148,15 @@ SECTIONS: tuple[tuple[str, tuple[Figure, ...]], ...] = (
                   RUN_EXPORT)),
     ("fine-tuning", _rows(fp.PEFT_METHOD, fp.PEFT_TARGETS, fp.PEFT_TRAINABLE_PARAMS, fp.PEFT_TOTAL_PARAMS,
                           fp.PEFT_TRAINABLE_PCT, fp.PEFT_OPTIMIZER_STATE_BYTES, fp.PEFT_BASE_WEIGHT_BYTES)),
+    ("preference", _rows(fo.OBJECTIVE_LOSS, fo.OBJECTIVE_BETA, fo.OBJECTIVE_REFERENCE, fo.OBJECTIVE_REFERENCE_BYTES,
+                         fo.OBJECTIVE_REFERENCE_CACHE, *fpref.VAL_METRICS, *fpref.TRAIN_METRICS)),
     ("loss", _rows(LOSS_CHUNKED, LOSS_REASON, LOSS_CHUNKS, LOSS_CHUNK_ROWS, LOSS_LOGITS_GIB)),
     ("data", _rows(DATA_SOURCE, DATA_CHANGED, DATA_FILES, DATA_ROWS, DATA_TOKENS, DATA_TRAIN_SEQUENCES,
                    DATA_VAL_SEQUENCES, DATA_SPLIT, DATA_TRUNCATED_ROWS, DATA_TRUNCATED_PCT, DATA_CUT_PART,
                    DATA_DROPPED_ROWS, DATA_DROPPED_BY, DATA_NULL_ROWS, DATA_LABEL_COUNTS, DATA_FORMAT, DATA_EXAMPLES,
-                   DATA_PROMPT_TOKENS, DATA_ANSWER_TOKENS, DATA_LOSS_TOKENS, DATA_ROLES, DATA_TURNS_TRAINED,
-                   DATA_TURNS_CUT, DATA_TURNS_PROMPT, DATA_PACKS, DATA_EXAMPLES_PER_PACK, DATA_PACKING_PADDING_PCT)),
+                   DATA_PAIRS, DATA_PROMPT_TOKENS, DATA_ANSWER_TOKENS, DATA_COMPLETION_TOKENS, DATA_LOSS_TOKENS,
+                   DATA_ROLES, DATA_TURNS_TRAINED, DATA_TURNS_CUT, DATA_TURNS_PROMPT, DATA_PACKS,
+                   DATA_EXAMPLES_PER_PACK, DATA_PACKING_PADDING_PCT)),
     ("compile stack", _rows(COMPILE_SCOPE, COMPILE_OPTIONS, COMPILE_OPTIMIZER, DYNAMIC_POLICY, DATA_BATCH_SHAPE,
                             DYNAMIC_PADDING_WASTE_PCT, OFFLOAD_STRATEGY, OFFLOAD_REDUCTION_X, OFFLOAD_GRAD_REL_ERROR,
                             CUDAGRAPHS_DECISION, CUDAGRAPHS_ACTIVE, CUDAGRAPHS_RECORDINGS, CUDAGRAPHS_RERECORDINGS,

@@ -19,6 +19,7 @@ import torch
 
 from runner.data.batch import iter_tensors
 from runner.data.padding import IGNORE_INDEX
+from runner.data.preference_batch import PairInputs
 from runner.figures.perf import PERF_FLOPS_SOURCE, PERF_TFLOP_PER_STEP
 from runner.packing import PackedInputs
 from runner.telemetry.peak import Peak, mfu_figures
@@ -40,8 +41,8 @@ class BatchCounts:
 def batch_counts(batch: Any) -> BatchCounts:
     """The counts of a batch (:class:`BatchCounts`). Examples and targets in the loss are counted for an
     ``(inputs, targets)`` batch whose targets are ``[batch, seq]`` ids, ``IGNORE_INDEX`` outside the loss (runner's
-    causal-LM data, transformers' convention), its inputs ids or ``PackedInputs``; any other batch's examples are its
-    rows."""
+    causal-LM data, transformers' convention), its inputs ids or ``PackedInputs``; a preference batch's examples are
+    its pairs (each two sequences, padded or packed); any other batch's examples are its rows."""
     tensors = list(iter_tensors(batch))
     if not tensors or tensors[0].dim() == 0:
         return BatchCounts()
@@ -54,7 +55,9 @@ def batch_counts(batch: Any) -> BatchCounts:
     with torch.no_grad():
         counted = targets != IGNORE_INDEX
         inputs = batch[0]
-        if isinstance(inputs, PackedInputs) and inputs.document_ids.shape == targets.shape:
+        if isinstance(inputs, PairInputs):  # a pair is the example: its two sequences, wherever they lie
+            examples = inputs.pairs.sum().long()
+        elif isinstance(inputs, PackedInputs) and inputs.document_ids.shape == targets.shape:
             # An example of a packed row: a document of it with a target in the loss (the row's padding has none).
             docs = torch.zeros(targets.shape[0], targets.shape[1] + 1, dtype=torch.int32, device=targets.device)
             examples = (docs.scatter_add_(1, inputs.document_ids.long(), counted.int()) > 0).sum()

@@ -1,0 +1,253 @@
+"""Preference pairs for a causal LM (``data=preference``, ``objective=dpo|simpo|orpo``; docs/preference.md).
+
+Rows come from a table (``.jsonl``/``.json``, ``.csv``, ``.parquet``, a ``save_to_disk`` folder: read as instruction
+data's are) in one of four shapes (:mod:`runner.data.preference_formats`), are tokenized once into a cached Arrow
+file (:mod:`runner.data.preference_encode`) and fitted to ``data.seq_len``. Validation is ``data.val_path``'s rows,
+else a seeded split by row, never overlapping training. Batches hold both sequences of each pair
+(:mod:`runner.data.preference_batch`): padded per the shape policy, or packed into rows of ``2 x seq_len``.
+
+Everything that makes the data unusable is refused before the run (``check_arguments``): a missing column, a
+conversation without a chat template, a malformed row, no pair that fits ``seq_len``, fewer pairs than a batch.
+Pairs whose chosen and rejected completions are the same are left out and counted.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import lightning as L
+import numpy as np
+import torch
+from torch.utils.data import DataLoader
+
+from runner.config.target_objects import TokenRange
+from runner.data.instruct_encode import BYTES_EOS, eos_id
+from runner.data.instruct_formats import PAIR_TEMPLATE, Render, template_render
+from runner.data.instruct_summary import packing_figures
+from runner.data.padding import PadTo
+from runner.data.preference_batch import PackCollate, PairCollate, PairPacks, PairSequences
+from runner.data.preference_encode import FittedPairs, fit_pairs
+from runner.data.preference_formats import PairFormat, Shape
+from runner.data.preference_read import SHIPPED, PreparedPairs, prepare_pairs, refuse_problems
+from runner.data.sources import DataError, names_something
+from runner.data.splits import VAL_PATH, split_documents
+from runner.data.summary import DataSummary
+from runner.data.tokenizers import SavedTokenizer, Tokenizer, check_tokenizer, load_tokenizer, token_range
+from runner.data.traits import DataTraits, ValMetric
+from runner.figures import data as keys
+
+log = logging.getLogger(__name__)
+
+CUT_PART = "the end of the completion, and its EOS"
+
+
+class PreferenceDataModule(L.LightningDataModule):
+    """Preference pairs (module docstring). ``prompt_format`` (after setup): what ``generate`` needs."""
+
+    def __init__(self, path: str | None = None, val_path: str | None = None, tokenizer: str | None = None,
+                 prompt_column: str = "prompt", chosen_column: str = "chosen", rejected_column: str = "rejected",
+                 prompt_template: str | None = None, chat_template: str | None = None,
+                 roles: Mapping[str, str] = MappingProxyType({}), seq_len: int = 256,
+                 packing: bool = False, max_examples: int | None = None, batch_size: int = 8,
+                 val_fraction: float = 0.1, seed: int = 0, num_workers: int = 0, pad_to: PadTo | None = None) -> None:
+        super().__init__()
+        self.settings: dict[str, Any] = dict(prompt_column=prompt_column, chosen_column=chosen_column,
+                                             rejected_column=rejected_column, prompt_template=prompt_template,
+                                             chat_template=chat_template, max_examples=max_examples,
+                                             roles={str(k): str(v) for k, v in (roles or {}).items()} or None)
+        self.path, self.val_path, self.tokenizer_spec = path, val_path, tokenizer
+        self.seq_len, self.packing, self.batch_size = seq_len, packing, batch_size
+        self.val_fraction, self.seed, self.num_workers = val_fraction, seed, num_workers
+        self.pad_to = pad_to or PadTo()
+        self.pad_id = 0
+        self.summary: DataSummary | None = None
+        self.own_figures: dict[str, Any] = {}
+        self.prompt_format: dict[str, Any] | None = None
+        self.datasets: dict[str, PairSequences | PairPacks] = {}
+        self._parts: list[PreparedPairs] = []
+
+    @staticmethod
+    def check_arguments(path: str | None = None, val_path: str | None = None, tokenizer: str | None = None,
+                        seq_len: int = 256, batch_size: int = 8, packing: bool = False, val_fraction: float = 0.1,
+                        seed: int = 0, **settings: Any) -> str | None:
+        """What makes the data unusable, in one paragraph, before a run directory exists (None: nothing)."""
+        if (message := check_tokenizer(tokenizer)) is not None:
+            return message
+        if path is None:
+            return ("data=preference needs data.path: a table of pairs, a chosen and a rejected completion of a "
+                    "prompt (columns prompt, chosen, rejected; or chosen/rejected conversations). runner ships one: "
+                    f"data.path={SHIPPED} (+recipe=llama_dpo trains on it).")
+        if val_path is not None and Path(val_path).expanduser().resolve() == Path(path).expanduser().resolve():
+            return (f"data.val_path={val_path} is data.path itself: validation would be the training data. Give "
+                    "other rows, or drop data.val_path to validate on a split of data.path.")
+        if not (names_something(path) and names_something(val_path)):
+            return None  # the existence check names it
+        try:
+            tok = load_tokenizer(tokenizer)
+            if eos_id(tok) is None:
+                return (f"data.tokenizer={tokenizer} has no EOS token: preference data ends every completion with it, "
+                        "so that the model learns where an answer stops. Give a tokenizer with one "
+                        "(tokenizer.eos_token = '</s>'; save_pretrained), or train on bytes (data.tokenizer=bytes).")
+            data = PreferenceDataModule(path, val_path, tokenizer, seq_len=seq_len, batch_size=batch_size,
+                                        packing=packing, val_fraction=val_fraction, seed=seed,
+                                        **{k: v for k, v in settings.items() if k not in ("num_workers", "pad_to")})
+            train, val = data.read(tok)
+        except DataError as e:
+            return str(e)
+        for key, fitted in (("data.path", train), ("data.val_path", val)):
+            if fitted is not None and len(fitted) == 0:
+                where = path if key == "data.path" else val_path
+                return (f"{key}={where}: no pair fits data.seq_len={seq_len} tokens (each prompt leaves a completion "
+                        "no room), so none would train. Raise data.seq_len (the model's positions must cover it: "
+                        "model.block_size or max_position_embeddings follow it in runner's options), or shorten "
+                        "the prompts.")
+        n = len(PairPacks(train, seq_len, 0)) if packing else len(train)
+        if n < batch_size:
+            what = "packed rows" if packing else "training pairs"
+            return (f"data.path={path} leaves {n} {what} at data.seq_len={seq_len}, fewer than data.batch_size="
+                    f"{batch_size}: training would have no batch. Give more pairs, or lower data.batch_size (or "
+                    "data.val_fraction).")
+        return None
+
+    @staticmethod
+    def token_range(tokenizer: str | None = None, **_: Any) -> TokenRange | None:
+        """The ids this data gives the model (the vocabulary check compares them with the model's embedding)."""
+        return token_range(tokenizer, offset=0)
+
+    @staticmethod
+    def traits(packing: bool = False, **_: Any) -> DataTraits:
+        """Padded per batch and varying in length, unless packed (one shape). Validation reports the preference
+        accuracy, not a figure per byte."""
+        return DataTraits(ValMetric.none, pads_per_batch=not packing, shapes_vary=not packing, pairs=True)
+
+    def figures(self) -> dict[str, Any]:
+        """What was read (``data/*``), after ``setup``."""
+        return {**self.summary.figures(), **self.own_figures} if self.summary is not None else {}
+
+    def render(self, tokenizer: Tokenizer) -> Render | None:
+        inner = tokenizer.tokenizer if isinstance(tokenizer, SavedTokenizer) else None
+        return template_render(inner, self.settings["chat_template"])
+
+    def read(self, tokenizer: Tokenizer) -> tuple[FittedPairs, FittedPairs]:
+        """Training and validation pairs, fitted to ``seq_len``; :class:`DataError` when the rows cannot train."""
+        render = self.render(tokenizer)
+        parts: list[PreparedPairs] = []
+        for key, where in (("data.path", self.path), ("data.val_path", self.val_path)):
+            if where is not None:
+                parts.append(prepare_pairs(where, key, tokenizer, render, **self.settings))
+                refuse_problems(parts[-1], key, where)
+        self._parts = parts
+        train_rows, val_rows = self._split(parts[0].rows, len(parts) > 1)
+        return fit_pairs(parts[0].encoded, train_rows, self.seq_len), fit_pairs(parts[-1].encoded, val_rows,
+                                                                               self.seq_len)
+
+    def _split(self, n: int, val_path: bool) -> tuple[np.ndarray, np.ndarray]:
+        if val_path:
+            self.split_how = VAL_PATH
+            return np.arange(n), np.arange(len(self._parts[1].encoded))
+        if n < 2:
+            raise DataError(f"data.path={self.path} holds {n} row: a split needs two (one to train, one to "
+                            "validate). Give more pairs, or validation rows as data.val_path.")
+        split = split_documents(n, self.val_fraction, self.seed)
+        self.split_how = split.how.replace("document", "row")
+        return np.asarray(split.train), np.asarray(split.val)
+
+    def prepare_data(self) -> None:
+        """Read and tokenize once (rank 0 of each node, before the others set up): later reads hit the cache."""
+        self.setup()
+
+    def setup(self, stage: str | None = None) -> None:
+        if self.datasets:
+            return
+        tokenizer = load_tokenizer(self.tokenizer_spec)
+        self.pad_id = tokenizer.pad_id
+        train, val = self.read(tokenizer)
+        fmt = self._parts[0].fmt
+        self.prompt_format = {**self._prompt_info(fmt, tokenizer), "eos_id": eos_id(tokenizer)}
+        if self.packing:
+            packs = {"train": PairPacks(train, self.seq_len, self.pad_id), "val": PairPacks(val, self.seq_len,
+                                                                                             self.pad_id)}
+            per_row = max(p.per_row for p in packs.values())  # one batch shape for training and validation
+            for p in packs.values():
+                p.per_row = per_row
+            self.datasets = dict(packs)
+        else:
+            self.datasets = {"train": PairSequences(train), "val": PairSequences(val)}
+        self.summary, self.own_figures = self._summarize(train, val, fmt)
+        self.summary.say(self.seq_len)
+        log.info("data: %s; %d pairs, %d prompt and %d completion tokens%s", fmt.describe(), len(train) + len(val),
+                 self.own_figures[keys.DATA_PROMPT_TOKENS], self.own_figures[keys.DATA_COMPLETION_TOKENS],
+                 f"; packed into {self.own_figures[keys.DATA_PACKS]} rows "
+                 f"({self.own_figures[keys.DATA_PACKING_PADDING_PCT]}% padding)" if self.packing else "")
+        if len(self.datasets["train"]) == 0 or len(self.datasets["val"]) == 0:  # the checks before the run say why
+            which = "training" if len(self.datasets["train"]) == 0 else "validation"
+            raise ValueError(f"data: no {which} pairs fit data.seq_len={self.seq_len}; raise data.seq_len or give "
+                             "shorter prompts.")
+
+    def _prompt_info(self, fmt: PairFormat, tokenizer: Tokenizer) -> dict[str, Any]:
+        """What ``generate`` needs to ask the model as it was trained (``prompt.json``)."""
+        if fmt.shape.conversational:
+            inner = tokenizer.tokenizer if isinstance(tokenizer, SavedTokenizer) else None
+            own = getattr(inner, "chat_template", None) if inner is not None else None
+            return {"kind": "chat", "chat_template": self.settings["chat_template"] or own}
+        template = (fmt.template or PAIR_TEMPLATE) if fmt.shape is Shape.text else "{prompt}"
+        return {"kind": "pair", "template": template}
+
+    def _summarize(self, train: FittedPairs, val: FittedPairs, fmt: PairFormat) -> tuple[DataSummary, dict[str, Any]]:
+        parts = self._parts
+        dropped = {("data.val_path: " if i else "") + k: n for i, p in enumerate(parts) for k, n in p.dropped.items()}
+        for fitted in (train, val):
+            for reason, n in fitted.left_out.items():
+                dropped[reason] = dropped.get(reason, 0) + n
+        used = len(train) + len(val)
+        tokens = sum(f.prompt_tokens + f.completion_tokens for f in (train, val))
+        summary = DataSummary("; ".join(p.source for p in parts), sum(p.files for p in parts),
+                              sum(p.rows for p in parts), tokens, len(self.datasets["train"]),
+                              len(self.datasets["val"]), self.split_how, truncated=train.cut + val.cut, used=used,
+                              dropped=dropped)
+        completion = train.completion_tokens + val.completion_tokens
+        own: dict[str, Any] = {keys.DATA_FORMAT: fmt.describe(), keys.DATA_PAIRS: used,
+                               keys.DATA_PROMPT_TOKENS: train.prompt_tokens + val.prompt_tokens,
+                               keys.DATA_COMPLETION_TOKENS: completion, keys.DATA_LOSS_TOKENS: completion}
+        if summary.truncated:
+            own[keys.DATA_CUT_PART] = CUT_PART
+        if self.packing:
+            own.update(packing_figures(self.datasets["train"].describe(), self.batch_size))  # type: ignore[union-attr]
+        return summary, own
+
+    def reference_key(self) -> list[Any]:
+        """What the pairs' log-probabilities depend on, besides the model: each table's rows (files, their sizes and
+        times, how many), its shape and columns, the templates, the tokenizer's files, the EOS, ``seq_len``. Part of
+        the key of precomputed reference log-probabilities (``runner.training.reference``)."""
+        from runner.data.tokenizers import tokenizer_stamp
+
+        tokenizer = load_tokenizer(self.tokenizer_spec)
+        parts = [[p.stamp, p.rows, p.fmt.shape.value, p.fmt.prompt_column, p.fmt.chosen_column,
+                  p.fmt.rejected_column, p.fmt.template, p.fmt.roles] for p in self._parts]
+        return [parts, self.settings["chat_template"], tokenizer_stamp(tokenizer), eos_id(tokenizer), BYTES_EOS,
+                self.seq_len, self.split_how, self.val_fraction, self.seed]
+
+    def collate(self) -> PairCollate | PackCollate:
+        """The collate of every loader (one batch shape: a last, smaller batch is filled with empty pairs)."""
+        train = self.datasets["train"]
+        if isinstance(train, PairPacks):
+            return PackCollate(self.batch_size, train.per_row, train.length, self.pad_id)
+        return PairCollate(self.pad_to, self.pad_id, self.batch_size)
+
+    def loader(self, which: str, shuffle: bool = False) -> DataLoader:
+        """``which`` (``train``, ``val``) in batches; in order unless ``shuffle`` (training's)."""
+        assert self.datasets, "setup() first"
+        g = torch.Generator().manual_seed(self.seed)
+        return DataLoader(self.datasets[which], batch_size=self.batch_size, shuffle=shuffle, drop_last=shuffle,
+                          generator=g, collate_fn=self.collate(), num_workers=self.num_workers,
+                          persistent_workers=self.num_workers > 0)
+
+    def train_dataloader(self) -> DataLoader:
+        return self.loader("train", shuffle=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return self.loader("val")

@@ -1,0 +1,183 @@
+"""Preference rows as token ids: a cached ``map``, then the fit of each pair to ``data.seq_len``.
+
+Each row's prompt and its two completions (:mod:`runner.data.preference_formats`) are tokenized one by one, as
+instruction data's pieces are: the prompt with the tokenizer's special tokens (a BOS where it adds one; a chat
+template writes its own), each completion without, and an EOS after each completion where its ids do not hold it
+already (:func:`runner.data.instruct_encode.eos_id`). So a prompt's ids are what ``generate`` gives the same prompt.
+
+A pair trains two sequences, prompt + chosen and prompt + rejected; the loss covers the completions' ids (their EOS
+included). A sequence longer than ``data.seq_len`` positions is cut at ``seq_len + 1`` ids (the end of its completion
+is lost); a pair whose prompt leaves either completion no id within ``seq_len`` is left out, and so is one whose two
+completions are the same once cut. Each is counted (:class:`FittedPairs`).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from runner.data.encoding import ArrowTokens, rows_stamp
+from runner.data.instruct_encode import BYTES_EOS, eos_id
+from runner.data.instruct_formats import Render
+from runner.data.preference_formats import IDENTICAL, PairFormat
+from runner.data.tables import cache_root, fingerprint, quiet_datasets
+from runner.data.tokenizers import Tokenizer, tokenizer_stamp
+from runner.data.windows import Spans
+
+log = logging.getLogger(__name__)
+
+PROMPT, CHOSEN, REJECTED, PROBLEM = "prompt_ids", "chosen_ids", "rejected_ids", "problem"
+SIDES = (CHOSEN, REJECTED)
+
+
+def encode_rows(fmt: PairFormat, tokenizer: Tokenizer, render: Render | None,
+                rows: dict[str, list[Any]]) -> dict[str, list[Any]]:
+    """A batch of rows (column -> values) as the prompt's and each completion's ids, and ``problem`` (empty where
+    the row is usable)."""
+    eos = eos_id(tokenizer)
+    assert eos is not None, "a tokenizer with an EOS (checked before the run)"
+    n = len(next(iter(rows.values()))) if rows else 0
+    texts: list[tuple[str, str, str] | None] = []
+    problems: list[str] = []
+    for i in range(n):
+        row = {k: v[i] for k, v in rows.items()}
+        if row[fmt.chosen_column] == row[fmt.rejected_column]:
+            texts.append(None)
+            problems.append(IDENTICAL)
+            continue
+        try:
+            pair = fmt.texts(row, render)
+            texts.append((pair.prompt, pair.chosen, pair.rejected))
+            problems.append(IDENTICAL if pair.chosen == pair.rejected else "")
+        except Exception as e:  # a malformed conversation, or a template that cannot render it
+            texts.append(None)
+            problems.append(f"{type(e).__name__}: {e}")
+    kept = [t for t in texts if t is not None]
+    special = not fmt.shape.conversational  # a chat template writes its own BOS
+    prompts = tokenizer([t[0] for t in kept], special=special) if kept else []
+    completions = [tokenizer([t[j] for t in kept], special=False) if kept else [] for j in (1, 2)]
+    out: dict[str, list[Any]] = {PROMPT: [], CHOSEN: [], REJECTED: [], PROBLEM: problems}
+    k = 0
+    for t in texts:
+        if t is None:
+            for column in (PROMPT, *SIDES):
+                out[column].append(np.zeros(0, np.int32))
+            continue
+        out[PROMPT].append(np.asarray(prompts[k], np.int32))
+        for column, ids in zip(SIDES, (completions[0][k], completions[1][k]), strict=True):
+            ids = np.asarray(ids, np.int32)
+            out[column].append(ids if eos in ids else np.append(ids, np.int32(eos)))
+        k += 1
+    return out
+
+
+def encode_pairs(rows: Any, fmt: PairFormat, tokenizer: Tokenizer, render: Render | None, chat_template: str | None,
+                 what: str) -> Any:
+    """``rows`` as ids and problem (:func:`encode_rows`), written once to runner's cache and read from there by
+    later runs (named after the rows' files, the format, the tokenizer's files and the settings)."""
+    import datasets
+
+    stamp = rows_stamp(rows)
+    key = fingerprint(stamp, fmt.shape.value, fmt.prompt_column, fmt.chosen_column, fmt.rejected_column,
+                      fmt.template, fmt.roles, tokenizer_stamp(tokenizer), chat_template, BYTES_EOS, 1)
+    name = None if stamp is None else str(cache_root() / f"preference-{key}.arrow")
+    cached = name is not None and Path(name).exists()
+    ids = datasets.List(datasets.Value("int32"))
+    features = datasets.Features({PROMPT: ids, CHOSEN: ids, REJECTED: ids, PROBLEM: datasets.Value("string")})
+    fn = functools.partial(encode_rows, fmt, tokenizer, render)
+    with quiet_datasets():
+        out = rows.map(fn, batched=True, batch_size=1000, writer_batch_size=1000, features=features,
+                       cache_file_name=name, keep_in_memory=name is None,
+                       new_fingerprint=None if name is None else Path(name).stem, remove_columns=rows.column_names,
+                       load_from_cache_file=True)
+    if cached:
+        log.info("data: preference pairs of %s read from the cache (%s): not tokenized again", what, name)
+    return out
+
+
+@dataclass
+class FittedPairs:
+    """Pairs fitted to ``seq_len``: where each sequence's prompt and completion lie in the flat ids, what fitting
+    did. Sequence ``s`` (0: chosen, 1: rejected) of pair ``i`` is ``prompt[prompts[i]]`` followed by
+    ``completions[s][i]`` (cut: its end at ``ends[s][i]``)."""
+
+    prompt: ArrowTokens
+    completion: tuple[ArrowTokens, ArrowTokens]
+    prompts: Spans
+    completions: tuple[Spans, Spans]
+    """Each kept pair's completion ids, as cut to fit ``seq_len + 1`` ids with the prompt."""
+    rows: np.ndarray
+    """Each kept pair's row index in its table."""
+    cut: int
+    """Kept pairs of which a sequence was cut (the end of its completion lost)."""
+    left_out: dict[str, int]
+    """Pairs not kept, by why."""
+    prompt_tokens: int
+    """The kept pairs' prompt ids (each read by both sequences)."""
+    completion_tokens: int
+    """The completions' ids in the loss, both sides, as cut."""
+    whole: int
+    """Pairs whose two sequences fit whole."""
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def positions(self) -> np.ndarray:
+        """``[pairs, 2]``: the positions (ids - 1) each sequence trains."""
+        p = self.prompts.lengths
+        return np.stack([p + c.lengths - 1 for c in self.completions], axis=1)
+
+    def sequence(self, i: int, side: int) -> tuple[np.ndarray, int]:
+        """Pair ``i``'s sequence ``side`` (0 chosen, 1 rejected) as ids (int64), and where its completion starts."""
+        a, b = int(self.prompts.starts[i]), int(self.prompts.ends[i])
+        c = self.completions[side]
+        prompt = np.asarray(self.prompt[a:b], dtype=np.int64)
+        completion = np.asarray(self.completion[side][int(c.starts[i]):int(c.ends[i])], dtype=np.int64)
+        return np.concatenate([prompt, completion]), b - a
+
+
+def fit_pairs(encoded: Any, rows: np.ndarray, seq_len: int) -> FittedPairs:
+    """The pairs at ``rows`` (those without a problem) fitted to ``seq_len`` (module docstring)."""
+    prompt = ArrowTokens(encoded, PROMPT)
+    sides = (ArrowTokens(encoded, CHOSEN), ArrowTokens(encoded, REJECTED))
+    for t in (prompt, *sides):
+        len(t)  # maps the files, fills the spans
+    problems = np.asarray(encoded.data.column(PROBLEM).to_pylist(), dtype=object)[rows] if len(rows) else \
+        np.zeros(0, dtype=object)
+    left_out: dict[str, int] = {}
+    identical = int((problems == IDENTICAL).sum())
+    if identical:
+        left_out[IDENTICAL] = identical
+    rows = rows[problems == ""]
+    prompts = prompt.spans.take(rows)
+    room = np.maximum(seq_len + 1 - prompts.lengths, 0)  # completion ids that fit after the prompt
+    full = [s.spans.take(rows) for s in sides]
+    ends = [np.minimum(c.ends, c.starts + room) for c in full]
+    # A sequence's first id is never a target: a completion right after an empty prompt loses its first id.
+    targets = [e - c.starts - (prompts.lengths == 0) for c, e in zip(full, ends, strict=True)]
+    fits = (targets[0] > 0) & (targets[1] > 0)
+    no_room = int((~fits).sum())
+    if no_room:
+        left_out["data.seq_len (the prompt fills it: no completion left)"] = no_room
+    cut_each = [c.lengths > e - c.starts for c, e in zip(full, ends, strict=True)]
+    same = fits & (ends[0] - full[0].starts == ends[1] - full[1].starts) & (cut_each[0] | cut_each[1])
+    for j in np.flatnonzero(same):
+        a = sides[0][int(full[0].starts[j]):int(ends[0][j])]
+        b = sides[1][int(full[1].starts[j]):int(ends[1][j])]
+        if not np.array_equal(a, b):
+            same[j] = False
+    if same.any():
+        left_out["chosen identical to rejected once cut at data.seq_len"] = int(same.sum())
+    keep = fits & ~same
+    completions = (Spans(full[0].starts[keep], ends[0][keep]), Spans(full[1].starts[keep], ends[1][keep]))
+    kept_prompts = prompts.take(np.flatnonzero(keep))
+    cut = (cut_each[0] | cut_each[1])[keep]
+    return FittedPairs(prompt, sides, kept_prompts, completions, rows[keep], cut=int(cut.sum()), left_out=left_out,
+                       prompt_tokens=int(kept_prompts.lengths.sum()),
+                       completion_tokens=int(sum(c.lengths.sum() for c in completions)),
+                       whole=int((~(cut_each[0] | cut_each[1]) & fits).sum()))

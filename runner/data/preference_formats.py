@@ -1,0 +1,199 @@
+"""The shapes preference data comes in, and how each row becomes a prompt and two completions as text.
+
+A table holds pairs: a prompt and two completions of it, one chosen (preferred) and one rejected. Four shapes, the
+ones TRL's ``DPOTrainer`` reads, told apart by the table's columns and its first row:
+
+- **explicit text**: ``data.prompt_column`` (``prompt``), ``data.chosen_column`` (``chosen``) and
+  ``data.rejected_column`` (``rejected``), each a text; the prompt is put in ``data.prompt_template`` (the
+  instruction data's, :data:`runner.data.instruct_formats.PAIR_TEMPLATE`, by default);
+- **explicit conversation**: the same columns holding conversations (lists of ``{"role", "content"}`` messages, or
+  ShareGPT's ``{"from", "value"}``; a CSV cell holds the list as JSON): the prompt's messages, and each completion's
+  (the assistant's turns); each role checked and mapped as instruction data's are (``data.roles``,
+  :mod:`runner.data.instruct_chat`);
+- **implicit conversation**: no prompt column; chosen and rejected are whole conversations, and the prompt is the
+  messages they share from the start (UltraFeedback's binarized shape);
+- **implicit text**: no prompt column; chosen and rejected are whole texts, and the prompt is the text they share
+  from the start (Anthropic HH's shape: ``"\\n\\nHuman: ... \\n\\nAssistant:"``), split as TRL's ``extract_prompt``
+  splits it (a space before the first difference goes with the completions).
+
+A conversation is rendered with the chat template (the tokenizer's own, or ``data.chat_template``): the prompt with
+the generation prompt after it, and the prompt followed by each completion; a completion is what its rendering adds
+to the prompt's. A row becomes :class:`Texts`; what makes a row unusable is its ``problem``, said before the run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from runner.config.errors import close_matches
+from runner.data.instruct_chat import SHAPES_HINT, RoleError
+from runner.data.instruct_formats import PAIR_TEMPLATE, Render, messages_of
+from runner.data.sources import DataError, Source
+
+DEFAULT_PROMPT = "prompt"
+IDENTICAL = "chosen identical to rejected"
+"""The problem of a pair whose two completions are the same: left out and counted, never trained on."""
+
+
+class Shape(Enum):
+    """Which of the four shapes a table is (module docstring)."""
+
+    text = "text"
+    chat = "chat"
+    implicit_chat = "implicit_chat"
+    implicit_text = "implicit_text"
+
+    @property
+    def conversational(self) -> bool:
+        return self in (Shape.chat, Shape.implicit_chat)
+
+    @property
+    def implicit(self) -> bool:
+        return self in (Shape.implicit_chat, Shape.implicit_text)
+
+
+@dataclass(frozen=True)
+class Texts:
+    """One pair as text: the prompt the model reads, each completion after it."""
+
+    prompt: str
+    chosen: str
+    rejected: str
+
+
+@dataclass(frozen=True)
+class PairFormat:
+    """How rows of one table become pairs: the shape, its columns, the prompt template."""
+
+    shape: Shape
+    prompt_column: str | None
+    """None: an implicit prompt."""
+    chosen_column: str
+    rejected_column: str
+    template: str | None = None
+    """Explicit text: ``data.prompt_template`` (None: the instruction data's default)."""
+    roles: tuple[tuple[str, str], ...] = ()
+    """Conversations: ``data.roles``, each role as written and the role it becomes."""
+
+    def describe(self) -> str:
+        """The shape, for the data section."""
+        pair = f"{self.chosen_column}/{self.rejected_column}"
+        return {Shape.text: f"preference pairs: columns {self.prompt_column}, {pair}",
+                Shape.chat: f"preference conversations: columns {self.prompt_column}, {pair} (chat template)",
+                Shape.implicit_chat: f"preference conversations: columns {pair}, the prompt their shared turns "
+                                     "(chat template)",
+                Shape.implicit_text: f"preference texts: columns {pair}, the prompt their shared start"}[self.shape]
+
+    def texts(self, row: dict[str, Any], render: Render | None) -> Texts:
+        """One row as a prompt and two completions (module docstring); ``ValueError`` names what is wrong."""
+        chosen, rejected = row[self.chosen_column], row[self.rejected_column]
+        if self.shape is Shape.text:
+            prompt = _text(row[self.prompt_column])  # type: ignore[index]
+            return Texts((self.template or PAIR_TEMPLATE).replace("{prompt}", prompt), _text(chosen), _text(rejected))
+        if self.shape is Shape.implicit_text:
+            return split_text(_text(chosen), _text(rejected))
+        assert render is not None, "a chat template (checked before the run)"
+        roles = dict(self.roles)
+        if self.shape is Shape.chat:
+            prompt_messages = messages_of(row[self.prompt_column], roles)  # type: ignore[index]
+            chosen_messages, rejected_messages = messages_of(chosen, roles), messages_of(rejected, roles)
+        else:
+            prompt_messages, chosen_messages, rejected_messages = split_messages(messages_of(chosen, roles),
+                                                                                  messages_of(rejected, roles))
+        return render_pair(prompt_messages, chosen_messages, rejected_messages, render)
+
+
+def _text(value: Any) -> str:
+    return "" if value is None else value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def split_text(chosen: str, rejected: str) -> Texts:
+    """The text chosen and rejected share from the start as the prompt (TRL's ``extract_prompt``: a space just
+    before the first difference goes with the completions)."""
+    limit, n = min(len(chosen), len(rejected)), 0
+    while n < limit and chosen[n] == rejected[n]:
+        n += 1
+    if 0 < n < limit and chosen[n - 1] == " ":
+        n -= 1
+    if n == 0:
+        raise ValueError("chosen and rejected share no start to be the prompt")
+    return Texts(chosen[:n], chosen[n:], rejected[n:])
+
+
+def split_messages(chosen: list[dict[str, str]], rejected: list[dict[str, str]]) -> tuple[
+        list[dict[str, str]], list[dict[str, str]], list[dict[str, str]]]:
+    """The messages chosen and rejected share from the start (the prompt), and what follows in each."""
+    n = 0
+    while n < min(len(chosen), len(rejected)) and chosen[n] == rejected[n]:
+        n += 1
+    if n == 0:
+        raise ValueError("chosen and rejected share no first message to be the prompt")
+    return chosen[:n], chosen[n:], rejected[n:]
+
+
+def render_pair(prompt: list[dict[str, str]], chosen: list[dict[str, str]], rejected: list[dict[str, str]],
+                render: Render) -> Texts:
+    """The prompt's messages rendered with the generation prompt, each completion as what its messages add."""
+    if not chosen or not rejected:
+        raise ValueError("no completion: chosen or rejected holds no message after the prompt")
+    before = render(prompt, True)
+    out = []
+    for completion in (chosen, rejected):
+        full = render(prompt + completion, False)
+        if not full.startswith(before):
+            raise ValueError("the chat template renders the prompt differently once a completion follows")
+        out.append(full[len(before):])
+    return Texts(before, out[0], out[1])
+
+
+def _is_conversation(cell: Any) -> bool:
+    try:
+        messages_of(cell)
+    except RoleError:  # a conversation with a role nothing maps: refused with its place by the reading
+        return True
+    except (ValueError, TypeError):
+        return False
+    return True
+
+
+def resolve_shape(columns: Sequence[str], first: dict[str, Any], source: Source, prompt_column: str,
+                  chosen_column: str, rejected_column: str, prompt_template: str | None,
+                  roles: dict[str, str] | None = None) -> PairFormat:
+    """The shape of a table with ``columns`` whose first row is ``first`` (module docstring); :class:`DataError`
+    naming the fix when it has none."""
+    names = list(columns)
+    for setting, value in (("data.chosen_column", chosen_column), ("data.rejected_column", rejected_column)):
+        if value not in names:
+            raise missing_column(setting, value, names, source)
+    has_prompt = prompt_column in names
+    if not has_prompt and prompt_column != DEFAULT_PROMPT:
+        raise missing_column("data.prompt_column", prompt_column, names, source)
+    chat = _is_conversation(first[chosen_column])
+    columns = [*([prompt_column] if has_prompt else []), chosen_column, rejected_column]
+    if len({_is_conversation(first[c]) for c in columns}) > 1:
+        raise DataError(f"{source.key}={source.given}: its first row mixes texts and conversations across "
+                        f"{', '.join(columns)}: the prompt, chosen and rejected are all texts, or all conversations "
+                        f"({SHAPES_HINT}). Convert the columns to one form.")
+    if prompt_template is not None and "{prompt}" not in prompt_template:
+        raise DataError(f"data.prompt_template={prompt_template!r} has no {{prompt}}: the row's prompt would not be in "
+                        "the text the model reads. Put {prompt} where it goes (e.g. 'Q: {prompt}\\nA: '), or drop "
+                        "data.prompt_template for the documented default.")
+    shape = (Shape.chat if chat else Shape.text) if has_prompt else (Shape.implicit_chat if chat else
+                                                                      Shape.implicit_text)
+    return PairFormat(shape, prompt_column if has_prompt else None, chosen_column, rejected_column,
+                      prompt_template if shape is Shape.text else None,
+                      tuple(sorted((str(k), str(v)) for k, v in (roles or {}).items())) if chat else ())
+
+
+def missing_column(setting: str, value: str, names: list[str], source: Source) -> DataError:
+    """A column that is not there: did-you-mean, the table's columns, the shapes preference data comes in."""
+    matches = close_matches(value, names)
+    hint = f"Did you mean {setting}={matches[0]}? " if matches else ""
+    return DataError(f"{setting}={value}: {source.key}={source.given} has no column {value}. {hint}Its columns: "
+                     f"{', '.join(names) or 'none'}. data=preference reads pairs: a chosen and a rejected completion "
+                     "(data.chosen_column, data.rejected_column) of a prompt (data.prompt_column; without one, what "
+                     "chosen and rejected share from the start is the prompt). Instruction data without a rejected "
+                     "completion trains with data=instruct objective=sft.")
