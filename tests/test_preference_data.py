@@ -223,3 +223,34 @@ def test_a_prompt_shared_by_two_completions_is_attended_by_both_and_they_not_by_
     dense = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=dense_document_mask(docs, parents))
     flex = flex_attention(q, k, v, block_mask=block_document_mask(docs, parent_ids=parents))
     torch.testing.assert_close(flex, dense, rtol=1e-5, atol=1e-5)
+
+
+def test_pairs_are_prepared_once_into_a_store_named_by_their_content_and_settings(tmp_path: Path) -> None:
+    """Issue 77's store for preference pairs: a second read (another process) maps the store the first wrote; a
+    touched file is the same data; another ``data.roles`` or changed rows are another store; the ids read back are
+    the tokenizer's."""
+    from runner.data.preference_read import _PREPARED, prepare_pairs
+    from runner.data.tokenizers import load_tokenizer
+
+    path = _jsonl(tmp_path / "pairs.jsonl", _rows(SHIPPED, 40))
+    tokenizer = load_tokenizer("bytes")
+    settings = dict(prompt_column="prompt", chosen_column="chosen", rejected_column="rejected", prompt_template=None,
+                    chat_template=None, max_examples=None)
+
+    def fresh(roles: dict[str, str] | None = None) -> Any:
+        _PREPARED.clear()  # a new process
+        return prepare_pairs(str(path), "data.path", tokenizer, None, **settings, roles=roles)  # type: ignore[arg-type]
+
+    first = fresh()
+    assert first.built and first.rows == 40 and first.store.meta["same"] == 0
+    prompt = np.asarray(first.store.ragged("prompt_ids").values[:])
+    starts, ends = first.store.ragged("prompt_ids").bounds()
+    expected = PAIR_TEMPLATE.replace("{prompt}", _rows(SHIPPED, 1)[0]["prompt"]).encode()
+    assert bytes(prompt[starts[0]:ends[0]].tolist()) == expected
+    path.touch()
+    again = fresh()
+    assert not again.built and again.stamp == first.stamp
+    assert fresh({"bot": "assistant"}).stamp != first.stamp
+    _jsonl(path, _rows(SHIPPED, 41))
+    changed = fresh()
+    assert changed.built and changed.rows == 41 and changed.stamp != first.stamp

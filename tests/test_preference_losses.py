@@ -55,7 +55,7 @@ SEQ = 24
 
 
 class _Ids:
-    """A flat sequence of ids, as ``ArrowTokens`` gives them."""
+    """A flat sequence of ids, as a store's ``StoredIds`` gives them."""
 
     def __init__(self, ids: list[np.ndarray]) -> None:
         self.flat = np.concatenate(ids).astype(np.int64)

@@ -142,13 +142,13 @@ class PreferenceDataModule(L.LightningDataModule):
                 refuse_problems(parts[-1], key, where)
         self._parts = parts
         train_rows, val_rows = self._split(parts[0].rows, len(parts) > 1)
-        return fit_pairs(parts[0].encoded, train_rows, self.seq_len), fit_pairs(parts[-1].encoded, val_rows,
+        return fit_pairs(parts[0].store, train_rows, self.seq_len), fit_pairs(parts[-1].store, val_rows,
                                                                                self.seq_len)
 
     def _split(self, n: int, val_path: bool) -> tuple[np.ndarray, np.ndarray]:
         if val_path:
             self.split_how = VAL_PATH
-            return np.arange(n), np.arange(len(self._parts[1].encoded))
+            return np.arange(n), np.arange(self._parts[1].rows)
         if n < 2:
             raise DataError(f"data.path={self.path} holds {n} row: a split needs two (one to train, one to "
                             "validate). Give more pairs, or validation rows as data.val_path.")
@@ -220,8 +220,9 @@ class PreferenceDataModule(L.LightningDataModule):
         return summary, own
 
     def reference_key(self) -> list[Any]:
-        """What the pairs' log-probabilities depend on, besides the model: each table's rows (files, their sizes and
-        times, how many), its shape and columns, the templates, the tokenizer's files, the EOS, ``seq_len``. Part of
+        """What the pairs' log-probabilities depend on, besides the model: each table's store (named by its bytes,
+        the tokenizer and the settings; :mod:`runner.data.preference_read`), its rows, its shape and columns, the
+        templates, the tokenizer's files, the EOS, ``seq_len``. Part of
         the key of precomputed reference log-probabilities (``runner.training.reference``)."""
         from runner.data.tokenizers import tokenizer_stamp
 

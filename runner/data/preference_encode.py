@@ -1,9 +1,11 @@
-"""Preference rows as token ids: a cached ``map``, then the fit of each pair to ``data.seq_len``.
+"""Preference rows as token ids (an encoder of a store's chunks), then the fit of each pair to ``data.seq_len``.
 
 Each row's prompt and its two completions (:mod:`runner.data.preference_formats`) are tokenized one by one, as
 instruction data's pieces are: the prompt with the tokenizer's special tokens (a BOS where it adds one; a chat
 template writes its own), each completion without, and an EOS after each completion where its ids do not hold it
 already (:func:`runner.data.instruct_encode.eos_id`). So a prompt's ids are what ``generate`` gives the same prompt.
+:class:`PairEncoder` does it a chunk of rows at a time, on every core, into a store of three ragged columns and a
+problem code per row (:mod:`runner.data.preference_read` prepares it; :mod:`runner.data.store`).
 
 A pair trains two sequences, prompt + chosen and prompt + rejected; the loss covers the completions' ids (their EOS
 included). A sequence longer than ``data.seq_len`` positions is cut at ``seq_len + 1`` ids (the end of its completion
@@ -13,91 +15,104 @@ completions are the same once cut. Each is counted (:class:`FittedPairs`).
 
 from __future__ import annotations
 
-import functools
 import logging
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from runner.data.encoding import ArrowTokens, rows_stamp
-from runner.data.instruct_encode import BYTES_EOS, eos_id
+from runner.data.instruct_encode import eos_id, tokenizer_and_render
 from runner.data.instruct_formats import Render
 from runner.data.preference_formats import IDENTICAL, PairFormat
-from runner.data.tables import cache_root, fingerprint, quiet_datasets
-from runner.data.tokenizers import Tokenizer, tokenizer_stamp
+from runner.data.store import Chunk, Ragged, Store
+from runner.data.tokenizers import Tokenizer
 from runner.data.windows import Spans
 
 log = logging.getLogger(__name__)
 
 PROMPT, CHOSEN, REJECTED, PROBLEM = "prompt_ids", "chosen_ids", "rejected_ids", "problem"
 SIDES = (CHOSEN, REJECTED)
+USABLE, SAME, UNREADABLE = 0, 1, 2
+"""A row's problem code: none; its chosen and rejected completions are the same (left out); it cannot be read as a
+pair (refused, with the reason the encoder noted)."""
+VERSION = 2
+"""The encoder's: a new one changes every preference store's name."""
 
 
-def encode_rows(fmt: PairFormat, tokenizer: Tokenizer, render: Render | None,
-                rows: dict[str, list[Any]]) -> dict[str, list[Any]]:
-    """A batch of rows (column -> values) as the prompt's and each completion's ids, and ``problem`` (empty where
-    the row is usable)."""
+@dataclass(frozen=True)
+class PairEncoder:
+    """Rows of one table (a ``pyarrow.RecordBatch``) -> their prompt's and completions' ids and problem codes; the
+    tokenizer (``data.tokenizer``'s spec, None for bytes) and chat template loaded once per process."""
+
+    fmt: PairFormat
+    tokenizer: str | None
+    chat_template: str | None
+
+    def __call__(self, batch: Any) -> Chunk:
+        tokenizer, render = tokenizer_and_render(self.tokenizer, self.chat_template)
+        return encode_rows(self.fmt, tokenizer, render, batch.to_pydict())
+
+
+def encode_rows(fmt: PairFormat, tokenizer: Tokenizer, render: Render | None, rows: dict[str, list[Any]]) -> Chunk:
+    """A chunk of rows (column -> values) as the prompt's and each completion's ids (a row with a problem: none),
+    its problem codes, and why each unreadable row cannot be read."""
     eos = eos_id(tokenizer)
     assert eos is not None, "a tokenizer with an EOS (checked before the run)"
     n = len(next(iter(rows.values()))) if rows else 0
     texts: list[tuple[str, str, str] | None] = []
-    problems: list[str] = []
+    problems = np.zeros(n, dtype=np.int8)
+    notes: list[tuple[int, str]] = []
     for i in range(n):
         row = {k: v[i] for k, v in rows.items()}
         if row[fmt.chosen_column] == row[fmt.rejected_column]:
             texts.append(None)
-            problems.append(IDENTICAL)
+            problems[i] = SAME
             continue
         try:
             pair = fmt.texts(row, render)
-            texts.append((pair.prompt, pair.chosen, pair.rejected))
-            problems.append(IDENTICAL if pair.chosen == pair.rejected else "")
         except Exception as e:  # a malformed conversation, or a template that cannot render it
             texts.append(None)
-            problems.append(f"{type(e).__name__}: {e}")
+            problems[i] = UNREADABLE
+            notes.append((i, f"{type(e).__name__}: {e}"))
+            continue
+        same = pair.chosen == pair.rejected
+        texts.append(None if same else (pair.prompt, pair.chosen, pair.rejected))
+        problems[i] = SAME if same else USABLE
     kept = [t for t in texts if t is not None]
     special = not fmt.shape.conversational  # a chat template writes its own BOS
     prompts = tokenizer([t[0] for t in kept], special=special) if kept else []
     completions = [tokenizer([t[j] for t in kept], special=False) if kept else [] for j in (1, 2)]
-    out: dict[str, list[Any]] = {PROMPT: [], CHOSEN: [], REJECTED: [], PROBLEM: problems}
+    out: dict[str, list[np.ndarray]] = {PROMPT: [], CHOSEN: [], REJECTED: []}
+    empty = np.zeros(0, np.int64)
     k = 0
     for t in texts:
         if t is None:
-            for column in (PROMPT, *SIDES):
-                out[column].append(np.zeros(0, np.int32))
+            for column in out:
+                out[column].append(empty)
             continue
-        out[PROMPT].append(np.asarray(prompts[k], np.int32))
+        out[PROMPT].append(np.asarray(prompts[k], np.int64))
         for column, ids in zip(SIDES, (completions[0][k], completions[1][k]), strict=True):
-            ids = np.asarray(ids, np.int32)
-            out[column].append(ids if eos in ids else np.append(ids, np.int32(eos)))
+            ids = np.asarray(ids, np.int64)
+            out[column].append(ids if eos in ids else np.append(ids, np.int64(eos)))
         k += 1
-    return out
+    ragged = {c: (np.concatenate(v) if v else empty, np.fromiter(map(len, v), dtype=np.int64, count=len(v)))
+              for c, v in out.items()}
+    return Chunk(ragged, {PROBLEM: problems}, notes)
 
 
-def encode_pairs(rows: Any, fmt: PairFormat, tokenizer: Tokenizer, render: Render | None, chat_template: str | None,
-                 what: str) -> Any:
-    """``rows`` as ids and problem (:func:`encode_rows`), written once to runner's cache and read from there by
-    later runs (named after the rows' files, the format, the tokenizer's files and the settings)."""
-    import datasets
+class StoredIds:
+    """A ragged column of a store as one flat sequence of ids (``ids[a:b]``, read from its memory map) and
+    ``spans``, where each row's ids start and end in it."""
 
-    stamp = rows_stamp(rows)
-    key = fingerprint(stamp, fmt.shape.value, fmt.prompt_column, fmt.chosen_column, fmt.rejected_column,
-                      fmt.template, fmt.roles, tokenizer_stamp(tokenizer), chat_template, BYTES_EOS, 1)
-    name = None if stamp is None else str(cache_root() / f"preference-{key}.arrow")
-    cached = name is not None and Path(name).exists()
-    ids = datasets.List(datasets.Value("int32"))
-    features = datasets.Features({PROMPT: ids, CHOSEN: ids, REJECTED: ids, PROBLEM: datasets.Value("string")})
-    fn = functools.partial(encode_rows, fmt, tokenizer, render)
-    with quiet_datasets():
-        out = rows.map(fn, batched=True, batch_size=1000, writer_batch_size=1000, features=features,
-                       cache_file_name=name, keep_in_memory=name is None,
-                       new_fingerprint=None if name is None else Path(name).stem, remove_columns=rows.column_names,
-                       load_from_cache_file=True)
-    if cached:
-        log.info("data: preference pairs of %s read from the cache (%s): not tokenized again", what, name)
-    return out
+    def __init__(self, column: Ragged) -> None:
+        self.values = column.values
+        self.spans = Spans(*column.bounds())
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def __getitem__(self, index: slice) -> np.ndarray:
+        return np.asarray(self.values[index])
 
 
 @dataclass
@@ -106,8 +121,8 @@ class FittedPairs:
     did. Sequence ``s`` (0: chosen, 1: rejected) of pair ``i`` is ``prompt[prompts[i]]`` followed by
     ``completions[s][i]`` (cut: its end at ``ends[s][i]``)."""
 
-    prompt: ArrowTokens
-    completion: tuple[ArrowTokens, ArrowTokens]
+    prompt: StoredIds
+    completion: tuple[StoredIds, StoredIds]
     prompts: Spans
     completions: tuple[Spans, Spans]
     """Each kept pair's completion ids, as cut to fit ``seq_len + 1`` ids with the prompt."""
@@ -141,19 +156,17 @@ class FittedPairs:
         return np.concatenate([prompt, completion]), b - a
 
 
-def fit_pairs(encoded: Any, rows: np.ndarray, seq_len: int) -> FittedPairs:
-    """The pairs at ``rows`` (those without a problem) fitted to ``seq_len`` (module docstring)."""
-    prompt = ArrowTokens(encoded, PROMPT)
-    sides = (ArrowTokens(encoded, CHOSEN), ArrowTokens(encoded, REJECTED))
-    for t in (prompt, *sides):
-        len(t)  # maps the files, fills the spans
-    problems = np.asarray(encoded.data.column(PROBLEM).to_pylist(), dtype=object)[rows] if len(rows) else \
-        np.zeros(0, dtype=object)
+def fit_pairs(store: Store, rows: np.ndarray, seq_len: int) -> FittedPairs:
+    """The pairs at ``rows`` of ``store`` (those without a problem) fitted to ``seq_len`` (module docstring)."""
+    prompt = StoredIds(store.ragged(PROMPT))
+    sides = (StoredIds(store.ragged(CHOSEN)), StoredIds(store.ragged(REJECTED)))
+    rows = np.asarray(rows, dtype=np.int64)
+    problems = np.asarray(store.column(PROBLEM)[:])[rows] if len(rows) else np.zeros(0, np.int8)
     left_out: dict[str, int] = {}
-    identical = int((problems == IDENTICAL).sum())
+    identical = int((problems == SAME).sum())
     if identical:
         left_out[IDENTICAL] = identical
-    rows = rows[problems == ""]
+    rows = rows[problems == USABLE]
     prompts = prompt.spans.take(rows)
     room = np.maximum(seq_len + 1 - prompts.lengths, 0)  # completion ids that fit after the prompt
     full = [s.spans.take(rows) for s in sides]

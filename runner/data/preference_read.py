@@ -1,98 +1,178 @@
-"""Reading a table of preference pairs once per process: its shape, its rows tokenized (cached), and the rows that
-cannot be read as pairs refused with their numbers (:mod:`runner.data.preference` builds its splits on it)."""
+"""Reading a table of preference pairs once: its shape checked, its rows tokenized on every core into a store named
+by what the ids depend on (read back by every later run and rank), and the rows that cannot be read as pairs refused
+with their numbers (:mod:`runner.data.preference` builds its splits on it).
+
+The store's name is the digest of the table's bytes, the tokenizer's files, the columns, templates and role mapping
+(``data.roles``, and the names ShareGPT's turns are read by), ``data.max_examples`` and the encoder's version, as
+instruction data's is (:mod:`runner.data.instruct_prepare`); the table's shape and what is wrong with its rows are
+kept in the store's description, so a second run reads neither the table nor its conversations again."""
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 from dataclasses import dataclass
 from typing import Any
 
-from runner.data.instruct_chat import SHAPES_HINT, scan, unknown_role
+import numpy as np
+
+from runner.data.instruct_chat import SHAPES_HINT, SHAREGPT_ROLES, count_turns, unknown_role
+from runner.data.instruct_encode import BYTES_EOS, eos_id, tokenizer_and_render
 from runner.data.instruct_formats import Render
-from runner.data.preference_encode import PROBLEM, encode_pairs
-from runner.data.preference_formats import IDENTICAL, PairFormat, resolve_shape
-from runner.data.sources import DataError, resolve
+from runner.data.instruct_prepare import source_files
+from runner.data.preference_encode import CHOSEN, PROBLEM, PROMPT, REJECTED, SAME, VERSION, PairEncoder
+from runner.data.preference_formats import PairFormat, Shape, resolve_shape
+from runner.data.sources import DataError, Source, resolve
+from runner.data.store import (
+    PrepareTimeout,
+    Progress,
+    Store,
+    StoreWriter,
+    digest_files,
+    encode_into,
+    prepared,
+    progress_file,
+    store_dir,
+    store_key,
+    table_batches,
+    token_dtype,
+    workers,
+)
+from runner.data.store.parallel import PARALLEL_ROWS
+from runner.data.store.progress import Heartbeat
 from runner.data.tables import load_table
-from runner.data.tokenizers import Tokenizer, is_bytes
+from runner.data.tokenizers import Tokenizer, is_bytes, tokenizer_stamp
+
+log = logging.getLogger(__name__)
 
 SHIPPED = "examples/data/preference.jsonl"
 """The preference file runner ships (examples/data/make_preference.py writes it)."""
+NOTED = 5
+"""Rows a problem's message names."""
 
 
 @dataclass
 class PreparedPairs:
-    """One table's rows, read and encoded: its shape, its rows as ids, where they came from."""
+    """One table's rows, read and encoded: its shape, its store, where the rows came from."""
 
     fmt: PairFormat
-    encoded: Any
+    store: Store
     source: str
-    stamp: Any
-    """What identifies the rows' content (their files' stamps), for caches keyed by the data."""
+    stamp: str
+    """What identifies the rows' ids (the store's name: the data's bytes, the tokenizer, the settings), for caches
+    keyed by the data."""
     files: int
     rows: int
     dropped: dict[str, int]
+    built: bool
+    """Whether this process prepared the store (else a run before it, or another rank, did)."""
 
 
-_PREPARED: dict[tuple[Any, ...], PreparedPairs] = {}
-"""Tables this process has prepared, by their settings: the checks before a run and the run itself encode once."""
+_PREPARED: dict[str, PreparedPairs] = {}
+"""Tables this process has prepared or opened, by their store: the checks before a run and the run itself read them
+once."""
 
 
 def prepare_pairs(where: str, key: str, tokenizer: Tokenizer, render: Render | None, prompt_column: str,
                   chosen_column: str, rejected_column: str, prompt_template: str | None, chat_template: str | None,
                   max_examples: int | None, roles: dict[str, str] | None = None) -> PreparedPairs:
-    """The rows ``where`` names, in their shape, encoded; :class:`DataError` when they cannot be."""
-    from runner.data.encoding import rows_stamp
-
-    memo = (where, key, tokenizer.name, prompt_column, chosen_column, rejected_column, prompt_template,
-            chat_template, max_examples, tuple(sorted((roles or {}).items())))
-    if memo in _PREPARED:
-        return _PREPARED[memo]
+    """The rows ``where`` names, in their shape, encoded (module docstring); :class:`DataError` when they cannot be.
+    ``render`` is the chat template rows are rendered with in this process (the workers load their own)."""
     source = resolve(where, key)
     if not source.is_table:
         raise DataError(f"{key}={where} is text, not a table: data=preference reads rows with a chosen and a rejected "
                         "completion (and a prompt). Give a .jsonl, .csv or .parquet file, or a save_to_disk folder "
                         f"(e.g. {SHIPPED}).")
+    settings = dict(prompt_column=prompt_column, chosen_column=chosen_column, rejected_column=rejected_column,
+                    prompt_template=prompt_template, roles=roles)
+    name = store_key("preference", digest_files(source_files(source)), tokenizer_stamp(tokenizer), chat_template,
+                     max_examples, sorted((roles or {}).items()), sorted(SHAREGPT_ROLES.items()), BYTES_EOS, VERSION,
+                     *(settings[k] for k in ("prompt_column", "chosen_column", "rejected_column", "prompt_template")))
+    if name in _PREPARED:
+        return _PREPARED[name]
+    directory = store_dir(name)
+
+    def build(tmp: Any) -> None:
+        _build(tmp, source, tokenizer, render, settings, chat_template, max_examples, f"{key}={where}",
+               progress_file(directory))
+
+    try:
+        store, built = prepared(directory, build, f"{key}={where}")
+    except PrepareTimeout as e:
+        raise DataError(str(e)) from e
+    meta = store.meta
+    fmt = PairFormat(Shape(meta["shape"]), meta["prompt_column"], meta["chosen_column"], meta["rejected_column"],
+                     meta["template"], tuple((str(w), str(r)) for w, r in meta["roles"]))
+    dropped = {f"data.max_examples={max_examples}": meta["table_rows"] - store.rows} \
+        if meta["table_rows"] > store.rows else {}
+    _PREPARED[name] = PreparedPairs(fmt, store, source.describe(), name, len(source.files), store.rows, dropped, built)
+    if built:
+        log.info("data: preference pairs of %s=%s: tokenized in %.1f s (%d processes), stored in %s", key, where,
+                 meta["seconds"], meta["processes"], store.directory)
+    else:
+        log.info("data: preference pairs of %s=%s read from the cache (%s): not tokenized again", key, where,
+                 store.directory)
+    return _PREPARED[name]
+
+
+def _build(tmp: Any, source: Source, tokenizer: Tokenizer, render: Render | None, settings: dict[str, Any],
+           chat_template: str | None, max_examples: int | None, what: str, progress: Any) -> None:
+    """Reads the table, checks its shape and its conversations' roles, and writes its pairs' ids into ``tmp``."""
     rows, _ = load_table(source)
     if len(rows) == 0:
-        raise DataError(f"{key}={where} holds no rows. Point {key} at a file with pairs in it.")
-    fmt = resolve_shape(rows.column_names, rows[0], source, prompt_column, chosen_column, rejected_column,
-                        prompt_template, roles)
+        raise DataError(f"{what} holds no rows. Point {what.split('=')[0]} at a file with pairs in it.")
+    fmt = resolve_shape(rows.column_names, rows[0], source, **settings)
     if fmt.shape.conversational and render is None:
         which = "UTF-8 bytes" if is_bytes(tokenizer.name) else f"the tokenizer {tokenizer.name}"
-        raise DataError(f"{key}={where} holds conversations ({SHAPES_HINT}): {which} has "
+        raise DataError(f"{what} holds conversations ({SHAPES_HINT}): {which} has "
                         "no chat template to render them with. Give one as data.chat_template='{% for m in messages "
                         "%}...' (a Jinja template over messages, with add_generation_prompt), or a tokenizer that has "
                         "one (data.tokenizer=DIR).")
-    dropped: dict[str, int] = {}
-    if max_examples is not None and len(rows) > max_examples:
-        dropped[f"data.max_examples={max_examples}"] = len(rows) - max_examples
-        rows = rows.select(range(max_examples))
+    total = len(rows) if max_examples is None else min(max_examples, len(rows))
+    columns = [c for c in (fmt.prompt_column, fmt.chosen_column, fmt.rejected_column) if c is not None]
     if fmt.shape.conversational:  # every turn's role known or mapped, before anything is tokenized
-        table = rows.with_format("arrow")
-        for column in (c for c in (fmt.prompt_column, fmt.chosen_column, fmt.rejected_column) if c is not None):
-            turns = scan(table[column], roles)
+        for column in columns:
+            with Heartbeat(f"reading the turns of {what}"):
+                turns = count_turns(table_batches(rows, [column], total), column, settings["roles"])
             if turns.unknown_row is not None:
                 raise unknown_role(turns, source, column)
-    encoded = encode_pairs(rows, fmt, tokenizer, render, chat_template, f"{key}={where}")
-    _PREPARED[memo] = PreparedPairs(fmt, encoded, source.describe(), rows_stamp(rows), len(source.files), len(rows),
-                                    dropped)
-    return _PREPARED[memo]
+    spec = None if is_bytes(tokenizer.name) else tokenizer.name
+    tokenizer_and_render(spec, chat_template, given=tokenizer)  # this process's, inherited by forked workers
+    eos = eos_id(tokenizer)
+    largest = 255 if is_bytes(tokenizer.name) else max(tokenizer.vocab_size - 1, eos or 0)
+    dtype = token_dtype(largest)
+    writer = StoreWriter(tmp, ragged={PROMPT: dtype, CHOSEN: dtype, REJECTED: dtype}, rows={PROBLEM: "int8"})
+    counter = Progress(f"tokenizing {what}", total, file=progress)
+    processes = workers() if total >= PARALLEL_ROWS else 1
+    try:
+        notes = encode_into(writer, table_batches(rows, columns, total), PairEncoder(fmt, spec, chat_template),
+                            counter, processes)
+    except BaseException:
+        writer.abandon()
+        raise
+    seconds = counter.finish()
+    writer.flush()
+    codes = np.fromfile(tmp / f"{PROBLEM}.rows", dtype=np.int8, count=writer.rows)
+    writer.finish({**dataclasses.asdict(fmt), "shape": fmt.shape.value, "roles": [list(r) for r in fmt.roles],
+                   "table_rows": len(rows), "same": int((codes == SAME).sum()), "unreadable": len(notes),
+                   "unreadable_rows": [i for i, _ in notes[:NOTED]], "first_unreadable": list(notes[0]) if notes
+                   else None, "seconds": round(seconds, 2), "processes": processes})
 
 
 def refuse_problems(prepared: PreparedPairs, key: str, where: str) -> None:
     """A :class:`DataError` naming rows that cannot train (a malformed conversation, no shared prompt); a row whose
     completions are the same is left out, not refused."""
-    problems = prepared.encoded.data.column(PROBLEM).to_pylist()
-    bad = [(i, p) for i, p in enumerate(problems) if p and p != IDENTICAL]
-    if bad:
-        i, problem = bad[0]
-        rows = ", ".join(str(j) for j, _ in bad[:5]) + (", ..." if len(bad) > 5 else "")
+    meta, n = prepared.store.meta, prepared.rows
+    if meta["unreadable"]:
+        i, problem = meta["first_unreadable"]
+        rows = ", ".join(map(str, meta["unreadable_rows"])) + (", ..." if meta["unreadable"] > NOTED else "")
         fmt = prepared.fmt
-        raise DataError(f"{key}={where}: {len(bad)} of {len(problems)} rows cannot be read as preference pairs (rows "
+        raise DataError(f"{key}={where}: {meta['unreadable']} of {n} rows cannot be read as preference pairs (rows "
                         f"{rows}, counting from 0; row {i}: {problem}). Each row holds a {fmt.chosen_column} and a "
                         f"{fmt.rejected_column} completion of one prompt: texts, or conversations ({SHAPES_HINT}; "
                         "a CSV cell holds the list as JSON); without a prompt column, "
                         "chosen and rejected start with the same prompt. Fix or remove those rows.")
-    if all(p == IDENTICAL for p in problems):
+    if meta["same"] == n:
         raise DataError(f"{key}={where}: every row's {prepared.fmt.chosen_column} is identical to its "
                         f"{prepared.fmt.rejected_column}: a pair of the same completion teaches no preference. Check "
                         "the columns (data.chosen_column, data.rejected_column).")

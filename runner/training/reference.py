@@ -192,9 +192,9 @@ class Precomputed(NoReference):
             root = Path(self.cache_dir).expanduser()
             root.mkdir(parents=True, exist_ok=True)
             return root
-        from runner.data.tables import cache_root
+        from runner.data import store
 
-        return cache_root()
+        return store.root()
 
     def prepare(self, model: nn.Module, datamodule: Any, device: torch.device, writes: bool = True,
                 context: Callable[[], AbstractContextManager[Any]] = nullcontext,
