@@ -402,6 +402,7 @@ def test_a_touched_text_table_reads_its_token_ids_from_the_cache(tmp_path: Path,
     TextDataModule(path=str(path), seq_len=64, batch_size=2, max_bytes=None).setup()
     os.utime(path, ns=(time.time_ns() + 10**9, time.time_ns() + 10**9))
     tables._LOADED.clear()  # a new process
+    caplog.clear()  # the first run's lines are captured too where an earlier test left runner.data at INFO
     with caplog.at_level(logging.INFO, logger="runner.data"):
         TextDataModule(path=str(path), seq_len=64, batch_size=2, max_bytes=None).setup()
     assert "as Arrow" in caplog.text and "not tokenized again" in caplog.text and "tokenized 300" not in caplog.text
