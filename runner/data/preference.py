@@ -178,6 +178,8 @@ class PreferenceDataModule(L.LightningDataModule):
         else:
             self.datasets = {"train": PairSequences(train), "val": PairSequences(val)}
         self.summary, self.own_figures = self._summarize(train, val, fmt)
+        for part, where in zip(self._parts, (f"data.path={self.path}", f"data.val_path={self.val_path}"), strict=False):
+            part.say(where)
         self.summary.say(self.seq_len)
         log.info("data: %s; %d pairs, %d prompt and %d completion tokens%s", fmt.describe(), len(train) + len(val),
                  self.own_figures[keys.DATA_PROMPT_TOKENS], self.own_figures[keys.DATA_COMPLETION_TOKENS],

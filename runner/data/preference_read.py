@@ -67,6 +67,15 @@ class PreparedPairs:
     built: bool
     """Whether this process prepared the store (else a run before it, or another rank, did)."""
 
+    def say(self, what: str) -> None:
+        """Where the pairs came from, in the log: prepared now (how long it took), or read from the cache."""
+        if self.built:
+            log.info("data: preference pairs of %s: tokenized in %.1f s (%d processes), stored in %s", what,
+                     self.store.meta["seconds"], self.store.meta["processes"], self.store.directory)
+        else:
+            log.info("data: preference pairs of %s read from the cache (%s): not tokenized again", what,
+                     self.store.directory)
+
 
 _PREPARED: dict[str, PreparedPairs] = {}
 """Tables this process has prepared or opened, by their store: the checks before a run and the run itself read them
@@ -106,12 +115,6 @@ def prepare_pairs(where: str, key: str, tokenizer: Tokenizer, render: Render | N
     dropped = {f"data.max_examples={max_examples}": meta["table_rows"] - store.rows} \
         if meta["table_rows"] > store.rows else {}
     _PREPARED[name] = PreparedPairs(fmt, store, source.describe(), name, len(source.files), store.rows, dropped, built)
-    if built:
-        log.info("data: preference pairs of %s=%s: tokenized in %.1f s (%d processes), stored in %s", key, where,
-                 meta["seconds"], meta["processes"], store.directory)
-    else:
-        log.info("data: preference pairs of %s=%s read from the cache (%s): not tokenized again", key, where,
-                 store.directory)
     return _PREPARED[name]
 
 
