@@ -45,6 +45,11 @@ log = logging.getLogger(__name__)
 CUT_PART = "the end of the completion, and its EOS"
 
 
+_FITTED: dict[tuple[Any, ...], tuple[FittedPairs, FittedPairs, str]] = {}
+"""Pairs this process has split and fitted, by their stores and settings (a few numbers a pair: at a million pairs
+the split and the fit take seconds, and the checks before the run read the data as the run does)."""
+
+
 class PreferenceDataModule(L.LightningDataModule):
     """Preference pairs (module docstring). ``prompt_format`` (after setup): what ``generate`` needs."""
 
@@ -69,6 +74,8 @@ class PreferenceDataModule(L.LightningDataModule):
         self.prompt_format: dict[str, Any] | None = None
         self.datasets: dict[str, PairSequences | PairPacks] = {}
         self._parts: list[PreparedPairs] = []
+        self.split_how = ""
+        """How validation was split off (after :meth:`read`)."""
 
     @staticmethod
     def check_arguments(path: str | None = None, val_path: str | None = None, tokenizer: str | None = None,
@@ -141,9 +148,13 @@ class PreferenceDataModule(L.LightningDataModule):
                 parts.append(prepare_pairs(where, key, tokenizer, render, **self.settings))
                 refuse_problems(parts[-1], key, where)
         self._parts = parts
-        train_rows, val_rows = self._split(parts[0].rows, len(parts) > 1)
-        return fit_pairs(parts[0].store, train_rows, self.seq_len), fit_pairs(parts[-1].store, val_rows,
-                                                                               self.seq_len)
+        memo = (tuple(p.stamp for p in parts), self.seq_len, self.val_fraction, self.seed)
+        if memo not in _FITTED:  # the checks before the run and the run itself split and fit once
+            train_rows, val_rows = self._split(parts[0].rows, len(parts) > 1)
+            _FITTED[memo] = (fit_pairs(parts[0].store, train_rows, self.seq_len),
+                             fit_pairs(parts[-1].store, val_rows, self.seq_len), self.split_how)
+        train, val, self.split_how = _FITTED[memo]
+        return train, val
 
     def _split(self, n: int, val_path: bool) -> tuple[np.ndarray, np.ndarray]:
         if val_path:
