@@ -23,20 +23,18 @@ import numpy as np
 from runner.data.store import (
     Chunk,
     PrepareTimeout,
-    Progress,
     Store,
     StoreWriter,
     digest_files,
-    encode_into,
+    encode_table,
     prepared,
     progress_file,
     store_dir,
     store_key,
     table_batches,
     token_dtype,
-    workers,
 )
-from runner.data.store.parallel import PARALLEL_ROWS, store_batches
+from runner.data.store.parallel import store_batches
 from runner.data.tokenizers import Tokenizer, is_bytes, load_tokenizer, tokenizer_stamp
 
 log = logging.getLogger(__name__)
@@ -124,15 +122,10 @@ def encode(rows: Any, column: str, tokenizer: Tokenizer, *, suffix: str = "", ma
         if encoder.max_len is not None:
             row_columns[LENGTH] = "int64"
         writer = StoreWriter(tmp, ragged={IDS: token_dtype(largest)}, rows=row_columns)
-        counter = Progress(f"tokenizing {what or column}", total, file=progress_file(directory))
         batches = store_batches(rows, column, keep) if isinstance(rows, Store) else \
             table_batches(rows, [column, *keep], select=select)
-        try:
-            encode_into(writer, batches, encoder, counter, workers() if total >= PARALLEL_ROWS else 1)
-        except BaseException:
-            writer.abandon()
-            raise
-        writer.finish({"seconds": round(counter.finish(), 2)})
+        done = encode_table(writer, batches, encoder, total, f"tokenizing {what or column}", progress_file(directory))
+        writer.finish({"seconds": round(done.seconds, 2)})
 
     try:
         store, built = prepared(directory, build, what or column)

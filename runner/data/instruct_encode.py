@@ -42,6 +42,11 @@ _LOADED: dict[tuple[str | None, str | None], tuple[Tokenizer, Render | None]] = 
 """This process's tokenizer and chat template, by their settings: loaded once per worker."""
 
 
+def largest_id(tokenizer: Tokenizer) -> int:
+    """The largest id examples of ``tokenizer`` hold (their EOS included): what the store's id dtype must hold."""
+    return 255 if is_bytes(tokenizer.name) else max(tokenizer.vocab_size - 1, eos_id(tokenizer) or 0)
+
+
 def tokenizer_and_render(spec: str | None, chat_template: str | None,
                          given: Tokenizer | None = None) -> tuple[Tokenizer, Render | None]:
     """The tokenizer ``data.tokenizer`` names and the chat template rows are rendered with (``given``: one this

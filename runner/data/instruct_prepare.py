@@ -34,27 +34,24 @@ from runner.data.instruct_encode import (
     PROBLEM,
     VERSION,
     InstructEncoder,
-    eos_id,
+    largest_id,
     tokenizer_and_render,
 )
 from runner.data.instruct_formats import Format, Kind, resolve_format
 from runner.data.sources import SAVED, DataError, Source, resolve
 from runner.data.store import (
     PrepareTimeout,
-    Progress,
     Store,
     StoreWriter,
     digest_files,
-    encode_into,
+    encode_table,
     prepared,
     progress_file,
     store_dir,
     store_key,
     table_batches,
     token_dtype,
-    workers,
 )
-from runner.data.store.parallel import PARALLEL_ROWS
 from runner.data.store.progress import Heartbeat
 from runner.data.table_errors import json_object_of_rows
 from runner.data.tables import load_table
@@ -179,25 +176,16 @@ def _build(tmp: Any, source: Source, tokenizer: Tokenizer, settings: dict[str, A
         if turns.unknown_row is not None:
             raise unknown_role(turns, source, fmt.columns[0])
         fmt = dataclasses.replace(fmt, sharegpt=turns.sharegpt)
-    eos = eos_id(tokenizer)
-    largest = 255 if is_bytes(tokenizer.name) else max(tokenizer.vocab_size - 1, eos or 0)
-    writer = StoreWriter(tmp, ragged={IDS: token_dtype(largest), ANSWERS: "int32"}, rows={PROBLEM: "int8"})
-    counter = Progress(f"tokenizing {what}", total, file=progress)
+    writer = StoreWriter(tmp, ragged={IDS: token_dtype(largest_id(tokenizer)), ANSWERS: "int32"},
+                         rows={PROBLEM: "int8"})
     encoder = InstructEncoder(fmt, None if is_bytes(tokenizer.name) else tokenizer.name, chat_template)
-    processes = workers() if total >= PARALLEL_ROWS else 1
     columns = [c for c in fmt.columns if c]
-    try:
-        notes = encode_into(writer, table_batches(rows, columns, total), encoder, counter, processes)
-    except BaseException:
-        writer.abandon()
-        raise
-    seconds = counter.finish()
-    writer.flush()
-    problem = writer_problems(tmp, writer.rows, notes)
+    done = encode_table(writer, table_batches(rows, columns, total), encoder, total, f"tokenizing {what}", progress)
+    problem = writer_problems(tmp, writer.rows, done.notes)
     writer.finish({"kind": fmt.kind.value, "columns": list(fmt.columns), "template": fmt.template,
                    "roles": [list(r) for r in fmt.roles], "sharegpt": fmt.sharegpt,
                    "turns": turns.as_meta() if turns is not None else None, "table_rows": len(rows),
-                   "problems": problem, "seconds": round(seconds, 2), "processes": processes})
+                   "problems": problem, "seconds": round(done.seconds, 2), "processes": done.processes})
 
 
 def writer_problems(directory: Any, rows: int, notes: list[tuple[int, str]]) -> dict[str, Any]:

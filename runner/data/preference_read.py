@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from runner.data.instruct_chat import SHAPES_HINT, SHAREGPT_ROLES, count_turns, unknown_role
-from runner.data.instruct_encode import BYTES_EOS, eos_id, tokenizer_and_render
+from runner.data.instruct_encode import BYTES_EOS, largest_id, tokenizer_and_render
 from runner.data.instruct_formats import Render
 from runner.data.instruct_prepare import source_files
 from runner.data.preference_encode import CHOSEN, PROBLEM, PROMPT, REJECTED, SAME, VERSION, PairEncoder
@@ -25,20 +25,17 @@ from runner.data.preference_formats import PairFormat, Shape, resolve_shape
 from runner.data.sources import DataError, Source, resolve
 from runner.data.store import (
     PrepareTimeout,
-    Progress,
     Store,
     StoreWriter,
     digest_files,
-    encode_into,
+    encode_table,
     prepared,
     progress_file,
     store_dir,
     store_key,
     table_batches,
     token_dtype,
-    workers,
 )
-from runner.data.store.parallel import PARALLEL_ROWS
 from runner.data.store.progress import Heartbeat
 from runner.data.tables import load_table
 from runner.data.tokenizers import Tokenizer, is_bytes, tokenizer_stamp
@@ -141,25 +138,16 @@ def _build(tmp: Any, source: Source, tokenizer: Tokenizer, render: Render | None
                 raise unknown_role(turns, source, column)
     spec = None if is_bytes(tokenizer.name) else tokenizer.name
     tokenizer_and_render(spec, chat_template, given=tokenizer)  # this process's, inherited by forked workers
-    eos = eos_id(tokenizer)
-    largest = 255 if is_bytes(tokenizer.name) else max(tokenizer.vocab_size - 1, eos or 0)
-    dtype = token_dtype(largest)
+    dtype = token_dtype(largest_id(tokenizer))
     writer = StoreWriter(tmp, ragged={PROMPT: dtype, CHOSEN: dtype, REJECTED: dtype}, rows={PROBLEM: "int8"})
-    counter = Progress(f"tokenizing {what}", total, file=progress)
-    processes = workers() if total >= PARALLEL_ROWS else 1
-    try:
-        notes = encode_into(writer, table_batches(rows, columns, total), PairEncoder(fmt, spec, chat_template),
-                            counter, processes)
-    except BaseException:
-        writer.abandon()
-        raise
-    seconds = counter.finish()
-    writer.flush()
+    done = encode_table(writer, table_batches(rows, columns, total), PairEncoder(fmt, spec, chat_template), total,
+                        f"tokenizing {what}", progress)
     codes = np.fromfile(tmp / f"{PROBLEM}.rows", dtype=np.int8, count=writer.rows)
+    notes = done.notes
     writer.finish({**dataclasses.asdict(fmt), "shape": fmt.shape.value, "roles": [list(r) for r in fmt.roles],
                    "table_rows": len(rows), "same": int((codes == SAME).sum()), "unreadable": len(notes),
                    "unreadable_rows": [i for i, _ in notes[:NOTED]], "first_unreadable": list(notes[0]) if notes
-                   else None, "seconds": round(seconds, 2), "processes": processes})
+                   else None, "seconds": round(done.seconds, 2), "processes": done.processes})
 
 
 def refuse_problems(prepared: PreparedPairs, key: str, where: str) -> None:

@@ -151,6 +151,32 @@ def encode_into(writer: StoreWriter, batches: Iterator[Any], encoder: ChunkEncod
     return notes
 
 
+@dataclass
+class Encoded:
+    """What :func:`encode_table` did: the notes of every row (by row index), its seconds and processes."""
+
+    notes: list[tuple[int, str]]
+    seconds: float
+    processes: int
+
+
+def encode_table(writer: StoreWriter, batches: Iterator[Any], encoder: ChunkEncoder, total: int, what: str,
+                 progress_file: Any) -> Encoded:
+    """``total`` rows through ``encoder`` into ``writer`` (:func:`encode_into`), in worker processes from
+    ``PARALLEL_ROWS`` rows, saying how far it got (``what``) when it takes a while; the writer's files closed if it
+    fails (the store directory is :func:`~runner.data.store.prepared`'s to remove), flushed when it is done."""
+    counter = Progress(what, total, file=progress_file)
+    processes = workers() if total >= PARALLEL_ROWS else 1
+    try:
+        notes = encode_into(writer, batches, encoder, counter, processes)
+    except BaseException:
+        writer.abandon()
+        raise
+    seconds = counter.finish()
+    writer.flush()
+    return Encoded(notes, seconds, processes)
+
+
 def _worker_start() -> None:
     """One core per worker: the tokenizers library's own threads would compete with the other workers."""
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
