@@ -146,14 +146,16 @@ def _start(run_dir: Path, *overrides: str) -> subprocess.Popen[str]:
 
 @pytest.mark.slow
 def test_fsdp_sigterm_to_one_rank_then_resume_matches_uninterrupted(tmp_path: Path) -> None:
-    # The signal goes out once the first periodic checkpoint exists (step 4). 36 more steps leave it time to
-    # land inside the fit: with 8 (12 steps in all), an unloaded machine finished them first (exit 0, CI).
+    # The signal goes out once the first periodic checkpoint exists (step 4). The interrupted run is given far more
+    # steps than it will take (a constant learning rate, so the steps it takes are the same as a 40-step run's), and
+    # its resume ends at step 40: a signal that lands late on a loaded machine still lands inside the fit. With a
+    # 40-step run, the run once finished before the signal arrived (exit 0, CI); with 12, an unloaded machine did.
     steps = 40
     corpus = write_corpus(tmp_path / "corpus.txt")
-    overrides = ["trainer=fsdp", "compile=blocks", f"trainer.max_steps={steps}", f"data.path={corpus}",
+    overrides = ["trainer=fsdp", "compile=blocks", f"data.path={corpus}", "scheduler=constant",
                  "trainer.checkpoint_every_n_steps=4", "trainer.val_check_interval=6", "offload.measure=false"]
-    full = _start(tmp_path / "full", *overrides)
-    stopped = _start(tmp_path / "stopped", *overrides)
+    full = _start(tmp_path / "full", *overrides, f"trainer.max_steps={steps}")
+    stopped = _start(tmp_path / "stopped", *overrides, "trainer.max_steps=100000")
     last = tmp_path / "stopped" / "checkpoints" / "last.ckpt"
     deadline = time.monotonic() + 240
     while not last.exists() and stopped.poll() is None and time.monotonic() < deadline:
@@ -164,7 +166,7 @@ def test_fsdp_sigterm_to_one_rank_then_resume_matches_uninterrupted(tmp_path: Pa
     assert "Traceback" not in err, err[-4000:]
     assert {p.name for p in last.iterdir()} >= SHARDED
     assert not list(last.parent.glob(".last.ckpt.*"))  # the atomic save left nothing behind
-    resumed = _start(tmp_path / "stopped", *overrides, "ckpt_path=last")
+    resumed = _start(tmp_path / "stopped", *overrides, f"trainer.max_steps={steps}", "ckpt_path=last")
     r_out, r_err = resumed.communicate(timeout=240)
     f_out, f_err = full.communicate(timeout=240)
     assert full.returncode == 0, f_err[-4000:]

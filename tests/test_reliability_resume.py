@@ -41,11 +41,14 @@ class Interrupted:
 def scenario(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Interrupted | Path]:
     base = tmp_path_factory.mktemp("resume")
     corpus = write_corpus(base / "corpus.txt")
-    overrides = [f"trainer.max_steps={STEPS}", f"data.path={corpus}", "trainer.checkpoint_every_n_steps=5",
+    # The interrupted runs are given far more steps than they take (a constant learning rate, so their steps are a
+    # 16-step run's) and resume to step 16: a signal that lands late on a loaded machine still lands inside the fit.
+    overrides = [f"data.path={corpus}", "scheduler=constant", "trainer.checkpoint_every_n_steps=5",
                  "trainer.val_check_interval=6"]
     sigs = {"sigint": signal.SIGINT, "sigterm": signal.SIGTERM, "sigkill": signal.SIGKILL}
-    full = start(base / "full", *overrides)
-    procs = {name: start(base / name, *overrides, *(["logger=wandb"] if name == "sigint" else []))
+    full = start(base / "full", *overrides, f"trainer.max_steps={STEPS}")
+    procs = {name: start(base / name, *overrides, "trainer.max_steps=100000",
+                         *(["logger=wandb"] if name == "sigint" else []))
              for name in sigs}
     # A checkpoint on disk (step 5) means the run is past compile and training: interrupt it then.
     pending = dict(procs)
@@ -67,7 +70,8 @@ def scenario(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Interrupted 
         rows = losses(base / name) if csv.exists() else {}
         report = base / name / "report.json"
         reports[name] = json.loads(report.read_text()) if report.exists() else {}
-        resumes[name] = (start(base / name, *overrides, "ckpt_path=last"), int(ckpt["global_step"]), rows)
+        resuming = start(base / name, *overrides, f"trainer.max_steps={STEPS}", "ckpt_path=last")
+        resumes[name] = (resuming, int(ckpt["global_step"]), rows)
     full_out, full_err = full.communicate(timeout=240)
     assert full.returncode == 0, full_err[-4000:]
     for name, (proc, step, rows) in resumes.items():

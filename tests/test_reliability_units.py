@@ -311,6 +311,60 @@ def test_ranks_agree_on_a_signal_every_check_every_steps(tmp_path: Path) -> None
     assert saved == [8] and interrupt.step == 8
 
 
+@pytest.mark.parametrize("hook", ["on_train_batch_end", "on_train_end"])
+def test_a_signal_after_the_last_step_stops_nothing_and_says_so(tmp_path: Path, hook: str,
+                                                                caplog: pytest.LogCaptureFixture) -> None:
+    """A real SIGTERM to this process after the last step's boundary (later in that step's hooks, or while the fit
+    ends): the run has finished, so nothing is saved, fit returns, and the figures say the signal came after the
+    end rather than that it interrupted the run (a 2-rank run once read ``run/interrupted_by`` with exit 0)."""
+    import os
+    import signal
+
+    import lightning as L
+    from torch import nn
+
+    from runner.figures.run import RUN_INTERRUPTED_BY, RUN_SIGNAL_AFTER_END
+    from runner.reliability.signals import GracefulInterrupt
+
+    steps = 3
+
+    class Regression(L.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = nn.Linear(4, 1)
+
+        def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
+            return nn.functional.mse_loss(self.net(batch[0]), batch[1])
+
+        def configure_optimizers(self) -> torch.optim.Optimizer:
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    class SignalLate(L.Callback):
+        """Sends SIGTERM to this process in ``hook`` at the last step, after GracefulInterrupt's own hook ran."""
+
+        def on_train_batch_end(self, trainer: L.Trainer, *args: object) -> None:
+            if hook == "on_train_batch_end" and trainer.global_step == steps:
+                os.kill(os.getpid(), signal.SIGTERM)
+
+        def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+            if hook == "on_train_end":
+                os.kill(os.getpid(), signal.SIGTERM)
+
+    before = signal.getsignal(signal.SIGTERM)
+    interrupt = GracefulInterrupt(tmp_path / "last.ckpt")
+    data = [(torch.randn(4, 4), torch.randn(4, 1)) for _ in range(steps)]
+    trainer = L.Trainer(max_steps=steps, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, limit_val_batches=0, callbacks=[interrupt, SignalLate()])
+    with caplog.at_level(logging.WARNING, logger="runner.reliability.signals"):
+        trainer.fit(Regression(), DataLoader(data, batch_size=None))  # type: ignore[arg-type]
+    assert trainer.global_step == steps and trainer.state.status.value == "finished"
+    assert not (tmp_path / "last.ckpt").exists() and interrupt.step is None and not interrupt.interrupted
+    figures = interrupt.figures()
+    assert figures == {RUN_SIGNAL_AFTER_END: "SIGTERM"} and RUN_INTERRUPTED_BY not in figures
+    assert "received SIGTERM after the last training step" in caplog.text
+    assert signal.getsignal(signal.SIGTERM) == before  # Lightning's teardown put the process's handler back
+
+
 def test_flags_are_checked_in_the_losses_own_dtype_and_fold_across_intervals() -> None:
     from runner.reliability.numerics import fold_flags, pending_flags
 

@@ -24,6 +24,9 @@ RUN_INTERRUPTED_BY = define("run/interrupted_by",
                             "the signal that stopped the run (SIGINT, SIGTERM); absent when none did")
 RUN_INTERRUPTED_AT_STEP = define("run/interrupted_at_step",
                                  "the step at which that signal stopped the run and its checkpoint was written")
+RUN_SIGNAL_AFTER_END = define("run/signal_after_end",
+                              "a signal (SIGINT, SIGTERM) that arrived after the last training step, too late to stop "
+                              "anything: the run had finished and ended as it would have; absent when none did")
 RUN_LR_SCHEDULE = define("run/lr_schedule",
                           "what a resume that asked for another trainer.max_steps did to the learning-rate schedule "
                           "(scheduler.on_resume: keep or stretch); absent when none did", label="LR schedule at resume")

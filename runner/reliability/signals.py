@@ -18,7 +18,9 @@ then hands over to Lightning's SIGTERM handler, which stops the loops at the ste
 signal before the checkpoint is being written raises ``KeyboardInterrupt``: the user insists. Once
 the save has started, signals are ignored until the run stops (under several ranks, Lightning's handler
 on rank 0 forwards SIGTERM to the other ranks while they save). Lightning restores the original
-handlers in its teardown. A signal during validation takes effect after the next training step.
+handlers in its teardown. A signal during validation takes effect after the next training step. A signal
+after the last training step (while the final checkpoint is written, before Lightning's teardown) stops
+nothing: the run has finished; it is said in the log and as ``run/signal_after_end``, not as an interrupt.
 
 Under several ranks they agree on the signal (one all-reduce and one device sync) every ``check_every``
 optimizer steps: every step on the CPU (the read waits for nothing), else every ``log_every_n_steps``
@@ -41,7 +43,7 @@ from lightning.pytorch.loggers import Logger, WandbLogger
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from runner import lightning_internals as li
-from runner.figures.run import RUN_INTERRUPTED_AT_STEP, RUN_INTERRUPTED_BY
+from runner.figures.run import RUN_INTERRUPTED_AT_STEP, RUN_INTERRUPTED_BY, RUN_SIGNAL_AFTER_END
 from runner.reliability.numerics import agreed_flag, check_every_for
 
 log = logging.getLogger(__name__)
@@ -67,8 +69,11 @@ class GracefulInterrupt(Callback):
         """The first interrupting signal received, if any."""
         self.step: int | None = None
         """The global step the interrupt checkpoint was written at."""
+        self.after_end: int | None = None
+        """A signal that arrived after the last training step (it stopped nothing), if any."""
         self._lightning_sigterm: Any = None
         self._saving = False
+        self._ended = False
 
     @property
     def interrupted(self) -> bool:
@@ -86,6 +91,9 @@ class GracefulInterrupt(Callback):
         if self.step is not None or self._saving:
             # Saving, or saved and Lightning told: its loops stop. Under several ranks, Lightning's handler on
             # rank 0 forwards SIGTERM to the other ranks while they save: that one is expected, not a second.
+            return
+        if self._ended:
+            self._too_late(signum)
             return
         if self.signum is not None:
             raise KeyboardInterrupt  # a second signal: stop now, without the checkpoint
@@ -118,15 +126,29 @@ class GracefulInterrupt(Callback):
         if callable(self._lightning_sigterm):
             self._lightning_sigterm(signal.SIGTERM, None)
 
+    def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # No step boundary is left to stop at: a signal recorded after the last one (or between the ranks'
+        # agreements near the end) stopped nothing, and the run ends as it would have.
+        self._ended = True
+        if self.signum is not None and self.step is None:
+            self._too_late(self.signum)
+            self.signum = None
+
+    def _too_late(self, signum: int) -> None:
+        self.after_end = signum
+        log.warning("received %s after the last training step: the run had finished training and ends as it would "
+                    "have (nothing to resume)", signal.Signals(signum).name)
+
     def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
         if isinstance(exception, SIGTERMException) and self.signum is None:
             self.signum = int(signal.SIGTERM)  # Lightning's own handler caught it (before on_train_start)
 
     def figures(self) -> dict[str, Any]:
         """Which signal stopped the run, and at which step its checkpoint was written."""
+        late = {} if self.after_end is None else {RUN_SIGNAL_AFTER_END: signal.Signals(self.after_end).name}
         if self.signum is None:
-            return {}
-        return {RUN_INTERRUPTED_BY: signal.Signals(self.signum).name, RUN_INTERRUPTED_AT_STEP: self.step}
+            return late
+        return {**late, RUN_INTERRUPTED_BY: signal.Signals(self.signum).name, RUN_INTERRUPTED_AT_STEP: self.step}
 
 
 def flush_loggers(loggers: list[Logger], status: str) -> None:
