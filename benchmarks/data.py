@@ -146,7 +146,7 @@ def child_loader(corpus: str, steps: int, backend: str, run_dir: str) -> dict[st
     from torch.utils.data import DataLoader
 
     from runner.build import build_datamodule, build_module, build_strategy
-    from runner.config.loading import compose, load
+    from runner.config.composing.loading import compose, load
 
     cfg = load(compose(["+recipe=quickstart", f"data.path={corpus}", "data.max_bytes=null",
                         f"trainer.max_steps={steps}", f"compile.backend={backend}", "compile.background=disabled",

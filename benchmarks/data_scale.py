@@ -107,8 +107,8 @@ def child_runner(start: float, path: str, tokenizer: str, run_dir: str) -> dict[
     is prepared), then the run."""
     import lightning as L
 
-    from runner.config.loading import compose, load
-    from runner.config.precheck import precheck
+    from runner.config.composing.loading import compose, load
+    from runner.config.composing.precheck import precheck
     from runner.run import run
 
     argv = ["+recipe=instruct_tiny", f"data.path={path}", f"data.seq_len={SEQ}", f"data.batch_size={BATCH}",

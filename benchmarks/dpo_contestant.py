@@ -169,8 +169,8 @@ def run_runner(spec: dict[str, Any], pacer: Pacer, compiles: Compiles) -> dict[s
     from lightning.pytorch.callbacks import Callback
 
     from runner.config.schema import Background, CompileConfig, OptimizerPolicy, Scope
-    from runner.config.schema_objective import Loss, ObjectiveConfig
-    from runner.config.schema_peft import PeftConfig, PeftMethod
+    from runner.config.schema.objective import Loss, ObjectiveConfig
+    from runner.config.schema.peft import PeftConfig, PeftMethod
     from runner.data.preference import PreferenceDataModule
     from runner.models.hf import CausalLM
     from runner.peft import apply_peft

@@ -109,7 +109,7 @@ class Marks(Callback):
 
 def runner_best_settings(device_type: str) -> dict[str, Any]:
     """``CompileStrategy`` arguments runner picks for speed on this device. runner has no speed preset
-    (no recipe or config node says "fastest": conf/ and runner/config/schema.py checked), so the choice
+    (no recipe or config node says "fastest": conf/ and runner/config/schema/ checked), so the choice
     lives here, once: on CUDA the step compiled (the default scope) with CUDA graphs, which remove the
     per-kernel launch cost that dominates small steps; elsewhere CUDA graphs do not exist: the defaults."""
     from runner.config.schema import CudaGraphMode, CudaGraphsConfig

@@ -46,7 +46,7 @@ def lora_job(name: str, size: dict[str, Any], device: str, backend: str) -> dict
 
     from runner import torch_internals as ti
     from runner.config.schema import Background, CompileConfig
-    from runner.config.schema_peft import PeftMethod
+    from runner.config.schema.peft import PeftMethod
 
     s = Size(size["hidden"], size["intermediate"], size["layers"], size["heads"], size["seq"], size["batch"],
              size["vocab"])

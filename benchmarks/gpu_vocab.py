@@ -54,8 +54,8 @@ def vocab_job(name: str, size: dict[str, Any], device: str, backend: str) -> dic
 
     from runner import torch_internals as ti
     from runner.config.schema import Background, CompileConfig
-    from runner.config.schema_loss import LossConfig
-    from runner.config.schema_peft import PeftConfig
+    from runner.config.schema.loss import LossConfig
+    from runner.config.schema.peft import PeftConfig
     from runner.training.loss import resolve_loss
     from runner.training.module import TrainModule
 

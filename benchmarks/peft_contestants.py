@@ -30,7 +30,7 @@ from workload import Workload
 
 from runner import torch_internals as ti
 from runner.config.schema import Background, CompileConfig, OptimizerPolicy, Scope
-from runner.config.schema_peft import PeftConfig, PeftMethod
+from runner.config.schema.peft import PeftConfig, PeftMethod
 from runner.peft import apply_peft, optimizer_state_bytes
 from runner.strategy import CompileStrategy
 from runner.training.module import TrainModule

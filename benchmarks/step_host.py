@@ -44,7 +44,7 @@ import json, sys, time, tempfile
 import torch
 torch.set_num_threads(1)
 import lightning as L
-from runner.config.loading import compose, load
+from runner.config.composing.loading import compose, load
 from runner.build import build_datamodule, build_module
 
 name, out = sys.argv[1], sys.argv[5]

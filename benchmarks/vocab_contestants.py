@@ -26,8 +26,8 @@ from peft_contestants import Size, causal_lm, hf_peft, measured, runner_peft
 from workload import Workload
 
 from runner.config.schema import Background, CompileConfig, OptimizerPolicy, Scope
-from runner.config.schema_loss import LossConfig
-from runner.config.schema_peft import PeftConfig, PeftMethod
+from runner.config.schema.loss import LossConfig
+from runner.config.schema.peft import PeftConfig, PeftMethod
 from runner.strategy import CompileStrategy
 from runner.training.loss import resolve_loss
 from runner.training.module import TrainModule

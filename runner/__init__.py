@@ -41,8 +41,8 @@ _EXPORTS = {
     "AfterWarmup": "runner.config.schema",
     "Background": "runner.config.schema",
     "CacheTrust": "runner.config.schema",
-    "PeftConfig": "runner.config.schema_peft",
-    "PeftMethod": "runner.config.schema_peft",
+    "PeftConfig": "runner.config.schema.peft",
+    "PeftMethod": "runner.config.schema.peft",
     "apply_peft": "runner.peft",
 }
 __all__ = sorted(_EXPORTS)

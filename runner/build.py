@@ -17,10 +17,10 @@ from lightning.pytorch.callbacks import Callback, LearningRateMonitor, ModelChec
 from lightning.pytorch.loggers import CSVLogger, Logger
 from torch import nn
 
-from runner.config.data_schemas import Batching
 from runner.config.paths import artifacts_path, checkpoint_dir, resolve_artifacts_path
 from runner.config.schema import RunConfig
-from runner.config.schema_objective import Reference, resolve_reference
+from runner.config.schema.data import Batching
+from runner.config.schema.objective import Reference, resolve_reference
 from runner.config.target_objects import declared, fields, locate
 from runner.data.traits import DataTraits, ValMetric
 from runner.peft import apply_peft

@@ -34,7 +34,7 @@ def run_cli(*args: str, cwd: Path, env: dict[str, str | None] | None = None) -> 
     from hydra.core.global_hydra import GlobalHydra
 
     from runner.__main__ import main
-    from runner.config.layers import set_config_dirs
+    from runner.config.composing.layers import set_config_dirs
 
     saved_argv, saved_path, saved_cwd = sys.argv, list(sys.path), os.getcwd()
     saved_env = {k: os.environ.get(k) for k in env or {}}

@@ -104,8 +104,8 @@ def reference(batches: list[tuple[torch.Tensor, torch.Tensor]],
 
 def chunked_module() -> TrainModule:
     """``tiny_module`` with the chunked loss: 4 chunks of a step's 128 positions (a rank's 4 rows of 32)."""
-    from runner.config.schema_loss import LossConfig
-    from runner.config.schema_peft import PeftConfig
+    from runner.config.schema.loss import LossConfig
+    from runner.config.schema.peft import PeftConfig
     from runner.training.loss import resolve_loss
 
     module = tiny_module()

@@ -251,7 +251,7 @@ def test_a_transformers_model_whose_ids_runner_does_not_know_makes_the_pipeline_
     from transformers import AutoModelForCausalLM, pipeline
 
     from runner.after.export import export_model
-    from runner.config.data_schemas import SyntheticDataSchema
+    from runner.config.schema.data import SyntheticDataSchema
 
     trained = open_trained(llama.run_dir)
     own_data = dataclasses.replace(trained.cfg, data=SyntheticDataSchema(_target_="my_project.MyData"))

@@ -19,7 +19,7 @@ from omegaconf import OmegaConf
 
 from runner.after.resume import resume_command
 from runner.config import ConfigError, compose
-from runner.config.precheck import precheck
+from runner.config.composing.precheck import precheck
 from runner.figures.run import RUN_LR_SCHEDULE
 from runner.training.schedules import warmup_cosine
 from tests import after_runs

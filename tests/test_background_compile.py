@@ -24,7 +24,7 @@ import torch
 
 from runner import torch_internals as ti
 from runner.config import ConfigError, compose, load
-from runner.config.precheck import precheck
+from runner.config.composing.precheck import precheck
 from runner.config.schema import Background, CompileConfig, OnError, Scope
 from runner.stack.background import BackgroundCompile
 from runner.stack.background.policy import resolve_background, switch_pays, worth_starting

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from runner.config import ConfigError
-from runner.config.precheck import precheck
+from runner.config.composing.precheck import precheck
 from tests.cli import Outcome, run_cli
 from tests.test_reliability_support import env
 
@@ -169,7 +169,7 @@ def test_fp8_offload_on_a_torch_without_float8(monkeypatch: pytest.MonkeyPatch) 
 
 def test_cuda_graphs_on_cpu_is_a_warning_not_an_error(caplog: pytest.LogCaptureFixture,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    from runner.config import validate
+    from runner.config.checks import validate
 
     monkeypatch.setattr(validate, "_warned", set())  # warned once per process: another test may have been first
     with caplog.at_level(logging.WARNING):

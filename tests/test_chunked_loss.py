@@ -17,8 +17,8 @@ import torch
 from torch import nn
 
 from runner.config import compose, load
-from runner.config.loss_rules import LossFacts, decide
-from runner.config.schema_loss import Chunked, LossConfig
+from runner.config.rules.loss import LossFacts, decide
+from runner.config.schema.loss import Chunked, LossConfig
 from runner.losses import chunk_rows, chunking_unavailable, linear_cross_entropy
 from runner.packing import PackedInputs
 from tests.after_runs import FAST, train
@@ -192,7 +192,7 @@ def _gpt(seed: int = 0) -> nn.Module:
 
 def _module(model: nn.Module, chunked: bool, peft: Any = None) -> Any:
     """A ``TrainModule`` over ``model`` with the loss decided as the builder decides it (2 x 48 positions)."""
-    from runner.config.schema_peft import PeftConfig
+    from runner.config.schema.peft import PeftConfig
     from runner.peft import apply_peft
     from runner.training.loss import resolve_loss
     from runner.training.module import TrainModule
@@ -229,7 +229,7 @@ def _step_grads(module: Any, batch: tuple[Any, torch.Tensor]) -> tuple[torch.Ten
 def test_a_training_step_on_packed_rows_chunked_equals_the_whole_logits(adapter: str | None) -> None:
     """runner's GPT on packed rows (document boundaries, -100 targets), every weight's gradient; and with a LoRA
     adapter whose targets include the (tied) output layer, taken into the chunked loss exactly."""
-    from runner.config.schema_peft import PeftConfig, PeftMethod
+    from runner.config.schema.peft import PeftConfig, PeftMethod
 
     peft = PeftConfig(method=PeftMethod.lora, r=4, alpha=8, target_modules=["qkv", "head"]) if adapter else None
     batch = _packed_batch()
@@ -280,8 +280,8 @@ def test_where_it_cannot_chunk_auto_says_so_and_true_is_refused() -> None:
 
 
 def test_a_qlora_adapted_output_layer_is_not_chunked_a_lora_one_is() -> None:
-    from runner.config.loss_rules import head_problem
-    from runner.config.schema_peft import PeftConfig, PeftMethod
+    from runner.config.rules.loss import head_problem
+    from runner.config.schema.peft import PeftConfig, PeftMethod
 
     gpt = _gpt()
     why, vocab = head_problem(gpt, PeftConfig(method=PeftMethod.qlora, target_modules=["qkv", "head"]))

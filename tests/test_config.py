@@ -124,8 +124,8 @@ def test_composed_config_is_plain_yaml(tmp_path: Path) -> None:
 def test_help_lists_the_options_a_user_picks_not_the_schemas() -> None:
     from hydra import initialize_config_dir
 
-    from runner.config.help_text import groups_help, recipes_help, rendering_help
-    from runner.config.store import register_configs
+    from runner.config.composing.help_text import groups_help, recipes_help, rendering_help
+    from runner.config.composing.store import register_configs
 
     register_configs()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):

@@ -1,4 +1,4 @@
-"""``cudagraphs=auto``, the default: one decision function (``runner.config.rules.cudagraphs_decision``) with its
+"""``cudagraphs=auto``, the default: one decision function (``runner.config.rules.stack.cudagraphs_decision``) with its
 reasons, asked for each case as a plain function of plain values, then through the plan, the config check and a
 CPU fit, where nothing changes: auto is off with the reason "no CUDA device".
 """
@@ -13,10 +13,10 @@ import pytest
 import torch
 
 from runner.config import compose, load
-from runner.config.options import OffloadStrategy, ShapePolicy
-from runner.config.rules import MIN_FREE_MEMORY, CudaGraphsFacts, cudagraphs_decision
+from runner.config.checks.validate import emit_warnings, validate
+from runner.config.rules.stack import MIN_FREE_MEMORY, CudaGraphsFacts, cudagraphs_decision
 from runner.config.schema import CompileConfig, CudaGraphMode, CudaGraphsConfig, DynamicConfig, Scope
-from runner.config.validate import emit_warnings, validate
+from runner.config.schema.options import OffloadStrategy, ShapePolicy
 
 AUTO = CudaGraphMode.auto
 ELIGIBLE = CudaGraphsFacts(on_cuda=True, shape=ShapePolicy.static, free_memory=0.9)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from runner.config.data_schemas import Batching
+from runner.config.schema.data import Batching
 from runner.data.corpus import read_documents, stdlib_dir, unigram_bits_per_byte
 from runner.data.synthetic import SyntheticDataModule
 from runner.data.text import IGNORE_INDEX, PadTo, TextDataModule

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from runner.config import ConfigError
-from runner.config.precheck import precheck
+from runner.config.composing.precheck import precheck
 from tests.cli import run_cli
 from tests.hf_models import save_model, save_tokenizer
 

@@ -13,8 +13,8 @@ from omegaconf import OmegaConf
 
 from runner import hydra_internals
 from runner.build import data_traits
-from runner.config.data_schemas import DataSchema
-from runner.config.targets import target_schemas
+from runner.config.schema.data import DataSchema
+from runner.config.schema.targets import target_schemas
 from runner.data.traits import DataTraits, ValMetric
 
 SCHEMAS = target_schemas()["data"]

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from runner.config import ConfigError, compose, load
-from runner.config.precheck import precheck
+from runner.config.composing.precheck import precheck
 from runner.data.classification import TextClassificationDataModule
 from runner.data.images import ImageDataModule
 from runner.data.synthetic import SyntheticDataModule

@@ -20,7 +20,7 @@ import torch
 from omegaconf import OmegaConf
 
 from runner.config import compose
-from runner.config import input_checks as checks
+from runner.config.checks import inputs as checks
 from runner.config.schema import RunConfig
 from tests.cli import Outcome, run_cli
 

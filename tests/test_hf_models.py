@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from runner.config import ConfigError, compose, load
-from runner.config.precheck import precheck
+from runner.config.composing.precheck import precheck
 from runner.data.classification import ClassifyCollate, TextClassificationDataModule
 from runner.data.labelled import read_labelled
 from runner.data.labels import label_map

@@ -20,8 +20,8 @@ from omegaconf.errors import OmegaConfBaseException
 
 from runner import hydra_internals
 from runner.config import CONF_DIR
+from runner.config.composing.store import register_configs
 from runner.config.schema import TrainerConfig
-from runner.config.store import register_configs
 from runner.models.gpt import GPT
 
 
@@ -67,7 +67,7 @@ def test_a_refused_override_is_quoted_in_hydras_hint(composing: None) -> None:
     chain = [info.value, info.value.__cause__]
     assert hydra_internals.refused_override("\n".join(str(c) for c in chain)) == "trainer.max_step=5"
     assert hydra_internals.refused_override("no hint here") is None
-    # What runner.config.messages reads to name the typed node and its fields.
+    # What runner.config.composing.messages reads to name the typed node and its fields.
     cause = info.value.__cause__
     assert isinstance(cause, OmegaConfBaseException)
     assert (cause.object_type, cause.key, cause.full_key) == (TrainerConfig, "max_step", "trainer.max_step")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.config.precheck import precheck
+from runner.config.composing.precheck import precheck
 from tests.cli import run_cli
 from tests.hf_models import save_tokenizer
 from tests.test_data_bad_input import refused_in_one_paragraph

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from runner.config import ConfigError
-from runner.config.precheck import precheck
+from runner.config.composing.precheck import precheck
 from runner.data.instruct import InstructDataModule
 from runner.data.padding import IGNORE_INDEX
 from runner.figures import data as keys

@@ -1,5 +1,5 @@
 """Each option of ``Scope``, ``ShapePolicy`` and ``OffloadStrategy`` declares what it does in one place, its row in
-``runner.config.options``; the code asks the row. These tests read runner's source and fail on a membership test
+``runner.config.schema.options``; the code asks the row. These tests read runner's source and fail on a membership test
 (``policy is ShapePolicy.bucket``, ``scope in (Scope.step, ...)``, ``o != OffloadStrategy.cpu.value``), a
 collection of members tested against, or a second per-option table, anywhere else."""
 
@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from runner.config.options import OffloadStrategy, Scope, ShapePolicy
+from runner.config.schema.options import OffloadStrategy, Scope, ShapePolicy
 
 ROOT = Path(__file__).resolve().parents[1]
 ENUMS = {"Scope", "ShapePolicy", "OffloadStrategy"}
-TABLES = ROOT / "runner" / "config" / "options.py"
+TABLES = ROOT / "runner" / "config" / "schema" / "options.py"
 
 
 def _member(node: ast.AST) -> bool:
@@ -56,7 +56,7 @@ def test_no_membership_test_on_the_options_outside_their_tables() -> None:
     offenders = [f"{path.relative_to(ROOT)}:{line}: {code}"
                  for path in sorted((ROOT / "runner").rglob("*.py")) if path != TABLES
                  for line, code in membership_tests(path.read_text())]
-    assert not offenders, ("decide by the option's row (runner/config/options.py), not by which option it is:\n"
+    assert not offenders, ("decide by the option's row (runner/config/schema/options.py), not by which option it is:\n"
                            + "\n".join(offenders))
 
 

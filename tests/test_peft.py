@@ -11,8 +11,8 @@ import pytest
 import torch
 from torch import nn
 
-from runner.config.peft_targets import adapted_shapes, resolve_plan
-from runner.config.schema_peft import PeftConfig, PeftMethod
+from runner.config.rules.peft import adapted_shapes, resolve_plan
+from runner.config.schema.peft import PeftConfig, PeftMethod
 from runner.peft import LoRALinear, apply_peft
 from runner.peft.layer import LoRAConv1D
 from runner.peft.nf4 import QLoRALinear
@@ -255,7 +255,7 @@ def test_qlora_where_nf4_cannot_run_is_refused_with_the_reason(tmp_path: Path,
 
 def test_other_peft_settings_that_name_nothing_are_refused(tmp_path: Path) -> None:
     from runner.config import ConfigError
-    from runner.config.precheck import precheck
+    from runner.config.composing.precheck import precheck
 
     cases = {"peft.target_modules=[input_layernorm]": "which is not a linear layer",
              "peft.modules_to_save=[classifier]": "peft.modules_to_save: 'classifier' matches no module",

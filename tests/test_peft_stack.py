@@ -21,7 +21,7 @@ from runner.config.schema import (
     Scope,
     ShapePolicy,
 )
-from runner.config.schema_peft import PeftConfig, PeftMethod
+from runner.config.schema.peft import PeftConfig, PeftMethod
 from runner.peft import apply_peft
 from runner.training.module import TrainModule
 from tests import family_fits as ff

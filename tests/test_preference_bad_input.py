@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.config.precheck import precheck
+from runner.config.composing.precheck import precheck
 from tests.test_data_bad_input import refused_in_one_paragraph
 
 ROOT = Path(__file__).resolve().parents[1]

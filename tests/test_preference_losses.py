@@ -33,9 +33,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from runner.config.schema_loss import LossConfig
-from runner.config.schema_objective import Loss, ObjectiveConfig
-from runner.config.schema_peft import PeftConfig, PeftMethod
+from runner.config.schema.loss import LossConfig
+from runner.config.schema.objective import Loss, ObjectiveConfig
+from runner.config.schema.peft import PeftConfig, PeftMethod
 from runner.data.padding import IGNORE_INDEX, PadTo
 from runner.data.preference_batch import PackCollate, PairCollate, PairPacks, PairSequences
 from runner.data.preference_encode import FittedPairs

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import torch
 
-from runner.config.schema_objective import Loss, ObjectiveConfig
-from runner.config.schema_peft import PeftConfig, PeftMethod
+from runner.config.schema.objective import Loss, ObjectiveConfig
+from runner.config.schema.peft import PeftConfig, PeftMethod
 from runner.data.preference import PreferenceDataModule
 from runner.models.hf import CausalLM
 from runner.peft import apply_peft

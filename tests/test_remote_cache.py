@@ -370,7 +370,7 @@ def test_a_password_never_reaches_logs_or_reports(caplog: pytest.LogCaptureFixtu
 
 def test_an_unusable_secret_is_refused_before_the_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from runner.config import ConfigError
-    from runner.config.loading import compose, load
+    from runner.config.composing.loading import compose, load
 
     overrides = ["+recipe=smoke", "compile.cache=redis://127.0.0.1:6379"]
     monkeypatch.setenv(SECRET_ENV, "short")
@@ -409,7 +409,7 @@ def test_a_server_that_is_not_there_is_a_warning_and_a_local_compile(tmp_path: P
 
 def test_a_malformed_address_is_refused_before_the_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from runner.config import ConfigError
-    from runner.config.loading import compose, load
+    from runner.config.composing.loading import compose, load
 
     monkeypatch.setenv(SECRET_ENV, SECRET)
     with pytest.raises(ConfigError, match=r"compile.cache=http://cache:6379 is not a Redis address.*redis://HOST:PORT"):

@@ -36,8 +36,8 @@ from torch import nn
 
 from runner.config import ConfigError
 from runner.config.cache_secret import HEADER_BYTES, SECRET_ENV, SECRET_FILE_ENV, Signer
-from runner.config.loading import compose, load
-from runner.config.precheck import precheck
+from runner.config.composing.loading import compose, load
+from runner.config.composing.precheck import precheck
 from runner.config.schema import Background, CacheTrust, CompileConfig
 from runner.figures.compile_caches import (
     COMPILE_REMOTE_CACHE_HITS,

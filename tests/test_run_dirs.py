@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.config.run_dirs import SWEEP_DIR_KEY, ClaimRunDir, claim, taken_error
+from runner.config.composing.run_dirs import SWEEP_DIR_KEY, ClaimRunDir, claim, taken_error
 from tests.cli import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -56,8 +56,8 @@ def test_a_directory_holding_a_run_is_refused_unless_it_is_resumed(tmp_path: Pat
 def test_a_sweep_directory_is_claimed_for_the_sweep_and_each_of_its_jobs(tmp_path: Path) -> None:
     from hydra import compose, initialize_config_dir
 
-    from runner.config.layers import CONF_DIR
-    from runner.config.store import register_configs
+    from runner.config.composing.layers import CONF_DIR
+    from runner.config.composing.store import register_configs
 
     register_configs()
     (tmp_path / "sweep").mkdir()  # another sweep started in the same second

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from runner.config import ConfigError, compose, load
+from runner.config.composing.precheck import precheck
 from runner.config.paths import SHIPPED_DATA, shipped
-from runner.config.precheck import precheck
 
 
 @pytest.mark.parametrize("recipe", ["instruct_tiny", "instruct_lora", "instruct_llama3"])
@@ -53,9 +53,9 @@ def test_a_missing_data_path_gets_the_fix_of_its_data_kind(overrides: list[str],
 
 def test_a_missing_image_folder_gets_the_fix_of_images() -> None:
     """data=images wants a timm model (not importable beside this torch): the check itself, on the typed config."""
-    from runner.config.checks_run import check_data_path
-    from runner.config.data_schemas import ImageDataSchema
+    from runner.config.checks.run import check_data_path
     from runner.config.schema import RunConfig
+    from runner.config.schema.data import ImageDataSchema
 
     cfg = RunConfig()
     cfg.data = ImageDataSchema(path="/nonexistent/images")

@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 import runner
-from runner.config.loading import compose, load
+from runner.config.composing.loading import compose, load
 from runner.run import run
 
 LOG_EVERY = 4

@@ -105,7 +105,7 @@ def test_sweep_summary_hydra_callback(tmp_path: Path) -> None:
 def test_sweep_configs_compose(sweep: str) -> None:
     from hydra import compose, initialize_config_dir
 
-    from runner.config.store import register_configs
+    from runner.config.composing.store import register_configs
 
     register_configs()
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):

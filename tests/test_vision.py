@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from runner.config import ConfigError
-from runner.config.precheck import precheck
+from runner.config.composing.precheck import precheck
 from runner.config.schema import OffloadConfig, OffloadStrategy, Scope
 from runner.data.images import ImageDataModule
 from runner.training.module import TrainModule
@@ -158,7 +158,7 @@ def test_timm_inductor_matches_eager(name: str) -> None:
 
 def test_images_never_vary_in_shape_so_ranks_need_no_shape_agreement(tmp_path: Path) -> None:
     from runner.build import shapes_vary
-    from runner.config.loading import compose, convert
+    from runner.config.composing.loading import compose, convert
 
     images = convert(compose(["model=timm", "data=images"], run_dir=str(tmp_path)))
     labelled = convert(compose(["model=hf_classifier", "data=text_classification"], run_dir=str(tmp_path)))

@@ -20,7 +20,7 @@ from torch import nn
 
 from runner.config import ConfigError
 from runner.config.schema import RunConfig
-from runner.config.schema_peft import PeftConfig, PeftMethod
+from runner.config.schema.peft import PeftConfig, PeftMethod
 from runner.peft import Adapter, apply_peft
 from runner.peft.files import base_view, dequantized, write_adapter
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.config.schema import RunConfig
-from runner.config.targets import ImageDataSchema, TextClassificationDataSchema
+from runner.config.schema.targets import ImageDataSchema, TextClassificationDataSchema
 from runner.telemetry.data_report import read_labels
 
 DATA_KEYS = ("path", "val_path")

@@ -19,7 +19,7 @@ from typing import Any
 from torch import nn
 
 from runner.config.schema import RunConfig
-from runner.config.targets import (
+from runner.config.schema.targets import (
     InstructDataSchema,
     PreferenceDataSchema,
     TextClassificationDataSchema,

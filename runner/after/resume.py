@@ -28,7 +28,7 @@ from runner.after.source import (
     saved_overrides,
 )
 from runner.config import ConfigError, compose
-from runner.config.precheck import command_line, search_dirs
+from runner.config.composing.precheck import command_line, search_dirs
 
 GROUPS = ("model", "data", "optimizer", "scheduler")
 FREE = {"data.num_workers", "scheduler.total_steps", "scheduler.on_resume"}

@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from runner.config import ConfigError, compose
-from runner.config.input_checks import read_checkpoint
-from runner.config.loading import convert
-from runner.config.messages import explain
+from runner.config.checks.inputs import read_checkpoint
+from runner.config.composing.loading import convert
+from runner.config.composing.messages import explain
+from runner.config.composing.precheck import command_line, search_dirs
 from runner.config.paths import checkpoint_dir, last_checkpoint_path
-from runner.config.precheck import command_line, search_dirs
 from runner.config.schema import RunConfig
 
 if TYPE_CHECKING:  # torch and Lightning load when a model does: a bad command line is refused before either
@@ -96,7 +96,8 @@ def run_config(run_dir: Path, given: Sequence[str] = (), validated: bool = True)
 def check(cfg: RunConfig) -> None:
     """Raise ``ConfigError`` with what stops the model from being built or the data from being read (``data.*``
     overrides name files too)."""
-    from runner.config import checks_run, input_checks
+    from runner.config.checks import inputs as input_checks
+    from runner.config.checks import run as checks_run
 
     checks = (input_checks.check_targets, checks_run.check_data_path, input_checks.check_data_arguments,
               input_checks.check_model_arguments)

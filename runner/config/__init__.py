@@ -1,10 +1,17 @@
-"""Config: the typed schema (``schema``, and beside it ``schema_*``, ``families``, ``data_schemas``, ``targets``),
-Hydra registration (``store``), loading (``loading``; ``precheck`` on the command line before Hydra makes a run
-directory), every check and its one-paragraph wording (``validate``, ``checks_*``, ``input_checks``, ``messages``,
-``errors``), the closed options' properties (``options``) and the rules the stack enforces too (``rules``; the chunked
-loss's, ``loss_rules``), where config files come from and which recipes exist (``layers``, ``recipe_files``),
-``--help`` (``help_text``), where a run keeps its files (``paths``), the compile cache's secret (``cache_secret``) and
-``runner tune``'s config (``tune``).
+"""Config, in four parts, each a package, and below them what they share.
+
+- ``schema``: the typed schema of every node (``RunConfig`` and each group's; the closed options with their rows;
+  the open ``_target_`` nodes, the model families, the data options);
+- ``checks``: every check a composed config passes before anything runs, one module a part of the config
+  (``checks.validate`` runs them all);
+- ``rules``: the decisions the checks and the code at fit time share, each written once (the compile stack's
+  refusals, the chunked loss, an adapter's targets, the defaults the GPU rows decide);
+- ``composing``: from the command line and the YAML layers to a validated ``RunConfig`` through Hydra (``precheck``,
+  ``loading``, ``store``, Hydra's errors in runner's words, ``--help``, the recipes, the layers, run directories).
+
+Beside them: ``errors`` (``ConfigError``, "did you mean"), ``paths`` (where a run keeps its files),
+``target_objects`` (what a ``_target_`` names, and the model on the meta device), ``cache_secret`` (the compile
+cache's secret) and ``tune`` (``runner tune``'s own config).
 
 ``compose`` and ``load`` (Hydra and OmegaConf) are imported when first used: the schema, the checks and
 everything a ``CompileStrategy`` in a user's own Trainer needs import without Hydra installed.
@@ -12,9 +19,9 @@ everything a ``CompileStrategy`` in a user's own Trainer needs import without Hy
 
 from typing import Any
 
+from runner.config.composing.layers import CONF_DIR
+from runner.config.composing.recipe_files import recipes
 from runner.config.errors import ConfigError
-from runner.config.layers import CONF_DIR
-from runner.config.recipe_files import recipes
 from runner.config.schema import (
     AfterWarmup,
     Background,
@@ -59,7 +66,7 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     if name in ("compose", "load"):
-        from runner.config import loading
+        from runner.config.composing import loading
 
         return getattr(loading, name)
     raise AttributeError(f"module 'runner.config' has no attribute {name!r}")

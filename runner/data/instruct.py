@@ -26,7 +26,7 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader
 
-from runner.config.data_schemas import TrainOn
+from runner.config.schema.data import TrainOn
 from runner.config.target_objects import TokenRange
 from runner.data.instruct_encode import eos_id
 from runner.data.instruct_fit import Fitted

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, RandomSampler
 
-from runner.config.data_schemas import Batching
+from runner.config.schema.data import Batching
 from runner.config.target_objects import TokenRange
 from runner.data.corpus import describe_missing_text
 from runner.data.documents import Corpus, read_corpus

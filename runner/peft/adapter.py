@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 from torch import nn
 
-from runner.config.peft_targets import AdapterPlan
-from runner.config.schema_peft import PeftConfig
+from runner.config.rules.peft import AdapterPlan
+from runner.config.schema.peft import PeftConfig
 from runner.peft.layer import LoRALinear
 
 ADAPTER = "runner_adapter"

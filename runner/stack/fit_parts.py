@@ -15,7 +15,7 @@ import torch
 from torch.optim import Optimizer
 
 from runner import torch_internals as ti
-from runner.config import rules
+from runner.config.rules import stack as stack_rules
 from runner.config.schema import OnError, OptimizerPolicy
 from runner.figures.compile_plan import COMPILE_MODE, COMPILE_OPTIONS, COMPILE_TARGET
 from runner.figures.cudagraphs import CUDAGRAPHS_DECISION
@@ -212,7 +212,7 @@ def build_fit_parts(settings: CompileSettings, module: L.LightningModule, lightn
     offload = build_offload(s.offload, device, s.compile.block_types)
     step = user_step(module)
     pulls, reads = takes_dataloader_iter(step), reads_logged_results(module)
-    facts = rules.CudaGraphsFacts(
+    facts = stack_rules.CudaGraphsFacts(
         on_cuda=device.type == "cuda", backend=s.compile.backend, compiles=s.compile.scope.row.compiles,
         compile_mode=s.compile.mode, shape=s.dynamic.policy, offload=s.offload.strategy,
         accumulate_grad_batches=lightning.accumulate_grad_batches, processes=lightning.world_size,
@@ -221,15 +221,15 @@ def build_fit_parts(settings: CompileSettings, module: L.LightningModule, lightn
                         automatic_optimization=module.automatic_optimization, pulls_batches=pulls,
                         reads_results=reads, facts=facts)
     log.info("CUDA graphs %s", plan.cudagraphs_decision.describe())
-    # The rules the config check enforces too (runner.config.rules), here with what the fit found; refused
+    # The rules the config check enforces too (runner.config.rules.stack), here with what the fit found; refused
     # before the saved-activation measurement (setup's step 0) spends its compiles.
     offload_cfg = s.offload
     # Which excluded modules run compiled matters only to a strategy whose hooks run eagerly (offload=cpu).
     inside = [] if offload_cfg.strategy.row.traced else excluded_inside_compiled(offload_cfg.exclude, module, plan)
-    for problem in (rules.cudagraphs_with_accumulation(plan.cudagraphs, lightning.accumulate_grad_batches),
-                    rules.compiled_optimizer_with_scaler(s.compile.optimizer, lightning.scaler),
-                    rules.offload_exclusions_lost(offload_cfg.strategy, offload_cfg.exclude, device.type == "cuda",
-                                                  plan.target, inside)):
+    for problem in (stack_rules.cudagraphs_with_accumulation(plan.cudagraphs, lightning.accumulate_grad_batches),
+                    stack_rules.compiled_optimizer_with_scaler(s.compile.optimizer, lightning.scaler),
+                    stack_rules.offload_exclusions_lost(offload_cfg.strategy, offload_cfg.exclude,
+                                                        device.type == "cuda", plan.target, inside)):
         if problem:
             raise ValueError(problem)
     cudagraphs = build_cudagraphs(plan.cudagraphs, s.cudagraphs, device, step_mode)

@@ -1,6 +1,6 @@
 """The cross-entropy ``TrainModule`` computes, chosen once before the fit: from the whole logits (:class:`FullLogits`)
 or a chunk of positions at a time from the last hidden states and the output layer's weight (:class:`ChunkedLogits`,
-``runner.losses.linear_cross_entropy``), as ``loss.chunked`` and the model decide (``runner.config.loss_rules``).
+``runner.losses.linear_cross_entropy``), as ``loss.chunked`` and the model decide (``runner.config.rules.loss``).
 
 Both are called the same way, ``loss(model, inputs, targets, reduction=...)``, in training and validation steps, so
 neither the step nor the compile stack asks which one runs. The chunked one calls the model's ``forward`` (with
@@ -21,10 +21,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from runner.config.loss_rules import LossDecision, LossFacts, data_facts, decide, head_problem
-from runner.config.schema_loss import LossConfig
-from runner.config.schema_peft import PeftConfig
-from runner.config.validate import already_said
+from runner.config.checks.validate import already_said
+from runner.config.rules.loss import LossDecision, LossFacts, data_facts, decide, head_problem
+from runner.config.schema.loss import LossConfig
+from runner.config.schema.peft import PeftConfig
 from runner.figures.loss import LOSS_CHUNK_ROWS, LOSS_CHUNKED, LOSS_CHUNKS, LOSS_LOGITS_GIB, LOSS_REASON
 from runner.losses import IGNORE_INDEX, Reduction, chunking_unavailable, linear_cross_entropy, logits_bytes
 from runner.peft.layer import LoRALinear
@@ -119,7 +119,7 @@ FULL_LOGITS = LossPlan(LossDecision(False, None, None, "the whole logits (TrainM
 
 
 def resolve_loss(model: nn.Module, loss: LossConfig, peft: PeftConfig, data: dict[str, Any], traits: Any) -> LossPlan:
-    """The loss ``model`` trains with, decided before ``peft`` adapts it (``runner.config.loss_rules.decide`` on the
+    """The loss ``model`` trains with, decided before ``peft`` adapts it (``runner.config.rules.loss.decide`` on the
     real model: what the config check decided on the meta one). Raises ``ValueError`` with the refusal where the
     check would have refused (a user's own ``Trainer``, where no check ran)."""
     classifier, tokens = data_facts(data, traits)

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from runner.config.schema_objective import Loss, ObjectiveConfig
+from runner.config.schema.objective import Loss, ObjectiveConfig
 from runner.data.preference_batch import PairInputs
 from runner.data.traits import ValMetric
 from runner.figures.objective import OBJECTIVE_BETA, OBJECTIVE_LOSS

@@ -22,7 +22,7 @@ from typing import Any
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LambdaLR
 
-from runner.config.targets import OnResume
+from runner.config.schema.targets import OnResume
 from runner.figures.run import RUN_LR_SCHEDULE
 
 log = logging.getLogger(__name__)

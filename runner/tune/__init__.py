@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from runner.config import ConfigError, compose, load
-from runner.config.precheck import precheck
+from runner.config.composing.precheck import precheck
 from runner.config.tune import load_tune, split_overrides
 
 __all__ = ["main", "tune_dir_for"]

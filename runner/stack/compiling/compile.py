@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from runner.config.options import InPlace
+from runner.config.schema.options import InPlace
 from runner.stack.compiling.blocks import find_blocks
 from runner.stack.compiling.plan import CompilePlan
 

@@ -20,8 +20,8 @@ from typing import Any
 import torch
 
 from runner import torch_internals as ti
-from runner.config.options import Mark, Pad
 from runner.config.schema import AfterWarmup, DynamicConfig, ShapePolicy
+from runner.config.schema.options import Mark, Pad
 from runner.data.batch import iter_tensors
 from runner.data.text import IGNORE_INDEX, PadTo
 from runner.figures.dynamic import (

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from runner.config.options import Codec
+from runner.config.schema.options import Codec
 
 _SCALE_EPS = 1e-12  # keeps the scale of an all-zero tensor finite
 
@@ -26,7 +26,7 @@ _EXPANDED = "expanded"  # tag of a tensor with zero strides (an expanded view), 
 
 
 def encode(x: torch.Tensor, codec: Codec) -> Packed:
-    """Pack a floating tensor as the codec's payload dtype (its row in ``runner.config.options``).
+    """Pack a floating tensor as the codec's payload dtype (its row in ``runner.config.schema.options``).
 
     Unscaled (bf16): ``(payload, dtype, size, stride, restride)``.
     Scaled (fp8): ``(payload, scale, dtype, size, stride, restride)`` with a per-tensor scale

@@ -24,7 +24,7 @@ import torch.fx
 from torch import nn
 
 from runner import torch_internals as ti
-from runner.config.options import Codec
+from runner.config.schema.options import Codec
 from runner.stack.offload import codecs, policy
 
 _CACHE_VERSION = "runner.stack.offload.hooks/1"  # bump when pack/unpack trace to something different

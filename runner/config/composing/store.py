@@ -9,7 +9,7 @@ Search path: a user's project (``./conf/<group>/``, ``./recipes/``, and the dire
 a project adds or replaces options and recipes without touching runner. Hydra puts ``--config-dir``
 and ``hydra.searchpath`` after the primary config directory (where they add options but cannot
 replace one); runner's ``SearchPathPlugin`` puts them first, and Hydra's own entries stay behind.
-The layers themselves are :mod:`runner.config.layers`.
+The layers themselves are :mod:`runner.config.composing.layers`.
 """
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ from hydra.plugins.config_source import ConfigResult, ConfigSource
 from hydra.plugins.search_path_plugin import SearchPathPlugin
 
 from runner import hydra_internals
-from runner.config.help_text import register_resolvers
-from runner.config.layers import CONF_DIR, RECIPE_GROUP, RECIPES_DIR, ConfigLayer, same_dir, user_layers
+from runner.config.composing.help_text import register_resolvers
+from runner.config.composing.layers import CONF_DIR, RECIPE_GROUP, RECIPES_DIR, ConfigLayer, same_dir, user_layers
 from runner.config.schema import RunConfig
-from runner.config.targets import schema_name, target_schemas
+from runner.config.schema.targets import schema_name, target_schemas
 
 
 # -- Hydra plugins ---------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """The defaults that the GPU benchmark's rows decide, one line each (docs/gpu.md, "Defaults follow the rows").
 
-Each is read where its decision is made, and nowhere else: ``CUDAGRAPHS_AUTO`` by ``runner.config.rules``
+Each is read where its decision is made, and nowhere else: ``CUDAGRAPHS_AUTO`` by ``runner.config.rules.stack``
 (``cudagraphs=auto``), ``OPTIMIZER_AUTO_GRAPHED`` by ``runner.stack.compiling.optimizer_policy``
 (``compile.optimizer=auto``) and ``BACKGROUND_AUTO_ON_CUDA`` by ``runner.stack.background.policy``
 (``compile.background=auto``). A row of ``benchmarks/results/gpu.json`` that flips one changes one line here,

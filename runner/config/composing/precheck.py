@@ -4,7 +4,7 @@ Hydra writes ``outputs/<date>/<time>/.hydra`` before the task function runs; a b
 an empty run directory behind. ``precheck`` composes the same overrides with the compose API (the
 same search path: the user's ``conf/``, ``recipes/`` and ``--config-dir`` first), converts and
 validates them, and raises ``ConfigError`` with one paragraph that names the fix
-(:mod:`runner.config.messages`). Every way in gets the same paragraph: a run, each job of a ``-m``
+(:mod:`runner.config.composing.messages`). Every way in gets the same paragraph: a run, each job of a ``-m``
 sweep, ``--cfg``/``--info`` (composed and converted: they print a config, valid or not) and
 ``runner tune``.
 """
@@ -21,10 +21,10 @@ from hydra.errors import HydraException
 from omegaconf.errors import OmegaConfBaseException
 
 from runner import hydra_internals
+from runner.config.composing.loading import compose, convert, load
+from runner.config.composing.messages import explain
+from runner.config.composing.run_dirs import taken_error
 from runner.config.errors import ConfigError
-from runner.config.loading import compose, convert, load
-from runner.config.messages import explain
-from runner.config.run_dirs import taken_error
 
 if TYPE_CHECKING:
     from hydra.core.override_parser.overrides_parser import OverridesParser

@@ -1,5 +1,6 @@
 """Checks of ``objective``: a preference objective against its data, its settings, its reference. Each returns one
-paragraph (the key, the value, the fix) or None; ``runner.config.validate`` runs them before anything is written."""
+paragraph (the key, the value, the fix) or None; ``runner.config.checks.validate`` runs them before anything is
+written."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ from collections.abc import Callable
 
 from runner.config import target_objects
 from runner.config.schema import RunConfig
-from runner.config.schema_objective import Loss, Reference, resolve_reference
-from runner.config.schema_peft import PeftMethod
+from runner.config.schema.objective import Loss, Reference, resolve_reference
+from runner.config.schema.peft import PeftMethod
 
 Check = Callable[[RunConfig], "str | None"]
 SHIPPED = "examples/data/preference.jsonl"

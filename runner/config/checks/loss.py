@@ -1,13 +1,13 @@
 """Checks of ``loss``: a chunked loss that cannot run is refused before anything is written, with the fix; what the
 setting will not do is said once (``WARNINGS``). The model is built on the meta device and asked the rule the
-builder follows (``runner.config.loss_rules``)."""
+builder follows (``runner.config.rules.loss``)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
 from runner.config import target_objects
-from runner.config.loss_rules import LossDecision, LossFacts, data_facts, decide, head_problem
+from runner.config.rules.loss import LossDecision, LossFacts, data_facts, decide, head_problem
 from runner.config.schema import RunConfig
 
 Check = Callable[[RunConfig], "str | None"]

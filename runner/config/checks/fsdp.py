@@ -1,5 +1,5 @@
 """Checks of ``trainer.distributed=fsdp`` (FSDP2): what cannot work on sharded parameters is refused
-before anything runs, each with the key and the fix. ``runner.config.validate`` runs them."""
+before anything runs, each with the key and the fix. ``runner.config.checks.validate`` runs them."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ def check_fsdp_scope(cfg: RunConfig) -> str | None:
 
 
 def check_fsdp_cudagraphs(cfg: RunConfig) -> str | None:
-    # cudagraphs=auto stays off under FSDP by itself (runner.config.rules.cudagraphs_decision): nothing to refuse.
+    # cudagraphs=auto stays off under FSDP by itself (runner.config.rules.stack.cudagraphs_decision): nothing to refuse.
     if cfg.trainer.sharded and cfg.cudagraphs.mode is CudaGraphMode.reduce_overhead:
         return ("cudagraphs=reduce_overhead with trainer.distributed=fsdp: FSDP2 allocates and frees the gathered "
                 "parameters around every block, outside the compiled graphs, so no static addresses exist to "

@@ -10,7 +10,7 @@ built on the meta device, before anything is written) and for ``runner.peft``'s 
 - ``peft.modules_to_save``: the same matching; None is the model's declared head (``adapter_heads``: a
   transformers classifier's ``classifier`` or ``score``), trained in full.
 
-Each problem is one paragraph naming the key, what the model has and the fix (``runner.config.checks_peft``).
+Each problem is one paragraph naming the key, what the model has and the fix (``runner.config.checks.peft``).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from runner.config.schema_peft import PeftConfig, PeftMethod
+from runner.config.schema.peft import PeftConfig, PeftMethod
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
@@ -211,7 +211,7 @@ def adapted_shapes(model: Any, plan: AdapterPlan, peft: PeftConfig, prefix: str 
 
 def state_shapes(model: Any, peft: PeftConfig, prefix: str = "") -> dict[str, tuple[int, ...]] | None:
     """The state-dict shapes of ``model`` as the run trains it (adapted unless ``peft.method=none``), keys under
-    ``prefix``; None when the adapter cannot be planned (``runner.config.checks_peft`` says why)."""
+    ``prefix``; None when the adapter cannot be planned (``runner.config.checks.peft`` says why)."""
     if peft.method is PeftMethod.none:
         return {f"{prefix}{k}": tuple(v.shape) for k, v in model.state_dict().items()}
     try:

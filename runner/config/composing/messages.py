@@ -11,9 +11,9 @@ from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
 from runner import hydra_internals
+from runner.config.composing.layers import RECIPE_GROUP, default_groups
 from runner.config.errors import close_matches
-from runner.config.layers import RECIPE_GROUP, default_groups
-from runner.config.targets import is_schema_name, target_schemas
+from runner.config.schema.targets import is_schema_name, target_schemas
 
 # Detail lines Hydra and OmegaConf append that say nothing to a user.
 _NOISE = ("full_key:", "reference_type=", "object_type=", "Config search path", "provider=")
@@ -161,7 +161,7 @@ def explain(e: Exception) -> str:
         fix = ("Pick one of the available options listed above; `runner --list-recipes` lists recipes, "
                "`runner --help` every group's options.")
     elif "Value '" in msg or "Invalid value" in msg:
-        fix = "Give a value of the type (or one of the choices) the schema declares; see runner/config/schema.py."
+        fix = "Give a value of the type (or one of the choices) the schema declares; see runner/config/schema/."
     else:
         fix = "Fix the override; `runner --cfg job` prints the composed config."
     return f"invalid configuration: {msg} {fix}"

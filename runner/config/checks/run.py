@@ -1,6 +1,6 @@
 """Checks of the run's own config: trainer, data, model sizes, paths and value ranges. Each is a
 small pure function of the typed ``RunConfig`` returning one message (key, value, fix) or None;
-``runner.config.validate`` runs them.
+``runner.config.checks.validate`` runs them.
 """
 
 from __future__ import annotations
@@ -11,15 +11,15 @@ from pathlib import Path
 import torch
 
 from runner.config.cache_secret import open_artifacts
-from runner.config.data_schemas import (
+from runner.config.paths import SHIPPED, resolve_artifacts_path
+from runner.config.schema import CacheTrust, RunConfig
+from runner.config.schema.data import (
     Batching,
     ImageDataSchema,
     InstructDataSchema,
     TextClassificationDataSchema,
     TextDataSchema,
 )
-from runner.config.paths import SHIPPED, resolve_artifacts_path
-from runner.config.schema import CacheTrust, RunConfig
 
 _PRECISIONS = {"32-true", "32", "bf16-mixed", "bf16-true", "16-mixed", "16-true", "64-true", "transformer-engine"}
 _ACCELERATORS = ("cpu", "cuda", "gpu", "mps", "auto")

@@ -1,6 +1,6 @@
 """``loss.chunked``: whether a run's cross-entropy is computed a chunk of positions at a time, and why, written once.
 
-:func:`decide` takes plain facts; the config check (``runner.config.checks_loss``, before the run, on the model
+:func:`decide` takes plain facts; the config check (``runner.config.checks.loss``, before the run, on the model
 built on the meta device) and the builder (``runner.training.loss.resolve_loss``, on the real model) gather them
 the same way (:func:`head_problem`, :func:`data_facts`) and call it, so a run chunks exactly when its check said it
 would, and a user's own ``Trainer`` (no config check) gets the same refusal from the builder.
@@ -18,9 +18,9 @@ import inspect
 from dataclasses import dataclass
 from typing import Any
 
-from runner.config.peft_targets import PeftTargetError, adapter_root, resolve_plan
-from runner.config.schema_loss import Chunked
-from runner.config.schema_peft import PeftConfig, PeftMethod
+from runner.config.rules.peft import PeftTargetError, adapter_root, resolve_plan
+from runner.config.schema.loss import Chunked
+from runner.config.schema.peft import PeftConfig, PeftMethod
 
 LARGE_LOGITS_BYTES = 256 * 2**20
 """``loss.chunked=auto`` chunks where one float32 copy of a step's logits would exceed this (module docstring)."""

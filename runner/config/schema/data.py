@@ -1,8 +1,8 @@
 """Typed schemas of the data options runner ships (``data=text``, ``tokenized_text``, ``text_classification``,
 ``instruct``, ``preference``, ``images``, ``synthetic``), all on one base: what every data module takes (``batch_size``,
 ``val_fraction``, ``seed``, ``num_workers``) is declared once, in :class:`DataSchema`, and an option redeclares only
-a default that differs. Registered with the other open ``_target_`` nodes by :mod:`runner.config.targets`; each schema's
-defaults are its data module's (``tests/test_data_schemas.py``).
+a default that differs. Registered with the other open ``_target_`` nodes by :mod:`runner.config.schema.targets`; each
+schema's defaults are its data module's (``tests/test_data_schemas.py``).
 """
 
 from __future__ import annotations

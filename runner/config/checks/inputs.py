@@ -17,7 +17,7 @@ from typing import Any
 
 from runner.config import target_objects
 from runner.config.errors import close_matches
-from runner.config.peft_targets import state_shapes
+from runner.config.rules.peft import state_shapes
 from runner.config.schema import RunConfig
 
 Check = Callable[[RunConfig], "str | None"]

@@ -1,7 +1,7 @@
 """Checks of ``peft`` (LoRA, QLoRA): what cannot be adapted or loaded is refused before anything is written, each
 with the key and the fix. The model is built on the meta device (shapes, no memory; a saved model, ``model.path``,
-from its ``config.json``) and asked the same rule the injection follows (``runner.config.peft_targets``).
-``runner.config.validate`` runs them."""
+from its ``config.json``) and asked the same rule the injection follows (``runner.config.rules.peft``).
+``runner.config.checks.validate`` runs them."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.config import target_objects
-from runner.config.peft_targets import (
+from runner.config.rules.peft import (
     ADAPTER_CONFIG,
     ADAPTER_WEIGHTS,
     NF4_BLOCK,
@@ -22,7 +22,7 @@ from runner.config.peft_targets import (
     saved_key,
 )
 from runner.config.schema import RunConfig
-from runner.config.schema_peft import PeftMethod
+from runner.config.schema.peft import PeftMethod
 
 
 def _on(cfg: RunConfig) -> bool:

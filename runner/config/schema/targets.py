@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from runner.config.data_schemas import (
+from runner.config.schema.data import (
     ImageDataSchema,
     InstructDataSchema,
     PreferenceDataSchema,
@@ -19,7 +19,7 @@ from runner.config.data_schemas import (
     TextDataSchema,
     TokenizedTextDataSchema,
 )
-from runner.config.families import HFCausalLMSchema, HFClassifierSchema, TimmSchema
+from runner.config.schema.families import HFCausalLMSchema, HFClassifierSchema, TimmSchema
 
 
 class OnResume(Enum):

@@ -10,14 +10,14 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from runner.config import layers
+from runner.config.checks.validate import validate
+from runner.config.composing import layers
+from runner.config.composing.layers import CONF_DIR
+from runner.config.composing.messages import explain, unknown_key
+from runner.config.composing.store import register_configs
 from runner.config.errors import ConfigError
-from runner.config.layers import CONF_DIR
-from runner.config.messages import explain, unknown_key
 from runner.config.paths import shipped
 from runner.config.schema import RunConfig
-from runner.config.store import register_configs
-from runner.config.validate import validate
 
 __all__ = ["ConfigError", "compose", "convert", "load"]
 

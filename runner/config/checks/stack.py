@@ -1,16 +1,17 @@
 """Cross-group checks of the compile stack's config: ``compile``, ``dynamic``, ``offload``,
 ``cudagraphs`` and how they meet the trainer. Each check is a small pure function of the typed
-``RunConfig`` returning one message (key, value, fix) or None; ``runner.config.validate`` runs them.
+``RunConfig`` returning one message (key, value, fix) or None; ``runner.config.checks.validate`` runs them.
 """
 
 from __future__ import annotations
 
 import torch
 
-from runner.config import checks_dynamic, rules
 from runner.config.cache_secret import SECRET_ENV, SECRET_FILE_ENV, SECRET_HINT, read_secret, redact_url
-from runner.config.options import Keeps
+from runner.config.checks import dynamic
+from runner.config.rules import stack as stack_rules
 from runner.config.schema import Background, CacheTrust, CudaGraphMode, OnError, RunConfig
+from runner.config.schema.options import Keeps
 
 _MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
@@ -21,14 +22,14 @@ def _on_cuda(cfg: RunConfig) -> bool:
 
 def check_compiled_optimizer_scaler(cfg: RunConfig) -> str | None:
     scaler = str(cfg.trainer.precision).startswith("16-mixed")
-    return rules.compiled_optimizer_with_scaler(cfg.compile.optimizer, scaler)
+    return stack_rules.compiled_optimizer_with_scaler(cfg.compile.optimizer, scaler)
 
 
 def check_cpu_offload_exclude(cfg: RunConfig) -> str | None:
     """Under a scope that compiles the whole step or model every excluded module runs inside compiled code; for
     ``scope=blocks`` the stack decides once it sees the model's module names (the same rule)."""
     o = cfg.offload
-    return rules.offload_exclusions_lost(o.strategy, o.exclude, _on_cuda(cfg), cfg.compile.scope)
+    return stack_rules.offload_exclusions_lost(o.strategy, o.exclude, _on_cuda(cfg), cfg.compile.scope)
 
 
 def check_step_backward_ddp(cfg: RunConfig) -> str | None:
@@ -117,7 +118,7 @@ def check_cudagraphs_combinations(cfg: RunConfig) -> str | None:
     """CUDA graphs with what cannot work beside them: refused before anything runs."""
     if cfg.cudagraphs.mode is not CudaGraphMode.reduce_overhead:
         return None
-    if problem := rules.cudagraphs_with_accumulation(True, cfg.trainer.accumulate_grad_batches):
+    if problem := stack_rules.cudagraphs_with_accumulation(True, cfg.trainer.accumulate_grad_batches):
         return problem
     if not cfg.compile.scope.row.compiles:
         return (f"cudagraphs=reduce_overhead with compile.scope={cfg.compile.scope.value}: CUDA graphs record "
@@ -247,7 +248,7 @@ CHECKS = [
     check_compiled_autograd_ddp,
     check_mode_and_options,
     check_cudagraphs_unbacked,
-    *checks_dynamic.CHECKS,
+    *dynamic.CHECKS,
     check_fp8,
     check_memory_budget,
     check_backend,

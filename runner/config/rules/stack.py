@@ -1,7 +1,7 @@
 """The compile stack's rules that both the config check and the stack enforce, each written once: its condition
 beside its message, in one function of plain values.
 
-``runner.config.checks_stack`` calls each with what the config says, before anything runs (``python -m
+``runner.config.checks.stack`` calls each with what the config says, before anything runs (``python -m
 runner``); the stack calls the same function with what it finds at fit time (a user's own ``Trainer``, where
 no config check ran: the scaler Lightning built, the device, the model's module names). Each returns the
 refusal in one paragraph (what, why, the fix) or None.
@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from runner.config import gpu_defaults
-from runner.config.options import Eagerly, OffloadStrategy, Scope, ShapePolicy
+from runner.config.rules import gpu_defaults
 from runner.config.schema import CudaGraphMode, OptimizerPolicy
+from runner.config.schema.options import Eagerly, OffloadStrategy, Scope, ShapePolicy
 
 
 def compiled_optimizer_with_scaler(policy: OptimizerPolicy, scaler: bool, name: str = "the optimizer's") -> str | None:
@@ -125,7 +125,7 @@ def cudagraphs_decision(mode: CudaGraphMode, facts: CudaGraphsFacts) -> CudaGrap
 def _auto_blocker(f: CudaGraphsFacts) -> str | None:
     """Why ``cudagraphs=auto`` leaves CUDA graphs off on a CUDA device (None: nothing does)."""
     if not gpu_defaults.CUDAGRAPHS_AUTO:
-        return ("the GPU rows measured CUDA graphs slower than none (runner.config.gpu_defaults, docs/gpu.md); "
+        return ("the GPU rows measured CUDA graphs slower than none (runner.config.rules.gpu_defaults, docs/gpu.md); "
                 "cudagraphs=reduce_overhead still turns them on")
     if not f.compiles:
         return "nothing is compiled (compile.scope=none), and CUDA graphs record compiled graphs"

@@ -1,6 +1,6 @@
 """Checks of the ``dynamic`` group (the dynamic-shape policy) against the data and model it shapes.
 Each is a small pure function of the typed ``RunConfig`` returning one message (key, value, fix) or
-None; ``runner.config.checks_stack`` lists them among the compile stack's checks, in this order.
+None; ``runner.config.checks.stack`` lists them among the compile stack's checks, in this order.
 """
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from __future__ import annotations
 import torch
 
 from runner import torch_internals as ti
-from runner.config.options import Mark
 from runner.config.schema import AfterWarmup, RunConfig
+from runner.config.schema.options import Mark
 
 
 def check_buckets(cfg: RunConfig) -> str | None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from runner.config.layers import builtin_layer, user_layers
+from runner.config.composing.layers import builtin_layer, user_layers
 
 
 @dataclass(frozen=True)

@@ -1,14 +1,7 @@
-"""Typed schema of every config node.
-
-Hydra composes YAML from ``conf/`` and ``recipes/``; these dataclasses give every node a type, so a
-wrong key or a wrong type fails at composition with the key named. ``OmegaConf.to_object`` turns the
-composed config into these objects once (``runner.config.loading``), and ``runner.config.validate`` checks
-their combination there; everything downstream receives typed objects, never a ``DictConfig``.
-
-Nodes that users swap (model, data, optimizer, scheduler, loggers) are open ``_target_`` nodes.
-Compile policies are closed enums, checked together in ``runner.config.validate``; the three whose options
-behave differently (``Scope``, ``ShapePolicy``, ``OffloadStrategy``) are declared with what each option does in
-``runner.config.options`` and re-exported here.
+"""The root of the config, ``RunConfig``, and the nodes of the run itself: ``compile``, ``cudagraphs``, ``dynamic``,
+``offload``, ``trainer``, ``telemetry``, ``reliability``. The groups with a module of their own (``after``, ``fsdp``,
+``loss``, ``objective``, ``peft``) and the closed options (``options``) are referenced from here; everything is
+imported through :mod:`runner.config.schema`.
 """
 
 from __future__ import annotations
@@ -17,16 +10,12 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Optional
 
-# re-exported: every node from here (each option's behaviour is declared in runner.config.options)
-from runner.config.options import OffloadStrategy as OffloadStrategy
-from runner.config.options import Scope as Scope
-from runner.config.options import ShapePolicy as ShapePolicy
-from runner.config.schema_after import AfterConfig
-from runner.config.schema_fsdp import Distributed, FsdpConfig
-from runner.config.schema_fsdp import FsdpMixedPrecision as FsdpMixedPrecision  # re-exported: every node from here
-from runner.config.schema_loss import LossConfig
-from runner.config.schema_objective import ObjectiveConfig
-from runner.config.schema_peft import PeftConfig
+from runner.config.schema.after import AfterConfig
+from runner.config.schema.fsdp import Distributed, FsdpConfig
+from runner.config.schema.loss import LossConfig
+from runner.config.schema.objective import ObjectiveConfig
+from runner.config.schema.options import OffloadStrategy, Scope, ShapePolicy
+from runner.config.schema.peft import PeftConfig
 
 
 class OptimizerPolicy(Enum):
@@ -79,7 +68,8 @@ class CudaGraphMode(Enum):
 
     disabled = "disabled"
     reduce_overhead = "reduce_overhead"  # Inductor's CUDA-graph trees (mode="reduce-overhead")
-    auto = "auto"  # reduce_overhead where the step is eligible (runner.config.rules.cudagraphs_decision), else disabled
+    # reduce_overhead where the step is eligible (runner.config.rules.stack.cudagraphs_decision), else disabled
+    auto = "auto"
 
 
 @dataclass
@@ -286,10 +276,10 @@ class RunConfig:
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
     reliability: ReliabilityConfig = field(default_factory=ReliabilityConfig)
-    peft: PeftConfig = field(default_factory=PeftConfig)  # which weights train (runner.config.schema_peft)
+    peft: PeftConfig = field(default_factory=PeftConfig)  # which weights train (runner.config.schema.peft)
     objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
-    """What the training step minimises: sft, or a preference objective (runner.config.schema_objective)."""
-    loss: LossConfig = field(default_factory=LossConfig)  # full or chunked logits (runner.config.schema_loss)
+    """What the training step minimises: sft, or a preference objective (runner.config.schema.objective)."""
+    loss: LossConfig = field(default_factory=LossConfig)  # full or chunked logits (runner.config.schema.loss)
     after: AfterConfig = field(default_factory=AfterConfig)
     """What the run leaves for after training: the exported model, a sample of a causal LM's text."""
     logger: dict[str, Any] = field(default_factory=dict)

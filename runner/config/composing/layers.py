@@ -10,7 +10,7 @@ from pathlib import Path
 
 import yaml
 
-_PKG = Path(__file__).resolve().parents[1]
+_PKG = Path(__file__).resolve().parents[2]  # runner/ (this is runner/config/composing/layers.py)
 
 
 def _builtin(name: str) -> Path:

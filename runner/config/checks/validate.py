@@ -1,11 +1,10 @@
 """The one place a composed config is validated: every cross-group check, then the warnings.
 
-The checks live beside this module, grouped by what they look at: ``checks_stack`` (compile,
-dynamic, offload, CUDA graphs), ``checks_run`` (trainer, data, model sizes, paths, ranges),
-``input_checks`` (what a user types: paths, devices, checkpoints, recipe fields), ``checks_data`` (the data
-against the model: token ids and the embedding), ``checks_peft`` (the adapter against the model),
-``checks_objective`` (a preference objective against its data and reference) and ``checks_loss`` (a chunked loss
-against the model's output layer).
+The checks live beside this module, grouped by what they look at: ``stack`` (compile, dynamic, offload, CUDA
+graphs), ``run`` (trainer, data, model sizes, paths, ranges), ``fsdp`` (sharded parameters), ``inputs`` (what a user
+types: paths, devices, checkpoints, recipe fields), ``data`` (the data against the model: token ids and the
+embedding), ``peft`` (the adapter against the model), ``objective`` (a preference objective against its data and
+reference) and ``loss`` (a chunked loss against the model's output layer).
 ``validate`` runs them all and raises one ``ConfigError`` listing every problem, each naming the key and the fix.
 """
 
@@ -14,16 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from runner.config import (
-    checks_data,
-    checks_fsdp,
-    checks_loss,
-    checks_objective,
-    checks_peft,
-    checks_run,
-    checks_stack,
-    input_checks,
-)
+from runner.config.checks import data, fsdp, inputs, loss, objective, peft, run, stack
 from runner.config.errors import ConfigError
 from runner.config.schema import RunConfig
 
@@ -34,8 +24,8 @@ Check = Callable[[RunConfig], "str | None"]
 
 def all_checks() -> list[Check]:
     """Every check, in the order their messages are reported."""
-    return [*checks_run.CHECKS, *checks_stack.CHECKS, *checks_fsdp.CHECKS, *input_checks.CHECKS, *checks_data.CHECKS,
-            *checks_peft.CHECKS, *checks_objective.CHECKS, *checks_loss.CHECKS]
+    return [*run.CHECKS, *stack.CHECKS, *fsdp.CHECKS, *inputs.CHECKS, *data.CHECKS, *peft.CHECKS, *objective.CHECKS,
+            *loss.CHECKS]
 
 
 _warned: set[str] = set()
@@ -49,7 +39,7 @@ def already_said(message: str) -> bool:
 
 def emit_warnings(cfg: RunConfig) -> list[str]:
     """Log each warning once per process (the config is loaded twice: precheck, then the run)."""
-    messages = [msg for check in (*checks_stack.WARNINGS, *checks_loss.WARNINGS) if (msg := check(cfg))]
+    messages = [msg for check in (*stack.WARNINGS, *loss.WARNINGS) if (msg := check(cfg))]
     for msg in messages:
         if msg not in _warned:
             _warned.add(msg)
