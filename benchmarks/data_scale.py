@@ -54,7 +54,7 @@ ALPACA = ("Below is an instruction that describes a task, paired with an input t
           "{input}\n\n### Response:\n")
 ALPACA_NO_INPUT = ("Below is an instruction that describes a task. Write a response that appropriately completes the "
                    "request.\n\n### Instruction:\n{instruction}\n\n### Response:\n")
-"""Stanford Alpaca's templates (runner's, runner/data/instruct_formats.py): TRL's contestant renders the same."""
+"""Stanford Alpaca's templates (runner's, runner/data/instruct/formats.py): TRL's contestant renders the same."""
 MODEL = {"hidden_size": 128, "intermediate_size": 344, "num_hidden_layers": 4, "num_attention_heads": 4}
 """conf/model/hf_causal_lm.yaml's Llama: the model both contestants train."""
 

@@ -143,7 +143,7 @@ def tokenizer(directory: Path) -> int:
 
 def field(a: argparse.Namespace, scratch: Path, trl: bool) -> list[Contestant]:
     """The contestants, eager TRL first, each with the spec its program reads."""
-    from runner.data.instruct_formats import PAIR_TEMPLATE
+    from runner.data.instruct.formats import PAIR_TEMPLATE
     from runner.data.splits import split_documents
 
     rows = len(PAIRS.read_text().splitlines())

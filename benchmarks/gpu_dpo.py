@@ -40,7 +40,7 @@ def dpo_job(name: str, size: dict[str, Any], device: str, backend: str) -> dict[
     from dpo_contestant import Compiles, run_runner, run_trl
     from pacer import Pacer
 
-    from runner.data.instruct_formats import PAIR_TEMPLATE
+    from runner.data.instruct.formats import PAIR_TEMPLATE
     from runner.data.splits import split_documents
 
     scratch = Path(tempfile.mkdtemp(prefix="dpo-"))

@@ -18,7 +18,7 @@ from contestants import _adamw
 from gpu_contestant import BenchModule, Marks, bench_trainer, contestant, device_name
 
 from runner.config import schema as cs
-from runner.data.text import PadTo
+from runner.data.sequences.padding import PadTo
 from runner.figures.compile_background import COMPILE_BACKGROUND, COMPILE_BACKGROUND_OUTCOME, COMPILE_BACKGROUND_ROOM
 from runner.figures.cudagraphs import CUDAGRAPHS_DECISION
 

@@ -81,7 +81,7 @@ def workload(name: str, dist: str, size: dict[str, Any], model: Any, device: str
     from gpu_contestant import BenchModule, Marks, bench_trainer, contestant, device_name
 
     from runner.config.schema import Background, CompileConfig, DynamicConfig, ShapePolicy
-    from runner.data.padding import IGNORE_INDEX, PadTo
+    from runner.data.sequences.padding import IGNORE_INDEX, PadTo
     from runner.stack.dynamic import resolve_pad_to
     from runner.stack.dynamic.policy import trailing_padding
 

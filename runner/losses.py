@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 
 IGNORE_INDEX = -100
-"""Targets left out of the loss (``runner.data.padding.IGNORE_INDEX``, transformers' and torch's default)."""
+"""Targets left out of the loss (``runner.data.sequences.padding.IGNORE_INDEX``, transformers' and torch's default)."""
 
 CHUNK_BYTES = 256 * 2**20
 """Float32 logits of one chunk, at most, when the chunk count is not given (``loss.chunks``): 512 positions of a

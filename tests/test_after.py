@@ -29,7 +29,7 @@ from runner.after.cli import main
 from runner.after.export import CONFIG, METADATA, WEIGHTS
 from runner.after.generate import Sampling, generate_ids
 from runner.after.source import open_trained
-from runner.data.text import IGNORE_INDEX
+from runner.data.sequences.padding import IGNORE_INDEX
 from runner.figures.eval_metrics import EVAL_BPB, EVAL_LOSS, EVAL_MODE, EVAL_PERPLEXITY, EVAL_TOKENS
 from runner.figures.run import RUN_EXPORT, RUN_SAMPLE
 from runner.models.gpt import GPT, KVCache
@@ -192,7 +192,7 @@ def test_a_byte_level_classifier_export_predicts_in_a_pipeline_what_runner_predi
     and each text gets the class and score the trained module gives runner's ids (not one class for every text)."""
     from transformers import AutoTokenizer, pipeline
 
-    from runner.data.tokenizers import load_tokenizer
+    from runner.data.tokens.tokenizers import load_tokenizer
 
     out, seq_len = bert.run_dir / "model", 32
     ours = load_tokenizer(None, offset=1)  # what runner's classifier data reads text with

@@ -9,9 +9,10 @@ import pytest
 import torch
 
 from runner.config.schema.data import Batching
-from runner.data.corpus import read_documents, stdlib_dir, unigram_bits_per_byte
+from runner.data.reading.corpus import read_documents, stdlib_dir, unigram_bits_per_byte
+from runner.data.sequences.padding import IGNORE_INDEX, PadTo
 from runner.data.synthetic import SyntheticDataModule
-from runner.data.text import IGNORE_INDEX, PadTo, TextDataModule
+from runner.data.text import TextDataModule
 from runner.training.module import lm_loss
 from tests.tolerance import drift
 
@@ -152,7 +153,7 @@ def test_lightning_injects_a_distributed_sampler_into_the_grouped_batches() -> N
 
 # -- data.path: any UTF-8 text, whatever its name; binary skipped by content ---------------------------
 def test_every_text_file_is_read_whatever_its_name(tmp_path: Path) -> None:
-    from runner.data.sources import resolve
+    from runner.data.reading.sources import resolve
 
     (tmp_path / "notes").write_text("plain notes without an extension\n" * 20)
     (tmp_path / "main.rs").write_text("fn main() { println!(\"héllo\"); }\n" * 20)
@@ -187,7 +188,7 @@ def test_binary_only_path_is_refused_with_the_fix(tmp_path: Path) -> None:
 
 
 def test_utf8_sniffing_accepts_a_character_cut_at_the_head() -> None:
-    from runner.data.corpus import is_text
+    from runner.data.reading.corpus import is_text
 
     text = "naïve café ".encode() * 10
     assert is_text(text[:-1]) and is_text(text)  # the last é cut in half: still text

@@ -141,8 +141,8 @@ def test_a_glob_and_a_folder_of_tables_read_every_file(tmp_path: Path) -> None:
 def test_a_long_text_is_tokenized_in_segments_as_a_whole(tmp_path: Path) -> None:
     """A piece of a text file (megabytes) is tokenized 64 K characters at a time, cut after a newline, the special
     tokens once: the same ids as the whole text at once, in a fraction of the tokenizer's memory."""
-    from runner.data.encoding import SEGMENT, tokenize_long
-    from runner.data.tokenizers import SavedTokenizer
+    from runner.data.tokens.encoding import SEGMENT, tokenize_long
+    from runner.data.tokens.tokenizers import SavedTokenizer
 
     save_tokenizer(tmp_path / "tokenizer")
     tokenizer = SavedTokenizer(str(tmp_path / "tokenizer"))
@@ -157,7 +157,7 @@ def test_rows_held_in_memory_are_what_from_dict_makes_with_a_fingerprint_of_thei
     of their Arrow table (which fails beside a pyarrow outside site-packages: tests/test_install.py runs that)."""
     import datasets
 
-    from runner.data.tables import in_memory_rows
+    from runner.data.reading.tables import in_memory_rows
 
     columns = {"text": ["a cat", "", "é\tb"], "label": ["x", "y", "x"]}
     rows, expected = in_memory_rows(columns), datasets.Dataset.from_dict(columns)

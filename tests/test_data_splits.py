@@ -116,8 +116,8 @@ def test_a_dataset_dicts_own_validation_split_validates_and_the_log_says_so_what
     logging can show them."""
     import logging
 
-    from runner.data.sources import resolve
-    from runner.data.tables import load_table
+    from runner.data.reading.sources import resolve
+    from runner.data.reading.tables import load_table
 
     root = _dataset_dict(tmp_path / "dd", {"train": range(200), "validation": range(500, 540), "test": range(900, 920)})
     rows = _labelled(tmp_path / "rows.jsonl", range(200))

@@ -22,13 +22,13 @@ from runner.atomic_files import DiskFullError
 from runner.data import store as store_pkg
 from runner.data.fingerprint import changes, data_fingerprint
 from runner.data.instruct import InstructDataModule
-from runner.data.instruct_layout import layout_key
-from runner.data.instruct_prepare import _PREPARED, examples_key, prepare
+from runner.data.instruct.layout import layout_key
+from runner.data.instruct.prepare import _PREPARED, examples_key, prepare
 from runner.data.store import content
 from runner.data.store.arrays import Store, StoreWriter, token_dtype
 from runner.data.store.progress import Heartbeat, Progress
 from runner.data.store.shared import PrepareTimeout, prepared, progress_file
-from runner.data.tokenizers import load_tokenizer, tokenizer_stamp
+from runner.data.tokens.tokenizers import load_tokenizer, tokenizer_stamp
 from runner.packing.bins import best_fit_decreasing, pack_rows
 from tests.hf_models import save_tokenizer
 
@@ -168,7 +168,7 @@ def test_a_changed_roles_mapping_prepares_again_and_a_chats_turns_are_kept_with_
 def test_turns_are_counted_batch_by_batch_as_over_the_whole_column() -> None:
     import pyarrow as pa
 
-    from runner.data.instruct_chat import count_turns, scan
+    from runner.data.instruct.chat import count_turns, scan
 
     rows = [[{"role": "user", "content": "q"}, {"role": "assistant" if i != 7 else "bot", "content": "a"}]
             + ([{"role": "tool", "content": "t"}] if i % 4 == 0 else []) for i in range(10)]
@@ -333,11 +333,11 @@ def test_instruction_examples_come_from_the_store_with_their_answers_marked(tmp_
 @pytest.mark.slow
 def test_worker_processes_write_the_store_one_process_writes(tmp_path: Path) -> None:
     """The rows through the encoder in 2 worker processes, in chunks: byte for byte the store one process writes."""
-    from runner.data.instruct_encode import ANSWERS, IDS, PROBLEM, InstructEncoder
-    from runner.data.instruct_formats import resolve_format
-    from runner.data.sources import resolve
+    from runner.data.instruct.encode import ANSWERS, IDS, PROBLEM, InstructEncoder
+    from runner.data.instruct.formats import resolve_format
+    from runner.data.reading.sources import resolve
+    from runner.data.reading.tables import load_table
     from runner.data.store import encode_into, parallel, table_batches
-    from runner.data.tables import load_table
 
     path = tmp_path / "qa.jsonl"
     path.write_text("".join(json.dumps({"instruction": f"do {i}", "input": "this" if i % 3 else "",
@@ -361,7 +361,7 @@ def test_worker_processes_write_the_store_one_process_writes(tmp_path: Path) -> 
 
 def test_a_fast_tokenizers_backend_gives_the_ids_its_call_gives(tmp_path: Path) -> None:
     """The encoders read ids from the backend (no offsets or masks built): the same ids, special tokens or not."""
-    from runner.data.tokenizers import SavedTokenizer
+    from runner.data.tokens.tokenizers import SavedTokenizer
 
     save_tokenizer(tmp_path / "tok")
     tok = SavedTokenizer(str(tmp_path / "tok"))
@@ -376,8 +376,8 @@ def test_a_large_table_is_turned_into_arrow_in_a_process_of_its_own(tmp_path: Pa
     then finds the table prepared in the same cache entry, the same rows."""
     import datasets
 
-    from runner.data.sources import resolve
-    from runner.data.tables import _prepare_apart, load_table
+    from runner.data.reading.sources import resolve
+    from runner.data.reading.tables import _prepare_apart, load_table
 
     source = resolve(str(_rows(tmp_path / "qa.jsonl", 50, salt="apart")))
     builder = datasets.load_dataset_builder("json", data_files=[str(f) for f in source.files])
@@ -394,7 +394,7 @@ def test_a_touched_text_table_reads_its_token_ids_from_the_cache(tmp_path: Path,
     token store: nothing is tokenized again."""
     import logging
 
-    from runner.data import tables
+    from runner.data.reading import tables
     from runner.data.text import TextDataModule
 
     path = tmp_path / "t.jsonl"

@@ -14,7 +14,8 @@ import torch
 import torch.nn.functional as F
 
 from runner.config.schema import AfterWarmup, CompileConfig, DynamicConfig, OptimizerPolicy, Scope, ShapePolicy
-from runner.data.text import IGNORE_INDEX, PadCollate, PadTo, TextDataModule
+from runner.data.sequences.padding import IGNORE_INDEX, PadCollate, PadTo
+from runner.data.text import TextDataModule
 from runner.models.gpt import GPT
 from runner.stack.dynamic import (
     Agreement,

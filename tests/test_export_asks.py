@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from runner.after.cli import main
-from runner.data.instruct_formats import ALPACA_NO_INPUT_TEMPLATE
+from runner.data.instruct.formats import ALPACA_NO_INPUT_TEMPLATE
 from tests.after_runs import FAST, train
 from tests.own_llm import alpaca_array, chat_rows, jsonl, own_llm
 

@@ -14,10 +14,12 @@ import torch
 
 from runner.config import ConfigError, compose, load
 from runner.config.composing.precheck import precheck
-from runner.data.classification import ClassifyCollate, TextClassificationDataModule
-from runner.data.labelled import read_labelled
-from runner.data.labels import label_map
-from runner.data.text import IGNORE_INDEX, PadTo, TextDataModule
+from runner.data.classification import TextClassificationDataModule
+from runner.data.classification.datamodule import ClassifyCollate
+from runner.data.classification.labelled import read_labelled
+from runner.data.classification.labels import label_map
+from runner.data.sequences.padding import IGNORE_INDEX, PadTo
+from runner.data.text import TextDataModule
 from runner.models.hf import CausalLM, SequenceClassifier, build_config
 from runner.training.module import lm_loss
 from tests.family_fits import BERT, CAUSAL

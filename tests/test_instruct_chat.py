@@ -16,7 +16,7 @@ import pytest
 from runner.config import ConfigError
 from runner.config.composing.precheck import precheck
 from runner.data.instruct import InstructDataModule
-from runner.data.padding import IGNORE_INDEX
+from runner.data.sequences.padding import IGNORE_INDEX
 from runner.figures import data as keys
 from tests.cli import run_cli
 from tests.own_llm import chat_rows, jsonl, own_llm, sharegpt_rows

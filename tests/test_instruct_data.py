@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from runner.data.instruct import InstructDataModule
-from runner.data.instruct_encode import BYTES_EOS
-from runner.data.instruct_formats import ALPACA_NO_INPUT_TEMPLATE, ALPACA_TEMPLATE, PAIR_TEMPLATE
-from runner.data.padding import IGNORE_INDEX
+from runner.data.instruct.encode import BYTES_EOS
+from runner.data.instruct.formats import ALPACA_NO_INPUT_TEMPLATE, ALPACA_TEMPLATE, PAIR_TEMPLATE
+from runner.data.sequences.padding import IGNORE_INDEX
 from runner.figures import data as keys
 from runner.packing import PackedInputs
 from tests.hf_models import save_tokenizer

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.data.instruct_formats import PAIR_TEMPLATE
+from runner.data.instruct.formats import PAIR_TEMPLATE
 from runner.figures import data as keys
 from runner.figures.dynamic import DYNAMIC_GRAPHS, DYNAMIC_PADDING_WASTE_PCT, DYNAMIC_RECOMPILES
 from tests.after_runs import FAST, train

@@ -12,9 +12,9 @@ import pytest
 import torch
 from torch import nn
 
-from runner.data.packed import Examples, Packs, pack_collate
-from runner.data.padding import PadCollate, PadTo
-from runner.data.windows import Spans
+from runner.data.sequences.packed import Examples, Packs, pack_collate
+from runner.data.sequences.padding import PadCollate, PadTo
+from runner.data.sequences.windows import Spans
 from runner.models.gpt import GPT
 from runner.models.hf import CausalLM
 from runner.stack.cudagraphs.static_batch import StaticBatch

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from runner.data.packed import Examples, Packs, pack_collate
-from runner.data.padding import IGNORE_INDEX, PadCollate, PadTo
-from runner.data.windows import Spans
+from runner.data.sequences.packed import Examples, Packs, pack_collate
+from runner.data.sequences.padding import IGNORE_INDEX, PadCollate, PadTo
+from runner.data.sequences.windows import Spans
 from runner.packing import PackedInputs, best_fit_decreasing, block_document_mask, dense_document_mask
 
 
@@ -38,7 +38,7 @@ def test_best_fit_takes_the_row_with_least_room_that_holds_the_example() -> None
 def test_stdlib_paragraph_lengths_pack_with_under_two_percent_padding() -> None:
     """The issue's target on a real length distribution: the stdlib's paragraphs (what the hf_varlen workload
     reads), chunked at 512 bytes as data=text_documents does."""
-    from runner.data.corpus import read_documents
+    from runner.data.reading.corpus import read_documents
 
     docs = read_documents(None, 2_000_000)
     lengths = [min(len(p), 513) - 1 for d in docs for p in d.split(b"\n\n") if len(p) > 16]
@@ -150,7 +150,7 @@ def test_the_padding_figure_counts_each_rows_trailing_ignored_targets_only() -> 
 
 
 def test_generate_asks_in_the_runs_template() -> None:
-    from runner.data.instruct_formats import (
+    from runner.data.instruct.formats import (
         ALPACA_NO_INPUT_TEMPLATE,
         PAIR_TEMPLATE,
         Format,

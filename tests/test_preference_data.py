@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 import torch
 
-from runner.data.instruct_formats import PAIR_TEMPLATE
-from runner.data.padding import IGNORE_INDEX, PadTo
+from runner.data.instruct.formats import PAIR_TEMPLATE
 from runner.data.preference import PreferenceDataModule
-from runner.data.preference_formats import split_text
+from runner.data.preference.formats import split_text
+from runner.data.sequences.padding import IGNORE_INDEX, PadTo
 from runner.figures import data as keys
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -232,8 +232,8 @@ def test_pairs_are_prepared_once_into_a_store_named_by_their_content_and_setting
     the tokenizer's."""
     import logging
 
-    from runner.data.preference_read import _PREPARED, prepare_pairs
-    from runner.data.tokenizers import load_tokenizer
+    from runner.data.preference.read import _PREPARED, prepare_pairs
+    from runner.data.tokens.tokenizers import load_tokenizer
 
     path = _jsonl(tmp_path / "pairs.jsonl", _rows(SHIPPED, 40))
     tokenizer = load_tokenizer("bytes")

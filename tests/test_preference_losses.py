@@ -36,10 +36,10 @@ from torch import nn
 from runner.config.schema.loss import LossConfig
 from runner.config.schema.objective import Loss, ObjectiveConfig
 from runner.config.schema.peft import PeftConfig, PeftMethod
-from runner.data.padding import IGNORE_INDEX, PadTo
-from runner.data.preference_batch import PackCollate, PairCollate, PairPacks, PairSequences
-from runner.data.preference_encode import FittedPairs
-from runner.data.windows import Spans
+from runner.data.preference.batch import PackCollate, PairCollate, PairPacks, PairSequences
+from runner.data.preference.encode import FittedPairs
+from runner.data.sequences.padding import IGNORE_INDEX, PadTo
+from runner.data.sequences.windows import Spans
 from runner.losses import chunking_unavailable
 from runner.models.hf import CausalLM
 from runner.peft import apply_peft

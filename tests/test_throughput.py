@@ -15,9 +15,9 @@ import pytest
 import torch
 
 from runner.data.instruct import InstructDataModule
-from runner.data.padding import IGNORE_INDEX
 from runner.data.preference import PreferenceDataModule
-from runner.data.preference_batch import PairPacks
+from runner.data.preference.batch import PairPacks
+from runner.data.sequences.padding import IGNORE_INDEX
 from runner.figures import data as keys
 from runner.figures.perf import (
     PERF_EXAMPLES_PER_S,

@@ -102,7 +102,7 @@ def _columns_error(key: str, path: Path, run: RunConfig) -> str | None:
 
 def _file_labels(path: str | None, data: Any) -> list[str]:
     """The distinct labels of the labelled rows ``path`` names (None: the stdlib task), by name."""
-    from runner.data.labelled import read_labelled
+    from runner.data.classification.labelled import read_labelled
 
     part = read_labelled(path, "data.path", data.text_column, data.label_column, data.max_examples, data.min_len)
     return sorted(str(label) for label in part.values)

@@ -25,7 +25,7 @@ from runner import torch_internals as ti
 from runner.atomic_files import atomic_write_bytes
 from runner.build import val_metric
 from runner.config.schema import RunConfig
-from runner.data.text import IGNORE_INDEX
+from runner.data.sequences.padding import IGNORE_INDEX
 from runner.data.traits import ValMetric
 from runner.figures.eval_metrics import (
     EVAL_ACCURACY,

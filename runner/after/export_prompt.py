@@ -4,7 +4,7 @@
 The chat template is how transformers users ask the model as it was trained
 (``tokenizer.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True)``): a chat run's own
 template (``data.chat_template``, or the tokenizer's), or for prompt/response and Alpaca data the run's prompt
-template written as one (``runner.data.instruct_formats.as_chat_template``).
+template written as one (``runner.data.instruct.formats.as_chat_template``).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from runner.data.instruct_formats import Kind, as_chat_template, generation_prompt
+from runner.data.instruct.formats import Kind, as_chat_template, generation_prompt
 
 
 def chat_template_into(out: Path, info: dict[str, Any]) -> str | None:

@@ -3,7 +3,7 @@ it writes text, how text becomes its ids, and the names of its classes.
 
 The tokenizer is the one the run's data used: the data's ``data.tokenizer`` directory when set; bytes for
 runner's byte-level text families (``data=text``: the UTF-8 bytes, 0-255; ``data=text_classification``:
-bytes + 1, 0 pads), exported as a tokenizer that gives exactly those ids (:mod:`runner.data.byte_tokenizer`);
+bytes + 1, 0 pads), exported as a tokenizer that gives exactly those ids (:mod:`runner.data.tokens.byte_tokenizer`);
 else the model's ``model.path``.
 """
 
@@ -84,7 +84,7 @@ class Tokens:
             return True
         if importlib.util.find_spec("transformers") is None:
             return False
-        from runner.data.byte_tokenizer import byte_tokenizer
+        from runner.data.tokens.byte_tokenizer import byte_tokenizer
 
         byte_tokenizer(self.offset, self.max_length).save_pretrained(out)
         return True

@@ -13,7 +13,7 @@ from typing import Any
 from runner.after.export import METADATA
 from runner.after.family import Tokens
 from runner.after.generate import Sampling
-from runner.data.instruct_formats import Kind, generation_prompt
+from runner.data.instruct.formats import Kind, generation_prompt
 from runner.telemetry.data_report import read_prompt
 
 

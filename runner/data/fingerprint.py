@@ -22,10 +22,10 @@ import os
 from pathlib import Path
 from typing import Any
 
-from runner.data.corpus import SKIP_DIRS
+from runner.data.reading.corpus import SKIP_DIRS
+from runner.data.reading.tables import fingerprint
 from runner.data.store import file_digests
-from runner.data.tables import fingerprint
-from runner.data.tokenizers import is_bytes, saved_files
+from runner.data.tokens.tokenizers import is_bytes, saved_files
 
 FILE = "data_fingerprint.json"
 LISTED = 2000

@@ -2,8 +2,9 @@
 
 A text data module fills a :class:`DataSummary` in ``setup``: the files and rows or documents it read, the ids
 they became, how training and validation were split, the rows cut at ``data.seq_len`` and the rows or files a cap
-left out, the labels. Nothing a run reads is cut or left out without the summary saying so; more than
-``TRUNCATED_WARNING`` of the rows cut is also a warning in the log, with the fix.
+left out, the labels; packed rows add what packing made of them (:func:`packing_figures`, every packing data module's).
+Nothing a run reads is cut or left out without the summary saying so; more than ``TRUNCATED_WARNING`` of the rows cut
+is also a warning in the log, with the fix.
 """
 
 from __future__ import annotations
@@ -70,3 +71,10 @@ class DataSummary:
                         "what they say past it is not trained on. Raise data.seq_len (the model's positions must "
                         "cover it), or shorten the texts.", self.truncated, self.used,
                         100 * self.truncated / self.used, seq_len)
+
+
+def packing_figures(packs: dict[str, Any], batch_size: int) -> dict[str, Any]:
+    """``Packs.describe()`` of the training rows as figures, with the one batch shape they make."""
+    return {keys.DATA_PACKS: packs["packs"], keys.DATA_EXAMPLES_PER_PACK: packs["per_pack"],
+            keys.DATA_PACKING_PADDING_PCT: packs["padding_pct"],
+            keys.DATA_BATCH_SHAPE: f"[{batch_size}, {packs['seq_len']}] every batch (packed rows)"}

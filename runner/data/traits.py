@@ -32,7 +32,7 @@ class DataTraits:
     shapes_vary: bool = True
     """Batch shapes can differ between steps or ranks (what the shape policies and rank agreement are for)."""
     pairs: bool = False
-    """Batches hold preference pairs (``runner.data.preference_batch``): what a preference objective trains on."""
+    """Batches hold preference pairs (``runner.data.preference.batch``): what a preference objective trains on."""
 
 
 CLASSES = DataTraits(ValMetric.accuracy, pads_per_batch=False, shapes_vary=False)

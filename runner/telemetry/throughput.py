@@ -18,8 +18,8 @@ from typing import Any
 import torch
 
 from runner.data.batch import iter_tensors
-from runner.data.padding import IGNORE_INDEX
-from runner.data.preference_batch import PairInputs
+from runner.data.preference.batch import PairInputs
+from runner.data.sequences.padding import IGNORE_INDEX
 from runner.figures.perf import PERF_FLOPS_SOURCE, PERF_TFLOP_PER_STEP
 from runner.packing import PackedInputs
 from runner.telemetry.peak import Peak, mfu_figures

@@ -22,8 +22,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from runner.data.padding import IGNORE_INDEX
-from runner.data.preference_batch import PairInputs
+from runner.data.preference.batch import PairInputs
+from runner.data.sequences.padding import IGNORE_INDEX
 from runner.training.loss import Loss
 
 

@@ -17,7 +17,7 @@ from torch import nn
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 
-from runner.data.padding import IGNORE_INDEX
+from runner.data.sequences.padding import IGNORE_INDEX
 from runner.data.traits import ValMetric
 from runner.figures.run import TRAIN_LOSS, VAL_ACCURACY, VAL_BPB, VAL_LOSS
 from runner.training.loss import FULL_LOGITS, LossPlan, lm_loss

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from runner.config.schema.objective import Loss, ObjectiveConfig
-from runner.data.preference_batch import PairInputs
+from runner.data.preference.batch import PairInputs
 from runner.data.traits import ValMetric
 from runner.figures.objective import OBJECTIVE_BETA, OBJECTIVE_LOSS
 from runner.figures.run import TRAIN_LOSS, VAL_LOSS
@@ -36,7 +36,7 @@ CHECKPOINT_KEY = "runner_reference_digest"
 
 class PreferenceModule(TrainModule):
     """A causal LM, a preference objective and its reference (module docstring). ``batch`` is ``(PairInputs,
-    targets)`` (:mod:`runner.data.preference_batch`)."""
+    targets)`` (:mod:`runner.data.preference.batch`)."""
 
     def __init__(self, model: nn.Module, optimizer: OptimizerFactory, objective: ObjectiveConfig,
                  reference: NoReference, scheduler: SchedulerFactory | None = None,

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from runner.data.preference_batch import PairInputs
+from runner.data.preference.batch import PairInputs
 from runner.figures.objective import OBJECTIVE_REFERENCE, OBJECTIVE_REFERENCE_BYTES, OBJECTIVE_REFERENCE_CACHE
 from runner.peft.layer import AdapterGate, LoRALinear
 from runner.training.logprobs import pair_logps
@@ -164,7 +164,7 @@ def cache_key(digest: str, data: list[Any], precision: str, which: str) -> str:
     """The name of one split's cached reference log-probabilities: the reference's weights (``digest``), what the
     data module says the pairs depend on (rows, shape, templates, tokenizer, EOS, ``seq_len``, the split), the
     precision they were computed in, and which split."""
-    from runner.data.tables import fingerprint
+    from runner.data.reading.tables import fingerprint
 
     return fingerprint(digest, data, precision, which, 1)
 

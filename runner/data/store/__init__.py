@@ -8,7 +8,7 @@
 
 A data kind stores its token arrays here: an encoder (a picklable ``ChunkEncoder``) and a key, then
 :func:`prepared` with a build function that streams its table through :func:`encode_into` into a
-:class:`StoreWriter` (``runner.data.instruct_prepare`` is one). Torch-free, so worker processes start quickly.
+:class:`StoreWriter` (``runner.data.instruct.prepare`` is one). Torch-free, so worker processes start quickly.
 """
 
 from __future__ import annotations

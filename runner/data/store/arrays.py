@@ -41,7 +41,7 @@ def token_dtype(largest_id: int) -> np.dtype:
 class Mapped:
     """A read-only 1-D array in a file, mapped on first use. Pickles as its file name (a data loader's worker maps
     the same file instead of receiving a copy); ``len`` and ``a[i:j]`` (a numpy view of the map) as the
-    :class:`~runner.data.windows.Tokens` protocol asks."""
+    :class:`~runner.data.sequences.windows.Tokens` protocol asks."""
 
     def __init__(self, path: Path, dtype: Any, length: int) -> None:
         self.path, self.dtype, self.length = Path(path), np.dtype(dtype), int(length)

@@ -23,7 +23,7 @@ from runner import torch_internals as ti
 from runner.config.schema import AfterWarmup, DynamicConfig, ShapePolicy
 from runner.config.schema.options import Mark, Pad
 from runner.data.batch import iter_tensors
-from runner.data.text import IGNORE_INDEX, PadTo
+from runner.data.sequences.padding import IGNORE_INDEX, PadTo
 from runner.figures.dynamic import (
     DYNAMIC_AFTER_WARMUP,
     DYNAMIC_AGREED_DYNAMIC_DIMS,

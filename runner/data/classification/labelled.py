@@ -17,11 +17,11 @@ from typing import Any
 
 import numpy as np
 
-from runner.data.corpus import read_documents, stdlib_dir
-from runner.data.labels import label_values
-from runner.data.sources import DataError, Source, resolve
+from runner.data.classification.labels import label_values
+from runner.data.reading.corpus import read_documents, stdlib_dir
+from runner.data.reading.sources import DataError, Source, resolve
+from runner.data.reading.tables import check_column, in_memory_rows, load_table, null_rows, text_lengths
 from runner.data.summary import NULL_TEXT
-from runner.data.tables import check_column, in_memory_rows, load_table, null_rows, text_lengths
 
 # The default task: which of these stdlib packages a paragraph of source comes from.
 STDLIB_PACKAGES = ("asyncio", "email", "unittest", "xml")

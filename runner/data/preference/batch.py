@@ -28,8 +28,8 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from runner.data.padding import IGNORE_INDEX, PadTo
-from runner.data.preference_encode import FittedPairs
+from runner.data.preference.encode import FittedPairs
+from runner.data.sequences.padding import IGNORE_INDEX, PadTo
 from runner.packing import PackedInputs, best_fit_decreasing
 
 CHOSEN, REJECTED = 0, 1

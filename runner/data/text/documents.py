@@ -6,9 +6,9 @@ document is never in training and validation both (:mod:`runner.data.splits`).
 
 ``read_corpus`` reads what ``data.path`` names: the Python stdlib source by default (in memory, exactly as it has
 always been read, so every figure measured on it stands), text files (their bytes in a store of runner's cache,
-:func:`runner.data.text_files.load_text_files`), or the text column of a table (``.jsonl``, ``.csv``, ``.parquet``, a
-``save_to_disk`` folder), rows joined by the separator in packed windows. Token ids come from
-:func:`runner.data.encoding.encode` (a store, cached); they stay in memory-mapped files.
+:func:`runner.data.reading.text_files.load_text_files`), or the text column of a table (``.jsonl``, ``.csv``,
+``.parquet``, a ``save_to_disk`` folder), rows joined by the separator in packed windows. Token ids come from
+:func:`runner.data.tokens.encoding.encode` (a store, cached); they stay in memory-mapped files.
 """
 
 from __future__ import annotations
@@ -19,15 +19,15 @@ from typing import Any
 
 import numpy as np
 
-from runner.data.corpus import read_documents, stdlib_dir, text_files
-from runner.data.encoding import DOC, IDS, RAW_BYTES, encode
-from runner.data.sources import Source, capped, resolve
+from runner.data.reading.corpus import read_documents, stdlib_dir, text_files
+from runner.data.reading.sources import Source, capped, resolve
+from runner.data.reading.tables import load_table, null_rows, text_lengths
+from runner.data.reading.text_files import load_text_files
+from runner.data.sequences.windows import Spans, Tokens
 from runner.data.store import Store
 from runner.data.summary import NULL_TEXT
-from runner.data.tables import load_table, null_rows, text_lengths
-from runner.data.text_files import load_text_files
-from runner.data.tokenizers import Tokenizer, is_bytes
-from runner.data.windows import Spans, Tokens
+from runner.data.tokens.encoding import DOC, IDS, RAW_BYTES, encode
+from runner.data.tokens.tokenizers import Tokenizer, is_bytes
 
 log = logging.getLogger(__name__)
 

@@ -3,9 +3,9 @@
 A batch is ``({"input_ids", "attention_mask"}, labels)``: ids ``[batch, length]`` padded to the shape
 policy's length for the batch's longest text (``pad_to``, set by the builder), the mask 1 on real tokens,
 one label per text. Rows come from a table (``.jsonl``, ``.csv``, ``.parquet``, a ``save_to_disk`` folder), text
-files of ``label<TAB>text`` lines, or by default the Python stdlib task (:mod:`runner.data.labelled`). Tokens are
-UTF-8 bytes shifted by one (0 pads), or a saved tokenizer's (the model's, with ``model.path``), computed once by a
-cached ``map``; texts longer than ``seq_len`` tokens are cut there (and counted).
+files of ``label<TAB>text`` lines, or by default the Python stdlib task (:mod:`runner.data.classification.labelled`).
+Tokens are UTF-8 bytes shifted by one (0 pads), or a saved tokenizer's (the model's, with ``model.path``), computed
+once by a cached ``map``; texts longer than ``seq_len`` tokens are cut there (and counted).
 """
 
 from __future__ import annotations
@@ -21,16 +21,16 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from runner.config.target_objects import TokenRange
-from runner.data.encoding import IDS, LENGTH, encode
-from runner.data.labelled import Labelled, read_labelled
-from runner.data.labels import LabelMap, label_map, row_ids
-from runner.data.padding import PadTo
-from runner.data.sources import DataError, names_something, own_validation
+from runner.data.classification.labelled import Labelled, read_labelled
+from runner.data.classification.labels import LabelMap, label_map, row_ids
+from runner.data.reading.sources import DataError, names_something, own_validation
+from runner.data.sequences.padding import PadTo
+from runner.data.sequences.windows import Shifted, Spans, Tokens, as_long
 from runner.data.splits import split_documents, val_how
 from runner.data.summary import DataSummary
-from runner.data.tokenizers import ByteTokens, Tokenizer, check_tokenizer, load_tokenizer, token_range
+from runner.data.tokens.encoding import IDS, LENGTH, encode
+from runner.data.tokens.tokenizers import ByteTokens, Tokenizer, check_tokenizer, load_tokenizer, token_range
 from runner.data.traits import DataTraits, ValMetric
-from runner.data.windows import Shifted, Spans, Tokens, as_long
 
 log = logging.getLogger(__name__)
 

@@ -7,11 +7,11 @@
   :data:`ALPACA_NO_INPUT_TEMPLATE` for rows whose input is empty);
 - **chat**: a column of conversations (``data.messages_column``, or a column named ``messages`` or ``conversations``
   found by itself as Alpaca's columns are): lists of ``{"role", "content"}`` or ShareGPT's ``{"from", "value"}``
-  (a CSV cell holds the list as JSON), each role checked and mapped (:mod:`runner.data.instruct_chat`), rendered
+  (a CSV cell holds the list as JSON), each role checked and mapped (:mod:`runner.data.instruct.chat`), rendered
   with the tokenizer's chat template or ``data.chat_template``. Every assistant turn is an answer.
 
 A row becomes ``segments``: ``(text, is_answer)`` pieces whose concatenation is the whole rendered example. The
-encoder (:mod:`runner.data.instruct_encode`) tokenizes each piece on its own, so a prompt's ids are the ids
+encoder (:mod:`runner.data.instruct.encode`) tokenizes each piece on its own, so a prompt's ids are the ids
 ``generate`` gives the same prompt, and puts an EOS after every answer.
 """
 
@@ -24,7 +24,7 @@ from enum import Enum
 from typing import Any
 
 from runner.config.errors import close_matches
-from runner.data.instruct_chat import (
+from runner.data.instruct.chat import (
     CHAT_COLUMNS,
     SHAPES_HINT,
     Render,
@@ -33,7 +33,7 @@ from runner.data.instruct_chat import (
     messages_of,
     template_render,
 )
-from runner.data.sources import DataError, Source
+from runner.data.reading.sources import DataError, Source
 
 PAIR_TEMPLATE = "### Instruction:\n{prompt}\n\n### Response:\n"
 """The default prompt of the pair format (``{prompt}``: the prompt column's text)."""

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from runner.data.sources import Source
+from runner.data.reading.sources import Source
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from runner.data.corpus import SKIP_DIRS, describe_missing_text, sniff, text_files
+from runner.data.reading.corpus import SKIP_DIRS, describe_missing_text, sniff, text_files
 
 log = logging.getLogger(__name__)
 

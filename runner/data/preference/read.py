@@ -4,7 +4,7 @@ with their numbers (:mod:`runner.data.preference` builds its splits on it).
 
 The store's name is the digest of the table's bytes, the tokenizer's files, the columns, templates and role mapping
 (``data.roles``, and the names ShareGPT's turns are read by), ``data.max_examples`` and the encoder's version, as
-instruction data's is (:mod:`runner.data.instruct_prepare`); the table's shape and what is wrong with its rows are
+instruction data's is (:mod:`runner.data.instruct.prepare`); the table's shape and what is wrong with its rows are
 kept in the store's description, so a second run reads neither the table nor its conversations again."""
 
 from __future__ import annotations
@@ -16,13 +16,14 @@ from typing import Any
 
 import numpy as np
 
-from runner.data.instruct_chat import SHAPES_HINT, SHAREGPT_ROLES, count_turns, unknown_role
-from runner.data.instruct_encode import BYTES_EOS, largest_id, tokenizer_and_render
-from runner.data.instruct_formats import Render
-from runner.data.instruct_prepare import source_files
-from runner.data.preference_encode import CHOSEN, PROBLEM, PROMPT, REJECTED, SAME, VERSION, PairEncoder
-from runner.data.preference_formats import PairFormat, Shape, resolve_shape
-from runner.data.sources import DataError, Source, resolve
+from runner.data.instruct.chat import SHAPES_HINT, SHAREGPT_ROLES, count_turns, unknown_role
+from runner.data.instruct.encode import BYTES_EOS, largest_id, tokenizer_and_render
+from runner.data.instruct.formats import Render
+from runner.data.instruct.prepare import source_files
+from runner.data.preference.encode import CHOSEN, PROBLEM, PROMPT, REJECTED, SAME, VERSION, PairEncoder
+from runner.data.preference.formats import PairFormat, Shape, resolve_shape
+from runner.data.reading.sources import DataError, Source, resolve
+from runner.data.reading.tables import load_table
 from runner.data.store import (
     PrepareTimeout,
     Store,
@@ -37,8 +38,7 @@ from runner.data.store import (
     token_dtype,
 )
 from runner.data.store.progress import Heartbeat
-from runner.data.tables import load_table
-from runner.data.tokenizers import Tokenizer, is_bytes, tokenizer_stamp
+from runner.data.tokens.tokenizers import Tokenizer, is_bytes, tokenizer_stamp
 
 log = logging.getLogger(__name__)
 

@@ -1,8 +1,9 @@
-"""Reading a table :class:`~runner.data.sources.Source` into a Hugging Face ``datasets.Dataset`` (memory-mapped
-Arrow, prepared once and read from ``datasets``' cache on every later run, ``HF_DATASETS_CACHE``): ``.jsonl``,
-``.csv``, ``.parquet`` through ``datasets``' own builders, a ``save_to_disk`` folder through ``load_from_disk``; a
-file that cannot be read is a :class:`~runner.data.sources.DataError`. Its columns' checks and text lengths read
-the table's files, not its memory map. (Text files go into a store of their bytes: :mod:`runner.data.text_files`.)
+"""Reading a table :class:`~runner.data.reading.sources.Source` into a Hugging Face ``datasets.Dataset``
+(memory-mapped Arrow, prepared once and read from ``datasets``' cache on every later run, ``HF_DATASETS_CACHE``):
+``.jsonl``, ``.csv``, ``.parquet`` through ``datasets``' own builders, a ``save_to_disk`` folder through
+``load_from_disk``; a file that cannot be read is a :class:`~runner.data.reading.sources.DataError`. Its columns'
+checks and text lengths read the table's files, not its memory map. (Text files go into a store of their bytes:
+:mod:`runner.data.reading.text_files`.)
 
 ``datasets`` is quiet while it works (no progress bars, no log lines of its own); its settings are put back.
 """
@@ -20,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from runner.config.errors import close_matches
-from runner.data.sources import SAVED, VALIDATION_SPLITS, DataError, Source
+from runner.data.reading.sources import SAVED, VALIDATION_SPLITS, DataError, Source
+from runner.data.reading.table_errors import json_object_of_rows, not_text, unreadable
 from runner.data.store.progress import Heartbeat
-from runner.data.table_errors import json_object_of_rows, not_text, unreadable
 
 log = logging.getLogger(__name__)
 

@@ -3,17 +3,17 @@
 The store's name (:func:`examples_key`) is the digest of the table's bytes (its files' contents, not their names or
 times), the tokenizer's (its files' contents: bytes, or a saved tokenizer's vocabulary, merges, configuration and
 chat template), the columns, templates and role mapping (``data.roles``) that make a row's text, the names ShareGPT's
-turns are read by (:data:`~runner.data.instruct_chat.SHAREGPT_ROLES`; whether a table's turns are ShareGPT's or
+turns are read by (:data:`~runner.data.instruct.chat.SHAREGPT_ROLES`; whether a table's turns are ShareGPT's or
 ``role``/``content`` its bytes decide), and the encoder's version: a second run on the same rows, wherever they lie
 and however often they were touched, reads the store instead of preparing again, and any change to what the ids
 would be, or to which turns are answers, makes a new one. ``data.seq_len``, the loss's policy and packing are
-applied to the examples afterwards (:mod:`runner.data.instruct_layout`, cached under a key of their own).
+applied to the examples afterwards (:mod:`runner.data.instruct.layout`, cached under a key of their own).
 
 Preparing reads the table once (``datasets`` turns JSON lines, CSV or Parquet into Arrow) and checks its shape
 before anything is tokenized: a JSON object holding the rows, a conversation column without a chat template, a role
 no rule maps (a conversation column's turns are counted batch by batch as they stream from the table's files,
-:func:`~runner.data.instruct_chat.count_turns`, and kept in the store's description for the data section). It then
-streams the rows through :class:`~runner.data.instruct_encode.InstructEncoder` on every core and writes the ids as
+:func:`~runner.data.instruct.chat.count_turns`, and kept in the store's description for the data section). It then
+streams the rows through :class:`~runner.data.instruct.encode.InstructEncoder` on every core and writes the ids as
 they come (:mod:`runner.data.store`), saying how far it got when it takes more than a few seconds. Local rank 0
 prepares; the other ranks of its machine wait for it and read the same files.
 """
@@ -25,8 +25,8 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from runner.data.instruct_chat import SHAPES_HINT, SHAREGPT_ROLES, Turns, count_turns, unknown_role
-from runner.data.instruct_encode import (
+from runner.data.instruct.chat import SHAPES_HINT, SHAREGPT_ROLES, Turns, count_turns, unknown_role
+from runner.data.instruct.encode import (
     ANSWERS,
     BYTES_EOS,
     EMPTY_ANSWER,
@@ -37,8 +37,10 @@ from runner.data.instruct_encode import (
     largest_id,
     tokenizer_and_render,
 )
-from runner.data.instruct_formats import Format, Kind, resolve_format
-from runner.data.sources import SAVED, DataError, Source, resolve
+from runner.data.instruct.formats import Format, Kind, resolve_format
+from runner.data.reading.sources import SAVED, DataError, Source, resolve
+from runner.data.reading.table_errors import json_object_of_rows
+from runner.data.reading.tables import load_table
 from runner.data.store import (
     PrepareTimeout,
     Store,
@@ -53,9 +55,7 @@ from runner.data.store import (
     token_dtype,
 )
 from runner.data.store.progress import Heartbeat
-from runner.data.table_errors import json_object_of_rows
-from runner.data.tables import load_table
-from runner.data.tokenizers import Tokenizer, is_bytes, tokenizer_stamp
+from runner.data.tokens.tokenizers import Tokenizer, is_bytes, tokenizer_stamp
 
 log = logging.getLogger(__name__)
 

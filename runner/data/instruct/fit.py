@@ -15,16 +15,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from runner.data.instruct_encode import ANSWERS, IDS
+from runner.data.instruct.encode import ANSWERS, IDS
+from runner.data.sequences.windows import Spans
 from runner.data.store import Mapped, Store
-from runner.data.windows import Spans
 from runner.packing.bins import PackRows
 
 
 class AnswerMask:
     """Where the answers are in a store's flat ids, read as a mask: ``mask[a:b]`` is ``int8``, 1 on answer ids
-    (the :class:`~runner.data.windows.Tokens` protocol :class:`~runner.data.packed.Examples` reads labels through).
-    ``starts`` and ``ends``: each answer's run, in the flat ids; ``example``: whose it is."""
+    (the :class:`~runner.data.sequences.windows.Tokens` protocol :class:`~runner.data.sequences.packed.Examples`
+    reads labels through). ``starts`` and ``ends``: each answer's run, in the flat ids; ``example``: whose it is."""
 
     def __init__(self, example_starts: np.ndarray, runs: Store) -> None:
         answers = runs.ragged(ANSWERS)

@@ -5,11 +5,11 @@ ones TRL's ``DPOTrainer`` reads, told apart by the table's columns and its first
 
 - **explicit text**: ``data.prompt_column`` (``prompt``), ``data.chosen_column`` (``chosen``) and
   ``data.rejected_column`` (``rejected``), each a text; the prompt is put in ``data.prompt_template`` (the
-  instruction data's, :data:`runner.data.instruct_formats.PAIR_TEMPLATE`, by default);
+  instruction data's, :data:`runner.data.instruct.formats.PAIR_TEMPLATE`, by default);
 - **explicit conversation**: the same columns holding conversations (lists of ``{"role", "content"}`` messages, or
   ShareGPT's ``{"from", "value"}``; a CSV cell holds the list as JSON): the prompt's messages, and each completion's
   (the assistant's turns); each role checked and mapped as instruction data's are (``data.roles``,
-  :mod:`runner.data.instruct_chat`);
+  :mod:`runner.data.instruct.chat`);
 - **implicit conversation**: no prompt column; chosen and rejected are whole conversations, and the prompt is the
   messages they share from the start (UltraFeedback's binarized shape);
 - **implicit text**: no prompt column; chosen and rejected are whole texts, and the prompt is the text they share
@@ -29,9 +29,9 @@ from enum import Enum
 from typing import Any
 
 from runner.config.errors import close_matches
-from runner.data.instruct_chat import SHAPES_HINT, RoleError
-from runner.data.instruct_formats import PAIR_TEMPLATE, Render, messages_of
-from runner.data.sources import DataError, Source
+from runner.data.instruct.chat import SHAPES_HINT, RoleError
+from runner.data.instruct.formats import PAIR_TEMPLATE, Render, messages_of
+from runner.data.reading.sources import DataError, Source
 
 DEFAULT_PROMPT = "prompt"
 IDENTICAL = "chosen identical to rejected"

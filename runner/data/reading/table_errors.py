@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from runner.data.sources import DataError, Source
+from runner.data.reading.sources import DataError, Source
 
 _FORMAT = {"json": "JSON lines (or a JSON array)", "csv": "CSV", "parquet": "Parquet"}
 _KINDS = {"int": "a number", "float": "a number", "bool": "true or false", "list": "a list", "dict": "an object"}

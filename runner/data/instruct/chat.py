@@ -22,8 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from runner.data.sources import DataError, Source
-from runner.data.table_errors import row_place
+from runner.data.reading.sources import DataError, Source
+from runner.data.reading.table_errors import row_place
 
 ROLES = ("system", "user", "assistant")
 """The roles of the chat format; the assistant's turns are the answers."""

@@ -1,13 +1,13 @@
 """Instruction and chat data for a causal LM: the loss on the answers, an EOS after each (``data=instruct``).
 
 Rows come from a table (``.jsonl``/``.json``, ``.csv``, ``.parquet``, a ``save_to_disk`` folder) in one of three
-shapes (:mod:`runner.data.instruct_formats`), are tokenized once, on every core, into a store of flat token arrays
-named by their content, with their answers marked (:mod:`runner.data.instruct_prepare`), and fitted to
-``data.seq_len`` (:mod:`runner.data.instruct_layout`, also stored). Batches read their ids from memory-mapped files:
+shapes (:mod:`runner.data.instruct.formats`), are tokenized once, on every core, into a store of flat token arrays
+named by their content, with their answers marked (:mod:`runner.data.instruct.prepare`), and fitted to
+``data.seq_len`` (:mod:`runner.data.instruct.layout`, also stored). Batches read their ids from memory-mapped files:
 a process holds what its batches touch, not the data, and the ranks of a machine share one copy. Validation is
 ``data.val_path``'s rows, else a seeded split by row, never overlapping training. Batches are padded per the shape
 policy (``(inputs, targets)``, targets ``IGNORE_INDEX`` outside the loss), or, with ``data.packing=true``, rows of
-exactly ``seq_len`` holding several examples that never attend to one another (:mod:`runner.data.packed`).
+exactly ``seq_len`` holding several examples that never attend to one another (:mod:`runner.data.sequences.packed`).
 
 Everything that makes the data unusable is refused before the run (``check_arguments``): a missing column, a JSON
 object holding the rows, a conversation column without a chat template, a role no rule maps (``data.roles``), empty
@@ -28,17 +28,24 @@ from torch.utils.data import DataLoader
 
 from runner.config.schema.data import TrainOn
 from runner.config.target_objects import TokenRange
-from runner.data.instruct_encode import eos_id
-from runner.data.instruct_fit import Fitted
-from runner.data.instruct_formats import prompt_info
-from runner.data.instruct_layout import Layout, arrange
-from runner.data.instruct_prepare import SHIPPED, Prepared, prepare, refuse_problems
-from runner.data.instruct_summary import describe, summarize
-from runner.data.packed import Examples, Packs, pack_collate
-from runner.data.padding import PadCollate, PadTo
-from runner.data.sources import DataError, names_something
+from runner.data.instruct.encode import eos_id
+from runner.data.instruct.fit import Fitted
+from runner.data.instruct.formats import prompt_info
+from runner.data.instruct.layout import Layout, arrange
+from runner.data.instruct.prepare import SHIPPED, Prepared, prepare, refuse_problems
+from runner.data.instruct.summary import describe, summarize
+from runner.data.reading.sources import DataError, names_something
+from runner.data.sequences.packed import Examples, Packs, pack_collate
+from runner.data.sequences.padding import PadCollate, PadTo
 from runner.data.summary import DataSummary
-from runner.data.tokenizers import SavedTokenizer, Tokenizer, check_tokenizer, is_bytes, load_tokenizer, token_range
+from runner.data.tokens.tokenizers import (
+    SavedTokenizer,
+    Tokenizer,
+    check_tokenizer,
+    is_bytes,
+    load_tokenizer,
+    token_range,
+)
 from runner.data.traits import DataTraits, ValMetric
 
 log = logging.getLogger(__name__)

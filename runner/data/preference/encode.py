@@ -1,11 +1,11 @@
 """Preference rows as token ids (an encoder of a store's chunks), then the fit of each pair to ``data.seq_len``.
 
-Each row's prompt and its two completions (:mod:`runner.data.preference_formats`) are tokenized one by one, as
+Each row's prompt and its two completions (:mod:`runner.data.preference.formats`) are tokenized one by one, as
 instruction data's pieces are: the prompt with the tokenizer's special tokens (a BOS where it adds one; a chat
 template writes its own), each completion without, and an EOS after each completion where its ids do not hold it
-already (:func:`runner.data.instruct_encode.eos_id`). So a prompt's ids are what ``generate`` gives the same prompt.
+already (:func:`runner.data.instruct.encode.eos_id`). So a prompt's ids are what ``generate`` gives the same prompt.
 :class:`PairEncoder` does it a chunk of rows at a time, on every core, into a store of three ragged columns and a
-problem code per row (:mod:`runner.data.preference_read` prepares it; :mod:`runner.data.store`).
+problem code per row (:mod:`runner.data.preference.read` prepares it; :mod:`runner.data.store`).
 
 A pair trains two sequences, prompt + chosen and prompt + rejected; the loss covers the completions' ids (their EOS
 included). A sequence longer than ``data.seq_len`` positions is cut at ``seq_len + 1`` ids (the end of its completion
@@ -21,12 +21,12 @@ from typing import Any
 
 import numpy as np
 
-from runner.data.instruct_encode import eos_id, tokenizer_and_render
-from runner.data.instruct_formats import Render
-from runner.data.preference_formats import IDENTICAL, PairFormat
+from runner.data.instruct.encode import eos_id, tokenizer_and_render
+from runner.data.instruct.formats import Render
+from runner.data.preference.formats import IDENTICAL, PairFormat
+from runner.data.sequences.windows import Spans
 from runner.data.store import Chunk, Ragged, Store
-from runner.data.tokenizers import Tokenizer
-from runner.data.windows import Spans
+from runner.data.tokens.tokenizers import Tokenizer
 
 log = logging.getLogger(__name__)
 

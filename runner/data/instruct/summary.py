@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from runner.data.instruct_fit import Fitted
-from runner.data.instruct_formats import Format, Kind
-from runner.data.summary import DataSummary
+from runner.data.instruct.fit import Fitted
+from runner.data.instruct.formats import Format, Kind
+from runner.data.summary import DataSummary, packing_figures
 from runner.figures import data as keys
 
 
@@ -46,7 +46,7 @@ def summarize(parts: list[Any], fitted: tuple[Fitted, Fitted], train: int, val: 
 def turn_figures(parts: list[Any], fitted: tuple[Fitted, Fitted]) -> dict[str, Any]:
     """A chat's turns: by role, the assistant turns trained on and those ``data.seq_len`` cut off, the others.
     ``parts[0]`` holds training's rows (and validation's, when split from them), ``parts[-1]`` validation's. The
-    turns trained on are the answer runs with a target in the loss (:func:`runner.data.instruct_fit.fit`, from the
+    turns trained on are the answer runs with a target in the loss (:func:`runner.data.instruct.fit.fit`, from the
     runs' bounds: no token is read)."""
     turns = [p.turns for p in parts if p.turns is not None]
     answers = sum(t.answers for t in turns)
@@ -59,13 +59,6 @@ def turn_figures(parts: list[Any], fitted: tuple[Fitted, Fitted]) -> dict[str, A
     shown = ", ".join(f"{w}{'' if r == w else f' -> {r}'} {n}" for w, (r, n) in roles.items())
     return {keys.DATA_ROLES: shown, keys.DATA_TURNS_TRAINED: trained, keys.DATA_TURNS_CUT: answers - trained,
             keys.DATA_TURNS_PROMPT: sum(t.others for t in turns)}
-
-
-def packing_figures(packs: dict[str, Any], batch_size: int) -> dict[str, Any]:
-    """``Packs.describe()`` of the training rows as figures, with the one batch shape they make."""
-    return {keys.DATA_PACKS: packs["packs"], keys.DATA_EXAMPLES_PER_PACK: packs["per_pack"],
-            keys.DATA_PACKING_PADDING_PCT: packs["padding_pct"],
-            keys.DATA_BATCH_SHAPE: f"[{batch_size}, {packs['seq_len']}] every batch (packed rows)"}
 
 
 def describe(own: dict[str, Any]) -> str:

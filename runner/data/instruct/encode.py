@@ -1,6 +1,6 @@
 """Instruction rows as token ids with their answers marked: the encoder each chunk of a table goes through.
 
-Each row's pieces (:mod:`runner.data.instruct_formats`) are tokenized one by one: the first with the tokenizer's
+Each row's pieces (:mod:`runner.data.instruct.formats`) are tokenized one by one: the first with the tokenizer's
 special tokens (a BOS where it adds one; a chat template writes its own), the rest without. Every answer ends with
 the EOS (the tokenizer's ``eos_token``; byte-level text: :data:`BYTES_EOS`), added where the answer's ids do not
 hold it already (a chat template's end-of-turn often is the EOS). A row becomes its ids (the ragged column ``ids``)
@@ -20,10 +20,10 @@ from typing import Any
 
 import numpy as np
 
-from runner.data.instruct_chat import ANSWER_ROLE, Render, messages_of, template_render
-from runner.data.instruct_formats import Format, Kind
+from runner.data.instruct.chat import ANSWER_ROLE, Render, messages_of, template_render
+from runner.data.instruct.formats import Format, Kind
 from runner.data.store.parallel import Chunk
-from runner.data.tokenizers import SavedTokenizer, Tokenizer, is_bytes, load_tokenizer
+from runner.data.tokens.tokenizers import SavedTokenizer, Tokenizer, is_bytes, load_tokenizer
 
 BYTES_EOS = 4
 """The EOS of byte-level instruction data: ASCII's end-of-transmission byte, which text does not hold."""

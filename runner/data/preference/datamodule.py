@@ -1,10 +1,10 @@
 """Preference pairs for a causal LM (``data=preference``, ``objective=dpo|simpo|orpo``; docs/preference.md).
 
 Rows come from a table (``.jsonl``/``.json``, ``.csv``, ``.parquet``, a ``save_to_disk`` folder: read as instruction
-data's are) in one of four shapes (:mod:`runner.data.preference_formats`), are tokenized once into a cached Arrow
-file (:mod:`runner.data.preference_encode`) and fitted to ``data.seq_len``. Validation is ``data.val_path``'s rows,
+data's are) in one of four shapes (:mod:`runner.data.preference.formats`), are tokenized once into a cached Arrow
+file (:mod:`runner.data.preference.encode`) and fitted to ``data.seq_len``. Validation is ``data.val_path``'s rows,
 else a seeded split by row, never overlapping training. Batches hold both sequences of each pair
-(:mod:`runner.data.preference_batch`): padded per the shape policy, or packed into rows of ``2 x seq_len``.
+(:mod:`runner.data.preference.batch`): padded per the shape policy, or packed into rows of ``2 x seq_len``.
 
 Everything that makes the data unusable is refused before the run (``check_arguments``): a missing column, a
 conversation without a chat template, a malformed row, no pair that fits ``seq_len``, fewer pairs than a batch.
@@ -25,18 +25,17 @@ import torch
 from torch.utils.data import DataLoader
 
 from runner.config.target_objects import TokenRange
-from runner.data.instruct_encode import BYTES_EOS, eos_id
-from runner.data.instruct_formats import PAIR_TEMPLATE, Render, template_render
-from runner.data.instruct_summary import packing_figures
-from runner.data.padding import PadTo
-from runner.data.preference_batch import PackCollate, PairCollate, PairPacks, PairSequences
-from runner.data.preference_encode import FittedPairs, fit_pairs
-from runner.data.preference_formats import PairFormat, Shape
-from runner.data.preference_read import SHIPPED, PreparedPairs, prepare_pairs, refuse_problems
-from runner.data.sources import DataError, names_something
+from runner.data.instruct.encode import BYTES_EOS, eos_id
+from runner.data.instruct.formats import PAIR_TEMPLATE, Render, template_render
+from runner.data.preference.batch import PackCollate, PairCollate, PairPacks, PairSequences
+from runner.data.preference.encode import FittedPairs, fit_pairs
+from runner.data.preference.formats import PairFormat, Shape
+from runner.data.preference.read import SHIPPED, PreparedPairs, prepare_pairs, refuse_problems
+from runner.data.reading.sources import DataError, names_something
+from runner.data.sequences.padding import PadTo
 from runner.data.splits import VAL_PATH, split_documents
-from runner.data.summary import DataSummary
-from runner.data.tokenizers import SavedTokenizer, Tokenizer, check_tokenizer, load_tokenizer, token_range
+from runner.data.summary import DataSummary, packing_figures
+from runner.data.tokens.tokenizers import SavedTokenizer, Tokenizer, check_tokenizer, load_tokenizer, token_range
 from runner.data.traits import DataTraits, ValMetric
 from runner.figures import data as keys
 
@@ -234,10 +233,10 @@ class PreferenceDataModule(L.LightningDataModule):
 
     def reference_key(self) -> list[Any]:
         """What the pairs' log-probabilities depend on, besides the model: each table's store (named by its bytes,
-        the tokenizer and the settings; :mod:`runner.data.preference_read`), its rows, its shape and columns, the
+        the tokenizer and the settings; :mod:`runner.data.preference.read`), its rows, its shape and columns, the
         templates, the tokenizer's files, the EOS, ``seq_len``. Part of
         the key of precomputed reference log-probabilities (``runner.training.reference``)."""
-        from runner.data.tokenizers import tokenizer_stamp
+        from runner.data.tokens.tokenizers import tokenizer_stamp
 
         tokenizer = load_tokenizer(self.tokenizer_spec)
         parts = [[p.stamp, p.rows, p.fmt.shape.value, p.fmt.prompt_column, p.fmt.chosen_column,

@@ -2,7 +2,7 @@
 
 An example is ``n`` token ids and which of them are in the loss: it trains ``n - 1`` positions, inputs ``ids[:-1]``,
 targets ``ids[1:]`` (``IGNORE_INDEX`` where not in the loss). :class:`Examples` gives one as a ``[2, n]`` tensor
-(ids, labels) for :class:`~runner.data.padding.PadCollate`. :class:`Packs` lays examples end to end in rows of
+(ids, labels) for :class:`~runner.data.sequences.padding.PadCollate`. :class:`Packs` lays examples end to end in rows of
 ``seq_len`` positions chosen by best-fit decreasing (:func:`runner.packing.bins.pack_rows`), each example's
 inputs and targets its own (no target crosses into the next example), position ids restarting at 0, and
 ``document_ids`` numbering the examples of the row; the rest of a row is padding (pad id, no target, an example of
@@ -20,8 +20,8 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from runner.data.padding import IGNORE_INDEX
-from runner.data.windows import Spans, Tokens
+from runner.data.sequences.padding import IGNORE_INDEX
+from runner.data.sequences.windows import Spans, Tokens
 from runner.packing import PackedInputs
 from runner.packing.bins import PackRows, pack_rows
 

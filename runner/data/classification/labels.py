@@ -3,7 +3,7 @@
 Integer labels (``3``, or ``"3"`` in a CSV or a text file) are their own class ids; names (``"spam"``) are
 numbered in sorted order. A column whose rows mix the two kinds (JSON lines with ``1`` and ``"cat"``, a header row
 read as data), a row without a label, a negative id or a fractional one is a
-:class:`~runner.data.sources.DataError`: one paragraph naming the rows and the fix. The map from label to id is
+:class:`~runner.data.reading.sources.DataError`: one paragraph naming the rows and the fix. The map from label to id is
 what a trained classifier's ``labels.json`` holds (``runner.telemetry.data_report`` writes it into the run
 directory).
 """
@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from runner.data.sources import DataError, Source
+from runner.data.reading.sources import DataError, Source
 
 INT, NAME = "int", "name"
 

@@ -1,6 +1,6 @@
 """runner's byte ids as a Hugging Face tokenizer: ``tokenizers``' own format (``tokenizer.json``), loaded by
-``AutoTokenizer``, whose ids are exactly :class:`~runner.data.tokenizers.ByteTokens`' (each UTF-8 byte of the text
-plus the family's offset; with an offset, id 0 pads), so an exported byte-level model reads text in
+``AutoTokenizer``, whose ids are exactly :class:`~runner.data.tokens.tokenizers.ByteTokens`' (each UTF-8 byte of the
+text plus the family's offset; with an offset, id 0 pads), so an exported byte-level model reads text in
 ``transformers.pipeline`` as it did in training.
 
 It is a byte-level BPE without merges: the ``ByteLevel`` pre-tokenizer turns each byte of the UTF-8 text into one

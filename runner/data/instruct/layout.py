@@ -16,10 +16,10 @@ from typing import Any
 
 import numpy as np
 
-from runner.data.instruct_fit import Encoded, Fitted, fit
+from runner.data.instruct.fit import Encoded, Fitted, fit
+from runner.data.sequences.windows import Spans
 from runner.data.splits import VAL_PATH, split_documents
 from runner.data.store import PrepareTimeout, Store, StoreWriter, prepared, store_dir, store_key
-from runner.data.windows import Spans
 from runner.packing.bins import PackRows, pack_rows
 
 log = logging.getLogger(__name__)
@@ -73,7 +73,7 @@ def arrange(stores: list[Store], keys: list[str], seq_len: int, answers_only: bo
     try:
         store, _ = prepared(directory, build, what)
     except PrepareTimeout as e:
-        from runner.data.sources import DataError
+        from runner.data.reading.sources import DataError
 
         raise DataError(str(e)) from e
     return Layout(_read(store, "train", encoded[0], seq_len, packing), _read(store, "val", encoded[-1], seq_len,
@@ -85,7 +85,7 @@ def _split(n: int, n_val: int, val_path: bool, val_fraction: float, seed: int,
     if val_path:
         return np.arange(n), np.arange(n_val), VAL_PATH
     if n < 2:
-        from runner.data.sources import DataError
+        from runner.data.reading.sources import DataError
 
         raise DataError(f"{what} holds {n} row: a split needs two (one to train, one to validate). Give more "
                         "examples, or validation rows as data.val_path.")

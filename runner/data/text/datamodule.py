@@ -1,12 +1,12 @@
 """Text for causal language models: UTF-8 bytes, or the ids of a saved tokenizer (the model's, with ``model.path``),
 in packed windows or one variable-length sequence per document, from the Python stdlib source, text files, or
-the text column of a table (:mod:`runner.data.documents`: every format ``data.path`` takes).
+the text column of a table (:mod:`runner.data.text.documents`: every format ``data.path`` takes).
 
 Targets of padded positions are ``IGNORE_INDEX``, so padding never counts in the loss. How far a batch of
 documents is padded is the dynamic-shape policy's choice (``pad_to``), set by the builder; with ``packing`` the
 documents are packed into rows of exactly ``seq_len`` instead, attention never crossing them
-(:mod:`runner.data.packed`). Validation never overlaps training (:mod:`runner.data.splits`): ``val_path``'s files,
-else a seeded split by document, else the last windows of a single document.
+(:mod:`runner.data.sequences.packed`). Validation never overlaps training (:mod:`runner.data.splits`):
+``val_path``'s files, else a seeded split by document, else the last windows of a single document.
 """
 
 from __future__ import annotations
@@ -23,21 +23,20 @@ from torch.utils.data import DataLoader, Dataset, RandomSampler
 
 from runner.config.schema.data import Batching
 from runner.config.target_objects import TokenRange
-from runner.data.corpus import describe_missing_text
-from runner.data.documents import Corpus, read_corpus
-from runner.data.instruct_summary import packing_figures
-from runner.data.packed import Examples, Packs, pack_collate
-from runner.data.padding import IGNORE_INDEX, LengthGroupedBatchSampler, PadCollate, PadTo
-from runner.data.sources import DataError, names_something, own_validation, resolve
+from runner.data.reading.corpus import describe_missing_text
+from runner.data.reading.sources import DataError, names_something, own_validation, resolve
+from runner.data.reading.tables import load_table, text_lengths
+from runner.data.sequences.packed import Examples, Packs, pack_collate
+from runner.data.sequences.padding import LengthGroupedBatchSampler, PadCollate, PadTo
+from runner.data.sequences.windows import Chunks, PackedWindows, Spans, Stream
 from runner.data.splits import split_documents, tail_cut, tail_how, val_how
 from runner.data.store import Mapped, remembered, spans_blocks, store_key
-from runner.data.summary import DataSummary
-from runner.data.tables import load_table, text_lengths
-from runner.data.tokenizers import check_tokenizer, is_bytes, load_tokenizer, token_range
+from runner.data.summary import DataSummary, packing_figures
+from runner.data.text.documents import Corpus, read_corpus
+from runner.data.tokens.tokenizers import check_tokenizer, is_bytes, load_tokenizer, token_range
 from runner.data.traits import DataTraits, ValMetric
-from runner.data.windows import Chunks, PackedWindows, Spans, Stream
 
-__all__ = ["IGNORE_INDEX", "PadCollate", "PadTo", "TextDataModule", "TokenizedTextDataModule"]
+__all__ = ["TextDataModule", "TokenizedTextDataModule"]
 
 
 def unigram_bits(parts: Iterable[np.ndarray]) -> float:

@@ -5,7 +5,8 @@
 settings, so a second run on the same data reads them back instead of tokenizing again (and says so in its log).
 Bytes are stored as bytes (``uint8``: one byte per id); a tokenizer's ids in the narrowest dtype that holds them,
 with each text's full length beside them when they are cut (``length``). Text files are stored as their bytes
-already (:func:`runner.data.text_files.load_text_files`): with bytes nothing is encoded; a tokenizer reads their pieces.
+already (:func:`runner.data.reading.text_files.load_text_files`): with bytes nothing is encoded; a tokenizer reads
+their pieces.
 
 The ids are read through memory maps: nothing is copied until a sequence is read, and a data loader's workers map
 the same files.
@@ -35,7 +36,7 @@ from runner.data.store import (
     token_dtype,
 )
 from runner.data.store.parallel import store_batches
-from runner.data.tokenizers import Tokenizer, is_bytes, load_tokenizer, tokenizer_stamp
+from runner.data.tokens.tokenizers import Tokenizer, is_bytes, load_tokenizer, tokenizer_stamp
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +53,7 @@ VERSION = 1
 def rows_stamp(rows: Any) -> Any:
     """What identifies ``rows``' content: the digest of their Arrow files' bytes (a table prepared again from a file
     touched but unchanged is the same bytes) and their count; rows held in memory by ``datasets``' fingerprint of
-    them (:func:`runner.data.tables.in_memory_rows`: a hash of their values)."""
+    them (:func:`runner.data.reading.tables.in_memory_rows`: a hash of their values)."""
     from pathlib import Path
 
     files = [Path(f["filename"]) for f in rows.cache_files]
@@ -130,7 +131,7 @@ def encode(rows: Any, column: str, tokenizer: Tokenizer, *, suffix: str = "", ma
     try:
         store, built = prepared(directory, build, what or column)
     except PrepareTimeout as e:
-        from runner.data.sources import DataError
+        from runner.data.reading.sources import DataError
 
         raise DataError(str(e)) from e
     if built:
