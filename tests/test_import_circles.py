@@ -23,9 +23,10 @@ def _modules() -> dict[str, Path]:
 
 
 def _installed_elsewhere(name: str) -> bool:
-    """Whether a bare name a benchmark imports is an installed package (HF's ``peft``), not the sibling script of
-    that name: the scripts that import one take their own directory off ``sys.path`` first
-    (``contestants.peft.hf_peft_package``)."""
+    """Whether a bare name a benchmark imports is an installed package (HF's ``peft``), not the script or folder of
+    that name under benchmarks/: the scripts that import one take benchmarks/ off ``sys.path`` first
+    (``contestants.peft.hf_peft_package``). A folder a test imported earlier in this process (``contestants``) is
+    found in ``sys.modules``, at its own path under benchmarks/."""
     saved = list(sys.path)
     sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "benchmarks"]
     try:
@@ -34,7 +35,7 @@ def _installed_elsewhere(name: str) -> bool:
         spec = None
     finally:
         sys.path[:] = saved
-    return spec is not None and Path(spec.origin or "").resolve().parent != ROOT / "benchmarks"
+    return spec is not None and ROOT / "benchmarks" not in Path(spec.origin or "").resolve().parents
 
 
 def _edges(modules: dict[str, Path]) -> dict[str, set[str]]:
