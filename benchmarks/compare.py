@@ -3,19 +3,20 @@
     .venv/bin/python benchmarks/compare.py            # full run: gpt, many_params, overhead; cold/warm compile
     .venv/bin/python benchmarks/compare.py --quick    # tiny sizes, seconds of steps (the test uses it)
 
-Method: every contestant (``contestants.py``) trains its own copy of the same model (``workloads.py``, same seed) on
-the same batches (same DataLoader seed) with the same AdamW hyper-parameters, in its own process
-(threads of one process slow each other's OpenMP kernels: see ``contestants.py``), forked from a server that
-has imported torch and Lightning and run nothing (``fork_server.py``).
+Method: every contestant (``contestants/compare.py``) trains its own copy of the same model
+(``contestants/workloads.py``, same seed) on the same batches (same DataLoader seed) with the same AdamW
+hyper-parameters, in its own process (threads of one process slow each other's OpenMP kernels: see
+``contestants/compare.py``), forked from a server that has imported torch and Lightning and run nothing
+(``harness/fork_server.py``).
 The driver first lets each contestant build and run its warm-up steps alone (the first step is
 where compilation happens: compile time = first step - steady median), then runs ``--rounds``
 rounds in which every contestant in turn runs ``--turn`` timed steps (order reversed on odd
 rounds). Each contestant runs in ``--copies`` processes that take the rounds in turn, so one
 process's luck (memory placement, cores) does not decide a ratio. A step is the time between two
-consecutive step starts (the race: ``race.py``). Reported: the median step per
+consecutive step starts (the race: ``harness/race.py``). Reported: the median step per
 contestant, and each ratio as the median over rounds of the per-round ratio of medians, which
-cancels the machine's drift. Finally the cold/warm compile runs (``compile_cache.py``). Prints
-markdown tables and the targets (``compare_report.py``); writes ``benchmarks/results/compare.json``.
+cancels the machine's drift. Finally the cold/warm compile runs (``harness/compile_cache.py``).
+Prints markdown tables and the targets (``reports/compare.py``); writes ``benchmarks/results/compare.json``.
 """
 
 from __future__ import annotations
@@ -33,14 +34,14 @@ from multiprocessing.context import BaseContext
 from pathlib import Path
 from typing import Any
 
-import fork_server  # sibling modules: run as a script
 import lightning
 import torch
-from compare_report import report, targets
-from compile_cache import child, cold_warm
-from contestants import bf16_contestants, contestants
-from race import add_ratios, race
-from workloads import workloads
+from contestants.compare import bf16_contestants, contestants
+from contestants.workloads import workloads
+from harness import fork_server  # benchmarks/ on sys.path: run as a script
+from harness.compile_cache import child, cold_warm
+from harness.race import add_ratios, race
+from reports.compare import report, targets
 
 from runner.config.schema import Scope
 

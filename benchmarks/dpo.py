@@ -5,7 +5,7 @@
 
 TRL runs in a virtual environment of its own (``--trl-python``; make it with ``python -m venv TRL_VENV &&
 TRL_VENV/bin/pip install trl peft torch==<runner's torch>``), so neither tool's packages are the other's. Each
-contestant is its own process (``dpo_contestant.py``, started by its tool's Python), eager TRL first:
+contestant is its own process (``contestants/dpo.py``, started by its tool's Python), eager TRL first:
 
 - ``trl``: ``DPOTrainer`` + peft ``LoraConfig`` (the reference: the policy with its adapter disabled), eager;
 - ``trl_compile``: the same, compiled: the model compiled in place (``nn.Module.compile``) before peft wraps it,
@@ -21,11 +21,11 @@ tokenizer trained on them, the same adapter (rank 16, alpha 32, every attention 
 0.1, AdamW (lr 1e-3, weight decay 0.1, constant), float32; TRL's defaults that differ (bfloat16, gradient
 checkpointing, lr 1e-6) are set to these, which makes TRL faster on this CPU, not slower.
 
-``race.py``'s method: warm-up alone (where each compiles), then interleaved rounds of timed steps, reversed every
-other round; pairs/s is pairs per step over the median step, and each ratio the median over rounds of the per-round
-ratio. Beside it: peak memory (resident set), graphs, recompiles (and those after warm-up), graph breaks. Target
-(issue 78): runner LoRA-DPO >= 1.3x TRL's best in pairs/s, 0 recompiles after warm-up. Prints a markdown table;
-writes ``benchmarks/results/dpo.json`` (``--out``).
+``harness/race.py``'s method: warm-up alone (where each compiles), then interleaved rounds of timed steps, reversed
+every other round; pairs/s is pairs per step over the median step, and each ratio the median over rounds of the
+per-round ratio. Beside it: peak memory (resident set), graphs, recompiles (and those after warm-up), graph breaks.
+Target (issue 78): runner LoRA-DPO >= 1.3x TRL's best in pairs/s, 0 recompiles after warm-up. Prints a markdown
+table; writes ``benchmarks/results/dpo.json`` (``--out``).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from compare import machine  # sibling modules: run as a script
-from race import add_ratios, race
+from harness.race import add_ratios, race
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -66,7 +66,7 @@ class Child:
         self.name = c.name
         spec = {**c.spec, "steps": total}
         python = spec.pop("python")
-        self.proc = subprocess.Popen([python, str(HERE / "dpo_contestant.py"), json.dumps(spec)], cwd=ROOT,
+        self.proc = subprocess.Popen([python, str(HERE / "contestants" / "dpo.py"), json.dumps(spec)], cwd=ROOT,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         self.result: dict[str, Any] | None = None
         self._expect("done")  # built, waiting at its first step
@@ -229,8 +229,8 @@ def trl_torch_compile(spec: dict[str, Any]) -> str:
     or the last line of its error."""
     spec = {**spec, "compile": "trainer", "backend": "eager", "steps": 1, "warmup": 0, "alone": True}
     python = spec.pop("python")
-    done = subprocess.run([python, str(HERE / "dpo_contestant.py"), json.dumps(spec)], cwd=ROOT, capture_output=True,
-                          text=True, timeout=900, check=False)
+    done = subprocess.run([python, str(HERE / "contestants" / "dpo.py"), json.dumps(spec)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=900, check=False)
     lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     if lines and lines[-1]["kind"] == "result":
         return "trains"

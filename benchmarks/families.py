@@ -3,11 +3,11 @@
     .venv/bin/python benchmarks/families.py          # llama gpt2 bert (+ resnet18 vit_tiny where timm imports)
     .venv/bin/python benchmarks/families.py --models llama --quick
 
-compare.py's method and contestants (``race.race``: one process per contestant, interleaved rounds, ratios as the
-median over rounds of per-round median ratios, the eval loss of every contestant's trained model on one batch):
+compare.py's method and contestants (``harness.race.race``: one process per contestant, interleaved rounds, ratios as
+the median over rounds of per-round median ratios, the eval loss of every contestant's trained model on one batch):
 eager Lightning, Lightning + ``torch.compile(module)`` (without and with fused AdamW), a hand-written loop (compiled
 forward+loss, fused AdamW) and runner (``CompileStrategy``, compile.scope=step, optimizer=auto). Workloads:
-``family_workloads.py``. Prints markdown tables; writes ``benchmarks/results/families.json``.
+``contestants/family_workloads.py``. Prints markdown tables; writes ``benchmarks/results/families.json``.
 """
 
 from __future__ import annotations
@@ -22,12 +22,12 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-import fork_server  # sibling modules: run as a script
 from compare import machine  # sibling modules: run as a script
-from compare_report import LOSS_RTOL, table
-from contestants import contestants
-from family_workloads import FAMILIES, family_workload
-from race import race
+from contestants.compare import contestants
+from contestants.family_workloads import FAMILIES, family_workload
+from harness import fork_server  # benchmarks/ on sys.path: run as a script
+from harness.race import race
+from reports.compare import LOSS_RTOL, table
 
 from runner.config.schema import Scope
 

@@ -5,11 +5,12 @@
     python benchmarks/gpu.py --merge gpu-out/rows/*.json # fold a run's rows into results/gpu.json, rewrite docs/gpu.md
     python benchmarks/gpu.py --docs [--check]            # rewrite (check) docs/gpu.md's tables from results/gpu.json
 
-Workloads (the table ``WORKLOADS``): ``gpt_124m`` and ``gpt_small`` (step time, in rounds: ``gpu_gpt.py``),
-``hf_varlen`` (a BERT-shaped classifier fine-tuned on variable-length batches: time to finish, ``gpu_hf.py``),
+Workloads (the table ``WORKLOADS``): ``gpt_124m`` and ``gpt_small`` (step time, in rounds: ``gpu_workloads/gpt.py``),
+``hf_varlen`` (a BERT-shaped classifier fine-tuned on variable-length batches: time to finish, ``gpu_workloads/hf.py``),
 ``memory`` (saved-activation strategies on a Llama-style LM: the largest batch under a memory cap) and
-``cold_start`` (seconds to the first trained steps, cold and from a warm cache): ``gpu_specs.py``; ``packing``,
-``lora`` and ``vocab`` (a 128,256-id vocabulary: the chunked loss's peak memory and step time, ``gpu_vocab.py``).
+``cold_start`` (seconds to the first trained steps, cold and from a warm cache): ``gpu_workloads/specs.py``;
+``packing``, ``lora`` and ``vocab`` (a 128,256-id vocabulary: the chunked loss's peak memory and step time,
+``gpu_workloads/vocab.py``).
 Their order is need: a workload with a contestant never measured first, then the one measured longest ago
 (``benchmarks/results/gpu.json``'s rows; with ``--quick``, the order given); within a workload its reference
 peers (eager Lightning for ``hf_varlen``, the two Lightning peers of the GPT workloads) come first and are always
@@ -35,16 +36,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from gpu_common import Context, RunFile, Workload
-from gpu_docs import render, table
-from gpu_dpo import DPO_WORKLOAD
-from gpu_gpt import GPT_124M, GPT_SMALL
-from gpu_hf import HF_VARLEN
-from gpu_lora import LORA_WORKLOAD
-from gpu_packing import PACKING
-from gpu_results import RESULTS, load, merge, need_order, plan, unit_cost, write_json
-from gpu_specs import COLD_START, MEMORY
-from gpu_vocab import VOCAB_WORKLOAD
+from gpu_workloads.common import Context, RunFile, Workload
+from gpu_workloads.docs import render, table
+from gpu_workloads.dpo import DPO_WORKLOAD
+from gpu_workloads.gpt import GPT_124M, GPT_SMALL
+from gpu_workloads.hf import HF_VARLEN
+from gpu_workloads.lora import LORA_WORKLOAD
+from gpu_workloads.packing import PACKING
+from gpu_workloads.results import RESULTS, load, merge, need_order, plan, unit_cost, write_json
+from gpu_workloads.specs import COLD_START, MEMORY
+from gpu_workloads.vocab import VOCAB_WORKLOAD
 
 # Every workload, in the docs' order: a new one is a module defining its ``Workload`` and one entry here.
 WORKLOADS: dict[str, Workload] = {w.name: w for w in (
@@ -74,7 +75,7 @@ def order_key(workload: str, contestant: str) -> tuple[int, int]:
 def queue(names: list[str], results: dict[str, Any], budget_s: float, run_one: Callable[[str, int], None],
           max_rounds: int = 3, picked: Callable[[str], list[str]] | None = None,
           clock: Callable[[], float] = time.monotonic, say: Callable[[str], None] = print) -> list[tuple[str, int]]:
-    """Run ``names`` in order of need while they fit ``budget_s`` (``gpu_results.plan``, planned again before
+    """Run ``names`` in order of need while they fit ``budget_s`` (``gpu_workloads.results.plan``, planned again before
     each workload with the time really left): ``run_one(name, units)`` runs one; ``picked(name)``: the
     contestants it races (default all). The (workload, units) that ran."""
     picked = picked or (lambda n: list(WORKLOADS[n].contestants))  # reference peers (Workload.first) included

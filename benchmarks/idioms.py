@@ -24,8 +24,8 @@ the difference). Idioms with random ops in the step (``Idiom.dropout``) compile 
 many came after the first step), recompile-limit hits, demotions (``compile/demoted``), compile seconds.
 A runner fit that raises is a row of the table with its error, and the run goes on to the next idiom.
 Idioms whose fit ends before ``--warmup + --rounds x --turn`` steps (``trainer.should_stop``) are
-timed over the rounds both processes completed. Each idiom's row: ``idioms_summary.py``; its tables:
-``idioms_table.py``.
+timed over the rounds both processes completed. Each idiom's row: ``reports/idioms_summary.py``; its tables:
+``reports/idioms_table.py``.
 """
 
 from __future__ import annotations
@@ -51,8 +51,8 @@ from lightning.pytorch.callbacks import Callback
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the zoo lives in tests/ (run as a script from anywhere)
 
-from benchmarks.idioms_summary import failed, summarize  # noqa: E402
-from benchmarks.idioms_table import footnote, summary, table  # noqa: E402
+from benchmarks.reports.idioms_summary import failed, summarize  # noqa: E402
+from benchmarks.reports.idioms_table import footnote, summary, table  # noqa: E402
 from tests.zoo.registry import IDIOMS  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "results" / "idioms.json"

@@ -75,10 +75,10 @@ def data_module(dist: str, size: dict[str, Any], packing: bool, pad_to: Any) -> 
 def workload(name: str, dist: str, size: dict[str, Any], model: Any, device: str, backend: str,
              runner: dict[str, Any] | None = None) -> dict[str, Any]:
     """Train ``model`` as contestant ``name`` on ``dist``; its figures. ``runner``: more of runner's config nodes
-    (CUDA graphs on a GPU). Shared with the GPU workload (``gpu_packing.py``)."""
+    (CUDA graphs on a GPU). Shared with the GPU workload (``gpu_workloads/packing.py``)."""
     import torch
-    from contestants import _adamw
-    from gpu_contestant import BenchModule, Marks, bench_trainer, contestant, device_name
+    from contestants.compare import _adamw
+    from gpu_workloads.contestant import BenchModule, Marks, bench_trainer, contestant, device_name
 
     from runner.config.schema import Background, CompileConfig, DynamicConfig, ShapePolicy
     from runner.data.sequences.padding import IGNORE_INDEX, PadTo

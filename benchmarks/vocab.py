@@ -3,8 +3,8 @@
     .venv/bin/python benchmarks/vocab.py            # full run: 32,000, 128,256 and 256,000 ids, Inductor (~10 min)
     .venv/bin/python benchmarks/vocab.py --quick    # tiny model and vocabularies, Dynamo's eager backend (the test's)
 
-A Llama-style model (``vocab_contestants.py``: llama_tiny's width, two layers, 4,096 positions a step) with each
-vocabulary, fine-tuned in full and with LoRA. Per vocabulary and method, compare.py's race (``race.race``): each
+A Llama-style model (``contestants/vocab.py``: llama_tiny's width, two layers, 4,096 positions a step) with each
+vocabulary, fine-tuned in full and with LoRA. Per vocabulary and method, compare.py's race (``harness.race.race``): each
 contestant (eager Lightning first, Lightning + ``torch.compile``, runner with ``loss.chunked=false``, runner with its
 default ``loss.chunked=auto``) trains its own copy (same seed, same batches) in its own process, warm-up alone (its
 compile), then interleaved rounds of timed steps; each ratio is the median over rounds of the per-round ratio of
@@ -13,7 +13,7 @@ compile is not in it), the whole process's, graph breaks, recompiles, the eval l
 
 Then the largest batch under a fixed memory cap (``--cap-gib``, 4 GiB) at 128,256 ids, in full: Lightning + compile and
 runner's chunked loss, each in a process of its own on batches of 1, 2, 4, 8 and 16 rows of 1,024 positions, each
-size's peak resident set measured, until a size passes the cap (``vocab_contestants.ladder``).
+size's peak resident set measured, until a size passes the cap (``contestants.vocab.ladder``).
 
 Targets (issue 76), at 128,256 ids: runner_chunked's step peak <= 0.4x lightning_compile's at <= 1.10x its step
 time; at least 2x its batch under the same cap; at 32,000, runner_chunked (auto) never slower than runner_whole.
@@ -34,10 +34,10 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-import fork_server  # sibling modules: run as a script
 from compare import machine
-from race import add_ratios, race
-from vocab_contestants import CONFIGS, DEFAULT, LABELS, QUICK_CONFIGS, Config, ladder, size_of, vocab_contestants
+from contestants.vocab import CONFIGS, DEFAULT, LABELS, QUICK_CONFIGS, Config, ladder, size_of, vocab_contestants
+from harness import fork_server  # benchmarks/ on sys.path: run as a script
+from harness.race import add_ratios, race
 
 HERE = Path(__file__).resolve().parent
 OUT = HERE / "results" / "vocab.json"
@@ -84,7 +84,7 @@ def _ladder_process(env: dict[str, str], name: str, config: Config, a: dict[str,
 
 
 def run_ladder(ctx: Any, name: str, config: Config, a: argparse.Namespace) -> dict[str, Any]:
-    """``vocab_contestants.ladder`` in a process of its own (from the fork server, as the race's contestants)."""
+    """``contestants.vocab.ladder`` in a process of its own (from the fork server, as the race's contestants)."""
     here, child = ctx.Pipe()
     sizes = [1, 2, 4] if a.quick else LADDER
     args = {"quick": a.quick, "backend": a.backend, "sizes": sizes, "cap_gib": a.cap_gib}

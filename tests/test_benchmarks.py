@@ -83,8 +83,8 @@ def test_the_run_of_record_renders_every_target_with_the_overhead_models_framewo
     loop, next to runner's gap on the other models), computed again from the run's figures."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
     try:
-        from compare_report import report, targets
-        from race import add_ratios
+        from harness.race import add_ratios
+        from reports.compare import report, targets
     finally:
         sys.path.remove(str(ROOT / "benchmarks"))
     result = json.loads((ROOT / "benchmarks" / "results" / "compare.json").read_text())
@@ -106,7 +106,7 @@ def test_rounds_go_to_the_copies_in_turn() -> None:
     """With two processes per contestant, round r is copy r % 2's (r // 2)-th turn, after its warm-up."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
     try:
-        from race import round_times
+        from harness.race import round_times
     finally:
         sys.path.remove(str(ROOT / "benchmarks"))
     warmup, turn = 2, 3
@@ -122,8 +122,8 @@ def test_hook_time_leaves_out_the_turn_wait() -> None:
     """A tick inside a timed hook that waits for its turn: the wait is not callback time."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
     try:
-        from contestants import Pacer
-        from hook_clock import HookClock
+        from contestants.pacer import Pacer
+        from harness.hook_clock import HookClock
     finally:
         sys.path.remove(str(ROOT / "benchmarks"))
 

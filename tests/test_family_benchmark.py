@@ -26,7 +26,8 @@ def test_families_quick_races_each_family_against_lightning_compile(tmp_path: Pa
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    # Forked from the preloaded server (fork_server.py), whose socket directory is removed at exit without error.
+    # Forked from the preloaded server (harness/fork_server.py), whose socket directory is removed at exit without
+    # error.
     assert "spawned interpreters" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr[-3000:]
     assert "## bert: transformers bert" in proc.stdout
     result = json.loads(out.read_text())

@@ -22,11 +22,11 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import gpu  # noqa: E402  (benchmarks/ is a folder of scripts, not a package)
-from gpu_common import NOT_STARTED, Context, RunFile, Workload, run_jobs  # noqa: E402
-from gpu_docs import marked, render, table  # noqa: E402
-from gpu_hf import break_even  # noqa: E402
-from gpu_results import ROW_META, contestant_order, load, need_order, plan, unit_cost  # noqa: E402
-from gpu_specs import contestant_runner  # noqa: E402
+from gpu_workloads.common import NOT_STARTED, Context, RunFile, Workload, run_jobs  # noqa: E402
+from gpu_workloads.docs import marked, render, table  # noqa: E402
+from gpu_workloads.hf import break_even  # noqa: E402
+from gpu_workloads.results import ROW_META, contestant_order, load, need_order, plan, unit_cost  # noqa: E402
+from gpu_workloads.specs import contestant_runner  # noqa: E402
 
 sys.path.remove(str(ROOT / "benchmarks"))
 
@@ -277,7 +277,7 @@ def test_results_keep_the_h200_rows_and_docs_tables_are_what_the_results_write()
 def test_largest_batch_follows_the_line_through_the_two_peaks() -> None:
     sys.path.insert(0, str(ROOT / "benchmarks"))
     try:
-        from gpu_jobs import largest_batch, out_of_memory
+        from gpu_workloads.jobs import largest_batch, out_of_memory
     finally:
         sys.path.remove(str(ROOT / "benchmarks"))
     gib = 2**30
@@ -312,7 +312,7 @@ def _finish_fit(pending: Any, n: int = 4, steady: int = 2, long: int = 12) -> tu
 
     sys.path.insert(0, str(ROOT / "benchmarks"))
     try:
-        from gpu_hf_job import Finish
+        from gpu_workloads.hf_job import Finish
     finally:
         sys.path.remove(str(ROOT / "benchmarks"))
     finish = Finish(n, steady, long, "cpu", pending=pending)

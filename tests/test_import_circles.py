@@ -1,7 +1,7 @@
 """No import circles in ``runner/`` or ``benchmarks/``: a module that imports another (at the top or inside a
 function: a lazy import hides a circle, it does not remove it) never gets imported back by it, directly or through
 others. import-linter's layers keep packages apart; this keeps the modules inside a layer (and the benchmarks, run as
-scripts that import their siblings by bare name) from circling."""
+scripts that import the modules under benchmarks/ by bare name) from circling."""
 
 from __future__ import annotations
 
@@ -23,9 +23,10 @@ def _modules() -> dict[str, Path]:
 
 
 def _installed_elsewhere(name: str) -> bool:
-    """Whether a bare name a benchmark imports is an installed package (HF's ``peft``), not the sibling script of
-    that name: the scripts that import one take their own directory off ``sys.path`` first
-    (``peft_contestants.hf_peft_package``)."""
+    """Whether a bare name a benchmark imports is an installed package (HF's ``peft``), not the script or folder of
+    that name under benchmarks/: the scripts that import one take benchmarks/ off ``sys.path`` first
+    (``contestants.peft.hf_peft_package``). A folder a test imported earlier in this process (``contestants``) is
+    found in ``sys.modules``, at its own path under benchmarks/."""
     saved = list(sys.path)
     sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "benchmarks"]
     try:
@@ -34,7 +35,7 @@ def _installed_elsewhere(name: str) -> bool:
         spec = None
     finally:
         sys.path[:] = saved
-    return spec is not None and Path(spec.origin or "").resolve().parent != ROOT / "benchmarks"
+    return spec is not None and ROOT / "benchmarks" not in Path(spec.origin or "").resolve().parents
 
 
 def _edges(modules: dict[str, Path]) -> dict[str, set[str]]:
@@ -114,8 +115,9 @@ def test_the_finder_finds_a_circle_and_a_lazy_one() -> None:
     assert circles({"a": {"b"}, "b": set()}) == []
     edges = _edges(_modules())
     assert "runner.peft.files" in edges["runner.peft.inject"]  # a lazy or top import, either way an edge
-    assert "benchmarks.workload" in edges["benchmarks.contestants"]  # a bare sibling name
-    assert "benchmarks.peft" not in edges["benchmarks.peft_contestants"]  # `import peft` there is HF's
+    assert "benchmarks.contestants.workload" in edges["benchmarks.contestants.compare"]  # a name under benchmarks/
+    assert "benchmarks.harness.fork_server" in edges["benchmarks.compare"]  # `from harness import fork_server`
+    assert "benchmarks.peft" not in edges["benchmarks.contestants.peft"]  # `import peft` there is HF's
 
 
 def test_runner_and_benchmarks_have_no_import_circle() -> None:

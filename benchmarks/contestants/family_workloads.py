@@ -10,7 +10,8 @@ from typing import Any
 
 import torch
 from torch import nn
-from workload import Workload
+
+from contestants.workload import Workload
 
 FAMILIES = ("llama", "gpt2", "bert", "resnet18", "vit_tiny")
 # The recipes' sizes (recipes/*.yaml, conf/model/hf_*.yaml), dropout off as in the recipes.

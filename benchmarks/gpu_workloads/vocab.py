@@ -1,7 +1,7 @@
 """The ``vocab`` workload of ``gpu.py``: a Llama-style model with Llama 3's 128,256-id vocabulary fine-tuned in full,
 its loss from the whole logits or chunked; the step's CUDA peak memory and tokens/s, against Lightning + compile.
 
-Contestants (``vocab_contestants.py``'s, the CPU benchmark's ``vocab.py``, bf16-mixed on the GPU), each in a fresh
+Contestants (``contestants/vocab.py``'s, the CPU benchmark's ``vocab.py``, bf16-mixed on the GPU), each in a fresh
 child process with a compile cache of its own, eager Lightning first:
 
 - ``lightning``, ``lightning_compile``: Lightning, eager and with ``torch.compile(model)`` + fused AdamW, whole logits;
@@ -15,15 +15,15 @@ of the timed steps (reset after the warm-up) and of the whole process, graph bre
 loss was (``loss/*``). The GPU machine's torch 2.11 has no ``torch.nn.functional.linear_cross_entropy``: there
 ``runner_chunked`` computes the whole logits and its row says why (``loss_reason``). Targets (issue 76):
 runner_chunked's step peak >= 35% lower than lightning_compile's at <= 1.02x its step time. The driver side (this
-module's top level) imports no torch; ``vocab_job`` runs in ``gpu_child.py``.
+module's top level) imports no torch; ``vocab_job`` runs in ``gpu_workloads/child.py``.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from gpu_common import Column, Context, Row, cell, fmt, ratio
-from gpu_specs import cache_env, one_job_row, per_contestant
+from gpu_workloads.common import Column, Context, Row, cell, fmt, ratio
+from gpu_workloads.specs import cache_env, one_job_row, per_contestant
 
 VOCAB: dict[str, Any] = {"hidden": 2048, "intermediate": 5632, "layers": 8, "heads": 16, "seq": 2048, "batch": 4,
                          "vocab": 128_256, "warmup": 5, "timed": 20}
@@ -39,19 +39,20 @@ CONTESTANTS = {
 
 
 def _jobs(ctx: Context, name: str) -> list[dict[str, Any]]:
-    return [{"call": "gpu_vocab:vocab_job", "args": {"name": name, "size": VOCAB_QUICK if ctx.quick else VOCAB,
-                                                     "device": ctx.device, "backend": ctx.backend},
+    return [{"call": "gpu_workloads.vocab:vocab_job",
+             "args": {"name": name, "size": VOCAB_QUICK if ctx.quick else VOCAB, "device": ctx.device,
+                      "backend": ctx.backend},
              "env": cache_env(ctx, "vocab", name)}]
 
 
 def vocab_job(name: str, size: dict[str, Any], device: str, backend: str) -> dict[str, Any]:
     """Train contestant ``name`` for ``size["warmup"] + size["timed"]`` steps on random token windows; its row."""
     import torch
-    from contestants import _adamw
-    from gpu_contestant import BenchModule, Marks, bench_trainer, contestant, device_name
-    from peft_contestants import Size, causal_lm, measured
+    from contestants.compare import _adamw
+    from contestants.peft import Size, causal_lm, measured
     from torch.utils.data import DataLoader, TensorDataset
 
+    from gpu_workloads.contestant import BenchModule, Marks, bench_trainer, contestant, device_name
     from runner import torch_internals as ti
     from runner.config.schema import Background, CompileConfig
     from runner.config.schema.loss import LossConfig

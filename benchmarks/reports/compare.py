@@ -6,7 +6,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from race import PEERS  # sibling modules: run as a script
+from harness.race import PEERS  # benchmarks/ on sys.path: run as a script
 
 
 def table(figs: dict[str, Any], best: str) -> str:
@@ -90,7 +90,7 @@ def targets(result: dict[str, Any], best: str) -> list[str]:
 
 def callbacks_line(model: str, figs: dict[str, Any], best: str) -> str:
     """The callbacks' cost per step: their time in hooks (``runner_cli`` minus ``best``, measured
-    in-process by ``hook_clock.py``) over ``best``'s median step; the target is on the MLP. The
+    in-process by ``harness/hook_clock.py``) over ``best``'s median step; the target is on the MLP. The
     step-time difference between the two contestants' processes follows, as a cross-check that
     carries the processes' noise (up to 4% here)."""
     cli, ref = figs["runner_cli"], figs[best]

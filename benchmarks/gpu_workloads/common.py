@@ -1,6 +1,6 @@
 """What every workload of ``gpu.py`` shares: its description, the contestants' processes, its run file.
 
-A workload's contestants train in child processes (``gpu_child.py``). On a GPU every job (one
+A workload's contestants train in child processes (``gpu_workloads/child.py``). On a GPU every job (one
 contestant, one round or phase) gets a fresh interpreter, so no contestant inherits another's allocator,
 caches or compiled code; with ``--quick`` (plumbing on the CPU) a workload's jobs of one round or phase share
 one child, since starting an interpreter that imports torch and Lightning costs more than the tiny job. The
@@ -22,9 +22,9 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
-from gpu_results import now, write_json
+from gpu_workloads.results import now, write_json
 
-CHILD = Path(__file__).resolve().parent / "gpu_child.py"
+CHILD = Path(__file__).resolve().parent / "child.py"
 Row = dict[str, Any]
 Column = tuple[str, Callable[[Row, list[Row]], str]]
 """A table column: its header, and its cell for a row (given every row of the workload, for ratios)."""
@@ -85,7 +85,7 @@ class Workload:
 
 
 class RunFile:
-    """One workload's run file (``gpu_results.RUN_KEYS`` and ``rows``), rewritten on every update."""
+    """One workload's run file (``gpu_workloads.results.RUN_KEYS`` and ``rows``), rewritten on every update."""
 
     def __init__(self, path: Path, workload: Workload, ctx: Context, rounds: int) -> None:
         self.path, self.started = path, time.monotonic()

@@ -1,11 +1,11 @@
 """The child process of ``gpu.py``: runs a list of jobs, writes their figures as JSON as each finishes.
 
-    python benchmarks/gpu_child.py JOBS_JSON RESULT_PATH SPAWNED_AT
+    python benchmarks/gpu_workloads/child.py JOBS_JSON RESULT_PATH SPAWNED_AT
 
-Each job is ``{"call": "module:function", "args": {...}, "env": {...}}``: a function of a sibling module
-(``gpu_contestant``'s GPT jobs, ``gpu_jobs``' others), imported when its job comes, with ``env`` set first (a
-compile cache of its own: Inductor and Triton read those variables at each compile). A job that raises gets
-``{"error": traceback}`` and the next one runs; the first job's result says how long the interpreter took to
+Each job is ``{"call": "module:function", "args": {...}, "env": {...}}``: a function of a module under benchmarks/
+(``gpu_workloads.contestant``'s GPT jobs, ``gpu_workloads.jobs``' others), imported when its job comes, with ``env``
+set first (a compile cache of its own: Inductor and Triton read those variables at each compile). A job that raises
+gets ``{"error": traceback}`` and the next one runs; the first job's result says how long the interpreter took to
 get to it, its module's imports (torch, Lightning, runner) included (``startup_s``, from ``SPAWNED_AT``, the
 parent's clock). This module imports no torch itself.
 """
@@ -22,7 +22,10 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from gpu_results import write_json
+if __name__ == "__main__":  # run as a program (common.spawn): benchmarks/ on sys.path in place of this folder,
+    sys.path[0] = str(Path(__file__).resolve().parents[1])  # as for the scripts there
+
+from gpu_workloads.results import write_json  # noqa: E402
 
 
 def _as_if_fresh() -> None:

@@ -21,13 +21,13 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
+BENCHMARKS = Path(__file__).resolve().parents[1]
 
 
 def child(workload: Any, scope: Any, backend: str, steps: int, save: str | None, load: str | None) -> dict[str, Any]:
     """Run in the child process: train ``steps`` steps of runner, return compile figures."""
     import torch
-    from contestants import Contestant, Pacer, run_runner
+    from contestants.compare import Contestant, Pacer, run_runner
 
     loaded = None
     if load:
@@ -52,7 +52,7 @@ def child(workload: Any, scope: Any, backend: str, steps: int, save: str | None,
 
 def _spawn(argv: list[str], cache_dir: str, extra: list[str]) -> dict[str, Any]:
     env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache_dir}
-    cmd = [sys.executable, str(HERE / "compare.py"), *argv, "--cache-child", *extra]
+    cmd = [sys.executable, str(BENCHMARKS / "compare.py"), *argv, "--cache-child", *extra]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise RuntimeError(f"cache run failed ({' '.join(cmd)}):\n{proc.stderr[-3000:]}")

@@ -1,5 +1,5 @@
 """The GPT workloads' jobs (``train_job``: one contestant; ``peak``: the device's dense matmul rate for MFU)
-and what every workload's jobs share (``BenchModule``, ``Marks``, ``bench_trainer``), run in ``gpu_child.py``.
+and what every workload's jobs share (``BenchModule``, ``Marks``, ``bench_trainer``), run in ``gpu_workloads/child.py``.
 
 Every GPT contestant runs the same code path (``BenchModule``, one ``Trainer`` call, the ``Marks`` and
 ``HostBusy`` callbacks); ``setup`` returns the one thing that differs: the compile call in the module, the AdamW
@@ -17,12 +17,12 @@ from typing import Any, cast
 
 import lightning as L
 import torch
-from contestants import _adamw  # sibling modules (run as a script): compare.py's AdamW hyper-parameters
-from gpu_gpt import Model
+from contestants.compare import _adamw  # benchmarks/ on sys.path (run as a script): compare.py's AdamW hyper-parameters
 from lightning.pytorch.callbacks import Callback
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
+from gpu_workloads.gpt import Model
 from runner import torch_internals as ti
 from runner.figures.compile_plan import COMPILE_OPTIMIZER
 from runner.figures.cudagraphs import (
@@ -267,5 +267,5 @@ def peak(device: str) -> dict[str, Any]:
 
 
 def train_job(name: str, size: dict[str, Any], device: str, backend: str) -> dict[str, Any]:
-    """One GPT contestant (a job of ``gpu_gpt``): ``size`` is a ``Model`` as a dict."""
+    """One GPT contestant (a job of ``gpu_workloads.gpt``): ``size`` is a ``Model`` as a dict."""
     return train(name, Model(**size), device, backend)

@@ -2,13 +2,13 @@
 TRL's ``DPOTrainer`` + peft, run by the Python of that tool's virtual environment (TRL's has neither runner nor
 Lightning; this program imports them only for runner's contestant).
 
-    python benchmarks/dpo_contestant.py '{"tool": "trl", ...}'     # started by dpo.py, which speaks to it
+    python benchmarks/contestants/dpo.py '{"tool": "trl", ...}'     # started by dpo.py, which speaks to it
 
-It trains the spec's model on the spec's pairs and takes turns with the driver (``pacer.Pacer``) over a pipe: it
-writes a JSON line to its standard output when its turn is over (everything else anything prints goes to standard
-error) and reads the next turn's number of steps from its standard input; at the end one more line holds its step
-times and what it measured: pairs per step, graphs, recompiles (all, and after its warm-up), graph breaks, peak
-memory (resident set).
+It trains the spec's model on the spec's pairs and takes turns with the driver (``contestants.pacer.Pacer``) over a
+pipe: it writes a JSON line to its standard output when its turn is over (everything else anything prints goes to
+standard error) and reads the next turn's number of steps from its standard input; at the end one more line holds
+its step times and what it measured: pairs per step, graphs, recompiles (all, and after its warm-up), graph
+breaks, peak memory (resident set).
 """
 
 from __future__ import annotations
@@ -23,22 +23,24 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from pacer import Pacer  # sibling module: run as a script
+BENCHMARKS = Path(__file__).resolve().parents[1]
+if __name__ == "__main__":  # run as a program (dpo.py): benchmarks/ on sys.path in place of this folder, as for the
+    sys.path[0] = str(BENCHMARKS)  # scripts there (this folder's peft.py would shadow HF's peft)
 
-HERE = Path(__file__).resolve().parent
+from contestants.pacer import Pacer  # noqa: E402
 
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
 @contextlib.contextmanager
 def environment_packages() -> Iterator[None]:
-    """Imports from the environment, not from this directory: its ``peft.py`` (a benchmark) would shadow HF's peft
-    for whoever imports ``peft`` (TRL does) from a process that has this directory on its path (``gpu_child.py``)."""
+    """Imports from the environment, not from benchmarks/: its ``peft.py`` (a benchmark) would shadow HF's peft for
+    whoever imports ``peft`` (TRL does) from a process that has benchmarks/ on its path (``gpu_workloads/child.py``)."""
     saved = list(sys.path)
     local = sys.modules.get("peft")
-    if local is not None and Path(getattr(local, "__file__", None) or ".").resolve().parent == HERE:
+    if local is not None and Path(getattr(local, "__file__", None) or ".").resolve().parent == BENCHMARKS:
         del sys.modules["peft"]
-    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
+    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != BENCHMARKS]
     try:
         yield
     finally:
@@ -217,8 +219,8 @@ def run_runner(spec: dict[str, Any], pacer: Pacer, compiles: Compiles) -> dict[s
 
 def main() -> None:
     spec = json.loads(sys.argv[1])
-    # This directory's peft.py (a benchmark) would shadow HF's peft: the rest is imported from the environment.
-    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
+    # benchmarks/peft.py (a benchmark) would shadow HF's peft: the rest is imported from the environment.
+    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != BENCHMARKS]
     proto = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)  # whatever the tools print goes to standard error: standard output is the driver's
     sys.stdout = sys.stderr

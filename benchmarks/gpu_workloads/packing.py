@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpu_common import Column, Context, Row, cell, fmt
-from gpu_specs import cache_env, one_job_row, per_contestant
+from gpu_workloads.common import Column, Context, Row, cell, fmt
+from gpu_workloads.specs import cache_env, one_job_row, per_contestant
 
 SIZE: dict[str, Any] = {"seq": 2048, "batch": 8, "max_bytes": None, "examples": None, "warmup": 10, "timed": 50,
                         "llama": {"hidden_size": 768, "intermediate_size": 2048, "num_hidden_layers": 12,
@@ -29,7 +29,7 @@ CONTESTANTS = {
 
 
 def packing(name: str, size: dict[str, Any], device: str, backend: str) -> dict[str, Any]:
-    """One contestant (a job run by ``gpu_child.py``)."""
+    """One contestant (a job run by ``gpu_workloads/child.py``)."""
     import torch
     from packing import workload
 
@@ -45,8 +45,8 @@ def packing(name: str, size: dict[str, Any], device: str, backend: str) -> dict[
 
 
 def _jobs(ctx: Context, name: str) -> list[dict[str, Any]]:
-    return [{"call": "gpu_packing:packing", "args": {"device": ctx.device, "backend": ctx.backend, "name": name,
-                                                     "size": QUICK if ctx.quick else SIZE},
+    return [{"call": "gpu_workloads.packing:packing",
+             "args": {"device": ctx.device, "backend": ctx.backend, "name": name, "size": QUICK if ctx.quick else SIZE},
              "env": cache_env(ctx, "packing", name)}]
 
 

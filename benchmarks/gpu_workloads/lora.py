@@ -1,20 +1,20 @@
 """The ``lora`` workload of ``gpu.py``: one Llama-style model fine-tuned with LoRA through runner, through HF peft
 in Lightning (eager and compiled), in full, and with QLoRA; step time against the best Lightning + peft contestant.
 
-The contestants are ``peft_contestants.py``'s (the CPU benchmark's, ``peft.py``), bf16-mixed on the GPU, each in a
+The contestants are ``contestants/peft.py``'s (the CPU benchmark's, ``peft.py``), bf16-mixed on the GPU, each in a
 fresh child process with a compile cache of its own; a contestant's row is its steady step time over the timed
 steps after its warm-up (compiles included there), tokens/s, peak memory, the optimizer's state, the graph breaks
 and recompiles of its process. Targets (issue 70): runner LoRA >= 1.3x the best Lightning + peft contestant's
 tokens/s, >= 1.35x runner's full fine-tune; QLoRA >= 0.85x LoRA. The driver side (this module's top level) imports
-no torch; ``lora_job`` runs in ``gpu_child.py``.
+no torch; ``lora_job`` runs in ``gpu_workloads/child.py``.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from gpu_common import Column, Context, Row, cell, fmt, ratio
-from gpu_specs import cache_env, one_job_row, per_contestant
+from gpu_workloads.common import Column, Context, Row, cell, fmt, ratio
+from gpu_workloads.specs import cache_env, one_job_row, per_contestant
 
 LORA: dict[str, Any] = {"hidden": 1024, "intermediate": 2816, "layers": 24, "heads": 16, "seq": 1024, "batch": 8,
                         "vocab": 32000, "warmup": 10, "timed": 30}
@@ -31,19 +31,20 @@ CONTESTANTS = {
 
 
 def _jobs(ctx: Context, name: str) -> list[dict[str, Any]]:
-    return [{"call": "gpu_lora:lora_job", "args": {"name": name, "size": LORA_QUICK if ctx.quick else LORA,
-                                                   "device": ctx.device, "backend": ctx.backend},
+    return [{"call": "gpu_workloads.lora:lora_job",
+             "args": {"name": name, "size": LORA_QUICK if ctx.quick else LORA, "device": ctx.device,
+                      "backend": ctx.backend},
              "env": cache_env(ctx, "lora", name)}]
 
 
 def lora_job(name: str, size: dict[str, Any], device: str, backend: str) -> dict[str, Any]:
     """Train contestant ``name`` for ``size["warmup"] + size["timed"]`` steps on random token windows; its row."""
     import torch
-    from contestants import _adamw
-    from gpu_contestant import BenchModule, Marks, bench_trainer, contestant, device_name
-    from peft_contestants import Size, causal_lm, hf_peft, measured, runner_peft
+    from contestants.compare import _adamw
+    from contestants.peft import Size, causal_lm, hf_peft, measured, runner_peft
     from torch.utils.data import DataLoader, TensorDataset
 
+    from gpu_workloads.contestant import BenchModule, Marks, bench_trainer, contestant, device_name
     from runner import torch_internals as ti
     from runner.config.schema import Background, CompileConfig
     from runner.config.schema.peft import PeftMethod

@@ -24,10 +24,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from contestants import Contestant, Pacer, PeerModule, _adamw, _fit
 from torch import nn
-from workload import Workload
 
+from contestants.compare import Contestant, Pacer, PeerModule, _adamw, _fit
+from contestants.workload import Workload
 from runner import torch_internals as ti
 from runner.config.schema import Background, CompileConfig, OptimizerPolicy, Scope
 from runner.config.schema.peft import PeftConfig, PeftMethod
@@ -86,9 +86,9 @@ def causal_lm(size: Size) -> nn.Module:
 
 
 def hf_peft_package() -> Any:
-    """HF's ``peft`` package, not this directory's ``peft.py`` (the benchmark), which a script run from here
-    would find first on ``sys.path``."""
-    here = Path(__file__).resolve().parent
+    """HF's ``peft`` package, not ``benchmarks/peft.py`` (the benchmark), which a script run from benchmarks/ would
+    find first on ``sys.path``."""
+    here = Path(__file__).resolve().parents[1]
     found = sys.modules.get("peft")
     if found is not None and Path(getattr(found, "__file__", None) or ".").resolve().parent == here:
         del sys.modules["peft"]

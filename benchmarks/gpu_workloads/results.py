@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-RESULTS = Path(__file__).resolve().parent / "results" / "gpu.json"
+RESULTS = Path(__file__).resolve().parents[1] / "results" / "gpu.json"
 ROW_META = ("date", "device", "torch", "lightning", "rounds", "commit")
 """What every merged row carries about the run that measured it."""
 RUN_KEYS = (*ROW_META, "workload", "describe", "command", "quick", "wall_s", "units", "complete", "extra")

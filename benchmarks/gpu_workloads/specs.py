@@ -1,10 +1,10 @@
 """The ``memory`` and ``cold_start`` workloads of ``gpu.py`` (sizes, contestants, rows, tables), and what every
-workload measured contestant by contestant shares (``per_contestant``; ``hf_varlen`` is in ``gpu_hf.py``).
+workload measured contestant by contestant shares (``per_contestant``; ``hf_varlen`` is in ``gpu_workloads/hf.py``).
 
 Each is measured contestant by contestant (a contestant is its unit of cost): a run takes its contestants in
 their order of need (its reference peers, then never measured, then oldest) and as many as the session's budget
 holds, and a row is written as soon as its contestant's jobs end. Ratios between contestants are taken when the tables
-are written, between rows measured on the same device. The jobs themselves are in ``gpu_jobs.py``.
+are written, between rows measured on the same device. The jobs themselves are in ``gpu_workloads/jobs.py``.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from gpu_common import NOT_STARTED, Column, Context, Row, RunFile, Workload, cell, fmt, ratio, run_jobs
-from gpu_results import contestant_order
+from gpu_workloads.common import NOT_STARTED, Column, Context, Row, RunFile, Workload, cell, fmt, ratio, run_jobs
+from gpu_workloads.results import contestant_order
 
 LLAMA: dict[str, Any] = {"seq": 2048, "batches": [2, 4], "steps": [2, 3], "cap_gib": 24.0,
          "llama": {"hidden_size": 1024, "intermediate_size": 2816, "num_hidden_layers": 24, "num_attention_heads": 16,
@@ -88,8 +88,8 @@ def per_contestant(name: str, describe: Callable[[bool], str], contestants: dict
 
 
 def child_job(call: str, ctx: Context, **args: Any) -> dict[str, Any]:
-    """A job of ``gpu_child.py``: ``call`` is ``module:function``, or a function of ``gpu_jobs``."""
-    return {"call": call if ":" in call else f"gpu_jobs:{call}",
+    """A job of ``gpu_workloads/child.py``: ``call`` is ``module:function``, or a function of ``gpu_workloads.jobs``."""
+    return {"call": call if ":" in call else f"gpu_workloads.jobs:{call}",
             "args": {"device": ctx.device, "backend": ctx.backend, **args}}
 
 

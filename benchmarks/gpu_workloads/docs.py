@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from gpu_common import Row, Workload, unfinished_s
+from gpu_workloads.common import Row, Workload, unfinished_s
 
 BLOCK = re.compile(r"<!-- gpu: (?P<name>[a-z0-9_]+) -->\n.*?<!-- end gpu -->", re.DOTALL)
 

@@ -1,7 +1,7 @@
 """The models and data ``compare.py``'s contestants race on: the quickstart GPT on the stdlib's bytes, a deep narrow
 MLP (many small parameter tensors), the ``overhead`` model (a step that is nearly all framework), and the model
-families of ``family_workloads.py``. Every contestant builds its own copy from the same seed and draws the same
-batches."""
+families of ``contestants/family_workloads.py``. Every contestant builds its own copy from the same seed and draws
+the same batches."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from functools import partial
 import torch
 from torch import nn
 from torch.utils.data import TensorDataset
-from workload import Workload  # sibling modules: run as a script
 
+from contestants.workload import Workload  # benchmarks/ on sys.path: run as a script
 from runner.models.gpt import GPT
 
 
@@ -71,18 +71,18 @@ def many_params_workload(width: int, depth: int, batch: int, samples: int = 3276
 def workloads(names: list[str], quick: bool) -> list[Workload]:
     """Full sizes: the quickstart GPT (``GPT()`` defaults, seq 256, batch 16), a 50-deep MLP (204 tensors),
     and ``overhead``: a one-block MLP of width 4 whose step is nearly all framework."""
-    from family_workloads import FAMILIES, family_workload  # sibling module (Workload from workload.py)
+    from contestants.family_workloads import FAMILIES, family_workload  # Workload from contestants/workload.py
 
     out = []
     for name in names:
         if name in FAMILIES:  # families.py's: transformers and timm models
             out.append(family_workload(name, quick))
         elif name == "llama_peft":  # peft.py's: LoRA and full fine-tunes of one Llama-style model
-            from peft_contestants import CPU, CPU_QUICK, llama_workload  # sibling (Workload from workload.py)
+            from contestants.peft import CPU, CPU_QUICK, llama_workload  # Workload from contestants/workload.py
 
             out.append(llama_workload(CPU_QUICK if quick else CPU, 20_000 if quick else 4_000_000))
         elif name.startswith("vocab_"):  # vocab.py's: a large vocabulary, whole or chunked logits
-            from vocab_contestants import vocab_workload  # sibling module (Workload from workload.py)
+            from contestants.vocab import vocab_workload  # Workload from contestants/workload.py
 
             out.append(vocab_workload(name, quick))
         elif name in ("gpt", "gpt_bf16"):

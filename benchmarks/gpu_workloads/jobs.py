@@ -1,8 +1,8 @@
-"""The jobs of the ``memory`` and ``cold_start`` workloads, run in ``gpu_child.py`` (``hf_varlen``'s is in
-``gpu_hf_job.py``).
+"""The jobs of the ``memory`` and ``cold_start`` workloads, run in ``gpu_workloads/child.py`` (``hf_varlen``'s is in
+``gpu_workloads/hf_job.py``).
 
 Each trains through the same ``BenchModule`` and ``Trainer`` as the GPT contestants; what differs per
-contestant is what ``gpu_contestant.contestant`` returns: the compile call in the module and the AdamW it uses
+contestant is what ``gpu_workloads.contestant.contestant`` returns: the compile call in the module and the AdamW it uses
 (the Lightning peers), or the runner strategy.
 """
 
@@ -15,11 +15,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import torch
-from contestants import _adamw
-from gpu_contestant import BenchModule, Marks, bench_trainer, contestant, device_name
+from contestants.compare import _adamw
 from lightning.pytorch.callbacks import Callback
 from torch.utils.data import DataLoader, IterableDataset
 
+from gpu_workloads.contestant import BenchModule, Marks, bench_trainer, contestant, device_name
 from runner.config import schema as cs
 
 

@@ -4,15 +4,15 @@ Eager Lightning is its reference peer: raced by every run, before any other cont
 Every contestant trains ``batches`` (300) batches; one whose compile beside the run is still pending there trains
 on until it has switched and run ``steady`` batches after its last compile (at most ``long``, 3,000), so that
 its time to ``long`` batches is measured or projected from a step that no longer compiles. The job is
-``gpu_hf_job.py``; what every workload measured contestant by contestant shares is ``gpu_specs.py``.
+``gpu_workloads/hf_job.py``; what every workload measured contestant by contestant shares is ``gpu_workloads/specs.py``.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from gpu_common import Column, Context, Row, cell, fmt, ratio, unfinished_s
-from gpu_specs import cache_env, child_job, one_job_row, per_contestant
+from gpu_workloads.common import Column, Context, Row, cell, fmt, ratio, unfinished_s
+from gpu_workloads.specs import cache_env, child_job, one_job_row, per_contestant
 
 HF: dict[str, Any] = {"seq": 512, "batch": 16, "batches": 300, "steady": 100, "long": 3000, "examples": None,
       "bert": {"hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12, "intermediate_size": 3072,
@@ -41,7 +41,7 @@ HF_CONTESTANTS = {
 
 def _hf_jobs(ctx: Context, name: str) -> list[dict[str, Any]]:
     # Each contestant compiles cold, in a cache of its own: the time to finish includes every compile.
-    return [{**child_job("gpu_hf_job:hf_varlen", ctx, name=name, size=HF_QUICK if ctx.quick else HF),
+    return [{**child_job("gpu_workloads.hf_job:hf_varlen", ctx, name=name, size=HF_QUICK if ctx.quick else HF),
              "env": cache_env(ctx, "hf_varlen", name)}]
 
 

@@ -14,8 +14,8 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from gpu_common import Column, Context, Row, RunFile, Workload, fmt, run_jobs
-from gpu_results import contestant_order
+from gpu_workloads.common import Column, Context, Row, RunFile, Workload, fmt, run_jobs
+from gpu_workloads.results import contestant_order
 
 PEERS = ("lightning_compile_fused", "lightning")
 CONTESTANTS = {
@@ -203,9 +203,9 @@ def gpt_runner(name: str) -> Any:
         while now["round"] < rounds and (now["round"] == 0 or ctx.left() > last):
             started, r = time.monotonic(), now["round"]
             order = names[r % len(names):] + names[:r % len(names)]  # each goes first in turn
-            now["jobs"] = [("peak", {"call": "gpu_contestant:peak", "args": {"device": ctx.device}})] \
+            now["jobs"] = [("peak", {"call": "gpu_workloads.contestant:peak", "args": {"device": ctx.device}})] \
                 if "peak" not in ctx.shared else []
-            now["jobs"] += [(n, {"call": "gpu_contestant:train_job", "args": {
+            now["jobs"] += [(n, {"call": "gpu_workloads.contestant:train_job", "args": {
                 "name": n, "size": asdict(size), "device": ctx.device, "backend": ctx.backend}}) for n in order]
             run_jobs([job for _, job in now["jobs"]], ctx, 120 if ctx.quick else 400, on_result=on_result)
             now["round"], last = r + 1, time.monotonic() - started

@@ -2,12 +2,12 @@
 and the model compiled in place) against runner (``objective=dpo peft=lora``, pairs padded per batch and packed,
 CUDA graphs where the plan turns them on), bf16 on the GPU.
 
-The contestants are ``dpo.py``'s (the CPU benchmark's, ``dpo_contestant.py``), each in a fresh child process with
+The contestants are ``dpo.py``'s (the CPU benchmark's, ``contestants/dpo.py``), each in a fresh child process with
 a compile cache of its own, on a Llama-style model built from its configuration and a BPE tokenizer trained on the
 pairs; a contestant's row is its steady step time over the timed steps after its warm-up, pairs/s, peak memory,
 graphs and recompiles (after the warm-up too). Target (issue 78): runner >= 1.3x TRL's best in pairs/s, 0 recompiles
 after warm-up. TRL runs in the GPU machine's venv (``scripts/gpu_wheels.sh`` carries it). The driver side (this
-module's top level) imports no torch; ``dpo_job`` runs in ``gpu_child.py``.
+module's top level) imports no torch; ``dpo_job`` runs in ``gpu_workloads/child.py``.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from gpu_common import Column, Context, Row, cell, fmt
-from gpu_specs import cache_env, one_job_row, per_contestant
+from gpu_workloads.common import Column, Context, Row, cell, fmt
+from gpu_workloads.specs import cache_env, one_job_row, per_contestant
 
 SIZE: dict[str, Any] = {"hidden": 1024, "intermediate": 2816, "layers": 16, "heads": 16, "seq_len": 256, "batch": 16,
                         "warmup": 10, "timed": 30}
@@ -36,9 +36,9 @@ CONTESTANTS = {
 
 def dpo_job(name: str, size: dict[str, Any], device: str, backend: str) -> dict[str, Any]:
     """Train contestant ``name`` for ``size["warmup"] + size["timed"]`` steps; its row."""
+    from contestants.dpo import Compiles, run_runner, run_trl
+    from contestants.pacer import Pacer
     from dpo import PAIRS, tokenizer
-    from dpo_contestant import Compiles, run_runner, run_trl
-    from pacer import Pacer
 
     from runner.data.instruct.formats import PAIR_TEMPLATE
     from runner.data.splits import split_documents
@@ -64,8 +64,8 @@ def dpo_job(name: str, size: dict[str, Any], device: str, backend: str) -> dict[
 
 
 def _jobs(ctx: Context, name: str) -> list[dict[str, Any]]:
-    return [{"call": "gpu_dpo:dpo_job", "args": {"name": name, "size": QUICK if ctx.quick else SIZE,
-                                                 "device": ctx.device, "backend": ctx.backend},
+    return [{"call": "gpu_workloads.dpo:dpo_job", "args": {"name": name, "size": QUICK if ctx.quick else SIZE,
+                                                           "device": ctx.device, "backend": ctx.backend},
              "env": cache_env(ctx, "dpo", name)}]
 
 

@@ -1,5 +1,6 @@
-"""The ``hf_varlen`` job (``gpu_hf.py``'s workload), run in ``gpu_child.py``: one contestant fine-tunes a BERT-shaped
-classifier through the same ``BenchModule`` and ``Trainer`` as every other workload's contestants.
+"""The ``hf_varlen`` job (``gpu_workloads/hf.py``'s workload), run in ``gpu_workloads/child.py``: one contestant
+fine-tunes a BERT-shaped classifier through the same ``BenchModule`` and ``Trainer`` as every other workload's
+contestants.
 
 ``Finish`` marks the batches the row needs (the device synchronised at the marks only) and decides when the
 fit ends: at ``batches``, unless a compile beside the run is still pending there (``compile.background``): then
@@ -14,9 +15,9 @@ from typing import Any
 
 import lightning as L
 import torch
-from contestants import _adamw
-from gpu_contestant import BenchModule, Marks, bench_trainer, contestant, device_name
+from contestants.compare import _adamw
 
+from gpu_workloads.contestant import BenchModule, Marks, bench_trainer, contestant, device_name
 from runner.config import schema as cs
 from runner.data.sequences.padding import PadTo
 from runner.figures.compile_background import COMPILE_BACKGROUND, COMPILE_BACKGROUND_OUTCOME, COMPILE_BACKGROUND_ROOM

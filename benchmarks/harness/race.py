@@ -18,11 +18,12 @@ from collections.abc import Callable
 from multiprocessing.context import BaseContext
 from typing import Any
 
-import fork_server  # sibling modules: run as a script
 import torch
-from contestants import Contestant, Pacer
-from hook_clock import HookClock
-from workloads import workloads
+from contestants.compare import Contestant, Pacer
+from contestants.workloads import workloads
+
+from harness import fork_server  # benchmarks/ on sys.path: run as a script
+from harness.hook_clock import HookClock
 
 PEERS = ["lightning", "lightning_compile", "lightning_compile_fused", "hand_loop"]
 
@@ -132,7 +133,7 @@ def race(ctx: BaseContext, model: str, quick: bool, field: list[Contestant], war
             "first_step_s": times[0],
             "compile_s": times[0] - statistics.median(steady),
             "round_medians_ms": [1e3 * m for m in per_round],
-            # Mean time per step in callback hooks (hook_clock.py): a mean, so the work done every
+            # Mean time per step in callback hooks (harness/hook_clock.py): a mean, so the work done every
             # log_every_n_steps counts, amortised, as it does in throughput.
             "hooks_ms": 1e3 * statistics.fmean(hooks),
             # The typical step's time in hooks: one stall (a garbage collection, the VM's neighbours)

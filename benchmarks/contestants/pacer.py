@@ -1,4 +1,4 @@
-"""A contestant's step clock and its turn-taking with the race's driver (``race.py``, ``dpo.py``).
+"""A contestant's step clock and its turn-taking with the race's driver (``harness/race.py``, ``dpo.py``).
 
 The standard library only: ``dpo.py``'s TRL contestant runs it in a virtual environment of its own, which has
 neither Lightning nor runner.
@@ -17,7 +17,7 @@ class Pacer:
 
     ``conn`` is the contestant process's end of a pipe to the driver: when its turn is over the
     contestant sends ``("done", None)`` and blocks until the driver sends the next turn's number of
-    steps. Without a pipe (one contestant alone, as in ``compile_cache.child``) it never waits.
+    steps. Without a pipe (one contestant alone, as in ``harness.compile_cache.child``) it never waits.
     """
 
     conn: Any = None
@@ -26,7 +26,7 @@ class Pacer:
     left: int = 0
     last: float | None = None
     hooks: Any = None
-    """A ``hook_clock.HookClock``: then ``hook_times`` holds each step's time in callback hooks."""
+    """A ``harness.hook_clock.HookClock``: then ``hook_times`` holds each step's time in callback hooks."""
     hook_times: list[float] = field(default_factory=list)
     waited: float = 0.0
     hook_mark: float = 0.0

@@ -1,7 +1,7 @@
 """The contestants of ``compare.py``: one training loop per tool, each in its own thread.
 
-Every contestant builds its own model copy from the same seed (``workloads.py``), its own DataLoader over the same
-dataset with the same shuffling seed (so the same batches in the same order) and the same AdamW
+Every contestant builds its own model copy from the same seed (``contestants/workloads.py``), its own DataLoader over
+the same dataset with the same shuffling seed (so the same batches in the same order) and the same AdamW
 hyper-parameters, and trains for the same number of steps, each in its own process. Each calls
 ``Pacer.tick()`` at the start of every step: the tick records the time since the previous tick (one
 whole step: data fetch, forward, backward, optimizer, framework hooks and logging) and, when the
@@ -29,11 +29,11 @@ import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import CSVLogger
-from pacer import Pacer  # sibling modules: run as a script
 from torch import nn
 from torch.utils.data import DataLoader
-from workload import Workload  # sibling modules: run as a script
 
+from contestants.pacer import Pacer  # benchmarks/ on sys.path: run as a script
+from contestants.workload import Workload  # benchmarks/ on sys.path: run as a script
 from runner.config.schema import Background, CompileConfig, OptimizerPolicy, Scope
 from runner.strategy import CompileStrategy
 from runner.training.module import TrainModule, lm_loss

@@ -20,11 +20,11 @@ from functools import partial
 from typing import Any
 
 import torch
-from contestants import Contestant, Pacer, PeerModule, _adamw, _fit  # sibling modules: run as a script
 from lightning.pytorch.callbacks import Callback
-from peft_contestants import Size, causal_lm, hf_peft, measured, runner_peft
-from workload import Workload
 
+from contestants.compare import Contestant, Pacer, PeerModule, _adamw, _fit  # benchmarks/ on sys.path: run as a script
+from contestants.peft import Size, causal_lm, hf_peft, measured, runner_peft
+from contestants.workload import Workload
 from runner.config.schema import Background, CompileConfig, OptimizerPolicy, Scope
 from runner.config.schema.loss import LossConfig
 from runner.config.schema.peft import PeftConfig, PeftMethod
