@@ -57,6 +57,7 @@ def vocab_job(name: str, size: dict[str, Any], device: str, backend: str) -> dic
     from runner.config.schema import Background, CompileConfig
     from runner.config.schema.loss import LossConfig
     from runner.config.schema.peft import PeftConfig
+    from runner.losses import chunking_unavailable
     from runner.training.loss import resolve_loss
     from runner.training.module import TrainModule
 
@@ -75,8 +76,9 @@ def vocab_job(name: str, size: dict[str, Any], device: str, backend: str) -> dic
         options = ti.auto_chunker_options() if name == "runner_autochunk" else {}
         compile_kwargs, adamw, strategy = contestant(
             name, device, backend, compile=CompileConfig(background=Background.disabled, options=options))
-        # --quick's logits are too small for auto to chunk them: the plumbing chunks anyway, 4 chunks a step.
-        quick = size["vocab"] == VOCAB_QUICK["vocab"]
+        # --quick's logits are too small for auto to chunk them: the plumbing chunks anyway, 4 chunks a step, where
+        # this torch can (the GPU machine's torch 2.11 cannot: there auto's whole logits, as the real run has them).
+        quick = size["vocab"] == VOCAB_QUICK["vocab"] and chunking_unavailable() is None
         loss = LossConfig(chunked=False) if name != "runner_chunked" else \
             LossConfig(chunked=True, chunks=4) if quick else LossConfig()
         plan = resolve_loss(model, loss, PeftConfig(), {"batch_size": s.batch, "seq_len": s.seq}, None)
