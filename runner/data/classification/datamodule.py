@@ -4,8 +4,8 @@ A batch is ``({"input_ids", "attention_mask"}, labels)``: ids ``[batch, length]`
 policy's length for the batch's longest text (``pad_to``, set by the builder), the mask 1 on real tokens,
 one label per text. Rows come from a table (``.jsonl``, ``.csv``, ``.parquet``, a ``save_to_disk`` folder), text
 files of ``label<TAB>text`` lines, or by default the Python stdlib task (:mod:`runner.data.classification.labelled`).
-Tokens are UTF-8 bytes shifted by one (0 pads), or a saved tokenizer's (the model's, with ``model.path``), computed
-once by a cached ``map``; texts longer than ``seq_len`` tokens are cut there (and counted).
+Tokens are UTF-8 bytes shifted by one (0 pads), or a saved tokenizer's (the model's, with ``model.path``), encoded
+once into the token store (:mod:`runner.data.store`); texts longer than ``seq_len`` tokens are cut (and counted).
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ class Encoded:
 
 def encode_labelled(part: Labelled, tokenizer: Tokenizer, labels: LabelMap, text_column: str, label_column: str,
                     seq_len: int, what: str) -> Encoded:
-    """The kept rows of ``part`` tokenized (a cached map), cut at ``seq_len``, empty ones left out."""
+    """The kept rows of ``part`` tokenized (from the token store), cut at ``seq_len``, empty ones left out."""
     store = encode(part.rows, text_column, tokenizer, max_len=seq_len, what=what)
     ids = store.ragged(IDS)
     offset = tokenizer.offset if isinstance(tokenizer, ByteTokens) else 0
