@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
@@ -33,6 +32,7 @@ from runner.data.instruct.fit import Fitted
 from runner.data.instruct.formats import prompt_info
 from runner.data.instruct.layout import Layout, arrange
 from runner.data.instruct.prepare import SHIPPED, Prepared, prepare, refuse_problems
+from runner.data.instruct.refusals import batch_refusal, eos_refusal, val_path_refusal
 from runner.data.instruct.summary import describe, summarize
 from runner.data.reading.sources import DataError, names_something
 from runner.data.sequences.packed import Examples, Packs, pack_collate
@@ -92,17 +92,15 @@ class InstructDataModule(L.LightningDataModule):
             return (f"data=instruct needs data.path: a table of examples with prompt and response columns, Alpaca's "
                     f"instruction/input/output, or conversations. runner ships one: data.path={SHIPPED} "
                     "(+recipe=instruct_tiny trains on it).")
-        if val_path is not None and Path(val_path).expanduser().resolve() == Path(path).expanduser().resolve():
-            return (f"data.val_path={val_path} is data.path itself: validation would be the training data. Give "
-                    "other rows, or drop data.val_path to validate on a split of data.path.")
+        if (message := val_path_refusal(path, val_path)) is not None:
+            return message
         if not (names_something(path) and names_something(val_path)):
             return None  # the existence check names it
         try:
             tok = load_tokenizer(tokenizer)
-            if eos_id(tok) is None:
-                return (f"data.tokenizer={tokenizer} has no EOS token: instruction data ends every answer with it, "
-                        "so that the model learns to stop. Give a tokenizer with one (tokenizer.eos_token = '</s>'; "
-                        "save_pretrained), or train on bytes (data.tokenizer=bytes).")
+            ends = "instruction data ends every answer with it, so that the model learns to stop"
+            if (message := eos_refusal(tokenizer, eos_id(tok), ends)) is not None:
+                return message
             data = InstructDataModule(path, val_path, tokenizer, seq_len=seq_len, batch_size=batch_size,
                                       packing=packing, train_on=train_on, val_fraction=val_fraction, seed=seed,
                                       **{k: v for k, v in settings.items() if k not in ("num_workers", "pad_to")})
@@ -117,12 +115,8 @@ class InstructDataModule(L.LightningDataModule):
                         "data.seq_len (the model's positions must cover it: model.block_size or "
                         "max_position_embeddings follow it in runner's options), or shorten the examples.")
         n = len(train.packs) if train.packs is not None else len(train.spans)
-        if n < batch_size:
-            what = "packed rows" if packing else "training examples"
-            return (f"data.path={path} leaves {n} {what} at data.seq_len={seq_len}, fewer than data.batch_size="
-                    f"{batch_size}: training would have no batch. Give more examples, or lower data.batch_size "
-                    "(or data.val_fraction).")
-        return None
+        what = "packed rows" if packing else "training examples"
+        return batch_refusal(path, n, what, seq_len, batch_size, "examples")
 
     @staticmethod
     def token_range(tokenizer: str | None = None, **_: Any) -> TokenRange | None:

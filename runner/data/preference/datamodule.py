@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
@@ -27,6 +26,7 @@ from torch.utils.data import DataLoader
 from runner.config.target_objects import TokenRange
 from runner.data.instruct.encode import BYTES_EOS, eos_id
 from runner.data.instruct.formats import PAIR_TEMPLATE, Render, template_render
+from runner.data.instruct.refusals import batch_refusal, eos_refusal, val_path_refusal
 from runner.data.preference.batch import PackCollate, PairCollate, PairPacks, PairSequences
 from runner.data.preference.encode import FittedPairs, fit_pairs
 from runner.data.preference.formats import PairFormat, Shape
@@ -87,17 +87,15 @@ class PreferenceDataModule(L.LightningDataModule):
             return ("data=preference needs data.path: a table of pairs, a chosen and a rejected completion of a "
                     "prompt (columns prompt, chosen, rejected; or chosen/rejected conversations). runner ships one: "
                     f"data.path={SHIPPED} (+recipe=llama_dpo trains on it).")
-        if val_path is not None and Path(val_path).expanduser().resolve() == Path(path).expanduser().resolve():
-            return (f"data.val_path={val_path} is data.path itself: validation would be the training data. Give "
-                    "other rows, or drop data.val_path to validate on a split of data.path.")
+        if (message := val_path_refusal(path, val_path)) is not None:
+            return message
         if not (names_something(path) and names_something(val_path)):
             return None  # the existence check names it
         try:
             tok = load_tokenizer(tokenizer)
-            if eos_id(tok) is None:
-                return (f"data.tokenizer={tokenizer} has no EOS token: preference data ends every completion with it, "
-                        "so that the model learns where an answer stops. Give a tokenizer with one "
-                        "(tokenizer.eos_token = '</s>'; save_pretrained), or train on bytes (data.tokenizer=bytes).")
+            ends = "preference data ends every completion with it, so that the model learns where an answer stops"
+            if (message := eos_refusal(tokenizer, eos_id(tok), ends)) is not None:
+                return message
             data = PreferenceDataModule(path, val_path, tokenizer, seq_len=seq_len, batch_size=batch_size,
                                         packing=packing, val_fraction=val_fraction, seed=seed,
                                         **{k: v for k, v in settings.items() if k not in ("num_workers", "pad_to")})
@@ -112,12 +110,7 @@ class PreferenceDataModule(L.LightningDataModule):
                         "model.block_size or max_position_embeddings follow it in runner's options), or shorten "
                         "the prompts.")
         n = len(PairPacks(train, seq_len, 0)) if packing else len(train)
-        if n < batch_size:
-            what = "packed rows" if packing else "training pairs"
-            return (f"data.path={path} leaves {n} {what} at data.seq_len={seq_len}, fewer than data.batch_size="
-                    f"{batch_size}: training would have no batch. Give more pairs, or lower data.batch_size (or "
-                    "data.val_fraction).")
-        return None
+        return batch_refusal(path, n, "packed rows" if packing else "training pairs", seq_len, batch_size, "pairs")
 
     @staticmethod
     def token_range(tokenizer: str | None = None, **_: Any) -> TokenRange | None:
