@@ -47,6 +47,7 @@ from runner.data.store import (
     StoreWriter,
     digest_files,
     encode_table,
+    origin,
     prepared,
     progress_file,
     store_dir,
@@ -84,12 +85,7 @@ class Prepared:
 
     def say(self, what: str) -> None:
         """Where the examples came from, in the log: prepared now (how long it took), or read from the cache."""
-        if self.built:
-            log.info("data: instruction examples of %s: tokenized in %.1f s (%d processes), stored in %s", what,
-                     self.store.meta["seconds"], self.store.meta["processes"], self.store.directory)
-        else:
-            log.info("data: instruction examples of %s read from the cache (%s): not tokenized again", what,
-                     self.store.directory)
+        log.info("data: instruction examples of %s%s", what, origin(self.store, self.built))
 
 
 def source_files(source: Source) -> list[Any]:

@@ -30,6 +30,7 @@ from runner.data.store import (
     StoreWriter,
     digest_files,
     encode_table,
+    origin,
     prepared,
     progress_file,
     store_dir,
@@ -66,12 +67,7 @@ class PreparedPairs:
 
     def say(self, what: str) -> None:
         """Where the pairs came from, in the log: prepared now (how long it took), or read from the cache."""
-        if self.built:
-            log.info("data: preference pairs of %s: tokenized in %.1f s (%d processes), stored in %s", what,
-                     self.store.meta["seconds"], self.store.meta["processes"], self.store.directory)
-        else:
-            log.info("data: preference pairs of %s read from the cache (%s): not tokenized again", what,
-                     self.store.directory)
+        log.info("data: preference pairs of %s%s", what, origin(self.store, self.built))
 
 
 _PREPARED: dict[str, PreparedPairs] = {}

@@ -7,7 +7,7 @@
 - ``progress``: rows done, rows per second and time left, on the console, for a preparation that takes a while.
 
 A data kind stores its token arrays here: an encoder (a picklable ``ChunkEncoder``) and a key, then
-:func:`prepared` with a build function that streams its table through :func:`encode_into` into a
+:func:`prepared` with a build function that streams its table through :func:`encode_table` into a
 :class:`StoreWriter` (``runner.data.instruct.prepare`` is one). Torch-free, so worker processes start quickly.
 """
 
@@ -32,10 +32,10 @@ from runner.data.store.parallel import (
     workers,
 )
 from runner.data.store.progress import Progress
-from runner.data.store.shared import PrepareTimeout, local_rank, prepared, progress_file
+from runner.data.store.shared import PrepareTimeout, local_rank, origin, prepared, progress_file
 
-__all__ = ["Chunk", "ChunkEncoder", "Encoded", "Mapped", "PrepareTimeout", "Progress", "Ragged", "Store",
-           "StoreWriter", "digest_files", "encode_into", "encode_table", "file_digests", "local_rank", "prepared",
+__all__ = ["Chunk", "ChunkEncoder", "Encoded", "Mapped", "PrepareTimeout", "Progress", "Ragged", "Store", "StoreWriter",
+           "digest_files", "encode_into", "encode_table", "file_digests", "local_rank", "origin", "prepared",
            "progress_file", "remembered", "spans_blocks", "store_dir", "store_key", "table_batches", "token_dtype",
            "workers"]
 
