@@ -78,9 +78,9 @@ def vocab_job(name: str, size: dict[str, Any], device: str, backend: str) -> dic
             name, device, backend, compile=CompileConfig(background=Background.disabled, options=options))
         # --quick's logits are too small for auto to chunk them: the plumbing chunks anyway, 4 chunks a step, where
         # this torch can (the GPU machine's torch 2.11 cannot: there auto's whole logits, as the real run has them).
-        quick = size["vocab"] == VOCAB_QUICK["vocab"] and chunking_unavailable() is None
+        chunk_anyway = size["vocab"] == VOCAB_QUICK["vocab"] and chunking_unavailable() is None
         loss = LossConfig(chunked=False) if name != "runner_chunked" else \
-            LossConfig(chunked=True, chunks=4) if quick else LossConfig()
+            LossConfig(chunked=True, chunks=4) if chunk_anyway else LossConfig()
         plan = resolve_loss(model, loss, PeftConfig(), {"batch_size": s.batch, "seq_len": s.seq}, None)
         figures = {k.replace("/", "_"): v for k, v in plan.figures().items()}
         module = TrainModule(model, optimizer=_adamw(**adamw), loss=plan)
