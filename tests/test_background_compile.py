@@ -27,7 +27,13 @@ from runner.config import ConfigError, compose, load
 from runner.config.composing.precheck import precheck
 from runner.config.schema import Background, CompileConfig, OnError, Scope
 from runner.stack.background import BackgroundCompile
-from runner.stack.background.policy import resolve_background, switch_pays, worth_starting
+from runner.stack.background.policy import (
+    core_to_spare,
+    idle_cores,
+    resolve_background,
+    switch_pays,
+    worth_starting,
+)
 from runner.stack.compiling.plan import CompilePlan
 from runner.strategy import CompileStrategy
 from runner.telemetry.speedup import SpeedupMeter
@@ -77,6 +83,31 @@ def test_auto_starts_a_process_without_a_spare_core_only_for_a_long_run() -> Non
     assert not start and "about 37 s of training are left" in why
     assert worth_starting(124.0, 297, spare_core=True)[0]  # a core nobody trains on costs the run nothing
     assert worth_starting(124.0, None, spare_core=False)[0]  # no known end
+
+
+def test_a_core_other_work_keeps_busy_is_no_spare_core() -> None:
+    """Issue 85: at one torch thread on 2 cores, ``auto`` took core 1 as spare while another run kept it busy."""
+    assert core_to_spare(2, 1, 1.9) == (True, "")  # the other core idle
+    spare, why = core_to_spare(2, 1, 1.1)  # another process on it
+    assert not spare and "busy with other work (1.1 of 2 cores idle" in why
+    assert core_to_spare(2, 1, None) == (True, "")  # not measured (no /proc/stat): the thread count decides
+    assert core_to_spare(2, 2, 2.0) == (False, "")  # every core trains
+
+
+def test_idle_cores_reads_a_busy_core_as_busy() -> None:
+    """A real reading: with a thread spinning beside the sample, at least half a core of ours is not idle."""
+    import threading
+
+    cpus = os.sched_getaffinity(0)
+    stop = threading.Event()
+    spinner = threading.Thread(target=lambda: [None for _ in iter(stop.is_set, True)], daemon=True)
+    spinner.start()
+    try:
+        idle = idle_cores(cpus, seconds=0.5)
+    finally:
+        stop.set()
+        spinner.join()
+    assert idle is not None and 0.0 <= idle <= len(cpus) - 0.5, idle
 
 
 @pytest.mark.parametrize(("overrides", "words"), [

@@ -116,7 +116,8 @@ def llama_config(spec: dict[str, Any], vocab: int) -> Any:
 
 def run_trl(spec: dict[str, Any], pacer: Pacer, compiles: Compiles) -> dict[str, Any]:
     """TRL's ``DPOTrainer`` with a peft ``LoraConfig`` (the reference: the policy with its adapter disabled), set to
-    runner's settings where TRL's defaults differ (float32, no gradient checkpointing, a constant learning rate).
+    runner's settings where TRL's defaults differ (float32, a constant learning rate; gradient checkpointing off
+    unless ``spec["gradient_checkpointing"]``, TRL's default).
 
     ``compile``: ``"trainer"`` is TRL's own ``torch_compile=True`` (the Trainer wraps the model in
     ``torch.compile``); ``"in_place"`` compiles the model in place (``nn.Module.compile``) before peft wraps it, so
@@ -147,7 +148,8 @@ def run_trl(spec: dict[str, Any], pacer: Pacer, compiles: Compiles) -> dict[str,
     args = DPOConfig(output_dir=spec["scratch"], per_device_train_batch_size=spec["batch"], max_steps=spec["steps"],
                      learning_rate=spec["lr"], weight_decay=spec["weight_decay"], lr_scheduler_type="constant",
                      beta=spec["beta"], max_length=spec["seq_len"] + 1, bf16=spec.get("bf16", False),
-                     gradient_checkpointing=False, torch_compile=spec["compile"] == "trainer",
+                     gradient_checkpointing=spec.get("gradient_checkpointing", False),
+                     torch_compile=spec["compile"] == "trainer",
                      use_cpu=spec.get("device", "cpu") == "cpu",
                      # A backend given turns torch_compile on (TrainingArguments' rule): only with it.
                      **({"torch_compile_backend": spec["backend"]} if spec["compile"] == "trainer" else {}),
@@ -163,7 +165,7 @@ def run_trl(spec: dict[str, Any], pacer: Pacer, compiles: Compiles) -> dict[str,
 
 def run_runner(spec: dict[str, Any], pacer: Pacer, compiles: Compiles) -> dict[str, Any]:
     """runner: ``PreferenceModule`` (DPO, the reference through the adapter's gate) under ``CompileStrategy``
-    (compile.scope=step, optimizer=auto), packed pairs or pairs padded per batch."""
+    (``compile.scope``: step, or none for eager steps; optimizer=auto), packed pairs or pairs padded per batch."""
     from functools import partial
 
     import lightning as L
@@ -203,8 +205,8 @@ def run_runner(spec: dict[str, Any], pacer: Pacer, compiles: Compiles) -> dict[s
             pacer.tick()
             pairs.append(float(batch[0].pairs.sum()))
 
-    cfg = CompileConfig(scope=Scope.step, backend=spec["backend"], optimizer=OptimizerPolicy.auto,
-                        background=Background.disabled)
+    cfg = CompileConfig(scope=Scope(spec.get("scope", "step")), backend=spec["backend"],
+                        optimizer=OptimizerPolicy.auto, background=Background.disabled)
     device = spec.get("device", "cpu")
     trainer = L.Trainer(accelerator="gpu" if device == "cuda" else "cpu", devices=1,
                         strategy=CompileStrategy(compile=cfg, device="cuda:0" if device == "cuda" else "cpu"),

@@ -1,5 +1,6 @@
 """``compile.background``'s decisions, pure: where a compile process beside the run can help
-(:func:`resolve_background`), whether ``auto`` starts one (:func:`worth_starting`) and whether switching
+(:func:`resolve_background`), whether ``auto`` has a core to spare (:func:`core_to_spare`) and starts a process
+(:func:`worth_starting`) and whether switching
 to its compiled step pays (:func:`switch_pays`), and on a CUDA device whether the process fits in its memory
 (:func:`room_for_process`); and the two small pieces those decisions pick between:
 :class:`NoBackground` (no process) and :class:`LateStep` (the step compiled at the switch).
@@ -8,6 +9,7 @@ to its compiled step pays (:func:`switch_pays`), and on a CUDA device whether th
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -112,6 +114,46 @@ def switch_pays(measured: dict[str, Any], eager_ms: float | None, steps_left: fl
     why = (f"its compiled step measured {speedup:.2f}x eager: over the {steps_left:.0f} steps left it would save "
            f"{saved:.1f} s against up to {cost:.1f} s to compile from the warm cache")
     return saved > cost, why
+
+
+FREE_CORE = 0.75
+"""``auto``: a core training does not use is spare only when this much of a core beyond the run's own threads sat
+idle while sampled. A core other work keeps busy is no spare: a compile process there slows that work and itself,
+and is not ready before a short run ends (issue 85: a second run on the other core, the compile never ready)."""
+SAMPLE_S = 0.25
+"""How long ``auto`` samples the cores' idle time before the first step (once a run)."""
+
+
+def idle_cores(cpus: set[int], seconds: float = SAMPLE_S) -> float | None:
+    """How many of ``cpus`` sat idle over the next ``seconds`` (from /proc/stat; None where it cannot be read)."""
+    def sample() -> dict[int, tuple[int, int]]:
+        out = {}
+        with open("/proc/stat") as f:
+            for line in f:
+                name, *fields = line.split()
+                if name.startswith("cpu") and name[3:].isdigit() and int(name[3:]) in cpus:
+                    ticks = [int(x) for x in fields[:8]]
+                    out[int(name[3:])] = (ticks[3] + ticks[4], sum(ticks))  # idle + iowait, all
+        return out
+
+    try:
+        before = sample()
+        time.sleep(seconds)
+        after = sample()
+    except (OSError, ValueError):
+        return None
+    idle = sum((after[c][0] - before[c][0]) / max(after[c][1] - before[c][1], 1) for c in after if c in before)
+    return idle if after else None
+
+
+def core_to_spare(cpus: int, threads: int, idle: float | None) -> tuple[bool, str]:
+    """Whether the run has a core its training threads do not use and nothing else keeps busy, and if not, why."""
+    if cpus <= threads:
+        return False, ""
+    if idle is not None and idle - threads < FREE_CORE:
+        return False, (f"the {cpus - threads} core(s) training does not use are busy with other work ({idle:.1f} of "
+                       f"{cpus} cores idle before the first step)")
+    return True, ""
 
 
 def worth_starting(eager_ms: float | None, steps_left: float | None, spare_core: bool) -> tuple[bool, str]:

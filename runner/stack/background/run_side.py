@@ -48,6 +48,8 @@ from runner.stack.background.policy import (
     DeviceRoom,
     LateStep,
     Step,
+    core_to_spare,
+    idle_cores,
     room_for_process,
     steps_left,
     switch_pays,
@@ -140,8 +142,14 @@ class BackgroundCompile(StackComponent):
         """The first batch, as the step receives it, starts the compile process (``auto`` without a spare
         core: kept until :data:`DECIDE_AFTER` eager steps say whether the run is long enough)."""
         if self.pending and self.process is not None and self.process.proc is None and self._batch is None:
-            self._spare = len(os.sched_getaffinity(0)) > torch.get_num_threads() if hasattr(os, "sched_getaffinity") \
-                else False
+            cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else {0}
+            # Only auto asks whether other work keeps that core busy: pinned and shared start regardless.
+            sampled = self.policy is Background.auto and self.room is None and len(cpus) > torch.get_num_threads()
+            idle = idle_cores(cpus) if sampled else None
+            self._spare, busy = core_to_spare(len(cpus), torch.get_num_threads(), idle)
+            if busy:
+                self._tell(f"compile: no core to spare for the compile process: {busy}; the run times its eager "
+                           "steps first and starts one only if enough training is left")
             self._batch = batch
             if self.room is None and (self.policy is not Background.auto or self._spare):
                 self._start()
