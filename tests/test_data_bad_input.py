@@ -84,7 +84,22 @@ BAD: list[tuple[str, Callable[[Path], list[str]], list[str]]] = [
     ("a number as a text of a labelled text file", lambda p: [
         *CLASSIFY, f"data.path={_bytes(p / 'rows.txt', _lines(p / 'r.jsonl', 40, NUMBER_TEXT).read_bytes())}"],
      ["rows.txt, line 41: its review is 5, not a string", "a missing one as null"]),
+    ("a Latin-1 byte in a CSV", lambda p: [*CLASSIFY, f"data.path={_latin1(_csv(p / 'rows.csv'), 'number 7')}"],
+     ["rows.csv, line 9: the byte 0xe9 (at offset ", "is not UTF-8", "iconv -f latin1 -t utf-8",
+      "read_csv(..., encoding='latin1')"]),
+    ("a Latin-1 byte in JSON lines, causal LM", lambda p: [
+        "+recipe=smoke", f"data.path={_latin1(_jsonl(p / 'rows.jsonl', ROWS), 'number 30')}",
+        "data.text_column=review"],
+     ["rows.jsonl, line 31: the byte 0xe9 (at offset ", "is not UTF-8", "rows.utf8.jsonl"]),
 ]
+
+
+def _latin1(path: Path, after: str) -> Path:
+    """``path`` with a Latin-1 "é" (the byte 0xe9, no UTF-8) inserted before the first ``after``."""
+    data = path.read_bytes()
+    at = data.index(after.encode())
+    path.write_bytes(data[:at] + b"caf\xe9 " + data[at:])
+    return path
 
 
 def _lines(path: Path, good: int, bad: str) -> Path:
@@ -117,6 +132,27 @@ def refused_in_one_paragraph(overrides: list[str], fragments: list[str]) -> None
     assert "\n" not in message.strip(), "one paragraph"
     for fragment in fragments:
         assert fragment in message, f"{fragment!r} not in: {message}"
+
+
+def test_a_byte_not_utf8_is_found_at_its_line_and_offset(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first byte that is not UTF-8, its line and offset, whatever the blocks the file is read in (a line longer
+    than a block, a character of several bytes at a block's end); a file of UTF-8 has none."""
+    from runner.data.reading import table_errors
+
+    monkeypatch.setattr(table_errors, "BLOCK_BYTES", 5)
+    good = "naïve\n\ncafé crème, a line longer than a block\n日本語\n".encode()
+    path = _bytes(tmp_path / "rows.jsonl", good + b"ok \xe9t\xe9\n")
+    assert table_errors.bad_utf8([_bytes(tmp_path / "good.jsonl", good)]) is None
+    assert table_errors.bad_utf8([tmp_path / "good.jsonl", path]) == (str(path), 5, len(good) + 3, 0xE9)
+
+
+def test_a_byte_not_utf8_is_refused_again_once_its_table_is_cached(tmp_path: Path) -> None:
+    """JSON lines' text is read into Arrow unchecked and cached by ``datasets``: a second run, reading that cache,
+    refuses the file as the first did (not a ``UnicodeDecodeError`` at the first row read)."""
+    overrides = ["+recipe=smoke", f"data.path={_latin1(_jsonl(tmp_path / 'rows.jsonl', ROWS), 'number 3')}",
+                 "data.text_column=review"]
+    for _ in range(2):
+        refused_in_one_paragraph(overrides, ["rows.jsonl, line 4: the byte 0xe9", "is not UTF-8"])
 
 
 def test_no_validation_share_composes_with_a_validation_file(tmp_path: Path) -> None:

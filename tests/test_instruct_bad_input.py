@@ -16,6 +16,8 @@ from tests.hf_models import save_tokenizer
 from tests.test_data_bad_input import refused_in_one_paragraph
 
 QA = [{"prompt": f"question number {i}?", "response": f"answer {i}"} for i in range(40)]
+CHAT = [{"messages": [{"role": "user", "content": f"q {i}"}, {"role": "assistant", "content": f"a {i}"}]}
+        for i in range(40)]
 INSTRUCT = ["model=gpt_tiny", "data=instruct", "data.seq_len=128", "data.batch_size=4", "compile.backend=eager"]
 PACKED_DOCS = ["+recipe=smoke", "data=text_documents", "data.seq_len=64", "data.packing=true"]
 
@@ -54,7 +56,15 @@ BAD: list[tuple[str, Callable[[Path], list[str]], list[str]]] = [
      ["every example is longer than data.seq_len=16 tokens", "Raise data.seq_len"]),
     ("empty answers", lambda p: [*INSTRUCT, _qa(p, [*QA, {"prompt": "q", "response": " "},
                                                     {"prompt": "q", "response": ""}])],
-     ["2 of 42 rows have an empty answer in column response", "rows 40, 41", "Fill them in or remove those rows"]),
+     ["2 of 42 rows have an empty answer in column response (lines 41, 42)", "Fill them in or remove those rows"]),
+    ("a Latin-1 byte", lambda p: [*INSTRUCT, f"data.path={_latin1(p / 'qa.jsonl', 'answer 9')}"],
+     ["qa.jsonl, line 10: the byte 0xe9 (at offset ", "is not UTF-8", "iconv -f latin1 -t utf-8", "qa.utf8.jsonl"]),
+    ("a Latin-1 byte in a CSV", lambda p: [*INSTRUCT, f"data.path={_latin1(p / 'qa.csv', 'answer 12')}"],
+     ["qa.csv, line 14: the byte 0xe9 (at offset ", "is not UTF-8", "read_csv(..., encoding='latin1')"]),
+    ("a conversation that cannot be read", lambda p: [
+        *INSTRUCT, f"data.path={_jsonl(p / 'chat.jsonl', [*CHAT, {'messages': [{'role': 'user', 'content': 'q'}]}])}",
+        "data.messages_column=messages", "data.chat_template='{% for m in messages %}{{ m.content }}{% endfor %}'"],
+     ["1 rows cannot be read as conversations (line 41: ", "fix or remove those rows"]),
     ("no data.path", lambda p: INSTRUCT,
      ["data=instruct needs data.path", "data.path=examples/data/instruct.jsonl"]),
     ("a JSON object holding Alpaca rows", lambda p: [*INSTRUCT, f"data.path={_object(p)}"],
@@ -83,6 +93,21 @@ BAD: list[tuple[str, Callable[[Path], list[str]], list[str]]] = [
                                             "model.attn_implementation=flex_attention"],
      ["flex_attention on the CPU", "no backward on the CPU", "model.attn_implementation=sdpa"]),
 ]
+
+
+def _latin1(path: Path, before: str) -> Path:
+    """The questions as ``path`` (JSON lines or CSV, by its suffix) with a Latin-1 "é" (the byte 0xe9, no UTF-8)
+    before the first ``before``."""
+    import pandas as pd
+
+    if path.suffix == ".csv":
+        pd.DataFrame(QA).to_csv(path, index=False)
+    else:
+        _jsonl(path, QA)
+    data = path.read_bytes()
+    at = data.index(before.encode())
+    path.write_bytes(data[:at] + b"caf\xe9 " + data[at:])
+    return path
 
 
 def _object(p: Path) -> Path:

@@ -39,7 +39,7 @@ from runner.data.instruct.encode import (
 )
 from runner.data.instruct.formats import Format, Kind, resolve_format
 from runner.data.reading.sources import SAVED, DataError, Source, resolve
-from runner.data.reading.table_errors import json_object_of_rows
+from runner.data.reading.table_errors import json_object_of_rows, row_place, row_places
 from runner.data.reading.tables import load_table
 from runner.data.store import (
     PrepareTimeout,
@@ -196,16 +196,16 @@ def writer_problems(directory: Any, rows: int, notes: list[tuple[int, str]]) -> 
 
 
 def refuse_problems(prepared: Prepared, key: str, where: str) -> None:
-    """A :class:`DataError` naming rows that cannot train (an empty answer, a malformed conversation)."""
+    """A :class:`DataError` naming rows that cannot train (an empty answer, a malformed conversation) by their lines."""
     p = prepared.problems
     column = prepared.fmt.answer_column
     if p["empty"]:
         first = p["empty_rows"]
         raise DataError(f"{key}={where}: {p['empty']} of {prepared.rows} rows have an empty answer in column {column} "
-                        f"(rows {', '.join(map(str, first))}{', ...' if p['empty'] > len(first) else ''}, counting "
-                        "from 0): the model would learn to answer with nothing. Fill them in or remove those rows.")
+                        f"({row_places(resolve(where, key), first)}{', ...' if p['empty'] > len(first) else ''}): "
+                        "the model would learn to answer with nothing. Fill them in or remove those rows.")
     if p["unreadable"]:
         i, problem = p["first_unreadable"]
-        raise DataError(f"{key}={where}: {p['unreadable']} rows cannot be read as conversations (row {i}: {problem}). "
-                        f"Each cell of {column} is {SHAPES_HINT}, with at least one assistant turn (a CSV cell holds "
-                        "it as JSON); fix or remove those rows.")
+        raise DataError(f"{key}={where}: {p['unreadable']} rows cannot be read as conversations "
+                        f"({row_place(resolve(where, key), i)}: {problem}). Each cell of {column} is {SHAPES_HINT}, "
+                        "with at least one assistant turn (a CSV cell holds it as JSON); fix or remove those rows.")

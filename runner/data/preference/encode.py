@@ -23,7 +23,7 @@ import numpy as np
 
 from runner.data.instruct.encode import eos_id, tokenizer_and_render
 from runner.data.instruct.formats import Render
-from runner.data.preference.formats import IDENTICAL, PairFormat
+from runner.data.preference.formats import IDENTICAL, EmptyCompletion, PairFormat, blank
 from runner.data.sequences.windows import Spans
 from runner.data.store import Chunk, Ragged, Store
 from runner.data.tokens.tokenizers import Tokenizer
@@ -32,11 +32,11 @@ log = logging.getLogger(__name__)
 
 PROMPT, CHOSEN, REJECTED, PROBLEM = "prompt_ids", "chosen_ids", "rejected_ids", "problem"
 SIDES = (CHOSEN, REJECTED)
-USABLE, SAME, UNREADABLE = 0, 1, 2
+USABLE, SAME, UNREADABLE, EMPTY_CHOSEN, EMPTY_REJECTED = 0, 1, 2, 3, 4
 """A row's problem code: none; its chosen and rejected completions are the same (left out); it cannot be read as a
-pair (refused, with the reason the encoder noted)."""
-VERSION = 2
-"""The encoder's: a new one changes every preference store's name."""
+pair (refused, with the reason the encoder noted); its chosen, or its rejected, completion is empty (refused)."""
+VERSION = 3
+"""The encoder's: a new one changes every preference store's name (3: empty completions refused)."""
 
 
 @dataclass(frozen=True)
@@ -64,12 +64,16 @@ def encode_rows(fmt: PairFormat, tokenizer: Tokenizer, render: Render | None, ro
     notes: list[tuple[int, str]] = []
     for i in range(n):
         row = {k: v[i] for k, v in rows.items()}
-        if row[fmt.chosen_column] == row[fmt.rejected_column]:
+        if row[fmt.chosen_column] == row[fmt.rejected_column] and not blank(row[fmt.chosen_column]):
             texts.append(None)
             problems[i] = SAME
             continue
         try:
             pair = fmt.texts(row, render)
+        except EmptyCompletion as e:
+            texts.append(None)
+            problems[i] = EMPTY_CHOSEN if e.chosen else EMPTY_REJECTED
+            continue
         except Exception as e:  # a malformed conversation, or a template that cannot render it
             texts.append(None)
             problems[i] = UNREADABLE

@@ -18,7 +18,9 @@ ones TRL's ``DPOTrainer`` reads, told apart by the table's columns and its first
 
 A conversation is rendered with the chat template (the tokenizer's own, or ``data.chat_template``): the prompt with
 the generation prompt after it, and the prompt followed by each completion; a completion is what its rendering adds
-to the prompt's. A row becomes :class:`Texts`; what makes a row unusable is its ``problem``, said before the run.
+to the prompt's. A row becomes :class:`Texts`; what makes a row unusable is its ``problem``, said before the run. A
+completion that is empty (missing, only whitespace, or a turn of no text) is refused, as instruction data's empty
+answers are: :class:`EmptyCompletion`.
 """
 
 from __future__ import annotations
@@ -32,10 +34,38 @@ from runner.config.errors import close_matches
 from runner.data.instruct.chat import SHAPES_HINT, RoleError
 from runner.data.instruct.formats import PAIR_TEMPLATE, Render, messages_of
 from runner.data.reading.sources import DataError, Source
+from runner.data.reading.table_errors import row_place, row_places
 
 DEFAULT_PROMPT = "prompt"
+NOTED = 5
+"""Rows a problem's message names."""
 IDENTICAL = "chosen identical to rejected"
 """The problem of a pair whose two completions are the same: left out and counted, never trained on."""
+
+
+class EmptyCompletion(ValueError):
+    """A row whose chosen (``chosen`` True) or rejected completion holds no text: a pair that would teach the model
+    to prefer, or avoid, saying nothing."""
+
+    def __init__(self, chosen: bool) -> None:
+        super().__init__(f"an empty {'chosen' if chosen else 'rejected'} completion")
+        self.chosen = chosen
+
+
+def blank(value: Any) -> bool:
+    """Whether a cell holds no text: missing, or a string of whitespace."""
+    return value is None or isinstance(value, (str, bytes)) and not value.strip()
+
+
+def _blank_turn(messages: list[dict[str, str]]) -> bool:
+    """Whether a completion's messages hold a turn of no text (instruction data refuses such an answer too)."""
+    return any(not m["content"].strip() for m in messages)
+
+
+def _refuse_empty(chosen: bool, rejected: bool) -> None:
+    """:class:`EmptyCompletion` for the first side that is empty."""
+    if chosen or rejected:
+        raise EmptyCompletion(chosen)
 
 
 class Shape(Enum):
@@ -90,11 +120,14 @@ class PairFormat:
     def texts(self, row: dict[str, Any], render: Render | None) -> Texts:
         """One row as a prompt and two completions (module docstring); ``ValueError`` names what is wrong."""
         chosen, rejected = row[self.chosen_column], row[self.rejected_column]
+        _refuse_empty(blank(chosen), blank(rejected))
         if self.shape is Shape.text:
             prompt = _text(row[self.prompt_column])  # type: ignore[index]
             return Texts((self.template or PAIR_TEMPLATE).replace("{prompt}", prompt), _text(chosen), _text(rejected))
         if self.shape is Shape.implicit_text:
-            return split_text(_text(chosen), _text(rejected))
+            pair = split_text(_text(chosen), _text(rejected))
+            _refuse_empty(blank(pair.chosen), blank(pair.rejected))  # one text the other's start: nothing after it
+            return pair
         assert render is not None, "a chat template (checked before the run)"
         roles = dict(self.roles)
         if self.shape is Shape.chat:
@@ -103,6 +136,8 @@ class PairFormat:
         else:
             prompt_messages, chosen_messages, rejected_messages = split_messages(messages_of(chosen, roles),
                                                                                   messages_of(rejected, roles))
+        if chosen_messages and rejected_messages:  # no message at all: render_pair says so
+            _refuse_empty(_blank_turn(chosen_messages), _blank_turn(rejected_messages))
         return render_pair(prompt_messages, chosen_messages, rejected_messages, render)
 
 
@@ -173,7 +208,7 @@ def resolve_shape(columns: Sequence[str], first: dict[str, Any], source: Source,
         raise missing_column("data.prompt_column", prompt_column, names, source)
     chat = _is_conversation(first[chosen_column])
     columns = [*([prompt_column] if has_prompt else []), chosen_column, rejected_column]
-    if len({_is_conversation(first[c]) for c in columns}) > 1:
+    if len({_is_conversation(first[c]) for c in columns if first[c] is not None}) > 1:  # no prompt: see no_prompt
         raise DataError(f"{source.key}={source.given}: its first row mixes texts and conversations across "
                         f"{', '.join(columns)}: the prompt, chosen and rejected are all texts, or all conversations "
                         f"({SHAPES_HINT}). Convert the columns to one form.")
@@ -186,6 +221,25 @@ def resolve_shape(columns: Sequence[str], first: dict[str, Any], source: Source,
     return PairFormat(shape, prompt_column if has_prompt else None, chosen_column, rejected_column,
                       prompt_template if shape is Shape.text else None,
                       tuple(sorted((str(k), str(v)) for k, v in (roles or {}).items())) if chat else ())
+
+
+def no_prompt(source: Source, column: str, missing: Any) -> DataError:
+    """The paragraph for a table of pairs whose prompt column is missing (null) on some rows, ``missing`` (a boolean
+    per row): rows with a prompt mixed with rows that share it inside chosen and rejected, or a column of nothing."""
+    import numpy as np
+
+    without, has = np.flatnonzero(missing), np.flatnonzero(~missing)
+    more = ", ..." if len(without) > NOTED else ""
+    if not len(has):
+        return DataError(f"{source.key}={source.given}: its column {column} holds no prompt on any of its "
+                         f"{len(without)} rows. Drop the column (chosen and rejected then start with the prompt they "
+                         f"share), or fill it in (data.prompt_column names the column of prompts).")
+    return DataError(f"{source.key}={source.given} mixes rows with a prompt and rows without one: "
+                     f"{row_place(source, int(has[0]))} has a {column}, {len(without)} of {len(missing)} rows have "
+                     f"none ({row_places(source, without[:NOTED].tolist())}{more}). A table holds one shape: every row "
+                     f"a {column} beside chosen and rejected, or no row one (chosen and rejected then start with the "
+                     "prompt they share). Give those rows their prompt (and chosen and rejected only what follows "
+                     f"it), or move each {column} into the start of its row's chosen and rejected.")
 
 
 def missing_column(setting: str, value: str, names: list[str], source: Source) -> DataError:

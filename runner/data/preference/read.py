@@ -20,10 +20,21 @@ from runner.data.instruct.chat import SHAPES_HINT, SHAREGPT_ROLES, count_turns, 
 from runner.data.instruct.encode import BYTES_EOS, largest_id, tokenizer_and_render
 from runner.data.instruct.formats import Render
 from runner.data.instruct.prepare import source_files
-from runner.data.preference.encode import CHOSEN, PROBLEM, PROMPT, REJECTED, SAME, VERSION, PairEncoder
-from runner.data.preference.formats import PairFormat, Shape, resolve_shape
+from runner.data.preference.encode import (
+    CHOSEN,
+    EMPTY_CHOSEN,
+    EMPTY_REJECTED,
+    PROBLEM,
+    PROMPT,
+    REJECTED,
+    SAME,
+    VERSION,
+    PairEncoder,
+)
+from runner.data.preference.formats import NOTED, PairFormat, Shape, no_prompt, resolve_shape
 from runner.data.reading.sources import DataError, Source, resolve
-from runner.data.reading.tables import load_table
+from runner.data.reading.table_errors import row_place, row_places
+from runner.data.reading.tables import load_table, null_rows
 from runner.data.store import (
     PrepareTimeout,
     Store,
@@ -45,8 +56,6 @@ log = logging.getLogger(__name__)
 
 SHIPPED = "examples/data/preference.jsonl"
 """The preference file runner ships (examples/data/make_preference.py writes it)."""
-NOTED = 5
-"""Rows a problem's message names."""
 
 
 @dataclass
@@ -118,13 +127,15 @@ def _build(tmp: Any, source: Source, tokenizer: Tokenizer, render: Render | None
     if len(rows) == 0:
         raise DataError(f"{what} holds no rows. Point {what.split('=')[0]} at a file with pairs in it.")
     fmt = resolve_shape(rows.column_names, rows[0], source, **settings)
+    total = len(rows) if max_examples is None else min(max_examples, len(rows))
+    if fmt.prompt_column is not None and (missing := null_rows(rows, fmt.prompt_column)[:total]).any():
+        raise no_prompt(source, fmt.prompt_column, missing)
     if fmt.shape.conversational and render is None:
         which = "UTF-8 bytes" if is_bytes(tokenizer.name) else f"the tokenizer {tokenizer.name}"
         raise DataError(f"{what} holds conversations ({SHAPES_HINT}): {which} has "
                         "no chat template to render them with. Give one as data.chat_template='{% for m in messages "
                         "%}...' (a Jinja template over messages, with add_generation_prompt), or a tokenizer that has "
                         "one (data.tokenizer=DIR).")
-    total = len(rows) if max_examples is None else min(max_examples, len(rows))
     columns = [c for c in (fmt.prompt_column, fmt.chosen_column, fmt.rejected_column) if c is not None]
     if fmt.shape.conversational:  # every turn's role known or mapped, before anything is tokenized
         for column in columns:
@@ -140,26 +151,38 @@ def _build(tmp: Any, source: Source, tokenizer: Tokenizer, render: Render | None
                         f"tokenizing {what}", progress)
     codes = np.fromfile(tmp / f"{PROBLEM}.rows", dtype=np.int8, count=writer.rows)
     notes = done.notes
+    empty = np.flatnonzero((codes == EMPTY_CHOSEN) | (codes == EMPTY_REJECTED))
     writer.finish({**dataclasses.asdict(fmt), "shape": fmt.shape.value, "roles": [list(r) for r in fmt.roles],
-                   "table_rows": len(rows), "same": int((codes == SAME).sum()), "unreadable": len(notes),
+                   "table_rows": len(rows), "same": int((codes == SAME).sum()), "empty": len(empty),
+                   "empty_rows": [[int(i), bool(codes[i] == EMPTY_CHOSEN)] for i in empty[:NOTED]],
+                   "unreadable": len(notes),
                    "unreadable_rows": [i for i, _ in notes[:NOTED]], "first_unreadable": list(notes[0]) if notes
                    else None, "seconds": round(done.seconds, 2), "processes": done.processes})
 
 
 def refuse_problems(prepared: PreparedPairs, key: str, where: str) -> None:
-    """A :class:`DataError` naming rows that cannot train (a malformed conversation, no shared prompt); a row whose
-    completions are the same is left out, not refused."""
-    meta, n = prepared.store.meta, prepared.rows
+    """A :class:`DataError` naming the lines of rows that cannot train (an empty completion, a malformed conversation,
+    no shared prompt); a row whose completions are the same is left out, not refused."""
+    meta, n, fmt = prepared.store.meta, prepared.rows, prepared.fmt
+    if meta["empty"]:
+        source = resolve(where, key)
+        sides = [f"{column} at {row_places(source, rows)}" for column, chosen in ((fmt.chosen_column, True),
+                                                                                  (fmt.rejected_column, False))
+                 if (rows := [i for i, c in meta["empty_rows"] if c == chosen])]
+        more = ", ..." if meta["empty"] > NOTED else ""
+        raise DataError(f"{key}={where}: {meta['empty']} of {n} rows have an empty completion ({'; '.join(sides)}"
+                        f"{more}: missing, only whitespace, or a turn of no text): the pair would teach the model to "
+                        "prefer, or to avoid, answering with nothing. Fill them in or remove those rows.")
     if meta["unreadable"]:
         i, problem = meta["first_unreadable"]
-        rows = ", ".join(map(str, meta["unreadable_rows"])) + (", ..." if meta["unreadable"] > NOTED else "")
-        fmt = prepared.fmt
-        raise DataError(f"{key}={where}: {meta['unreadable']} of {n} rows cannot be read as preference pairs (rows "
-                        f"{rows}, counting from 0; row {i}: {problem}). Each row holds a {fmt.chosen_column} and a "
-                        f"{fmt.rejected_column} completion of one prompt: texts, or conversations ({SHAPES_HINT}; "
-                        "a CSV cell holds the list as JSON); without a prompt column, "
-                        "chosen and rejected start with the same prompt. Fix or remove those rows.")
+        source = resolve(where, key)
+        more = ", ..." if meta["unreadable"] > NOTED else ""
+        raise DataError(f"{key}={where}: {meta['unreadable']} of {n} rows cannot be read as preference pairs "
+                        f"({row_places(source, meta['unreadable_rows'])}{more}; at {row_place(source, i)}: {problem}). "
+                        f"Each row holds a {fmt.chosen_column} and a {fmt.rejected_column} completion of one prompt: "
+                        f"texts, or conversations ({SHAPES_HINT}; a CSV cell holds the list as JSON); without a prompt "
+                        "column, chosen and rejected start with the same prompt. Fix or remove those rows.")
     if meta["same"] == n:
-        raise DataError(f"{key}={where}: every row's {prepared.fmt.chosen_column} is identical to its "
-                        f"{prepared.fmt.rejected_column}: a pair of the same completion teaches no preference. Check "
+        raise DataError(f"{key}={where}: every row's {fmt.chosen_column} is identical to its "
+                        f"{fmt.rejected_column}: a pair of the same completion teaches no preference. Check "
                         "the columns (data.chosen_column, data.rejected_column).")

@@ -1,6 +1,6 @@
 """What is wrong with a table, in the words of the paragraph that refuses it: an empty or damaged file, the line of
-a JSON lines file that is no JSON object (its file and line number, json's own reason), a text column that holds
-something else than text.
+a JSON lines file that is no JSON object (its file and line number, json's own reason), a byte that is not UTF-8
+(its file, line and offset), a text column that holds something else than text.
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ def unreadable(source: Source, e: BaseException) -> DataError:
     """The paragraph for a table ``datasets`` could not read: an empty file, or a damaged one."""
     what = _FORMAT.get(source.kind, source.kind)
     error = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    if source.kind in ("json", "csv") and (bad := bad_utf8(source.files)) is not None:
+        return not_utf8(source, bad)
     if isinstance(e, StopIteration) or "empty" in error.lower() or all(f.stat().st_size == 0 for f in source.files):
         return DataError(f"{source.key}={source.given} holds no rows ({what}). Point {source.key} at a file with "
                          "data in it.")
@@ -32,6 +34,45 @@ def unreadable(source: Source, e: BaseException) -> DataError:
     return DataError(f"{source.key}={source.given} cannot be read as {what} ({type(e).__name__}: {error}). The file "
                      f"is damaged or not {what}: export it again (e.g. DataFrame.to_parquet / to_csv / to_json with "
                      "lines=True), or give it the suffix of its real format.")
+
+
+BLOCK_BYTES = 1 << 22
+"""Bytes :func:`bad_utf8` decodes at a time (4 MiB)."""
+
+
+def bad_utf8(files: Any) -> tuple[str, int, int, int] | None:
+    """The first byte of ``files`` that is not UTF-8: its file, line (from 1), offset in the file (from 0) and
+    value; None when every file is UTF-8. Read a block of whole lines at a time, so no character is cut."""
+    for path in files:
+        at, line, carry = 0, 1, b""
+        with open(path, "rb") as f:
+            while True:
+                block = f.read(BLOCK_BYTES)
+                data = carry + block
+                cut = data.rfind(b"\n") + 1 if block else len(data)  # at the end: the rest, newline or not
+                piece, carry = data[:cut], data[cut:]
+                if not piece.isascii():  # ASCII, most tables' bytes, is UTF-8 without decoding
+                    try:
+                        piece.decode("utf-8")
+                    except UnicodeDecodeError as e:
+                        return str(path), line + piece.count(b"\n", 0, e.start), at + e.start, piece[e.start]
+                at, line = at + len(piece), line + piece.count(b"\n")
+                if not block:
+                    break
+    return None
+
+
+def not_utf8(source: Source, bad: tuple[str, int, int, int]) -> DataError:
+    """The paragraph for a table with a byte that is not UTF-8 (:func:`bad_utf8`): where it is, and how to convert
+    the file."""
+    path, line, offset, value = bad
+    where = f"{source.key}={source.given}" + ("" if len(source.files) == 1 else f": {path}")
+    return DataError(f"{where}, line {line}: the byte 0x{value:02x} (at offset {offset} of the file) is not UTF-8, "
+                     "the encoding a table's text is read in: the file was saved in another one (Latin-1 or "
+                     "Windows-1252 often). "
+                     f"Convert it (iconv -f latin1 -t utf-8 {path} > {Path(path).stem}.utf8{Path(path).suffix}, or "
+                     f"pandas' read_{'csv' if source.kind == 'csv' else 'json'}(..., encoding='latin1') written "
+                     f"again as UTF-8) and point {source.key} at the converted file.")
 
 
 def bad_json_line(files: Any) -> tuple[Path, int, str] | None:
@@ -108,19 +149,34 @@ def not_text(data: Any) -> str:
 
 def row_place(source: Source, row: int) -> str:
     """Where row ``row`` (counting from 0, over the files in order) of a table is, for a refusal: ``line 7`` of a JSON
-    lines file, ``line 12 (its 3rd element)`` of a JSON array, a CSV's or Parquet file's row, each with its file
+    lines file, ``line 12, its element 3`` of a JSON array, a CSV's or Parquet file's row, each with its file
     when there are several."""
+    return row_places(source, [row])
+
+
+def row_places(source: Source, rows: list[int]) -> str:
+    """Where ``rows`` (ascending, counting from 0 over the files in order) of a table are, as :func:`row_place`
+    says one: ``lines 7, 9`` of one JSON lines file, each row's place (``; ``) otherwise; each file read once."""
+    places: dict[int, str] = {}
     at = 0
     for path in source.files:
-        places = _json_lines(path) if source.kind == "json" else None
-        if places is None:
+        lines = _json_lines(path) if source.kind == "json" else None
+        if lines is None:
             break
-        if row < at + len(places):
-            line = places[row - at]
-            within = f", its element {row - at + 1}" if _is_array(path) else ""
-            return (f"line {line}{within}" if len(source.files) == 1 else f"{path}, line {line}{within}")
-        at += len(places)
-    return f"row {row + 1} (counting from 1" + (", over its files in order)" if len(source.files) > 1 else ")")
+        array = _is_array(path)
+        for row in rows:
+            if at <= row < at + len(lines):
+                within = f", its element {row - at + 1}" if array else ""
+                places[row] = (f"line {lines[row - at]}{within}" if len(source.files) == 1 else
+                               f"{path}, line {lines[row - at]}{within}")
+        at += len(lines)
+    if len(places) < len(rows):  # not JSON: rows as datasets counts them
+        return (f"row{'s' if len(rows) > 1 else ''} {', '.join(str(r + 1) for r in rows)} (counting from 1"
+                + (", over its files in order)" if len(source.files) > 1 else ")"))
+    said = [places[r] for r in rows]
+    if len(source.files) == 1 and not any("element" in p for p in said) and len(said) > 1:
+        return "lines " + ", ".join(p.removeprefix("line ") for p in said)
+    return "; ".join(said)
 
 
 def _is_array(path: Path) -> bool:
@@ -133,7 +189,7 @@ def _json_lines(path: Path) -> list[int] | None:
     JSON array starts; None when the file is neither."""
     text = Path(path).read_text(encoding="utf-8", errors="replace")
     if not _is_array(path):
-        return [n for n, line in enumerate(text.splitlines(), 1) if line.strip()]
+        return [n for n, line in enumerate(text.split("\n"), 1) if line.strip()]  # JSON lines end at \n only
     decoder = json.JSONDecoder()
     lines: list[int] = []
     at, counted, line = text.index("[") + 1, 0, 1

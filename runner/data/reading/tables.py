@@ -22,7 +22,7 @@ from typing import Any
 
 from runner.config.errors import close_matches
 from runner.data.reading.sources import SAVED, VALIDATION_SPLITS, DataError, Source
-from runner.data.reading.table_errors import json_object_of_rows, not_text, unreadable
+from runner.data.reading.table_errors import bad_utf8, json_object_of_rows, not_text, not_utf8, unreadable
 from runner.data.store.progress import Heartbeat
 
 log = logging.getLogger(__name__)
@@ -132,6 +132,8 @@ def _load_table(source: Source, said: Said) -> tuple[Any, bool]:
                 if not cached and size >= APART_BYTES:
                     _prepare_apart(source)  # the same cache entry; a failure there is said again below
                 builder.download_and_prepare()
+                if source.kind == "json":  # pyarrow reads JSON lines' bytes into text unchecked, to fail later
+                    _refuse_bad_utf8(source)
             rows = builder.as_dataset(split="train")
         except DataError:
             raise
@@ -144,6 +146,16 @@ def _load_table(source: Source, said: Said) -> tuple[Any, bool]:
         said.add(logging.INFO, "data: prepared %d rows of %s=%s as Arrow in %.1f s (%s)", len(rows), source.key,
                  source.given, time.perf_counter() - start, builder.cache_dir)
     return rows, cached
+
+
+def _refuse_bad_utf8(source: Source) -> None:
+    """A :class:`DataError` where a byte of ``source``'s files is not UTF-8; looked for once per state of the files
+    (the answer is kept beside the stores), so a later run on a cached table reads it instead of the files."""
+    from runner.data.store import remembered
+
+    bad = remembered(f"utf8-{fingerprint(file_stamps(source.files))}", lambda: bad_utf8(source.files))
+    if bad is not None:
+        raise not_utf8(source, tuple(bad))  # type: ignore[arg-type]
 
 
 APART_BYTES = 64 << 20
