@@ -43,7 +43,7 @@ CONTESTANTS = ("model", "lightning", "runner_eager", "runner")
 MIN_STEPS = 25  # quiet steps start at step 20 (_quiet): a few past it
 
 CHILD = r"""
-import json, sys, time, tempfile
+import json, os, sys, time, tempfile
 import torch
 torch.set_num_threads(1)
 import lightning as L
@@ -64,7 +64,7 @@ overrides = ["+recipe=smoke_mlp", f"trainer.max_steps={steps}", f"trainer.log_ev
              "trainer.limit_val_batches=1"]
 if name == "runner_eager":
     overrides.append("compile=eager")
-run_dir = tempfile.mkdtemp(prefix=f"step-host-{name}-")
+run_dir = tempfile.mkdtemp(prefix=f"step-host-{name}-", dir=os.path.dirname(out))  # in the scratch dir: removed
 cfg = load(compose(overrides, run_dir=run_dir))
 if name.startswith("runner"):
     from runner.run import run
