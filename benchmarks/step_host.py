@@ -1,7 +1,8 @@
 """Per-step host time of ``python -m runner`` against plain Lightning with the same features.
 
     .venv/bin/python benchmarks/step_host.py            # 5 rounds of 400 steps per contestant (about 4 min)
-    .venv/bin/python benchmarks/step_host.py --quick    # 2 rounds of 60 steps (the test uses it)
+    .venv/bin/python benchmarks/step_host.py --quick    # 2 rounds of 60 steps
+    .venv/bin/python benchmarks/step_host.py --quick --rounds 1 --steps 30 --contestants runner  # the test's
 
 The model is the ``smoke_mlp`` recipe's MLP on its synthetic data, whose compute is small next to the
 framework around it, so a step's time is mostly host time. Contestants, each in a process of its own per
@@ -19,6 +20,7 @@ round, rounds interleaved (the order rotated each round) so the machine's drift 
 A quiet step neither logs, validates nor checkpoints; its time runs from one batch start to the next. Per
 contestant: the median quiet step over every round; "the rest" = that less the ``model`` median; each ratio
 is the median over rounds of the per-round ratio of medians. Writes ``benchmarks/results/step_host.json``.
+``--contestants`` races some of them: lightning, whom the ratios are against, always; "the rest" needs ``model``.
 """
 
 from __future__ import annotations
@@ -38,9 +40,10 @@ ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "benchmarks" / "results" / "step_host.json"
 LOG_EVERY, CHECK_EVERY = 10, 100
 CONTESTANTS = ("model", "lightning", "runner_eager", "runner")
+MIN_STEPS = 25  # quiet steps start at step 20 (_quiet): a few past it
 
 CHILD = r"""
-import json, sys, time, tempfile
+import json, os, sys, time, tempfile
 import torch
 torch.set_num_threads(1)
 import lightning as L
@@ -61,7 +64,7 @@ overrides = ["+recipe=smoke_mlp", f"trainer.max_steps={steps}", f"trainer.log_ev
              "trainer.limit_val_batches=1"]
 if name == "runner_eager":
     overrides.append("compile=eager")
-run_dir = tempfile.mkdtemp(prefix=f"step-host-{name}-")
+run_dir = tempfile.mkdtemp(prefix=f"step-host-{name}-", dir=os.path.dirname(out))  # in the scratch dir: removed
 cfg = load(compose(overrides, run_dir=run_dir))
 if name.startswith("runner"):
     from runner.run import run
@@ -103,12 +106,12 @@ def _quiet(times: list[float], log_every: int, check_every: int) -> list[float]:
             if i >= 20 and i % log_every not in (0, log_every - 1) and i % check_every not in (0, check_every - 1)]
 
 
-def measure(rounds: int, steps: int) -> dict[str, Any]:
-    per_round: dict[str, list[float]] = {c: [] for c in CONTESTANTS}
-    every: dict[str, list[float]] = {c: [] for c in CONTESTANTS}
+def measure(rounds: int, steps: int, contestants: tuple[str, ...] = CONTESTANTS) -> dict[str, Any]:
+    per_round: dict[str, list[float]] = {c: [] for c in contestants}
+    every: dict[str, list[float]] = {c: [] for c in contestants}
     with tempfile.TemporaryDirectory(prefix="step-host-") as scratch:
         for r in range(rounds):
-            order = CONTESTANTS[r % len(CONTESTANTS):] + CONTESTANTS[:r % len(CONTESTANTS)]
+            order = contestants[r % len(contestants):] + contestants[:r % len(contestants)]
             for name in order:
                 out = Path(scratch) / f"{name}-{r}.json"
                 proc = subprocess.run([sys.executable, "-c", CHILD, name, str(steps), str(LOG_EVERY), str(CHECK_EVERY),
@@ -121,11 +124,11 @@ def measure(rounds: int, steps: int) -> dict[str, Any]:
                 per_round[name].append(statistics.median(quiet))
                 every[name] += quiet
                 print(f"round {r + 1} {name}: {1e6 * per_round[name][-1]:.0f} us", flush=True)
-    model = statistics.median(every["model"])
+    model = statistics.median(every["model"]) if "model" in every else None
     rows = {}
-    for name in CONTESTANTS:
+    for name in contestants:
         step = statistics.median(every[name])
-        rows[name] = {"quiet_step_us": 1e6 * step, "rest_us": 1e6 * (step - model),
+        rows[name] = {"quiet_step_us": 1e6 * step, "rest_us": None if model is None else 1e6 * (step - model),
                       "round_us": [1e6 * t for t in per_round[name]]}
         if name != "lightning":
             rows[name]["vs_lightning"] = statistics.median(
@@ -138,15 +141,26 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="2 rounds of 60 steps; writes nothing")
     p.add_argument("--rounds", type=int, default=None)
     p.add_argument("--steps", type=int, default=None)
+    p.add_argument("--contestants", default=",".join(CONTESTANTS),
+                   help=f"comma-separated, of {', '.join(CONTESTANTS)} (default: all); lightning, whom the ratios "
+                        "are against, races always; fewer than all write nothing")
     a = p.parse_args(argv)
     rounds, steps = a.rounds or (2 if a.quick else 5), a.steps or (60 if a.quick else 400)
+    asked = {c for c in a.contestants.split(",") if c}
+    if unknown := sorted(asked - set(CONTESTANTS)):
+        p.error(f"--contestants: no contestant {', '.join(unknown)}; the contestants are {', '.join(CONTESTANTS)}")
+    if steps < MIN_STEPS:
+        p.error(f"--steps {steps}: at least {MIN_STEPS}, as a step is timed only from step 20 on (compiles and "
+                "first calls left out)")
+    contestants = tuple(c for c in CONTESTANTS if c in asked | {"lightning"})
     start = time.monotonic()
-    rows = measure(rounds, steps)
+    rows = measure(rounds, steps, contestants)
     print("\n| contestant | quiet step [us] | the rest [us] | vs lightning (per-round median) |\n|---|---:|---:|---:|")
     for name, row in rows.items():
         ratio = f"{row['vs_lightning']:.3f}" if "vs_lightning" in row else "1"
-        print(f"| {name} | {row['quiet_step_us']:.0f} | {row['rest_us']:.0f} | {ratio} |")
-    if not a.quick:
+        rest = "-" if row["rest_us"] is None else f"{row['rest_us']:.0f}"
+        print(f"| {name} | {row['quiet_step_us']:.0f} | {rest} | {ratio} |")
+    if not a.quick and contestants == CONTESTANTS:
         import torch
 
         result = {"date": datetime.date.today().isoformat(), "torch": torch.__version__, "rounds": rounds,

@@ -12,7 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from runner.config.composing.run_dirs import SWEEP_DIR_KEY, ClaimRunDir, claim, taken_error
+from runner.config.composing.run_dirs import (
+    NAME_MAX_BYTES,
+    SWEEP_DIR_KEY,
+    ClaimRunDir,
+    claim,
+    job_dir_name,
+    taken_error,
+)
 from tests.cli import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -67,6 +74,15 @@ def test_a_sweep_directory_is_claimed_for_the_sweep_and_each_of_its_jobs(tmp_pat
     ClaimRunDir().on_multirun_start(config=cfg)
     assert cfg.hydra.sweep.dir == str(tmp_path / "sweep_2") and (tmp_path / "sweep_2").is_dir()
     assert cfg.hydra.overrides.hydra[-1] == f"{SWEEP_DIR_KEY}={tmp_path / 'sweep_2'}"  # each job's config reads it
+
+
+def test_a_sweep_jobs_directory_name_is_one_path_component() -> None:
+    """A value's ``/`` read as ``_`` (an absolute ``model.path`` nested a directory per ``/``, issue 85); a name past
+    the file system's limit keeps the overrides that fit. The multirun itself: ``tests/test_summary_consistency.py``."""
+    assert job_dir_name("model.path=/data/x/y,optimizer.lr=0.1") == "model.path=_data_x_y,optimizer.lr=0.1"
+    long = job_dir_name(",".join(f"data.path=/data/{'é' * 40}/{n}.jsonl" for n in range(8)))
+    assert "/" not in long and len(long.encode()) <= NAME_MAX_BYTES and long.endswith(".jsonl,...")
+    assert job_dir_name("") == ""
 
 
 @pytest.mark.slow

@@ -2,7 +2,8 @@
 multirun: a dir per job, the sweep's summary, each logger's offline files), then a resume. The console table,
 ``report.md``, ``report.json`` and the sweep's ``summary.md`` agree with each other and with the rules of
 ``runner.telemetry.definitions``; the console carries none of the libraries'
-noise; a resumed run shows the speedup measured before it, and its bar counts steps."""
+noise; a resumed run shows the speedup measured before it, and its bar counts steps. A DPO sweep over beta, its
+data named by an absolute path: a directory per job, ranked by its validation figures."""
 
 from __future__ import annotations
 
@@ -21,6 +22,11 @@ from runner.telemetry.verdict import break_even_cell, break_even_text, contradic
 ROOT = Path(__file__).resolve().parents[1]
 # A tiny GPT, Dynamo's eager backend: seconds per run, 4 eager/compiled pairs.
 SMALL = ["+recipe=smoke", "trainer.max_steps=16", "telemetry.speedup_steps=4", "trainer.val_check_interval=8"]
+# DPO with the recipe's pairs named by an absolute path, 4 steps and one validation of 16 pairs.
+PAIRS = ROOT / "examples" / "data" / "preference.jsonl"
+DPO = ["+recipe=llama_dpo", "compile.backend=eager", f"data.path={PAIRS}", "trainer.max_steps=4",
+       "trainer.val_check_interval=4", "trainer.limit_val_batches=2", "trainer.checkpoint_every_n_steps=4",
+       "telemetry.speedup_steps=0"]
 NOISE = ("anonymous", "Run history", "Run summary", "v_num", "litlogger", "LeafSpec", "log_every_n_steps",
          "Traceback", "AdamW has a fused", "Previous log files")
 
@@ -162,3 +168,37 @@ def test_a_resumed_run_reports_the_speedup_measured_before_it(
     assert "result: before the resume," in proc.stdout
     console = proc.stdout + proc.stderr
     assert re.search(r"Epoch 0 \S+ 20/20 ", console) and "/4 " not in console
+
+
+@pytest.fixture(scope="module")
+def preference_sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    sweep_dir = tmp_path_factory.mktemp("dpo") / "s"
+    proc = _runner("-m", *DPO, "objective.beta=0.1,0.5", f"hydra.sweep.dir={sweep_dir}", cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return sweep_dir
+
+
+@pytest.mark.slow
+def test_a_job_dir_is_one_directory_whatever_its_overrides_hold(preference_sweep: Path) -> None:
+    """An override holding an absolute path (``data.path=/...``) nested each job's directory one level per ``/``
+    (issue 85): each job's directory is the sweep dir's child, the path's ``/`` read as ``_``."""
+    reports = sorted(preference_sweep.rglob("report.json"))
+    assert len(reports) == 2 and all(r.parent.parent == preference_sweep for r in reports), reports
+    assert all(f"data.path={str(PAIRS).replace('/', '_')}," in r.parent.name for r in reports), reports
+
+
+@pytest.mark.slow
+def test_a_preference_sweep_ranks_by_its_validation_figures(preference_sweep: Path) -> None:
+    """Jobs that train differently (another beta) are ranked by what DPO minimised, TRL's validation accuracy and
+    loss, shown first; not by the speedup beside a bits-per-byte column DPO has no figure for (issue 85)."""
+    summary = (preference_sweep / "summary.md").read_text()
+    header = re.search(r"^\| # \| run \| (.*) \|$", summary, re.M)
+    assert header is not None, summary
+    columns = header.group(1).split(" | ")
+    assert columns[:3] == ["val rewards/accuracies", "val loss", "speedup [x]"] and "val bits/byte" not in columns
+    assert "Ranked by val rewards/accuracies, then val loss, speedup," in summary
+    reports = [json.loads(p.read_text()) for p in preference_sweep.glob("*/report.json")]
+    best_first = sorted(reports, key=lambda r: (-r["val/rewards/accuracies"], r["val/loss"]))
+    rows = [m.groups() for m in re.finditer(r"^\| \d \| `([^`]+)` \| ([^|]+) \| ([^|]+) \|", summary, re.M)]
+    assert rows == [(f"objective.beta={r['objective/beta']}", f"{r['val/rewards/accuracies']:.4g}",
+                     f"{r['val/loss']:.4g}") for r in best_first], summary

@@ -93,6 +93,36 @@ def test_summarize_sweep_ranks_runs(tmp_path: Path) -> None:
     assert (tmp_path / "summary.png").stat().st_size > 1000
 
 
+def test_a_sweep_that_trains_differently_is_ranked_by_the_objectives_validation_figures(tmp_path: Path) -> None:
+    """Jobs that differ beyond the compile stack (a beta) rank by what they minimised: a preference objective by
+    TRL's validation accuracy, then loss; jobs that differ in the stack alone still rank by speedup, the objective's
+    figures shown (issue 85)."""
+    def dpo(speedup: float, accuracy: float, loss: float) -> dict:
+        return {**_figures(speedup, 3.0, 0, 0.2), "objective/loss": "dpo", "val/loss": loss,
+                "val/rewards/accuracies": accuracy}
+
+    betas, stacks = tmp_path / "betas", tmp_path / "stacks"
+    _job(betas, 0, ["objective.beta=0.1"], dpo(1.5, 0.50, 0.70))
+    _job(betas, 1, ["objective.beta=0.5"], dpo(1.1, 0.75, 0.90))
+    _job(betas, 2, ["objective.beta=0.9"], dpo(1.3, 0.75, 0.60))
+    summary = summarize_sweep(betas)
+    assert [r["job"] for r in summary["runs"]] == ["objective.beta=0.9", "objective.beta=0.5", "objective.beta=0.1"]
+    assert [c[1] for c in summary["columns"][:3]] == ["val rewards/accuracies", "val loss", "speedup [x]"]
+    md = (betas / "summary.md").read_text()
+    assert "Ranked by val rewards/accuracies, then val loss, speedup," in md and "val bits/byte" not in md
+    assert "- lowest val loss: `objective.beta=0.9`, 0.6" in md
+    _job(stacks, 0, ["compile=eager"], dpo(1.0, 0.75, 0.60))
+    _job(stacks, 1, ["compile=step", "dynamic=static"], dpo(1.4, 0.50, 0.70))
+    summary = summarize_sweep(stacks)
+    assert summary["best"] == "compile=step,dynamic=static" and summary["columns"][0][1] == "speedup [x]"
+    assert [c[1] for c in summary["columns"][-2:]] == ["val rewards/accuracies", "val loss"]
+    lm = tmp_path / "lm"
+    _job(lm, 0, ["optimizer.lr=0.1"], {**_figures(1.5, 3.0, 0, 0.2), "val/bpb": 2.0})
+    _job(lm, 1, ["optimizer.lr=0.01"], {**_figures(1.1, 3.0, 0, 0.2), "val/bpb": 1.5})
+    summary = summarize_sweep(lm)
+    assert summary["best"] == "optimizer.lr=0.01" and summary["columns"][0] == ["val/bpb", "val bits/byte"]
+
+
 def test_sweep_summary_hydra_callback(tmp_path: Path) -> None:
     from omegaconf import OmegaConf
 

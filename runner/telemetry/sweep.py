@@ -1,9 +1,12 @@
-"""Rank the runs of a Hydra multirun by what compilation bought: ``summary.{md,json,png}``.
+"""Rank the runs of a Hydra multirun: ``summary.{md,json,png}``.
 
 :func:`summarize_sweep` reads every job's ``report.json`` under a sweep dir (and the job's
-``.hydra/overrides.yaml``, to name it by its overrides) and ranks the runs by speedup (higher is
-better), compile time, recompiles and peak memory (lower is better). :class:`SweepSummary` is the
-Hydra callback that calls it at the end of a multirun (registered by ``conf/sweep/*.yaml``).
+``.hydra/overrides.yaml``, to name it by its overrides) and ranks the runs by what compilation bought, speedup
+(higher is better), compile time, recompiles and peak memory (lower is better), and by the validation figures of
+what the runs minimised (:func:`objective_figures`). Jobs that differ only in the compile stack train alike, so
+the speedup ranks first; jobs that differ in anything else (a learning rate, a beta, the data) are ranked by the
+validation figures first. :class:`SweepSummary` is the Hydra callback that calls it at the end of a multirun
+(conf/config.yaml).
 
 The summary names the best run by its measured figure, and says when that figure is not measurably
 better: a speedup whose pairs' quartiles include 1, or two runs whose quartile ranges overlap. Its
@@ -24,6 +27,7 @@ from omegaconf import DictConfig
 
 from runner.figures.compile_work import COMPILE_GRAPH_BREAKS, COMPILE_RECOMPILES, COMPILE_TIME_S
 from runner.figures.memory import MEMORY_PEAK_GIB
+from runner.figures.objective import OBJECTIVE_LOSS
 from runner.figures.offload import OFFLOAD_REDUCTION_X
 from runner.figures.perf import (
     PERF_BREAK_EVEN_STEP,
@@ -32,7 +36,8 @@ from runner.figures.perf import (
     PERF_SPEEDUP_X,
     PERF_STEP_MS,
 )
-from runner.figures.run import VAL_BPB
+from runner.figures.run import VAL_BPB, VAL_LOSS
+from runner.figures.run_preference import VAL_REWARDS_ACCURACIES
 from runner.telemetry.definitions import FIGURES
 from runner.telemetry.plots import plot_sweep
 from runner.telemetry.verdict import break_even_cell, missing_speedup, speedup_verdict
@@ -53,8 +58,10 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     (PERF_BREAK_EVEN_STEP, "break-even step"),
     (MEMORY_PEAK_GIB, "peak [GiB]"),
     (OFFLOAD_REDUCTION_X, "saved activations reduction [x]"),
-    (VAL_BPB, "val bits/byte"),
 )
+# The compile stack's own config groups (conf/compile, dynamic, offload, cudagraphs): jobs that differ in these alone
+# train alike.
+STACK_GROUPS = ("compile", "dynamic", "offload", "cudagraphs")
 
 
 def _number(value: Any) -> float | None:
@@ -91,14 +98,33 @@ def _overall_key(run: dict[str, Any], criteria: tuple[tuple[str, str, bool], ...
     return tuple(key)
 
 
-def summarize_sweep(sweep_dir: Path, criteria: tuple[tuple[str, str, bool], ...] = CRITERIA,
-                    columns: tuple[tuple[str, str], ...] = COLUMNS) -> dict[str, Any]:
+def objective_figures(runs: list[dict[str, Any]]) -> tuple[tuple[tuple[str, str, bool], ...],
+                                                            tuple[tuple[str, str], ...]]:
+    """The criteria and columns of what the runs minimised, at the last validation: a preference objective's (dpo,
+    simpo, orpo: ``objective/loss`` in the report) accuracy and loss, as TRL names them; else the bits per byte of
+    byte-level text, or the loss."""
+    if any(OBJECTIVE_LOSS in r["figures"] for r in runs):
+        return ((("val_rewards/accuracies", VAL_REWARDS_ACCURACIES, True), ("val_loss", VAL_LOSS, False)),
+                ((VAL_REWARDS_ACCURACIES, "val rewards/accuracies"), (VAL_LOSS, "val loss")))
+    if any(_number(r["figures"].get(VAL_BPB)) is not None for r in runs):
+        return (("val_bits/byte", VAL_BPB, False),), ((VAL_BPB, "val bits/byte"),)
+    return (("val_loss", VAL_LOSS, False),), ((VAL_LOSS, "val loss"),)
+
+
+def _trains_alike(distinct: list[str]) -> bool:
+    """Whether the overrides that tell the jobs apart are all the compile stack's (:data:`STACK_GROUPS`)."""
+    return all(o.lstrip("+~").split("=")[0].split(".")[0] in STACK_GROUPS for o in distinct)
+
+
+def summarize_sweep(sweep_dir: Path, criteria: tuple[tuple[str, str, bool], ...] | None = None,
+                    columns: tuple[tuple[str, str], ...] | None = None) -> dict[str, Any]:
     """Read every ``report.json`` under ``sweep_dir``, rank the runs, write ``summary.{json,md,png}``.
     ``criteria`` and ``columns`` replace the ranking and the table's columns (``runner tune`` ranks by
-    time per token).
+    time per token); None: :data:`CRITERIA` and :data:`COLUMNS` with the objective's figures, first where the jobs
+    train differently (module docstring).
 
     Returns ``{"runs": [...best first...], "rankings": {criterion: [job, ...]}, "best": job | None}``;
-    runs are ordered by speedup, ties broken by compile time, recompiles and memory.
+    runs are ordered by the first criterion, ties broken by the next ones.
     """
     sweep_dir = Path(sweep_dir)
     runs: list[dict[str, Any]] = []
@@ -112,10 +138,16 @@ def summarize_sweep(sweep_dir: Path, criteria: tuple[tuple[str, str, bool], ...]
     # Overrides every job shares (+recipe=..., trainer.max_steps=...) say nothing about which is which:
     # each job is named by the ones that differ, and the shared ones head the summary.
     shared = [o for o in runs[0]["overrides"] if all(o in r["overrides"] for r in runs)] if len(runs) > 1 else []
+    distinct = []
     for r in runs:
-        distinct = [o for o in r["overrides"] if o not in shared]
-        if distinct:
-            r["job"] = ",".join(distinct)
+        distinct += (own := [o for o in r["overrides"] if o not in shared])
+        if own:
+            r["job"] = ",".join(own)
+    if criteria is None or columns is None:
+        own_criteria, own_columns = objective_figures(runs)
+        alike = _trains_alike(distinct)  # the same training: what compiling bought ranks, the figures only shown
+        criteria = criteria or (CRITERIA if alike else (*own_criteria, *CRITERIA))
+        columns = columns or ((*COLUMNS, *own_columns) if alike else (*own_columns, *COLUMNS))
     rankings = {name: _rank(runs, key, higher) for name, key, higher in criteria}
     position = {name: {job: i for i, job in enumerate(order)} for name, order in rankings.items()}
     runs.sort(key=lambda r: _overall_key(r, criteria))

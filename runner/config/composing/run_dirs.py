@@ -10,6 +10,8 @@ process) never share one, and a directory that holds a run already is never reus
   directory given as it is (``hydra.run.dir=DIR``) is used as given: resuming a run in place (``ckpt_path``) and the
   extra ranks Lightning starts into rank 0's directory do that. A new run into a directory that holds another run's
   files is refused before anything is written (:func:`taken_error`, from the precheck).
+- A sweep's job is named by its overrides, ``<num>-<overrides>`` (``hydra.sweep.subdir``), always one directory:
+  :func:`job_dir_name` keeps a value's ``/`` (``model.path=/data/x``) from nesting one level per ``/``.
 """
 
 from __future__ import annotations
@@ -22,6 +24,27 @@ from typing import Any
 from hydra.experimental.callback import Callback
 
 RUN_DIR_KEY, SWEEP_DIR_KEY = "hydra.run.dir", "hydra.sweep.dir"
+JOB_DIR_RESOLVER = "runner.job_dir"
+NAME_MAX_BYTES = 200  # of the file system's 255 for a name: room for the job's number and a claim's _N
+
+
+def job_dir_name(override_dirname: str) -> str:
+    """A sweep job's directory name from its overrides (``${runner.job_dir:${hydra.job.override_dirname}}``): one
+    path component, each ``/`` a ``_``; past :data:`NAME_MAX_BYTES`, the overrides that fit and ``,...`` (the job's
+    number before the name keeps it unique; ``.hydra/overrides.yaml`` in it has them all)."""
+    name = override_dirname.replace("/", "_")
+    if len(name.encode()) <= NAME_MAX_BYTES:
+        return name
+    cut = name.encode()[:NAME_MAX_BYTES - 4].decode(errors="ignore")  # never half a UTF-8 character
+    return (cut.rpartition(",")[0] or cut) + ",..."
+
+
+def register_job_dir_resolver() -> None:
+    """``${runner.job_dir:...}`` for conf/config.yaml's ``hydra.sweep.subdir``; idempotent."""
+    from omegaconf import OmegaConf
+
+    if not OmegaConf.has_resolver(JOB_DIR_RESOLVER):
+        OmegaConf.register_new_resolver(JOB_DIR_RESOLVER, job_dir_name)
 
 
 def claim(directory: Path, name: str | None = None) -> Path:

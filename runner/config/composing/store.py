@@ -27,6 +27,7 @@ from hydra.plugins.search_path_plugin import SearchPathPlugin
 from runner import hydra_internals
 from runner.config.composing.help_text import register_resolvers
 from runner.config.composing.layers import CONF_DIR, RECIPE_GROUP, RECIPES_DIR, ConfigLayer, same_dir, user_layers
+from runner.config.composing.run_dirs import register_job_dir_resolver
 from runner.config.schema import RunConfig
 from runner.config.schema.targets import schema_name, target_schemas
 
@@ -128,7 +129,8 @@ _stored_in: list[ConfigStore] = []
 
 
 def register_configs() -> None:
-    """Store every schema and register the search path plugins and the help's resolvers; idempotent."""
+    """Store every schema and register the search path plugins and the resolvers (the help's, a sweep job's
+    directory name); idempotent."""
     cs = ConfigStore.instance()
     if not any(stored is cs for stored in _stored_in):  # Hydra's singleton, unless something replaced it
         cs.store(name="runner_schema", node=RunConfig)
@@ -142,3 +144,4 @@ def register_configs() -> None:
     for plugin in (GroupsConfigSource, RecipesConfigSource, RunnerSearchPath):
         plugins.register(plugin)
     register_resolvers()
+    register_job_dir_resolver()
