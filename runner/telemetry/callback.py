@@ -60,6 +60,8 @@ log = logging.getLogger(__name__)
 RATE_OF = {PERF_SAMPLES_PER_S: "samples", PERF_TOKENS_PER_S: "tokens", PERF_EXAMPLES_PER_S: "examples",
            PERF_LOSS_TOKENS_PER_S: "loss_tokens"}
 """Each throughput figure and the count of a step (``BatchCounts``) it is the rate of."""
+BESIDE_MODES: dict[Eager | None, str] = {Eager.beside: "background", Eager.reverted: "reverted"}
+"""A step the compile beside the run holds eager: before its switch, or back to eager after it (not the meter's)."""
 
 
 class CompileTelemetry(pl.Callback):
@@ -146,7 +148,7 @@ class CompileTelemetry(pl.Callback):
             return
         self._counts = batch_counts(batch)  # every step: document batches vary in length
         why = self.step_mode.eager_because()  # eager for the stack's own reason (beside the run, CUDA-graph warm-up)
-        mode = "background" if why is Eager.beside else self.meter.next_mode()
+        mode = BESIDE_MODES[why] if why in BESIDE_MODES else self.meter.next_mode()
         held = {"eager": Eager.pair, "flops": Eager.flops}.get(mode)
         if held is not None:
             self.step_mode.hold(held)

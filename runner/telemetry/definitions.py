@@ -10,8 +10,10 @@ from runner.figures import objective as fo
 from runner.figures import peft as fp
 from runner.figures import run_preference as fpref
 from runner.figures.compile_background import (
+    COMPILE_AFTER_SWITCH_SPEEDUP_X,
     COMPILE_BACKGROUND,
     COMPILE_BACKGROUND_OUTCOME,
+    COMPILE_BACKGROUND_REVERTED,
     COMPILE_BACKGROUND_ROOM,
     COMPILE_BACKGROUND_S,
     COMPILE_BACKGROUND_SPEEDUP_X,
@@ -173,7 +175,8 @@ SECTIONS: tuple[tuple[str, tuple[Figure, ...]], ...] = (
     ("compile beside the run", _rows(COMPILE_BACKGROUND, COMPILE_BACKGROUND_OUTCOME, COMPILE_BACKGROUND_ROOM,
                                      COMPILE_BACKGROUND_S,
                                      COMPILE_EAGER_STEPS_BESIDE, COMPILE_EAGER_STEP_BESIDE_MS, PERF_BESIDE_COST_S,
-                                     COMPILE_BACKGROUND_SPEEDUP_X)),
+                                     COMPILE_BACKGROUND_SPEEDUP_X, COMPILE_AFTER_SWITCH_SPEEDUP_X,
+                                     COMPILE_BACKGROUND_REVERTED)),
     ("what compiling bought", _rows(PERF_EAGER_STEP_MS, PERF_COMPILED_STEP_MS, PERF_SPEEDUP_X, PERF_SPEEDUP_STEPS,
                                     PERF_BREAK_EVEN_STEP, PERF_STEP_MS, PERF_HOST_MS_PER_STEP, PERF_DEVICE_BUSY,
                                     PERF_LEFT_OUT_STEPS, PERF_RECORDING_STEPS,

@@ -36,7 +36,7 @@ if TYPE_CHECKING:  # matplotlib is imported when a picture is drawn, not with th
     from matplotlib.figure import Figure
 
 _COLORS = {"compiled": "tab:blue", "eager": "tab:orange", "warmup": "tab:gray", "flops": "tab:gray",
-           "background": "tab:olive"}
+           "background": "tab:olive", "reverted": "tab:brown"}
 _EVENT_COLORS = {"compile": "tab:green", "recompile": "tab:red"}
 
 
@@ -98,7 +98,7 @@ def step_times_figure(figures: dict[str, Any]) -> Figure | None:
     compiled_any = any(p["mode"] == "compile" for p in points) or bool(figures.get(COMPILE_EVENTS))
     # The y-axis covers the steps that say what a step costs: the pairs and the steady compiled steps
     # (the warm-up's first steps can be many times slower, and a compile step 1000 times).
-    steady = ([p["ms"] for p in points if p["mode"] in ("compiled", "eager")]
+    steady = ([p["ms"] for p in points if p["mode"] in ("compiled", "eager", "reverted")]
               or [p["ms"] for p in points if p["mode"] != "compile"] or [p["ms"] for p in points])
     top = _steady_top(steady)
     fig = _figure(figsize=(9, 4.5))
@@ -108,9 +108,9 @@ def step_times_figure(figures: dict[str, Any]) -> Figure | None:
         ax.axvspan(span[0] - 0.5, span[1] + 0.5, color="0.92", zorder=0, label="eager/compiled pairs")
     names = {"compiled": "compiled steps" if compiled_any else "steps (nothing compiled)", "eager": "eager steps",
              "warmup": "warm-up", "flops": "FLOP-counting step (eager)",
-             "background": "eager, compiling beside the run"}
+             "background": "eager, compiling beside the run", "reverted": "eager again: compiled measured slower"}
     any_clipped = False
-    for mode in ("background", "warmup", "flops", "compile", "eager", "compiled"):
+    for mode in ("background", "warmup", "flops", "compile", "eager", "compiled", "reverted"):
         pts = [p for p in points if p["mode"] == mode]
         if not pts:
             continue

@@ -85,6 +85,8 @@ def speedup_verdict(figures: dict[str, Any]) -> tuple[str, str]:
         beside = str(figures.get(COMPILE_BACKGROUND_OUTCOME) or "")
         if beside.startswith(("stayed eager", "not ready")):  # eager by the compile beside the run's decision
             return "none", f"the run trained eagerly (compile beside the run: {beside})"
+        if "back to eager" in beside:  # it switched, then measured the compiled step slower
+            return "none", f"the run went back to eager (compile beside the run: {beside})"
         if status == "nothing compiled" or figures.get(COMPILE_SCOPE) == "none":
             return "none", "nothing was compiled: there is no speedup to measure"
         if status == "disabled":

@@ -1,14 +1,16 @@
 """``compile.background``'s decisions, pure: where a compile process beside the run can help
 (:func:`resolve_background`), whether ``auto`` starts one (:func:`worth_starting`) and whether switching
 to its compiled step pays (:func:`switch_pays`), and on a CUDA device whether the process fits in its memory
-(:func:`room_for_process`); and the two small pieces those decisions pick between:
+(:func:`room_for_process`), and after the switch whether the compiled steps run clearly slower than the eager
+ones (:func:`compiled_slower`); and the two small pieces those decisions pick between:
 :class:`NoBackground` (no process) and :class:`LateStep` (the step compiled at the switch).
 ``runner.stack.background`` carries them out."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+import statistics
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,6 +45,15 @@ SWITCH_MARGIN = 2.0
 """``auto`` switches when the time saved exceeds this many times the switch the compile process measured:
 its estimate (the same compile from the warm cache, in a process that has compiled before) came out at
 about half the run's own switch (1.0 s against 1.9-2.8 s, the tiny test GPT on a 2-core CPU)."""
+
+SETTLE_STEPS = 2
+"""Compiled steps after the switch left out of :func:`compiled_slower`: the first compiles (from the warm cache, or
+cold), the second may still compile the backward lazily."""
+CHECK_STEPS = 8
+"""Compiled steps after the switch whose median :func:`compiled_slower` compares with the eager steps'."""
+REVERT_AT = 1.25
+"""Go back to eager when the compiled steps' median is at least this many times the eager steps': a clear margin over
+the 20-30% that step times drift on a shared machine (runner.telemetry.speedup)."""
 
 
 def resolve_background(policy: Background, plan: CompilePlan, world_size: int, pulls_batches: bool,
@@ -112,6 +123,20 @@ def switch_pays(measured: dict[str, Any], eager_ms: float | None, steps_left: fl
     why = (f"its compiled step measured {speedup:.2f}x eager: over the {steps_left:.0f} steps left it would save "
            f"{saved:.1f} s against up to {cost:.1f} s to compile from the warm cache")
     return saved > cost, why
+
+
+def compiled_slower(eager_ms: Sequence[float], compiled_ms: Sequence[float],
+                    eager_when: str) -> tuple[bool, float, str] | None:
+    """After the switch: whether the compiled steps ran clearly slower than the eager ones (:data:`REVERT_AT`), the
+    speedup (eager over compiled median) and the two medians in words; None until :data:`CHECK_STEPS` compiled steps
+    are timed. ``eager_when`` says which eager steps ``eager_ms`` are. Compiling beside the run promises that
+    compiling never makes the run later: a switch whose compiled step turns out slower is undone."""
+    if len(compiled_ms) < CHECK_STEPS or not eager_ms:
+        return None
+    eager, compiled = statistics.median(eager_ms), statistics.median(compiled_ms)
+    said = (f"compiled steps {compiled:.4g} ms against eager {eager:.4g} ms (medians of the first {len(compiled_ms)} "
+            f"compiled steps after the switch and of {len(eager_ms)} eager steps {eager_when})")
+    return compiled >= REVERT_AT * eager, eager / compiled, said
 
 
 def worth_starting(eager_ms: float | None, steps_left: float | None, spare_core: bool) -> tuple[bool, str]:
