@@ -41,10 +41,11 @@ PERF_STEP_MS = define("perf/step_ms",
 PERF_LEFT_OUT_STEPS = define("perf/left_out_steps",
                              "steps no step time uses: they compiled, or recorded CUDA graphs (host time)",
                              label="  steps left out")
-PERF_RECORDING_STEPS = define("perf/recording_steps", "of which only recorded CUDA graphs",
-                              label="    recording CUDA graphs")
-PERF_LEFT_OUT_STEP_MS = define("perf/left_out_step_ms", "median host time of the steps left out",
-                               label="    their median [ms]")
+PERF_LEFT_OUT_STEP_MS = define("perf/left_out_step_ms", "median host time of the steps left out (compiling, or "
+                               "recording CUDA graphs)", label="    their median [ms]")
+PERF_RECORDING_STEPS = define("perf/recording_steps", "of the steps left out, those that only recorded CUDA graphs; "
+                              "absent when none did (the others compiled)",
+                              label="    of which recording CUDA graphs")
 PERF_STEP_SERIES = define("perf/step_series",
                           'every step: [{"step", "ms", "mode", "timed"}], mode compiled, eager, warmup, flops, '
                           "compile, background or reverted (eager again after the switch); timed false: host time of "

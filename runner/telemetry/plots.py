@@ -16,6 +16,7 @@ import statistics
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from runner.figures import counted
 from runner.figures.compile_work import COMPILE_EVENTS, COMPILE_TIME_S
 from runner.figures.loss import LOSS_CHUNK_ROWS, LOSS_CHUNKED, LOSS_CHUNKS, LOSS_LOGITS_GIB
 from runner.figures.memory import MEMORY_PEAK_GIB
@@ -159,8 +160,9 @@ def _memory_note(figures: dict[str, Any]) -> str:
         chunked = figures[LOSS_CHUNKED]
         size = figures.get(LOSS_LOGITS_GIB)
         whole = f" ({size:.3g} GiB a step)" if isinstance(size, (int, float)) else ""
-        parts.append(f"loss: {figures.get(LOSS_CHUNKS)} chunks of {figures.get(LOSS_CHUNK_ROWS)} positions, never the "
-                     f"whole logits{whole}" if chunked else f"loss: from the whole logits{whole}")
+        chunks = counted(int(figures.get(LOSS_CHUNKS) or 0), "chunk")
+        parts.append(f"loss: {chunks} of {figures.get(LOSS_CHUNK_ROWS)} positions, never the whole logits{whole}"
+                     if chunked else f"loss: from the whole logits{whole}")
     peak = figures.get(MEMORY_PEAK_GIB)
     if isinstance(peak, (int, float)):
         parts.append(f"peak memory {peak:.3g} GiB")

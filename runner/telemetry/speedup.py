@@ -231,8 +231,9 @@ class SpeedupMeter:
             out[PERF_STEP_MS] = statistics.median(p["ms"] for p in recent)
         if self._left_out_ms:  # never drop a step from the step times without saying so
             out[PERF_LEFT_OUT_STEPS] = sum(self.left_out.values())
-            out[PERF_RECORDING_STEPS] = self.left_out["recording"]
             out[PERF_LEFT_OUT_STEP_MS] = statistics.median(self._left_out_ms)
+            if self.left_out["recording"]:  # only where CUDA graphs recorded: a compiling step is no recording
+                out[PERF_RECORDING_STEPS] = self.left_out["recording"]
         out[PERF_SPEEDUP_STATUS] = self.status()
         if self.done and self.window and self.compiled_any:
             # Only the interleaved window, so both medians saw the same machine conditions.

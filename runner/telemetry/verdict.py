@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from runner.figures import counted
 from runner.figures.compile_background import COMPILE_BACKGROUND_OUTCOME
 from runner.figures.compile_plan import COMPILE_SCOPE
 from runner.figures.compile_work import COMPILE_TIME_S
@@ -101,13 +102,13 @@ def speedup_verdict(figures: dict[str, Any]) -> tuple[str, str]:
     spread = f", the pairs' 25th to 75th percentile {p25:.2f} to {p75:.2f}" if quartiles else ""
     pairs = _number(figures.get(PERF_SPEEDUP_PAIRS))
     # Timing eager against itself on a shared 2-core machine gave 0.91 with 10 pairs (speedup.py).
-    few = f"; only {int(pairs)} pairs: a rough figure" if pairs is not None and pairs < 10 else ""
+    few = f"; only {counted(int(pairs), 'pair')}: a rough figure" if pairs is not None and pairs < 10 else ""
     eager, compiled = _number(figures.get(PERF_EAGER_STEP_MS)), _number(figures.get(PERF_COMPILED_STEP_MS))
     if pairs is not None and pairs < MIN_VERDICT_PAIRS:
         # The quartiles of two or three ratios are no spread: one stalled step (a logger's flush, a
         # neighbour's burst) made 2 pairs of 4 ms smoke steps read 25x on the eager backend.
         return "noise", (f"{before}too few pairs to tell compiled from eager steps ({_x(speedup)} from only "
-                         f"{int(pairs)} pairs; {MIN_VERDICT_PAIRS} or more give a verdict: raise "
+                         f"{counted(int(pairs), 'pair')}; {MIN_VERDICT_PAIRS} or more give a verdict: raise "
                          "telemetry.speedup_steps, and trainer.max_steps to run them)")
     if p25 is not None and p75 is not None and p25 <= 1.0 <= p75:
         return "noise", (f"{before}no measurable difference between compiled and eager steps "
