@@ -50,6 +50,7 @@ from runner.figures.compile_work import (
     COMPILE_GUARDS_TOTAL,
     COMPILE_INDUCTOR_S,
     COMPILE_RECOMPILES,
+    COMPILE_TIME_BEFORE_RESUME_S,
     COMPILE_TIME_S,
 )
 from runner.figures.cudagraphs import (
@@ -125,6 +126,7 @@ from runner.figures.registry import Figure, figure
 from runner.figures.run import (
     RUN_EXPORT,
     RUN_LR_SCHEDULE,
+    RUN_RESUMED_AT_STEP,
     RUN_STEPS,
     RUN_WALL_S,
     TRAIN_LOSS,
@@ -146,8 +148,8 @@ def _rows(*keys: str) -> tuple[Figure, ...]:
 
 
 SECTIONS: tuple[tuple[str, tuple[Figure, ...]], ...] = (
-    ("run", _rows(RUN_STEPS, RUN_WALL_S, TRAIN_LOSS, VAL_LOSS, VAL_BPB, VAL_ACCURACY, DATA_UNIGRAM_BPB, RUN_LR_SCHEDULE,
-                  RUN_EXPORT)),
+    ("run", _rows(RUN_STEPS, RUN_RESUMED_AT_STEP, RUN_WALL_S, TRAIN_LOSS, VAL_LOSS, VAL_BPB, VAL_ACCURACY,
+                  DATA_UNIGRAM_BPB, RUN_LR_SCHEDULE, RUN_EXPORT)),
     ("fine-tuning", _rows(fp.PEFT_METHOD, fp.PEFT_TARGETS, fp.PEFT_TRAINABLE_PARAMS, fp.PEFT_TOTAL_PARAMS,
                           fp.PEFT_TRAINABLE_PCT, fp.PEFT_OPTIMIZER_STATE_BYTES, fp.PEFT_BASE_WEIGHT_BYTES)),
     ("preference", _rows(fo.OBJECTIVE_LOSS, fo.OBJECTIVE_BETA, fo.OBJECTIVE_GAMMA, fo.OBJECTIVE_LABEL_SMOOTHING,
@@ -166,7 +168,8 @@ SECTIONS: tuple[tuple[str, tuple[Figure, ...]], ...] = (
                             CUDAGRAPHS_REPLAY_STEPS, CUDAGRAPHS_PARTITIONS_GRAPHED, CUDAGRAPHS_OPTIMIZER_RECORDINGS,
                             CUDAGRAPHS_OPTIMIZER_REPLAYS)),
     ("what compiling did", _rows(COMPILE_FRAMES, COMPILE_GRAPHS, COMPILE_RECOMPILES, COMPILE_GRAPH_BREAKS,
-                                 COMPILE_GUARDS_TOTAL, COMPILE_GUARDS_MAX, COMPILE_TIME_S, COMPILE_DYNAMO_S,
+                                 COMPILE_GUARDS_TOTAL, COMPILE_GUARDS_MAX, COMPILE_TIME_S, COMPILE_TIME_BEFORE_RESUME_S,
+                                 COMPILE_DYNAMO_S,
                                  COMPILE_AOT_AUTOGRAD_S, COMPILE_INDUCTOR_S, COMPILE_CACHE_HITS, COMPILE_CACHE_MISSES,
                                  COMPILE_REMOTE_CACHE_STATUS, COMPILE_REMOTE_CACHE_HITS, COMPILE_REMOTE_CACHE_MISSES,
                                  COMPILE_REMOTE_ENTRIES_REJECTED, COMPILE_REMOTE_KERNELS_FETCHED,
