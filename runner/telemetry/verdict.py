@@ -29,6 +29,7 @@ from runner.figures.perf import (
     PERF_SPEEDUP_STATUS,
     PERF_SPEEDUP_X,
 )
+from runner.figures.run import RUN_RESUMED_AT_STEP
 
 
 def _number(value: Any) -> float | None:
@@ -89,7 +90,9 @@ def speedup_verdict(figures: dict[str, Any]) -> tuple[str, str]:
         if "back to eager" in beside:  # it switched, then measured the compiled step slower
             return "none", f"the run went back to eager (compile beside the run: {beside})"
         if status == "nothing compiled" or figures.get(COMPILE_SCOPE) == "none":
-            return "none", "nothing was compiled: there is no speedup to measure"
+            resumed = figures.get(RUN_RESUMED_AT_STEP)  # the part before the resume may have compiled
+            since = f" since the resume at step {resumed}" if resumed is not None else ""
+            return "none", f"nothing was compiled{since}: there is no speedup to measure"
         if status == "disabled":
             return "none", "speedup not measured: telemetry.speedup_steps=0"
         why = f" ({status})" if status else ""
