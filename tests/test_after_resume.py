@@ -9,9 +9,11 @@ import io
 import json
 import logging
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -249,3 +251,37 @@ def test_resume_from_the_command_line_trains_on_with_the_runs_own_config(tmp_pat
     saved = OmegaConf.to_container(OmegaConf.load(trained.run_dir / ".hydra" / "overrides.yaml"))
     kept = [o for o in after_runs.GPT if o != "trainer.max_steps=3"]
     assert saved == [*kept, "trainer.max_steps=5", "ckpt_path=last"]  # the next resume reads them
+
+
+@pytest.mark.slow
+def test_a_resumed_runs_report_describes_the_whole_run(tmp_path: Path) -> None:
+    """An 8-step run (validating at step 8), resumed to step 10 and then, under compile=eager, to 12: neither resumed
+    part holds a multiple of trainer.val_check_interval, yet each report has the validation of the model it ends
+    with; it says where the run resumed, counts the compile time of every part, and the eager part shows no compiled
+    step (the speedup measured before is no figure of a run that compiles nothing since)."""
+    first = after_runs.train(tmp_path / "run", [*after_runs.GPT, "trainer.max_steps=8", "trainer.val_check_interval=8",
+                                                "telemetry.speedup_steps=1"])
+    assert first.figures["perf/speedup_status"] == "measured" and first.figures["compile/time_s"] > 0
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "offline"}
+
+    def resume(*overrides: str) -> tuple[dict[str, Any], str]:
+        proc = subprocess.run([sys.executable, "-m", "runner", "resume", str(first.run_dir), *overrides],
+                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return json.loads((first.run_dir / "report.json").read_text()), proc.stdout
+
+    report, _ = resume("trainer.max_steps=10")
+    assert report["run/steps"] == 10 and report["run/resumed_at_step"] == 8
+    assert isinstance(report.get("val/loss"), float), sorted(report)  # validated at step 10
+    before = report["compile/time_before_resume_s"]
+    assert 0 < before <= first.figures["compile/time_s"] and report["compile/time_s"] > before
+    assert report["perf/speedup_status"] == "measured before the resume"  # this part's pair did not finish
+
+    eager, out = resume("trainer.max_steps=12", "compile=eager")
+    assert eager["run/steps"] == 12 and eager["run/resumed_at_step"] == 10 and isinstance(eager.get("val/loss"), float)
+    assert eager["compile/time_s"] == pytest.approx(report["compile/time_s"], rel=1e-6)  # none since: both parts'
+    assert eager["compile/time_before_resume_s"] == pytest.approx(report["compile/time_s"], rel=1e-6)
+    assert eager["perf/speedup_status"] == "nothing compiled"
+    assert "perf/speedup_x" not in eager and "perf/compiled_step_ms" not in eager
+    assert "compiled step" not in out and "nothing was compiled since the resume at step 10" in out, out[-3000:]
+    assert re.search(r"│ resumed at step +│ +10 │", out), out[-3000:]

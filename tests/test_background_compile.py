@@ -14,6 +14,7 @@ import os
 import re
 import signal
 import sys
+import time
 import types
 from pathlib import Path
 from typing import Any
@@ -26,8 +27,11 @@ from runner import torch_internals as ti
 from runner.config import ConfigError, compose, load
 from runner.config.composing.precheck import precheck
 from runner.config.schema import Background, CompileConfig, OnError, Scope
+from runner.models.gpt import GPT
 from runner.stack.background import BackgroundCompile
 from runner.stack.background.policy import (
+    CHECK_STEPS,
+    compiled_slower,
     core_to_spare,
     idle_cores,
     resolve_background,
@@ -35,6 +39,7 @@ from runner.stack.background.policy import (
     worth_starting,
 )
 from runner.stack.compiling.plan import CompilePlan
+from runner.stack.step_mode import Eager
 from runner.strategy import CompileStrategy
 from runner.telemetry.speedup import SpeedupMeter
 from runner.training.module import TrainModule
@@ -110,6 +115,19 @@ def test_idle_cores_reads_a_busy_core_as_busy() -> None:
     assert idle is not None and 0.0 <= idle <= len(cpus) - 0.5, idle
 
 
+def test_after_the_switch_a_compiled_step_clearly_slower_than_eager_goes_back() -> None:
+    """The issue's run: compiled steps at 9.1 s after the switch against 5.5 s eager before it."""
+    assert compiled_slower([5500.0] * 3, [9100.0] * (CHECK_STEPS - 1), "before the switch") is None  # not yet
+    slower, speedup, said = compiled_slower([5500.0] * 3, [9100.0] * CHECK_STEPS, "before the switch")  # type: ignore[misc]
+    assert slower and speedup == pytest.approx(5500 / 9100)
+    assert said == ("compiled steps 9100 ms against eager 5500 ms (medians of the first 8 compiled steps after the "
+                    "switch and of 3 eager steps before the switch)")
+    # Within the noise (1.2x slower), or faster: the compiled step stays; one slow step is not a median.
+    assert not compiled_slower([100.0] * 4, [120.0] * CHECK_STEPS, "interleaved with them")[0]  # type: ignore[index]
+    assert not compiled_slower([100.0] * 4, [90.0] * (CHECK_STEPS - 1) + [900.0], "x")[0]  # type: ignore[index]
+    assert compiled_slower([], [9100.0] * CHECK_STEPS, "x") is None  # nothing to compare with
+
+
 @pytest.mark.parametrize(("overrides", "words"), [
     (["compile=eager", "compile.background=pinned"], ["compile.scope=none", "compile=step"]),
     (["compile.background=shared", "trainer.devices=2"], ["DDP or FSDP", "compile.background=disabled"]),
@@ -138,6 +156,20 @@ def test_the_speedup_pairs_start_after_the_switch_and_break_even_counts_their_co
     assert figures["perf/break_even_step"] == math.ceil(1.05 / 0.010)
 
 
+def test_steps_back_to_eager_after_the_switch_are_the_runs_step_time_and_no_pair() -> None:
+    meter = SpeedupMeter(pairs=2, count_flops=False)
+    meter.record(0, "warmup", 900.0, compiled_something=True)
+    for step in (1, 2):
+        meter.record(step, meter.next_mode(), 30.0, compiled_something=False)
+    meter.record(3, "eager", 10.0, compiled_something=False)  # the first pair's eager side, then the run went back
+    for step in range(4, 8):
+        meter.record(step, "reverted", 12.0, compiled_something=False)
+    figures = meter.figures(compile_time_s=1.0)
+    assert [p["mode"] for p in figures["perf/step_series"][4:]] == ["reverted"] * 4
+    assert figures["perf/step_ms"] == 12.0 and figures["perf/speedup_status"] == "0 of 2 pairs measured"
+    assert "perf/speedup_x" not in figures
+
+
 def test_the_result_sentence_says_the_run_stayed_eager_and_why() -> None:
     from runner.telemetry.verdict import speedup_verdict
 
@@ -145,6 +177,9 @@ def test_the_result_sentence_says_the_run_stayed_eager_and_why() -> None:
                "compile/background_outcome": "stayed eager: about 37 s of training are left"}
     assert speedup_verdict(figures) == ("none", "the run trained eagerly (compile beside the run: stayed eager: "
                                                 "about 37 s of training are left)")
+    back = "switched at step 4, back to eager at step 14: the compiled step is slower"
+    figures = {"perf/speedup_status": "0 of 2 pairs measured", "compile/background_outcome": back}
+    assert speedup_verdict(figures) == ("none", f"the run went back to eager (compile beside the run: {back})")
 
 
 # -- real fits with a compile process --------------------------------------------------------------------
@@ -297,6 +332,58 @@ def test_a_run_that_ends_first_stops_the_process_and_puts_the_stance_back() -> N
     assert record.graphs == [0, 0, 0] and ti.current_stance() == "default"
     assert background.process.proc is not None and background.process.proc.poll() is not None  # stopped
     assert not background.process.dir.exists()
+
+
+PAUSE_S = 0.5
+
+
+@torch.compiler.disable
+def _pause() -> None:
+    time.sleep(PAUSE_S)
+
+
+class SlowWhenCompiled(GPT):
+    """The tiny GPT, half a second slower a step when Dynamo runs its forward (a graph break into a sleep), so its
+    compiled step is clearly slower than its eager one. At module level: the compile process imports it."""
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        if torch.compiler.is_compiling():
+            _pause()
+        return super().forward(*args, **kwargs)
+
+
+class EagerBecause(L.Callback):
+    """Why each training step ran eagerly (None: compiled), asked of the fit's step mode as the step starts."""
+
+    def __init__(self) -> None:
+        self.seen: list[Eager | None] = []
+
+    def on_train_batch_start(self, trainer: L.Trainer, *args: Any) -> None:
+        self.seen.append(trainer.strategy.stack.step_mode.eager_because())  # type: ignore[attr-defined]
+
+
+@pytest.mark.slow
+def test_a_switch_whose_compiled_step_is_slower_goes_back_to_eager_and_says_so(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Steps 0-3 eager beside the process, 4-13 compiled (4-5 settle, 6-13 timed), 14-15 eager again."""
+    torch.manual_seed(0)
+    base = tiny_module()
+    module = TrainModule(SlowWhenCompiled(n_layer=2, n_embd=32, n_head=2, block_size=32),
+                         optimizer=base.optimizer_factory, scheduler=base.scheduler_factory)
+    stances = EagerBecause()
+    with caplog.at_level(logging.INFO, logger="runner.stack.background.run_side"):
+        _, strategy = _fit(module, 16, WaitForTheProcess(at=3), stances)
+    figures = strategy.figures()
+    assert figures["compile/switch_step"] == 4
+    assert figures["compile/background_outcome"] == ("switched at step 4, back to eager at step 14: the compiled step "
+                                                     "is slower"), figures["compile/background_outcome"]
+    assert figures["compile/after_switch_speedup_x"] < 1 / 1.25
+    assert re.match(r"at step 14: compiled steps [\d.]+ ms against eager [\d.]+ ms \(medians of the first 8 compiled "
+                    r"steps after the switch and of 4 eager steps before the switch\)$",
+                    figures["compile/background_reverted"]), figures["compile/background_reverted"]
+    assert stances.seen == [Eager.beside] * 4 + [None] * 10 + [Eager.reverted] * 2
+    assert any("back to eager from step 14" in r.getMessage() for r in caplog.records)
+    assert ti.current_stance() == "default"
 
 
 @pytest.fixture

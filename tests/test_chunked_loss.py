@@ -267,6 +267,13 @@ def test_auto_chunks_large_logits_only() -> None:
     assert fixed.chunked and fixed.chunks == 3 and fixed.rows == 342
 
 
+def test_one_chunk_is_said_in_the_singular() -> None:
+    """loss.chunks=1 (or a step small enough for one chunk): "1 chunk of 96 positions", not "1 chunks"."""
+    one = decide(_facts(mode=Chunked.true, raw=True, chunks=1, tokens=96, vocab=VOCAB))
+    assert one.chunked and one.chunks == 1 and one.reason.endswith("; 1 chunk of 96 positions"), one.reason
+    assert decide(_facts(chunks=2, tokens=96, vocab=VOCAB)).reason.endswith("; 2 chunks of 48 positions")
+
+
 def test_where_it_cannot_chunk_auto_says_so_and_true_is_refused() -> None:
     auto = decide(_facts(head="OwnLM does not declare its output layer"))
     assert not auto.chunked and auto.refusal is None and "OwnLM" in (auto.note or "")

@@ -324,3 +324,21 @@ def test_compiled_the_chunked_step_is_one_graph_and_the_eager_step_s_loss() -> N
     compiled, _ = torch.compile(module.pair_losses, backend="aot_eager")(batch)
     assert counters["stats"]["unique_graphs"] == 1 and not counters["graph_break"]
     torch.testing.assert_close(compiled, eager, **drift(steps=1, depth=64, magnitude=float(eager.abs())).kwargs)
+
+
+@pytest.mark.parametrize(("loss", "own"), [
+    (Loss.dpo, {"objective/beta": 0.2, "objective/label_smoothing": 0.1}),
+    (Loss.simpo, {"objective/beta": 0.2, "objective/gamma": 0.5, "objective/label_smoothing": 0.1}),
+    (Loss.orpo, {"objective/beta": 0.2}),  # ORPO's weight of the odds-ratio term, its one setting
+])
+def test_the_summary_shows_each_objectives_own_settings(loss: Loss, own: dict[str, float]) -> None:
+    from runner.telemetry.report import format_summary
+
+    module, _ = _module(loss, adapted=False, beta=0.2, label_smoothing=0.1)
+    figures = module.figures()
+    settings = {k: v for k, v in figures.items() if k not in ("objective/loss", "objective/reference",
+                                                               "objective/reference_bytes")}
+    assert settings == own
+    rows = {line.split("│")[1].strip(): line.split("│")[2].strip() for line in format_summary(figures).splitlines()
+            if line.count("│") == 3}
+    assert rows.get("gamma") == ("0.5" if loss is Loss.simpo else None), rows

@@ -190,6 +190,8 @@ def test_step_times_says_how_the_loss_was_computed_and_the_peak_memory() -> None
                "loss/logits_gib": 1.957, "memory/peak_gib": 1.35}
     assert step_times_figure(chunked).axes[0].get_xlabel() == (
         "step\nloss: 8 chunks of 512 positions, never the whole logits (1.96 GiB a step); peak memory 1.35 GiB")
+    one = {**chunked, "loss/chunks": 1, "loss/chunk_rows": 4096}
+    assert step_times_figure(one).axes[0].get_xlabel().startswith("step\nloss: 1 chunk of 4096 positions, never")
     whole = {"perf/step_series": _series(), "loss/chunked": False, "memory/peak_gib": 2.99}
     assert step_times_figure(whole).axes[0].get_xlabel() == "step\nloss: from the whole logits; peak memory 2.99 GiB"
 

@@ -283,3 +283,20 @@ def test_untimed_steps_feed_no_step_time_figure() -> None:
     assert figures["perf/step_ms"] == 11.0  # median of the timed compiled steps 10 and 12
     assert meter.rate("samples") == pytest.approx(8 / 0.022)
     assert [p["timed"] for p in figures["perf/step_series"]] == [True, False, False, True, True, False, True]
+
+
+def test_a_step_that_compiled_is_left_out_under_no_cuda_graph_label() -> None:
+    """On the CPU no step records CUDA graphs: the first step's compile time is the left-out steps' median, shown
+    under them, and no CUDA-graph row (there was one: 'recording CUDA graphs 0', the median right below it)."""
+    meter = SpeedupMeter(pairs=0)
+    meter.record(0, "warmup", 227_000.0, compiled_something=True)
+    for step in range(1, 4):
+        meter.record(step, "warmup", 50.0, compiled_something=False)
+    figures = meter.figures(compile_time_s=227.0)
+    assert figures["perf/left_out_steps"] == 1 and figures["perf/left_out_step_ms"] == 227_000.0
+    assert "perf/recording_steps" not in figures
+    rows = [line for line in format_summary(figures).splitlines() if "left out" in line or "median [ms]" in line]
+    assert [row.split("│")[1].strip() for row in rows] == ["steps left out", "their median [ms]"], rows
+    assert "CUDA graphs" not in format_summary(figures)
+    meter.record(4, "compiled", 60.0, compiled_something=True, recording_only=True)  # a CUDA-graph recording
+    assert meter.figures(compile_time_s=227.0)["perf/recording_steps"] == 1

@@ -54,7 +54,7 @@ NAMESPACES = (run, data, perf, memory, compile_plan, compile_work, compile_cache
               run_preference)
 """The modules that define figures: importing this package imports them all, so :func:`defined` is complete."""
 
-__all__ = ["NAMESPACES", "Figure", "ReportsFigures", "collect_figures", "defined", "figure"]
+__all__ = ["NAMESPACES", "Figure", "ReportsFigures", "collect_figures", "counted", "defined", "figure"]
 
 
 @runtime_checkable
@@ -71,3 +71,8 @@ def collect_figures(sources: Iterable[object]) -> dict[str, Any]:
         if isinstance(source, ReportsFigures):
             out.update(source.figures())
     return out
+
+
+def counted(n: int, noun: str, plural: str | None = None) -> str:
+    """``n`` and its noun, singular for one (``1 chunk``, ``8 chunks``): what a summary or log line counts."""
+    return f"{n} {noun}" if n == 1 else f"{n} {plural or noun + 's'}"

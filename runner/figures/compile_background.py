@@ -31,9 +31,19 @@ COMPILE_EAGER_STEP_BESIDE_MS = define("compile/eager_step_beside_ms",
                                       "median wall time of those steps (they share the cores with the compile process)",
                                       label="  eager step meanwhile [ms]")
 COMPILE_BACKGROUND_SPEEDUP_X = define("compile/background_speedup_x",
-                                      "eager/compiled CPU time of its own step pairs, on which auto decides whether "
-                                      "to switch",
-                                      label="  speedup it measured [x]")
+                                      "before the switch: eager/compiled CPU time of the compile process's own step "
+                                      "pairs (one batch, in that process), on which auto decides whether to switch",
+                                      label="  speedup the process measured [x]")
+COMPILE_AFTER_SWITCH_SPEEDUP_X = define("compile/after_switch_speedup_x",
+                                        "after the switch, in the run: eager over compiled median wall time of its "
+                                        "first compiled steps against the eager steps interleaved with them (the "
+                                        "speedup pairs'), else those before the switch; clearly below 1 (at most 0.8) "
+                                        "it goes back to eager",
+                                        label="  speedup after the switch [x]")
+COMPILE_BACKGROUND_REVERTED = define("compile/background_reverted",
+                                     "the step from which the run went back to eager because its compiled steps ran "
+                                     "clearly slower than the eager ones, with both medians; absent when it did not",
+                                     label="  back to eager")
 COMPILE_BACKGROUND_SWITCH_S = define("compile/background_switch_s",
                                      "under auto, the compile process's estimate of the switch: the same compile from "
                                      "the warm cache, CPU seconds")

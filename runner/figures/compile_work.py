@@ -30,8 +30,12 @@ COMPILE_LIVE_GUARDS_TOTAL = define("compile/live_guards_total",
                                    "leaf guards checked at run time (after guard_filter_fn), all live cache entries")
 COMPILE_LIVE_GUARDS_MAX = define("compile/live_guards_max",
                                  "leaf guards of the largest live cache entry, as checked at run time")
-COMPILE_TIME_S = define("compile/time_s", "seconds compiling in this process: forward, backward, recompiles",
+COMPILE_TIME_S = define("compile/time_s", "seconds compiling in the run: forward, backward, recompiles; a resumed "
+                        "run adds the parts before its resume (compile/time_before_resume_s)",
                         label="compile time [s]")
+COMPILE_TIME_BEFORE_RESUME_S = define("compile/time_before_resume_s",
+                                      "of which before the resume, in the processes the run resumed from (the rows "
+                                      "below it are this process's)", label="  before the resume [s]")
 COMPILE_DYNAMO_S = define("compile/dynamo_s", "of which tracing Python into graphs", label="  Dynamo [s]")
 COMPILE_AOT_AUTOGRAD_S = define("compile/aot_autograd_s", "of which building the backward graphs",
                                 label="  AOTAutograd [s]")

@@ -14,6 +14,11 @@ OBJECTIVE_LOSS = define("objective/loss", "what the training step minimised (obj
                         "absent for sft", label="objective")
 OBJECTIVE_BETA = define("objective/beta", "objective.beta: DPO's pull towards the reference, SimPO's reward scale, "
                         "ORPO's weight of the odds-ratio term", label="  beta")
+OBJECTIVE_GAMMA = define("objective/gamma", "objective.gamma: SimPO's target reward margin (TRL's simpo_gamma); "
+                         "absent for the objectives that have none", label="  gamma")
+OBJECTIVE_LABEL_SMOOTHING = define("objective/label_smoothing", "objective.label_smoothing: DPO's and SimPO's share "
+                                   "of pairs taken as mislabelled (0: the plain loss); absent for ORPO",
+                                   label="  label smoothing")
 OBJECTIVE_REFERENCE = define("objective/reference", "where DPO's reference log-probabilities came from: the "
                              "adapter's frozen base in the same compiled step, a frozen copy, or a precomputed cache",
                              label="  reference")

@@ -14,7 +14,8 @@ PERF_EAGER_STEP_MS = define("perf/eager_step_ms", "median of the eager steps of 
 PERF_COMPILED_STEP_MS = define("perf/compiled_step_ms", "median of the compiled steps of the same pairs",
                                label="compiled step [ms]")
 PERF_SPEEDUP_X = define("perf/speedup_x",
-                        "median over the pairs of eager/compiled time per token (25th to 75th percentile)",
+                        "median over the pairs of eager/compiled time per token (25th to 75th percentile); compiling "
+                        "beside the run, pairs after its switch",
                         label="speedup [x]")
 PERF_SPEEDUP_P25_X = define("perf/speedup_p25_x", "the 25th percentile of the pairs' eager/compiled ratios")
 PERF_SPEEDUP_P75_X = define("perf/speedup_p75_x", "the 75th percentile of the pairs' eager/compiled ratios")
@@ -34,18 +35,21 @@ PERF_BESIDE_COST_S = define("perf/beside_cost_s",
                             "their time beyond the pairs' eager step; added to the compile time in the break-even step",
                             label="  cost to the eager steps [s]")
 PERF_STEP_MS = define("perf/step_ms",
-                      "median of the run's last 50 timed steps that compiled nothing (compiled, or eager if none)",
+                      "median of the run's last 50 timed steps that compiled nothing (compiled, eager again after "
+                      "going back to eager, or eager if nothing compiled)",
                       label="step, last 50 [ms]")
 PERF_LEFT_OUT_STEPS = define("perf/left_out_steps",
                              "steps no step time uses: they compiled, or recorded CUDA graphs (host time)",
                              label="  steps left out")
-PERF_RECORDING_STEPS = define("perf/recording_steps", "of which only recorded CUDA graphs",
-                              label="    recording CUDA graphs")
-PERF_LEFT_OUT_STEP_MS = define("perf/left_out_step_ms", "median host time of the steps left out",
-                               label="    their median [ms]")
+PERF_LEFT_OUT_STEP_MS = define("perf/left_out_step_ms", "median host time of the steps left out (compiling, or "
+                               "recording CUDA graphs)", label="    their median [ms]")
+PERF_RECORDING_STEPS = define("perf/recording_steps", "of the steps left out, those that only recorded CUDA graphs; "
+                              "absent when none did (the others compiled)",
+                              label="    of which recording CUDA graphs")
 PERF_STEP_SERIES = define("perf/step_series",
                           'every step: [{"step", "ms", "mode", "timed"}], mode compiled, eager, warmup, flops, '
-                          "compile or background; timed false: host time of a step not waited for (GPU), not plotted")
+                          "compile, background or reverted (eager again after the switch); timed false: host time of "
+                          "a step not waited for (GPU), not plotted")
 PERF_STEP_SERIES_STRIDE = define("perf/step_series_stride",
                                  "1, or in a long run the stride of the compiled steps kept in perf/step_series (past "
                                  "4096 of them, those at its multiples)")

@@ -13,8 +13,11 @@ RUN_NAME = define("run/name", "the run's name (the config's `name`)")
 RUN_RECIPE = define("run/recipe", "the recipe the run was composed from (the config's `recipe`)")
 RUN_STEPS = define("run/steps", "optimizer steps trained (a resumed run counts from the first run's start)",
                    label="steps")
-RUN_WALL_S = define("run/wall_s", "seconds in trainer.fit in this process: training, validation, compiles",
-                    label="wall time [s]")
+RUN_RESUMED_AT_STEP = define("run/resumed_at_step", "the step a resumed run went on from (its checkpoint's); the "
+                             "report covers the whole run: steps and compile time count both parts, val/* is the "
+                             "resumed part's; absent when the run started at step 0", label="resumed at step")
+RUN_WALL_S = define("run/wall_s", "seconds in trainer.fit in this process (a resumed run: since the resume): "
+                    "training, validation, compiles", label="wall time [s]")
 RUN_PARAMS = define("run/params", "parameters of the module trained")
 RUN_DEVICE = define("run/device", "the device the strategy trained on (its root device)")
 RUN_PRECISION = define("run/precision", "the precision the run trained in (trainer.precision)")

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.errors import RunStopped
+from runner.figures import counted
 
 log = logging.getLogger(__name__)
 
@@ -51,11 +52,11 @@ class DeviceSkips:
                 self._stopping = True
                 trainer.save_checkpoint(self.ckpt_path)
                 raise stop(
-                    f"non-finite gradients at step {number} after skipping {len(skipped)} steps ({skipped}): each "
-                    f"update was skipped on the device, so the weights saved to {self.ckpt_path} (after step "
-                    f"{trainer.global_step}) never took one. Fix: lower optimizer.lr or keep trainer.gradient_clip_val "
-                    "set, check the data near these steps, then resume with ckpt_path=last in the same run dir; or "
-                    "raise reliability.max_skipped_steps.")
+                    f"non-finite gradients at step {number} after skipping {counted(len(skipped), 'step')} "
+                    f"({skipped}): each update was skipped on the device, so the weights saved to {self.ckpt_path} "
+                    f"(after step {trainer.global_step}) never took one. Fix: lower optimizer.lr or keep "
+                    "trainer.gradient_clip_val set, check the data near these steps, then resume with ckpt_path=last "
+                    "in the same run dir; or raise reliability.max_skipped_steps.")
             skipped.append(number)
             log.warning("non-finite gradients at step %d: update skipped on the device (%d of at most %d)",
                         number, len(skipped), self.max_skipped_steps)

@@ -19,6 +19,11 @@ ignore, and the cut gives the same files when it is done twice, so a kill at any
 itself included) leaves files the next resume cuts to the same history. A resume that finds no
 checkpoint (``ckpt_path=last`` before the first save) starts at step 0 and drops every old row.
 wandb's offline files are left as wandb writes them (docs/reliability.md says what that gives).
+
+The report of a resumed run describes the whole run: it says where the run resumed (``run/resumed_at_step``), and
+a resumed part that reaches its last step without having validated validates there (the model it ends with, not no
+``val/*`` at all: ``trainer.val_check_interval`` counts from the run's start, so a short resumed part may hold no
+multiple of it).
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import CSVLogger, Logger, TensorBoardLogger
 
 from runner import lightning_internals as li
+from runner.figures.run import RUN_RESUMED_AT_STEP
 from runner.reliability.checkpoint_io import is_local
 from runner.reliability.durable_csv import DurableCsvWriter, KeepRow, Row, row_step
 from runner.reliability.tb_events import cut_events, event_files, logged_tags
@@ -64,6 +70,9 @@ class LogHistory(Callback):
         self._earlier = [event_files(lg.log_dir) for lg in self.tensorboard]
         self._saved: dict[str, Any] = {}
         self._cut = False
+        self.resumed_at: int | None = None
+        """The step the run resumed from (None: it started at step 0)."""
+        self._validated = False  # since the resume
 
     def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:
         if not trainer.is_global_zero:
@@ -80,8 +89,23 @@ class LogHistory(Callback):
         self._saved = dict(checkpoint.get(STATE_KEY) or {})
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self.resuming and trainer.global_step > 0:
+            self.resumed_at = trainer.global_step
         if self.resuming and not self._cut and trainer.is_global_zero:
             self.cut(trainer.global_step)
+
+    def on_validation_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if not trainer.sanity_checking:
+            self._validated = True
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
+        """A resumed run's last step validates when nothing has since the resume (module docstring)."""
+        if self.resumed_at is not None and not self._validated and 0 < trainer.max_steps <= trainer.global_step:
+            trainer.should_stop = True  # Lightning validates at the step a fit is asked to stop at (every rank's)
+
+    def figures(self) -> dict[str, Any]:
+        return {RUN_RESUMED_AT_STEP: self.resumed_at} if self.resumed_at is not None else {}
 
     def cut(self, step: int) -> None:
         """Drop what was logged past the checkpoint the run resumed from (``step`` = its global step)."""

@@ -46,6 +46,7 @@ from lightning.pytorch.callbacks import Callback
 
 from runner.config.schema import OnNonFinite
 from runner.errors import RunStopped
+from runner.figures import counted
 from runner.figures.reliability import RELIABILITY_SKIPPED_STEPS
 from runner.reliability.device_skips import DeviceSkips
 from runner.reliability.flags import fold_flags, host_flags, nonfinite_flag, pending_flags  # noqa: F401
@@ -240,7 +241,7 @@ class NonFiniteGuard(Callback):
             trainer.save_checkpoint(self.ckpt_path)
         finally:
             self._saving = False
-        skipped = f" after skipping {len(self.skipped)} steps ({self.skipped})" if self.skipped else ""
+        skipped = f" after skipping {counted(len(self.skipped), 'step')} ({self.skipped})" if self.skipped else ""
         raise NonFiniteLossError(
             f"non-finite training loss ({kind}) at step {step}{skipped}. The last good state (after step "
             f"{step - 1}, before this step's update) is saved to {self.ckpt_path}. Fix: lower optimizer.lr or "

@@ -2,7 +2,8 @@
 
 Several parts of a fit need steps to run eagerly, each for its own reason and over its own span:
 
-* compiling beside the run (``compile.background``): every step, validation included, until the switch;
+* compiling beside the run (``compile.background``): every step, validation included, until the switch, and
+  every step after it once its compiled steps measured clearly slower than the eager ones (back to eager);
 * the CUDA-graph warm-up: the first ``cudagraphs.warmup_steps`` training steps (not their optimizer steps;
   CUDA graphs refuse gradient accumulation, so these are optimizer steps too);
 * shape agreement: a training step in which this rank saw a size the ranks have not agreed on yet;
@@ -31,13 +32,14 @@ class Eager(Enum):
     """Why a step runs eagerly."""
 
     beside = "compiling beside the run"
+    reverted = "back to eager: the compiled step measured slower"
     warmup = "CUDA-graph warm-up"
     hold = "a size the ranks have not agreed on yet"
     flops = "the FLOP-counting step"
     pair = "the eager side of a speedup pair"
 
 
-PRECEDENCE = (Eager.beside, Eager.warmup, Eager.hold, Eager.flops, Eager.pair)
+PRECEDENCE = (Eager.beside, Eager.reverted, Eager.warmup, Eager.hold, Eager.flops, Eager.pair)
 """Which reason a step reports when several hold at once (every one of them makes it eager)."""
 _UNSET = object()
 

@@ -31,7 +31,7 @@ import lightning.pytorch as pl
 import torch
 
 from runner.config.schema import TelemetryConfig
-from runner.figures.compile_work import COMPILE_TIME_S
+from runner.figures.compile_work import COMPILE_TIME_BEFORE_RESUME_S, COMPILE_TIME_S
 from runner.figures.memory import MEMORY_PEAK_GIB
 from runner.figures.perf import (
     PERF_EXAMPLES_PER_S,
@@ -60,6 +60,8 @@ log = logging.getLogger(__name__)
 RATE_OF = {PERF_SAMPLES_PER_S: "samples", PERF_TOKENS_PER_S: "tokens", PERF_EXAMPLES_PER_S: "examples",
            PERF_LOSS_TOKENS_PER_S: "loss_tokens"}
 """Each throughput figure and the count of a step (``BatchCounts``) it is the rate of."""
+BESIDE_MODES: dict[Eager | None, str] = {Eager.beside: "background", Eager.reverted: "reverted"}
+"""A step the compile beside the run holds eager: before its switch, or back to eager after it (not the meter's)."""
 
 
 class CompileTelemetry(pl.Callback):
@@ -100,6 +102,7 @@ class CompileTelemetry(pl.Callback):
         self._final: dict[str, Any] | None = None
         self.trace = StructuredTrace(self.run_dir, cfg.trace)
         self._carried: dict[str, Any] = {}  # the speedup measured before a resume (from the checkpoint)
+        self._compiled_before_s = 0.0  # seconds compiling before a resume (from the checkpoint)
         self._held = False
         self.host_device: NoHostDevice = NoHostDevice()
 
@@ -146,7 +149,7 @@ class CompileTelemetry(pl.Callback):
             return
         self._counts = batch_counts(batch)  # every step: document batches vary in length
         why = self.step_mode.eager_because()  # eager for the stack's own reason (beside the run, CUDA-graph warm-up)
-        mode = "background" if why is Eager.beside else self.meter.next_mode()
+        mode = BESIDE_MODES[why] if why in BESIDE_MODES else self.meter.next_mode()
         held = {"eager": Eager.pair, "flops": Eager.flops}.get(mode)
         if held is not None:
             self.step_mode.hold(held)
@@ -238,16 +241,20 @@ class CompileTelemetry(pl.Callback):
             self.progress.close()
         self.trace.stop()
 
-    # -- resume: a speedup measured before the checkpoint is reported, not silently lost -------------
+    # -- resume: a speedup measured and the compile time spent before the checkpoint are reported, not lost -------
     def state_dict(self) -> dict[str, Any]:
-        """The speedup figures for the checkpoint: this run's once measured, else those it carries."""
-        own = {k: v for k, v in self._figures(series=False).items() if k in SPEEDUP_KEYS} if self.meter.done else {}
+        """For the checkpoint: the speedup figures (this run's once measured, else those it carries) and the seconds
+        compiled so far, the parts before a resume included."""
+        figures = self._figures(series=False)
+        own = {k: v for k, v in figures.items() if k in SPEEDUP_KEYS} if self.meter.done else {}
         speedup = own if PERF_SPEEDUP_X in own else self._carried
-        return {"speedup": speedup} if speedup else {}
+        return {**({"speedup": speedup} if speedup else {}), "compile_time_s": figures.get(COMPILE_TIME_S, 0.0)}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """A resumed run shows the checkpoint's speedup figures when it measures none itself."""
+        """A resumed run shows the checkpoint's speedup figures when it measures none itself, and adds its compile
+        time to its own."""
         self._carried = dict(state_dict.get("speedup") or {})
+        self._compiled_before_s = float(state_dict.get("compile_time_s") or 0.0)
 
     # -- figures -----------------------------------------------------------------------------
     def figures(self) -> dict[str, Any]:
@@ -258,8 +265,13 @@ class CompileTelemetry(pl.Callback):
 
     def _figures(self, series: bool = True) -> dict[str, Any]:
         figures: dict[str, Any] = dict(self.collector.figures()) if self.collector is not None else {}
+        if self._compiled_before_s:  # the whole run's compile time: the parts before the resume too
+            figures[COMPILE_TIME_BEFORE_RESUME_S] = round(self._compiled_before_s, 6)
+            figures[COMPILE_TIME_S] = figures.get(COMPILE_TIME_S, 0.0) + self._compiled_before_s
         figures.update(self.meter.figures(compile_time_s=figures.get(COMPILE_TIME_S, 0.0), series=series))
-        if PERF_SPEEDUP_X not in figures and self._carried:  # resumed before this run's pairs finished
+        # Resumed before this run's pairs finished: the speedup measured before the resume, unless nothing compiles
+        # since (a resume under compile=eager: its steps are no compiled steps, and the figure is no longer the run's).
+        if PERF_SPEEDUP_X not in figures and self._carried and figures[PERF_SPEEDUP_STATUS] != "nothing compiled":
             figures.update(self._carried)
             figures[PERF_SPEEDUP_STATUS] = "measured before the resume"
         figures[MEMORY_PEAK_GIB] = peak_memory_gib(self._device)

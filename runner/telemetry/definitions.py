@@ -10,8 +10,10 @@ from runner.figures import objective as fo
 from runner.figures import peft as fp
 from runner.figures import run_preference as fpref
 from runner.figures.compile_background import (
+    COMPILE_AFTER_SWITCH_SPEEDUP_X,
     COMPILE_BACKGROUND,
     COMPILE_BACKGROUND_OUTCOME,
+    COMPILE_BACKGROUND_REVERTED,
     COMPILE_BACKGROUND_ROOM,
     COMPILE_BACKGROUND_S,
     COMPILE_BACKGROUND_SPEEDUP_X,
@@ -48,6 +50,7 @@ from runner.figures.compile_work import (
     COMPILE_GUARDS_TOTAL,
     COMPILE_INDUCTOR_S,
     COMPILE_RECOMPILES,
+    COMPILE_TIME_BEFORE_RESUME_S,
     COMPILE_TIME_S,
 )
 from runner.figures.cudagraphs import (
@@ -123,6 +126,7 @@ from runner.figures.registry import Figure, figure
 from runner.figures.run import (
     RUN_EXPORT,
     RUN_LR_SCHEDULE,
+    RUN_RESUMED_AT_STEP,
     RUN_STEPS,
     RUN_WALL_S,
     TRAIN_LOSS,
@@ -144,11 +148,12 @@ def _rows(*keys: str) -> tuple[Figure, ...]:
 
 
 SECTIONS: tuple[tuple[str, tuple[Figure, ...]], ...] = (
-    ("run", _rows(RUN_STEPS, RUN_WALL_S, TRAIN_LOSS, VAL_LOSS, VAL_BPB, VAL_ACCURACY, DATA_UNIGRAM_BPB, RUN_LR_SCHEDULE,
-                  RUN_EXPORT)),
+    ("run", _rows(RUN_STEPS, RUN_RESUMED_AT_STEP, RUN_WALL_S, TRAIN_LOSS, VAL_LOSS, VAL_BPB, VAL_ACCURACY,
+                  DATA_UNIGRAM_BPB, RUN_LR_SCHEDULE, RUN_EXPORT)),
     ("fine-tuning", _rows(fp.PEFT_METHOD, fp.PEFT_TARGETS, fp.PEFT_TRAINABLE_PARAMS, fp.PEFT_TOTAL_PARAMS,
                           fp.PEFT_TRAINABLE_PCT, fp.PEFT_OPTIMIZER_STATE_BYTES, fp.PEFT_BASE_WEIGHT_BYTES)),
-    ("preference", _rows(fo.OBJECTIVE_LOSS, fo.OBJECTIVE_BETA, fo.OBJECTIVE_REFERENCE, fo.OBJECTIVE_REFERENCE_BYTES,
+    ("preference", _rows(fo.OBJECTIVE_LOSS, fo.OBJECTIVE_BETA, fo.OBJECTIVE_GAMMA, fo.OBJECTIVE_LABEL_SMOOTHING,
+                         fo.OBJECTIVE_REFERENCE, fo.OBJECTIVE_REFERENCE_BYTES,
                          fo.OBJECTIVE_REFERENCE_CACHE, *fpref.VAL_METRICS, *fpref.TRAIN_METRICS)),
     ("loss", _rows(LOSS_CHUNKED, LOSS_REASON, LOSS_CHUNKS, LOSS_CHUNK_ROWS, LOSS_LOGITS_GIB)),
     ("data", _rows(DATA_SOURCE, DATA_CHANGED, DATA_FILES, DATA_ROWS, DATA_TOKENS, DATA_TRAIN_SEQUENCES,
@@ -163,7 +168,8 @@ SECTIONS: tuple[tuple[str, tuple[Figure, ...]], ...] = (
                             CUDAGRAPHS_REPLAY_STEPS, CUDAGRAPHS_PARTITIONS_GRAPHED, CUDAGRAPHS_OPTIMIZER_RECORDINGS,
                             CUDAGRAPHS_OPTIMIZER_REPLAYS)),
     ("what compiling did", _rows(COMPILE_FRAMES, COMPILE_GRAPHS, COMPILE_RECOMPILES, COMPILE_GRAPH_BREAKS,
-                                 COMPILE_GUARDS_TOTAL, COMPILE_GUARDS_MAX, COMPILE_TIME_S, COMPILE_DYNAMO_S,
+                                 COMPILE_GUARDS_TOTAL, COMPILE_GUARDS_MAX, COMPILE_TIME_S, COMPILE_TIME_BEFORE_RESUME_S,
+                                 COMPILE_DYNAMO_S,
                                  COMPILE_AOT_AUTOGRAD_S, COMPILE_INDUCTOR_S, COMPILE_CACHE_HITS, COMPILE_CACHE_MISSES,
                                  COMPILE_REMOTE_CACHE_STATUS, COMPILE_REMOTE_CACHE_HITS, COMPILE_REMOTE_CACHE_MISSES,
                                  COMPILE_REMOTE_ENTRIES_REJECTED, COMPILE_REMOTE_KERNELS_FETCHED,
@@ -173,11 +179,12 @@ SECTIONS: tuple[tuple[str, tuple[Figure, ...]], ...] = (
     ("compile beside the run", _rows(COMPILE_BACKGROUND, COMPILE_BACKGROUND_OUTCOME, COMPILE_BACKGROUND_ROOM,
                                      COMPILE_BACKGROUND_S,
                                      COMPILE_EAGER_STEPS_BESIDE, COMPILE_EAGER_STEP_BESIDE_MS, PERF_BESIDE_COST_S,
-                                     COMPILE_BACKGROUND_SPEEDUP_X)),
+                                     COMPILE_BACKGROUND_SPEEDUP_X, COMPILE_AFTER_SWITCH_SPEEDUP_X,
+                                     COMPILE_BACKGROUND_REVERTED)),
     ("what compiling bought", _rows(PERF_EAGER_STEP_MS, PERF_COMPILED_STEP_MS, PERF_SPEEDUP_X, PERF_SPEEDUP_STEPS,
                                     PERF_BREAK_EVEN_STEP, PERF_STEP_MS, PERF_HOST_MS_PER_STEP, PERF_DEVICE_BUSY,
-                                    PERF_LEFT_OUT_STEPS, PERF_RECORDING_STEPS,
-                                    PERF_LEFT_OUT_STEP_MS, PERF_EXAMPLES_PER_S, PERF_LOSS_TOKENS_PER_S,
+                                    PERF_LEFT_OUT_STEPS, PERF_LEFT_OUT_STEP_MS, PERF_RECORDING_STEPS,
+                                    PERF_EXAMPLES_PER_S, PERF_LOSS_TOKENS_PER_S,
                                     PERF_SAMPLES_PER_S, PERF_TOKENS_PER_S, PERF_TFLOP_PER_STEP,
                                     PERF_MFU, PERF_PEAK_TFLOPS, PERF_PEAK_SOURCE, MEMORY_PEAK_GIB, TRACE_HTML)),
 )

@@ -16,6 +16,7 @@ import statistics
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from runner.figures import counted
 from runner.figures.compile_work import COMPILE_EVENTS, COMPILE_TIME_S
 from runner.figures.loss import LOSS_CHUNK_ROWS, LOSS_CHUNKED, LOSS_CHUNKS, LOSS_LOGITS_GIB
 from runner.figures.memory import MEMORY_PEAK_GIB
@@ -36,7 +37,7 @@ if TYPE_CHECKING:  # matplotlib is imported when a picture is drawn, not with th
     from matplotlib.figure import Figure
 
 _COLORS = {"compiled": "tab:blue", "eager": "tab:orange", "warmup": "tab:gray", "flops": "tab:gray",
-           "background": "tab:olive"}
+           "background": "tab:olive", "reverted": "tab:brown"}
 _EVENT_COLORS = {"compile": "tab:green", "recompile": "tab:red"}
 
 
@@ -98,7 +99,7 @@ def step_times_figure(figures: dict[str, Any]) -> Figure | None:
     compiled_any = any(p["mode"] == "compile" for p in points) or bool(figures.get(COMPILE_EVENTS))
     # The y-axis covers the steps that say what a step costs: the pairs and the steady compiled steps
     # (the warm-up's first steps can be many times slower, and a compile step 1000 times).
-    steady = ([p["ms"] for p in points if p["mode"] in ("compiled", "eager")]
+    steady = ([p["ms"] for p in points if p["mode"] in ("compiled", "eager", "reverted")]
               or [p["ms"] for p in points if p["mode"] != "compile"] or [p["ms"] for p in points])
     top = _steady_top(steady)
     fig = _figure(figsize=(9, 4.5))
@@ -108,9 +109,9 @@ def step_times_figure(figures: dict[str, Any]) -> Figure | None:
         ax.axvspan(span[0] - 0.5, span[1] + 0.5, color="0.92", zorder=0, label="eager/compiled pairs")
     names = {"compiled": "compiled steps" if compiled_any else "steps (nothing compiled)", "eager": "eager steps",
              "warmup": "warm-up", "flops": "FLOP-counting step (eager)",
-             "background": "eager, compiling beside the run"}
+             "background": "eager, compiling beside the run", "reverted": "eager again: compiled measured slower"}
     any_clipped = False
-    for mode in ("background", "warmup", "flops", "compile", "eager", "compiled"):
+    for mode in ("background", "warmup", "flops", "compile", "eager", "compiled", "reverted"):
         pts = [p for p in points if p["mode"] == mode]
         if not pts:
             continue
@@ -159,8 +160,9 @@ def _memory_note(figures: dict[str, Any]) -> str:
         chunked = figures[LOSS_CHUNKED]
         size = figures.get(LOSS_LOGITS_GIB)
         whole = f" ({size:.3g} GiB a step)" if isinstance(size, (int, float)) else ""
-        parts.append(f"loss: {figures.get(LOSS_CHUNKS)} chunks of {figures.get(LOSS_CHUNK_ROWS)} positions, never the "
-                     f"whole logits{whole}" if chunked else f"loss: from the whole logits{whole}")
+        chunks = counted(int(figures.get(LOSS_CHUNKS) or 0), "chunk")
+        parts.append(f"loss: {chunks} of {figures.get(LOSS_CHUNK_ROWS)} positions, never the whole logits{whole}"
+                     if chunked else f"loss: from the whole logits{whole}")
     peak = figures.get(MEMORY_PEAK_GIB)
     if isinstance(peak, (int, float)):
         parts.append(f"peak memory {peak:.3g} GiB")

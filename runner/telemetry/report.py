@@ -24,6 +24,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+from runner.figures import counted
 from runner.figures.compile_caches import COMPILE_CACHE_HITS
 from runner.figures.compile_work import COMPILE_GRAPH_BREAK_REASONS, COMPILE_GRAPH_BREAKS, COMPILE_RECOMPILE_REASONS
 from runner.figures.cudagraphs import CUDAGRAPHS_EAGER_REASONS, CUDAGRAPHS_PARTITIONS, CUDAGRAPHS_PARTITIONS_GRAPHED
@@ -91,7 +92,7 @@ def _cell(key: str, figures: dict[str, Any]) -> str:
     if key == COMPILE_GRAPH_BREAKS and (runners := runners_breaks(figures)):
         return f"{_fmt(figures[key])} ({runners} {RUNNERS_OPTIMIZER_STEP})"
     if key == PERF_SPEEDUP_STEPS and figures.get(PERF_SPEEDUP_PAIRS):
-        text = f"{figures[key]} ({figures[PERF_SPEEDUP_PAIRS]} pairs)"
+        text = f"{figures[key]} ({counted(int(figures[PERF_SPEEDUP_PAIRS]), 'pair')})"
         resumed = figures.get(PERF_SPEEDUP_STATUS) == "measured before the resume"
         return text + (", before the resume" if resumed else "")
     if key == CUDAGRAPHS_PARTITIONS_GRAPHED:

@@ -15,6 +15,10 @@ the mode of each training step:
    derived from that same speedup, so it is finite exactly when the speedup is above 1.
 4. ``compiled``: the rest of training; still timed, for ``perf/step_ms`` and the plot.
 
+Steps the compile beside the run (``compile.background``) holds eager are neither: ``background`` before its switch
+(what they cost beyond the pairs' eager step is ``perf/beside_cost_s``), ``reverted`` once it went back to eager
+because the compiled step measured slower (from then on ``perf/step_ms`` is theirs).
+
 A step whose time is not the step's real time (an untimed step on an asynchronous device, see
 :mod:`runner.telemetry.clock`) is recorded with ``timed=False``: it keeps its place in the series
 (its mode, whether it compiled) but no step-time figure uses it. :meth:`SpeedupMeter.wants_time`
@@ -63,8 +67,12 @@ recompile changes the step time; kept in bounded windows so a live figure costs 
 100 000 as at step 10."""
 
 
+STEADY = ("compiled", "reverted")
+"""The modes of the rest of training (compiled, or eager again after going back), thinned in a long run."""
+
+
 class StepSeries:
-    """Every step's point for the report and plot, in bounded memory: the steady ``compiled`` steps are
+    """Every step's point for the report and plot, in bounded memory: the steady steps (:data:`STEADY`) are
     thinned to those whose step number is a multiple of ``stride``, doubled whenever more than
     ``limit`` are kept; every other point (warm-up, compile, eager, FLOP counting: few) is kept."""
 
@@ -76,7 +84,7 @@ class StepSeries:
 
     def append(self, point: dict[str, Any]) -> None:
         """Keep ``point`` unless it is a compiled step between strides."""
-        if point["mode"] != "compiled":
+        if point["mode"] not in STEADY:
             self.points.append(point)
             return
         if point["step"] % self.stride:
@@ -85,8 +93,8 @@ class StepSeries:
         self._thinned += 1
         if self._thinned > self.limit:  # halve the compiled points: amortised O(1) per step
             self.stride *= 2
-            self.points = [p for p in self.points if p["mode"] != "compiled" or p["step"] % self.stride == 0]
-            self._thinned = sum(p["mode"] == "compiled" for p in self.points)
+            self.points = [p for p in self.points if p["mode"] not in STEADY or p["step"] % self.stride == 0]
+            self._thinned = sum(p["mode"] in STEADY for p in self.points)
 
 
 class SpeedupMeter:
@@ -148,10 +156,12 @@ class SpeedupMeter:
         self.steps.append(point)
         self.ran_compiled = self.ran_compiled or shown == "compiled"
         counted = {**point, "examples": examples, "loss_tokens": loss_tokens}  # beside the series: may be tensors
-        if timed and shown == "compiled":
+        if timed and shown in STEADY:
             self._compiled.append(counted)
         elif timed and shown == "warmup":
             self._steady.append(counted)
+        if mode == "reverted":
+            return  # eager again after the compile beside the run measured its compiled step slower: no pair
         if mode == "background":
             # Eager while the compile runs beside the run (compile.background): neither warm-up nor pairs;
             # their time beyond the pairs' eager step is what that compile cost the run.
@@ -221,8 +231,9 @@ class SpeedupMeter:
             out[PERF_STEP_MS] = statistics.median(p["ms"] for p in recent)
         if self._left_out_ms:  # never drop a step from the step times without saying so
             out[PERF_LEFT_OUT_STEPS] = sum(self.left_out.values())
-            out[PERF_RECORDING_STEPS] = self.left_out["recording"]
             out[PERF_LEFT_OUT_STEP_MS] = statistics.median(self._left_out_ms)
+            if self.left_out["recording"]:  # only where CUDA graphs recorded: a compiling step is no recording
+                out[PERF_RECORDING_STEPS] = self.left_out["recording"]
         out[PERF_SPEEDUP_STATUS] = self.status()
         if self.done and self.window and self.compiled_any:
             # Only the interleaved window, so both medians saw the same machine conditions.

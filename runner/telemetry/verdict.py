@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from runner.figures import counted
 from runner.figures.compile_background import COMPILE_BACKGROUND_OUTCOME
 from runner.figures.compile_plan import COMPILE_SCOPE
 from runner.figures.compile_work import COMPILE_TIME_S
@@ -28,6 +29,7 @@ from runner.figures.perf import (
     PERF_SPEEDUP_STATUS,
     PERF_SPEEDUP_X,
 )
+from runner.figures.run import RUN_RESUMED_AT_STEP
 
 
 def _number(value: Any) -> float | None:
@@ -85,8 +87,12 @@ def speedup_verdict(figures: dict[str, Any]) -> tuple[str, str]:
         beside = str(figures.get(COMPILE_BACKGROUND_OUTCOME) or "")
         if beside.startswith(("stayed eager", "not ready")):  # eager by the compile beside the run's decision
             return "none", f"the run trained eagerly (compile beside the run: {beside})"
+        if "back to eager" in beside:  # it switched, then measured the compiled step slower
+            return "none", f"the run went back to eager (compile beside the run: {beside})"
         if status == "nothing compiled" or figures.get(COMPILE_SCOPE) == "none":
-            return "none", "nothing was compiled: there is no speedup to measure"
+            resumed = figures.get(RUN_RESUMED_AT_STEP)  # the part before the resume may have compiled
+            since = f" since the resume at step {resumed}" if resumed is not None else ""
+            return "none", f"nothing was compiled{since}: there is no speedup to measure"
         if status == "disabled":
             return "none", "speedup not measured: telemetry.speedup_steps=0"
         why = f" ({status})" if status else ""
@@ -99,13 +105,13 @@ def speedup_verdict(figures: dict[str, Any]) -> tuple[str, str]:
     spread = f", the pairs' 25th to 75th percentile {p25:.2f} to {p75:.2f}" if quartiles else ""
     pairs = _number(figures.get(PERF_SPEEDUP_PAIRS))
     # Timing eager against itself on a shared 2-core machine gave 0.91 with 10 pairs (speedup.py).
-    few = f"; only {int(pairs)} pairs: a rough figure" if pairs is not None and pairs < 10 else ""
+    few = f"; only {counted(int(pairs), 'pair')}: a rough figure" if pairs is not None and pairs < 10 else ""
     eager, compiled = _number(figures.get(PERF_EAGER_STEP_MS)), _number(figures.get(PERF_COMPILED_STEP_MS))
     if pairs is not None and pairs < MIN_VERDICT_PAIRS:
         # The quartiles of two or three ratios are no spread: one stalled step (a logger's flush, a
         # neighbour's burst) made 2 pairs of 4 ms smoke steps read 25x on the eager backend.
         return "noise", (f"{before}too few pairs to tell compiled from eager steps ({_x(speedup)} from only "
-                         f"{int(pairs)} pairs; {MIN_VERDICT_PAIRS} or more give a verdict: raise "
+                         f"{counted(int(pairs), 'pair')}; {MIN_VERDICT_PAIRS} or more give a verdict: raise "
                          "telemetry.speedup_steps, and trainer.max_steps to run them)")
     if p25 is not None and p75 is not None and p25 <= 1.0 <= p75:
         return "noise", (f"{before}no measurable difference between compiled and eager steps "

@@ -19,7 +19,7 @@ from torch import nn
 from runner.config.schema.objective import Loss, ObjectiveConfig
 from runner.data.preference.batch import PairInputs
 from runner.data.traits import ValMetric
-from runner.figures.objective import OBJECTIVE_BETA, OBJECTIVE_LOSS
+from runner.figures.objective import OBJECTIVE_BETA, OBJECTIVE_GAMMA, OBJECTIVE_LABEL_SMOOTHING, OBJECTIVE_LOSS
 from runner.figures.run import TRAIN_LOSS, VAL_LOSS
 from runner.figures.run_preference import TRAIN_METRICS, VAL_METRICS
 from runner.training import preference_losses as losses
@@ -110,5 +110,11 @@ class PreferenceModule(TrainModule):
                                "from) gives others. Resume with the run's own config and model files.")
 
     def figures(self) -> dict[str, Any]:
-        """``objective/*``: the loss, beta and where the reference came from."""
-        return {OBJECTIVE_LOSS: self.loss_kind.value, OBJECTIVE_BETA: self.beta, **self.reference.figures()}
+        """``objective/*``: the loss, its own settings (those the step used: beta; SimPO's gamma; DPO's and SimPO's
+        label smoothing) and where the reference came from."""
+        own: dict[str, Any] = {OBJECTIVE_LOSS: self.loss_kind.value, OBJECTIVE_BETA: self.beta}
+        if self.loss_kind is Loss.simpo:
+            own[OBJECTIVE_GAMMA] = self.gamma
+        if self.loss_kind in (Loss.dpo, Loss.simpo):
+            own[OBJECTIVE_LABEL_SMOOTHING] = self.label_smoothing
+        return {**own, **self.reference.figures()}

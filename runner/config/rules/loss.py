@@ -21,6 +21,7 @@ from typing import Any
 from runner.config.rules.peft import PeftTargetError, adapter_root, resolve_plan
 from runner.config.schema.loss import Chunked
 from runner.config.schema.peft import PeftConfig, PeftMethod
+from runner.figures import counted
 
 LARGE_LOGITS_BYTES = 256 * 2**20
 """``loss.chunked=auto`` chunks where one float32 copy of a step's logits would exceed this (module docstring)."""
@@ -130,7 +131,7 @@ def decide(f: LossFacts) -> LossDecision:
                             "logits")
     rows = chunk_rows(f.vocab, f.tokens, f.chunks)
     count = chunk_count(f.tokens, rows) if f.tokens is not None else None
-    cut = f"{count} chunks of {rows:,} positions" if count is not None else f"chunks of {rows:,} positions"
+    cut = f"{counted(count, 'chunk')} of {rows:,} positions" if count is not None else f"chunks of {rows:,} positions"
     why = "loss.chunked=true" if f.mode is Chunked.true else "auto"
     return LossDecision(True, rows, count, f"{why}: {_logits(f)}; {cut}")
 

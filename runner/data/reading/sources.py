@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from runner.data.reading.corpus import SKIP_DIRS, describe_missing_text, sniff, text_files
+from runner.figures import counted
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +53,7 @@ class Source:
         """The files, for the data section: ``3 .jsonl files under DIR`` or the one file."""
         if len(self.files) == 1:
             return str(self.files[0])
-        return f"{len(self.files)} {self.kind} files ({self.given})"
+        return f"{counted(len(self.files), self.kind + ' file')} ({self.given})"
 
 
 VALIDATION_SPLITS = ("validation", "valid", "val", "dev")

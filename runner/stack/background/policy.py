@@ -2,15 +2,17 @@
 (:func:`resolve_background`), whether ``auto`` has a core to spare (:func:`core_to_spare`) and starts a process
 (:func:`worth_starting`) and whether switching
 to its compiled step pays (:func:`switch_pays`), and on a CUDA device whether the process fits in its memory
-(:func:`room_for_process`); and the two small pieces those decisions pick between:
+(:func:`room_for_process`), and after the switch whether the compiled steps run clearly slower than the eager
+ones (:func:`compiled_slower`); and the two small pieces those decisions pick between:
 :class:`NoBackground` (no process) and :class:`LateStep` (the step compiled at the switch).
 ``runner.stack.background`` carries them out."""
 
 from __future__ import annotations
 
 import math
+import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,6 +47,15 @@ SWITCH_MARGIN = 2.0
 """``auto`` switches when the time saved exceeds this many times the switch the compile process measured:
 its estimate (the same compile from the warm cache, in a process that has compiled before) came out at
 about half the run's own switch (1.0 s against 1.9-2.8 s, the tiny test GPT on a 2-core CPU)."""
+
+SETTLE_STEPS = 2
+"""Compiled steps after the switch left out of :func:`compiled_slower`: the first compiles (from the warm cache, or
+cold), the second may still compile the backward lazily."""
+CHECK_STEPS = 8
+"""Compiled steps after the switch whose median :func:`compiled_slower` compares with the eager steps'."""
+REVERT_AT = 1.25
+"""Go back to eager when the compiled steps' median is at least this many times the eager steps': a clear margin over
+the 20-30% that step times drift on a shared machine (runner.telemetry.speedup)."""
 
 
 def resolve_background(policy: Background, plan: CompilePlan, world_size: int, pulls_batches: bool,
@@ -154,6 +165,20 @@ def core_to_spare(cpus: int, threads: int, idle: float | None) -> tuple[bool, st
         return False, (f"the {cpus - threads} core(s) training does not use are busy with other work ({idle:.1f} of "
                        f"{cpus} cores idle before the first step)")
     return True, ""
+
+
+def compiled_slower(eager_ms: Sequence[float], compiled_ms: Sequence[float],
+                    eager_when: str) -> tuple[bool, float, str] | None:
+    """After the switch: whether the compiled steps ran clearly slower than the eager ones (:data:`REVERT_AT`), the
+    speedup (eager over compiled median) and the two medians in words; None until :data:`CHECK_STEPS` compiled steps
+    are timed. ``eager_when`` says which eager steps ``eager_ms`` are. Compiling beside the run promises that
+    compiling never makes the run later: a switch whose compiled step turns out slower is undone."""
+    if len(compiled_ms) < CHECK_STEPS or not eager_ms:
+        return None
+    eager, compiled = statistics.median(eager_ms), statistics.median(compiled_ms)
+    said = (f"compiled steps {compiled:.4g} ms against eager {eager:.4g} ms (medians of the first {len(compiled_ms)} "
+            f"compiled steps after the switch and of {len(eager_ms)} eager steps {eager_when})")
+    return compiled >= REVERT_AT * eager, eager / compiled, said
 
 
 def worth_starting(eager_ms: float | None, steps_left: float | None, spare_core: bool) -> tuple[bool, str]:

@@ -11,9 +11,11 @@ produce, only the first steps eager. A failed process is reported and the run co
 leave that core) and switch as soon as it is ready. ``auto`` pins it to a core training does not
 use; where every core trains it starts only for a run long enough to repay the core it takes
 (:func:`worth_starting`), and it switches only when the speedup the process measured pays
-(:func:`switch_pays`). On a CUDA device ``auto`` starts the process after the first (eager) step, on every core
-but the run's, where the device's free memory holds it (:func:`room_for_process`), and otherwise compiles in the
-run from the next step. docs/background-compile.md has the measurements.
+(:func:`switch_pays`). After the switch the compiled steps are timed against the eager ones (the speedup pairs'
+eager steps, else those before the switch), and a switch whose compiled step runs clearly slower is undone: the run
+goes back to eager and says so (:func:`compiled_slower`). On a CUDA device ``auto`` starts the process after the
+first (eager) step, on every core but the run's, where the device's free memory holds it (:func:`room_for_process`),
+and otherwise compiles in the run from the next step. docs/background-compile.md has the measurements.
 """
 
 from __future__ import annotations
@@ -32,9 +34,11 @@ import torch
 
 from runner.config.schema import Background, OnError
 from runner.figures.compile_background import (
+    COMPILE_AFTER_SWITCH_SPEEDUP_X,
     COMPILE_BACKGROUND,
     COMPILE_BACKGROUND_OUTCOME,
     COMPILE_BACKGROUND_PLACEMENT,
+    COMPILE_BACKGROUND_REVERTED,
     COMPILE_BACKGROUND_ROOM,
     COMPILE_BACKGROUND_S,
     COMPILE_BACKGROUND_SPEEDUP_X,
@@ -45,9 +49,11 @@ from runner.figures.compile_background import (
 )
 from runner.stack.background.policy import (
     DECIDE_AFTER,
+    SETTLE_STEPS,
     DeviceRoom,
     LateStep,
     Step,
+    compiled_slower,
     core_to_spare,
     idle_cores,
     room_for_process,
@@ -104,6 +110,17 @@ class BackgroundCompile(StackComponent):
         self._spare = False  # a core training does not use (more cores than torch threads)
         self._last: float | None = None
         self._eager_s: collections.deque[float] = collections.deque(maxlen=200)
+        # After the switch, until compiled_slower decides: the eager steps (the speedup pairs' eager side) and the
+        # compiled ones, in ms; why the step running now is eager (None: compiled); compiled steps still left out.
+        self._after_eager: list[float] = []
+        self._after_compiled: list[float] = []
+        self._eager_now: Eager | None = None
+        self._settle = SETTLE_STEPS
+        self.checked: str | None = None
+        """What the check after the switch measured (:func:`compiled_slower`), once it has."""
+        self.after_switch_x: float | None = None
+        self.reverted: str | None = None
+        """Where the run went back to eager, and why (None: it did not)."""
 
     @property
     def placement(self) -> str:
@@ -140,7 +157,10 @@ class BackgroundCompile(StackComponent):
 
     def prepare_batch(self, batch: Any) -> Any:
         """The first batch, as the step receives it, starts the compile process (``auto`` without a spare
-        core: kept until :data:`DECIDE_AFTER` eager steps say whether the run is long enough)."""
+        core: kept until :data:`DECIDE_AFTER` eager steps say whether the run is long enough). After the switch, notes
+        whether the step runs eagerly (the telemetry asked before the step: the eager side of a speedup pair)."""
+        if self._checking:
+            self._eager_now = self.step_mode.eager_because()
         if self.pending and self.process is not None and self.process.proc is None and self._batch is None:
             cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else {0}
             # Only auto asks whether other work keeps that core busy: pinned and shared start regardless.
@@ -180,8 +200,17 @@ class BackgroundCompile(StackComponent):
         self._tell(f"compile: compiling beside the run in a second process (compile.background={self.policy.value}, "
                    f"{where}{why}); the steps run eagerly until it is ready")
 
+    @property
+    def _checking(self) -> bool:
+        """After a switch from a compile process, until the compiled steps are measured against the eager ones."""
+        return self.switch_step is not None and self.result is not None and self.result.ok and self.checked is None
+
     def on_step_end(self, step: int) -> None:
-        """Count the eager step; once the compile process has exited, switch (or say why not)."""
+        """Count the eager step; once the compile process has exited, switch (or say why not); after the switch, time
+        the compiled steps against the eager ones."""
+        if self._checking:
+            self._check_after_switch(step)
+            return
         if not self.pending or self.process is None or (self.process.proc is None and self._batch is None):
             return
         now = time.perf_counter()
@@ -259,6 +288,36 @@ class BackgroundCompile(StackComponent):
                    + (f" ({why})" if why else ""))
         self._switch(step)
 
+    def _check_after_switch(self, step: int) -> None:
+        """Time this step; once :func:`compiled_slower` can tell, go back to eager if the compiled step is clearly
+        slower (the promise: compiling beside the run never makes it later)."""
+        now = time.perf_counter()
+        ms, self._last = 1e3 * (now - (self._last or now)), now
+        if self._eager_now is Eager.pair:
+            self._after_eager.append(ms)
+        elif self._eager_now is None:
+            if self._settle:
+                self._settle -= 1  # it compiled (from the warm cache, or the backward lazily): not a step time
+            else:
+                self._after_compiled.append(ms)
+        # The pairs' eager steps ran beside the compiled ones, under the same load; without them (fewer than 3, or
+        # telemetry.speedup_steps=0) the eager steps before the switch, slower for sharing the cores with the process.
+        interleaved = len(self._after_eager) >= 3
+        eager = self._after_eager if interleaved else [1e3 * s for s in self._eager_s]
+        decided = compiled_slower(eager, self._after_compiled,
+                                  "interleaved with them" if interleaved else "before the switch")
+        if decided is None:
+            return
+        slower, self.after_switch_x, self.checked = decided
+        if not slower:
+            return
+        self.reverted, self.kept_eager = f"at step {step}: {self.checked}", True
+        self.outcome = f"switched at step {self.switch_step}, back to eager at step {step}: the compiled step is slower"
+        self._tell(f"compile: back to eager from step {step}: {self.checked}; compiling beside the run never makes it "
+                   "later, so the rest of the run trains eagerly (compile.background=disabled compiles in the run "
+                   "regardless)", logging.WARNING)
+        self.step_mode.hold(Eager.reverted)
+
     def _switch(self, step: int) -> None:
         """From the next step on, compiled; ``step`` (steps done so far) is that step's index, counted from 0
         as ``perf/step_series`` counts."""
@@ -285,6 +344,7 @@ class BackgroundCompile(StackComponent):
             self.process.stop()
         self._give_back_core()
         self.step_mode.release(Eager.beside)
+        self.step_mode.release(Eager.reverted)
         self.pending = False
         super().teardown()
 
@@ -294,6 +354,10 @@ class BackgroundCompile(StackComponent):
             out[COMPILE_BACKGROUND_ROOM] = self.room_said
         if self.switch_step is not None:
             out[COMPILE_SWITCH_STEP] = self.switch_step
+        if self.after_switch_x is not None:
+            out[COMPILE_AFTER_SWITCH_SPEEDUP_X] = round(self.after_switch_x, 3)
+        if self.reverted is not None:
+            out[COMPILE_BACKGROUND_REVERTED] = self.reverted
         if self.process is None or self.process.started is None:
             return out  # no process ran (auto kept the run eager, or the module stayed in the run)
         out[COMPILE_BACKGROUND_PLACEMENT] = _SHOWN[self.placement]

@@ -43,6 +43,7 @@ from torch.optim import Optimizer
 
 from runner import torch_internals as ti
 from runner.config.schema import CudaGraphMode, CudaGraphsConfig
+from runner.figures import counted
 from runner.figures.cudagraphs import (
     CUDAGRAPHS_ACTIVE,
     CUDAGRAPHS_EAGER_REASONS,
@@ -194,7 +195,7 @@ class CudaGraphs(StackComponent):
         parts = (f"{f[CUDAGRAPHS_PARTITIONS_GRAPHED]} of {f[CUDAGRAPHS_PARTITIONS]} partitions graphed, "
                  if f else "")
         text = (f"CUDA graphs: {parts}{self.recordings} recorded ({self.rerecordings} again), "
-                f"{self.replay_steps} steps replayed")
+                f"{counted(self.replay_steps, 'step')} replayed")
         if f.get(CUDAGRAPHS_EAGER_REASONS):
             first = f[CUDAGRAPHS_EAGER_REASONS][0]
             text += f"; eager: {first['nodes']} nodes for {first['reason']} (fix: {first['fix']})"
