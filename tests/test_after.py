@@ -530,6 +530,87 @@ def test_the_commands_exit_2_from_the_command_line(tmp_path: Path) -> None:
     assert _listing(tmp_path) == []
 
 
+def _runner(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "offline"}
+    return subprocess.run([sys.executable, "-m", "runner", *args], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=600)
+
+
+@pytest.mark.slow
+def test_an_unknown_flag_is_refused_with_the_closest_real_one_from_the_command_line(gpt: TrainedRun,
+                                                                                     tmp_path: Path) -> None:
+    """A misspelt flag was dropped (an unmerged export for --merged, 200 tokens for --max-new-token 5, rc 0): each
+    command refuses it in one paragraph naming the real one, exit 2, nothing written; the real flags still work."""
+    run, before = str(gpt.run_dir), _listing(gpt.run_dir)
+    for args, real in ((["export", run, "--merged", "--out", str(tmp_path / "out")], "--merge"),
+                       (["generate", run, "--max-new-token", "5"], "--max-new-tokens"),
+                       (["eval", run, "--outt", str(tmp_path / "e.json")], "--out")):
+        proc = _runner(*args, cwd=tmp_path)
+        assert proc.returncode == 2, proc.stderr
+        err = proc.stderr.strip()
+        assert "\n" not in err and err.startswith(f"runner {args[0]}: {args[2]} is not a flag"), err
+        assert f"did you mean {real}?" in err and "Usage: python -m runner " + args[0] in err, err
+    assert _listing(tmp_path) == [] and _listing(gpt.run_dir) == before
+    proc = _runner("generate", run, "--prompt", "def ", "--max-new-tokens", "5", "--temperature", "0", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("def ") and len(proc.stdout.rstrip("\n").encode()) <= len("def ") + 5 * 4
+
+
+def test_what_is_neither_a_flag_nor_an_override_is_refused(gpt: TrainedRun, tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """Only eval takes KEY=VALUE overrides after the run directory; an abbreviated flag is refused as a misspelt one
+    is (a flag is given whole, as a config key is)."""
+    run = str(gpt.run_dir)
+    _refused(["eval", run, "data.max_bytes"], capsys, "'data.max_bytes' is no argument of runner eval",
+             "flags and data.KEY=VALUE overrides")
+    _refused(["export", run, "other"], capsys, "'other' is no argument of runner export", "flags only")
+    _refused(["generate", run, "--temp=2"], capsys, "--temp is not a flag of runner generate: did you mean "
+             "--temperature?")
+    _refused(["generate", run, "--max-new-tokens", "many"], capsys, "invalid int value: 'many'", "Usage: ")
+    out = tmp_path / "e.json"
+    assert main(["eval", run, "--out", str(out), "data.max_bytes=30000"]) == 0  # an override still scores
+    assert json.loads(out.read_text())[EVAL_TOKENS] > 0 and "perplexity" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_eval_says_how_far_it_is_and_ctrl_c_stops_it_saying_what_was_scored(gpt: TrainedRun, tmp_path: Path) -> None:
+    """A long evaluation prints a progress line as data preparation does; SIGINT, sent once that line is out, ends it
+    at once: one paragraph saying how many batches of how many were scored, no traceback, exit 130, no eval.json
+    (figures of part of the split would pass for the split's)."""
+    import signal
+    import threading
+
+    out = tmp_path / "eval.json"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "offline", "PYTHONUNBUFFERED": "1"}
+    # ~10 MB of the run's text one window a batch: thousands of batches, minutes on a loaded machine
+    proc = subprocess.Popen([sys.executable, "-m", "runner", "eval", str(gpt.run_dir), "--out", str(out),
+                             "data.max_bytes=10000000", "data.batch_size=1"], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert proc.stdout is not None
+    watchdog = threading.Timer(900, proc.kill)  # no progress line ever (the old code): the output ends, the test fails
+    watchdog.start()
+    try:
+        lines = []
+        for line in proc.stdout:  # the first progress line: the scoring has begun and is far from its end
+            lines.append(line)
+            if line.startswith("eval: scoring the validation split of data.max_bytes=10000000 data.batch_size=1: "):
+                break
+        assert " batches (" in lines[-1] and "s left" in lines[-1], "".join(lines)
+        proc.send_signal(signal.SIGINT)
+        rest = proc.stdout.read()
+        assert proc.wait(timeout=300) == 130, rest
+    finally:
+        watchdog.cancel()
+        proc.kill()
+    assert "Traceback" not in rest and "KeyboardInterrupt" not in rest, rest
+    said = [line for line in rest.splitlines() if line.startswith("runner eval: interrupted")]
+    assert len(said) == 1 and "nothing written" in said[0] and "whole pass only" in said[0], rest
+    scored, total = (int(n.replace(",", "")) for n in said[0].split("after scoring ")[1].split(" batches")[0]
+                     .split(" of "))
+    assert 0 < scored < total
+    assert not out.exists() and _listing(tmp_path) == []
+
+
 def test_the_export_directory_is_whole_or_absent(gpt: TrainedRun, tmp_path: Path) -> None:
     """A failure while writing leaves no export and no temporary directory behind."""
     from runner.after import export as ex

@@ -25,6 +25,7 @@ from runner.config.composing.precheck import precheck
 from runner.figures.run import RUN_LR_SCHEDULE
 from runner.training.schedules import warmup_cosine
 from tests import after_runs
+from tests.cli import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -232,6 +233,17 @@ def test_what_is_no_run_of_runners_is_left_alone_or_refused(tmp_path: Path) -> N
         resume_command(["resume", str(tmp_path / "missing")])
     with pytest.raises(ConfigError, match="needs the run directory first"):
         resume_command(["resume", "trainer.max_steps=3"])
+
+
+def test_a_misspelt_flag_of_resume_is_refused_with_the_real_one(run_dir: Path, tmp_path: Path) -> None:
+    """Hydra printed its usage and "unrecognized arguments" for a flag of resume's own spelt wrong: one paragraph
+    now, naming it."""
+    out = run_cli("resume", str(run_dir), "--allow-changed-dat", cwd=tmp_path)
+    err = out.stderr.strip()
+    assert out.returncode == 2 and "\n" not in err, err
+    assert err.startswith("runner: --allow-changed-dat is not a flag of runner resume: did you mean "
+                          "--allow-changed-data?"), err
+    assert sorted(p.name for p in run_dir.rglob("*")) == [".hydra", "config.yaml", "overrides.yaml"]
 
 
 @pytest.mark.slow

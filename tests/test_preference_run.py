@@ -2,13 +2,19 @@
 DPO with a LoRA adapter compiles its whole step, policy and reference, into one graph with no recompile; TRL's
 figures reach every logger, the summary and report.json; the adapter loads in HF peft; ``runner eval`` gives the
 preference accuracy over every validation pair; a resume goes on. Then precomputed reference log-probabilities
-(computed once, read by the next run) and padded pairs of varying lengths with no recompile after warm-up."""
+(computed once, read by the next run) and padded pairs of varying lengths with no recompile after warm-up; and, in
+real processes, docs/preference.md's two ways from an SFT run to DPO, as the page writes them."""
 
 from __future__ import annotations
 
 import contextlib
+import csv
 import io
 import json
+import os
+import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,9 +23,15 @@ import torch
 from runner.figures.compile_work import COMPILE_GRAPH_BREAKS
 from runner.figures.dynamic import DYNAMIC_GRAPHS, DYNAMIC_RECOMPILES
 from runner.figures.eval_metrics import EVAL_PAIRS, EVAL_REWARDS_ACCURACIES
-from runner.figures.objective import OBJECTIVE_LOSS, OBJECTIVE_REFERENCE, OBJECTIVE_REFERENCE_CACHE
+from runner.figures.objective import (
+    OBJECTIVE_LOSS,
+    OBJECTIVE_REFERENCE,
+    OBJECTIVE_REFERENCE_BYTES,
+    OBJECTIVE_REFERENCE_CACHE,
+)
+from runner.figures.rewards import REWARDS_MARGINS
 from runner.figures.run_preference import TRAIN_METRICS, VAL_METRICS
-from runner.training.reference import AdapterReference
+from runner.training.reference import AdapterReference, FrozenCopy
 from tests.after_runs import FAST, TrainedRun, train
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -121,3 +133,49 @@ def test_compiled_in_place_the_reference_is_the_graph_without_gradients(tmp_path
     f = train(tmp_path / "run", overrides).figures
     reasons = f["dynamic/recompile_reasons"]
     assert f[DYNAMIC_GRAPHS] == 2 and reasons and all("grad_mode" in r for r in reasons), reasons
+
+
+SHORT = ["trainer.max_steps=2", "trainer.val_check_interval=2", "trainer.limit_val_batches=1",
+         "trainer.checkpoint_every_n_steps=2", "trainer.log_every_n_steps=1", "telemetry.log_every_n_steps=1",
+         "telemetry.speedup_steps=0", "compile=eager", "compile.background=disabled"]
+"""What the test adds to each of the page's training commands: two steps, nothing compiled."""
+
+
+def _sft_to_dpo_commands() -> list[str]:
+    """The shell lines of docs/preference.md's "From SFT to DPO" block, comments left out."""
+    section = (ROOT / "docs" / "preference.md").read_text().split("## From SFT to DPO", 1)[1]
+    block = section.split("```bash\n", 1)[1].split("```", 1)[0]
+    return [line.split(" #", 1)[0].strip() for line in block.splitlines() if not line.startswith("#")]
+
+
+@pytest.mark.slow
+def test_sft_then_dpo_both_ways_as_the_docs_write_them(tmp_path: Path) -> None:
+    """SFT with LoRA, then DPO from its merged export and from its adapter, run as docs/preference.md writes them
+    (from a checkout's directory: the shipped data under examples/), each training command two steps long: every
+    command exits 0, each DPO run's reference is the one the page names, and at the first step it is the SFT model
+    itself (the policy starts there: every reward margin 0), so the page's overrides compose and mean what it says."""
+    (tmp_path / "examples").symlink_to(ROOT / "examples")  # the recipes' data.path, relative to a checkout
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "offline"}
+    sft, reports = "", []
+    for line in _sft_to_dpo_commands():
+        if line.startswith("SFT="):  # the page's own shell line finds the SFT run
+            sft = subprocess.run(["bash", "-c", f'{line}; echo "$SFT"'], cwd=tmp_path, capture_output=True,
+                                 text=True, check=True).stdout.strip()
+            continue
+        args = shlex.split(line.replace("$SFT", sft))
+        assert args[0] == ".venv/bin/python" and args[1:3] == ["-m", "runner"], line
+        train = args[3].startswith("+recipe=")
+        done = subprocess.run([sys.executable, *args[1:], *(SHORT if train else [])], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=900)
+        assert done.returncode == 0, f"{line}\n{done.stderr[-3000:]}"
+        if train and "llama_dpo" in args[3]:
+            run_dir = max((tmp_path / "outputs").glob("*/*-llama_dpo"), key=lambda p: p.stat().st_mtime)
+            reports.append((run_dir, json.loads((run_dir / "report.json").read_text())))
+    assert sft and len(reports) == 2
+    (merged_dir, merged), (adapter_dir, adapter) = reports
+    assert merged[OBJECTIVE_REFERENCE] == AdapterReference.describe and OBJECTIVE_REFERENCE_BYTES not in merged
+    assert adapter[OBJECTIVE_REFERENCE] == FrozenCopy.describe
+    assert adapter[OBJECTIVE_REFERENCE_BYTES] >= 4 * adapter["peft/total_params"]  # the whole model, float32
+    for run_dir in (merged_dir, adapter_dir):
+        rows = [r for r in csv.DictReader((run_dir / "csv" / "metrics.csv").open()) if r.get(REWARDS_MARGINS)]
+        assert rows and float(rows[0][REWARDS_MARGINS]) == pytest.approx(0.0, abs=1e-6), run_dir

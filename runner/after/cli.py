@@ -1,15 +1,18 @@
 """``runner export | eval | generate RUN_DIR ...``: the trained model out, its validation figures, its text
-(docs/after-training.md). Every refusal is one paragraph on stderr, exit code 2, before anything is written."""
+(docs/after-training.md). Every refusal (an unknown flag among them) is one paragraph on stderr, exit code 2, before
+anything is written; Ctrl-C stops any of them with exit code 130, nothing half-written."""
 
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from runner.config import ConfigError
+from runner.config.errors import close_matches
 
 _USAGE = {
     "export": "python -m runner export RUN_DIR [--ckpt last|best|PATH] [--out DIR] [--force] [--merge [--dequantize]]",
@@ -19,9 +22,17 @@ _USAGE = {
 }
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser whose refusals (a bad value, no run directory) are ``ConfigError``: one paragraph, exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        raise ConfigError(f"{message}. Usage: {self.usage}")
+
+
 def _parser(command: str) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=f"runner {command}", usage=_USAGE[command])
-    p.add_argument("run_dir", type=Path, help="a run directory (outputs/<date>/<time>-<name>)")
+    # No abbreviations: a flag is given whole, as a config key is (--max-new-token is refused, not read as a prefix).
+    p = _Parser(prog=f"runner {command}", usage=_USAGE[command], allow_abbrev=False)
+    p.add_argument("run_dir", metavar="RUN_DIR", type=Path, help="a run directory (outputs/<date>/<time>-<name>)")
     p.add_argument("--ckpt", default="last", help="last (default), best, or a checkpoint file")
     if command == "export":
         p.add_argument("--out", type=Path, help="the directory to write (default: RUN_DIR/model)")
@@ -47,8 +58,11 @@ def main(argv: Sequence[str]) -> int:
     from runner.quiet import quiet_transformers_bars
 
     command, rest = argv[0], list(argv[1:])
-    args, overrides = _parser(command).parse_known_args(rest)
+    parser = _parser(command)
     try:
+        args, overrides = parser.parse_known_args(rest)
+        if (problem := arguments_error(command, overrides, parser_flags(parser), _USAGE[command])) is not None:
+            raise ConfigError(problem)
         with quiet_transformers_bars():
             if command == "export":
                 return export(args)
@@ -58,6 +72,35 @@ def main(argv: Sequence[str]) -> int:
     except ConfigError as e:
         print(f"runner {command}: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C while loading: nothing is written before the end (an export is whole or absent)
+        from runner.reliability.signals import exit_code
+
+        print(f"runner {command}: interrupted before it finished; its files are written whole at the end, so none "
+              "is half-written.", file=sys.stderr)
+        return exit_code(signal.SIGINT)
+
+
+def parser_flags(parser: argparse.ArgumentParser) -> list[str]:
+    """Every flag ``parser`` knows (``--out``, ``-h``, ...)."""
+    return sorted(parser._option_string_actions)  # argparse keeps them there, public in all but name
+
+
+def arguments_error(command: str, unknown: Sequence[str], flags: Sequence[str], usage: str) -> str | None:
+    """Why the arguments the parser did not take are refused: a flag none of ``flags`` (the closest named), or
+    anything but a ``KEY=VALUE`` override (which ``runner eval`` alone takes); None when there is none."""
+    real = [f for f in flags if f.startswith("--") and f != "--help"]
+    for arg in unknown:
+        if arg.startswith("-"):
+            flag = arg.split("=", 1)[0]
+            by_name = {f.lstrip("-"): f for f in real}
+            matches = [f for f in real if f.startswith(flag)] or [  # a prefix: the flag it abbreviates
+                by_name[m] for m in close_matches(flag.lstrip("-"), by_name)]
+            fix = f": did you mean {' or '.join(matches)}?" if matches else "."
+            return f"{flag} is not a flag of runner {command}{fix} Its flags: {', '.join(real)}. Usage: {usage}"
+        if command != "eval" or "=" not in arg:
+            takes = "flags and data.KEY=VALUE overrides" if command == "eval" else "flags only"
+            return (f"{arg!r} is no argument of runner {command}: after RUN_DIR it takes {takes}. Usage: {usage}")
+    return None
 
 
 def export(args: Any) -> int:
@@ -89,7 +132,9 @@ def evaluate(args: Any, overrides: list[str]) -> int:
     from runner.after.family import label_names, num_classes_of
     from runner.after.source import check, checkpoint_path, open_trained, run_config, run_dir_error
     from runner.build import build_datamodule
+    from runner.data.store.progress import Progress
     from runner.figures.eval_metrics import EVAL_CHECKPOINT, EVAL_DATA, EVAL_MODE, EVAL_STEP
+    from runner.reliability.signals import exit_code
 
     if (problem := overrides_error(overrides)) is not None:
         raise ConfigError(problem)
@@ -107,12 +152,21 @@ def evaluate(args: Any, overrides: list[str]) -> int:
     loader = datamodule.val_dataloader()
     compiled, mode = ev.resolve_mode(trained.cfg, ev.run_report(run_dir), len(loader))
     labels = label_names(run_dir, num_classes_of(trained.cfg) or 0)
-    scored = (ev.run_pairs(trained.module, datamodule, trained.cfg, compiled) if trained.cfg.objective.loss.preference
-              else ev.run_pass(trained.module, loader, trained.cfg, labels, compiled))
-    figures = {EVAL_CHECKPOINT: str(trained.checkpoint), EVAL_STEP: trained.step,
-               EVAL_DATA: "the validation split of " + (" ".join(overrides) or "the run's data"), EVAL_MODE: mode,
+    data = "the validation split of " + (" ".join(overrides) or "the run's data")
+    out = args.out or run_dir / "eval.json"
+    progress = Progress(f"scoring {data}", len(loader), unit="batches", topic="eval")  # after 5 s, as data's
+    try:
+        scored = (ev.run_pairs(trained.module, datamodule, trained.cfg, compiled, progress)
+                  if trained.cfg.objective.loss.preference
+                  else ev.run_pass(trained.module, loader, trained.cfg, labels, compiled, progress))
+    except KeyboardInterrupt:  # Ctrl-C: what was scored, and that figures of part of the split are not written
+        print(f"runner eval: interrupted after scoring {progress.done:,} of {progress.total:,} batches of {data}: "
+              f"nothing written ({out} is written for a whole pass only). Run it again to score them all.",
+              file=sys.stderr)
+        return exit_code(signal.SIGINT)
+    figures = {EVAL_CHECKPOINT: str(trained.checkpoint), EVAL_STEP: trained.step, EVAL_DATA: data, EVAL_MODE: mode,
                **scored}
-    written = ev.write_eval(figures, args.out or run_dir / "eval.json")
+    written = ev.write_eval(figures, out)
     print(format_eval(figures, f"runner eval: {run_dir}"))
     print("written: " + ", ".join(map(str, written)))
     return 0

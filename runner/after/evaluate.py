@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from runner.atomic_files import atomic_write_bytes
 from runner.build import val_metric
 from runner.config.schema import RunConfig
 from runner.data.sequences.padding import IGNORE_INDEX
+from runner.data.store.progress import Progress
 from runner.data.traits import ValMetric
 from runner.figures.eval_metrics import (
     EVAL_ACCURACY,
@@ -90,16 +92,27 @@ def eval_device(cfg: RunConfig) -> torch.device:
     return device
 
 
+def scored(loader: Any, progress: Progress | None) -> Iterator[Any]:
+    """``loader``'s batches, ``progress`` told of each once it is scored (the caller's loop body has run)."""
+    for batch in loader:
+        yield batch
+        if progress is not None:
+            progress.advance(1)
+    if progress is not None:
+        progress.finish()
+
+
 def evaluate(forward: Any, loader: Any, device: torch.device, cfg: RunConfig, labels: list[str],
-             loss_sum: Any = None) -> dict[str, Any]:
+             loss_sum: Any = None, progress: Progress | None = None) -> dict[str, Any]:
     """The figures of one pass of ``forward`` (the module, compiled or not) over ``loader``'s batches; ``loss_sum``
-    (``(inputs, targets) -> the summed loss``, compiled or not): a causal LM's loss without its logits (chunked)."""
+    (``(inputs, targets) -> the summed loss``, compiled or not): a causal LM's loss without its logits (chunked);
+    ``progress``: told of every batch scored."""
     from lightning.fabric.utilities import move_data_to_device
 
     total, counted, examples = 0.0, 0, 0
     metrics = None
     with torch.no_grad():
-        for batch in loader:
+        for batch in scored(loader, progress):
             x, y = move_data_to_device(batch, device)
             if loss_sum is not None and y.dim() > 1:  # a target per position: the loss is all a causal LM reports
                 total += float(loss_sum(x, y))
@@ -134,9 +147,10 @@ def evaluate(forward: Any, loader: Any, device: torch.device, cfg: RunConfig, la
     return figures
 
 
-def evaluate_pairs(pair_outputs: Any, loader: Any, device: torch.device) -> dict[str, Any]:
+def evaluate_pairs(pair_outputs: Any, loader: Any, device: torch.device,
+                   progress: Progress | None = None) -> dict[str, Any]:
     """TRL's figures over every pair of ``loader`` (``pair_outputs``: ``PreferenceModule.pair_outputs``, compiled or
-    not); the loss is the mean over pairs of each batch's."""
+    not); the loss is the mean over pairs of each batch's; ``progress``: told of every batch scored."""
     from lightning.fabric.utilities import move_data_to_device
 
     from runner.training import preference_losses
@@ -144,7 +158,7 @@ def evaluate_pairs(pair_outputs: Any, loader: Any, device: torch.device) -> dict
     sums: dict[str, float] = {}
     pairs, loss = 0.0, 0.0
     with torch.no_grad():
-        for batch in loader:
+        for batch in scored(loader, progress):
             batch = move_data_to_device(batch, device)
             out = pair_outputs(batch)
             mask = batch[0].pairs
@@ -161,7 +175,8 @@ def evaluate_pairs(pair_outputs: Any, loader: Any, device: torch.device) -> dict
     return {EVAL_PAIRS: int(pairs), EVAL_LOSS: round(loss / n, 6), **{k: round(v / n, 6) for k, v in sums.items()}}
 
 
-def run_pairs(module: Any, datamodule: Any, cfg: RunConfig, compiled: bool) -> dict[str, Any]:
+def run_pairs(module: Any, datamodule: Any, cfg: RunConfig, compiled: bool,
+              progress: Progress | None = None) -> dict[str, Any]:
     """Move a ``PreferenceModule`` to the evaluation device and score ``datamodule``'s validation pairs, compiled as
     the run was when ``compiled``; precomputed reference log-probabilities read from the run's cache first."""
     from runner.training.reference import Precomputed
@@ -172,11 +187,11 @@ def run_pairs(module: Any, datamodule: Any, cfg: RunConfig, compiled: bool) -> d
         module.reference.prepare(module.model, datamodule, device)
     loader = datamodule.val_dataloader()
     if not compiled:
-        return evaluate_pairs(module.pair_outputs, loader, device)
+        return evaluate_pairs(module.pair_outputs, loader, device, progress)
     c = cfg.compile
     try:
         forward = torch.compile(module.pair_outputs, backend=c.backend, mode=c.mode, options=c.options or None)
-        return evaluate_pairs(forward, loader, device)
+        return evaluate_pairs(forward, loader, device, progress)
     finally:
         ti.reset_compiler()
 
@@ -198,19 +213,21 @@ def _classifier_metrics(num_classes: int, device: torch.device) -> dict[str, Any
     return {name: metric.to(device) for name, metric in made.items()}
 
 
-def run_pass(module: torch.nn.Module, loader: Any, cfg: RunConfig, labels: list[str], compiled: bool) -> dict[str, Any]:
+def run_pass(module: torch.nn.Module, loader: Any, cfg: RunConfig, labels: list[str], compiled: bool,
+             progress: Progress | None = None) -> dict[str, Any]:
     """Move ``module`` to the evaluation device and evaluate it, compiled as the run was when ``compiled``; the
     compiled code is dropped afterwards."""
     device = eval_device(cfg)
     module.to(device).eval()
     loss_sum = chunked_loss_sum(module)
     if not compiled:
-        return evaluate(module, loader, device, cfg, labels, loss_sum)
+        return evaluate(module, loader, device, cfg, labels, loss_sum, progress)
     c = cfg.compile
     try:
         kwargs: dict[str, Any] = dict(backend=c.backend, mode=c.mode, options=c.options or None)
         forward = torch.compile(module, **kwargs)
-        return evaluate(forward, loader, device, cfg, labels, torch.compile(loss_sum, **kwargs) if loss_sum else None)
+        return evaluate(forward, loader, device, cfg, labels, torch.compile(loss_sum, **kwargs) if loss_sum else None,
+                        progress)
     finally:
         ti.reset_compiler()
 

@@ -33,12 +33,13 @@ def console(message: str) -> None:
 
 
 class Progress:
-    """``what``: the data and what is done to it (``tokenizing data.path=x.jsonl``); ``total``: rows to do."""
+    """``what``: the data and what is done to it (``tokenizing data.path=x.jsonl``); ``total``: rows to do;
+    ``topic``: the lines' first word (``data``; ``runner eval``'s ``eval``)."""
 
     def __init__(self, what: str, total: int, file: Path | None = None, sink: Sink = console,
                  after_s: float = 5.0, every_s: float = 10.0, clock: Callable[[], float] = time.monotonic,
-                 unit: str = "rows") -> None:
-        self.what, self.total, self.file, self.sink, self.unit = what, total, file, sink, unit
+                 unit: str = "rows", topic: str = "data") -> None:
+        self.what, self.total, self.file, self.sink, self.unit, self.topic = what, total, file, sink, unit, topic
         self.after_s, self.every_s, self.clock = after_s, every_s, clock
         self.done = 0
         self.start = clock()
@@ -63,7 +64,7 @@ class Progress:
         rate = self.done / seconds
         left = (self.total - self.done) / rate if rate > 0 else float("inf")
         pct = 100 * self.done / max(self.total, 1)
-        return (f"data: {self.what}: {self.done:,} of {self.total:,} {self.unit} ({pct:.0f}%), {rate:,.0f} "
+        return (f"{self.topic}: {self.what}: {self.done:,} of {self.total:,} {self.unit} ({pct:.0f}%), {rate:,.0f} "
                 f"{self.unit}/s, about {left:.0f} s left")
 
     def finish(self) -> float:
@@ -71,7 +72,8 @@ class Progress:
         seconds = self.clock() - self.start
         if self.said:
             rate = self.done / max(seconds, 1e-9)
-            self._say(f"data: {self.what}: {self.done:,} {self.unit} in {seconds:.1f} s ({rate:,.0f} {self.unit}/s)")
+            self._say(f"{self.topic}: {self.what}: {self.done:,} {self.unit} in {seconds:.1f} s "
+                      f"({rate:,.0f} {self.unit}/s)")
         return seconds
 
     def _say(self, message: str) -> None:
