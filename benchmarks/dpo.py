@@ -7,25 +7,30 @@ TRL runs in a virtual environment of its own (``--trl-python``; make it with ``p
 TRL_VENV/bin/pip install trl peft torch==<runner's torch>``), so neither tool's packages are the other's. Each
 contestant is its own process (``contestants/dpo.py``, started by its tool's Python), eager TRL first:
 
-- ``trl``: ``DPOTrainer`` + peft ``LoraConfig`` (the reference: the policy with its adapter disabled), eager;
-- ``trl_compile``: the same, compiled: the model compiled in place (``nn.Module.compile``) before peft wraps it,
-  since TRL 1.13.0's own ``torch_compile=True`` crashes with peft at the first step (its reference branch calls
-  ``ref_model``, None, for a compiled model): the benchmark runs that too, one step, and records what it did;
-- ``runner_padded``: runner, ``objective=dpo peft=lora``, pairs padded per batch as TRL's are (the same pairs a
-  step), ``compile.scope=step``, ``optimizer=auto``;
+- ``trl_defaults``: ``DPOTrainer`` + peft ``LoraConfig`` (the reference: the policy with its adapter disabled), eager,
+  with TRL's own gradient checkpointing (its default; its bfloat16 and lr 1e-6 are set to runner's, below);
+- ``trl``: the same without gradient checkpointing (TRL at its fastest eager setting);
+- ``trl_compile``: the same, compiled: the model compiled in place (``nn.Module.compile``) before peft wraps it
+  (TRL 1.13.0's own ``torch_compile=True`` crashed with peft at the first step, its reference branch calling
+  ``ref_model``, None, for a compiled model: the benchmark runs that too, one step, and records what it did);
+- ``runner_padded_eager``: runner, ``objective=dpo peft=lora``, pairs padded per batch as TRL's are, nothing compiled
+  (``compile.scope=none``: what a CPU run whose compile is not ready trains);
+- ``runner_padded``: the same, ``compile.scope=step``, ``optimizer=auto``;
 - ``runner_packed``: the same on packed pairs (rows of ``2 x seq_len``: one batch shape).
 
 The same model (a Llama-style model built from its configuration, same seed), the same pairs
 (``examples/data/preference.jsonl``: runner's training split, the prompt in runner's template), a byte-level BPE
 tokenizer trained on them, the same adapter (rank 16, alpha 32, every attention and MLP linear, no dropout), beta
-0.1, AdamW (lr 1e-3, weight decay 0.1, constant), float32; TRL's defaults that differ (bfloat16, gradient
-checkpointing, lr 1e-6) are set to these, which makes TRL faster on this CPU, not slower.
+0.1, AdamW (lr 1e-3, weight decay 0.1, constant), float32; TRL's defaults that differ (bfloat16, lr 1e-6; gradient
+checkpointing, but in ``trl_defaults``) are set to these, which makes TRL faster on this CPU, not slower.
 
 ``harness/race.py``'s method: warm-up alone (where each compiles), then interleaved rounds of timed steps, reversed
 every other round; pairs/s is pairs per step over the median step, and each ratio the median over rounds of the
 per-round ratio. Beside it: peak memory (resident set), graphs, recompiles (and those after warm-up), graph breaks.
-Target (issue 78): runner LoRA-DPO >= 1.3x TRL's best in pairs/s, 0 recompiles after warm-up. Prints a markdown
-table; writes ``benchmarks/results/dpo.json`` (``--out``).
+Targets: runner LoRA-DPO >= 1.3x TRL's best in pairs/s, 0 recompiles after warm-up (issue 78); runner's padded
+pairs, compiled and eager, at least TRL's speed with its defaults, and eager at least TRL's eager (issue 85). Prints
+a markdown table; writes ``benchmarks/results/dpo.json`` (``--out``). The issue's race:
+``--layers 4 --seq-len 256`` (``--only trl,runner_padded_eager`` races two).
 """
 
 from __future__ import annotations

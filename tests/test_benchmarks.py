@@ -226,7 +226,7 @@ def test_packing_quick_races_every_contestant_on_instruction_data(tmp_path: Path
 @pytest.mark.slow
 def test_dpo_quick_races_runner_against_trl_where_trl_is(tmp_path: Path) -> None:
     """``benchmarks/dpo.py --quick``: each contestant its own program, taking turns over a pipe. TRL is not in the
-    test environment (its own venv races it: ``--trl-python``), so runner's two contestants race, and the targets
+    test environment (its own venv races it: ``--trl-python``), so runner's three contestants race, and the targets
     say TRL was not raced."""
     out = tmp_path / "dpo.json"
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "dpo.py"), "--quick", "--trl-python",
@@ -235,11 +235,12 @@ def test_dpo_quick_races_runner_against_trl_where_trl_is(tmp_path: Path) -> None
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     result = json.loads(out.read_text())
     figs = result["contestants"]
-    assert list(figs) == ["runner_padded", "runner_packed"] and result["trl"] is None
+    assert list(figs) == ["runner_padded_eager", "runner_padded", "runner_packed"] and result["trl"] is None
     for f in figs.values():
         assert f["pairs_per_s"] > 0 and f["measured"]["recompiles_after_warmup"] == 0
         assert f["measured"]["graph_breaks"] == 0 and len(f["round_medians_ms"]) == 2
     assert figs["runner_packed"]["measured"]["graphs"] == 1  # one shape: one graph
+    assert figs["runner_padded_eager"]["measured"]["graphs"] == 0  # compile.scope=none: nothing compiled
     assert result["targets"] == ["TRL was not raced (no --trl-python): the pairs/s target is unmeasured"]
     assert "| runner objective=dpo peft=lora, packed pairs |" in proc.stdout
 
