@@ -29,6 +29,7 @@ from runner.config.schema import RunConfig
 from runner.data.sequences.padding import IGNORE_INDEX
 from runner.data.store.progress import Progress
 from runner.data.traits import ValMetric
+from runner.figures import counted
 from runner.figures.eval_metrics import (
     EVAL_ACCURACY,
     EVAL_BPB,
@@ -68,7 +69,8 @@ def resolve_mode(cfg: RunConfig, report: dict[str, Any], batches: int) -> tuple[
     if paid == "never":
         return False, "eager: compiling did not pay for itself in the run (break-even: never)"
     if batches <= int(paid):
-        return False, f"eager: {batches} batches, no more than the {paid} steps compiling took to pay for itself"
+        return False, (f"eager: {counted(batches, 'batch', 'batches')}, no more than the {paid} steps compiling took "
+                       "to pay for itself")
     return True, (f"compiled (compile.backend={cfg.compile.backend}): {batches} batches, more than the {paid} steps "
                   "compiling took to pay for itself in the run")
 

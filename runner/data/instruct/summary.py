@@ -8,6 +8,7 @@ from typing import Any
 from runner.data.instruct.fit import Fitted
 from runner.data.instruct.formats import Format, Kind
 from runner.data.summary import DataSummary, packing_figures
+from runner.figures import counted
 from runner.figures import data as keys
 
 
@@ -63,13 +64,15 @@ def turn_figures(parts: list[Any], fitted: tuple[Fitted, Fitted]) -> dict[str, A
 
 def describe(own: dict[str, Any]) -> str:
     """Instruction data's figures in one log line."""
-    line = (f"{own[keys.DATA_FORMAT]}; {own[keys.DATA_EXAMPLES]} examples, {own[keys.DATA_PROMPT_TOKENS]} prompt "
-            f"and {own[keys.DATA_ANSWER_TOKENS]} answer tokens, {own[keys.DATA_LOSS_TOKENS]} in the loss")
+    line = (f"{own[keys.DATA_FORMAT]}; {counted(own[keys.DATA_EXAMPLES], 'example')}, "
+            f"{own[keys.DATA_PROMPT_TOKENS]} prompt and {own[keys.DATA_ANSWER_TOKENS]} answer tokens, "
+            f"{own[keys.DATA_LOSS_TOKENS]} in the loss")
     if keys.DATA_TURNS_TRAINED in own:
         line += (f"; turns ({own[keys.DATA_ROLES]}): {own[keys.DATA_TURNS_TRAINED]} assistant turns trained on, "
                  f"{own[keys.DATA_TURNS_CUT]} cut off by data.seq_len, {own[keys.DATA_TURNS_PROMPT]} other turns "
                  "in the prompt")
     if keys.DATA_PACKS in own:
-        line += (f"; packed into {own[keys.DATA_PACKS]} rows ({own[keys.DATA_EXAMPLES_PER_PACK]} examples a row, "
+        line += (f"; packed into {counted(own[keys.DATA_PACKS], 'row')} "
+                 f"({own[keys.DATA_EXAMPLES_PER_PACK]} examples a row, "
                  f"{own[keys.DATA_PACKING_PADDING_PCT]}% padding)")
     return line

@@ -37,6 +37,7 @@ from runner.data.splits import VAL_PATH, split_documents
 from runner.data.summary import DataSummary, packing_figures
 from runner.data.tokens.tokenizers import SavedTokenizer, Tokenizer, check_tokenizer, load_tokenizer, token_range
 from runner.data.traits import DataTraits, ValMetric
+from runner.figures import counted
 from runner.figures import data as keys
 
 log = logging.getLogger(__name__)
@@ -186,7 +187,7 @@ class PreferenceDataModule(L.LightningDataModule):
         self.summary.say(self.seq_len)
         log.info("data: %s; %d pairs, %d prompt and %d completion tokens%s", fmt.describe(), len(train) + len(val),
                  self.own_figures[keys.DATA_PROMPT_TOKENS], self.own_figures[keys.DATA_COMPLETION_TOKENS],
-                 f"; packed into {self.own_figures[keys.DATA_PACKS]} rows "
+                 f"; packed into {counted(self.own_figures[keys.DATA_PACKS], 'row')} "
                  f"({self.own_figures[keys.DATA_PACKING_PADDING_PCT]}% padding)" if self.packing else "")
         if len(self.datasets["train"]) == 0 or len(self.datasets["val"]) == 0:  # the checks before the run say why
             which = "training" if len(self.datasets["train"]) == 0 else "validation"
