@@ -463,14 +463,3 @@ def test_the_llama3_recipe_fine_tunes_packed_instructions_chunked_by_default(met
     assert (figures.get("peft/method") == "lora") is (method == "lora")
     assert "What is 12 + 30?" in figures["run/sample"]
 
-
-def test_instruction_datas_line_says_one_row_in_the_singular() -> None:
-    """The data section's line: "packed into 1 row", "1 example", not "1 rows" (issue 85's "1 chunks", elsewhere)."""
-    from runner.data.instruct.summary import describe
-    from runner.figures import data as keys
-
-    own = {keys.DATA_FORMAT: "prompt/response", keys.DATA_EXAMPLES: 1, keys.DATA_PROMPT_TOKENS: 3,
-           keys.DATA_ANSWER_TOKENS: 4, keys.DATA_LOSS_TOKENS: 4, keys.DATA_PACKS: 1, keys.DATA_EXAMPLES_PER_PACK: 1.0,
-           keys.DATA_PACKING_PADDING_PCT: 0.0}
-    line = describe(own)
-    assert "; 1 example, 3 prompt" in line and "packed into 1 row (" in line, line
