@@ -299,3 +299,19 @@ def test_data_scale_quick_measures_first_steps_cold_and_warm(tmp_path: Path) -> 
         assert r["warm_first_step_s"] > 0 and r["warm"][0]["examples"] == r["cold"]["examples"] > 0
     assert runs[str(result["sizes"][0])]["warm_vs_reference_x"] == 1.0
     assert "| runner, bytes | " in proc.stdout
+
+
+@pytest.mark.slow
+def test_data_scale_prepare_quick_times_chat_preference_and_alpaca_preparation(tmp_path: Path) -> None:
+    """``benchmarks/data_scale.py --prepare --quick``: ShareGPT conversations, preference pairs and Alpaca rows, each
+    prepared in a fresh process with the BPE tokenizer and Llama 3's chat template: rows, ids and their rates."""
+    out = tmp_path / "data_prepare.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "data_scale.py"), "--prepare", "--quick", "--out",
+                           str(out)], capture_output=True, text=True, cwd=ROOT, timeout=900, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert list(result["results"]) == ["chat", "preference", "alpaca"]
+    for r in result["results"].values():
+        assert r["rows"] == result["rows"] == 2_000 and r["ids"] > r["rows"] and r["rows_per_s"] > 0
+        assert 0 < r["tokenizing_s"] <= r["prepare_s"] and r["ids_per_s"] > 0
+    assert "| chat | " in proc.stdout and "| preference | " in proc.stdout

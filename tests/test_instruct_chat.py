@@ -19,7 +19,7 @@ from runner.data.instruct import InstructDataModule
 from runner.data.sequences.padding import IGNORE_INDEX
 from runner.figures import data as keys
 from tests.cli import run_cli
-from tests.own_llm import chat_rows, jsonl, own_llm, sharegpt_rows
+from tests.own_llm import chat_rows, jsonl, own_llm, questions, sharegpt_rows
 from tests.test_data_bad_input import refused_in_one_paragraph
 
 
@@ -121,3 +121,95 @@ def test_a_json_arrays_row_is_found_by_its_line(tmp_path: Path, llm: Path) -> No
     line = [n for n, t in enumerate(text.splitlines(), 1) if t == " {"][3]  # where the 4th element starts
     with pytest.raises(ConfigError, match=rf"chat.json, line {line}, its element 4: a turn of messages has the role"):
         precheck(run(llm, tmp_path / "chat.json"))
+
+
+def varied_conversations() -> list[list[dict[str, str]]]:
+    """Conversations of every kind a chat file holds: a system turn or none, one to three answers, a user turn
+    after the last answer, two answers in a row, a role mapped to the assistant and one kept as it is, spaces a
+    template may trim, text beyond ASCII, and an answer long enough for data.seq_len to cut."""
+    out = []
+    for i, (q, a) in enumerate(questions(24)):
+        turns = [{"role": "system", "content": "Answer with a colour."}] if i % 3 == 0 else []
+        turns += [{"role": "user", "content": q}, {"role": "assistant", "content": f" {a} " if i % 4 == 1 else a}]
+        for k in range(i % 3):
+            turns += [{"role": "tool" if k else "user", "content": f"Sure{'?' * k} ünïcode {i}"},
+                      {"role": "bot" if i % 2 else "assistant", "content": f"Yes, {a}." + " really" * (20 * k)}]
+        if i % 5 == 2:
+            turns.append({"role": "assistant", "content": "And nothing else."})
+        if i % 6 == 4:
+            turns.append({"role": "user", "content": "Thanks!"})
+        out.append(turns)
+    return out
+
+
+def reference_example(messages: list[dict[str, str]], render: Any, tokenize: Any, eos: int) -> tuple[list[int],
+                                                                                                    list[int]]:
+    """A conversation's ids and loss mask as runner made them before its chat rendering got faster (419c487),
+    written out plainly: every prefix rendered (``render``: ``apply_chat_template``), the text each assistant turn
+    adds to the generation prompt an answer, each piece tokenized on its own, an EOS after an answer without one."""
+    full, ids, mask, at = render(messages, False), [], [], 0
+    cuts = [(len(render(messages[:i], True)), len(render(messages[:i + 1], False)))
+            for i, m in enumerate(messages) if m["role"] == "assistant"]
+    pieces: list[tuple[str, bool]] = []
+    for start, end in cuts:
+        pieces += [(full[at:start], False)] if start > at else []
+        pieces.append((full[start:end], True))
+        at = end
+    pieces += [(full[at:], False)] if at < len(full) else []
+    for text, answer in pieces:
+        piece = tokenize(text)
+        piece += [eos] if answer and eos not in piece else []
+        ids += piece
+        mask += [int(answer)] * len(piece)
+    return ids, mask
+
+
+@pytest.mark.parametrize("tokenizer", ["own", "bytes"])
+@pytest.mark.parametrize("shape", ["messages", "sharegpt"])
+def test_chat_examples_are_the_ids_and_answers_every_prefix_rendered_gives(tmp_path: Path, llm: Path, tokenizer: str,
+                                                                            shape: str) -> None:
+    """The chat encoder renders straight from the compiled template and renders the whole conversation once: the
+    ids and the loss's mask of every example are still exactly those of each prefix rendered by
+    ``apply_chat_template`` and each piece tokenized on its own, cut where data.seq_len cuts."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(llm))
+    trim = ("{% for m in messages %}[{{ m.role }}] {{ m.content | trim }}\n{% endfor %}"
+            "{% if add_generation_prompt %}[assistant] {% endif %}")  # no EOS of its own: runner adds it
+    conversations = varied_conversations()
+    if shape == "sharegpt":
+        names = {"user": "human", "assistant": "gpt", "system": "system", "bot": "chatgpt", "tool": "tool"}
+        rows: list[dict[str, Any]] = [{"conversations": [{"from": names[m["role"]], "value": m["content"]}
+                                                         for m in c]} for c in conversations]
+    else:
+        rows = [{"messages": c} for c in conversations]
+    roles = {"bot": "assistant", "tool": "tool"} if shape == "messages" else {"tool": "tool"}
+    mapped = [[{**m, "role": "assistant" if m["role"] == "bot" else m["role"]} for m in c] for c in conversations]
+    if tokenizer == "own":
+        def render(m: Any, g: bool) -> str:
+            return str(tok.apply_chat_template(m, tokenize=False, add_generation_prompt=g))
+        references = [reference_example(c, render, lambda t: tok(t, add_special_tokens=False)["input_ids"],
+                                        tok.eos_token_id) for c in mapped]
+        settings: dict[str, Any] = {"tokenizer": str(llm)}
+    else:
+        def render(m: Any, g: bool) -> str:
+            return str(tok.apply_chat_template(m, tokenize=False, add_generation_prompt=g, chat_template=trim,
+                                               bos_token="", eos_token=""))
+        references = [reference_example(c, render, lambda t: list(t.encode()), 4) for c in mapped]
+        settings = {"tokenizer": "bytes", "chat_template": trim}
+    seq_len = 160
+    module = InstructDataModule(str(jsonl(tmp_path / "chat.jsonl", rows)), roles=roles, seq_len=seq_len,
+                                batch_size=2, val_fraction=0.25, **settings)
+    module.setup()
+    expected = {}
+    for ids, mask in references:
+        ids, mask = ids[:seq_len + 1], mask[:seq_len + 1]
+        if any(mask[1:]):  # an example whose answers data.seq_len cuts off entirely is left out
+            expected[tuple(ids)] = [i if m else IGNORE_INDEX for i, m in zip(ids, mask, strict=True)]
+    got = {}
+    for ds in (module._train, module._val):
+        for i in range(len(ds)):  # type: ignore[arg-type]
+            ids, labels = ds[i]  # type: ignore[index]
+            got[tuple(ids.tolist())] = labels.tolist()
+    assert got == expected
+    assert any(len(ids) > seq_len for ids, _ in references)  # data.seq_len did cut

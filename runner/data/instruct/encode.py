@@ -8,8 +8,9 @@ and its answers' runs (``answers``: ``start, end`` pairs within the row's ids, w
 code (``problem``: :data:`EMPTY_ANSWER`, :data:`UNREADABLE`, else 0; such a row has no ids).
 
 :class:`InstructEncoder` is what a worker process runs (:mod:`runner.data.store.parallel`); it loads its tokenizer
-once per process. Torch-free, so that workers start quickly. Prompt/response and Alpaca rows in bytes, the common
-case at scale, are encoded a whole chunk at a time (one ``bytes.join``); the rest row by row.
+once per process. Torch-free, so that workers start quickly. Rows in bytes are encoded a whole chunk at a time (one
+``bytes.join``); a tokenizer's pieces go to it a chunk at a time too, and each chat is rendered once per assistant
+turn and once whole (:func:`~runner.data.instruct.chat.chat_segments`).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from runner.data.instruct.chat import ANSWER_ROLE, Render, messages_of, template_render
+from runner.data.instruct.chat import Render, template_render
 from runner.data.instruct.formats import Format, Kind
 from runner.data.store.parallel import Chunk
 from runner.data.tokens.tokenizers import SavedTokenizer, Tokenizer, is_bytes, load_tokenizer
@@ -83,18 +84,18 @@ def encode_rows(fmt: Format, tokenizer: Tokenizer, render: Render | None, rows: 
     for i in range(n):
         row = {k: v[i] for k, v in rows.items()}
         try:
-            segments = fmt.segments(row, render)
-            if any(a and not t.strip() for t, a in _answers(fmt, row, segments)):
+            segments, answers = fmt.segments(row, render)
+            if not all(a.strip() for a in answers):
                 segments, problems[i] = [], EMPTY_ANSWER
         except Exception as e:  # a malformed conversation, or a template that cannot render it
             segments, problems[i] = [], UNREADABLE
             notes.append((i, f"{type(e).__name__}: {e}"))
         pieces.append(segments)
-    if fmt.kind is not Kind.chat and is_bytes(tokenizer.name):
-        ids, lengths, answers = _prompt_answer_bytes(pieces)
+    if is_bytes(tokenizer.name):
+        ids, lengths, runs = _bytes_ids(pieces)
     else:
-        ids, lengths, answers = _pieces_ids(pieces, tokenizer, special=fmt.kind is not Kind.chat, eos=eos)
-    return Chunk({IDS: (ids, lengths), ANSWERS: (answers, _run_lengths(pieces))}, {PROBLEM: problems}, notes)
+        ids, lengths, runs = _pieces_ids(pieces, tokenizer, special=fmt.kind is not Kind.chat, eos=eos)
+    return Chunk({IDS: (ids, lengths), ANSWERS: (runs, _run_lengths(pieces))}, {PROBLEM: problems}, notes)
 
 
 def _run_lengths(pieces: list[list[tuple[str, bool]]]) -> np.ndarray:
@@ -102,34 +103,26 @@ def _run_lengths(pieces: list[list[tuple[str, bool]]]) -> np.ndarray:
     return np.fromiter((2 * sum(a for _, a in p) for p in pieces), dtype=np.int64, count=len(pieces))
 
 
-def _prompt_answer_bytes(pieces: list[list[tuple[str, bool]]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Rows of one prompt then one answer, in bytes, the EOS after each answer: a whole chunk at once."""
+def _bytes_ids(pieces: list[list[tuple[str, bool]]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Rows of any pieces in bytes, the EOS after each answer that does not hold it: a whole chunk at once."""
     eos = bytes([BYTES_EOS])
-    prompts = [p[0][0].encode("utf-8") if p else b"" for p in pieces]
-    answers = [p[1][0].encode("utf-8") if p else b"" for p in pieces]
-    answers = [a if not p or eos in a else a + eos for a, p in zip(answers, pieces, strict=True)]
-    flat = np.frombuffer(b"".join(chain.from_iterable(zip(prompts, answers, strict=True))), dtype=np.uint8)
-    prompt_n = np.fromiter(map(len, prompts), dtype=np.int64, count=len(prompts))
-    answer_n = np.fromiter(map(len, answers), dtype=np.int64, count=len(answers))
-    used = np.array([bool(p) for p in pieces], dtype=bool)
-    runs = np.stack([prompt_n, prompt_n + answer_n], axis=1)[used].reshape(-1)
-    return flat, prompt_n + answer_n, runs.astype(np.int32)
-
-
-def _token_lists(tokenizer: Tokenizer, texts: list[str], special: bool) -> list[list[int]]:
-    if not texts:
-        return []
-    if is_bytes(tokenizer.name):
-        return [list(t.encode("utf-8")) for t in texts]
-    assert isinstance(tokenizer, SavedTokenizer)
-    return tokenizer.ids(texts, special)
+    texts = [t.encode("utf-8") for p in pieces for t, _ in p]
+    answer = np.fromiter((a for p in pieces for _, a in p), dtype=bool, count=len(texts))
+    texts = [t + eos if a and eos not in t else t for t, a in zip(texts, answer.tolist(), strict=True)]
+    sizes = np.fromiter(map(len, texts), dtype=np.int64, count=len(texts))
+    row = np.repeat(np.arange(len(pieces)), [len(p) for p in pieces])
+    lengths = np.bincount(row, weights=sizes, minlength=len(pieces)).astype(np.int64)
+    ends = np.cumsum(sizes) - (np.cumsum(lengths) - lengths)[row]  # each piece's end within its row
+    runs = np.stack([ends - sizes, ends], axis=1)[answer].reshape(-1)
+    return np.frombuffer(b"".join(texts), dtype=np.uint8), lengths, runs.astype(np.int32)
 
 
 def _pieces_ids(pieces: list[list[tuple[str, bool]]], tokenizer: Tokenizer, special: bool,
                 eos: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Rows of any pieces: the first tokenized with the special tokens (``special``), the rest without."""
-    firsts = iter(_token_lists(tokenizer, [p[0][0] for p in pieces if p], special))
-    rests = iter(_token_lists(tokenizer, [t for p in pieces for t, _ in p[1:]], False))
+    assert isinstance(tokenizer, SavedTokenizer), "bytes are encoded by _bytes_ids"
+    firsts = iter(tokenizer.ids([p[0][0] for p in pieces if p], special))
+    rests = iter(tokenizer.ids([t for p in pieces for t, _ in p[1:]], False))
     rows: list[list[int]] = []
     runs: list[int] = []
     for p in pieces:
@@ -146,10 +139,3 @@ def _pieces_ids(pieces: list[list[tuple[str, bool]]], tokenizer: Tokenizer, spec
     flat = np.fromiter(chain.from_iterable(rows), dtype=np.int64, count=int(lengths.sum()))
     return flat, lengths, np.asarray(runs, dtype=np.int32)
 
-
-def _answers(fmt: Format, row: dict[str, Any], segments: list[tuple[str, bool]]) -> list[tuple[str, bool]]:
-    """The answers' own text: a chat's assistant contents (the rendered pieces carry template markup)."""
-    if fmt.kind is Kind.chat:
-        return [(m["content"], True) for m in messages_of(row[fmt.columns[0]], dict(fmt.roles))
-                if m["role"] == ANSWER_ROLE]
-    return [s for s in segments if s[1]]

@@ -25,6 +25,7 @@ from typing import Any
 
 from runner.config.errors import close_matches
 from runner.data.instruct.chat import (
+    ANSWER_ROLE,
     CHAT_COLUMNS,
     SHAPES_HINT,
     Render,
@@ -87,15 +88,19 @@ class Format:
             return template.replace("{instruction}", text).replace("{input}", context)
         return (self.template or PAIR_TEMPLATE).replace("{prompt}", text)
 
-    def segments(self, row: dict[str, Any], render: Render | None) -> Segments:
-        """One row as ``(text, is_answer)`` pieces (module docstring)."""
+    def segments(self, row: dict[str, Any], render: Render | None) -> tuple[Segments, list[str]]:
+        """One row as ``(text, is_answer)`` pieces (module docstring), and its answers' own text (a chat's assistant
+        contents: its answer pieces carry the template's markup)."""
         if self.kind is Kind.chat:
             assert render is not None, "a chat template (checked before the run)"
-            return chat_segments(messages_of(row[self.columns[0]], dict(self.roles)), render)
+            messages = messages_of(row[self.columns[0]], dict(self.roles))
+            return chat_segments(messages, render), [m["content"] for m in messages if m["role"] == ANSWER_ROLE]
         if self.kind is Kind.alpaca:
             context = _cell(row.get(self.columns[1])) if self.columns[1] else ""
-            return [(self.prompt(_cell(row[self.columns[0]]), context), False), (_cell(row[self.columns[2]]), True)]
-        return [(self.prompt(_cell(row[self.columns[0]])), False), (_cell(row[self.columns[1]]), True)]
+            answer = _cell(row[self.columns[2]])
+            return [(self.prompt(_cell(row[self.columns[0]]), context), False), (answer, True)], [answer]
+        answer = _cell(row[self.columns[1]])
+        return [(self.prompt(_cell(row[self.columns[0]])), False), (answer, True)], [answer]
 
     @property
     def answer_column(self) -> str:
