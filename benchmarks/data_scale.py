@@ -393,12 +393,7 @@ def main(argv: list[str] | None = None) -> int:
         with tempfile.TemporaryDirectory(prefix="bench-data-prepare-") as scratch:
             result = measure_prepare(rows, tuple(args.kinds), Path(scratch))
         result.update(date=datetime.date.today().isoformat(), machine=machine)
-        print(render_prepare(result))
-        out = args.out or (None if args.quick else PREPARE_OUT)
-        if out is not None:
-            out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_text(json.dumps(result, indent=2) + "\n")
-        return 0
+        return report(result, render_prepare(result), args.out or (None if args.quick else PREPARE_OUT))
     sizes = tuple(args.sizes or (QUICK_SIZES if args.quick else SIZES))
     rounds = args.rounds or (1 if args.quick else 3)
     tokenizers = tuple(args.tokenizers or (("bytes",) if args.quick else ("bytes", "bpe")))
@@ -411,8 +406,12 @@ def main(argv: list[str] | None = None) -> int:
     result.update(date=datetime.date.today().isoformat(), args={"sizes": list(sizes), "rounds": rounds,
                                                                "tokenizers": list(tokenizers), "trl": bool(trl)},
                   machine=machine)
-    print(render(result))
-    out = args.out or (None if args.quick else OUT)
+    return report(result, render(result), args.out or (None if args.quick else OUT))
+
+
+def report(result: dict[str, Any], text: str, out: Path | None) -> int:
+    """Print the table; write the results file (none for --quick unless --out says where)."""
+    print(text)
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(result, indent=2) + "\n")
