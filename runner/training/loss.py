@@ -79,9 +79,9 @@ def head_operands(head: nn.Module, hidden: torch.Tensor) -> tuple[torch.Tensor, 
     a LoRA-adapted one, the hidden states joined by the adapter's scaled inner activations and the weight joined by
     ``lora_B``'s (module docstring). Preference tuning's per-token log-probabilities take the same operands."""
     if isinstance(head, LoRALinear):
-        # The adapter's gate (preference tuning's reference: 0 runs the frozen base) on its inner activations: the
-        # same factor on its contribution as ``LoRALinear.forward`` applies.
-        inner = head.gate(head.lora_A(head.dropout(hidden.to(head.lora_A.weight.dtype))) * head.scale)
+        # The inner activations LoRALinear.forward hands lora_B, gated (preference tuning's reference: 0 runs the
+        # frozen base).
+        inner = head.low_rank(hidden)
         weight = torch.cat([head.weight, head.lora_B.weight.to(head.weight.dtype)], dim=1)
         return torch.cat([hidden, inner.to(hidden.dtype)], dim=-1), weight, head.bias
     return hidden, head.weight, head.bias  # type: ignore[return-value]
