@@ -13,6 +13,8 @@ paragraph and nothing (not even a run directory) is written.
 from __future__ import annotations
 
 import contextlib
+import json
+import os
 import sys
 from pathlib import Path
 
@@ -21,6 +23,7 @@ from omegaconf import DictConfig
 
 from runner.config import CONF_DIR, ConfigError, load
 from runner.config.composing.help_text import rendering_help
+from runner.config.composing.hub_names import ASKED_ENV, pinned_overrides
 from runner.config.composing.layers import config_dirs, set_config_dirs
 from runner.config.composing.precheck import command_line, precheck, search_dirs
 from runner.config.composing.recipe_files import recipe_listing
@@ -84,12 +87,16 @@ def _main(argv: list[str]) -> None:
         sys.exit(after_main(argv))
     try:
         resumed = _resumed(argv)
-        precheck(resumed or argv)
+        pins = precheck(resumed or argv)
     except ConfigError as e:
         print(f"runner: {e}", file=sys.stderr)
         sys.exit(2)
     if resumed is not None:  # the run's own command line, in place: Hydra's entry point reads it from sys.argv
         sys.argv = [sys.argv[0], *resumed]
+    if pins:  # each Hub name at its commit: the job, its ranks and the saved command line read the same files
+        pinned, asked = pinned_overrides(sys.argv[1:], pins)
+        sys.argv = [sys.argv[0], *pinned]
+        os.environ[ASKED_ENV] = json.dumps({**json.loads(os.environ.get(ASKED_ENV) or "{}"), **asked})
     with rendering_help() if {"--help", "-h"} & set(argv) else contextlib.nullcontext():
         _hydra_main()
 

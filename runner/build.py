@@ -15,6 +15,7 @@ import lightning as L
 from hydra.utils import instantiate
 from lightning.pytorch.callbacks import Callback, LearningRateMonitor, ModelCheckpoint
 from lightning.pytorch.loggers import CSVLogger, Logger
+from omegaconf import OmegaConf
 from torch import nn
 
 from runner.config.paths import artifacts_path, checkpoint_dir, resolve_artifacts_path
@@ -61,7 +62,8 @@ def build_datamodule(cfg: RunConfig) -> L.LightningDataModule:
     extra: dict[str, Any] = {}
     if data_traits(cfg).pads_per_batch:
         extra["pad_to"] = resolve_pad_to(cfg.dynamic, cfg.data.seq_len)  # type: ignore[union-attr]
-    return instantiate(cfg.data, **extra)
+    # the schema's fields that are the data module's arguments (not a Hub data set's config and split)
+    return instantiate(OmegaConf.create(fields(cfg.data), flags={"allow_objects": True}), **extra)
 
 
 def build_module(cfg: RunConfig) -> L.LightningModule:

@@ -32,12 +32,14 @@ from runner.build import (
     build_strategy,
     build_trainer,
 )
+from runner.config.composing.hub_names import pins_of
 from runner.config.paths import last_checkpoint_path
 from runner.config.schema import RunConfig
 from runner.data.resumable import make_resumable
 from runner.figures import collect_figures
 from runner.figures.run import (
     RUN_DEVICE,
+    RUN_HUB,
     RUN_INTERRUPTED_AT_STEP,
     RUN_INTERRUPTED_BY,
     RUN_LAST_CHECKPOINT,
@@ -134,6 +136,8 @@ def run(cfg: RunConfig, extra_callbacks: Sequence[Callback] = ()) -> RunResult:
         **collect_figures([strategy, *callbacks, *(c.scheduler for c in trainer.lr_scheduler_configs)]),
         RUN_LAST_CHECKPOINT: str(ckpt) if ckpt.exists() else None,
     }
+    if pins := pins_of(cfg):
+        figures[RUN_HUB] = [p.record() for p in pins]
     code = _interrupted(figures, ckpt) if stopped else 0
     if trainer.is_global_zero:
         if not stopped and trainer.state.status.value == "finished":  # the model out, and a causal LM's sample

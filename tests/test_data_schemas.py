@@ -35,7 +35,7 @@ def test_every_data_schema_default_is_its_data_modules(option: str) -> None:
     resolved = OmegaConf.to_container(OmegaConf.create({"model": {"path": None}, "data": OmegaConf.structured(schema)}),
                                       resolve=True)["data"]  # type: ignore[index]
     for f in dataclasses.fields(schema):
-        if f.name == "_target_":
+        if f.name == "_target_" or f.name in DataSchema.NOT_ARGUMENTS:
             continue
         assert f.name in params, f"{option}: data.{f.name} is no argument of {schema._target_}"
         default, expected = _default(f), params[f.name].default
@@ -51,7 +51,7 @@ def test_every_data_schema_default_is_its_data_modules(option: str) -> None:
 
 def test_what_every_data_module_takes_is_declared_once() -> None:
     shared = {f.name for f in dataclasses.fields(DataSchema)}
-    assert shared == {"_target_", "batch_size", "val_fraction", "seed", "num_workers"}
+    assert shared == {"_target_", "batch_size", "val_fraction", "seed", "num_workers", *DataSchema.NOT_ARGUMENTS}
     for schema in SCHEMAS.values():
         own = set(vars(schema).get("__annotations__", {}))
         assert not own & shared - {"_target_", "batch_size", "val_fraction"}, schema  # only a different default

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from runner.config import ConfigError, compose
 from runner.config.checks.inputs import read_checkpoint
+from runner.config.composing.hub_names import localize
 from runner.config.composing.loading import convert
 from runner.config.composing.messages import explain
 from runner.config.composing.precheck import command_line, search_dirs
@@ -83,6 +84,7 @@ def run_config(run_dir: Path, given: Sequence[str] = (), validated: bool = True)
     plain = [o for o in overrides if not o.lstrip("+~").startswith(("hydra.", "hydra/"))]
     try:
         cfg = convert(compose(plain, run_dir=str(run_dir), config_dirs=dirs or None))
+        localize(cfg)  # the Hub names the run recorded, at their commits, from the cache
     except ConfigError:
         raise
     except Exception as e:  # Hydra's and OmegaConf's own errors, worded as a run's are

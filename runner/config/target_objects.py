@@ -105,9 +105,12 @@ class Embedding(NamedTuple):
 
 
 def fields(node: Any) -> dict[str, Any]:
-    """A ``_target_`` node's keys: a schema dataclass or, for an option without one, a dict."""
+    """A ``_target_`` node's keys: a schema dataclass or, for an option without one, a dict. A schema's
+    ``NOT_ARGUMENTS`` (settings the config itself uses, such as data.split of a Hub data set) are left out: they
+    are no argument of the class."""
     if dataclasses.is_dataclass(node) and not isinstance(node, type):
-        return {f.name: getattr(node, f.name) for f in dataclasses.fields(node)}
+        skip = getattr(type(node), "NOT_ARGUMENTS", ())
+        return {f.name: getattr(node, f.name) for f in dataclasses.fields(node) if f.name not in skip}
     return dict(node) if isinstance(node, dict) else {}
 
 

@@ -12,6 +12,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from runner.config.checks.validate import validate
 from runner.config.composing import layers
+from runner.config.composing.hub_names import localize
 from runner.config.composing.layers import CONF_DIR
 from runner.config.composing.messages import explain, unknown_key
 from runner.config.composing.store import register_configs
@@ -23,9 +24,11 @@ __all__ = ["ConfigError", "compose", "convert", "load"]
 
 
 def load(cfg: DictConfig) -> RunConfig:
-    """Refuse keys no schema declares, convert the composed config to typed objects and validate
-    the combination of groups. Raises ``ConfigError`` before anything expensive happens."""
+    """Refuse keys no schema declares, convert the composed config to typed objects, resolve its Hub names
+    (:mod:`runner.config.composing.hub_names`) and validate the combination of groups. Raises ``ConfigError``
+    before anything is built."""
     run_cfg = convert(cfg)
+    localize(run_cfg)  # Hub names -> the folders they resolved to, fetched: every check reads files
     validate(run_cfg)
     return run_cfg
 

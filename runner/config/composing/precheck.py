@@ -21,6 +21,7 @@ from hydra.errors import HydraException
 from omegaconf.errors import OmegaConfBaseException
 
 from runner import hydra_internals
+from runner.config.composing.hub_names import pins_of
 from runner.config.composing.loading import compose, convert, load
 from runner.config.composing.messages import explain
 from runner.config.composing.run_dirs import taken_error
@@ -28,6 +29,8 @@ from runner.config.errors import ConfigError
 
 if TYPE_CHECKING:
     from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from runner.hub import Pin
 
 _SCHEMES = ("file://",)
 
@@ -103,13 +106,14 @@ def _other_config(args: argparse.Namespace) -> bool:
                 or args.experimental_rerun)
 
 
-def precheck(argv: Sequence[str]) -> None:
+def precheck(argv: Sequence[str]) -> list[Pin]:
     """Compose, convert and validate what ``argv`` runs: every job of a multirun sweep (each value once);
     for ``--cfg`` and ``--info``, which print the config instead of running it, compose and convert
-    only (a misspelt key or option is refused as in a run; a combination that would not run is shown)."""
+    only (a misspelt key or option is refused as in a run; a combination that would not run is shown). Returns
+    what the Hub names of every job resolved to (:func:`runner.config.composing.hub_names.pinned_overrides`)."""
     args = command_line(argv)
     if args is None or _other_config(args):
-        return
+        return []
     for d in search_dirs(args):
         if not Path(d).expanduser().is_dir():
             flag = "--config-dir" if d == args.config_dir else "hydra.searchpath"
@@ -120,11 +124,13 @@ def precheck(argv: Sequence[str]) -> None:
         raise ConfigError(taken)
     overrides = [a for a in args.overrides if not a.lstrip("+~").startswith(("hydra.", "hydra/"))]
     check = convert if _informational(args) else load
+    pins = []
     for job in _jobs(overrides, multirun=bool(args.multirun)):
         try:
             with tempfile.TemporaryDirectory() as tmp:
-                check(compose(job, run_dir=tmp))
+                pins += pins_of(check(compose(job, run_dir=tmp)))
         except ConfigError:
             raise
         except (HydraException, OmegaConfBaseException) as e:
             raise ConfigError(explain(e)) from e
+    return pins

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Optional
+from typing import ClassVar, Optional
 
 
 class Batching(Enum):
@@ -32,8 +32,11 @@ MODEL_TOKENIZER = "${oc.select:model.path,null}"
 
 @dataclass
 class DataSchema:
-    """What every data module takes. ``_target_``: the data module's class."""
+    """What every data module takes. ``_target_``: the data module's class. ``config``, ``split`` and
+    ``val_split`` choose within a Hub data set where data.path names one; the config resolves them to files
+    (runner.config.composing.hub_names), so no data module takes them."""
 
+    NOT_ARGUMENTS: ClassVar[tuple[str, ...]] = ("config", "split", "val_split")
     _target_: str = ""
     batch_size: int = 16
     val_fraction: float = 0.1
@@ -43,6 +46,13 @@ class DataSchema:
     """Seeds the split and the order of the training batches."""
     num_workers: int = 0
     """DataLoader worker processes (0: batches are made in the training process)."""
+    config: Optional[str] = None
+    """A Hub data set's config (data.path=hf://datasets/ORG/NAME; None: its default, or its only one)."""
+    split: Optional[str] = None
+    """The Hub data set's split that trains (None: train)."""
+    val_split: Optional[str] = None
+    """The split that validates: of data.val_path's data set where it names one, else of data.path's (None: its
+    validation split if it has one, else a seeded share of the training rows)."""
 
 
 @dataclass

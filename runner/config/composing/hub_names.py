@@ -1,0 +1,147 @@
+"""The Hub names of a run's settings, resolved once where the config is loaded: each pinned to its commit, fetched
+whole into the Hugging Face cache (:mod:`runner.hub`), and replaced by the local folder, so that everything past
+the config reads files as it always has. What each resolved to is kept beside the config (:func:`pins_of`) for
+the report, and as overrides (:func:`pinned_overrides`) so that the run's saved command line names the commits:
+``resume``, ``eval``, ``export`` and ``generate`` compose that line again, and read the same commits.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import weakref
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from runner import hub
+from runner.config.errors import ConfigError
+from runner.config.schema import RunConfig
+
+log = logging.getLogger(__name__)
+
+SETTINGS = (("model", "path", "model"), ("peft", "path", "adapter"), ("data", "tokenizer", "tokenizer"),
+            ("data", "path", "data"), ("data", "val_path", "data"))
+"""Every setting that may name the Hub: (node, field, what it holds). The model comes first: a tokenizer that names
+the model's repo (data.tokenizer's default, ``${model.path}``) reads the model's snapshot."""
+DATA_FIELDS = ("config", "split", "val_split")
+"""data's settings that choose within a Hub data set; no data module takes them."""
+ASKED_ENV = "RUNNER_HUB_ASKED"
+"""The revisions the command line asked for, by pinned value (JSON), handed from the launch to the run's job and
+its ranks, whose command line names the commits."""
+_PINS: dict[int, list[hub.Pin]] = {}
+
+
+def pins_of(run_cfg: RunConfig) -> list[hub.Pin]:
+    """What :func:`localize` resolved for ``run_cfg`` (empty for a run on local paths alone)."""
+    return list(_PINS.get(id(run_cfg), []))
+
+
+def localize(run_cfg: RunConfig) -> list[hub.Pin]:
+    """Replace each Hub name in ``run_cfg`` by the folder it resolved to, fetching it first. Raises ``ConfigError``
+    (one paragraph, nothing built) for a name that cannot be read."""
+    data = run_cfg.data
+    config, split, val_split = (getattr(data, f, None) for f in DATA_FIELDS)
+    pins: list[hub.Pin] = []
+    by_value: dict[str, hub.Pin] = {}
+    asked = json.loads(os.environ.get(ASKED_ENV) or "{}")
+    try:
+        for group, attr, kind in SETTINGS:
+            node = getattr(run_cfg, group, None)
+            value = getattr(node, attr, None)
+            if not isinstance(value, str) or (kind == "tokenizer" and value == "bytes"):
+                continue
+            key = f"{group}.{attr}"
+            if kind == "data":
+                wanted = hub.wanted(key, value, kind, config, val_split if attr == "val_path" else split)
+            else:
+                wanted = hub.wanted(key, value, kind)
+            if wanted is None:
+                continue
+            if asked.get(value):  # pinned by the launch: the report says what was asked
+                wanted = hub.Wanted(wanted.key, asked[value], wanted.name, wanted.revision, wanted.kind,
+                                    wanted.config, wanted.split)
+            same = by_value.get(value)
+            pin = hub.relocated(same, key) if same and kind == "tokenizer" else hub.fetch(wanted)
+            by_value[value] = pin
+            local, pin = _local(pin, attr)
+            setattr(node, attr, local)
+            pins.append(pin)
+            _say(pin)
+        _own_validation(data, pins)
+    except hub.HubError as e:
+        raise ConfigError(str(e)) from e
+    if not any(p.wanted.kind == "data" for p in pins):
+        for f in DATA_FIELDS:
+            if getattr(data, f, None) is not None:
+                raise ConfigError(f"data.{f}={getattr(data, f)} chooses within a Hugging Face Hub data set, and "
+                                  f"data.path={getattr(data, 'path', None)} is none. Give data.path=hf://datasets/"
+                                  f"ORG/NAME, or drop data.{f} (~data.{f}).")
+    _PINS[id(run_cfg)] = pins
+    weakref.finalize(run_cfg, _PINS.pop, id(run_cfg), None)
+    return pins
+
+
+def _local(pin: hub.Pin, attr: str) -> tuple[str, hub.Pin]:
+    """The path the setting reads now, and the pin with the split it chose."""
+    if pin.wanted.kind != "data":
+        return pin.local, pin
+    split = pin.wanted.split or "train"
+    if attr == "val_path" and pin.wanted.split is None:
+        found = next((s for s in hub.VALIDATION_SPLITS if pin.splits.get(s)), None)
+        if found is None:
+            raise hub.HubError(f"data.val_path={pin.wanted.given}: {pin.wanted.name} has no validation split "
+                               f"({', '.join(pin.splits)}): name the one that validates with data.val_split=NAME.")
+        split = found
+    return hub.split_path(pin, split), dataclasses.replace(pin, wanted=dataclasses.replace(pin.wanted, split=split))
+
+
+def _own_validation(data: Any, pins: list[hub.Pin]) -> None:
+    """A Hub data set with a validation split of its own validates on it when data.val_path is unset (a seeded
+    share of the training rows otherwise): never the training split, never ``test``."""
+    train = next((p for p in pins if p.wanted.key == "data.path"), None)
+    if train is None or getattr(data, "val_path", None) is not None:
+        return
+    split = data.val_split or next((s for s in hub.VALIDATION_SPLITS if train.splits.get(s)), None)
+    if split is None:
+        return
+    if split == (train.wanted.split or "train"):
+        raise hub.HubError(f"data.val_split={split} is the split that trains (data.split): validation never overlaps "
+                           f"training. Name another split of {train.wanted.name} ({', '.join(train.splits)}), or "
+                           "drop data.val_split (~data.val_split) to validate on a seeded share of the training rows.")
+    data.val_path = hub.split_path(train, split)
+    pins.append(dataclasses.replace(train, wanted=dataclasses.replace(train.wanted, key="data.val_path", split=split)))
+    log.info("data: data.path=%s validates on its own %s split (data.val_path unset)", train.wanted.given, split)
+
+
+def _say(pin: hub.Pin) -> None:
+    w = pin.wanted
+    what = f" (config {w.config or 'default'}, split {w.split or 'train'})" if w.kind == "data" and \
+        w.key == "data.path" else ""
+    log.info("hub: %s=%s%s: commit %s of %s, %d files, %.1f MB in %s", w.key, w.given, what, pin.commit[:12],
+             w.asked, pin.files, pin.bytes / 1e6, hub.cache_dir())
+
+
+def pinned_overrides(overrides: Sequence[str], pins: Iterable[hub.Pin]) -> tuple[list[str], dict[str, str]]:
+    """``overrides`` with each Hub name replaced by its pinned value (a name a recipe or default gave: appended),
+    and what each pinned value asked for. A sweep's values are each replaced in place."""
+    out = list(overrides)
+    asked: dict[str, str] = {}
+    for pin in pins:
+        w = pin.wanted
+        asked[pin.value] = w.asked
+        # data.tokenizer reading the model's repo: its value comes from model.path's, pinned there
+        interpolated = w.key == "data.tokenizer" and w.kind == "model"
+        if w.revision == pin.commit:
+            continue
+        for i, o in enumerate(out):
+            k, sep, v = o.partition("=")
+            if sep and k.lstrip("+~") == w.key:
+                values = v.split(",")
+                out[i] = f"{k}={','.join(pin.value if x == w.given else x for x in values)}"
+                break
+        else:
+            if not interpolated:
+                out.append(f"{w.key}={pin.value}")
+    return out, asked
