@@ -61,6 +61,11 @@ class Wanted:
     kind: str
     config: str | None = None
     split: str | None = None
+    asked_as: str | None = None
+    """The revision the user asked for, where ``revision`` is the commit the launch pinned it to."""
+    implied: bool = False
+    """Read through another setting (data.tokenizer naming the model's repo, data.path's own validation split):
+    pinned where that one is."""
 
     @property
     def repo_type(self) -> str:
@@ -68,7 +73,7 @@ class Wanted:
 
     @property
     def asked(self) -> str:
-        return self.revision or "main"
+        return self.asked_as or self.revision or "main"
 
     def at(self, revision: str) -> str:
         """The setting's value pinned to ``revision``, in the form it was given."""
@@ -86,7 +91,6 @@ class Pin:
     local: str
     files: int
     bytes: int
-    downloaded: int = 0
     splits: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     @property
@@ -98,8 +102,7 @@ class Pin:
         """What report.json says of it."""
         w = self.wanted
         out: dict[str, Any] = {"key": w.key, "name": w.name, "type": w.repo_type, "revision": w.asked,
-                               "commit": self.commit, "files": self.files, "bytes": self.bytes,
-                               "downloaded_bytes": self.downloaded}
+                               "commit": self.commit, "files": self.files, "bytes": self.bytes, "pinned": self.value}
         if w.kind == "data":
             out.update(config=w.config or "default", split=w.split or "train")
         return out
@@ -164,7 +167,7 @@ def cached_names(repo_type: str) -> list[str]:
     return sorted(p.name[len(prefix):].replace("--", "/", 1) for p in root.iterdir() if p.name.startswith(prefix))
 
 
-def _cached_commit(w: Wanted) -> str | None:
+def cached_commit(w: Wanted) -> str | None:
     """The commit the cache has for what ``w`` asks (a commit as itself; a branch or tag by its ``refs/`` file)."""
     if w.revision and _COMMIT.match(w.revision):
         return w.revision
@@ -366,7 +369,7 @@ def local_rank() -> int:
 def fetch(w: Wanted, stall_s: float = STALL_S) -> Pin:
     """``w`` pinned and whole in the cache: from the cache alone where it holds the commit whole (a commit named,
     or offline), else from the Hub (local rank 0 downloads; the others wait)."""
-    commit = _cached_commit(w)
+    commit = cached_commit(w)
     if commit and (offline() or w.revision == commit):
         pin = _from_cache(w, commit)
         if pin is not None:
@@ -390,20 +393,20 @@ def _from_cache(w: Wanted, commit: str) -> Pin | None:
     sizes: dict[str, int | None]
     if listing is not None:
         sizes = {f: listing[f] for f in needed(w, listing, text)}
-    else:
+    else:  # filled by another tool: what the snapshot holds (a file is linked there once whole)
         present = {f: (snapshot / f).stat().st_size for f in _snapshot_files(snapshot)}
-        sizes = dict.fromkeys(needed(w, present, text))
+        try:
+            sizes = dict.fromkeys(needed(w, present, text))
+        except HubError:  # not all there
+            return None
     if missing(snapshot, sizes):
         return None
-    return _pin(w, commit, snapshot, sizes, 0)
+    return _pin(w, commit, snapshot, sizes)
 
 
-def _pin(w: Wanted, commit: str, snapshot: Path, sizes: Mapping[str, int | None], downloaded: int) -> Pin:
+def _pin(w: Wanted, commit: str, snapshot: Path, sizes: Mapping[str, int | None]) -> Pin:
     total = sum((snapshot / f).stat().st_size for f in sizes)
-    if w.kind != "data":
-        return Pin(w, commit, str(snapshot), len(sizes), total, downloaded)
-    found = splits(w, snapshot)
-    return Pin(w, commit, str(snapshot), len(sizes), total, downloaded, found)
+    return Pin(w, commit, str(snapshot), len(sizes), total, splits(w, snapshot) if w.kind == "data" else {})
 
 
 def _not_cached(w: Wanted, why: str) -> str:
@@ -419,7 +422,7 @@ def _wait(w: Wanted, stall_s: float) -> Pin:
     seconds in which the repo's cache folder did not grow."""
     folder, last, since = _repo_folder(w), -1, time.monotonic()
     while True:
-        commit = _cached_commit(w)
+        commit = cached_commit(w)
         if commit and (pin := _from_cache(w, commit)) is not None:
             return pin
         size = _folder_bytes(folder)
@@ -441,12 +444,15 @@ def _folder_bytes(folder: Path) -> int:
 
 
 def _info(w: Wanted) -> tuple[str, dict[str, int]]:
-    """The commit ``w``'s revision is at on the Hub, and that commit's files with their sizes."""
-    from huggingface_hub import HfApi
+    """The commit ``w``'s revision is at on the Hub, and that commit's files with their sizes. A gated repo and no
+    token: refused here, before any file is asked for."""
+    from huggingface_hub import HfApi, get_token
 
     api = HfApi()
     info_of = api.dataset_info if w.kind == "data" else api.model_info
     info = info_of(w.name, revision=w.revision, files_metadata=True, timeout=TIMEOUT_S)
+    if info.gated and get_token() is None:
+        raise HubError(_gated(w))
     assert info.sha, "the Hub names a commit for every revision"
     return info.sha, {s.rfilename: int(s.size or 0) for s in info.siblings or []}
 
@@ -456,6 +462,8 @@ def _download(w: Wanted) -> Pin:
 
     try:
         commit, listing = _info(w)
+    except HubError:
+        raise
     except Exception as e:  # noqa: BLE001 - each of the Hub's answers is turned into its paragraph
         return _offline_or_raise(w, e)
     readme = None
@@ -464,6 +472,8 @@ def _download(w: Wanted) -> Pin:
             readme = Path(hf_hub_download(w.name, "README.md", repo_type=w.repo_type, revision=commit)) \
                 .read_text(errors="replace")
     files = needed(w, listing, readme)
+    if w.split and (named := configs(readme)) and w.split not in (have := named[_chosen_config(w, named)]):
+        raise HubError(_no_split(w, w.split, list(have)))  # the card says: before its files are fetched
     sizes = {f: listing.get(f) for f in files}
     snapshot = _repo_folder(w) / "snapshots" / commit
     todo = sum(s or 0 for f, s in sizes.items() if not (snapshot / f).is_file())
@@ -479,7 +489,7 @@ def _download(w: Wanted) -> Pin:
         raise HubError(f"{w.key}={w.given}: the download of {w.name} at {commit[:12]} ended incomplete ("
                        f"{', '.join(bad[:4])}). Run the same command again: huggingface_hub resumes it, and no run "
                        "reads a snapshot until every file is whole.")
-    return _pin(w, commit, folder, sizes, todo)
+    return _pin(w, commit, folder, sizes)
 
 
 def _offline_or_raise(w: Wanted, error: Exception) -> Pin:
@@ -488,7 +498,7 @@ def _offline_or_raise(w: Wanted, error: Exception) -> Pin:
     from huggingface_hub.errors import OfflineModeIsEnabled
 
     if isinstance(error, (httpx2.ConnectError, httpx2.TimeoutException, OfflineModeIsEnabled)):
-        commit = _cached_commit(w)
+        commit = cached_commit(w)
         pin = _from_cache(w, commit) if commit else None
         if pin is None:
             raise HubError(_not_cached(w, f"the Hub ({endpoint()}) cannot be reached ({type(error).__name__})")) \
@@ -505,12 +515,18 @@ def _hub_errors(w: Wanted) -> Iterator[None]:
         yield
     except HubError:
         raise
-    except Exception as e:  # noqa: BLE001 - the Hub's answers, as paragraphs
-        from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
+    except Exception as e:  # noqa: BLE001 - the Hub's answers and a dropped transfer, as paragraphs
+        raise HubError(_refusal(w, e)) from e
 
-        if isinstance(e, (HfHubHTTPError, LocalEntryNotFoundError, OSError)):
-            raise HubError(_refusal(w, e)) from e
-        raise
+
+def _page(w: Wanted) -> str:
+    return f"{endpoint()}/{'datasets/' if w.kind == 'data' else ''}{w.name}"
+
+
+def _gated(w: Wanted) -> str:
+    return (f"{w.key}={w.given}: {w.name} is gated: its files need a token of an account that accepted its terms. "
+            f"Accept them at {_page(w)}, then give the token: export HF_TOKEN=hf_... (or `hf auth login`). Nothing "
+            "was built.")
 
 
 def _refusal(w: Wanted, error: Exception) -> str:
@@ -522,11 +538,9 @@ def _refusal(w: Wanted, error: Exception) -> str:
     )
 
     where = f"{w.key}={w.given}"
-    page = f"{endpoint()}/{'datasets/' if w.kind == 'data' else ''}{w.name}"
+    page = _page(w)
     if isinstance(error, GatedRepoError):
-        return (f"{where}: {w.name} is gated: its files need a token of an account that accepted its terms. Accept "
-                f"them at {page}, then give the token: export HF_TOKEN=hf_... (or `hf auth login`). Nothing was "
-                "built.")
+        return _gated(w)
     if isinstance(error, RevisionNotFoundError):
         return (f"{where}: {w.name} has no revision {w.asked} (a branch, a tag or a commit). See its branches and "
                 f"tags at {page}/tree/main, or drop @{w.asked} for its main branch.")
@@ -592,13 +606,21 @@ def _say(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def relocated(pin: Pin, key: str) -> Pin:
-    """``pin`` as read by another setting (``data.tokenizer`` naming the model's repo)."""
-    return replace(pin, wanted=replace(pin.wanted, key=key))
+def relocated(pin: Pin, key: str, **changes: Any) -> Pin:
+    """``pin`` as read by another setting (``data.tokenizer`` naming the model's repo), which it implies."""
+    return replace(pin, wanted=replace(pin.wanted, key=key, implied=True, **changes))
 
 
 VALIDATION_SPLITS = ("validation", "valid", "val", "dev")
 """A data set's splits that validate, the first one present (``datasets``' own names; never ``test``)."""
+
+
+def _no_split(w: Wanted, split: str, have: list[str]) -> str:
+    key = "data.val_split" if w.key.endswith("val_path") else "data.split"
+    close = difflib.get_close_matches(split, have, n=1)
+    hint = f"Did you mean {key}={close[0]}? " if close else ""
+    return (f"{key}={split}: {w.name} (config {w.config or 'default'}) has no split {split}. {hint}Its splits: "
+            f"{', '.join(have) or 'none'}.")
 
 
 def split_path(pin: Pin, split: str) -> str:
@@ -608,12 +630,7 @@ def split_path(pin: Pin, split: str) -> str:
     w = pin.wanted
     files = [f for f in pin.splits.get(split, ()) if f.lower().endswith(_TABLES)]
     if not files:
-        have = ", ".join(s for s, fs in pin.splits.items() if fs) or "none"
-        key = "data.val_split" if w.key.endswith("val_path") else "data.split"
-        close = difflib.get_close_matches(split, list(pin.splits), n=1)
-        hint = f"Did you mean {key}={close[0]}? " if close else ""
-        raise HubError(f"{key}={split}: {w.name} (config {w.config or 'default'}) has no split {split}. {hint}"
-                       f"Its splits: {have}.")
+        raise HubError(_no_split(w, split, [s for s, fs in pin.splits.items() if fs]))
     if len(files) == 1:
         return files[0]
     repo = f"{w.name.replace('/', '--')}--{pin.commit}"

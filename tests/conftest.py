@@ -37,6 +37,10 @@ os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("RUNNER_CACHE_DIR", tempfile.mkdtemp(prefix="runner-test-cache-"))
 # datasets' cache (prepared tables, runner's token ids) too: tests never read or fill ~/.cache/huggingface.
 os.environ.setdefault("HF_DATASETS_CACHE", tempfile.mkdtemp(prefix="runner-test-datasets-"))
+# No test reaches the real Hub, nor the user's Hugging Face cache: a Hub test starts its loopback Hub
+# (tests/hub_server.py) and gives its processes HF_ENDPOINT, HF_HOME and HF_HUB_OFFLINE=0 itself.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_HOME", tempfile.mkdtemp(prefix="runner-test-hf-home-"))
 
 
 FAST_TIER = os.environ.get("RUNNER_TEST_TIER") == "fast"

@@ -189,8 +189,8 @@ BAD = [
     (["+model.overrides.hiden_size=8"], ["model.overrides.hiden_size", "Did you mean model.overrides.hidden_size"]),
     (["model.config=gpt2"], ["model.overrides.intermediate_size is not a setting of GPT2Config", "n_inner", "null"]),
     (["model.path=/nonexistent/model"], ["model.path=/nonexistent/model does not exist", "model.config=NAME"]),
-    (["model.path=meta-llama/Llama-3.2-1B"], ["Hugging Face Hub name", "offline", "local_files_only",
-                                              "--local-dir DIR", "model.path=DIR"]),
+    (["model.path=meta-llama/Llama-3.2-1B"], ["HF_HUB_OFFLINE=1 is set", "does not hold meta-llama/Llama-3.2-1B",
+                                              "`hf download meta-llama/Llama-3.2-1B --revision main`"]),
     (["model.path=INCOMPLETE"], ["lacks a tokenizer", "tokenizer.json", "save_pretrained"]),
     (["model=hf_classifier", "data=text_classification", "model.config=codegen"],
      ["model.config=codegen", "codegen has no sequence classifier", "Available ("]),
@@ -222,14 +222,15 @@ def _audit(event: str, args: tuple[object, ...]) -> None:
         _ASKED.append(f"{event}{args[:2]}")
 
 
-def test_a_hub_name_is_refused_without_asking_the_network() -> None:
-    """transformers looks a non-directory up on the Hub for a peft adapter even under local_files_only (five retries,
-    ~23 s offline): the refusal comes first, and nothing in the check opens a connection."""
+def test_an_uncached_hub_name_offline_is_refused_without_asking_the_network() -> None:
+    """Offline (the suite sets HF_HUB_OFFLINE=1, tests/conftest.py), a name the cache lacks is refused with the
+    command that fetches it, and nothing in the check opens a connection (transformers once looked a non-directory
+    up on the Hub even under local_files_only: five retries, ~23 s)."""
     global _ASKED
     sys.addaudithook(_audit)
     _ASKED = []
     try:
-        with pytest.raises(ConfigError, match="Hugging Face Hub name"):
+        with pytest.raises(ConfigError, match="HF_HUB_OFFLINE=1 is set"):
             precheck(["+recipe=llama_tiny", "model.path=meta-llama/Llama-3.2-1B"])
         asked = list(_ASKED)
     finally:

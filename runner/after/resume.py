@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from runner import hub
 from runner.after.source import (
     ALLOW_CHANGED_DATA,
     CONFIG,
@@ -28,6 +29,8 @@ from runner.after.source import (
     saved_overrides,
 )
 from runner.config import ConfigError, compose
+from runner.config.composing.hub_names import remember_revisions
+from runner.config.composing.loading import localized
 from runner.config.composing.precheck import command_line, search_dirs
 
 GROUPS = ("model", "data", "optimizer", "scheduler")
@@ -103,6 +106,7 @@ def _resumed(run_dir: Path, given: list[str]) -> list[str]:
                           "(to train the trained model elsewhere, start a new run).")
     if not any(override_key(o) == "ckpt_path" for o in given):
         given.append("ckpt_path=last")
+    remember_revisions(run_dir)  # its Hub names: the commits its command line pins, and the revisions asked
     argv = [*merge_overrides(saved_overrides(run_dir), given), f"hydra.run.dir={_value(run_dir)}"]
     check_resume(run_dir, argv, typed=given)
     return argv
@@ -212,6 +216,9 @@ def _settings_refusal(run_dir: Path, overrides: Sequence[str], typed: Sequence[s
             "trainer, compile and logging settings may change). To train with the new setting, start a new run.")
 
 
+HUB_DATA_KEYS = ("data.path", "data.val_path", "data.tokenizer")
+
+
 def _data_refusal(run_dir: Path, new: Any) -> str | None:
     """Why the data the resume would read is not the data the run recorded (its files, the tokenizer); None when
     it is, when the run recorded none, or when ``after.allow_changed_data`` allows it."""
@@ -223,6 +230,9 @@ def _data_refusal(run_dir: Path, new: Any) -> str | None:
     if before is None or OmegaConf.select(new, ALLOW_CHANGED_DATA):
         return None
     data = _resolved(new, "data")
+    if any(hub.wanted(k, data.get(k), "data" if "path" in k else "tokenizer") for k in HUB_DATA_KEYS):
+        node = localized(new).data  # the files the Hub names resolve to, as the run read them
+        data.update({k: getattr(node, k.split(".")[1], None) for k in HUB_DATA_KEYS if k in data})
     now = data_fingerprint(data.get("data.path"), data.get("data.val_path"), data.get("data.tokenizer"),
                            text="data.tokenizer" in data)
     found = changes(before, now)

@@ -34,8 +34,9 @@ RUN_LR_SCHEDULE = define("run/lr_schedule",
                           "what a resume that asked for another trainer.max_steps did to the learning-rate schedule "
                           "(scheduler.on_resume: keep or stretch); absent when none did", label="LR schedule at resume")
 RUN_HUB = define("run/hub", "each Hugging Face Hub name the run read: the setting, the name, model or dataset, the "
-                 "revision asked, the commit it resolved to, its files and bytes, the bytes this run downloaded (and "
-                 "a data set's config and split); absent when every path was local", label="Hub sources")
+                 "revision asked, the commit it resolved to, its files and bytes, the setting's value pinned to "
+                 "that commit (and a data set's config and split); absent when every path was local",
+                 label="Hub sources")
 RUN_EXPORT = define("run/export", "the directory the trained model was exported to at the end of the fit "
                     "(<run_dir>/model), or why it was not", label="model export")
 RUN_SAMPLE = define("run/sample", "text the trained causal LM wrote at the end of the fit (after.sample_tokens)")

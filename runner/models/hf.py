@@ -74,8 +74,8 @@ def _load(auto_class: Any, path: str, **kwargs: Any) -> nn.Module:
 
     Under a meta device (the config checks) it is built from its ``config.json`` instead (``_from_saved_config``).
     Anything but a directory is refused first: with peft installed, transformers looks a non-directory up on the Hub
-    for an adapter even under ``local_files_only`` (five retries, ~23 s offline), so a Hub name in ``model.path``
-    would wait that long before its one-paragraph refusal (hf_checks.check_path)."""
+    for an adapter even under ``local_files_only`` (five retries, ~23 s offline). A Hub name arrives here as its
+    snapshot folder (runner.hub)."""
     root = Path(path).expanduser()
     if not root.is_dir():
         raise FileNotFoundError(f"model.path={path} is not a directory (hf_checks.check_path says what to do)")

@@ -6,8 +6,7 @@ paragraph (what is wrong, what exists, the fix) or None.
   a stray attribute, silently): did-you-mean among its settings;
 - a ``path`` that is missing, not a directory, or lacks the configuration, the weights or the tokenizer:
   everything missing, named at once;
-- a Hugging Face Hub name given as ``path``: runs are offline (``local_files_only``), so it says how to
-  fetch a local copy, or where this machine's cache already holds one.
+- (a Hugging Face Hub name given as ``path`` reaches them as its snapshot folder: runner.hub).
 
 ``transformers`` is imported inside the functions: ``runner`` imports without it.
 """
@@ -18,7 +17,6 @@ import dataclasses
 import difflib
 import inspect
 import json
-import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -28,7 +26,6 @@ WEIGHT_FILES = (
     "model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json",
 )
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "spiece.model", "vocab.json", "vocab.txt")
-_HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 _INSTALL = "pip install 'runner[hf]' (make setup installs it)"
 
 
@@ -119,30 +116,10 @@ def _classes(types: Mapping[str, str]) -> list[type]:
     return [CONFIG_MAPPING[t] for t in types if t in CONFIG_MAPPING]
 
 
-def _hub_message(path: str) -> str:
-    """A Hub name given as ``model.path``: runs are offline; where a local copy is, or how to make one."""
-    cached = None
-    try:
-        from huggingface_hub import try_to_load_from_cache
-
-        found = try_to_load_from_cache(path, "config.json")
-        cached = str(Path(found).parent) if isinstance(found, str) else None
-    except Exception:  # an invalid repo id, or no huggingface_hub: no cache to point at
-        cached = None
-    where = (f"This machine's Hugging Face cache holds a copy: give model.path={cached}."
-             if cached else
-             f"Download it where there is network (`hf download {path} --local-dir DIR`, or "
-             f"`huggingface-cli download {path} --local-dir DIR`), copy DIR here, and give model.path=DIR.")
-    return (f"model.path={path} is not a local directory; it looks like a Hugging Face Hub name. runner builds "
-            "models offline (from_pretrained with local_files_only: nothing is downloaded during a run). " + where)
-
-
 def check_path(task: str, path: str) -> str | None:
     """``path`` is a directory with a configuration, weights and a tokenizer of a model for ``task``."""
     root = Path(path).expanduser()
-    if not root.exists():
-        if _HUB_NAME.match(path) and not path.startswith((".", "~", "/")):
-            return _hub_message(path)
+    if not root.exists():  # a Hub name was resolved to its snapshot folder before (runner.hub)
         return (f"model.path={path} does not exist. Give the directory a model was saved to (save_pretrained: "
                 "config.json, the weights and the tokenizer's files), or build one from its configuration with "
                 "model.config=NAME (random weights).")

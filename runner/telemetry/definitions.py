@@ -125,6 +125,7 @@ from runner.figures.perf import (
 from runner.figures.registry import Figure, figure
 from runner.figures.run import (
     RUN_EXPORT,
+    RUN_HUB,
     RUN_LR_SCHEDULE,
     RUN_RESUMED_AT_STEP,
     RUN_STEPS,
@@ -148,7 +149,7 @@ def _rows(*keys: str) -> tuple[Figure, ...]:
 
 
 SECTIONS: tuple[tuple[str, tuple[Figure, ...]], ...] = (
-    ("run", _rows(RUN_STEPS, RUN_RESUMED_AT_STEP, RUN_WALL_S, TRAIN_LOSS, VAL_LOSS, VAL_BPB, VAL_ACCURACY,
+    ("run", _rows(RUN_HUB, RUN_STEPS, RUN_RESUMED_AT_STEP, RUN_WALL_S, TRAIN_LOSS, VAL_LOSS, VAL_BPB, VAL_ACCURACY,
                   DATA_UNIGRAM_BPB, RUN_LR_SCHEDULE, RUN_EXPORT)),
     ("fine-tuning", _rows(fp.PEFT_METHOD, fp.PEFT_TARGETS, fp.PEFT_TRAINABLE_PARAMS, fp.PEFT_TOTAL_PARAMS,
                           fp.PEFT_TRAINABLE_PCT, fp.PEFT_OPTIMIZER_STATE_BYTES, fp.PEFT_BASE_WEIGHT_BYTES)),

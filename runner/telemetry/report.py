@@ -38,7 +38,7 @@ from runner.figures.perf import (
     PERF_SPEEDUP_X,
 )
 from runner.figures.ranks import RANKS, RANKS_COMPILES_AGREE
-from runner.figures.run import RUN_SAMPLE
+from runner.figures.run import RUN_HUB, RUN_SAMPLE
 from runner.figures.trace import TRACE_HTML, TRACE_STATUS
 from runner.telemetry.advice import RUNNERS_OPTIMIZER_STEP, fix_label, runners_breaks
 from runner.telemetry.definitions import FIGURES, SECTIONS, TIMING_LEGEND
@@ -97,6 +97,9 @@ def _cell(key: str, figures: dict[str, Any]) -> str:
         return text + (", before the resume" if resumed else "")
     if key == CUDAGRAPHS_PARTITIONS_GRAPHED:
         return partitions_cell(figures)
+    if key == RUN_HUB:  # each name at its commit, once (data.tokenizer reads the model's repo)
+        seen = dict.fromkeys(f"{h['name']}@{h['commit'][:12]}" for h in figures[key])
+        return ", ".join(seen)
     return _fmt(figures[key])
 
 

@@ -13,11 +13,13 @@ import logging
 import os
 import weakref
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
 from runner import hub
 from runner.config.errors import ConfigError
 from runner.config.schema import RunConfig
+from runner.figures.run import RUN_HUB
 
 log = logging.getLogger(__name__)
 
@@ -60,8 +62,8 @@ def localize(run_cfg: RunConfig) -> list[hub.Pin]:
             if wanted is None:
                 continue
             if asked.get(value):  # pinned by the launch: the report says what was asked
-                wanted = hub.Wanted(wanted.key, asked[value], wanted.name, wanted.revision, wanted.kind,
-                                    wanted.config, wanted.split)
+                wanted = dataclasses.replace(wanted, asked_as=asked[value])
+            _moved(wanted)
             same = by_value.get(value)
             pin = hub.relocated(same, key) if same and kind == "tokenizer" else hub.fetch(wanted)
             by_value[value] = pin
@@ -111,8 +113,32 @@ def _own_validation(data: Any, pins: list[hub.Pin]) -> None:
                            f"training. Name another split of {train.wanted.name} ({', '.join(train.splits)}), or "
                            "drop data.val_split (~data.val_split) to validate on a seeded share of the training rows.")
     data.val_path = hub.split_path(train, split)
-    pins.append(dataclasses.replace(train, wanted=dataclasses.replace(train.wanted, key="data.val_path", split=split)))
+    pins.append(hub.relocated(train, "data.val_path", split=split))
     log.info("data: data.path=%s validates on its own %s split (data.val_path unset)", train.wanted.given, split)
+
+
+def _moved(wanted: hub.Wanted) -> None:
+    """A pinned name whose branch the cache now has at another commit (another run fetched it since): said, and the
+    pinned commit read all the same."""
+    if not (wanted.asked_as and wanted.revision and wanted.asked_as != wanted.revision):
+        return
+    now = hub.cached_commit(dataclasses.replace(wanted, revision=wanted.asked_as, asked_as=None))
+    if now and now != wanted.revision:
+        log.warning("hub: %s: %s's %s is now at %s in this machine's cache; this run reads %s, the commit it was "
+                    "pinned to", wanted.key, wanted.name, wanted.asked_as, now[:12], wanted.revision[:12])
+
+
+def remember_revisions(run_dir: Path) -> None:
+    """What a run's Hub names asked for (its report.json), for the process that resumes it: the resumed report
+    says it too, and a branch that moved since is said (:func:`_moved`)."""
+    try:
+        records = json.loads((run_dir / "report.json").read_text()).get(RUN_HUB) or []
+    except (OSError, ValueError):
+        return
+    asked = json.loads(os.environ.get(ASKED_ENV) or "{}")
+    for r in records:
+        asked.setdefault(r["pinned"], r["revision"])
+    os.environ[ASKED_ENV] = json.dumps(asked)
 
 
 def _say(pin: hub.Pin) -> None:
@@ -131,8 +157,6 @@ def pinned_overrides(overrides: Sequence[str], pins: Iterable[hub.Pin]) -> tuple
     for pin in pins:
         w = pin.wanted
         asked[pin.value] = w.asked
-        # data.tokenizer reading the model's repo: its value comes from model.path's, pinned there
-        interpolated = w.key == "data.tokenizer" and w.kind == "model"
         if w.revision == pin.commit:
             continue
         for i, o in enumerate(out):
@@ -142,6 +166,6 @@ def pinned_overrides(overrides: Sequence[str], pins: Iterable[hub.Pin]) -> tuple
                 out[i] = f"{k}={','.join(pin.value if x == w.given else x for x in values)}"
                 break
         else:
-            if not interpolated:
+            if not w.implied:  # an implied one is pinned through the setting it reads
                 out.append(f"{w.key}={pin.value}")
     return out, asked

@@ -33,6 +33,13 @@ def load(cfg: DictConfig) -> RunConfig:
     return run_cfg
 
 
+def localized(cfg: DictConfig) -> RunConfig:
+    """``cfg`` converted, its Hub names resolved to the files a run reads; not validated."""
+    run_cfg = convert(cfg)
+    localize(run_cfg)
+    return run_cfg
+
+
 def convert(cfg: DictConfig) -> RunConfig:
     """Refuse keys no schema declares and convert the composed config to typed objects, without
     validating the combination (``runner --cfg job`` prints a config that would not run, so that the
