@@ -48,6 +48,24 @@ def _parquet(rows: list[str]) -> bytes:
     return out.getvalue()
 
 
+def _adapter(base: Path, out: Path) -> Path:
+    """A LoRA adapter peft saves for the tiny Llama, on every linear layer runner's peft=lora adapts."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    targets = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    model = get_peft_model(AutoModelForCausalLM.from_pretrained(base), LoraConfig(r=16, lora_alpha=32,
+                                                                                  target_modules=targets))
+    with torch.no_grad():  # not the zero-initialised B: loading it must show
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.02)
+    model.save_pretrained(out)
+    return out
+
+
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LoopbackHub]:
     root = tmp_path_factory.mktemp("hub")
@@ -61,6 +79,7 @@ def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LoopbackHub]:
         "big/rows.jsonl": "\n".join(json.dumps({"text": r}) for r in rows)}, repo_type="dataset")
     server.add_folder("org/gated", root / "tiny")
     server.set_gated("org/gated")
+    server.add_folder("org/adapter", _adapter(root / "tiny", root / "adapter"))
     server.add_commit("org/only-data", {"notes.md": "no model here"})
     yield server
     server.stop()
@@ -127,9 +146,12 @@ def test_a_run_by_hub_names_trains_records_commits_and_trains_offline_after(hub:
         assert evaluated.returncode == 0, evaluated.stderr[-3000:]
         assert json.loads((run / "eval.json").read_text())
         # HF_HUB_OFFLINE unset and no Hub to reach: the cache's commit, said
-        unreachable = _runner([*NAMES, *STEPS], tmp_path / "c", _env(hub, home))
+        # HF_HUB_OFFLINE unset and no Hub to reach: the check before a run takes the cache's commit, and says so
+        check = f"from runner.config.composing.precheck import precheck; print(precheck({[*NAMES, *STEPS]!r}))"
+        unreachable = subprocess.run([sys.executable, "-c", check], cwd=tmp_path, env=_env(hub, home),
+                                     capture_output=True, text=True, timeout=300)
         assert unreachable.returncode == 0, unreachable.stderr[-3000:]
-        assert "cannot be reached" in unreachable.stderr
+        assert "cannot be reached" in unreachable.stderr and model_commit in unreachable.stdout
     finally:
         hub.start()
 
@@ -197,11 +219,16 @@ def test_each_refusal_is_one_paragraph_before_anything_is_built(hub: LoopbackHub
               .exists()}, ["HF_HUB_OFFLINE=1 is set", "`hf download org/absent --revision main`"], "offline")
 
 
-def test_a_gated_repo_trains_with_a_token(hub: LoopbackHub, tmp_path: Path) -> None:
-    proc = _runner(["+recipe=llama_lora", "model.path=org/gated", *STEPS], tmp_path, _env(hub, tmp_path / "hf",
-                                                                                           HF_TOKEN=TOKEN))
+def test_a_gated_base_with_a_token_an_adapter_and_data_by_bare_name(hub: LoopbackHub, tmp_path: Path) -> None:
+    """A gated repo trains with HF_TOKEN; peft.path names an adapter on the Hub, loaded into the run's adapter; a bare
+    ORG/NAME in data.path is a data set when no such path exists, and a config without a validation split
+    validates on a seeded share of its rows."""
+    proc = _runner(["+recipe=llama_lora", "model.path=org/gated", "peft.path=org/adapter", "data.path=dsorg/data",
+                    "data.config=big", *STEPS], tmp_path, _env(hub, tmp_path / "hf", HF_TOKEN=TOKEN))
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert _hub_records(_run_dir(tmp_path))["model.path"]["name"] == "org/gated"
+    records = _hub_records(_run_dir(tmp_path))
+    assert records["model.path"]["name"] == "org/gated" and records["peft.path"]["name"] == "org/adapter"
+    assert records["data.path"]["config"] == "big" and "data.val_path" not in records
 
 
 def test_an_interrupted_download_is_an_error_and_never_a_snapshot_taken_whole(hub: LoopbackHub,
@@ -277,20 +304,12 @@ def test_a_resume_reads_its_commit_and_says_the_branch_moved(hub: LoopbackHub, t
     args = ["+recipe=llama_lora", "model.path=org/moving", *STEPS]
     assert _runner(args, tmp_path / "a", _env(hub, home)).returncode == 0
     run = _run_dir(tmp_path / "a")
-    hub.add_commit("org/moving", {"README.md": "main moved"})
-    assert _runner(args, tmp_path / "b", _env(hub, home)).returncode == 0  # the cache's main is the new commit now
+    hub.add_commit("org/moving", {"tokenizer_config.json": b"{}"})
+    fetch = "from runner import hub; hub.fetch(hub.wanted('model.path', 'org/moving', 'model'))"
+    moved = subprocess.run([sys.executable, "-c", fetch], env=_env(hub, home), capture_output=True, text=True)
+    assert moved.returncode == 0, moved.stderr[-2000:]  # another run fetched main: the cache's main moved
     resumed = _runner(["resume", str(run), "trainer.max_steps=4"], tmp_path / "a", _env(hub, home, offline=True))
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "is now at" in resumed.stderr and f"this run reads {first_commit[:12]}" in resumed.stderr
     record = _hub_records(run)["model.path"]
     assert (record["commit"], record["revision"]) == (first_commit, "main")
-
-
-def test_data_by_bare_name_and_its_big_config(hub: LoopbackHub, tmp_path: Path) -> None:
-    """A bare ORG/NAME in data.path is a data set when no such path exists; a config without a validation split
-    validates on a seeded share of its rows."""
-    proc = _runner(["+recipe=llama_lora", "data.path=dsorg/data", "data.config=big", *STEPS], tmp_path,
-                   _env(hub, tmp_path / "hf"))
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    records = _hub_records(_run_dir(tmp_path))
-    assert records["data.path"]["config"] == "big" and "data.val_path" not in records
