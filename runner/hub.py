@@ -113,23 +113,22 @@ def wanted(key: str, value: str | None, kind: str, config: str | None = None,
     """The Hub name ``value`` gives, or None when it is a local path (one that exists wins), unset or no name."""
     if not value or Path(value).expanduser().exists():
         return None
-    if value.startswith(DATASETS):
-        rest, kind_of = value[len(DATASETS):], "data"
-    elif value.startswith(MODELS):
-        rest, kind_of = value[len(MODELS):], kind
+    form = f"{DATASETS}ORG/NAME" if kind == "data" else "ORG/NAME"
+    if value.startswith(MODELS) and value.startswith(DATASETS) != (kind == "data"):
+        raise HubError(f"{key}={value}: {key} takes {'a data set' if kind == 'data' else 'a model repo'} of the Hub: "
+                       f"{form} (@REVISION: a branch, a tag or a commit).")
+    if value.startswith(MODELS):
+        rest = value.removeprefix(DATASETS if kind == "data" else MODELS)
+    elif value.startswith((".", "/", "~")) or (kind == "data" and value.lower().endswith(_FILE_SUFFIXES)):
+        return None  # a local path that does not exist: the setting's own check names it
     else:
-        if value.startswith((".", "/", "~")) or value.lower().endswith(_FILE_SUFFIXES) and kind == "data":
-            return None
-        rest, kind_of = value, kind
+        rest = value
     m = _NAME.match(rest.rstrip("/"))
     if m is None:
         if value.startswith(MODELS):
-            raise HubError(f"{key}={value} is not a Hub name: give {DATASETS}ORG/NAME for a data set or ORG/NAME "
-                           "(@REVISION: a branch, a tag or a commit) for a model or an adapter.")
+            raise HubError(f"{key}={value} is not a Hub name: give {form} (@REVISION: a branch, a tag or a commit).")
         return None
-    if kind_of == "data" and kind != "data":
-        raise HubError(f"{key}={value} names a data set; {key} takes a model repo: ORG/NAME.")
-    return Wanted(key, value, m["name"], m["revision"], kind_of if kind_of == "data" else kind, config, split)
+    return Wanted(key, value, m["name"], m["revision"], kind, config, split)
 
 
 # ---- the cache -------------------------------------------------------------------------------------------------------
