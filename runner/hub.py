@@ -465,6 +465,9 @@ def _download(w: Wanted) -> Pin:
         raise
     except Exception as e:  # noqa: BLE001 - each of the Hub's answers is turned into its paragraph
         return _offline_or_raise(w, e)
+    if (pin := _from_cache(w, commit)) is not None:  # the cache has it whole: no file is asked for
+        _write_ref(w, commit)
+        return pin
     readme = None
     if w.kind == "data" and "README.md" in listing:
         with _hub_errors(w):
@@ -479,16 +482,24 @@ def _download(w: Wanted) -> Pin:
     with _hub_errors(w), _progress(w, todo):
         folder = Path(snapshot_download(w.name, repo_type=w.repo_type, revision=commit, allow_patterns=files,
                                         etag_timeout=TIMEOUT_S))
-    if w.revision != commit:  # the branch or tag -> commit, where huggingface_hub looks when offline
-        ref = _repo_folder(w) / "refs" / w.asked
-        ref.parent.mkdir(parents=True, exist_ok=True)
-        if not ref.is_file() or ref.read_text() != commit:
-            ref.write_text(commit)
     if bad := missing(folder, sizes):
         raise HubError(f"{w.key}={w.given}: the download of {w.name} at {commit[:12]} ended incomplete ("
                        f"{', '.join(bad[:4])}). Run the same command again: huggingface_hub resumes it, and no run "
                        "reads a snapshot until every file is whole.")
+    _write_ref(w, commit)  # last: a waiting rank takes the commit once it is whole
     return _pin(w, commit, folder, sizes)
+
+
+def _write_ref(w: Wanted, commit: str) -> None:
+    """The branch or tag -> commit, where huggingface_hub (and :func:`cached_commit`) look when offline."""
+    if w.revision == commit:
+        return
+    ref = _repo_folder(w) / "refs" / w.asked
+    ref.parent.mkdir(parents=True, exist_ok=True)
+    if not ref.is_file() or ref.read_text() != commit:
+        tmp = ref.with_name(f".{ref.name}.{os.getpid()}")
+        tmp.write_text(commit)
+        os.replace(tmp, ref)  # whole or not at all: a reader never sees half a commit
 
 
 def _offline_or_raise(w: Wanted, error: Exception) -> Pin:

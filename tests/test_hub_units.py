@@ -131,3 +131,16 @@ def test_the_command_line_is_pinned_in_place_and_a_sweep_value_by_value() -> Non
     assert out == ["+recipe=x", "-m", f"model.path=org/a@{COMMIT},org/b", "data.config=c",
                    f"data.path=hf://datasets/org/d@{COMMIT}"]  # a recipe's data.path: appended; the tokenizer not
     assert asked == {f"org/a@{COMMIT}": "main", f"hf://datasets/org/d@{COMMIT}": "main"}
+
+
+def test_a_data_set_without_configs_splits_by_file_name_as_datasets_does(tmp_path: Path) -> None:
+    for name in ("train.jsonl", "validation.jsonl", "test.jsonl"):
+        (tmp_path / name).write_text('{"text": "a"}\n')
+    (tmp_path / "README.md").write_text("# no card data\n")
+    found = hub.splits(_w("data"), tmp_path)
+    assert {k: [Path(f).name for f in v] for k, v in found.items()} == {
+        "train": ["train.jsonl"], "validation": ["validation.jsonl"], "test": ["test.jsonl"]}
+    pin = hub.Pin(_w("data"), COMMIT, str(tmp_path), 4, 4, found)
+    assert hub.split_path(pin, "validation") == str(tmp_path / "validation.jsonl")
+    with pytest.raises(hub.HubError, match="Did you mean data.split=train"):
+        hub.split_path(pin, "trian")
