@@ -22,7 +22,7 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from runner import torch_internals as ti
-from runner.after.at_end import at_end_of_fit
+from runner.after.at_end import at_end_of_fit, push_at_end
 from runner.after.source import inner_model
 from runner.build import (
     build_callbacks,
@@ -144,6 +144,9 @@ def run(cfg: RunConfig, extra_callbacks: Sequence[Callback] = ()) -> RunResult:
             figures.update(at_end_of_fit(cfg, inner_model(module), run_dir, ckpt if ckpt.exists() else None,
                                          trainer.global_step))
         write_report(run_dir, figures)
+        if pushed := push_at_end(cfg, run_dir, figures):  # after.push_to_hub, once report.json is whole
+            figures.update(pushed)
+            write_report(run_dir, figures)
         print(format_summary(figures, title=f"runner: {cfg.name}"))
     return RunResult(run_dir=run_dir, figures=figures, last_checkpoint=ckpt if ckpt.exists() else None,
                      exit_code=code)

@@ -708,6 +708,9 @@ class _Handler(BaseHTTPRequestHandler):
                                "auth": {"type": "access_token",
                                         "accessToken": {"displayName": "loopback", "role": "write",
                                                         "createdAt": _iso(0)}}})
+        if parts == ["validate-yaml"] and method == "POST":
+            # what huggingface_hub asks before it commits a README.md (upload_folder, create_commit)
+            return self._validate_yaml()
         if parts[:1] == ["repos"] and method in ("POST", "DELETE") and len(parts) == 2:
             return self._repos(parts[1])
         if len(parts) < 3 or parts[0] not in ("models", "datasets"):
@@ -838,6 +841,22 @@ class _Handler(BaseHTTPRequestHandler):
                 bool(payload.get("private"))
             self.hub.create_repo(repo_id, repo_type, private=private, initial_commit=True)
         return self._json({"url": url, "name": repo_id, "id": repo_id})
+
+    def _validate_yaml(self) -> bool:
+        """A card's metadata (its YAML front matter), as the Hub checks it: YAML whose top level is a mapping; a
+        card without metadata passes."""
+        payload = json.loads(self.body or b"{}")
+        match = re.match(r"^---\s*\n(.*?)\n---\s*(\n|$)", str(payload.get("content", "")), re.S)
+        if match:
+            import yaml
+
+            try:
+                data = yaml.safe_load(match.group(1))
+            except yaml.YAMLError as e:
+                return self._json({"errors": [{"message": f"Invalid YAML in the metadata: {e}"}]}, 400)
+            if data is not None and not isinstance(data, dict):
+                return self._json({"errors": [{"message": "The metadata must be a YAML mapping"}]}, 400)
+        return self._json({"errors": [], "warnings": []})
 
     def _preupload(self, repo_type: str, repo_id: str, revision: str) -> bool:
         repo = self._repo(repo_type, repo_id, write=True)

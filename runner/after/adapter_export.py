@@ -4,7 +4,9 @@
   key names), the tokenizer where the run had one, and the base model: the saved model the run started from
   (``model.path``, recorded), or one written to ``base/`` in the family's format (a model built from its
   configuration exists nowhere else; a QLoRA base is written as the NF4 weights it trained over, dequantized).
-  ``adapter_config.json``'s ``base_model_name_or_path`` names it.
+  ``adapter_config.json``'s ``base_model_name_or_path`` names it: for a base the run read from the Hugging Face Hub
+  (``model.path=ORG/NAME``), its Hub name, with ``revision`` the commit it was pinned to, so that the adapter loads
+  by name anywhere (peft's ``AutoPeftModelForCausalLM.from_pretrained``, a pushed adapter); else its folder.
 - ``runner export RUN --merge``: the adapter folded into the base (``runner.peft.merge_peft``), written as the
   family's own model, which its library loads alone.
 """
@@ -19,6 +21,7 @@ from typing import Any
 from torch import nn
 
 from runner.config import ConfigError
+from runner.config.composing.hub_names import pins_of
 from runner.config.schema import RunConfig
 from runner.config.schema.peft import PeftConfig, PeftMethod
 from runner.peft import Adapter, apply_peft
@@ -41,6 +44,7 @@ def write_adapter_export(model: nn.Module, adapter: Adapter, cfg: RunConfig, run
     """Write the adapter (and its base where needed) into ``tmp`` (renamed to ``final`` by the caller); how to load
     it, and what ``runner_export.json`` says about it."""
     saved = getattr(cfg.model, "path", None)
+    hub = hub_base(cfg)
     if saved:
         base = str(Path(saved).expanduser().resolve())
     else:
@@ -48,18 +52,43 @@ def write_adapter_export(model: nn.Module, adapter: Adapter, cfg: RunConfig, run
         with base_view(adapter) as plain:
             base_writer(plain, cfg, run_dir, tmp / BASE_DIR)
         base = str(final.resolve() / BASE_DIR)
-    write_adapter(adapter, tmp, base)
+    write_adapter(adapter, tmp, hub["name"] if hub else base, hub["commit"] if hub else None)
     tokens = getattr(cfg.data, "tokenizer", None) or saved
     if tokens and (Path(tokens).expanduser() / "tokenizer_config.json").is_file():
         from transformers import AutoTokenizer
 
         AutoTokenizer.from_pretrained(str(Path(tokens).expanduser()), local_files_only=True).save_pretrained(tmp)
-    meta = {"method": adapter.config.method.value, "r": adapter.config.r, "alpha": adapter.config.alpha,
-            "targets": list(adapter.plan.targets), "modules_to_save": list(adapter.plan.saved), "base": base,
-            "base_written": not saved, "base_dequantized_nf4": dequantized(adapter) and not saved}
-    loading = (f"peft.PeftModel.from_pretrained({_LOADERS[family]}, DIR) with BASE = {base}; "
+    meta: dict[str, Any] = {"method": adapter.config.method.value, "r": adapter.config.r, "alpha": adapter.config.alpha,
+                            "targets": list(adapter.plan.targets), "modules_to_save": list(adapter.plan.saved),
+                            "base": base, "base_written": not saved,
+                            "base_dequantized_nf4": dequantized(adapter) and not saved}
+    if hub:  # the folder above is the Hub snapshot in this machine's cache; the name and commit load it anywhere
+        meta["base_hub"] = {"name": hub["name"], "commit": hub["commit"]}
+    where = (f"BASE = {hub['name']} at revision={hub['commit']} on the Hub (this machine's copy: {base})" if hub else
+             f"BASE = {base}")
+    loading = (f"peft.PeftModel.from_pretrained({_LOADERS[family]}, DIR) with {where}; "
                "python -m runner export RUN_DIR --merge writes one model its library loads alone")
     return loading, meta
+
+
+def hub_base(cfg: RunConfig) -> dict[str, Any] | None:
+    """The ``run/hub`` record of the base model when ``model.path`` named the Hub (``name``, ``commit``, ...), or
+    None for a local folder or a model built from its configuration."""
+    return next((p.record() for p in pins_of(cfg) if p.wanted.key == "model.path"), None)
+
+
+def _fetched(directory: Path, base: dict[str, str]) -> Path:
+    """The folder of the Hub base ``base`` (``name``, ``commit``), from the Hugging Face cache or the Hub."""
+    from runner import hub
+
+    given = f"{base['name']}@{base['commit']}"
+    wanted = hub.wanted("model.path", given, "model")
+    assert wanted is not None, f"{given} is a Hub name"
+    try:
+        return Path(hub.fetch(wanted).local)
+    except hub.HubError as e:
+        raise ConfigError(f"{directory} is an adapter over {given} on the Hugging Face Hub, which could not be read: "
+                          f"{e}") from e
 
 
 def merge_error(cfg: RunConfig, run_dir: Path, merge: bool, dequantize: bool) -> str | None:
@@ -85,6 +114,8 @@ def open_adapter_export(directory: Path, meta: dict[str, Any]) -> nn.Module:
     weights it trained with: a QLoRA base is the dequantized one)."""
     adapter = meta["adapter"]
     base = Path(adapter["base"])
+    if not base.is_dir() and adapter.get("base_hub"):  # a base read from the Hub: fetched again by name and commit
+        base = _fetched(directory, adapter["base_hub"])
     if not base.is_dir():
         raise ConfigError(f"{directory} is an adapter whose base model {base} is gone: an adapter applies to the "
                           "base it was trained over. Put the base back there, or export the run again (python -m "

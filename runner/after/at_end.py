@@ -1,7 +1,8 @@
 """What a run leaves at the end of its fit (the ``after`` config node): the model exported to
-``<run_dir>/model`` and, for a causal LM, a short sample of its text for report.md.
+``<run_dir>/model`` and, for a causal LM, a short sample of its text for report.md; once report.json is written,
+the export pushed to the Hugging Face Hub (``after.push_to_hub``).
 
-Neither may fail a run that trained: a failure is logged with the command that does it again, and the
+None may fail a run that trained: a failure is logged with the command that does it again, and the
 figure says what happened.
 """
 
@@ -18,7 +19,7 @@ from runner.after.family import tokens_of, writes_text
 from runner.after.generate import Sampling, write_text
 from runner.after.prompting import asked
 from runner.config.schema import RunConfig
-from runner.figures.run import RUN_EXPORT, RUN_SAMPLE
+from runner.figures.run import RUN_EXPORT, RUN_PUSHED_TO, RUN_SAMPLE
 from runner.telemetry.data_report import read_prompt
 
 log = logging.getLogger(__name__)
@@ -60,3 +61,32 @@ def _export(cfg: RunConfig, model: nn.Module, run_dir: Path, checkpoint: Path | 
                     "checkpoint", type(e).__name__, e, run_dir)
         return f"failed: {type(e).__name__}: {e}"
     return str(out)
+
+
+def push_at_end(cfg: RunConfig, run_dir: Path, figures: dict[str, Any]) -> dict[str, Any]:
+    """Push the end-of-fit export to ``after.push_to_hub``, after report.json is written (``figures``, what it
+    holds, give the model card its figures); the figure (``run/pushed_to``), or nothing when no push is asked."""
+    repo_id = cfg.after.push_to_hub
+    if repo_id is None:
+        return {}
+    from runner.after.push import again, push_export
+
+    command = again(run_dir, repo_id, cfg.after.push_private)
+    export = run_dir / EXPORT_DIR
+    if figures.get(RUN_EXPORT) != str(export):  # no export: the fit did not finish, or the export failed
+        why = figures.get(RUN_EXPORT) or "the fit did not finish, so nothing was exported"
+        log.warning("the model was not pushed to %s (no export: %s); %s pushes it from the checkpoint", repo_id, why,
+                    command)
+        return {RUN_PUSHED_TO: f"not pushed (no export: {why}); {command}"}
+    try:
+        from runner.quiet import quiet_transformers_bars
+
+        with quiet_transformers_bars():
+            pushed = push_export(export, repo_id, cfg.after.push_private, cfg, run_dir, figures,
+                                 f"after.push_to_hub={repo_id}")
+    except Exception as e:  # noqa: BLE001 - the run trained, and its export is on disk
+        log.warning("the model was not pushed to the Hugging Face Hub: %s The run and its export (%s) are whole; %s "
+                    "pushes it again", e, export, command)
+        return {RUN_PUSHED_TO: f"failed: {type(e).__name__}: {e} Push it again: {command}"}
+    log.info("pushed %s to %s (commit %s)", export, pushed.url, pushed.commit)
+    return {RUN_PUSHED_TO: pushed.figure()}

@@ -1,12 +1,15 @@
-"""``runner export | eval | generate RUN_DIR ...``: the trained model out, its validation figures, its text
-(docs/after-training.md). Every refusal (an unknown flag among them) is one paragraph on stderr, exit code 2, before
-anything is written; Ctrl-C stops any of them with exit code 130, nothing half-written."""
+"""``runner export | eval | generate RUN_DIR ...``: the trained model out (``--push-to-hub``: onto the Hugging Face
+Hub, ``runner.after.push``), its validation figures, its text (docs/after-training.md). Every refusal (an unknown
+flag among them) is one paragraph on stderr, exit code 2, before anything is written; Ctrl-C stops any of them with
+exit code 130, nothing half-written."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import signal
 import sys
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
@@ -15,7 +18,8 @@ from runner.config import ConfigError
 from runner.config.errors import close_matches
 
 _USAGE = {
-    "export": "python -m runner export RUN_DIR [--ckpt last|best|PATH] [--out DIR] [--force] [--merge [--dequantize]]",
+    "export": ("python -m runner export RUN_DIR [--ckpt last|best|PATH] [--out DIR] [--force] [--merge [--dequantize]] "
+               "[--push-to-hub ORG/NAME [--private]]"),
     "eval": "python -m runner eval RUN_DIR [--ckpt last|best|PATH] [--out FILE] [data.KEY=VALUE ...]",
     "generate": ("python -m runner generate RUN_DIR|EXPORT_DIR --prompt TEXT [--max-new-tokens N] [--temperature T] "
                  "[--top-k K] [--seed S] [--ckpt last|best|PATH]"),
@@ -40,6 +44,9 @@ def _parser(command: str) -> argparse.ArgumentParser:
         p.add_argument("--merge", action="store_true", help="a LoRA run: the adapter merged into its base, one model")
         p.add_argument("--dequantize", action="store_true", help="with --merge, a QLoRA run: merge into its NF4 "
                        "base weights dequantized")
+        p.add_argument("--push-to-hub", metavar="ORG/NAME", help="push the export to this Hugging Face Hub model repo, "
+                       "with a model card (without --out the export is written to a temporary folder)")
+        p.add_argument("--private", action="store_true", help="with --push-to-hub: the repo it creates is private")
     if command == "eval":
         p.add_argument("--out", type=Path, help="the JSON file to write (default: RUN_DIR/eval.json)")
     if command == "generate":
@@ -108,22 +115,79 @@ def export(args: Any) -> int:
 
     if (problem := run_dir_error(args.run_dir)) is not None:
         raise ConfigError(problem)
+    push, where = args.push_to_hub, f"--push-to-hub {args.push_to_hub}"
+    if args.private and push is None:
+        raise ConfigError("--private goes with --push-to-hub ORG/NAME: it makes the repo the push creates private. "
+                          f"Usage: {_USAGE['export']}")
+    if push is not None:
+        from runner.after.push import push_refusal
+
+        if (problem := push_refusal(push, where)) is not None:
+            raise ConfigError(problem)
     from runner.after.adapter_export import merge_error
     from runner.after.export import EXPORT_DIR, export_error, export_model
     from runner.after.source import checkpoint_path, run_config
+    from runner.config.paths import last_checkpoint_path
     from runner.peft import merge_peft
 
-    out = args.out or args.run_dir / EXPORT_DIR
-    export_error(out, args.force)
+    # Pushed without --out: written to a temporary folder in the run, removed after the push (RUN_DIR/model stays).
+    out = args.out or (None if push else args.run_dir / EXPORT_DIR)
+    if out is not None:
+        export_error(out, args.force)
+    if push is not None and args.ckpt == "last" and not last_checkpoint_path(args.run_dir).is_file():
+        return _push_own_export(args, args.run_dir / EXPORT_DIR, where)
     checkpoint_path(args.run_dir, args.ckpt)  # a missing checkpoint is named before the config is composed
     cfg = run_config(args.run_dir)
     if (problem := merge_error(cfg, args.run_dir, args.merge, args.dequantize)) is not None:
         raise ConfigError(problem)
+    if push is not None:
+        from runner.after.push import open_repo
+
+        open_repo(push, args.private, where)  # the Hub's refusals (a token, the right to write) before the build
     trained = open_trained(args.run_dir, args.ckpt, cfg)
     extra = {"merged": merge_peft(trained.model), "dequantized": args.dequantize} if args.merge else None
-    export_model(trained.model, trained.cfg, args.run_dir, out, str(trained.checkpoint), trained.step, extra)
-    print(f"runner export: {out} (step {trained.step} of {trained.checkpoint}); how to load it: {out / 'README.md'}")
+    with contextlib.ExitStack() as stack:
+        target = out or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix=".push-", dir=args.run_dir))) \
+            / EXPORT_DIR
+        export_model(trained.model, trained.cfg, args.run_dir, target, str(trained.checkpoint), trained.step, extra)
+        if out is not None:
+            print(f"runner export: {out} (step {trained.step} of {trained.checkpoint}); how to load it: "
+                  f"{out / 'README.md'}")
+        if push is not None:
+            _push(args, target, cfg, where, f"step {trained.step} of {trained.checkpoint}")
     return 0
+
+
+def _push_own_export(args: Any, export: Path, where: str) -> int:
+    """``--push-to-hub`` of a run without a checkpoint: the export its fit wrote, as it is, else a refusal."""
+    from runner.after.export import METADATA
+    from runner.after.source import run_config
+
+    whole = (export / METADATA).is_file()
+    if not whole:
+        raise ConfigError(f"{where}: {args.run_dir} has no export to push: no checkpoints/last.ckpt to export from "
+                          "(the run stopped before its first checkpoint, or its checkpoints were removed) and no whole "
+                          f"export in {export} (no {METADATA}; a run writes one there at the end of its fit). Give "
+                          f"--ckpt with one of the run's checkpoint files, or train it on (python -m runner resume "
+                          f"{args.run_dir}) and push then.")
+    if args.merge or args.out is not None:
+        flags = " and ".join(f for f, given in (("--merge", args.merge), ("--out", args.out is not None)) if given)
+        raise ConfigError(f"{where}: {args.run_dir} has no checkpoints/last.ckpt, and {flags} write a new export from "
+                          f"a checkpoint, so there is no export to push. Drop {flags} to push the export its fit wrote "
+                          f"({export}) as it is, or give --ckpt with one of the run's checkpoint files.")
+    cfg = run_config(args.run_dir)
+    print(f"runner export: {args.run_dir} has no checkpoints/last.ckpt; pushing the export its fit wrote, {export}")
+    _push(args, export, cfg, where, "the export of the end of the fit")
+    return 0
+
+
+def _push(args: Any, export: Path, cfg: Any, where: str, what: str) -> None:
+    from runner.after.push import push_export, read_json
+
+    report = read_json(args.run_dir / "report.json")
+    pushed = push_export(export, args.push_to_hub, args.private, cfg, args.run_dir, report, where)
+    print(f"runner export: pushed {what} to {pushed.url} (commit {pushed.commit}, {pushed.files} files); its model "
+          "card says how to load it by name")
 
 
 def evaluate(args: Any, overrides: list[str]) -> int:

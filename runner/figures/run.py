@@ -39,6 +39,9 @@ RUN_HUB = define("run/hub", "each Hugging Face Hub name the run read: the settin
                  label="Hub sources")
 RUN_EXPORT = define("run/export", "the directory the trained model was exported to at the end of the fit "
                     "(<run_dir>/model), or why it was not", label="model export")
+RUN_PUSHED_TO = define("run/pushed_to", "where after.push_to_hub pushed the export at the end of the run: the Hugging "
+                       "Face Hub repo and the commit of the push, or why it failed and the command that pushes it "
+                       "again; absent when after.push_to_hub is unset", label="pushed to the Hub")
 RUN_SAMPLE = define("run/sample", "text the trained causal LM wrote at the end of the fit (after.sample_tokens)")
 TRAIN_LOSS = define("train/loss", "the last logged training loss", label="train loss")
 VAL_LOSS = define("val/loss", "loss over the validation batches at the last validation", label="val loss")

@@ -35,8 +35,9 @@ def adapter_state(adapter: Adapter) -> dict[str, torch.Tensor]:
     return {k: v.cpu().contiguous() for k, v in state.items()}
 
 
-def adapter_config(adapter: Adapter, base: str | None) -> dict[str, Any]:
-    """peft's ``LoraConfig`` of the adapter, as ``adapter_config.json`` holds it."""
+def adapter_config(adapter: Adapter, base: str | None, revision: str | None = None) -> dict[str, Any]:
+    """peft's ``LoraConfig`` of the adapter, as ``adapter_config.json`` holds it: ``base`` is the base model's folder
+    or Hub name, ``revision`` the commit of a Hub name (what peft's ``AutoPeftModel`` loads the base at)."""
     c = adapter.config
     layers = adapter.layers().values()
     alpha = int(c.alpha) if float(c.alpha).is_integer() else c.alpha
@@ -45,16 +46,17 @@ def adapter_config(adapter: Adapter, base: str | None) -> dict[str, Any]:
         "base_model_name_or_path": base, "r": c.r, "lora_alpha": alpha, "lora_dropout": c.dropout,
         "target_modules": sorted(adapter.plan.targets), "modules_to_save": list(adapter.plan.saved) or None,
         "fan_in_fan_out": any(layer.fan_in_fan_out for layer in layers), "bias": "none", "use_rslora": False,
-        "use_dora": False, "init_lora_weights": True, "inference_mode": True, "revision": None,
+        "use_dora": False, "init_lora_weights": True, "inference_mode": True, "revision": revision,
     }
 
 
-def write_adapter(adapter: Adapter, out: Path, base: str | None) -> None:
-    """``adapter_config.json`` and ``adapter_model.safetensors`` into ``out`` (``base``: where the base is)."""
+def write_adapter(adapter: Adapter, out: Path, base: str | None, revision: str | None = None) -> None:
+    """``adapter_config.json`` and ``adapter_model.safetensors`` into ``out`` (``base``: where the base is, a folder
+    or a Hub name at ``revision``)."""
     from safetensors.torch import save_file
 
     save_file(adapter_state(adapter), str(out / ADAPTER_WEIGHTS), metadata={"format": "pt"})
-    (out / ADAPTER_CONFIG).write_text(json.dumps(adapter_config(adapter, base), indent=2) + "\n")
+    (out / ADAPTER_CONFIG).write_text(json.dumps(adapter_config(adapter, base, revision), indent=2) + "\n")
 
 
 def load_adapter(adapter: Adapter, path: str) -> None:

@@ -127,6 +127,7 @@ from runner.figures.run import (
     RUN_EXPORT,
     RUN_HUB,
     RUN_LR_SCHEDULE,
+    RUN_PUSHED_TO,
     RUN_RESUMED_AT_STEP,
     RUN_STEPS,
     RUN_WALL_S,
@@ -150,7 +151,7 @@ def _rows(*keys: str) -> tuple[Figure, ...]:
 
 SECTIONS: tuple[tuple[str, tuple[Figure, ...]], ...] = (
     ("run", _rows(RUN_HUB, RUN_STEPS, RUN_RESUMED_AT_STEP, RUN_WALL_S, TRAIN_LOSS, VAL_LOSS, VAL_BPB, VAL_ACCURACY,
-                  DATA_UNIGRAM_BPB, RUN_LR_SCHEDULE, RUN_EXPORT)),
+                  DATA_UNIGRAM_BPB, RUN_LR_SCHEDULE, RUN_EXPORT, RUN_PUSHED_TO)),
     ("fine-tuning", _rows(fp.PEFT_METHOD, fp.PEFT_TARGETS, fp.PEFT_TRAINABLE_PARAMS, fp.PEFT_TOTAL_PARAMS,
                           fp.PEFT_TRAINABLE_PCT, fp.PEFT_OPTIMIZER_STATE_BYTES, fp.PEFT_BASE_WEIGHT_BYTES)),
     ("preference", _rows(fo.OBJECTIVE_LOSS, fo.OBJECTIVE_BETA, fo.OBJECTIVE_GAMMA, fo.OBJECTIVE_LABEL_SMOOTHING,

@@ -4,7 +4,8 @@ The checks live beside this module, grouped by what they look at: ``stack`` (com
 graphs), ``run`` (trainer, data, model sizes, paths, ranges), ``fsdp`` (sharded parameters), ``inputs`` (what a user
 types: paths, devices, checkpoints, recipe fields), ``data`` (the data against the model: token ids and the
 embedding), ``peft`` (the adapter against the model), ``objective`` (a preference objective against its data and
-reference) and ``loss`` (a chunked loss against the model's output layer).
+reference), ``loss`` (a chunked loss against the model's output layer) and ``push`` (a push to the Hugging Face Hub:
+its repo id, a token, an export to push).
 ``validate`` runs them all and raises one ``ConfigError`` listing every problem, each naming the key and the fix.
 """
 
@@ -13,7 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from runner.config.checks import data, fsdp, inputs, loss, objective, peft, run, stack
+from runner.config.checks import data, fsdp, inputs, loss, objective, peft, push, run, stack
 from runner.config.errors import ConfigError
 from runner.config.schema import RunConfig
 
@@ -25,7 +26,7 @@ Check = Callable[[RunConfig], "str | None"]
 def all_checks() -> list[Check]:
     """Every check, in the order their messages are reported."""
     return [*run.CHECKS, *stack.CHECKS, *fsdp.CHECKS, *inputs.CHECKS, *data.CHECKS, *peft.CHECKS, *objective.CHECKS,
-            *loss.CHECKS]
+            *loss.CHECKS, *push.CHECKS]
 
 
 _warned: set[str] = set()

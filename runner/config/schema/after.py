@@ -4,6 +4,7 @@ under it (docs/after-training.md), re-exported by ``runner.config.schema``."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 
 @dataclass
@@ -24,3 +25,10 @@ class AfterConfig:
     the run recorded it: the checkpoint's place in the data and the validation split then mean something else,
     and the run's data section says what changed. ``runner resume RUN_DIR --allow-changed-data`` sets it for
     that resume only (it is never carried to the next)."""
+    push_to_hub: Optional[str] = None
+    """A Hugging Face Hub model repo, ``ORG/NAME``, that the run's export (``<run_dir>/model``) is pushed to at the
+    end of the run, after report.json is written, with a model card (created where it does not exist; a token:
+    ``HF_TOKEN`` or ``hf auth login``). A failed push leaves the run as it trained: a warning names the command that
+    pushes it again (``python -m runner export RUN_DIR --push-to-hub ORG/NAME``). None: nothing is pushed."""
+    push_private: bool = False
+    """A repo ``push_to_hub`` creates is private (an existing repo keeps its visibility)."""
