@@ -43,7 +43,9 @@ _TABLES = (".parquet", ".jsonl", ".json", ".csv", ".txt", ".arrow", ".json.gz", 
 STALL_S = 600.0
 """Seconds another rank waits for local rank 0's download to make progress before it gives up."""
 TIMEOUT_S = 10.0
-"""Seconds one call to the Hub may take (huggingface_hub's own default for its requests)."""
+"""Seconds to connect to the Hub, and one call's answer (huggingface_hub's own default where it sets one)."""
+TRANSFER_S = 120.0
+"""Seconds one read or write of a transfer may wait (a commit's answer can take a while on the Hub's side)."""
 
 
 class HubError(ValueError):
@@ -479,7 +481,7 @@ def _download(w: Wanted) -> Pin:
     sizes = {f: listing.get(f) for f in files}
     snapshot = _repo_folder(w) / "snapshots" / commit
     todo = sum(s or 0 for f, s in sizes.items() if not (snapshot / f).is_file())
-    with _hub_errors(w), _progress(w, todo):
+    with _hub_errors(w), _progress(w, todo), bounded_http():
         folder = Path(snapshot_download(w.name, repo_type=w.repo_type, revision=commit, allow_patterns=files,
                                         etag_timeout=TIMEOUT_S))
     if bad := missing(folder, sizes):
@@ -603,6 +605,22 @@ def _progress(w: Wanted, total: int, every_s: float = 5.0) -> Iterator[None]:
             enable_progress_bars()
     if total:
         _say(f"hub: {w.name}: {_mb(total)} in {time.monotonic() - start:.1f} s")
+
+
+@contextlib.contextmanager
+def bounded_http() -> Iterator[None]:
+    """huggingface_hub's shared HTTP client with timeouts meanwhile: it has none (``timeout=None``), and only some of
+    its calls pass their own (the tree listing ``snapshot_download`` asks for, uploads do not)."""
+    import httpx2  # huggingface_hub's HTTP client
+    from huggingface_hub import get_session
+
+    session = get_session()
+    previous = session.timeout
+    session.timeout = httpx2.Timeout(TRANSFER_S, connect=TIMEOUT_S, pool=TIMEOUT_S)
+    try:
+        yield
+    finally:
+        session.timeout = previous
 
 
 def _mb(n: float) -> str:

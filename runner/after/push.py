@@ -13,8 +13,9 @@ repo's history.
 Every refusal, the Hub's included (401, 403, 404), is a :class:`PushError`: one paragraph with the fix.
 
 Timeouts: huggingface_hub's shared HTTP client has none (``timeout=None``) and its upload calls (``create_repo``,
-``preupload``, ``commit``, LFS) pass none, so the push gives that client :data:`TIMEOUT` for its duration (each
-call is bounded; huggingface_hub retries a timed-out call a few times, with backoff, so the whole is bounded too).
+``preupload``, ``commit``, LFS) pass none, so the push gives that client bounded timeouts for its duration
+(:func:`runner.hub.bounded_http`; each call is bounded; huggingface_hub retries a timed-out call a few times, with
+backoff, so the whole is bounded too).
 The one call here that passes its own timeout (``model_info``) is given it. Files the real Hub stores with Xet go
 through ``hf_xet``, whose own client bounds its transfers.
 """
@@ -34,13 +35,10 @@ from runner.config.checks.push import TOKEN_FIX, repo_id_error, token_error
 from runner.config.composing.hub_names import pins_of
 from runner.config.rules.peft import ADAPTER_CONFIG
 from runner.config.schema import RunConfig
+from runner.hub import TRANSFER_S, bounded_http
 
 log = logging.getLogger(__name__)
 
-CONNECT_S = 10.0
-"""Seconds to connect to the Hub (huggingface_hub's own default for its requests)."""
-TRANSFER_S = 120.0
-"""Seconds one read or write of a push may wait (a commit's answer can take a while on the Hub's side)."""
 CARD = "README.md"
 
 
@@ -74,20 +72,6 @@ def again(run_dir: Path, repo_id: str, private: bool) -> str:
 
 
 # ---- the Hub -------------------------------------------------------------------------------------------------------
-
-@contextlib.contextmanager
-def bounded_http() -> Iterator[None]:
-    """huggingface_hub's shared client with :data:`CONNECT_S` / :data:`TRANSFER_S` timeouts meanwhile (it has none)."""
-    import httpx2  # huggingface_hub's HTTP client
-    from huggingface_hub import get_session
-
-    session = get_session()
-    previous = session.timeout
-    session.timeout = httpx2.Timeout(TRANSFER_S, connect=CONNECT_S, pool=CONNECT_S)
-    try:
-        yield
-    finally:
-        session.timeout = previous
 
 
 def open_repo(repo_id: str, private: bool, where: str) -> str:
