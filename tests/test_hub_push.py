@@ -191,7 +191,7 @@ def test_the_card_says_what_it_was_trained_from_how_and_how_to_load_it(pushed: P
     meta = adapter.split("---")[1]
     assert "base_model: org/tiny" in meta and "library_name: peft" in meta and "- org/text" in meta, meta
     assert "- runner" in meta and "- lora" in meta and "pipeline_tag: text-generation" in meta, meta
-    assert f"org/tiny](https://huggingface.co/org/tiny) at commit `{pushed.base_commit}`" in adapter
+    assert f"org/tiny]({pushed.hub.endpoint}/org/tiny) at commit `{pushed.base_commit}`" in adapter  # its Hub's page
     assert f"at commit `{pushed.data_commit}`, config `default`, split `train`" in adapter
     assert "Objective: `sft`" in adapter and "r=4, alpha=8" in adapter and "3 steps" in adapter
     assert "(`val/loss`)" in adapter

@@ -35,7 +35,7 @@ from runner.config.checks.push import TOKEN_FIX, repo_id_error, token_error
 from runner.config.composing.hub_names import pins_of
 from runner.config.rules.peft import ADAPTER_CONFIG
 from runner.config.schema import RunConfig
-from runner.hub import TRANSFER_S, bounded_http
+from runner.hub import TRANSFER_S, bounded_http, endpoint
 
 log = logging.getLogger(__name__)
 
@@ -240,7 +240,7 @@ def _sources(cfg: RunConfig, base: Mapping[str, Any] | None, by_key: Mapping[str
     path = getattr(cfg.model, "path", None)
     if base is not None:
         asked = f" (asked for `{base['revision']}`)" if base["revision"] != base["commit"] else ""
-        out.append(f"- Base model: [{base['name']}](https://huggingface.co/{base['name']}) at commit "
+        out.append(f"- Base model: [{base['name']}]({endpoint()}/{base['name']}) at commit "
                    f"`{base['commit']}`{asked}.")
     elif path:
         out.append(f"- Base model: a local folder, `{path}` (not on the Hub).")
@@ -252,7 +252,7 @@ def _sources(cfg: RunConfig, base: Mapping[str, Any] | None, by_key: Mapping[str
         record = by_key.get(key)
         value = getattr(cfg.data, key.split(".", 1)[1], None)
         if record is not None:
-            out.append(f"- {label}: [{record['name']}](https://huggingface.co/datasets/{record['name']}) at commit "
+            out.append(f"- {label}: [{record['name']}]({endpoint()}/datasets/{record['name']}) at commit "
                        f"`{record['commit']}`, config `{record.get('config', 'default')}`, split "
                        f"`{record.get('split', 'train')}`.")
         elif value:
