@@ -287,8 +287,13 @@ def _data_files(w: Wanted, listing: Mapping[str, int], readme: str | None) -> li
     named = configs(readme)
     extra = ["README.md"] if "README.md" in listing else []
     if named:
-        patterns = [_glob(p) for ps in named[_chosen_config(w, named)].values() for p in ps]
-        return sorted({*extra, *(f for f in listing if any(p.match(f) for p in patterns))})
+        chosen = _chosen_config(w, named)
+        patterns = [_glob(p) for ps in named[chosen].values() for p in ps]
+        found = [f for f in listing if any(p.match(f) for p in patterns)]
+        if not found:
+            raise HubError(f"data.path={w.given}: config {chosen} of {w.name} names files its repo does not hold "
+                           f"({', '.join(p for ps in named[chosen].values() for p in ps)}).")
+        return sorted({*extra, *found})
     if w.config not in (None, "default"):
         raise HubError(f"data.config={w.config}: {w.name} has one config, default (its card lists no configs). Drop "
                        "data.config.")
@@ -382,13 +387,13 @@ def fetch(w: Wanted, stall_s: float = STALL_S) -> Pin:
     return _download(w)
 
 
-def _from_cache(w: Wanted, commit: str) -> Pin | None:
+def _from_cache(w: Wanted, commit: str, listing: Mapping[str, int] | None = None) -> Pin | None:
     """The pin from the cache alone, or None when the cache does not hold it whole (``files`` from huggingface_hub's
     cached listing; with none, what the snapshot holds)."""
     snapshot = _repo_folder(w) / "snapshots" / commit
     if not snapshot.is_dir():
         return None
-    listing = _cached_listing(w, commit)
+    listing = listing if listing is not None else _cached_listing(w, commit)
     readme = snapshot / "README.md"
     text = readme.read_text(errors="replace") if readme.is_file() else None
     sizes: dict[str, int | None]
@@ -467,7 +472,7 @@ def _download(w: Wanted) -> Pin:
         raise
     except Exception as e:  # noqa: BLE001 - each of the Hub's answers is turned into its paragraph
         return _offline_or_raise(w, e)
-    if (pin := _from_cache(w, commit)) is not None:  # the cache has it whole: no file is asked for
+    if (pin := _from_cache(w, commit, listing)) is not None:  # the cache has it whole: no file is asked for
         _write_ref(w, commit)
         return pin
     readme = None
