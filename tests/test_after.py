@@ -585,7 +585,10 @@ def test_eval_says_how_far_it_is_and_ctrl_c_stops_it_saying_what_was_scored(gpt:
     # ~10 MB of the run's text one window a batch: thousands of batches, minutes on a loaded machine
     proc = subprocess.Popen([sys.executable, "-m", "runner", "eval", str(gpt.run_dir), "--out", str(out),
                              "data.max_bytes=10000000", "data.batch_size=1"], cwd=tmp_path, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            # as a terminal starts it: a suite run in the background inherits SIGINT ignored, and
+                            # Python then leaves it ignored (no KeyboardInterrupt)
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert proc.stdout is not None
     watchdog = threading.Timer(900, proc.kill)  # no progress line ever (the old code): the output ends, the test fails
     watchdog.start()
