@@ -96,6 +96,11 @@ class Pin:
     splits: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     @property
+    def validation_split(self) -> str | None:
+        """The data set's own split that validates: the first of :data:`VALIDATION_SPLITS` it has files for."""
+        return next((s for s in VALIDATION_SPLITS if self.splits.get(s)), None)
+
+    @property
     def value(self) -> str:
         """The setting as the run records it: the name at its commit."""
         return self.wanted.at(self.commit)
@@ -365,6 +370,8 @@ def _safetensors_short(path: Path) -> str | None:
 # ---- fetching --------------------------------------------------------------------------------------------------------
 
 def local_rank() -> int:
+    """This process's rank on its machine, as the launchers set it (Lightning's, torchrun: ``LOCAL_RANK``; SLURM:
+    ``SLURM_LOCALID``); 0 for a process started alone."""
     for name in ("LOCAL_RANK", "SLURM_LOCALID"):
         value = os.environ.get(name, "")
         if value.isdigit():

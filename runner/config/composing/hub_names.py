@@ -91,7 +91,7 @@ def _local(pin: hub.Pin, attr: str) -> tuple[str, hub.Pin]:
         return pin.local, pin
     split = pin.wanted.split or "train"
     if attr == "val_path" and pin.wanted.split is None:
-        found = next((s for s in hub.VALIDATION_SPLITS if pin.splits.get(s)), None)
+        found = pin.validation_split
         if found is None:
             raise hub.HubError(f"data.val_path={pin.wanted.given}: {pin.wanted.name} has no validation split "
                                f"({', '.join(pin.splits)}): name the one that validates with data.val_split=NAME.")
@@ -105,7 +105,7 @@ def _own_validation(data: Any, pins: list[hub.Pin]) -> None:
     train = next((p for p in pins if p.wanted.key == "data.path"), None)
     if train is None or getattr(data, "val_path", None) is not None:
         return
-    split = data.val_split or next((s for s in hub.VALIDATION_SPLITS if train.splits.get(s)), None)
+    split = data.val_split or train.validation_split
     if split is None:
         return
     if split == (train.wanted.split or "train"):

@@ -18,6 +18,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from runner import hub
 from runner.data.reading.corpus import SKIP_DIRS, describe_missing_text, sniff, text_files
 from runner.figures import counted
 
@@ -56,8 +57,8 @@ class Source:
         return f"{counted(len(self.files), self.kind + ' file')} ({self.given})"
 
 
-VALIDATION_SPLITS = ("validation", "valid", "val", "dev")
-"""A saved ``DatasetDict``'s splits that are its own validation set, the first one present."""
+# A saved DatasetDict's splits that are its own validation set, the first one present: a Hub data set's names too
+VALIDATION_SPLITS = hub.VALIDATION_SPLITS
 
 
 def own_validation(given: str | None) -> str | None:

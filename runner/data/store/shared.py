@@ -28,6 +28,7 @@ from pathlib import Path
 
 from runner.atomic_files import DiskFullError, disk_full
 from runner.data.store.arrays import INFO, Store
+from runner.hub import local_rank
 
 log = logging.getLogger(__name__)
 
@@ -38,16 +39,6 @@ POLL_S = 0.2
 
 class PrepareTimeout(TimeoutError):
     """Waited for another process to prepare a store, and it made no progress for ``STALL_S`` seconds."""
-
-
-def local_rank() -> int:
-    """This process's rank on its machine, as the launchers set it (Lightning's, torchrun: ``LOCAL_RANK``; SLURM:
-    ``SLURM_LOCALID``); 0 for a process started alone."""
-    for name in ("LOCAL_RANK", "SLURM_LOCALID"):
-        value = os.environ.get(name, "")
-        if value.isdigit():
-            return int(value)
-    return 0
 
 
 def progress_file(directory: Path) -> Path:
