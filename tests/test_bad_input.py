@@ -167,14 +167,15 @@ def test_fp8_offload_on_a_torch_without_float8(monkeypatch: pytest.MonkeyPatch) 
         precheck(["+recipe=smoke", "offload.strategy=fp8"])
 
 
-def test_cuda_graphs_on_cpu_is_a_warning_not_an_error(caplog: pytest.LogCaptureFixture,
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    from runner.config.checks import validate
+def test_cuda_graphs_on_cpu_is_a_warning_not_an_error_said_once(caplog: pytest.LogCaptureFixture,
+                                                                tmp_path: Path) -> None:
+    from runner.config import compose, load
 
-    monkeypatch.setattr(validate, "_warned", set())  # warned once per process: another test may have been first
+    overrides = ["+recipe=smoke", "cudagraphs.mode=reduce_overhead", "compile.backend=inductor", "seed=4321"]
     with caplog.at_level(logging.WARNING):
-        precheck(["+recipe=smoke", "cudagraphs.mode=reduce_overhead", "compile.backend=inductor", "seed=4321"])
-    assert "cudagraphs.mode=reduce_overhead on trainer.accelerator=cpu" in caplog.text
+        precheck(overrides)  # validates without a word: the job says it
+        load(compose(overrides, run_dir=str(tmp_path)))
+    assert caplog.text.count("cudagraphs.mode=reduce_overhead on trainer.accelerator=cpu") == 1
     assert "cudagraphs=disabled" in caplog.text
 
 

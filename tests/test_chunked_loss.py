@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from runner.config import compose, load
-from runner.config.rules.loss import LossFacts, decide
+from runner.config.decisions.loss import LossFacts, resolve_loss
 from runner.config.schema.loss import Chunked, LossConfig
 from runner.losses import chunk_rows, chunking_unavailable, linear_cross_entropy
 from runner.packing import PackedInputs
@@ -258,36 +258,36 @@ def _facts(**kw: Any) -> LossFacts:
 
 
 def test_auto_chunks_large_logits_only() -> None:
-    big = decide(_facts())
+    big = resolve_loss(_facts())
     assert big.chunked and big.rows == 512 and big.chunks == 8 and "1.96 GiB" in big.reason
-    small = decide(_facts(tokens=1024, vocab=32_000))  # 125 MiB of logits: one chunk would be the whole
+    small = resolve_loss(_facts(tokens=1024, vocab=32_000))  # 125 MiB of logits: one chunk would be the whole
     assert not small.chunked and small.refusal is None and "within 256 MiB" in small.reason
-    assert decide(_facts(tokens=None)).chunked and not decide(_facts(tokens=None, vocab=32_000)).chunked
-    fixed = decide(_facts(chunks=3, vocab=32_000, tokens=1024))  # a count asks for chunks whatever the size
+    assert resolve_loss(_facts(tokens=None)).chunked and not resolve_loss(_facts(tokens=None, vocab=32_000)).chunked
+    fixed = resolve_loss(_facts(chunks=3, vocab=32_000, tokens=1024))  # a count asks for chunks whatever the size
     assert fixed.chunked and fixed.chunks == 3 and fixed.rows == 342
 
 
 def test_one_chunk_is_said_in_the_singular() -> None:
     """loss.chunks=1 (or a step small enough for one chunk): "1 chunk of 96 positions", not "1 chunks"."""
-    one = decide(_facts(mode=Chunked.true, raw=True, chunks=1, tokens=96, vocab=VOCAB))
+    one = resolve_loss(_facts(mode=Chunked.true, raw=True, chunks=1, tokens=96, vocab=VOCAB))
     assert one.chunked and one.chunks == 1 and one.reason.endswith("; 1 chunk of 96 positions"), one.reason
-    assert decide(_facts(chunks=2, tokens=96, vocab=VOCAB)).reason.endswith("; 2 chunks of 48 positions")
+    assert resolve_loss(_facts(chunks=2, tokens=96, vocab=VOCAB)).reason.endswith("; 2 chunks of 48 positions")
 
 
 def test_where_it_cannot_chunk_auto_says_so_and_true_is_refused() -> None:
-    auto = decide(_facts(head="OwnLM does not declare its output layer"))
+    auto = resolve_loss(_facts(head="OwnLM does not declare its output layer"))
     assert not auto.chunked and auto.refusal is None and "OwnLM" in (auto.note or "")
-    true = decide(_facts(mode=Chunked.true, raw=True, head="OwnLM does not declare its output layer"))
+    true = resolve_loss(_facts(mode=Chunked.true, raw=True, head="OwnLM does not declare its output layer"))
     assert true.refusal and "output_layer()" in true.refusal and "loss.chunked=auto" in true.refusal
-    old = decide(_facts(mode=Chunked.true, raw=True, torch="torch 2.11 has no linear_cross_entropy"))
+    old = resolve_loss(_facts(mode=Chunked.true, raw=True, torch="torch 2.11 has no linear_cross_entropy"))
     assert old.refusal and "torch>=2.13" in old.refusal
-    assert not decide(_facts(torch="torch 2.11 has none")).chunked
-    classifier = decide(_facts(mode=Chunked.true, raw=True, classifier=True, vocab=None))
+    assert not resolve_loss(_facts(torch="torch 2.11 has none")).chunked
+    classifier = resolve_loss(_facts(mode=Chunked.true, raw=True, classifier=True, vocab=None))
     assert not classifier.chunked and classifier.refusal is None and "ignored" in (classifier.note or "")
 
 
 def test_a_qlora_adapted_output_layer_is_not_chunked_a_lora_one_is() -> None:
-    from runner.config.rules.loss import head_problem
+    from runner.config.decisions.loss import head_problem
     from runner.config.schema.peft import PeftConfig, PeftMethod
 
     gpt = _gpt()
@@ -300,7 +300,7 @@ def test_a_qlora_adapted_output_layer_is_not_chunked_a_lora_one_is() -> None:
 @pytest.mark.parametrize("loss", [LossConfig(chunked="maybe"), LossConfig(chunks=0),
                                   LossConfig(chunked=False, chunks=4)])
 def test_bad_settings_are_refused(loss: LossConfig) -> None:
-    assert decide(LossFacts(loss.mode, loss.chunks, loss.chunked, vocab=VOCAB, tokens=96)).refusal
+    assert resolve_loss(LossFacts(loss.mode, loss.chunks, loss.chunked, vocab=VOCAB, tokens=96)).refusal
 
 
 class OwnLM(nn.Module):

@@ -1,5 +1,5 @@
-"""``cudagraphs=auto``, the default: one decision function (``runner.config.rules.stack.cudagraphs_decision``) with its
-reasons, asked for each case as a plain function of plain values, then through the plan, the config check and a
+"""``cudagraphs=auto``, the default: one decision function (``runner.config.decisions.stack.cudagraphs_decision``)
+with its reasons, asked for each case as a plain function of plain values, then through the plan, the config check and a
 CPU fit, where nothing changes: auto is off with the reason "no CUDA device".
 """
 
@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from runner.config import compose, load
-from runner.config.checks.validate import emit_warnings, validate
-from runner.config.rules.stack import MIN_FREE_MEMORY, CudaGraphsFacts, cudagraphs_decision
+from runner.config.checks.validate import notes, validate
+from runner.config.decisions.stack import MIN_FREE_MEMORY, CudaGraphsFacts, cudagraphs_decision
 from runner.config.schema import CompileConfig, CudaGraphMode, CudaGraphsConfig, DynamicConfig, Scope
 from runner.config.schema.options import OffloadStrategy, ShapePolicy
 
@@ -99,7 +99,7 @@ def test_auto_is_the_default_and_never_refused_or_warned_about(tmp_path: Path) -
     cfg = load(compose(run_dir=str(tmp_path)))
     assert cfg.cudagraphs.mode is AUTO and CudaGraphsConfig().mode is AUTO
     validate(cfg)
-    assert not any("CUDA" in message for message in emit_warnings(cfg))
+    assert not any("CUDA" in message for message in notes(cfg))
     from runner import torch_internals as ti
 
     beside = [["trainer=fsdp", "compile=blocks"], ["dynamic=dynamic"], ["offload=cpu"],
@@ -109,7 +109,7 @@ def test_auto_is_the_default_and_never_refused_or_warned_about(tmp_path: Path) -
     for overrides in beside:
         validate(load(compose([*overrides, "cudagraphs=auto"], run_dir=str(tmp_path))))
     explicit = load(compose(["cudagraphs=reduce_overhead"], run_dir=str(tmp_path)))
-    assert any("CUDA graphs need a CUDA device" in message for message in emit_warnings(explicit))
+    assert any("CUDA graphs need a CUDA device" in message for message in notes(explicit))
 
 
 def test_a_cpu_fit_under_auto_is_unchanged_and_says_why() -> None:

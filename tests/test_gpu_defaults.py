@@ -1,4 +1,5 @@
-"""The defaults the GPU rows decide (``runner.config.rules.gpu_defaults``, docs/gpu.md "Defaults follow the rows"), and
+"""The defaults the GPU rows decide (``runner.config.decisions.gpu_defaults``, docs/gpu.md "Defaults follow the
+rows"), and
 ``compile.background=auto`` on a CUDA device: compiling beside the run where its memory has room.
 
 Each default is one line read where its decision is made: flipping it (``monkeypatch``, as a row would flip the
@@ -17,8 +18,8 @@ import pytest
 import torch
 
 from runner import torch_internals as ti
-from runner.config.rules import gpu_defaults
-from runner.config.rules.stack import CudaGraphsFacts, cudagraphs_decision
+from runner.config.decisions import gpu_defaults
+from runner.config.decisions.stack import CudaGraphsFacts, cudagraphs_decision
 from runner.config.schema import Background, CudaGraphMode, OptimizerPolicy, Scope
 from runner.config.schema.options import ShapePolicy
 from runner.stack.background import BackgroundCompile, DeviceRoom, room_for_process
@@ -38,7 +39,7 @@ def test_cudagraphs_auto_follows_its_line(monkeypatch: pytest.MonkeyPatch) -> No
     assert cudagraphs_decision(CudaGraphMode.auto, eligible).on
     monkeypatch.setattr(gpu_defaults, "CUDAGRAPHS_AUTO", False)
     off = cudagraphs_decision(CudaGraphMode.auto, eligible)
-    assert not off.on and "runner.config.rules.gpu_defaults" in off.reason and "reduce_overhead" in off.reason
+    assert not off.on and "runner.config.decisions.gpu_defaults" in off.reason and "reduce_overhead" in off.reason
     assert cudagraphs_decision(CudaGraphMode.reduce_overhead, eligible).on  # asked for: never the default's to undo
 
 
@@ -47,7 +48,7 @@ def test_the_graphed_optimizer_step_follows_its_line(monkeypatch: pytest.MonkeyP
     assert resolve_optimizer_policy(OptimizerPolicy.auto, adamw, CUDA, True)[0] is OptimizerPolicy.fused
     monkeypatch.setattr(gpu_defaults, "OPTIMIZER_AUTO_GRAPHED", True)
     chosen, reason = resolve_optimizer_policy(OptimizerPolicy.auto, adamw, CUDA, True)
-    assert chosen is OptimizerPolicy.graphed and "runner.config.rules.gpu_defaults" in reason
+    assert chosen is OptimizerPolicy.graphed and "runner.config.decisions.gpu_defaults" in reason
     # Only where CUDA graphs are on and nothing blocks the graph-safe step.
     assert resolve_optimizer_policy(OptimizerPolicy.auto, adamw, CUDA, False)[0] is OptimizerPolicy.fused
     assert resolve_optimizer_policy(OptimizerPolicy.auto, adamw, CUDA, True, blocker="a hook")[0] \
@@ -58,7 +59,7 @@ def test_background_on_cuda_follows_its_line(monkeypatch: pytest.MonkeyPatch) ->
     assert resolve_background(Background.auto, PLAN, 1, False, CUDA) == (Background.auto, None)
     monkeypatch.setattr(gpu_defaults, "BACKGROUND_AUTO_ON_CUDA", False)
     policy, why = resolve_background(Background.auto, PLAN, 1, False, CUDA)
-    assert policy is Background.disabled and why is not None and "runner.config.rules.gpu_defaults" in why
+    assert policy is Background.disabled and why is not None and "runner.config.decisions.gpu_defaults" in why
     assert resolve_background(Background.shared, PLAN, 1, False, CUDA)[0] is Background.shared  # opted in
     assert resolve_background(Background.auto, PLAN, 1, False, torch.device("cpu"))[0] is Background.auto
 

@@ -367,7 +367,7 @@ def test_meter_waits_for_the_cuda_graph_warm_up_before_it_counts_steady_steps() 
 # -- refusals for what cannot work, before anything runs ------------------------------------------------
 def test_cpu_offload_exclusion_inside_compiled_code_is_refused(tmp_path: Any) -> None:
     from runner.config import compose, load
-    from runner.config.checks.stack import check_compiled_optimizer_scaler, check_cpu_offload_exclude
+    from runner.config.decisions.stack import check_compiled_optimizer_scaler, check_cpu_offload_exclude
 
     cfg = load(compose(["+recipe=smoke", "offload=cpu"], run_dir=str(tmp_path)))
     assert check_cpu_offload_exclude(cfg) is None  # on a CPU offload=cpu acts as none

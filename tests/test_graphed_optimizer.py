@@ -341,7 +341,7 @@ def test_gradient_accumulation_is_correct_uncaptured(tmp_path: Path) -> None:
     accumulate in place (Lightning's zero_grad is a no-op, the step zeroes after its update), as with the fused
     step and Lightning's own zeroing. Captured, accumulation never runs: CUDA graphs refuse it (reduce_overhead)
     or stay off (auto)."""
-    from runner.config.rules.stack import CudaGraphsFacts, cudagraphs_decision
+    from runner.config.decisions.stack import CudaGraphsFacts, cudagraphs_decision
     from runner.config.schema import CudaGraphMode, ShapePolicy
 
     def fit(policy: OptimizerPolicy) -> nn.Module:

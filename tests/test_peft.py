@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch import nn
 
-from runner.config.rules.peft import adapted_shapes, resolve_plan
+from runner.config.decisions.peft import adapted_shapes, resolve_plan
 from runner.config.schema.peft import PeftConfig, PeftMethod
 from runner.peft import LoRALinear, apply_peft
 from runner.peft.layer import LoRAConv1D

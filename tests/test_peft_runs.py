@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from runner.after.cli import main
-from runner.config.rules.peft import ADAPTER_CONFIG, ADAPTER_WEIGHTS
+from runner.config.decisions.peft import ADAPTER_CONFIG, ADAPTER_WEIGHTS
 from runner.figures.peft import (
     PEFT_BASE_WEIGHT_BYTES,
     PEFT_METHOD,

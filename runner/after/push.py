@@ -33,7 +33,7 @@ from typing import Any
 from runner.config import ConfigError
 from runner.config.checks.push import TOKEN_FIX, repo_id_error, token_error
 from runner.config.composing.hub_names import pins_of
-from runner.config.rules.peft import ADAPTER_CONFIG
+from runner.config.decisions.peft import ADAPTER_CONFIG
 from runner.config.schema import RunConfig
 from runner.hub import TRANSFER_S, bounded_http, endpoint
 

@@ -1,20 +1,8 @@
-"""Config, in four parts, each a package, and below them what they share.
-
-- ``schema``: the typed schema of every node (``RunConfig`` and each group's; the closed options with their rows;
-  the open ``_target_`` nodes, the model families, the data options);
-- ``checks``: every check a composed config passes before anything runs, one module a part of the config
-  (``checks.validate`` runs them all);
-- ``rules``: the decisions the checks and the code at fit time share, each written once (the compile stack's
-  refusals, the chunked loss, an adapter's targets, the defaults the GPU rows decide);
-- ``composing``: from the command line and the YAML layers to a validated ``RunConfig`` through Hydra (``precheck``,
-  ``loading``, ``store``, Hydra's errors in runner's words, ``--help``, the recipes, the layers, run directories).
-
-Beside them: ``errors`` (``ConfigError``, "did you mean"), ``paths`` (where a run keeps its files),
-``target_objects`` (what a ``_target_`` names, and the model on the meta device), ``cache_secret`` (the compile
-cache's secret) and ``tune`` (``runner tune``'s own config).
-
-``compose`` and ``load`` (Hydra and OmegaConf) are imported when first used: the schema, the checks and
-everything a ``CompileStrategy`` in a user's own Trainer needs import without Hydra installed.
+"""Config: ``schema`` (the typed nodes, the closed options with their rows), ``decisions`` (each decision one
+``resolve_*`` function, called by its check before the run and by the fit), ``checks`` (the rest of what a composed
+config passes before anything runs) and ``composing`` (from the command line and the YAML layers through Hydra to
+a validated ``RunConfig``). ``compose`` and ``load`` import Hydra when first used: a ``CompileStrategy`` in a
+user's own Trainer imports none of it.
 """
 
 from typing import Any

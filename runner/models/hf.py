@@ -144,7 +144,7 @@ class CausalLM(nn.Module):
     (:mod:`runner.models.hf_packing`). The KV cache is off: training never reuses it, and building it costs graph
     breaks."""
 
-    adapter_root = "model"  # peft's key names are relative to the transformers model (runner.config.rules.peft)
+    adapter_root = "model"  # peft's key names are relative to the transformers model (runner.config.decisions.peft)
     adapter_task = "CAUSAL_LM"  # peft's task_type, written into adapter_config.json
 
     def __init__(self, config: str | None = "llama", path: str | None = None,

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from torch import nn
 
-from runner.config.rules.peft import AdapterPlan
+from runner.config.decisions.peft import AdapterPlan
 from runner.config.schema.peft import PeftConfig
 from runner.peft.layer import LoRALinear
 

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from runner.config.rules.peft import ADAPTER_CONFIG, ADAPTER_WEIGHTS, PeftTargetError, lora_key, saved_key
+from runner.config.decisions.peft import ADAPTER_CONFIG, ADAPTER_WEIGHTS, PeftTargetError, lora_key, saved_key
 from runner.config.schema.peft import PeftMethod
 from runner.peft.adapter import Adapter
 

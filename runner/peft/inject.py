@@ -1,13 +1,13 @@
 """Put the adapter into a model: every weight frozen, each target linear replaced by its adapted layer in place
 (by module path, so it works for any ``nn.Module``), the modules trained in full unfrozen, and a saved adapter
-(``peft.path``) loaded. Which modules: ``runner.config.rules.peft.resolve_plan``, the rule the config check
+(``peft.path``) loaded. Which modules: ``runner.config.decisions.peft.resolve_plan``, the rule the config check
 runs before the run."""
 
 from __future__ import annotations
 
 from torch import nn
 
-from runner.config.rules.peft import adapter_root, resolve_plan
+from runner.config.decisions.peft import adapter_root, resolve_plan
 from runner.config.schema.peft import PeftConfig, PeftMethod
 from runner.peft.adapter import ADAPTER, Adapter
 from runner.peft.files import load_adapter

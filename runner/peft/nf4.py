@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from runner.config.rules.peft import NF4_BLOCK, nf4_scaler_block
+from runner.config.decisions.peft import NF4_BLOCK, nf4_scaler_block
 from runner.peft.layer import LoRALinear
 from runner.torch_internals import nf4_module
 

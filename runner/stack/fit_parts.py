@@ -15,7 +15,7 @@ import torch
 from torch.optim import Optimizer
 
 from runner import torch_internals as ti
-from runner.config.rules import stack as stack_rules
+from runner.config.decisions import stack as stack_rules
 from runner.config.schema import OnError, OptimizerPolicy
 from runner.figures.compile_plan import COMPILE_MODE, COMPILE_OPTIONS, COMPILE_TARGET
 from runner.figures.cudagraphs import CUDAGRAPHS_DECISION
@@ -221,7 +221,7 @@ def build_fit_parts(settings: CompileSettings, module: L.LightningModule, lightn
                         automatic_optimization=module.automatic_optimization, pulls_batches=pulls,
                         reads_results=reads, facts=facts)
     log.info("CUDA graphs %s", plan.cudagraphs_decision.describe())
-    # The rules the config check enforces too (runner.config.rules.stack), here with what the fit found; refused
+    # The rules the config check enforces too (runner.config.decisions.stack), here with what the fit found; refused
     # before the saved-activation measurement (setup's step 0) spends its compiles.
     offload_cfg = s.offload
     # Which excluded modules run compiled matters only to a strategy whose hooks run eagerly (offload=cpu).

@@ -1,6 +1,6 @@
 """The cross-entropy ``TrainModule`` computes, chosen once before the fit: from the whole logits (:class:`FullLogits`)
 or a chunk of positions at a time from the last hidden states and the output layer's weight (:class:`ChunkedLogits`,
-``runner.losses.linear_cross_entropy``), as ``loss.chunked`` and the model decide (``runner.config.rules.loss``).
+``runner.losses.linear_cross_entropy``), as ``loss.chunked`` and the model decide (``runner.config.decisions.loss``).
 
 Both are called the same way, ``loss(model, inputs, targets, reduction=...)``, in training and validation steps, so
 neither the step nor the compile stack asks which one runs. The chunked one calls the model's ``forward`` (with
@@ -13,7 +13,6 @@ A LoRA adapter on the output layer (``peft.target_modules`` naming it) joins the
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -21,15 +20,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from runner.config.checks.validate import already_said
-from runner.config.rules.loss import LossDecision, LossFacts, data_facts, decide, head_problem
+from runner.config.decisions import loss as loss_decision
+from runner.config.decisions.loss import LossDecision
 from runner.config.schema.loss import LossConfig
 from runner.config.schema.peft import PeftConfig
 from runner.figures.loss import LOSS_CHUNK_ROWS, LOSS_CHUNKED, LOSS_CHUNKS, LOSS_LOGITS_GIB, LOSS_REASON
-from runner.losses import IGNORE_INDEX, Reduction, chunking_unavailable, linear_cross_entropy, logits_bytes
+from runner.losses import IGNORE_INDEX, Reduction, linear_cross_entropy, logits_bytes
 from runner.peft.layer import LoRALinear
-
-log = logging.getLogger(__name__)
 
 
 def lm_loss(logits: torch.Tensor, targets: torch.Tensor, reduction: Reduction = "mean") -> torch.Tensor:
@@ -119,17 +116,14 @@ FULL_LOGITS = LossPlan(LossDecision(False, None, None, "the whole logits (TrainM
 
 
 def resolve_loss(model: nn.Module, loss: LossConfig, peft: PeftConfig, data: dict[str, Any], traits: Any) -> LossPlan:
-    """The loss ``model`` trains with, decided before ``peft`` adapts it (``runner.config.rules.loss.decide`` on the
+    """The loss ``model`` trains with, decided before ``peft`` adapts it (``runner.config.decisions.loss`` on the
     real model: what the config check decided on the meta one). Raises ``ValueError`` with the refusal where the
     check would have refused (a user's own ``Trainer``, where no check ran)."""
-    classifier, tokens = data_facts(data, traits)
-    head_why, vocab = head_problem(model, peft)
-    decision = decide(LossFacts(loss.mode, loss.chunks, loss.chunked, classifier, head_why, chunking_unavailable(),
-                                tokens, vocab))
+    facts = loss_decision.loss_facts(model, loss, peft, data, traits)
+    decision = loss_decision.resolve_loss(facts)
     if decision.refusal is not None:
         raise ValueError(decision.refusal)
-    if decision.note is not None and not already_said(decision.note):  # the config check said it already
-        log.warning("%s", decision.note)
+    tokens, vocab = facts.tokens, facts.vocab
     size = logits_bytes(tokens, vocab) if tokens is not None and vocab is not None else None
     head = _path_of(model, model.output_layer()) if decision.chunked else None  # type: ignore[operator]
     return LossPlan(decision, head, size)

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from runner.config import target_objects
+from runner.config.decisions.peft import state_shapes
 from runner.config.errors import close_matches
-from runner.config.rules.peft import state_shapes
 from runner.config.schema import RunConfig
 
 Check = Callable[[RunConfig], "str | None"]

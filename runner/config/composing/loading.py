@@ -1,16 +1,17 @@
-"""From Hydra's composed ``DictConfig`` to a validated ``RunConfig``, once, at the boundary; and
-``compose``, the way ``runner`` composes, for tests and notebooks."""
+"""From Hydra's composed ``DictConfig`` to a validated ``RunConfig``, once, at the boundary; and ``compose``, the way
+``runner`` composes, for tests and notebooks."""
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from runner.config.checks.validate import validate
+from runner.config.checks.validate import notes, validate
 from runner.config.composing import layers
 from runner.config.composing.hub_names import localize
 from runner.config.composing.layers import CONF_DIR
@@ -22,13 +23,21 @@ from runner.config.schema import RunConfig
 
 __all__ = ["ConfigError", "compose", "convert", "load"]
 
+log = logging.getLogger(__name__)
+
 
 def load(cfg: DictConfig) -> RunConfig:
-    """Refuse keys no schema declares, convert the composed config to typed objects, resolve its Hub names
-    (:mod:`runner.config.composing.hub_names`) and validate the combination of groups. Raises ``ConfigError``
-    before anything is built."""
-    run_cfg = convert(cfg)
-    localize(run_cfg)  # Hub names -> the folders they resolved to, fetched: every check reads files
+    """The config a run runs: converted, its Hub names resolved, validated (``ConfigError`` before anything is
+    built), and its notes said, once: the precheck before Hydra's job validates without saying them."""
+    run_cfg = checked(cfg)
+    for message in notes(run_cfg):
+        log.warning("config warning: %s", message)
+    return run_cfg
+
+
+def checked(cfg: DictConfig) -> RunConfig:
+    """``cfg`` converted, its Hub names resolved and validated, silently (the precheck's)."""
+    run_cfg = localized(cfg)
     validate(run_cfg)
     return run_cfg
 
@@ -36,7 +45,7 @@ def load(cfg: DictConfig) -> RunConfig:
 def localized(cfg: DictConfig) -> RunConfig:
     """``cfg`` converted, its Hub names resolved to the files a run reads; not validated."""
     run_cfg = convert(cfg)
-    localize(run_cfg)
+    localize(run_cfg)  # Hub names -> the folders they resolved to, fetched: every check reads files
     return run_cfg
 
 

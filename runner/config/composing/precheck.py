@@ -22,7 +22,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from runner import hydra_internals
 from runner.config.composing.hub_names import pins_of
-from runner.config.composing.loading import compose, convert, load
+from runner.config.composing.loading import checked, compose, convert
 from runner.config.composing.messages import explain
 from runner.config.composing.run_dirs import taken_error
 from runner.config.errors import ConfigError
@@ -123,7 +123,7 @@ def precheck(argv: Sequence[str]) -> list[Pin]:
     if not _informational(args) and (taken := taken_error(args.overrides, bool(args.multirun))) is not None:
         raise ConfigError(taken)
     overrides = [a for a in args.overrides if not a.lstrip("+~").startswith(("hydra.", "hydra/"))]
-    check = convert if _informational(args) else load
+    check = convert if _informational(args) else checked  # the job says the notes
     pins = []
     for job in _jobs(overrides, multirun=bool(args.multirun)):
         try:

@@ -11,7 +11,7 @@ from typing import Any, Optional
 class Chunked(Enum):
     """``loss.chunked``: whether the loss is computed a chunk of positions at a time."""
 
-    auto = "auto"  # chunked where a step's logits would be large (runner.config.rules.loss.LARGE_LOGITS_BYTES)
+    auto = "auto"  # chunked where a step's logits would be large (runner.config.decisions.loss.LARGE_LOGITS_BYTES)
     true = "true"  # chunked, or refused before the run where it cannot be
     false = "false"  # the whole [tokens x vocab] logits, as Lightning's users compute them
 

@@ -68,7 +68,7 @@ class CudaGraphMode(Enum):
 
     disabled = "disabled"
     reduce_overhead = "reduce_overhead"  # Inductor's CUDA-graph trees (mode="reduce-overhead")
-    # reduce_overhead where the step is eligible (runner.config.rules.stack.cudagraphs_decision), else disabled
+    # reduce_overhead where the step is eligible (runner.config.decisions.stack.cudagraphs_decision), else disabled
     auto = "auto"
 
 

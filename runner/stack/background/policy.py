@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from runner.config.rules import gpu_defaults
+from runner.config.decisions import gpu_defaults
 from runner.config.schema import Background
 from runner.figures.compile_background import COMPILE_BACKGROUND, COMPILE_BACKGROUND_OUTCOME
 from runner.stack.compiling.plan import CompilePlan
@@ -74,7 +74,7 @@ def resolve_background(policy: Background, plan: CompilePlan, world_size: int, p
         return Background.disabled, f"backend={backend} keeps no on-disk cache a compile process could fill"
     if policy is Background.auto and device.type == "cuda" and not gpu_defaults.BACKGROUND_AUTO_ON_CUDA:
         return Background.disabled, ("on cuda the GPU rows measured compiling beside the run finishing later than "
-                                     "compiling in it (runner.config.rules.gpu_defaults); "
+                                     "compiling in it (runner.config.decisions.gpu_defaults); "
                                      "compile.background=shared opts in")
     if policy is Background.auto and device.type not in ("cpu", "cuda"):
         # No way to ask this device how much memory a second model, its optimizer state and a batch's

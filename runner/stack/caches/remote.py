@@ -37,7 +37,7 @@ import torch
 from runner import torch_internals as ti
 from runner.atomic_files import atomic_write_bytes
 from runner.config.cache_secret import SECRET_ENV, Signer, read_secret, redact_url
-from runner.config.checks.stack import remote_cache_error
+from runner.config.decisions.stack import remote_cache_error
 from runner.config.schema import CacheTrust
 from runner.figures.compile_caches import (
     COMPILE_REMOTE_CACHE,

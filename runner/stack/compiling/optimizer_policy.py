@@ -11,7 +11,7 @@ import torch
 from torch.optim import Optimizer
 
 from runner import torch_internals as ti
-from runner.config.rules import gpu_defaults
+from runner.config.decisions import gpu_defaults
 from runner.config.schema import OptimizerPolicy
 
 
@@ -91,7 +91,7 @@ def resolve_optimizer_policy(
     name = type(optimizer).__name__
     if blocker is None and not supports_fused(optimizer, device):  # the graph-safe step skips inside the kernel
         blocker = f"{name} has no fused {device.type} kernel (the update that skips a step on the device)"
-    # A compiled step with a scaler is refused before this (runner.config.rules.stack, by the config check and the
+    # A compiled step with a scaler is refused before this (runner.config.decisions.stack, by the config check and the
     # stack).
     if policy is OptimizerPolicy.graphed and blocker is None:
         return policy, ("set in config: clipping, the update and zeroing in one graph-safe function"
@@ -108,12 +108,12 @@ def resolve_optimizer_policy(
         return OptimizerPolicy.none, (f"a gradient scaler (16-mixed) steps {name}, which has no fused "
                                       f"{device.type} kernel: it runs as configured")
     # auto picks graphed only once the GPU rows measure it at least as fast as the fused step it would replace
-    # (runner.config.rules.gpu_defaults, the one line that decides). compile.optimizer=graphed asks for it
+    # (runner.config.decisions.gpu_defaults, the one line that decides). compile.optimizer=graphed asks for it
     # (docs/compile.md).
     if cudagraphs and blocker is None and gpu_defaults.OPTIMIZER_AUTO_GRAPHED:
         return OptimizerPolicy.graphed, ("CUDA graphs are on and nothing blocks the graph-safe step: clipping, the "
                                          "update and zeroing in a CUDA graph of its own (measured at least as fast "
-                                         "as the fused step on a GPU: runner.config.rules.gpu_defaults)")
+                                         "as the fused step on a GPU: runner.config.decisions.gpu_defaults)")
     if not cudagraphs:
         not_captured = ""
     elif blocker is not None:

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch.optim import Optimizer
 
-from runner.config.rules.stack import CudaGraphsDecision, CudaGraphsFacts, cudagraphs_decision
+from runner.config.decisions.stack import CudaGraphsDecision, CudaGraphsFacts, cudagraphs_decision
 from runner.config.schema import CompileConfig, CudaGraphsConfig, OptimizerPolicy, Scope
 from runner.stack.compiling.optimizer_policy import (
     StepFacts,
@@ -101,7 +101,7 @@ def cudagraphs_facts(cfg: CompileConfig, device: torch.device) -> CudaGraphsFact
 
 def cudagraphs_on(cudagraphs: CudaGraphsConfig, cfg: CompileConfig, device: torch.device,
                   facts: CudaGraphsFacts | None = None) -> CudaGraphsDecision:
-    """Whether the run captures CUDA graphs, and why (:func:`runner.config.rules.stack.cudagraphs_decision`): never off
+    """Whether the run captures CUDA graphs, and why (``decisions.stack.cudagraphs_decision``): never off
     a CUDA device (there torch would silently ignore every CUDA-graph option; the stack reports them inactive)."""
     return cudagraphs_decision(cudagraphs.mode, facts or cudagraphs_facts(cfg, device))
 

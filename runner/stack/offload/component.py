@@ -207,7 +207,7 @@ def _saved_tensor_hooks(begin: Callable[[], None], end: Callable[[], None], pack
 def excluded_inside_compiled(exclude: Sequence[str], module: nn.Module, plan: CompilePlan) -> list[str]:
     """The modules ``offload.exclude`` names in ``module`` that run inside compiled code under the plan: every
     one where the whole model runs compiled, those inside the blocks under ``scope=blocks``, none eagerly.
-    (A strategy whose hooks run eagerly cannot honour those: ``runner.config.rules.stack.offload_exclusions_lost``.)"""
+    (A strategy whose hooks run eagerly cannot honour those: ``decisions.stack.offload_exclusions_lost``.)"""
     eagerly = plan.target.row.eagerly
     if not exclude or eagerly is Eagerly.all:
         return []

@@ -1,15 +1,13 @@
-"""``loss.chunked``: whether a run's cross-entropy is computed a chunk of positions at a time, and why, written once.
+"""``loss.chunked``: whether a run's cross-entropy is computed a chunk of positions at a time, and why.
 
-:func:`decide` takes plain facts; the config check (``runner.config.checks.loss``, before the run, on the model
-built on the meta device) and the builder (``runner.training.loss.resolve_loss``, on the real model) gather them
-the same way (:func:`head_problem`, :func:`data_facts`) and call it, so a run chunks exactly when its check said it
-would, and a user's own ``Trainer`` (no config check) gets the same refusal from the builder.
+:func:`resolve_loss` decides from plain facts (:func:`loss_facts`), which the check gathers before the run on the model
+built on the meta device and the builder (``runner.training.loss``) on the real model, so a run chunks exactly
+when its check said it would, and a user's own ``Trainer`` gets the same refusal.
 
-The threshold of ``auto``: a step's float32 logits (positions x vocabulary x 4 bytes) above
-:data:`LARGE_LOGITS_BYTES`, 256 MiB, the size of one chunk (``runner.losses.CHUNK_BYTES``): 2,048 positions of a
-32,000-id vocabulary, 512 of a 128,256-id one. At or below it chunking would make one chunk, the whole logits,
-and buy nothing; above it the logits (twice: their gradient too) soon outgrow a small model's own activations,
-and chunks of that size measured no slower than the whole logits compiled (docs/large-vocab.md).
+``auto`` chunks where a step's float32 logits (positions x vocabulary x 4 bytes) exceed one chunk's 256 MiB
+(``runner.losses.CHUNK_BYTES``): 2,048 positions of a 32,000-id vocabulary, 512 of a 128,256-id one. Below it
+chunking makes one chunk and buys nothing; above it the logits and their gradient soon outgrow a small model's
+activations, and chunks measured no slower than the whole logits compiled (docs/large-vocab.md).
 """
 
 from __future__ import annotations
@@ -18,16 +16,17 @@ import inspect
 from dataclasses import dataclass
 from typing import Any
 
-from runner.config.rules.peft import PeftTargetError, adapter_root, resolve_plan
-from runner.config.schema.loss import Chunked
+from runner.config import target_objects
+from runner.config.decisions.peft import PeftTargetError, adapter_root, resolve_plan
+from runner.config.schema import RunConfig
+from runner.config.schema.loss import Chunked, LossConfig
 from runner.config.schema.peft import PeftConfig, PeftMethod
 from runner.figures import counted
 
 LARGE_LOGITS_BYTES = 256 * 2**20
-"""``loss.chunked=auto`` chunks where one float32 copy of a step's logits would exceed this (module docstring)."""
+# Where the data does not say a step's positions (no batch_size and seq_len), auto chunks a vocabulary larger than
+# this: Llama 3's 128,256 ids, not Llama 2's 32,000.
 LARGE_VOCAB = 65_536
-"""Where the data does not say a step's positions (a data module of your own without ``batch_size`` and
-``seq_len``), ``auto`` chunks a vocabulary larger than this: Llama 3's 128,256 ids, not Llama 2's 32,000."""
 
 HEAD_PROTOCOL = ("give the module an output_layer() method returning the nn.Linear whose output is the logits, and "
                  "a forward(x, return_hidden=True) that returns that layer's input (the last hidden states) instead "
@@ -38,40 +37,26 @@ HEAD_PROTOCOL = ("give the module an output_layer() method returning the nn.Line
 class LossFacts:
     """What ``loss.chunked`` is decided from."""
 
-    mode: Chunked | None
-    """``loss.chunked`` (None: a value that is none of auto, true, false)."""
+    mode: Chunked | None  # None: a value that is none of auto, true, false
     chunks: int | None
-    """``loss.chunks``."""
-    raw: Any = "auto"
-    """``loss.chunked`` as given, for the messages."""
-    classifier: bool = False
-    """The data's targets are one class per example: logits ``[batch, classes]``, no vocabulary to chunk."""
-    head: str | None = None
-    """None when runner found the model's output layer; else why not, in a clause."""
-    torch: str | None = None
-    """None when this torch chunks (``runner.losses.chunking_unavailable``); else why not."""
-    tokens: int | None = None
-    """Positions of a full step (data.batch_size x data.seq_len); None where the data does not say."""
-    vocab: int | None = None
-    """The output layer's rows (None where there is no output layer to read)."""
+    raw: Any = "auto"  # loss.chunked as given, for the messages
+    classifier: bool = False  # one class per example: logits [batch, classes], no vocabulary to chunk
+    head: str | None = None  # why runner found no usable output layer, in a clause (None: it found one)
+    torch: str | None = None  # why this torch cannot chunk (runner.losses.chunking_unavailable)
+    tokens: int | None = None  # positions of a full step (batch_size x seq_len); None where the data does not say
+    vocab: int | None = None  # the output layer's rows
 
 
 @dataclass(frozen=True)
 class LossDecision:
-    """What :func:`decide` found: whether to chunk, by how much, why, and what to refuse or say."""
+    """Whether to chunk, by how much, why (the report's ``loss/reason``), and what to refuse or say."""
 
     chunked: bool
-    rows: int | None
-    """Positions per chunk (``runner.losses.linear_cross_entropy``'s ``rows``); None when unchunked."""
-    chunks: int | None
-    """Chunks of a full step (None when unchunked or when the step's positions are unknown)."""
+    rows: int | None  # positions per chunk; None when unchunked
+    chunks: int | None  # chunks of a full step; None when unchunked or the step's positions are unknown
     reason: str
-    """What ran and why, in a sentence (the report's ``loss/reason``)."""
-    refusal: str | None = None
-    """The one-paragraph refusal of this setting, before the run; None when it runs."""
-    note: str | None = None
-    """A word for the log where the setting does not do what it says (``auto`` left unchunked where the logits
-    are large, ``true`` ignored by a classifier)."""
+    refusal: str | None = None  # the one-paragraph refusal, before the run
+    note: str | None = None  # said where the setting does not do what it says (auto left unchunked on large logits)
 
 
 def _gib(n: int) -> str:
@@ -79,14 +64,13 @@ def _gib(n: int) -> str:
 
 
 def _logits(f: LossFacts) -> str:
-    """A step's logits, in words."""
     if f.tokens is None or f.vocab is None:
         return f"a {f.vocab:,}-id vocabulary" if f.vocab else "an unknown vocabulary"
     return (f"a step's float32 logits are {_gib(4 * f.tokens * f.vocab)} ({f.tokens:,} positions x "
             f"{f.vocab:,} ids)")
 
 
-def decide(f: LossFacts) -> LossDecision:
+def resolve_loss(f: LossFacts) -> LossDecision:
     """Whether and how to chunk, from the facts (module docstring)."""
     from runner.losses import MIN_TORCH, chunk_count, chunk_rows
 
@@ -137,7 +121,6 @@ def decide(f: LossFacts) -> LossDecision:
 
 
 def _large(f: LossFacts) -> bool:
-    """Whether a step's logits are large enough for ``auto`` to chunk them (module docstring)."""
     if f.vocab is None:
         return False
     if f.tokens is None:
@@ -209,3 +192,42 @@ def data_facts(data: dict[str, Any], traits: Any) -> tuple[bool, int | None]:
     ints = all(isinstance(v, int) and not isinstance(v, bool) for v in (batch, seq))
     sequences = 2 if getattr(traits, "pairs", False) else 1
     return metric == "accuracy", (batch * seq * sequences if ints else None)  # type: ignore[operator]
+
+
+def loss_facts(model: Any, loss: LossConfig, peft: PeftConfig, data: dict[str, Any], traits: Any) -> LossFacts:
+    """The facts ``loss.chunked`` is decided from, for ``model`` (on the meta device before the run, real at fit)."""
+    from runner.losses import chunking_unavailable
+
+    classifier, tokens = data_facts(data, traits)
+    head, vocab = head_problem(model, peft)
+    return LossFacts(loss.mode, loss.chunks, loss.chunked, classifier, head, chunking_unavailable(), tokens, vocab)
+
+
+def _resolved(cfg: RunConfig) -> LossDecision | None:
+    """The decision on the model built on the meta device; None where it does not build (its own checks say why)
+    or is a LightningModule of your own (its loss is its own)."""
+    import lightning as L
+
+    if cfg.loss.mode is None or (cfg.loss.chunks is not None and cfg.loss.chunks < 1):
+        return resolve_loss(LossFacts(cfg.loss.mode, cfg.loss.chunks, cfg.loss.chunked))  # no model needed
+    model = target_objects.meta_model(cfg.model)
+    if model is None or isinstance(model, L.LightningModule):
+        return None
+    return resolve_loss(loss_facts(model, cfg.loss, cfg.peft, target_objects.fields(cfg.data),
+                                   target_objects.declared(cfg.data, "traits")))
+
+
+def check_loss(cfg: RunConfig) -> str | None:
+    decision = _resolved(cfg)
+    return decision.refusal if decision is not None else None
+
+
+def note_loss(cfg: RunConfig) -> str | None:
+    """What the setting will not do (``true`` on a classifier, ``auto`` on large logits it cannot chunk), said once
+    by the job; the fit resolves the same decision on the real model and only refuses."""
+    decision = _resolved(cfg)
+    return decision.note if decision is not None and decision.refusal is None else None
+
+
+CHECKS = [check_loss]
+NOTES = [note_loss]
