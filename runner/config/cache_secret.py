@@ -24,8 +24,8 @@ from urllib.parse import urlsplit, urlunsplit
 SECRET_ENV = "RUNNER_COMPILE_CACHE_SECRET"
 SECRET_FILE_ENV = "RUNNER_COMPILE_CACHE_SECRET_FILE"
 MIN_SECRET_BYTES = 16
+# What every envelope starts with: its format and version (no value torch writes starts so: JSON, a pickle).
 TAG = b"runner-signed-v1\0"
-"""What every envelope starts with: its format and version (no value torch writes starts so: JSON, a pickle)."""
 _KEY_ID_BYTES = 8
 _MAC_BYTES = hashlib.sha256().digest_size
 HEADER_BYTES = len(TAG) + _KEY_ID_BYTES + _MAC_BYTES
@@ -104,8 +104,8 @@ def unverified_value(stored: bytes) -> bytes:
     return stored[HEADER_BYTES:] if stored.startswith(TAG) else stored
 
 
+# What the signature of a run's saved cache artifacts (compile_cache/artifacts.bin) binds them to.
 ARTIFACTS_SUBJECT = "runner compile-cache artifacts"
-"""What the signature of a run's saved cache artifacts (``compile_cache/artifacts.bin``) binds them to."""
 
 
 def open_artifacts(stored: bytes, shown: str, trust_unsigned: bool) -> tuple[bytes | None, str | None]:

@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 _PKG = Path(__file__).resolve().parents[1]
+# Where the data files runner ships are in a checkout (examples/data), as recipes and docs name them.
 SHIPPED = "examples/data"
-"""Where the data files runner ships are in a checkout (``examples/data``), as recipes and docs name them."""
+# Those files: runner/_data in an installed wheel (see setup.py), examples/data in a checkout.
 SHIPPED_DATA = _PKG / "_data" if (_PKG / "_data").is_dir() else _PKG.parent / SHIPPED
-"""Those files: ``runner/_data`` in an installed wheel (see setup.py), ``examples/data`` in a checkout."""
 ARTIFACTS_DIR = "compile_cache"
 ARTIFACTS_FILE = "artifacts.bin"
 

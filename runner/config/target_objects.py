@@ -25,10 +25,8 @@ class ImportFailure:
 
     module: str
     package: str
-    error: str
-    """The original exception as ``Type: first line``."""
-    importer: str | None
-    """The outermost module whose import led to ``module``'s, when it is another one."""
+    error: str  # The original exception as Type: first line.
+    importer: str | None  # The outermost module whose import led to module's, when it is another one.
 
     def message(self, setting: str, target: str) -> str:
         """One paragraph: ``setting`` (``model._target_=...``) cannot be imported, which package's import

@@ -27,53 +27,45 @@ PRECISIONS = ("32-true", "bf16-mixed", "16-mixed", "bf16-true")
 class TuneSpace:
     """The compile-stack choices searched; each list is the options of one choice."""
 
+    # compile.scope (none is the eager baseline, always measured on its own).
     scope: list[Scope] = field(default_factory=lambda: [Scope.model, Scope.step, Scope.step_backward, Scope.blocks])
-    """compile.scope (``none`` is the eager baseline, always measured on its own)."""
+    # compile.optimizer (compiled compiles for ~2 min on a CPU: add it when the budget allows).
     optimizer: list[OptimizerPolicy] = field(default_factory=lambda: [OptimizerPolicy.none, OptimizerPolicy.fused])
-    """compile.optimizer (``compiled`` compiles for ~2 min on a CPU: add it when the budget allows)."""
-    precision: list[str] = field(default_factory=lambda: ["32-true", "bf16-mixed"])
-    """trainer.precision."""
+    precision: list[str] = field(default_factory=lambda: ["32-true", "bf16-mixed"])  # trainer.precision.
+    # dynamic.policy; searched only when batch shapes vary (per-document batches, your own data).
     shapes: list[ShapePolicy] = field(
         default_factory=lambda: [ShapePolicy.static, ShapePolicy.automatic, ShapePolicy.dynamic])
-    """dynamic.policy; searched only when batch shapes vary (per-document batches, your own data)."""
+    # offload.strategy (cpu only on CUDA).
     offload: list[OffloadStrategy] = field(
         default_factory=lambda: [OffloadStrategy.none, OffloadStrategy.bf16, OffloadStrategy.checkpoint])
-    """offload.strategy (``cpu`` only on CUDA)."""
+    # Inductor's cpp_wrapper option (compile.options.cpp_wrapper); searched only with Inductor.
     cpp_wrapper: list[bool] = field(default_factory=lambda: [False, True])
-    """Inductor's ``cpp_wrapper`` option (compile.options.cpp_wrapper); searched only with Inductor."""
+    # cudagraphs.mode; searched only on CUDA with Inductor.
     cudagraphs: list[CudaGraphMode] = field(
         default_factory=lambda: [CudaGraphMode.disabled, CudaGraphMode.reduce_overhead])
-    """cudagraphs.mode; searched only on CUDA with Inductor."""
 
 
 @dataclass
 class TuneConfig:
     """How ``runner tune`` searches (``tune.KEY=VALUE`` on its command line)."""
 
-    trials: int = 12
-    """Optuna trials, the default stack's included (the eager baseline runs before them)."""
+    trials: int = 12  # Optuna trials, the default stack's included (the eager baseline runs before them).
+    # Stop starting trials after this many seconds (None: run every trial); with the warm-up, the eager baseline and the
+    # last trial, a quickstart tune on a 2-core CPU takes about 10 minutes.
     timeout_s: Optional[float] = 480.0
-    """Stop starting trials after this many seconds (None: run every trial); with the warm-up, the eager
-    baseline and the last trial, a quickstart tune on a 2-core CPU takes about 10 minutes."""
-    steps: int = 30
-    """Training steps of each trial (and of the eager baseline)."""
-    val_batches: int = 8
-    """Validation batches at the end of each trial: its val bits/byte is compared with eager's."""
+    steps: int = 30  # Training steps of each trial (and of the eager baseline).
+    val_batches: int = 8  # Validation batches at the end of each trial: its val bits/byte is compared with eager's.
+    # A trial whose val bits/byte is more than this above the eager baseline's is rejected.
     loss_tolerance: float = 0.05
-    """A trial whose val bits/byte is more than this above the eager baseline's is rejected."""
+    # Optuna's median pruner stops a trial slower than the median at the same step from this step on.
     prune_after_steps: int = 10
-    """Optuna's median pruner stops a trial slower than the median at the same step from this step on."""
-    seed: int = 0
-    """The sampler's seed."""
+    seed: int = 0  # The sampler's seed.
+    # The tune's directory (study.db, one run dir per trial, summaries); None: outputs/tune/<date>/<time>-<recipe>.
     dir: Optional[str] = None
-    """The tune's directory (study.db, one run dir per trial, summaries); None:
-    outputs/tune/<date>/<time>-<recipe>."""
-    recipe_name: Optional[str] = None
-    """Name of the recipe written with the winning settings; None: <recipe>_tuned."""
+    recipe_name: Optional[str] = None  # Name of the recipe written with the winning settings; None: <recipe>_tuned.
+    # Where that recipe is written: your project's recipes directory (relative to the current one).
     recipe_dir: str = "recipes"
-    """Where that recipe is written: your project's recipes directory (relative to the current one)."""
-    space: TuneSpace = field(default_factory=TuneSpace)
-    """The choices searched."""
+    space: TuneSpace = field(default_factory=TuneSpace)  # The choices searched.
 
 
 def split_overrides(args: Sequence[str]) -> tuple[list[str], list[str]]:

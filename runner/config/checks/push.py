@@ -10,8 +10,7 @@ import re
 from runner.config.schema import RunConfig
 
 _REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
-MAX_NAME = 96
-"""The Hub's longest repo name (the part after the ``/``)."""
+MAX_NAME = 96  # The Hub's longest repo name (the part after the /).
 TOKEN_FIX = ("export HF_TOKEN=hf_... (a token with write access: https://huggingface.co/settings/tokens) or "
              "`hf auth login`")
 

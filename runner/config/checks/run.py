@@ -129,6 +129,7 @@ def check_cache_artifacts(cfg: RunConfig) -> str | None:
     return problem
 
 
+# What data.path takes, for each data option runner ships (a subclass takes its base's words).
 _WHAT_PATH_TAKES: dict[type, str] = {
     TextDataSchema: ("Point data.path at a directory or file of text, or drop it (data.path=null) to use the Python "
                      "stdlib source."),
@@ -141,7 +142,6 @@ _WHAT_PATH_TAKES: dict[type, str] = {
     ImageDataSchema: ("Point data.path at a folder of ROOT/CLASS/IMAGE files, or drop it (data.path=null) for "
                       "synthetic images."),
 }
-"""What ``data.path`` takes, for each data option runner ships (a subclass takes its base's words)."""
 
 
 def _what_path_takes(data: object) -> str:

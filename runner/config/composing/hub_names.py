@@ -23,15 +23,15 @@ from runner.figures.run import RUN_HUB
 
 log = logging.getLogger(__name__)
 
+# Every setting that may name the Hub: (node, field, what it holds). The model comes first: a tokenizer that names the
+# model's repo (data.tokenizer's default, ${model.path}) reads the model's snapshot.
 SETTINGS = (("model", "path", "model"), ("peft", "path", "adapter"), ("data", "tokenizer", "tokenizer"),
             ("data", "path", "data"), ("data", "val_path", "data"))
-"""Every setting that may name the Hub: (node, field, what it holds). The model comes first: a tokenizer that names
-the model's repo (data.tokenizer's default, ``${model.path}``) reads the model's snapshot."""
+# data's settings that choose within a Hub data set; no data module takes them.
 DATA_FIELDS = ("config", "split", "val_split")
-"""data's settings that choose within a Hub data set; no data module takes them."""
+# The revisions the command line asked for, by pinned value (JSON), handed from the launch to the run's job and its
+# ranks, whose command line names the commits.
 ASKED_ENV = "RUNNER_HUB_ASKED"
-"""The revisions the command line asked for, by pinned value (JSON), handed from the launch to the run's job and
-its ranks, whose command line names the commits."""
 _PINS: dict[int, list[hub.Pin]] = {}
 
 

@@ -11,24 +11,21 @@ from typing import Optional
 class AfterConfig:
     """The ``after`` node: the model exported and a sample written at the end of the fit; a resume on changed data."""
 
+    # Write the trained model to <run_dir>/model/ at the end of the fit, in its family's own format (save_pretrained for
+    # transformers, timm's safetensors and config, runner's own models' state and config); python -m runner export
+    # RUN_DIR writes the same from any checkpoint.
     export: bool = True
-    """Write the trained model to <run_dir>/model/ at the end of the fit, in its family's own format
-    (save_pretrained for transformers, timm's safetensors and config, runner's own models' state and config);
-    ``python -m runner export RUN_DIR`` writes the same from any checkpoint."""
+    # A causal LM writes this many new tokens after sample_prompt at the end of the fit, shown in report.md (0: none).
     sample_tokens: int = 64
-    """A causal LM writes this many new tokens after ``sample_prompt`` at the end of the fit, shown in
-    report.md (0: none)."""
-    sample_prompt: str = "\n"
-    """What the end-of-fit sample starts from."""
+    sample_prompt: str = "\n"  # What the end-of-fit sample starts from.
+    # A resume trains on even where the data (data.path's files, data.val_path's, the tokenizer) changed since the run
+    # recorded it: the checkpoint's place in the data and the validation split then mean something else, and the run's
+    # data section says what changed. runner resume RUN_DIR --allow-changed-data sets it for that resume only (it is
+    # never carried to the next).
     allow_changed_data: bool = False
-    """A resume trains on even where the data (data.path's files, data.val_path's, the tokenizer) changed since
-    the run recorded it: the checkpoint's place in the data and the validation split then mean something else,
-    and the run's data section says what changed. ``runner resume RUN_DIR --allow-changed-data`` sets it for
-    that resume only (it is never carried to the next)."""
+    # A Hugging Face Hub model repo, ORG/NAME, that the run's export (<run_dir>/model) is pushed to at the end of the
+    # run, after report.json is written, with a model card (created where it does not exist; a token: HF_TOKEN or hf
+    # auth login). A failed push leaves the run as it trained: a warning names the command that pushes it again (python
+    # -m runner export RUN_DIR --push-to-hub ORG/NAME). None: nothing is pushed.
     push_to_hub: Optional[str] = None
-    """A Hugging Face Hub model repo, ``ORG/NAME``, that the run's export (``<run_dir>/model``) is pushed to at the
-    end of the run, after report.json is written, with a model card (created where it does not exist; a token:
-    ``HF_TOKEN`` or ``hf auth login``). A failed push leaves the run as it trained: a warning names the command that
-    pushes it again (``python -m runner export RUN_DIR --push-to-hub ORG/NAME``). None: nothing is pushed."""
-    push_private: bool = False
-    """A repo ``push_to_hub`` creates is private (an existing repo keeps its visibility)."""
+    push_private: bool = False  # A repo push_to_hub creates is private (an existing repo keeps its visibility).

@@ -26,8 +26,8 @@ class TrainOn(Enum):
     all = "all"  # every token, prompts and templates too
 
 
+# The default of data.tokenizer: the tokenizer saved beside the model (model.path), else UTF-8 bytes.
 MODEL_TOKENIZER = "${oc.select:model.path,null}"
-"""The default of ``data.tokenizer``: the tokenizer saved beside the model (``model.path``), else UTF-8 bytes."""
 
 
 @dataclass
@@ -39,20 +39,17 @@ class DataSchema:
     NOT_ARGUMENTS: ClassVar[tuple[str, ...]] = ("config", "split", "val_split")
     _target_: str = ""
     batch_size: int = 16
+    # The share of the data that validates (split by document or row, never overlapping training), when data.val_path
+    # gives none.
     val_fraction: float = 0.1
-    """The share of the data that validates (split by document or row, never overlapping training), when
-    data.val_path gives none."""
-    seed: int = 0
-    """Seeds the split and the order of the training batches."""
-    num_workers: int = 0
-    """DataLoader worker processes (0: batches are made in the training process)."""
+    seed: int = 0  # Seeds the split and the order of the training batches.
+    num_workers: int = 0  # DataLoader worker processes (0: batches are made in the training process).
+    # A Hub data set's config (data.path=hf://datasets/ORG/NAME; None: its default, or its only one).
     config: Optional[str] = None
-    """A Hub data set's config (data.path=hf://datasets/ORG/NAME; None: its default, or its only one)."""
-    split: Optional[str] = None
-    """The Hub data set's split that trains (None: train)."""
+    split: Optional[str] = None  # The Hub data set's split that trains (None: train).
+    # The split that validates: of data.val_path's data set where it names one, else of data.path's (None: its
+    # validation split if it has one, else a seeded share of the training rows).
     val_split: Optional[str] = None
-    """The split that validates: of data.val_path's data set where it names one, else of data.path's (None: its
-    validation split if it has one, else a seeded share of the training rows)."""
 
 
 @dataclass
@@ -61,35 +58,32 @@ class TextDataSchema(DataSchema):
 
     _target_: str = "runner.data.text.TextDataModule"
     val_fraction: float = 0.05
+    # A file, a folder or a glob: text files (every UTF-8 file, whatever its name; binary files are skipped),
+    # .jsonl/.json, .csv or .parquet tables (their text_column), or a save_to_disk folder; None: the Python stdlib
+    # source.
     path: Optional[str] = None
-    """A file, a folder or a glob: text files (every UTF-8 file, whatever its name; binary files are skipped),
-    .jsonl/.json, .csv or .parquet tables (their text_column), or a save_to_disk folder; None: the Python stdlib
-    source."""
+    # What validates, in data.path's forms; None: a split of data.path (by document, or the last windows of a single
+    # document), never overlapping training.
     val_path: Optional[str] = None
-    """What validates, in data.path's forms; None: a split of data.path (by document, or the last windows
-    of a single document), never overlapping training."""
+    # bytes (UTF-8 bytes, ids 0-255) or a directory holding a saved tokenizer. Default: the model's own (model.path),
+    # else bytes.
     tokenizer: Optional[str] = MODEL_TOKENIZER
-    """bytes (UTF-8 bytes, ids 0-255) or a directory holding a saved tokenizer. Default: the model's own
-    (model.path), else bytes."""
-    text_column: str = "text"
-    """A table's column of text (each row a document)."""
+    text_column: str = "text"  # A table's column of text (each row a document).
     batching: Batching = Batching.packed
-    seq_len: int = 256
-    """Packed: window length. Documents: documents longer than this are cut into chunks."""
-    min_len: int = 16
-    """Documents: shorter chunks are dropped."""
+    seq_len: int = 256  # Packed: window length. Documents: documents longer than this are cut into chunks.
+    min_len: int = 16  # Documents: shorter chunks are dropped.
+    # Documents: split each text file into documents here (blank lines: one block of code or prose per sequence, so
+    # lengths vary naturally); null keeps each file whole. Packed: what joins a table's rows.
     separator: Optional[str] = "\n\n"
-    """Documents: split each text file into documents here (blank lines: one block of code or prose per
-    sequence, so lengths vary naturally); null keeps each file whole. Packed: what joins a table's rows."""
+    # Read at most this many bytes of text (None: all): the files, or rows, up to the one that reaches it. What it
+    # leaves out is said in the run's data section.
     max_bytes: Optional[int] = 4_000_000
-    """Read at most this many bytes of text (None: all): the files, or rows, up to the one that reaches it. What
-    it leaves out is said in the run's data section."""
+    # Documents: sort each window of this many shuffled batches by length (0: random batches). Less padding per batch,
+    # which is what the dynamic-shape policies turn into shorter steps.
     length_grouping: int = 0
-    """Documents: sort each window of this many shuffled batches by length (0: random batches). Less
-    padding per batch, which is what the dynamic-shape policies turn into shorter steps."""
+    # Documents: pack them into rows of exactly seq_len tokens (best fit), position ids restarting and attention never
+    # crossing documents: no padding to speak of, and one batch shape (docs/data.md#packing).
     packing: bool = False
-    """Documents: pack them into rows of exactly seq_len tokens (best fit), position ids restarting and attention
-    never crossing documents: no padding to speak of, and one batch shape (docs/data.md#packing)."""
 
 
 @dataclass
@@ -98,8 +92,7 @@ class TokenizedTextDataSchema(TextDataSchema):
     (``runner.data.text.TokenizedTextDataModule``)."""
 
     _target_: str = "runner.data.text.TokenizedTextDataModule"
-    tokenizer: Optional[str] = "${model.path}"
-    """The directory a tokenizer was saved to (default: the model's)."""
+    tokenizer: Optional[str] = "${model.path}"  # The directory a tokenizer was saved to (default: the model's).
 
 
 @dataclass
@@ -108,39 +101,35 @@ class InstructDataSchema(DataSchema):
     docs/data.md#instruction-and-chat-data)."""
 
     _target_: str = "runner.data.instruct.InstructDataModule"
+    # A table of examples: .jsonl/.json, .csv, .parquet or a save_to_disk folder (e.g. examples/data/instruct.jsonl).
     path: Optional[str] = None
-    """A table of examples: .jsonl/.json, .csv, .parquet or a save_to_disk folder (e.g.
-    examples/data/instruct.jsonl)."""
+    # Examples that validate, in data.path's forms; None: a seeded split of data.path's rows.
     val_path: Optional[str] = None
-    """Examples that validate, in data.path's forms; None: a seeded split of data.path's rows."""
+    # bytes (UTF-8 bytes; byte 4 ends each answer) or a directory holding a saved tokenizer. Default: the model's own
+    # (model.path), else bytes.
     tokenizer: Optional[str] = MODEL_TOKENIZER
-    """bytes (UTF-8 bytes; byte 4 ends each answer) or a directory holding a saved tokenizer. Default: the model's
-    own (model.path), else bytes."""
     prompt_column: str = "prompt"
     response_column: str = "response"
+    # A column of conversations (lists of {role, content}, or ShareGPT's {from, value}), rendered with the chat
+    # template; every assistant turn is an answer. None: a column named messages or conversations, when the table has no
+    # prompt/response and no Alpaca columns.
     messages_column: Optional[str] = None
-    """A column of conversations (lists of {role, content}, or ShareGPT's {from, value}), rendered with the chat
-    template; every assistant turn is an answer. None: a column named messages or conversations, when the table has
-    no prompt/response and no Alpaca columns."""
+    # The prompt around the prompt column's text ({prompt}; Alpaca: {instruction}, {input}). None: the documented
+    # default (docs/data.md).
     prompt_template: Optional[str] = None
-    """The prompt around the prompt column's text ({prompt}; Alpaca: {instruction}, {input}). None: the documented
-    default (docs/data.md)."""
-    chat_template: Optional[str] = None
-    """A Jinja chat template for data.messages_column (None: the tokenizer's own)."""
+    chat_template: Optional[str] = None  # A Jinja chat template for data.messages_column (None: the tokenizer's own).
+    # Conversations: what each role as written becomes (+data.roles.bot=assistant); system, user and assistant are
+    # themselves, ShareGPT's human and gpt are user and assistant. Any other role is refused before the run (a role
+    # mapped to itself is kept as it is, out of the loss).
     roles: dict[str, str] = field(default_factory=dict)
-    """Conversations: what each role as written becomes (+data.roles.bot=assistant); system, user and assistant are
-    themselves, ShareGPT's human and gpt are user and assistant. Any other role is refused before the run (a role
-    mapped to itself is kept as it is, out of the loss)."""
-    train_on: TrainOn = TrainOn.answer
-    """The loss on the answers and their EOS (answer), or on every token (all)."""
+    train_on: TrainOn = TrainOn.answer  # The loss on the answers and their EOS (answer), or on every token (all).
+    # Longest example, in tokens: a longer one loses the end of its answer, one whose prompt fills it is left out (both
+    # counted).
     seq_len: int = 256
-    """Longest example, in tokens: a longer one loses the end of its answer, one whose prompt fills it is left out
-    (both counted)."""
+    # Pack examples into rows of exactly seq_len tokens (best fit), position ids restarting and attention never crossing
+    # examples.
     packing: bool = False
-    """Pack examples into rows of exactly seq_len tokens (best fit), position ids restarting and attention never
-    crossing examples."""
-    max_examples: Optional[int] = None
-    """Read at most this many rows (None: all)."""
+    max_examples: Optional[int] = None  # Read at most this many rows (None: all).
 
 
 @dataclass
@@ -149,37 +138,33 @@ class PreferenceDataSchema(DataSchema):
     (``runner.data.preference.PreferenceDataModule``, docs/preference.md)."""
 
     _target_: str = "runner.data.preference.PreferenceDataModule"
+    # Pairs a batch: each is two sequences (prompt + chosen, prompt + rejected) through one forward.
     batch_size: int = 8
-    """Pairs a batch: each is two sequences (prompt + chosen, prompt + rejected) through one forward."""
+    # A table of pairs: .jsonl/.json, .csv, .parquet or a save_to_disk folder (e.g. examples/data/preference.jsonl).
     path: Optional[str] = None
-    """A table of pairs: .jsonl/.json, .csv, .parquet or a save_to_disk folder (e.g. examples/data/preference.jsonl)."""
+    # Pairs that validate, in data.path's forms; None: a seeded split of data.path's rows.
     val_path: Optional[str] = None
-    """Pairs that validate, in data.path's forms; None: a seeded split of data.path's rows."""
+    # bytes (UTF-8 bytes; byte 4 ends each completion) or a directory holding a saved tokenizer. Default: the model's
+    # own (model.path), else bytes.
     tokenizer: Optional[str] = MODEL_TOKENIZER
-    """bytes (UTF-8 bytes; byte 4 ends each completion) or a directory holding a saved tokenizer. Default: the
-    model's own (model.path), else bytes."""
+    # The prompt: text (put in data.prompt_template) or a list of {role, content} messages (the chat template's
+    # generation prompt after it). A table without it has an implicit prompt: what chosen and rejected share.
     prompt_column: str = "prompt"
-    """The prompt: text (put in data.prompt_template) or a list of {role, content} messages (the chat template's
-    generation prompt after it). A table without it has an implicit prompt: what chosen and rejected share."""
-    chosen_column: str = "chosen"
-    """The preferred completion: text, or messages (the assistant's turns)."""
-    rejected_column: str = "rejected"
-    """The other completion, in the chosen column's form."""
+    chosen_column: str = "chosen"  # The preferred completion: text, or messages (the assistant's turns).
+    rejected_column: str = "rejected"  # The other completion, in the chosen column's form.
+    # The prompt around a text prompt ({prompt}). None: the instruction data's default (docs/data.md).
     prompt_template: Optional[str] = None
-    """The prompt around a text prompt ({prompt}). None: the instruction data's default (docs/data.md)."""
-    chat_template: Optional[str] = None
-    """A Jinja chat template for conversations (None: the tokenizer's own)."""
+    chat_template: Optional[str] = None  # A Jinja chat template for conversations (None: the tokenizer's own).
+    # Conversations: what each role as written becomes (+data.roles.bot=assistant), as for instruction data; any other
+    # role than system, user, assistant (ShareGPT's human, gpt) is refused before the run.
     roles: dict[str, str] = field(default_factory=dict)
-    """Conversations: what each role as written becomes (+data.roles.bot=assistant), as for instruction data; any
-    other role than system, user, assistant (ShareGPT's human, gpt) is refused before the run."""
+    # Longest sequence (prompt + one completion), in tokens: a longer one loses the end of its completion, a pair whose
+    # prompt fills it is left out (both counted).
     seq_len: int = 256
-    """Longest sequence (prompt + one completion), in tokens: a longer one loses the end of its completion, a pair
-    whose prompt fills it is left out (both counted)."""
+    # Pack pairs into rows of exactly seq_len tokens (best fit; a pair's two sequences in one row), position ids
+    # restarting and attention never crossing sequences: one batch shape, little padding.
     packing: bool = False
-    """Pack pairs into rows of exactly seq_len tokens (best fit; a pair's two sequences in one row), position ids
-    restarting and attention never crossing sequences: one batch shape, little padding."""
-    max_examples: Optional[int] = None
-    """Read at most this many rows (None: all)."""
+    max_examples: Optional[int] = None  # Read at most this many rows (None: all).
 
 
 @dataclass
@@ -188,26 +173,22 @@ class TextClassificationDataSchema(DataSchema):
     (``runner.data.classification.TextClassificationDataModule``)."""
 
     _target_: str = "runner.data.classification.TextClassificationDataModule"
+    # A file, a folder or a glob of labelled rows: .jsonl/.json, .csv or .parquet tables, a save_to_disk folder, or text
+    # files of label<TAB>text lines. None: paragraphs of the Python stdlib source labelled by their package.
     path: Optional[str] = None
-    """A file, a folder or a glob of labelled rows: .jsonl/.json, .csv or .parquet tables, a save_to_disk folder,
-    or text files of label<TAB>text lines. None: paragraphs of the Python stdlib source labelled by their package."""
+    # Rows that validate, in data.path's forms; None: a seeded split of data.path's rows.
     val_path: Optional[str] = None
-    """Rows that validate, in data.path's forms; None: a seeded split of data.path's rows."""
+    # bytes (UTF-8 bytes, ids 1-256, 0 pads) or a directory holding a saved tokenizer. Default: the model's own
+    # (model.path), else bytes.
     tokenizer: Optional[str] = MODEL_TOKENIZER
-    """bytes (UTF-8 bytes, ids 1-256, 0 pads) or a directory holding a saved tokenizer. Default: the model's own
-    (model.path), else bytes."""
-    text_column: str = "text"
-    """The column of text."""
+    text_column: str = "text"  # The column of text.
+    # The column of labels: class ids (0, 1, ...) or class names (numbered in sorted order), one kind.
     label_column: str = "label"
-    """The column of labels: class ids (0, 1, ...) or class names (numbered in sorted order), one kind."""
+    # Classes the rows hold (the model's num_labels follows it); checked against the data before the run.
     num_classes: int = 4
-    """Classes the rows hold (the model's ``num_labels`` follows it); checked against the data before the run."""
-    seq_len: int = 128
-    """Longest sequence: longer texts are cut here (counted in the run's data section)."""
-    min_len: int = 16
-    """Shorter texts (in bytes) are left out."""
-    max_examples: Optional[int] = 20_000
-    """Read at most this many rows (None: all)."""
+    seq_len: int = 128  # Longest sequence: longer texts are cut here (counted in the run's data section).
+    min_len: int = 16  # Shorter texts (in bytes) are left out.
+    max_examples: Optional[int] = 20_000  # Read at most this many rows (None: all).
 
 
 @dataclass
@@ -217,12 +198,10 @@ class ImageDataSchema(DataSchema):
 
     _target_: str = "runner.data.images.ImageDataModule"
     batch_size: int = 32
-    path: Optional[str] = None
-    """ROOT/CLASS/IMAGE (optionally under ROOT/train and ROOT/val); None: synthetic images."""
+    path: Optional[str] = None  # ROOT/CLASS/IMAGE (optionally under ROOT/train and ROOT/val); None: synthetic images.
     image_size: int = 64
     num_classes: int = 10
-    num_samples: int = 2048
-    """Synthetic images: how many (train and val)."""
+    num_samples: int = 2048  # Synthetic images: how many (train and val).
     mean: list[float] = field(default_factory=lambda: [0.485, 0.456, 0.406])
     std: list[float] = field(default_factory=lambda: [0.229, 0.224, 0.225])
 

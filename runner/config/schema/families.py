@@ -15,16 +15,16 @@ class HFCausalLMSchema:
     """Any transformers causal LM (``runner.models.hf.CausalLM``): by ``config`` (random weights) or ``path``."""
 
     _target_: str = "runner.models.hf.CausalLM"
+    # A model type (llama, gpt2, mistral, qwen2, ...) or its configuration class name (LlamaConfig): built with
+    # from_config, random weights, nothing downloaded.
     config: Optional[str] = "llama"
-    """A model type (llama, gpt2, mistral, qwen2, ...) or its configuration class name (LlamaConfig): built
-    with from_config, random weights, nothing downloaded."""
+    # A local directory with a saved model and its tokenizer (from_pretrained, local files only). When given, the saved
+    # model's own configuration is used: config and overrides are not applied.
     path: Optional[str] = None
-    """A local directory with a saved model and its tokenizer (from_pretrained, local files only). When
-    given, the saved model's own configuration is used: ``config`` and ``overrides`` are not applied."""
+    # Settings of the configuration (hidden_size, num_hidden_layers, ...); a null value keeps the family's default.
     overrides: dict[str, Any] = field(default_factory=dict)
-    """Settings of the configuration (hidden_size, num_hidden_layers, ...); a null value keeps the family's default."""
+    # transformers' attention kernel: sdpa (torch's scaled_dot_product_attention) or eager.
     attn_implementation: str = "sdpa"
-    """transformers' attention kernel: sdpa (torch's scaled_dot_product_attention) or eager."""
 
 
 @dataclass
@@ -32,14 +32,13 @@ class HFClassifierSchema:
     """Any transformers sequence classifier (``runner.models.hf.SequenceClassifier``), BERT-style."""
 
     _target_: str = "runner.models.hf.SequenceClassifier"
+    # A model type (bert, roberta, distilbert, ...) or its configuration class name: random weights.
     config: Optional[str] = "bert"
-    """A model type (bert, roberta, distilbert, ...) or its configuration class name: random weights."""
+    # A local directory with a saved model and its tokenizer; it gets a head of num_labels classes.
     path: Optional[str] = None
-    """A local directory with a saved model and its tokenizer; it gets a head of ``num_labels`` classes."""
+    # Settings of the configuration; a null value keeps the family's default.
     overrides: dict[str, Any] = field(default_factory=dict)
-    """Settings of the configuration; a null value keeps the family's default."""
-    num_labels: int = 2
-    """Classes of the head (the data's ``num_classes``)."""
+    num_labels: int = 2  # Classes of the head (the data's num_classes).
     attn_implementation: str = "sdpa"
 
 
@@ -48,14 +47,13 @@ class TimmSchema:
     """A timm image classifier (``runner.models.image.ImageClassifier``)."""
 
     _target_: str = "runner.models.image.ImageClassifier"
-    name: str = "resnet18"
-    """A timm architecture: resnet18, convnext_tiny, efficientnet_b0, vit_tiny_patch16_224, ..."""
+    name: str = "resnet18"  # A timm architecture: resnet18, convnext_tiny, efficientnet_b0, vit_tiny_patch16_224, ...
     num_classes: int = 10
+    # Input size for models built for one (ViTs: their position embedding); null for CNNs.
     img_size: Optional[int] = None
-    """Input size for models built for one (ViTs: their position embedding); null for CNNs."""
+    # True asks for downloaded weights, which an offline run refuses with the way to a local copy.
     pretrained: bool = False
-    """True asks for downloaded weights, which an offline run refuses with the way to a local copy."""
+    # A local weights file (.safetensors or .pth) loaded as timm loads pretrained weights.
     checkpoint_path: Optional[str] = None
-    """A local weights file (.safetensors or .pth) loaded as timm loads pretrained weights."""
+    # Other arguments of the architecture (drop_rate, drop_path_rate, ...); null keeps its default.
     overrides: dict[str, Any] = field(default_factory=dict)
-    """Other arguments of the architecture (drop_rate, drop_path_rate, ...); null keeps its default."""

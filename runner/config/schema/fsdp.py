@@ -26,15 +26,13 @@ class FsdpMixedPrecision(Enum):
 class FsdpConfig:
     """``trainer.fsdp``: FSDP2 settings, used when ``trainer.distributed=fsdp``."""
 
+    # Free each block's gathered parameters after its forward (gathered again in backward): less memory, one more all-
+    # gather per block; false keeps them until backward (DDP-like memory for the parameters, fewer collectives).
     reshard_after_forward: bool = True
-    """Free each block's gathered parameters after its forward (gathered again in backward): less
-    memory, one more all-gather per block; false keeps them until backward (DDP-like memory for the
-    parameters, fewer collectives)."""
-    mixed_precision: FsdpMixedPrecision = FsdpMixedPrecision.auto
-    """Dtype of gathered parameters and reduced gradients."""
+    mixed_precision: FsdpMixedPrecision = FsdpMixedPrecision.auto  # Dtype of gathered parameters and reduced gradients.
+    # Checkpoints while training are sharded (a directory, one file per rank, torch.distributed.checkpoint); false
+    # gathers the full state on rank 0 into one file.
     distributed_checkpoint: bool = True
-    """Checkpoints while training are sharded (a directory, one file per rank, torch.distributed.checkpoint);
-    false gathers the full state on rank 0 into one file."""
+    # At the end of fit, write checkpoints/consolidated.pt: one plain state dict (no DTensor, no _orig_mod.) that loads
+    # strictly into an eager model.
     consolidate: bool = True
-    """At the end of fit, write checkpoints/consolidated.pt: one plain state dict (no DTensor, no
-    ``_orig_mod.``) that loads strictly into an eager model."""

@@ -20,16 +20,16 @@ class Chunked(Enum):
 class LossConfig:
     """The ``loss`` node: a causal LM's cross-entropy from its full logits, or chunked (never the whole logits)."""
 
+    # auto (chunked where a step's float32 logits would exceed 256 MiB), true or false. A causal LM whose output layer
+    # runner finds (runner's GPT, transformers' Llama family, Qwen, Mistral, GPT-2, a model of your own with
+    # output_layer() and forward(x, return_hidden=True)) computes its loss from its last hidden states and its output
+    # layer's weight a chunk of positions at a time (torch.nn.functional.linear_cross_entropy, torch 2.13 and later), so
+    # the [tokens x vocab] logits are never held. Typed Any: the command line's true and false arrive as booleans, which
+    # an enum field refuses; mode reads it.
     chunked: Any = "auto"
-    """auto (chunked where a step's float32 logits would exceed 256 MiB), true or false. A causal LM whose output
-    layer runner finds (runner's GPT, transformers' Llama family, Qwen, Mistral, GPT-2, a model of your own with
-    ``output_layer()`` and ``forward(x, return_hidden=True)``) computes its loss from its last hidden states and
-    its output layer's weight a chunk of positions at a time (``torch.nn.functional.linear_cross_entropy``, torch
-    2.13 and later), so the ``[tokens x vocab]`` logits are never held. Typed ``Any``: the command line's true and
-    false arrive as booleans, which an enum field refuses; ``mode`` reads it."""
+    # Chunks a full step's positions (data.batch_size x data.seq_len) are cut into. None: as many as keep each chunk's
+    # float32 logits within 256 MiB (512 positions of a 128,256-id vocabulary).
     chunks: Optional[int] = None
-    """Chunks a full step's positions (data.batch_size x data.seq_len) are cut into. None: as many as keep each
-    chunk's float32 logits within 256 MiB (512 positions of a 128,256-id vocabulary)."""
 
     @property
     def mode(self) -> Chunked | None:

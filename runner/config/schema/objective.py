@@ -46,20 +46,18 @@ class Reference(Enum):
 class ObjectiveConfig:
     """The ``objective`` group: the loss and its settings."""
 
-    loss: Loss = Loss.sft
-    """sft, dpo, simpo or orpo."""
+    loss: Loss = Loss.sft  # sft, dpo, simpo or orpo.
+    # DPO: the strength of the pull towards the reference (TRL's beta); SimPO: the reward's scale; ORPO: the weight of
+    # the odds-ratio term (the paper's lambda, TRL's beta).
     beta: float = 0.1
-    """DPO: the strength of the pull towards the reference (TRL's beta); SimPO: the reward's scale; ORPO: the weight
-    of the odds-ratio term (the paper's lambda, TRL's beta)."""
+    # DPO and SimPO: the share of pairs assumed mislabelled (conservative DPO); 0 is the plain loss.
     label_smoothing: float = 0.0
-    """DPO and SimPO: the share of pairs assumed mislabelled (conservative DPO); 0 is the plain loss."""
-    gamma: float = 0.5
-    """SimPO: the target reward margin (TRL's simpo_gamma)."""
+    gamma: float = 0.5  # SimPO: the target reward margin (TRL's simpo_gamma).
+    # DPO: where the reference log-probabilities come from: auto, base, copy or precompute.
     reference: Reference = Reference.auto
-    """DPO: where the reference log-probabilities come from: auto, base, copy or precompute."""
+    # objective.reference=precompute: where the cached log-probabilities are kept (None: runner's data cache, beside the
+    # token ids).
     cache_dir: Optional[str] = None
-    """objective.reference=precompute: where the cached log-probabilities are kept (None: runner's data cache,
-    beside the token ids)."""
 
 
 def resolve_reference(objective: ObjectiveConfig, adapted: bool, adapter_loaded: bool) -> Reference | None:

@@ -50,37 +50,32 @@ class Eagerly(Enum):
 class ScopeRow:
     """What a ``compile.scope`` compiles."""
 
-    report_name: str
-    """``compile/target``'s value in the report (the names it has always had)."""
+    report_name: str  # compile/target's value in the report (the names it has always had).
     compiles: bool = True
     in_place: InPlace = InPlace.nothing
-    whole_step: bool = False
-    """``training_step`` is compiled as one call."""
-    backward_in_step: bool = False
-    """``loss.backward()`` is traced into the step's graph (Lightning's backward is skipped)."""
+    whole_step: bool = False  # training_step is compiled as one call.
+    backward_in_step: bool = False  # loss.backward() is traced into the step's graph (Lightning's backward is skipped).
     eagerly: Eagerly = Eagerly.none
+    # Autograd saves activations between a compiled forward and its backward (not when both are one graph).
     saves_across_graphs: bool = True
-    """Autograd saves activations between a compiled forward and its backward (not when both are one graph)."""
-    under_ddp: bool = True
-    """Works under DDP's gradient reducer (which must see backward run after forward returns)."""
-    under_fsdp: bool = False
-    """Works with FSDP2, which runner shards block by block after compiling each one."""
+    under_ddp: bool = True  # Works under DDP's gradient reducer (which must see backward run after forward returns).
+    under_fsdp: bool = False  # Works with FSDP2, which runner shards block by block after compiling each one.
 
 
 class Scope(_Options):
     """What the strategy hands to ``torch.compile``."""
 
+    # nothing: plain eager training
     none = "none", ScopeRow("nothing", compiles=False, eagerly=Eagerly.all, under_fsdp=True)
-    """nothing: plain eager training"""
+    # the module's forward only (what Lightning does today)
     model = "model", ScopeRow("submodules", in_place=InPlace.submodules)
-    """the module's forward only (what Lightning does today)"""
+    # training_step: forward and loss; backward runs the AOT-compiled backward
     step = "step", ScopeRow("step", whole_step=True)
-    """training_step: forward and loss; backward runs the AOT-compiled backward"""
+    # forward, loss and backward traced into one graph
     step_backward = "step_backward", ScopeRow("step_and_backward", whole_step=True, backward_in_step=True,
                                               saves_across_graphs=False, under_ddp=False)
-    """forward, loss and backward traced into one graph"""
+    # each repeated block (e.g. transformer layer) compiled once, reused
     blocks = "blocks", ScopeRow("blocks", in_place=InPlace.blocks, eagerly=Eagerly.outside_blocks, under_fsdp=True)
-    """each repeated block (e.g. transformer layer) compiled once, reused"""
 
 
 # -- dynamic.policy --------------------------------------------------------------------------------------------
@@ -105,17 +100,16 @@ class ShapePolicyRow:
     """What a ``dynamic.policy`` does to batches and to the compiler."""
 
     pad: Pad = Pad.longest
+    # torch.compile(dynamic=...): False compiles static graphs only; None leaves it to marks or to torch's automatic
+    # dynamic.
     compile_dynamic: bool | None = None
-    """``torch.compile(dynamic=...)``: False compiles static graphs only; None leaves it to marks or to torch's
-    automatic dynamic."""
     mark: Mark = Mark.none
+    # The smallest dynamic.min that works (unbacked: 2, or causal attention cannot rule out an empty sequence and falls
+    # back to eager).
     min_length: int = 0
-    """The smallest ``dynamic.min`` that works (unbacked: 2, or causal attention cannot rule out an empty
-    sequence and falls back to eager)."""
+    # Several ranks must agree on which dims are dynamic (padded policies present the same shapes everywhere).
     ranks_agree: bool = True
-    """Several ranks must agree on which dims are dynamic (padded policies present the same shapes everywhere)."""
-    cudagraphs: bool = True
-    """A CUDA graph can record it (unbacked sizes are unknown until run time)."""
+    cudagraphs: bool = True  # A CUDA graph can record it (unbacked sizes are unknown until run time).
 
     @property
     def marks_dims(self) -> bool:
@@ -131,16 +125,15 @@ class ShapePolicyRow:
 class ShapePolicy(_Options):
     """How batch shapes that vary are presented to the compiler."""
 
+    # pad every batch to the maximum length: one graph
     static = "static", ShapePolicyRow(pad=Pad.max_length, compile_dynamic=False, ranks_agree=False)
-    """pad every batch to the maximum length: one graph"""
+    # pad to the next bucket boundary: at most one graph per bucket
     bucket = "bucket", ShapePolicyRow(pad=Pad.buckets, compile_dynamic=False, ranks_agree=False)
-    """pad to the next bucket boundary: at most one graph per bucket"""
-    automatic = "automatic", ShapePolicyRow()
-    """torch's automatic dynamic: static first, dynamic after a change"""
+    automatic = "automatic", ShapePolicyRow()  # torch's automatic dynamic: static first, dynamic after a change
+    # mark_dynamic on the configured dims: one graph for all lengths
     dynamic = "dynamic", ShapePolicyRow(mark=Mark.dynamic)
-    """mark_dynamic on the configured dims: one graph for all lengths"""
+    # mark_unbacked: no specialisation at all, not even on 0/1
     unbacked = "unbacked", ShapePolicyRow(mark=Mark.unbacked, min_length=2, cudagraphs=False)
-    """mark_unbacked: no specialisation at all, not even on 0/1"""
 
 
 # -- offload.strategy ------------------------------------------------------------------------------------------
@@ -160,8 +153,7 @@ class Codec:
 
     name: str
     payload: str
-    itemsize: int
-    """Bytes per stored element: a tensor already this small is not worth packing."""
+    itemsize: int  # Bytes per stored element: a tensor already this small is not worth packing.
     scaled: bool = False
 
 
@@ -171,13 +163,11 @@ class OffloadRow:
 
     keeps: Keeps
     codec: Codec | None = None
-    cuda_only: bool = False
-    """Pointless elsewhere: acts as ``none`` with one warning."""
+    cuda_only: bool = False  # Pointless elsewhere: acts as none with one warning.
+    # Its hooks are traced into compiled graphs (honouring offload.exclude there); False: they run eagerly on what a
+    # compiled forward saved, where no module is known.
     traced: bool = True
-    """Its hooks are traced into compiled graphs (honouring ``offload.exclude`` there); False: they run eagerly
-    on what a compiled forward saved, where no module is known."""
-    cudagraphs: bool = True
-    """A CUDA graph can capture it (stream and event calls in eager hooks cannot be)."""
+    cudagraphs: bool = True  # A CUDA graph can capture it (stream and event calls in eager hooks cannot be).
 
     @property
     def active(self) -> bool:
@@ -189,11 +179,10 @@ class OffloadStrategy(_Options):
     """What happens to tensors autograd saves for backward."""
 
     none = "none", OffloadRow(Keeps.as_saved)
+    # copy to pinned host memory on a side stream (CUDA only; a no-op on CPU)
     cpu = "cpu", OffloadRow(Keeps.host_memory, cuda_only=True, traced=False, cudagraphs=False)
-    """copy to pinned host memory on a side stream (CUDA only; a no-op on CPU)"""
+    # store floating tensors as bfloat16
     bf16 = "bf16", OffloadRow(Keeps.encoded, Codec("bf16", "bfloat16", itemsize=2))
-    """store floating tensors as bfloat16"""
+    # store floating tensors as float8_e4m3fn with a per-tensor scale
     fp8 = "fp8", OffloadRow(Keeps.encoded, Codec("fp8", "float8_e4m3fn", itemsize=1, scaled=True))
-    """store floating tensors as float8_e4m3fn with a per-tensor scale"""
-    checkpoint = "checkpoint", OffloadRow(Keeps.recomputed)
-    """recompute in backward instead of saving"""
+    checkpoint = "checkpoint", OffloadRow(Keeps.recomputed)  # recompute in backward instead of saving

@@ -29,13 +29,12 @@ class OptimizerPolicy(Enum):
 
 
 # ``raise`` is a keyword, and OmegaConf matches enum members by name: the functional form allows it.
+# What a compile failure does. auto (the default) is torch.compile's own behaviour plus runner's advice: an error
+# compiling a frame stops the run with the frame, the reason and the fix named; a frame that keeps recompiling is
+# demoted after its second recompile on the same guard (compile/demoted) or, at torch's recompile limit, runs eagerly
+# with a warning. raise is strict: a recompile-limit hit stops the run too, and nothing is demoted. eager runs any frame
+# that fails to compile eagerly, counts it in compile/fallbacks and goes on.
 OnError = Enum("OnError", {"auto": "auto", "raise": "raise", "eager": "eager"})
-"""What a compile failure does. ``auto`` (the default) is torch.compile's own behaviour plus runner's
-advice: an error compiling a frame stops the run with the frame, the reason and the fix named; a frame
-that keeps recompiling is demoted after its second recompile on the same guard (``compile/demoted``) or,
-at torch's recompile limit, runs eagerly with a warning. ``raise`` is strict: a recompile-limit hit
-stops the run too, and nothing is demoted. ``eager`` runs any frame that fails to compile eagerly,
-counts it in ``compile/fallbacks`` and goes on."""
 
 
 class Background(Enum):
@@ -76,51 +75,44 @@ class CudaGraphMode(Enum):
 class CompileConfig:
     """The ``compile`` group: what is compiled and how."""
 
-    scope: Scope = Scope.step
-    """What to compile: none, model, step, step_backward or blocks."""
-    backend: str = "inductor"
-    """``torch.compile`` backend: inductor, aot_eager, eager (Dynamo capture, no codegen), ..."""
+    scope: Scope = Scope.step  # What to compile: none, model, step, step_backward or blocks.
+    backend: str = "inductor"  # torch.compile backend: inductor, aot_eager, eager (Dynamo capture, no codegen), ...
+    # Inductor mode (default, max-autotune-no-cudagraphs, ...); CUDA graphs use the cudagraphs group.
     mode: Optional[str] = None
-    """Inductor mode (default, max-autotune-no-cudagraphs, ...); CUDA graphs use the cudagraphs group."""
-    fullgraph: bool = False
-    """Fail on any graph break instead of splitting the graph."""
+    fullgraph: bool = False  # Fail on any graph break instead of splitting the graph.
+    # Extra Inductor options passed through to torch.compile(options=...). On the CPU they go on top of runner's own
+    # (runner.stack.compiling.plan.CPU_INDUCTOR_OPTIONS, logged as compile/options).
     options: dict[str, Any] = field(default_factory=dict)
-    """Extra Inductor options passed through to ``torch.compile(options=...)``. On the CPU they go on
-    top of runner's own (``runner.stack.compiling.plan.CPU_INDUCTOR_OPTIONS``, logged as ``compile/options``)."""
-    optimizer: OptimizerPolicy = OptimizerPolicy.auto
-    """How the optimizer step runs."""
-    compiled_autograd: bool = False
-    """Capture the whole backward (with user gradient hooks) through compiled autograd."""
+    optimizer: OptimizerPolicy = OptimizerPolicy.auto  # How the optimizer step runs.
+    compiled_autograd: bool = False  # Capture the whole backward (with user gradient hooks) through compiled autograd.
+    # For scope=blocks: class names of the repeated blocks; empty finds the largest ModuleList.
     block_types: list[str] = field(default_factory=list)
-    """For scope=blocks: class names of the repeated blocks; empty finds the largest ModuleList."""
+    # What a compile failure does: auto (errors stop the run; a recompile storm is demoted or runs eagerly, with a
+    # warning), raise (strict: recompile-limit hits stop the run too), or eager.
     on_error: OnError = OnError["auto"]  # type: ignore[valid-type]
-    """What a compile failure does: auto (errors stop the run; a recompile storm is demoted or runs
-    eagerly, with a warning), raise (strict: recompile-limit hits stop the run too), or eager."""
-    cache_dir: Optional[str] = None
-    """Inductor/AOTAutograd on-disk cache directory; None keeps torch's default."""
+    cache_dir: Optional[str] = None  # Inductor/AOTAutograd on-disk cache directory; None keeps torch's default.
+    # A compile cache shared by every process of the run, its ranks and sweeps: redis://HOST:PORT (or .../DB),
+    # Inductor's and AOTAutograd's remote caches on a Redis server (docs/compile-cache.md).
     cache: Optional[str] = None
-    """A compile cache shared by every process of the run, its ranks and sweeps: ``redis://HOST:PORT`` (or
-    ``.../DB``), Inductor's and AOTAutograd's remote caches on a Redis server (docs/compile-cache.md)."""
+    # What torch may read from the shared cache and from another run's cache artifacts: signed (only entries signed
+    # under RUNNER_COMPILE_CACHE_SECRET, which must then be set) or unsigned (torch's own unchecked sharing: whoever can
+    # write to the server or the file runs code in every process that reads it).
     cache_trust: CacheTrust = CacheTrust.signed
-    """What torch may read from the shared cache and from another run's cache artifacts: signed (only entries
-    signed under RUNNER_COMPILE_CACHE_SECRET, which must then be set) or unsigned (torch's own unchecked
-    sharing: whoever can write to the server or the file runs code in every process that reads it)."""
+    # Compile in a second process while the first steps train eagerly, then switch (docs/background-compile.md): auto
+    # (Inductor, one process: a long CPU run, a GPU with memory to spare; see the doc), shared, pinned, disabled.
     background: Background = Background.auto
-    """Compile in a second process while the first steps train eagerly, then switch (docs/background-compile.md):
-    auto (Inductor, one process: a long CPU run, a GPU with memory to spare; see the doc), shared, pinned, disabled."""
 
 
 @dataclass
 class CudaGraphsConfig:
     """The ``cudagraphs`` group."""
 
+    # auto (the default): on where the step is eligible on CUDA, off with the reason otherwise (always off on the CPU);
+    # reduce_overhead: on wherever there is a CUDA device; disabled: never.
     mode: CudaGraphMode = CudaGraphMode.auto
-    """auto (the default): on where the step is eligible on CUDA, off with the reason otherwise (always off on the
-    CPU); reduce_overhead: on wherever there is a CUDA device; disabled: never."""
+    # Leave nodes that use a dynamic size out of CUDA graphs, graph the rest; false: a graph per size.
     skip_dynamic_graphs: bool = True
-    """Leave nodes that use a dynamic size out of CUDA graphs, graph the rest; false: a graph per size."""
-    warmup_steps: int = 3
-    """Steps run before the first capture."""
+    warmup_steps: int = 3  # Steps run before the first capture.
 
 
 @dataclass
@@ -128,26 +120,21 @@ class DynamicConfig:
     """The ``dynamic`` group: the shape policy for inputs whose sizes vary."""
 
     policy: ShapePolicy = ShapePolicy.automatic
+    # For policy=bucket: the padded lengths (sorted, the last >= the longest sequence).
     buckets: list[int] = field(default_factory=list)
-    """For policy=bucket: the padded lengths (sorted, the last >= the longest sequence)."""
+    # Dims of every input tensor that vary (1 = sequence length of a [batch, seq] batch).
     dims: list[int] = field(default_factory=lambda: [1])
-    """Dims of every input tensor that vary (1 = sequence length of a [batch, seq] batch)."""
-    min: int = 2
-    """Lower bound given to mark_dynamic."""
+    min: int = 2  # Lower bound given to mark_dynamic.
+    # Upper bound given to mark_dynamic (None: the data's seq_len, the longest batch it makes).
     max: Optional[int] = None
-    """Upper bound given to mark_dynamic (None: the data's seq_len, the longest batch it makes)."""
+    # True makes every Python float a compiled frame reads a guarded constant (a learning rate read in the step then
+    # recompiles at every change). False (the default): a float is a constant until it first changes, then a graph input
+    # (one recompile), through torch's automatic dynamic.
     specialize_float: bool = False
-    """True makes every Python float a compiled frame reads a guarded constant (a learning rate read in
-    the step then recompiles at every change). False (the default): a float is a constant until it first
-    changes, then a graph input (one recompile), through torch's automatic dynamic."""
-    recompile_limit: int = 8
-    """torch._dynamo.config.recompile_limit."""
-    after_warmup: AfterWarmup = AfterWarmup.none
-    """What a recompile after ``warmup_steps`` does."""
-    warmup_steps: int = 10
-    """Steps after which after_warmup takes effect."""
-    compiler_collectives: bool = True
-    """Under DDP, make every rank take the same dynamic-shape decision."""
+    recompile_limit: int = 8  # torch._dynamo.config.recompile_limit.
+    after_warmup: AfterWarmup = AfterWarmup.none  # What a recompile after warmup_steps does.
+    warmup_steps: int = 10  # Steps after which after_warmup takes effect.
+    compiler_collectives: bool = True  # Under DDP, make every rank take the same dynamic-shape decision.
 
 
 @dataclass
@@ -155,15 +142,13 @@ class OffloadConfig:
     """The ``offload`` group: saved-activation strategy."""
 
     strategy: OffloadStrategy = OffloadStrategy.none
-    min_bytes: int = 1024
-    """Saved tensors smaller than this are left alone."""
+    min_bytes: int = 1024  # Saved tensors smaller than this are left alone.
+    # Module names (prefix match) whose activations are left alone, e.g. the output head.
     exclude: list[str] = field(default_factory=lambda: ["head"])
-    """Module names (prefix match) whose activations are left alone, e.g. the output head."""
+    # For strategy=checkpoint: None checkpoints every block; a value in (0, 1) uses the compiler's activation memory
+    # budget instead.
     memory_budget: Optional[float] = None
-    """For strategy=checkpoint: None checkpoints every block; a value in (0, 1) uses the compiler's
-    activation memory budget instead."""
-    measure: bool = True
-    """Measure saved bytes and gradient error against ``none`` on a check batch at the start."""
+    measure: bool = True  # Measure saved bytes and gradient error against none on a check batch at the start.
 
 
 @dataclass
@@ -173,14 +158,12 @@ class TrainerConfig:
     accelerator: str = "cpu"
     devices: Any = 1
     num_nodes: int = 1
+    # auto (one device: single; more: ddp), ddp, or fsdp (FSDP2, sharded; settings in trainer.fsdp).
     distributed: Distributed = Distributed.auto
-    """auto (one device: single; more: ddp), ddp, or fsdp (FSDP2, sharded; settings in trainer.fsdp)."""
-    fsdp: FsdpConfig = field(default_factory=FsdpConfig)
-    """FSDP2 settings, used with distributed=fsdp."""
+    fsdp: FsdpConfig = field(default_factory=FsdpConfig)  # FSDP2 settings, used with distributed=fsdp.
     precision: str = "32-true"
     max_steps: int = 200
-    max_time: Optional[str] = None
-    """Wall-clock limit, DD:HH:MM:SS."""
+    max_time: Optional[str] = None  # Wall-clock limit, DD:HH:MM:SS.
     val_check_interval: int = 100
     limit_val_batches: int = 20
     log_every_n_steps: int = 10
@@ -188,8 +171,7 @@ class TrainerConfig:
     accumulate_grad_batches: int = 1
     enable_progress_bar: bool = True
     deterministic: bool = False
-    checkpoint_every_n_steps: int = 100
-    """Save ``last.ckpt`` (atomically) every N steps and at the end."""
+    checkpoint_every_n_steps: int = 100  # Save last.ckpt (atomically) every N steps and at the end.
 
     def is_distributed(self) -> bool:
         """Whether this trainer runs DDP: asked for, or more than one device or node."""
@@ -227,15 +209,15 @@ class TelemetryConfig:
     """The ``telemetry`` group: what is measured about compilation."""
 
     log_every_n_steps: int = 10
+    # Eager + compiled step pairs, interleaved after warm-up, that measure the speedup (0 disables).
     speedup_steps: int = 20
-    """Eager + compiled step pairs, interleaved after warm-up, that measure the speedup (0 disables)."""
+    # Device peak for MFU in TFLOP/s (reported as given); None measures it at start-up with a short matmul probe on the
+    # run's device in the run's precision, cached per machine in $RUNNER_CACHE_DIR (default $XDG_CACHE_HOME/runner or
+    # ~/.cache/runner)/peak_tflops.json.
     peak_tflops: Optional[float] = None
-    """Device peak for MFU in TFLOP/s (reported as given); None measures it at start-up with a short
-    matmul probe on the run's device in the run's precision, cached per machine in
-    $RUNNER_CACHE_DIR (default $XDG_CACHE_HOME/runner or ~/.cache/runner)/peak_tflops.json."""
+    # Write torch's structured compile trace (TORCH_TRACE) into <run_dir>/trace and, with tlparse installed, its HTML
+    # compile report into <run_dir>/tlparse/index.html (linked from report.md).
     trace: bool = False
-    """Write torch's structured compile trace (TORCH_TRACE) into <run_dir>/trace and, with tlparse
-    installed, its HTML compile report into <run_dir>/tlparse/index.html (linked from report.md)."""
 
 
 class OnNonFinite(Enum):
@@ -249,16 +231,15 @@ class OnNonFinite(Enum):
 class ReliabilityConfig:
     """The ``reliability`` group: non-finite losses, interruption and compile-cache artifacts."""
 
+    # A nan/inf loss stops the run (checkpointing the last good state) or skips that step.
     on_nonfinite: OnNonFinite = OnNonFinite.stop
-    """A nan/inf loss stops the run (checkpointing the last good state) or skips that step."""
-    max_skipped_steps: int = 10
-    """With on_nonfinite=skip: stop (as with stop) once this many steps have been skipped."""
+    max_skipped_steps: int = 10  # With on_nonfinite=skip: stop (as with stop) once this many steps have been skipped.
+    # SIGINT/SIGTERM finish the current step, save last.ckpt, flush loggers and exit 128+signum.
     checkpoint_on_interrupt: bool = True
-    """SIGINT/SIGTERM finish the current step, save last.ckpt, flush loggers and exit 128+signum."""
+    # Save torch.compiler.save_cache_artifacts() to <run_dir>/compile_cache/artifacts.bin at the end.
     save_cache_artifacts: bool = True
-    """Save torch.compiler.save_cache_artifacts() to <run_dir>/compile_cache/artifacts.bin at the end."""
+    # An artifacts.bin (or the run dir holding one) from another run, loaded before compiling.
     load_cache_artifacts: Optional[str] = None
-    """An artifacts.bin (or the run dir holding one) from another run, loaded before compiling."""
 
 
 @dataclass
@@ -277,18 +258,15 @@ class RunConfig:
     telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
     reliability: ReliabilityConfig = field(default_factory=ReliabilityConfig)
     peft: PeftConfig = field(default_factory=PeftConfig)  # which weights train (runner.config.schema.peft)
+    # What the training step minimises: sft, or a preference objective (runner.config.schema.objective).
     objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
-    """What the training step minimises: sft, or a preference objective (runner.config.schema.objective)."""
     loss: LossConfig = field(default_factory=LossConfig)  # full or chunked logits (runner.config.schema.loss)
+    # What the run leaves for after training: the exported model, a sample of a causal LM's text.
     after: AfterConfig = field(default_factory=AfterConfig)
-    """What the run leaves for after training: the exported model, a sample of a causal LM's text."""
+    # Lightning loggers by name, each a _target_ node; CSV is always added.
     logger: dict[str, Any] = field(default_factory=dict)
-    """Lightning loggers by name, each a ``_target_`` node; CSV is always added."""
     seed: int = 1234
-    ckpt_path: Optional[str] = None
-    """Checkpoint to resume from: a path, or ``last`` for this run dir's last checkpoint."""
-    run_dir: str = "."
-    """Filled by Hydra with the run directory."""
+    ckpt_path: Optional[str] = None  # Checkpoint to resume from: a path, or last for this run dir's last checkpoint.
+    run_dir: str = "."  # Filled by Hydra with the run directory.
     name: str = "run"
-    recipe: Optional[str] = None
-    """Name of the recipe that was applied, if any."""
+    recipe: Optional[str] = None  # Name of the recipe that was applied, if any.

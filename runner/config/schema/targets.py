@@ -39,8 +39,7 @@ class GPTSchema:
     n_layer: int = 4
     n_head: int = 4
     n_embd: int = 128
-    block_size: int = 256
-    """Longest sequence the position embedding covers."""
+    block_size: int = 256  # Longest sequence the position embedding covers.
     dropout: float = 0.0
     bias: bool = False
 
@@ -88,9 +87,9 @@ class WarmupCosineSchema:
     warmup_steps: int = 20
     total_steps: Any = "${trainer.max_steps}"
     min_lr_ratio: float = 0.1
+    # A resume with another trainer.max_steps: keep the run's plan (steps past its end hold the final rate), or stretch
+    # the rest of it to end at the new max_steps. A warning says which; so does the run's summary.
     on_resume: OnResume = OnResume.keep
-    """A resume with another trainer.max_steps: keep the run's plan (steps past its end hold the final rate), or
-    stretch the rest of it to end at the new max_steps. A warning says which; so does the run's summary."""
 
 
 @dataclass
