@@ -1,16 +1,11 @@
-"""The secret that signs what ``compile.cache`` shares and the cache artifacts a run saves, the envelope it
-signs them in, and the cache's address as it may be shown.
+"""The secret that signs what ``compile.cache`` shares and the cache artifacts a run saves, its envelope, and the
+cache's address as it may be shown.
 
-The secret is not a config field: Hydra saves every run's composed config in its run directory, and a
-secret there would reach every copy of the outputs. It comes from the environment, as the Redis password
-does in most clusters: ``RUNNER_COMPILE_CACHE_SECRET`` holds it, or ``RUNNER_COMPILE_CACHE_SECRET_FILE``
-names a file that does (docs/compile-cache.md).
-
-An envelope is ``TAG``, the secret's key id (the first bytes of an HMAC of a fixed string under it: it tells
-"signed under another secret" from "changed", and reveals nothing of the secret), an HMAC-SHA256 under the
-secret over the tag, the subject (what the value is bound to: for the server's entries the torch version and
-the entry's full key, so a value moved to another key fails) and the value, then the value. It is checked
-with ``hmac.compare_digest`` before anyone reads a byte of the value.
+The secret comes from the environment (``RUNNER_COMPILE_CACHE_SECRET``, or a file ``..._FILE`` names), never the config,
+which Hydra saves in every run directory. An envelope is ``TAG``, the secret's key id (tells "another secret" from
+"changed", reveals nothing), an HMAC-SHA256 over the tag, the subject (for the server's entries the torch version and
+the full key, so a value moved to another key fails) and the value, then the value; it is checked with
+``hmac.compare_digest`` before a byte of the value is read.
 """
 
 from __future__ import annotations
@@ -109,10 +104,8 @@ ARTIFACTS_SUBJECT = "runner compile-cache artifacts"
 
 
 def open_artifacts(stored: bytes, shown: str, trust_unsigned: bool) -> tuple[bytes | None, str | None]:
-    """``(torch's artifacts, None)`` from a saved artifacts file ``shown`` (``reliability.load_cache_artifacts=
-    ...``) that may be loaded, else ``(None, a paragraph naming the fix)``: signed under this process's secret;
-    or, with ``compile.cache_trust=unsigned``, unsigned (or signed under a secret this process lacks). torch
-    unpickles what it loads, so nothing else is."""
+    """``(torch's artifacts, None)`` from a saved artifacts file that may be loaded (signed under this secret, or any
+    under ``compile.cache_trust=unsigned``), else ``(None, the refusal)``: torch unpickles what it loads."""
     secret, problem = read_secret()
     if problem:
         return None, f"{shown}: {problem}"

@@ -1,12 +1,9 @@
-"""What a ``_target_`` names, found before anything runs: the object itself (imported as Hydra's
-``instantiate`` imports it, a failure in words) and the configured model, built on the meta device.
+"""What a ``_target_`` names, found before anything runs: the object itself, imported as Hydra's ``instantiate`` imports
+it, and the configured model built on the meta device.
 
-An import can fail in two ways that want different fixes. The dotted path names nothing (a typo, a
-module not on the path): check the path. Or a module on the way was found and raised while it was
-being imported (a bug in it, or a package it imports that is installed but broken, such as a
-torchvision built for another torch): the path is fine, and the message names the package whose
-import failed and its error. The traceback tells them apart: only the second has a module's own
-code (a ``<module>`` frame) in it.
+A failed import wants one of two fixes: a dotted path that names nothing (check the path), or a module that raised while
+it was imported (a bug, or a broken installed package: name the package and its error). Only the second has a
+``<module>`` frame in its traceback.
 """
 
 from __future__ import annotations
@@ -29,8 +26,7 @@ class ImportFailure:
     importer: str | None  # The outermost module whose import led to module's, when it is another one.
 
     def message(self, setting: str, target: str) -> str:
-        """One paragraph: ``setting`` (``model._target_=...``) cannot be imported, which package's import
-        failed and with what error, and the fix: the user's own module, or a broken installed package."""
+        """One paragraph: ``setting`` cannot be imported, which package failed with what error, and the fix."""
         via = f" (while importing {self.importer})" if self.importer else ""
         raised = f" (raised by {self.module})" if self.module != self.package else ""
         head = (f"{setting} cannot be imported: importing the package {self.package} failed{via}: "
@@ -61,8 +57,7 @@ def _module_frames(tb: types.TracebackType | None) -> list[str]:
 
 
 def import_failure(e: BaseException) -> ImportFailure | None:
-    """The module that raised while it was being imported, if ``e`` (or what it was raised from) was
-    raised by a module's own code; None when no module's code ran into it (a path that names nothing)."""
+    """The module that raised while it was being imported (``e`` or its cause); None for a path that names nothing."""
     cause: BaseException | None = e
     while cause is not None:
         modules = _module_frames(cause.__traceback__)
@@ -75,8 +70,7 @@ def import_failure(e: BaseException) -> ImportFailure | None:
 
 
 def locate(target: str) -> tuple[Any, ImportFailure | str | None]:
-    """The object ``target`` names and None; or None and why not: an :class:`ImportFailure` when a
-    module raised while being imported, else the error's text (the dotted path names nothing)."""
+    """The object ``target`` names and None; or None and an :class:`ImportFailure` or the error's text."""
     try:
         return hydra_internals.locate(target), None
     except Exception as e:  # ImportError, AttributeError, or a module failing on import (any exception)
@@ -85,8 +79,7 @@ def locate(target: str) -> tuple[Any, ImportFailure | str | None]:
 
 
 class TokenRange(NamedTuple):
-    """The token ids a data module can give a model: the largest, the pad id, and where they come from (the
-    ``token_range`` a text data module declares)."""
+    """The token ids a data module can give a model (its ``token_range``): the largest, the pad id, their source."""
 
     largest: int
     pad: int
@@ -94,8 +87,8 @@ class TokenRange(NamedTuple):
 
 
 class Embedding(NamedTuple):
-    """How many token ids a model embeds (the ``input_vocabulary`` a model declares): ``rows``, where that number
-    comes from, and the setting that changes it (None: a saved model, whose size is fixed)."""
+    """How many ids a model embeds (its ``input_vocabulary``), from where, and the setting that changes it (None:
+    fixed)."""
 
     rows: int
     source: str
@@ -103,9 +96,7 @@ class Embedding(NamedTuple):
 
 
 def fields(node: Any) -> dict[str, Any]:
-    """A ``_target_`` node's keys: a schema dataclass or, for an option without one, a dict. A schema's
-    ``NOT_ARGUMENTS`` (settings the config itself uses, such as data.split of a Hub data set) are left out: they
-    are no argument of the class."""
+    """A ``_target_`` node's keys, without its schema's ``NOT_ARGUMENTS`` (settings the config uses itself)."""
     if dataclasses.is_dataclass(node) and not isinstance(node, type):
         skip = getattr(type(node), "NOT_ARGUMENTS", ())
         return {f.name: getattr(node, f.name) for f in dataclasses.fields(node) if f.name not in skip}
@@ -116,8 +107,7 @@ HYDRA_KEYS = frozenset({"_target_", "_partial_", "_args_", "_recursive_", "_conv
 
 
 def declared(node: Any, name: str) -> Any | None:
-    """What the class ``node._target_`` names declares as ``name`` (a static method), called with the node's
-    fields; None when the class does not import or declares no such thing."""
+    """What the class ``node._target_`` declares as the static method ``name``, called with the node's fields."""
     values = fields(node)
     target = values.get("_target_")
     cls = locate(target)[0] if isinstance(target, str) else None
@@ -128,9 +118,8 @@ def declared(node: Any, name: str) -> Any | None:
 
 
 def meta_model(node: Any) -> Any | None:
-    """The model ``node`` (the ``model`` config) configures, built on the meta device: its parameters
-    have shapes and ``requires_grad``, but no memory and no initial values. None when it cannot be
-    built that way (a constructor that reads data, or one that fails: the run will say why)."""
+    """The configured model built on the meta device (shapes and ``requires_grad``, no memory); None when it cannot be
+    built that way (its constructor reads data, or fails: the run says why)."""
     import torch
     from hydra.utils import instantiate
 

@@ -1,6 +1,5 @@
-"""Where runner's config files come from: runner's own ``conf/`` and ``recipes/``, and the user's
-project layers (``./conf/<group>/`` and ``./recipes/`` in the current directory, then each directory
-given with ``--config-dir`` or ``hydra.searchpath``), which come first."""
+"""Where config files come from: the user's project layers first (``./conf/<group>/`` and ``./recipes/``, then each
+``--config-dir`` or ``hydra.searchpath`` directory), then runner's own ``conf/`` and ``recipes/``."""
 
 from __future__ import annotations
 
@@ -14,8 +13,8 @@ _PKG = Path(__file__).resolve().parents[2]  # runner/ (this is runner/config/com
 
 
 def _builtin(name: str) -> Path:
-    """An installed wheel ships ``conf/`` and ``recipes/`` as ``runner/_conf`` and ``runner/_recipes``
-    (see setup.py); a checkout or an editable install reads them at the top of the repository."""
+    """A wheel ships ``conf/`` and ``recipes/`` as ``runner/_conf`` and ``runner/_recipes``; a checkout has them on
+    top."""
     packaged = _PKG / f"_{name}"
     return packaged if packaged.is_dir() else _PKG.parent / name
 
@@ -27,9 +26,8 @@ RECIPE_GROUP = "recipe"
 
 @dataclass(frozen=True)
 class ConfigLayer:
-    """One place configs come from: ``groups`` holds ``<group>/<option>.yaml`` (root-level files there
-    are not read: a project's own ``conf/config.yaml`` must not replace runner's root config),
-    ``recipes`` holds ``<recipe>.yaml`` files for ``+recipe=NAME``."""
+    """One place configs come from: ``groups`` (``<group>/<option>.yaml``; root-level files are not read, so a project's
+    ``conf/config.yaml`` cannot replace runner's) and ``recipes`` (``<recipe>.yaml``)."""
 
     label: str
     groups: Path | None
@@ -40,8 +38,7 @@ _extra_dirs: list[Path] = []
 
 
 def set_config_dirs(dirs: Sequence[str | Path]) -> None:
-    """The directories given with ``--config-dir`` / ``hydra.searchpath`` (the entry point and
-    ``compose`` set them before Hydra builds its search path)."""
+    """The ``--config-dir`` / ``hydra.searchpath`` directories, set before Hydra builds its search path."""
     _extra_dirs[:] = [Path(d).expanduser().resolve() for d in dirs]
 
 
@@ -56,8 +53,7 @@ def same_dir(a: Path | None, b: Path | None) -> bool:
 
 
 def _project_layer(label: str, root: Path, hydra_layout: bool) -> ConfigLayer | None:
-    """``root/conf`` + ``root/recipes`` (a project); else, for a directory named on the command line,
-    Hydra's own layout (``root/<group>/``, recipes in ``root/recipe/``)."""
+    """``root/conf`` + ``root/recipes``; else, for a directory named on the command line, Hydra's ``root/<group>/``."""
     conf, recipes = root / "conf", root / "recipes"
     if conf.is_dir() or recipes.is_dir():
         layer = ConfigLayer(label, conf if conf.is_dir() else None, recipes if recipes.is_dir() else None)
@@ -85,8 +81,7 @@ def builtin_layer() -> ConfigLayer:
 
 
 def default_groups() -> list[str]:
-    """The groups runner's root config (``conf/config.yaml``) selects an option of: ``GROUP=OPTION``
-    changes them; any other group (``recipe``, ``sweep``) is added with ``+GROUP=OPTION``."""
+    """The groups conf/config.yaml selects (``GROUP=OPTION``); any other is added with ``+GROUP=OPTION``."""
     root = yaml.safe_load((CONF_DIR / "config.yaml").read_text(encoding="utf-8")) or {}
     entries = [e for e in root.get("defaults", []) if isinstance(e, dict)]
     return [key for e in entries for key in e if not key.startswith(("override ", "hydra"))]

@@ -1,13 +1,7 @@
-"""Validate the command line's config before Hydra creates a run directory.
-
-Hydra writes ``outputs/<date>/<time>/.hydra`` before the task function runs; a bad key would leave
-an empty run directory behind. ``precheck`` composes the same overrides with the compose API (the
-same search path: the user's ``conf/``, ``recipes/`` and ``--config-dir`` first), converts and
-validates them, and raises ``ConfigError`` with one paragraph that names the fix
-(:mod:`runner.config.composing.messages`). Every way in gets the same paragraph: a run, each job of a ``-m``
-sweep, ``--cfg``/``--info`` (composed and converted: they print a config, valid or not) and
-``runner tune``.
-"""
+"""Validate the command line's config before Hydra creates a run directory (Hydra writes ``.hydra/`` before the task
+runs, so a bad key would leave an empty one behind): the same overrides are composed on the same search path, converted
+and validated, and a ``ConfigError`` names the fix. A run, each job of a ``-m`` sweep, ``--cfg``/``--info`` (converted
+only: they print a config, valid or not) and ``runner tune`` all get the same paragraph."""
 
 from __future__ import annotations
 
@@ -42,8 +36,7 @@ def command_line(argv: Sequence[str]) -> argparse.Namespace | None:
 
 
 def search_dirs(args: argparse.Namespace) -> list[str]:
-    """Directories given with ``--config-dir`` and ``hydra.searchpath=[...]`` (plain or ``file://``
-    paths; ``pkg://`` entries are left to Hydra's own search path)."""
+    """Directories given with ``--config-dir`` and ``hydra.searchpath=[...]`` (``pkg://`` entries are Hydra's own)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     dirs = [args.config_dir] if args.config_dir else []
@@ -62,9 +55,8 @@ def search_dirs(args: argparse.Namespace) -> list[str]:
 
 
 def _sweep(parser: OverridesParser, override: str) -> tuple[str, list[str]] | None:
-    """(``key``, its values) of a sweep override; ``(override, [])`` for a plain one (or one Hydra
-    cannot parse: composing it says why); None for a sweep only Hydra's config loader can expand
-    (``glob(...)`` over a group's options: it selects options that exist)."""
+    """``(key, values)`` of a sweep override; ``(override, [])`` for a plain one; None for a sweep only Hydra's loader
+    can expand (``glob(...)`` over a group's options)."""
     try:
         parsed = parser.parse_overrides([override])[0]
     except HydraException:
@@ -78,10 +70,9 @@ def _sweep(parser: OverridesParser, override: str) -> tuple[str, list[str]] | No
 
 
 def _jobs(overrides: list[str], multirun: bool) -> list[list[str]]:
-    """The override lists to check: each sweep (``key=a,b``, ``key=range(1,4)``, ``key=choice(a,b)``)
-    at its first value and, under ``-m``, every other value once with the rest at their first, so a
-    misspelt later value is named as a plain run's would be (Hydra composes every job before the
-    first one runs, and would stop there with its own traceback)."""
+    """The override lists to check: each sweep at its first value and, under ``-m``, every other value once, so a
+    misspelt later value is named as a plain run's would be (Hydra composes every job first and would stop with a
+    traceback)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     parser = OverridesParser.create()
@@ -107,10 +98,8 @@ def _other_config(args: argparse.Namespace) -> bool:
 
 
 def precheck(argv: Sequence[str]) -> list[Pin]:
-    """Compose, convert and validate what ``argv`` runs: every job of a multirun sweep (each value once);
-    for ``--cfg`` and ``--info``, which print the config instead of running it, compose and convert
-    only (a misspelt key or option is refused as in a run; a combination that would not run is shown). Returns
-    what the Hub names of every job resolved to (:func:`runner.config.composing.hub_names.pinned_overrides`)."""
+    """Compose, convert and validate every job ``argv`` runs (``--cfg`` and ``--info``: convert only); returns what the
+    Hub names of every job resolved to."""
     args = command_line(argv)
     if args is None or _other_config(args):
         return []

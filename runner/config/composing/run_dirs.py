@@ -1,17 +1,11 @@
-"""Every run its own directory: runs started in the same second (two processes, a queue, a sweep's jobs in another
-process) never share one, and a directory that holds a run already is never reused without a word.
+"""Every run its own directory: runs started in the same second never share one, and a directory that holds a run is
+never reused without a word.
 
-- The default directory (``hydra.run.dir``'s pattern, ``outputs/<date>/<time>-<name>``, and a sweep's
-  ``hydra.sweep.dir``) has one-second resolution. :class:`ClaimRunDir`, a Hydra callback, claims it before Hydra
-  makes it: an exclusive ``mkdir``, which one process wins; the others take the next free
-  ``<time>_2-<name>``, ``<time>_3-<name>`` (globs on ``*-<name>`` still find them). On a shared file system across
-  nodes too: ``mkdir`` is atomic there.
-- A pattern given on the command line (``hydra.run.dir='outputs/${now:%H}-${name}'``) is claimed the same way. A
-  directory given as it is (``hydra.run.dir=DIR``) is used as given: resuming a run in place (``ckpt_path``) and the
-  extra ranks Lightning starts into rank 0's directory do that. A new run into a directory that holds another run's
-  files is refused before anything is written (:func:`taken_error`, from the precheck).
-- A sweep's job is named by its overrides, ``<num>-<overrides>`` (``hydra.sweep.subdir``), always one directory:
-  :func:`job_dir_name` keeps a value's ``/`` (``model.path=/data/x``) from nesting one level per ``/``.
+The default directory (``outputs/<date>/<time>-<name>``, a sweep's too) has one-second resolution, so
+:class:`ClaimRunDir` claims it before Hydra makes it with an exclusive ``mkdir`` (atomic on shared file systems too):
+one process wins, the others take ``<time>_2-<name>``, ``<time>_3-<name>``. A pattern given on the command line is
+claimed the same way; a directory given as it is is used as given (a resume in place, Lightning's extra ranks), and a
+new run into one holding another run's files is refused by :func:`taken_error` in the precheck.
 """
 
 from __future__ import annotations
@@ -29,9 +23,8 @@ NAME_MAX_BYTES = 200  # of the file system's 255 for a name: room for the job's 
 
 
 def job_dir_name(override_dirname: str) -> str:
-    """A sweep job's directory name from its overrides (``${runner.job_dir:${hydra.job.override_dirname}}``): one
-    path component, each ``/`` a ``_``; past :data:`NAME_MAX_BYTES`, the overrides that fit and ``,...`` (the job's
-    number before the name keeps it unique; ``.hydra/overrides.yaml`` in it has them all)."""
+    """A sweep job's directory name from its overrides: one path component (each ``/`` a ``_``), cut to
+    :data:`NAME_MAX_BYTES` with ``,...`` (the job's number keeps it unique)."""
     name = override_dirname.replace("/", "_")
     if len(name.encode()) <= NAME_MAX_BYTES:
         return name
@@ -48,9 +41,7 @@ def register_job_dir_resolver() -> None:
 
 
 def claim(directory: Path, name: str | None = None) -> Path:
-    """Create ``directory`` (its parents too), or, when it exists, the first free ``<dir>_N`` with ``N`` from 2 (the
-    suffix before ``-name`` when the directory's name ends with it); the directory created, empty and this
-    process's."""
+    """Create ``directory``, or the first free ``<dir>_N`` from 2 (before ``-name`` where the name ends with it)."""
     directory.parent.mkdir(parents=True, exist_ok=True)
     stem, tail = directory.name, ""
     if name and stem.endswith(f"-{name}") and len(stem) > len(name) + 1:
@@ -75,9 +66,8 @@ def _given(overrides: Sequence[str], key: str) -> str | None:
 
 
 def taken_error(overrides: Sequence[str], multirun: bool = False) -> str | None:
-    """Why a run may not go into the ``hydra.run.dir`` the command line names (a sweep: ``hydra.sweep.dir``): it
-    holds another run's files and this is no resume of it (``ckpt_path``) nor a rank Lightning started into rank 0's
-    directory. None: it may."""
+    """Why a run may not go into the ``hydra.run.dir`` (or ``hydra.sweep.dir``) the command line names: it holds another
+    run's files and this is no resume nor an extra rank. None: it may."""
     key = SWEEP_DIR_KEY if multirun else RUN_DIR_KEY
     given = _given(overrides, key)
     resuming = not multirun and _given(overrides, "ckpt_path") not in (None, "null")
@@ -95,8 +85,8 @@ def taken_error(overrides: Sequence[str], multirun: bool = False) -> str | None:
 
 
 class ClaimRunDir(Callback):
-    """A Hydra callback (``hydra.callbacks`` in conf/config.yaml) that claims a run's or a sweep's default
-    directory before Hydra makes it (module docstring)."""
+    """The Hydra callback (conf/config.yaml's ``hydra.callbacks``) that claims the default directory before Hydra makes
+    it."""
 
     def on_run_start(self, config: Any, **_: Any) -> None:
         self._claim(config, RUN_DIR_KEY)

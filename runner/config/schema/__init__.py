@@ -1,22 +1,8 @@
-"""Typed schema of every config node.
-
-Hydra composes YAML from ``conf/`` and ``recipes/``; these dataclasses give every node a type, so a
-wrong key or a wrong type fails at composition with the key named. ``OmegaConf.to_object`` turns the
-composed config into these objects once (``runner.config.composing.loading``), and ``runner.config.checks.validate``
-checks their combination there; everything downstream receives typed objects, never a ``DictConfig``.
-
-Nodes that users swap (model, data, optimizer, scheduler, loggers) are open ``_target_`` nodes.
-Compile policies are closed enums, checked together in ``runner.config.checks.validate``; the three whose options
-behave differently (``Scope``, ``ShapePolicy``, ``OffloadStrategy``) are declared with what each option does in
-``options``.
-
-A module a part: ``run`` (``RunConfig`` and the run's own nodes: compile, CUDA graphs, dynamic shapes, offload,
-trainer, telemetry, reliability), ``options`` (the closed options of the compile stack and each one's row),
-``after``, ``fsdp``, ``loss``, ``objective`` and ``peft`` (one group each), ``targets`` (the open ``_target_``
-nodes runner ships and the names they are registered under), ``families`` (Hugging Face and timm models) and
-``data`` (the data options). The run's nodes and each group's root node are imported from here; a group's own
-enums and helpers (``PeftMethod``, ``Chunked``, ``resolve_reference``, the data schemas) from its module.
-"""
+"""Typed schema of every config node: a wrong key or type fails at composition, ``OmegaConf.to_object`` converts the
+composed config once (``composing.loading``), and everything downstream receives typed objects. Open ``_target_`` nodes
+for what users swap (model, data, optimizer, scheduler, loggers); closed enums for the compile policies, the three whose
+options behave differently declared with their rows in ``options``. Each group's root node is imported from here; its
+own enums and helpers from its module."""
 
 from runner.config.schema.after import AfterConfig
 from runner.config.schema.fsdp import Distributed, FsdpConfig, FsdpMixedPrecision
