@@ -1,16 +1,6 @@
-"""Checks of the data against the model, before anything is written: what one group's own check cannot see.
-
-- the classes the rows hold (``label_count``) against the model's ``num_labels`` (or ``data.num_classes``);
-- the token ids the data gives (its tokenizer's largest id and its pad id, ``token_range`` on the data module's
-  class) against the rows of the model's input embedding (``input_vocabulary`` on the model's class): an id past
-  the embedding fails deep inside the first forward, with an ``IndexError`` and a partial run directory.
-
-- packed rows (``data.packing=true``) against a model that can take them: its class declares
-  ``packing_refusal`` (None: it can), and a model that declares nothing is refused with the ones that can.
-
-Each check returns one paragraph (the two sizes, the fix) or None; it is quiet where either side declares
-nothing (a user's own classes), or where a group's own check already names a problem.
-"""
+"""Checks of the data against the model: the classes its rows hold against the model's ``num_labels``, its token ids
+against the model's embedding (an id past it fails inside the first forward), packed rows against a model that takes
+them. Quiet where either side declares nothing (a user's own classes)."""
 
 from __future__ import annotations
 
@@ -49,8 +39,8 @@ def check_vocabulary(cfg: RunConfig) -> str | None:
 
 
 def check_labels(cfg: RunConfig) -> str | None:
-    """The classes the rows hold (``label_count`` on the data module's class) are the classes the model predicts
-    (``model.num_labels``, else ``data.num_classes``)."""
+    """The classes the rows hold are the classes the model predicts (``model.num_labels``, else
+    ``data.num_classes``)."""
     found = _declared(cfg.data, "label_count")
     if not isinstance(found, tuple):
         return None
@@ -69,8 +59,7 @@ def check_labels(cfg: RunConfig) -> str | None:
 
 
 def check_packing(cfg: RunConfig) -> str | None:
-    """``data.packing=true`` only with a model whose attention takes a document mask (its class says so), and
-    FlexAttention only on CUDA (torch 2.13 has no FlexAttention backward on the CPU)."""
+    """Packed rows only with a model whose attention takes a document mask, and FlexAttention only on CUDA."""
     if target_objects.fields(cfg.data).get("packing") is not True:
         return None
     model = target_objects.fields(cfg.model)

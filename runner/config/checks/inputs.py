@@ -1,11 +1,5 @@
-"""Checks of what a user types that is not a config value's type: paths, device counts, checkpoints,
-classes named by ``_target_`` and the fields given to them.
-
-Each check is a small pure function of the typed ``RunConfig`` returning one paragraph (the key,
-the value, the fix) or None; ``CHECKS`` lists them for the validation that runs before Hydra writes
-anything. A check that needs something that does not exist yet (a missing path, a class that does
-not import) leaves it to the check that names that problem.
-"""
+"""Checks of what a user types beyond a value's type: paths, device counts, checkpoints, the classes ``_target_`` names
+and their fields. A check that needs something missing leaves it to the check that names that."""
 
 from __future__ import annotations
 
@@ -31,8 +25,7 @@ _fields = target_objects.fields
 
 
 def _check_loggers(cfg: RunConfig) -> str | None:
-    """Every ``logger.NAME`` entry names its class: one added with ``+logger.NAME.key=value`` (a
-    misspelt ``logger.csv``) has no ``_target_``, and would fail only when the run builds it."""
+    """Every ``logger.NAME`` entry names its class (a misspelt ``+logger.csvv.key=v`` has no ``_target_``)."""
     named = [n for n, node in cfg.logger.items() if isinstance(_fields(node).get("_target_"), str)]
     for name, node in cfg.logger.items():
         if name in named:
@@ -79,8 +72,8 @@ def _unexpected(obj: Any, fields: dict[str, Any]) -> tuple[list[str], list[str]]
 
 
 def check_target_fields(cfg: RunConfig) -> str | None:
-    """Every field of a group node is an argument its class takes: a recipe written for one model
-    (``model.n_layer``) must not reach another (``model=custom model._target_=my_package.Net``)."""
+    """Every field of a group node is an argument its class takes: a recipe's ``model.n_layer`` must not reach another
+    model."""
     for group in _GROUPS:
         fields = _fields(getattr(cfg, group))
         target = fields.get("_target_")
@@ -99,24 +92,18 @@ def check_target_fields(cfg: RunConfig) -> str | None:
 
 
 def _own_check(group: str, cfg: RunConfig) -> str | None:
-    """The ``check_arguments`` of the class ``group._target_`` names, when it has one, called with the
-    group's fields: what is wrong, in one paragraph, or None."""
+    """The ``check_arguments`` of the class ``group._target_`` names, called with the group's fields, if it has one."""
     message = target_objects.declared(getattr(cfg, group), "check_arguments")
     return message if isinstance(message, str) else None
 
 
 def check_data_arguments(cfg: RunConfig) -> str | None:
-    """The data module's own check of its arguments, when its class has one (``check_arguments``,
-    e.g. ``TextDataModule``: ``data.path`` holds text, at least one batch of it). Found through
-    ``data._target_``, so a user's data module can refuse its config up front the same way."""
+    """The data module's own check of its arguments (``check_arguments``), a user's data module's too."""
     return _own_check("data", cfg)
 
 
 def check_model_arguments(cfg: RunConfig) -> str | None:
-    """The model's own check of its arguments, when its class has one (``check_arguments``, e.g. a
-    transformers model: the model type exists, ``model.path`` holds a model and its tokenizer). Runs
-    before the model is built on the meta device (``check_trainable_parameters``), which would fail
-    without words on the same arguments."""
+    """The model's own check of its arguments, before the meta-device build, which would fail without words on them."""
     return _own_check("model", cfg)
 
 
@@ -200,8 +187,7 @@ def read_checkpoint(path: Path) -> tuple[Any, str | None]:
 
 
 def _expected_state(cfg: RunConfig) -> dict[str, tuple[int, ...]] | None:
-    """Parameter and buffer shapes of the configured model, built on the meta device (no memory,
-    no initialisation); None when the model cannot be built that way."""
+    """Parameter and buffer shapes of the configured model on the meta device; None when it cannot be built that way."""
     import lightning as L
     import torch
 
@@ -265,9 +251,8 @@ def check_ckpt_path(cfg: RunConfig) -> str | None:
 
 
 def check_trainable_parameters(cfg: RunConfig) -> str | None:
-    """A plain ``nn.Module`` model has a parameter to train: runner builds the optimizer over its
-    parameters, and torch refuses an empty list only once the run has started. A LightningModule of
-    the user's own is left alone (it may create its layers in ``configure_model``, or optimize nothing)."""
+    """A plain ``nn.Module`` has a parameter to train (torch refuses an empty optimizer only once the run started); a
+    LightningModule of your own is left alone."""
     import lightning as L
     import torch
 

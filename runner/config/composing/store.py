@@ -1,15 +1,10 @@
-"""Register runner's configs with Hydra: typed schemas, and the search path over the config layers.
+"""Register runner's configs with Hydra: the typed schemas (``runner_schema`` first in conf/config.yaml's defaults, and
+one ``<option>_schema`` per shipped ``_target_`` option, which its YAML extends), and the search path over the layers.
 
-The root schema (``runner_schema``) comes first in ``conf/config.yaml``'s defaults, so every group
-option merged after it is checked against its dataclass. Open ``_target_`` groups register one
-schema per shipped option (``<option>_schema``), which that option's YAML extends.
-
-Search path: a user's project (``./conf/<group>/``, ``./recipes/``, and the directories given with
-``--config-dir`` or ``hydra.searchpath``) comes *before* runner's own ``conf/`` and ``recipes/``, so
-a project adds or replaces options and recipes without touching runner. Hydra puts ``--config-dir``
-and ``hydra.searchpath`` after the primary config directory (where they add options but cannot
-replace one); runner's ``SearchPathPlugin`` puts them first, and Hydra's own entries stay behind.
-The layers themselves are :mod:`runner.config.composing.layers`.
+The project's layers come before runner's ``conf/`` so that a project replaces an option or recipe without touching
+runner. ``hydra.searchpath`` cannot do that: Hydra appends its entries after the primary config directory (they add
+options, never replace one), a command-line ``hydra.searchpath`` replaces the YAML one, and a ``recipes/NAME.yaml``
+directory is no ``recipe`` group to Hydra's file source. Hence a ``SearchPathPlugin`` and two sources.
 """
 
 from __future__ import annotations
@@ -67,8 +62,7 @@ class GroupsConfigSource(_Delegating):
 
 
 class RecipesConfigSource(_Delegating):
-    """A directory of recipe files presented as the ``recipe`` group (``runner-recipes://DIR``):
-    ``recipes/NAME.yaml`` is ``+recipe=NAME``, as in runner's own layout."""
+    """A directory of recipes as the ``recipe`` group (``runner-recipes://DIR``): ``NAME.yaml`` is ``+recipe=NAME``."""
 
     @staticmethod
     def scheme() -> str:
@@ -102,9 +96,8 @@ class RecipesConfigSource(_Delegating):
 
 
 class RunnerSearchPath(SearchPathPlugin):
-    """Puts the user's layers before runner's primary config directory (provider ``main``) and
-    runner's ``recipes/`` right after it. Only for runner's own config: another Hydra app in the
-    same process keeps its search path."""
+    """The user's layers before runner's primary config directory, runner's ``recipes/`` after it; only for runner's
+    config."""
 
     def manipulate_search_path(self, search_path: ConfigSearchPath) -> None:
         main = next((e for e in search_path.get_path() if e.provider == "main"), None)

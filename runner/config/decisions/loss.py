@@ -129,8 +129,8 @@ def _large(f: LossFacts) -> bool:
 
 
 def output_layer(model: Any) -> tuple[Any | None, str | None]:
-    """``model``'s output layer and None; or None and why runner cannot find it (a clause). A model declares it
-    with ``output_layer()`` and a ``forward`` that takes ``return_hidden`` (runner's GPT, ``CausalLM``)."""
+    """``model``'s output layer and None, or None and why not: a model declares it with ``output_layer()`` and a
+    ``forward`` that takes ``return_hidden``."""
     from torch import nn
 
     name = type(model).__name__
@@ -153,9 +153,8 @@ def output_layer(model: Any) -> tuple[Any | None, str | None]:
 
 def head_problem(model: Any, peft: PeftConfig) -> tuple[str | None, int | None]:
     """Why the chunked loss cannot use ``model``'s output layer once ``peft`` adapts it (None: it can), and the
-    vocabulary (the layer's rows; without one, the largest embedding's). A LoRA adapter on the layer is taken into
-    the chunked loss; QLoRA's 4-bit weight is not (it would be dequantised whole every step, as big as the logits'
-    savings on a small model)."""
+    vocabulary. A LoRA adapter on the layer joins the chunked loss; QLoRA's 4-bit weight would be dequantised whole
+    every step."""
     head, why = output_layer(model)
     if head is None:
         return why, _embedded(model)
@@ -174,8 +173,7 @@ def head_problem(model: Any, peft: PeftConfig) -> tuple[str | None, int | None]:
 
 
 def _embedded(model: Any) -> int | None:
-    """The rows of the model's largest embedding: a causal LM's vocabulary, which its logits have too (what ``auto``
-    says it would have chunked where it finds no output layer); None without one."""
+    """The rows of the model's largest embedding (a causal LM's vocabulary); None without one."""
     from torch import nn
 
     modules = model.modules() if hasattr(model, "modules") else []
@@ -184,9 +182,8 @@ def _embedded(model: Any) -> int | None:
 
 
 def data_facts(data: dict[str, Any], traits: Any) -> tuple[bool, int | None]:
-    """Whether the data's targets are one class per example (its traits say accuracy), and a full step's positions
-    (``batch_size x seq_len`` of the data's fields, twice for preference pairs: two sequences a pair, padded or
-    packed into rows of ``2 x seq_len``; None where it has no such fields)."""
+    """Whether the targets are one class per example, and a full step's positions (``batch_size x seq_len``, twice for
+    preference pairs); None where the data has no such fields."""
     metric = getattr(getattr(traits, "val_metric", None), "value", None)
     batch, seq = data.get("batch_size"), data.get("seq_len")
     ints = all(isinstance(v, int) and not isinstance(v, bool) for v in (batch, seq))
@@ -204,8 +201,7 @@ def loss_facts(model: Any, loss: LossConfig, peft: PeftConfig, data: dict[str, A
 
 
 def _resolved(cfg: RunConfig) -> LossDecision | None:
-    """The decision on the model built on the meta device; None where it does not build (its own checks say why)
-    or is a LightningModule of your own (its loss is its own)."""
+    """The decision on the meta-device model; None where it does not build or is a LightningModule of your own."""
     import lightning as L
 
     if cfg.loss.mode is None or (cfg.loss.chunks is not None and cfg.loss.chunks < 1):
@@ -223,8 +219,7 @@ def check_loss(cfg: RunConfig) -> str | None:
 
 
 def note_loss(cfg: RunConfig) -> str | None:
-    """What the setting will not do (``true`` on a classifier, ``auto`` on large logits it cannot chunk), said once
-    by the job; the fit resolves the same decision on the real model and only refuses."""
+    """What the setting will not do, said once by the job; the fit resolves the same decision and only refuses."""
     decision = _resolved(cfg)
     return decision.note if decision is not None and decision.refusal is None else None
 

@@ -1,12 +1,6 @@
-"""Which modules an adapter adapts and which it trains in full (:func:`resolve_plan`), for the check before the run
-(on the model built on the meta device) and ``runner.peft``'s injection (on the real model), and the checks of
-``peft`` that use it.
-
-Names are relative to ``adapter_root`` (a transformers model inside runner's wrapper, else the model itself), and
-each matches a module whose path is that name or ends with ``.`` and it (peft's rule for a list). Empty
-``peft.target_modules`` is peft's ``all-linear``: every linear but the output layers (output embeddings, a linear
-tied to an embedding) and the classifier head; ``peft.modules_to_save=None`` is the model's declared head.
-"""
+"""Which modules an adapter adapts and which it trains in full (:func:`resolve_plan`), for the checks of ``peft`` before
+the run (on the meta-device model) and ``runner.peft``'s injection (on the real one). Names are relative to
+``adapter_root`` and match peft's way: the path itself, or its end after a dot."""
 
 from __future__ import annotations
 
@@ -29,8 +23,7 @@ NF4_SCALER_BLOCK = 256  # block scales per int8 group (torchao's default)
 
 
 def nf4_scaler_block(numel: int) -> int:
-    """The scale group size for a weight of ``numel`` values: 256, or the largest divisor of its block count
-    under 256 (a weight such as 344 x 128, whose 688 blocks 256 does not divide)."""
+    """The scale group size for ``numel`` values: 256, or the largest divisor of the block count below it."""
     blocks = numel // NF4_BLOCK
     return next(s for s in range(min(NF4_SCALER_BLOCK, blocks), 0, -1) if blocks % s == 0)
 
@@ -47,8 +40,7 @@ def saved_key(module: str, param: str) -> str:
 
 @dataclass(frozen=True)
 class AdapterPlan:
-    """What an adapter does to one model: the target linears and the modules trained in full, by name under
-    ``root`` (the module ``root_name`` names, '' for the model itself)."""
+    """The target linears and the modules trained in full, by name under the module ``root_name`` names."""
 
     root_name: str
     targets: tuple[str, ...]
@@ -113,8 +105,9 @@ def _model_name(model: Any) -> str:
 
 
 def resolve_plan(model: Any, peft: PeftConfig) -> AdapterPlan:
-    """The targets and trained-in-full modules of ``model`` under ``peft``; ``PeftTargetError`` when a setting
-    names nothing or the model has nothing LoRA can adapt."""
+    """The targets and trained-in-full modules of ``model`` under ``peft``: ``target_modules`` empty is peft's
+    ``all-linear`` without the output layers and the head; ``modules_to_save=None`` is the declared head.
+    ``PeftTargetError`` when a setting names nothing or nothing can be adapted."""
     root_name, root = adapter_root(model)
     kinds = linear_kinds()
     modules = {n: m for n, m in root.named_modules() if n}
@@ -183,9 +176,8 @@ def oriented(module: Any) -> tuple[int, int]:
 
 
 def adapted_shapes(model: Any, plan: AdapterPlan, peft: PeftConfig, prefix: str = "") -> dict[str, tuple[int, ...]]:
-    """The state-dict shapes ``model`` has once adapted (``runner.peft``'s layers: each target keeps ``weight`` and
-    ``bias`` and gains ``lora_A.weight`` and ``lora_B.weight``; under QLoRA its ``weight`` becomes the NF4 buffers),
-    keys under ``prefix``; computed from the unadapted model (the config checks' model on the meta device)."""
+    """The state-dict shapes ``model`` has once adapted (each target gains ``lora_A`` and ``lora_B``; under QLoRA its
+    weight becomes the NF4 buffers), keys under ``prefix``, from the unadapted model."""
     root_name, root = adapter_root(model)
     head = f"{prefix}{root_name}." if root_name else prefix
     shapes = {f"{prefix}{k}": tuple(v.shape) for k, v in model.state_dict().items()}
@@ -205,8 +197,7 @@ def adapted_shapes(model: Any, plan: AdapterPlan, peft: PeftConfig, prefix: str 
 
 
 def state_shapes(model: Any, peft: PeftConfig, prefix: str = "") -> dict[str, tuple[int, ...]] | None:
-    """The state-dict shapes of ``model`` as the run trains it (adapted unless ``peft.method=none``), keys under
-    ``prefix``; None when the adapter cannot be planned (``check_peft_targets`` says why)."""
+    """The state-dict shapes of ``model`` as the run trains it; None when the adapter cannot be planned."""
     if peft.method is PeftMethod.none:
         return {f"{prefix}{k}": tuple(v.shape) for k, v in model.state_dict().items()}
     try:
@@ -237,8 +228,7 @@ def check_peft_numbers(cfg: RunConfig) -> str | None:
 
 
 def _plan(cfg: RunConfig) -> tuple[Any, AdapterPlan] | str | None:
-    """The meta-device model and its adapter plan; the refusal (a string); None when the model does not build on
-    the meta device (its own checks say why)."""
+    """The meta-device model and its plan; or the refusal; or None when the model does not build on the meta device."""
     import lightning as L
 
     model = target_objects.meta_model(cfg.model)
@@ -258,8 +248,7 @@ def _plan(cfg: RunConfig) -> tuple[Any, AdapterPlan] | str | None:
 
 
 def check_peft_targets(cfg: RunConfig) -> str | None:
-    """``peft.target_modules`` and ``peft.modules_to_save`` name modules the model has, and LoRA can adapt them
-    (the model has a linear layer; under QLoRA each weight fills whole NF4 blocks)."""
+    """The targets name linears the model has, and under QLoRA each weight fills whole NF4 blocks."""
     if not _on(cfg):
         return None
     found = _plan(cfg)
@@ -344,9 +333,7 @@ def _trained_on(adapter: Path) -> str:
 
 
 def _mismatches(keys: list[str], saved: dict[str, tuple[int, ...]], expected: dict[str, tuple[int, ...]]) -> str:
-    """Each module whose weights differ, with both shapes (``model.layers.N.self_attn.q_proj (N = 0, 1): lora_A
-    [16, 128], lora_B [128, 16] in the adapter; [16, 64], [64, 16] here``); modules alike but for their layer index
-    named once."""
+    """Each module whose weights differ, with both shapes; modules alike but for their layer index named once."""
     import re
 
     by_module: dict[str, list[tuple[str, tuple[int, ...], tuple[int, ...]]]] = {}
