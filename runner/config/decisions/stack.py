@@ -77,6 +77,7 @@ class CudaGraphsFacts:
     on_cuda: bool
     backend: str = "inductor"
     compiles: bool = True  # compile.scope compiles something
+    scope: Scope = Scope.step
     compile_mode: str | None = None
     shape: ShapePolicy = ShapePolicy.automatic
     offload: OffloadStrategy = OffloadStrategy.none
@@ -119,6 +120,39 @@ def cudagraphs_decision(mode: CudaGraphMode, facts: CudaGraphsFacts) -> CudaGrap
                                      f"one process{free})"))
 
 
+def cudagraphs_refusal(mode: CudaGraphMode, f: CudaGraphsFacts) -> str | None:
+    """What cannot work beside ``cudagraphs=reduce_overhead``, refused before the run (``auto`` leaves CUDA graphs
+    off there instead: :func:`_auto_blocker`)."""
+    if mode is not CudaGraphMode.reduce_overhead:
+        return None
+    if not f.shape.row.cudagraphs:
+        return (f"cudagraphs=reduce_overhead with dynamic.policy={f.shape.value}: a CUDA graph records fixed sizes, "
+                "and unbacked sizes are unknown until run time. Use dynamic=bucket (one graph per bucket) or "
+                "cudagraphs=disabled.")
+    if problem := cudagraphs_with_accumulation(True, f.accumulate_grad_batches):
+        return problem
+    if not f.compiles:
+        return (f"cudagraphs=reduce_overhead with compile.scope={f.scope.value}: CUDA graphs record "
+                "compiled graphs, and nothing is compiled. Pick a scope (compile=step) or use cudagraphs=disabled.")
+    if f.backend != "inductor":
+        return (f"cudagraphs=reduce_overhead with compile.backend={f.backend}: CUDA-graph trees are "
+                "Inductor's; other backends would drop them silently. Use compile.backend=inductor or "
+                "cudagraphs=disabled.")
+    if not f.offload.row.cudagraphs:
+        return (f"cudagraphs=reduce_overhead with offload={f.offload.value}: offloading to host memory "
+                "runs stream and event calls in eager saved-tensor hooks, which a CUDA graph cannot capture or "
+                "replay. Use offload=bf16 or offload=checkpoint (both work under CUDA graphs), or cudagraphs=disabled.")
+    if f.compile_mode not in (None, "max-autotune"):
+        return (f"cudagraphs=reduce_overhead with compile.mode={f.compile_mode}: the cudagraphs group sets the "
+                "mode (reduce-overhead). Leave compile.mode unset, or use compile.mode=max-autotune (which "
+                "includes CUDA graphs).")
+    if f.sharded:
+        return ("cudagraphs=reduce_overhead with trainer.distributed=fsdp: FSDP2 allocates and frees the gathered "
+                "parameters around every block, outside the compiled graphs, so no static addresses exist to "
+                "record. Use cudagraphs=disabled with FSDP, or trainer.distributed=ddp.")
+    return None
+
+
 def _auto_blocker(f: CudaGraphsFacts) -> str | None:
     """Why ``cudagraphs=auto`` leaves CUDA graphs off on a CUDA device (None: nothing does)."""
     if not gpu_defaults.CUDAGRAPHS_AUTO:
@@ -149,7 +183,6 @@ def _auto_blocker(f: CudaGraphsFacts) -> str | None:
 
 
 _MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
-
 
 
 def _on_cuda(cfg: RunConfig) -> bool:
@@ -189,15 +222,6 @@ def check_mode_and_options(cfg: RunConfig) -> str | None:
     if cfg.compile.mode is not None and cfg.compile.options:
         return (f"compile.mode={cfg.compile.mode} and compile.options={dict(cfg.compile.options)} are both set; "
                 "torch.compile takes one or the other. Move the mode's settings into compile.options or drop one.")
-    return None
-
-
-def check_cudagraphs_unbacked(cfg: RunConfig) -> str | None:
-    policy = cfg.dynamic.policy
-    if cfg.cudagraphs.mode is CudaGraphMode.reduce_overhead and not policy.row.cudagraphs:
-        return (f"cudagraphs=reduce_overhead with dynamic.policy={policy.value}: a CUDA graph records fixed sizes, "
-                "and unbacked sizes are unknown until run time. Use dynamic=bucket (one graph per bucket) or "
-                "cudagraphs=disabled.")
     return None
 
 
@@ -251,28 +275,12 @@ def check_fullgraph(cfg: RunConfig) -> str | None:
     return None
 
 
-def check_cudagraphs_combinations(cfg: RunConfig) -> str | None:
-    """CUDA graphs with what cannot work beside them: refused before anything runs."""
-    if cfg.cudagraphs.mode is not CudaGraphMode.reduce_overhead:
-        return None
-    if problem := cudagraphs_with_accumulation(True, cfg.trainer.accumulate_grad_batches):
-        return problem
-    if not cfg.compile.scope.row.compiles:
-        return (f"cudagraphs=reduce_overhead with compile.scope={cfg.compile.scope.value}: CUDA graphs record "
-                "compiled graphs, and nothing is compiled. Pick a scope (compile=step) or use cudagraphs=disabled.")
-    if cfg.compile.backend != "inductor":
-        return (f"cudagraphs=reduce_overhead with compile.backend={cfg.compile.backend}: CUDA-graph trees are "
-                "Inductor's; other backends would drop them silently. Use compile.backend=inductor or "
-                "cudagraphs=disabled.")
-    if not cfg.offload.strategy.row.cudagraphs:
-        return (f"cudagraphs=reduce_overhead with offload={cfg.offload.strategy.value}: offloading to host memory "
-                "runs stream and event calls in eager saved-tensor hooks, which a CUDA graph cannot capture or "
-                "replay. Use offload=bf16 or offload=checkpoint (both work under CUDA graphs), or cudagraphs=disabled.")
-    if cfg.compile.mode not in (None, "max-autotune"):
-        return (f"cudagraphs=reduce_overhead with compile.mode={cfg.compile.mode}: the cudagraphs group sets the "
-                "mode (reduce-overhead). Leave compile.mode unset, or use compile.mode=max-autotune (which "
-                "includes CUDA graphs).")
-    return None
+def check_cudagraphs(cfg: RunConfig) -> str | None:
+    c = cfg.compile
+    facts = CudaGraphsFacts(on_cuda=_on_cuda(cfg), backend=c.backend, compiles=c.scope.row.compiles, scope=c.scope,
+                            compile_mode=c.mode, shape=cfg.dynamic.policy, offload=cfg.offload.strategy,
+                            accumulate_grad_batches=cfg.trainer.accumulate_grad_batches, sharded=cfg.trainer.sharded)
+    return cudagraphs_refusal(cfg.cudagraphs.mode, facts)
 
 
 def warn_cudagraphs_on_cpu(cfg: RunConfig) -> str | None:
@@ -458,15 +466,6 @@ def check_fsdp_scope(cfg: RunConfig) -> str | None:
     return None
 
 
-def check_fsdp_cudagraphs(cfg: RunConfig) -> str | None:
-    # cudagraphs=auto stays off under FSDP by itself (cudagraphs_decision): nothing to refuse.
-    if cfg.trainer.sharded and cfg.cudagraphs.mode is CudaGraphMode.reduce_overhead:
-        return ("cudagraphs=reduce_overhead with trainer.distributed=fsdp: FSDP2 allocates and frees the gathered "
-                "parameters around every block, outside the compiled graphs, so no static addresses exist to "
-                "record. Use cudagraphs=disabled with FSDP, or trainer.distributed=ddp.")
-    return None
-
-
 def check_fsdp_precision(cfg: RunConfig) -> str | None:
     p = cfg.trainer.precision
     if cfg.trainer.sharded and p not in FSDP_PRECISIONS:
@@ -486,7 +485,6 @@ CHECKS = [
     check_cpp_wrapper_checkpoint,
     check_compiled_autograd_ddp,
     check_mode_and_options,
-    check_cudagraphs_unbacked,
     check_buckets,
     check_dynamic_bounds,
     check_bucket_fits,
@@ -497,9 +495,8 @@ CHECKS = [
     check_backend,
     check_mode,
     check_fullgraph,
-    check_cudagraphs_combinations,
+    check_cudagraphs,
     check_fsdp_scope,
-    check_fsdp_cudagraphs,
     check_fsdp_precision,
 ]
 
