@@ -24,9 +24,8 @@ from omegaconf import DictConfig
 from runner.config import CONF_DIR, ConfigError, load
 from runner.config.composing.help_text import rendering_help
 from runner.config.composing.hub_names import ASKED_ENV, pinned_overrides
-from runner.config.composing.layers import config_dirs, set_config_dirs
+from runner.config.composing.layers import config_dirs, recipe_listing, set_config_dirs
 from runner.config.composing.precheck import command_line, precheck, search_dirs
-from runner.config.composing.recipe_files import recipe_listing
 from runner.config.composing.store import register_configs
 from runner.quiet import quiet_third_party, short_console_lines
 

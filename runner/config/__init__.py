@@ -7,8 +7,7 @@ user's own Trainer imports none of it.
 
 from typing import Any
 
-from runner.config.composing.layers import CONF_DIR
-from runner.config.composing.recipe_files import recipes
+from runner.config.composing.layers import CONF_DIR, recipes
 from runner.config.errors import ConfigError
 from runner.config.schema import (
     AfterWarmup,

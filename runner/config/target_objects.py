@@ -117,6 +117,14 @@ def declared(node: Any, name: str) -> Any | None:
     return declare(**{k: v for k, v in values.items() if k not in HYDRA_KEYS})
 
 
+def declared_or_none(node: Any, name: str) -> Any | None:
+    """:func:`declared`, or None where the class fails on these arguments (its own check says why)."""
+    try:
+        return declared(node, name)
+    except Exception:
+        return None
+
+
 def meta_model(node: Any) -> Any | None:
     """The configured model built on the meta device (shapes and ``requires_grad``, no memory); None when it cannot be
     built that way (its constructor reads data, or fails: the run says why)."""

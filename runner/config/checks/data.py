@@ -4,25 +4,14 @@ them. Quiet where either side declares nothing (a user's own classes)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from runner.config import target_objects
 from runner.config.schema import RunConfig
-from runner.config.target_objects import Embedding, TokenRange
-
-Check = Callable[[RunConfig], "str | None"]
-
-
-def _declared(node: object, name: str) -> object | None:
-    try:
-        return target_objects.declared(node, name)
-    except Exception:  # a class that fails on these arguments: its own check (or the run) says why
-        return None
+from runner.config.target_objects import Embedding, TokenRange, declared_or_none
 
 
 def check_vocabulary(cfg: RunConfig) -> str | None:
     """The data's largest token id and pad id are rows of the model's input embedding."""
-    ids, embedding = _declared(cfg.data, "token_range"), _declared(cfg.model, "input_vocabulary")
+    ids, embedding = declared_or_none(cfg.data, "token_range"), declared_or_none(cfg.model, "input_vocabulary")
     if not isinstance(ids, TokenRange) or not isinstance(embedding, Embedding):
         return None
     largest = max(ids.largest, ids.pad)
@@ -41,7 +30,7 @@ def check_vocabulary(cfg: RunConfig) -> str | None:
 def check_labels(cfg: RunConfig) -> str | None:
     """The classes the rows hold are the classes the model predicts (``model.num_labels``, else
     ``data.num_classes``)."""
-    found = _declared(cfg.data, "label_count")
+    found = declared_or_none(cfg.data, "label_count")
     if not isinstance(found, tuple):
         return None
     count, examples = found
@@ -74,7 +63,7 @@ def check_packing(cfg: RunConfig) -> str | None:
                 "family (model=hf_causal_lm model.config=llama|qwen2|qwen3); a model of your own declares it with a "
                 "static packing_refusal() returning None and reads runner.packing.PackedInputs. Or drop "
                 "data.packing.")
-    refusal = _declared(cfg.model, "packing_refusal")
+    refusal = declared_or_none(cfg.model, "packing_refusal")
     if isinstance(refusal, str):
         return refusal
     if model.get("attn_implementation") == "flex_attention" and cfg.trainer.accelerator == "cpu":
@@ -84,4 +73,4 @@ def check_packing(cfg: RunConfig) -> str | None:
     return None
 
 
-CHECKS: list[Check] = [check_vocabulary, check_labels, check_packing]
+CHECKS = [check_vocabulary, check_labels, check_packing]

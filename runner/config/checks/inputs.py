@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import inspect
 import os
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -13,15 +12,11 @@ from runner.config import target_objects
 from runner.config.decisions.peft import state_shapes
 from runner.config.errors import close_matches
 from runner.config.schema import RunConfig
-
-Check = Callable[[RunConfig], "str | None"]
+from runner.config.target_objects import HYDRA_KEYS
+from runner.config.target_objects import fields as _fields
 
 _GROUPS = ("model", "data", "optimizer", "scheduler")
-_HYDRA_KEYS = target_objects.HYDRA_KEYS
 _CKPT_KEYWORDS = ("last", "best", "hpc", "registry")
-
-
-_fields = target_objects.fields
 
 
 def _check_loggers(cfg: RunConfig) -> str | None:
@@ -68,7 +63,7 @@ def _unexpected(obj: Any, fields: dict[str, Any]) -> tuple[list[str], list[str]]
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
         return [], []
     names = [n for n, p in params.items() if p.kind is not inspect.Parameter.VAR_POSITIONAL and n != "self"]
-    return [k for k in fields if k not in _HYDRA_KEYS and k not in names], names
+    return [k for k in fields if k not in HYDRA_KEYS and k not in names], names
 
 
 def check_target_fields(cfg: RunConfig) -> str | None:
@@ -271,7 +266,7 @@ def check_trainable_parameters(cfg: RunConfig) -> str | None:
             "or leave some of its parameters trainable.")
 
 
-CHECKS: list[Check] = [
+CHECKS = [
     check_targets,
     check_target_fields,
     check_data_arguments,

@@ -1,32 +1,18 @@
-"""Checks of ``objective``: a preference objective against its data, its settings, its reference. Each returns one
-paragraph (the key, the value, the fix) or None; ``runner.config.checks.validate`` runs them before anything is
-written."""
+"""Checks of ``objective``: a preference objective against its data, its settings, its reference."""
 
 from __future__ import annotations
-
-from collections.abc import Callable
 
 from runner.config import target_objects
 from runner.config.schema import RunConfig
 from runner.config.schema.objective import Loss, Reference, resolve_reference
 from runner.config.schema.peft import PeftMethod
 
-Check = Callable[[RunConfig], "str | None"]
 SHIPPED = "examples/data/preference.jsonl"
-
-
-def _pairs(cfg: RunConfig) -> bool | None:
-    """Whether the data module's batches are preference pairs, as its class declares (None: it declares nothing)."""
-    try:
-        traits = target_objects.declared(cfg.data, "traits")
-    except Exception:  # a class that fails on these arguments: its own check says why
-        return None
-    return getattr(traits, "pairs", None)
 
 
 def check_objective_data(cfg: RunConfig) -> str | None:
     """A preference objective reads preference pairs, and preference pairs train a preference objective."""
-    loss, pairs = cfg.objective.loss, _pairs(cfg)
+    loss, pairs = cfg.objective.loss, getattr(target_objects.declared_or_none(cfg.data, "traits"), "pairs", None)
     target = target_objects.fields(cfg.data).get("_target_", "?")
     if loss.preference and pairs is False:
         return (f"objective={loss.value} trains on preference pairs, a chosen and a rejected completion of each "
@@ -89,4 +75,4 @@ def check_reference(cfg: RunConfig) -> str | None:
     return None
 
 
-CHECKS: list[Check] = [check_objective_data, check_objective_numbers, check_reference]
+CHECKS = [check_objective_data, check_objective_numbers, check_reference]

@@ -7,8 +7,7 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
-from runner.config.composing.layers import RECIPE_GROUP, default_groups
-from runner.config.composing.recipe_files import recipe_listing
+from runner.config.composing.layers import RECIPE_GROUP, default_groups, recipe_listing
 from runner.config.schema.targets import is_schema_name
 
 _rendering = [False]

@@ -85,34 +85,25 @@ def _jobs(overrides: list[str], multirun: bool) -> list[list[str]]:
     return jobs
 
 
-def _informational(args: argparse.Namespace) -> bool:
-    """Hydra's flags that print the composed config (or facts about it) instead of running."""
-    return bool(args.cfg or args.info)
-
-
-def _other_config(args: argparse.Namespace) -> bool:
-    """Hydra's flags that print help, complete a shell line or load another primary config: nothing
-    of runner's to check."""
-    return bool(args.help or args.hydra_help or args.shell_completion or args.config_path or args.config_name
-                or args.experimental_rerun)
-
-
 def precheck(argv: Sequence[str]) -> list[Pin]:
     """Compose, convert and validate every job ``argv`` runs (``--cfg`` and ``--info``: convert only); returns what the
     Hub names of every job resolved to."""
     args = command_line(argv)
-    if args is None or _other_config(args):
+    # Help, shell completion or another primary config: nothing of runner's to check.
+    if args is None or any((args.help, args.hydra_help, args.shell_completion, args.config_path, args.config_name,
+                            args.experimental_rerun)):
         return []
+    informational = bool(args.cfg or args.info)  # they print the config (or facts about it) instead of running
     for d in search_dirs(args):
         if not Path(d).expanduser().is_dir():
             flag = "--config-dir" if d == args.config_dir else "hydra.searchpath"
             raise ConfigError(f"{flag} {d}: no such directory. Give a directory holding conf/<group>/ and "
                               "recipes/ (or Hydra's <group>/ layout), relative to the current directory "
                               f"({Path.cwd()}) or absolute.")
-    if not _informational(args) and (taken := taken_error(args.overrides, bool(args.multirun))) is not None:
+    if not informational and (taken := taken_error(args.overrides, bool(args.multirun))) is not None:
         raise ConfigError(taken)
     overrides = [a for a in args.overrides if not a.lstrip("+~").startswith(("hydra.", "hydra/"))]
-    check = convert if _informational(args) else checked  # the job says the notes
+    check = convert if informational else checked  # the job says the notes
     pins = []
     for job in _jobs(overrides, multirun=bool(args.multirun)):
         try:
