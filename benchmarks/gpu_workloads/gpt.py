@@ -135,8 +135,8 @@ def same_rounds(rows: list[Row], mine: str, theirs: str) -> float | None:
     return statistics.median(x / y for x, y in zip(a["round_step_ms"], b["round_step_ms"], strict=False))
 
 
-# The rows that decide runner.config.decisions.gpu_defaults (docs/gpu.md, "Defaults follow the rows"): (default, contestant,
-# its peer, what the contestant's step time over its peer's says for the default: above 1.00, at most 1.00).
+# The rows that decide runner.config.decisions.gpu_defaults (docs/gpu.md, "Defaults follow the rows"): (default,
+# contestant, its peer, what the contestant's step time over its peer's says for the default: above 1.00, at most 1.00).
 RULES = (("CUDAGRAPHS_AUTO", "runner_cudagraphs", "runner_cudagraphs_disabled",
           "CUDA graphs slower: turn it False", "it stays True"),
          ("CUDAGRAPHS_AUTO", "runner_step", "runner_cudagraphs_disabled",
