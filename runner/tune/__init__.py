@@ -8,7 +8,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from runner.config import ConfigError, compose, load
+from runner.config import ConfigError, compose
+from runner.config.composing.loading import checked
 from runner.config.composing.precheck import precheck
 from runner.config.tune import load_tune, split_overrides
 
@@ -31,7 +32,7 @@ def main(argv: Sequence[str]) -> int:
     try:
         cfg = load_tune(tune_overrides)
         precheck(run_overrides)  # composes, converts and validates, naming the key and the fix
-        base = load(compose(run_overrides, run_dir="."))
+        base = checked(compose(run_overrides, run_dir="."))  # the trials, each a run, say the notes
     except ConfigError as e:
         print(f"runner: {e}", file=sys.stderr)
         return 2

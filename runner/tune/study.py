@@ -23,7 +23,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from runner.config import compose, load
+from runner.config import compose
+from runner.config.composing.loading import checked
 from runner.config.tune import TuneConfig
 from runner.tune.output import TrialRow, write_outputs
 from runner.tune.space import EAGER, Space, current_values, param_overrides, resolve_space
@@ -48,7 +49,7 @@ def tune(run_overrides: Sequence[str], cfg: TuneConfig, tune_dir: Path) -> dict[
     """Run the study; write the summaries and the winner's recipe; return the tune's summary dict."""
     optuna = _optuna()
     start = time.perf_counter()
-    base_cfg = load(compose(list(run_overrides), run_dir=str(tune_dir / "base")))
+    base_cfg = checked(compose(list(run_overrides), run_dir=str(tune_dir / "base")))
     space = resolve_space(cfg.space, base_cfg)
     shared = [*run_overrides, *trial_overrides(cfg.steps, cfg.val_batches)]
     tune_dir.mkdir(parents=True, exist_ok=True)
