@@ -299,3 +299,13 @@ def test_a_run_starts_from_a_saved_adapter(tmp_path: Path) -> None:
     apply_peft(second, PeftConfig(method=PeftMethod.lora, r=2, modules_to_save=["ln_f"], path=str(tmp_path)))
     x = ids() % 256
     assert torch.equal(second(x), first(x))
+
+
+def test_qlora_targets_that_do_not_fill_whole_nf4_blocks_are_refused_by_the_plan_itself() -> None:
+    """One decision for the check and the injection: the plan refuses a weight of 15 values under QLoRA."""
+    from runner.config.decisions.peft import PeftTargetError
+
+    model = nn.Sequential(nn.Linear(3, 5), nn.Linear(5, 64))
+    with pytest.raises(PeftTargetError, match=r"peft=qlora: 0's weight \[5, 3\] does not fill whole NF4 blocks"):
+        resolve_plan(model, PeftConfig(method=PeftMethod.qlora))
+    assert resolve_plan(model, PeftConfig(method=PeftMethod.lora)).targets == ("0", "1")

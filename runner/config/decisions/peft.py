@@ -139,6 +139,12 @@ def resolve_plan(model: Any, peft: PeftConfig) -> AdapterPlan:
         raise PeftTargetError(
             f"peft.target_modules adapts {inside_saved[0]}, which peft.modules_to_save trains in full: a module is "
             "either adapted or trained in full. Drop it from one of the two.")
+    odd = [n for n in targets if peft.method is PeftMethod.qlora and root.get_submodule(n).weight.numel() % NF4_BLOCK]
+    if odd:
+        shape = list(root.get_submodule(odd[0]).weight.shape)
+        raise PeftTargetError(f"peft=qlora: {odd[0]}'s weight {shape} does not fill whole NF4 blocks of {NF4_BLOCK} "
+                              f"values ({len(odd)} target(s) like it). Leave it out of peft.target_modules, or use "
+                              "peft=lora.")
     return AdapterPlan(root_name, tuple(targets), tuple(saved))
 
 
@@ -248,21 +254,11 @@ def _plan(cfg: RunConfig) -> tuple[Any, AdapterPlan] | str | None:
 
 
 def check_peft_targets(cfg: RunConfig) -> str | None:
-    """The targets name linears the model has, and under QLoRA each weight fills whole NF4 blocks."""
+    """The targets name linears the model has (under QLoRA, each filling whole NF4 blocks): :func:`resolve_plan`."""
     if not _on(cfg):
         return None
     found = _plan(cfg)
-    if not isinstance(found, tuple):
-        return found
-    model, plan = found
-    if cfg.peft.method is PeftMethod.qlora:
-        _, root = adapter_root(model)
-        odd = [n for n in plan.targets if root.get_submodule(n).weight.numel() % NF4_BLOCK]
-        if odd:
-            shape = list(root.get_submodule(odd[0]).weight.shape)
-            return (f"peft=qlora: {odd[0]}'s weight {shape} does not fill whole NF4 blocks of {NF4_BLOCK} values "
-                    f"({len(odd)} target(s) like it). Leave it out of peft.target_modules, or use peft=lora.")
-    return None
+    return None if isinstance(found, tuple) else found
 
 
 def _saved_shapes(adapter: Path) -> dict[str, tuple[int, ...]]:

@@ -283,7 +283,7 @@ def check_cudagraphs(cfg: RunConfig) -> str | None:
     return cudagraphs_refusal(cfg.cudagraphs.mode, facts)
 
 
-def warn_cudagraphs_on_cpu(cfg: RunConfig) -> str | None:
+def note_cudagraphs_on_cpu(cfg: RunConfig) -> str | None:
     # cudagraphs=auto is off on the CPU by design (the default): nothing to warn about.
     if cfg.cudagraphs.mode is CudaGraphMode.reduce_overhead and cfg.trainer.accelerator == "cpu":
         return (f"cudagraphs.mode={cfg.cudagraphs.mode.value} on trainer.accelerator=cpu: CUDA graphs need a CUDA "
@@ -501,4 +501,4 @@ CHECKS = [
 ]
 
 # Said once per run, by the job that runs it (runner.config.composing.loading.load).
-NOTES = [warn_cudagraphs_on_cpu]
+NOTES = [note_cudagraphs_on_cpu]
