@@ -1,14 +1,6 @@
-"""Every private Hydra thing runner touches, one function each: the bottom layer.
-
-Hydra's public API covers composing, plugins and errors; three things runner needs are private:
-the command-line parser Hydra's entry point uses (to check a command line before Hydra writes a run
-directory), the file config source (runner's search-path sources read files through it), and the
-importer ``instantiate`` uses for ``_target_``. Each is imported here, inside the function that
-needs it, so a Hydra refactor breaks one named test in ``tests/test_hydra_internals.py`` and the
-feature that uses it, never ``import runner``. No other runner module names ``hydra._internal``.
-
-Pinned against hydra-core 1.3.8.
-"""
+"""Every private Hydra thing runner touches, one function each, imported inside it, so a Hydra refactor breaks one test
+in ``tests/test_hydra_internals.py`` and the feature that uses it, never ``import runner``. Pinned against hydra-core
+1.3.8."""
 
 from __future__ import annotations
 
@@ -45,8 +37,7 @@ _APPEND_HINT = "To append to your config use +"
 
 
 def refused_override(message: str) -> str | None:
-    """The override (``key=value``, as typed) that Hydra's "Could not override" error quotes in its
-    hint to append it with ``+``; None when ``message`` has no such hint."""
+    """The override Hydra's "Could not override" error quotes in its hint to append it with ``+``; None without one."""
     for line in message.splitlines():
         if line.strip().startswith(_APPEND_HINT):
             return line.strip()[len(_APPEND_HINT):]
@@ -54,9 +45,9 @@ def refused_override(message: str) -> str | None:
 
 
 def jobs_override(master: Any, override: str) -> None:
-    """Make every job of a multirun read ``override``: the launcher composes each job's config again from the
-    master config's ``hydra.overrides.hydra`` (``ConfigLoaderImpl.load_sweep_config``), so a value set on the master
-    config alone (a claimed sweep directory) would not reach the jobs."""
+    """Make every job of a multirun read ``override``: the launcher composes each job again from the master config's
+    ``hydra.overrides.hydra``, so a value set on the master config alone (a claimed sweep directory) would not reach
+    them."""
     from omegaconf import read_write
 
     with read_write(master.hydra):

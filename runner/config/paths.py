@@ -40,9 +40,8 @@ def resolve_artifacts_path(path: str | Path) -> Path:
 
 
 def shipped(path: str | None) -> str | None:
-    """``path`` as given, unless it names one of the data files runner ships (``examples/data/NAME``, as recipes and
-    docs write it) and the current directory has no such file: then that file where runner is installed, so that a
-    recipe on shipped data runs from any directory, and from an installed runner."""
+    """``path`` as given, unless it names a data file runner ships (``examples/data/NAME``) that the current directory
+    lacks: then runner's own copy, so a recipe on shipped data runs from any directory."""
     if path is None or Path(path).is_absolute() or Path(path).expanduser().exists():
         return path
     name = Path(path).as_posix().removeprefix("./")

@@ -1,11 +1,5 @@
-"""``runner tune``'s own config: the ``tune.*`` keys, typed, and validated before any trial runs.
-
-``runner tune +recipe=NAME [overrides] [tune.KEY=VALUE ...]``: the overrides compose the run as usual;
-the ``tune.*`` keys (this schema) say how long each trial trains, how many trials run, the loss
-tolerance against the eager baseline and which compile-stack choices are searched. A choice that does
-not apply to the model or device (``tune.space.shapes`` when batch shapes never vary, ``cpp_wrapper``
-without Inductor, CUDA graphs on a CPU) is dropped from the search by ``runner.tune.space``, which says so.
-"""
+"""``runner tune``'s own config: the ``tune.*`` keys (trial length, trial count, the loss tolerance against the eager
+baseline, the compile-stack choices searched), typed and validated before any trial runs."""
 
 from __future__ import annotations
 

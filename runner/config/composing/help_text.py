@@ -24,10 +24,8 @@ def rendering_help() -> Iterator[None]:
 
 
 def register_resolvers() -> None:
-    """``${runner.recipes:}`` and ``${runner.groups:}`` for the help template; idempotent. They list only while
-    ``rendering_help`` is entered: Hydra resolves the template while it merges every config it composes, and
-    listing every group's options (~2 s, Hydra's loader copying each group's configs) would cost each run and
-    each composed config that much for a text nothing prints."""
+    """``${runner.recipes:}`` and ``${runner.groups:}`` for the help template; idempotent. They list only inside
+    ``rendering_help``: Hydra resolves the template in every compose, and listing every group's options costs ~2 s."""
     from omegaconf import OmegaConf
 
     for name, resolver in (("runner.recipes", recipes_help), ("runner.groups", groups_help)):
@@ -73,8 +71,7 @@ def group_options(loader: Any, group: str) -> list[str]:
 
 
 def groups_help() -> str:
-    """One line per config group, ``group: option, option, ...`` (``+group=NAME`` for a group the root
-    config does not select, such as ``sweep``), from the search path Hydra composes with."""
+    """One line per config group, ``group: option, ...`` (``+group=NAME`` for one the root config does not select)."""
     from hydra.core.global_hydra import GlobalHydra
 
     if not GlobalHydra.instance().is_initialized():

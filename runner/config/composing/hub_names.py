@@ -1,9 +1,7 @@
-"""The Hub names of a run's settings, resolved once where the config is loaded: each pinned to its commit, fetched
-whole into the Hugging Face cache (:mod:`runner.hub`), and replaced by the local folder, so that everything past
-the config reads files as it always has. What each resolved to is kept beside the config (:func:`pins_of`) for
-the report, and as overrides (:func:`pinned_overrides`) so that the run's saved command line names the commits:
-``resume``, ``eval``, ``export`` and ``generate`` compose that line again, and read the same commits.
-"""
+"""The Hub names of a run's settings, resolved once where the config is loaded: each pinned to its commit, fetched whole
+into the Hugging Face cache and replaced by the local folder. What each resolved to is kept for the report
+(:func:`pins_of`) and as overrides (:func:`pinned_overrides`), so that ``resume``, ``eval``, ``export`` and ``generate``
+read the same commits."""
 
 from __future__ import annotations
 
@@ -41,8 +39,8 @@ def pins_of(run_cfg: RunConfig) -> list[hub.Pin]:
 
 
 def localize(run_cfg: RunConfig) -> list[hub.Pin]:
-    """Replace each Hub name in ``run_cfg`` by the folder it resolved to, fetching it first. Raises ``ConfigError``
-    (one paragraph, nothing built) for a name that cannot be read."""
+    """Replace each Hub name in ``run_cfg`` by the folder it resolved to, fetched; ``ConfigError`` for one
+    unreadable."""
     data = run_cfg.data
     config, split, val_split = (getattr(data, f, None) for f in DATA_FIELDS)
     pins: list[hub.Pin] = []
@@ -100,8 +98,7 @@ def _local(pin: hub.Pin, attr: str) -> tuple[str, hub.Pin]:
 
 
 def _own_validation(data: Any, pins: list[hub.Pin]) -> None:
-    """A Hub data set with a validation split of its own validates on it when data.val_path is unset (a seeded
-    share of the training rows otherwise): never the training split, never ``test``."""
+    """A Hub data set's own validation split validates when data.val_path is unset: never the training split."""
     train = next((p for p in pins if p.wanted.key == "data.path"), None)
     if train is None or getattr(data, "val_path", None) is not None:
         return
@@ -118,8 +115,7 @@ def _own_validation(data: Any, pins: list[hub.Pin]) -> None:
 
 
 def _moved(wanted: hub.Wanted) -> None:
-    """A pinned name whose branch the cache now has at another commit (another run fetched it since): said, and the
-    pinned commit read all the same."""
+    """A pinned name whose branch the cache now has at another commit: said, and the pinned commit read all the same."""
     if not (wanted.asked_as and wanted.revision and wanted.asked_as != wanted.revision):
         return
     now = hub.cached_commit(dataclasses.replace(wanted, revision=wanted.asked_as, asked_as=None))
@@ -129,8 +125,7 @@ def _moved(wanted: hub.Wanted) -> None:
 
 
 def remember_revisions(run_dir: Path) -> None:
-    """What a run's Hub names asked for (its report.json), for the process that resumes it: the resumed report
-    says it too, and a branch that moved since is said (:func:`_moved`)."""
+    """What a run's Hub names asked for (its report.json), for the process that resumes it."""
     try:
         records = json.loads((run_dir / "report.json").read_text()).get(RUN_HUB) or []
     except (OSError, ValueError):
@@ -150,8 +145,8 @@ def _say(pin: hub.Pin) -> None:
 
 
 def pinned_overrides(overrides: Sequence[str], pins: Iterable[hub.Pin]) -> tuple[list[str], dict[str, str]]:
-    """``overrides`` with each Hub name replaced by its pinned value (a name a recipe or default gave: appended),
-    and what each pinned value asked for. A sweep's values are each replaced in place."""
+    """``overrides`` with each Hub name replaced by its pinned value (appended where a recipe gave it), and what each
+    pinned value asked for."""
     out = list(overrides)
     asked: dict[str, str] = {}
     for pin in pins:

@@ -50,9 +50,8 @@ def localized(cfg: DictConfig) -> RunConfig:
 
 
 def convert(cfg: DictConfig) -> RunConfig:
-    """Refuse keys no schema declares and convert the composed config to typed objects, without
-    validating the combination (``runner --cfg job`` prints a config that would not run, so that the
-    user can see why). Raises ``ConfigError``."""
+    """Refuse keys no schema declares and convert to typed objects, without validating (``runner --cfg job`` prints a
+    config that would not run, so that the user sees why)."""
     for full_key, schema, value in _unknown_keys(cfg):
         raise ConfigError(unknown_key(full_key, schema, value))
     try:
@@ -67,9 +66,8 @@ def convert(cfg: DictConfig) -> RunConfig:
 
 
 def _unknown_keys(node: DictConfig, prefix: str = "") -> Iterator[tuple[str, type, str | None]]:
-    """Keys of typed nodes that their dataclass has no field for: ``+key=value`` (and ``++``) add a
-    key under any node, typed or not, and ``to_object`` would then set it as a stray attribute that
-    nothing reads. Open nodes (``compile.options``, a ``model=custom``, ``logger``) take any key."""
+    """Keys of typed nodes their dataclass has no field for (``+key=value`` adds one anywhere, and ``to_object`` would
+    set a stray attribute); open nodes (``compile.options``, ``model=custom``, ``logger``) take any key."""
     schema = OmegaConf.get_type(node)
     fields = {f.name for f in dataclasses.fields(schema)} if dataclasses.is_dataclass(schema) else None
     try:
@@ -91,8 +89,7 @@ def _text(value: object) -> str:
 
 def compose(overrides: Sequence[str] = (), run_dir: str | None = None,
             config_dirs: Sequence[str | Path] | None = None) -> DictConfig:
-    """Compose the config the way ``runner`` does (the current directory's ``conf/`` and ``recipes/``
-    first, then ``config_dirs`` as with ``--config-dir``, then runner's own), for tests and notebooks."""
+    """Compose the config the way ``runner`` does (the project's layers, then ``config_dirs``, then runner's own)."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
 

@@ -1,13 +1,9 @@
 """``loss.chunked``: whether a run's cross-entropy is computed a chunk of positions at a time, and why.
 
-:func:`resolve_loss` decides from plain facts (:func:`loss_facts`), which the check gathers before the run on the model
-built on the meta device and the builder (``runner.training.loss``) on the real model, so a run chunks exactly
-when its check said it would, and a user's own ``Trainer`` gets the same refusal.
-
-``auto`` chunks where a step's float32 logits (positions x vocabulary x 4 bytes) exceed one chunk's 256 MiB
-(``runner.losses.CHUNK_BYTES``): 2,048 positions of a 32,000-id vocabulary, 512 of a 128,256-id one. Below it
-chunking makes one chunk and buys nothing; above it the logits and their gradient soon outgrow a small model's
-activations, and chunks measured no slower than the whole logits compiled (docs/large-vocab.md).
+:func:`resolve_loss` decides from :func:`loss_facts`, gathered before the run on the meta-device model and by the
+builder (``runner.training.loss``) on the real one, so a run chunks exactly when its check said it would. ``auto``
+chunks where a step's float32 logits exceed one chunk's 256 MiB (2,048 positions of a 32,000-id vocabulary): below it a
+chunk is the whole logits; above it chunks measured no slower than the whole logits (docs/large-vocab.md).
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
-"""Typed schemas of the data options runner ships (``data=text``, ``tokenized_text``, ``text_classification``,
-``instruct``, ``preference``, ``images``, ``synthetic``), all on one base: what every data module takes (``batch_size``,
-``val_fraction``, ``seed``, ``num_workers``) is declared once, in :class:`DataSchema`, and an option redeclares only
-a default that differs. Registered with the other open ``_target_`` nodes by :mod:`runner.config.schema.targets`; each
-schema's defaults are its data module's (``tests/test_data_schemas.py``).
-"""
+"""Typed schemas of the data options runner ships, on one base: what every data module takes is declared once, in
+:class:`DataSchema`, and an option redeclares only a default that differs (each schema's defaults are its data module's:
+``tests/test_data_schemas.py``)."""
 
 from __future__ import annotations
 
@@ -32,9 +29,8 @@ MODEL_TOKENIZER = "${oc.select:model.path,null}"
 
 @dataclass
 class DataSchema:
-    """What every data module takes. ``_target_``: the data module's class. ``config``, ``split`` and
-    ``val_split`` choose within a Hub data set where data.path names one; the config resolves them to files
-    (runner.config.composing.hub_names), so no data module takes them."""
+    """What every data module takes. ``config``, ``split`` and ``val_split`` choose within a Hub data set; the config
+    resolves them to files, so no data module takes them."""
 
     NOT_ARGUMENTS: ClassVar[tuple[str, ...]] = ("config", "split", "val_split")
     _target_: str = ""

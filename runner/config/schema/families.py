@@ -1,8 +1,5 @@
-"""Typed schemas of the model families runner builds from other libraries: Hugging Face ``transformers``
-(``model=hf_causal_lm``, ``model=hf_classifier``) and ``timm`` (``model=timm``); their data's schemas are in
-:mod:`runner.config.schema.data`. Registered with the other open ``_target_`` nodes by
-:mod:`runner.config.schema.targets`; the libraries themselves are imported only when a model is built.
-"""
+"""Typed schemas of the model families from other libraries: ``transformers`` (``model=hf_causal_lm``,
+``model=hf_classifier``) and ``timm`` (``model=timm``), whose libraries are imported only when a model is built."""
 
 from __future__ import annotations
 

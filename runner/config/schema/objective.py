@@ -1,11 +1,6 @@
-"""Typed schema of ``objective``: what the training step minimises (docs/preference.md), referenced by
-``runner.config.schema``.
-
-``sft`` (the default) is the cross-entropy of the targets every data module gives. ``dpo``, ``simpo`` and ``orpo``
-are preference objectives: they read pairs of completions of one prompt, one chosen and one rejected
-(``data=preference``), and need no reward model. DPO compares the policy with a reference (the frozen base under
-``peft=lora|qlora``, a frozen copy or precomputed log-probabilities for a full fine-tune); SimPO and ORPO need none.
-"""
+"""Typed schema of ``objective``, what the training step minimises (docs/preference.md): ``sft`` (the default), or the
+preference objectives ``dpo``, ``simpo`` and ``orpo`` on pairs of a chosen and a rejected completion
+(``data=preference``). DPO compares the policy with a reference; SimPO and ORPO need none."""
 
 from __future__ import annotations
 
@@ -61,8 +56,8 @@ class ObjectiveConfig:
 
 
 def resolve_reference(objective: ObjectiveConfig, adapted: bool, adapter_loaded: bool) -> Reference | None:
-    """The reference ``objective`` uses (None: it uses none): ``auto`` is the adapter's base under a new adapter,
-    else a frozen copy (a full fine-tune, or an adapter loaded from ``peft.path``, which is part of the reference)."""
+    """The reference ``objective`` uses (None: none): ``auto`` is the adapter's base under a new adapter, else a frozen
+    copy (a full fine-tune, or an adapter loaded from ``peft.path``, which is part of the reference)."""
     if not objective.loss.needs_reference:
         return None
     if objective.reference is not Reference.auto:

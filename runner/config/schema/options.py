@@ -1,13 +1,9 @@
-"""The closed options of the compile stack, each declared once with what it does: a compile scope, a shape
-policy, a saved-activation strategy.
+"""The closed options of the compile stack, each declared once with what it does: a compile scope, a shape policy, a
+saved-activation strategy.
 
-Each enum member carries its row (``Scope.step.row.whole_step``): the code asks the row for a property and
-never tests which member it holds, so an option's behaviour is written here, in one place
-(``tests/test_option_tables.py`` fails on a membership test anywhere else in ``runner/``). Adding an option
-is one member here and its YAML file in ``conf/`` (docs/architecture.md, "How to add").
-
-OmegaConf matches enum members by name and runner's messages print ``.value``, so each member's value stays
-its name; the row rides beside it. No torch here: ``import runner`` imports neither torch nor Lightning.
+Each member carries its row (``Scope.step.row.whole_step``): the code asks the row, never which member it holds
+(``tests/test_option_tables.py``), so adding an option is one member here and its YAML file. Each member's value is its
+name (OmegaConf matches by name). No torch here: ``import runner`` imports neither torch nor Lightning.
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
 """The root of the config, ``RunConfig``, and the nodes of the run itself: ``compile``, ``cudagraphs``, ``dynamic``,
-``offload``, ``trainer``, ``telemetry``, ``reliability``. The groups with a module of their own (``after``, ``fsdp``,
-``loss``, ``objective``, ``peft``) and the closed options (``options``) are referenced from here; everything is
-imported through :mod:`runner.config.schema`.
-"""
+``offload``, ``trainer``, ``telemetry``, ``reliability``."""
 
 from __future__ import annotations
 
@@ -47,8 +44,7 @@ class Background(Enum):
 
 
 class CacheTrust(Enum):
-    """Which entries of torch's compile caches runner lets torch read: from the shared server
-    (``compile.cache``) and from another run's artifacts (``reliability.load_cache_artifacts``)."""
+    """Which entries of torch's compile caches torch may read (the shared server's and another run's artifacts)."""
 
     signed = "signed"  # only what verifies under RUNNER_COMPILE_CACHE_SECRET (or ..._FILE): a secret is required
     unsigned = "unsigned"  # torch's own behaviour: whoever can write the server or the file runs code here
