@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from runner.config.checks import data, inputs, objective, push, run
 from runner.config.decisions import loss, peft, stack
 from runner.config.errors import ConfigError
 from runner.config.schema import RunConfig
 
 
-def all_checks() -> list:
+def all_checks() -> list[Callable[[RunConfig], str | None]]:
     return [*run.CHECKS, *stack.CHECKS, *inputs.CHECKS, *data.CHECKS, *peft.CHECKS, *objective.CHECKS, *loss.CHECKS,
             *push.CHECKS]
 
