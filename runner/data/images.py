@@ -1,12 +1,5 @@
-"""Images for image classifiers: a local folder in torchvision's ``ImageFolder`` layout, or synthetic
-images when no folder is given. PIL and torch only (no torchvision): the data works wherever runner does.
-
-A folder holds one subdirectory per class (``ROOT/cat/1.png``); when it has ``train/`` and ``val/``
-subdirectories (each in that layout) they are the split, else the images are split by a seeded shuffle.
-Images are converted to RGB, resized to ``image_size`` squared and normalized with ``mean``/``std``.
-Synthetic images are drawn per index from a seed: a smooth pattern of the sample's class over a weaker one of
-another class, plus noise, so a model can learn them (the loss falls, not to 0) and every batch has the same shape.
-"""
+"""Images for image classifiers: a local folder in torchvision's ``ImageFolder`` layout, or synthetic images when no
+folder is given. PIL and torch only (no torchvision): the data works wherever runner does."""
 
 from __future__ import annotations
 
@@ -88,8 +81,8 @@ class SyntheticImages(Dataset[tuple[torch.Tensor, int]]):
 
 
 class ImageDataModule(L.LightningDataModule):
-    """Images from ``path`` (``ImageFolder`` layout) or synthetic ones; batches ``(images, labels)`` with
-    images ``[batch, 3, image_size, image_size]``, every batch the same shape."""
+    """Images from ``path`` (``ImageFolder`` layout) or synthetic ones; batches ``(images, labels)`` with images
+    ``[batch, 3, image_size, image_size]``, every batch the same shape."""
 
     def __init__(self, path: str | None = None, image_size: int = 64, num_classes: int = 10, num_samples: int = 2048,
                  batch_size: int = 32, val_fraction: float = 0.1, seed: int = 0, num_workers: int = 0,

@@ -1,5 +1,5 @@
-"""Synthetic classification: Gaussian inputs labelled by a fixed random teacher network, so a
-model can actually learn it (the loss falls), generated in memory from a seed."""
+"""Synthetic classification: Gaussian inputs labelled by a fixed random teacher network, so a model can actually learn
+it (the loss falls), generated in memory from a seed."""
 
 from __future__ import annotations
 

@@ -1,18 +1,4 @@
-"""Instruction and chat data for a causal LM: the loss on the answers, an EOS after each (``data=instruct``).
-
-Rows come from a table (``.jsonl``/``.json``, ``.csv``, ``.parquet``, a ``save_to_disk`` folder) in one of three
-shapes (:mod:`runner.data.instruct.formats`), are tokenized once, on every core, into a store of flat token arrays
-named by their content, with their answers marked (:mod:`runner.data.instruct.prepare`), and fitted to
-``data.seq_len`` (:mod:`runner.data.instruct.layout`, also stored). Batches read their ids from memory-mapped files:
-a process holds what its batches touch, not the data, and the ranks of a machine share one copy. Validation is
-``data.val_path``'s rows, else a seeded split by row, never overlapping training. Batches are padded per the shape
-policy (``(inputs, targets)``, targets ``IGNORE_INDEX`` outside the loss), or, with ``data.packing=true``, rows of
-exactly ``seq_len`` holding several examples that never attend to one another (:mod:`runner.data.sequences.packed`).
-
-Everything that makes the data unusable is refused before the run (``check_arguments``): a missing column, a JSON
-object holding the rows, a conversation column without a chat template, a role no rule maps (``data.roles``), empty
-answers, no example that fits ``seq_len`` whole.
-"""
+"""Instruction and chat data for a causal LM: the loss on the answers, an EOS after each (``data=instruct``)."""
 
 from __future__ import annotations
 
@@ -54,7 +40,7 @@ __all__ = ["SHIPPED", "InstructDataModule"]
 
 
 class InstructDataModule(L.LightningDataModule):
-    """Instruction or chat rows (module docstring). ``prompt_format`` (after setup): what ``generate`` needs."""
+    """Instruction or chat rows."""
 
     def __init__(self, path: str | None = None, val_path: str | None = None, tokenizer: str | None = None,
                  prompt_column: str = "prompt", response_column: str = "response",
@@ -134,8 +120,8 @@ class InstructDataModule(L.LightningDataModule):
         return {**self.summary.figures(), **self.instruct_figures} if self.summary is not None else {}
 
     def read(self, tokenizer: Tokenizer) -> tuple[Fitted, Fitted]:
-        """Training and validation examples, fitted to ``seq_len`` (and packed, with packing); :class:`DataError`
-        when the rows cannot train."""
+        """Training and validation examples, fitted to ``seq_len`` (and packed, with packing); ``DataError`` when the
+        rows cannot train."""
         parts: list[Prepared] = []
         for key, where in (("data.path", self.path), ("data.val_path", self.val_path)):
             if where is not None:

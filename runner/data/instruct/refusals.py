@@ -1,7 +1,5 @@
 """The refusals instruction and preference data share before a run: a ``data.val_path`` naming ``data.path``, a
-tokenizer without an EOS token, too few rows for one batch. Each returns its paragraph, or None; the data module
-says in its own words what its rows are and why they need an EOS.
-"""
+tokenizer without an EOS token, too few rows for one batch."""
 
 from __future__ import annotations
 

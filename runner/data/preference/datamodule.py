@@ -1,15 +1,4 @@
-"""Preference pairs for a causal LM (``data=preference``, ``objective=dpo|simpo|orpo``; docs/preference.md).
-
-Rows come from a table (``.jsonl``/``.json``, ``.csv``, ``.parquet``, a ``save_to_disk`` folder: read as instruction
-data's are) in one of four shapes (:mod:`runner.data.preference.formats`), are tokenized once into a cached Arrow
-file (:mod:`runner.data.preference.encode`) and fitted to ``data.seq_len``. Validation is ``data.val_path``'s rows,
-else a seeded split by row, never overlapping training. Batches hold both sequences of each pair
-(:mod:`runner.data.preference.batch`): padded per the shape policy, or packed into rows of ``2 x seq_len``.
-
-Everything that makes the data unusable is refused before the run (``check_arguments``): a missing column, a
-conversation without a chat template, a malformed row, no pair that fits ``seq_len``, fewer pairs than a batch.
-Pairs whose chosen and rejected completions are the same are left out and counted.
-"""
+"""Preference pairs for a causal LM (``data=preference``, ``objective=dpo|simpo|orpo``; docs/preference.md)."""
 
 from __future__ import annotations
 
@@ -45,13 +34,13 @@ log = logging.getLogger(__name__)
 CUT_PART = "the end of the completion, and its EOS"
 
 
+# Pairs this process has split and fitted, by their stores and settings (a few numbers a pair: at a million pairs the
+# split and the fit take seconds, and the checks before the run read the data as the run does)
 _FITTED: dict[tuple[Any, ...], tuple[FittedPairs, FittedPairs, str]] = {}
-"""Pairs this process has split and fitted, by their stores and settings (a few numbers a pair: at a million pairs
-the split and the fit take seconds, and the checks before the run read the data as the run does)."""
 
 
 class PreferenceDataModule(L.LightningDataModule):
-    """Preference pairs (module docstring). ``prompt_format`` (after setup): what ``generate`` needs."""
+    """Preference pairs."""
 
     def __init__(self, path: str | None = None, val_path: str | None = None, tokenizer: str | None = None,
                  prompt_column: str = "prompt", chosen_column: str = "chosen", rejected_column: str = "rejected",
@@ -74,8 +63,7 @@ class PreferenceDataModule(L.LightningDataModule):
         self.prompt_format: dict[str, Any] | None = None
         self.datasets: dict[str, PairSequences | PairPacks] = {}
         self._parts: list[PreparedPairs] = []
-        self.split_how = ""
-        """How validation was split off (after :meth:`read`)."""
+        self.split_how = ""  # How validation was split off
 
     @staticmethod
     def check_arguments(path: str | None = None, val_path: str | None = None, tokenizer: str | None = None,
@@ -120,8 +108,7 @@ class PreferenceDataModule(L.LightningDataModule):
 
     @staticmethod
     def traits(packing: bool = False, **_: Any) -> DataTraits:
-        """Padded per batch and varying in length, unless packed (one shape). Validation reports the preference
-        accuracy, not a figure per byte."""
+        """Padded per batch and varying in length, unless packed (one shape)."""
         return DataTraits(ValMetric.none, pads_per_batch=not packing, shapes_vary=not packing, pairs=True)
 
     def figures(self) -> dict[str, Any]:
@@ -133,7 +120,7 @@ class PreferenceDataModule(L.LightningDataModule):
         return template_render(inner, self.settings["chat_template"])
 
     def read(self, tokenizer: Tokenizer) -> tuple[FittedPairs, FittedPairs]:
-        """Training and validation pairs, fitted to ``seq_len``; :class:`DataError` when the rows cannot train."""
+        """Training and validation pairs, fitted to ``seq_len``; ``DataError`` when the rows cannot train."""
         render = self.render(tokenizer)
         parts: list[PreparedPairs] = []
         for key, where in (("data.path", self.path), ("data.val_path", self.val_path)):
@@ -226,10 +213,8 @@ class PreferenceDataModule(L.LightningDataModule):
         return summary, own
 
     def reference_key(self) -> list[Any]:
-        """What the pairs' log-probabilities depend on, besides the model: each table's store (named by its bytes,
-        the tokenizer and the settings; :mod:`runner.data.preference.read`), its rows, its shape and columns, the
-        templates, the tokenizer's files, the EOS, ``seq_len``. Part of
-        the key of precomputed reference log-probabilities (``runner.training.reference``)."""
+        """What the pairs' log-probabilities depend on, besides the model: each table's store, its rows, its shape and
+        columns, the templates, the tokenizer's files, the EOS, ``seq_len``."""
         from runner.data.tokens.tokenizers import tokenizer_stamp
 
         tokenizer = load_tokenizer(self.tokenizer_spec)

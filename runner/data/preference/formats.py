@@ -37,15 +37,14 @@ from runner.data.reading.sources import DataError, Source
 from runner.data.reading.table_errors import row_place, row_places
 
 DEFAULT_PROMPT = "prompt"
-NOTED = 5
-"""Rows a problem's message names."""
+NOTED = 5  # Rows a problem's message names
+# The problem of a pair whose two completions are the same: left out and counted, never trained on
 IDENTICAL = "chosen identical to rejected"
-"""The problem of a pair whose two completions are the same: left out and counted, never trained on."""
 
 
 class EmptyCompletion(ValueError):
-    """A row whose chosen (``chosen`` True) or rejected completion holds no text: a pair that would teach the model
-    to prefer, or avoid, saying nothing."""
+    """A row whose chosen (``chosen`` True) or rejected completion holds no text: a pair that would teach the model to
+    prefer, or avoid, saying nothing."""
 
     def __init__(self, chosen: bool) -> None:
         super().__init__(f"an empty {'chosen' if chosen else 'rejected'} completion")
@@ -63,13 +62,13 @@ def _blank_turn(messages: list[dict[str, str]]) -> bool:
 
 
 def _refuse_empty(chosen: bool, rejected: bool) -> None:
-    """:class:`EmptyCompletion` for the first side that is empty."""
+    """``EmptyCompletion`` for the first side that is empty."""
     if chosen or rejected:
         raise EmptyCompletion(chosen)
 
 
 class Shape(Enum):
-    """Which of the four shapes a table is (module docstring)."""
+    """Which of the four shapes a table is."""
 
     text = "text"
     chat = "chat"
@@ -99,14 +98,12 @@ class PairFormat:
     """How rows of one table become pairs: the shape, its columns, the prompt template."""
 
     shape: Shape
-    prompt_column: str | None
-    """None: an implicit prompt."""
+    prompt_column: str | None  # None: an implicit prompt
     chosen_column: str
     rejected_column: str
-    template: str | None = None
-    """Explicit text: ``data.prompt_template`` (None: the instruction data's default)."""
+    template: str | None = None  # Explicit text: ``data.prompt_template`` (None: the instruction data's default)
+    # Conversations: ``data.roles``, each role as written and the role it becomes
     roles: tuple[tuple[str, str], ...] = ()
-    """Conversations: ``data.roles``, each role as written and the role it becomes."""
 
     def describe(self) -> str:
         """The shape, for the data section."""
@@ -118,7 +115,7 @@ class PairFormat:
                 Shape.implicit_text: f"preference texts: columns {pair}, the prompt their shared start"}[self.shape]
 
     def texts(self, row: dict[str, Any], render: Render | None) -> Texts:
-        """One row as a prompt and two completions (module docstring); ``ValueError`` names what is wrong."""
+        """One row as a prompt and two completions; ``ValueError`` names what is wrong."""
         chosen, rejected = row[self.chosen_column], row[self.rejected_column]
         _refuse_empty(blank(chosen), blank(rejected))
         if self.shape is Shape.text:
@@ -146,8 +143,8 @@ def _text(value: Any) -> str:
 
 
 def split_text(chosen: str, rejected: str) -> Texts:
-    """The text chosen and rejected share from the start as the prompt (TRL's ``extract_prompt``: a space just
-    before the first difference goes with the completions)."""
+    """The text chosen and rejected share from the start as the prompt (TRL's ``extract_prompt``: a space just before
+    the first difference goes with the completions)."""
     limit, n = min(len(chosen), len(rejected)), 0
     while n < limit and chosen[n] == rejected[n]:
         n += 1
@@ -197,8 +194,8 @@ def _is_conversation(cell: Any) -> bool:
 def resolve_shape(columns: Sequence[str], first: dict[str, Any], source: Source, prompt_column: str,
                   chosen_column: str, rejected_column: str, prompt_template: str | None,
                   roles: dict[str, str] | None = None) -> PairFormat:
-    """The shape of a table with ``columns`` whose first row is ``first`` (module docstring); :class:`DataError`
-    naming the fix when it has none."""
+    """The shape of a table with ``columns`` whose first row is ``first``; ``DataError`` naming the fix when it has
+    none."""
     names = list(columns)
     for setting, value in (("data.chosen_column", chosen_column), ("data.rejected_column", rejected_column)):
         if value not in names:
@@ -224,8 +221,8 @@ def resolve_shape(columns: Sequence[str], first: dict[str, Any], source: Source,
 
 
 def no_prompt(source: Source, column: str, missing: Any) -> DataError:
-    """The paragraph for a table of pairs whose prompt column is missing (null) on some rows, ``missing`` (a boolean
-    per row): rows with a prompt mixed with rows that share it inside chosen and rejected, or a column of nothing."""
+    """The paragraph for a table of pairs whose prompt column is missing (null) on some rows, ``missing`` (a boolean per
+    row): rows with a prompt mixed with rows that share it inside chosen and rejected, or a column of nothing."""
     import numpy as np
 
     without, has = np.flatnonzero(missing), np.flatnonzero(~missing)

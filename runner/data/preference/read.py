@@ -1,11 +1,6 @@
-"""Reading a table of preference pairs once: its shape checked, its rows tokenized on every core into a store named
-by what the ids depend on (read back by every later run and rank), and the rows that cannot be read as pairs refused
-with their numbers (:mod:`runner.data.preference` builds its splits on it).
-
-The store's name is the digest of the table's bytes, the tokenizer's files, the columns, templates and role mapping
-(``data.roles``, and the names ShareGPT's turns are read by), ``data.max_examples`` and the encoder's version, as
-instruction data's is (:mod:`runner.data.instruct.prepare`); the table's shape and what is wrong with its rows are
-kept in the store's description, so a second run reads neither the table nor its conversations again."""
+"""Reading a table of preference pairs once: its shape checked, its rows tokenized on every core into a store named by
+what the ids depend on (read back by every later run and rank), and the rows that cannot be read as pairs refused with
+their numbers."""
 
 from __future__ import annotations
 
@@ -54,8 +49,8 @@ from runner.data.tokens.tokenizers import Tokenizer, is_bytes, tokenizer_stamp
 
 log = logging.getLogger(__name__)
 
+# The preference file runner ships (examples/data/make_preference.py writes it)
 SHIPPED = "examples/data/preference.jsonl"
-"""The preference file runner ships (examples/data/make_preference.py writes it)."""
 
 
 @dataclass
@@ -65,30 +60,27 @@ class PreparedPairs:
     fmt: PairFormat
     store: Store
     source: str
+    # What identifies the rows' ids (the store's name: the data's bytes, the tokenizer, the settings), for caches keyed
+    # by the data
     stamp: str
-    """What identifies the rows' ids (the store's name: the data's bytes, the tokenizer, the settings), for caches
-    keyed by the data."""
     files: int
     rows: int
     dropped: dict[str, int]
-    built: bool
-    """Whether this process prepared the store (else a run before it, or another rank, did)."""
+    built: bool  # Whether this process prepared the store (else a run before it, or another rank, did)
 
     def say(self, what: str) -> None:
         """Where the pairs came from, in the log: prepared now (how long it took), or read from the cache."""
         log.info("data: preference pairs of %s%s", what, origin(self.store, self.built))
 
 
+# Tables this process has prepared or opened, by their store: the checks before a run and the run itself read them once
 _PREPARED: dict[str, PreparedPairs] = {}
-"""Tables this process has prepared or opened, by their store: the checks before a run and the run itself read them
-once."""
 
 
 def prepare_pairs(where: str, key: str, tokenizer: Tokenizer, render: Render | None, prompt_column: str,
                   chosen_column: str, rejected_column: str, prompt_template: str | None, chat_template: str | None,
                   max_examples: int | None, roles: dict[str, str] | None = None) -> PreparedPairs:
-    """The rows ``where`` names, in their shape, encoded (module docstring); :class:`DataError` when they cannot be.
-    ``render`` is the chat template rows are rendered with in this process (the workers load their own)."""
+    """The rows ``where`` names, in their shape, encoded; ``DataError`` when they cannot be."""
     source = resolve(where, key)
     if not source.is_table:
         raise DataError(f"{key}={where} is text, not a table: data=preference reads rows with a chosen and a rejected "
@@ -161,8 +153,8 @@ def _build(tmp: Any, source: Source, tokenizer: Tokenizer, render: Render | None
 
 
 def refuse_problems(prepared: PreparedPairs, key: str, where: str) -> None:
-    """A :class:`DataError` naming the lines of rows that cannot train (an empty completion, a malformed conversation,
-    no shared prompt); a row whose completions are the same is left out, not refused."""
+    """A ``DataError`` naming the lines of rows that cannot train (an empty completion, a malformed conversation, no
+    shared prompt); a row whose completions are the same is left out, not refused."""
     meta, n, fmt = prepared.store.meta, prepared.rows, prepared.fmt
     if meta["empty"]:
         source = resolve(where, key)

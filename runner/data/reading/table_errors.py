@@ -1,7 +1,6 @@
-"""What is wrong with a table, in the words of the paragraph that refuses it: an empty or damaged file, the line of
-a JSON lines file that is no JSON object (its file and line number, json's own reason), a byte that is not UTF-8
-(its file, line and offset), a text column that holds something else than text.
-"""
+"""What is wrong with a table, in the words of the paragraph that refuses it: an empty or damaged file, the line of a
+JSON lines file that is no JSON object (its file and line number, json's own reason), a byte that is not UTF-8 (its
+file, line and offset), a text column that holds something else than text."""
 
 from __future__ import annotations
 
@@ -36,13 +35,12 @@ def unreadable(source: Source, e: BaseException) -> DataError:
                      "lines=True), or give it the suffix of its real format.")
 
 
-BLOCK_BYTES = 1 << 22
-"""Bytes :func:`bad_utf8` decodes at a time (4 MiB)."""
+BLOCK_BYTES = 1 << 22  # Bytes ``bad_utf8`` decodes at a time (4 MiB)
 
 
 def bad_utf8(files: Any) -> tuple[str, int, int, int] | None:
-    """The first byte of ``files`` that is not UTF-8: its file, line (from 1), offset in the file (from 0) and
-    value; None when every file is UTF-8. Read a block of whole lines at a time, so no character is cut."""
+    """The first byte of ``files`` that is not UTF-8: its file, line (from 1), offset in the file (from 0) and value;
+    None when every file is UTF-8."""
     for path in files:
         at, line, carry = 0, 1, b""
         with open(path, "rb") as f:
@@ -63,8 +61,7 @@ def bad_utf8(files: Any) -> tuple[str, int, int, int] | None:
 
 
 def not_utf8(source: Source, bad: tuple[str, int, int, int]) -> DataError:
-    """The paragraph for a table with a byte that is not UTF-8 (:func:`bad_utf8`): where it is, and how to convert
-    the file."""
+    """The paragraph for a table with a byte that is not UTF-8: where it is, and how to convert the file."""
     path, line, offset, value = bad
     where = f"{source.key}={source.given}" + ("" if len(source.files) == 1 else f": {path}")
     return DataError(f"{where}, line {line}: the byte 0x{value:02x} (at offset {offset} of the file) is not UTF-8, "
@@ -76,8 +73,8 @@ def not_utf8(source: Source, bad: tuple[str, int, int, int]) -> DataError:
 
 
 def bad_json_line(files: Any) -> tuple[Path, int, str] | None:
-    """The first line of ``files`` (JSON lines, or a JSON array) that is no JSON object: its file, its line number
-    and why (json's own reason); None when every line is one."""
+    """The first line of ``files`` (JSON lines, or a JSON array) that is no JSON object: its file, its line number and
+    why (json's own reason); None when every line is one."""
     for path in files:
         with open(path, encoding="utf-8", errors="replace") as f:
             first = f.read(1 << 16).lstrip()
@@ -101,8 +98,8 @@ def bad_json_line(files: Any) -> tuple[Path, int, str] | None:
 
 
 def _reason(e: ValueError) -> str:
-    """json's reason whole, with its column: its ``msg`` alone stops mid-sentence for some errors ("Unterminated
-    string starting at", "Invalid control character at")."""
+    """json's reason whole, with its column: its ``msg`` alone stops mid-sentence for some errors ("Unterminated string
+    starting at", "Invalid control character at")."""
     msg, column = str(getattr(e, "msg", e)), getattr(e, "colno", None)
     if column is None:
         return msg
@@ -111,8 +108,7 @@ def _reason(e: ValueError) -> str:
 
 def json_object_of_rows(source: Source) -> str | None:
     """Why a ``.json`` file that is one JSON object holding the rows (``{"data": [{...}, ...]}``) is not a table of
-    them, naming the key that holds them; None for anything else. ``datasets`` reads such a file as one row whose
-    column is that list, and the columns a row should have are then reported missing."""
+    them, naming the key that holds them; None for anything else."""
     if source.kind != "json" or len(source.files) != 1:
         return None
     path = source.files[0]
@@ -149,14 +145,14 @@ def not_text(data: Any) -> str:
 
 def row_place(source: Source, row: int) -> str:
     """Where row ``row`` (counting from 0, over the files in order) of a table is, for a refusal: ``line 7`` of a JSON
-    lines file, ``line 12, its element 3`` of a JSON array, a CSV's or Parquet file's row, each with its file
-    when there are several."""
+    lines file, ``line 12, its element 3`` of a JSON array, a CSV's or Parquet file's row, each with its file when there
+    are several."""
     return row_places(source, [row])
 
 
 def row_places(source: Source, rows: list[int]) -> str:
-    """Where ``rows`` (ascending, counting from 0 over the files in order) of a table are, as :func:`row_place`
-    says one: ``lines 7, 9`` of one JSON lines file, each row's place (``; ``) otherwise; each file read once."""
+    """Where ``rows`` (ascending, counting from 0 over the files in order) of a table are, as ``row_place`` says one:
+    ``lines 7, 9`` of one JSON lines file, each row's place (``; ``) otherwise; each file read once."""
     places: dict[int, str] = {}
     at = 0
     for path in source.files:
@@ -185,8 +181,8 @@ def _is_array(path: Path) -> bool:
 
 
 def _json_lines(path: Path) -> list[int] | None:
-    """The line each row of a JSON file starts on: every non-empty line of JSON lines, or where each element of a
-    JSON array starts; None when the file is neither."""
+    """The line each row of a JSON file starts on: every non-empty line of JSON lines, or where each element of a JSON
+    array starts; None when the file is neither."""
     text = Path(path).read_text(encoding="utf-8", errors="replace")
     if not _is_array(path):
         return [n for n, line in enumerate(text.split("\n"), 1) if line.strip()]  # JSON lines end at \n only

@@ -1,12 +1,6 @@
-"""Reading a table :class:`~runner.data.reading.sources.Source` into a Hugging Face ``datasets.Dataset``
-(memory-mapped Arrow, prepared once and read from ``datasets``' cache on every later run, ``HF_DATASETS_CACHE``):
-``.jsonl``, ``.csv``, ``.parquet`` through ``datasets``' own builders, a ``save_to_disk`` folder through
-``load_from_disk``; a file that cannot be read is a :class:`~runner.data.reading.sources.DataError`. Its columns'
-checks and text lengths read the table's files, not its memory map. (Text files go into a store of their bytes:
-:mod:`runner.data.reading.text_files`.)
-
-``datasets`` is quiet while it works (no progress bars, no log lines of its own); its settings are put back.
-"""
+"""Reading a table ``Source`` into a Hugging Face ``datasets.Dataset`` (memory-mapped Arrow, prepared once and read from
+``datasets``' cache on every later run, ``HF_DATASETS_CACHE``): ``.jsonl``, ``.csv``, ``.parquet`` through ``datasets``'
+own builders, a ``save_to_disk`` folder through ``load_from_disk``; a file that cannot be read is a ``DataError``."""
 
 from __future__ import annotations
 
@@ -51,12 +45,7 @@ def fingerprint(*parts: Any) -> str:
 
 def in_memory_rows(columns: dict[str, list[Any]]) -> Any:
     """``columns`` (each a list of Python values) as an in-memory ``datasets.Dataset``, what
-    ``datasets.Dataset.from_dict`` makes, named (its ``fingerprint``) by a hash of the values.
-
-    ``from_dict`` would name it by pickling its Arrow table with dill, which pickles a module by value when its file
-    lies outside the interpreter's prefix and under no ``site-packages`` directory, and cannot pickle pyarrow's:
-    installed with ``pip install --target DIR`` or put on ``PYTHONPATH`` from such a directory, every run on these
-    rows failed (``tests/test_install.py`` runs one)."""
+    ``datasets.Dataset.from_dict`` makes, named (its ``fingerprint``) by a hash of the values."""
     import datasets
     import pyarrow as pa
 
@@ -72,9 +61,9 @@ def file_stamps(files: Any) -> list[tuple[str, int, int]]:
 
 
 class Said:
-    """Log lines about a table, kept with it: a table is read once per process (the checks before a run read it
-    first), and its lines are said the first time logging would show them (the run's console and log file are
-    set up after those checks), not lost to a logger nobody listens to yet."""
+    """Log lines about a table, kept with it: a table is read once per process (the checks before a run read it first),
+    and its lines are said the first time logging would show them (the run's console and log file are set up after those
+    checks), not lost to a logger nobody listens to yet."""
 
     def __init__(self) -> None:
         self.lines: list[tuple[int, str, tuple[Any, ...]]] = []
@@ -91,9 +80,9 @@ class Said:
             log.log(level, message, *args)
 
 
+# Tables this process has read, by their files' stamps: the checks before a run and the run itself read a table once
+# (and say once where it came from, where the user sees it)
 _LOADED: dict[str, tuple[Any, bool, Said]] = {}
-"""Tables this process has read, by their files' stamps: the checks before a run and the run itself read a table
-once (and say once where it came from, where the user sees it)."""
 
 
 def load_table(source: Source) -> tuple[Any, bool]:
@@ -149,8 +138,8 @@ def _load_table(source: Source, said: Said) -> tuple[Any, bool]:
 
 
 def _refuse_bad_utf8(source: Source) -> None:
-    """A :class:`DataError` where a byte of ``source``'s files is not UTF-8; looked for once per state of the files
-    (the answer is kept beside the stores), so a later run on a cached table reads it instead of the files."""
+    """A ``DataError`` where a byte of ``source``'s files is not UTF-8; looked for once per state of the files (the
+    answer is kept beside the stores), so a later run on a cached table reads it instead of the files."""
     from runner.data.store import remembered
 
     bad = remembered(f"utf8-{fingerprint(file_stamps(source.files))}", lambda: bad_utf8(source.files))
@@ -158,14 +147,12 @@ def _refuse_bad_utf8(source: Source) -> None:
         raise not_utf8(source, tuple(bad))  # type: ignore[arg-type]
 
 
-APART_BYTES = 64 << 20
-"""Tables from this size are turned into Arrow in a process of their own."""
+APART_BYTES = 64 << 20  # Tables from this size are turned into Arrow in a process of their own
 
 
 def _prepare_apart(source: Source) -> None:
-    """``datasets``' conversion of a large table into Arrow, in a fresh process: its working memory (about half
-    the file's size) is that process's, not the run's, and is returned when it ends. Whatever goes wrong there,
-    the run's own ``download_and_prepare`` (which then finds nothing prepared) does again, and says why."""
+    """``datasets``' conversion of a large table into Arrow, in a fresh process: its working memory (about half the
+    file's size) is that process's, not the run's, and is returned when it ends."""
     import subprocess
     import sys
 
@@ -192,7 +179,7 @@ def split_note(source: Source, splits: list[str]) -> str:
 
 
 def check_column(rows: Any, column: str, setting: str, source: Source) -> None:
-    """``column`` is one of the rows' columns; a :class:`DataError` with a did-you-mean when it is not."""
+    """``column`` is one of the rows' columns; a ``DataError`` with a did-you-mean when it is not."""
     names = list(rows.column_names)
     if column in names:
         return
@@ -206,9 +193,7 @@ def check_column(rows: Any, column: str, setting: str, source: Source) -> None:
 
 def text_lengths(rows: Any, column: str, source: Source, setting: str) -> Any:
     """Each row's text in ``column`` as its UTF-8 byte count (0 for a missing value), from the column's offsets,
-    streamed from the table's files (:func:`runner.data.store.table_batches`: a scan through the memory map would
-    keep every page it touched, and the kernel maps tens of kilobytes around each); a :class:`DataError` when the
-    column holds no text."""
+    streamed from the table's files; a ``DataError`` when the column holds no text."""
     import numpy as np
     import pyarrow as pa
 
