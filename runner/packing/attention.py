@@ -1,10 +1,9 @@
-"""Causal attention that never crosses examples, from the ``document_ids`` of a packed batch.
+"""Causal attention that never crosses examples, from the ``document_ids`` of a packed batch."""
 
-Every mask is built from ``document_ids`` inside the compiled graph (shapes fixed by the row length, no host read),
-so one graph, CUDA-graphed too, serves every pack. FlexAttention where it can; SDPA with a dense mask on the CPU
-(torch 2.13's FlexAttention has no backward there), uncompiled, and with dropout. Both give the unpacked loss
-(tests/test_packing_exact.py).
-"""
+# Every mask is built from document_ids inside the compiled graph (shapes fixed by the row length, no host read), so
+# one graph, CUDA-graphed too, serves every pack. FlexAttention where it can; SDPA with a dense mask on the CPU (torch
+# 2.13's FlexAttention has no backward there), uncompiled, and with dropout. Both give the unpacked loss
+# (tests/test_packing_exact.py).
 
 from __future__ import annotations
 

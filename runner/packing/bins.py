@@ -1,9 +1,8 @@
-"""Which examples share a row: best-fit decreasing, the classic bin-packing heuristic, on arrays.
+"""Which examples share a row: best-fit decreasing, the classic bin-packing heuristic, on arrays."""
 
-All examples of one length go at once: the row with the least room ``r`` that holds the length takes ``r // length``
-of them before the next such row does, so a run of rows is filled by one numpy call. Deterministic, and the same rows
-as one example at a time (tests/test_packing_units.py).
-"""
+# All examples of one length go at once: the row with the least room r that holds the length takes r // length of
+# them before the next such row does, so a run of rows is filled by one numpy call. Deterministic, and the same rows
+# as one example at a time (tests/test_packing_units.py).
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""An adapted model's adapter: what ``runner.peft.inject`` puts into a model and ``runner.peft.files`` writes and reads
-(both import it from here: injecting a saved adapter reads its file, and the file holds an adapter)."""
+"""An adapted model's adapter: what ``inject`` puts into a model and ``files`` writes and reads."""
 
 from __future__ import annotations
 

@@ -30,8 +30,7 @@ def adapter_state(adapter: Adapter) -> dict[str, torch.Tensor]:
 
 
 def adapter_config(adapter: Adapter, base: str | None, revision: str | None = None) -> dict[str, Any]:
-    """peft's ``LoraConfig`` of the adapter, as ``adapter_config.json`` holds it: ``base`` is the base model's folder or
-    Hub name, ``revision`` the commit of a Hub name (what peft's ``AutoPeftModel`` loads the base at)."""
+    """peft's ``LoraConfig`` of the adapter, as ``adapter_config.json`` holds it (``base`` at ``revision``)."""
     c = adapter.config
     layers = adapter.layers().values()
     alpha = int(c.alpha) if float(c.alpha).is_integer() else c.alpha

@@ -1,6 +1,5 @@
-"""Put the adapter into a model: every weight frozen, each target linear replaced by its adapted layer in place (by
-module path, so it works for any ``nn.Module``), the modules trained in full unfrozen, and a saved adapter
-(``peft.path``) loaded."""
+"""Put the adapter into a model: every weight frozen, each target linear replaced in place by its adapted layer, and
+a saved adapter (``peft.path``) loaded."""
 
 from __future__ import annotations
 

@@ -21,9 +21,7 @@ UNGATED = Ungated()
 
 
 class AdapterGate:
-    """One factor on the contribution of every adapted layer of a model: ``value`` is a 0-dim tensor (1.0 runs the
-    adapted model, 0.0 the frozen base: ``base + 0 * delta`` is the base's output exactly), set by whoever calls the
-    model."""
+    """One factor on every adapted layer's contribution: 1.0 runs the adapted model, 0.0 the frozen base exactly."""
 
     def __init__(self) -> None:
         self.value: torch.Tensor | None = None

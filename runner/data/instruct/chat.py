@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from runner.data.reading.sources import DataError, Source
-from runner.data.reading.table_errors import row_place
+from runner.data.reading.tables import row_place
 
 ROLES = ("system", "user", "assistant")  # The roles of the chat format; the assistant's turns are the answers
 ANSWER_ROLE = "assistant"

@@ -10,9 +10,10 @@ from typing import Any
 import numpy as np
 
 from runner.data.instruct.fit import Encoded, Fitted, fit
+from runner.data.reading.sources import prepared_store
 from runner.data.sequences.windows import Spans
 from runner.data.splits import VAL_PATH, split_documents
-from runner.data.store import PrepareTimeout, Store, StoreWriter, prepared, store_dir, store_key
+from runner.data.store import Store, StoreWriter, store_dir, store_key
 from runner.packing.bins import PackRows, pack_rows
 
 log = logging.getLogger(__name__)
@@ -62,12 +63,7 @@ def arrange(stores: list[Store], keys: list[str], seq_len: int, answers_only: bo
                                                                                              strict=True)
                                            for k in FIGURES}})
 
-    try:
-        store, _ = prepared(directory, build, what)
-    except PrepareTimeout as e:
-        from runner.data.reading.sources import DataError
-
-        raise DataError(str(e)) from e
+    store, _ = prepared_store(directory, build, what)
     return Layout(_read(store, "train", encoded[0], seq_len, packing), _read(store, "val", encoded[-1], seq_len,
                                                                               packing), store.meta["split_how"])
 

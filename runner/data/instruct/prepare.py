@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,17 +21,14 @@ from runner.data.instruct.encode import (
     tokenizer_and_render,
 )
 from runner.data.instruct.formats import Format, Kind, resolve_format
-from runner.data.reading.sources import SAVED, DataError, Source, resolve
-from runner.data.reading.table_errors import json_object_of_rows, row_place, row_places
-from runner.data.reading.tables import load_table
+from runner.data.reading.sources import SAVED, DataError, Source, prepared_store, resolve
+from runner.data.reading.tables import json_object_of_rows, load_table, row_place, row_places
 from runner.data.store import (
-    PrepareTimeout,
     Store,
     StoreWriter,
     digest_files,
     encode_table,
     origin,
-    prepared,
     progress_file,
     store_dir,
     store_key,
@@ -73,6 +71,32 @@ def source_files(source: Source) -> list[Any]:
     return list(source.files)
 
 
+def table_source(where: str, key: str, refusal: str) -> Source:
+    """The table ``where`` names; a ``DataError`` ending in ``refusal`` when it is text."""
+    source = resolve(where, key)
+    if not source.is_table:
+        raise DataError(f"{key}={where} is text, not a table: {refusal}")
+    return source
+
+
+def table_rows(source: Source, what: str, kind: str) -> Any:
+    """The rows of the table ``source``; a ``DataError`` when it holds none."""
+    rows, _ = load_table(source)
+    if len(rows) == 0:
+        raise DataError(f"{what} holds no rows. Point {what.split('=')[0]} at a file with {kind} in it.")
+    return rows
+
+
+def table_store(name: str, build: Callable[[Any, Any], None], what: str,
+                max_examples: int | None) -> tuple[Store, bool, dict[str, int]]:
+    """The store ``name`` (``build(tmp, progress)`` writes it when missing), whether this process built it, and the
+    rows ``data.max_examples`` left out."""
+    directory = store_dir(name)
+    store, built = prepared_store(directory, lambda tmp: build(tmp, progress_file(directory)), what)
+    cut = store.meta["table_rows"] - store.rows
+    return store, built, {f"data.max_examples={max_examples}": cut} if cut > 0 else {}
+
+
 def examples_key(data_digest: str, tokenizer: Any, prompt_column: str, response_column: str,
                  messages_column: str | None, prompt_template: str | None, chat_template: str | None,
                  max_examples: int | None, roles: dict[str, str] | None = None) -> str:
@@ -90,32 +114,21 @@ def prepare(where: str, key: str, tokenizer: Tokenizer, prompt_column: str, resp
             messages_column: str | None, prompt_template: str | None, chat_template: str | None,
             max_examples: int | None, roles: dict[str, str] | None = None) -> Prepared:
     """The rows ``where`` names, in their shape, prepared; ``DataError`` when they cannot be."""
-    source = resolve(where, key)
-    if not source.is_table:
-        raise DataError(f"{key}={where} is text, not a table: data=instruct reads rows with a prompt and a response "
-                        "(or a conversation). Give a .jsonl, .csv or .parquet file, or a save_to_disk folder "
-                        f"(e.g. {SHIPPED}); plain text trains with data=text.")
+    source = table_source(where, key, "data=instruct reads rows with a prompt and a response (or a conversation). "
+                          "Give a .jsonl, .csv or .parquet file, or a save_to_disk folder "
+                          f"(e.g. {SHIPPED}); plain text trains with data=text.")
     name = examples_key(digest_files(source_files(source)), tokenizer_stamp(tokenizer), prompt_column,
                         response_column, messages_column, prompt_template, chat_template, max_examples, roles)
     if name in _PREPARED:
         return _PREPARED[name]
     settings = dict(prompt_column=prompt_column, response_column=response_column, messages_column=messages_column,
                     prompt_template=prompt_template, roles=roles)
-    directory = store_dir(name)
-
-    def build(tmp: Any) -> None:
-        _build(tmp, source, tokenizer, settings, chat_template, max_examples, f"{key}={where}",
-               progress_file(directory))
-
-    try:
-        store, built = prepared(directory, build, f"{key}={where}")
-    except PrepareTimeout as e:
-        raise DataError(str(e)) from e
+    store, built, dropped = table_store(
+        name, lambda tmp, progress: _build(tmp, source, tokenizer, settings, chat_template, max_examples,
+                                           f"{key}={where}", progress), f"{key}={where}", max_examples)
     meta = store.meta
     fmt = Format(Kind(meta["kind"]), tuple(meta["columns"]), meta["template"],
                  tuple((str(w), str(r)) for w, r in meta["roles"]), bool(meta["sharegpt"]))
-    dropped = {f"data.max_examples={max_examples}": meta["table_rows"] - store.rows} \
-        if meta["table_rows"] > store.rows else {}
     _PREPARED[name] = Prepared(fmt, store, name, source.describe(), len(source.files), store.rows, dropped,
                                meta["problems"], built, Turns.from_meta(meta["turns"]) if meta["turns"] else None)
     return _PREPARED[name]
@@ -124,9 +137,7 @@ def prepare(where: str, key: str, tokenizer: Tokenizer, prompt_column: str, resp
 def _build(tmp: Any, source: Source, tokenizer: Tokenizer, settings: dict[str, Any], chat_template: str | None,
            max_examples: int | None, what: str, progress: Any) -> None:
     """Reads the table, checks its shape, and writes its rows' ids into the store directory ``tmp``."""
-    rows, _ = load_table(source)
-    if len(rows) == 0:
-        raise DataError(f"{what} holds no rows. Point {what.split('=')[0]} at a file with examples in it.")
+    rows = table_rows(source, what, "examples")
     try:
         fmt = resolve_format(rows.column_names, source, **settings)
     except DataError:

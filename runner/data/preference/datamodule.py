@@ -15,16 +15,16 @@ from torch.utils.data import DataLoader
 from runner.config.target_objects import TokenRange
 from runner.data.instruct.encode import BYTES_EOS, eos_id
 from runner.data.instruct.formats import PAIR_TEMPLATE, Render, template_render
-from runner.data.instruct.refusals import batch_refusal, eos_refusal, val_path_refusal
+from runner.data.instruct.refusals import batch_refusal, prepare_parts, read_to_check, say_parts
 from runner.data.preference.batch import PackCollate, PairCollate, PairPacks, PairSequences
 from runner.data.preference.encode import FittedPairs, fit_pairs
 from runner.data.preference.formats import PairFormat, Shape
 from runner.data.preference.read import SHIPPED, PreparedPairs, prepare_pairs, refuse_problems
-from runner.data.reading.sources import DataError, names_something
+from runner.data.reading.sources import DataError
 from runner.data.sequences.padding import PadTo
 from runner.data.splits import VAL_PATH, split_documents
 from runner.data.summary import DataSummary, packing_figures
-from runner.data.tokens.tokenizers import SavedTokenizer, Tokenizer, check_tokenizer, load_tokenizer, token_range
+from runner.data.tokens.tokenizers import SavedTokenizer, Tokenizer, load_tokenizer, token_range
 from runner.data.traits import DataTraits, ValMetric
 from runner.figures import counted
 from runner.figures import data as keys
@@ -70,27 +70,18 @@ class PreferenceDataModule(L.LightningDataModule):
                         seq_len: int = 256, batch_size: int = 8, packing: bool = False, val_fraction: float = 0.1,
                         seed: int = 0, **settings: Any) -> str | None:
         """What makes the data unusable, in one paragraph, before a run directory exists (None: nothing)."""
-        if (message := check_tokenizer(tokenizer)) is not None:
-            return message
-        if path is None:
-            return ("data=preference needs data.path: a table of pairs, a chosen and a rejected completion of a "
-                    "prompt (columns prompt, chosen, rejected; or chosen/rejected conversations). runner ships one: "
-                    f"data.path={SHIPPED} (+recipe=llama_dpo trains on it).")
-        if (message := val_path_refusal(path, val_path)) is not None:
-            return message
-        if not (names_something(path) and names_something(val_path)):
-            return None  # the existence check names it
-        try:
-            tok = load_tokenizer(tokenizer)
-            ends = "preference data ends every completion with it, so that the model learns where an answer stops"
-            if (message := eos_refusal(tokenizer, eos_id(tok), ends)) is not None:
-                return message
-            data = PreferenceDataModule(path, val_path, tokenizer, seq_len=seq_len, batch_size=batch_size,
-                                        packing=packing, val_fraction=val_fraction, seed=seed,
-                                        **{k: v for k, v in settings.items() if k not in ("num_workers", "pad_to")})
-            train, val = data.read(tok)
-        except DataError as e:
-            return str(e)
+        read = read_to_check(
+            lambda: PreferenceDataModule(path, val_path, tokenizer, seq_len=seq_len, batch_size=batch_size,
+                                         packing=packing, val_fraction=val_fraction, seed=seed,
+                                         **{k: v for k, v in settings.items() if k not in ("num_workers", "pad_to")}),
+            path, val_path, tokenizer,
+            missing=("data=preference needs data.path: a table of pairs, a chosen and a rejected completion of a "
+                     "prompt (columns prompt, chosen, rejected; or chosen/rejected conversations). runner ships one: "
+                     f"data.path={SHIPPED} (+recipe=llama_dpo trains on it)."),
+            ends="preference data ends every completion with it, so that the model learns where an answer stops")
+        if not isinstance(read, tuple):
+            return read
+        train, val = read
         for key, fitted in (("data.path", train), ("data.val_path", val)):
             if fitted is not None and len(fitted) == 0:
                 where = path if key == "data.path" else val_path
@@ -122,12 +113,9 @@ class PreferenceDataModule(L.LightningDataModule):
     def read(self, tokenizer: Tokenizer) -> tuple[FittedPairs, FittedPairs]:
         """Training and validation pairs, fitted to ``seq_len``; ``DataError`` when the rows cannot train."""
         render = self.render(tokenizer)
-        parts: list[PreparedPairs] = []
-        for key, where in (("data.path", self.path), ("data.val_path", self.val_path)):
-            if where is not None:
-                parts.append(prepare_pairs(where, key, tokenizer, render, **self.settings))
-                refuse_problems(parts[-1], key, where)
-        self._parts = parts
+        self._parts = parts = prepare_parts(
+            self.path, self.val_path, lambda where, key: prepare_pairs(where, key, tokenizer, render, **self.settings),
+            refuse_problems)
         memo = (tuple(p.stamp for p in parts), self.seq_len, self.val_fraction, self.seed)
         if memo not in _FITTED:  # the checks before the run and the run itself split and fit once
             train_rows, val_rows = self._split(parts[0].rows, len(parts) > 1)
@@ -169,8 +157,7 @@ class PreferenceDataModule(L.LightningDataModule):
         else:
             self.datasets = {"train": PairSequences(train), "val": PairSequences(val)}
         self.summary, self.own_figures = self._summarize(train, val, fmt)
-        for part, where in zip(self._parts, (f"data.path={self.path}", f"data.val_path={self.val_path}"), strict=False):
-            part.say(where)
+        say_parts(self._parts, self.path, self.val_path)
         self.summary.say(self.seq_len)
         log.info("data: %s; %d pairs, %d prompt and %d completion tokens%s", fmt.describe(), len(train) + len(val),
                  self.own_figures[keys.DATA_PROMPT_TOKENS], self.own_figures[keys.DATA_COMPLETION_TOKENS],

@@ -1,26 +1,12 @@
-"""The shapes preference data comes in, and how each row becomes a prompt and two completions as text.
+"""The four shapes preference data comes in (TRL ``DPOTrainer``'s), told apart by the columns and the first row, and
+how each row becomes a prompt and two completions as text.
 
-A table holds pairs: a prompt and two completions of it, one chosen (preferred) and one rejected. Four shapes, the
-ones TRL's ``DPOTrainer`` reads, told apart by the table's columns and its first row:
+- explicit text or conversation: prompt, chosen and rejected columns holding texts (the prompt put in
+  ``data.prompt_template``) or conversations (roles checked and mapped as instruction data's);
+- implicit conversation (UltraFeedback's) or text (Anthropic HH's): no prompt column; the prompt is what chosen and
+  rejected share from the start (a text split as TRL's ``extract_prompt`` splits it).
 
-- **explicit text**: ``data.prompt_column`` (``prompt``), ``data.chosen_column`` (``chosen``) and
-  ``data.rejected_column`` (``rejected``), each a text; the prompt is put in ``data.prompt_template`` (the
-  instruction data's, :data:`runner.data.instruct.formats.PAIR_TEMPLATE`, by default);
-- **explicit conversation**: the same columns holding conversations (lists of ``{"role", "content"}`` messages, or
-  ShareGPT's ``{"from", "value"}``; a CSV cell holds the list as JSON): the prompt's messages, and each completion's
-  (the assistant's turns); each role checked and mapped as instruction data's are (``data.roles``,
-  :mod:`runner.data.instruct.chat`);
-- **implicit conversation**: no prompt column; chosen and rejected are whole conversations, and the prompt is the
-  messages they share from the start (UltraFeedback's binarized shape);
-- **implicit text**: no prompt column; chosen and rejected are whole texts, and the prompt is the text they share
-  from the start (Anthropic HH's shape: ``"\\n\\nHuman: ... \\n\\nAssistant:"``), split as TRL's ``extract_prompt``
-  splits it (a space before the first difference goes with the completions).
-
-A conversation is rendered with the chat template (the tokenizer's own, or ``data.chat_template``): the prompt with
-the generation prompt after it, and the prompt followed by each completion; a completion is what its rendering adds
-to the prompt's. A row becomes :class:`Texts`; what makes a row unusable is its ``problem``, said before the run. A
-completion that is empty (missing, only whitespace, or a turn of no text) is refused, as instruction data's empty
-answers are: :class:`EmptyCompletion`.
+A conversation's completion is what its rendering adds to the prompt's; an empty completion is refused.
 """
 
 from __future__ import annotations
@@ -34,7 +20,7 @@ from runner.config.errors import close_matches
 from runner.data.instruct.chat import SHAPES_HINT, RoleError
 from runner.data.instruct.formats import PAIR_TEMPLATE, Render, messages_of
 from runner.data.reading.sources import DataError, Source
-from runner.data.reading.table_errors import row_place, row_places
+from runner.data.reading.tables import row_place, row_places
 
 DEFAULT_PROMPT = "prompt"
 NOTED = 5  # Rows a problem's message names

@@ -7,6 +7,7 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from runner import hub
 from runner.data.reading.corpus import SKIP_DIRS, describe_missing_text, sniff, text_files
@@ -24,6 +25,16 @@ TEXT = "text"
 
 class DataError(ValueError):
     """Data that cannot be read as asked: the message is one paragraph, with the fix."""
+
+
+def prepared_store(directory: Path, build: Any, what: str) -> tuple[Any, bool]:
+    """``runner.data.store.prepared``'s store and whether this process built it; a stalled wait is a ``DataError``."""
+    from runner.data.store.shared import PrepareTimeout, prepared
+
+    try:
+        return prepared(directory, build, what)
+    except PrepareTimeout as e:
+        raise DataError(str(e)) from e
 
 
 @dataclass(frozen=True)

@@ -1,1 +1,1 @@
-"""Text as token ids:"""
+"""Text as token ids: the tokenizers, and the stores of a text column's ids."""

@@ -9,14 +9,13 @@ from typing import Any
 
 import numpy as np
 
+from runner.data.reading.sources import prepared_store
 from runner.data.store import (
     Chunk,
-    PrepareTimeout,
     Store,
     StoreWriter,
     digest_files,
     encode_table,
-    prepared,
     progress_file,
     store_dir,
     store_key,
@@ -111,12 +110,7 @@ def encode(rows: Any, column: str, tokenizer: Tokenizer, *, suffix: str = "", ma
         done = encode_table(writer, batches, encoder, total, f"tokenizing {what or column}", progress_file(directory))
         writer.finish({"seconds": round(done.seconds, 2)})
 
-    try:
-        store, built = prepared(directory, build, what or column)
-    except PrepareTimeout as e:
-        from runner.data.reading.sources import DataError
-
-        raise DataError(str(e)) from e
+    store, built = prepared_store(directory, build, what or column)
     if built:
         log.info("data: tokenized %d rows of %s with %s in %.1f s; stored in %s", store.rows, what or column,
                  tokenizer.name, store.meta["seconds"], directory)
