@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset
 
+from runner.data.sequences.padding import seeded_loader
 from runner.data.traits import CLASSES, DataTraits
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp", ".gif")
@@ -150,11 +151,9 @@ class ImageDataModule(L.LightningDataModule):
 
     def _loader(self, ds: Dataset | None, shuffle: bool) -> DataLoader:
         assert ds is not None, "setup() first"
-        g = torch.Generator().manual_seed(self.seed)
         # Every batch full, validation's too (when there is one): one shape, one graph.
         full = len(ds) >= self.batch_size  # type: ignore[arg-type]
-        return DataLoader(ds, batch_size=self.batch_size, shuffle=shuffle, drop_last=full, generator=g,
-                          num_workers=self.num_workers, persistent_workers=self.num_workers > 0)
+        return seeded_loader(ds, self.batch_size, self.seed, self.num_workers, shuffle, drop_last=full)
 
     def train_dataloader(self) -> DataLoader:
         return self._loader(self._train, shuffle=True)

@@ -16,7 +16,7 @@ from runner.config.target_objects import TokenRange
 from runner.data.classification.labelled import Labelled, read_labelled
 from runner.data.classification.labels import LabelMap, label_map, row_ids
 from runner.data.reading.sources import DataError, names_something, own_validation
-from runner.data.sequences.padding import PadTo
+from runner.data.sequences.padding import PadTo, seeded_loader
 from runner.data.sequences.windows import Shifted, Spans, Tokens, as_long
 from runner.data.splits import split_documents, val_how
 from runner.data.summary import DataSummary
@@ -222,10 +222,8 @@ class TextClassificationDataModule(L.LightningDataModule):
 
     def _loader(self, rows: Rows | None, shuffle: bool) -> DataLoader:
         assert rows is not None, "setup() first"
-        g = torch.Generator().manual_seed(self.seed)
-        return DataLoader(rows, batch_size=self.batch_size, shuffle=shuffle, drop_last=shuffle, generator=g,
-                          collate_fn=ClassifyCollate(self.pad_to, self._pad_id), num_workers=self.num_workers,
-                          persistent_workers=self.num_workers > 0)
+        return seeded_loader(rows, self.batch_size, self.seed, self.num_workers, shuffle,
+                             collate_fn=ClassifyCollate(self.pad_to, self._pad_id))
 
     def train_dataloader(self) -> DataLoader:
         return self._loader(self._train, shuffle=True)

@@ -8,7 +8,6 @@ from types import MappingProxyType
 from typing import Any
 
 import lightning as L
-import torch
 from torch.utils.data import DataLoader
 
 from runner.config.schema.data import TrainOn
@@ -21,7 +20,7 @@ from runner.data.instruct.prepare import SHIPPED, prepare, refuse_problems
 from runner.data.instruct.refusals import batch_refusal, prepare_parts, read_to_check, say_parts
 from runner.data.instruct.summary import describe, summarize
 from runner.data.sequences.packed import Examples, Packs, pack_collate
-from runner.data.sequences.padding import PadCollate, PadTo
+from runner.data.sequences.padding import PadCollate, PadTo, seeded_loader
 from runner.data.summary import DataSummary
 from runner.data.tokens.tokenizers import (
     SavedTokenizer,
@@ -148,9 +147,7 @@ class InstructDataModule(L.LightningDataModule):
     def _loader(self, ds: Examples | Packs | None, shuffle: bool) -> DataLoader:
         assert ds is not None, "setup() first"
         collate = pack_collate if self.packing else PadCollate(self.pad_to, self.pad_id)
-        g = torch.Generator().manual_seed(self.seed)
-        return DataLoader(ds, batch_size=self.batch_size, shuffle=shuffle, drop_last=shuffle, generator=g,
-                          collate_fn=collate, num_workers=self.num_workers, persistent_workers=self.num_workers > 0)
+        return seeded_loader(ds, self.batch_size, self.seed, self.num_workers, shuffle, collate_fn=collate)
 
     def train_dataloader(self) -> DataLoader:
         return self._loader(self._train, shuffle=True)

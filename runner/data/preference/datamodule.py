@@ -9,7 +9,6 @@ from typing import Any
 
 import lightning as L
 import numpy as np
-import torch
 from torch.utils.data import DataLoader
 
 from runner.config.target_objects import TokenRange
@@ -21,7 +20,7 @@ from runner.data.preference.encode import FittedPairs, fit_pairs
 from runner.data.preference.formats import PairFormat, Shape
 from runner.data.preference.read import SHIPPED, PreparedPairs, prepare_pairs, refuse_problems
 from runner.data.reading.sources import DataError
-from runner.data.sequences.padding import PadTo
+from runner.data.sequences.padding import PadTo, seeded_loader
 from runner.data.splits import VAL_PATH, split_documents
 from runner.data.summary import DataSummary, packing_figures
 from runner.data.tokens.tokenizers import SavedTokenizer, Tokenizer, load_tokenizer, token_range
@@ -220,10 +219,8 @@ class PreferenceDataModule(L.LightningDataModule):
     def loader(self, which: str, shuffle: bool = False) -> DataLoader:
         """``which`` (``train``, ``val``) in batches; in order unless ``shuffle`` (training's)."""
         assert self.datasets, "setup() first"
-        g = torch.Generator().manual_seed(self.seed)
-        return DataLoader(self.datasets[which], batch_size=self.batch_size, shuffle=shuffle, drop_last=shuffle,
-                          generator=g, collate_fn=self.collate(), num_workers=self.num_workers,
-                          persistent_workers=self.num_workers > 0)
+        return seeded_loader(self.datasets[which], self.batch_size, self.seed, self.num_workers, shuffle,
+                             collate_fn=self.collate())
 
     def train_dataloader(self) -> DataLoader:
         return self.loader("train", shuffle=True)

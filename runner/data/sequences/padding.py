@@ -8,9 +8,10 @@ import random
 from bisect import bisect_left
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
-from torch.utils.data import BatchSampler, Sampler
+from torch.utils.data import BatchSampler, DataLoader, Sampler
 
 IGNORE_INDEX = -100
 
@@ -80,3 +81,11 @@ class LengthGroupedBatchSampler(BatchSampler):
             batches = [chunk[i:i + self.batch_size] for i in range(0, len(chunk), self.batch_size)]
             random.Random(indices[w]).shuffle(batches)
             yield from batches
+
+
+def seeded_loader(ds: Any, batch_size: int, seed: int, num_workers: int, shuffle: bool = False,
+                  drop_last: bool | None = None, collate_fn: Any = None) -> DataLoader:
+    """Batches of ``ds`` in an order ``seed`` fixes (so resuming restores it); training's last partial batch dropped."""
+    return DataLoader(ds, batch_size=batch_size, shuffle=shuffle, drop_last=shuffle if drop_last is None else drop_last,
+                      generator=torch.Generator().manual_seed(seed), collate_fn=collate_fn, num_workers=num_workers,
+                      persistent_workers=num_workers > 0)
