@@ -1,6 +1,6 @@
-"""A causal LM's cross-entropy from its last hidden states and its output layer's weight, with or without the ``[tokens
-x vocab]`` logits: one function for every consumer (training, validation, ``runner eval``, and per-token
-log-probabilities for preference tuning)."""
+"""A causal LM's cross-entropy from its last hidden states and output weight, with or without the whole logits."""
+
+# One function for every consumer: training, validation, runner eval, and preference tuning's log-probabilities.
 
 from __future__ import annotations
 
@@ -80,8 +80,7 @@ def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: to
 
 def _autocast_operands(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
                        ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """The operands in autocast's dtype where autocast is on for their device (what ``F.linear`` would multiply in; the
-    custom op is not autocast's), else one dtype for all: the hidden states'."""
+    """The operands in autocast's dtype where it is on (the custom op is not autocast's), else in the hidden states'."""
     device = h.device.type
     dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else h.dtype
     cast = [t if t is None or t.dtype == dtype else t.to(dtype) for t in (h, weight, bias)]
