@@ -137,13 +137,13 @@ def refused_in_one_paragraph(overrides: list[str], fragments: list[str]) -> None
 def test_a_byte_not_utf8_is_found_at_its_line_and_offset(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The first byte that is not UTF-8, its line and offset, whatever the blocks the file is read in (a line longer
     than a block, a character of several bytes at a block's end); a file of UTF-8 has none."""
-    from runner.data.reading import table_errors
+    from runner.data.reading import tables
 
-    monkeypatch.setattr(table_errors, "BLOCK_BYTES", 5)
+    monkeypatch.setattr(tables, "BLOCK_BYTES", 5)
     good = "naïve\n\ncafé crème, a line longer than a block\n日本語\n".encode()
     path = _bytes(tmp_path / "rows.jsonl", good + b"ok \xe9t\xe9\n")
-    assert table_errors.bad_utf8([_bytes(tmp_path / "good.jsonl", good)]) is None
-    assert table_errors.bad_utf8([tmp_path / "good.jsonl", path]) == (str(path), 5, len(good) + 3, 0xE9)
+    assert tables.bad_utf8([_bytes(tmp_path / "good.jsonl", good)]) is None
+    assert tables.bad_utf8([tmp_path / "good.jsonl", path]) == (str(path), 5, len(good) + 3, 0xE9)
 
 
 def test_a_byte_not_utf8_is_refused_again_once_its_table_is_cached(tmp_path: Path) -> None:

@@ -1,8 +1,4 @@
-"""What runner reads from any batch, whatever its structure (torch only: no Lightning import).
-
-A batch is tensors nested in tuples and lists (a namedtuple too), mappings (a ``dict``, a ``defaultdict``,
-``transformers.BatchEncoding``) and dataclasses; anything else is a leaf left as it is.
-"""
+"""What runner reads from any batch, whatever its structure (torch only: no Lightning import)."""
 
 from __future__ import annotations
 
@@ -13,8 +9,7 @@ from typing import Any
 
 import torch
 
-Path = tuple[Any, ...]
-"""Where a tensor sits in a batch: the indices, keys and field names that lead to it."""
+Path = tuple[Any, ...]  # Where a tensor sits in a batch: the indices, keys and field names that lead to it
 
 
 def walk_tensors(batch: Any, path: Path = ()) -> Iterator[tuple[Path, torch.Tensor]]:
@@ -33,7 +28,7 @@ def walk_tensors(batch: Any, path: Path = ()) -> Iterator[tuple[Path, torch.Tens
 
 
 def iter_tensors(batch: Any) -> Iterator[torch.Tensor]:
-    """The tensors of a batch, in :func:`walk_tensors`' order."""
+    """The tensors of a batch, in ``walk_tensors``' order."""
     return (tensor for _, tensor in walk_tensors(batch))
 
 

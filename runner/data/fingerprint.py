@@ -1,17 +1,4 @@
-"""A fingerprint of the data a run reads, so that a resume notices data that changed under its checkpoint.
-
-For ``data.path`` and ``data.val_path`` it records every file they name (a file, every file under a folder, a
-glob's matches): its path, size, modification time and the digest of its bytes, the same digest runner's caches are
-named by (:mod:`runner.data.store.content`: read once per state of a file, then taken from its index, so a run
-costs a ``stat`` per file), and one digest of them all; for a ``save_to_disk`` folder also ``datasets``' own
-fingerprint of each split (``state.json``); and the tokenizer: ``bytes``, or its saved files' digests. A file
-touched but unchanged (new times, the same bytes) is not changed data. Built-in data (no ``data.path``: the stdlib
-source, synthetic samples) is recorded as such.
-
-A run writes it into its directory (``FILE``) as its fit starts. A resume compares the data it would read with it
-(:func:`changes`): ``runner.after.resume`` refuses a change, naming it, unless ``after.allow_changed_data``
-allows it; the resumed run's data section then says what changed (``data/changed``).
-"""
+"""A fingerprint of the data a run reads, so that a resume notices data that changed under its checkpoint."""
 
 from __future__ import annotations
 
@@ -28,10 +15,8 @@ from runner.data.store import file_digests
 from runner.data.tokens.tokenizers import is_bytes, saved_files
 
 FILE = "data_fingerprint.json"
-LISTED = 2000
-"""Files listed one by one (more are recorded by their count, their bytes and the digest of their stamps)."""
-NAMED = 3
-"""Files a description names before it counts the rest."""
+LISTED = 2000  # Files listed one by one (more are recorded by their count, their bytes and the digest of their stamps)
+NAMED = 3  # Files a description names before it counts the rest
 
 
 def _files(given: str) -> list[Path]:
@@ -53,7 +38,7 @@ def _files(given: str) -> list[Path]:
 
 
 def _entry(given: str | None) -> dict[str, Any] | None:
-    """What one setting names, as recorded (module docstring); None for built-in data."""
+    """What one setting names, as recorded; None for built-in data."""
     if given is None:
         return None
     files = _files(given)
@@ -107,8 +92,8 @@ def _named(paths: list[str], root: str) -> str:
 
 
 def _same(old: dict[str, Any] | None, new: dict[str, Any] | None) -> bool:
-    """Whether two records of one setting name the same data: the same digest of the files' contents; a record of
-    a run before digests were recorded (its files' sizes and times) is compared by those."""
+    """Whether two records of one setting name the same data: the same digest of the files' contents; a record of a run
+    before digests were recorded (its files' sizes and times) is compared by those."""
     if old is None or new is None:
         return old is new
     if old.get("content") or "files" not in new:

@@ -1,12 +1,5 @@
-"""Images for image classifiers: a local folder in torchvision's ``ImageFolder`` layout, or synthetic
-images when no folder is given. PIL and torch only (no torchvision): the data works wherever runner does.
-
-A folder holds one subdirectory per class (``ROOT/cat/1.png``); when it has ``train/`` and ``val/``
-subdirectories (each in that layout) they are the split, else the images are split by a seeded shuffle.
-Images are converted to RGB, resized to ``image_size`` squared and normalized with ``mean``/``std``.
-Synthetic images are drawn per index from a seed: a smooth pattern of the sample's class over a weaker one of
-another class, plus noise, so a model can learn them (the loss falls, not to 0) and every batch has the same shape.
-"""
+"""Images for image classifiers: a local folder in torchvision's ``ImageFolder`` layout, or synthetic images when no
+folder is given. PIL and torch only (no torchvision): the data works wherever runner does."""
 
 from __future__ import annotations
 
@@ -20,6 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset
 
+from runner.data.sequences.padding import seeded_loader
 from runner.data.traits import CLASSES, DataTraits
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp", ".gif")
@@ -88,8 +82,8 @@ class SyntheticImages(Dataset[tuple[torch.Tensor, int]]):
 
 
 class ImageDataModule(L.LightningDataModule):
-    """Images from ``path`` (``ImageFolder`` layout) or synthetic ones; batches ``(images, labels)`` with
-    images ``[batch, 3, image_size, image_size]``, every batch the same shape."""
+    """Images from ``path`` (``ImageFolder`` layout) or synthetic ones; batches ``(images, labels)`` with images
+    ``[batch, 3, image_size, image_size]``, every batch the same shape."""
 
     def __init__(self, path: str | None = None, image_size: int = 64, num_classes: int = 10, num_samples: int = 2048,
                  batch_size: int = 32, val_fraction: float = 0.1, seed: int = 0, num_workers: int = 0,
@@ -157,11 +151,9 @@ class ImageDataModule(L.LightningDataModule):
 
     def _loader(self, ds: Dataset | None, shuffle: bool) -> DataLoader:
         assert ds is not None, "setup() first"
-        g = torch.Generator().manual_seed(self.seed)
         # Every batch full, validation's too (when there is one): one shape, one graph.
         full = len(ds) >= self.batch_size  # type: ignore[arg-type]
-        return DataLoader(ds, batch_size=self.batch_size, shuffle=shuffle, drop_last=full, generator=g,
-                          num_workers=self.num_workers, persistent_workers=self.num_workers > 0)
+        return seeded_loader(ds, self.batch_size, self.seed, self.num_workers, shuffle, drop_last=full)
 
     def train_dataloader(self) -> DataLoader:
         return self._loader(self._train, shuffle=True)

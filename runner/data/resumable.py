@@ -1,19 +1,4 @@
-"""A training ``DataLoader`` that resumes mid-epoch at the exact batch it stopped at.
-
-Lightning 2.6 restores the loop counters from a checkpoint but not the position in a map-style
-``DataLoader``: unless the loader has ``state_dict``/``load_state_dict`` (Lightning's ``_Stateful``),
-a run resumed mid-epoch starts the epoch's shuffled order from the beginning again (and warns
-"your dataloader is not resumable"), so its batches differ from an uninterrupted run's.
-
-``ResumableDataLoader`` adds that interface. Its state is the sampler generator's state at the start
-of the current epoch plus the number of batches handed out since. On load, the generator is put back
-and the already-seen batches are skipped at the index level (their samples are never loaded), so the
-next batch is the one the interrupted run would have seen. Lightning's fetcher does not prefetch
-from a sized loader, so batches handed out == batches consumed when a checkpoint is written.
-
-``make_resumable(datamodule)`` converts the loader a datamodule returns, keeping every argument
-(Lightning re-creates the loader with the same arguments, e.g. to add a ``DistributedSampler``).
-"""
+"""A training ``DataLoader`` that resumes mid-epoch at the exact batch it stopped at."""
 
 from __future__ import annotations
 
@@ -30,8 +15,8 @@ log = logging.getLogger(__name__)
 
 
 class _SkipFirst:
-    """A batch sampler that leaves out the first ``n`` batches of ``inner`` (lengths unchanged:
-    Lightning sized the epoch from the full loader, and its counters resume at ``n``)."""
+    """A batch sampler that leaves out the first ``n`` batches of ``inner`` (lengths unchanged: Lightning sized the
+    epoch from the full loader, and its counters resume at ``n``)."""
 
     def __init__(self, inner: Iterable[Any], n: int) -> None:
         self.inner, self.n = inner, n
@@ -52,7 +37,7 @@ def _generator(loader: DataLoader) -> torch.Generator | None:
 
 
 class ResumableDataLoader(DataLoader):
-    """A ``DataLoader`` with ``state_dict``/``load_state_dict`` (see the module docstring)."""
+    """A ``DataLoader`` with ``state_dict``/``load_state_dict``."""
 
     _epoch_gen_state: torch.Tensor | None = None
     _yielded: int = 0
@@ -104,8 +89,7 @@ class ResumableDataLoader(DataLoader):
 
 
 def as_resumable(loader: Any) -> Any:
-    """The same loader, made resumable; anything that is not a plain ``DataLoader`` is returned as is.
-    The class is swapped in place so every argument (and Lightning's record of them) is kept."""
+    """The same loader, made resumable; anything that is not a plain ``DataLoader`` is returned as is."""
     if type(loader) is DataLoader:
         loader.__class__ = ResumableDataLoader
     elif not isinstance(loader, ResumableDataLoader):

@@ -1,17 +1,4 @@
-"""Which part of the data validates, so that validation never overlaps training.
-
-Three ways, in this order:
-
-- ``data.val_path``: the files given there validate, everything under ``data.path`` trains; a saved
-  ``DatasetDict`` with a validation split of its own is its own ``data.val_path`` (its train split trains);
-- several documents (files, rows): a seeded shuffle picks ``val_fraction`` of them (at least one), the same
-  on every run and every rank, and no document is in both;
-- one document: it is split by position, its last ``val_fraction`` of windows validates, and no token of it is
-  in both (a document has no second document to validate on, and sharing it would make every "val" figure a
-  training figure).
-
-Pure functions of counts and a seed: the data modules turn them into the rows and windows they load.
-"""
+"""Which part of the data validates, so that validation never overlaps training."""
 
 from __future__ import annotations
 
@@ -26,13 +13,12 @@ class Split:
 
     train: list[int]
     val: list[int]
-    how: str
-    """In words, for the run's data section (``data/split``)."""
+    how: str  # In words, for the run's data section (``data/split``)
 
 
 def split_documents(n: int, val_fraction: float, seed: int) -> Split:
-    """``n >= 2`` documents split by a seeded shuffle: the first ``round(n * val_fraction)`` (at least 1, at
-    most ``n - 1``) of the shuffled order validate, the rest train in shuffled order."""
+    """``n >= 2`` documents split by a seeded shuffle: the first ``round(n * val_fraction)`` (at least 1, at most ``n -
+    1``) of the shuffled order validate, the rest train in shuffled order."""
     if n < 2:
         raise ValueError(f"a split by document needs 2 documents, not {n}")
     order = list(range(n))
@@ -44,8 +30,7 @@ def split_documents(n: int, val_fraction: float, seed: int) -> Split:
 
 def tail_cut(n_tokens: int, window: int, val_fraction: float) -> int | None:
     """Where one document of ``n_tokens`` is cut so that its last ``val_fraction`` of windows (at least one) of
-    ``window`` tokens validate: tokens ``[0, cut)`` train, ``[cut, n_tokens)`` validate. None when it holds
-    fewer than two windows (nothing would be left to train on)."""
+    ``window`` tokens validate: tokens ``[0, cut)`` train, ``[cut, n_tokens)`` validate."""
     windows = n_tokens // window
     if windows < 2:
         return None
@@ -62,8 +47,8 @@ VAL_PATH = "data.val_path: its files validate, data.path trains"
 
 
 def val_how(given: str | None, own: str | None) -> str:
-    """The data section's words for a validation set of its own: ``data.val_path``'s files, or (``own``) the
-    validation split of the ``DatasetDict`` that data.path names."""
+    """The data section's words for a validation set of its own: ``data.val_path``'s files, or (``own``) the validation
+    split of the ``DatasetDict`` that data.path names."""
     if given is None and own is not None:
         return f"the DatasetDict's own {Path(own).name} split ({own}) validates, its train split trains"
     return VAL_PATH

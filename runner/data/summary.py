@@ -1,11 +1,4 @@
-"""What a data module read, for the run's data section (``data/*``, :mod:`runner.figures.data`).
-
-A text data module fills a :class:`DataSummary` in ``setup``: the files and rows or documents it read, the ids
-they became, how training and validation were split, the rows cut at ``data.seq_len`` and the rows or files a cap
-left out, the labels; packed rows add what packing made of them (:func:`packing_figures`, every packing data module's).
-Nothing a run reads is cut or left out without the summary saying so; more than ``TRUNCATED_WARNING`` of the rows cut
-is also a warning in the log, with the fix.
-"""
+"""What a data module read, for the run's data section (``data/*``, ``runner.figures.data``)."""
 
 from __future__ import annotations
 
@@ -17,16 +10,13 @@ from runner.figures import data as keys
 
 log = logging.getLogger(__name__)
 
-TRUNCATED_WARNING = 0.10
-"""A share of rows cut at ``data.seq_len`` above which the log warns."""
-NULL_TEXT = "null text"
-"""The reason rows whose text is null (missing) were left out (``data/null_rows``)."""
+TRUNCATED_WARNING = 0.10  # A share of rows cut at ``data.seq_len`` above which the log warns
+NULL_TEXT = "null text"  # The reason rows whose text is null (missing) were left out (``data/null_rows``)
 
 
 @dataclass
 class DataSummary:
-    """What was read (module docstring). ``truncated``: rows cut at ``seq_len`` (None where nothing is cut: packed
-    windows, document chunks); ``dropped``: setting -> rows or files it left out."""
+    """What was read."""
 
     source: str
     files: int
@@ -36,8 +26,7 @@ class DataSummary:
     val: int
     split: str
     truncated: int | None = None
-    used: int = 0
-    """Rows the truncation share is of (the rows kept)."""
+    used: int = 0  # Rows the truncation share is of (the rows kept)
     dropped: dict[str, int] = field(default_factory=dict)
     label_counts: dict[str, int] | None = None
     unigram_bits: float | None = None

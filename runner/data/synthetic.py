@@ -1,5 +1,5 @@
-"""Synthetic classification: Gaussian inputs labelled by a fixed random teacher network, so a
-model can actually learn it (the loss falls), generated in memory from a seed."""
+"""Synthetic classification: Gaussian inputs labelled by a fixed random teacher network, so a model can actually learn
+it (the loss falls), generated in memory from a seed."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
+from runner.data.sequences.padding import seeded_loader
 from runner.data.traits import CLASSES, DataTraits
 
 
@@ -40,9 +41,7 @@ class SyntheticDataModule(L.LightningDataModule):
 
     def train_dataloader(self) -> DataLoader:
         assert self._train is not None
-        g = torch.Generator().manual_seed(self.seed)
-        return DataLoader(self._train, batch_size=self.batch_size, shuffle=True, drop_last=True, generator=g,
-                          num_workers=self.num_workers, persistent_workers=self.num_workers > 0)
+        return seeded_loader(self._train, self.batch_size, self.seed, self.num_workers, shuffle=True)
 
     def val_dataloader(self) -> DataLoader:
         assert self._val is not None

@@ -1,12 +1,5 @@
 """What a data module's batches are, declared by the data module itself: what validation reports beside its loss,
-whether each batch is padded to its longest sequence, and whether batch shapes can change.
-
-A data module class declares them in a static method ``traits(**fields) -> DataTraits``, from the same fields
-its config node holds (``TextDataModule``: bits per byte on bytes, none on a tokenizer's ids; padded and varying
-shapes in documents batching). The builders read them (``runner.build.data_traits``) instead of switching on the
-config's type; a data module of a user's own that declares nothing gets ``DataTraits()``: no extra metric, no
-padding rule, shapes that may vary.
-"""
+whether each batch is padded to its longest sequence, and whether batch shapes can change."""
 
 from __future__ import annotations
 
@@ -24,16 +17,16 @@ class ValMetric(Enum):
 
 @dataclass(frozen=True)
 class DataTraits:
-    """What a data module's batches are (module docstring)."""
+    """What a data module's batches are."""
 
     val_metric: ValMetric = ValMetric.none
+    # Each batch is padded to its longest sequence: the shape policy's padding rule (``pad_to``) applies
     pads_per_batch: bool = False
-    """Each batch is padded to its longest sequence: the shape policy's padding rule (``pad_to``) applies."""
+    # Batch shapes can differ between steps or ranks (what the shape policies and rank agreement are for)
     shapes_vary: bool = True
-    """Batch shapes can differ between steps or ranks (what the shape policies and rank agreement are for)."""
+    # Batches hold preference pairs (``runner.data.preference.batch``): what a preference objective trains on
     pairs: bool = False
-    """Batches hold preference pairs (``runner.data.preference.batch``): what a preference objective trains on."""
 
 
+# Fixed-shape batches of class labels (images, synthetic features)
 CLASSES = DataTraits(ValMetric.accuracy, pads_per_batch=False, shapes_vary=False)
-"""Fixed-shape batches of class labels (images, synthetic features)."""

@@ -1,4 +1,3 @@
 """The models runner builds from config (``model=...``), none downloaded: its own byte-level GPT (``gpt``) and MLP
 (``mlp``); Hugging Face transformers causal LMs and sequence classifiers, from a configuration or a local
-``save_pretrained`` directory (``hf``, their arguments checked by ``hf_checks``); timm image classifiers (``image``).
-Any other ``nn.Module`` or ``LightningModule`` trains too (``model=custom``, ``model._target_=pkg.Class``)."""
+``save_pretrained`` directory (``hf``, their arguments checked by ``hf_checks``); timm image classifiers (``image``)."""

@@ -1,22 +1,5 @@
-"""A small decoder-only transformer in the spirit of nanoGPT: the whole model on one screen.
-
-``forward(idx)`` takes byte ids ``[batch, seq]`` and returns logits ``[batch, seq, vocab]``. The
-sequence length may vary between batches (up to ``block_size``), which is what the dynamic-shape
-policies exercise. Attention is causal SDPA; padding sits at the end of each sequence, so causal
-masking alone keeps real positions from attending to it, and the loss ignores padded targets.
-
-Generation has a path of its own: ``decode(idx, cache)`` runs only the new positions, reading the keys and values
-of the earlier ones from a :class:`KVCache` and adding theirs (``runner.after.generate`` calls it). ``forward``, what
-training runs and compiles, never sees a cache; ``tests/test_after.py`` checks that the two paths agree.
-
-A packed batch (``runner.packing.PackedInputs``, ``data.packing=true``) brings position ids that restart
-with each example and the examples' boundaries: attention stays within each example
-(``runner.packing.document_attention``), so a packed row computes what its examples would alone.
-
-``forward(idx, return_hidden=True)`` returns the final norm's output instead, what the head (``output_layer()``)
-takes: the chunked loss (``loss.chunked``, ``runner.losses``) multiplies it by the head's weight a chunk of
-positions at a time instead of holding every position's logits.
-"""
+"""A small decoder-only transformer in the spirit of nanoGPT: the whole model on one screen. ``forward(idx)`` takes byte
+ids ``[batch, seq]`` and returns logits ``[batch, seq, vocab]``."""
 
 from __future__ import annotations
 
@@ -30,8 +13,7 @@ from torch import nn
 from runner.config.target_objects import Embedding
 from runner.packing import PackedInputs, document_attention, layer_documents
 
-KV = tuple[torch.Tensor, torch.Tensor]
-"""One layer's keys and values, each ``[batch, n_head, positions, head_dim]``."""
+KV = tuple[torch.Tensor, torch.Tensor]  # One layer's keys and values, each ``[batch, n_head, positions, head_dim]``
 
 
 @dataclass
@@ -69,9 +51,8 @@ class CausalSelfAttention(nn.Module):
         return self.proj(y.transpose(1, 2).reshape(b, t, c))
 
     def decode(self, x: torch.Tensor, past: KV | None) -> tuple[torch.Tensor, KV]:
-        """``forward`` for new positions ``x`` after the ``past`` keys and values (None: no earlier positions), and
-        the keys and values of every position up to the new ones. Each new position attends to all earlier ones
-        and causally among the new."""
+        """``forward`` for new positions ``x`` after the ``past`` keys and values (None: no earlier positions), and the
+        keys and values of every position up to the new ones."""
         b, t, c = x.shape
         q, k, v = self.qkv(x).split(c, dim=2)
         q, k, v = (z.view(b, t, self.n_head, c // self.n_head).transpose(1, 2) for z in (q, k, v))
@@ -119,7 +100,7 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    """Byte-level GPT. Defaults give ~0.8M parameters."""
+    """Byte-level GPT."""
 
     def __init__(
         self,
@@ -180,10 +161,7 @@ class GPT(nn.Module):
 
     def decode(self, idx: torch.Tensor, cache: KVCache, last_only: bool = False) -> torch.Tensor:
         """Logits ``[batch, t, vocab]`` of ``idx`` ``[batch, t]``, the positions after the ``cache.length`` ones in
-        ``cache``, which then holds theirs too: the prompt once, then one new token at a time. Positions are
-        absolute, so they end at ``block_size``; past it, start again with a new cache over the last tokens.
-        ``last_only``: the last position's logits alone, ``[batch, 1, vocab]`` (what sampling reads: a prompt's other
-        positions never go through the head, as transformers' ``logits_to_keep=1``)."""
+        ``cache``, which then holds theirs too: the prompt once, then one new token at a time."""
         start, t = cache.length, idx.shape[1]
         if start + t > self.block_size:
             raise ValueError(f"{start} cached + {t} new positions exceed block_size={self.block_size}")

@@ -1,23 +1,4 @@
-"""Hugging Face ``transformers`` models as runner models, built without network access.
-
-A model is built one of two ways:
-
-- from a configuration (``config``: a model type such as ``llama``, ``gpt2``, ``bert``, or its
-  configuration class name, ``LlamaConfig``), with ``overrides`` of its settings, through
-  ``from_config``: random weights, nothing read or downloaded;
-- from ``path``, a local directory holding a saved model (``config.json``, weights) and its tokenizer,
-  through ``from_pretrained(..., local_files_only=True)``. ``config`` and ``overrides`` describe the
-  model built from a configuration and are not applied to a saved one (a saved model keeps its sizes).
-
-The wrappers return plain logits, so runner's ``TrainModule`` trains them with its own loss (padding
-targets are ``IGNORE_INDEX``, -100, as in transformers): ``CausalLM(input_ids) -> [batch, seq, vocab]``
-and ``SequenceClassifier({"input_ids", "attention_mask"}) -> [batch, num_labels]``. The checks of their
-arguments, run before anything is written, are in :mod:`runner.models.hf_checks`.
-
-``CausalLM(input_ids, return_hidden=True)`` returns the backbone's last hidden states instead of logits, and
-``output_layer()`` the ``lm_head`` that makes logits of them, for the families in :data:`LOSS_FAMILIES`: the
-chunked loss (``loss.chunked``) multiplies the two a chunk of positions at a time.
-"""
+"""Hugging Face ``transformers`` models as runner models, built without network access."""
 
 from __future__ import annotations
 
@@ -39,23 +20,20 @@ log = logging.getLogger(__name__)
 
 _TOKEN_IDS = ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id", "sep_token_id")
 
+# transformers model types whose logits are ``lm_head(last_hidden_state)`` and nothing more (checked against their own
+# forward in ``tests/test_chunked_loss.py``)
 LOSS_FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "gpt2")
-"""transformers model types whose logits are ``lm_head(last_hidden_state)`` and nothing more (checked against
-their own forward in ``tests/test_chunked_loss.py``). Families that scale or cap their logits after the head
-(Gemma 2 and 3's soft-capping, Cohere's and Granite's scales) are not among them: their loss is computed from
-their full logits."""
 
 
 def _given(overrides: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The overrides to apply: a null value leaves the family's default (so one YAML serves several
-    families: ``intermediate_size: null`` for GPT-2, which has ``n_inner`` instead)."""
+    """The overrides to apply: a null value leaves the family's default (so one YAML serves several families:
+    ``intermediate_size: null`` for GPT-2, which has ``n_inner`` instead)."""
     return {str(k): v for k, v in dict(overrides or {}).items() if v is not None}
 
 
 def build_config(config: str, overrides: Mapping[str, Any] | None = None, **fixed: Any) -> Any:
-    """The ``transformers`` configuration named by ``config`` (a model type or a configuration class
-    name) with ``overrides`` and ``fixed`` applied. Special-token ids the family defaults to that fall
-    outside a smaller vocabulary (GPT-2's 50256 with ``vocab_size=256``) are dropped unless given."""
+    """The ``transformers`` configuration named by ``config`` (a model type or a configuration class name) with
+    ``overrides`` and ``fixed`` applied."""
     cls = hf_checks.config_class(config)
     values = {**_given(overrides), **fixed}
     vocab = values.get("vocab_size")
@@ -70,12 +48,7 @@ def build_config(config: str, overrides: Mapping[str, Any] | None = None, **fixe
 
 def _load(auto_class: Any, path: str, **kwargs: Any) -> nn.Module:
     """The model saved in ``path``, in train mode: ``from_pretrained`` returns it in eval mode (dropout off), and
-    Lightning keeps the modes it finds, so a fine-tuned model would train without its dropout.
-
-    Under a meta device (the config checks) it is built from its ``config.json`` instead (``_from_saved_config``).
-    Anything but a directory is refused first: with peft installed, transformers looks a non-directory up on the Hub
-    for an adapter even under ``local_files_only`` (five retries, ~23 s offline). A Hub name arrives here as its
-    snapshot folder (runner.hub)."""
+    Lightning keeps the modes it finds, so a fine-tuned model would train without its dropout."""
     root = Path(path).expanduser()
     if not root.is_dir():
         raise FileNotFoundError(f"model.path={path} is not a directory (hf_checks.check_path says what to do)")
@@ -86,8 +59,8 @@ def _load(auto_class: Any, path: str, **kwargs: Any) -> nn.Module:
 
 def _from_saved_config(auto_class: Any, root: Path, attn_implementation: str = "sdpa",
                        ignore_mismatched_sizes: bool = False, **settings: Any) -> nn.Module:
-    """The saved model's architecture from its ``config.json`` alone, built on the meta device: what the config
-    checks build (``target_objects.meta_model``), as they build a model from a configuration. transformers refuses
+    """The saved model's architecture from its ``config.json`` alone, built on the meta device: what the config checks
+    build (``target_objects.meta_model``), as they build a model from a configuration. transformers refuses
     ``from_pretrained`` under a meta device (it would read the weights), and the checks need shapes only."""
     from transformers import AutoConfig
 
@@ -112,8 +85,8 @@ def input_vocabulary(config: str | None, path: str | None, overrides: Mapping[st
     return None
 
 
+# The unused settings this process said once: the checks build the model on the meta device, the run again
 _NOTED: set[tuple[str, ...]] = set()
-"""The unused settings this process said once: the checks build the model on the meta device, the run again."""
 
 
 def _note_unused(path: str, config: str | None, overrides: Mapping[str, Any] | None) -> None:
@@ -136,13 +109,7 @@ def pad_token_id(path: str) -> int | None:
 
 
 class CausalLM(nn.Module):
-    """Any ``transformers`` causal LM (``AutoModelForCausalLM``): ``forward(input_ids)`` returns logits.
-
-    No attention mask is passed: runner's text batches pad at the end, so causal attention alone keeps
-    every real position from seeing padding (as ``runner.models.gpt`` does), and the loss ignores padded
-    targets. A packed batch (``PackedInputs``) passes its position ids and a document mask
-    (:mod:`runner.models.hf_packing`). The KV cache is off: training never reuses it, and building it costs graph
-    breaks."""
+    """Any ``transformers`` causal LM (``AutoModelForCausalLM``): ``forward(input_ids)`` returns logits."""
 
     adapter_root = "model"  # peft's key names are relative to the transformers model (runner.config.decisions.peft)
     adapter_task = "CAUSAL_LM"  # peft's task_type, written into adapter_config.json
@@ -189,8 +156,8 @@ class CausalLM(nn.Module):
         return str(getattr(self.model.config, "model_type", "?"))
 
     def output_layer(self) -> nn.Module | None:
-        """``lm_head``, whose product with the last hidden states is the logits, for :data:`LOSS_FAMILIES`; None
-        for other families (their logits may be scaled or capped after the head)."""
+        """``lm_head``, whose product with the last hidden states is the logits, for ``LOSS_FAMILIES``; None for other
+        families (their logits may be scaled or capped after the head)."""
         if self.model_type not in LOSS_FAMILIES:
             return None
         head = self.model.get_output_embeddings()  # type: ignore[operator]
@@ -212,10 +179,8 @@ class CausalLM(nn.Module):
 
 
 class SequenceClassifier(nn.Module):
-    """Any ``transformers`` sequence classifier (``AutoModelForSequenceClassification``, BERT-style):
-    ``forward(batch)`` takes the data's ``{"input_ids", "attention_mask"}`` and returns logits
-    ``[batch, num_labels]``. A saved model gets a new head of ``num_labels`` classes when it has
-    another number (fine-tuning a pretrained encoder)."""
+    """Any ``transformers`` sequence classifier (``AutoModelForSequenceClassification``, BERT-style): ``forward(batch)``
+    takes the data's ``{"input_ids", "attention_mask"}`` and returns logits ``[batch, num_labels]``."""
 
     adapter_root = "model"
     adapter_task = "SEQ_CLS"

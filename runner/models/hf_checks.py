@@ -1,15 +1,5 @@
-"""Checks of a ``transformers`` model's arguments, before anything is written: each returns one
-paragraph (what is wrong, what exists, the fix) or None.
-
-- a model type that transformers does not have for the task: did-you-mean, and the available names;
-- an override that is not a setting of that configuration (transformers would keep a misspelt one as
-  a stray attribute, silently): did-you-mean among its settings;
-- a ``path`` that is missing, not a directory, or lacks the configuration, the weights or the tokenizer:
-  everything missing, named at once;
-- (a Hugging Face Hub name given as ``path`` reaches them as its snapshot folder: runner.hub).
-
-``transformers`` is imported inside the functions: ``runner`` imports without it.
-"""
+"""Checks of a ``transformers`` model's arguments, before anything is written: each returns one paragraph (what is
+wrong, what exists, the fix) or None."""
 
 from __future__ import annotations
 
@@ -67,9 +57,8 @@ def model_type(name: str) -> str | None:
 
 
 def settings(cls: type) -> set[str]:
-    """The settings a configuration class takes: its fields (transformers 5's configurations are
-    dataclasses) or its constructor's parameters, and the generic names it maps (GPT-2's ``hidden_size``
-    is its ``n_embd``)."""
+    """The settings a configuration class takes: its fields (transformers 5's configurations are dataclasses) or its
+    constructor's parameters, and the generic names it maps (GPT-2's ``hidden_size`` is its ``n_embd``)."""
     if dataclasses.is_dataclass(cls):
         names = {f.name for f in dataclasses.fields(cls)}
     else:

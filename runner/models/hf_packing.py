@@ -1,20 +1,4 @@
-"""Packed rows for transformers causal LMs: which families take them, and the mask each attention kernel takes.
-
-A packed batch (``runner.packing.PackedInputs``) reaches a transformers model as ``position_ids`` (restarting with
-each example: rotary embeddings see every example from position 0) and a 4-D ``attention_mask`` that transformers
-passes to its attention kernel as it is (``masking_utils`` returns a 4-D mask unchanged, so nothing is inferred
-from the position ids: that inference is data-dependent, a graph break or a host sync under compile, transformers
-issues 35588 and 35590). The mask is built in the forward, inside the compiled graph, from ``document_ids``:
-
-- ``attn_implementation=sdpa``: a boolean ``[batch, 1, seq, seq]`` mask (True: attend);
-- ``eager``: the same as an additive mask (0, or the dtype's lowest value);
-- ``flex_attention``: FlexAttention's ``BlockMask`` (CUDA only: torch 2.13 has no FlexAttention backward on the
-  CPU).
-
-Families are listed only once their packed loss has been checked against the same examples unpacked
-(``tests/test_packing_exact.py``): their attention is a plain causal one that a 4-D mask fully describes (no
-sliding window, no per-layer mask types).
-"""
+"""Packed rows for transformers causal LMs: which families take them, and the mask each attention kernel takes."""
 
 from __future__ import annotations
 
@@ -27,8 +11,8 @@ import torch
 
 from runner.packing import additive_document_mask, block_document_mask, dense_document_mask
 
+# transformers model types whose packed loss equals their unpacked loss (the Llama family's layout)
 PACKING_FAMILIES = ("llama", "qwen2", "qwen3")
-"""transformers model types whose packed loss equals their unpacked loss (the Llama family's layout)."""
 PACKING_ATTENTION = ("sdpa", "eager", "flex_attention")
 
 
@@ -67,8 +51,8 @@ def packing_refusal(config: str | None, path: str | None, overrides: Mapping[str
 
 def document_mask(attn_implementation: str, document_ids: torch.Tensor, dtype: torch.dtype,
                   parent_ids: torch.Tensor | None = None) -> Any:
-    """The attention mask of a packed batch for ``attn_implementation`` (module docstring); ``parent_ids``: the
-    prefix each example also attends to (``runner.packing.PackedInputs``)."""
+    """The attention mask of a packed batch for ``attn_implementation``; ``parent_ids``: the prefix each example also
+    attends to (``runner.packing.PackedInputs``)."""
     if attn_implementation == "flex_attention":
         return block_document_mask(document_ids, parent_ids=parent_ids)
     if attn_implementation == "sdpa":

@@ -1,10 +1,5 @@
-"""timm image classifiers as runner models: ``model.name`` (``resnet18``, ``vit_tiny_patch16_224``, ...)
-built with random weights, or with weights from a local checkpoint file; nothing is downloaded.
-
-``forward(images)`` returns logits ``[batch, num_classes]``; runner's ``TrainModule`` trains it with
-cross-entropy. timm needs torchvision, which must match the installed torch (docs/vision.md). ``timm`` is
-imported only when a model is built or checked: ``runner`` imports without it.
-"""
+"""timm image classifiers as runner models: ``model.name`` (``resnet18``, ``vit_tiny_patch16_224``, ...) built with
+random weights, or with weights from a local checkpoint file; nothing is downloaded."""
 
 from __future__ import annotations
 

@@ -1,13 +1,4 @@
-"""Packed sequences: examples laid end to end in rows of one length, and attention that never crosses them.
-
-- :class:`PackedInputs`: what a packed batch gives the model (token ids, position ids restarting per example,
-  and which example each position belongs to);
-- :func:`best_fit_decreasing`: which examples share a row;
-- :func:`document_attention` and the masks it uses: causal attention within each example only, built inside the
-  compiled graph from ``document_ids`` (fixed shapes for a fixed row length, so one graph serves every pack).
-
-torch only: the data modules and the models both import it (neither imports the other).
-"""
+"""Packed sequences: examples laid end to end in rows of one length, and attention that never crosses them."""
 
 from runner.packing.attention import (
     BLOCK,

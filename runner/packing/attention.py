@@ -1,25 +1,9 @@
-"""Causal attention that never crosses examples, from the ``document_ids`` of a packed batch.
+"""Causal attention that never crosses examples, from the ``document_ids`` of a packed batch."""
 
-Every mask here is computed from ``document_ids`` inside the model's forward, so inside the compiled graph: its
-shapes depend only on the row length (fixed when packing), it reads no value back to the host, and a CUDA graph
-replays it with whatever boundaries the next pack has (``document_ids`` is an input of the graph, copied into its
-static buffer every step). Nothing about a pack's boundaries is baked into a graph, so one graph serves every pack.
-
-Two kernels:
-
-- **FlexAttention** with a ``BlockMask`` (:func:`block_document_mask`): block-sparse, it skips the blocks of keys
-  no query of a block can see. Its block tables are derived from the first and last example of each block of 128
-  positions: ``O(batch x (seq_len / 128)^2)`` integer work, fixed shapes, no ``create_block_mask`` (which
-  evaluates the mask at every position: 0.15-0.30 s a call, pytorch issue 151043) and nothing rebuilt on the host.
-  Used on CUDA, inside a compiled graph, without dropout (:func:`uses_flex`).
-- **SDPA with a dense boolean mask** (:func:`dense_document_mask`, ``[batch, 1, seq_len, seq_len]``) everywhere
-  else: on the CPU, because torch 2.13's FlexAttention has no backward there ("FlexAttention does not support
-  backward on CPU"); outside a compiled graph, because uncompiled FlexAttention materialises the whole score
-  matrix anyway; and with attention dropout, which FlexAttention does not take.
-
-Both compute the same attention: the loss of a packed batch is the loss of its examples unpacked
-(``tests/test_packing_exact.py``).
-"""
+# Every mask is built from document_ids inside the compiled graph (shapes fixed by the row length, no host read), so
+# one graph, CUDA-graphed too, serves every pack. FlexAttention where it can; SDPA with a dense mask on the CPU (torch
+# 2.13's FlexAttention has no backward there), uncompiled, and with dropout. Both give the unpacked loss
+# (tests/test_packing_exact.py).
 
 from __future__ import annotations
 
@@ -28,14 +12,13 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-BLOCK = 128
-"""FlexAttention's block size (its default): the granularity at which whole blocks of keys are skipped."""
+BLOCK = 128  # FlexAttention's block size (its default): the granularity at which whole blocks of keys are skipped
 
 
 def dense_document_mask(document_ids: torch.Tensor, parent_ids: torch.Tensor | None = None) -> torch.Tensor:
-    """``[batch, 1, seq, seq]``, True where a query (row) may attend to a key (column): the key is not after it
-    and belongs to the same example, or to the query's parent (``parent_ids``: a prefix shared by several
-    examples, such as a preference pair's prompt; None: every example its own parent)."""
+    """``[batch, 1, seq, seq]``, True where a query (row) may attend to a key (column): the key is not after it and
+    belongs to the same example, or to the query's parent (``parent_ids``: a prefix shared by several examples, such as
+    a preference pair's prompt; None: every example its own parent)."""
     t = document_ids.shape[1]
     causal = torch.ones(t, t, dtype=torch.bool, device=document_ids.device).tril()
     same = document_ids[:, :, None] == document_ids[:, None, :]
@@ -46,8 +29,8 @@ def dense_document_mask(document_ids: torch.Tensor, parent_ids: torch.Tensor | N
 
 def additive_document_mask(document_ids: torch.Tensor, dtype: torch.dtype,
                            parent_ids: torch.Tensor | None = None) -> torch.Tensor:
-    """:func:`dense_document_mask` as the additive mask attention implementations that add theirs take: 0 where
-    attended, the dtype's lowest value elsewhere."""
+    """``dense_document_mask`` as the additive mask attention implementations that add theirs take: 0 where attended,
+    the dtype's lowest value elsewhere."""
     allowed = dense_document_mask(document_ids, parent_ids)
     return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill(~allowed,
                                                                                       torch.finfo(dtype).min)
@@ -55,14 +38,9 @@ def additive_document_mask(document_ids: torch.Tensor, dtype: torch.dtype,
 
 def block_document_mask(document_ids: torch.Tensor, block: int = BLOCK,
                         parent_ids: torch.Tensor | None = None) -> Any:
-    """The FlexAttention ``BlockMask`` of causal attention within each example (module docstring), and into each
-    query's parent (:func:`dense_document_mask`).
-
-    ``document_ids`` (and ``parent_ids``, never above them) are non-decreasing along each row, so a block of
-    queries ``qb`` and a block of keys ``kb`` (``kb <= qb``) can share an example only when the last example of
-    ``kb`` is not before the first parent of ``qb``; the block is full (no position masked) when ``kb`` lies before
-    ``qb``, ``kb`` holds one example, ``qb`` one example of one parent, and ``kb``'s is either.
-    """
+    """The FlexAttention ``BlockMask`` of causal attention within each example, and into each query's parent."""
+    # Block tables from each block's first and last example: O(batch x blocks^2) integer work, no
+    # create_block_mask (it evaluates the mask at every position, 0.15-0.30 s a call: pytorch issue 151043).
     from torch.nn.attention.flex_attention import BlockMask
 
     parents = document_ids if parent_ids is None else parent_ids
@@ -96,18 +74,18 @@ def block_document_mask(document_ids: torch.Tensor, block: int = BLOCK,
 
 
 def uses_flex(query: torch.Tensor, dropout_p: float = 0.0) -> bool:
-    """Whether :func:`document_attention` runs FlexAttention for ``query`` (module docstring): on CUDA, inside a
-    compiled graph, without dropout. ``is_compiling`` is a constant to Dynamo: the graph holds one kernel."""
+    """Whether ``document_attention`` runs FlexAttention for ``query``: on CUDA, inside a compiled graph, without
+    dropout."""
+    # is_compiling is a constant to Dynamo: the graph holds one kernel
     return query.is_cuda and dropout_p == 0.0 and torch.compiler.is_compiling()
 
 
 def layer_documents(document_ids: torch.Tensor, dropout_p: float = 0.0,
                     parent_ids: torch.Tensor | None = None) -> torch.Tensor:
-    """What a model hands each of its layers for :func:`document_attention`: ``document_ids`` where FlexAttention
-    runs (each layer derives its block tables, a few small kernels; with ``parent_ids``, both stacked, ``[2, batch,
-    seq]``), else the dense mask, built once for every layer (``[batch, 1, seq, seq]`` booleans, ``O(batch x
-    seq^2)`` to build: not once per layer). Plain tensors either way: a compiled block, a checkpoint wrapper or FSDP
-    takes them as any other input."""
+    """What a model hands each of its layers for ``document_attention``: ``document_ids`` where FlexAttention runs (each
+    layer derives its block tables, a few small kernels; with ``parent_ids``, both stacked, ``[2, batch, seq]``), else
+    the dense mask, built once for every layer (``[batch, 1, seq, seq]`` booleans, ``O(batch x seq^2)`` to build: not
+    once per layer)."""
     if not uses_flex(document_ids, dropout_p):
         return dense_document_mask(document_ids, parent_ids)
     return document_ids if parent_ids is None else torch.stack([document_ids, parent_ids])
@@ -115,9 +93,9 @@ def layer_documents(document_ids: torch.Tensor, dropout_p: float = 0.0,
 
 def document_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, documents: torch.Tensor,
                        dropout_p: float = 0.0) -> torch.Tensor:
-    """Causal attention of ``q``, ``k``, ``v`` (``[batch, heads, seq, head_dim]``) within each example:
-    ``documents`` is the examples' ``document_ids`` (``[batch, seq]``; ``[2, batch, seq]``: with their parents), or
-    the dense mask already built from them (:func:`layer_documents`)."""
+    """Causal attention of ``q``, ``k``, ``v`` (``[batch, heads, seq, head_dim]``) within each example: ``documents`` is
+    the examples' ``document_ids`` (``[batch, seq]``; ``[2, batch, seq]``: with their parents), or the dense mask
+    already built from them."""
     if documents.dtype == torch.bool:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=documents, dropout_p=dropout_p)
     ids, parents = (documents[0], documents[1]) if documents.dim() == 3 else (documents, None)

@@ -1,17 +1,8 @@
-"""Which examples share a row: best-fit decreasing, the classic bin-packing heuristic, on arrays.
+"""Which examples share a row: best-fit decreasing, the classic bin-packing heuristic, on arrays."""
 
-Examples are taken longest first (ties by index); each goes into the open row with the least room that still
-holds it (among rows with equal room, the one that reached that room last), or starts a new row. On many short
-examples of varied length the rows end up nearly full (the data section reports the padding share it left).
-Deterministic: every rank computes the same rows.
-
-It is computed for all examples of one length at once. Among open rows, the least room that holds the length is
-one value ``r``; the first example goes into a row with room ``r``, which then holds ``r - length``, still the least
-room that holds the length while it does: so that row takes ``r // length`` examples before the next row with room
-``r`` does, and a whole run of such rows is filled with one ``numpy`` call. The work is a few array operations per
-(length, room) pair, whatever the number of examples: a million examples in well under a second. The rows are
-exactly those of the one-example-at-a-time algorithm (``tests/test_packing_units.py`` compares them).
-"""
+# All examples of one length go at once: the row with the least room r that holds the length takes r // length of
+# them before the next such row does, so a run of rows is filled by one numpy call. Deterministic, and the same rows
+# as one example at a time (tests/test_packing_units.py).
 
 from __future__ import annotations
 
@@ -70,8 +61,7 @@ class _Stack:
 
 
 def pack_rows(lengths: Sequence[int] | np.ndarray, capacity: int) -> PackRows:
-    """Rows whose ``lengths`` sum to at most ``capacity`` each (module docstring). Every length must be in
-    ``1..capacity``."""
+    """Rows whose ``lengths`` sum to at most ``capacity`` each."""
     lengths = np.asarray(lengths, dtype=np.int64)
     bad = np.flatnonzero((lengths < 1) | (lengths > capacity))
     if len(bad):
@@ -123,5 +113,5 @@ def pack_rows(lengths: Sequence[int] | np.ndarray, capacity: int) -> PackRows:
 
 
 def best_fit_decreasing(lengths: Sequence[int] | np.ndarray, capacity: int) -> list[list[int]]:
-    """:func:`pack_rows` as lists of example indices."""
+    """``pack_rows`` as lists of example indices."""
     return pack_rows(lengths, capacity).tolist()

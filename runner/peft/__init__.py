@@ -1,8 +1,6 @@
 """Fine-tuning through low-rank adapters (``peft=lora``, ``peft=qlora``; docs/peft.md): runner's own single-adapter
-layer (``layer``; its NF4 base in ``nf4``), the adapter a model holds (``adapter``), put into any model by module
-path (``inject``), written and read in peft's format (``files``), and what it trains and holds as figures
-(``report``). Which modules it adapts is ``runner.config.decisions.peft``' rule, which the config checks run before
-the run."""
+layer (``layer``; its NF4 base in ``nf4``), the adapter a model holds (``adapter``), put into any model by module path
+(``inject``), written and read in peft's format (``files``), and what it trains and holds as figures (``report``)."""
 
 from runner.peft.adapter import Adapter, adapter_of
 from runner.peft.inject import apply_peft, merge_peft

@@ -1,5 +1,4 @@
-"""An adapted model's adapter: what ``runner.peft.inject`` puts into a model and ``runner.peft.files`` writes and
-reads (both import it from here: injecting a saved adapter reads its file, and the file holds an adapter)."""
+"""An adapted model's adapter: what ``inject`` puts into a model and ``files`` writes and reads."""
 
 from __future__ import annotations
 
@@ -11,8 +10,7 @@ from runner.config.decisions.peft import AdapterPlan
 from runner.config.schema.peft import PeftConfig
 from runner.peft.layer import LoRALinear
 
-ADAPTER = "runner_adapter"
-"""The attribute of an adapted model that holds its ``Adapter``."""
+ADAPTER = "runner_adapter"  # The attribute of an adapted model that holds its ``Adapter``
 
 
 @dataclass(frozen=True)

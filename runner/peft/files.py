@@ -1,11 +1,5 @@
 """The adapter on disk, in peft's format: ``adapter_config.json`` and ``adapter_model.safetensors``, loadable with
-``peft.PeftModel.from_pretrained(base, DIR)`` (and read back by ``peft.path``).
-
-Keys are peft's: ``base_model.model.<module>.lora_A.weight`` and ``.lora_B.weight`` for each adapted linear (its
-path under the adapter's root, never ``_orig_mod.``), ``base_model.model.<module>.<param>`` for each module trained
-in full (``modules_to_save``). ``base_view`` lends the model without its adapters (the base weights, NF4 ones
-dequantized) to the writers of the base model.
-"""
+``peft.PeftModel.from_pretrained(base, DIR)`` (and read back by ``peft.path``)."""
 
 from __future__ import annotations
 
@@ -36,8 +30,7 @@ def adapter_state(adapter: Adapter) -> dict[str, torch.Tensor]:
 
 
 def adapter_config(adapter: Adapter, base: str | None, revision: str | None = None) -> dict[str, Any]:
-    """peft's ``LoraConfig`` of the adapter, as ``adapter_config.json`` holds it: ``base`` is the base model's folder
-    or Hub name, ``revision`` the commit of a Hub name (what peft's ``AutoPeftModel`` loads the base at)."""
+    """peft's ``LoraConfig`` of the adapter, as ``adapter_config.json`` holds it (``base`` at ``revision``)."""
     c = adapter.config
     layers = adapter.layers().values()
     alpha = int(c.alpha) if float(c.alpha).is_integer() else c.alpha
@@ -51,8 +44,8 @@ def adapter_config(adapter: Adapter, base: str | None, revision: str | None = No
 
 
 def write_adapter(adapter: Adapter, out: Path, base: str | None, revision: str | None = None) -> None:
-    """``adapter_config.json`` and ``adapter_model.safetensors`` into ``out`` (``base``: where the base is, a folder
-    or a Hub name at ``revision``)."""
+    """``adapter_config.json`` and ``adapter_model.safetensors`` into ``out`` (``base``: where the base is, a folder or
+    a Hub name at ``revision``)."""
     from safetensors.torch import save_file
 
     save_file(adapter_state(adapter), str(out / ADAPTER_WEIGHTS), metadata={"format": "pt"})
@@ -60,8 +53,8 @@ def write_adapter(adapter: Adapter, out: Path, base: str | None, revision: str |
 
 
 def load_adapter(adapter: Adapter, path: str) -> None:
-    """Copy the adapter saved in ``path`` into ``adapter``'s layers; ``PeftTargetError`` when its keys are not
-    exactly those of this adapter (the config check names shapes that differ before the run)."""
+    """Copy the adapter saved in ``path`` into ``adapter``'s layers; ``PeftTargetError`` when its keys are not exactly
+    those of this adapter (the config check names shapes that differ before the run)."""
     from safetensors.torch import load_file
 
     saved = load_file(str(Path(path).expanduser() / ADAPTER_WEIGHTS))
@@ -86,8 +79,8 @@ def _param_name(key: str) -> str:
 
 
 def base_layer(layer: nn.Module) -> nn.Module:
-    """An adapted layer's base alone: a layer of its base's kind holding its base weight (the same tensors for
-    LoRA; dequantized for QLoRA)."""
+    """An adapted layer's base alone: a layer of its base's kind holding its base weight (the same tensors for LoRA;
+    dequantized for QLoRA)."""
     own = getattr(layer, "weight", None)  # LoRA keeps the base's parameter; QLoRA has none (NF4 buffers)
     module: nn.Module
     with torch.device("meta"):  # shapes only: the weights are set below

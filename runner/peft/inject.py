@@ -1,7 +1,5 @@
-"""Put the adapter into a model: every weight frozen, each target linear replaced by its adapted layer in place
-(by module path, so it works for any ``nn.Module``), the modules trained in full unfrozen, and a saved adapter
-(``peft.path``) loaded. Which modules: ``runner.config.decisions.peft.resolve_plan``, the rule the config check
-runs before the run."""
+"""Put the adapter into a model: every weight frozen, each target linear replaced in place by its adapted layer, and
+a saved adapter (``peft.path``) loaded."""
 
 from __future__ import annotations
 
@@ -48,8 +46,8 @@ def _adapted(base: nn.Module, peft: PeftConfig) -> LoRALinear:
 
 
 def merge_peft(model: nn.Module) -> int:
-    """Fold each adapted layer into a plain layer of its base's kind (base + scale * B @ A), in place; how many
-    layers were merged. Every parameter is trainable again, as in the model before ``apply_peft``."""
+    """Fold each adapted layer into a plain layer of its base's kind (base + scale * B @ A), in place; how many layers
+    were merged."""
     names = [n for n, m in model.named_modules() if isinstance(m, LoRALinear)]
     for name in names:
         parent_name, _, child = name.rpartition(".")

@@ -1,20 +1,5 @@
-"""One adapter per linear: a frozen base weight beside a trainable low-rank update (torchtune's ``LoRALinear``).
-
-``y = x W^T + b + B(scale * A(dropout(x)))`` with ``scale = alpha / r``. Everything ``forward`` reads is fixed
-when the layer is built: the scale is a Python constant, the dropout a module (``nn.Identity`` at p=0), and there
-is no adapter dictionary, no enabled/merged flag and no per-call branch. So a compiled graph guards on nothing
-that can change between steps, and traces without a break (HF peft's layer loops over a dict of adapters and
-reads flags, each a guard: peft issue 1199, PR 2416).
-
-The base weight keeps its name (``<module>.weight``, ``.bias``), so a checkpoint's base keys are the model's own;
-the adapter's are ``<module>.lora_A.weight`` and ``<module>.lora_B.weight``, peft's names without its adapter name.
-``QLoRALinear`` stores the base weight in NF4 (``runner.peft.nf4``) instead.
-
-The adapter's contribution passes through the layer's ``gate``: :data:`UNGATED` (nothing) unless a preference
-objective put an :class:`AdapterGate` there (:func:`runner.training.reference.gate_adapter`). The gate multiplies the
-contribution by a tensor (1: the policy; 0: exactly the frozen base, the reference), so the policy and the
-reference are the same code and the same graph, told apart by data, not by a Python flag a graph would guard on.
-"""
+"""One adapter per linear: a frozen base weight beside a trainable low-rank update (torchtune's ``LoRALinear``). ``y = x
+W^T + b + B(scale * A(dropout(x)))`` with ``scale = alpha / r``."""
 
 from __future__ import annotations
 
@@ -36,9 +21,7 @@ UNGATED = Ungated()
 
 
 class AdapterGate:
-    """One factor on the contribution of every adapted layer of a model: ``value`` is a 0-dim tensor (1.0 runs the
-    adapted model, 0.0 the frozen base: ``base + 0 * delta`` is the base's output exactly), set by whoever calls the
-    model (:class:`runner.training.reference.AdapterReference`). None: the adapted model, as without a gate."""
+    """One factor on every adapted layer's contribution: 1.0 runs the adapted model, 0.0 the frozen base exactly."""
 
     def __init__(self) -> None:
         self.value: torch.Tensor | None = None
@@ -48,8 +31,8 @@ class AdapterGate:
 
 
 class LoRALinear(nn.Module):
-    """``base``'s weight and bias (frozen), plus ``lora_A`` [r, in] and ``lora_B`` [out, r] (trained; B starts
-    at zero, so the adapted layer starts as the base layer, as in peft)."""
+    """``base``'s weight and bias (frozen), plus ``lora_A`` [r, in] and ``lora_B`` [out, r] (trained; B starts at zero,
+    so the adapted layer starts as the base layer, as in peft)."""
 
     def __init__(self, base: nn.Module, r: int, alpha: float, dropout: float) -> None:
         super().__init__()
@@ -87,9 +70,7 @@ class LoRALinear(nn.Module):
         return F.linear(x, self.weight, self.bias)
 
     def low_rank(self, x: torch.Tensor) -> torch.Tensor:
-        """``[..., r]``: what ``lora_B`` reads, the adapter's inner activations scaled and gated. The scale and the gate
-        multiply r columns, not the layer's out_features (at r=16 that was 15% of an eager LoRA-DPO step on the
-        CPU), and a gate of 0 still makes B's output exactly 0."""
+        """``[..., r]``: what ``lora_B`` reads, the adapter's inner activations scaled and gated."""
         return self.gate(self.lora_A(self.dropout(x.to(self.lora_A.weight.dtype))) * self.scale)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -108,8 +89,8 @@ class LoRALinear(nn.Module):
 
     @torch.no_grad()
     def merged(self) -> nn.Module:
-        """The base layer's kind (``nn.Linear``, or ``Conv1D``) holding base + adapter, as peft's
-        ``merge_and_unload`` leaves it."""
+        """The base layer's kind (``nn.Linear``, or ``Conv1D``) holding base + adapter, as peft's ``merge_and_unload``
+        leaves it."""
         base = self.base_weight()
         weight = base + self.delta().to(base.dtype)
         out: nn.Module

@@ -1,17 +1,4 @@
-"""QLoRA's frozen base weights in 4-bit NF4: torchao's format, run through two registered ops.
-
-``torchao``'s ``to_nf4`` quantizes a weight (blocks of 64 values, each scaled by its absolute maximum; the scales
-themselves quantized to int8 in groups): its pieces are kept as plain buffers of the layer, and its dequantization
-(``NF4Tensor.get_original_weight``) runs inside two ``torch.library`` custom ops with fake implementations:
-
-- ``runner::nf4_linear(x, pieces...)``: ``x @ W^T`` with ``W`` dequantized inside the op;
-- ``runner::nf4_linear_grad_input(grad, pieces...)``: ``grad @ W``, the op's backward (``register_autograd``).
-
-So a compiled step sees two opaque ops of known shapes: no tensor subclass to trace, no Python fallback, no
-guard on a dtype (bitsandbytes' helpers recompiled per dtype until the recompile limit, then ran eagerly: axolotl
-PR 3677). Backward dequantizes again, as torchao's ``linear_nf4`` does, so only the 4-bit weight is alive between
-forward and backward; two distinct ops keep AOTAutograd from merging the two dequantizations into one saved weight.
-"""
+"""QLoRA's frozen base weights in 4-bit NF4: torchao's format, run through two registered ops."""
 
 from __future__ import annotations
 
@@ -84,8 +71,8 @@ def ops() -> Any:
 
 
 class QLoRALinear(LoRALinear):
-    """``LoRALinear`` whose frozen base weight is stored as NF4 buffers (``weight_codes`` and the scales), and
-    run through ``runner::nf4_linear``; the adapter stays in float32."""
+    """``LoRALinear`` whose frozen base weight is stored as NF4 buffers (``weight_codes`` and the scales), and run
+    through ``runner::nf4_linear``; the adapter stays in float32."""
 
     weight_codes: torch.Tensor
     weight_scalers: torch.Tensor

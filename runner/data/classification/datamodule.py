@@ -1,12 +1,4 @@
-"""Labelled text for sequence classifiers: padded variable-length batches, the shape policies' real case.
-
-A batch is ``({"input_ids", "attention_mask"}, labels)``: ids ``[batch, length]`` padded to the shape
-policy's length for the batch's longest text (``pad_to``, set by the builder), the mask 1 on real tokens,
-one label per text. Rows come from a table (``.jsonl``, ``.csv``, ``.parquet``, a ``save_to_disk`` folder), text
-files of ``label<TAB>text`` lines, or by default the Python stdlib task (:mod:`runner.data.classification.labelled`).
-Tokens are UTF-8 bytes shifted by one (0 pads), or a saved tokenizer's (the model's, with ``model.path``), encoded
-once into the token store (:mod:`runner.data.store`); texts longer than ``seq_len`` tokens are cut (and counted).
-"""
+"""Labelled text for sequence classifiers: padded variable-length batches, the shape policies' real case."""
 
 from __future__ import annotations
 
@@ -24,7 +16,7 @@ from runner.config.target_objects import TokenRange
 from runner.data.classification.labelled import Labelled, read_labelled
 from runner.data.classification.labels import LabelMap, label_map, row_ids
 from runner.data.reading.sources import DataError, names_something, own_validation
-from runner.data.sequences.padding import PadTo
+from runner.data.sequences.padding import PadTo, seeded_loader
 from runner.data.sequences.windows import Shifted, Spans, Tokens, as_long
 from runner.data.splits import split_documents, val_how
 from runner.data.summary import DataSummary
@@ -56,8 +48,7 @@ class Encoded:
     spans: Spans
     labels: np.ndarray
     truncated: int
-    empty: int
-    """Rows whose text gave no ids (left out)."""
+    empty: int  # Rows whose text gave no ids (left out)
 
 
 def encode_labelled(part: Labelled, tokenizer: Tokenizer, labels: LabelMap, text_column: str, label_column: str,
@@ -108,8 +99,7 @@ class ClassifyCollate:
 
 
 class TextClassificationDataModule(L.LightningDataModule):
-    """Labelled text in padded variable-length batches (module docstring). Validation: ``val_path``'s rows, else a
-    seeded split of the rows, the same on every run and every rank; ``labels`` (after setup) maps label to id."""
+    """Labelled text in padded variable-length batches."""
 
     def __init__(self, path: str | None = None, val_path: str | None = None, tokenizer: str | None = None,
                  text_column: str = "text", label_column: str = "label", num_classes: int = 4,
@@ -133,7 +123,7 @@ class TextClassificationDataModule(L.LightningDataModule):
     def read(path: str | None = None, val_path: str | None = None, text_column: str = "text",
              label_column: str = "label", min_len: int = 16, max_examples: int | None = 20_000,
              **_: Any) -> tuple[Labelled, Labelled | None, LabelMap]:
-        """The rows of ``path`` and ``val_path`` and the map of their labels; :class:`DataError` when unusable."""
+        """The rows of ``path`` and ``val_path`` and the map of their labels; ``DataError`` when unusable."""
         if val_path is not None and path is not None and Path(val_path).expanduser().resolve() == \
                 Path(path).expanduser().resolve():
             raise DataError(f"data.val_path={val_path} is data.path itself: validation would be the training data. "
@@ -149,9 +139,9 @@ class TextClassificationDataModule(L.LightningDataModule):
 
     @staticmethod
     def check_arguments(tokenizer: str | None = None, batch_size: int = 16, **fields: Any) -> str | None:
-        """What is wrong with these arguments, in one paragraph, before anything is written (None: nothing): a
-        tokenizer that is not one, rows that cannot be read (a missing column, an empty or damaged file, mixed
-        label kinds), too few rows for a batch, a ``val_path`` without rows."""
+        """What is wrong with these arguments, in one paragraph, before anything is written (None: nothing): a tokenizer
+        that is not one, rows that cannot be read (a missing column, an empty or damaged file, mixed label kinds), too
+        few rows for a batch, a ``val_path`` without rows."""
         if (message := check_tokenizer(tokenizer)) is not None:
             return message
         if not all(names_something(fields.get(k)) for k in ("path", "val_path")):
@@ -175,8 +165,8 @@ class TextClassificationDataModule(L.LightningDataModule):
 
     @staticmethod
     def label_count(**fields: Any) -> tuple[int, str] | None:
-        """How many classes the rows hold (ids ``0 .. n - 1``) and a few of their labels; None when they cannot be
-        read (``check_arguments`` says why). The label check compares it with the model's ``num_labels``."""
+        """How many classes the rows hold (ids ``0 .. n - 1``) and a few of their labels; None when they cannot be read
+        (``check_arguments`` says why)."""
         if not all(names_something(fields.get(k)) for k in ("path", "val_path")):
             return None
         try:
@@ -232,10 +222,8 @@ class TextClassificationDataModule(L.LightningDataModule):
 
     def _loader(self, rows: Rows | None, shuffle: bool) -> DataLoader:
         assert rows is not None, "setup() first"
-        g = torch.Generator().manual_seed(self.seed)
-        return DataLoader(rows, batch_size=self.batch_size, shuffle=shuffle, drop_last=shuffle, generator=g,
-                          collate_fn=ClassifyCollate(self.pad_to, self._pad_id), num_workers=self.num_workers,
-                          persistent_workers=self.num_workers > 0)
+        return seeded_loader(rows, self.batch_size, self.seed, self.num_workers, shuffle,
+                             collate_fn=ClassifyCollate(self.pad_to, self._pad_id))
 
     def train_dataloader(self) -> DataLoader:
         return self._loader(self._train, shuffle=True)

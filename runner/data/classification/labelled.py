@@ -1,12 +1,7 @@
 """Labelled rows for a classifier, from what ``data.path`` names: a table (``.jsonl``, ``.csv``, ``.parquet``, a
-``save_to_disk`` folder; columns ``data.text_column`` and ``data.label_column``), text files of ``label<TAB>text``
-lines (or JSON objects, one a line), or by default the Python stdlib task: which of four packages a paragraph of
-source comes from.
-
-``read_labelled`` returns the rows (memory-mapped where they come from a table) and what was left out: the rows
-past ``data.max_examples``, those whose text is null (missing: ``NULL_TEXT``, counted on their own), and those
-whose text is shorter than ``data.min_len`` bytes.
-"""
+``save_to_disk`` folder; columns ``data.text_column`` and ``data.label_column``), text files of ``label<TAB>text`` lines
+(or JSON objects, one a line), or by default the Python stdlib task: which of four packages a paragraph of source comes
+from."""
 
 from __future__ import annotations
 
@@ -37,13 +32,12 @@ class Labelled:
     keep: np.ndarray
     values: dict[Any, int]
     dropped: dict[str, int] = field(default_factory=dict)
-    given: str | None = None
-    """What the setting named (the path given; a DatasetDict's own validation split's folder)."""
+    given: str | None = None  # What the setting named (the path given; a DatasetDict's own validation split's folder)
 
 
 def stdlib_examples(max_examples: int | None, min_len: int) -> tuple[list[str], list[str]]:
-    """Paragraphs of four stdlib packages (at least ``min_len`` bytes), at most ``max_examples`` split evenly, and
-    the package of each."""
+    """Paragraphs of four stdlib packages (at least ``min_len`` bytes), at most ``max_examples`` split evenly, and the
+    package of each."""
     per_class = None if max_examples is None else max(1, max_examples // len(STDLIB_PACKAGES))
     texts: list[str] = []
     labels: list[str] = []
@@ -95,7 +89,7 @@ def labelled_lines(source: Source, text_column: str, label_column: str) -> Any:
 
 def read_labelled(path: str | None, key: str, text_column: str, label_column: str, max_examples: int | None,
                   min_len: int) -> Labelled:
-    """The labelled rows ``path`` names (module docstring); :class:`DataError` when they cannot be used."""
+    """The labelled rows ``path`` names; ``DataError`` when they cannot be used."""
     if path is None:
         texts, labels = stdlib_examples(max_examples, min_len)
         rows = in_memory_rows({text_column: texts, label_column: labels})

@@ -1,12 +1,5 @@
-"""A classifier's labels, read from a column of Arrow rows: class ids or class names, never both.
-
-Integer labels (``3``, or ``"3"`` in a CSV or a text file) are their own class ids; names (``"spam"``) are
-numbered in sorted order. A column whose rows mix the two kinds (JSON lines with ``1`` and ``"cat"``, a header row
-read as data), a row without a label, a negative id or a fractional one is a
-:class:`~runner.data.reading.sources.DataError`: one paragraph naming the rows and the fix. The map from label to id is
-what a trained classifier's ``labels.json`` holds (``runner.telemetry.data_report`` writes it into the run
-directory).
-"""
+"""A classifier's labels, read from a column of Arrow rows: class ids or class names, never both. Integer labels (``3``,
+or ``"3"`` in a CSV or a text file) are their own class ids; names (``"spam"``) are numbered in sorted order."""
 
 from __future__ import annotations
 
@@ -54,7 +47,7 @@ def _plain(value: Any) -> Any:
 
 
 def label_values(rows: Any, column: str, source: Source) -> dict[Any, int]:
-    """Each distinct label of ``rows`` and its row count; :class:`DataError` for a missing label or mixed kinds."""
+    """Each distinct label of ``rows`` and its row count; ``DataError`` for a missing label or mixed kinds."""
     import pyarrow as pa
     import pyarrow.compute as pc
 

@@ -1,17 +1,5 @@
-"""Conversations: how a chat row becomes messages, every turn accounted for, and the messages as text with their
-answers marked.
-
-A conversation cell is a list of turns in one of two shapes (a CSV cell holds the list as JSON):
-
-- ``{"role", "content"}`` (OpenAI's and transformers' chat format): roles ``system``, ``user``, ``assistant``;
-- ``{"from", "value"}`` (ShareGPT's): ``human`` is the user, ``gpt`` the assistant, ``system`` the system, and the
-  names ShareGPT files use beside them (:data:`SHAREGPT_ROLES`).
-
-Every turn's role must be one of the three, or be mapped by ``data.roles`` (``{bot: assistant}``): a role the chat
-template renders but no rule names would fall out of the loss without a word, so it is refused before the run
-(:func:`scan`, naming the file and line, the roles found and the fix). A role ``data.roles`` maps to itself is kept
-as it is (a ``tool`` turn, rendered by the template, never in the loss). Every assistant turn is an answer.
-"""
+"""Conversations: how a chat row becomes messages, every turn accounted for, and the messages as text with their answers
+marked."""
 
 from __future__ import annotations
 
@@ -23,24 +11,22 @@ from typing import Any
 import numpy as np
 
 from runner.data.reading.sources import DataError, Source
-from runner.data.reading.table_errors import row_place
+from runner.data.reading.tables import row_place
 
-ROLES = ("system", "user", "assistant")
-"""The roles of the chat format; the assistant's turns are the answers."""
+ROLES = ("system", "user", "assistant")  # The roles of the chat format; the assistant's turns are the answers
 ANSWER_ROLE = "assistant"
+# ShareGPT's ``from`` values and the roles they are (FastChat's and Axolotl's readings of the format)
 SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant",
                   "system": "system", "chatgpt": "assistant", "bing": "assistant", "bard": "assistant",
                   "model": "assistant"}
-"""ShareGPT's ``from`` values and the roles they are (FastChat's and Axolotl's readings of the format)."""
+# Columns recognised as conversations without ``data.messages_column``: transformers' and ShareGPT's names
 CHAT_COLUMNS = ("messages", "conversations")
-"""Columns recognised as conversations without ``data.messages_column``: transformers' and ShareGPT's names."""
+# The two shapes, in the words of every hint about a conversation column
 SHAPES_HINT = ("a list of {\"role\", \"content\"} turns (system, user, assistant) or ShareGPT's {\"from\", \"value\"} "
                "(human, gpt, system)")
-"""The two shapes, in the words of every hint about a conversation column."""
 
 Segments = list[tuple[str, bool]]
-Render = Callable[[list[dict[str, str]], bool], str]
-"""A chat template: ``(messages, add_generation_prompt) -> text``."""
+Render = Callable[[list[dict[str, str]], bool], str]  # A chat template: ``(messages, add_generation_prompt) -> text``
 
 
 class RoleError(ValueError):
@@ -61,9 +47,9 @@ def role_map(roles: Mapping[str, str] | None) -> dict[str, str]:
 
 
 def messages_of(cell: Any, roles: Mapping[str, str] | None = None) -> list[dict[str, str]]:
-    """A conversation cell (module docstring; a JSON string is parsed) as ``{"role", "content"}`` messages, each
-    role mapped (``data.roles`` first, then ShareGPT's names for a ``from``/``value`` turn); :class:`RoleError`
-    for a role nothing maps, ``ValueError`` for a cell of neither shape."""
+    """A conversation cell (a JSON string is parsed) as ``{"role", "content"}`` messages, each role mapped
+    (``data.roles`` first, then ShareGPT's names for a ``from``/``value`` turn); ``RoleError`` for a role nothing maps,
+    ``ValueError`` for a cell of neither shape."""
     value = json.loads(cell) if isinstance(cell, str) else cell
     if not isinstance(value, list) or not all(isinstance(m, dict) for m in value):
         raise ValueError(f"not {SHAPES_HINT}")
@@ -86,19 +72,14 @@ def messages_of(cell: Any, roles: Mapping[str, str] | None = None) -> list[dict[
 @dataclass(frozen=True)
 class Turns:
     """What a column of conversations holds: its assistant turns and other turns (after mapping), how many turns had
-    each role as written and what it became, and the first row whose role nothing maps. A few numbers whatever the
-    rows: counted batch by batch (:func:`count_turns`) and kept with the prepared examples (:meth:`as_meta`)."""
+    each role as written and what it became, and the first row whose role nothing maps."""
 
-    answers: int
-    """Assistant turns."""
-    others: int
-    """Other turns (system, user, roles kept as they are)."""
+    answers: int  # Assistant turns
+    others: int  # Other turns (system, user, roles kept as they are)
+    # Role as written -> (the role it became, None when nothing maps it; turns), the most frequent first
     roles: dict[str, tuple[str | None, int]]
-    """Role as written -> (the role it became, None when nothing maps it; turns), the most frequent first."""
-    unknown_row: int | None
-    """The first row with a role nothing maps (None: every role is known)."""
-    sharegpt: bool
-    """Whether the turns are ShareGPT's ``from``/``value``."""
+    unknown_row: int | None  # The first row with a role nothing maps (None: every role is known)
+    sharegpt: bool  # Whether the turns are ShareGPT's ``from``/``value``
 
     def describe_roles(self) -> str:
         """``human -> user 40, gpt -> assistant 40, system 20``: each role as written, what it became, its turns."""
@@ -106,22 +87,22 @@ class Turns:
                          for w, (r, n) in self.roles.items())
 
     def as_meta(self) -> dict[str, Any]:
-        """JSON-able, for a store's description (:meth:`from_meta` reads it back)."""
+        """JSON-able, for a store's description."""
         return {"answers": self.answers, "others": self.others, "roles": [[w, r, n] for w, (r, n) in
                                                                            self.roles.items()],
                 "unknown_row": self.unknown_row, "sharegpt": self.sharegpt}
 
     @staticmethod
     def from_meta(meta: dict[str, Any]) -> Turns:
-        """The turns :meth:`as_meta` wrote (a store prepared by an earlier run)."""
+        """The turns ``as_meta`` wrote (a store prepared by an earlier run)."""
         return Turns(int(meta["answers"]), int(meta["others"]), {w: (r, int(n)) for w, r, n in meta["roles"]},
                      meta["unknown_row"], bool(meta["sharegpt"]))
 
 
 def count_turns(batches: Iterable[Any], column: str, roles: Mapping[str, str] | None) -> Turns:
     """Every turn of ``column`` in ``batches`` (``pyarrow`` record batches or tables of a table's rows, in order:
-    :func:`runner.data.store.table_batches` streams them from the table's files), counted one batch at a time, so
-    that a million conversations are never held at once."""
+    ``table_batches`` streams them from the table's files), counted one batch at a time, so that a million conversations
+    are never held at once."""
     answers = others = rows = 0
     found: dict[str, tuple[str | None, int]] = {}
     unknown_row: int | None = None
@@ -141,7 +122,7 @@ def count_turns(batches: Iterable[Any], column: str, roles: Mapping[str, str] | 
 
 def scan(column: Any, roles: Mapping[str, str] | None) -> Turns:
     """Every turn of a column of conversations (a pyarrow array of lists of structs, or of JSON strings): its role,
-    mapped as :func:`messages_of` maps it. Columnar where the column is (no Python object per turn)."""
+    mapped as ``messages_of`` maps it."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -182,8 +163,8 @@ def _counted(written: np.ndarray, parents: np.ndarray, roles: Mapping[str, str] 
 
 
 def unknown_role(turns: Turns, source: Source, column: str) -> DataError:
-    """The paragraph refusing a column of conversations (``turns``, :func:`scan`) where a role no rule maps: the file
-    and line of the first row holding it, the roles found, the fix."""
+    """The paragraph refusing a column of conversations (``turns``, ``scan``) where a role no rule maps: the file and
+    line of the first row holding it, the roles found, the fix."""
     assert turns.unknown_row is not None
     role = next(w for w, (r, _) in turns.roles.items() if r is None)
     shape = "ShareGPT's human, gpt, system" if turns.sharegpt else ", ".join(ROLES)
@@ -196,10 +177,8 @@ def unknown_role(turns: Turns, source: Source, column: str) -> DataError:
 
 
 def chat_segments(messages: list[dict[str, str]], render: Render) -> Segments:
-    """A conversation as pieces: each assistant turn's text as the template renders it (its end-of-turn marker
-    included) is an answer. Found by rendering the conversation up to each assistant turn with the generation
-    prompt, then with the turn: what the turn adds is the answer. A template that renders earlier turns
-    differently once a later one follows cannot be split this way (``ValueError``)."""
+    """A conversation as pieces: each assistant turn's text as the template renders it (its end-of-turn marker included)
+    is an answer."""
     full = render(messages, False)
     cuts: list[tuple[int, int]] = []
     for i, m in enumerate(messages):
@@ -227,9 +206,7 @@ def chat_segments(messages: list[dict[str, str]], render: Render) -> Segments:
 
 def template_render(tokenizer: Any, chat_template: str | None) -> Render | None:
     """``(messages, add_generation_prompt) -> text`` for a saved tokenizer (its own chat template, or
-    ``chat_template``), or, with bytes (``tokenizer`` None), ``chat_template`` alone; None when there is none.
-    Rendered straight from the template as ``apply_chat_template`` compiles it, with the variables it passes
-    (:func:`runner.transformers_internals.compiled_chat_template`): the same text in a third of the time."""
+    ``chat_template``), or, with bytes (``tokenizer`` None), ``chat_template`` alone; None when there is none."""
     if tokenizer is not None and (chat_template or getattr(tokenizer, "chat_template", None)):
         def with_tokenizer(messages: list[dict[str, str]], generation: bool) -> str:
             return str(tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation,
@@ -251,9 +228,8 @@ def template_render(tokenizer: Any, chat_template: str | None) -> Render | None:
 
 
 def _compiled_render(template: str, variables: dict[str, Any]) -> Render | None:
-    """What ``apply_chat_template`` renders, without its copy of every message into plain data: runner's messages
-    (:func:`messages_of`) are plain ``{"role", "content"}`` strings already. None where transformers' compiled
-    template cannot be had."""
+    """What ``apply_chat_template`` renders, without its copy of every message into plain data: runner's messages are
+    plain ``{"role", "content"}`` strings already."""
     from runner.transformers_internals import compiled_chat_template
 
     compiled = compiled_chat_template(template)

@@ -1,18 +1,4 @@
-"""Instruction and chat data for a causal LM: the loss on the answers, an EOS after each (``data=instruct``).
-
-Rows come from a table (``.jsonl``/``.json``, ``.csv``, ``.parquet``, a ``save_to_disk`` folder) in one of three
-shapes (:mod:`runner.data.instruct.formats`), are tokenized once, on every core, into a store of flat token arrays
-named by their content, with their answers marked (:mod:`runner.data.instruct.prepare`), and fitted to
-``data.seq_len`` (:mod:`runner.data.instruct.layout`, also stored). Batches read their ids from memory-mapped files:
-a process holds what its batches touch, not the data, and the ranks of a machine share one copy. Validation is
-``data.val_path``'s rows, else a seeded split by row, never overlapping training. Batches are padded per the shape
-policy (``(inputs, targets)``, targets ``IGNORE_INDEX`` outside the loss), or, with ``data.packing=true``, rows of
-exactly ``seq_len`` holding several examples that never attend to one another (:mod:`runner.data.sequences.packed`).
-
-Everything that makes the data unusable is refused before the run (``check_arguments``): a missing column, a JSON
-object holding the rows, a conversation column without a chat template, a role no rule maps (``data.roles``), empty
-answers, no example that fits ``seq_len`` whole.
-"""
+"""Instruction and chat data for a causal LM: the loss on the answers, an EOS after each (``data=instruct``)."""
 
 from __future__ import annotations
 
@@ -22,7 +8,6 @@ from types import MappingProxyType
 from typing import Any
 
 import lightning as L
-import torch
 from torch.utils.data import DataLoader
 
 from runner.config.schema.data import TrainOn
@@ -31,17 +16,15 @@ from runner.data.instruct.encode import eos_id
 from runner.data.instruct.fit import Fitted
 from runner.data.instruct.formats import prompt_info
 from runner.data.instruct.layout import Layout, arrange
-from runner.data.instruct.prepare import SHIPPED, Prepared, prepare, refuse_problems
-from runner.data.instruct.refusals import batch_refusal, eos_refusal, val_path_refusal
+from runner.data.instruct.prepare import SHIPPED, prepare, refuse_problems
+from runner.data.instruct.refusals import batch_refusal, prepare_parts, read_to_check, say_parts
 from runner.data.instruct.summary import describe, summarize
-from runner.data.reading.sources import DataError, names_something
 from runner.data.sequences.packed import Examples, Packs, pack_collate
-from runner.data.sequences.padding import PadCollate, PadTo
+from runner.data.sequences.padding import PadCollate, PadTo, seeded_loader
 from runner.data.summary import DataSummary
 from runner.data.tokens.tokenizers import (
     SavedTokenizer,
     Tokenizer,
-    check_tokenizer,
     is_bytes,
     load_tokenizer,
     token_range,
@@ -54,7 +37,7 @@ __all__ = ["SHIPPED", "InstructDataModule"]
 
 
 class InstructDataModule(L.LightningDataModule):
-    """Instruction or chat rows (module docstring). ``prompt_format`` (after setup): what ``generate`` needs."""
+    """Instruction or chat rows."""
 
     def __init__(self, path: str | None = None, val_path: str | None = None, tokenizer: str | None = None,
                  prompt_column: str = "prompt", response_column: str = "response",
@@ -86,27 +69,18 @@ class InstructDataModule(L.LightningDataModule):
                         train_on: TrainOn | str = TrainOn.answer, val_fraction: float = 0.1, seed: int = 0,
                         **settings: Any) -> str | None:
         """What makes the data unusable, in one paragraph, before a run directory exists (None: nothing)."""
-        if (message := check_tokenizer(tokenizer)) is not None:
-            return message
-        if path is None:
-            return (f"data=instruct needs data.path: a table of examples with prompt and response columns, Alpaca's "
-                    f"instruction/input/output, or conversations. runner ships one: data.path={SHIPPED} "
-                    "(+recipe=instruct_tiny trains on it).")
-        if (message := val_path_refusal(path, val_path)) is not None:
-            return message
-        if not (names_something(path) and names_something(val_path)):
-            return None  # the existence check names it
-        try:
-            tok = load_tokenizer(tokenizer)
-            ends = "instruction data ends every answer with it, so that the model learns to stop"
-            if (message := eos_refusal(tokenizer, eos_id(tok), ends)) is not None:
-                return message
-            data = InstructDataModule(path, val_path, tokenizer, seq_len=seq_len, batch_size=batch_size,
-                                      packing=packing, train_on=train_on, val_fraction=val_fraction, seed=seed,
-                                      **{k: v for k, v in settings.items() if k not in ("num_workers", "pad_to")})
-            train, val = data.read(tok)
-        except DataError as e:
-            return str(e)
+        read = read_to_check(
+            lambda: InstructDataModule(path, val_path, tokenizer, seq_len=seq_len, batch_size=batch_size,
+                                       packing=packing, train_on=train_on, val_fraction=val_fraction, seed=seed,
+                                       **{k: v for k, v in settings.items() if k not in ("num_workers", "pad_to")}),
+            path, val_path, tokenizer,
+            missing=(f"data=instruct needs data.path: a table of examples with prompt and response columns, Alpaca's "
+                     f"instruction/input/output, or conversations. runner ships one: data.path={SHIPPED} "
+                     "(+recipe=instruct_tiny trains on it)."),
+            ends="instruction data ends every answer with it, so that the model learns to stop")
+        if not isinstance(read, tuple):
+            return read
+        train, val = read
         for key, fitted in (("data.path", train), ("data.val_path", val)):
             if fitted is not None and fitted.whole == 0:
                 where = path if key == "data.path" else val_path
@@ -134,14 +108,11 @@ class InstructDataModule(L.LightningDataModule):
         return {**self.summary.figures(), **self.instruct_figures} if self.summary is not None else {}
 
     def read(self, tokenizer: Tokenizer) -> tuple[Fitted, Fitted]:
-        """Training and validation examples, fitted to ``seq_len`` (and packed, with packing); :class:`DataError`
-        when the rows cannot train."""
-        parts: list[Prepared] = []
-        for key, where in (("data.path", self.path), ("data.val_path", self.val_path)):
-            if where is not None:
-                parts.append(prepare(where, key, tokenizer, **self.settings))
-                refuse_problems(parts[-1], key, where)
-        self._parts = parts
+        """Training and validation examples, fitted to ``seq_len`` (and packed, with packing); ``DataError`` when the
+        rows cannot train."""
+        self._parts = parts = prepare_parts(self.path, self.val_path,
+                                            lambda where, key: prepare(where, key, tokenizer, **self.settings),
+                                            refuse_problems)
         layout: Layout = arrange([p.store for p in parts], [p.key for p in parts], self.seq_len, self.answers_only,
                                  self.packing, self.val_fraction, self.seed, f"data.path={self.path}")
         self.split_how = layout.split_how
@@ -161,8 +132,7 @@ class InstructDataModule(L.LightningDataModule):
         self.summary, self.instruct_figures = summarize(self._parts, (train, val), len(self._train),
                                                         len(self._val), self.split_how, fmt,
                                                         packs[0] if packs else None, self.batch_size)
-        for part, where in zip(self._parts, (f"data.path={self.path}", f"data.val_path={self.val_path}"), strict=False):
-            part.say(where)
+        say_parts(self._parts, self.path, self.val_path)
         self.summary.say(self.seq_len)
         log.info("data: %s", describe(self.instruct_figures))
         if len(self._train) == 0 or len(self._val) == 0:  # the checks before the run say why first
@@ -177,9 +147,7 @@ class InstructDataModule(L.LightningDataModule):
     def _loader(self, ds: Examples | Packs | None, shuffle: bool) -> DataLoader:
         assert ds is not None, "setup() first"
         collate = pack_collate if self.packing else PadCollate(self.pad_to, self.pad_id)
-        g = torch.Generator().manual_seed(self.seed)
-        return DataLoader(ds, batch_size=self.batch_size, shuffle=shuffle, drop_last=shuffle, generator=g,
-                          collate_fn=collate, num_workers=self.num_workers, persistent_workers=self.num_workers > 0)
+        return seeded_loader(ds, self.batch_size, self.seed, self.num_workers, shuffle, collate_fn=collate)
 
     def train_dataloader(self) -> DataLoader:
         return self._loader(self._train, shuffle=True)

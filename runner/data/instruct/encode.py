@@ -1,17 +1,4 @@
-"""Instruction rows as token ids with their answers marked: the encoder each chunk of a table goes through.
-
-Each row's pieces (:mod:`runner.data.instruct.formats`) are tokenized one by one: the first with the tokenizer's
-special tokens (a BOS where it adds one; a chat template writes its own), the rest without. Every answer ends with
-the EOS (the tokenizer's ``eos_token``; byte-level text: :data:`BYTES_EOS`), added where the answer's ids do not
-hold it already (a chat template's end-of-turn often is the EOS). A row becomes its ids (the ragged column ``ids``)
-and its answers' runs (``answers``: ``start, end`` pairs within the row's ids, where the loss may go), and a problem
-code (``problem``: :data:`EMPTY_ANSWER`, :data:`UNREADABLE`, else 0; such a row has no ids).
-
-:class:`InstructEncoder` is what a worker process runs (:mod:`runner.data.store.parallel`); it loads its tokenizer
-once per process. Torch-free, so that workers start quickly. Rows in bytes are encoded a whole chunk at a time (one
-``bytes.join``); a tokenizer's pieces go to it a chunk at a time too, and each chat is rendered once per assistant
-turn and once whole (:func:`~runner.data.instruct.chat.chat_segments`).
-"""
+"""Instruction rows as token ids with their answers marked: the encoder each chunk of a table goes through."""
 
 from __future__ import annotations
 
@@ -26,12 +13,10 @@ from runner.data.instruct.formats import Format, Kind
 from runner.data.store.parallel import Chunk
 from runner.data.tokens.tokenizers import SavedTokenizer, Tokenizer, is_bytes, load_tokenizer
 
-BYTES_EOS = 4
-"""The EOS of byte-level instruction data: ASCII's end-of-transmission byte, which text does not hold."""
+BYTES_EOS = 4  # The EOS of byte-level instruction data: ASCII's end-of-transmission byte, which text does not hold
 IDS, ANSWERS, PROBLEM = "ids", "answers", "problem"
 EMPTY_ANSWER, UNREADABLE = 1, 2
-VERSION = 3
-"""What this encoder writes; a change makes a new cache entry (3: ShareGPT's turns read, roles mapped)."""
+VERSION = 3  # What this encoder writes; a change makes a new cache entry (3: ShareGPT's turns read, roles mapped)
 
 
 def eos_id(tokenizer: Tokenizer) -> int | None:
@@ -39,8 +24,8 @@ def eos_id(tokenizer: Tokenizer) -> int | None:
     return BYTES_EOS if is_bytes(tokenizer.name) else tokenizer.eos_id
 
 
+# This process's tokenizer and chat template, by their settings: loaded once per worker
 _LOADED: dict[tuple[str | None, str | None], tuple[Tokenizer, Render | None]] = {}
-"""This process's tokenizer and chat template, by their settings: loaded once per worker."""
 
 
 def largest_id(tokenizer: Tokenizer) -> int:
@@ -50,8 +35,8 @@ def largest_id(tokenizer: Tokenizer) -> int:
 
 def tokenizer_and_render(spec: str | None, chat_template: str | None,
                          given: Tokenizer | None = None) -> tuple[Tokenizer, Render | None]:
-    """The tokenizer ``data.tokenizer`` names and the chat template rows are rendered with (``given``: one this
-    process has loaded already)."""
+    """The tokenizer ``data.tokenizer`` names and the chat template rows are rendered with (``given``: one this process
+    has loaded already)."""
     key = (None if is_bytes(spec) else spec, chat_template)
     if key not in _LOADED:
         tokenizer = given if given is not None else load_tokenizer(spec)
@@ -62,7 +47,7 @@ def tokenizer_and_render(spec: str | None, chat_template: str | None,
 
 @dataclass(frozen=True)
 class InstructEncoder:
-    """Rows of one table (a ``pyarrow.RecordBatch``) -> their ids, answers and problems (module docstring)."""
+    """Rows of one table (a ``pyarrow.RecordBatch``) -> their ids, answers and problems."""
 
     fmt: Format
     tokenizer: str | None
@@ -74,7 +59,7 @@ class InstructEncoder:
 
 
 def encode_rows(fmt: Format, tokenizer: Tokenizer, render: Render | None, rows: dict[str, list[Any]]) -> Chunk:
-    """A chunk of rows (column -> values) as ids, answers and problems (module docstring)."""
+    """A chunk of rows (column -> values) as ids, answers and problems."""
     eos = eos_id(tokenizer)
     assert eos is not None, "a tokenizer with an EOS (checked before the run)"
     n = len(next(iter(rows.values()))) if rows else 0

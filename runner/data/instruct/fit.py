@@ -1,13 +1,5 @@
-"""Prepared instruction examples fitted to ``data.seq_len``: which are cut, which are left out, what is in the loss.
-
-An example of ``n`` ids trains ``n - 1`` positions (inputs ``ids[:-1]``, targets ``ids[1:]``). One longer than
-``data.seq_len`` positions is cut at ``seq_len + 1`` ids: the end of its answer (and the EOS) is lost; one whose
-prompt alone fills ``seq_len`` has no answer left and is left out (:func:`fit`). Both are counted.
-
-Everything here is computed from each example's bounds and its answers' runs (a few numbers per example, read from
-the store), never from its ids: fitting a million examples reads none of their tokens. A conversation's answer runs
-are its assistant turns, one run each: the turns in the loss are counted from them too.
-"""
+"""Prepared instruction examples fitted to ``data.seq_len``: which are cut, which are left out, what is in the loss. An
+example of ``n`` ids trains ``n - 1`` positions (inputs ``ids[:-1]``, targets ``ids[1:]``)."""
 
 from __future__ import annotations
 
@@ -22,9 +14,7 @@ from runner.packing.bins import PackRows
 
 
 class AnswerMask:
-    """Where the answers are in a store's flat ids, read as a mask: ``mask[a:b]`` is ``int8``, 1 on answer ids
-    (the :class:`~runner.data.sequences.windows.Tokens` protocol :class:`~runner.data.sequences.packed.Examples`
-    reads labels through). ``starts`` and ``ends``: each answer's run, in the flat ids; ``example``: whose it is."""
+    """Where the answers are in a store's flat ids, read as a mask: ``mask[a:b]`` is ``int8``, 1 on answer ids."""
 
     def __init__(self, example_starts: np.ndarray, runs: Store) -> None:
         answers = runs.ragged(ANSWERS)
@@ -66,28 +56,23 @@ class Fitted:
     tokens: Mapped
     mask: AnswerMask
     spans: Spans
-    rows: np.ndarray
-    """Each kept example's row index."""
+    rows: np.ndarray  # Each kept example's row index
     cut: int
     left_out: int
+    # Ids outside the answers (prompts, templates, a chat's other turns), over the kept examples as cut
     prompt_tokens: int
-    """Ids outside the answers (prompts, templates, a chat's other turns), over the kept examples as cut."""
-    answer_tokens: int
-    """The answers' ids, their EOS included."""
-    loss_tokens: int
-    """Targets in the loss: the answers' (``data.train_on=answer``) or every position (``all``)."""
-    whole: int
-    """Examples that fit whole."""
+    answer_tokens: int  # The answers' ids, their EOS included
+    loss_tokens: int  # Targets in the loss: the answers' (``data.train_on=answer``) or every position (``all``)
+    whole: int  # Examples that fit whole
+    # Answers with a target in the loss (a conversation's: its assistant turns trained on; the others were cut off by
+    # ``data.seq_len``)
     answer_runs: int = 0
-    """Answers with a target in the loss (a conversation's: its assistant turns trained on; the others were cut
-    off by ``data.seq_len``)."""
-    packs: PackRows | None = None
-    """With packing: which examples share each row (:func:`runner.packing.bins.pack_rows`)."""
+    packs: PackRows | None = None  # With packing: which examples share each row
 
 
 def fit(encoded: Encoded, rows: np.ndarray, seq_len: int, answers_only: bool) -> Fitted:
-    """The examples at ``rows`` cut at ``seq_len + 1`` ids; those with no target in the loss left within it are
-    left out (module docstring)."""
+    """The examples at ``rows`` cut at ``seq_len + 1`` ids; those with no target in the loss left within it are left
+    out."""
     rows = np.asarray(rows, dtype=np.int64)
     starts, ends = encoded.starts, np.minimum(encoded.ends, encoded.starts + seq_len + 1)
     mask = encoded.answers

@@ -1,19 +1,4 @@
-"""The three shapes instruction data comes in, and how each row becomes text with its answers marked.
-
-- **pair**: a prompt column and a response column (``data.prompt_column``, ``data.response_column``); the prompt
-  is put in ``data.prompt_template`` (default :data:`PAIR_TEMPLATE`);
-- **alpaca**: Alpaca's ``instruction``, ``input`` (may be empty or absent) and ``output``, recognised when the table
-  has them and not the prompt/response columns; Stanford Alpaca's own templates (:data:`ALPACA_TEMPLATE`, and
-  :data:`ALPACA_NO_INPUT_TEMPLATE` for rows whose input is empty);
-- **chat**: a column of conversations (``data.messages_column``, or a column named ``messages`` or ``conversations``
-  found by itself as Alpaca's columns are): lists of ``{"role", "content"}`` or ShareGPT's ``{"from", "value"}``
-  (a CSV cell holds the list as JSON), each role checked and mapped (:mod:`runner.data.instruct.chat`), rendered
-  with the tokenizer's chat template or ``data.chat_template``. Every assistant turn is an answer.
-
-A row becomes ``segments``: ``(text, is_answer)`` pieces whose concatenation is the whole rendered example. The
-encoder (:mod:`runner.data.instruct.encode`) tokenizes each piece on its own, so a prompt's ids are the ids
-``generate`` gives the same prompt, and puts an EOS after every answer.
-"""
+"""The three shapes instruction data comes in, and how each row becomes text with its answers marked."""
 
 from __future__ import annotations
 
@@ -36,15 +21,15 @@ from runner.data.instruct.chat import (
 )
 from runner.data.reading.sources import DataError, Source
 
+# The default prompt of the pair format (``{prompt}``: the prompt column's text)
 PAIR_TEMPLATE = "### Instruction:\n{prompt}\n\n### Response:\n"
-"""The default prompt of the pair format (``{prompt}``: the prompt column's text)."""
+# Stanford Alpaca's prompt for a row with an input
 ALPACA_TEMPLATE = ("Below is an instruction that describes a task, paired with an input that provides further "
                    "context. Write a response that appropriately completes the request.\n\n"
                    "### Instruction:\n{instruction}\n\n### Input:\n{input}\n\n### Response:\n")
-"""Stanford Alpaca's prompt for a row with an input."""
+# Stanford Alpaca's prompt for a row whose input is empty
 ALPACA_NO_INPUT_TEMPLATE = ("Below is an instruction that describes a task. Write a response that appropriately "
                             "completes the request.\n\n### Instruction:\n{instruction}\n\n### Response:\n")
-"""Stanford Alpaca's prompt for a row whose input is empty."""
 ALPACA_COLUMNS = ("instruction", "input", "output")
 DEFAULT_COLUMNS = ("prompt", "response")
 
@@ -63,14 +48,10 @@ class Format:
     """How rows of one table become examples: the shape, its columns, the prompt template."""
 
     kind: Kind
-    columns: tuple[str, ...]
-    """pair: (prompt, response); alpaca: (instruction, input or "", output); chat: (messages,)."""
-    template: str | None = None
-    """pair and alpaca: ``data.prompt_template`` (None: the shape's default)."""
-    roles: tuple[tuple[str, str], ...] = ()
-    """chat: ``data.roles``, each role as written and the role it becomes."""
-    sharegpt: bool = False
-    """chat: the turns are ShareGPT's ``from``/``value`` (set once the column was read)."""
+    columns: tuple[str, ...]  # pair: (prompt, response); alpaca: (instruction, input or "", output); chat: (messages,)
+    template: str | None = None  # pair and alpaca: ``data.prompt_template`` (None: the shape's default)
+    roles: tuple[tuple[str, str], ...] = ()  # chat: ``data.roles``, each role as written and the role it becomes
+    sharegpt: bool = False  # chat: the turns are ShareGPT's ``from``/``value`` (set once the column was read)
 
     def describe(self) -> str:
         """The shape, for the data section."""
@@ -89,8 +70,8 @@ class Format:
         return (self.template or PAIR_TEMPLATE).replace("{prompt}", text)
 
     def segments(self, row: dict[str, Any], render: Render | None) -> tuple[Segments, list[str]]:
-        """One row as ``(text, is_answer)`` pieces (module docstring), and its answers' own text (a chat's assistant
-        contents: its answer pieces carry the template's markup)."""
+        """One row as ``(text, is_answer)`` pieces, and its answers' own text (a chat's assistant contents: its answer
+        pieces carry the template's markup)."""
         if self.kind is Kind.chat:
             assert render is not None, "a chat template (checked before the run)"
             messages = messages_of(row[self.columns[0]], dict(self.roles))
@@ -118,7 +99,7 @@ def _cell(value: Any) -> str:
 def resolve_format(columns: Sequence[str], source: Source, prompt_column: str, response_column: str,
                    messages_column: str | None, prompt_template: str | None,
                    roles: dict[str, str] | None = None) -> Format:
-    """The shape of a table with ``columns`` (module docstring); :class:`DataError` naming the fix when it has none."""
+    """The shape of a table with ``columns``; ``DataError`` naming the fix when it has none."""
     names = list(columns)
     mapped = tuple(sorted((str(k), str(v)) for k, v in (roles or {}).items()))
     if messages_column is not None:
@@ -170,8 +151,8 @@ def prompt_info(fmt: Format, chat_template: str | None, tokenizer: Any) -> dict[
 
 
 def generation_prompt(info: dict[str, Any], text: str, tokenizer: Any) -> str:
-    """``text`` as the prompt of the instruction format ``info`` (:func:`prompt_info`) describes: in its template,
-    or as a user turn of its chat template with the generation prompt after it."""
+    """``text`` as the prompt of the instruction format ``info`` describes: in its template, or as a user turn of its
+    chat template with the generation prompt after it."""
     if info.get("kind") == Kind.chat.value:
         render = template_render(tokenizer, info.get("chat_template"))
         assert render is not None, "a chat run has a chat template"
@@ -180,10 +161,10 @@ def generation_prompt(info: dict[str, Any], text: str, tokenizer: Any) -> str:
 
 
 def as_chat_template(info: dict[str, Any], bos: bool) -> str:
-    """The prompt template of a pair or Alpaca run (``info``, :func:`prompt_info`) as a Jinja chat template, for an
-    export's tokenizer: a user turn becomes the prompt exactly as :func:`generation_prompt` puts it (its BOS first
-    where ``bos``, the tokenizer adding one to the first piece as the run's did), an assistant turn its text and the
-    EOS, so that ``apply_chat_template(..., add_generation_prompt=True)`` asks the model as the run trained it."""
+    """The prompt template of a pair or Alpaca run (``info``, ``prompt_info``) as a Jinja chat template, for an export's
+    tokenizer: a user turn becomes the prompt exactly as ``generation_prompt`` puts it (its BOS first where ``bos``, the
+    tokenizer adding one to the first piece as the run's did), an assistant turn its text and the EOS, so that
+    ``apply_chat_template(..., add_generation_prompt=True)`` asks the model as the run trained it."""
     template = str(info["template"]).replace("{instruction}", "{prompt}").replace("{input}", "")
     before, _, after = template.partition("{prompt}")
 

@@ -1,11 +1,4 @@
-"""Which prepared examples train and validate, fitted to ``data.seq_len`` and packed: computed once, then read.
-
-A layout is a pure function of the examples (their stores' names), ``data.seq_len``, the loss's policy
-(``data.train_on``: an example with no answer left after the cut is left out), packing, and the split's settings
-(``data.val_fraction``, ``data.seed``); it is stored under a key of all of them (:func:`layout_key`), so a second run
-reads a few arrays (the rows of each part and, packed, each row's examples) instead of shuffling, fitting and
-packing a million examples again. The split is :func:`runner.data.splits.split_documents`'s, by row.
-"""
+"""Which prepared examples train and validate, fitted to ``data.seq_len`` and packed: computed once, then read."""
 
 from __future__ import annotations
 
@@ -17,16 +10,16 @@ from typing import Any
 import numpy as np
 
 from runner.data.instruct.fit import Encoded, Fitted, fit
+from runner.data.reading.sources import prepared_store
 from runner.data.sequences.windows import Spans
 from runner.data.splits import VAL_PATH, split_documents
-from runner.data.store import PrepareTimeout, Store, StoreWriter, prepared, store_dir, store_key
+from runner.data.store import Store, StoreWriter, store_dir, store_key
 from runner.packing.bins import PackRows, pack_rows
 
 log = logging.getLogger(__name__)
 
 FIGURES = ("cut", "left_out", "prompt_tokens", "answer_tokens", "loss_tokens", "whole", "answer_runs")
-VERSION = 2
-"""What a layout holds; a change makes a new one (2: the answers in the loss counted, for a chat's turns)."""
+VERSION = 2  # What a layout holds; a change makes a new one (2: the answers in the loss counted, for a chat's turns)
 
 
 @dataclass
@@ -40,16 +33,16 @@ class Layout:
 
 def layout_key(parts: list[str], seq_len: int, answers_only: bool, packing: bool, val_fraction: float,
                seed: int) -> str:
-    """A layout's name: the examples' stores (training's, then validation's when ``data.val_path`` gives it) and
-    every setting the layout depends on (module docstring)."""
+    """A layout's name: the examples' stores (training's, then validation's when ``data.val_path`` gives it) and every
+    setting the layout depends on."""
     split = None if len(parts) > 1 else [val_fraction, seed]
     return store_key("layout", parts, seq_len, answers_only, packing, split, VERSION)
 
 
 def arrange(stores: list[Store], keys: list[str], seq_len: int, answers_only: bool, packing: bool,
             val_fraction: float, seed: int, what: str) -> Layout:
-    """The layout of ``stores`` (training's first; validation's second when it has rows of its own), computed the
-    first time and read after."""
+    """The layout of ``stores`` (training's first; validation's second when it has rows of its own), computed the first
+    time and read after."""
     encoded = [Encoded(s) for s in stores]
     directory = store_dir(layout_key(keys, seq_len, answers_only, packing, val_fraction, seed))
 
@@ -70,12 +63,7 @@ def arrange(stores: list[Store], keys: list[str], seq_len: int, answers_only: bo
                                                                                              strict=True)
                                            for k in FIGURES}})
 
-    try:
-        store, _ = prepared(directory, build, what)
-    except PrepareTimeout as e:
-        from runner.data.reading.sources import DataError
-
-        raise DataError(str(e)) from e
+    store, _ = prepared_store(directory, build, what)
     return Layout(_read(store, "train", encoded[0], seq_len, packing), _read(store, "val", encoded[-1], seq_len,
                                                                               packing), store.meta["split_how"])
 
@@ -94,7 +82,7 @@ def _split(n: int, n_val: int, val_path: bool, val_fraction: float, seed: int,
 
 
 def _read(store: Store, name: str, encoded: Encoded, seq_len: int, packing: bool) -> Fitted:
-    """One part of a stored layout, as :func:`fit` made it."""
+    """One part of a stored layout, as ``fit`` made it."""
     rows = np.asarray(store.ragged(f"{name}_rows").values[:], dtype=np.int64)
     starts = encoded.starts[rows]
     spans = Spans(starts, np.minimum(encoded.ends[rows], starts + seq_len + 1))

@@ -1,27 +1,10 @@
-"""Instruction rows prepared once into a store of token ids and answer runs, named by what they are made of.
-
-The store's name (:func:`examples_key`) is the digest of the table's bytes (its files' contents, not their names or
-times), the tokenizer's (its files' contents: bytes, or a saved tokenizer's vocabulary, merges, configuration and
-chat template), the columns, templates and role mapping (``data.roles``) that make a row's text, the names ShareGPT's
-turns are read by (:data:`~runner.data.instruct.chat.SHAREGPT_ROLES`; whether a table's turns are ShareGPT's or
-``role``/``content`` its bytes decide), and the encoder's version: a second run on the same rows, wherever they lie
-and however often they were touched, reads the store instead of preparing again, and any change to what the ids
-would be, or to which turns are answers, makes a new one. ``data.seq_len``, the loss's policy and packing are
-applied to the examples afterwards (:mod:`runner.data.instruct.layout`, cached under a key of their own).
-
-Preparing reads the table once (``datasets`` turns JSON lines, CSV or Parquet into Arrow) and checks its shape
-before anything is tokenized: a JSON object holding the rows, a conversation column without a chat template, a role
-no rule maps (a conversation column's turns are counted batch by batch as they stream from the table's files,
-:func:`~runner.data.instruct.chat.count_turns`, and kept in the store's description for the data section). It then
-streams the rows through :class:`~runner.data.instruct.encode.InstructEncoder` on every core and writes the ids as
-they come (:mod:`runner.data.store`), saying how far it got when it takes more than a few seconds. Local rank 0
-prepares; the other ranks of its machine wait for it and read the same files.
-"""
+"""Instruction rows prepared once into a store of token ids and answer runs, named by what they are made of."""
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,17 +21,14 @@ from runner.data.instruct.encode import (
     tokenizer_and_render,
 )
 from runner.data.instruct.formats import Format, Kind, resolve_format
-from runner.data.reading.sources import SAVED, DataError, Source, resolve
-from runner.data.reading.table_errors import json_object_of_rows, row_place, row_places
-from runner.data.reading.tables import load_table
+from runner.data.reading.sources import SAVED, DataError, Source, prepared_store, resolve
+from runner.data.reading.tables import json_object_of_rows, load_table, row_place, row_places
 from runner.data.store import (
-    PrepareTimeout,
     Store,
     StoreWriter,
     digest_files,
     encode_table,
     origin,
-    prepared,
     progress_file,
     store_dir,
     store_key,
@@ -60,10 +40,8 @@ from runner.data.tokens.tokenizers import Tokenizer, is_bytes, tokenizer_stamp
 
 log = logging.getLogger(__name__)
 
-SHIPPED = "examples/data/instruct.jsonl"
-"""The instruction file runner ships (examples/data/make_instruct.py writes it)."""
-NOTED = 5
-"""Rows a problem's message names."""
+SHIPPED = "examples/data/instruct.jsonl"  # The instruction file runner ships (examples/data/make_instruct.py writes it)
+NOTED = 5  # Rows a problem's message names
 
 
 @dataclass
@@ -78,10 +56,8 @@ class Prepared:
     rows: int
     dropped: dict[str, int]
     problems: dict[str, Any]
-    built: bool
-    """Whether this process prepared the store (else it read one a run before it, or another rank, wrote)."""
-    turns: Turns | None = None
-    """A conversation column's turns (chat only)."""
+    built: bool  # Whether this process prepared the store (else it read one a run before it, or another rank, wrote)
+    turns: Turns | None = None  # A conversation column's turns (chat only)
 
     def say(self, what: str) -> None:
         """Where the examples came from, in the log: prepared now (how long it took), or read from the cache."""
@@ -95,50 +71,64 @@ def source_files(source: Source) -> list[Any]:
     return list(source.files)
 
 
+def table_source(where: str, key: str, refusal: str) -> Source:
+    """The table ``where`` names; a ``DataError`` ending in ``refusal`` when it is text."""
+    source = resolve(where, key)
+    if not source.is_table:
+        raise DataError(f"{key}={where} is text, not a table: {refusal}")
+    return source
+
+
+def table_rows(source: Source, what: str, kind: str) -> Any:
+    """The rows of the table ``source``; a ``DataError`` when it holds none."""
+    rows, _ = load_table(source)
+    if len(rows) == 0:
+        raise DataError(f"{what} holds no rows. Point {what.split('=')[0]} at a file with {kind} in it.")
+    return rows
+
+
+def table_store(name: str, build: Callable[[Any, Any], None], what: str,
+                max_examples: int | None) -> tuple[Store, bool, dict[str, int]]:
+    """The store ``name`` (``build(tmp, progress)`` writes it when missing), whether this process built it, and the
+    rows ``data.max_examples`` left out."""
+    directory = store_dir(name)
+    store, built = prepared_store(directory, lambda tmp: build(tmp, progress_file(directory)), what)
+    cut = store.meta["table_rows"] - store.rows
+    return store, built, {f"data.max_examples={max_examples}": cut} if cut > 0 else {}
+
+
 def examples_key(data_digest: str, tokenizer: Any, prompt_column: str, response_column: str,
                  messages_column: str | None, prompt_template: str | None, chat_template: str | None,
                  max_examples: int | None, roles: dict[str, str] | None = None) -> str:
-    """The store's name: everything a row's ids and answers depend on (module docstring)."""
+    """The store's name: everything a row's ids and answers depend on."""
     return store_key("instruct", data_digest, tokenizer, prompt_column, response_column, messages_column,
                      prompt_template, chat_template, max_examples, sorted((roles or {}).items()),
                      sorted(SHAREGPT_ROLES.items()), BYTES_EOS, VERSION)
 
 
+# Rows this process has prepared or opened, by their settings: the checks before a run and the run itself read them once
 _PREPARED: dict[str, Prepared] = {}
-"""Rows this process has prepared or opened, by their settings: the checks before a run and the run itself read
-them once."""
 
 
 def prepare(where: str, key: str, tokenizer: Tokenizer, prompt_column: str, response_column: str,
             messages_column: str | None, prompt_template: str | None, chat_template: str | None,
             max_examples: int | None, roles: dict[str, str] | None = None) -> Prepared:
-    """The rows ``where`` names, in their shape, prepared; :class:`DataError` when they cannot be."""
-    source = resolve(where, key)
-    if not source.is_table:
-        raise DataError(f"{key}={where} is text, not a table: data=instruct reads rows with a prompt and a response "
-                        "(or a conversation). Give a .jsonl, .csv or .parquet file, or a save_to_disk folder "
-                        f"(e.g. {SHIPPED}); plain text trains with data=text.")
+    """The rows ``where`` names, in their shape, prepared; ``DataError`` when they cannot be."""
+    source = table_source(where, key, "data=instruct reads rows with a prompt and a response (or a conversation). "
+                          "Give a .jsonl, .csv or .parquet file, or a save_to_disk folder "
+                          f"(e.g. {SHIPPED}); plain text trains with data=text.")
     name = examples_key(digest_files(source_files(source)), tokenizer_stamp(tokenizer), prompt_column,
                         response_column, messages_column, prompt_template, chat_template, max_examples, roles)
     if name in _PREPARED:
         return _PREPARED[name]
     settings = dict(prompt_column=prompt_column, response_column=response_column, messages_column=messages_column,
                     prompt_template=prompt_template, roles=roles)
-    directory = store_dir(name)
-
-    def build(tmp: Any) -> None:
-        _build(tmp, source, tokenizer, settings, chat_template, max_examples, f"{key}={where}",
-               progress_file(directory))
-
-    try:
-        store, built = prepared(directory, build, f"{key}={where}")
-    except PrepareTimeout as e:
-        raise DataError(str(e)) from e
+    store, built, dropped = table_store(
+        name, lambda tmp, progress: _build(tmp, source, tokenizer, settings, chat_template, max_examples,
+                                           f"{key}={where}", progress), f"{key}={where}", max_examples)
     meta = store.meta
     fmt = Format(Kind(meta["kind"]), tuple(meta["columns"]), meta["template"],
                  tuple((str(w), str(r)) for w, r in meta["roles"]), bool(meta["sharegpt"]))
-    dropped = {f"data.max_examples={max_examples}": meta["table_rows"] - store.rows} \
-        if meta["table_rows"] > store.rows else {}
     _PREPARED[name] = Prepared(fmt, store, name, source.describe(), len(source.files), store.rows, dropped,
                                meta["problems"], built, Turns.from_meta(meta["turns"]) if meta["turns"] else None)
     return _PREPARED[name]
@@ -147,9 +137,7 @@ def prepare(where: str, key: str, tokenizer: Tokenizer, prompt_column: str, resp
 def _build(tmp: Any, source: Source, tokenizer: Tokenizer, settings: dict[str, Any], chat_template: str | None,
            max_examples: int | None, what: str, progress: Any) -> None:
     """Reads the table, checks its shape, and writes its rows' ids into the store directory ``tmp``."""
-    rows, _ = load_table(source)
-    if len(rows) == 0:
-        raise DataError(f"{what} holds no rows. Point {what.split('=')[0]} at a file with examples in it.")
+    rows = table_rows(source, what, "examples")
     try:
         fmt = resolve_format(rows.column_names, source, **settings)
     except DataError:
@@ -185,8 +173,8 @@ def _build(tmp: Any, source: Source, tokenizer: Tokenizer, settings: dict[str, A
 
 
 def writer_problems(directory: Any, rows: int, notes: list[tuple[int, str]]) -> dict[str, Any]:
-    """What is wrong with rows, from the problem codes just written: empty answers (how many, the first rows), and
-    rows that cannot be read (how many, the first one and why)."""
+    """What is wrong with rows, from the problem codes just written: empty answers (how many, the first rows), and rows
+    that cannot be read (how many, the first one and why)."""
     import numpy as np
 
     codes = np.fromfile(directory / f"{PROBLEM}.rows", dtype=np.int8, count=rows)
@@ -196,7 +184,7 @@ def writer_problems(directory: Any, rows: int, notes: list[tuple[int, str]]) -> 
 
 
 def refuse_problems(prepared: Prepared, key: str, where: str) -> None:
-    """A :class:`DataError` naming rows that cannot train (an empty answer, a malformed conversation) by their lines."""
+    """A ``DataError`` naming rows that cannot train (an empty answer, a malformed conversation) by their lines."""
     p = prepared.problems
     column = prepared.fmt.answer_column
     if p["empty"]:

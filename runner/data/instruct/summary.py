@@ -1,5 +1,5 @@
-"""The data section of instruction data: the rows read, the examples they became, their prompt and answer tokens,
-what ``data.seq_len`` cut or left out (and which part), and what packing made of them."""
+"""The data section of instruction data: the rows read, the examples they became, their prompt and answer tokens, what
+``data.seq_len`` cut or left out (and which part), and what packing made of them."""
 
 from __future__ import annotations
 
@@ -21,8 +21,7 @@ def cut_part(fmt: Format) -> str:
 
 def summarize(parts: list[Any], fitted: tuple[Fitted, Fitted], train: int, val: int, split: str, fmt: Format,
               packs: dict[str, Any] | None, batch_size: int) -> tuple[DataSummary, dict[str, Any]]:
-    """The common data section (``DataSummary``) and instruction data's own figures. ``parts``: the settings' rows
-    as prepared (training's first); ``fitted``: training's and validation's examples."""
+    """The common data section (``DataSummary``) and instruction data's own figures."""
     dropped = {("data.val_path: " if i else "") + k: n for i, p in enumerate(parts) for k, n in p.dropped.items()}
     left_out = sum(f.left_out for f in fitted)
     if left_out:
@@ -45,10 +44,7 @@ def summarize(parts: list[Any], fitted: tuple[Fitted, Fitted], train: int, val: 
 
 
 def turn_figures(parts: list[Any], fitted: tuple[Fitted, Fitted]) -> dict[str, Any]:
-    """A chat's turns: by role, the assistant turns trained on and those ``data.seq_len`` cut off, the others.
-    ``parts[0]`` holds training's rows (and validation's, when split from them), ``parts[-1]`` validation's. The
-    turns trained on are the answer runs with a target in the loss (:func:`runner.data.instruct.fit.fit`, from the
-    runs' bounds: no token is read)."""
+    """A chat's turns: by role, the assistant turns trained on and those ``data.seq_len`` cut off, the others."""
     turns = [p.turns for p in parts if p.turns is not None]
     answers = sum(t.answers for t in turns)
     trained = sum(f.answer_runs for part, f in zip((parts[0], parts[-1]), fitted, strict=True)

@@ -1,23 +1,5 @@
-"""Preference pairs as batches: both sequences of every pair (prompt + chosen, prompt + rejected) in one batch, so
-one forward computes them all, and every batch of a run one shape after warm-up.
-
-A batch is ``(PairInputs, targets)``: ``targets`` ``[rows, T]`` hold each completion's ids (``IGNORE_INDEX``
-elsewhere: prompts, padding), and :class:`PairInputs` says which sequence each target belongs to (``slots``): the
-chosen sequence of pair ``p`` is slot ``p``, its rejected one slot ``P + p``, for ``P`` pair slots a batch (a fixed
-number: a batch with fewer pairs, the last of validation, fills the rest with empty ones, ``pairs`` 0). So the
-per-sequence sums of a batch are always ``2P`` values, whatever its pairs, and the first ``P`` are the chosen.
-
-- **padded** (:class:`PairSequences`, :class:`PairCollate`): ``[2B, T]``, the chosen sequences first, then the
-  rejected (TRL's layout), ``T`` where the shape policy pads the longest to (``dynamic=static``: ``data.seq_len``;
-  ``bucket``: the next bucket); ``P = B``.
-- **packed** (:class:`PairPacks`, :class:`PackCollate`): ``[B, 2 x data.seq_len]`` rows of whole pairs (a pair's
-  two sequences in one row, so each of at most ``seq_len`` positions always fits), chosen by best-fit decreasing;
-  ``P = B x K``, ``K`` the most pairs any row holds. The pair's prompt is there once: its positions but the last
-  form a document both completions attend to (their parent, :class:`runner.packing.PackedInputs`), and each
-  completion is a document of its own that starts with the prompt's last id (which predicts the completion's
-  first), its position ids going on from the prompt's. Each completion's targets are what its sequence alone
-  gives (the same attention, the same positions), for ``P - 1`` fewer positions a pair than two whole sequences.
-"""
+"""Preference pairs as batches: both sequences of every pair (prompt + chosen, prompt + rejected) in one batch, so one
+forward computes them all, and every batch of a run one shape after warm-up."""
 
 from __future__ import annotations
 
@@ -37,20 +19,15 @@ CHOSEN, REJECTED = 0, 1
 
 @dataclass
 class PairInputs:
-    """What a preference step reads beside the targets (module docstring). Not frozen: Lightning and the compile
-    stack move and copy a batch field by field."""
+    """What a preference step reads beside the targets."""
 
-    ids: torch.Tensor | PackedInputs
-    """The model's input: ``[rows, T]`` token ids, or packed rows."""
+    ids: torch.Tensor | PackedInputs  # The model's input: ``[rows, T]`` token ids, or packed rows
+    # ``[rows, T]`` int64: the sequence each position's target belongs to (``0 .. 2P - 1``; 0 where there is no target)
     slots: torch.Tensor
-    """``[rows, T]`` int64: the sequence each position's target belongs to (``0 .. 2P - 1``; 0 where there is no
-    target)."""
-    pairs: torch.Tensor
-    """``[P]`` float: 1 where a pair is, 0 for an empty slot."""
+    pairs: torch.Tensor  # ``[P]`` float: 1 where a pair is, 0 for an empty slot
+    # ``[2P]`` float: precomputed reference log-probabilities, chosen then rejected (zeros where none were)
     reference: torch.Tensor
-    """``[2P]`` float: precomputed reference log-probabilities, chosen then rejected (zeros where none were)."""
-    index: torch.Tensor
-    """``[P]`` int64: each pair's index in its dataset (-1 for an empty slot)."""
+    index: torch.Tensor  # ``[P]`` int64: each pair's index in its dataset (-1 for an empty slot)
 
     @property
     def pair_slots(self) -> int:
@@ -66,8 +43,7 @@ def labelled(pairs: FittedPairs, i: int, side: int) -> tuple[np.ndarray, np.ndar
 
 
 class PairSequences(Dataset[dict[str, Any]]):
-    """Each pair as its two sequences, for :class:`PairCollate`. ``reference``: ``[pairs, 2]`` reference
-    log-probabilities when precomputed (``runner.training.reference``), else None."""
+    """Each pair as its two sequences, for ``PairCollate``."""
 
     def __init__(self, pairs: FittedPairs) -> None:
         self.fitted = pairs
@@ -84,8 +60,7 @@ class PairSequences(Dataset[dict[str, Any]]):
 
 @dataclass(frozen=True)
 class PairCollate:
-    """Pairs (up to ``batch_size``) as ``[2 x batch_size, pad_to(longest)]``: chosen sequences in rows ``0 .. B-1``,
-    rejected in ``B .. 2B-1``; a missing pair's rows are padding with no target."""
+    """Pairs (up to ``batch_size``) as ``[2 x batch_size, pad_to(longest)]``: chosen sequences in rows ``0 .."""
 
     pad_to: PadTo
     pad_id: int
@@ -111,9 +86,8 @@ class PairCollate:
 
 
 class PairPacks(Dataset[dict[str, Any]]):
-    """Rows of ``2 x seq_len`` positions holding whole pairs, each sharing its prompt (module docstring);
-    ``per_row``: ``K``, the most pairs a row holds (pass the same to every dataset of a run: one shape for training
-    and validation)."""
+    """Rows of ``2 x seq_len`` positions holding whole pairs, each sharing its prompt; ``per_row``: ``K``, the most
+    pairs a row holds (pass the same to every dataset of a run: one shape for training and validation)."""
 
     def __init__(self, pairs: FittedPairs, seq_len: int, pad_id: int) -> None:
         self.fitted, self.seq_len, self.pad_id = pairs, seq_len, pad_id

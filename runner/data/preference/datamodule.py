@@ -1,15 +1,4 @@
-"""Preference pairs for a causal LM (``data=preference``, ``objective=dpo|simpo|orpo``; docs/preference.md).
-
-Rows come from a table (``.jsonl``/``.json``, ``.csv``, ``.parquet``, a ``save_to_disk`` folder: read as instruction
-data's are) in one of four shapes (:mod:`runner.data.preference.formats`), are tokenized once into a cached Arrow
-file (:mod:`runner.data.preference.encode`) and fitted to ``data.seq_len``. Validation is ``data.val_path``'s rows,
-else a seeded split by row, never overlapping training. Batches hold both sequences of each pair
-(:mod:`runner.data.preference.batch`): padded per the shape policy, or packed into rows of ``2 x seq_len``.
-
-Everything that makes the data unusable is refused before the run (``check_arguments``): a missing column, a
-conversation without a chat template, a malformed row, no pair that fits ``seq_len``, fewer pairs than a batch.
-Pairs whose chosen and rejected completions are the same are left out and counted.
-"""
+"""Preference pairs for a causal LM (``data=preference``, ``objective=dpo|simpo|orpo``; docs/preference.md)."""
 
 from __future__ import annotations
 
@@ -20,22 +9,21 @@ from typing import Any
 
 import lightning as L
 import numpy as np
-import torch
 from torch.utils.data import DataLoader
 
 from runner.config.target_objects import TokenRange
 from runner.data.instruct.encode import BYTES_EOS, eos_id
 from runner.data.instruct.formats import PAIR_TEMPLATE, Render, template_render
-from runner.data.instruct.refusals import batch_refusal, eos_refusal, val_path_refusal
+from runner.data.instruct.refusals import batch_refusal, prepare_parts, read_to_check, say_parts
 from runner.data.preference.batch import PackCollate, PairCollate, PairPacks, PairSequences
 from runner.data.preference.encode import FittedPairs, fit_pairs
 from runner.data.preference.formats import PairFormat, Shape
 from runner.data.preference.read import SHIPPED, PreparedPairs, prepare_pairs, refuse_problems
-from runner.data.reading.sources import DataError, names_something
-from runner.data.sequences.padding import PadTo
+from runner.data.reading.sources import DataError
+from runner.data.sequences.padding import PadTo, seeded_loader
 from runner.data.splits import VAL_PATH, split_documents
 from runner.data.summary import DataSummary, packing_figures
-from runner.data.tokens.tokenizers import SavedTokenizer, Tokenizer, check_tokenizer, load_tokenizer, token_range
+from runner.data.tokens.tokenizers import SavedTokenizer, Tokenizer, load_tokenizer, token_range
 from runner.data.traits import DataTraits, ValMetric
 from runner.figures import counted
 from runner.figures import data as keys
@@ -45,13 +33,13 @@ log = logging.getLogger(__name__)
 CUT_PART = "the end of the completion, and its EOS"
 
 
+# Pairs this process has split and fitted, by their stores and settings (a few numbers a pair: at a million pairs the
+# split and the fit take seconds, and the checks before the run read the data as the run does)
 _FITTED: dict[tuple[Any, ...], tuple[FittedPairs, FittedPairs, str]] = {}
-"""Pairs this process has split and fitted, by their stores and settings (a few numbers a pair: at a million pairs
-the split and the fit take seconds, and the checks before the run read the data as the run does)."""
 
 
 class PreferenceDataModule(L.LightningDataModule):
-    """Preference pairs (module docstring). ``prompt_format`` (after setup): what ``generate`` needs."""
+    """Preference pairs."""
 
     def __init__(self, path: str | None = None, val_path: str | None = None, tokenizer: str | None = None,
                  prompt_column: str = "prompt", chosen_column: str = "chosen", rejected_column: str = "rejected",
@@ -74,35 +62,25 @@ class PreferenceDataModule(L.LightningDataModule):
         self.prompt_format: dict[str, Any] | None = None
         self.datasets: dict[str, PairSequences | PairPacks] = {}
         self._parts: list[PreparedPairs] = []
-        self.split_how = ""
-        """How validation was split off (after :meth:`read`)."""
+        self.split_how = ""  # How validation was split off
 
     @staticmethod
     def check_arguments(path: str | None = None, val_path: str | None = None, tokenizer: str | None = None,
                         seq_len: int = 256, batch_size: int = 8, packing: bool = False, val_fraction: float = 0.1,
                         seed: int = 0, **settings: Any) -> str | None:
         """What makes the data unusable, in one paragraph, before a run directory exists (None: nothing)."""
-        if (message := check_tokenizer(tokenizer)) is not None:
-            return message
-        if path is None:
-            return ("data=preference needs data.path: a table of pairs, a chosen and a rejected completion of a "
-                    "prompt (columns prompt, chosen, rejected; or chosen/rejected conversations). runner ships one: "
-                    f"data.path={SHIPPED} (+recipe=llama_dpo trains on it).")
-        if (message := val_path_refusal(path, val_path)) is not None:
-            return message
-        if not (names_something(path) and names_something(val_path)):
-            return None  # the existence check names it
-        try:
-            tok = load_tokenizer(tokenizer)
-            ends = "preference data ends every completion with it, so that the model learns where an answer stops"
-            if (message := eos_refusal(tokenizer, eos_id(tok), ends)) is not None:
-                return message
-            data = PreferenceDataModule(path, val_path, tokenizer, seq_len=seq_len, batch_size=batch_size,
-                                        packing=packing, val_fraction=val_fraction, seed=seed,
-                                        **{k: v for k, v in settings.items() if k not in ("num_workers", "pad_to")})
-            train, val = data.read(tok)
-        except DataError as e:
-            return str(e)
+        read = read_to_check(
+            lambda: PreferenceDataModule(path, val_path, tokenizer, seq_len=seq_len, batch_size=batch_size,
+                                         packing=packing, val_fraction=val_fraction, seed=seed,
+                                         **{k: v for k, v in settings.items() if k not in ("num_workers", "pad_to")}),
+            path, val_path, tokenizer,
+            missing=("data=preference needs data.path: a table of pairs, a chosen and a rejected completion of a "
+                     "prompt (columns prompt, chosen, rejected; or chosen/rejected conversations). runner ships one: "
+                     f"data.path={SHIPPED} (+recipe=llama_dpo trains on it)."),
+            ends="preference data ends every completion with it, so that the model learns where an answer stops")
+        if not isinstance(read, tuple):
+            return read
+        train, val = read
         for key, fitted in (("data.path", train), ("data.val_path", val)):
             if fitted is not None and len(fitted) == 0:
                 where = path if key == "data.path" else val_path
@@ -120,8 +98,7 @@ class PreferenceDataModule(L.LightningDataModule):
 
     @staticmethod
     def traits(packing: bool = False, **_: Any) -> DataTraits:
-        """Padded per batch and varying in length, unless packed (one shape). Validation reports the preference
-        accuracy, not a figure per byte."""
+        """Padded per batch and varying in length, unless packed (one shape)."""
         return DataTraits(ValMetric.none, pads_per_batch=not packing, shapes_vary=not packing, pairs=True)
 
     def figures(self) -> dict[str, Any]:
@@ -133,14 +110,11 @@ class PreferenceDataModule(L.LightningDataModule):
         return template_render(inner, self.settings["chat_template"])
 
     def read(self, tokenizer: Tokenizer) -> tuple[FittedPairs, FittedPairs]:
-        """Training and validation pairs, fitted to ``seq_len``; :class:`DataError` when the rows cannot train."""
+        """Training and validation pairs, fitted to ``seq_len``; ``DataError`` when the rows cannot train."""
         render = self.render(tokenizer)
-        parts: list[PreparedPairs] = []
-        for key, where in (("data.path", self.path), ("data.val_path", self.val_path)):
-            if where is not None:
-                parts.append(prepare_pairs(where, key, tokenizer, render, **self.settings))
-                refuse_problems(parts[-1], key, where)
-        self._parts = parts
+        self._parts = parts = prepare_parts(
+            self.path, self.val_path, lambda where, key: prepare_pairs(where, key, tokenizer, render, **self.settings),
+            refuse_problems)
         memo = (tuple(p.stamp for p in parts), self.seq_len, self.val_fraction, self.seed)
         if memo not in _FITTED:  # the checks before the run and the run itself split and fit once
             train_rows, val_rows = self._split(parts[0].rows, len(parts) > 1)
@@ -182,8 +156,7 @@ class PreferenceDataModule(L.LightningDataModule):
         else:
             self.datasets = {"train": PairSequences(train), "val": PairSequences(val)}
         self.summary, self.own_figures = self._summarize(train, val, fmt)
-        for part, where in zip(self._parts, (f"data.path={self.path}", f"data.val_path={self.val_path}"), strict=False):
-            part.say(where)
+        say_parts(self._parts, self.path, self.val_path)
         self.summary.say(self.seq_len)
         log.info("data: %s; %d pairs, %d prompt and %d completion tokens%s", fmt.describe(), len(train) + len(val),
                  self.own_figures[keys.DATA_PROMPT_TOKENS], self.own_figures[keys.DATA_COMPLETION_TOKENS],
@@ -226,10 +199,8 @@ class PreferenceDataModule(L.LightningDataModule):
         return summary, own
 
     def reference_key(self) -> list[Any]:
-        """What the pairs' log-probabilities depend on, besides the model: each table's store (named by its bytes,
-        the tokenizer and the settings; :mod:`runner.data.preference.read`), its rows, its shape and columns, the
-        templates, the tokenizer's files, the EOS, ``seq_len``. Part of
-        the key of precomputed reference log-probabilities (``runner.training.reference``)."""
+        """What the pairs' log-probabilities depend on, besides the model: each table's store, its rows, its shape and
+        columns, the templates, the tokenizer's files, the EOS, ``seq_len``."""
         from runner.data.tokens.tokenizers import tokenizer_stamp
 
         tokenizer = load_tokenizer(self.tokenizer_spec)
@@ -248,10 +219,8 @@ class PreferenceDataModule(L.LightningDataModule):
     def loader(self, which: str, shuffle: bool = False) -> DataLoader:
         """``which`` (``train``, ``val``) in batches; in order unless ``shuffle`` (training's)."""
         assert self.datasets, "setup() first"
-        g = torch.Generator().manual_seed(self.seed)
-        return DataLoader(self.datasets[which], batch_size=self.batch_size, shuffle=shuffle, drop_last=shuffle,
-                          generator=g, collate_fn=self.collate(), num_workers=self.num_workers,
-                          persistent_workers=self.num_workers > 0)
+        return seeded_loader(self.datasets[which], self.batch_size, self.seed, self.num_workers, shuffle,
+                             collate_fn=self.collate())
 
     def train_dataloader(self) -> DataLoader:
         return self.loader("train", shuffle=True)

@@ -1,17 +1,4 @@
-"""Preference rows as token ids (an encoder of a store's chunks), then the fit of each pair to ``data.seq_len``.
-
-Each row's prompt and its two completions (:mod:`runner.data.preference.formats`) are tokenized one by one, as
-instruction data's pieces are: the prompt with the tokenizer's special tokens (a BOS where it adds one; a chat
-template writes its own), each completion without, and an EOS after each completion where its ids do not hold it
-already (:func:`runner.data.instruct.encode.eos_id`). So a prompt's ids are what ``generate`` gives the same prompt.
-:class:`PairEncoder` does it a chunk of rows at a time, on every core, into a store of three ragged columns and a
-problem code per row (:mod:`runner.data.preference.read` prepares it; :mod:`runner.data.store`).
-
-A pair trains two sequences, prompt + chosen and prompt + rejected; the loss covers the completions' ids (their EOS
-included). A sequence longer than ``data.seq_len`` positions is cut at ``seq_len + 1`` ids (the end of its completion
-is lost); a pair whose prompt leaves either completion no id within ``seq_len`` is left out, and so is one whose two
-completions are the same once cut. Each is counted (:class:`FittedPairs`).
-"""
+"""Preference rows as token ids (an encoder of a store's chunks), then the fit of each pair to ``data.seq_len``."""
 
 from __future__ import annotations
 
@@ -32,11 +19,10 @@ log = logging.getLogger(__name__)
 
 PROMPT, CHOSEN, REJECTED, PROBLEM = "prompt_ids", "chosen_ids", "rejected_ids", "problem"
 SIDES = (CHOSEN, REJECTED)
+# A row's problem code: none; its chosen and rejected completions are the same (left out); it cannot be read as a pair
+# (refused, with the reason the encoder noted); its chosen, or its rejected, completion is empty (refused)
 USABLE, SAME, UNREADABLE, EMPTY_CHOSEN, EMPTY_REJECTED = 0, 1, 2, 3, 4
-"""A row's problem code: none; its chosen and rejected completions are the same (left out); it cannot be read as a
-pair (refused, with the reason the encoder noted); its chosen, or its rejected, completion is empty (refused)."""
-VERSION = 3
-"""The encoder's: a new one changes every preference store's name (3: empty completions refused)."""
+VERSION = 3  # The encoder's: a new one changes every preference store's name (3: empty completions refused)
 
 
 @dataclass(frozen=True)
@@ -54,8 +40,8 @@ class PairEncoder:
 
 
 def encode_rows(fmt: PairFormat, tokenizer: Tokenizer, render: Render | None, rows: dict[str, list[Any]]) -> Chunk:
-    """A chunk of rows (column -> values) as the prompt's and each completion's ids (a row with a problem: none),
-    its problem codes, and why each unreadable row cannot be read."""
+    """A chunk of rows (column -> values) as the prompt's and each completion's ids (a row with a problem: none), its
+    problem codes, and why each unreadable row cannot be read."""
     eos = eos_id(tokenizer)
     assert eos is not None, "a tokenizer with an EOS (checked before the run)"
     n = len(next(iter(rows.values()))) if rows else 0
@@ -105,8 +91,8 @@ def encode_rows(fmt: PairFormat, tokenizer: Tokenizer, render: Render | None, ro
 
 
 class StoredIds:
-    """A ragged column of a store as one flat sequence of ids (``ids[a:b]``, read from its memory map) and
-    ``spans``, where each row's ids start and end in it."""
+    """A ragged column of a store as one flat sequence of ids (``ids[a:b]``, read from its memory map) and ``spans``,
+    where each row's ids start and end in it."""
 
     def __init__(self, column: Ragged) -> None:
         self.values = column.values
@@ -121,27 +107,20 @@ class StoredIds:
 
 @dataclass
 class FittedPairs:
-    """Pairs fitted to ``seq_len``: where each sequence's prompt and completion lie in the flat ids, what fitting
-    did. Sequence ``s`` (0: chosen, 1: rejected) of pair ``i`` is ``prompt[prompts[i]]`` followed by
-    ``completions[s][i]`` (cut: its end at ``ends[s][i]``)."""
+    """Pairs fitted to ``seq_len``: where each sequence's prompt and completion lie in the flat ids, what fitting did.
+    """
 
     prompt: StoredIds
     completion: tuple[StoredIds, StoredIds]
     prompts: Spans
+    # Each kept pair's completion ids, as cut to fit ``seq_len + 1`` ids with the prompt
     completions: tuple[Spans, Spans]
-    """Each kept pair's completion ids, as cut to fit ``seq_len + 1`` ids with the prompt."""
-    rows: np.ndarray
-    """Each kept pair's row index in its table."""
-    cut: int
-    """Kept pairs of which a sequence was cut (the end of its completion lost)."""
-    left_out: dict[str, int]
-    """Pairs not kept, by why."""
-    prompt_tokens: int
-    """The kept pairs' prompt ids (each read by both sequences)."""
-    completion_tokens: int
-    """The completions' ids in the loss, both sides, as cut."""
-    whole: int
-    """Pairs whose two sequences fit whole."""
+    rows: np.ndarray  # Each kept pair's row index in its table
+    cut: int  # Kept pairs of which a sequence was cut (the end of its completion lost)
+    left_out: dict[str, int]  # Pairs not kept, by why
+    prompt_tokens: int  # The kept pairs' prompt ids (each read by both sequences)
+    completion_tokens: int  # The completions' ids in the loss, both sides, as cut
+    whole: int  # Pairs whose two sequences fit whole
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -161,7 +140,7 @@ class FittedPairs:
 
 
 def fit_pairs(store: Store, rows: np.ndarray, seq_len: int) -> FittedPairs:
-    """The pairs at ``rows`` of ``store`` (those without a problem) fitted to ``seq_len`` (module docstring)."""
+    """The pairs at ``rows`` of ``store`` (those without a problem) fitted to ``seq_len``."""
     prompt = StoredIds(store.ragged(PROMPT))
     sides = (StoredIds(store.ragged(CHOSEN)), StoredIds(store.ragged(REJECTED)))
     rows = np.asarray(rows, dtype=np.int64)

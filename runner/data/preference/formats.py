@@ -1,26 +1,12 @@
-"""The shapes preference data comes in, and how each row becomes a prompt and two completions as text.
+"""The four shapes preference data comes in (TRL ``DPOTrainer``'s), told apart by the columns and the first row, and
+how each row becomes a prompt and two completions as text.
 
-A table holds pairs: a prompt and two completions of it, one chosen (preferred) and one rejected. Four shapes, the
-ones TRL's ``DPOTrainer`` reads, told apart by the table's columns and its first row:
+- explicit text or conversation: prompt, chosen and rejected columns holding texts (the prompt put in
+  ``data.prompt_template``) or conversations (roles checked and mapped as instruction data's);
+- implicit conversation (UltraFeedback's) or text (Anthropic HH's): no prompt column; the prompt is what chosen and
+  rejected share from the start (a text split as TRL's ``extract_prompt`` splits it).
 
-- **explicit text**: ``data.prompt_column`` (``prompt``), ``data.chosen_column`` (``chosen``) and
-  ``data.rejected_column`` (``rejected``), each a text; the prompt is put in ``data.prompt_template`` (the
-  instruction data's, :data:`runner.data.instruct.formats.PAIR_TEMPLATE`, by default);
-- **explicit conversation**: the same columns holding conversations (lists of ``{"role", "content"}`` messages, or
-  ShareGPT's ``{"from", "value"}``; a CSV cell holds the list as JSON): the prompt's messages, and each completion's
-  (the assistant's turns); each role checked and mapped as instruction data's are (``data.roles``,
-  :mod:`runner.data.instruct.chat`);
-- **implicit conversation**: no prompt column; chosen and rejected are whole conversations, and the prompt is the
-  messages they share from the start (UltraFeedback's binarized shape);
-- **implicit text**: no prompt column; chosen and rejected are whole texts, and the prompt is the text they share
-  from the start (Anthropic HH's shape: ``"\\n\\nHuman: ... \\n\\nAssistant:"``), split as TRL's ``extract_prompt``
-  splits it (a space before the first difference goes with the completions).
-
-A conversation is rendered with the chat template (the tokenizer's own, or ``data.chat_template``): the prompt with
-the generation prompt after it, and the prompt followed by each completion; a completion is what its rendering adds
-to the prompt's. A row becomes :class:`Texts`; what makes a row unusable is its ``problem``, said before the run. A
-completion that is empty (missing, only whitespace, or a turn of no text) is refused, as instruction data's empty
-answers are: :class:`EmptyCompletion`.
+A conversation's completion is what its rendering adds to the prompt's; an empty completion is refused.
 """
 
 from __future__ import annotations
@@ -34,18 +20,17 @@ from runner.config.errors import close_matches
 from runner.data.instruct.chat import SHAPES_HINT, RoleError
 from runner.data.instruct.formats import PAIR_TEMPLATE, Render, messages_of
 from runner.data.reading.sources import DataError, Source
-from runner.data.reading.table_errors import row_place, row_places
+from runner.data.reading.tables import row_place, row_places
 
 DEFAULT_PROMPT = "prompt"
-NOTED = 5
-"""Rows a problem's message names."""
+NOTED = 5  # Rows a problem's message names
+# The problem of a pair whose two completions are the same: left out and counted, never trained on
 IDENTICAL = "chosen identical to rejected"
-"""The problem of a pair whose two completions are the same: left out and counted, never trained on."""
 
 
 class EmptyCompletion(ValueError):
-    """A row whose chosen (``chosen`` True) or rejected completion holds no text: a pair that would teach the model
-    to prefer, or avoid, saying nothing."""
+    """A row whose chosen (``chosen`` True) or rejected completion holds no text: a pair that would teach the model to
+    prefer, or avoid, saying nothing."""
 
     def __init__(self, chosen: bool) -> None:
         super().__init__(f"an empty {'chosen' if chosen else 'rejected'} completion")
@@ -63,13 +48,13 @@ def _blank_turn(messages: list[dict[str, str]]) -> bool:
 
 
 def _refuse_empty(chosen: bool, rejected: bool) -> None:
-    """:class:`EmptyCompletion` for the first side that is empty."""
+    """``EmptyCompletion`` for the first side that is empty."""
     if chosen or rejected:
         raise EmptyCompletion(chosen)
 
 
 class Shape(Enum):
-    """Which of the four shapes a table is (module docstring)."""
+    """Which of the four shapes a table is."""
 
     text = "text"
     chat = "chat"
@@ -99,14 +84,12 @@ class PairFormat:
     """How rows of one table become pairs: the shape, its columns, the prompt template."""
 
     shape: Shape
-    prompt_column: str | None
-    """None: an implicit prompt."""
+    prompt_column: str | None  # None: an implicit prompt
     chosen_column: str
     rejected_column: str
-    template: str | None = None
-    """Explicit text: ``data.prompt_template`` (None: the instruction data's default)."""
+    template: str | None = None  # Explicit text: ``data.prompt_template`` (None: the instruction data's default)
+    # Conversations: ``data.roles``, each role as written and the role it becomes
     roles: tuple[tuple[str, str], ...] = ()
-    """Conversations: ``data.roles``, each role as written and the role it becomes."""
 
     def describe(self) -> str:
         """The shape, for the data section."""
@@ -118,7 +101,7 @@ class PairFormat:
                 Shape.implicit_text: f"preference texts: columns {pair}, the prompt their shared start"}[self.shape]
 
     def texts(self, row: dict[str, Any], render: Render | None) -> Texts:
-        """One row as a prompt and two completions (module docstring); ``ValueError`` names what is wrong."""
+        """One row as a prompt and two completions; ``ValueError`` names what is wrong."""
         chosen, rejected = row[self.chosen_column], row[self.rejected_column]
         _refuse_empty(blank(chosen), blank(rejected))
         if self.shape is Shape.text:
@@ -146,8 +129,8 @@ def _text(value: Any) -> str:
 
 
 def split_text(chosen: str, rejected: str) -> Texts:
-    """The text chosen and rejected share from the start as the prompt (TRL's ``extract_prompt``: a space just
-    before the first difference goes with the completions)."""
+    """The text chosen and rejected share from the start as the prompt (TRL's ``extract_prompt``: a space just before
+    the first difference goes with the completions)."""
     limit, n = min(len(chosen), len(rejected)), 0
     while n < limit and chosen[n] == rejected[n]:
         n += 1
@@ -197,8 +180,8 @@ def _is_conversation(cell: Any) -> bool:
 def resolve_shape(columns: Sequence[str], first: dict[str, Any], source: Source, prompt_column: str,
                   chosen_column: str, rejected_column: str, prompt_template: str | None,
                   roles: dict[str, str] | None = None) -> PairFormat:
-    """The shape of a table with ``columns`` whose first row is ``first`` (module docstring); :class:`DataError`
-    naming the fix when it has none."""
+    """The shape of a table with ``columns`` whose first row is ``first``; ``DataError`` naming the fix when it has
+    none."""
     names = list(columns)
     for setting, value in (("data.chosen_column", chosen_column), ("data.rejected_column", rejected_column)):
         if value not in names:
@@ -224,8 +207,8 @@ def resolve_shape(columns: Sequence[str], first: dict[str, Any], source: Source,
 
 
 def no_prompt(source: Source, column: str, missing: Any) -> DataError:
-    """The paragraph for a table of pairs whose prompt column is missing (null) on some rows, ``missing`` (a boolean
-    per row): rows with a prompt mixed with rows that share it inside chosen and rejected, or a column of nothing."""
+    """The paragraph for a table of pairs whose prompt column is missing (null) on some rows, ``missing`` (a boolean per
+    row): rows with a prompt mixed with rows that share it inside chosen and rejected, or a column of nothing."""
     import numpy as np
 
     without, has = np.flatnonzero(missing), np.flatnonzero(~missing)

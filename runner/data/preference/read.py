@@ -1,11 +1,6 @@
-"""Reading a table of preference pairs once: its shape checked, its rows tokenized on every core into a store named
-by what the ids depend on (read back by every later run and rank), and the rows that cannot be read as pairs refused
-with their numbers (:mod:`runner.data.preference` builds its splits on it).
-
-The store's name is the digest of the table's bytes, the tokenizer's files, the columns, templates and role mapping
-(``data.roles``, and the names ShareGPT's turns are read by), ``data.max_examples`` and the encoder's version, as
-instruction data's is (:mod:`runner.data.instruct.prepare`); the table's shape and what is wrong with its rows are
-kept in the store's description, so a second run reads neither the table nor its conversations again."""
+"""Reading a table of preference pairs once: its shape checked, its rows tokenized on every core into a store named by
+what the ids depend on (read back by every later run and rank), and the rows that cannot be read as pairs refused with
+their numbers."""
 
 from __future__ import annotations
 
@@ -19,7 +14,7 @@ import numpy as np
 from runner.data.instruct.chat import SHAPES_HINT, SHAREGPT_ROLES, count_turns, unknown_role
 from runner.data.instruct.encode import BYTES_EOS, largest_id, tokenizer_and_render
 from runner.data.instruct.formats import Render
-from runner.data.instruct.prepare import source_files
+from runner.data.instruct.prepare import source_files, table_rows, table_source, table_store
 from runner.data.preference.encode import (
     CHOSEN,
     EMPTY_CHOSEN,
@@ -33,18 +28,13 @@ from runner.data.preference.encode import (
 )
 from runner.data.preference.formats import NOTED, PairFormat, Shape, no_prompt, resolve_shape
 from runner.data.reading.sources import DataError, Source, resolve
-from runner.data.reading.table_errors import row_place, row_places
-from runner.data.reading.tables import load_table, null_rows
+from runner.data.reading.tables import null_rows, row_place, row_places
 from runner.data.store import (
-    PrepareTimeout,
     Store,
     StoreWriter,
     digest_files,
     encode_table,
     origin,
-    prepared,
-    progress_file,
-    store_dir,
     store_key,
     table_batches,
     token_dtype,
@@ -54,8 +44,8 @@ from runner.data.tokens.tokenizers import Tokenizer, is_bytes, tokenizer_stamp
 
 log = logging.getLogger(__name__)
 
+# The preference file runner ships (examples/data/make_preference.py writes it)
 SHIPPED = "examples/data/preference.jsonl"
-"""The preference file runner ships (examples/data/make_preference.py writes it)."""
 
 
 @dataclass
@@ -65,35 +55,29 @@ class PreparedPairs:
     fmt: PairFormat
     store: Store
     source: str
+    # What identifies the rows' ids (the store's name: the data's bytes, the tokenizer, the settings), for caches keyed
+    # by the data
     stamp: str
-    """What identifies the rows' ids (the store's name: the data's bytes, the tokenizer, the settings), for caches
-    keyed by the data."""
     files: int
     rows: int
     dropped: dict[str, int]
-    built: bool
-    """Whether this process prepared the store (else a run before it, or another rank, did)."""
+    built: bool  # Whether this process prepared the store (else a run before it, or another rank, did)
 
     def say(self, what: str) -> None:
         """Where the pairs came from, in the log: prepared now (how long it took), or read from the cache."""
         log.info("data: preference pairs of %s%s", what, origin(self.store, self.built))
 
 
+# Tables this process has prepared or opened, by their store: the checks before a run and the run itself read them once
 _PREPARED: dict[str, PreparedPairs] = {}
-"""Tables this process has prepared or opened, by their store: the checks before a run and the run itself read them
-once."""
 
 
 def prepare_pairs(where: str, key: str, tokenizer: Tokenizer, render: Render | None, prompt_column: str,
                   chosen_column: str, rejected_column: str, prompt_template: str | None, chat_template: str | None,
                   max_examples: int | None, roles: dict[str, str] | None = None) -> PreparedPairs:
-    """The rows ``where`` names, in their shape, encoded (module docstring); :class:`DataError` when they cannot be.
-    ``render`` is the chat template rows are rendered with in this process (the workers load their own)."""
-    source = resolve(where, key)
-    if not source.is_table:
-        raise DataError(f"{key}={where} is text, not a table: data=preference reads rows with a chosen and a rejected "
-                        "completion (and a prompt). Give a .jsonl, .csv or .parquet file, or a save_to_disk folder "
-                        f"(e.g. {SHIPPED}).")
+    """The rows ``where`` names, in their shape, encoded; ``DataError`` when they cannot be."""
+    source = table_source(where, key, "data=preference reads rows with a chosen and a rejected completion (and a "
+                          f"prompt). Give a .jsonl, .csv or .parquet file, or a save_to_disk folder (e.g. {SHIPPED}).")
     settings = dict(prompt_column=prompt_column, chosen_column=chosen_column, rejected_column=rejected_column,
                     prompt_template=prompt_template, roles=roles)
     name = store_key("preference", digest_files(source_files(source)), tokenizer_stamp(tokenizer), chat_template,
@@ -101,21 +85,12 @@ def prepare_pairs(where: str, key: str, tokenizer: Tokenizer, render: Render | N
                      *(settings[k] for k in ("prompt_column", "chosen_column", "rejected_column", "prompt_template")))
     if name in _PREPARED:
         return _PREPARED[name]
-    directory = store_dir(name)
-
-    def build(tmp: Any) -> None:
-        _build(tmp, source, tokenizer, render, settings, chat_template, max_examples, f"{key}={where}",
-               progress_file(directory))
-
-    try:
-        store, built = prepared(directory, build, f"{key}={where}")
-    except PrepareTimeout as e:
-        raise DataError(str(e)) from e
+    store, built, dropped = table_store(
+        name, lambda tmp, progress: _build(tmp, source, tokenizer, render, settings, chat_template, max_examples,
+                                           f"{key}={where}", progress), f"{key}={where}", max_examples)
     meta = store.meta
     fmt = PairFormat(Shape(meta["shape"]), meta["prompt_column"], meta["chosen_column"], meta["rejected_column"],
                      meta["template"], tuple((str(w), str(r)) for w, r in meta["roles"]))
-    dropped = {f"data.max_examples={max_examples}": meta["table_rows"] - store.rows} \
-        if meta["table_rows"] > store.rows else {}
     _PREPARED[name] = PreparedPairs(fmt, store, source.describe(), name, len(source.files), store.rows, dropped, built)
     return _PREPARED[name]
 
@@ -123,9 +98,7 @@ def prepare_pairs(where: str, key: str, tokenizer: Tokenizer, render: Render | N
 def _build(tmp: Any, source: Source, tokenizer: Tokenizer, render: Render | None, settings: dict[str, Any],
            chat_template: str | None, max_examples: int | None, what: str, progress: Any) -> None:
     """Reads the table, checks its shape and its conversations' roles, and writes its pairs' ids into ``tmp``."""
-    rows, _ = load_table(source)
-    if len(rows) == 0:
-        raise DataError(f"{what} holds no rows. Point {what.split('=')[0]} at a file with pairs in it.")
+    rows = table_rows(source, what, "pairs")
     fmt = resolve_shape(rows.column_names, rows[0], source, **settings)
     total = len(rows) if max_examples is None else min(max_examples, len(rows))
     if fmt.prompt_column is not None and (missing := null_rows(rows, fmt.prompt_column)[:total]).any():
@@ -161,8 +134,8 @@ def _build(tmp: Any, source: Source, tokenizer: Tokenizer, render: Render | None
 
 
 def refuse_problems(prepared: PreparedPairs, key: str, where: str) -> None:
-    """A :class:`DataError` naming the lines of rows that cannot train (an empty completion, a malformed conversation,
-    no shared prompt); a row whose completions are the same is left out, not refused."""
+    """A ``DataError`` naming the lines of rows that cannot train (an empty completion, a malformed conversation, no
+    shared prompt); a row whose completions are the same is left out, not refused."""
     meta, n, fmt = prepared.store.meta, prepared.rows, prepared.fmt
     if meta["empty"]:
         source = resolve(where, key)

@@ -1,10 +1,4 @@
-"""Reading a text corpus from disk: documents as bytes, in a deterministic order.
-
-``data.path`` may hold any files: every UTF-8 text file is read whatever its name (``notes``,
-``train.jsonl``, ``main.rs``), and binary files are skipped by their content (a NUL byte, or bytes
-that are not UTF-8), never by their extension. The default corpus, the Python stdlib's source, is
-read by extension as before, so its bytes (and every figure measured on it) stay the same.
-"""
+"""Reading a text corpus from disk: documents as bytes, in a deterministic order."""
 
 from __future__ import annotations
 
@@ -27,7 +21,7 @@ def stdlib_dir() -> Path:
 
 
 def is_text(data: bytes) -> bool:
-    """UTF-8 without NUL bytes. ``data`` may be a file's head: a character cut at its end is fine."""
+    """UTF-8 without NUL bytes."""
     if b"\x00" in data:
         return False
     try:
@@ -48,9 +42,9 @@ def sniff(path: Path) -> bool:
 
 
 def text_files(root: Path) -> Iterator[Path]:
-    """Text files under ``root`` (or ``root`` itself) in sorted order, lazily (reading stops at
-    max_bytes), never descending into hidden directories (``.git``, ``.venv``), installed packages
-    or caches: they differ between machines, are large, and are not the user's text."""
+    """Text files under ``root`` (or ``root`` itself) in sorted order, lazily (reading stops at max_bytes), never
+    descending into hidden directories (``.git``, ``.venv``), installed packages or caches: they differ between
+    machines, are large, and are not the user's text."""
     stdlib = root == stdlib_dir()
     if root.is_file():
         if sniff(root):
@@ -72,12 +66,8 @@ def describe_missing_text(path: str | Path) -> str:
 
 
 def read_documents(path: str | Path | None, max_bytes: int | None) -> list[bytes]:
-    """Every text file under ``path`` (or the file itself) as one document, sorted by path so the
-    corpus is the same on every run; stops once ``max_bytes`` have been read.
-
-    ``None`` reads the stdlib source (``site-packages`` excluded: it differs between machines).
-    Raises ``FileNotFoundError`` with the fix when the path is missing or holds no text.
-    """
+    """Every text file under ``path`` (or the file itself) as one document, sorted by path so the corpus is the same on
+    every run; stops once ``max_bytes`` have been read."""
     root = stdlib_dir() if path is None else Path(path).expanduser()
     if not root.exists():
         raise FileNotFoundError(
@@ -100,8 +90,8 @@ def read_documents(path: str | Path | None, max_bytes: int | None) -> list[bytes
 
 
 def text_bytes(path: str | Path, enough: int) -> int:
-    """Bytes of text under ``path``, counted from file sizes until ``enough`` is reached (cheap:
-    each file's head is sniffed, nothing else is read)."""
+    """Bytes of text under ``path``, counted from file sizes until ``enough`` is reached (cheap: each file's head is
+    sniffed, nothing else is read)."""
     total = 0
     for f in text_files(Path(path).expanduser()):
         total += f.stat().st_size

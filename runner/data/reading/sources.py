@@ -1,14 +1,4 @@
-"""What ``data.path`` (and ``data.val_path``) name: a file, a folder or a glob, read as one kind of data.
-
-- rows with columns: ``.jsonl``/``.json`` (JSON lines or a JSON array), ``.csv``, ``.parquet``, or a folder
-  ``datasets``' ``save_to_disk`` wrote (a ``Dataset``, or a ``DatasetDict``: its ``train`` split);
-- text: any other UTF-8 file, whatever its name (``notes``, ``main.rs``); binary files are skipped by content.
-
-A folder of tables (a README beside them allowed) is read as its tables, all of one format; any other folder as
-text, every UTF-8 file under it (a table among them included, as text: the log says which glob reads its rows).
-Files are read in sorted order, so a corpus is the same on every run. Anything that cannot be read is a
-:class:`DataError`: one paragraph naming the fix.
-"""
+"""What ``data.path`` (and ``data.val_path``) name: a file, a folder or a glob, read as one kind of data."""
 
 from __future__ import annotations
 
@@ -17,6 +7,7 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from runner import hub
 from runner.data.reading.corpus import SKIP_DIRS, describe_missing_text, sniff, text_files
@@ -24,16 +15,26 @@ from runner.figures import counted
 
 log = logging.getLogger(__name__)
 
+# A table file's suffix -> the ``datasets`` builder that reads it
 TABLE_FORMATS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
-"""A table file's suffix -> the ``datasets`` builder that reads it."""
 SAVED = "saved"
+# Files beside a folder's tables that do not make it a folder of text
 _NOTES = ("README", "LICENSE", "NOTICE", "CHANGELOG")
-"""Files beside a folder's tables that do not make it a folder of text."""
 TEXT = "text"
 
 
 class DataError(ValueError):
     """Data that cannot be read as asked: the message is one paragraph, with the fix."""
+
+
+def prepared_store(directory: Path, build: Any, what: str) -> tuple[Any, bool]:
+    """``runner.data.store.prepared``'s store and whether this process built it; a stalled wait is a ``DataError``."""
+    from runner.data.store.shared import PrepareTimeout, prepared
+
+    try:
+        return prepared(directory, build, what)
+    except PrepareTimeout as e:
+        raise DataError(str(e)) from e
 
 
 @dataclass(frozen=True)
@@ -62,8 +63,8 @@ VALIDATION_SPLITS = hub.VALIDATION_SPLITS
 
 
 def own_validation(given: str | None) -> str | None:
-    """The folder of the validation split of the ``DatasetDict`` that ``given`` (``data.path``) names, where it
-    was saved with one (``DIR/validation``); None for anything else."""
+    """The folder of the validation split of the ``DatasetDict`` that ``given`` (``data.path``) names, where it was
+    saved with one (``DIR/validation``); None for anything else."""
     root = Path(given).expanduser() if given else None
     if root is None or not (root / "dataset_dict.json").is_file():
         return None
@@ -105,7 +106,7 @@ def _of_files(key: str, given: str, files: list[Path]) -> Source:
 
 
 def resolve(given: str, key: str = "data.path") -> Source:
-    """The source ``given`` names (a file, a folder or a glob); :class:`DataError` when it names nothing readable."""
+    """The source ``given`` names (a file, a folder or a glob); ``DataError`` when it names nothing readable."""
     root = Path(given).expanduser()
     if any(c in given for c in "*?["):
         matches = [Path(m) for m in sorted(glob.glob(str(root), recursive=True))]
@@ -142,8 +143,7 @@ def names_something(given: str | None) -> bool:
 
 
 def capped(files: tuple[Path, ...], max_bytes: int | None) -> tuple[tuple[Path, ...], int]:
-    """The first files whose sizes reach ``max_bytes`` (the one that crosses it included), and how many are left
-    out."""
+    """The first files whose sizes reach ``max_bytes`` (the one that crosses it included), and how many are left out."""
     if max_bytes is None:
         return files, 0
     total = 0

@@ -1,7 +1,6 @@
-"""Text files into runner's store of raw bytes (:mod:`runner.data.store`): ``bytes``, a piece of a file, and
-``doc``, which file, named by the files' contents, so bytes stay exactly the file's (no newline translation) and a
-file never has to fit in memory: pieces end at a newline, or at ``split_at`` (the documents' separator) when given.
-"""
+"""Text files into runner's store of raw bytes: ``bytes``, a piece of a file, and ``doc``, which file, named by the
+files' contents, so bytes stay exactly the file's (no newline translation) and a file never has to fit in memory: pieces
+end at a newline, or at ``split_at`` (the documents' separator) when given."""
 
 from __future__ import annotations
 
@@ -14,13 +13,13 @@ from runner.data.reading.sources import Source
 
 log = logging.getLogger(__name__)
 
+# Text files are stored in pieces of at most about this many bytes (4 MiB): what a file costs in memory
 PIECE_BYTES = 1 << 22
-"""Text files are stored in pieces of at most about this many bytes (4 MiB): what a file costs in memory."""
 
 
 def _pieces(path: Path, split_at: bytes | None) -> Iterator[bytes]:
-    """``path``'s bytes in pieces: at each ``split_at`` (dropped, as ``bytes.split`` drops it), else after a
-    newline, each at most about ``PIECE_BYTES``."""
+    """``path``'s bytes in pieces: at each ``split_at`` (dropped, as ``bytes.split`` drops it), else after a newline,
+    each at most about ``PIECE_BYTES``."""
     carry = b""
     with path.open("rb") as f:
         while block := f.read(PIECE_BYTES):
@@ -40,9 +39,9 @@ def _pieces(path: Path, split_at: bytes | None) -> Iterator[bytes]:
 
 
 def load_text_files(source: Source, split_at: bytes | None) -> Any:
-    """The text files of ``source`` as a store (:mod:`runner.data.store`) of their pieces: a ragged column ``bytes``
-    (each piece's bytes, the ids of byte-level text) and ``doc`` (the file's index), written once into runner's cache
-    (named by the files' contents) and read from there by later runs."""
+    """The text files of ``source`` as a store of their pieces: a ragged column ``bytes`` (each piece's bytes, the ids
+    of byte-level text) and ``doc`` (the file's index), written once into runner's cache (named by the files' contents)
+    and read from there by later runs."""
     import numpy as np
 
     from runner.data.store import Progress, StoreWriter, digest_files, prepared, progress_file, store_dir, store_key

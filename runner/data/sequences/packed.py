@@ -1,16 +1,4 @@
-"""Examples for a causal LM, one per item (padded per batch) or packed into rows of exactly ``data.seq_len``.
-
-An example is ``n`` token ids and which of them are in the loss: it trains ``n - 1`` positions, inputs ``ids[:-1]``,
-targets ``ids[1:]`` (``IGNORE_INDEX`` where not in the loss). :class:`Examples` gives one as a ``[2, n]`` tensor
-(ids, labels) for :class:`~runner.data.sequences.padding.PadCollate`. :class:`Packs` lays examples end to end in rows of
-``seq_len`` positions chosen by best-fit decreasing (:func:`runner.packing.bins.pack_rows`), each example's
-inputs and targets its own (no target crosses into the next example), position ids restarting at 0, and
-``document_ids`` numbering the examples of the row; the rest of a row is padding (pad id, no target, an example of
-its own). :func:`pack_collate` stacks packs into ``(PackedInputs, targets)``: every batch ``[batch, seq_len]``.
-
-Packing is computed once, the same on every rank (a pure function of the lengths); the sampler then shuffles and,
-under DDP, shards the packs, so each rank trains on packs of its own, all of one shape.
-"""
+"""Examples for a causal LM, one per item (padded per batch) or packed into rows of exactly ``data.seq_len``."""
 
 from __future__ import annotations
 
@@ -27,8 +15,8 @@ from runner.packing.bins import PackRows, pack_rows
 
 
 class Examples(Dataset[torch.Tensor]):
-    """The examples at ``spans`` of ``tokens``; ``mask`` (the same layout, 1 on answers) limits the loss to the
-    answers when ``answers_only``; without one every target is in the loss (text documents)."""
+    """The examples at ``spans`` of ``tokens``; ``mask`` (the same layout, 1 on answers) limits the loss to the answers
+    when ``answers_only``; without one every target is in the loss (text documents)."""
 
     def __init__(self, tokens: Tokens, spans: Spans, mask: Tokens | None = None, answers_only: bool = True) -> None:
         self.tokens, self.spans, self.mask, self.answers_only = tokens, spans, mask, answers_only
@@ -55,16 +43,15 @@ class Examples(Dataset[torch.Tensor]):
 
 
 class Packs(Dataset[torch.Tensor]):
-    """Rows of exactly ``seq_len`` positions holding whole examples (module docstring); an item is ``[4, seq_len]``:
-    inputs, targets, position ids, document ids. ``rows``: the packing, where it was computed before (a cached
-    layout); else it is computed here."""
+    """Rows of exactly ``seq_len`` positions holding whole examples; an item is ``[4, seq_len]``: inputs, targets,
+    position ids, document ids."""
 
     def __init__(self, examples: Examples, seq_len: int, pad_id: int, rows: PackRows | None = None) -> None:
         self.examples, self.seq_len, self.pad_id = examples, seq_len, pad_id
         positions = examples.lengths - 1
         self.rows = rows if rows is not None else pack_rows(positions, seq_len)
+        # Positions the examples fill; the rest of ``len(self) * seq_len`` is padding
         self.positions = int(positions.sum())
-        """Positions the examples fill; the rest of ``len(self) * seq_len`` is padding."""
 
     def __len__(self) -> int:
         return len(self.rows)

@@ -1,6 +1,6 @@
 """Padding a batch of variable-length sequences: where to (``PadTo``, the shape policy's rule), with what
-(``PadCollate``: inputs with a pad id, targets with ``IGNORE_INDEX`` so padding never counts in the loss), and
-batches of similar length (``LengthGroupedBatchSampler``, ``data.length_grouping``)."""
+(``PadCollate``: inputs with a pad id, targets with ``IGNORE_INDEX`` so padding never counts in the loss), and batches
+of similar length (``LengthGroupedBatchSampler``, ``data.length_grouping``)."""
 
 from __future__ import annotations
 
@@ -8,19 +8,17 @@ import random
 from bisect import bisect_left
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
-from torch.utils.data import BatchSampler, Sampler
+from torch.utils.data import BatchSampler, DataLoader, Sampler
 
 IGNORE_INDEX = -100
 
 
 class PadTo:
-    """Where a batch whose longest sequence is ``n`` is padded to: ``n`` itself (no lengths
-    given), or the first of ``lengths`` that fits (a single length pads everything to it).
-
-    A plain class, not a dataclass: ``build_datamodule`` passes it through Hydra's ``instantiate``,
-    which turns a dataclass argument into a ``DictConfig`` (and the collate then fails)."""
+    """Where a batch whose longest sequence is ``n`` is padded to: ``n`` itself (no lengths given), or the first of
+    ``lengths`` that fits (a single length pads everything to it)."""
 
     __slots__ = ("lengths",)
 
@@ -48,8 +46,7 @@ class PadTo:
 @dataclass(frozen=True)
 class PadCollate:
     """Pads a list of ``seq_len + 1``-token chunks to ``pad_to(longest)``: inputs with ``pad_id``, targets with
-    IGNORE_INDEX (so whatever id pads the inputs never counts). A chunk is its ids, or ``[2, n]``: its ids and
-    its labels (IGNORE_INDEX outside the loss: an instruction example's prompt)."""
+    IGNORE_INDEX (so whatever id pads the inputs never counts)."""
 
     pad_to: PadTo
     pad_id: int = 0
@@ -67,15 +64,8 @@ class PadCollate:
 
 
 class LengthGroupedBatchSampler(BatchSampler):
-    """Batches of similar length: the sampler's (shuffled) order is cut into windows of ``window``
-    batches, each window is sorted by length and cut into batches, and the batches of a window are
-    shuffled. A batch padded to its longest sequence then holds little padding, which is what lets
-    the ``dynamic`` policies beat ``static`` (and one reason ``bucket`` exists).
-
-    The order depends only on the sampler's order (the window shuffle is seeded by the window's first
-    index), so it is as deterministic and resumable as the sampler, and Lightning can swap in a
-    ``DistributedSampler`` under DDP (it re-creates batch samplers with the same arguments).
-    """
+    """Batches of similar length: the sampler's (shuffled) order is cut into windows of ``window`` batches, each window
+    is sorted by length and cut into batches, and the batches of a window are shuffled."""
 
     def __init__(self, sampler: Sampler[int] | Iterable[int], batch_size: int, drop_last: bool,
                  lengths: Sequence[int] = (), window: int = 64) -> None:
@@ -91,3 +81,11 @@ class LengthGroupedBatchSampler(BatchSampler):
             batches = [chunk[i:i + self.batch_size] for i in range(0, len(chunk), self.batch_size)]
             random.Random(indices[w]).shuffle(batches)
             yield from batches
+
+
+def seeded_loader(ds: Any, batch_size: int, seed: int, num_workers: int, shuffle: bool = False,
+                  drop_last: bool | None = None, collate_fn: Any = None) -> DataLoader:
+    """Batches of ``ds`` in an order ``seed`` fixes (so resuming restores it); training's last partial batch dropped."""
+    return DataLoader(ds, batch_size=batch_size, shuffle=shuffle, drop_last=shuffle if drop_last is None else drop_last,
+                      generator=torch.Generator().manual_seed(seed), collate_fn=collate_fn, num_workers=num_workers,
+                      persistent_workers=num_workers > 0)

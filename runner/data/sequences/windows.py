@@ -1,13 +1,4 @@
-"""Training sequences cut from token ids that stay where they are (in memory, or memory-mapped Arrow files).
-
-A corpus is one flat sequence of token ids (``tokens``: anything sliced as ``tokens[a:b]`` into a numpy array)
-and ``spans``, where each document (or row) starts and ends in it. A split is a choice of spans, so training and
-validation read disjoint spans of the same ids, and nothing is copied:
-
-- ``PackedWindows``: non-overlapping windows of ``seq_len + 1`` ids over the chosen spans, one after another;
-- ``Chunks``: one sequence per span cut into pieces of at most ``seq_len + 1`` ids (``DocumentChunks``: every
-  span cut that way, short pieces dropped), padded per batch by the collate.
-"""
+"""Training sequences cut from token ids that stay where they are (in memory, or memory-mapped Arrow files)."""
 
 from __future__ import annotations
 
@@ -46,8 +37,8 @@ class Spans:
         return Spans(self.starts[index], self.ends[index])
 
     def chunked(self, size: int, min_len: int) -> Spans:
-        """Each span cut into pieces of at most ``size`` ids (the last one shorter); pieces of ``min_len`` ids or
-        fewer dropped."""
+        """Each span cut into pieces of at most ``size`` ids (the last one shorter); pieces of ``min_len`` ids or fewer
+        dropped."""
         lengths = self.lengths
         pieces = np.maximum(1, -(-lengths // size))
         starts = np.repeat(self.starts, pieces) + size * (np.arange(pieces.sum()) - np.repeat(np.cumsum(pieces)

@@ -1,15 +1,4 @@
-"""Prepared data on disk: flat token arrays read through memory maps, named by content, prepared once.
-
-- ``arrays``: a store's files (ragged and per-row columns), its writer and its memory-mapped reader;
-- ``content``: the digest of a file's bytes (read once per state of the file; an appended file from where it grew);
-- ``shared``: a store prepared once by local rank 0 (or the first run to ask), the others waiting, bounded;
-- ``parallel``: a table's rows through an encoder on every core into a store;
-- ``progress``: rows done, rows per second and time left, on the console, for a preparation that takes a while.
-
-A data kind stores its token arrays here: an encoder (a picklable ``ChunkEncoder``) and a key, then
-:func:`prepared` with a build function that streams its table through :func:`encode_table` into a
-:class:`StoreWriter` (``runner.data.instruct.prepare`` is one). Torch-free, so worker processes start quickly.
-"""
+"""Prepared data on disk: flat token arrays read through memory maps, named by content, prepared once."""
 
 from __future__ import annotations
 

@@ -1,19 +1,4 @@
-"""Prepared data as flat arrays on disk, read through memory maps: what a batch reads is all a process touches.
-
-A store is one directory:
-
-- a **ragged** column (``ids``: each row's token ids) is two files: ``ids.values``, every row's values one after
-  another in one flat array of the column's dtype (``uint8`` for bytes, ``uint16`` for a vocabulary of up to 65,536
-  ids, ``int32`` above), and ``ids.offsets``, ``int64``, where each row starts (one more than there are rows);
-- a **row** column (one value per row: a problem code, a label) is one file, ``NAME.rows``;
-- ``info.json``, written last: the dtypes, the counts and what the writer adds (``meta``). A store without it is
-  incomplete (:mod:`runner.data.store.shared` renames a finished directory into place, so readers never see one).
-
-:class:`StoreWriter` appends chunk by chunk with plain file writes, never a memory map: preparing a corpus larger
-than memory holds one chunk at a time. :class:`Store` maps each file read-only (:class:`Mapped`), so a second
-process on the same store shares its pages with the first (the kernel's page cache), and nothing is read until
-a row is. Torch-free: worker processes that prepare a store import this and numpy only.
-"""
+"""Prepared data as flat arrays on disk, read through memory maps: what a batch reads is all a process touches."""
 
 from __future__ import annotations
 
@@ -25,8 +10,7 @@ from typing import Any
 import numpy as np
 
 INFO = "info.json"
-VERSION = 1
-"""The layout of a store's files; a new one changes every store's name (:func:`runner.data.store.store_key`)."""
+VERSION = 1  # The layout of a store's files; a new one changes every store's name
 
 
 def token_dtype(largest_id: int) -> np.dtype:
@@ -39,9 +23,7 @@ def token_dtype(largest_id: int) -> np.dtype:
 
 
 class Mapped:
-    """A read-only 1-D array in a file, mapped on first use. Pickles as its file name (a data loader's worker maps
-    the same file instead of receiving a copy); ``len`` and ``a[i:j]`` (a numpy view of the map) as the
-    :class:`~runner.data.sequences.windows.Tokens` protocol asks."""
+    """A read-only 1-D array in a file, mapped on first use."""
 
     def __init__(self, path: Path, dtype: Any, length: int) -> None:
         self.path, self.dtype, self.length = Path(path), np.dtype(dtype), int(length)
@@ -72,8 +54,8 @@ class Mapped:
 
 
 def spans_blocks(values: Mapped, starts: np.ndarray, ends: np.ndarray, block: int = 1 << 24) -> Iterator[np.ndarray]:
-    """The values within ``[starts[i], ends[i])`` (spans, in any order, not overlapping), a block of the file at a
-    time, read in the file's order with file reads: a pass over a corpus larger than memory holds one block."""
+    """The values within ``[starts[i], ends[i])`` (spans, in any order, not overlapping), a block of the file at a time,
+    read in the file's order with file reads: a pass over a corpus larger than memory holds one block."""
     order = np.argsort(starts, kind="stable")
     starts, ends = np.asarray(starts)[order], np.asarray(ends)[order]
     if not len(starts):
@@ -106,8 +88,8 @@ class Ragged:
 
 
 class StoreWriter:
-    """Writes a store into ``directory`` (module docstring): ``ragged`` and ``rows`` name each column and its dtype;
-    :meth:`append` adds rows, :meth:`finish` writes ``info.json``. Memory: the chunk being written."""
+    """Writes a store into ``directory``: ``ragged`` and ``rows`` name each column and its dtype; ``append`` adds rows,
+    ``finish`` writes ``info.json``."""
 
     def __init__(self, directory: Path, ragged: dict[str, Any], rows: dict[str, Any] | None = None) -> None:
         self.directory = Path(directory)
@@ -150,7 +132,7 @@ class StoreWriter:
         self.rows += n or 0
 
     def flush(self) -> None:
-        """What was appended, written out (to be read back before :meth:`finish`)."""
+        """What was appended, written out."""
         for f in self._files.values():
             f.flush()
 
@@ -178,7 +160,7 @@ def _largest(dtype: np.dtype) -> int:
 
 
 class Store:
-    """A finished store in ``directory``, its files mapped read-only (module docstring)."""
+    """A finished store in ``directory``, its files mapped read-only."""
 
     def __init__(self, directory: Path) -> None:
         self.directory = Path(directory)

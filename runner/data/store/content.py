@@ -1,18 +1,4 @@
-"""What a file holds, as a digest: the key of everything prepared from it, so that a cache is named by content.
-
-A file's digest is SHA-256 over its bytes in blocks of ``BLOCK`` (a chain: each full block's hash starts from the
-one before, the last partial block and the length close it). It is read once per state of the file: the digest is
-kept in an index beside the caches (``digests/``, one record per set of files: a folder of many files costs one read),
-with the file's stamp (size, modification and change times, inode), and a later run whose file has the same stamp
-takes it from there (a ``stat``). A file whose stamp changed
-is read again, so a file touched but unchanged (``touch``, a copy with new times) keeps its digest: it is not new
-data, and nothing prepared from it is prepared again.
-
-A file that only grew (rows appended: the new size is larger, and the last partial block of the old content still
-hashes as it did) is hashed from its last full block on: the bytes before it are taken as unchanged, as an append
-leaves them, and only the rest is read. A file edited and grown at once, with its edit before that block, would keep
-its old bytes' digest for them: rewrite such a file (or ``touch`` it after truncating it) rather than append to it.
-"""
+"""What a file holds, as a digest: the key of everything prepared from it, so that a cache is named by content."""
 
 from __future__ import annotations
 
@@ -26,11 +12,9 @@ from typing import Any
 
 from runner.data.store.progress import Heartbeat
 
-BLOCK = 16 << 20
-"""Bytes per chained block (16 MiB): what is read again of an appended file's old content, as a check."""
+BLOCK = 16 << 20  # Bytes per chained block (16 MiB): what is read again of an appended file's old content, as a check
 SEED = b"runner content digest 1"
-LARGE = 1 << 30
-"""Bytes to read from which the console hears how long it takes (about a second a gigabyte)."""
+LARGE = 1 << 30  # Bytes to read from which the console hears how long it takes (about a second a gigabyte)
 
 
 def _stamp(st: os.stat_result) -> list[int]:
@@ -38,8 +22,8 @@ def _stamp(st: os.stat_result) -> list[int]:
 
 
 def _chain(state: bytes, f: Any, blocks: int, buffer: bytearray) -> tuple[bytes, int, bytes]:
-    """Hashes full blocks of ``f`` (at the start of block ``blocks``) into ``state``; returns the new state, the
-    count of full blocks and the tail (the last, partial block)."""
+    """Hashes full blocks of ``f`` (at the start of block ``blocks``) into ``state``; returns the new state, the count
+    of full blocks and the tail (the last, partial block)."""
     view = memoryview(buffer)
     while True:
         n = f.readinto(buffer)
@@ -63,8 +47,8 @@ def _close(state: bytes, tail: bytes, size: int) -> str:
 
 
 def _hashed(path: Path, st: os.stat_result, record: dict[str, Any] | None) -> dict[str, Any]:
-    """The record of ``path`` as it is now (``st``): hashed from ``record``'s last full block where the file only
-    grew (module docstring), else from its start."""
+    """The record of ``path`` as it is now (``st``): hashed from ``record``'s last full block where the file only grew,
+    else from its start."""
     buffer = bytearray(BLOCK)
     with path.open("rb") as f:
         state, blocks = hashlib.sha256(SEED).digest(), 0
@@ -84,8 +68,7 @@ def _hashed(path: Path, st: os.stat_result, record: dict[str, Any] | None) -> di
 
 
 def digests(files: Iterable[Path], index: Path) -> list[str]:
-    """Each file's digest (module docstring). ``index`` is the folder that keeps them: one record per set of files
-    (a folder of many files costs one read and a ``stat`` a file), rewritten when a file's stamp changed."""
+    """Each file's digest."""
     paths = [Path(f).resolve() for f in files]
     entry = index / f"{hashlib.sha256(json.dumps([str(p) for p in paths]).encode()).hexdigest()[:32]}.json"
     records = _read(entry) or {}
@@ -103,13 +86,13 @@ def digests(files: Iterable[Path], index: Path) -> list[str]:
 
 
 def file_digest(path: Path, index: Path) -> str:
-    """The digest of one file (:func:`digests`)."""
+    """The digest of one file."""
     return digests([path], index)[0]
 
 
 def files_digest(files: Iterable[Path], index: Path, names: bool = False) -> str:
-    """One digest of several files' contents in their order (``names``: their file names as well, where a name
-    says what a file is, as a tokenizer's do)."""
+    """One digest of several files' contents in their order (``names``: their file names as well, where a name says what
+    a file is, as a tokenizer's do)."""
     files = list(files)
     found = digests(files, index)
     parts = [[Path(f).name, d] for f, d in zip(files, found, strict=True)] if names else found

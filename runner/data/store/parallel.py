@@ -1,17 +1,4 @@
-"""A table's rows through an encoder, chunk by chunk, on every core, into a store.
-
-The rows are read from the table's Arrow files as a stream (``pyarrow``'s file reads, not a memory map: the
-reading process holds one record batch, not every page of the table it has passed), cut into chunks of
-``CHUNK_ROWS`` and handed to ``encoder`` (a picklable callable: a :class:`ChunkEncoder`) in worker processes, one
-per core (forked), a few chunks ahead. What comes back is appended to the
-:class:`~runner.data.store.arrays.StoreWriter` in the rows' order, so the store is the same whatever the number of
-workers. Small tables (under ``PARALLEL_ROWS``) are
-encoded in this process: starting workers would cost more than it saves.
-
-A data kind stores its token arrays by writing an encoder: a dataclass whose ``__call__`` turns a
-``pyarrow.RecordBatch`` of rows into a :class:`Chunk` (per ragged column, the rows' values one after another and
-each row's count; per row column, a value per row) and loads what it needs (a tokenizer) once per process.
-"""
+"""A table's rows through an encoder, chunk by chunk, on every core, into a store."""
 
 from __future__ import annotations
 
@@ -28,14 +15,14 @@ from runner.data.store.arrays import StoreWriter
 from runner.data.store.progress import Progress
 
 CHUNK_ROWS = 4096
+# Rows from which a table is encoded in worker processes (below, starting them costs more than it saves)
 PARALLEL_ROWS = 50_000
-"""Rows from which a table is encoded in worker processes (below, starting them costs more than it saves)."""
 
 
 @dataclass
 class Chunk:
-    """What an encoder made of a chunk of rows: the store's columns, and notes about rows (row in the chunk,
-    what is wrong with it) for the data's checks."""
+    """What an encoder made of a chunk of rows: the store's columns, and notes about rows (row in the chunk, what is
+    wrong with it) for the data's checks."""
 
     ragged: dict[str, tuple[np.ndarray, np.ndarray]]
     rows: dict[str, np.ndarray] = field(default_factory=dict)
@@ -43,7 +30,7 @@ class Chunk:
 
 
 class ChunkEncoder(Protocol):
-    """Rows (a ``pyarrow.RecordBatch``) -> :class:`Chunk`; picklable (it crosses to worker processes)."""
+    """Rows (a ``pyarrow.RecordBatch``) -> ``Chunk``; picklable (it crosses to worker processes)."""
 
     def __call__(self, batch: Any) -> Chunk: ...
 
@@ -59,8 +46,7 @@ def workers() -> int:
 def table_batches(rows: Any, columns: list[str], limit: int | None = None,
                   select: np.ndarray | None = None) -> Iterator[Any]:
     """Rows of a ``datasets.Dataset`` as record batches of ``columns``, at most ``CHUNK_ROWS`` rows each: the first
-    ``limit`` (None: all), or those at ``select`` (ascending indices). Streamed from its Arrow files where it has
-    them, else read from its table (rows held in memory, or a view of a table)."""
+    ``limit`` (None: all), or those at ``select`` (ascending indices)."""
     import pyarrow as pa
 
     files = [f["filename"] for f in rows.cache_files]
@@ -103,9 +89,9 @@ def store_batches(store: Any, column: str, rows: tuple[str, ...] = ()) -> Iterat
 
 
 def _file_rows(rows: Any, files: list[str]) -> int:
-    """The rows in a dataset's Arrow files (more than ``len(rows)`` when it is a slice of them): its split's count
-    where ``datasets`` recorded one, else counted with file reads (a memory map would keep the pages it touched,
-    and the kernel maps tens of kilobytes around each)."""
+    """The rows in a dataset's Arrow files (more than ``len(rows)`` when it is a slice of them): its split's count where
+    ``datasets`` recorded one, else counted with file reads (a memory map would keep the pages it touched, and the
+    kernel maps tens of kilobytes around each)."""
     import pyarrow as pa
 
     splits = rows.info.splits or {}
@@ -119,8 +105,8 @@ def _file_rows(rows: Any, files: list[str]) -> int:
 
 def encode_into(writer: StoreWriter, batches: Iterator[Any], encoder: ChunkEncoder, progress: Progress,
                 processes: int) -> list[tuple[int, str]]:
-    """Every batch through ``encoder`` (in ``processes`` worker processes when more than one), appended to
-    ``writer`` in order; the notes of every row, by row index."""
+    """Every batch through ``encoder`` (in ``processes`` worker processes when more than one), appended to ``writer`` in
+    order; the notes of every row, by row index."""
     notes: list[tuple[int, str]] = []
 
     def keep(chunk: Chunk) -> None:
@@ -153,7 +139,7 @@ def encode_into(writer: StoreWriter, batches: Iterator[Any], encoder: ChunkEncod
 
 @dataclass
 class Encoded:
-    """What :func:`encode_table` did: the notes of every row (by row index), its seconds and processes."""
+    """What ``encode_table`` did: the notes of every row (by row index), its seconds and processes."""
 
     notes: list[tuple[int, str]]
     seconds: float
@@ -162,9 +148,8 @@ class Encoded:
 
 def encode_table(writer: StoreWriter, batches: Iterator[Any], encoder: ChunkEncoder, total: int, what: str,
                  progress_file: Any) -> Encoded:
-    """``total`` rows through ``encoder`` into ``writer`` (:func:`encode_into`), in worker processes from
-    ``PARALLEL_ROWS`` rows, saying how far it got (``what``) when it takes a while; the writer's files closed if it
-    fails (the store directory is :func:`~runner.data.store.prepared`'s to remove), flushed when it is done."""
+    """``total`` rows through ``encoder`` into ``writer``, in worker processes from ``PARALLEL_ROWS`` rows, saying how
+    far it got (``what``) when it takes a while; the writer's files closed if it fails, flushed when it is done."""
     counter = Progress(what, total, file=progress_file)
     processes = workers() if total >= PARALLEL_ROWS else 1
     try:

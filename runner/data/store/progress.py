@@ -1,11 +1,4 @@
-"""Progress of a preparation that takes more than a few seconds: rows done, rows per second, time left.
-
-Nothing is said for the first ``after_s`` seconds (small data prepares in silence); then a line every ``every_s``
-seconds, through the console path compile progress uses (Lightning's rank-zero info logger: once per job, where
-Lightning's own info lines print), and a last line with the total time. Each update also rewrites the store's
-progress file (:func:`runner.data.store.shared.progress_file`), which tells a process waiting for this one that it
-is alive.
-"""
+"""Progress of a preparation that takes more than a few seconds: rows done, rows per second, time left."""
 
 from __future__ import annotations
 
@@ -33,8 +26,8 @@ def console(message: str) -> None:
 
 
 class Progress:
-    """``what``: the data and what is done to it (``tokenizing data.path=x.jsonl``); ``total``: rows to do;
-    ``topic``: the lines' first word (``data``; ``runner eval``'s ``eval``)."""
+    """``what``: the data and what is done to it (``tokenizing data.path=x.jsonl``); ``total``: rows to do; ``topic``:
+    the lines' first word (``data``; ``runner eval``'s ``eval``)."""
 
     def __init__(self, what: str, total: int, file: Path | None = None, sink: Sink = console,
                  after_s: float = 5.0, every_s: float = 10.0, clock: Callable[[], float] = time.monotonic,
@@ -91,8 +84,8 @@ class Progress:
 
 class Heartbeat:
     """For work that cannot count its rows (``datasets`` converting a file to Arrow, hashing a large file): from
-    ``after_s`` on, a line every ``every_s`` seconds saying how long it has run, from a daemon thread, and the total
-    at the end when anything was said. A context manager."""
+    ``after_s`` on, a line every ``every_s`` seconds saying how long it has run, from a daemon thread, and the total at
+    the end when anything was said."""
 
     def __init__(self, what: str, sink: Sink = console, after_s: float = 5.0, every_s: float = 10.0) -> None:
         self.what, self.sink, self.after_s, self.every_s = what, sink, after_s, every_s

@@ -1,19 +1,4 @@
-"""A store prepared once, whoever asks for it: the ranks of a run, two runs on the same data, a killed run's next.
-
-:func:`prepared` opens the store at ``directory`` when it is complete (its ``info.json`` is there). Otherwise:
-
-- the process of local rank 0 (or a process with no rank: a single-device run, the checks before a run) takes
-  ``DIRECTORY.lock`` (``fcntl.flock``: the kernel releases it when its holder dies), builds the store into a
-  hidden directory beside it and renames that into place, whole or not at all. A second process holding the same
-  rank (another run on the same data) waits on the lock, then finds the store finished and reads it;
-- a process of another local rank never builds: it waits for local rank 0's store and reads it, so the ranks of
-  one machine prepare once and share the pages of one set of files.
-
-Every wait is bounded, by progress rather than by the clock: the builder rewrites ``DIRECTORY.progress`` as it goes
-(:class:`~runner.data.store.progress.Progress`), and a waiter gives up, with one paragraph saying why and what to do,
-once nothing has moved for ``stall_s`` seconds (a builder that died, or is stuck). Directories a killed builder left
-half-written are removed by the next one to take the lock.
-"""
+"""A store prepared once, whoever asks for it: the ranks of a run, two runs on the same data, a killed run's next."""
 
 from __future__ import annotations
 
@@ -32,8 +17,7 @@ from runner.hub import local_rank
 
 log = logging.getLogger(__name__)
 
-STALL_S = 600.0
-"""Seconds a waiter accepts without progress (no progress line, no finished store) before it gives up."""
+STALL_S = 600.0  # Seconds a waiter accepts without progress (no progress line, no finished store) before it gives up
 POLL_S = 0.2
 
 
@@ -52,9 +36,8 @@ def is_complete(directory: Path) -> bool:
 
 def prepared(directory: Path, build: Callable[[Path], None], what: str, stall_s: float = STALL_S,
              rank: int | None = None) -> tuple[Store, bool]:
-    """The store at ``directory`` and whether this process built it; ``build(tmp)`` writes a complete store into
-    the directory ``tmp`` (module docstring). ``what`` names the data for a waiter's message; ``rank``: this
-    process's local rank (default: :func:`local_rank`)."""
+    """The store at ``directory`` and whether this process built it; ``build(tmp)`` writes a complete store into the
+    directory ``tmp``."""
     directory = Path(directory)
     if is_complete(directory):
         return Store(directory), False
@@ -91,9 +74,9 @@ def prepared(directory: Path, build: Callable[[Path], None], what: str, stall_s:
 
 
 def origin(store: Store, built: bool) -> str:
-    """Where a store :func:`prepared` returned came from, to follow its data's name in the log: ``": tokenized in
-    1.2 s (2 processes), stored in DIR"`` when this process built it (its encoder wrote ``seconds`` and
-    ``processes``), else ``" read from the cache (DIR): not tokenized again"``."""
+    """Where a store ``prepared`` returned came from, to follow its data's name in the log: ``": tokenized in 1.2 s (2
+    processes), stored in DIR"`` when this process built it (its encoder wrote ``seconds`` and ``processes``), else ``"
+    read from the cache (DIR): not tokenized again"``."""
     if built:
         return (f": tokenized in {store.meta['seconds']:.1f} s ({store.meta['processes']} processes), stored in "
                 f"{store.directory}")
@@ -118,8 +101,8 @@ def _locked(directory: Path, what: str, stall_s: float) -> Iterator[None]:
 
 
 def _wait(directory: Path, what: str, stall_s: float, why: str, lock_fd: int | None = None) -> None:
-    """Until the store is complete (or, with ``lock_fd``, the lock is this process's), giving up once nothing has
-    moved for ``stall_s`` seconds."""
+    """Until the store is complete (or, with ``lock_fd``, the lock is this process's), giving up once nothing has moved
+    for ``stall_s`` seconds."""
     progress = progress_file(directory)
     last_seen, last_change = _mtime(progress), time.monotonic()
     log.info("data: %s: %s is being prepared by another process (%s); waiting for it", what, directory, why)

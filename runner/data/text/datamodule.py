@@ -1,13 +1,6 @@
-"""Text for causal language models: UTF-8 bytes, or the ids of a saved tokenizer (the model's, with ``model.path``),
-in packed windows or one variable-length sequence per document, from the Python stdlib source, text files, or
-the text column of a table (:mod:`runner.data.text.documents`: every format ``data.path`` takes).
-
-Targets of padded positions are ``IGNORE_INDEX``, so padding never counts in the loss. How far a batch of
-documents is padded is the dynamic-shape policy's choice (``pad_to``), set by the builder; with ``packing`` the
-documents are packed into rows of exactly ``seq_len`` instead, attention never crossing them
-(:mod:`runner.data.sequences.packed`). Validation never overlaps training (:mod:`runner.data.splits`):
-``val_path``'s files, else a seeded split by document, else the last windows of a single document.
-"""
+"""Text for causal language models: UTF-8 bytes, or the ids of a saved tokenizer (the model's, with ``model.path``), in
+packed windows or one variable-length sequence per document, from the Python stdlib source, text files, or the text
+column of a table."""
 
 from __future__ import annotations
 
@@ -40,8 +33,7 @@ __all__ = ["TextDataModule", "TokenizedTextDataModule"]
 
 
 def unigram_bits(parts: Iterable[np.ndarray]) -> float:
-    """Entropy of the byte distribution: what a model that ignores context would reach. ``parts``: the bytes, a
-    block at a time (a corpus larger than memory is counted without being held)."""
+    """Entropy of the byte distribution: what a model that ignores context would reach."""
     counts = np.zeros(256, dtype=np.int64)
     for part in parts:
         counts += np.bincount(part, minlength=256)
@@ -52,7 +44,7 @@ def unigram_bits(parts: Iterable[np.ndarray]) -> float:
 class TextDataModule(L.LightningDataModule):
     """Text from ``path`` (a file, a folder or a glob of text files or tables; default: the Python stdlib source),
     tokenized by ``tokenizer`` (``bytes``/None: UTF-8 bytes; a directory: the tokenizer saved there); a table's
-    ``text_column``. ``val_path``: what validates (else a split of ``path``, the same on every run and rank)."""
+    ``text_column``."""
 
     def __init__(
         self,
@@ -95,10 +87,9 @@ class TextDataModule(L.LightningDataModule):
                         text_column: str = "text", seq_len: int = 256, batch_size: int = 16,
                         batching: Batching | str = Batching.packed, packing: bool = False,
                         **_: Any) -> str | None:
-        """What is wrong with these arguments, in one paragraph, before a run directory exists (None:
-        nothing): a tokenizer that is not one, a path that cannot be read (a missing column, an empty or damaged
-        file) or holds less than one batch of text, a ``val_path`` that is ``path`` itself, packing without
-        documents. A missing path is the config check's to name."""
+        """What is wrong with these arguments, in one paragraph, before a run directory exists (None: nothing): a
+        tokenizer that is not one, a path that cannot be read (a missing column, an empty or damaged file) or holds less
+        than one batch of text, a ``val_path`` that is ``path`` itself, packing without documents."""
         if (message := check_tokenizer(tokenizer)) is not None:
             return message
         if packing and Batching(batching) is Batching.packed:
@@ -134,8 +125,8 @@ class TextDataModule(L.LightningDataModule):
     @staticmethod
     def traits(tokenizer: str | None = None, batching: Batching | str = Batching.packed, packing: bool = False,
                **_: Any) -> DataTraits:
-        """Bits per byte on bytes (none on a tokenizer's ids); documents are padded per batch and vary in shape,
-        unless packed into rows of one length."""
+        """Bits per byte on bytes (none on a tokenizer's ids); documents are padded per batch and vary in shape, unless
+        packed into rows of one length."""
         varies = Batching(batching) is Batching.documents and not packing
         metric = ValMetric.bits_per_byte if is_bytes(tokenizer) else ValMetric.none
         return DataTraits(metric, pads_per_batch=varies, shapes_vary=varies)
@@ -181,8 +172,8 @@ class TextDataModule(L.LightningDataModule):
                 f"({self.split_how}); lower data.seq_len, raise data.max_bytes or give more text.")
 
     def _train_spans(self, corpus: Corpus) -> Spans:
-        """Where the training text lies in the corpus's ids: its documents, or the training windows or chunks of the
-        one document."""
+        """Where the training text lies in the corpus's ids: its documents, or the training windows or chunks of the one
+        document."""
         if self._train_docs is not None:
             return corpus.of(self._train_docs)
         if isinstance(self._train, PackedWindows):
@@ -190,9 +181,9 @@ class TextDataModule(L.LightningDataModule):
         return self._train.spans  # type: ignore[union-attr]
 
     def _unigram(self, corpus: Corpus) -> float:
-        """The training bytes' entropy: over the documents held in memory (their separators too), else read from
-        the store a block at a time with file reads (a corpus larger than memory is counted without being held, or
-        mapped), once: the figure is remembered beside the store for the same training text."""
+        """The training bytes' entropy: over the documents held in memory (their separators too), else read from the
+        store a block at a time with file reads (a corpus larger than memory is counted without being held, or mapped),
+        once: the figure is remembered beside the store for the same training text."""
         if self._train_docs is not None and corpus.raw is not None:
             return unigram_bits([np.frombuffer(b"".join(corpus.raw[i] for i in self._train_docs), np.uint8)])
         spans = self._train_spans(corpus)
@@ -205,7 +196,7 @@ class TextDataModule(L.LightningDataModule):
                                 lambda: unigram_bits(spans_blocks(tokens, spans.starts, spans.ends))))
 
     def _split(self, corpus: Corpus, val: Corpus | None) -> tuple[Dataset, Dataset]:
-        """Training and validation sequences, disjoint (module docstring)."""
+        """Training and validation sequences, disjoint."""
         n_train = corpus.n_docs
         if val is not None:
             self.split_how, self._train_docs = val_how(self.val_path, self._own_val), list(range(n_train))
@@ -271,8 +262,8 @@ class TokenizedTextDataModule(TextDataModule):
 
 
 def _text_bytes(where: str, key: str, text_column: str, enough: int) -> int:
-    """Bytes of text ``where`` holds (a table's text column), counted until ``enough``; :class:`DataError` when it
-    cannot be read."""
+    """Bytes of text ``where`` holds (a table's text column), counted until ``enough``; ``DataError`` when it cannot be
+    read."""
     source = resolve(where, key)
     if not source.is_table:  # file sizes, until enough
         total = 0

@@ -1,15 +1,4 @@
-"""A language-modelling corpus as token ids: every document's pieces, where they lie in one flat sequence of ids.
-
-A document is a text file, or a row of a table; its pieces are the parts it is stored in (a file's paragraphs when
-documents are split at ``data.separator``; a row is one piece). Splits choose documents, never pieces, so a
-document is never in training and validation both (:mod:`runner.data.splits`).
-
-``read_corpus`` reads what ``data.path`` names: the Python stdlib source by default (in memory, exactly as it has
-always been read, so every figure measured on it stands), text files (their bytes in a store of runner's cache,
-:func:`runner.data.reading.text_files.load_text_files`), or the text column of a table (``.jsonl``, ``.csv``,
-``.parquet``, a ``save_to_disk`` folder), rows joined by the separator in packed windows. Token ids come from
-:func:`runner.data.tokens.encoding.encode` (a store, cached); they stay in memory-mapped files.
-"""
+"""A language-modelling corpus as token ids: every document's pieces, where they lie in one flat sequence of ids."""
 
 from __future__ import annotations
 
@@ -40,8 +29,8 @@ class Read:
     source: str
     files: int
     documents: int
+    # Cap setting (``data.max_bytes=4000000``) -> files or rows it left out
     dropped: dict[str, int] = field(default_factory=dict)
-    """Cap setting (``data.max_bytes=4000000``) -> files or rows it left out."""
 
 
 class Corpus:
@@ -50,10 +39,9 @@ class Corpus:
     def __init__(self, tokens: Tokens, pieces: Spans, doc_of: np.ndarray, read: Read,
                  raw: list[bytes] | None = None, store: Store | None = None) -> None:
         self.tokens, self.pieces, self.doc_of, self.read = tokens, pieces, np.asarray(doc_of, np.int64), read
+        # The documents' bytes, when held in memory (the stdlib corpus: its byte entropy is counted on them)
         self.raw = raw
-        """The documents' bytes, when held in memory (the stdlib corpus: its byte entropy is counted on them)."""
-        self.store = store
-        """The store the ids are in (None: held in memory)."""
+        self.store = store  # The store the ids are in (None: held in memory)
 
     @property
     def n_docs(self) -> int:
@@ -88,8 +76,8 @@ def from_bytes(docs: list[bytes], tokenizer: Tokenizer, separator: str | None, r
 
 
 def from_store(store: Store, column: str, doc_column: str | None, read: Read) -> Corpus:
-    """A store holding ids in ``column`` (one piece a row), the document of each in ``doc_column`` (else one per
-    row): the ids stay in their memory-mapped file."""
+    """A store holding ids in ``column`` (one piece a row), the document of each in ``doc_column`` (else one per row):
+    the ids stay in their memory-mapped file."""
     ids = store.ragged(column)
     starts, ends = ids.bounds()
     doc_of = np.asarray(store.column(doc_column)[:]) if doc_column else np.arange(store.rows)
@@ -98,8 +86,7 @@ def from_store(store: Store, column: str, doc_column: str | None, read: Read) ->
 
 def read_corpus(path: str | None, key: str, tokenizer: Tokenizer, *, text_column: str, separator: str | None,
                 packed: bool, max_bytes: int | None) -> Corpus:
-    """The corpus ``path`` names (module docstring). ``separator``: split text files into documents there
-    (documents batching); in packed windows, table rows are joined by it."""
+    """The corpus ``path`` names."""
     cap = f"data.max_bytes={max_bytes}"
     if path is None:
         docs = read_documents(None, max_bytes)
@@ -121,8 +108,8 @@ def read_corpus(path: str | None, key: str, tokenizer: Tokenizer, *, text_column
 
 def _table_corpus(source: Source, tokenizer: Tokenizer, text_column: str, suffix: str,
                   max_bytes: int | None) -> Corpus:
-    """The text column of a table's rows, each row a document (a null text none), the first rows whose text
-    reaches ``max_bytes``."""
+    """The text column of a table's rows, each row a document (a null text none), the first rows whose text reaches
+    ``max_bytes``."""
     rows, _ = load_table(source)
     lengths = text_lengths(rows, text_column, source, "data.text_column")
     null = null_rows(rows, text_column)

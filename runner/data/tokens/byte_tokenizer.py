@@ -1,25 +1,17 @@
 """runner's byte ids as a Hugging Face tokenizer: ``tokenizers``' own format (``tokenizer.json``), loaded by
-``AutoTokenizer``, whose ids are exactly :class:`~runner.data.tokens.tokenizers.ByteTokens`' (each UTF-8 byte of the
-text plus the family's offset; with an offset, id 0 pads), so an exported byte-level model reads text in
-``transformers.pipeline`` as it did in training.
-
-It is a byte-level BPE without merges: the ``ByteLevel`` pre-tokenizer turns each byte of the UTF-8 text into one
-of 256 printable characters (GPT-2's table, :func:`byte_alphabet`), and the vocabulary maps each character to its
-byte plus the offset; the ``ByteLevel`` decoder maps them back. Nothing normalizes the text, no special token is
-added to it, and the pad token is never matched inside a text (``split_special_tokens``): a text is its bytes.
-"""
+``AutoTokenizer``, whose ids are exactly ``ByteTokens``' (each UTF-8 byte of the text plus the family's offset; with an
+offset, id 0 pads), so an exported byte-level model reads text in ``transformers.pipeline`` as it did in training."""
 
 from __future__ import annotations
 
 from typing import Any
 
-PAD = "<pad>"
-"""The pad token of a family whose byte ids start at 1 (id 0)."""
+PAD = "<pad>"  # The pad token of a family whose byte ids start at 1 (id 0)
 
 
 def byte_alphabet() -> dict[int, str]:
-    """Each byte's character in GPT-2's byte-to-unicode table, the one ``tokenizers``' ``ByteLevel`` uses: the
-    printable Latin-1 bytes are themselves, the other 68 are the characters from U+0100 on, in byte order."""
+    """Each byte's character in GPT-2's byte-to-unicode table, the one ``tokenizers``' ``ByteLevel`` uses: the printable
+    Latin-1 bytes are themselves, the other 68 are the characters from U+0100 on, in byte order."""
     printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
     table = {b: chr(b) for b in printable}
     for b in range(256):

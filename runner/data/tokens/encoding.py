@@ -1,16 +1,4 @@
-"""Token ids of text for the causal LM and the classifier, in a store (:mod:`runner.data.store`).
-
-``encode`` tokenizes one text column once, on every core: the ids go to a store named after the rows' content
-(the digest of their Arrow files' bytes, and which rows), the column, the tokenizer's files' contents and the
-settings, so a second run on the same data reads them back instead of tokenizing again (and says so in its log).
-Bytes are stored as bytes (``uint8``: one byte per id); a tokenizer's ids in the narrowest dtype that holds them,
-with each text's full length beside them when they are cut (``length``). Text files are stored as their bytes
-already (:func:`runner.data.reading.text_files.load_text_files`): with bytes nothing is encoded; a tokenizer reads
-their pieces.
-
-The ids are read through memory maps: nothing is copied until a sequence is read, and a data loader's workers map
-the same files.
-"""
+"""Token ids of text for the causal LM and the classifier, in a store."""
 
 from __future__ import annotations
 
@@ -21,14 +9,13 @@ from typing import Any
 
 import numpy as np
 
+from runner.data.reading.sources import prepared_store
 from runner.data.store import (
     Chunk,
-    PrepareTimeout,
     Store,
     StoreWriter,
     digest_files,
     encode_table,
-    prepared,
     progress_file,
     store_dir,
     store_key,
@@ -43,31 +30,28 @@ log = logging.getLogger(__name__)
 IDS = "ids"
 LENGTH = "length"
 DOC = "doc"
-SEGMENT = 1 << 16
-"""Characters of text a tokenizer is given at a time (``tokenize_long``)."""
-RAW_BYTES = "bytes"
-"""The ragged column of raw bytes ``load_text_files`` writes: byte ids as they are."""
+SEGMENT = 1 << 16  # Characters of text a tokenizer is given at a time (``tokenize_long``)
+RAW_BYTES = "bytes"  # The ragged column of raw bytes ``load_text_files`` writes: byte ids as they are
 VERSION = 1
 
 
 def rows_stamp(rows: Any) -> Any:
     """What identifies ``rows``' content: the digest of their Arrow files' bytes (a table prepared again from a file
-    touched but unchanged is the same bytes) and their count; rows held in memory by ``datasets``' fingerprint of
-    them (:func:`runner.data.reading.tables.in_memory_rows`: a hash of their values)."""
+    touched but unchanged is the same bytes) and their count; rows held in memory by ``datasets``' fingerprint of them.
+    """
     from pathlib import Path
 
     files = [Path(f["filename"]) for f in rows.cache_files]
     return [digest_files(files), len(rows)] if files else ["in memory", rows._fingerprint, len(rows)]
 
 
-_TOKENIZERS: dict[str, Tokenizer] = {}
-"""This process's tokenizers, by their directory: loaded once per worker."""
+_TOKENIZERS: dict[str, Tokenizer] = {}  # This process's tokenizers, by their directory: loaded once per worker
 
 
 @dataclass(frozen=True)
 class TextEncoder:
-    """Texts of ``column`` (strings, or bytes: a text file's pieces) -> their ids; ``keep``: row columns stored as
-    they are (a piece's document). Picklable: it runs in worker processes (:mod:`runner.data.store.parallel`)."""
+    """Texts of ``column`` (strings, or bytes: a text file's pieces) -> their ids; ``keep``: row columns stored as they
+    are (a piece's document)."""
 
     column: str
     tokenizer: str | None
@@ -102,9 +86,7 @@ class TextEncoder:
 def encode(rows: Any, column: str, tokenizer: Tokenizer, *, suffix: str = "", max_len: int | None = None,
            select: np.ndarray | None = None, keep: tuple[str, ...] = (), what: str = "") -> Store:
     """The store of ``rows``' ids of ``column`` (plus ``suffix``): the rows at ``select`` (ascending indices; None:
-    all), a ragged ``ids`` column and the ``keep`` columns. A saved tokenizer's ids are cut at ``max_len`` (its special
-    tokens kept), ``length`` holding each full length; byte ids are stored whole (cut when read). ``rows`` may be a
-    store of a text file's pieces (``load_text_files``), whose ``bytes`` a tokenizer reads."""
+    all), a ragged ``ids`` column and the ``keep`` columns."""
     if isinstance(rows, Store):
         content: Any = ["store", rows.directory.name]
         total = rows.rows
@@ -128,12 +110,7 @@ def encode(rows: Any, column: str, tokenizer: Tokenizer, *, suffix: str = "", ma
         done = encode_table(writer, batches, encoder, total, f"tokenizing {what or column}", progress_file(directory))
         writer.finish({"seconds": round(done.seconds, 2)})
 
-    try:
-        store, built = prepared(directory, build, what or column)
-    except PrepareTimeout as e:
-        from runner.data.reading.sources import DataError
-
-        raise DataError(str(e)) from e
+    store, built = prepared_store(directory, build, what or column)
     if built:
         log.info("data: tokenized %d rows of %s with %s in %.1f s; stored in %s", store.rows, what or column,
                  tokenizer.name, store.meta["seconds"], directory)
@@ -143,9 +120,8 @@ def encode(rows: Any, column: str, tokenizer: Tokenizer, *, suffix: str = "", ma
 
 
 def tokenize_long(tokenizer: Tokenizer, text: str) -> np.ndarray:
-    """The ids of one text of any length, ``SEGMENT`` characters (cut after a newline) at a time: a tokenizer's
-    working memory is many times its text's size, so a piece of megabytes is never tokenized at once. The special
-    tokens are added once, to the first segment."""
+    """The ids of one text of any length, ``SEGMENT`` characters (cut after a newline) at a time: a tokenizer's working
+    memory is many times its text's size, so a piece of megabytes is never tokenized at once."""
     if len(text) <= SEGMENT:
         return tokenizer([text])[0]
     segments, start = [], 0

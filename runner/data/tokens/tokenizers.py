@@ -1,10 +1,5 @@
 """What turns text into token ids: UTF-8 bytes, or a tokenizer saved in a directory (``save_pretrained``).
-
-``data.tokenizer`` names one: ``bytes`` (or null) for UTF-8 bytes, or a directory. Its default follows the model:
-with ``model.path=DIR`` it is ``DIR``, the tokenizer saved beside the model, so a saved model always reads text
-the way it was trained to; without one it is bytes. A family's bytes are ids ``offset .. 255 + offset``: the
-causal LM's are the bytes themselves (0-255), the classifier's are shifted by one so that 0 pads.
-"""
+``data.tokenizer`` names one: ``bytes`` (or null) for UTF-8 bytes, or a directory."""
 
 from __future__ import annotations
 
@@ -18,8 +13,8 @@ from runner.config.target_objects import TokenRange
 
 BYTES = "bytes"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "spiece.model", "vocab.json", "vocab.txt")
+# What a saved tokenizer's files are named (``chat_template.jinja``: transformers' chat template, saved apart)
 _SAVED_PREFIXES = ("tokenizer", "special_tokens", "added_tokens", "vocab", "merges", "spiece", "chat_template")
-"""What a saved tokenizer's files are named (``chat_template.jinja``: transformers' chat template, saved apart)."""
 
 
 def is_bytes(spec: str | None) -> bool:
@@ -28,7 +23,7 @@ def is_bytes(spec: str | None) -> bool:
 
 
 class ByteTokens:
-    """UTF-8 bytes as ids ``offset .. 255 + offset``; ``pad_id`` 0. Nothing to load."""
+    """UTF-8 bytes as ids ``offset .. 255 + offset``; ``pad_id`` 0."""
 
     def __init__(self, offset: int = 0) -> None:
         self.offset = offset
@@ -58,8 +53,8 @@ class SavedTokenizer:
         self.vocab_size = len(self.tokenizer)
 
     def __call__(self, texts: Sequence[str], max_len: int | None = None, special: bool = True) -> list[np.ndarray]:
-        """Each text's ids, with the tokenizer's special tokens unless ``special`` is False; cut to ``max_len``
-        (special tokens kept) when given."""
+        """Each text's ids, with the tokenizer's special tokens unless ``special`` is False; cut to ``max_len`` (special
+        tokens kept) when given."""
         if not max_len:
             return [np.asarray(x, dtype=np.int32) for x in self.ids(texts, special)]
         ids = self.tokenizer(list(texts), add_special_tokens=special, truncation=True, max_length=max_len)
@@ -67,8 +62,8 @@ class SavedTokenizer:
 
     def ids(self, texts: Sequence[str], special: bool = True) -> list[list[int]]:
         """Each text's ids as a list: what ``tokenizer(texts)["input_ids"]`` gives, straight from a fast tokenizer's
-        backend where it has one (``encode_batch_fast``: no offsets or attention masks made and dropped again, 1.7x
-        the throughput on instruction prompts)."""
+        backend where it has one (``encode_batch_fast``: no offsets or attention masks made and dropped again, 1.7x the
+        throughput on instruction prompts)."""
         backend = getattr(self.tokenizer, "backend_tokenizer", None)
         encode = getattr(backend, "encode_batch_fast", None) or getattr(backend, "encode_batch", None)
         if encode is None:
@@ -85,17 +80,17 @@ def load_tokenizer(spec: str | None, offset: int = 0) -> Tokenizer:
 
 
 def tokenizer_stamp(tokenizer: Tokenizer) -> Any:
-    """What identifies a tokenizer for a cache of its ids: ``bytes`` and the offset, or the digest of its saved
-    files' contents (not its name or its files' times: another tokenizer saved under the same name is another
-    tokenizer, and one copied elsewhere is the same)."""
+    """What identifies a tokenizer for a cache of its ids: ``bytes`` and the offset, or the digest of its saved files'
+    contents (not its name or its files' times: another tokenizer saved under the same name is another tokenizer, and
+    one copied elsewhere is the same)."""
     if isinstance(tokenizer, ByteTokens):
         return [BYTES, tokenizer.offset]
     return tokenizer_digest(tokenizer.name)
 
 
 def saved_files(directory: str) -> list[Path]:
-    """The files of the tokenizer saved in ``directory`` (its vocabulary, merges, configuration, special tokens
-    and chat template), sorted by name."""
+    """The files of the tokenizer saved in ``directory`` (its vocabulary, merges, configuration, special tokens and chat
+    template), sorted by name."""
     root = Path(directory).expanduser()
     return sorted((f for f in root.iterdir() if f.is_file() and (f.name.startswith(_SAVED_PREFIXES)
                                                                  or f.name in TOKENIZER_FILES)),
@@ -125,8 +120,8 @@ def check_tokenizer(spec: str | None) -> str | None:
 
 
 def token_range(spec: str | None, offset: int = 0) -> TokenRange | None:
-    """The largest id and the pad id text can get from ``data.tokenizer``; None when it does not load (its own
-    check says why)."""
+    """The largest id and the pad id text can get from ``data.tokenizer``; None when it does not load (its own check
+    says why)."""
     if is_bytes(spec):
         return TokenRange(largest=255 + offset, pad=0, source=f"data.tokenizer={BYTES} (UTF-8 bytes)")
     if check_tokenizer(spec) is not None:
