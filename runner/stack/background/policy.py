@@ -21,8 +21,9 @@ import torch
 from runner.config.rules import gpu_defaults
 from runner.config.schema import Background
 from runner.figures.compile_background import COMPILE_BACKGROUND, COMPILE_BACKGROUND_OUTCOME
+from runner.stack.compiling.compile import CompiledModules, apply_compile
 from runner.stack.compiling.plan import CompilePlan
-from runner.stack.component import StackComponent
+from runner.stack.settings import StackComponent
 
 Step = Callable[..., Any]
 
@@ -208,14 +209,14 @@ class LateStep:
     applies the plan (``torch.compile`` itself loads Inductor, 0.5-0.8 s before the first step; a run that
     never switches never pays it)."""
 
-    def __init__(self, compile_step: Callable[[], Step], eager_step: Step) -> None:
-        self._compile, self.step = compile_step, eager_step
+    def __init__(self, module: Any, step: Step, plan: CompilePlan, compiled: CompiledModules, accumulate: int) -> None:
+        self.module, self.step, self.plan, self.compiled, self.accumulate = module, step, plan, compiled, accumulate
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.step(*args, **kwargs)
 
     def compile(self) -> None:
-        self.step = self._compile()
+        self.step = apply_compile(self.module, self.step, self.plan, self.compiled, self.accumulate)
 
 
 class NoBackground(StackComponent):
@@ -225,9 +226,19 @@ class NoBackground(StackComponent):
     pending = False
     kept_eager = False
 
-    def at_switch(self, compile_step: Callable[[], Step], eager_step: Step) -> Step:
-        """Step 3 of the ordered setup: compile now."""
-        return compile_step()
+    def compile_step(self, module: Any, step: Step, plan: CompilePlan, compiled: CompiledModules,
+                     accumulate: int) -> Step:
+        """Compile now, in the run."""
+        return apply_compile(module, step, plan, compiled, accumulate)
+
+    def apply(self, module: Any) -> None:
+        pass
+
+    def prepare_batch(self, batch: Any) -> Any:
+        return batch
+
+    def on_step_end(self, step: int) -> None:
+        pass
 
     def __init__(self, policy: Background, why: str | None) -> None:
         self.policy, self.why = policy, why

@@ -62,8 +62,9 @@ from runner.stack.background.policy import (
     worth_starting,
 )
 from runner.stack.background.process import CompileProcess, ProcessResult, last_cpu, start_process_for
-from runner.stack.component import StackComponent
-from runner.stack.fit_inputs import CacheArtifacts, CompileSettings, LightningSide
+from runner.stack.compiling.compile import CompiledModules, apply_compile
+from runner.stack.compiling.plan import CompilePlan
+from runner.stack.settings import CacheArtifacts, CompileSettings, LightningSide, StackComponent
 from runner.stack.step_mode import Eager, StepMode
 
 log = logging.getLogger(__name__)
@@ -142,11 +143,12 @@ class BackgroundCompile(StackComponent):
             return
         self.process, self._module, self.pending = process, module, True
 
-    def at_switch(self, compile_step: Callable[[], Step], eager_step: Step) -> Step:
-        """Step 3 of the ordered setup: compile at the switch (on the CPU, while waiting), else now."""
+    def compile_step(self, module: Any, step: Step, plan: CompilePlan, compiled: CompiledModules,
+                     accumulate: int) -> Step:
+        """Compile at the switch (on the CPU, while waiting for the process), else now."""
         if not self.pending or self.lightning.device.type != "cpu":
-            return compile_step()
-        self._late = LateStep(compile_step, eager_step)
+            return apply_compile(module, step, plan, compiled, accumulate)
+        self._late = LateStep(module, step, plan, compiled, accumulate)
         return self._late
 
     def configure(self) -> None:

@@ -33,8 +33,7 @@ from runner.config.cache_secret import ARTIFACTS_SUBJECT, Signer, open_artifacts
 from runner.config.paths import ARTIFACTS_DIR, ARTIFACTS_FILE
 from runner.config.schema import CacheTrust
 from runner.figures.compile_caches import COMPILE_CACHE_ARTIFACTS_LOADED, COMPILE_CACHE_ARTIFACTS_SAVED
-from runner.stack.component import StackComponent
-from runner.stack.fit_inputs import CacheArtifacts
+from runner.stack.settings import CacheArtifacts, StackComponent
 
 log = logging.getLogger(__name__)
 

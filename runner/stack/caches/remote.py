@@ -52,7 +52,7 @@ from runner.figures.compile_caches import (
 from runner.stack.caches.entries import SignedEntries, UnsignedEntries
 from runner.stack.caches.kernels import KERNEL_NAME, open_entry, shared_object_problem, sharing_supported, sign
 from runner.stack.caches.server import CONNECT_TIMEOUT_S, TIMEOUT_S, bounded_url, ping
-from runner.stack.component import StackComponent
+from runner.stack.settings import StackComponent
 
 log = logging.getLogger(__name__)
 
@@ -277,6 +277,14 @@ def _decode(raw: bytes) -> str | None:
         return None
 
 
-def build_remote_cache(url: str | None, device: torch.device, trust: CacheTrust = CacheTrust.signed) -> StackComponent:
+class NoRemoteCache(StackComponent):
+    """No ``compile.cache``: nothing shared."""
+
+    def on_step_end(self, step: int) -> None:
+        pass
+
+
+def build_remote_cache(url: str | None, device: torch.device,
+                       trust: CacheTrust = CacheTrust.signed) -> RemoteCompileCache | NoRemoteCache:
     """The shared compile cache for ``compile.cache``; a no-op component without one."""
-    return RemoteCompileCache(url, device, trust) if url else StackComponent()
+    return RemoteCompileCache(url, device, trust) if url else NoRemoteCache()

@@ -13,8 +13,8 @@ import time
 from typing import Any
 
 from runner import torch_internals as ti
-from runner.stack.component import StackComponent
 from runner.stack.console.progress import CompileProgress, Sink, default_sink
+from runner.stack.settings import StackComponent
 
 _KIND = {"LAZY_BACKWARD": "backward", "CUDAGRAPH_RECORDING": "cudagraph_recording"}
 

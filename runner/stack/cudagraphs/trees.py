@@ -59,9 +59,9 @@ from runner.figures.cudagraphs import (
     CUDAGRAPHS_STATIC_BATCH_PASSED_THROUGH,
     CUDAGRAPHS_STATIC_STATE_TENSORS,
 )
-from runner.stack.component import StackComponent
 from runner.stack.cudagraphs.partitions import PartitionCount
 from runner.stack.cudagraphs.static_batch import StaticBatch
+from runner.stack.settings import StackComponent
 from runner.stack.step_mode import StepMode
 
 
@@ -234,6 +234,24 @@ class CudaGraphsInactive(StackComponent):
 
     def eval_step_context(self) -> ContextManager[Any]:
         return contextlib.nullcontext()
+
+    def step_context(self) -> ContextManager[Any]:
+        return contextlib.nullcontext()
+
+    def apply(self, module: nn.Module) -> None:
+        pass
+
+    def bind_optimizers(self, optimizers: list[Optimizer]) -> None:
+        pass
+
+    def prepare_batch(self, batch: Any) -> Any:
+        return batch
+
+    def after_backward(self) -> None:
+        pass
+
+    def on_step_end(self, step: int) -> None:
+        pass
 
     def summary(self) -> str:
         return "CUDA graphs: not active"

@@ -39,8 +39,8 @@ from runner.figures.dynamic import (
     DYNAMIC_RECOMPILE_REASONS,
     DYNAMIC_RECOMPILES,
 )
-from runner.stack.component import StackComponent
 from runner.stack.dynamic.agreement import Agreement, ShapeAgreement, process_group_info, resolve_agreement, shapes_of
+from runner.stack.settings import StackComponent
 from runner.stack.step_mode import Eager, StepMode
 
 _MAX_REASONS = 20

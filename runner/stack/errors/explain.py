@@ -22,7 +22,7 @@ from runner import torch_internals as ti
 from runner.config.schema import OnError
 from runner.errors import RunStopped
 from runner.figures.compile_work import COMPILE_RECOMPILE_LIMIT_HITS
-from runner.stack.component import StackComponent
+from runner.stack.settings import StackComponent
 
 log = logging.getLogger(__name__)
 

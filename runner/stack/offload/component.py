@@ -36,10 +36,10 @@ from runner.figures.offload import (
     OFFLOAD_TRACED_SKIPPED,
 )
 from runner.stack.compiling.plan import CompilePlan
-from runner.stack.component import StackComponent
 from runner.stack.offload import policy
 from runner.stack.offload.checkpointing import apply_checkpointing
 from runner.stack.offload.hooks import SavedTensorCodec
+from runner.stack.settings import StackComponent
 
 CPU_OFFLOAD_ON_CPU = (
     "offload.strategy={strategy} moves saved activations to host memory, which is pointless on a {device} "
@@ -65,6 +65,15 @@ class OffloadComponent(StackComponent):
 
     def current_path(self) -> str:
         return self.path
+
+    def apply(self, module: nn.Module) -> None:
+        pass
+
+    def prepare_batch(self, batch: Any) -> Any:
+        return batch
+
+    def step_context(self) -> ContextManager[Any]:
+        return contextlib.nullcontext()
 
     def figures(self) -> dict[str, Any]:
         # The measured path (on the run's path, before training) wins over the live counts: a

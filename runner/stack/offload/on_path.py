@@ -26,11 +26,10 @@ import torch
 
 from runner import torch_internals as ti
 from runner.figures.offload import OFFLOAD_MEASURE_SKIPPED
+from runner.lightning_step.deferred_log import discard_logs, metric_methods
 from runner.stack.compiling.compile import CompiledModules, apply_compile
 from runner.stack.compiling.plan import CompilePlan
-from runner.stack.deferred.log import discard_logs
-from runner.stack.deferred.metrics import metric_methods
-from runner.stack.fit_inputs import CompileSettings, LightningSide
+from runner.stack.settings import CompileSettings, LightningSide
 
 
 def skip_reason(module: L.LightningModule, lightning: LightningSide, settings: CompileSettings) -> str | None:

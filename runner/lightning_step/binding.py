@@ -102,3 +102,14 @@ def turn_off_hooks(module: nn.Module, zero_grad: bool, clipping: bool) -> Callab
         vars(module).pop("configure_gradient_clipping", None)
 
     return undo
+
+
+def backward_ran_in_step(strategy: Any, closure_loss: Any) -> Any:
+    """Lightning's hooks around a backward the compiled step already ran (``on_before/after_backward``, the
+    precision plugin's), without running backward again."""
+    module = strategy.lightning_module
+    strategy.pre_backward(closure_loss)
+    closure_loss = strategy.precision_plugin.pre_backward(closure_loss, module)
+    closure_loss = strategy.precision_plugin.post_backward(closure_loss, module)
+    strategy.post_backward(closure_loss)
+    return closure_loss

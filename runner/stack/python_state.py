@@ -26,7 +26,7 @@ from typing import Any
 from runner import lightning_internals as li
 from runner import torch_internals as ti
 from runner.figures.compile_plan import COMPILE_DYNAMIC_STATE_SOURCES
-from runner.stack.component import StackComponent
+from runner.stack.settings import StackComponent
 
 FIT_LOOP_STATE = li.FIT_LOOP_STATE
 """Below ``LightningModule._trainer``: the fit loop's counters (``runner.lightning_internals``)."""
