@@ -1,9 +1,5 @@
-"""Bookkeeping inside a compiled ``training_step`` without graph breaks: ``self.log``/``self.log_dict``
-and the methods of metric objects, recorded during the step and replayed eagerly after it, in order.
-
-The same holds for the Python state the step touches: list attributes and the optimizers the trainer holds are
-swapped for stand-ins that record mutations, and torchmetrics objects' methods are deferred likewise.
-"""
+"""Bookkeeping inside a compiled ``training_step`` without graph breaks: ``self.log``/``self.log_dict`` and the methods
+of metric objects, recorded during the step and replayed eagerly after it, in order."""
 
 from __future__ import annotations
 
@@ -137,7 +133,6 @@ class OptimizerView:
 
 
 DeferredMethods = Iterable[tuple[Any, Iterable[str]]]
-"""Objects and the names of their methods to defer while a compiled step runs."""
 
 _MISSING = object()
 _RETURNS_NOTHING = frozenset({"update", "reset", "log", "log_dict", "print"})
@@ -148,11 +143,7 @@ class DeferredValueError(TypeError):
 
 
 class Deferred:
-    """The result of a call deferred to after the compiled step: filled in when it is replayed.
-
-    Log it (``self.log(name, acc)``), put it in the step's output: both see the real value. Any
-    arithmetic or comparison raises :class:`DeferredValueError` naming the fix.
-    """
+    """The result of a call deferred to after the compiled step: filled in when it is replayed."""
 
     def __init__(self, call: str) -> None:
         self.call = call
@@ -230,10 +221,9 @@ class DeferredLog:
              optimizer_lists: Iterable[tuple[dict[str, Any], str]] = (),
              module_optimizers: Callable[[], list[Any]] | None = None) -> None:
         """Defer ``module.log``/``log_dict``, ``methods`` (e.g. every torchmetrics object's
-        ``forward``/``update``/``compute``/``reset``) and the mutations of the module's ``list``
-        attributes; show the step ``OptimizerView``s in ``optimizer_lists`` (``(obj.__dict__, name)`` of
-        each list of optimizers the step can reach, ``runner.deferred_state``). The recorders are built
-        here, once. ``detach_in_step``: the step's graph runs backward (``scope=step_backward``)."""
+        ``forward``/``update``/``compute``/``reset``) and the mutations of the module's ``list`` attributes; show the
+        step ``OptimizerView``s in ``optimizer_lists`` (``(obj.__dict__, name)`` of each list of optimizers the step can
+        reach, ``runner.deferred_state``). The recorders are built here, once."""
         self._module = module
         self._detach_in_step = detach_in_step
         self._bound = id(module)

@@ -1,12 +1,4 @@
-"""``CompileStrategy`` and ``DDPCompileStrategy``: Lightning strategies that apply the compile stack.
-
-They stay thin adapters: Lightning does device placement, DDP wrapping, precision, the optimizer step
-(closure and all) and checkpoint I/O; every compile decision and its order live in ``CompileStack``,
-which each strategy hands Lightning's side of the order as a ``LightningSide``. Use them in any Trainer::
-
-    trainer = L.Trainer(strategy=CompileStrategy(compile=CompileConfig(scope=Scope.step)))
-    trainer = L.Trainer(strategy="compile")  # the same, by name (after ``import runner``)
-"""
+"""``CompileStrategy`` and ``DDPCompileStrategy``: Lightning strategies that apply the compile stack."""
 
 from __future__ import annotations
 
