@@ -24,6 +24,7 @@ from runner.config.schema.data import Batching
 from runner.config.schema.objective import Reference, resolve_reference
 from runner.config.target_objects import declared, fields, locate
 from runner.data.traits import DataTraits, ValMetric
+from runner.lightning_step.callback_group import CallbackGroup
 from runner.peft import apply_peft
 from runner.quiet import quiet_wandb
 from runner.reliability import AtomicCheckpointIO, build_reliability_callbacks
@@ -31,7 +32,6 @@ from runner.stack import CacheArtifacts
 from runner.stack.dynamic.policy import resolve_bounds, resolve_pad_to
 from runner.strategy import CompileStrategy, ConsolidatedCheckpoint, DDPCompileStrategy, FSDPCompileStrategy
 from runner.telemetry.advice import Batches
-from runner.training.callback_group import CallbackGroup
 from runner.training.loss import resolve_loss
 from runner.training.module import TrainModule
 from runner.training.preference import PreferenceModule

@@ -444,7 +444,7 @@ def test_past_its_block_size_the_gpt_runs_the_moving_window_whole_as_uncached_de
 def test_gpt_generation_reaches_blocks_inside_checkpoint_wrappers(gpt: TrainedRun) -> None:
     """offload=checkpoint leaves torch's checkpoint wrapper around each block after the fit: the end-of-fit sample
     still runs on the cache, through the blocks inside."""
-    from runner.stack.offload.checkpointing import apply_checkpointing
+    from runner.stack.offload.component import apply_checkpointing
 
     wrapped = copy.deepcopy(gpt.module.model)
     assert apply_checkpointing(wrapped) == ["blocks.0", "blocks.1"]

@@ -10,7 +10,7 @@ import lightning as L
 import torch
 from lightning.pytorch.callbacks import Callback
 
-from runner.training.callback_group import CallbackGroup, find_callback
+from runner.lightning_step.callback_group import CallbackGroup, find_callback
 from tests.helpers import tiny_data, tiny_module
 
 

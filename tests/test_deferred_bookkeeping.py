@@ -13,10 +13,9 @@ from torchmetrics import MeanMetric, MetricCollection
 from torchmetrics.classification import MulticlassAccuracy
 
 from runner.config.schema import CompileConfig, CudaGraphsConfig, Scope
+from runner.lightning_step.deferred_log import METRIC_METHODS, Deferred, DeferredLog, DeferredValueError, metric_methods
 from runner.stack.compiling.plan import resolve_plan, resolve_step_target, step_blocker, step_note
-from runner.stack.deferred.log import Deferred, DeferredLog, DeferredValueError
-from runner.stack.deferred.metrics import METRIC_METHODS, metric_methods
-from runner.stack.deferred.reads import state_sources
+from runner.stack.python_state import state_sources
 
 
 class _Module(L.LightningModule):

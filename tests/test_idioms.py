@@ -28,7 +28,7 @@ import torch
 from torch import nn
 
 from runner.config.schema import Background, CompileConfig, OptimizerPolicy, Scope
-from runner.stack.deferred.log import DeferredValueError
+from runner.lightning_step.deferred_log import DeferredValueError
 from runner.strategy import CompileStrategy
 from runner.telemetry.collector import CompileCollector
 from tests.zoo.data import VectorsDataModule

@@ -16,7 +16,7 @@ from lightning.pytorch.loggers import WandbLogger
 from lightning.pytorch.strategies import ModelParallelStrategy, SingleDeviceStrategy
 
 from runner import lightning_internals as li
-from runner.strategy.log_fastpath import LogFastPath
+from runner.lightning_step.log_fastpath import LogFastPath
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -11,7 +11,7 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.trainer.connectors.logger_connector.result import _ResultCollection, _ResultMetric
 
 from runner.config.schema import Scope
-from runner.strategy.log_fastpath import LogFastPath
+from runner.lightning_step.log_fastpath import LogFastPath
 from tests.helpers import fit_losses
 
 

@@ -10,7 +10,7 @@ from runner import torch_internals as ti
 from runner.config.schema import OffloadConfig, OffloadStrategy
 from runner.models.gpt import GPT, Block
 from runner.stack.offload import build_offload, codecs, policy
-from runner.stack.offload.checkpointing import apply_checkpointing
+from runner.stack.offload.component import apply_checkpointing
 from runner.stack.offload.hooks import SavedTensorCodec
 
 

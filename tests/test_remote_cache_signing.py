@@ -47,7 +47,7 @@ from runner.figures.compile_caches import (
 )
 from runner.stack.caches import LocalCompileCache, save_artifacts
 from runner.stack.caches.entries import SignedEntries
-from runner.stack.fit_inputs import CacheArtifacts
+from runner.stack.settings import CacheArtifacts
 from runner.strategy import CompileStrategy
 from tests.helpers import redis_server
 

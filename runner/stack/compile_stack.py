@@ -1,56 +1,113 @@
 """``CompileStack``: the compile stack as one plain object, applied to a LightningModule.
 
-``setup`` is the one ordered apply, for every strategy (torchtitan's ``parallelize_llama`` is the
-model: each transform one call, in order, readable top to bottom)::
-
-    measure -> shape policy -> saved activations -> compile -> shard -> optimizers
-      -> optimizer-step policy -> CUDA graphs -> bind -> compile beside the run (``compile.background``)
-
-Lightning's side of the order (a sample batch, sharding, the optimizers) comes from the strategy as a
-:class:`LightningSide`. What is compiled is decided once, up front, by
-``runner.stack.compiling.plan.resolve_plan``. Each step then runs through ``training_step`` (batch preparation,
-the components' contexts, deferred Python side effects), a recompile storm demotes the frame that storms
-(``runner.stack.errors.storms`` finds it, ``runner.stack.demotion`` demotes it), and ``teardown`` restores every
-module, optimizer and process-wide setting the stack changed and forgets what this fit compiled, so the next fit
-in the process starts clean.
+``setup`` is the one ordered apply, for every strategy (torchtitan's ``parallelize_llama`` is the model): measure,
+shape policy, saved activations, compile, shard, optimizers, CUDA graphs, bind. Each step pushes its undo on one
+list, which ``teardown`` runs in reverse, so every module, optimizer and process-wide setting comes back.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import lightning as L
+import torch
 from torch.optim import Optimizer
 
 from runner import torch_internals as ti
-from runner.config.schema import OptimizerPolicy
+from runner.config.decisions import stack as stack_rules
+from runner.config.schema import OnError, OptimizerPolicy
 from runner.figures.compile_plan import (
     COMPILE_BACKEND,
     COMPILE_COMPILED_AUTOGRAD,
+    COMPILE_MODE,
     COMPILE_MODULES_COMPILED,
+    COMPILE_OPTIONS,
     COMPILE_SCOPE,
+    COMPILE_TARGET,
 )
 from runner.figures.compile_work import COMPILE_DEMOTED, COMPILE_DEMOTIONS, COMPILE_FRAMES
-from runner.stack.compiling.binding import install_step, turn_off_hooks, user_step
-from runner.stack.compiling.compile import CompiledModules, apply_compile
-from runner.stack.compiling.plan import StepFacts, resolve_optimizers
-from runner.stack.deferred.metrics import metric_methods
-from runner.stack.demotion import demote
-from runner.stack.errors.explain import explain_compile_error
-from runner.stack.errors.storms import Storm
-from runner.stack.fit_inputs import CompileSettings, LightningSide
-from runner.stack.fit_parts import FitParts, StepHooks, build_fit_parts
+from runner.figures.cudagraphs import CUDAGRAPHS_DECISION
+from runner.lightning_step.binding import (
+    code_of,
+    install_step,
+    reads_logged_results,
+    takes_dataloader_iter,
+    turn_off_hooks,
+    user_step,
+)
+from runner.lightning_step.deferred_log import DeferredLog, metric_methods
+from runner.stack.background import BackgroundCompile, NoBackground, build_background
+from runner.stack.caches import LocalCompileCache, NoRemoteCache, RemoteCompileCache, build_remote_cache
+from runner.stack.compiling.compile import CompiledModules, compiled_submodules
+from runner.stack.compiling.plan import (
+    CompilePlan,
+    StepFacts,
+    resolve_optimizers,
+    resolve_plan,
+    step_blocker,
+    step_note,
+)
+from runner.stack.console import CompileConsole
+from runner.stack.cudagraphs import CudaGraphs, CudaGraphsInactive, build_cudagraphs
+from runner.stack.dynamic import ShapePolicyComponent, build_shape_policy
+from runner.stack.errors.explain import CompileErrorWatch, explain_compile_error
+from runner.stack.errors.storms import Storm, StormWatch
+from runner.stack.offload import OffloadComponent, build_offload
+from runner.stack.offload.component import excluded_inside_compiled
 from runner.stack.offload.on_path import measure_saved_activations
 from runner.stack.optimizer.graphed import Clipping
+from runner.stack.optimizer.step import OptimizerStep
+from runner.stack.python_state import PythonState
+from runner.stack.settings import CacheArtifacts, CompileSettings, LightningSide
 from runner.stack.step_mode import StepMode
 
 log = logging.getLogger(__name__)
 
 __all__ = ["CompileSettings", "CompileStack", "LightningSide", "stack_of"]
+
+
+class _NoStorms(StormWatch):
+    """``compile.on_error=raise``: a storm runs into torch's recompile limit, which stops the run."""
+
+    def check(self) -> list[Any]:
+        return []
+
+
+@dataclass
+class FitParts:
+    """The plan and every part of one fit, built before anything is applied."""
+
+    settings: CompileSettings
+    plan: CompilePlan
+    errors: CompileErrorWatch
+    shape: ShapePolicyComponent
+    state: PythonState
+    offload: OffloadComponent
+    cudagraphs: CudaGraphs | CudaGraphsInactive
+    console: CompileConsole | None
+    storms: StormWatch
+    background: BackgroundCompile | NoBackground
+    deferred: DeferredLog = field(default_factory=DeferredLog)
+    local_cache: LocalCompileCache = field(default_factory=lambda: LocalCompileCache(None, CacheArtifacts()))
+    remote_cache: RemoteCompileCache | NoRemoteCache = field(default_factory=NoRemoteCache)
+    optimizer_step: OptimizerStep | None = None
+    compiled_autograd: Any = None  # the compiler compiled autograd uses, where the plan has it
+
+    def figures(self) -> dict[str, Any]:
+        out: dict[str, Any] = {CUDAGRAPHS_DECISION: self.plan.cudagraphs_decision.describe(),
+                               COMPILE_MODE: self.plan.kwargs.get("mode"),
+                               COMPILE_OPTIONS: dict(self.plan.kwargs.get("options", {})),
+                               COMPILE_TARGET: self.plan.target_name}
+        if self.optimizer_step is not None:
+            out.update(self.optimizer_step.figures())
+        for part in (self.background, self.local_cache, self.remote_cache, self.errors, self.shape, self.state,
+                     self.offload, self.cudagraphs, *([self.console] if self.console is not None else [])):
+            out.update(part.figures())
+        return out
 
 
 class CompileStack:
@@ -59,28 +116,23 @@ class CompileStack:
     def __init__(self, settings: CompileSettings, console: bool = True) -> None:
         self.settings = settings
         self.console = console
-        self.step_mode = StepMode()
-        """The one owner of Dynamo's stance in a fit (a new one at each ``setup``): parts and callbacks ask it
-        for eager steps (``runner.stack.step_mode``)."""
+        self.step_mode = StepMode()  # the one owner of Dynamo's stance in a fit (a new one at each setup)
         self.parts: FitParts | None = None
         self.compiled = CompiledModules()
         self.measured: dict[str, Any] = {}
         self.demoted: list[dict[str, Any]] = []
         self.steps = 0
+        self.frames: int | None = None  # code objects this fit compiled (known at teardown)
         self._module: L.LightningModule | None = None
         self._step: Callable[..., Any] | None = None
         self._capture = False
         self._undo: list[Callable[[], None]] = []
-        self._undo_step: Callable[[], None] = lambda: None
         self._snapshot: ti.CodeSnapshot = {}
         self._accumulate = 1
         self._micro_batches = 0
         self._optimizers: list[Optimizer] = []
-        self._hooks = StepHooks()
         self._frozen: dict[str, Any] = {}
         self._applied = False
-        self.frames: int | None = None
-        """Code objects this fit compiled (known at teardown)."""
 
     @property
     def plan(self) -> Any:
@@ -99,41 +151,68 @@ class CompileStack:
         self._applied = True  # from here on, teardown has something to undo
         self._accumulate = lightning.accumulate_grad_batches
         self.step_mode = StepMode()
-        parts = self.parts = build_fit_parts(self.settings, module, lightning, console=self.console,
-                                             step_mode=self.step_mode)
-        parts.configure_tracing()
-        self.measured = measure_saved_activations(module, lightning, self.settings, parts.plan)  # 0. on a copy
-        parts.background.apply(module)  # 0b. untransformed, for a compile process beside the run (compile.background)
-        parts.configure_compiler()
-        parts.shape.configure()  # 1. shape policy: Dynamo's dynamic-shape settings, batch marks, Lightning's counters
+        parts = self.parts = build_parts(self.settings, module, lightning, console=self.console,
+                                         step_mode=self.step_mode)
+        process = ti.TorchSettings()  # the settings the compile config owns; restored last
+        undo = self._undo = [process.restore, self.step_mode.close]
+        # How the step is traced, before its first trace: loss.backward() into the graph for step_backward.
+        process.dynamo("trace_autograd_ops", parts.plan.backward_in_step)
+        self.measured = measure_saved_activations(module, lightning, self.settings, parts.plan)  # on a copy
+        parts.background.apply(module)  # untransformed, for a compile process beside the run
+        undo.append(parts.background.teardown)
+        for part in (parts.local_cache, parts.remote_cache):  # caches before anything compiles
+            part.configure()
+            undo.append(part.teardown)
+        # on_error=eager: a frame that fails to compile runs eagerly (counted by telemetry).
+        process.dynamo("suppress_errors", self.settings.compile.on_error is OnError["eager"])
+        ti.lift_python_scalars(process)  # an int attribute of the module that changes: one recompile, not a storm
+        parts.errors.configure()
+        undo.append(parts.errors.teardown)
+        if parts.console is not None:
+            parts.console.configure()
+            undo.append(parts.console.teardown)
+        parts.shape.configure()  # 1. shape policy: dynamic-shape settings, batch marks
+        undo.append(parts.shape.teardown)
         parts.state.configure()
-        parts.shape.apply(module)
+        undo.append(parts.state.teardown)
         parts.offload.configure()  # 2. saved activations: hooks or checkpoint wrappers, before compiling
         parts.offload.apply(module)
         parts.offload.measured = self.measured
-        self._step = parts.background.at_switch(lambda: apply_compile(  # 3. compile (beside the run: at the switch)
-            module, user_step(module), parts.plan, self.compiled, lightning.accumulate_grad_batches), user_step(module))
+        undo.append(parts.offload.teardown)
+        self._step = parts.background.compile_step(  # 3. compile (beside the run: at the switch)
+            module, user_step(module), parts.plan, self.compiled, lightning.accumulate_grad_batches)
+        undo.append(self.compiled.restore)
         if lightning.shard is not None:  # 4. shard (FSDP): compiled blocks become FSDP units
             lightning.shard(module)
         optimizers = lightning.optimizers()  # 5. the optimizers as they will step (sharded params under FSDP)
         facts = StepFacts(automatic_optimization=module.automatic_optimization, scaler=lightning.scaler,
                           sharded=lightning.shard is not None, gradient_hooks=tuple(lightning.gradient_hooks))
-        parts.plan = resolve_optimizers(parts.plan, self.settings.compile.optimizer, optimizers, lightning.device,  # 6.
-                                        facts=facts)
-        parts.apply_optimizer_step(optimizers, lightning.device,
-                                   Clipping(lightning.gradient_clip_val, lightning.gradient_clip_algorithm))
+        plan = parts.plan = resolve_optimizers(parts.plan, self.settings.compile.optimizer, optimizers,
+                                               lightning.device, facts=facts)
+        # 6. the optimizer step the plan chose; a graph-safe one takes clipping over from Lightning.
+        step = parts.optimizer_step = OptimizerStep(
+            plan.optimizer, plan.optimizer_reason, plan.optimizer_kwargs, step_mode=self.step_mode,
+            clipping=Clipping(lightning.gradient_clip_val, lightning.gradient_clip_algorithm),
+            capture=plan.cudagraphs, blocker=plan.optimizer_blocker,
+            asked_graphed=self.settings.compile.optimizer is OptimizerPolicy.graphed)
+        for opt in optimizers:
+            step.prepare(opt, lightning.device)
+        undo.append(step.restore)
         parts.cudagraphs.configure()  # 7. CUDA graphs: static addresses, step marking
         parts.cudagraphs.apply(module)
         parts.cudagraphs.bind_optimizers(optimizers)
-        log.info("compile stack: %s", parts.describe())
+        undo.append(parts.cudagraphs.teardown)
+        if plan.compiled_autograd:
+            parts.compiled_autograd = torch.compile(**plan.compiled_autograd_kwargs)
+        log.info("compile stack: scope=%s target=%s backend=%s optimizer=%s", plan.scope.value, plan.target_name,
+                 plan.kwargs["backend"], plan.optimizer.value)
         self._bind(module, optimizers, lightning)  # 8. route training_step through the stack
         parts.background.configure()  # 9. compile beside the run: every step eager until it is ready
 
     def _bind(self, module: L.LightningModule, optimizers: list[Optimizer], lightning: LightningSide) -> None:
-        """Route every training_step call through the stack, with the components' per-step hooks."""
         assert self.parts is not None
         plan = self.parts.plan
-        self._module, self._optimizers, self._hooks = module, optimizers, self.parts.step_hooks()
+        self._module, self._optimizers = module, optimizers
         # Python side effects are deferred only where the step itself is compiled: an eager step
         # (manual optimization, scope=model/blocks) logs exactly when and as Lightning does.
         self._capture = plan.whole_step
@@ -143,103 +222,108 @@ class CompileStack:
         # Lightning zeroes gradients between training_step and backward. Here backward runs inside the step
         # (zeroing moves to just before it, same accumulation boundaries), or the graph-safe optimizer step
         # zeroes them in place after its update: set to None, they would move. The graph-safe step also clips
-        # (trainer.gradient_clip_val): Lightning must not also clip. The strategy's call and DDP's forward
-        # redirection both reach training_step.
+        # (trainer.gradient_clip_val): Lightning must not also clip.
         graphed = plan.optimizer is OptimizerPolicy.graphed
-        undo_hooks = turn_off_hooks(module, zero_grad=plan.backward_in_step or graphed, clipping=graphed)
-        self._undo_step = install_step(module, self.training_step)
-        self._undo.append(undo_hooks)
-        self.parts.storms.start(self.parts.settings_owner)
+        self._undo.append(turn_off_hooks(module, zero_grad=plan.backward_in_step or graphed, clipping=graphed))
+        self._undo.append(install_step(module, self.training_step))
+        # Restored first: restoring is last-in, first-out across owners (two owners that raise one limit in
+        # turn would otherwise leave the first one's value behind).
+        bound = ti.TorchSettings()
+        self.parts.storms.start(bound)
+        self._undo.append(bound.restore)
 
     def teardown(self) -> None:
-        """Unpatch the module and optimizers, forget what this fit compiled, restore every setting (once per
-        ``setup``: Lightning tears the strategy down after validate/test too, where nothing was applied)."""
+        """Undo every transform in reverse and forget what this fit compiled (once per ``setup``: Lightning tears
+        the strategy down after validate/test too, where nothing was applied)."""
         if self.parts is None or not self._applied:
             return
         self._applied = False
-        if self._module is not None:
-            self._undo_step()
-            if self.parts is not None and self.parts.console is not None:
-                self.parts.console.say(self.parts.console.summary(self.parts.summary_extra(self.demoted)))
+        parts = self.parts
+        if self._module is not None and parts.console is not None:
+            parts.console.say(parts.console.summary(self._summary_tail()))
         self._module, self._step = None, None
-        self.compiled.restore()
         for undo in reversed(self._undo):
             undo()
         self._undo = []
-        self.parts.teardown()
         compiled = ti.codes_compiled_since(self._snapshot)
         self.frames = len(compiled)
-        if (message := self.parts.nothing_compiled(self.frames, self._micro_batches)) is not None:
+        if (message := self._nothing_compiled(self.frames, self._micro_batches)) is not None:
             log.warning(message)  # once, loudly: a fit that trained with something to compile compiled nothing
-            if self.parts.console is not None:
-                self.parts.console.say(message)
+            if parts.console is not None:
+                parts.console.say(message)
         ti.forget_codes(compiled)
 
     # -- per step ------------------------------------------------------------------------------
     def training_step(self, *args: Any, **kwargs: Any) -> Any:
-        """One training step through every component's context, with deferred Python side effects."""
+        """One training step through every part's context, with deferred Python side effects."""
         assert self._module is not None and self._step is not None and self.parts is not None
-        if args and self._hooks.preparers:  # each component's preparation of the device batch, in order
-            args = (functools.reduce(lambda batch, prepare: prepare(batch), self._hooks.preparers, args[0]), *args[1:])
+        p = self.parts
+        if args:  # each part's preparation of the device batch, in order
+            batch = p.background.prepare_batch(args[0])  # first: the compile process sees the batch as given
+            batch = p.shape.prepare_batch(batch)
+            batch = p.offload.prepare_batch(batch)
+            args = (p.cudagraphs.prepare_batch(batch), *args[1:])
         if self.backward_in_step and self._micro_batches % self._accumulate == 0:
             for opt in self._optimizers:
                 opt.zero_grad(set_to_none=True)
         self._micro_batches += 1
-        with contextlib.ExitStack() as stack:
-            stack.enter_context(self.step_mode.training_step())  # the stance the step's reasons give (StepMode)
-            for context in self._hooks.contexts:
-                stack.enter_context(context())
-            if self._capture:
-                stack.enter_context(self.parts.deferred.capture(self._module))
+        with (self.step_mode.training_step(),  # the stance the step's reasons give
+              p.shape.step_context(),
+              p.offload.step_context(),
+              p.cudagraphs.step_context(),
+              self._compiled_autograd(),
+              p.deferred.capture(self._module) if self._capture else contextlib.nullcontext()):
             out = self._step(*args, **kwargs)
-        for backward_end in self._hooks.backward_enders if self.backward_in_step else ():  # the step ran backward
-            backward_end()
-        for storm in self.parts.storms.check():
+        if self.backward_in_step:  # the step ran backward
+            p.cudagraphs.after_backward()
+        for storm in p.storms.check():
             self._demote(storm)
-        return self.parts.deferred.resolve(out) if self._capture else out
+        return p.deferred.resolve(out) if self._capture else out
+
+    def _compiled_autograd(self) -> contextlib.AbstractContextManager[Any]:
+        compiler = self.parts.compiled_autograd if self.parts is not None else None
+        return ti.compiled_autograd(compiler) if compiler is not None else contextlib.nullcontext()
 
     @contextlib.contextmanager
     def backward_context(self) -> Iterator[None]:
         """Around Lightning's backward of each training step (not taken when the step ran it)."""
-        with self._hooks.backward_context():
+        with self._compiled_autograd():
             yield
-        for backward_end in self._hooks.backward_enders:
-            backward_end()
+        if self.parts is not None:
+            self.parts.cudagraphs.after_backward()
 
     def eval_step_context(self) -> contextlib.AbstractContextManager[Any]:
         """Around each validation/test/predict batch of a fit: under CUDA graphs, a new CUDA-graph step."""
         return self.parts.cudagraphs.eval_step_context() if self.parts is not None else contextlib.nullcontext()
 
     def optimizers_restored(self) -> None:
-        """After Lightning loaded the optimizers' state from a checkpoint (a resume): the LR tensors a
-        compiled optimizer step reads go back to the device (``OptimizerStep.after_restore``)."""
+        """After a resume loaded the optimizers' state: the LR tensors a compiled optimizer step reads go back to
+        the device."""
         if self.parts is not None and self.parts.optimizer_step is not None:
             self.parts.optimizer_step.after_restore()
 
     def skip_nonfinite_on_device(self, limit: int) -> Any:
-        """Hand ``reliability.on_nonfinite=skip`` to the graph-safe optimizer step, if the fit has one
-        (``OptimizerStep.skip_on_device``); None where it has not."""
+        """Hand ``reliability.on_nonfinite=skip`` to the graph-safe optimizer step, if the fit has one (else None)."""
         step = self.parts.optimizer_step if self.parts is not None else None
         return step.skip_on_device(limit) if step is not None else None
 
     @contextlib.contextmanager
     def optimizer_step_context(self) -> Iterator[None]:
         """Around Lightning's optimizer step (closure included); counts the step after it."""
-        with contextlib.ExitStack() as stack:
-            for context in self._hooks.optimizer_contexts:
-                stack.enter_context(context())
-            yield
+        yield
         self.steps += 1
         self.step_mode.optimizer_step_done()
-        for step_end in self._hooks.step_enders:
-            step_end(self.steps)
-        if self.parts is not None:
-            for storm in self.parts.storms.check():
+        if (p := self.parts) is not None:
+            p.background.on_step_end(self.steps)
+            p.remote_cache.on_step_end(self.steps)
+            p.shape.on_step_end(self.steps)
+            p.cudagraphs.on_step_end(self.steps)
+            for storm in p.storms.check():
                 self._demote(storm)
 
     # -- demotion ----------------------------------------------------------------------------------
     def _demote(self, storm: Storm) -> None:
-        """Stop recompiling a storming frame (``runner.stack.demotion``); the step or the undo it hands back."""
+        """Stop recompiling a storming frame; the step or the undo it hands back."""
         assert self._module is not None and self.parts is not None
         done = demote(storm, self._module, self.parts, self.compiled, self.steps, whole_step=self._capture)
         if done.step is not None:
@@ -250,8 +334,8 @@ class CompileStack:
 
     # -- a Trainer is pickled and deep-copied (Lightning's own tests, notebooks, tuners) ------------------
     def __getstate__(self) -> dict[str, Any]:
-        """The settings and what the stack did (its figures, frozen); never the live fit (compiled
-        functions, torch callbacks, log handlers, the bound module), which a copy could not use."""
+        """The settings and what the stack did (its figures, frozen); never the live fit, which a copy could not
+        use."""
         return {"settings": self.settings, "console": self.console, "_frozen": self.figures()}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -262,6 +346,34 @@ class CompileStack:
     def explain_compile_error(self, exc: BaseException) -> str | None:
         """One paragraph for a compile error raised during fit (None when it is not one)."""
         return explain_compile_error(exc, self.parts.errors if self.parts is not None else None)
+
+    def _summary_tail(self) -> str:
+        """The end-of-fit line's tail: the optimizer step, CUDA graphs and any demotion."""
+        assert self.parts is not None
+        p = self.parts
+        text = f"optimizer step: {p.optimizer_step.describe() if p.optimizer_step else 'none'}"
+        if isinstance(p.background, BackgroundCompile):
+            text += f"; compile beside the run: {p.background.outcome}"
+        if p.plan.cudagraphs:
+            text += f"; {p.cudagraphs.summary()}"
+        elif p.plan.cudagraphs_decision.worth_saying:
+            text += f"; CUDA graphs off ({p.plan.cudagraphs_decision.reason})"
+        if self.demoted:
+            text += "; demoted: " + ", ".join(f"{d['frame']} -> {d['to']} at step {d['step']}" for d in self.demoted)
+        return text
+
+    def _nothing_compiled(self, frames: int, steps: int) -> str | None:
+        """Why a fit that trained with something to compile compiled no frame (None: it compiled, or it was
+        eager by design)."""
+        assert self.parts is not None
+        p = self.parts
+        if frames or not steps or not p.plan.compiles or p.background.kept_eager:
+            return None
+        fallbacks = p.errors.fallbacks
+        why = (f"every compiled frame fell back to eager ({fallbacks[0]['reason']})" if fallbacks else
+               "Dynamo captured no frame of what was compiled (it skipped them, e.g. torch's skip rules)")
+        return (f"runner compiled nothing in this fit (compile.scope={p.plan.scope.value}, {steps} training "
+                f"steps): {why}. The steps ran eagerly; compile/frames is 0.")
 
     def figures(self) -> dict[str, Any]:
         """What the stack applied and did, for the report."""
@@ -281,3 +393,99 @@ def stack_of(trainer: L.Trainer) -> CompileStack | None:
     """The compile stack of ``trainer``'s strategy (a runner strategy), or None: how a callback reaches it."""
     stack = getattr(trainer.strategy, "stack", None)
     return stack if isinstance(stack, CompileStack) else None
+
+
+def build_parts(settings: CompileSettings, module: L.LightningModule, lightning: LightningSide, console: bool,
+                step_mode: StepMode) -> FitParts:
+    """The plan and every component for ``module`` on ``lightning``'s device (nothing applied yet); the parts that
+    need steps eager ask ``step_mode``."""
+    s = settings
+    device = lightning.device
+    shape = build_shape_policy(s.dynamic, step_mode)
+    offload = build_offload(s.offload, device, s.compile.block_types)
+    step = user_step(module)
+    pulls, reads = takes_dataloader_iter(step), reads_logged_results(module)
+    facts = stack_rules.CudaGraphsFacts(
+        on_cuda=device.type == "cuda", backend=s.compile.backend, compiles=s.compile.scope.row.compiles,
+        compile_mode=s.compile.mode, shape=s.dynamic.policy, offload=s.offload.strategy,
+        accumulate_grad_batches=lightning.accumulate_grad_batches, processes=lightning.world_size,
+        sharded=lightning.shard is not None, free_memory=free_memory_share(device))
+    plan = resolve_plan(s.compile, s.cudagraphs, shape.dynamic_arg, device,
+                        automatic_optimization=module.automatic_optimization, pulls_batches=pulls,
+                        reads_results=reads, facts=facts)
+    log.info("CUDA graphs %s", plan.cudagraphs_decision.describe())
+    # The rules the config check enforces too (runner.config.decisions.stack), here with what the fit found; refused
+    # before the saved-activation measurement (setup's step 0) spends its compiles.
+    offload_cfg = s.offload
+    # Which excluded modules run compiled matters only to a strategy whose hooks run eagerly (offload=cpu).
+    inside = [] if offload_cfg.strategy.row.traced else excluded_inside_compiled(offload_cfg.exclude, module, plan)
+    for problem in (stack_rules.cudagraphs_with_accumulation(plan.cudagraphs, lightning.accumulate_grad_batches),
+                    stack_rules.compiled_optimizer_with_scaler(s.compile.optimizer, lightning.scaler),
+                    stack_rules.offload_exclusions_lost(offload_cfg.strategy, offload_cfg.exclude,
+                                                        device.type == "cuda", plan.target, inside)):
+        if problem:
+            raise ValueError(problem)
+    cudagraphs = build_cudagraphs(plan.cudagraphs, s.cudagraphs, device, step_mode)
+    blocker = step_blocker(module.automatic_optimization, pulls, reads)
+    if (note := step_note(s.compile.scope, plan, blocker)) is not None:
+        log.info(note)
+    storms = _NoStorms() if s.compile.on_error is OnError["raise"] else StormWatch()
+    shown = CompileConsole(lightning.sink) if console and lightning.sink is not None else None
+    background = build_background(s, plan, lightning, takes_dataloader_iter(step), shown.say if shown else _quiet,
+                                  step_mode)
+    c = s.compile
+    return FitParts(settings=s, plan=plan, errors=CompileErrorWatch(c.on_error),
+                    shape=shape, state=PythonState(step), offload=offload, cudagraphs=cudagraphs, console=shown,
+                    storms=storms, background=background,
+                    local_cache=LocalCompileCache(c.cache_dir, s.artifacts, c.cache_trust),
+                    remote_cache=build_remote_cache(c.cache, device, c.cache_trust))
+
+
+def free_memory_share(device: torch.device) -> float | None:
+    """The share of a CUDA device's memory free now (what ``cudagraphs=auto`` wants headroom in); None elsewhere
+    (and where CUDA is not there to ask: a plan resolved for a CUDA device on a CPU-only machine)."""
+    if device.type != "cuda" or not torch.cuda.is_available():
+        return None
+    free, total = torch.cuda.mem_get_info(device)
+    return free / total if total else None
+
+
+def _quiet(message: str) -> None:
+    """No console (runner's own runs): the component's log line is what the user sees."""
+
+
+@dataclass(frozen=True)
+class Demotion:
+    """What one demotion did: its ``compile/demoted`` entry, the step to call from now on (None: the same step),
+    and what puts a skipped frame back at teardown (None: nothing to undo)."""
+
+    entry: dict[str, Any]
+    step: Callable[..., Any] | None = None
+    undo: Callable[[], None] | None = None
+
+
+def demote(storm: Storm, module: L.LightningModule, parts: FitParts, compiled: CompiledModules, steps: int,
+           whole_step: bool) -> Demotion:
+    """Stop recompiling ``storm``'s frame (see the module docstring); ``whole_step``: the training step is compiled
+    whole (its Python side effects deferred), ``steps``: optimizer steps so far."""
+    own = code_of(user_step(module))
+    to, step, undo = "eager", None, None
+    if own is not None and (storm.name, storm.firstlineno) == (own.co_name, own.co_firstlineno) and whole_step:
+        step, to = user_step(module), "compiled submodules"
+        for m in compiled_submodules(module):
+            compiled.compile(m, parts.plan.kwargs)
+    elif (modules := [m for m in compiled.modules if type(m).forward.__code__.co_name == storm.name
+                      and type(m).forward.__code__.co_firstlineno == storm.firstlineno]):
+        compiled.restore(modules)
+    elif storm.name == "step" and parts.optimizer_step is not None and parts.optimizer_step._prior:
+        parts.optimizer_step.demote(steps)
+    elif (code := ti.find_code(storm.filename, storm.firstlineno, storm.name)) is not None:
+        undo = ti.run_code_eagerly(code)
+    message = (f"compile: {storm.frame} recompiled twice on the same guard `{storm.guard}`; runner stops "
+               f"recompiling it at step {steps} and runs it as {to} (reported as compile/demoted). "
+               "Make that value stable, a tensor, or read it outside the step to keep it compiled.")
+    log.warning(message)
+    if parts.console is not None:
+        parts.console.say(message)
+    entry = {"frame": storm.frame, "guard": storm.guard, "step": steps, "to": to}
+    return Demotion(entry, step, undo)

@@ -1,22 +1,4 @@
-"""``StepMode``: the one owner of Dynamo's stance during a fit, asked by every part that wants a step eager.
-
-Several parts of a fit need steps to run eagerly, each for its own reason and over its own span:
-
-* compiling beside the run (``compile.background``): every step, validation included, until the switch, and
-  every step after it once its compiled steps measured clearly slower than the eager ones (back to eager);
-* the CUDA-graph warm-up: the first ``cudagraphs.warmup_steps`` training steps (not their optimizer steps;
-  CUDA graphs refuse gradient accumulation, so these are optimizer steps too);
-* shape agreement: a training step in which this rank saw a size the ranks have not agreed on yet;
-* the telemetry's FLOP-counting step and the eager side of its speedup pairs: the whole batch, optimizer
-  step included.
-
-And the shape policy wants its after-warm-up stance (``dynamic.after_warmup``: ``fail_on_recompile`` or
-``eager_on_recompile``) inside every training step after its warm-up. None of them sets a stance: each
-asks the mode, which alone sets Dynamo's stance, from the reasons active now, by one rule (the
-precedence, :data:`PRECEDENCE`): any eager reason makes the step eager (the first one in the precedence is
-the reason reported); else, inside a training step after the shape policy's warm-up, its stance; else
-the stance the fit found. The mode puts that stance back when the fit ends.
-"""
+"""``StepMode``: the one owner of Dynamo's stance during a fit, asked by every part that wants a step eager."""
 
 from __future__ import annotations
 
@@ -40,7 +22,6 @@ class Eager(Enum):
 
 
 PRECEDENCE = (Eager.beside, Eager.reverted, Eager.warmup, Eager.hold, Eager.flops, Eager.pair)
-"""Which reason a step reports when several hold at once (every one of them makes it eager)."""
 _UNSET = object()
 
 
@@ -49,9 +30,7 @@ class StepMode:
 
     def __init__(self) -> None:
         self.steps = 0
-        """Training steps entered so far in this fit (micro-batches)."""
         self.optimizer_steps = 0
-        """Optimizer steps done so far in this fit (:meth:`optimizer_step_done`)."""
         self._held: set[Eager] = set()  # reasons that hold until released (beside, a batch's flops/pair)
         self._this_step: set[Eager] = set()  # reasons for the next training step only (an agreement hold)
         self._eager_first = 0  # the first training steps eager (CUDA-graph warm-up)

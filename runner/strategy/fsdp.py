@@ -1,15 +1,4 @@
-"""``FSDPCompileStrategy``: FSDP2 (``fully_shard``) with the compile stack, on Lightning's
-``ModelParallelStrategy``.
-
-Lightning's strategy brings the process group, the device mesh, the distributed sampler, and
-sharded (``torch.distributed.checkpoint``) or full checkpoints with resume; it leaves sharding and
-compiling to the LightningModule's ``configure_model``. runner's modules know nothing about either,
-so this strategy hands the stack's ordered apply (``CompileStack.setup``) its two FSDP steps: sharding
-each block after it is compiled, and building the optimizers on the sharded (DTensor) parameters.
-Compiling before sharding keeps FSDP's all-gather / reduce-scatter hooks outside the compiled graphs
-(they are module hooks, run eagerly around each block): 0 graph breaks in the blocks. On CPU the
-process group is gloo (Lightning's default for a CPU device).
-"""
+"""``FSDPCompileStrategy``: FSDP2 (``fully_shard``) with the compile stack, on Lightning's ``ModelParallelStrategy``."""
 
 from __future__ import annotations
 

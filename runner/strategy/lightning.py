@@ -1,12 +1,4 @@
-"""``CompileStrategy`` and ``DDPCompileStrategy``: Lightning strategies that apply the compile stack.
-
-They stay thin adapters: Lightning does device placement, DDP wrapping, precision, the optimizer step
-(closure and all) and checkpoint I/O; every compile decision and its order live in ``CompileStack``,
-which each strategy hands Lightning's side of the order as a ``LightningSide``. Use them in any Trainer::
-
-    trainer = L.Trainer(strategy=CompileStrategy(compile=CompileConfig(scope=Scope.step)))
-    trainer = L.Trainer(strategy="compile")  # the same, by name (after ``import runner``)
-"""
+"""``CompileStrategy`` and ``DDPCompileStrategy``: Lightning strategies that apply the compile stack."""
 
 from __future__ import annotations
 
@@ -24,8 +16,9 @@ from torch.optim import Optimizer
 
 from runner import lightning_internals as li
 from runner.config.schema import CompileConfig, CudaGraphsConfig, DynamicConfig, OffloadConfig
+from runner.lightning_step.binding import backward_ran_in_step
+from runner.lightning_step.log_fastpath import LogFastPath
 from runner.stack import CacheArtifacts, CompileSettings, CompileStack, LightningSide, gradient_hooks
-from runner.strategy.log_fastpath import LogFastPath
 from runner.strategy.progress_sink import progress_sink
 
 NO_TRAINABLE_PARAMETERS = (
@@ -134,15 +127,8 @@ class CompileStrategyBase:
             self.stack.setup(self.lightning_module, self.lightning_side(trainer))  # type: ignore[attr-defined]
 
     def backward(self, closure_loss: Tensor, optimizer: Optimizer | None, *args: Any, **kwargs: Any) -> Tensor:
-        if self.stack.backward_in_step:
-            # The compiled step already ran backward; keep the hooks (on_before/after_backward) firing.
-            strategy: Any = self
-            lm = strategy.lightning_module
-            strategy.pre_backward(closure_loss)
-            closure_loss = strategy.precision_plugin.pre_backward(closure_loss, lm)
-            closure_loss = strategy.precision_plugin.post_backward(closure_loss, lm)
-            strategy.post_backward(closure_loss)
-            return closure_loss
+        if self.stack.backward_in_step:  # the compiled step already ran backward: only Lightning's hooks
+            return backward_ran_in_step(self, closure_loss)
         with self.stack.backward_context():
             return super().backward(closure_loss, optimizer, *args, **kwargs)  # type: ignore[misc]
 

@@ -10,10 +10,7 @@ from runner.stack.console import Sink, default_sink
 
 
 def progress_sink(trainer: pl.Trainer) -> Sink:
-    """Print around the active progress bar, on rank 0 only.
-
-    The bar is looked up at each message because Lightning creates it after ``setup``.
-    """
+    """Print around the active progress bar, on rank 0 only."""
     if not trainer.is_global_zero:
         return lambda message: None
 

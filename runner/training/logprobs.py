@@ -1,19 +1,4 @@
-"""The log-probability a model gives each completion of a batch: the one place it is computed.
-
-Every preference objective reads its policy's (and DPO its reference's) per-sequence log-probabilities from
-:func:`pair_logps`: the per-token log-probability of each target, summed per sequence, with the number of targets
-summed. The per-token values are the negated per-position losses of the run's loss (``reduction="none"``,
-:mod:`runner.training.loss`), so a preference step computes its log-probabilities as an SFT step computes its loss:
-
-- from the whole logits (``FullLogits``): ``cross_entropy(reduction="none")`` on the logits, one float32 copy of them
-  at most (the cast; none when they are float32 already), where ``log_softmax`` and a gather would hold a second
-  ``[tokens, vocab]`` tensor;
-- chunked (``ChunkedLogits``, ``loss.chunked``): ``runner.losses.linear_cross_entropy(..., reduction="none")`` from
-  the last hidden states and the output layer's weight, a chunk of positions at a time: no ``[tokens, vocab]``
-  logits, in the policy's forward or the reference's.
-
-A target outside the loss (``IGNORE_INDEX``: prompts, padding) adds 0.
-"""
+"""The log-probability a model gives each completion of a batch: the one place it is computed."""
 
 from __future__ import annotations
 

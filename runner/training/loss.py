@@ -1,15 +1,6 @@
 """The cross-entropy ``TrainModule`` computes, chosen once before the fit: from the whole logits (:class:`FullLogits`)
 or a chunk of positions at a time from the last hidden states and the output layer's weight (:class:`ChunkedLogits`,
-``runner.losses.linear_cross_entropy``), as ``loss.chunked`` and the model decide (``runner.config.decisions.loss``).
-
-Both are called the same way, ``loss(model, inputs, targets, reduction=...)``, in training and validation steps, so
-neither the step nor the compile stack asks which one runs. The chunked one calls the model's ``forward`` (with
-``return_hidden=True``), not a method beside it: whatever wraps ``forward`` (``compile.scope=model``'s compiled
-forward, FSDP2's gather of the root's parameters, which stay gathered until backward) wraps it still.
-
-A LoRA adapter on the output layer (``peft.target_modules`` naming it) joins the chunked loss exactly:
-``h W^T + s A(h)^T B^T`` is ``[h, s A(h)] [W, B]^T``, one linear of ``hidden + r`` inputs.
-"""
+``runner.losses.linear_cross_entropy``), as ``loss.chunked`` and the model decide (``runner.config.decisions.loss``)."""
 
 from __future__ import annotations
 
@@ -90,9 +81,7 @@ class LossPlan:
 
     decision: LossDecision
     head: str | None = None
-    """The output layer's path in the model (None when unchunked)."""
     logits_bytes: int | None = None
-    """One float32 copy of a full step's logits (None where the step's positions or the vocabulary are unknown)."""
 
     def loss_for(self, model: nn.Module) -> Loss:
         """The loss over ``model`` as it is now: its output layer looked up by path, after ``peft`` may have
@@ -112,7 +101,6 @@ class LossPlan:
 
 
 FULL_LOGITS = LossPlan(LossDecision(False, None, None, "the whole logits (TrainModule built without a loss plan)"))
-"""What a ``TrainModule`` built without a plan computes (a user's own code, runner's tests)."""
 
 
 def resolve_loss(model: nn.Module, loss: LossConfig, peft: PeftConfig, data: dict[str, Any], traits: Any) -> LossPlan:

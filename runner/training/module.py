@@ -1,9 +1,4 @@
-"""``TrainModule``: trains any ``nn.Module`` that maps inputs to logits, with cross-entropy.
-
-It knows nothing about compilation: ``CompileStrategy`` compiles around it. It logs with
-``self.log`` like any LightningModule; the strategy makes those calls safe inside compiled code. Its loss is the
-one its ``LossPlan`` chose before the fit (``runner.training.loss``: the whole logits, or chunked).
-"""
+"""``TrainModule``: trains any ``nn.Module`` that maps inputs to logits, with cross-entropy."""
 
 from __future__ import annotations
 

@@ -1,13 +1,5 @@
 """``PreferenceModule``: trains a causal LM on preference pairs with DPO, SimPO or ORPO (``objective=...``,
-docs/preference.md).
-
-One step: the policy's forward over every sequence of the batch (both completions of every pair, one forward;
-through the run's loss, :mod:`runner.training.logprobs`: the whole logits, or chunked with ``loss.chunked``), the
-reference's log-probabilities (:mod:`runner.training.reference`: the same model through the adapter's gate, a frozen
-copy, precomputed values, or none), the objective's loss (:mod:`runner.training.preference_losses`) and TRL's figures,
-logged under TRL's names on every logger. Like ``TrainModule`` it knows nothing of compiling: the compile stack
-compiles the whole step, both forwards and the loss, as one graph.
-"""
+docs/preference.md)."""
 
 from __future__ import annotations
 
@@ -30,7 +22,6 @@ from runner.training.reference import NoReference, Precomputed
 
 Batch = tuple[PairInputs, torch.Tensor]
 STATS = ("chosen", "rejected", "accuracies", "margins", "logps_chosen", "logps_rejected")
-""":func:`runner.training.preference_losses.reduce`'s figures, in the order of ``TRAIN_METRICS``/``VAL_METRICS``."""
 CHECKPOINT_KEY = "runner_reference_digest"
 
 

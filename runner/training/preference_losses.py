@@ -1,17 +1,5 @@
 """The preference losses, as pure functions of a batch's per-pair log-probabilities (TRL's formulas: the tests write
-them out beside TRL's code).
-
-- **DPO** (sigmoid; Rafailov et al. 2023), with conservative label smoothing ``e`` (Mitchell's cDPO):
-  ``-(1 - e) log s(b z) - e log s(-b z)``, ``z = (pi_c - pi_r) - (ref_c - ref_r)`` over summed log-probabilities;
-  rewards ``b (pi - ref)``.
-- **SimPO** (Meng et al. 2024): the same with ``z = avg_c - avg_r - gamma / b`` over log-probabilities averaged per
-  token, and no reference; rewards ``b avg``.
-- **ORPO** (Hong et al. 2024): the chosen completions' cross-entropy per token plus ``-b log s(log-odds)``,
-  ``log-odds = (avg_c - avg_r) - (log(1 - e^avg_c) - log(1 - e^avg_r))``; rewards ``b avg``.
-
-A batch holds pair slots some of which may be empty (``pairs`` 0: the last batch of validation): every mean is over
-the pairs that are there, with shapes that never depend on how many.
-"""
+them out beside TRL's code)."""
 
 from __future__ import annotations
 

@@ -11,21 +11,7 @@ from runner.figures.run import TRAIN_LOSS
 
 
 class RunProgressBar(RichProgressBar):
-    """``RichProgressBar`` that counts optimizer steps out of ``max_steps`` in a step-bounded run.
-
-    runner bounds training by ``max_steps``/``max_time``, so Lightning sets ``max_epochs=-1``
-    (unbounded). Lightning's bar then labels the epoch ``Epoch 0/-2`` (``max_epochs - 1``) and counts
-    the batches of the epoch out of ``min(batches per epoch, steps left)``, which after a mid-epoch
-    resume reads ``12/3``. Here the label is ``Epoch N`` and the counter is the global step out of
-    ``max_steps`` (``8/12`` when a run resumed at step 8 trains to 12). A run bounded by time only
-    keeps Lightning's per-epoch count. The logger's version (``v_num``) is left out: the run directory
-    names the run.
-
-    The training loss (``SHOWN``, logged without ``prog_bar``) is read from the device only after a
-    step whose figures Lightning logs (``global_step % log_every_n_steps == 0``) and shown until the
-    next: a value logged with ``prog_bar=True`` would be turned into a Python float after every batch,
-    a host sync that stalls an asynchronous device on every step.
-    """
+    """``RichProgressBar`` that counts optimizer steps out of ``max_steps`` in a step-bounded run."""
 
     SHOWN = (TRAIN_LOSS,)
 

@@ -1,20 +1,5 @@
-"""Where DPO's reference log-probabilities come from (``objective.reference``), each a small module of the
-preference step (:class:`runner.training.preference.PreferenceModule`) with no state of its own in a checkpoint.
-
-- :class:`AdapterReference` (``base``, the default under ``peft=lora|qlora``): the adapter's frozen base, computed
-  by the same model in the same step. Every adapted layer multiplies its adapter's contribution by a tensor gate
-  (:class:`runner.peft.layer.AdapterGate`): 1 for the policy's forward, 0 for the reference's, which is then the base
-  model's output exactly (``base + 0``). No Python flag decides which: a compiled step is one graph holding both
-  forwards, with nothing to guard on or recompile, and one CUDA graph. The reference's forward runs without
-  gradients; under ``compile.scope=model`` or ``blocks`` that is the graph validation compiles anyway.
-- :class:`FrozenCopy` (``copy``, the default for a full fine-tune): a frozen copy of the model as the run built it,
-  moved and cast with the module but outside its state (a checkpoint holds the policy only; the copy is rebuilt,
-  and a checkpoint records its digest so a rebuild that differs is refused). The summary says its bytes.
-- :class:`Precomputed` (``precompute``): one pass before training computes every pair's reference log-probabilities
-  and caches them on disk under a key of everything they depend on (:func:`cache_key`): a second run reads them and
-  runs no reference forward at all. Batches carry them (``PairInputs.reference``).
-- :class:`NoReference`: SimPO and ORPO need none.
-"""
+"""Where DPO's reference log-probabilities come from (``objective.reference``), each a small module of the preference
+step (:class:`runner.training.preference.PreferenceModule`) with no state of its own in a checkpoint."""
 
 from __future__ import annotations
 
@@ -83,7 +68,6 @@ class NoReference(nn.Module):
     describe = "none (the objective uses none)"
     digest: str | None = None
     loss: Loss | None = None
-    """What the reference's log-probabilities are computed through (:meth:`bind`; None: the whole logits)."""
 
     def bind(self, plan: LossPlan, model: nn.Module) -> None:
         """Compute through the run's loss (``plan``: whole or chunked logits) over ``model``, the policy: the
@@ -170,9 +154,8 @@ def cache_key(digest: str, data: list[Any], precision: str, which: str) -> str:
 
 
 class Precomputed(NoReference):
-    """Reference log-probabilities computed once before training and cached (module docstring). ``model``: the model
-    as built. Under a new adapter (``base_only``) the reference is its base, through the gate, and the adapter's
-    weights are left out of the digest; an adapter loaded from ``peft.path`` is part of the reference."""
+    """Reference log-probabilities computed once before training and cached (module docstring). ``model``: the model as
+    built."""
 
     describe = "precomputed"
     digest: str

@@ -1,16 +1,4 @@
-"""Learning-rate schedules built from config (``_partial_``: the optimizer comes later).
-
-A schedule is planned for ``trainer.max_steps``. Its plan is a plain object whose attributes ``LambdaLR``
-saves in the checkpoint, so a resumed run knows the steps its schedule was planned for; when the resume
-asks for another ``trainer.max_steps``, ``scheduler.on_resume`` says what happens, with a warning, and
-the run's summary says which (docs/after-training.md):
-
-- ``keep`` (the default): the plan the run started with. Every step it covers gets the rate it would have
-  had without the stop, so a resumed run matches an uninterrupted one; steps past its end hold its final
-  rate (``min_lr_ratio`` of the peak). The rate never jumps up on a trained model.
-- ``stretch``: the rest of the plan, from the resume step, is stretched (or squeezed) to end at the new
-  ``trainer.max_steps``: no jump at the resume step, the floor reached at the new last step.
-"""
+"""Learning-rate schedules built from config (``_partial_``: the optimizer comes later)."""
 
 from __future__ import annotations
 

@@ -1,11 +1,4 @@
-"""The model summary printed when a run starts, without a FLOPs column that says 0.
-
-Lightning counts FLOPs only by running the module on its ``example_input_array``; runner's modules
-have none (a forward at that point would also compile the model before training, under ``no_grad``,
-and cost a recompile), so Lightning's table shows ``FLOPs 0`` and ``Total FLOPs: 0``. When nothing
-was counted the column and the total are left out; runner reports measured FLOPs per step
-(``perf/tflop_per_step``) and MFU in the run's summary instead.
-"""
+"""The model summary printed when a run starts, without a FLOPs column that says 0."""
 
 from __future__ import annotations
 

@@ -20,9 +20,9 @@ from runner.config import ConfigError, compose, load
 from runner.figures.compile_work import COMPILE_TIME_S
 from runner.figures.perf import PERF_TOKENS_PER_S
 from runner.figures.run import VAL_BPB
+from runner.lightning_step.callback_group import find_callback
 from runner.run import run
 from runner.telemetry import CompileTelemetry
-from runner.training.callback_group import find_callback
 
 
 def time_per_token_us(tokens_per_s: Any) -> float | None:

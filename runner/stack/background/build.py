@@ -12,7 +12,7 @@ from runner.config.schema import Background
 from runner.stack.background.policy import DeviceRoom, NoBackground, resolve_background
 from runner.stack.background.run_side import BackgroundCompile
 from runner.stack.compiling.plan import CompilePlan
-from runner.stack.fit_inputs import CompileSettings, LightningSide
+from runner.stack.settings import CompileSettings, LightningSide
 from runner.stack.step_mode import StepMode
 
 log = logging.getLogger(__name__)

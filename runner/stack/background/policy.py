@@ -21,41 +21,23 @@ import torch
 from runner.config.decisions import gpu_defaults
 from runner.config.schema import Background
 from runner.figures.compile_background import COMPILE_BACKGROUND, COMPILE_BACKGROUND_OUTCOME
+from runner.stack.compiling.compile import CompiledModules, apply_compile
 from runner.stack.compiling.plan import CompilePlan
-from runner.stack.component import StackComponent
+from runner.stack.settings import StackComponent
 
 Step = Callable[..., Any]
 
 NOTHING = "nothing is compiled"
 DECIDE_AFTER = 3
-"""``auto`` on a CPU with no core to spare: eager steps timed before deciding whether to start the process."""
 LONG_RUN_S = 300.0
-"""``auto`` on a CPU with no core to spare starts a compile process only when at least this much eager
-training is left. The process then takes a core from training: on 2 cores, compiling the quickstart GPT
-beside the run cost the run 11-12 s (its eager steps 230 ms instead of 124 ms for 27 s), about what
-compiling first costs; a CPU speedup of 1.04x (that GPT) repays it over about 300 s of training."""
 PROCESS_FACTOR = 2.0
-"""``auto`` on CUDA: a compile process needs up to this many times the run's step peak on the device (its own copy
-of the model, optimizer state and a batch's activations, and the buffers Inductor benchmarks kernels in). A
-margin, not a measurement: no GPU has run it yet (the ``hf_varlen`` and ``cold_start`` rows will)."""
 PROCESS_OVERHEAD_BYTES = 1 << 30
-"""``auto`` on CUDA: a second process's own CUDA context, cuBLAS workspace and Triton's launchers."""
 RUN_HEADROOM = 0.10
-"""``auto`` on CUDA: the share of the device's memory left free for the run itself while the process runs (a
-later batch longer than the first one grows the run's activations)."""
 SWITCH_MARGIN = 2.0
-"""``auto`` switches when the time saved exceeds this many times the switch the compile process measured:
-its estimate (the same compile from the warm cache, in a process that has compiled before) came out at
-about half the run's own switch (1.0 s against 1.9-2.8 s, the tiny test GPT on a 2-core CPU)."""
 
 SETTLE_STEPS = 2
-"""Compiled steps after the switch left out of :func:`compiled_slower`: the first compiles (from the warm cache, or
-cold), the second may still compile the backward lazily."""
 CHECK_STEPS = 8
-"""Compiled steps after the switch whose median :func:`compiled_slower` compares with the eager steps'."""
 REVERT_AT = 1.25
-"""Go back to eager when the compiled steps' median is at least this many times the eager steps': a clear margin over
-the 20-30% that step times drift on a shared machine (runner.telemetry.speedup)."""
 
 
 def resolve_background(policy: Background, plan: CompilePlan, world_size: int, pulls_batches: bool,
@@ -89,11 +71,8 @@ class DeviceRoom:
     """What ``auto`` on a CUDA device decides from, read after the run's first (eager) optimizer step."""
 
     free_bytes: int
-    """Free device memory (``torch.cuda.mem_get_info``): what the run's caching allocator has not reserved."""
     total_bytes: int
     step_peak_bytes: int
-    """The run's peak allocated memory so far (``torch.cuda.max_memory_allocated``): weights, gradients, the
-    optimizer state its first step created and the first batch's activations."""
 
 
 def room_for_process(room: DeviceRoom) -> tuple[bool, str]:
@@ -128,11 +107,7 @@ def switch_pays(measured: dict[str, Any], eager_ms: float | None, steps_left: fl
 
 
 FREE_CORE = 0.75
-"""``auto``: a core training does not use is spare only when this much of a core beyond the run's own threads sat
-idle while sampled. A core other work keeps busy is no spare: a compile process there slows that work and itself,
-and is not ready before a short run ends (issue 85: a second run on the other core, the compile never ready)."""
 SAMPLE_S = 0.25
-"""How long ``auto`` samples the cores' idle time before the first step (once a run)."""
 
 
 def idle_cores(cpus: set[int], seconds: float = SAMPLE_S) -> float | None:
@@ -170,9 +145,8 @@ def core_to_spare(cpus: int, threads: int, idle: float | None) -> tuple[bool, st
 def compiled_slower(eager_ms: Sequence[float], compiled_ms: Sequence[float],
                     eager_when: str) -> tuple[bool, float, str] | None:
     """After the switch: whether the compiled steps ran clearly slower than the eager ones (:data:`REVERT_AT`), the
-    speedup (eager over compiled median) and the two medians in words; None until :data:`CHECK_STEPS` compiled steps
-    are timed. ``eager_when`` says which eager steps ``eager_ms`` are. Compiling beside the run promises that
-    compiling never makes the run later: a switch whose compiled step turns out slower is undone."""
+    speedup (eager over compiled median) and the two medians in words; None until :data:`CHECK_STEPS` compiled steps are
+    timed. ``eager_when`` says which eager steps ``eager_ms`` are."""
     if len(compiled_ms) < CHECK_STEPS or not eager_ms:
         return None
     eager, compiled = statistics.median(eager_ms), statistics.median(compiled_ms)
@@ -208,14 +182,14 @@ class LateStep:
     applies the plan (``torch.compile`` itself loads Inductor, 0.5-0.8 s before the first step; a run that
     never switches never pays it)."""
 
-    def __init__(self, compile_step: Callable[[], Step], eager_step: Step) -> None:
-        self._compile, self.step = compile_step, eager_step
+    def __init__(self, module: Any, step: Step, plan: CompilePlan, compiled: CompiledModules, accumulate: int) -> None:
+        self.module, self.step, self.plan, self.compiled, self.accumulate = module, step, plan, compiled, accumulate
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.step(*args, **kwargs)
 
     def compile(self) -> None:
-        self.step = self._compile()
+        self.step = apply_compile(self.module, self.step, self.plan, self.compiled, self.accumulate)
 
 
 class NoBackground(StackComponent):
@@ -225,9 +199,19 @@ class NoBackground(StackComponent):
     pending = False
     kept_eager = False
 
-    def at_switch(self, compile_step: Callable[[], Step], eager_step: Step) -> Step:
-        """Step 3 of the ordered setup: compile now."""
-        return compile_step()
+    def compile_step(self, module: Any, step: Step, plan: CompilePlan, compiled: CompiledModules,
+                     accumulate: int) -> Step:
+        """Compile now, in the run."""
+        return apply_compile(module, step, plan, compiled, accumulate)
+
+    def apply(self, module: Any) -> None:
+        pass
+
+    def prepare_batch(self, batch: Any) -> Any:
+        return batch
+
+    def on_step_end(self, step: int) -> None:
+        pass
 
     def __init__(self, policy: Background, why: str | None) -> None:
         self.policy, self.why = policy, why

@@ -1,17 +1,5 @@
-"""The compile process beside a run, from the run's side: start it, ask whether it has finished, read
-what it reports, stop it. What it runs is ``runner.background_process`` (``python -m runner.background_process``).
-
-The run hands it three files in a private directory: the module as the fit received it
-(``module.pt``, written by :meth:`CompileProcess.save_module` before any transform), one training
-batch as the step receives it and the settings (``payload.pt``). The process writes ``result.json``
-(and its console output to ``process.log``) and exits; both processes share Inductor's and
-AOTAutograd's on-disk caches (``TORCHINDUCTOR_CACHE_DIR`` is inherited), which is all the run takes
-from it.
-
-Where it runs (``placement``): ``pinned`` to one core (the highest-numbered the run may use), ``shared`` on every
-core, or ``others``: every core but the lowest-numbered, left to the run (a GPU run, whose host work is one thread
-launching kernels). The process places itself before importing torch.
-"""
+"""The compile process beside a run, from the run's side: start it, ask whether it has finished, read what it reports,
+stop it. What it runs is ``runner.background_process`` (``python -m runner.background_process``)."""
 
 from __future__ import annotations
 
@@ -36,10 +24,7 @@ from torch import nn
 
 ENTRY_POINT = "runner.background_process"
 LOG_LINES = 12
-"""Lines of the compile process's output quoted when it fails."""
 MAX_MODULE_BYTES = 1 << 30
-"""A module with more parameter and buffer bytes than this compiles in the run: the copy would cost
-memory and time on the way to the first step."""
 
 
 @dataclass

@@ -1,22 +1,4 @@
-"""``compile.background``: compile in a second process while the first steps train eagerly, then switch.
-
-The run saves its module before any transform (step 0b of ``CompileStack.setup``), starts a compile
-process (``runner.background_process``, through :class:`CompileProcess`) with its first batch, and trains
-eagerly (the fit's step mode holds every step eager: ``Eager.beside``) until that process has filled
-Inductor's and AOTAutograd's on-disk caches; after each optimizer step it asks (one ``waitpid``)
-whether the process is done, and from the next step Dynamo compiles the step from the warm cache
-(about 2 s instead of 17-40 s cold for the quickstart GPT on 2 cores): the graphs compiling first would
-produce, only the first steps eager. A failed process is reported and the run compiles in itself, or stays eager under
-``compile.on_error=eager``. ``shared``/``pinned`` run it on every core / one core (the run's threads
-leave that core) and switch as soon as it is ready. ``auto`` pins it to a core training does not
-use; where every core trains it starts only for a run long enough to repay the core it takes
-(:func:`worth_starting`), and it switches only when the speedup the process measured pays
-(:func:`switch_pays`). After the switch the compiled steps are timed against the eager ones (the speedup pairs'
-eager steps, else those before the switch), and a switch whose compiled step runs clearly slower is undone: the run
-goes back to eager and says so (:func:`compiled_slower`). On a CUDA device ``auto`` starts the process after the
-first (eager) step, on every core but the run's, where the device's free memory holds it (:func:`room_for_process`),
-and otherwise compiles in the run from the next step. docs/background-compile.md has the measurements.
-"""
+"""``compile.background``: compile in a second process while the first steps train eagerly, then switch."""
 
 from __future__ import annotations
 
@@ -62,18 +44,17 @@ from runner.stack.background.policy import (
     worth_starting,
 )
 from runner.stack.background.process import CompileProcess, ProcessResult, last_cpu, start_process_for
-from runner.stack.component import StackComponent
-from runner.stack.fit_inputs import CacheArtifacts, CompileSettings, LightningSide
+from runner.stack.compiling.compile import CompiledModules, apply_compile
+from runner.stack.compiling.plan import CompilePlan
+from runner.stack.settings import CacheArtifacts, CompileSettings, LightningSide, StackComponent
 from runner.stack.step_mode import Eager, StepMode
 
 log = logging.getLogger(__name__)
 
 TIMEOUT_S = 3600.0
-"""A compile process still running after this long is stopped and the run compiles in itself."""
 _PLACEMENT = {Background.auto: "pinned", Background.shared: "shared", Background.pinned: "pinned"}
 _SHOWN = {"shared": "on every core", "pinned": "pinned to one core", "others": "on every core but one, the run's"}
 _MEASURED = {"speedup_x": COMPILE_BACKGROUND_SPEEDUP_X, "switch_s": COMPILE_BACKGROUND_SWITCH_S}
-"""What the compile process measured that the report shows, under its figure's key."""
 
 
 class BackgroundCompile(StackComponent):
@@ -85,8 +66,6 @@ class BackgroundCompile(StackComponent):
                  say: Callable[[str], None], step_mode: StepMode, room: Callable[[], DeviceRoom] | None = None) -> None:
         self.policy = policy
         self.room = room
-        """Reads the device's free memory and the run's peak (``auto`` on CUDA: after the first step, the process
-        starts only where it fits beside the run, :func:`room_for_process`); None: no such decision."""
         self.room_said: str | None = None
         self.step_mode = step_mode
         # The process compiles in itself, and the run alone loads and saves the cache artifacts.
@@ -95,10 +74,7 @@ class BackgroundCompile(StackComponent):
         self.lightning, self.say = lightning, say
         self.process: CompileProcess | None = None
         self.pending = False
-        """True while the steps run eagerly waiting for the compile process."""
         self.kept_eager = False
-        """True when the run stays eager because of the compile beside it: no switch, a failure under
-        ``on_error=eager``, or the run ended before it was ready."""
         self.outcome = "not started"
         self.result: ProcessResult | None = None
         self.switch_step: int | None = None
@@ -117,10 +93,8 @@ class BackgroundCompile(StackComponent):
         self._eager_now: Eager | None = None
         self._settle = SETTLE_STEPS
         self.checked: str | None = None
-        """What the check after the switch measured (:func:`compiled_slower`), once it has."""
         self.after_switch_x: float | None = None
         self.reverted: str | None = None
-        """Where the run went back to eager, and why (None: it did not)."""
 
     @property
     def placement(self) -> str:
@@ -142,11 +116,12 @@ class BackgroundCompile(StackComponent):
             return
         self.process, self._module, self.pending = process, module, True
 
-    def at_switch(self, compile_step: Callable[[], Step], eager_step: Step) -> Step:
-        """Step 3 of the ordered setup: compile at the switch (on the CPU, while waiting), else now."""
+    def compile_step(self, module: Any, step: Step, plan: CompilePlan, compiled: CompiledModules,
+                     accumulate: int) -> Step:
+        """Compile at the switch (on the CPU, while waiting for the process), else now."""
         if not self.pending or self.lightning.device.type != "cpu":
-            return compile_step()
-        self._late = LateStep(compile_step, eager_step)
+            return apply_compile(module, step, plan, compiled, accumulate)
+        self._late = LateStep(module, step, plan, compiled, accumulate)
         return self._late
 
     def configure(self) -> None:

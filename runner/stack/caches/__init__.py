@@ -6,8 +6,8 @@ its signed CPU kernels (``kernels``) and torch's signed entries (``entries``), a
 """
 
 from runner.stack.caches.local import LocalCompileCache, load_artifacts, save_artifacts
-from runner.stack.caches.remote import RemoteCompileCache, build_remote_cache
+from runner.stack.caches.remote import NoRemoteCache, RemoteCompileCache, build_remote_cache
 from runner.stack.caches.server import ping
 
-__all__ = ["LocalCompileCache", "RemoteCompileCache", "build_remote_cache", "load_artifacts", "ping",
+__all__ = ["LocalCompileCache", "NoRemoteCache", "RemoteCompileCache", "build_remote_cache", "load_artifacts", "ping",
            "save_artifacts"]

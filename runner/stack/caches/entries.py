@@ -1,15 +1,4 @@
-"""torch's own entries on the shared server (``compile.cache``) as runner lets torch write and read them.
-
-Every Redis cache of torch (FX graph, AOTAutograd, autotune, bundled autotune, Dynamo's PGO) stores a pickle
-or JSON that torch trusts: an FX-graph or AOTAutograd entry is unpickled before any guard is checked, and a
-loaded graph writes its source code to disk and imports it. So whoever writes to the server would run code
-in every process that reads from it. :class:`SignedEntries` seals each value torch writes in an envelope
-signed under the cluster's secret over (torch version, the entry's full key, the value)
-(:class:`runner.config.cache_secret.Signer`) and opens each value torch reads before torch sees a byte of it:
-anything unsigned, signed under another secret, changed, truncated or moved from another key is a miss, which
-torch compiles locally and stores again (its own put replaces the bad entry). ``compile.cache_trust=unsigned``
-(:class:`UnsignedEntries`) is torch's own behaviour: what the server holds is read unchecked.
-"""
+"""torch's own entries on the shared server (``compile.cache``) as runner lets torch write and read them."""
 
 from __future__ import annotations
 

@@ -1,11 +1,4 @@
-"""Shared C++ kernels as ``compile.cache`` stores them: signed, checked before anything is written.
-
-A kernel is a shared object the process loads and runs, so an entry of the server is code. Each is stored
-as an HMAC-SHA256 of (name, torch version, instruction set, content) under the secret every process of the
-cluster holds, followed by the content. An entry is written to the local cache directory only when its
-name is a kernel's name (``fullmatch``), its signature verifies, and its content is a shared object of this
-platform under :data:`MAX_KERNEL_BYTES`; anything else is skipped, counted and compiled locally.
-"""
+"""Shared C++ kernels as ``compile.cache`` stores them: signed, checked before anything is written."""
 
 from __future__ import annotations
 
@@ -16,9 +9,7 @@ import re
 import sys
 
 KERNEL_NAME = re.compile(r"[0-9a-z]{2}/[0-9a-z]+(\.main)?\.so")
-"""What Inductor names a built kernel in its cache directory (matched whole: no path, no newline)."""
 MAX_KERNEL_BYTES = 64 * 2**20
-"""No kernel Inductor built here came near this (the quickstart GPT's largest: under 1 MB)."""
 _DOMAIN = b"runner compile.cache kernel v1\0"
 _MAC_BYTES = hashlib.sha256().digest_size
 # ELF e_machine of the platforms torch ships CPU wheels for.

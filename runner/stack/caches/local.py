@@ -1,22 +1,4 @@
-"""The local compile cache: ``compile.cache_dir``, and torch's portable cache artifacts saved with the run.
-
-Two mechanisms, both torch's own, set up together before anything compiles:
-
-* ``compile.cache_dir``: Inductor's and AOTAutograd's on-disk caches (``TORCHINDUCTOR_CACHE_DIR``, keyed by
-  the instruction set: ``ti.machine_cache_dir``). A second run with the same directory hits the FX-graph
-  and AOTAutograd caches instead of recompiling (Dynamo still traces; that part is not cached).
-* cache artifacts: ``torch.compiler.save_cache_artifacts()`` serialises every cache entry this process
-  created or used; ``load_cache_artifacts(bytes)`` writes them into another process's on-disk caches.
-  :class:`LocalCompileCache` loads ``reliability.load_cache_artifacts`` (a file, or a run dir holding
-  one) right after setting the directory, and saves this fit's artifacts with the run
-  (``<run_dir>/compile_cache/artifacts.bin`` + ``artifacts.json``) when the fit ends, whether it ended
-  well or raised; on the first rank only.
-
-torch unpickles the artifacts it loads, so they are code: saved signed when a secret is set
-(``RUNNER_COMPILE_CACHE_SECRET``, in the envelope of :mod:`runner.config.cache_secret`), and loaded only when
-they verify under this process's secret, or with ``compile.cache_trust=unsigned`` (the config check refuses
-anything else before the run; the bytes torch is given are checked again here).
-"""
+"""The local compile cache: ``compile.cache_dir``, and torch's portable cache artifacts saved with the run."""
 
 from __future__ import annotations
 
@@ -33,8 +15,7 @@ from runner.config.cache_secret import ARTIFACTS_SUBJECT, Signer, open_artifacts
 from runner.config.paths import ARTIFACTS_DIR, ARTIFACTS_FILE
 from runner.config.schema import CacheTrust
 from runner.figures.compile_caches import COMPILE_CACHE_ARTIFACTS_LOADED, COMPILE_CACHE_ARTIFACTS_SAVED
-from runner.stack.component import StackComponent
-from runner.stack.fit_inputs import CacheArtifacts
+from runner.stack.settings import CacheArtifacts, StackComponent
 
 log = logging.getLogger(__name__)
 

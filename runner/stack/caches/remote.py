@@ -1,30 +1,4 @@
-"""A compile cache shared by every process of a run, its ranks and a sweep's jobs (``compile.cache``).
-
-Inductor's FX-graph cache and AOTAutograd's cache each have a remote tier that torch reads after a local
-miss and fills after a compile: with ``compile.cache=redis://HOST:PORT`` every process that compiles the
-same graph (every rank, every sweep job, a restart, the compile process beside the run, which builds its
-stack from the same settings) finds it there after the first has compiled it, whatever its local cache
-directory holds. Dynamo still traces in each process; the graphs' compiles are what the cache skips.
-
-torch's entries are pickles it unpickles, so each value torch writes is signed and each it reads verified
-first under the secret every process of the cluster holds (:mod:`runner.stack.caches.entries`); one that
-fails is a miss, counted, compiled here and stored again by torch. Without a secret ``compile.cache`` is
-refused, unless ``compile.cache_trust=unsigned`` accepts torch's unchecked sharing.
-
-On a GPU a remote FX-graph entry carries its compiled Triton kernels (torch bundles them). On the CPU it
-carries the kernels' C++ source only, and building them is most of a CPU compile. So on the CPU runner
-also shares the built kernels through the same server, one Redis hash per torch version and instruction
-set, signed with a secret every process holds (:mod:`runner.stack.caches.kernels`): fetched into the local
-cache directory before anything compiles, written only when they verify; filled after the first step and
-at the end of the fit with the kernels this process compiled or loaded and those built beside it since the
-fit began, each read under torch's lock for it, so never half a file. Without a secret (only with
-``compile.cache_trust=unsigned``), kernels are not shared.
-
-Whatever the server does, the run goes on: a server that is down gets one ``PING`` (one second at most)
-and a local compile; every command has a short socket timeout, the fetch and each upload a time budget;
-after the first failure the remote caches, runner's and torch's, are off for the rest of the fit, with
-one warning; a bad entry is skipped, counted and compiled locally.
-"""
+"""A compile cache shared by every process of a run, its ranks and a sweep's jobs (``compile.cache``)."""
 
 from __future__ import annotations
 
@@ -52,14 +26,13 @@ from runner.figures.compile_caches import (
 from runner.stack.caches.entries import SignedEntries, UnsignedEntries
 from runner.stack.caches.kernels import KERNEL_NAME, open_entry, shared_object_problem, sharing_supported, sign
 from runner.stack.caches.server import CONNECT_TIMEOUT_S, TIMEOUT_S, bounded_url, ping
-from runner.stack.component import StackComponent
+from runner.stack.settings import StackComponent
 
 log = logging.getLogger(__name__)
 
 FETCH_BUDGET_S = 10.0
 UPLOAD_BUDGET_S = 5.0
 LOCK_WAIT_S = 0.5
-"""How long an upload waits for a kernel another process is building before leaving it out."""
 _BATCH = 32
 
 
@@ -277,6 +250,14 @@ def _decode(raw: bytes) -> str | None:
         return None
 
 
-def build_remote_cache(url: str | None, device: torch.device, trust: CacheTrust = CacheTrust.signed) -> StackComponent:
+class NoRemoteCache(StackComponent):
+    """No ``compile.cache``: nothing shared."""
+
+    def on_step_end(self, step: int) -> None:
+        pass
+
+
+def build_remote_cache(url: str | None, device: torch.device,
+                       trust: CacheTrust = CacheTrust.signed) -> RemoteCompileCache | NoRemoteCache:
     """The shared compile cache for ``compile.cache``; a no-op component without one."""
-    return RemoteCompileCache(url, device, trust) if url else StackComponent()
+    return RemoteCompileCache(url, device, trust) if url else NoRemoteCache()

@@ -7,7 +7,6 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 CONNECT_TIMEOUT_S = 1.0
 TIMEOUT_S = 2.0
-"""Every command's socket timeout, runner's and (through the URL torch's client reads) torch's."""
 
 
 def ping(url: str, timeout_s: float = CONNECT_TIMEOUT_S) -> str | None:

@@ -1,13 +1,5 @@
-"""Which modules are a model's repeated blocks: one rule for compiling (``compile.scope=blocks``),
-checkpointing (``offload=checkpoint``) and FSDP sharding, so the three always pick the same modules.
-
-A block is a module whose class name is in ``block_types`` (outermost only: a match nested inside an
-earlier match is part of it), else a child of the largest ``nn.ModuleList``. A block that another
-transform already wrapped (``checkpoint_wrapper`` inserts ``_checkpoint_wrapped_module``; torch.compile's
-``OptimizedModule`` inserts ``_orig_mod``) is returned as its outermost wrapper, under its user-facing
-name: compiling the wrapper puts the checkpoint inside the compiled region (traced as one higher-order
-op), where compiling the inner block would leave every compiled block called from an eager checkpoint.
-"""
+"""Which modules are a model's repeated blocks: one rule for compiling (``compile.scope=blocks``), checkpointing
+(``offload=checkpoint``) and FSDP sharding, so the three always pick the same modules."""
 
 from __future__ import annotations
 

@@ -1,13 +1,11 @@
-"""Carry out a ``CompilePlan``: compile modules in place, or wrap the training step.
+"""Carry out a ``CompilePlan``: compile modules in place, or wrap the training step."""
 
-A module is compiled in place by giving it an instance ``forward`` that is ``torch.compile`` of its
-class's ``forward``, bound to the module: ``state_dict`` keys keep their names (no ``_orig_mod.``),
-forward hooks still run around it, a ``copy.deepcopy`` (EMA and weight-averaging callbacks) rebinds
-the copy's forward to the copy, and every module of one class shares one code object, so twelve
-blocks compile one graph. Not ``nn.Module.compile()``: on torch 2.11-2.13 it captures no frame at
-all for a built-in module (``nn.Linear``, ``nn.Sequential``...), which then silently runs eagerly
-(pytorch/pytorch#150915, fixed upstream by #185722). ``restore`` puts every module back.
-"""
+# A module is compiled in place by giving it an instance ``forward`` that is ``torch.compile`` of its class's
+# ``forward``, bound to the module: ``state_dict`` keys keep their names (no ``_orig_mod.``), forward hooks still run
+# around it, a ``copy.deepcopy`` (EMA and weight-averaging callbacks) rebinds the copy's forward to the copy, and
+# every module of one class shares one code object, so twelve blocks compile one graph. Not ``nn.Module.compile()``:
+# on torch 2.11-2.13 it captures no frame at all for a built-in module (``nn.Linear``, ``nn.Sequential``...), which
+# then silently runs eagerly (pytorch/pytorch#150915, fixed upstream by #185722). ``restore`` puts every module back.
 
 from __future__ import annotations
 
@@ -37,7 +35,6 @@ class CompiledModules:
     def __init__(self) -> None:
         self.modules: list[nn.Module] = []
         self.total = 0
-        """Modules compiled in place over the fit (``modules`` is emptied by ``restore``)."""
 
     def compile(self, module: nn.Module, kwargs: Mapping[str, Any]) -> None:
         """Compile ``module``'s forward in place (once: a module already compiled here is left as it is)."""

@@ -48,12 +48,8 @@ class StepFacts:
 
     automatic_optimization: bool = True
     scaler: bool = False
-    """A gradient scaler (``16-mixed``) steps the optimizer."""
     sharded: bool = False
-    """FSDP2 shards the parameters."""
     gradient_hooks: tuple[str, ...] = ()
-    """The module's and callbacks' hooks between backward and the update (``runner.stack.optimizer``:
-    ``gradient_hooks``)."""
 
 
 def capture_blocker(optimizers: list[Optimizer], device: torch.device, facts: StepFacts) -> str | None:

@@ -1,10 +1,4 @@
-"""Every ``compile.scope`` decision, as pure ``resolve_*`` functions returning a ``CompilePlan``.
-
-What is compiled (modules / blocks / step / step and backward), with which ``torch.compile``
-arguments, which optimizer-step policy, and whether backward runs through compiled autograd: all is
-decided here, from the typed config and the device, and tested without compiling anything.
-``runner.stack.compiling.compile`` carries the plan out; ``CompileStack`` applies it in order.
-"""
+"""Every ``compile.scope`` decision, as pure ``resolve_*`` functions returning a ``CompilePlan``."""
 
 from __future__ import annotations
 
@@ -36,24 +30,16 @@ class CompilePlan:
     """What the compile stack compiles and how; decided once per run by :func:`resolve_plan`."""
 
     scope: Scope
-    """What ``compile.scope`` asked for."""
     target: Scope
-    """What is compiled: the scope asked for, or ``model`` (the LightningModule's submodules) where the step
-    cannot be compiled as a whole (:func:`resolve_step_target`)."""
     kwargs: dict[str, Any] = field(default_factory=dict)
-    """Arguments of every ``torch.compile`` call of the run (backend, mode, options, dynamic)."""
     block_types: tuple[str, ...] = ()
     optimizer: OptimizerPolicy = OptimizerPolicy.none
     optimizer_reason: str = "no optimizer"
     optimizer_blocker: str | None = None
-    """Why the optimizer step cannot be graph-safe (:func:`capture_blocker`; None: it can)."""
     compiled_autograd: bool = False
     cudagraphs: bool = False
-    """Whether the run captures CUDA graphs (:func:`cudagraphs_on`): the one place this is decided."""
     cudagraphs_decision: CudaGraphsDecision = CudaGraphsDecision(False, "cudagraphs=disabled", worth_saying=False)
-    """``cudagraphs`` with why (``cudagraphs/decision``)."""
     uncaptured_kwargs: dict[str, Any] = field(default_factory=dict)
-    """``kwargs`` without CUDA graphs (the saved-activation measurement's: its steps are never replayed)."""
 
     @property
     def compiles(self) -> bool:
@@ -130,17 +116,7 @@ def default_options(cfg: CompileConfig, device: torch.device) -> dict[str, Any]:
 
 def resolve_compile_kwargs(cfg: CompileConfig, cudagraphs: CudaGraphsConfig, dynamic: bool | None,
                            device: torch.device, facts: CudaGraphsFacts | None = None) -> dict[str, Any]:
-    """Arguments for every ``torch.compile`` call of the run.
-
-    CUDA graphs are the ``cudagraphs`` group's alone, so they are on exactly when that component is:
-    - on a CUDA device, ``reduce_overhead`` becomes Inductor's ``reduce-overhead`` mode, or, when
-      ``compile.options`` are given (torch takes a mode or options, not both), the same setting as an
-      option (``triton.cudagraphs``);
-    - ``compile.mode=max-autotune`` turns Inductor's CUDA graphs on by itself: without the
-      ``cudagraphs`` group it becomes ``max-autotune-no-cudagraphs`` (no step marking would follow).
-
-    On the CPU, Inductor gets runner's ``default_options`` under the user's ``compile.options``.
-    """
+    """Arguments for every ``torch.compile`` call of the run."""
     return _compile_kwargs(cfg, cudagraphs_on(cudagraphs, cfg, device, facts).on, dynamic, device)
 
 
@@ -164,10 +140,8 @@ def _compile_kwargs(cfg: CompileConfig, graphs: bool, dynamic: bool | None, devi
 
 def resolve_optimizers(plan: CompilePlan, policy: OptimizerPolicy, optimizers: list[Optimizer],
                        device: torch.device, scaler: bool = False, facts: StepFacts | None = None) -> CompilePlan:
-    """``plan`` with the optimizer policy resolved for ``optimizers`` (one policy for all; the last
-    optimizer's reason is reported). Called once the optimizers hold their final parameters (under
-    FSDP2: after sharding). ``facts``: what decides whether the step can be graph-safe (default: a plain fit
-    with ``scaler``)."""
+    """``plan`` with the optimizer policy resolved for ``optimizers`` (one policy for all; the last optimizer's reason
+    is reported). Called once the optimizers hold their final parameters (under FSDP2: after sharding)."""
     facts = facts or StepFacts(scaler=scaler)
     blocker = capture_blocker(optimizers, device, facts)
     resolved, reason = policy, "no optimizer"

@@ -1,10 +1,4 @@
-"""FSDP2 sharding (``torch.distributed.fsdp.fully_shard``), applied after the compile step.
-
-Each repeated block becomes one FSDP unit (one all-gather before its forward, one reduce-scatter
-after its backward), then each top-level child of the LightningModule (the parameters outside the
-blocks: embeddings, final norm, head). Blocks are compiled in place before they are sharded, so FSDP's
-hooks are module hooks that run eagerly around each compiled block: no graph break inside a block.
-"""
+"""FSDP2 sharding (``torch.distributed.fsdp.fully_shard``), applied after the compile step."""
 
 from __future__ import annotations
 

@@ -1,13 +1,4 @@
-"""Live compile progress: what is being compiled, and for how long, while it compiles.
-
-A compile on this CPU takes 30-120 s inside the first training step, during which Lightning's
-progress bar does not move. ``CompileProgress`` is a compile listener (``runner.stack.console`` in any
-Trainer, ``runner.telemetry``'s collector in runner's own runs): it prints
-``compiling <name> (<file>:<line>) ...`` when a compile starts, a heartbeat with the elapsed time
-every ``interval_s`` from a daemon thread (the compiling thread is busy), and ``compiled <name> in
-31.2 s`` at the end. It prints through a *sink*, so the callback can route lines around the active
-progress bar (``tqdm.write`` / the rich console) and only on rank 0.
-"""
+"""Live compile progress: what is being compiled, and for how long, while it compiles."""
 
 from __future__ import annotations
 

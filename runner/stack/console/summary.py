@@ -1,10 +1,5 @@
-"""What a user of ``CompileStrategy`` in their own Trainer sees: what compiles, for how long, and a
-one-line summary at the end of fit (runner's own runs print a full table instead: ``runner.telemetry``).
-
-Lines go through a sink the strategy gives (around Lightning's progress bar, rank zero only), and only
-where Lightning's own info lines print: ``logging.getLogger("lightning.pytorch").setLevel(WARNING)``
-silences Lightning and runner alike.
-"""
+"""What a user of ``CompileStrategy`` in their own Trainer sees: what compiles, for how long, and a one-line summary at
+the end of fit (runner's own runs print a full table instead: ``runner.telemetry``)."""
 
 from __future__ import annotations
 
@@ -13,8 +8,8 @@ import time
 from typing import Any
 
 from runner import torch_internals as ti
-from runner.stack.component import StackComponent
 from runner.stack.console.progress import CompileProgress, Sink, default_sink
+from runner.stack.settings import StackComponent
 
 _KIND = {"LAZY_BACKWARD": "backward", "CUDAGRAPH_RECORDING": "cudagraph_recording"}
 

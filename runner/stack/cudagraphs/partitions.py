@@ -1,11 +1,4 @@
-"""``PartitionCount``: what of the compiled step runs inside CUDA graphs, counted as Inductor decides it.
-
-Inductor splits each compiled graph into partitions wherever a node cannot be CUDA-graphed and records
-one CUDA graph per remaining partition; the others run eagerly in between, and their outputs (saved
-activations among them) move every step. So "CUDA graphs on" says little: this counts, per compiled
-graph, the partitions, those graphed, and for every node left out torch's own reason, each with the
-change that brings it in (shown in the run's summary beside recordings and replays).
-"""
+"""``PartitionCount``: what of the compiled step runs inside CUDA graphs, counted as Inductor decides it."""
 
 from __future__ import annotations
 

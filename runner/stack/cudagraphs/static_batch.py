@@ -1,31 +1,4 @@
-"""``StaticBatch``: each training batch copied into persistent, static-address device buffers.
-
-Under CUDA-graph trees a graph input at a new address is copied into the graph's own buffer on every
-replay, except the inputs Inductor treats as static, whose address must never change: parameters,
-buffers, tensors marked static, and, in the backward graph, every tensor the forward saved. When the
-step compiles the loss (``compile.scope=step``), the backward saves the batch itself: the token ids for
-the embedding's backward, the targets for the cross-entropy's. Lightning moves each batch to the device
-anew, so those saved inputs arrive at whatever address the caching allocator hands out; a changed
-address re-records the backward graph ("static input data pointer changed"), which torch does not count
-toward ``cudagraph_unexpected_rerecord_limit``.
-
-So the batch is copied (one device-to-device copy per tensor, the copy the graph would otherwise make
-into its own input buffer) into buffers that live as long as the fit, marked static: the forward reads
-them in place and the backward's saved batch never moves. Each buffer stands in for its tensor exactly:
-
-* the same layout (strides: a channels-last or transposed input stays so), and the signature includes
-  the strides, so a batch laid out differently gets buffers of its own;
-* the shape policy's marks (``mark_dynamic``, ``mark_unbacked``...), copied from the tensor each step:
-  the policy marks the batch before this step replaces it;
-* one buffer for a tensor that appears twice in the batch (``input_ids`` and ``labels`` the same tensor),
-  so the compiled step sees the aliasing eager sees;
-* the batch's containers keep their type and attributes: a namedtuple, a dataclass, a ``dict`` subclass or
-  ``defaultdict``, any mapping (``transformers.BatchEncoding``).
-
-One set of buffers per batch signature; a run whose shapes keep changing stops adding buffers at
-``max_signatures`` and passes later new signatures through as they are (counted in ``passed_through``).
-:meth:`StaticBatch.clear` frees them when the fit ends.
-"""
+"""``StaticBatch``: each training batch copied into persistent, static-address device buffers."""
 
 from __future__ import annotations
 
@@ -47,9 +20,7 @@ class StaticBatch:
         self.buffers: dict[tuple[Any, ...], torch.Tensor] = {}
         self.signatures: set[tuple[Any, ...]] = set()
         self.copies = 0
-        """Tensors copied into their static buffer."""
         self.passed_through = 0
-        """Batches passed on as they were: a new signature after ``max_signatures``."""
 
     def __call__(self, batch: Any) -> Any:
         """``batch`` with every tensor on the device replaced by its static buffer, holding the same values."""

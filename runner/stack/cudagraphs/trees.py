@@ -1,33 +1,4 @@
-"""CUDA graphs (``cudagraphs`` group): Inductor's CUDA-graph trees, ``mode="reduce-overhead"``.
-
-On a device other than CUDA, torch silently ignores every CUDA-graph option; runner says so once,
-records ``cudagraphs/active=False``, and the run goes on.
-
-On CUDA the first ``warmup_steps`` training steps run eagerly (lazily built module state exists before
-anything is recorded). Inductor's CUDA-graph trees then warm each compiled function up on its first
-call and record it on the next, so the first replay is at step ``warmup_steps + 3``. From then on
-nothing may record again; the design that makes that hold, each part with why (docs/compile.md,
-"Record once, replay every step"):
-
-* one ``cudagraph_mark_step_begin`` per training step, and one per validation, test or predict batch of
-  the fit (without it every evaluation batch of a compiled submodule records another graph on top of the
-  training step's live outputs);
-* the batch is copied into persistent static-address buffers (:class:`StaticBatch`): the backward of a
-  compiled step saves the batch, and a saved input at a new address re-records the backward graph;
-* parameters and, once the first step created it, optimizer state are marked static: read in place;
-* the optimizer step runs outside the graph tree (``compile.optimizer=auto``): the graph-safe step in a
-  ``torch.cuda.CUDAGraph`` of its own (``runner.stack.optimizer.graphed``), or the fused kernel where that
-  cannot run; a compiled step would be a root of its own, recorded apart from the step's graphs, copying
-  every gradient into its static inputs on each replay;
-* the logged loss is cloned out of the graph's output (Lightning's ``_ResultMetric.update``), so nothing
-  of a replay is read after the next one.
-
-What happened is counted, not assumed: ``recordings`` (every recording), ``rerecordings`` (a graph
-recorded again in a later step than its first recording: a graph partition recorded at step N and again
-later; the same graph's partitions recorded at step N count once), the steps that recorded, and
-``replay_steps``, steps whose own forward and backward replayed (the tree's state right after the
-backward is a replay and nothing recorded in the step): an optimizer-only replay does not count.
-"""
+"""CUDA graphs (``cudagraphs`` group): Inductor's CUDA-graph trees, ``mode="reduce-overhead"``."""
 
 from __future__ import annotations
 
@@ -59,9 +30,9 @@ from runner.figures.cudagraphs import (
     CUDAGRAPHS_STATIC_BATCH_PASSED_THROUGH,
     CUDAGRAPHS_STATIC_STATE_TENSORS,
 )
-from runner.stack.component import StackComponent
 from runner.stack.cudagraphs.partitions import PartitionCount
 from runner.stack.cudagraphs.static_batch import StaticBatch
+from runner.stack.settings import StackComponent
 from runner.stack.step_mode import StepMode
 
 
@@ -74,23 +45,16 @@ class CudaGraphs(StackComponent):
     def __init__(self, cfg: CudaGraphsConfig, device: torch.device, step_mode: StepMode | None = None) -> None:
         self.cfg = cfg
         self.step_mode = step_mode or StepMode()
-        """The fit's step mode, which runs the warm-up steps eagerly (the stack's; a component built alone
-        has one of its own)."""
         self.device_index = device.index if device.index is not None else 0
         self.steps = 0
         self.optimizers: list[Optimizer] = []
         self.static_state_tensors = 0
         self.batch = StaticBatch(device.type)
         self.partitions = PartitionCount()
-        """What of each compiled graph Inductor put in CUDA graphs, and why not the rest."""
         self.recordings = 0
-        """CUDA graphs recorded (torch's CUDAGRAPH_RECORDING compile callbacks)."""
         self.rerecordings = 0
-        """Recordings of a graph already recorded in an earlier optimizer step (each one a failed replay)."""
         self.recording_steps = 0
-        """Optimizer steps during which anything was recorded."""
         self.replay_steps = 0
-        """Steps whose own forward and backward replayed, recording nothing (see the module docstring)."""
         self._optimizer_steps = 0
         self._first_recorded: dict[str, int] = {}  # compile id -> the optimizer step it first recorded at
         self._recorded_in_step = 0
@@ -234,6 +198,24 @@ class CudaGraphsInactive(StackComponent):
 
     def eval_step_context(self) -> ContextManager[Any]:
         return contextlib.nullcontext()
+
+    def step_context(self) -> ContextManager[Any]:
+        return contextlib.nullcontext()
+
+    def apply(self, module: nn.Module) -> None:
+        pass
+
+    def bind_optimizers(self, optimizers: list[Optimizer]) -> None:
+        pass
+
+    def prepare_batch(self, batch: Any) -> Any:
+        return batch
+
+    def after_backward(self) -> None:
+        pass
+
+    def on_step_end(self, step: int) -> None:
+        pass
 
     def summary(self) -> str:
         return "CUDA graphs: not active"

@@ -1,38 +1,14 @@
-"""Every rank takes the same dynamic-shape decision under DDP and FSDP, at the same step.
+"""Every rank takes the same dynamic-shape decision under DDP and FSDP, at the same step."""
 
-runner agrees by itself, on every backend, over a gloo group of its own (host memory only: no device
-sync, never queued behind the gradient collectives). A dim of a batch tensor becomes dynamic on every
-rank at the same step once any rank has seen it at a size other than the reference (rank 0's first
-batch), and stays dynamic: it is marked (``maybe_mark_dynamic``) on every rank from that step on, a
-mark fails the static graph's guards, and all ranks recompile together into the same dynamic graph.
-What torch's automatic dynamic does on one process, made global.
-
-What it costs per step is one integer, not the shapes (``ShapeAgreement.observe``):
-
-* the first step exchanges every rank's shapes (``all_gather_object``, once) and takes the reference;
-* later, a rank that sees a size not yet agreed on (a dim that differs from the reference and is not
-  dynamic yet) runs that step eagerly, so it cannot recompile alone, and raises its flag; at each check
-  every rank starts an asynchronous ``all_reduce(MAX)`` of its flag and reads it at the next step, when
-  it has long arrived, so no rank waits on it;
-* only when the flag says a rank saw something new do the ranks exchange shapes (and the dims each saw
-  vary) and mark the union dynamic, all at that step.
-
-Checks come every step at first and after each exchange, then twice as far apart after each quiet check,
-up to ``MAX_CHECK_INTERVAL`` steps: every rank computes the same schedule from what the ranks agreed. So
-once every dim that varies is dynamic, shapes are never exchanged again, and a step costs, on average,
-a thirty-second of one asynchronous one-integer all-reduce (``benchmarks/shape_agreement.py``). A rank
-runs eagerly the steps between its first sight of a new size and the next check (``held_steps``).
-
-Not torch's compiler collectives (``torch._dynamo.config.enable_compiler_collectives``): they need every
-rank to compile at the same time, so they need guard collectives too (``set_enable_guard_collectives``:
-``all_gather_object`` of each guard result, i.e. two all-gathers and a host sync, at every entry into
-every compiled frame: per block per step under ``compile.scope=blocks``, and the optimizer step's frames
-too: on NCCL each one a device sync). They also still crash on CPU process groups, checked again on
-torch 2.13 and 2.15 (two gloo ranks, one compiled function, lengths that differ): a ``gloo`` group fails in
-``OutputGraph.run_compiler_collective`` (``TypeError: sequence item 0: expected str instance,
-torch.device found`` while formatting its one-device-type assertion), a ``cpu:gloo`` group with
-``ZeroDivisionError: integer modulo by zero`` (``torch.accelerator.device_count()`` is 0).
-"""
+# Not torch's compiler collectives (``torch._dynamo.config.enable_compiler_collectives``): they need every rank to
+# compile at the same time, so they need guard collectives too (``set_enable_guard_collectives``:
+# ``all_gather_object`` of each guard result, i.e. two all-gathers and a host sync, at every entry into every compiled
+# frame: per block per step under ``compile.scope=blocks``, and the optimizer step's frames too: on NCCL each one a
+# device sync). They also still crash on CPU process groups, checked again on torch 2.13 and 2.15 (two gloo ranks, one
+# compiled function, lengths that differ): a ``gloo`` group fails in ``OutputGraph.run_compiler_collective``
+# (``TypeError: sequence item 0: expected str instance, torch.device found`` while formatting its one-device-type
+# assertion), a ``cpu:gloo`` group with ``ZeroDivisionError: integer modulo by zero``
+# (``torch.accelerator.device_count()`` is 0).
 
 from __future__ import annotations
 
@@ -69,7 +45,6 @@ def process_group_info() -> tuple[int, str | None]:
 
 
 MAX_CHECK_INTERVAL = 32
-"""Steps between two flag checks once shapes have been quiet for a while (see ``ShapeAgreement.observe``)."""
 Shapes = list[tuple[int, ...]]
 Dims = set[tuple[int, int]]
 
@@ -82,11 +57,8 @@ class ShapeAgreement:
         self.reference: Shapes | None = None
         self.dynamic: Dims = set()
         self.exchanges = 0
-        """Steps whose shapes were exchanged (the first step, and one per flagged change)."""
         self.checks = 0
-        """Steps whose one-integer flag was all-reduced."""
         self.held_steps = 0
-        """Steps this rank ran eagerly because it saw a size not yet agreed on."""
         self._seen: Dims = set()  # dims this rank saw vary since the last exchange
         self._pending: tuple[Any, torch.Tensor] | None = None  # the flag all-reduce in flight
         self._step = 0

@@ -1,14 +1,4 @@
-"""The ``dynamic`` group as a stack component: how batches whose lengths vary meet the compiler.
-
-``static`` and ``bucket`` are data-side policies: the collate pads to fixed lengths and the step is
-compiled with ``dynamic=False`` (one static graph per length). ``automatic`` is torch's automatic
-dynamic (static first, one dynamic recompile on the first change). ``dynamic`` and ``unbacked`` mark
-the configured dims of every batch tensor before the compiled step sees them, so the first graph is
-already dynamic and serves every length. Under DDP the non-static policies make the same decision on
-every rank (``runner.stack.dynamic.agreement``). After ``warmup_steps``, ``after_warmup`` puts the training
-step under a compiler stance: ``fail_on_recompile`` raises ``RecompileAfterWarmupError`` naming the
-failed guard, ``eager_on_recompile`` runs unseen shapes eagerly.
-"""
+"""The ``dynamic`` group as a stack component: how batches whose lengths vary meet the compiler."""
 
 from __future__ import annotations
 
@@ -39,8 +29,8 @@ from runner.figures.dynamic import (
     DYNAMIC_RECOMPILE_REASONS,
     DYNAMIC_RECOMPILES,
 )
-from runner.stack.component import StackComponent
 from runner.stack.dynamic.agreement import Agreement, ShapeAgreement, process_group_info, resolve_agreement, shapes_of
+from runner.stack.settings import StackComponent
 from runner.stack.step_mode import Eager, StepMode
 
 _MAX_REASONS = 20
@@ -58,12 +48,7 @@ def resolve_dynamic_arg(policy: ShapePolicy) -> bool | None:
 
 
 def resolve_bounds(cfg: DynamicConfig, max_len: int | None) -> DynamicConfig:
-    """The config with ``max`` filled in from the data's longest sequence when left unset.
-
-    ``mark_dynamic`` bounds are strict: if the compiler specialises any size inside ``[min, max]``,
-    compiling fails. An unbounded range is the easiest to break (on CPU, Inductor's C++ reductions
-    guard on ``batch x length <= 4096``), and no batch is ever longer than the data's ``seq_len``.
-    """
+    """The config with ``max`` filled in from the data's longest sequence when left unset."""
     if cfg.max is not None or max_len is None or not cfg.policy.row.marks_dims:
         return cfg
     return dataclasses.replace(cfg, max=max_len)

@@ -1,16 +1,4 @@
-"""Compile failures in one paragraph (the failing frame, the reason, the fix), and the watch.
-
-A compile error stops the run with ``CompileFailure`` (the paragraph) under ``compile.on_error=auto``
-(the default) and ``raise``; ``eager`` lets Dynamo run a failing frame eagerly (``suppress_errors``, set
-by the compile stack), and ``CompileErrorWatch`` logs one line per fallback (telemetry counts
-``compile/fallbacks`` and their reasons). A recompile-limit hit is reported with the guard that kept
-failing in every mode: under ``raise`` it stops the run (``fail_on_recompile_limit_hit``); under ``auto``
-and ``eager`` torch runs that frame eagerly from then on, as plain ``torch.compile`` does, and runner says
-so in a console warning and a figure (``compile/recompile_limit_hits``), never silently.
-
-``CompileErrorWatch`` is a stack component: it listens from ``configure`` to ``teardown``. The torch
-internals it reads (log records, exception attributes) go through ``runner.torch_internals``.
-"""
+"""Compile failures in one paragraph (the failing frame, the reason, the fix), and the watch."""
 
 from __future__ import annotations
 
@@ -22,7 +10,7 @@ from runner import torch_internals as ti
 from runner.config.schema import OnError
 from runner.errors import RunStopped
 from runner.figures.compile_work import COMPILE_RECOMPILE_LIMIT_HITS
-from runner.stack.component import StackComponent
+from runner.stack.settings import StackComponent
 
 log = logging.getLogger(__name__)
 

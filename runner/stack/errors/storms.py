@@ -1,17 +1,4 @@
-"""Stop paying for a recompile storm early: a frame whose same non-shape guard fails twice is demoted.
-
-Some Python state a step reads cannot become a graph input (a value the step branches on, a list it
-reads while it grows, an object it replaces every step): every step then fails the same guard and
-recompiles, until ``recompile_limit`` (8 compiles, each paid in full) makes torch run the frame eagerly.
-:class:`StormWatch` reads torch's compile records after a step that compiled something (one counter
-read per step otherwise) and reports the first frame whose *same* guard caused a second recompile: the
-storm is certain by then, and the remaining six compiles are saved. Shape guards are not counted here
-(the shape policy owns them: ``dynamic=...``), nor are the two compiles a changing int or float costs
-before it becomes a graph input (their guard changes once, then holds).
-
-What a demotion does is the stack's decision (``runner.stack.demotion``: the step falls back to compiling the
-modules it calls, a compiled module or optimizer step runs eagerly); this module only detects.
-"""
+"""Stop paying for a recompile storm early: a frame whose same non-shape guard fails twice is demoted."""
 
 from __future__ import annotations
 
@@ -34,7 +21,6 @@ class Storm:
     filename: str | None
     firstlineno: int | None
     guard: str
-    """The guard as torch printed it last (values included)."""
 
     @property
     def frame(self) -> str:

@@ -1,14 +1,4 @@
-"""How a saved tensor is stored between forward and backward, and how it is restored.
-
-``encode`` returns a flat tuple of tensors and constants; ``decode`` turns it back into a tensor of
-the original dtype, size and stride. The same functions run eagerly (plain saved-tensor hooks) and
-under AOTAutograd tracing (hooks inlined into the compiled graphs), so they use only shape-static
-Python logic: every branch depends on dtype, size or stride, never on tensor values.
-
-Restoring the stride matters: Inductor's backward checks each saved input with
-``assert_size_stride``, and a plain ``.to(dtype)`` of a non-dense view (e.g. one of the q/k/v slices
-of a fused projection) returns a contiguous tensor.
-"""
+"""How a saved tensor is stored between forward and backward, and how it is restored."""
 
 from __future__ import annotations
 
@@ -26,13 +16,7 @@ _EXPANDED = "expanded"  # tag of a tensor with zero strides (an expanded view), 
 
 
 def encode(x: torch.Tensor, codec: Codec) -> Packed:
-    """Pack a floating tensor as the codec's payload dtype (its row in ``runner.config.schema.options``).
-
-    Unscaled (bf16): ``(payload, dtype, size, stride, restride)``.
-    Scaled (fp8): ``(payload, scale, dtype, size, stride, restride)`` with a per-tensor scale
-    ``amax / max`` (float32, 0-dim; ``max`` the payload's largest finite value, 448 for e4m3fn), so the
-    largest magnitude maps to the largest payload value.
-    """
+    """Pack a floating tensor as the codec's payload dtype (its row in ``runner.config.schema.options``)."""
     # Detach: the pack hook must not record autograd history (it would keep ``x`` alive).
     x = x.detach()
     broadcast = expanded_dims(x)
@@ -55,12 +39,7 @@ def encode(x: torch.Tensor, codec: Codec) -> Packed:
 
 
 def encode_storage(x: torch.Tensor, codec: Codec) -> Packed:
-    """Pack the whole storage under ``x`` as one flat tensor (eager path only).
-
-    Eagerly, several saved tensors are often views of one storage (SDPA's output and the
-    projection's reshaped input): packing each view would store the data twice. Packing the
-    storage once and rebuilding each view with ``as_strided`` stores it once.
-    """
+    """Pack the whole storage under ``x`` as one flat tensor (eager path only)."""
     numel = x.untyped_storage().nbytes() // x.element_size()
     flat = torch.as_strided(x.detach(), (numel,), (1,), 0)
     return encode(flat, codec)
@@ -110,13 +89,7 @@ def _restride(payload: torch.Tensor, x: torch.Tensor) -> bool:
 
 
 def _layout(payload: torch.Tensor, x: torch.Tensor) -> tuple[Any, Any, bool]:
-    """``(size, stride, restride)``: ``x``'s size and stride only when decode must restore them.
-
-    A payload that keeps ``x``'s layout needs neither, and leaving them out matters under dynamic shapes:
-    traced, they are graph outputs, and a size that appears twice (the ``[s, s]`` attention mask of a
-    transformers decoder or BERT) is one node listed twice, which AOTAutograd's inlining of the hooks
-    (torch 2.11-2.15, ``maybe_inline_graph_saved_tensors_hooks``) erases twice, leaving the forward graph
-    with an output used before it is defined."""
+    """``(size, stride, restride)``: ``x``'s size and stride only when decode must restore them."""
     restride = _restride(payload, x)
     return (tuple(x.size()), tuple(x.stride()), True) if restride else (None, None, False)
 

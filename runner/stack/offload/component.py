@@ -1,21 +1,22 @@
-"""The saved-activation strategy as a compile-stack component, and ``build_offload``.
+"""The saved-activation strategy as a compile-stack component, and ``build_offload``."""
 
-The strategy calls ``configure()`` once, ``apply(model)`` once on the plain module before
-compiling, and enters ``step_context()`` around every training step's forward and loss. Backward
-may run after the context exits: packed tensors carry their own unpack hook (eager path) or the
-unpack code is already inlined into the compiled backward (traced path).
-"""
 
 from __future__ import annotations
 
 import contextlib
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager as ContextManager
-from typing import Any
+from typing import Any, Optional
 
 import torch
 from torch import nn
+from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
+    CheckpointImpl,
+    CheckpointWrapper,
+    checkpoint_wrapper,
+)
+from torch.utils.weak import WeakIdKeyDictionary
 
 from runner import torch_internals as ti
 from runner.config.schema import OffloadConfig
@@ -36,10 +37,98 @@ from runner.figures.offload import (
     OFFLOAD_TRACED_SKIPPED,
 )
 from runner.stack.compiling.plan import CompilePlan
-from runner.stack.component import StackComponent
-from runner.stack.offload import policy
-from runner.stack.offload.checkpointing import apply_checkpointing
+from runner.stack.offload import codecs, policy
 from runner.stack.offload.hooks import SavedTensorCodec
+from runner.stack.settings import StackComponent
+
+
+def apply_checkpointing(
+    model: nn.Module, block_types: Iterable[str] = (), exclude: frozenset[str] = frozenset()
+) -> list[str]:
+    """Wrap each repeated block of ``model`` in a non-reentrant checkpoint, in place."""
+    wrapped: list[str] = []
+    for name, block in policy.find_blocks(model, block_types):
+        if policy.clean_name(name) in exclude or isinstance(block, CheckpointWrapper):
+            continue
+        parent_name, _, child = name.rpartition(".")
+        parent = model.get_submodule(parent_name) if parent_name else model
+        # preserve_rng_state keeps dropout masks identical between forward and recompute.
+        setattr(parent, child, checkpoint_wrapper(block, checkpoint_impl=CheckpointImpl.NO_REENTRANT))
+        wrapped.append(name)
+    return wrapped
+
+
+class PinnedOffloadHooks:
+    """Pack/unpack hooks that offload large floating saved tensors to pinned host memory."""
+
+    def __init__(self, device: torch.device, min_bytes: int) -> None:
+        if device.type != "cuda":
+            raise ValueError(f"cpu offload needs a CUDA device, got {device}")
+        self.device = device
+        self.min_bytes = int(min_bytes)
+        self.stream: Optional[torch.cuda.Stream] = None  # created lazily, on first use
+        self.excluded = policy.ExcludedDepth()  # hooked on the excluded modules by the component
+        self.held: set[int] = set()
+        self.offloaded_bytes = 0
+        self._dedupe: Optional[WeakIdKeyDictionary] = None
+
+    def begin_step(self) -> None:
+        self._dedupe = WeakIdKeyDictionary()
+
+    def end_step(self) -> None:
+        self._dedupe = None
+
+    def pack(self, x: torch.Tensor) -> Any:
+        """Start copying ``x`` to pinned host memory; return what unpack needs."""
+        nbytes = codecs.stored_nbytes(x)
+        base = x._base if x._base is not None else x
+        if (
+            x.device.type != "cuda"
+            or not policy.wants_packing(x, nbytes, 0, self.min_bytes)
+            or self.excluded.depth > 0
+            or (base.is_leaf and base.requires_grad)
+            or x.untyped_storage().data_ptr() in self.held
+        ):
+            return x
+        if self._dedupe is not None and x in self._dedupe:
+            return self._dedupe[x]
+        if self.stream is None:
+            self.stream = torch.cuda.Stream(device=x.device)
+        compute = torch.cuda.current_stream(x.device)
+        self.stream.wait_stream(compute)
+        # An expanded view (stride 0) is copied at its real size and expanded again on unpack.
+        broadcast = codecs.expanded_dims(x)
+        compact = x.detach()
+        for d in broadcast:
+            compact = compact.narrow(d, 0, 1)
+        with torch.cuda.stream(self.stream):
+            # Stored contiguous (a strided view would pin its whole base); unpack re-strides.
+            host = torch.empty(compact.size(), dtype=x.dtype, pin_memory=True)
+            host.copy_(compact, non_blocking=True)
+            event = torch.cuda.Event()
+            event.record(self.stream)
+        x.record_stream(self.stream)
+        self.offloaded_bytes += compact.numel() * compact.element_size()
+        packed = (host, event, x.device, tuple(x.size()), tuple(compact.stride()), bool(broadcast))
+        if self._dedupe is not None:
+            self._dedupe[x] = packed
+        return packed
+
+    def unpack(self, packed: Any) -> torch.Tensor:
+        """Bring a packed tensor back to the device, with its original size and stride."""
+        if isinstance(packed, torch.Tensor):
+            return packed
+        host, event, device, size, stride, expanded = packed
+        compute = torch.cuda.current_stream(device)
+        compute.wait_event(event)  # the device-to-host copy must be complete before reading host
+        # Pinned memory stays valid until the copy ends: the caching host allocator records the use.
+        y = host.to(device, non_blocking=True)
+        if tuple(y.stride()) != stride:
+            out = torch.empty_strided(tuple(host.size()), stride, dtype=y.dtype, device=device)
+            out.copy_(y)
+            y = out
+        return y.expand(size) if expanded else y
+
 
 CPU_OFFLOAD_ON_CPU = (
     "offload.strategy={strategy} moves saved activations to host memory, which is pointless on a {device} "
@@ -47,7 +136,6 @@ CPU_OFFLOAD_ON_CPU = (
 )
 _COUNTS = {"eager_packed": OFFLOAD_EAGER_PACKED, "eager_skipped": OFFLOAD_EAGER_SKIPPED,
            "traced_packed": OFFLOAD_TRACED_PACKED, "traced_skipped": OFFLOAD_TRACED_SKIPPED}
-"""The hooks' own counts (``SavedTensorCodec.counts``), under their figures' keys."""
 
 
 class OffloadComponent(StackComponent):
@@ -65,6 +153,15 @@ class OffloadComponent(StackComponent):
 
     def current_path(self) -> str:
         return self.path
+
+    def apply(self, module: nn.Module) -> None:
+        pass
+
+    def prepare_batch(self, batch: Any) -> Any:
+        return batch
+
+    def step_context(self) -> ContextManager[Any]:
+        return contextlib.nullcontext()
 
     def figures(self) -> dict[str, Any]:
         # The measured path (on the run's path, before training) wins over the live counts: a
@@ -170,8 +267,6 @@ class CudaOffload(OffloadComponent):
 
     def __init__(self, cfg: OffloadConfig, device: torch.device) -> None:
         super().__init__(cfg, device)
-        from runner.stack.offload.cuda_offload import PinnedOffloadHooks
-
         self.hooks = PinnedOffloadHooks(device, cfg.min_bytes)
 
     def current_path(self) -> str:
@@ -220,15 +315,10 @@ def excluded_inside_compiled(exclude: Sequence[str], module: nn.Module, plan: Co
 
 _COMPONENTS: dict[Keeps, Callable[[OffloadConfig, torch.device], OffloadComponent]] = {
     Keeps.as_saved: OffloadComponent, Keeps.host_memory: CudaOffload, Keeps.encoded: HookOffload}
-"""The component of each place a strategy keeps saved tensors (recomputing takes the blocks too)."""
 
 
 def build_offload(cfg: OffloadConfig, device: torch.device, block_types: Sequence[str] = ()) -> OffloadComponent:
-    """The component for ``cfg.strategy`` on ``device``.
-
-    ``block_types`` (class names) selects the blocks for ``checkpoint``; empty uses the children of
-    the largest ``nn.ModuleList``. ``cpu`` on a non-CUDA device warns once and returns the no-op.
-    """
+    """The component for ``cfg.strategy`` on ``device``."""
     device = torch.device(device)
     row = cfg.strategy.row
     if row.cuda_only and device.type != "cuda":

@@ -1,16 +1,4 @@
-"""Saved-tensor hooks that compile: one hook pair that is both traceable and eager-safe.
-
-The pair is a pair of ``torch.fx.GraphModule`` objects, each a single call to a module-level
-function. When a compiled region runs inside ``saved_tensors_hooks(pack_gm, unpack_gm)``,
-AOTAutograd recognises GraphModule hooks as inlineable, traces them on fake tensors and inlines pack
-into the forward epilogue and unpack into the backward prologue; the compiled forward then returns
-the packed (bf16 / fp8) tensors, and the runtime disables the hooks for that call. Outside compiled
-regions (eager models, graph breaks, compiled autograd) the same GraphModules run as ordinary
-Python hooks. Decisions use only dtype, size and module membership, so both paths agree.
-
-The GraphModules are created once per codec and reused every step: Dynamo guards on the identity
-of the active hooks, and a new pair would recompile every graph.
-"""
+"""Saved-tensor hooks that compile: one hook pair that is both traceable and eager-safe."""
 
 from __future__ import annotations
 
@@ -55,13 +43,7 @@ def _hook_graph(fn: Any, codec_id: int, cache_hash: str, name: str) -> torch.fx.
 
 
 class SavedTensorCodec:
-    """Packs floating saved tensors as bf16 or fp8 (see ``codecs``); everything else passes through.
-
-    Args:
-        codec: how tensors are stored (``OffloadStrategy.<name>.row.codec``).
-        min_bytes: saved tensors with fewer bytes are left alone.
-        exclude: module-name prefixes whose activations are left alone (resolved in ``attach``).
-    """
+    """Packs floating saved tensors as bf16 or fp8 (see ``codecs``); everything else passes through."""
 
     def __init__(self, codec: Codec, min_bytes: int, exclude: tuple[str, ...]) -> None:
         self.codec = codec
@@ -107,10 +89,7 @@ class SavedTensorCodec:
         self._by_storage = None
 
     def hold(self, tensors: Any) -> None:
-        """Declare this step's batch alive anyway: packing it would only add memory.
-
-        Replaces the previous step's set: a freed batch's address may be reused by an activation.
-        """
+        """Declare this step's batch alive anyway: packing it would only add memory."""
         self._batch = {
             t.untyped_storage().data_ptr()
             for t in ti.tree_leaves(tensors)
@@ -164,14 +143,7 @@ class SavedTensorCodec:
         return ptr in self._held or ptr in self._batch
 
     def path(self, steps: int) -> str:
-        """Which path the hooks took: traced, eager_hooks, mixed, none, cached, or pending (no step yet).
-
-        Eagerly every saved tensor passes through pack; traced, AOTAutograd calls pack while it traces
-        each compiled graph. No pack call after a step means nothing was packed: "none" (e.g. forward,
-        loss and backward in one graph save nothing across a graph boundary), unless AOTAutograd loaded
-        compiled graphs from its cache since ``attach``, which skips tracing: "cached", what they pack
-        unknown here (the run's measurement, ``offload.measure``, finds it from the bytes).
-        """
+        """Which path the hooks took: traced, eager_hooks, mixed, none, cached, or pending (no step yet)."""
         eager = self.counts["eager_packed"] + self.counts["eager_skipped"]
         traced = self.counts["traced_packed"]
         if steps == 0 and not (eager or traced):

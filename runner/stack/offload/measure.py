@@ -1,27 +1,4 @@
-"""What a saved-activation strategy saves, and what it costs in gradient accuracy.
-
-Definition: **saved-activation bytes** are the bytes a training step's forward and loss leave
-allocated when they return only the loss, i.e. what autograd holds for backward, *as stored*
-(after packing, with the fp8 scales, without the copies packing freed). Parameters, their
-gradients and the batch are allocated before the step and do not count. It is measured from the
-allocator, so it covers every path alike (eager hooks, hooks inlined into compiled graphs,
-checkpointing, Inductor's own buffers): on CUDA from ``torch.cuda.memory_allocated``; on CPU from
-the profiler's memory events (net bytes allocated by the step's ops). The CPU profiler prints two
-``USDT: profiler_start/stop`` lines to stderr per measurement; they are harmless.
-
-Measured on the path the run takes (``CompileStack.measure_saved_activations``): the run's module
-and step, on the run's device after the model is moved, compiled as the run compiles it. A strategy
-that packs nothing there (``compile.scope=step_backward`` saves nothing across a graph boundary;
-``checkpoint_budget`` acts only on compiled graphs) reports ``path: none``.
-
-The gradient error is ``||g - g_none|| / ||g_none||`` over all parameters' gradients concatenated,
-on one batch, from identical weights.
-
-Device memory: one variant at a time, each on its own copy of the model. The ``none`` variant's
-gradients wait in host memory in their own dtype (:class:`HostGrads`), and the error is summed one
-parameter at a time, so besides the model the device holds one copy with its gradients (12 bytes per
-float32 parameter, below AdamW training's 16), never a float64 vector of every gradient.
-"""
+"""What a saved-activation strategy saves, and what it costs in gradient accuracy."""
 
 from __future__ import annotations
 
@@ -122,12 +99,8 @@ class HostGrads:
 
 
 StepBuilder = Callable[[nn.Module], Callable[[Any], torch.Tensor]]
-"""Given a fresh copy of the model with the strategy applied, the step as the run runs it: a function
-of the batch that returns the loss (forward and loss, compiled the way the run compiles them). A step
-that already ran backward (``compile.scope=step_backward``) returns a loss without ``grad_fn``."""
 
 _NO_REDUCTION = 1.02
-"""A strategy whose saved bytes fall by less than this factor packed nothing: its path is ``none``."""
 
 
 def run_variant(
@@ -139,13 +112,9 @@ def run_variant(
     block_types: tuple[str, ...] = (),
     reference: Optional[HostGrads] = None,
 ) -> dict[str, Any]:
-    """One check step of ``cfg`` on a fresh copy of ``model``: saved bytes, loss, path, and either its
-    gradients in host memory (``grads``, a :class:`HostGrads`) or, given the ``reference``
-    gradients, their relative error (``grad_rel_error``).
-
-    Builds the component, configures it (undone by its teardown), applies it, builds the step, runs a
-    warm-up step (compiles forward and backward), then measures a second one.
-    """
+    """One check step of ``cfg`` on a fresh copy of ``model``: saved bytes, loss, path, and either its gradients in host
+    memory (``grads``, a :class:`HostGrads`) or, given the ``reference`` gradients, their relative error
+    (``grad_rel_error``)."""
     from runner.stack.offload.component import build_offload
 
     m = (copy.deepcopy(model) if isinstance(model, nn.Module) else model()).to(device)
@@ -195,10 +164,9 @@ def compare_with_none(
     compiled: bool = False,
     fresh_compiler: Optional[Callable[[], None]] = None,
 ) -> dict[str, Any]:
-    """Compare ``cfg`` with ``strategy=none`` on one batch from identical weights, each variant on a
-    fresh copy and a fresh compiler (Dynamo does not guard on settings such as the memory budget, so a
-    variant could otherwise reuse the other's graphs). ``fresh_compiler`` forgets what was compiled
-    (default: ``torch.compiler.reset()``, everything). Returns the ``offload/*`` figures."""
+    """Compare ``cfg`` with ``strategy=none`` on one batch from identical weights, each variant on a fresh copy and a
+    fresh compiler (Dynamo does not guard on settings such as the memory budget, so a variant could otherwise reuse the
+    other's graphs). ``fresh_compiler`` forgets what was compiled (default: ``torch.compiler.reset()``, everything)."""
     fresh = fresh_compiler or ti.reset_compiler
     # run_variant copies ``model`` for each variant: both start from its weights as they are now. One copy
     # at a time: the first one's compiled frames are forgotten and its reference cycles (a module's
@@ -225,10 +193,8 @@ def compare_with_none(
 
 
 def _measured_path(live: str, reduction: float) -> str:
-    """The path a measured variant took. Saved bytes decide whether anything was packed; the hooks'
-    own counts say how. A compiled graph restored from torch's on-disk caches packs without tracing
-    the hooks again (no pack call is seen, live path ``cached``, or ``none`` where the hit is not
-    counted): bytes that fell with no call seen were packed traced."""
+    """The path a measured variant took. Saved bytes decide whether anything was packed; the hooks' own counts say
+    how."""
     if reduction < _NO_REDUCTION:
         return "none"
     return "traced" if live in ("none", "cached") else live
@@ -243,18 +209,7 @@ def measure_offload(
     compile_fn: Optional[CompileFn] = None,
     device: Optional[torch.device] = None,
 ) -> dict[str, Any]:
-    """:func:`compare_with_none` for a plain model and a loss function.
-
-    Args:
-        model: the plain model (deep-copied per variant, never modified) or a factory returning a
-            fresh one. Pass it before the strategy's ``apply`` wrapped or hooked it.
-        batch: one training batch (already on the device).
-        loss_fn: ``loss_fn(model, batch) -> scalar loss``.
-        cfg: the offload config to measure.
-        compile_fn: e.g. ``lambda f: torch.compile(f, backend="inductor")`` to measure the compiled
-            step; ``None`` measures eagerly.
-        device: where to run (default: the device of the batch's first tensor).
-    """
+    """:func:`compare_with_none` for a plain model and a loss function."""
 
     def build_step(m: nn.Module) -> Callable[[Any], torch.Tensor]:
         def step(b: Any) -> torch.Tensor:
@@ -267,12 +222,7 @@ def measure_offload(
 
 
 def _fresh_code(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """``fn`` with its own code object, so Dynamo compiles it afresh.
-
-    Dynamo caches compiled frames per code object and does not guard on compiler settings such as
-    the activation memory budget, nor (with inlined nn modules) on which model object a closure
-    holds: without a fresh code object, a variant would silently reuse the baseline's graphs.
-    """
+    """``fn`` with its own code object, so Dynamo compiles it afresh."""
     code = fn.__code__
     name = f"{code.co_name}_{next(_VARIANT_IDS)}"
     fresh = types.FunctionType(code.replace(co_name=name, co_qualname=name), fn.__globals__, name,

@@ -1,19 +1,5 @@
-"""The saved-activation measurement on the path the run takes (``offload.measure``): step 0 of
-``CompileStack.setup``, for every user of runner's strategies.
-
-The run's own LightningModule and ``training_step``, on the run's device, compiled as the run's plan
-says, each variant (the strategy, and ``none``) on its own copy of the module: what the strategy saves
-and what it costs in gradient accuracy there, not on a stand-in model (``runner.stack.offload.measure``
-has the method). Between variants only the frames the measurement compiled are forgotten, so a compile
-callback or compiled function of anyone else in the process (the run's telemetry) is left alone. One
-copy lives at a time, the reference gradients wait in host memory, and no CUDA graph is recorded, so
-the measurement needs less device memory than a training step with AdamW; the random state is the
-run's again afterwards.
-
-Skipped, with the reason in ``offload/measure_skipped``, where it cannot run: a manual-optimization step
-(it needs a trainer), a sharded strategy (each variant would copy the whole unsharded model onto every
-rank), or no batch to measure on.
-"""
+"""The saved-activation measurement on the path the run takes (``offload.measure``): step 0 of ``CompileStack.setup``,
+for every user of runner's strategies."""
 
 from __future__ import annotations
 
@@ -26,11 +12,10 @@ import torch
 
 from runner import torch_internals as ti
 from runner.figures.offload import OFFLOAD_MEASURE_SKIPPED
+from runner.lightning_step.deferred_log import discard_logs, metric_methods
 from runner.stack.compiling.compile import CompiledModules, apply_compile
 from runner.stack.compiling.plan import CompilePlan
-from runner.stack.deferred.log import discard_logs
-from runner.stack.deferred.metrics import metric_methods
-from runner.stack.fit_inputs import CompileSettings, LightningSide
+from runner.stack.settings import CompileSettings, LightningSide
 
 
 def skip_reason(module: L.LightningModule, lightning: LightningSide, settings: CompileSettings) -> str | None:
@@ -96,6 +81,6 @@ def measure_on_run_path(module: L.LightningModule, batch: Any, device: torch.dev
 @contextlib.contextmanager
 def _run_random_state(device: torch.device) -> Iterator[None]:
     """The random state the run continues from, restored (the measurement's dropout draws are not the run's).
-    Dynamo's settings are the run's own, set before this (``FitParts.configure_tracing``)."""
+    Dynamo's settings are the run's own, set before this."""
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         yield

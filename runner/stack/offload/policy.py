@@ -1,7 +1,4 @@
-"""Pure decisions: which modules are blocks, which are excluded, which saved tensors are packed.
-
-Nothing here touches autograd or the compiler, so each rule is unit-tested without compiling.
-"""
+"""Pure decisions: which modules are blocks, which are excluded, which saved tensors are packed."""
 
 from __future__ import annotations
 
@@ -28,13 +25,7 @@ def normalize_source_path(path: str) -> str:
 
 
 def excluded_module_names(model: nn.Module, exclude: Sequence[str]) -> frozenset[str]:
-    """Names (relative to ``model``) of every module that an ``exclude`` prefix selects.
-
-    A prefix selects a module and everything under it: ``head`` selects ``head``; ``blocks.3``
-    selects ``blocks.3`` and ``blocks.3.attn.qkv``, but not ``blocks.30``. Names are the user's
-    model's: when ``model`` is a LightningModule that holds the model as a child (``TrainModule.model``),
-    ``head`` also selects ``model.head`` (the stack applies the strategy to the LightningModule).
-    """
+    """Names (relative to ``model``) of every module that an ``exclude`` prefix selects."""
     prefixes = [clean_name(p) for p in exclude if clean_name(p)]
     names = set()
     for raw, _ in model.named_modules():
@@ -50,11 +41,7 @@ def _selects(prefix: str, name: str) -> bool:
 
 
 def path_is_excluded(path: str, excluded: frozenset[str]) -> bool:
-    """Whether a normalized module path from a compiled graph lies in an excluded module.
-
-    The compiled root may be the model or something holding it (a LightningModule's ``model``
-    attribute), so a path matches when it ends with an excluded name on a component boundary.
-    """
+    """Whether a normalized module path from a compiled graph lies in an excluded module."""
     if not path or not excluded:
         return False
     parts = path.split(".")
@@ -62,12 +49,7 @@ def path_is_excluded(path: str, excluded: frozenset[str]) -> bool:
 
 
 def node_is_excluded(node: torch.fx.Node, excluded: frozenset[str]) -> bool:
-    """Whether a saved forward-graph value belongs to an excluded module.
-
-    Eagerly, "belongs" means "saved while the module ran"; in a graph, the op that saves a value is
-    gone, so a value counts as the module's when it is produced or consumed inside it (the head's
-    input, produced by ``ln_f`` and consumed by ``head``, is the head's).
-    """
+    """Whether a saved forward-graph value belongs to an excluded module."""
     if not excluded:
         return False
     for n in (node, *node.users):
@@ -80,22 +62,13 @@ def node_is_excluded(node: torch.fx.Node, excluded: frozenset[str]) -> bool:
 
 
 def wants_packing(x: torch.Tensor, nbytes: int, stored_itemsize: int, min_bytes: int) -> bool:
-    """Whether a saved tensor is worth re-encoding.
-
-    Integer and bool tensors (indices, masks) must stay exact; tensors already at or below the
-    storage width gain nothing; tensors under ``min_bytes`` cost more in kernels than they save.
-    """
+    """Whether a saved tensor is worth re-encoding."""
     return x.is_floating_point() and x.element_size() > stored_itemsize and nbytes >= min_bytes
 
 
 def held_storages(tensors: Iterable[torch.Tensor]) -> set[int]:
-    """Data pointers of the storages behind ``tensors`` (parameters and buffers: alive anyway, so
-    packing them would only add memory).
-
-    A sharded parameter (FSDP2's DTensor) counts by its local shard. A storage with no data (FSDP2's
-    unsharded parameters between all-gathers are resized to 0 bytes) is left out: its address is
-    not stable, and the gathered parameter is a leaf that the hooks recognise as one anyway.
-    """
+    """Data pointers of the storages behind ``tensors`` (parameters and buffers: alive anyway, so packing them would
+    only add memory)."""
     held = set()
     for t in tensors:
         local = t.to_local() if hasattr(t, "to_local") else t
@@ -106,11 +79,7 @@ def held_storages(tensors: Iterable[torch.Tensor]) -> set[int]:
 
 
 class ExcludedDepth:
-    """How deep the eager forward is inside excluded modules (> 0: saved tensors are kept as they are).
-
-    Forward pre/post hooks on every excluded module count entries and exits. Under Dynamo the hooks are
-    traced and must not mutate Python state, so they count only eagerly; a traced pack hook reads
-    exclusion from the saved node's module stack instead (``node_is_excluded``)."""
+    """How deep the eager forward is inside excluded modules (> 0: saved tensors are kept as they are)."""
 
     def __init__(self) -> None:
         self.depth = 0

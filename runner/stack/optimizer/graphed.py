@@ -1,31 +1,5 @@
 """The optimizer step as one graph-safe function, captured once in a CUDA graph and replayed
-(``compile.optimizer=graphed``; ``auto`` does not pick it until it is measured on a GPU).
-
-What runs after backward on every step (Lightning's gradient clipping, runner's non-finite skip, the update,
-zeroing the gradients) becomes one function of tensors that never move, with no host read and no branch on a
-device value:
-
-* clipping by norm: torch's own ``get_total_norm`` (foreach norms, then the norm of the norms) and
-  ``clip_grads_with_norm_`` (the coefficient clamped at 1, multiplied in place), the calls Lightning makes; by
-  value: ``clip_grad_value_`` (a foreach clamp);
-* the non-finite check, when ``reliability.on_nonfinite=skip`` hands it over (:meth:`GraphSafeStep.skip_on_device`):
-  ``found_inf`` from the total norm of the gradients, on the device, and which steps it skipped, recorded there;
-* the update: the optimizer's fused kernel, given ``found_inf`` the way a gradient scaler gives it, so the kernel
-  itself skips the update (parameters, moments and step counters unchanged);
-* the gradients zeroed in place, never set to None: their addresses stay fixed, and the next backward accumulates
-  into them (Lightning's ``zero_grad`` before backward is taken over: the stack makes it a no-op).
-
-The learning rate is a device tensor that an LR scheduler fills in place, so a schedule changes no graph. The
-fused kernels take the other hyper-parameters (betas, weight decay, eps, momentum) as constants: a change of one
-drops the captured graph and captures it again, counted (``cudagraphs/optimizer_recordings``).
-
-On CUDA, with CUDA graphs on, :class:`CapturedStep` runs the function eagerly on a side stream for its first
-``WARMUP_CALLS`` calls (the optimizer's state is created there), captures it into one ``torch.cuda.CUDAGraph`` on
-the next and replays it from then on. Everywhere else exactly the same function runs, uncaptured. A replay is
-right only while the tensors it was captured with are the ones in use: every call checks that each parameter's
-gradient is the tensor it bound (a hook that replaced one re-binds and captures again) and that the constants
-are unchanged; after ``MAX_RECORDINGS`` captures the step stays uncaptured, and the report says why.
-"""
+(``compile.optimizer=graphed``; ``auto`` does not pick it until it is measured on a GPU)."""
 
 from __future__ import annotations
 
@@ -44,9 +18,7 @@ from runner.figures.cudagraphs import (
 )
 
 WARMUP_CALLS = 2
-"""Calls run eagerly on a side stream before the capture (the first creates the optimizer's state)."""
 MAX_RECORDINGS = 3
-"""Captures before the step stays uncaptured (a scheduler that changes a constant every step)."""
 
 
 @dataclass(frozen=True)
@@ -100,10 +72,8 @@ class GraphSafeStep:
         self.grads: list[torch.Tensor | None] = []
         self._live: tuple[list[torch.Tensor], list[torch.Tensor]] = ([], [])  # (gradients, their parameters)
         self.skipping = False
-        """Whether non-finite gradients skip the update (``reliability.on_nonfinite=skip``, handed over)."""
         self.found_inf = torch.zeros((), device=device)
         self.calls = torch.zeros((), dtype=torch.long, device=device)
-        """Optimizer steps run through it (on the device: a replay counts too)."""
         self.skipped = torch.zeros((), dtype=torch.long, device=device)
         self.skipped_at = torch.zeros(1, dtype=torch.long, device=device)
 
@@ -200,13 +170,10 @@ class CapturedStep:
         self.capture = capture
         self.capturer = capturer if capturer is not None else CudaGraphCapture()
         self.replay: Callable[[], None] | None = None
-        """The captured step's replay (None: not captured now)."""
         self.recordings = 0
         self.replays = 0
         self.uncaptured = 0
-        """Calls that ran the function itself (warm-up, or not captured)."""
         self.stopped: str | None = None
-        """Why the step stopped capturing (None: it captures, or was never asked to)."""
         self._warmups = 0
         self._constants: list[tuple[Any, ...]] = []
 

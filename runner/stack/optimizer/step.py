@@ -1,24 +1,4 @@
-"""How the optimizer step runs (``compile.optimizer``): eager, fused kernel, or compiled.
-
-Lightning's contract is kept whole: its precision plugin calls ``optimizer.step(closure=..., **kwargs)``
-and the optimizer runs the closure (forward, backward, clipping) itself. ``fused`` only switches the
-optimizer's own flag, so torch's ``step`` runs the closure as always. ``compiled`` gives the optimizer
-an instance ``step`` that runs the closure the way torch's optimizers do (once, with grad enabled),
-then the compiled class ``step`` with the caller's keyword arguments, and returns the closure's value.
-An optimizer whose ``step`` requires its closure (``LBFGS`` calls it many times) cannot be compiled
-that way: it stays eager, and the report says so.
-
-What ran on every step: a compiled step that runs under Dynamo's ``force_eager`` stance (the speedup
-meter's eager and FLOP-counting steps, the steps before a ``compile.background`` switch) runs the
-optimizer eagerly; ``compile/optimizer_compiled_steps``
-and ``compile/optimizer_eager_steps`` count both, and ``compile/optimizer`` names the policy of the
-compiled ones (``none`` when no step ran compiled).
-
-After a resume Lightning loads the optimizer state (after ``strategy.setup``, from a checkpoint read
-to the CPU): the loaded param groups replace the tensor LRs installed here with CPU tensors, which a
-compiled step would copy to the device every step (and a CUDA graph would skip). ``after_restore``
-puts the installed tensors back, holding the restored values.
-"""
+"""How the optimizer step runs (``compile.optimizer``): eager, fused kernel, or compiled."""
 
 from __future__ import annotations
 
@@ -69,28 +49,17 @@ class OptimizerStep:
     policy: OptimizerPolicy
     reason: str
     compile_kwargs: dict[str, Any]
-    """``torch.compile`` arguments of a compiled step (``CompilePlan.optimizer_kwargs``)."""
     eager: dict[str, str] = field(default_factory=dict)
-    """Optimizers (class names) left eager under ``compiled``, with why."""
     demoted_at: int | None = None
-    """The optimizer step at which a compiled step was demoted to eager (a recompile storm)."""
     step_mode: StepMode = field(default_factory=StepMode)
-    """The fit's step mode: whether a compiled optimizer step runs eagerly (a speedup pair's eager side)."""
     clipping: Clipping = field(default_factory=Clipping)
-    """Lightning's gradient clipping, which a graphed step takes over."""
     capture: bool = False
-    """Whether a graphed step is captured in a CUDA graph (the plan's CUDA graphs are on)."""
     blocker: str | None = None
-    """Why the step cannot be graph-safe (``capture_blocker``), shown where one was wanted."""
     asked_graphed: bool = False
-    """``compile.optimizer=graphed`` was set (not picked by ``auto``)."""
     capturer: Any = None
-    """How a captured graph-safe step is warmed up and captured (None: ``CudaGraphCapture``, on CUDA)."""
 
     compiled_steps: int = 0
-    """Compiled optimizer steps that ran compiled."""
     eager_steps: int = 0
-    """Compiled optimizer steps that ran eagerly (the step mode held the batch eager)."""
 
     def __post_init__(self) -> None:
         self._prior: list[tuple[Optimizer, Any]] = []  # (optimizer, its instance ``step`` before ours)

@@ -1,12 +1,4 @@
-"""Routing a LightningModule's ``training_step`` through the stack without changing what Lightning sees.
-
-Lightning reads the step's signature to decide what to pass (``batch_idx`` only when the step takes
-one; a ``dataloader_iter`` step gets the iterator instead of a batch) with ``inspect.getfullargspec``,
-which does not follow ``functools.wraps``' ``__wrapped__``. The stand-in therefore carries the user's
-own signature (``__signature__``), as a method bound to the module when the user's step is the class's,
-or as a plain function when the user put their own callable on the instance (a test harness recording
-hook calls, a decorator): then that callable is what runs, and it is put back afterwards.
-"""
+"""Routing a LightningModule's ``training_step`` through the stack without changing what Lightning sees."""
 
 from __future__ import annotations
 
@@ -102,3 +94,14 @@ def turn_off_hooks(module: nn.Module, zero_grad: bool, clipping: bool) -> Callab
         vars(module).pop("configure_gradient_clipping", None)
 
     return undo
+
+
+def backward_ran_in_step(strategy: Any, closure_loss: Any) -> Any:
+    """Lightning's hooks around a backward the compiled step already ran (``on_before/after_backward``, the
+    precision plugin's), without running backward again."""
+    module = strategy.lightning_module
+    strategy.pre_backward(closure_loss)
+    closure_loss = strategy.precision_plugin.pre_backward(closure_loss, module)
+    closure_loss = strategy.precision_plugin.post_backward(closure_loss, module)
+    strategy.post_backward(closure_loss)
+    return closure_loss

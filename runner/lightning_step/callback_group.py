@@ -1,15 +1,4 @@
-"""``CallbackGroup``: several Lightning callbacks behind one, so each hook event is dispatched once.
-
-Lightning sends every hook event to every callback of the trainer, whether or not it does anything with
-it: a profiler span and a call per callback per hook, about 1.4 µs each on a 2-core CPU, for the six hooks
-of every step (docs/step.md). runner's own callbacks (telemetry, the non-finite guard, the interrupt
-handler, the log history, the LR monitor) are one group: Lightning dispatches each event to the group
-once, and the group calls only the members that implement that hook, in order.
-
-What Lightning treats apart stays apart (the progress bar, the model summary, ``ModelCheckpoint``, which it
-moves last). Each member keeps its own checkpoint state under its own ``state_key`` inside the group's, and
-a checkpoint written before the group existed (each member's state at the top level) is read too.
-"""
+"""``CallbackGroup``: several Lightning callbacks behind one, so each hook event is dispatched once."""
 
 from __future__ import annotations
 

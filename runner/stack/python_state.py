@@ -1,21 +1,11 @@
-"""Python state read inside the compiled step: never stale, and no recompile per step.
+"""Python state read inside the compiled step: never stale, and no recompile per step."""
 
-Users read ``self.current_epoch``, ``self.global_step``, ``self.trainer.*`` and ``self.hparams`` in
-``training_step``. Dynamo specialises every int it reaches through an ``nn.Module`` (the
-LightningModule is one): ``self.global_step`` is guarded with ``== 3`` and the step recompiles every
-step until ``recompile_limit`` (8) and then runs eagerly. (Lightning issue #17933, the stale
-``current_epoch == 0``, comes from ``torch.compile(module)`` wrapping the module in a copy without the
-trainer; runner compiles in place, so every read is guarded or an input, never stale.)
-
-The fix is one setting, not a change to the module: the ints below Lightning's fit loop
-(``self._trainer.fit_loop...``: epoch and step counters, batch progress) and the step's ``batch_idx``
-argument are *dynamic sources*, so Dynamo passes them to the graph as symbolic inputs from the first
-compile. ``min(1.0, self.global_step / 1000)`` stays symbolic (no guard); a branch on them
-(``if self.current_epoch < 5``) guards the comparison, so it recompiles once when it flips, as any
-new branch must. Constant reads (``self.hparams.lr``, ``self.trainer.max_epochs``) are guarded
-constants and never change. Booleans (``self.trainer.is_last_batch``) cannot be symbolic in Dynamo:
-a branch on one compiles each side once.
-"""
+# Users read ``self.current_epoch``, ``self.global_step``, ``self.trainer.*`` and ``self.hparams`` in
+# ``training_step``. Dynamo specialises every int it reaches through an ``nn.Module`` (the LightningModule is one):
+# ``self.global_step`` is guarded with ``== 3`` and the step recompiles every step until ``recompile_limit`` (8) and
+# then runs eagerly. (Lightning issue #17933, the stale ``current_epoch == 0``, comes from ``torch.compile(module)``
+# wrapping the module in a copy without the trainer; runner compiles in place, so every read is guarded or an input,
+# never stale.)
 
 from __future__ import annotations
 
@@ -26,10 +16,9 @@ from typing import Any
 from runner import lightning_internals as li
 from runner import torch_internals as ti
 from runner.figures.compile_plan import COMPILE_DYNAMIC_STATE_SOURCES
-from runner.stack.component import StackComponent
+from runner.stack.settings import StackComponent
 
 FIT_LOOP_STATE = li.FIT_LOOP_STATE
-"""Below ``LightningModule._trainer``: the fit loop's counters (``runner.lightning_internals``)."""
 
 
 def state_sources(training_step: Callable[..., Any]) -> list[str]:

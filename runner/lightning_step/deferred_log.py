@@ -1,22 +1,5 @@
-"""Bookkeeping inside a compiled ``training_step`` without graph breaks: ``self.log``/``self.log_dict``
-and the methods of metric objects, recorded during the step and replayed eagerly after it, in order.
-
-Lightning's ``LightningModule.log`` inspects the caller and touches trainer state, which Dynamo
-cannot trace (``InternalTorchDynamoError`` in torch 2.13, or a graph break per call when wrapped in
-``torch.compiler.disable``). torchmetrics' ``Metric.forward`` graph-breaks on data-dependent branches
-and recompiles on ``len(args)`` guards until ``recompile_limit`` (issue 15: 19 graphs, 14 breaks for
-a template MNIST module). While the compiled step runs, each such method is swapped for a recorder
-that only appends ``(object, method, args, kwargs)`` to one list: Dynamo traces that as a side effect
-and replays it after the graph, so the graph computes the tensors and nothing else. After the step the
-originals are put back and every call runs through them eagerly, in the order the step made them:
-``self.train_acc(preds, y)`` then ``self.log("train/acc", self.train_acc)`` updates the metric before
-Lightning reads it, exactly as eagerly. The recorders are created once per run, so they add no guard
-that can fail.
-
-A deferred call that returns something (``metric(...)``, ``metric.compute()``) returns a
-:class:`Deferred` inside the step; it becomes the real value when replayed, so it can be logged or
-returned from the step. It cannot take part in the step's arithmetic: it has no value yet.
-"""
+"""Bookkeeping inside a compiled ``training_step`` without graph breaks: ``self.log``/``self.log_dict`` and the methods
+of metric objects, recorded during the step and replayed eagerly after it, in order."""
 
 from __future__ import annotations
 
@@ -26,11 +9,130 @@ from typing import Any
 
 import lightning as L
 import torch
+from torch import nn
 
-from runner.stack.deferred.stand_ins import DeferredList, OptimizerView
+METRIC_METHODS = ("forward", "update", "compute", "reset")
+
+
+def metric_methods(module: nn.Module) -> list[tuple[Any, tuple[str, ...]]]:
+    """``(metric, METRIC_METHODS)`` for every torchmetrics object registered in ``module``, but those on
+    which the user set one of these methods themselves (a ``Mock`` recording calls, a wrapper): that
+    object is the user's to call when they call it, so such a metric is left alone."""
+    try:
+        from torchmetrics import Metric, MetricCollection
+    except ImportError:  # torchmetrics is optional for runner (Lightning installs it)
+        return []
+    return [(m, METRIC_METHODS) for m in module.modules() if isinstance(m, (Metric, MetricCollection))
+            and not any(_set_by_user(vars(m).get(name)) for name in METRIC_METHODS)]
+
+
+def _set_by_user(value: object) -> bool:
+    # torchmetrics itself puts wrapped ``update``/``compute`` on every instance; anything else is the user's.
+    return value is not None and not str(getattr(value, "__module__", "") or "").startswith("torchmetrics")
+
+
+_MUTATIONS = ("append", "extend", "insert", "clear", "remove", "sort", "reverse")
+
+
+class Box:
+    """Holds the real list; a compiled step records it as a call target without reading it."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: list[Any]) -> None:
+        self.value = value
+
+    def __getattr__(self, name: str) -> Any:  # replay: box.append(x) is the real list's append
+        return getattr(self.value, name)
+
+
+class DeferredList:
+    """Stands in for a ``list`` attribute of the LightningModule while the compiled step runs."""
+
+    def __init__(self, calls: list[Any], name: str) -> None:
+        self._calls = calls  # DeferredLog's list: log calls and list mutations replay in one order
+        self._box = Box([])
+        self._name = name
+
+    def _record(self, method: str, *args: Any) -> None:
+        self._calls.append((self._box, method, args, {}, None))
+
+    def append(self, value: Any) -> None:
+        self._record("append", value)
+
+    def extend(self, values: Any) -> None:
+        self._record("extend", list(values))
+
+    def insert(self, index: int, value: Any) -> None:
+        self._record("insert", index, value)
+
+    def clear(self) -> None:
+        self._record("clear")
+
+    def remove(self, value: Any) -> None:
+        self._record("remove", value)
+
+    def __iadd__(self, values: Any) -> DeferredList:
+        self.extend(values)
+        return self
+
+    # -- reads: the real list as it will be after this step's mutations so far --------------------------
+    def _view(self) -> list[Any]:
+        items = list(self._box.value)
+        for target, method, args, _, _ in self._calls:
+            if target is self._box:
+                getattr(items, method)(*args)
+        return items
+
+    def __len__(self) -> int:
+        return len(self._view())
+
+    def __getitem__(self, index: Any) -> Any:
+        return self._view()[index]
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._view())
+
+    def __contains__(self, value: Any) -> bool:
+        return value in self._view()
+
+    def __bool__(self) -> bool:
+        return bool(self._view())
+
+    def __repr__(self) -> str:
+        return repr(self._view())
+
+    def pop(self, index: int = -1) -> Any:
+        value = self._view()[index]
+        self._record("pop", index)
+        return value
+
+    def count(self, value: Any) -> int:
+        return self._view().count(value)
+
+    def index(self, value: Any) -> int:
+        return self._view().index(value)
+
+    def copy(self) -> list[Any]:
+        return self._view()
+
+
+class OptimizerView:
+    """Stands in for an optimizer in the strategy's lists while the compiled step runs."""
+
+    def __init__(self, optimizer: Any) -> None:
+        self._optimizer = optimizer
+        self.param_groups: list[dict[str, Any]] = optimizer.param_groups
+
+    def refresh(self) -> None:
+        """Follow the optimizer's current groups (``load_state_dict`` on resume replaces the list)."""
+        self.param_groups = self._optimizer.param_groups
+
+    def __getattr__(self, name: str) -> Any:  # only attributes the view does not have get here
+        return getattr(self._optimizer, name)
+
 
 DeferredMethods = Iterable[tuple[Any, Iterable[str]]]
-"""Objects and the names of their methods to defer while a compiled step runs."""
 
 _MISSING = object()
 _RETURNS_NOTHING = frozenset({"update", "reset", "log", "log_dict", "print"})
@@ -41,11 +143,7 @@ class DeferredValueError(TypeError):
 
 
 class Deferred:
-    """The result of a call deferred to after the compiled step: filled in when it is replayed.
-
-    Log it (``self.log(name, acc)``), put it in the step's output: both see the real value. Any
-    arithmetic or comparison raises :class:`DeferredValueError` naming the fix.
-    """
+    """The result of a call deferred to after the compiled step: filled in when it is replayed."""
 
     def __init__(self, call: str) -> None:
         self.call = call
@@ -123,10 +221,9 @@ class DeferredLog:
              optimizer_lists: Iterable[tuple[dict[str, Any], str]] = (),
              module_optimizers: Callable[[], list[Any]] | None = None) -> None:
         """Defer ``module.log``/``log_dict``, ``methods`` (e.g. every torchmetrics object's
-        ``forward``/``update``/``compute``/``reset``) and the mutations of the module's ``list``
-        attributes; show the step ``OptimizerView``s in ``optimizer_lists`` (``(obj.__dict__, name)`` of
-        each list of optimizers the step can reach, ``runner.deferred_state``). The recorders are built
-        here, once. ``detach_in_step``: the step's graph runs backward (``scope=step_backward``)."""
+        ``forward``/``update``/``compute``/``reset``) and the mutations of the module's ``list`` attributes; show the
+        step ``OptimizerView``s in ``optimizer_lists`` (``(obj.__dict__, name)`` of each list of optimizers the step can
+        reach, ``runner.deferred_state``). The recorders are built here, once."""
         self._module = module
         self._detach_in_step = detach_in_step
         self._bound = id(module)
@@ -259,7 +356,7 @@ def swapped(patches: list[tuple[dict[str, Any], str, Any]]) -> Iterator[None]:
 
 def discard_logs(module: Any, methods: DeferredMethods = ()) -> contextlib.AbstractContextManager[None]:
     """Run the module's step with ``log``/``log_dict``/``print`` and ``methods`` (e.g.
-    ``runner.stack.deferred.metrics.metric_methods(module)``) as no-ops: a measurement outside any Trainer."""
+    ``runner.lightning_step.deferred_log.metric_methods(module)``) as no-ops: a measurement outside any Trainer."""
     patches = [(vars(module), name, _ignore) for name in ("log", "log_dict", "print")]
     patches += [(vars(target), name, _ignore) for target, names in methods for name in names]
     return swapped(patches)
