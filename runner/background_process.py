@@ -75,15 +75,15 @@ class _Probe:
 
     def start(self, step_mode: Any) -> None:
         """Before a step: its eager side of a pair is asked of the fit's step mode (``runner.stack.StepMode``)."""
-        from runner import torch_internals as ti
         from runner.stack import Eager
+        from runner.torch_internals import observation
 
         mode = self.meter.next_mode()
         held = Eager.pair if mode == "eager" else None
         if held is not None:
             step_mode.hold(held)
         clock = self._clock()
-        self._state = (mode, (step_mode, held), time.perf_counter(), clock, ti.graphs_compiled())
+        self._state = (mode, (step_mode, held), time.perf_counter(), clock, observation.graphs_compiled())
 
     def _clock(self) -> float:
         if self.cpu_clock:
@@ -97,7 +97,7 @@ class _Probe:
 
     def end(self) -> bool:
         """Record the step that ran; whether the process has what it came for."""
-        from runner import torch_internals as ti
+        from runner.torch_internals import observation
 
         assert self._state is not None
         mode, (step_mode, held), wall0, clock0, graphs = self._state
@@ -105,7 +105,7 @@ class _Probe:
         wall = time.perf_counter() - wall0
         if held is not None:
             step_mode.release(held)
-        compiled = ti.graphs_compiled() > graphs
+        compiled = observation.graphs_compiled() > graphs
         if mode == "warmup":
             self.warmup.append((wall, spent, compiled))
         self.meter.record(len(self.meter.steps.points), mode, 1e3 * spent, compiled)
@@ -173,7 +173,7 @@ def compile_beside(directory: Path) -> dict[str, Any]:
     """Load what the run saved, fill the compile caches (and measure); what it measured."""
     import torch
 
-    from runner import torch_internals as ti
+    from runner.torch_internals import runtime
 
     payload = torch.load(directory / "payload.pt", weights_only=False)
     for entry in reversed(payload["sys_path"]):
@@ -190,7 +190,7 @@ def compile_beside(directory: Path) -> dict[str, Any]:
     cpu_clock = payload["device"].startswith("cpu")
     clock = time.process_time if cpu_clock else time.perf_counter
     loading = clock()
-    ti.load_inductor()  # what the run has not loaded yet either: part of what its switch costs
+    runtime.load_inductor()  # what the run has not loaded yet either: part of what its switch costs
     loading = clock() - loading
     probe = _probe(payload["measure"], cpu_clock)
     _fit(payload, module, probe, WARMUP_MAX + 2 * PAIRS)
@@ -199,7 +199,7 @@ def compile_beside(directory: Path) -> dict[str, Any]:
         # What the switch will cost the run: the same compile again from the warm on-disk cache (the first
         # fit's teardown forgot what it compiled; Inductor's in-memory caches are emptied), plus loading
         # Inductor. CPU time on the CPU: the run's steps on the same cores do not count.
-        ti.clear_inductor_memory_caches()
+        runtime.clear_inductor_memory_caches()
         warm = _probe(False, cpu_clock)
         _fit(payload, module, warm, 3)
         measured["switch_s"] = round(warm.compile_time(1) + loading, 3)

@@ -22,7 +22,6 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from runner import torch_internals as ti
 from runner.atomic_files import atomic_write_bytes
 from runner.build import val_metric
 from runner.config.schema import RunConfig
@@ -53,6 +52,7 @@ from runner.figures.eval_metrics import (
 )
 from runner.figures.perf import PERF_SPEEDUP_STATUS
 from runner.telemetry.verdict import break_even_text
+from runner.torch_internals import runtime
 
 
 def resolve_mode(cfg: RunConfig, report: dict[str, Any], batches: int) -> tuple[bool, str]:
@@ -195,7 +195,7 @@ def run_pairs(module: Any, datamodule: Any, cfg: RunConfig, compiled: bool,
         forward = torch.compile(module.pair_outputs, backend=c.backend, mode=c.mode, options=c.options or None)
         return evaluate_pairs(forward, loader, device, progress)
     finally:
-        ti.reset_compiler()
+        runtime.reset_compiler()
 
 
 def _classifier_metrics(num_classes: int, device: torch.device) -> dict[str, Any]:
@@ -231,7 +231,7 @@ def run_pass(module: torch.nn.Module, loader: Any, cfg: RunConfig, labels: list[
         return evaluate(forward, loader, device, cfg, labels, torch.compile(loss_sum, **kwargs) if loss_sum else None,
                         progress)
     finally:
-        ti.reset_compiler()
+        runtime.reset_compiler()
 
 
 def chunked_loss_sum(module: torch.nn.Module) -> Any:
