@@ -156,11 +156,8 @@ def _count_leaf_guards(manager: Any) -> int:
 
 
 def live_guard_counts() -> dict[str, list[int]]:
-    """Leaf guards installed per live cache entry, keyed by ``"name (file:line)"`` of the code.
-
-    Reads Dynamo's tracker of every code object it has seen and each one's cache entries; counts
-    what is actually checked at run time (after ``guard_filter_fn``). Empty after ``torch._dynamo.reset()``.
-    """
+    """Leaf guards checked at run time per live cache entry, keyed by ``"name (file:line)"``; empty after
+    ``torch._dynamo.reset()``."""
     from torch._dynamo.convert_frame import input_codes
     from torch._dynamo.eval_frame import _debug_get_cache_entry_list
 
@@ -177,24 +174,16 @@ def live_guard_counts() -> dict[str, list[int]]:
 
 
 def graph_break_logger() -> logging.Logger:
-    """The artifact logger Dynamo writes each graph break to, with the user file and line.
-
-    Raising only this logger to DEBUG (instead of ``torch._logging.set_logs(graph_breaks=True)``)
-    captures graph-break locations without printing them to stderr or resetting the user's
-    ``TORCH_LOGS`` configuration. Messages contain ``in user code at FILE:LINE`` and
-    ``Graph Break Reason: ...``.
-    """
+    """The artifact logger Dynamo writes each graph break to (``in user code at FILE:LINE``). Raising only it to
+    DEBUG captures the locations without printing them or resetting the user's ``TORCH_LOGS``."""
     from torch._dynamo import symbolic_convert
 
     return symbolic_convert.graph_break_log
 
 
 def cudagraph_tree_state(device_index: int) -> str | None:
-    """What Inductor's CUDA-graph tree on ``device_index`` did last in this CUDA-graph step (since the
-    last ``cudagraph_mark_step_begin``) in this thread: ``WARMUP``, ``RECORDING`` or ``EXECUTION`` (a
-    replay); ``NONE`` when it ran nothing in this step (an eager step); None when no tree exists there.
-    (``torch._inductor.cudagraph_trees``: the manager's ``path_state``, and its ``current_gen``, which
-    every warm-up, recording and replay sets to the current generation, ``MarkStepBox``'s step mark.)"""
+    """What the CUDA-graph tree on ``device_index`` did last in this step in this thread: ``WARMUP``, ``RECORDING``,
+    ``EXECUTION`` (a replay), ``NONE`` (nothing: an eager step), or None when there is no tree."""
     from torch._inductor import cudagraph_trees
 
     manager = cudagraph_trees.get_manager(device_index, create_if_none_exists=False)
@@ -215,8 +204,7 @@ def cuda_kernel_profiler() -> Any:
 
 
 def kernel_intervals(prof: Any) -> list[tuple[float, float]]:
-    """(start, end) in microseconds of every device kernel a stopped profiler recorded: its events on a device
-    (``FunctionEvent.device_type`` other than CPU) with their ``time_range``."""
+    """(start, end) in microseconds of every device kernel a stopped profiler recorded."""
     from torch.autograd import DeviceType
 
     return [(float(e.time_range.start), float(e.time_range.end)) for e in prof.events()
@@ -228,10 +216,8 @@ CompileCallback = Callable[[str, str], None]
 
 
 class CompileEvents:
-    """The one source of compile events in the process: torch's compile start/end callbacks
-    (``torch._dynamo.callback_handler``, which also fire for the deferred backward compile and for each CUDA-graph
-    recording) registered once while anyone listens, and passed to every listener of runner as
-    ``(trigger name, compile id)``. torch runs them only for the outermost of nested compiles."""
+    """The process's one subscription to torch's compile start/end callbacks (which also fire for the deferred
+    backward and each CUDA-graph recording, for the outermost compile only), fanned out as ``(trigger, compile id)``."""
 
     def __init__(self) -> None:
         self._listeners: list[tuple[CompileCallback, CompileCallback]] = []
@@ -282,13 +268,8 @@ COMPILE_EVENT_SOURCE = CompileEvents()
 
 
 def compiling_target() -> tuple[str, str, int] | None:
-    """(name, file, first line) of what Dynamo is compiling now, from inside a compile start callback.
-
-    torch passes only a compile id to callbacks; the code object is an argument of
-    ``convert_frame._compile``, found by walking the stack. For a compiled ``nn.Module`` Dynamo
-    compiles torch's own ``wrap_inline`` wrapper, so the wrapped module (its closure cell ``fn``) is
-    named instead: ``Sequential.forward (models.py:12)``. None when called anywhere else.
-    """
+    """(name, file, first line) of what Dynamo is compiling, from inside a compile start callback; None elsewhere.
+    For a compiled ``nn.Module`` the wrapped module is named, not torch's ``wrap_inline`` wrapper."""
     frame: types.FrameType | None = sys._getframe(1)
     while frame is not None and not (
         frame.f_code.co_name == "_compile" and isinstance(frame.f_locals.get("code"), types.CodeType)
@@ -323,12 +304,8 @@ def _interned(text: str, index: int) -> Callable[[], tuple[str, int]]:
 
 
 def start_structured_trace(directory: str) -> Callable[[], str | None]:
-    """Write torch's structured compile trace (what ``TORCH_TRACE=<dir>`` writes, tlparse's input) into
-    ``directory`` from now on; returns ``stop``, which detaches it, puts the trace logger back as found
-    and returns the trace file's path (None when nothing was compiled, so nothing was written).
-
-    ``TORCH_TRACE`` is read once, when torch is imported; a run that starts tracing later attaches
-    torch's own lazy trace handler to torch's trace logger (``torch._logging._internal.trace_log``)."""
+    """Write torch's structured compile trace (``TORCH_TRACE``'s, tlparse's input) into ``directory`` from now on;
+    returns ``stop``, which puts the logger back and returns the trace file (None when nothing compiled)."""
     from torch._logging import _internal as logs
 
     trace_log = logs.trace_log
