@@ -267,7 +267,7 @@ def _child(python: str, kind: str, path: Path, tokenizer: str, cache: Path, tmp:
 def _fresh(python: str, call: str, env: dict[str, str], what: str) -> dict[str, Any]:
     """``call`` (a ``child_*`` function of this file and its arguments, ``start`` the process's start) in a fresh
     ``python``: the JSON line it prints."""
-    # This file by its path: benchmarks/ on sys.path would hide packages (benchmarks/peft.py is not peft).
+    # This file by its path, so the child's sys.path is the repository's, not benchmarks/.
     code = (f"import time; start = time.time(); import importlib.util, json; "
             f"spec = importlib.util.spec_from_file_location('data_scale', {__file__!r}); "
             "d = importlib.util.module_from_spec(spec); spec.loader.exec_module(d); "

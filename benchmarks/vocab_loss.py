@@ -47,8 +47,8 @@ def worker(variant: str, tokens: int, width: int, vocab: int, backend: str, step
 
     import torch
 
-    from runner import torch_internals as ti
     from runner.losses import linear_cross_entropy
+    from runner.torch_internals import observation, settings
 
     torch.manual_seed(0)
     weight = torch.nn.Parameter(torch.randn(vocab, width) * 0.02)
@@ -63,7 +63,7 @@ def worker(variant: str, tokens: int, width: int, vocab: int, backend: str, step
     else:
         def loss(h: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
             return linear_cross_entropy(h, weight, y)  # rows=None: the whole logits
-        options = ti.auto_chunker_options(int(n)) if kind == "chunker" and backend == "inductor" else {}
+        options = settings.auto_chunker_options(int(n)) if kind == "chunker" and backend == "inductor" else {}
     step = torch.compile(loss, backend=backend, **({"options": options} if options else {}))
     times, peaks = [], []
     for _ in range(steps):
@@ -77,10 +77,11 @@ def worker(variant: str, tokens: int, width: int, vocab: int, backend: str, step
         step(hidden, targets).backward()
         times.append(time.perf_counter() - start)
         peaks.append((_status_kib("VmHWM") - base) / 1024)
-    counters = ti.counters_snapshot()
+    counters = observation.counters_snapshot()
     return {"variant": variant, "tokens": tokens, "width": width, "vocab": vocab, "first_s": times[0],
             "step_ms": 1e3 * statistics.median(times[1:]), "peak_mib": max(peaks[1:]),
-            "logits_mib": 4 * tokens * vocab / 2**20, "graph_breaks": sum(ti.graph_break_counts(counters).values()),
+            "logits_mib": 4 * tokens * vocab / 2**20,
+            "graph_breaks": sum(observation.graph_break_counts(counters).values()),
             "chunked_graphs": _chunked_graphs()}
 
 

@@ -1,16 +1,8 @@
-"""runner: declarative, config-driven PyTorch training with the torch.compile stack on every step.
+"""runner: config-driven PyTorch training with the torch.compile stack on every step.
 
-``python -m runner +recipe=NAME [overrides]`` composes ``conf/`` with Hydra and trains
-(``runner.run.run`` does the same from a validated ``RunConfig``). In your own code::
-
-    import runner
-    trainer = lightning.Trainer(strategy=runner.CompileStrategy())   # or strategy="compile"
-
-The strategies and the config classes (with the enums their fields take) are exported here and
-imported on first use: ``import runner`` itself imports neither torch nor Lightning. It registers the
-strategies' names with Lightning's ``StrategyRegistry`` (``"compile"``, ``"compile_ddp"``,
-``"compile_fsdp"``, usable as ``Trainer(strategy="compile")`` and ``--trainer.strategy=compile`` in a
-LightningCLI script), when Lightning's strategies are imported, before or after runner.
+``python -m runner +recipe=NAME [overrides]`` trains (``runner.run.run`` from a ``RunConfig``); in your own code,
+``lightning.Trainer(strategy=runner.CompileStrategy())`` or ``strategy="compile"``. The exports below are imported
+on first use: ``import runner`` imports neither torch nor Lightning.
 """
 
 from __future__ import annotations
@@ -77,6 +69,9 @@ def register_strategy_names(module: ModuleType | None = None) -> None:
             registry.register(name, _factory(class_name), description=description)
 
 
+# Lightning finds strategies only among the classes of lightning.pytorch.strategies itself (_register_classes; no
+# entry points), and `import runner` must not import Lightning: so when runner comes first, this finder registers the
+# names right after Lightning's strategies module executes. Kept as the simplest hook that works in either order.
 class _RegisterWhenImported(importlib.abc.MetaPathFinder):
     """Registers the names right after ``lightning.pytorch.strategies`` executes (then removes itself)."""
 

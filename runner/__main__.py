@@ -1,13 +1,9 @@
-"""``runner [+recipe=NAME] [overrides]`` (or ``python -m runner``); ``runner --list-recipes``; ``--help``;
-``runner tune [+recipe=NAME] [overrides] [tune.KEY=VALUE]`` (the fastest compile stack, :mod:`runner.tune`);
-``runner export | eval | generate RUN_DIR ...`` and ``runner resume RUN_DIR [overrides]`` (after training,
-:mod:`runner.after`).
+"""``runner [+recipe=NAME] [overrides]``, ``--list-recipes``, ``--help``, ``runner tune ...``, and
+``runner export | eval | generate | resume RUN_DIR ...`` (:mod:`runner.after`).
 
-Run from any directory: ``./conf/<group>/`` and ``./recipes/`` there (and in ``--config-dir`` /
-``hydra.searchpath`` directories) come before runner's own, and the directory is importable, so a
-project's recipe can name its own classes by ``_target_``. The config is composed and validated
-once before Hydra's own entry point runs, so a bad key, value or combination is reported in one
-paragraph and nothing (not even a run directory) is written.
+Run from any directory: its ``conf/`` and ``recipes/`` come before runner's own and it is importable, so a project's
+recipe can name its own classes. The config is validated before Hydra's entry point, so a mistake is one paragraph
+and nothing (not even a run directory) is written.
 """
 
 from __future__ import annotations
@@ -40,9 +36,8 @@ def _list_recipes() -> None:
 
 
 def _make_importable(extra_roots: list[Path]) -> None:
-    """The current directory (and project roots given with --config-dir) on ``sys.path``, as
-    ``python -m`` has it: a recipe's ``_target_`` may name the project's own classes. The
-    ``runner`` console script starts with its own bin/ directory there instead."""
+    """The current directory (and --config-dir project roots) on ``sys.path``, as ``python -m`` has it, so a recipe's
+    ``_target_`` may name the project's own classes (the console script starts with its bin/ there instead)."""
     for i, root in enumerate([Path.cwd(), *extra_roots]):
         if str(root) not in sys.path:
             sys.path.insert(0 if i == 0 else len(sys.path), str(root))
@@ -84,8 +79,10 @@ def _main(argv: list[str]) -> None:
         from runner.after.cli import main as after_main
 
         sys.exit(after_main(argv))
+    from runner.after.resume import resume_command
+
     try:
-        resumed = _resumed(argv)
+        resumed = resume_command(argv)  # runner resume RUN_DIR [overrides]: the run's own command line, or None
         pins = precheck(resumed or argv)
     except ConfigError as e:
         print(f"runner: {e}", file=sys.stderr)
@@ -98,15 +95,6 @@ def _main(argv: list[str]) -> None:
         os.environ[ASKED_ENV] = json.dumps({**json.loads(os.environ.get(ASKED_ENV) or "{}"), **asked})
     with rendering_help() if {"--help", "-h"} & set(argv) else contextlib.nullcontext():
         _hydra_main()
-
-
-def _resumed(argv: list[str]) -> list[str] | None:
-    """``runner resume RUN_DIR [overrides]`` (or ``hydra.run.dir=RUN_DIR ckpt_path=last`` alone) as the run's saved
-    command line with the new overrides; None for any other command line (a resume with overrides of its own is
-    checked against the run's config). Raises ``ConfigError``."""
-    from runner.after.resume import resume_command
-
-    return resume_command(argv)
 
 
 if __name__ == "__main__":

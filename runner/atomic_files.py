@@ -1,11 +1,5 @@
-"""Files written atomically and durably: a kill mid-write never leaves half a file, a full disk says so.
-
-Every file runner writes that a later process reads (checkpoints, the CSV and TensorBoard logs, the compile
-cache's artifacts and fetched kernels) goes through :func:`atomic_write`: a hidden temp file in the target's
-own directory, fsynced, ``os.replace``d over the target and the directory fsynced. Temp files a killed writer
-left behind are removed at the next write. An out-of-space error becomes one :class:`DiskFullError` saying
-what is on disk and how to go on.
-"""
+"""Files written atomically and durably: a temp file beside the target, fsynced, ``os.replace``d over it, the
+directory fsynced; so a kill mid-write never leaves half a file, and a full disk is one :class:`DiskFullError`."""
 
 from __future__ import annotations
 
@@ -54,11 +48,9 @@ def atomic_write_bytes(data: bytes, path: str | os.PathLike[str], mode: int | No
 
 def atomic_write(path: str | os.PathLike[str], write: Callable[[BinaryIO], object], mode: int | None = None,
                  one_writer: bool = True) -> None:
-    """``write`` a file that either fully replaces ``path`` or leaves it untouched: into a hidden temp file
-    beside it, fsynced, renamed over it (atomic on POSIX within one filesystem), the directory fsynced.
-    ``one_writer``: only this process writes ``path`` (a run's checkpoints, on rank 0), so temp files of it
-    left behind are a killed writer's and are removed; where several processes may write the same file at
-    once (a kernel fetched by every rank into a shared cache directory), pass False."""
+    """``write`` a file that fully replaces ``path`` or leaves it untouched. ``one_writer``: only this process writes
+    ``path``, so leftover temp files are a killed writer's and are removed; pass False where several processes may
+    write it at once (a kernel fetched by every rank into a shared cache)."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     if one_writer:

@@ -1,18 +1,10 @@
 """``python -m runner.background_process DIR --placement=pinned|shared|others [--cpu=N]``: the compile process of
-``compile.background``, which runs beside a training run (the run's side is ``runner.stack.background``; this
-side fits through runner's strategy and times with the telemetry's meter, so it sits above both).
+``compile.background`` (the run's side is ``runner.stack.background``).
 
-It loads the module the run saved before its first step and the run's first batch, and fits it through
-the same ``CompileStrategy`` with the same compile settings (``compile.background=disabled``), precision
-and gradient accumulation, on the same device with the same number of threads, for a few steps on that
-batch: every graph the run's first compiled steps will ask for is then in Inductor's and AOTAutograd's
-on-disk caches, which the run shares. It stops once two consecutive steps compiled nothing.
-
-With ``measure`` (``compile.background=auto``) it then times eager and compiled steps in pairs (CPU time
-on the CPU, so the run's load on the same cores does not count) and compiles once more from the warm
-cache, for the run to decide whether switching pays. It writes ``DIR/result.json`` and exits; the run
-reads it. Nothing it trains is kept.
-"""
+It fits the module and first batch the run saved through the same ``CompileStrategy`` and settings for a few steps,
+until two steps compile nothing, so every graph the run's first steps need is in the on-disk caches the run shares.
+With ``measure`` it also times eager against compiled steps (CPU time, so the run's load does not count) for the
+run to decide whether switching pays. It writes ``DIR/result.json`` and exits; nothing it trains is kept."""
 
 from __future__ import annotations
 
@@ -36,10 +28,10 @@ PAIRS = 6
 
 
 def place(placement: str, cpu: int | None) -> None:
-    """Pin this process to one core (``pinned``), or to every core but the run's (``others``), before torch
-    loads: the compile workers Inductor starts inherit it. (Idle priority, ``SCHED_IDLE``, was measured and
-    dropped: on 2 cores it still slowed the run's eager steps from 124 to 459 ms, the run's OpenMP threads
-    yielding their cores to it at every barrier.)"""
+    """Pin this process to one core (``pinned``) or every core but the run's (``others``) before torch loads, so
+    Inductor's compile workers inherit it."""
+    # SCHED_IDLE was measured and dropped: on 2 cores it still slowed the run's eager steps 124 -> 459 ms (its
+    # OpenMP threads yield their cores at every barrier).
     if cpu is None or not hasattr(os, "sched_setaffinity"):
         return
     if placement == "pinned":
@@ -61,9 +53,8 @@ def _watch_parent() -> None:
 
 
 class _Probe:
-    """A Lightning callback (duck-typed here; subclassed in :func:`_probe`) choosing each step's mode with the
-    telemetry's own :class:`~runner.telemetry.speedup.SpeedupMeter`: compiled warm-up steps until two compile
-    nothing, then ``PAIRS`` eager/compiled pairs if measuring, their speedup its median ratio, as in the run."""
+    """A Lightning callback (duck-typed; subclassed in :func:`_probe`) choosing each step's mode: compiled warm-up
+    steps until two compile nothing, then ``PAIRS`` eager/compiled pairs if measuring, timed by ``SpeedupMeter``."""
 
     def __init__(self, measure: bool, cpu_clock: bool) -> None:
         from runner.telemetry.speedup import SpeedupMeter
@@ -75,15 +66,15 @@ class _Probe:
 
     def start(self, step_mode: Any) -> None:
         """Before a step: its eager side of a pair is asked of the fit's step mode (``runner.stack.StepMode``)."""
-        from runner import torch_internals as ti
         from runner.stack import Eager
+        from runner.torch_internals import observation
 
         mode = self.meter.next_mode()
         held = Eager.pair if mode == "eager" else None
         if held is not None:
             step_mode.hold(held)
         clock = self._clock()
-        self._state = (mode, (step_mode, held), time.perf_counter(), clock, ti.graphs_compiled())
+        self._state = (mode, (step_mode, held), time.perf_counter(), clock, observation.graphs_compiled())
 
     def _clock(self) -> float:
         if self.cpu_clock:
@@ -97,7 +88,7 @@ class _Probe:
 
     def end(self) -> bool:
         """Record the step that ran; whether the process has what it came for."""
-        from runner import torch_internals as ti
+        from runner.torch_internals import observation
 
         assert self._state is not None
         mode, (step_mode, held), wall0, clock0, graphs = self._state
@@ -105,7 +96,7 @@ class _Probe:
         wall = time.perf_counter() - wall0
         if held is not None:
             step_mode.release(held)
-        compiled = ti.graphs_compiled() > graphs
+        compiled = observation.graphs_compiled() > graphs
         if mode == "warmup":
             self.warmup.append((wall, spent, compiled))
         self.meter.record(len(self.meter.steps.points), mode, 1e3 * spent, compiled)
@@ -173,7 +164,7 @@ def compile_beside(directory: Path) -> dict[str, Any]:
     """Load what the run saved, fill the compile caches (and measure); what it measured."""
     import torch
 
-    from runner import torch_internals as ti
+    from runner.torch_internals import runtime
 
     payload = torch.load(directory / "payload.pt", weights_only=False)
     for entry in reversed(payload["sys_path"]):
@@ -190,7 +181,7 @@ def compile_beside(directory: Path) -> dict[str, Any]:
     cpu_clock = payload["device"].startswith("cpu")
     clock = time.process_time if cpu_clock else time.perf_counter
     loading = clock()
-    ti.load_inductor()  # what the run has not loaded yet either: part of what its switch costs
+    runtime.load_inductor()  # what the run has not loaded yet either: part of what its switch costs
     loading = clock() - loading
     probe = _probe(payload["measure"], cpu_clock)
     _fit(payload, module, probe, WARMUP_MAX + 2 * PAIRS)
@@ -199,7 +190,7 @@ def compile_beside(directory: Path) -> dict[str, Any]:
         # What the switch will cost the run: the same compile again from the warm on-disk cache (the first
         # fit's teardown forgot what it compiled; Inductor's in-memory caches are emptied), plus loading
         # Inductor. CPU time on the CPU: the run's steps on the same cores do not count.
-        ti.clear_inductor_memory_caches()
+        runtime.clear_inductor_memory_caches()
         warm = _probe(False, cpu_clock)
         _fit(payload, module, warm, 3)
         measured["switch_s"] = round(warm.compile_time(1) + loading, 3)

@@ -67,9 +67,8 @@ def build_datamodule(cfg: RunConfig) -> L.LightningDataModule:
 
 
 def build_module(cfg: RunConfig) -> L.LightningModule:
-    """The LightningModule: the user's own, or ``TrainModule`` around any ``nn.Module``, adapted as ``cfg.peft``
-    says (its optimizer then holds the adapter's parameters only: the others no longer require grad), with the loss
-    ``cfg.loss`` and the model decide (whole or chunked logits: ``runner.training.loss.resolve_loss``)."""
+    """The LightningModule: the user's own, or ``TrainModule`` around any ``nn.Module``, adapted as ``cfg.peft`` says,
+    with the loss ``resolve_loss`` decides."""
     model = instantiate(cfg.model)
     if isinstance(model, L.LightningModule):
         return model
@@ -147,9 +146,8 @@ def shapes_vary(cfg: RunConfig) -> bool:
 
 
 def build_callbacks(cfg: RunConfig, *more: Callback) -> list[Callback]:
-    """Checkpointing into the run dir (``last.ckpt`` always), the model summary, the progress bar, and
-    runner's own callbacks as one group (LR monitoring, telemetry, the data report, reliability, and ``more``):
-    Lightning dispatches each hook to the group once (``CallbackGroup``)."""
+    """Checkpointing (``last.ckpt`` always), the model summary, the progress bar, and runner's own callbacks as one
+    ``CallbackGroup``, to which Lightning dispatches each hook once."""
     from runner.data.fingerprint import of_node
     from runner.telemetry import CompileTelemetry
     from runner.telemetry.data_report import DataReport

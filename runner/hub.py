@@ -1,13 +1,9 @@
 """Hugging Face Hub names as local folders: each name pinned to its commit, downloaded once into the user's own
-Hugging Face cache (``HF_HOME``, ``HF_HUB_CACHE``: every tool on the machine shares the copy), and checked whole
-before anything loads it.
+Hugging Face cache, and checked whole before anything loads it.
 
-A setting names the Hub as ``ORG/NAME`` (``@REVISION``: a branch, a tag or a commit), ``hf://ORG/NAME`` or, for
-data, ``hf://datasets/ORG/NAME``; a path that exists is a path, whatever it looks like. :func:`fetch` turns a
-:class:`Wanted` into a :class:`Pin`: the commit, and the folder that holds the files the setting needs. Only local
-rank 0 downloads; another rank waits for it, bounded by progress. Offline (``HF_HUB_OFFLINE=1``, or a Hub that
-cannot be reached) a name the cache holds whole is used with no network call; anything else is a
-:class:`HubError`: one paragraph with the fix.
+``ORG/NAME[@REVISION]``, ``hf://ORG/NAME`` or ``hf://datasets/ORG/NAME`` name the Hub; a path that exists is a path.
+Only local rank 0 downloads. Offline, a name the cache holds whole is used with no network call; anything else is a
+:class:`HubError` with the fix.
 """
 
 from __future__ import annotations
@@ -199,9 +195,8 @@ def _cached_listing(w: Wanted, commit: str) -> dict[str, int] | None:
 # ---- which files a setting needs -------------------------------------------------------------------------------------
 
 def needed(w: Wanted, listing: Mapping[str, int], readme: str | None = None) -> list[str]:
-    """The files of ``listing`` that ``w`` reads: a model's configuration, tokenizer and one format of weights at the
-    repo's top level; an adapter's config and weights (and a tokenizer beside them); a tokenizer's files; a data set
-    config's data files and its README. Raises :class:`HubError` for a repo that holds none of it."""
+    """The files of ``listing`` that ``w`` reads (a model's config, tokenizer and one weights format; an adapter's;
+    a tokenizer's; a data set's files and README); a :class:`HubError` when the repo holds none of it."""
     top = [f for f in listing if "/" not in f]
     where = f"{w.key}={w.given}"
     if w.kind == "data":
@@ -665,8 +660,7 @@ def _no_split(w: Wanted, split: str, have: list[str]) -> str:
 
 def split_path(pin: Pin, split: str) -> str:
     """What data.path (or data.val_path) reads for ``split`` of a pinned data set: its one file, or a folder of links
-    to its files in their order (runner's data readers take a file, a folder or a glob). Raises :class:`HubError`
-    for a split the config does not have."""
+    to its files in order; a :class:`HubError` for a split the config lacks."""
     w = pin.wanted
     files = [f for f in pin.splits.get(split, ()) if f.lower().endswith(_TABLES)]
     if not files:

@@ -1,11 +1,6 @@
-"""A clean console for ``runner``'s own runs: known third-party noise is silenced, narrowly.
-
-Each entry names the exact message and the module that emits it, so anything else those libraries
-say (a real warning, a new deprecation) still reaches the user. Only the ``runner`` entry point
-enters :func:`quiet_third_party` and :func:`short_console_lines`, and both restore what they
-changed on the way out: importing runner as a library, or using its strategy in your own Trainer,
-silences nothing. :func:`quiet_wandb` quiets a wandb logger runner built itself.
-"""
+"""A clean console for ``runner``'s own runs: known third-party noise silenced by exact message and module, so
+anything else still reaches the user. Only the entry point enters these, and they restore what they changed:
+runner used as a library silences nothing."""
 
 from __future__ import annotations
 
@@ -105,11 +100,8 @@ def short_console_lines() -> Iterator[None]:
 
 
 def quiet_wandb(logger: Any) -> None:
-    """A ``WandbLogger`` runner built: wandb's own end-of-run history and summary (about 30 lines
-    before runner's table; every figure is in ``report.md``) are left out (wandb's ``quiet``
-    setting), and so is the ``anonymous`` argument Lightning 2.6 always passes as None, which wandb
-    (0.22 on) reads as set and warns "The anonymous setting has no effect". Other loggers, and
-    settings the user gave, are left as they are."""
+    """Quiet a ``WandbLogger`` runner built: no end-of-run history and summary (every metric is in ``report.md``),
+    and no ``anonymous=None`` that Lightning 2.6 passes and wandb 0.22+ warns about. Settings the user gave stay."""
     init = li.wandb_init_kwargs(logger)
     if init is None:
         return
@@ -120,9 +112,8 @@ def quiet_wandb(logger: Any) -> None:
 
 @contextmanager
 def quiet_transformers_bars() -> Iterator[None]:
-    """While open: transformers draws no progress bars ("Loading weights", "Writing model shards": a tiny model's
-    export or evaluation is over before they mean anything); whether they were on is restored on exit. Without
-    transformers (runner[hf]) there is nothing to quiet."""
+    """While open, transformers draws no progress bars (a tiny model's export is over before they mean anything);
+    restored on exit."""
     import importlib.util
 
     if importlib.util.find_spec("transformers") is None:

@@ -21,7 +21,6 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
-from runner import torch_internals as ti
 from runner.after.at_end import at_end_of_fit, push_at_end
 from runner.after.source import inner_model
 from runner.build import (
@@ -59,6 +58,7 @@ from runner.figures.run_preference import TRAIN_METRICS, VAL_METRICS
 from runner.peft import peft_figures
 from runner.reliability import LogHistory, exit_code, flush_loggers
 from runner.stack.errors.explain import CompileFailure
+from runner.torch_internals import runtime
 from runner.training.loss import LossPlan
 from runner.training.preference import PreferenceModule
 
@@ -99,7 +99,7 @@ def run(cfg: RunConfig, extra_callbacks: Sequence[Callback] = ()) -> RunResult:
 
     run_dir = Path(cfg.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    ti.reset_compiler()  # multirun jobs share this process: each starts from a fresh Dynamo
+    runtime.reset_compiler()  # multirun jobs share this process: each starts from a fresh Dynamo
     L.seed_everything(cfg.seed, workers=True)
     datamodule = build_datamodule(cfg)
     if hasattr(datamodule, "check"):

@@ -1,13 +1,9 @@
-"""Every private transformers thing runner touches, one function each: the bottom layer's transformers door.
+"""Every private transformers thing runner touches, one function each; pinned against transformers 5.24.0 by
+``tests/test_transformers_internals.py``.
 
-``apply_chat_template`` copies every message into plain data, and looks up the template and the special tokens,
-on every call: two thirds of the time one render of a short conversation takes, and preparing a chat renders each
-conversation once per assistant turn and once more. Messages runner makes are plain data already, so it renders
-them with the template as ``apply_chat_template`` compiles it. Imported inside the function, so a transformers
-refactor turns that fast path off with one warning (rendering goes through ``apply_chat_template`` again) and fails
-one named test, ``tests/test_transformers_internals.py``, never ``import runner``.
-
-Pinned against transformers 5.24.0.
+``apply_chat_template`` copies every message and looks up the template on every call (two thirds of a short render);
+runner's messages are plain data already, so it renders them with the compiled template. A transformers refactor
+turns that fast path off with one warning, never breaks ``import runner``.
 """
 
 from __future__ import annotations

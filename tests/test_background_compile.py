@@ -23,7 +23,6 @@ import lightning as L
 import pytest
 import torch
 
-from runner import torch_internals as ti
 from runner.config import ConfigError, compose, load
 from runner.config.composing.precheck import precheck
 from runner.config.schema import Background, CompileConfig, OnError, Scope
@@ -42,6 +41,7 @@ from runner.stack.compiling.plan import CompilePlan
 from runner.stack.step_mode import Eager
 from runner.strategy import CompileStrategy
 from runner.telemetry.speedup import SpeedupMeter
+from runner.torch_internals import observation, runtime
 from runner.training.module import TrainModule
 from tests.helpers import LossRecorder, tiny_data, tiny_module
 
@@ -212,12 +212,12 @@ class GraphsPerStep(LossRecorder):
         self._before = 0
 
     def on_train_batch_start(self, *args: Any) -> None:
-        self._before = ti.graphs_compiled()
+        self._before = observation.graphs_compiled()
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
         super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
-        self.graphs.append(ti.graphs_compiled() - self._before)
+        self.graphs.append(observation.graphs_compiled() - self._before)
 
 
 def _fit(module: L.LightningModule, steps: int, *callbacks: L.Callback, backend: str = "eager",
@@ -255,7 +255,7 @@ def test_eager_steps_then_the_compiled_step_with_the_losses_of_compiling_first()
     assert beside.losses == first.losses
     a, b = beside_module.state_dict(), first_module.state_dict()
     assert list(a) == list(b) and all(torch.equal(a[k], b[k]) for k in a)
-    assert ti.current_stance() == "default"
+    assert runtime.current_stance() == "default"
     _assert_gone(wait.pid)
 
 
@@ -329,7 +329,7 @@ def test_a_run_that_ends_first_stops_the_process_and_puts_the_stance_back() -> N
     background = strategy.stack.parts.background  # type: ignore[union-attr]
     assert isinstance(background, BackgroundCompile) and background.process is not None
     assert strategy.figures()["compile/background_outcome"] == "not ready when training ended"
-    assert record.graphs == [0, 0, 0] and ti.current_stance() == "default"
+    assert record.graphs == [0, 0, 0] and runtime.current_stance() == "default"
     assert background.process.proc is not None and background.process.proc.poll() is not None  # stopped
     assert not background.process.dir.exists()
 
@@ -383,7 +383,7 @@ def test_a_switch_whose_compiled_step_is_slower_goes_back_to_eager_and_says_so(
                     figures["compile/background_reverted"]), figures["compile/background_reverted"]
     assert stances.seen == [Eager.beside] * 4 + [None] * 10 + [Eager.reverted] * 2
     assert any("back to eager from step 14" in r.getMessage() for r in caplog.records)
-    assert ti.current_stance() == "default"
+    assert runtime.current_stance() == "default"
 
 
 @pytest.fixture
@@ -405,7 +405,7 @@ def test_auto_keeps_a_short_run_eager_where_every_core_trains(every_core_trains:
                     figures["compile/background_outcome"])
     assert left is not None and int(left.group(1)) < 60, figures["compile/background_outcome"]
     assert strategy.stack.parts.background.process.proc is None  # type: ignore[union-attr]
-    assert record.graphs == [0] * 6 and figures["compile/frames"] == 0 and ti.current_stance() == "default"
+    assert record.graphs == [0] * 6 and figures["compile/frames"] == 0 and runtime.current_stance() == "default"
 
 
 @pytest.mark.slow
@@ -431,8 +431,8 @@ def test_inductor_beside_the_run_loads_the_cache_and_matches_compiling_first(tmp
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "cache"))  # cold for both fits
     beside_module, first_module = tiny_module(), tiny_module()
     beside, strategy = _fit(beside_module, 10, WaitForTheProcess(at=2), backend="inductor")
-    hits = ti.counter(ti.counters_snapshot(), "fx_cache_hit")
-    misses = ti.counter(ti.counters_snapshot(), "fx_cache_miss")
+    hits = observation.counter(observation.counters_snapshot(), "fx_cache_hit")
+    misses = observation.counter(observation.counters_snapshot(), "fx_cache_miss")
     assert strategy.figures()["compile/background_outcome"] == "switched at step 3"
     assert hits >= 1 and misses == 0, (hits, misses)  # the run loaded what the compile process compiled
     assert beside.graphs == [0, 0, 0, 1] + [0] * 6

@@ -49,9 +49,8 @@ def transformers_text(export: Path) -> str:
     """What transformers users get: the exported tokenizer's chat template (the prompt's ids, its BOS where the run's
     had one), the model (or base + adapter), greedy, stopped at the EOS the export names; the prompt and the answer
     as text."""
+    import peft
     from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from tests.test_peft_runs import hf_peft_package
 
     meta: dict[str, Any] = json.loads((export / "runner_export.json").read_text())
     tokenizer = AutoTokenizer.from_pretrained(str(export))
@@ -60,7 +59,7 @@ def transformers_text(export: Path) -> str:
                                         return_tensors="pt")["input_ids"]
     if meta.get("adapter"):
         base = AutoModelForCausalLM.from_pretrained(meta["adapter"]["base"])
-        model = hf_peft_package().PeftModel.from_pretrained(base, str(export))
+        model = peft.PeftModel.from_pretrained(base, str(export))
     else:
         model = AutoModelForCausalLM.from_pretrained(str(export))
     out = model.eval().generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=NEW,

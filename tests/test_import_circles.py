@@ -23,10 +23,9 @@ def _modules() -> dict[str, Path]:
 
 
 def _installed_elsewhere(name: str) -> bool:
-    """Whether a bare name a benchmark imports is an installed package (HF's ``peft``), not the script or folder of
-    that name under benchmarks/: the scripts that import one take benchmarks/ off ``sys.path`` first
-    (``contestants.peft.hf_peft_package``). A folder a test imported earlier in this process (``contestants``) is
-    found in ``sys.modules``, at its own path under benchmarks/."""
+    """Whether a bare name is importable from somewhere other than benchmarks/ (an installed package, the standard
+    library, runner). A folder a test imported earlier in this process (``contestants``) is found in ``sys.modules``,
+    at its own path under benchmarks/."""
     saved = list(sys.path)
     sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "benchmarks"]
     try:
@@ -35,7 +34,10 @@ def _installed_elsewhere(name: str) -> bool:
         spec = None
     finally:
         sys.path[:] = saved
-    return spec is not None and ROOT / "benchmarks" not in Path(spec.origin or "").resolve().parents
+    # A folder without __init__.py (docs/ at the repository's root) is a namespace, no library: origin None.
+    if spec is None or spec.origin is None:
+        return False
+    return ROOT / "benchmarks" not in Path(spec.origin).resolve().parents
 
 
 def _edges(modules: dict[str, Path]) -> dict[str, set[str]]:
@@ -117,7 +119,16 @@ def test_the_finder_finds_a_circle_and_a_lazy_one() -> None:
     assert "runner.peft.files" in edges["runner.peft.inject"]  # a lazy or top import, either way an edge
     assert "benchmarks.contestants.workload" in edges["benchmarks.contestants.compare"]  # a name under benchmarks/
     assert "benchmarks.harness.fork_server" in edges["benchmarks.compare"]  # `from harness import fork_server`
-    assert "benchmarks.peft" not in edges["benchmarks.contestants.peft"]  # `import peft` there is HF's
+    assert "benchmarks.peft" not in edges["benchmarks.contestants.adapters"]  # `import peft` there is HF's
+
+
+def test_no_benchmark_module_is_named_like_a_library() -> None:
+    """A script run from benchmarks/ has that folder first on ``sys.path``, so a module or folder there named like a
+    library (benchmarks/peft.py beside HF's peft) shadows it for every import, and reads as an import circle."""
+    clashes = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "benchmarks").rglob("*")
+                     if (p.suffix == ".py" and p.stem != "__init__" or (p / "__init__.py").is_file())
+                     and "__pycache__" not in p.parts and _installed_elsewhere(p.stem))
+    assert not clashes, f"named like an importable library (rename them): {clashes}"
 
 
 def test_runner_and_benchmarks_have_no_import_circle() -> None:

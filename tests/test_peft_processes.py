@@ -1,7 +1,7 @@
 """What needs a process or a real Inductor compile: ``+recipe=llama_lora`` on 2 ranks with DDP (LoRA) and with FSDP2
 (QLoRA: each block holds frozen, trainable and NF4 tensors), QLoRA with checkpointing and adapter dropout compiled
 by Inductor in a compile process beside the run (``compile.background=shared``), which the run switches to, and
-``benchmarks/peft.py --quick``."""
+``benchmarks/lora_qlora.py --quick``."""
 
 from __future__ import annotations
 
@@ -79,9 +79,9 @@ def test_qlora_with_checkpointing_and_dropout_compiles_beside_the_run_with_induc
 
 
 def test_the_benchmarks_quick_run_races_every_contestant(tmp_path: Path) -> None:
-    """``benchmarks/peft.py --quick``: every contestant in its own process, the figures beside each step time."""
+    """``benchmarks/lora_qlora.py --quick``: every contestant in its own process, the figures beside each step time."""
     out = tmp_path / "peft.json"
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "peft.py"), "--quick", "--out", str(out)],
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "lora_qlora.py"), "--quick", "--out", str(out)],
                           cwd=tmp_path, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     result = json.loads(out.read_text())

@@ -15,7 +15,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from runner import torch_internals as ti
+from runner.torch_internals import caches, errors, observation, partitions, runtime
+from runner.torch_internals import nf4 as torch_nf4
+from runner.torch_internals import settings as torch_settings
 
 
 @pytest.fixture(autouse=True)
@@ -31,9 +33,9 @@ def _break_fn(x: torch.Tensor) -> torch.Tensor:
     return y.cos() + 1
 
 
-@pytest.mark.parametrize("key", sorted(ti.COUNTERS))
+@pytest.mark.parametrize("key", sorted(observation.COUNTERS))
 def test_counter_names_are_incremented_by_torch(key: str) -> None:
-    group, name, module = ti.COUNTERS[key]
+    group, name, module = observation.COUNTERS[key]
     source = inspect.getsource(importlib.import_module(module))
     assert f'counters["{group}"]["{name}"]' in source
 
@@ -41,7 +43,7 @@ def test_counter_names_are_incremented_by_torch(key: str) -> None:
 def test_graph_break_counter_group() -> None:
     from torch._dynamo import symbolic_convert
 
-    assert f'add_to_stats("{ti.GRAPH_BREAK_GROUP}")' in inspect.getsource(symbolic_convert)
+    assert f'add_to_stats("{observation.GRAPH_BREAK_GROUP}")' in inspect.getsource(symbolic_convert)
 
 
 def test_metrics_fields_used_by_to_record_exist() -> None:
@@ -58,18 +60,18 @@ def test_metrics_fields_used_by_to_record_exist() -> None:
 
 
 def test_metrics_limit_roundtrip() -> None:
-    before = ti.compilation_metrics_limit()
-    ti.set_compilation_metrics_limit(1234)
+    before = observation.compilation_metrics_limit()
+    observation.set_compilation_metrics_limit(1234)
     try:
-        assert ti.compilation_metrics_limit() == 1234
+        assert observation.compilation_metrics_limit() == 1234
     finally:
-        ti.set_compilation_metrics_limit(before or 64)
+        observation.set_compilation_metrics_limit(before or 64)
 
 
 def test_real_compile_records_callbacks_guards_and_resume_names() -> None:
     calls: list[tuple[str, str, object]] = []
-    remove = ti.COMPILE_EVENT_SOURCE.subscribe(
-        lambda trig, cid: calls.append(("start", trig, ti.compiling_target())),
+    remove = observation.COMPILE_EVENT_SOURCE.subscribe(
+        lambda trig, cid: calls.append(("start", trig, observation.compiling_target())),
         lambda trig, cid: calls.append(("end", trig, None)),
     )
     # By start time, not by index: torch keeps the last 64 records, so a full deque would slice empty.
@@ -78,24 +80,25 @@ def test_real_compile_records_callbacks_guards_and_resume_names() -> None:
         torch.compile(_break_fn, backend="eager", dynamic=False)(torch.randn(3))
     finally:
         remove()
-    records = [r for r in map(ti.to_record, ti.compilation_metrics()) if (r.start_us or 0) >= start_us]
+    records = [r for r in map(observation.to_record, observation.compilation_metrics())
+               if (r.start_us or 0) >= start_us]
     assert [r.co_name for r in records][0] == "_break_fn"
-    assert ti.resume_parent(records[1].co_name) == "_break_fn"  # continuation naming
+    assert observation.resume_parent(records[1].co_name) == "_break_fn"  # continuation naming
     assert records[0].guard_count and records[0].total_s > 0
     assert any("graph_break()" in reason for reason in records[0].restart_reasons)
     assert calls[0][:2] == ("start", "DYNAMO") and calls[0][2][0] == "_break_fn"  # type: ignore[index]
     assert sum(1 for c in calls if c[0] == "end") == 2
-    live = ti.live_guard_counts()
+    live = observation.live_guard_counts()
     assert any(k.startswith("_break_fn") and v[0] > 0 for k, v in live.items())
-    snap = ti.counters_snapshot()
-    assert sum(ti.graph_break_counts(snap).values()) >= 1
-    assert ti.counter(snap, "unique_graphs") >= 2
-    assert ti.compiling_target() is None  # outside a compile
+    snap = observation.counters_snapshot()
+    assert sum(observation.graph_break_counts(snap).values()) >= 1
+    assert observation.counter(snap, "unique_graphs") >= 2
+    assert observation.compiling_target() is None  # outside a compile
 
 
 def test_compiling_target_names_the_wrapped_module() -> None:
     names: list[object] = []
-    remove = ti.COMPILE_EVENT_SOURCE.subscribe(lambda t, c: names.append(ti.compiling_target()))
+    remove = observation.COMPILE_EVENT_SOURCE.subscribe(lambda t, c: names.append(observation.compiling_target()))
     try:
         torch.compile(torch.nn.Linear(2, 2), backend="eager")(torch.randn(1, 2))
     finally:
@@ -104,21 +107,21 @@ def test_compiling_target_names_the_wrapped_module() -> None:
 
 
 def test_graph_break_logger_is_the_artifact_logger() -> None:
-    logger = ti.graph_break_logger()
+    logger = observation.graph_break_logger()
     assert isinstance(logger, logging.Logger) and logger.name.endswith("__graph_breaks")
 
 
 def test_stance_swap_and_restore() -> None:
-    assert ti.current_stance() == "default"
-    found = ti.stance_now()
-    prior = ti.set_stance("force_eager")
+    assert runtime.current_stance() == "default"
+    found = runtime.stance_now()
+    prior = runtime.set_stance("force_eager")
     try:
-        assert ti.current_stance() == "force_eager" and prior is found
-        ti.set_stance("fail_on_recompile")
-        assert ti.current_stance() == "fail_on_recompile"
+        assert runtime.current_stance() == "force_eager" and prior is found
+        runtime.set_stance("fail_on_recompile")
+        assert runtime.current_stance() == "fail_on_recompile"
     finally:
-        ti.restore_stance(prior)
-    assert ti.current_stance() == "default" and ti.stance_now() is found
+        runtime.restore_stance(prior)
+    assert runtime.current_stance() == "default" and runtime.stance_now() is found
 
 
 # -- dynamic shapes ------------------------------------------------------------------------------
@@ -130,32 +133,32 @@ def test_torch_internals_are_pinned() -> None:
     f(torch.randn(3))
     with pytest.raises(RuntimeError) as info, torch.compiler.set_stance("fail_on_recompile"):
         f(torch.randn(4))
-    assert ti.is_fail_on_recompile(info.value)
+    assert errors.is_fail_on_recompile(info.value)
     assert "size mismatch at index 0. expected 3, actual 4" in str(info.value)
     f(torch.randn(4))
-    assert ti.graphs_compiled() == 2
-    records = [r for r in map(ti.to_record, ti.compilation_metrics()) if (r.start_us or 0) >= start]
+    assert observation.graphs_compiled() == 2
+    records = [r for r in map(observation.to_record, observation.compilation_metrics()) if (r.start_us or 0) >= start]
     assert len(records) == 2 and all(r.total_s > 0 for r in records)
     assert any("expected 3, actual 4" in (r.recompile_reason or "") for r in records)
     # Each mark records itself on the tensor, and a marked dim compiles one graph for every size.
     u, d, m = torch.randn(2, 5), torch.randn(2, 5), torch.randn(2, 5)
-    if ti.unbacked_bounds_unsupported() is None:
-        ti.mark_unbacked(u, 1, min=2, max=None, shape_id="dim1")
+    if runtime.unbacked_bounds_unsupported() is None:
+        runtime.mark_unbacked(u, 1, min=2, max=None, shape_id="dim1")
         assert u._dynamo_unbacked_bounds == {1: (2, None)}
     else:  # torch 2.11: marked without its bounds, and said so
         with pytest.warns(UserWarning, match="takes no min/max"):
-            ti.mark_unbacked(u, 1, min=2, max=None, shape_id="dim1")
-    ti.mark_dynamic(d, 1, min=2, max=None)
-    ti.maybe_mark_dynamic(m, 0)
+            runtime.mark_unbacked(u, 1, min=2, max=None, shape_id="dim1")
+    runtime.mark_dynamic(d, 1, min=2, max=None)
+    runtime.maybe_mark_dynamic(m, 0)
     assert 1 in u._dynamo_unbacked_indices and 1 in d._dynamo_dynamic_indices and 0 in m._dynamo_weak_dynamic_indices
     torch._dynamo.reset()
-    before = ti.graphs_compiled()
+    before = observation.graphs_compiled()
     g = torch.compile(lambda t: t * 2, backend="eager")
     for n in (5, 7, 9):
         x = torch.randn(2, n)
-        ti.mark_dynamic(x, 1, min=2, max=None)
+        runtime.mark_dynamic(x, 1, min=2, max=None)
         g(x)
-    assert ti.graphs_compiled() - before == 1
+    assert observation.graphs_compiled() - before == 1
 
 
 def test_unbacked_bounds_per_torch_version(tmp_path: Path) -> None:
@@ -164,7 +167,7 @@ def test_unbacked_bounds_per_torch_version(tmp_path: Path) -> None:
     from runner.config import ConfigError, compose, load
 
     version = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2])
-    why = ti.unbacked_bounds_unsupported()
+    why = runtime.unbacked_bounds_unsupported()
     if version >= (2, 13):
         assert why is None
     if version < (2, 12):
@@ -186,11 +189,11 @@ def test_pinned_saved_tensor_hook_internals() -> None:
 
     assert callable(graph_compile._get_saved_tensor_hook_context)
     assert callable(utils.saved_tensors_hooks_are_inlineable)
-    assert ti.traced_saved_node() is None  # eagerly there is no traced node
+    assert runtime.traced_saved_node() is None  # eagerly there is no traced node
     codec = SavedTensorCodec(OffloadStrategy.bf16.row.codec, 0, ())
-    assert ti.hooks_are_inlineable(codec.pack_gm, codec.unpack_gm)
-    assert not ti.hooks_are_inlineable(codec.pack, codec.unpack)
-    assert ti.memory_budget() == 1.0
+    assert runtime.hooks_are_inlineable(codec.pack_gm, codec.unpack_gm)
+    assert not runtime.hooks_are_inlineable(codec.pack, codec.unpack)
+    assert runtime.memory_budget() == 1.0
 
 
 # -- pins: the torch log records runner parses ------------------------------------------------------------
@@ -198,12 +201,12 @@ def test_pinned_convert_frame_records() -> None:
     hit = logging.LogRecord("torch._dynamo.convert_frame", logging.WARNING, "", 0,
                             "torch._dynamo hit config.%s (%s)\n   function: %s\n   last reason: %s\n", (
                                 "recompile_limit", 8, "'g' (x.py:3)", "0/7: n == 7  # x.py:3 in g", "url"), None)
-    assert ti.limit_hit_from_record(hit) == {"limit": "recompile_limit=8", "function": "'g' (x.py:3)",
+    assert errors.limit_hit_from_record(hit) == {"limit": "recompile_limit=8", "function": "'g' (x.py:3)",
                                              "reason": "0/7: n == 7  # x.py:3 in g"}
     fb = logging.LogRecord("torch._dynamo.convert_frame", logging.WARNING, "", 0,
                            "WON'T CONVERT g /a/x.py line 13 \ndue to: \nTraceback ...\n"
                            "torch._dynamo.exc.BackendCompilerFailed: backend='b' raised:\nValueError: boom", (), None)
-    parsed = ti.fallback_from_record(fb)
+    parsed = errors.fallback_from_record(fb)
     assert parsed is not None and parsed["function"] == "'g' (/a/x.py:13)" and "ValueError: boom" in parsed["reason"]
 
 
@@ -213,7 +216,7 @@ def test_torch_settings_restore_what_they_found(monkeypatch: pytest.MonkeyPatch)
 
     monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
     before_limit = torch._dynamo.config.recompile_limit
-    s = ti.TorchSettings()
+    s = torch_settings.TorchSettings()
     s.dynamo("recompile_limit", before_limit + 5)
     s.dynamo("recompile_limit", before_limit + 6)  # a second change still restores the first value
     s.inductor("triton.cudagraph_skip_dynamic_graphs", True)
@@ -225,13 +228,13 @@ def test_torch_settings_restore_what_they_found(monkeypatch: pytest.MonkeyPatch)
     assert torch._inductor.config.triton.cudagraph_skip_dynamic_graphs is True
     assert torch._functorch.config.activation_memory_budget == 0.25
     assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == "/tmp/x"
-    assert ti.managed_settings()["guard_collectives"] is True
+    assert torch_settings.managed_settings()["guard_collectives"] is True
     s.restore()
     assert torch._dynamo.config.recompile_limit == before_limit
     assert torch._inductor.config.triton.cudagraph_skip_dynamic_graphs is False
     assert torch._functorch.config.activation_memory_budget == 1.0
     assert "TORCHINDUCTOR_CACHE_DIR" not in os.environ
-    assert ti.managed_settings()["guard_collectives"] is False
+    assert torch_settings.managed_settings()["guard_collectives"] is False
     torch.compiler.set_enable_guard_collectives(prior_collectives)
 
 
@@ -242,7 +245,7 @@ def test_no_other_module_names_private_torch_compile_internals() -> None:
     from pathlib import Path
 
     private = ("_dynamo", "_inductor", "_functorch", "_logging")
-    root = Path(ti.__file__).parent
+    root = Path(runtime.__file__).parent
     offenders = []
     for path in sorted(root.rglob("*.py")):
         if "torch_internals" in path.parts:
@@ -282,12 +285,12 @@ def test_dynamic_sources_make_an_nn_module_int_a_graph_input() -> None:
             return x * min(1.0, self.holder.step / 10) + idx
 
     m = M()
-    settings = ti.TorchSettings()
+    settings = torch_settings.TorchSettings()
     before = torch.compiler.config.dynamic_sources
-    pattern = ti.local_source_pattern("self", r"\.holder\..*")
+    pattern = torch_settings.local_source_pattern("self", r"\.holder\..*")
     assert pattern == r"L\['self'\]\.holder\..*"
-    ti.add_dynamic_sources(settings, [pattern, ti.local_source_pattern("idx", "$")])
-    ti.add_dynamic_sources(settings, [pattern])  # idempotent
+    torch_settings.add_dynamic_sources(settings, [pattern, torch_settings.local_source_pattern("idx", "$")])
+    torch_settings.add_dynamic_sources(settings, [pattern])  # idempotent
     assert torch.compiler.config.dynamic_sources.split(",")[-2:] == [pattern, r"L\['idx'\]$"]
     try:
         counters.clear()
@@ -306,7 +309,7 @@ def test_structured_trace_writes_the_compile_and_detaches(tmp_path: Path) -> Non
     removes the handler and restores the trace logger's level and propagation."""
     trace_log = logging.getLogger("torch.__trace")
     before = (trace_log.level, trace_log.propagate)
-    stop = ti.start_structured_trace(str(tmp_path))
+    stop = observation.start_structured_trace(str(tmp_path))
     try:
         torch.compile(_break_fn, backend="eager")(torch.randn(4))
     finally:
@@ -325,11 +328,11 @@ def test_inductor_loads_and_its_memory_caches_empty() -> None:
 
     from torch._inductor.codecache import PyCodeCache
 
-    ti.load_inductor()
+    runtime.load_inductor()
     assert "torch._inductor.compile_fx" in sys.modules
     PyCodeCache.load("def runner_pin() -> int:\n    return 1\n")
     assert PyCodeCache.modules
-    ti.clear_inductor_memory_caches()
+    runtime.clear_inductor_memory_caches()
     assert not PyCodeCache.modules
 
 
@@ -347,9 +350,9 @@ def test_cudagraph_tree_internals_are_pinned() -> None:
     torch.compiler.cudagraph_mark_step_begin()
     assert ct.CUDAGraphTreeManager.get_curr_generation() == ct.MarkStepBox.mark_step_counter != before
     assert {s.name for s in ct.ExecutionState} >= {"NONE", "WARMUP", "RECORDING", "EXECUTION"}
-    assert CallbackTrigger.CUDAGRAPH_RECORDING.name == ti.CUDAGRAPH_RECORDING_TRIGGER
+    assert CallbackTrigger.CUDAGRAPH_RECORDING.name == observation.CUDAGRAPH_RECORDING_TRIGGER
     if not torch.cuda.is_available():
-        assert ti.cudagraph_tree_state(0) is None  # no tree without CUDA
+        assert observation.cudagraph_tree_state(0) is None  # no tree without CUDA
 
 
 def test_remote_compile_cache_internals_are_pinned(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -360,21 +363,21 @@ def test_remote_compile_cache_internals_are_pinned(monkeypatch: pytest.MonkeyPat
 
     assert hasattr(torch._inductor.config, "fx_graph_remote_cache")
     assert hasattr(functorch_config, "enable_remote_autograd_cache")
-    assert ti.REDIS_URL_ENV in inspect.getsource(remote_cache.RedisRemoteCacheBackend.__init__)
+    assert caches.REDIS_URL_ENV in inspect.getsource(remote_cache.RedisRemoteCacheBackend.__init__)
     for name in ("RemoteFxGraphCache", "RemoteAOTAutogradCache"):
         assert issubclass(getattr(remote_cache, name), remote_cache.RedisRemoteCache)
     remote_cache.cache_stats.get("RemoteFxGraphCache", None)  # a miss, as torch counts one
     remote_cache.cache_stats.exception("RemoteFxGraphCache")
-    hits, misses, failures = ti.remote_cache_stats()
+    hits, misses, failures = caches.remote_cache_stats()
     assert misses >= 1 and hits >= 0 and failures >= 1
     remote_cache.cache_stats._stats["RemoteFxGraphCache"].miss -= 1
     remote_cache.cache_stats._stats["RemoteFxGraphCache"].exception -= 1
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
-    assert ti.inductor_cache_dir() == tmp_path
+    assert caches.inductor_cache_dir() == tmp_path
     (tmp_path / "ab").mkdir()
     (tmp_path / "ab" / "cabc.so").write_bytes(b"")
     (tmp_path / "ab" / "cabc.main.so").write_bytes(b"")
-    assert set(ti.cpu_kernel_files(tmp_path)) == {"ab/cabc.so", "ab/cabc.main.so"}
+    assert set(caches.cpu_kernel_files(tmp_path)) == {"ab/cabc.so", "ab/cabc.main.so"}
 
 
 # -- CUDA-graph partitions (torch_internals.partitions) ------------------------------------------------------
@@ -388,7 +391,7 @@ def test_partition_decision_internals_are_pinned() -> None:
 
     source = inspect.getsource(scheduler.Scheduler.should_partition)
     tail = source[source.index("cudagraph_skip_dynamic_graphs"):]
-    assert f'return "{ti.DYNAMIC_SHAPE_REASON}"' in tail and tail.rstrip().endswith("return None")
+    assert f'return "{partitions.DYNAMIC_SHAPE_REASON}"' in tail and tail.rstrip().endswith("return None")
     assert "get_scheduler_node_symbol_uses(node)" in tail
     assert "skip_cudagraph" in {f.name for f in dataclasses.fields(scheduler.GraphPartitionSignature)}
     assert "return partitions, signatures" in inspect.getsource(scheduler.Scheduler.graph_partition)
@@ -397,7 +400,7 @@ def test_partition_decision_internals_are_pinned() -> None:
     assert isinstance(compiler_config.cache_key_tag, str)
     assert "cache_key_tag" in inspect.getsource(codecache.FxGraphHashDetails)
     fixed_upstream = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2]) >= (2, 15)
-    assert ti.partition_check_counts_loop_indices() is not fixed_upstream
+    assert partitions.partition_check_counts_loop_indices() is not fixed_upstream
 
 
 def test_partition_patches_are_restored() -> None:
@@ -406,13 +409,13 @@ def test_partition_patches_are_restored() -> None:
 
     should, graph_partition, tag = (scheduler.Scheduler.should_partition, scheduler.Scheduler.graph_partition,
                                     compiler_config.cache_key_tag)
-    s = ti.TorchSettings()
-    patched = ti.partition_on_graph_symbols_only(s)
-    ti.observe_graph_partitions(s, lambda g: None)
-    assert patched is ti.partition_check_counts_loop_indices()
+    s = torch_settings.TorchSettings()
+    patched = partitions.partition_on_graph_symbols_only(s)
+    partitions.observe_graph_partitions(s, lambda g: None)
+    assert patched is partitions.partition_check_counts_loop_indices()
     assert (scheduler.Scheduler.should_partition is not should) is patched
     assert scheduler.Scheduler.graph_partition is not graph_partition
-    assert (ti.partitions.FIX_TAG in compiler_config.cache_key_tag) is patched  # compiled code keyed apart
+    assert (partitions.FIX_TAG in compiler_config.cache_key_tag) is patched  # compiled code keyed apart
     s.restore()
     assert (scheduler.Scheduler.should_partition, scheduler.Scheduler.graph_partition,
             compiler_config.cache_key_tag) == (should, graph_partition, tag)
@@ -423,15 +426,15 @@ def test_shape_marks_are_the_attributes_the_mark_functions_set() -> None:
     ``mark_static_address``'s own), so a buffer standing in for a marked tensor compiles as it would."""
     t = torch.randn(2, 5, 3)
     before = set(vars(t))
-    ti.mark_dynamic(t, 1, min=2, max=None)
-    ti.maybe_mark_dynamic(t, 0)
-    if ti.unbacked_bounds_unsupported() is None:
-        ti.mark_unbacked(t, 2, min=2, max=None, shape_id="d2")
+    runtime.mark_dynamic(t, 1, min=2, max=None)
+    runtime.maybe_mark_dynamic(t, 0)
+    if runtime.unbacked_bounds_unsupported() is None:
+        runtime.mark_unbacked(t, 2, min=2, max=None, shape_id="d2")
     torch._dynamo.mark_static(t, 2)
     set_by_marks = set(vars(t)) - before
-    assert set_by_marks and set_by_marks <= set(ti.SHAPE_MARKS), set_by_marks - set(ti.SHAPE_MARKS)
-    ti.mark_static_address(t)
-    assert set(vars(t)) - before - set(ti.SHAPE_MARKS) == {"_dynamo_static_input_type"}
+    assert set_by_marks and set_by_marks <= set(runtime.SHAPE_MARKS), set_by_marks - set(runtime.SHAPE_MARKS)
+    runtime.mark_static_address(t)
+    assert set(vars(t)) - before - set(runtime.SHAPE_MARKS) == {"_dynamo_static_input_type"}
 
 
 def test_remote_cache_client_internals_are_pinned() -> None:
@@ -469,9 +472,9 @@ def test_remote_cache_client_internals_are_pinned() -> None:
     port = silent.getsockname()[1]
     backend = object.__new__(Backend)
     failures: list[str] = []
-    s = ti.TorchSettings()
+    s = torch_settings.TorchSettings()
     get, put = Backend._get, Backend._put
-    ti.wrap_remote_cache_backend(s, failures.append, Passthrough())
+    caches.wrap_remote_cache_backend(s, failures.append, Passthrough())
     try:
         backend._redis = redis.Redis(port=port, socket_timeout=0.2)
         assert backend._get("k") is None and backend._redis is None  # unavailable from now on, as torch does it
@@ -496,20 +499,20 @@ def test_cpu_kernel_internals_are_pinned(tmp_path: Path, monkeypatch: pytest.Mon
     torch._dynamo.reset()
     f = torch.compile(lambda x: (x.sin() * 2).cumsum(0), backend="inductor")
     f(torch.randn(16))
-    in_use = ti.cpu_kernels_in_use()
-    files = ti.cpu_kernel_files(tmp_path)
-    assert files and in_use and any(ti.kernel_key(name) in in_use for name in files)
-    name = next(n for n in files if ti.kernel_key(n) in in_use)
-    assert ti.read_kernel_locked(tmp_path, name, timeout_s=1.0) == files[name].read_bytes()
+    in_use = caches.cpu_kernels_in_use()
+    files = caches.cpu_kernel_files(tmp_path)
+    assert files and in_use and any(caches.kernel_key(name) in in_use for name in files)
+    name = next(n for n in files if caches.kernel_key(n) in in_use)
+    assert caches.read_kernel_locked(tmp_path, name, timeout_s=1.0) == files[name].read_bytes()
     from filelock import FileLock
 
-    with FileLock(str(tmp_path / "locks" / f"{ti.kernel_key(name)}.lock")):  # a build in progress elsewhere
+    with FileLock(str(tmp_path / "locks" / f"{caches.kernel_key(name)}.lock")):  # a build in progress elsewhere
         import subprocess
         import sys
 
         held = subprocess.run([sys.executable, "-c", (
-            "import sys; from pathlib import Path; from runner import torch_internals as ti; "
-            f"print(ti.read_kernel_locked(Path({str(tmp_path)!r}), {name!r}, timeout_s=0.2))")],
+            "import sys; from pathlib import Path; from runner.torch_internals import caches; "
+            f"print(caches.read_kernel_locked(Path({str(tmp_path)!r}), {name!r}, timeout_s=0.2))")],
             capture_output=True, text=True, env={**__import__("os").environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path)})
         assert held.stdout.strip() == "None", held.stderr[-2000:]
 
@@ -520,17 +523,17 @@ def test_compile_events_register_torchs_callbacks_once_for_every_listener() -> N
     handler = torch._dynamo.callback_handler
     before = len(handler.start_callbacks)
     seen: list[list[str]] = [[], [], []]
-    removes = [ti.COMPILE_EVENT_SOURCE.subscribe(lambda t, c, i=i: seen[i].append(t)) for i in range(3)]
+    removes = [observation.COMPILE_EVENT_SOURCE.subscribe(lambda t, c, i=i: seen[i].append(t)) for i in range(3)]
     assert len(handler.start_callbacks) == before + 1
     torch.compile(lambda x: x + 1, backend="eager")(torch.randn(2))
     assert seen[0] == seen[1] == seen[2] == ["DYNAMO"]
     torch._dynamo.reset()  # clears torch's registry
-    late = ti.COMPILE_EVENT_SOURCE.subscribe(lambda t, c: seen[0].append(t))
+    late = observation.COMPILE_EVENT_SOURCE.subscribe(lambda t, c: seen[0].append(t))
     torch.compile(lambda x: x * 2, backend="eager")(torch.randn(2))
     assert seen[0] == ["DYNAMO", "DYNAMO", "DYNAMO"] and seen[1] == ["DYNAMO", "DYNAMO"]
     for remove in [*removes, late]:
         remove()
-    assert len(handler.start_callbacks) == 0 and ti.COMPILE_EVENT_SOURCE.listeners == 0
+    assert len(handler.start_callbacks) == 0 and observation.COMPILE_EVENT_SOURCE.listeners == 0
 
 
 def test_a_fused_optimizer_skips_its_update_on_the_found_inf_flag() -> None:
@@ -548,21 +551,21 @@ def test_a_fused_optimizer_skips_its_update_on_the_found_inf_flag() -> None:
         p.grad = torch.ones(3)
         prime_momentum(opt)
         flag = torch.ones(())
-        ti.skip_update_on(opt, flag)
+        runtime.skip_update_on(opt, flag)
         opt.step()
         assert torch.equal(p.detach(), torch.ones(3)), type(opt).__name__
         assert all(not torch.is_tensor(v) or not v.any() for v in opt.state[p].values())
         flag.zero_()
         opt.step()
         assert not torch.equal(p.detach(), torch.ones(3)), type(opt).__name__
-        ti.zero_in_place([p.grad])
+        runtime.zero_in_place([p.grad])
         assert p.grad is not None and not p.grad.any()
 
 
 def test_torchaos_nf4_has_what_qlora_reads() -> None:
     """``nf4_module``: ``to_nf4`` and an ``NF4Tensor`` whose pieces runner keeps as buffers and rebuilds
     (``runner.peft.nf4``), with the constructor and dequantization it calls; a round trip on the CPU."""
-    nf4 = ti.nf4_module()
+    nf4 = torch_nf4.nf4_module()
     w = torch.randn(64, 256)
     q = nf4.to_nf4(w, 64, 256)
     pieces = ("quantized_data", "quantized_scalers", "quantization_factor", "scaler_mean", "nf4")
@@ -572,17 +575,17 @@ def test_torchaos_nf4_has_what_qlora_reads() -> None:
     again = nf4.NF4Tensor(meta, 64, w.numel() // 64, 256, q.quantized_scalers, q.quantization_factor, q.scaler_mean,
                           q.quantized_data, q.nf4)
     assert torch.equal(again.get_original_weight(), q.get_original_weight())
-    assert ti.nf4_problem("cpu") is None
+    assert torch_nf4.nf4_problem("cpu") is None
 
 
 def test_auto_chunker_options_are_inductor_config_keys() -> None:
     """The auto-chunker's keys (the vocab benchmarks' runner_autochunk contestant) exist in Inductor's config."""
     import torch._inductor.config as inductor_config
 
-    chunker = getattr(inductor_config, ti.AUTO_CHUNKER)
+    chunker = getattr(inductor_config, torch_settings.AUTO_CHUNKER)
     assert chunker.enable is False or chunker.enable is True
-    for key, value in ti.auto_chunker_options(chunks=4).items():
+    for key, value in torch_settings.auto_chunker_options(chunks=4).items():
         section, name = key.split(".")
-        assert section == ti.AUTO_CHUNKER and hasattr(chunker, name), key
+        assert section == torch_settings.AUTO_CHUNKER and hasattr(chunker, name), key
         with inductor_config.patch({key: value}):
             assert getattr(chunker, name) == value

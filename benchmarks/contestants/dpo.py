@@ -25,7 +25,7 @@ from typing import Any
 
 BENCHMARKS = Path(__file__).resolve().parents[1]
 if __name__ == "__main__":  # run as a program (dpo.py): benchmarks/ on sys.path in place of this folder, as for the
-    sys.path[0] = str(BENCHMARKS)  # scripts there (this folder's peft.py would shadow HF's peft)
+    sys.path[0] = str(BENCHMARKS)  # scripts there
 
 from contestants.pacer import Pacer  # noqa: E402
 
@@ -34,8 +34,8 @@ TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down
 
 @contextlib.contextmanager
 def environment_packages() -> Iterator[None]:
-    """Imports from the environment, not from benchmarks/: its ``peft.py`` (a benchmark) would shadow HF's peft for
-    whoever imports ``peft`` (TRL does) from a process that has benchmarks/ on its path (``gpu_workloads/child.py``)."""
+    """Imports from the environment, not from benchmarks/ (a process with benchmarks/ on its path imports TRL, which
+    imports ``peft``: ``gpu_workloads/child.py``)."""
     saved = list(sys.path)
     local = sys.modules.get("peft")
     if local is not None and Path(getattr(local, "__file__", None) or ".").resolve().parent == BENCHMARKS:
@@ -221,7 +221,7 @@ def run_runner(spec: dict[str, Any], pacer: Pacer, compiles: Compiles) -> dict[s
 
 def main() -> None:
     spec = json.loads(sys.argv[1])
-    # benchmarks/peft.py (a benchmark) would shadow HF's peft: the rest is imported from the environment.
+    # benchmarks/lora_qlora.py (a benchmark) would shadow HF's peft: the rest is imported from the environment.
     sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != BENCHMARKS]
     proto = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)  # whatever the tools print goes to standard error: standard output is the driver's

@@ -22,8 +22,8 @@ from typing import Any
 import torch
 from lightning.pytorch.callbacks import Callback
 
+from contestants.adapters import Size, causal_lm, hf_peft, measured, runner_peft
 from contestants.compare import Contestant, Pacer, PeerModule, _adamw, _fit  # benchmarks/ on sys.path: run as a script
-from contestants.peft import Size, causal_lm, hf_peft, measured, runner_peft
 from contestants.workload import Workload
 from runner.config.schema import Background, CompileConfig, OptimizerPolicy, Scope
 from runner.config.schema.loss import LossConfig
@@ -150,15 +150,15 @@ def build(name: str, config: Config, size: Size, backend: str, seed: int = 0) ->
 
 def run_contestant(c: Contestant, work: Workload, steps: int, pacer: Pacer) -> None:
     """Train as contestant ``c.name`` (module docstring) under the race's pacer; what it held in ``c.extra``."""
-    from runner import torch_internals as ti
+    from runner.torch_internals import observation
 
-    ti.keep_compilation_metrics(10_000)
+    observation.keep_compilation_metrics(10_000)
     config = Config.parse(work.name)
     module, strategy = build(c.name, config, size_of(config, c.extra["quick"]), c.extra["backend"])
     inner = getattr(module, "_orig_mod", module)
     c.model = inner.model
     peak = StepPeak(c.extra["warmup"])
-    before = ti.counters_snapshot()
+    before = observation.counters_snapshot()
     _fit(module, work, steps, pacer, strategy=strategy, callbacks=[peak])
     plan = getattr(inner, "loss_plan", None)
     c.extra["measured"] = {**measured(inner, inner.trainer.optimizers, before), "step_peak_gib": peak.peak_gib,

@@ -1,5 +1,5 @@
 """What one workload of ``compare.py``'s race is: a model recipe and the batches every contestant trains it on. Its
-own module, below the workloads (``workloads.py``, ``family_workloads.py``, ``peft.py`` of this folder) and the
+own module, below the workloads (``workloads.py``, ``family_workloads.py``, ``lora_qlora.py`` of this folder) and the
 contestants that train them, so that each imports it and none imports another's."""
 
 from __future__ import annotations

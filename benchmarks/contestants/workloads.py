@@ -77,8 +77,8 @@ def workloads(names: list[str], quick: bool) -> list[Workload]:
     for name in names:
         if name in FAMILIES:  # families.py's: transformers and timm models
             out.append(family_workload(name, quick))
-        elif name == "llama_peft":  # peft.py's: LoRA and full fine-tunes of one Llama-style model
-            from contestants.peft import CPU, CPU_QUICK, llama_workload  # Workload from contestants/workload.py
+        elif name == "llama_peft":  # lora_qlora.py's: LoRA and full fine-tunes of one Llama-style model
+            from contestants.adapters import CPU, CPU_QUICK, llama_workload  # Workload from contestants/workload.py
 
             out.append(llama_workload(CPU_QUICK if quick else CPU, 20_000 if quick else 4_000_000))
         elif name.startswith("vocab_"):  # vocab.py's: a large vocabulary, whole or chunked logits

@@ -32,10 +32,10 @@ def _as_if_fresh() -> None:
     """Jobs sharing a process (``--quick``) start as in a fresh one: no compiled code, no cached kernels or memory."""
     import torch
 
-    from runner import torch_internals as ti
+    from runner.torch_internals import runtime
 
-    ti.reset_compiler()
-    ti.clear_inductor_memory_caches()
+    runtime.reset_compiler()
+    runtime.clear_inductor_memory_caches()
     gc.collect()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()

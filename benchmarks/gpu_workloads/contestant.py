@@ -23,7 +23,6 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from gpu_workloads.gpt import Model
-from runner import torch_internals as ti
 from runner.figures.compile_plan import COMPILE_OPTIMIZER
 from runner.figures.cudagraphs import (
     CUDAGRAPHS_DECISION,
@@ -35,6 +34,7 @@ from runner.figures.cudagraphs import (
 from runner.models.gpt import GPT
 from runner.stack.cudagraphs import PartitionCount
 from runner.telemetry.throughput import estimate_flops, trainable_parameters
+from runner.torch_internals import observation, settings
 from runner.training.module import TrainModule, lm_loss
 
 
@@ -82,7 +82,7 @@ class Marks(Callback):
         self.counts[step] = dict(self.events)
 
     def _count(self, trigger: str, compile_id: str) -> None:
-        if trigger == ti.CUDAGRAPH_RECORDING_TRIGGER:
+        if trigger == observation.CUDAGRAPH_RECORDING_TRIGGER:
             self.events["graphs"] += 1
             return
         self.events["compiles"] += 1
@@ -91,7 +91,7 @@ class Marks(Callback):
             self.events["recompiles"] += 1
 
     def on_train_start(self, *args: Any) -> None:
-        self.unregister = ti.COMPILE_EVENT_SOURCE.subscribe(self._count)
+        self.unregister = observation.COMPILE_EVENT_SOURCE.subscribe(self._count)
         self.mark(0)
 
     def on_train_batch_end(self, *args: Any) -> None:
@@ -213,7 +213,7 @@ def train(name: str, m: Model, device: str, backend: str) -> dict[str, Any]:
     loader = DataLoader(TensorDataset(ids[:, :-1], ids[:, 1:]), batch_size=m.batch, pin_memory=device == "cuda")
     marks = Marks([m.warmup, end], device)
     busy = HostBusy(device, compiled_from=m.warmup, start_after=end + 1)
-    partitions, observing = PartitionCount(), ti.TorchSettings()
+    partitions, observing = PartitionCount(), settings.TorchSettings()
     if device == "cuda" and name in PEER_GRAPHS:  # what each compiled graph put in CUDA graphs, as Inductor decides
         partitions.install(observing)
     trainer = bench_trainer(device, strategy, end + BUSY_STEPS, [busy, marks])  # busy's step end before the marks'

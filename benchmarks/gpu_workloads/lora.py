@@ -1,8 +1,8 @@
 """The ``lora`` workload of ``gpu.py``: one Llama-style model fine-tuned with LoRA through runner, through HF peft
 in Lightning (eager and compiled), in full, and with QLoRA; step time against the best Lightning + peft contestant.
 
-The contestants are ``contestants/peft.py``'s (the CPU benchmark's, ``peft.py``), bf16-mixed on the GPU, each in a
-fresh child process with a compile cache of its own; a contestant's row is its steady step time over the timed
+The contestants are ``contestants/adapters.py``'s (the CPU benchmark's, ``lora_qlora.py``), bf16-mixed on the GPU,
+each in a fresh child process with a compile cache of its own; a contestant's row is its steady step time over the timed
 steps after its warm-up (compiles included there), tokens/s, peak memory, the optimizer's state, the graph breaks
 and recompiles of its process. Targets (issue 70): runner LoRA >= 1.3x the best Lightning + peft contestant's
 tokens/s, >= 1.35x runner's full fine-tune; QLoRA >= 0.85x LoRA. The driver side (this module's top level) imports
@@ -40,19 +40,19 @@ def _jobs(ctx: Context, name: str) -> list[dict[str, Any]]:
 def lora_job(name: str, size: dict[str, Any], device: str, backend: str) -> dict[str, Any]:
     """Train contestant ``name`` for ``size["warmup"] + size["timed"]`` steps on random token windows; its row."""
     import torch
+    from contestants.adapters import Size, causal_lm, hf_peft, measured, runner_peft
     from contestants.compare import _adamw
-    from contestants.peft import Size, causal_lm, hf_peft, measured, runner_peft
     from torch.utils.data import DataLoader, TensorDataset
 
     from gpu_workloads.contestant import BenchModule, Marks, bench_trainer, contestant, device_name
-    from runner import torch_internals as ti
     from runner.config.schema import Background, CompileConfig
     from runner.config.schema.peft import PeftMethod
+    from runner.torch_internals import observation
 
     s = Size(size["hidden"], size["intermediate"], size["layers"], size["heads"], size["seq"], size["batch"],
              size["vocab"])
     warmup, end = size["warmup"], size["warmup"] + size["timed"]
-    ti.keep_compilation_metrics(10_000)
+    observation.keep_compilation_metrics(10_000)
     torch.manual_seed(0)
     model = causal_lm(s)
     method = {"runner_lora": PeftMethod.lora, "runner_qlora": PeftMethod.qlora}.get(name)
@@ -68,7 +68,7 @@ def lora_job(name: str, size: dict[str, Any], device: str, backend: str) -> dict
     loader = DataLoader(TensorDataset(ids[:, :-1], ids[:, 1:]), batch_size=s.batch, pin_memory=device == "cuda")
     marks = Marks([warmup, end], device)
     module = BenchModule(compile_kwargs, model=model, optimizer=_adamw(**adamw))
-    before = ti.counters_snapshot()
+    before = observation.counters_snapshot()
     trainer = bench_trainer(device, strategy, end, [marks])
     trainer.fit(module, loader)
     step_s = (marks.times[end] - marks.times[warmup]) / size["timed"]

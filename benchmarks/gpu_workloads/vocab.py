@@ -48,23 +48,23 @@ def _jobs(ctx: Context, name: str) -> list[dict[str, Any]]:
 def vocab_job(name: str, size: dict[str, Any], device: str, backend: str) -> dict[str, Any]:
     """Train contestant ``name`` for ``size["warmup"] + size["timed"]`` steps on random token windows; its row."""
     import torch
+    from contestants.adapters import Size, causal_lm, measured
     from contestants.compare import _adamw
-    from contestants.peft import Size, causal_lm, measured
     from torch.utils.data import DataLoader, TensorDataset
 
     from gpu_workloads.contestant import BenchModule, Marks, bench_trainer, contestant, device_name
-    from runner import torch_internals as ti
     from runner.config.schema import Background, CompileConfig
     from runner.config.schema.loss import LossConfig
     from runner.config.schema.peft import PeftConfig
     from runner.losses import chunking_unavailable
+    from runner.torch_internals import observation, settings
     from runner.training.loss import resolve_loss
     from runner.training.module import TrainModule
 
     s = Size(size["hidden"], size["intermediate"], size["layers"], size["heads"], size["seq"], size["batch"],
              size["vocab"])
     warmup, end = size["warmup"], size["warmup"] + size["timed"]
-    ti.keep_compilation_metrics(10_000)
+    observation.keep_compilation_metrics(10_000)
     torch.manual_seed(0)
     model = causal_lm(s)
     figures: dict[str, Any] = {}
@@ -73,7 +73,7 @@ def vocab_job(name: str, size: dict[str, Any], device: str, backend: str) -> dic
         compile_kwargs, adamw, strategy = contestant(peer, device, backend)
         module: Any = BenchModule(compile_kwargs, model=model, optimizer=_adamw(**adamw))
     else:
-        options = ti.auto_chunker_options() if name == "runner_autochunk" else {}
+        options = settings.auto_chunker_options() if name == "runner_autochunk" else {}
         compile_kwargs, adamw, strategy = contestant(
             name, device, backend, compile=CompileConfig(background=Background.disabled, options=options))
         # --quick's logits are too small for auto to chunk them: the plumbing chunks anyway, 4 chunks a step, where
@@ -87,7 +87,7 @@ def vocab_job(name: str, size: dict[str, Any], device: str, backend: str) -> dic
     ids = torch.randint(0, s.vocab, (s.batch * end, s.seq + 1), generator=torch.Generator().manual_seed(1))
     loader = DataLoader(TensorDataset(ids[:, :-1], ids[:, 1:]), batch_size=s.batch, pin_memory=device == "cuda")
     marks, step_peak = Marks([warmup, end], device), StepPeakCuda(warmup, device)
-    before = ti.counters_snapshot()
+    before = observation.counters_snapshot()
     trainer = bench_trainer(device, strategy, end, [marks, step_peak])
     trainer.fit(module, loader)
     step_s = (marks.times[end] - marks.times[warmup]) / size["timed"]

@@ -1,15 +1,8 @@
-"""A LoRA or QLoRA run's export: the adapter in peft's format, the base it applies to, and the merged model.
+"""A LoRA or QLoRA run's export: the adapter in peft's format beside the base it applies to, or with ``--merge``
+the adapter folded into the base and written as the family's own model.
 
-- ``runner export RUN`` (and the end of the fit): ``adapter_config.json`` + ``adapter_model.safetensors`` (peft's
-  key names), the tokenizer where the run had one, and the base model: the saved model the run started from
-  (``model.path``, recorded), or one written to ``base/`` in the family's format (a model built from its
-  configuration exists nowhere else; a QLoRA base is written as the NF4 weights it trained over, dequantized).
-  ``adapter_config.json``'s ``base_model_name_or_path`` names it: for a base the run read from the Hugging Face Hub
-  (``model.path=ORG/NAME``), its Hub name, with ``revision`` the commit it was pinned to, so that the adapter loads
-  by name anywhere (peft's ``AutoPeftModelForCausalLM.from_pretrained``, a pushed adapter); else its folder.
-- ``runner export RUN --merge``: the adapter folded into the base (``runner.peft.merge_peft``), written as the
-  family's own model, which its library loads alone.
-"""
+The base is the saved model the run started from, or one written to ``base/`` (a QLoRA base as the NF4 weights it
+trained over, dequantized); a Hub base is named by its Hub name and commit so the adapter loads by name anywhere."""
 
 from __future__ import annotations
 

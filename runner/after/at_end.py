@@ -1,10 +1,6 @@
-"""What a run leaves at the end of its fit (the ``after`` config node): the model exported to
-``<run_dir>/model`` and, for a causal LM, a short sample of its text for report.md; once report.json is written,
-the export pushed to the Hugging Face Hub (``after.push_to_hub``).
-
-None may fail a run that trained: a failure is logged with the command that does it again, and the
-figure says what happened.
-"""
+"""What a run leaves at the end of its fit (the ``after`` node): the model exported to ``<run_dir>/model``, a text
+sample for report.md, and the push to the Hub. None may fail a run that trained: a failure is logged with the
+command that does it again."""
 
 from __future__ import annotations
 

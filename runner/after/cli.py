@@ -1,7 +1,5 @@
-"""``runner export | eval | generate RUN_DIR ...``: the trained model out (``--push-to-hub``: onto the Hugging Face
-Hub, ``runner.after.push``), its validation figures, its text (docs/after-training.md). Every refusal (an unknown
-flag among them) is one paragraph on stderr, exit code 2, before anything is written; Ctrl-C stops any of them with
-exit code 130, nothing half-written."""
+"""``runner export | eval | generate RUN_DIR ...`` (docs/after-training.md). Every refusal is one paragraph on
+stderr with exit code 2 before anything is written; Ctrl-C exits 130 with nothing half-written."""
 
 from __future__ import annotations
 

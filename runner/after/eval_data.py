@@ -1,11 +1,6 @@
-"""What ``runner eval`` may read: the run's own data, or other files of the same format and columns.
-
-The model's inputs and classes are fixed by training: another file must be read the way the run's was (the
-same format, the columns the run read), and a classifier's labels must be the run's (labels by name are
-numbered in sorted order of the names a file holds, so a file with other names, or only some, would score
-against the wrong classes). Each check returns one paragraph naming the file and the fix, or None; the data
-family's own ``check_arguments`` (run when the config is loaded) has already refused what it cannot read.
-"""
+"""What ``runner eval`` may read: the run's own data, or other files of the same format and columns, and for a
+classifier the run's labels (labels by name are numbered in sorted order, so other names would score against the
+wrong classes). Each check returns one paragraph with the fix, or None."""
 
 from __future__ import annotations
 

@@ -1,15 +1,8 @@
-"""``runner eval``: a checkpoint's validation figures on the run's data or other files, in ``eval.json`` and a
-table; a classifier's confusion matrix in a PNG beside it.
+"""``runner eval``: a checkpoint's validation metrics on the run's data or other files, in ``eval.json`` and a table.
 
-Language models: the loss over every target, its perplexity and, where the ids are bytes (the data declares
-``ValMetric.bits_per_byte``, as the run's validation did), bits per byte; a tokenizer's ids have none (a loss per
-token is no figure per byte). A model the run trained with a chunked loss (``loss.chunked``) is evaluated with it
-too: only the loss is wanted, so the whole ``[tokens x vocab]`` logits are never built.
-Classifiers (torchmetrics): accuracy, macro-F1, precision and recall per class, the confusion matrix.
-Preference pairs (``objective=dpo|simpo|orpo``): TRL's figures over every pair: the preference accuracy
-(``eval/rewards/accuracies``), the margins, rewards and log-probabilities of the chosen and rejected completions.
-The pass runs eagerly unless compiling pays (:func:`resolve_mode`), and says which.
-"""
+Language models: loss, perplexity and, where the ids are bytes, bits per byte (a chunked-loss run is evaluated
+chunked, so the ``[tokens x vocab]`` logits are never built). Classifiers: accuracy, macro-F1, per-class precision
+and recall, a confusion-matrix PNG. Preference pairs: TRL's metrics. The pass runs eagerly unless compiling pays."""
 
 from __future__ import annotations
 
@@ -22,7 +15,6 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from runner import torch_internals as ti
 from runner.atomic_files import atomic_write_bytes
 from runner.build import val_metric
 from runner.config.schema import RunConfig
@@ -53,13 +45,12 @@ from runner.figures.eval_metrics import (
 )
 from runner.figures.perf import PERF_SPEEDUP_STATUS
 from runner.telemetry.verdict import break_even_text
+from runner.torch_internals import runtime
 
 
 def resolve_mode(cfg: RunConfig, report: dict[str, Any], batches: int) -> tuple[bool, str]:
-    """Whether to compile the evaluation, and why, from what compiling bought the run (its ``report.json``):
-    compile when the run was compiled, compiling sped its steps up, and there are more batches than the steps
-    it took to pay for itself (a batch of evaluation counted as a step: a forward alone compiles faster, and
-    runs faster, in about the same ratio)."""
+    """Whether to compile the evaluation, and why: when the run was compiled, compiling sped its steps up, and there
+    are more batches than the steps compiling took to pay for itself (its ``report.json``)."""
     if not cfg.compile.scope.row.compiles:
         return False, f"eager: the run was not compiled (compile.scope={cfg.compile.scope.value})"
     paid = break_even_text(report)
@@ -106,9 +97,8 @@ def scored(loader: Any, progress: Progress | None) -> Iterator[Any]:
 
 def evaluate(forward: Any, loader: Any, device: torch.device, cfg: RunConfig, labels: list[str],
              loss_sum: Any = None, progress: Progress | None = None) -> dict[str, Any]:
-    """The figures of one pass of ``forward`` (the module, compiled or not) over ``loader``'s batches; ``loss_sum``
-    (``(inputs, targets) -> the summed loss``, compiled or not): a causal LM's loss without its logits (chunked);
-    ``progress``: told of every batch scored."""
+    """The metrics of one pass of ``forward`` over ``loader``; ``loss_sum``: a causal LM's summed loss without its
+    logits (chunked); ``progress``: told of every batch scored."""
     from lightning.fabric.utilities import move_data_to_device
 
     total, counted, examples = 0.0, 0, 0
@@ -195,7 +185,7 @@ def run_pairs(module: Any, datamodule: Any, cfg: RunConfig, compiled: bool,
         forward = torch.compile(module.pair_outputs, backend=c.backend, mode=c.mode, options=c.options or None)
         return evaluate_pairs(forward, loader, device, progress)
     finally:
-        ti.reset_compiler()
+        runtime.reset_compiler()
 
 
 def _classifier_metrics(num_classes: int, device: torch.device) -> dict[str, Any]:
@@ -231,7 +221,7 @@ def run_pass(module: torch.nn.Module, loader: Any, cfg: RunConfig, labels: list[
         return evaluate(forward, loader, device, cfg, labels, torch.compile(loss_sum, **kwargs) if loss_sum else None,
                         progress)
     finally:
-        ti.reset_compiler()
+        runtime.reset_compiler()
 
 
 def chunked_loss_sum(module: torch.nn.Module) -> Any:

@@ -1,22 +1,9 @@
-"""The trained model, out: a directory its family's own library loads (docs/after-training.md).
+"""The trained model, out: a directory its family's own library loads (transformers' ``save_pretrained``, timm's
+``save_for_hf``, or ``model.safetensors`` + the config node that rebuilds runner's or a user's module; a LoRA run's
+adapter via ``adapter_export``), with ``runner_export.json`` and a README saying how to load it.
 
-- transformers (``model=hf_causal_lm``, ``model=hf_classifier``): ``save_pretrained`` (safetensors, config.json,
-  a classifier's ``id2label``/``label2id``) and the tokenizer, for ``AutoModelFor...from_pretrained``;
-- timm (``model=timm``): timm's own folder (``save_for_hf``: ``model.safetensors``, ``config.json`` with the
-  architecture, ``pretrained_cfg`` and the arguments it was built with), for ``timm.create_model`` + ``load_state_dict``
-  (or ``timm.create_model('local-dir:DIR', pretrained=True)``);
-- runner's GPT and MLP, or a user's module: ``model.safetensors`` (the state dict) and ``config.json``, the
-  model's config node (``_target_`` and its arguments) that rebuilds it;
-- a LoRA or QLoRA run (``peft``): its adapter in peft's format and the base it applies to, or with ``--merge`` the
-  merged model in its family's format (``runner.after.adapter_export``).
-
-Beside it: ``runner_export.json`` (family, checkpoint, step, how text becomes ids, an instruction run's prompt
-format) and a README saying how to load it and, for an instruction run, how to ask it as it was trained (the
-exported tokenizer's chat template does that for transformers users: ``runner.after.export_prompt``). The
-directory is written beside its place and renamed into it, so it is whole or absent. Exports never hold compile or
-checkpointing wrappers (``_orig_mod.``) or runner's hooks: a module that carries any is rebuilt from the config and
-given its weights first.
-"""
+Written beside its place and renamed into it, so it is whole or absent; a module carrying compile or checkpoint
+wrappers (``_orig_mod.``) or runner's hooks is rebuilt from the config and given its weights first."""
 
 from __future__ import annotations
 

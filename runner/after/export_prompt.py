@@ -1,11 +1,6 @@
-"""An instruction-tuned run's prompt format, carried by its export: ``runner_export.json``'s ``prompt`` (what
-``runner generate EXPORT_DIR`` asks with), the exported tokenizer's chat template, and the export's README.
-
-The chat template is how transformers users ask the model as it was trained
-(``tokenizer.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True)``): a chat run's own
-template (``data.chat_template``, or the tokenizer's), or for prompt/response and Alpaca data the run's prompt
-template written as one (``runner.data.instruct.formats.as_chat_template``).
-"""
+"""An instruction-tuned run's prompt format, carried by its export: ``runner_export.json``'s ``prompt``, the
+README, and the tokenizer's chat template (the run's own, or its prompt template written as one), which is how
+transformers users ask the model as it was trained."""
 
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
-"""What a trained model is, for what comes after training: its family (how it is saved and loaded), whether
-it writes text, how text becomes its ids, and the names of its classes.
-
-The tokenizer is the one the run's data used: the data's ``data.tokenizer`` directory when set; bytes for
-runner's byte-level text families (``data=text``: the UTF-8 bytes, 0-255; ``data=text_classification``:
-bytes + 1, 0 pads), exported as a tokenizer that gives exactly those ids (:mod:`runner.data.tokens.byte_tokenizer`);
-else the model's ``model.path``.
-"""
+"""What a trained model is, for what comes after training: its family (how it is saved and loaded), whether it
+writes text, its tokenizer (the run's data's, bytes for runner's byte-level data, else ``model.path``'s) and its
+class names."""
 
 from __future__ import annotations
 

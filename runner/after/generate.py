@@ -1,13 +1,8 @@
-"""Text from a trained causal LM: runner's GPT (byte-level) or a transformers causal LM, from a run's checkpoint
-or from its export; and the short sample a causal-LM run writes into report.md at the end of the fit.
+"""Text from a trained causal LM (runner's GPT or a transformers model), from a checkpoint or an export, and the
+sample a causal-LM run writes into report.md.
 
-Both families keep the keys and values of the tokens already run (a KV cache), so each new token runs the model on
-that token alone: a transformers model through its own ``generate`` (``use_cache=True``), runner's GPT through
-``GPT.decode`` and its ``KVCache``. The GPT's positions are absolute and end at ``block_size``: once a text is longer,
-the window of the last ``block_size`` tokens moves with every token, and every position in it changes, so from there
-each token runs the whole window again, as the model sees it in training. Sampling is seeded, and the process's
-random state is left as it was.
-"""
+Both decode with a KV cache; past ``block_size`` the GPT's absolute positions all shift with each token, so from
+there each token runs the whole window again, as in training. Sampling is seeded and the random state restored."""
 
 from __future__ import annotations
 

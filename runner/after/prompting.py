@@ -1,7 +1,5 @@
-"""Asking an instruction-tuned model the way it was trained: the question put in the run's prompt template or chat
-template, and writing stopped at the EOS that ends its answers. The format is the run's ``<run_dir>/prompt.json``
-(written by the data report at the start of the fit), which every export of the run carries
-(``runner_export.json``'s ``prompt``, and the export's tokenizer's chat template: ``runner.after.export_prompt``)."""
+"""Asking an instruction-tuned model the way it was trained: the question in the run's prompt or chat template
+(``<run_dir>/prompt.json``, which every export carries), and generation stopped at the EOS that ends its answers."""
 
 from __future__ import annotations
 

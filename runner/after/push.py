@@ -1,24 +1,10 @@
-"""An export on the Hugging Face Hub: ``runner export RUN_DIR --push-to-hub ORG/NAME [--private]`` and, at the end of a
-run, ``after.push_to_hub`` (docs/after-training.md, "Pushing to the Hub").
+"""An export pushed to the Hugging Face Hub in one commit, with a model card as its README:
+``runner export RUN_DIR --push-to-hub ORG/NAME [--private]`` and ``after.push_to_hub`` at the end of a run.
 
-What is pushed is an export folder (:mod:`runner.after.export`: the adapter in peft's format, or the merged or whole
-model; the tokenizer; ``runner_export.json``), in one commit, with its README.md replaced by a model card
-(:func:`model_card`): the base model and its commit, the data and its commit, the objective, the adapter, the steps,
-the run's validation figures and how to load it by name. The repo is created where it does not exist (``private``
-then; an existing repo keeps its visibility), and its files become the export's: a file an earlier push left that
-this export does not hold is deleted in the same commit (an adapter's ``adapter_config.json`` left beside a merged
-model would make transformers load the repo as an adapter); ``.gitattributes`` stays, and earlier pushes stay in the
-repo's history.
-
-Every refusal, the Hub's included (401, 403, 404), is a :class:`PushError`: one paragraph with the fix.
-
-Timeouts: huggingface_hub's shared HTTP client has none (``timeout=None``) and its upload calls (``create_repo``,
-``preupload``, ``commit``, LFS) pass none, so the push gives that client bounded timeouts for its duration
-(:func:`runner.hub.bounded_http`; each call is bounded; huggingface_hub retries a timed-out call a few times, with
-backoff, so the whole is bounded too).
-The one call here that passes its own timeout (``model_info``) is given it. Files the real Hub stores with Xet go
-through ``hf_xet``, whose own client bounds its transfers.
-"""
+The repo's files become the export's (a file an earlier push left is deleted in the same commit: an adapter's
+``adapter_config.json`` beside a merged model would make transformers load an adapter); ``.gitattributes`` and the
+history stay. Every refusal, the Hub's 401/403/404 included, is a :class:`PushError` with the fix. huggingface_hub's
+client has no timeout of its own, so the push runs under ``runner.hub.bounded_http``."""
 
 from __future__ import annotations
 
@@ -164,10 +150,8 @@ def _first_line(error: BaseException) -> str:
 
 def model_card(export: Path, repo_id: str, cfg: RunConfig, report: Mapping[str, Any],
                evaluation: Mapping[str, Any] | None = None) -> str:
-    """The model card of ``export`` pushed as ``repo_id``: metadata the Hub reads (``base_model``, ``datasets``,
-    ``library_name``, ``tags``, ``pipeline_tag``), then what it was trained from and how, its validation figures and
-    how to load it by name. ``report``: the run's figures (report.json); ``evaluation``: its eval.json, where it has
-    one."""
+    """The model card of ``export`` pushed as ``repo_id``: the Hub's metadata, what it was trained from and how, its
+    validation metrics (``report``, ``evaluation``) and how to load it by name."""
     from huggingface_hub import ModelCard, ModelCardData
 
     meta = json.loads((export / "runner_export.json").read_text())

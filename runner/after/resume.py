@@ -1,15 +1,9 @@
-"""Resuming a run from its own config: ``runner resume RUN_DIR [overrides]``, or ``hydra.run.dir=RUN_DIR
-ckpt_path=last`` with no other override, becomes the run's saved command line plus the new overrides, in place,
-from its last checkpoint; nothing is typed twice.
+"""``runner resume RUN_DIR [overrides]`` (or ``hydra.run.dir=RUN_DIR ckpt_path=last``): the run's saved command
+line plus the new overrides, in place, from its last checkpoint.
 
-A resume continues the state the checkpoint holds. An override that changes what that state fits (the model's
-shape, the data and the place in it, the optimizer and the schedule, whose state and plan come back from the
-checkpoint) is refused in one paragraph, whichever way the run is resumed; so is a config that changed under
-the run (its recipe edited since), and data that changed since the run recorded it (its files' sizes and times,
-the tokenizer: :mod:`runner.data.fingerprint`) unless ``--allow-changed-data`` (``after.allow_changed_data=true``)
-says to train on it. ``trainer.max_steps`` may change: ``scheduler.on_resume`` says what the schedule does
-(``runner.training.schedules``).
-"""
+An override that changes what the checkpoint's state fits (model shape, data, optimizer, schedule), a recipe edited
+since, or data changed since (unless ``--allow-changed-data``) is refused in one paragraph; ``trainer.max_steps`` may
+change (``scheduler.on_resume`` says what the schedule does)."""
 
 from __future__ import annotations
 
@@ -70,11 +64,8 @@ def _value(path: Path) -> str:
 
 
 def resume_command(argv: Sequence[str]) -> list[str] | None:
-    """The command line a resume runs, or None when ``argv`` is no resume from a run's own config.
-    ``resume RUN_DIR [overrides]``, or ``hydra.run.dir=RUN_DIR`` and ``ckpt_path`` alone: the run's saved command
-    line, the overrides in place of the same keys, then ``hydra.run.dir`` and ``ckpt_path`` (``last`` unless given).
-    A command line that resumes into a run directory with overrides of its own is checked (:func:`check_resume`)
-    and returned as it is. Raises ``ConfigError``."""
+    """The command line a resume runs (the run's saved one with the overrides in place, then ``hydra.run.dir`` and
+    ``ckpt_path``, ``last`` unless given), or None when ``argv`` is no resume. Raises ``ConfigError``."""
     if argv[:1] == ["resume"]:
         if len(argv) < 2 or "=" in argv[1]:
             raise ConfigError(f"runner resume needs the run directory first: {_USAGE}.")
@@ -138,10 +129,8 @@ def _compose(run_dir: Path, overrides: Sequence[str]) -> Any:
 
 
 def changed_keys(run_dir: Path, overrides: Sequence[str], new: Any = None) -> list[tuple[str, Any, Any]]:
-    """``(key, the run's value, the resume's value)`` of every model, data, optimizer or scheduler setting that
-    ``overrides`` (the resume's command line; ``new``: what it composes to) compose to differently from the run's
-    saved config, except the keys a resume may change (``FREE``) and model settings that leave every weight's shape
-    as it was."""
+    """``(key, run's value, resume's value)`` of each model, data, optimizer or scheduler setting ``overrides``
+    change, except ``FREE`` keys and model settings that keep every weight's shape."""
     from omegaconf import OmegaConf
 
     new = _compose(run_dir, overrides) if new is None else new
@@ -169,9 +158,8 @@ def _same_shapes(old: Any, new: Any) -> bool:
 
 
 def check_resume(run_dir: Path, overrides: Sequence[str], typed: Sequence[str] | None = None) -> None:
-    """Refuse, in one paragraph, a resume of ``run_dir`` whose config changes what its checkpoint's state fits, or
-    whose data changed since the run recorded it (unless ``after.allow_changed_data``). ``typed``: the overrides
-    the user gave (None: ``overrides`` are the whole command line, typed again)."""
+    """Refuse a resume of ``run_dir`` whose config changes what its checkpoint fits, or whose data changed (unless
+    ``after.allow_changed_data``). ``typed``: the overrides the user gave (None: all of ``overrides``)."""
     try:
         new = _compose(run_dir, overrides)
         changes = changed_keys(run_dir, overrides, new)

@@ -1,10 +1,5 @@
-"""A run, opened for what comes after training: its directory, the config it ran with, a checkpoint, and the
-model trained, rebuilt from that config with the checkpoint's weights.
-
-The config is the run's own: ``.hydra/overrides.yaml`` (the command line Hydra saved) composed again as
-``python -m runner`` composes it, so no override is typed twice. Every problem is a ``ConfigError`` (one
-paragraph, exit code 2) raised before anything is written.
-"""
+"""A run opened for what comes after training: its directory, its config (``.hydra/overrides.yaml`` composed again,
+so nothing is typed twice), a checkpoint, and the model rebuilt with its weights. Problems are ``ConfigError``s."""
 
 from __future__ import annotations
 
@@ -73,9 +68,8 @@ def saved_overrides(run_dir: Path) -> list[str]:
 
 
 def run_config(run_dir: Path, given: Sequence[str] = (), validated: bool = True) -> RunConfig:
-    """The run's config, composed from its saved command line with ``given`` in place of the same keys, and
-    (``validated``) given the checks of what building its model and reading its data need. Not the trainer's:
-    a run trained on a GPU is exported, evaluated and sampled on a machine without one."""
+    """The run's config from its saved command line with ``given`` in place, checked (``validated``) for building
+    its model and data but not its trainer: a GPU run is exported and evaluated on machines without one."""
     if (problem := run_dir_error(run_dir)) is not None:
         raise ConfigError(problem)
     overrides = merge_overrides(saved_overrides(run_dir), given)

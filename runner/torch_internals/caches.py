@@ -1,7 +1,5 @@
-"""Inductor's compile caches as ``compile.cache`` uses them: the remote (Redis) tiers of the FX-graph and
-AOTAutograd caches, the one Redis client every remote cache of torch reads and writes through (wrapped so
-that each value passes runner's codec both ways), their counts, the local cache directory, and the C++
-kernels built in it (read only under torch's own lock for each kernel)."""
+"""Inductor's compile caches as ``compile.cache`` uses them: the remote (Redis) FX-graph and AOTAutograd tiers
+through runner's codec, their counts, the local cache directory and the C++ kernels built in it."""
 
 from __future__ import annotations
 
@@ -18,12 +16,9 @@ _REMOTE_CACHES = ("RemoteFxGraphCache", "RemoteAOTAutogradCache")
 
 
 def use_remote_compile_cache(settings: TorchSettings, url: str) -> None:
-    """Inductor's FX-graph cache and AOTAutograd's cache also read and fill the Redis server at ``url``
-    (``torch._inductor.remote_cache``: ``RemoteFxGraphCache``, ``RemoteAOTAutogradCache``). torch
-    connects lazily; a lookup that fails is a warning and a local compile (``FxGraphCache`` catches it).
-    The per-kernel autotune cache stays off: its lookups run in Inductor's compile worker processes, which
-    :func:`wrap_remote_cache_backend` does not reach (its entries are settings, not code, but the workers
-    could not read the envelopes)."""
+    """Inductor's FX-graph and AOTAutograd caches also read and fill the Redis server at ``url``; a failed lookup
+    is a warning and a local compile. The autotune cache stays off: its lookups run in compile workers, which the
+    codec wrapper does not reach."""
     from torch._functorch._aot_autograd.autograd_cache import AOTAutogradCache
 
     settings.env(REDIS_URL_ENV, url)
@@ -45,13 +40,10 @@ class EntryCodec(Protocol):
 
 
 def wrap_remote_cache_backend(settings: TorchSettings, on_failure: Callable[[str], None], codec: EntryCodec) -> None:
-    """Every value torch's Redis client writes goes through ``codec.seal`` with its full key (``pt2:<cache
-    id>::<key>:c1``), and every value it reads through ``codec.open`` before torch sees a byte of it: the one
-    client (``RedisRemoteCacheBackend``) serves every Redis cache of torch, FX graph, AOTAutograd, autotune,
-    bundled autotune and Dynamo's PGO. Any Redis error (a timeout too, not only a refused connection) marks
-    that client unavailable, as torch does for a refused connection, and is passed to ``on_failure``, instead
-    of raising into the compile: AOTAutograd's remote save does not catch it (a write that timed out crashed
-    the backward, torch 2.13). ``settings.restore()`` puts torch's methods back."""
+    """Every value torch's one Redis client writes passes ``codec.seal`` with its full key, and every value read
+    passes ``codec.open`` first. Any Redis error marks the client unavailable and goes to ``on_failure`` instead of
+    raising into the compile (AOTAutograd's remote save does not catch it: a timed-out write crashed the backward,
+    torch 2.13). ``settings.restore()`` puts torch's methods back."""
     import redis
     from torch._inductor.remote_cache import RedisRemoteCacheBackend as Backend
 
@@ -85,8 +77,7 @@ def stop_remote_compile_cache(settings: TorchSettings) -> None:
 
 
 def remote_cache_stats() -> tuple[int, int, int]:
-    """(hits, misses, failed lookups or stores) of the remote FX-graph and AOTAutograd caches in this process
-    so far (``torch._inductor.remote_cache.cache_stats``, counted per cache class)."""
+    """(hits, misses, failures) of the remote FX-graph and AOTAutograd caches in this process so far."""
     from torch._inductor.remote_cache import cache_stats
 
     stats = [cache_stats._stats[name] for name in _REMOTE_CACHES if name in cache_stats._stats]
@@ -101,11 +92,8 @@ def inductor_cache_dir() -> Path:
 
 
 def cpu_kernel_files(cache_dir: Path) -> dict[str, Path]:
-    """Inductor's compiled C++ kernels under ``cache_dir``, by their path relative to it:
-    ``<2 characters>/<hash>.so`` and ``<hash>.main.so`` beside their source. The hash covers the kernel's
-    source and build command (not the cache directory), and a kernel whose ``.so`` is there is loaded
-    instead of built (``torch._inductor.codecache.CppCodeCache``). Remote FX-graph cache entries carry the
-    source only, so on the CPU a process that hits them still builds every kernel."""
+    """Inductor's compiled C++ kernels under ``cache_dir`` (``<2 chars>/<hash>.so``, ``<hash>.main.so``), by relative
+    path. Remote FX-graph entries carry only the source, so a CPU process that hits them still builds every kernel."""
     return {f"{p.parent.name}/{p.name}": p for p in sorted(cache_dir.glob("??/*.so"))}
 
 
@@ -117,8 +105,7 @@ def kernel_key(name: str) -> str:
 
 
 def cpu_kernels_in_use() -> set[str]:
-    """Keys of the C++ kernels this process compiled or loaded (``CppCodeCache`` and its subclasses keep one
-    entry per kernel they built or found on disk, until Inductor's in-process caches are cleared)."""
+    """Keys of the C++ kernels this process compiled or loaded (until Inductor's in-process caches are cleared)."""
     from torch._inductor import codecache
 
     classes, seen = [codecache.CppCodeCache], set()
@@ -130,9 +117,8 @@ def cpu_kernels_in_use() -> set[str]:
 
 
 def read_kernel_locked(cache_dir: Path, name: str, timeout_s: float) -> bytes | None:
-    """The kernel file ``name`` under ``cache_dir``, read while holding torch's lock for it (``locks/<key>.lock``,
-    which a build holds from start to finish: ``_worker_compile_cpp``), so never a file half written; None
-    when the lock stays held past ``timeout_s`` or the file is gone."""
+    """Kernel file ``name``, read under torch's build lock for it so never half written; None when the lock stays
+    held past ``timeout_s`` or the file is gone."""
     from filelock import Timeout  # torch's FileLock is the filelock package's, with wait counters
     from torch._inductor.codecache import get_lock_dir
     from torch.utils._filelock import FileLock

@@ -1,9 +1,5 @@
-"""torchao's NF4 (QLoRA's 4-bit format): the module that holds it, and whether it runs here.
-
-``to_nf4``, ``NF4Tensor`` and ``SubclassTensorArgs`` live in a private module of torchao whose path moved between
-versions; this is the one place that names it. ``nf4_problem`` quantizes and dequantizes one block on the device
-before a run, so a torch, torchao or device that cannot is refused with the reason instead of failing mid-run.
-"""
+"""torchao's NF4 (QLoRA's 4-bit format): the private module that holds it (its path moved between versions), and
+``nf4_problem``, a round trip of one block on the device so a setup that cannot run it is refused before the run."""
 
 from __future__ import annotations
 
@@ -19,9 +15,8 @@ _MODULES = ("torchao.quantization.quantize_.workflows.nf4.nf4_tensor", "torchao.
 
 @contextmanager
 def torchao_import_quiet() -> Iterator[None]:
-    """Importing torchao, alone or through transformers (whose modeling code imports it wherever it is installed),
-    without its import-time warnings: that its CUDA kernels (``_C_*.so``) do not load on a CPU-only torch, and
-    torch's that torchao registers Enums with pytree. Neither concerns NF4; both would print in every run."""
+    """Import torchao (alone or through transformers) without its import-time warnings (CUDA kernels on a CPU-only
+    torch, pytree Enums), which do not concern NF4 and would print in every run."""
     quiet = [logging.getLogger(name) for name in ("torchao", "torch.utils._pytree")]
     levels = [q.level for q in quiet]
     for q in quiet:

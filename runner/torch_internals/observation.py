@@ -1,13 +1,19 @@
-"""What torch.compile did, read from torch's own records: counters, compile records, live guards, the graph-break
-log, CUDA-graph trees, the device kernels a profiler saw. The compile events as they happen: ``events``."""
+"""What torch.compile did and is doing, read from torch's own records: counters, compile records, live guards,
+the graph-break log, CUDA-graph trees, profiled kernels, compile events as they happen, the structured trace."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import re
-from collections.abc import Mapping
+import sys
+import types
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+import torch
 
 # (group, name) of each torch counter we read, and the torch module whose source increments it
 # (the pin test checks that source, because most counters exist only once something bumped them).
@@ -150,11 +156,8 @@ def _count_leaf_guards(manager: Any) -> int:
 
 
 def live_guard_counts() -> dict[str, list[int]]:
-    """Leaf guards installed per live cache entry, keyed by ``"name (file:line)"`` of the code.
-
-    Reads Dynamo's tracker of every code object it has seen and each one's cache entries; counts
-    what is actually checked at run time (after ``guard_filter_fn``). Empty after ``torch._dynamo.reset()``.
-    """
+    """Leaf guards checked at run time per live cache entry, keyed by ``"name (file:line)"``; empty after
+    ``torch._dynamo.reset()``."""
     from torch._dynamo.convert_frame import input_codes
     from torch._dynamo.eval_frame import _debug_get_cache_entry_list
 
@@ -171,24 +174,16 @@ def live_guard_counts() -> dict[str, list[int]]:
 
 
 def graph_break_logger() -> logging.Logger:
-    """The artifact logger Dynamo writes each graph break to, with the user file and line.
-
-    Raising only this logger to DEBUG (instead of ``torch._logging.set_logs(graph_breaks=True)``)
-    captures graph-break locations without printing them to stderr or resetting the user's
-    ``TORCH_LOGS`` configuration. Messages contain ``in user code at FILE:LINE`` and
-    ``Graph Break Reason: ...``.
-    """
+    """The artifact logger Dynamo writes each graph break to (``in user code at FILE:LINE``). Raising only it to
+    DEBUG captures the locations without printing them or resetting the user's ``TORCH_LOGS``."""
     from torch._dynamo import symbolic_convert
 
     return symbolic_convert.graph_break_log
 
 
 def cudagraph_tree_state(device_index: int) -> str | None:
-    """What Inductor's CUDA-graph tree on ``device_index`` did last in this CUDA-graph step (since the
-    last ``cudagraph_mark_step_begin``) in this thread: ``WARMUP``, ``RECORDING`` or ``EXECUTION`` (a
-    replay); ``NONE`` when it ran nothing in this step (an eager step); None when no tree exists there.
-    (``torch._inductor.cudagraph_trees``: the manager's ``path_state``, and its ``current_gen``, which
-    every warm-up, recording and replay sets to the current generation, ``MarkStepBox``'s step mark.)"""
+    """What the CUDA-graph tree on ``device_index`` did last in this step in this thread: ``WARMUP``, ``RECORDING``,
+    ``EXECUTION`` (a replay), ``NONE`` (nothing: an eager step), or None when there is no tree."""
     from torch._inductor import cudagraph_trees
 
     manager = cudagraph_trees.get_manager(device_index, create_if_none_exists=False)
@@ -209,9 +204,132 @@ def cuda_kernel_profiler() -> Any:
 
 
 def kernel_intervals(prof: Any) -> list[tuple[float, float]]:
-    """(start, end) in microseconds of every device kernel a stopped profiler recorded: its events on a device
-    (``FunctionEvent.device_type`` other than CPU) with their ``time_range``."""
+    """(start, end) in microseconds of every device kernel a stopped profiler recorded."""
     from torch.autograd import DeviceType
 
     return [(float(e.time_range.start), float(e.time_range.end)) for e in prof.events()
             if e.device_type != DeviceType.CPU]
+
+
+CompileCallback = Callable[[str, str], None]
+"""Called with (trigger, compile_id); trigger is "DYNAMO", "LAZY_BACKWARD", "CUDAGRAPH_RECORDING"..."""
+
+
+class CompileEvents:
+    """The process's one subscription to torch's compile start/end callbacks (which also fire for the deferred
+    backward and each CUDA-graph recording, for the outermost compile only), fanned out as ``(trigger, compile id)``."""
+
+    def __init__(self) -> None:
+        self._listeners: list[tuple[CompileCallback, CompileCallback]] = []
+
+    def subscribe(self, on_start: CompileCallback, on_end: CompileCallback | None = None) -> Callable[[], None]:
+        """Call ``on_start`` (and ``on_end``) around every compile from now on; returns the unsubscribe."""
+        listener = (on_start, on_end or _ignore)
+        self._listeners.append(listener)
+        self._register()
+        return lambda: self._unsubscribe(listener)
+
+    def _register(self) -> None:
+        # Again when torch._dynamo.reset() cleared torch's callbacks since the last subscription.
+        handler = torch._dynamo.callback_handler
+        if self._start not in handler.start_callbacks:
+            handler.register_start_callback(self._start)
+        if self._end not in handler.end_callbacks:
+            handler.register_end_callback(self._end)
+
+    def _unsubscribe(self, listener: tuple[CompileCallback, CompileCallback]) -> None:
+        if listener in self._listeners:
+            self._listeners.remove(listener)
+        if not self._listeners:
+            handler = torch._dynamo.callback_handler
+            for remover, fn in ((handler.remove_start_callback, self._start), (handler.remove_end_callback, self._end)):
+                with contextlib.suppress(ValueError):  # torch._dynamo.reset() already cleared the registry
+                    remover(fn)
+
+    def _start(self, args: Any) -> None:
+        for on_start, _ in list(self._listeners):
+            on_start(args.callback_trigger.name, str(args.compile_id))
+
+    def _end(self, args: Any) -> None:
+        for _, on_end in list(self._listeners):
+            on_end(args.callback_trigger.name, str(args.compile_id))
+
+    @property
+    def listeners(self) -> int:
+        return len(self._listeners)
+
+
+def _ignore(trigger: str, compile_id: str) -> None:
+    """A listener's end callback when it wants only starts."""
+
+
+COMPILE_EVENT_SOURCE = CompileEvents()
+"""The process's compile-event source (the telemetry, CUDA graphs, the shape policy and the console subscribe)."""
+
+
+def compiling_target() -> tuple[str, str, int] | None:
+    """(name, file, first line) of what Dynamo is compiling, from inside a compile start callback; None elsewhere.
+    For a compiled ``nn.Module`` the wrapped module is named, not torch's ``wrap_inline`` wrapper."""
+    frame: types.FrameType | None = sys._getframe(1)
+    while frame is not None and not (
+        frame.f_code.co_name == "_compile" and isinstance(frame.f_locals.get("code"), types.CodeType)
+    ):
+        frame = frame.f_back
+    if frame is None:
+        return None
+    code: types.CodeType = frame.f_locals["code"]
+    closure = frame.f_locals.get("closure")
+    if code.co_filename.startswith(_TORCH_DIR) and closure and "fn" in code.co_freevars:
+        try:
+            fn = closure[code.co_freevars.index("fn")].cell_contents
+            target = fn.forward if isinstance(fn, torch.nn.Module) else fn
+            inner = getattr(getattr(target, "__func__", target), "__code__", None)
+            if inner is not None:
+                owner = f"{type(fn).__name__}." if isinstance(fn, torch.nn.Module) else ""
+                return f"{owner}{inner.co_name}", inner.co_filename, inner.co_firstlineno
+        except (ValueError, IndexError, AttributeError):  # an empty cell or an unusual wrapper
+            pass
+    return code.co_name, code.co_filename, code.co_firstlineno
+
+
+_TORCH_DIR = os.path.dirname(torch.__file__)
+
+
+CUDAGRAPH_RECORDING_TRIGGER = "CUDAGRAPH_RECORDING"
+"""The compile-callback trigger torch reports while a CUDA graph is recorded (``CallbackTrigger``)."""
+
+
+def _interned(text: str, index: int) -> Callable[[], tuple[str, int]]:
+    return lambda: (text, index)
+
+
+def start_structured_trace(directory: str) -> Callable[[], str | None]:
+    """Write torch's structured compile trace (``TORCH_TRACE``'s, tlparse's input) into ``directory`` from now on;
+    returns ``stop``, which puts the logger back and returns the trace file (None when nothing compiled)."""
+    from torch._logging import _internal as logs
+
+    trace_log = logs.trace_log
+    handler = logs.LazyTraceHandler(directory)
+    handler.setFormatter(logs.TorchLogsFormatter(trace=True))
+    prior_level, prior_propagate = trace_log.level, trace_log.propagate
+    trace_log.setLevel(logging.DEBUG)
+    trace_log.propagate = False
+    trace_log.addHandler(handler)
+    # torch writes each source file name into the trace once per process (an interned "str" record); a
+    # trace started after earlier compiles (a tune's trials, a sweep in one process) would lack them and
+    # tlparse would show "(unknown)" files: replay the table into the new trace (the same ids).
+    from torch._logging import structured
+
+    for text, index in list(structured.INTERN_TABLE.items()):
+        logs.trace_structured("str", _interned(text, index), suppress_context=True)
+
+    def stop() -> str | None:
+        # torch 2.13+ keeps the path in _stream_path; torch 2.11 has only the open file's name.
+        path = getattr(handler, "_stream_path", None) or getattr(handler.stream, "name", None)
+        trace_log.removeHandler(handler)
+        handler.close()
+        trace_log.setLevel(prior_level)
+        trace_log.propagate = prior_propagate
+        return path
+
+    return stop

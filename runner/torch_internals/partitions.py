@@ -1,19 +1,9 @@
-"""Inductor's CUDA-graph partitions: which nodes of a compiled graph run inside CUDA graphs, and why the
-others do not (``torch._inductor.scheduler``).
+"""Inductor's CUDA-graph partitions: which nodes of a compiled graph run inside CUDA graphs, and why the others
+do not (``torch._inductor.scheduler``).
 
-With graph partitioning (``torch._inductor.config.graph_partition``, on by default), Inductor splits each
-compiled graph wherever ``Scheduler.should_partition`` gives a node a reason to stay out of CUDA graphs,
-and CUDA-graph trees record one graph per partition left in. The partitions left out run eagerly between
-the recorded ones, and their outputs (saved activations among them) get new addresses every step.
-
-With ``triton.cudagraph_skip_dynamic_graphs`` on, torch before 2.15 leaves a node out as "dynamic shape
-ops" when ``get_scheduler_node_symbol_uses(node)`` is not empty. For a pointwise or reduction node that
-set holds the kernel's own loop-index symbols (``i0``, ``d0``, ``r0_0``, ``tmp0``; ``Loops.
-get_free_symbol_uses`` passes its index through ``extract_free_symbols(..., unbacked_only=False)``), so
-every Triton kernel of a fully static graph is left out. torch 2.15 filters the set down to graph-level
-symbols first (``filter_graph_level_symbols``; pytorch/pytorch PR 197139, "Avoid partitioning static
-CUDA graph kernels as dynamic"). :func:`partition_on_graph_symbols_only` gives older torch that check.
-"""
+With ``triton.cudagraph_skip_dynamic_graphs``, torch before 2.15 leaves every Triton kernel of a static graph out as
+"dynamic shape ops", because a kernel's own loop-index symbols count as symbol uses; torch 2.15 looks only at
+graph-level symbols (pytorch/pytorch PR 197139). :func:`partition_on_graph_symbols_only` gives older torch that."""
 
 from __future__ import annotations
 
@@ -41,8 +31,8 @@ def _scheduler() -> Any:
 
 
 def graph_level_symbols(node: Any) -> list[str]:
-    """The size, float and unbacked symbols a scheduler node's kernels or outputs use (sorted names): what
-    really makes a node's shape dynamic. Loop indices, temporaries and precomputed sizes are left out."""
+    """The size, float and unbacked symbols a scheduler node uses (sorted): what really makes its shape dynamic,
+    without loop indices, temporaries and precomputed sizes."""
     from torch.utils._sympy.symbol import SymT, symbol_is_type
 
     kinds = (SymT.SIZE, SymT.FLOAT, SymT.UNBACKED_INT, SymT.UNBACKED_FLOAT)
@@ -63,9 +53,8 @@ def partition_check_counts_loop_indices() -> bool:
 
 
 def partition_on_graph_symbols_only(settings: TorchSettings) -> bool:
-    """Make ``should_partition`` leave a node out for "dynamic shape ops" only when it uses a graph-level
-    symbol, as torch 2.15 does; ``settings.restore()`` puts torch's method back. Returns whether this torch
-    needed it (False on 2.15 and later, where nothing is changed)."""
+    """Give torch before 2.15 its "dynamic shape ops" check on graph-level symbols only; returns whether this torch
+    needed it. ``settings.restore()`` puts torch's method back."""
     if not partition_check_counts_loop_indices():
         return False
     scheduler_class = _scheduler().Scheduler
@@ -104,8 +93,7 @@ class GraphPartitions:
 
 
 def partition_summary(scheduler: Any, partitions: Sequence[Sequence[Any]], skipped: Sequence[bool]) -> GraphPartitions:
-    """What ``graph_partition`` decided for the graph being compiled: partitions, those CUDA-graphed, and
-    why each node of an eager partition stays out (torch's own ``should_partition`` reason)."""
+    """What ``graph_partition`` decided: the partitions, those CUDA-graphed, and why each eager node stays out."""
     reasons: Counter[str] = Counter()
     examples: dict[str, str] = {}
     for partition, skip in zip(partitions, skipped, strict=True):
@@ -142,9 +130,8 @@ def _operator(node: Any) -> str:
 
 
 def observe_graph_partitions(settings: TorchSettings, callback: Callable[[GraphPartitions], None]) -> None:
-    """Call ``callback`` with each compiled graph's partitions as Inductor decides them
-    (``Scheduler.graph_partition``, once per graph it generates code for; a graph loaded from the compile
-    cache is not partitioned again and is not seen). ``settings.restore()`` removes the observer."""
+    """Call ``callback`` with each compiled graph's partitions as Inductor decides them (a graph loaded from the
+    cache is not partitioned again, so not seen). ``settings.restore()`` removes the observer."""
     scheduler_class = _scheduler().Scheduler
     original = scheduler_class.graph_partition
 

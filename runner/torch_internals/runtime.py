@@ -45,24 +45,19 @@ def current_stance() -> str:
 
 
 def reset_compiler() -> None:
-    """Forget every compiled frame, guard and automatic-dynamic decision of this process.
-
-    Hydra multirun jobs share one process, and Dynamo's caches are keyed by code object (every job's
-    ``training_step`` is the same one). Note: this also clears compile callbacks registered before.
-    """
+    """Forget every compiled frame, guard and dynamic decision (and compile callback) of this process: multirun
+    jobs share it, and Dynamo's caches are keyed by code object."""
     torch.compiler.reset()
 
 
 def mark_dynamic(t: torch.Tensor, dim: int, min: int, max: int | None) -> None:
-    """``mark_dynamic`` with bounds. torch 2.13 fails on a lower bound alone (``AssertionError: not
-    simple sympy type <class 'NoneType'>`` in value_ranges), so "no upper bound" is passed as a huge int."""
+    """``mark_dynamic`` with bounds."""
+    # torch 2.13 fails on a lower bound alone ("not simple sympy type NoneType" in value_ranges): a huge int instead.
     torch._dynamo.mark_dynamic(t, dim, min=min, max=sys.maxsize - 1 if max is None else max)
 
 
 def mark_unbacked(t: torch.Tensor, dim: int, min: int, max: int | None, shape_id: str) -> None:
-    """``mark_unbacked`` with bounds. A lower bound of at least 2 matters: without it causal SDPA
-    cannot decide ``Eq(u0, 0)``, graph-breaks and falls back to eager (torch 2.13). torch 2.11's
-    ``mark_unbacked`` takes no bounds: the dim is marked without them (:func:`unbacked_bounds_unsupported`)."""
+    """``mark_unbacked`` with bounds; torch 2.11 takes none, so the dim is marked without them."""
     why = unbacked_bounds_unsupported()
     if why is None:
         torch._dynamo.decorators.mark_unbacked(t, dim, min=min, max=max, shape_id=shape_id)
@@ -102,8 +97,7 @@ maybe_mark_dynamic, mark_unbacked, mark_static and their bounds); ``mark_static_
 
 
 def copy_shape_marks(source: torch.Tensor, target: torch.Tensor) -> None:
-    """``target`` carries exactly ``source``'s shape marks (a static buffer standing in for a batch tensor
-    must compile as that tensor would; marks a buffer kept from an earlier batch are dropped)."""
+    """``target`` carries exactly ``source``'s shape marks, so a static buffer compiles as the batch it stands for."""
     for name in SHAPE_MARKS:
         value = vars(source).get(name, _NO_MARK)
         if value is not _NO_MARK:
@@ -143,12 +137,8 @@ def hooks_are_inlineable(pack: Any, unpack: Any) -> bool:
 
 
 def mark_wrapped(node: Any, cache_hash: str) -> None:
-    """Mark a hook-graph call (``torch.fx.Node``) as an ``fx.wrap`` leaf with a user cache hash.
-
-    AOTAutograd's cache bypasses graphs that call unknown Python functions unless the call is an
-    ``fx.wrap`` leaf carrying ``user_cache_hash`` (``autograd_cache.check_node_safe``); the hash must
-    change whenever what the function traces to changes.
-    """
+    """Mark a hook-graph call as an ``fx.wrap`` leaf with a user cache hash, without which AOTAutograd's cache
+    bypasses graphs calling unknown Python functions; the hash changes whenever what the function traces to does."""
     node.meta["is_wrapped"] = True
     node.meta["user_cache_hash"] = cache_hash
 
@@ -183,12 +173,9 @@ def codes_compiled_since(snapshot: CodeSnapshot) -> list[types.CodeType]:
 
 
 def forget_codes(codes: list[types.CodeType]) -> None:
-    """Drop every compiled entry of ``codes`` and their automatic-dynamic history, and nothing else.
-
-    Dynamo keys its caches by code object: an inherited ``training_step`` (or one module class fitted
-    again) keeps adding entries fit after fit until ``recompile_limit`` refuses it, and a dimension
-    that varied in one fit starts the next one dynamic. ``torch._dynamo.reset()`` would forget every
-    other compiled function of the process too (and the compile callbacks registered with it)."""
+    """Drop the compiled entries and automatic-dynamic history of ``codes`` only: an inherited ``training_step``
+    fitted again would pile up entries until ``recompile_limit``, while ``torch._dynamo.reset()`` forgets the rest
+    of the process too."""
     from torch._dynamo import pgo
     from torch._dynamo.eval_frame import reset_code
 
@@ -224,8 +211,7 @@ def load_inductor() -> None:
 
 
 def clear_inductor_memory_caches() -> None:
-    """Empty Inductor's in-process caches of loaded kernels and graphs (``torch._inductor.utils.clear_caches``):
-    the next compile reads its on-disk cache as a fresh process would."""
+    """Empty Inductor's in-process caches, so the next compile reads the disk cache as a fresh process would."""
     from torch._inductor.utils import clear_caches
 
     clear_caches()
@@ -249,9 +235,8 @@ def fused_kernel_devices() -> list[str]:
 
 
 def skip_update_on(optimizer: Any, found_inf: torch.Tensor | None) -> None:
-    """Have the optimizer's fused kernel skip its update (parameters, moments and step counts left as they were)
-    wherever ``found_inf`` holds 1, read on the device: the flag ``torch.amp.GradScaler`` hands a fused optimizer
-    (torch's ``Adam``, ``AdamW`` and ``SGD`` read ``self.found_inf`` in ``step``); None: never skip."""
+    """Have the fused optimizer skip its update wherever ``found_inf`` holds 1 (the flag ``GradScaler`` hands a fused
+    ``Adam``, ``AdamW`` or ``SGD``); None: never skip."""
     optimizer.found_inf = found_inf
 
 

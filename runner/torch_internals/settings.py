@@ -25,11 +25,8 @@ def _config_module(name: str) -> Any:
 
 
 class TorchSettings:
-    """Process-wide torch settings changed by one owner, each put back by :meth:`restore`.
-
-    Only the first change of a key records its prior value, so setting a key twice still restores
-    what was there before the owner touched it. ``restore`` runs in reverse order and is idempotent.
-    """
+    """Process-wide torch settings changed by one owner; :meth:`restore` (idempotent, in reverse) puts back what
+    each key held before its first change."""
 
     def __init__(self) -> None:
         self._undo: dict[str, Callable[[], None]] = {}
@@ -131,30 +128,17 @@ def local_source_pattern(local: str, attributes: str = "") -> str:
 
 
 def add_dynamic_sources(settings: TorchSettings, patterns: list[str]) -> None:
-    """Ints (and tensors) whose Dynamo source name matches one of ``patterns`` are dynamic from their
-    first compile: ``torch.compiler.config.dynamic_sources``, kept with what was set before.
-
-    A matching int becomes a graph input (a backed SymInt, not specialised on 0/1) instead of a
-    constant guarded with ``==``: Dynamo specialises every int reached through an ``nn.Module``
-    (``is_int_specialization_case``), so ``self.global_step`` would recompile every step.
-    """
+    """Ints and tensors whose Dynamo source name matches ``patterns`` are dynamic from their first compile (Dynamo
+    specialises every int reached through an ``nn.Module``, so ``self.global_step`` would recompile every step)."""
     prior = str(_config_module("torch.compiler.config").dynamic_sources)
     entries = [p for p in prior.split(",") if p] + [p for p in patterns if p not in prior.split(",")]
     settings._config("torch.compiler.config", "dynamic_sources", ",".join(entries))
 
 
 def lift_python_scalars(settings: TorchSettings) -> None:
-    """Python numbers a compiled frame reads stop specialising it after they change once.
-
-    ``allow_unspec_int_on_nn_module``: an int attribute of an ``nn.Module`` (a LightningModule's
-    ``self.training_step_invoked += 1``) is a guarded constant by default (``== 7``), recompiling
-    every step; allowed, it goes through automatic dynamic like any other int: one recompile when it
-    first changes, then a graph input. ``specialize_float`` (the ``dynamic`` group's, set by the shape
-    policy) does the same for floats (a learning rate read in the step).
-
-    ``capture_scalar_outputs``: ``loss.item()`` / ``float(loss)`` in the step (a loss history; torch's
-    own BatchNorm under SWA's cumulative average) stays in the graph as a scalar output instead of a graph
-    break whose continuation then specialises on the value; the host read happens where eager has it."""
+    """Python numbers a compiled frame reads stop specialising it once they change: an ``nn.Module`` int attribute
+    goes through automatic dynamic (one recompile, then a graph input), and ``loss.item()`` stays in the graph as a
+    scalar output instead of a graph break."""
     settings.dynamo("allow_unspec_int_on_nn_module", True)
     settings.dynamo("capture_scalar_outputs", True)
 
@@ -166,9 +150,8 @@ def cpu_capability() -> str:
 
 
 def machine_cache_dir(directory: str) -> str:
-    """``directory`` keyed by the CPU instruction set. Inductor's on-disk cache key does not cover it: a
-    cache filled with AVX-512 code and read with the AVX2 path gave NaN losses from the first step (torch
-    2.13, measured 2026-11-24), which a cache directory shared between machines would hit."""
+    """``directory`` keyed by the CPU instruction set, which Inductor's cache key does not cover: AVX-512 code read
+    on the AVX2 path gave NaN losses from the first step (torch 2.13)."""
     return os.path.join(directory, f"cpu-{cpu_capability().lower()}")
 
 

@@ -1,5 +1,5 @@
-"""The contestants of ``peft.py`` (CPU) and of ``gpu.py``'s ``lora`` workload: one Llama-style model fine-tuned with
-LoRA the ways users do it, and in full.
+"""The contestants of ``lora_qlora.py`` (CPU) and of ``gpu.py``'s ``lora`` workload: one Llama-style model fine-tuned
+with LoRA the ways users do it, and in full.
 
 - ``lightning``: eager Lightning, every weight trained (the baseline every ratio starts from);
 - ``lightning_peft``: Lightning + HF peft's ``get_peft_model`` (eager);
@@ -10,17 +10,15 @@ LoRA the ways users do it, and in full.
 
 Every adapter is the same: rank 16 (``--rank``), alpha twice the rank, no dropout, on every linear of attention and
 MLP. Each contestant
-leaves in ``c.extra["measured"]`` what ``peft.py`` reports beside its step time: graph breaks, recompiles, peak
+leaves in ``c.extra["measured"]`` what ``lora_qlora.py`` reports beside its step time: graph breaks, recompiles, peak
 memory, the optimizer's state and the trainable parameters.
 """
 
 from __future__ import annotations
 
 import resource
-import sys
 from dataclasses import dataclass
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -28,11 +26,11 @@ from torch import nn
 
 from contestants.compare import Contestant, Pacer, PeerModule, _adamw, _fit
 from contestants.workload import Workload
-from runner import torch_internals as ti
 from runner.config.schema import Background, CompileConfig, OptimizerPolicy, Scope
 from runner.config.schema.peft import PeftConfig, PeftMethod
 from runner.peft import apply_peft, optimizer_state_bytes
 from runner.strategy import CompileStrategy
+from runner.torch_internals import observation
 from runner.training.module import TrainModule
 
 RANK = 16
@@ -85,25 +83,10 @@ def causal_lm(size: Size) -> nn.Module:
     return CausalLM(config="llama", overrides=size.overrides())
 
 
-def hf_peft_package() -> Any:
-    """HF's ``peft`` package, not ``benchmarks/peft.py`` (the benchmark), which a script run from benchmarks/ would
-    find first on ``sys.path``."""
-    here = Path(__file__).resolve().parents[1]
-    found = sys.modules.get("peft")
-    if found is not None and Path(getattr(found, "__file__", None) or ".").resolve().parent == here:
-        del sys.modules["peft"]
-    saved = list(sys.path)
-    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != here]
-    try:
-        import peft
-    finally:
-        sys.path[:] = saved
-    return peft
-
-
 def hf_peft(model: nn.Module, rank: int = RANK) -> nn.Module:
     """``model`` (runner's ``CausalLM``) with its transformers model wrapped by HF peft's ``get_peft_model``."""
-    peft = hf_peft_package()
+    import peft
+
     config = peft.LoraConfig(r=rank, lora_alpha=2 * rank, lora_dropout=0.0, target_modules=TARGETS,
                              task_type="CAUSAL_LM")
     model.model = peft.get_peft_model(model.model, config)  # type: ignore[assignment]
@@ -117,13 +100,13 @@ def runner_peft(model: nn.Module, method: PeftMethod, rank: int = RANK) -> nn.Mo
 
 def measured(module: nn.Module, optimizers: list[torch.optim.Optimizer], before: dict[str, Any]) -> dict[str, Any]:
     """What compiling did in this process since ``before`` (a counters snapshot), and what training held."""
-    after = ti.counters_snapshot()
-    records = [ti.to_record(m) for m in ti.compilation_metrics()]
-    breaks = sum(ti.graph_break_counts(after).values()) - sum(ti.graph_break_counts(before).values())
+    after = observation.counters_snapshot()
+    records = [observation.to_record(m) for m in observation.compilation_metrics()]
+    breaks = sum(observation.graph_break_counts(after).values()) - sum(observation.graph_break_counts(before).values())
     peak = (torch.cuda.max_memory_allocated() / 2**30 if torch.cuda.is_available()
             else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20)  # Linux: KiB
     return {"graph_breaks": breaks, "recompiles": sum(1 for r in records if r.is_forward and r.recompile_reason),
-            "graphs": ti.counter(after, "unique_graphs") - ti.counter(before, "unique_graphs"),
+            "graphs": observation.counter(after, "unique_graphs") - observation.counter(before, "unique_graphs"),
             "peak_gib": round(peak, 3), "optimizer_state_bytes": optimizer_state_bytes(optimizers),
             "trainable_params": sum(p.numel() for p in module.parameters() if p.requires_grad)}
 
@@ -131,13 +114,13 @@ def measured(module: nn.Module, optimizers: list[torch.optim.Optimizer], before:
 def run_lightning(c: Contestant, work: Workload, steps: int, pacer: Pacer) -> None:
     """Eager Lightning, every weight trained; ``hf_peft``: the model wrapped by HF peft first; ``compile``:
     ``torch.compile(module)`` and fused AdamW."""
-    ti.keep_compilation_metrics(10_000)
+    observation.keep_compilation_metrics(10_000)
     model = work.model(seed=0)
     if c.extra.get("hf_peft"):
         model = hf_peft(model, c.extra.get("rank", RANK))
     module = PeerModule(model, optimizer=_adamw(**({"fused": True} if c.extra.get("compile") else {})))
     c.model = module.model
-    before = ti.counters_snapshot()
+    before = observation.counters_snapshot()
     fitted: Any = torch.compile(module, backend=c.extra["backend"]) if c.extra.get("compile") else module
     _fit(fitted, work, steps, pacer, precision=c.extra.get("precision", "32-true"))
     c.extra["measured"] = measured(module, module.trainer.optimizers, before)
@@ -145,7 +128,7 @@ def run_lightning(c: Contestant, work: Workload, steps: int, pacer: Pacer) -> No
 
 def run_runner(c: Contestant, work: Workload, steps: int, pacer: Pacer) -> None:
     """runner's ``CompileStrategy`` (scope=step, optimizer=auto) over the model, adapted as ``c.extra["peft"]``."""
-    ti.keep_compilation_metrics(10_000)
+    observation.keep_compilation_metrics(10_000)
     model = work.model(seed=0)
     method = c.extra.get("peft", PeftMethod.none)
     if method is not PeftMethod.none:
@@ -154,7 +137,7 @@ def run_runner(c: Contestant, work: Workload, steps: int, pacer: Pacer) -> None:
     c.model = module.model
     cfg = CompileConfig(scope=Scope.step, backend=c.extra["backend"], optimizer=OptimizerPolicy.auto,
                         background=Background.disabled)
-    before = ti.counters_snapshot()
+    before = observation.counters_snapshot()
     _fit(module, work, steps, pacer, strategy=CompileStrategy(compile=cfg, device="cpu"),
          precision=c.extra.get("precision", "32-true"))
     c.extra["measured"] = measured(module, module.trainer.optimizers, before)

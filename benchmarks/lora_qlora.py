@@ -1,9 +1,9 @@
 """LoRA and QLoRA through runner against a full fine-tune and against HF peft, on the CPU: one Llama-style model.
 
-    .venv/bin/python benchmarks/peft.py            # full run: the CPU size of contestants/peft.py, Inductor
-    .venv/bin/python benchmarks/peft.py --quick    # tiny model, Dynamo's eager backend, a few steps (the test's)
+    .venv/bin/python benchmarks/lora_qlora.py            # full run: the CPU size of contestants/adapters.py, Inductor
+    .venv/bin/python benchmarks/lora_qlora.py --quick    # tiny model, Dynamo's eager backend, a few steps (the test's)
 
-compare.py's method (``compare.race``): each contestant (``contestants/peft.py``: eager Lightning first, then
+compare.py's method (``compare.race``): each contestant (``contestants/adapters.py``: eager Lightning first, then
 Lightning + HF peft eager and compiled, runner full, LoRA and QLoRA) trains its own copy of the model (same seed)
 on the same batches in its own process, warm-up alone, then interleaved rounds of timed steps; each ratio is the
 median over rounds of the per-round ratio of median steps. Beside the step: tokens/s, the graph breaks and
@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from compare import machine
-from contestants.peft import CPU, CPU_QUICK, RANK, peft_contestants
+from contestants.adapters import CPU, CPU_QUICK, RANK, peft_contestants
 from harness import fork_server  # benchmarks/ on sys.path: run as a script
 from harness.race import add_ratios, race
 
