@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from runner import torch_internals as ti
 from runner.stack.caches import load_artifacts
+from runner.torch_internals import settings
 
 
 def test_a_configured_cache_dir_is_keyed_by_the_instruction_set(tmp_path: Path) -> None:
-    keyed = ti.machine_cache_dir(str(tmp_path))
-    assert Path(keyed).parent == tmp_path and ti.cpu_capability().lower() in Path(keyed).name
+    keyed = settings.machine_cache_dir(str(tmp_path))
+    assert Path(keyed).parent == tmp_path and settings.cpu_capability().lower() in Path(keyed).name
 
 
 def test_the_compile_stack_points_inductor_at_the_keyed_dir(tmp_path: Path) -> None:
@@ -37,7 +37,7 @@ def test_the_compile_stack_points_inductor_at_the_keyed_dir(tmp_path: Path) -> N
     strategy = CompileStrategy(compile=CompileConfig(backend="eager", cache_dir=str(tmp_path)), device="cpu")
     L.Trainer(strategy=strategy, max_steps=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
               callbacks=[Peek()], limit_val_batches=0).fit(Base(), VectorsDataModule())
-    assert seen == [ti.machine_cache_dir(str(tmp_path))]
+    assert seen == [settings.machine_cache_dir(str(tmp_path))]
     assert os.environ.get("TORCHINDUCTOR_CACHE_DIR") == before  # restored at teardown
 
 

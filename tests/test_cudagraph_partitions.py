@@ -23,12 +23,12 @@ import lightning as L
 import pytest
 import torch
 
-from runner import torch_internals as ti
 from runner.build import build_datamodule, build_module, build_strategy
 from runner.config import compose, load
 from runner.config.schema import CudaGraphMode, CudaGraphsConfig
 from runner.stack.cudagraphs import CudaGraphs
 from runner.stack.cudagraphs.partitions import fix_for
+from runner.torch_internals import partitions
 
 
 @dataclass(frozen=True)
@@ -66,7 +66,7 @@ class SimulatedGpu:
 
         def graph_partition(sched: Any) -> Any:
             with self.simulate():
-                self.graphs.append([Decision(sched.should_partition(n), tuple(ti.graph_level_symbols(n)))
+                self.graphs.append([Decision(sched.should_partition(n), tuple(partitions.graph_level_symbols(n)))
                                     for n in sched.nodes])
                 observed(sched)
             return pristine(sched)
@@ -121,7 +121,7 @@ def test_no_node_of_the_static_step_is_left_out_as_dynamic(tmp_path: Path) -> No
     sim, figures = _step_partitions("static", tmp_path)
     for decisions in sim.graphs:
         assert all(d.graph_symbols == () for d in decisions), "a static step uses no size symbol"
-        dynamic = [d for d in decisions if d.reason == ti.DYNAMIC_SHAPE_REASON]
+        dynamic = [d for d in decisions if d.reason == partitions.DYNAMIC_SHAPE_REASON]
         assert dynamic == [], f"{len(dynamic)} of {len(decisions)} nodes left out as dynamic shape ops"
         assert {d.reason for d in decisions} == {None}
     # The count sees the same decision: one partition per graph, graphed, nothing left out.
@@ -136,15 +136,15 @@ def test_the_dynamic_policy_leaves_out_exactly_the_nodes_that_use_the_marked_siz
     left_out = kept = 0
     for decisions in sim.graphs:
         for d in decisions:
-            assert (d.reason == ti.DYNAMIC_SHAPE_REASON) == bool(d.graph_symbols), d
+            assert (d.reason == partitions.DYNAMIC_SHAPE_REASON) == bool(d.graph_symbols), d
         left_out += sum(d.reason is not None for d in decisions)
         kept += sum(d.reason is None for d in decisions)
     assert left_out and kept  # the sequence length reaches most nodes, not all
     graphed, eager = (sum(n) for n in zip(*map(_partitions, sim.graphs), strict=True))
     assert (figures["cudagraphs/partitions_graphed"], figures["cudagraphs/partitions"]) == (graphed, graphed + eager)
     [reason] = figures["cudagraphs/eager_reasons"]
-    assert reason["reason"] == ti.DYNAMIC_SHAPE_REASON and reason["nodes"] == left_out
-    assert reason["fix"] == fix_for(ti.DYNAMIC_SHAPE_REASON) and "dynamic=static" in reason["fix"]
+    assert reason["reason"] == partitions.DYNAMIC_SHAPE_REASON and reason["nodes"] == left_out
+    assert reason["fix"] == fix_for(partitions.DYNAMIC_SHAPE_REASON) and "dynamic=static" in reason["fix"]
     assert sorted(g.split()[0] for g in reason["graphs"]) == ["backward", "forward"]
 
 
@@ -155,11 +155,12 @@ def test_the_summary_says_what_ran_in_cuda_graphs_and_how_to_bring_in_the_rest(t
 
     count = PartitionCount()
     assert count.figures() == {}  # nothing partitioned (e.g. every graph from the cache): no claim
-    count.graphs += [ti.GraphPartitions("forward 0/0", 1, 1), ti.GraphPartitions("backward 0/0", 1, 1)]
+    count.graphs += [partitions.GraphPartitions("forward 0/0", 1, 1), partitions.GraphPartitions("backward 0/0", 1, 1)]
     whole = format_summary({"cudagraphs/active": True, **count.figures()})
     assert "partitions in CUDA graphs" in whole and "2 of 2 (all)" in whole and "not in CUDA graphs" not in whole
-    count.graphs += [ti.GraphPartitions("forward 1/0", 3, 1, {ti.DYNAMIC_SHAPE_REASON: 7, "cpu ops": 1},
-                                        {ti.DYNAMIC_SHAPE_REASON: "aten.mm.default", "cpu ops": "aten.add.Tensor"})]
+    reason = partitions.DYNAMIC_SHAPE_REASON
+    count.graphs += [partitions.GraphPartitions("forward 1/0", 3, 1, {reason: 7, "cpu ops": 1},
+                                                {reason: "aten.mm.default", "cpu ops": "aten.add.Tensor"})]
     figures = {"cudagraphs/active": True, "compile/cache_hits": 1, **count.figures()}
     text = format_summary(figures)
     assert "3 of 5; cached graphs not counted" in text

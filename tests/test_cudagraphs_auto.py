@@ -100,11 +100,11 @@ def test_auto_is_the_default_and_never_refused_or_warned_about(tmp_path: Path) -
     assert cfg.cudagraphs.mode is AUTO and CudaGraphsConfig().mode is AUTO
     validate(cfg)
     assert not any("CUDA" in message for message in notes(cfg))
-    from runner import torch_internals as ti
+    from runner.torch_internals import runtime
 
     beside = [["trainer=fsdp", "compile=blocks"], ["dynamic=dynamic"], ["offload=cpu"],
               ["trainer.accumulate_grad_batches=2"]]
-    if ti.unbacked_bounds_unsupported() is None:  # torch 2.11 refuses unbacked for a reason of its own
+    if runtime.unbacked_bounds_unsupported() is None:  # torch 2.11 refuses unbacked for a reason of its own
         beside.append(["dynamic=unbacked"])
     for overrides in beside:
         validate(load(compose([*overrides, "cudagraphs=auto"], run_dir=str(tmp_path))))

@@ -8,8 +8,8 @@ import lightning as L
 import pytest
 import torch
 
-from runner import torch_internals as ti
 from runner.telemetry.device_busy import HostDevice, NoHostDevice, build_host_device, busy_share
+from runner.torch_internals import observation
 
 
 def test_busy_share_counts_each_instant_once() -> None:
@@ -73,4 +73,4 @@ def test_the_profiler_fields_the_window_reads_are_pinned() -> None:
     prof.stop()
     events = list(prof.events())
     assert events and all(e.time_range.end >= e.time_range.start for e in events)
-    assert ti.kernel_intervals(prof) == []
+    assert observation.kernel_intervals(prof) == []

@@ -17,7 +17,6 @@ import lightning as L
 import pytest
 import torch
 
-from runner import torch_internals as ti
 from runner.config.decisions import gpu_defaults
 from runner.config.decisions.stack import CudaGraphsFacts, cudagraphs_decision
 from runner.config.schema import Background, CudaGraphMode, OptimizerPolicy, Scope
@@ -25,6 +24,7 @@ from runner.config.schema.options import ShapePolicy
 from runner.stack.background import BackgroundCompile, DeviceRoom, room_for_process
 from runner.stack.background.policy import resolve_background
 from runner.stack.compiling.plan import CompilePlan, resolve_optimizer_policy
+from runner.torch_internals import runtime
 from tests.helpers import tiny_module
 from tests.test_background_compile import WaitForTheProcess, _assert_gone, _fit
 
@@ -115,7 +115,7 @@ def test_no_room_on_the_device_compiles_in_the_run_after_one_eager_step() -> Non
     assert figures["compile/background_room"].startswith("10.0 of 80.0 GiB free; a compile process needs about 13.0")
     assert record.graphs == [0, 1, 0, 0] and figures["compile/switch_step"] == 1
     background = strategy.stack.parts.background  # type: ignore[union-attr]
-    assert not background.process.dir.exists() and ti.current_stance() == "default"
+    assert not background.process.dir.exists() and runtime.current_stance() == "default"
 
 
 @pytest.mark.slow

@@ -152,10 +152,10 @@ def test_measurement_records_no_cuda_graph_and_leaves_the_random_state_as_it_was
 
 @pytest.fixture(autouse=True)
 def _no_force_eager_left() -> Iterator[None]:
-    from runner import torch_internals as ti
+    from runner.torch_internals import runtime
 
     yield
-    assert ti.current_stance() == "default"
+    assert runtime.current_stance() == "default"
 
 
 # -- 3. memory/peak_gib starts after the strategy's measurement ---------------------------------------
@@ -190,17 +190,17 @@ def test_replay_steps_count_the_steps_own_replays(monkeypatch: pytest.MonkeyPatc
     is a replay and nothing recorded in it; a step that recorded counts as a recording step, and a
     recording of a graph first recorded in an earlier step as a re-recording. (The tree's state needs a
     CUDA device; ``cudagraph_tree_state`` itself is pinned in tests/test_torch_internals.py.)"""
-    from runner import torch_internals as ti
     from runner.stack.cudagraphs import CudaGraphs
+    from runner.torch_internals import observation
 
     states = iter(["NONE", "NONE", "WARMUP", "RECORDING", "EXECUTION", "EXECUTION", "RECORDING", "EXECUTION"])
-    monkeypatch.setattr(ti, "cudagraph_tree_state", lambda index: next(states))
+    monkeypatch.setattr(observation, "cudagraph_tree_state", lambda index: next(states))
     component = CudaGraphs(GRAPHS, torch.device("cuda", 0))
     for step in range(1, 9):
         with component.step_context():
             if step in (4, 7):  # graph "0/0" records at step 4, and again at step 7
-                component._on_compile_start(ti.CUDAGRAPH_RECORDING_TRIGGER, "0/0")
-                component._on_compile_start(ti.CUDAGRAPH_RECORDING_TRIGGER, "0/0")  # a second partition
+                component._on_compile_start(observation.CUDAGRAPH_RECORDING_TRIGGER, "0/0")
+                component._on_compile_start(observation.CUDAGRAPH_RECORDING_TRIGGER, "0/0")  # a second partition
         component.after_backward()
         component.on_step_end(step)
     figures = component.figures()

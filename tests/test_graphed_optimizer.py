@@ -274,7 +274,7 @@ def test_an_lbfgs_or_a_hook_falls_back_with_the_reason(policy: OptimizerPolicy) 
 def _graphs_compiled_while_scheduling(tensor_lr: bool) -> tuple[int, list[float]]:
     """Graphs Dynamo compiled for the compiled AdamW step after its first step, over five more steps of a warm-up
     schedule (the learning rate changes every step); and the learning rates seen."""
-    from runner import torch_internals as ti
+    from runner.torch_internals import observation
 
     model = _model()
     opt, sched = _optimizer(model)
@@ -294,8 +294,8 @@ def _graphs_compiled_while_scheduling(tensor_lr: bool) -> tuple[int, list[float]
         sched.step()
         lrs.append(float(opt.param_groups[0]["lr"]))
         if i == 0:
-            after_first = ti.counter(ti.counters_snapshot(), "unique_graphs")
-    return ti.counter(ti.counters_snapshot(), "unique_graphs") - after_first, lrs
+            after_first = observation.counter(observation.counters_snapshot(), "unique_graphs")
+    return observation.counter(observation.counters_snapshot(), "unique_graphs") - after_first, lrs
 
 
 def test_the_compiled_optimizer_step_never_recompiles_as_the_learning_rate_changes() -> None:

@@ -17,7 +17,6 @@ import pytest
 import torch
 from lightning.pytorch.callbacks import Callback
 
-from runner import torch_internals as ti
 from runner.config.schema import (
     CompileConfig,
     DynamicConfig,
@@ -29,6 +28,7 @@ from runner.config.schema import (
 )
 from runner.strategy import CompileStrategy
 from runner.telemetry import CompileTelemetry
+from runner.torch_internals import settings
 from tests.helpers import tiny_data, tiny_module
 
 
@@ -36,7 +36,7 @@ def torch_settings() -> dict[str, Any]:
     """Every process-wide setting runner's stack or telemetry may touch, read from torch itself."""
     from torch._C._dynamo.eval_frame import set_guard_complete_hook
 
-    from runner import torch_internals as ti
+    from runner.torch_internals import observation, runtime
 
     hook = set_guard_complete_hook(None)
     set_guard_complete_hook(hook)
@@ -53,8 +53,8 @@ def torch_settings() -> dict[str, Any]:
         "activation_memory_budget": f.activation_memory_budget,
         "TORCHINDUCTOR_CACHE_DIR": os.environ.get("TORCHINDUCTOR_CACHE_DIR"),
         "guard_collectives": hook is not None,
-        "compilation_metrics_limit": ti.compilation_metrics_limit(),
-        "stance": ti.current_stance(),
+        "compilation_metrics_limit": observation.compilation_metrics_limit(),
+        "stance": runtime.current_stance(),
     }
 
 
@@ -107,6 +107,6 @@ def test_second_fit_sees_defaults_plus_its_own_settings(order: tuple[str, str], 
     # The two configurations really differ in what they set (the test would be vacuous otherwise).
     assert alone["a"]["trace_autograd_ops"] and not alone["b"]["trace_autograd_ops"]
     assert alone["a"]["activation_memory_budget"] == pytest.approx(0.3)
-    assert alone["a"]["TORCHINDUCTOR_CACHE_DIR"] == ti.machine_cache_dir(str(tmp_path))
+    assert alone["a"]["TORCHINDUCTOR_CACHE_DIR"] == settings.machine_cache_dir(str(tmp_path))
     assert alone["a"]["recompile_limit"] == 3 and not alone["a"]["specialize_float"]
     assert alone["a"]["suppress_errors"] and not alone["a"]["fail_on_recompile_limit_hit"]

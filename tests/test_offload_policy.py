@@ -6,12 +6,12 @@ import pytest
 import torch
 from torch import nn
 
-from runner import torch_internals as ti
 from runner.config.schema import OffloadConfig, OffloadStrategy
 from runner.models.gpt import GPT, Block
 from runner.stack.offload import build_offload, codecs, policy
 from runner.stack.offload.component import apply_checkpointing
 from runner.stack.offload.hooks import SavedTensorCodec
+from runner.torch_internals import runtime
 
 
 def tiny_gpt() -> GPT:
@@ -125,16 +125,16 @@ def test_build_offload_returns_the_component_for_each_strategy() -> None:
 
 
 def test_memory_budget_is_configured_and_restored() -> None:
-    before = ti.memory_budget()
+    before = runtime.memory_budget()
     comp = build_offload(OffloadConfig(strategy=OffloadStrategy.checkpoint, memory_budget=0.3), "cpu")
     comp.configure()
-    assert ti.memory_budget() == pytest.approx(0.3)
+    assert runtime.memory_budget() == pytest.approx(0.3)
     model = tiny_gpt()
     comp.apply(model)  # the budget replaces per-block wrapping
     assert isinstance(model.blocks[0], Block)
     assert comp.figures()["offload/checkpoint_mode"] == "memory_budget"
     comp.teardown()
-    assert ti.memory_budget() == before
+    assert runtime.memory_budget() == before
     assert comp.figures()["offload/memory_budget"] == pytest.approx(0.3)  # what the run compiled with
 
 

@@ -235,20 +235,20 @@ def test_qlora_where_nf4_cannot_run_is_refused_with_the_reason(tmp_path: Path,
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     import sys
 
-    from runner import torch_internals as ti
+    from runner.torch_internals import nf4
 
-    assert ti.nf4_problem("meta") is not None  # a device NF4 cannot run on names why
+    assert nf4.nf4_problem("meta") is not None  # a device NF4 cannot run on names why
     # torchao absent, as in an environment without it: hidden from the import system for this test only.
     for name in [m for m in sys.modules if m == "torchao" or m.startswith("torchao.")]:
         monkeypatch.delitem(sys.modules, name)
     monkeypatch.setitem(sys.modules, "torchao", None)
-    ti.nf4_module.cache_clear()
-    ti.nf4_problem.cache_clear()
+    nf4.nf4_module.cache_clear()
+    nf4.nf4_problem.cache_clear()
     try:
         message = refused(tmp_path, *TINY, "peft=qlora")
     finally:
-        ti.nf4_module.cache_clear()
-        ti.nf4_problem.cache_clear()
+        nf4.nf4_module.cache_clear()
+        nf4.nf4_problem.cache_clear()
     assert "peft=qlora stores the frozen base weights in 4-bit NF4 through torchao" in message, message
     assert "torchao does not import" in message and "peft=lora" in message, message
 

@@ -32,7 +32,8 @@ from tests.helpers import free_port, redis_server
 
 ROOT = Path(__file__).resolve().parents[1]
 SECRET = "a-test-secret-of-the-cluster-0123456789"
-CONTEXT_SCRIPT = "import torch; from runner import torch_internals as ti; print(torch.__version__, ti.cpu_capability())"
+CONTEXT_SCRIPT = ("import torch; from runner.torch_internals import settings; "
+                  "print(torch.__version__, settings.cpu_capability())")
 
 
 @pytest.fixture(scope="module")
@@ -69,9 +70,9 @@ class M(L.LightningModule):
 class Loaded(L.Callback):  # the kernels the compiled step loaded, as the first step ends
     names = []
     def on_train_batch_end(self, *args):
-        from runner import torch_internals as ti
-        Loaded.names = Loaded.names or sorted(n for n in ti.cpu_kernel_files(ti.inductor_cache_dir())
-                                              if ti.kernel_key(n) in ti.cpu_kernels_in_use())
+        from runner.torch_internals import caches
+        Loaded.names = Loaded.names or sorted(n for n in caches.cpu_kernel_files(caches.inductor_cache_dir())
+                                              if caches.kernel_key(n) in caches.cpu_kernels_in_use())
 
 torch.manual_seed(0)
 data = torch.utils.data.TensorDataset(torch.randn(32, 8), torch.randint(0, 2, (32,)))
@@ -258,19 +259,19 @@ def test_a_server_that_stops_taking_writes_turns_both_caches_off_after_the_first
 
 UPLOAD = """
 import json, subprocess, sys, torch
-from runner import torch_internals as ti
+from runner.torch_internals import caches
 from runner.stack.caches import RemoteCompileCache
 
 url, lock_holder = sys.argv[1], sys.argv[2]
 f = torch.compile(lambda x: (x.sin() * 2).cumsum(0), backend="inductor")
 f(torch.randn(64))  # builds kernels in this process (the cache directory is the test's)
-cache_dir = ti.inductor_cache_dir()
-kernels = [n for n in ti.cpu_kernel_files(cache_dir) if ti.kernel_key(n) in ti.cpu_kernels_in_use()]
+cache_dir = caches.inductor_cache_dir()
+kernels = [n for n in caches.cpu_kernel_files(cache_dir) if caches.kernel_key(n) in caches.cpu_kernels_in_use()]
 name = kernels[0]
 whole = (cache_dir / name).read_bytes()
 (cache_dir / name).unlink()  # being rebuilt (a new file: the loaded one stays mapped): a third written so far
 (cache_dir / name).write_bytes(whole[: len(whole) // 3])
-holder = subprocess.Popen([sys.executable, "-c", lock_holder, ti.kernel_key(name)], stdout=subprocess.PIPE)
+holder = subprocess.Popen([sys.executable, "-c", lock_holder, caches.kernel_key(name)], stdout=subprocess.PIPE)
 holder.stdout.readline()  # it holds the lock
 cache = RemoteCompileCache(url, torch.device("cpu"))
 cache.configure()

@@ -10,10 +10,10 @@ from dataclasses import dataclass
 
 import torch
 
-from runner import torch_internals as ti
 from runner.config.schema import CudaGraphMode, CudaGraphsConfig
 from runner.stack.cudagraphs import CudaGraphs
 from runner.stack.cudagraphs.static_batch import StaticBatch
+from runner.torch_internals import runtime
 
 
 def test_static_batch_keeps_one_buffer_per_shape_at_a_fixed_address() -> None:
@@ -52,7 +52,7 @@ def test_the_shape_policys_marks_move_to_the_buffer_and_compile_one_graph() -> N
     f = torch.compile(lambda b: (b["x"] * 2).sum(dim=1), backend=backend)
     for length in (5, 7, 9):
         x = torch.randn(2, length)
-        ti.mark_dynamic(x, 1, min=2, max=None)
+        runtime.mark_dynamic(x, 1, min=2, max=None)
         out = static({"x": x})
         assert out["x"]._dynamo_dynamic_indices == {1}
         assert torch.equal(f(out), x.sum(dim=1) * 2)  # the same kernels (a graph run as traced); times 2 is exact

@@ -61,10 +61,10 @@ def test_cuda_graph_warmup_holds_training_steps_eager_then_leaves_the_fits_stanc
     """The warm-up holds the first training steps eager, never their optimizer steps (a compiled optimizer
     step compiles from the first step, so Dynamo creates Adam's state capturable), and after it the stance
     the fit found is left as it was, not reset to ``default``."""
-    from runner import torch_internals as ti
     from runner.config.schema import CudaGraphMode, CudaGraphsConfig
     from runner.stack import Eager, StepMode
     from runner.stack.cudagraphs import CudaGraphs
+    from runner.torch_internals import runtime
 
     mode = StepMode()
     component = CudaGraphs(CudaGraphsConfig(mode=CudaGraphMode.reduce_overhead, warmup_steps=1),
@@ -74,36 +74,36 @@ def test_cuda_graph_warmup_holds_training_steps_eager_then_leaves_the_fits_stanc
         try:
             assert mode.eager_because() is Eager.warmup
             with mode.training_step():
-                assert ti.current_stance() == "force_eager"  # the warm-up's training step
-            assert ti.current_stance() == "fail_on_recompile" and not mode.eager  # its optimizer step
+                assert runtime.current_stance() == "force_eager"  # the warm-up's training step
+            assert runtime.current_stance() == "fail_on_recompile" and not mode.eager  # its optimizer step
             with mode.training_step():
-                assert ti.current_stance() == "fail_on_recompile"  # not reset to "default"
+                assert runtime.current_stance() == "fail_on_recompile"  # not reset to "default"
             assert mode.eager_because() is None
         finally:
             component.teardown()
             mode.close()
-        assert ti.current_stance() == "fail_on_recompile"
+        assert runtime.current_stance() == "fail_on_recompile"
 
 
 def test_one_rule_decides_every_step() -> None:
     """Any eager reason makes the step eager and the precedence names it; otherwise the after-warm-up stance
     inside training steps (validation and optimizer steps keep the fit's); the fit's stance comes back at
     the end."""
-    from runner import torch_internals as ti
     from runner.stack import Eager, StepMode
+    from runner.torch_internals import runtime
 
     mode = StepMode()
     mode.after_warmup("fail_on_recompile", from_step=1)
     with mode.training_step():
-        assert ti.current_stance() == "default"  # before the shape policy's warm-up ends
+        assert runtime.current_stance() == "default"  # before the shape policy's warm-up ends
     mode.optimizer_step_done()
     with mode.training_step():
-        assert ti.current_stance() == "fail_on_recompile"
-    assert ti.current_stance() == "default"  # outside the training step (validation, the optimizer step)
+        assert runtime.current_stance() == "fail_on_recompile"
+    assert runtime.current_stance() == "default"  # outside the training step (validation, the optimizer step)
     mode.hold(Eager.pair)  # the telemetry's eager batch: the optimizer step too
-    assert ti.current_stance() == "force_eager" and mode.eager
+    assert runtime.current_stance() == "force_eager" and mode.eager
     with mode.training_step():
-        assert ti.current_stance() == "force_eager"  # eager wins over the after-warm-up stance
+        assert runtime.current_stance() == "force_eager"  # eager wins over the after-warm-up stance
     mode.eager_next_step(Eager.hold)
     mode.hold(Eager.beside)
     assert mode.eager_because() is Eager.beside  # the first reason in the precedence is the one reported
@@ -113,7 +113,7 @@ def test_one_rule_decides_every_step() -> None:
         pass
     assert mode.eager_because() is Eager.pair  # the agreement's hold covered one training step
     mode.release(Eager.pair)
-    assert ti.current_stance() == "default" and not mode.eager
+    assert runtime.current_stance() == "default" and not mode.eager
     mode.hold(Eager.beside)
     mode.close()  # the fit ends (or raised) while held
-    assert ti.current_stance() == "default"
+    assert runtime.current_stance() == "default"

@@ -15,12 +15,12 @@ import torch
 from lightning.pytorch.loggers import CSVLogger
 from torch import nn
 
-from runner import torch_internals as ti
 from runner.config.schema import TelemetryConfig
 from runner.telemetry.callback import CompileTelemetry
 from runner.telemetry.clock import StepClock
 from runner.telemetry.peak import CACHE_ENV, Peak
 from runner.telemetry.report import format_summary, write_report
+from runner.torch_internals import runtime
 
 
 @pytest.fixture(autouse=True)
@@ -65,7 +65,7 @@ def _fit(tmp_path: Path, cfg: TelemetryConfig, max_steps: int, clock: StepClock 
         enable_progress_bar=False,
     )
     trainer.fit(TinyModel())
-    assert ti.current_stance() == "default"  # eager steps never leak force_eager
+    assert runtime.current_stance() == "default"  # eager steps never leak force_eager
     return callback
 
 

@@ -98,7 +98,7 @@ def test_recompile_limit_hit_is_an_eager_fallback() -> None:
 
 
 def test_continuation_recompile_without_parent_recompile_is_counted() -> None:
-    from runner.torch_internals import CompileRecord
+    from runner.torch_internals.observation import CompileRecord
 
     def rec(cid: str, name: str, reason: str | None) -> CompileRecord:
         return CompileRecord(cid, True, name, "m.py", 1, 3, 0.1, 0.0, 0.0, reason, (), None, None, None, None)

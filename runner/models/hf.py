@@ -11,10 +11,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from runner import torch_internals as ti
 from runner.config.target_objects import Embedding
 from runner.models import hf_checks, hf_packing
 from runner.packing import PackedInputs
+from runner.torch_internals import nf4
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +117,7 @@ class CausalLM(nn.Module):
     def __init__(self, config: str | None = "llama", path: str | None = None,
                  overrides: Mapping[str, Any] | None = None, attn_implementation: str = "sdpa") -> None:
         super().__init__()
-        with ti.torchao_import_quiet():  # transformers' modeling code imports torchao wherever it is installed
+        with nf4.torchao_import_quiet():  # transformers' modeling code imports torchao wherever it is installed
             import transformers.modeling_utils  # noqa: F401
             from transformers import AutoModelForCausalLM
 
@@ -190,7 +190,7 @@ class SequenceClassifier(nn.Module):
                  overrides: Mapping[str, Any] | None = None, num_labels: int = 2,
                  attn_implementation: str = "sdpa") -> None:
         super().__init__()
-        with ti.torchao_import_quiet():
+        with nf4.torchao_import_quiet():
             import transformers.modeling_utils  # noqa: F401
             from transformers import AutoModelForSequenceClassification
 

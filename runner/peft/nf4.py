@@ -11,7 +11,7 @@ from torch import nn
 
 from runner.config.decisions.peft import NF4_BLOCK, nf4_scaler_block
 from runner.peft.layer import LoRALinear
-from runner.torch_internals import nf4_module
+from runner.torch_internals.nf4 import nf4_module
 
 
 def _nf4(pieces: tuple[torch.Tensor, ...], out_features: int, in_features: int, block: int, group: int) -> Any:

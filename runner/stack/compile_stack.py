@@ -17,7 +17,6 @@ import lightning as L
 import torch
 from torch.optim import Optimizer
 
-from runner import torch_internals as ti
 from runner.config.decisions import stack as stack_rules
 from runner.config.schema import OnError, OptimizerPolicy
 from runner.figures.compile_plan import (
@@ -64,6 +63,8 @@ from runner.stack.optimizer.step import OptimizerStep
 from runner.stack.python_state import PythonState
 from runner.stack.settings import CacheArtifacts, CompileSettings, LightningSide
 from runner.stack.step_mode import StepMode
+from runner.torch_internals import runtime
+from runner.torch_internals import settings as torch_settings
 
 log = logging.getLogger(__name__)
 
@@ -127,7 +128,7 @@ class CompileStack:
         self._step: Callable[..., Any] | None = None
         self._capture = False
         self._undo: list[Callable[[], None]] = []
-        self._snapshot: ti.CodeSnapshot = {}
+        self._snapshot: runtime.CodeSnapshot = {}
         self._accumulate = 1
         self._micro_batches = 0
         self._optimizers: list[Optimizer] = []
@@ -147,13 +148,13 @@ class CompileStack:
     # -- setup: the ordered sequence -----------------------------------------------------------
     def setup(self, module: L.LightningModule, lightning: LightningSide) -> None:
         """Measure, transform the module in order, compile, shard, prepare the optimizers, bind."""
-        self._snapshot = ti.code_snapshot()
+        self._snapshot = runtime.code_snapshot()
         self._applied = True  # from here on, teardown has something to undo
         self._accumulate = lightning.accumulate_grad_batches
         self.step_mode = StepMode()
         parts = self.parts = build_parts(self.settings, module, lightning, console=self.console,
                                          step_mode=self.step_mode)
-        process = ti.TorchSettings()  # the settings the compile config owns; restored last
+        process = torch_settings.TorchSettings()  # the settings the compile config owns; restored last
         undo = self._undo = [process.restore, self.step_mode.close]
         # How the step is traced, before its first trace: loss.backward() into the graph for step_backward.
         process.dynamo("trace_autograd_ops", parts.plan.backward_in_step)
@@ -165,7 +166,8 @@ class CompileStack:
             undo.append(part.teardown)
         # on_error=eager: a frame that fails to compile runs eagerly (counted by telemetry).
         process.dynamo("suppress_errors", self.settings.compile.on_error is OnError["eager"])
-        ti.lift_python_scalars(process)  # an int attribute of the module that changes: one recompile, not a storm
+        # An int attribute of the module that changes: one recompile, not a storm.
+        torch_settings.lift_python_scalars(process)
         parts.errors.configure()
         undo.append(parts.errors.teardown)
         if parts.console is not None:
@@ -228,7 +230,7 @@ class CompileStack:
         self._undo.append(install_step(module, self.training_step))
         # Restored first: restoring is last-in, first-out across owners (two owners that raise one limit in
         # turn would otherwise leave the first one's value behind).
-        bound = ti.TorchSettings()
+        bound = torch_settings.TorchSettings()
         self.parts.storms.start(bound)
         self._undo.append(bound.restore)
 
@@ -245,13 +247,13 @@ class CompileStack:
         for undo in reversed(self._undo):
             undo()
         self._undo = []
-        compiled = ti.codes_compiled_since(self._snapshot)
+        compiled = runtime.codes_compiled_since(self._snapshot)
         self.frames = len(compiled)
         if (message := self._nothing_compiled(self.frames, self._micro_batches)) is not None:
             log.warning(message)  # once, loudly: a fit that trained with something to compile compiled nothing
             if parts.console is not None:
                 parts.console.say(message)
-        ti.forget_codes(compiled)
+        runtime.forget_codes(compiled)
 
     # -- per step ------------------------------------------------------------------------------
     def training_step(self, *args: Any, **kwargs: Any) -> Any:
@@ -282,7 +284,7 @@ class CompileStack:
 
     def _compiled_autograd(self) -> contextlib.AbstractContextManager[Any]:
         compiler = self.parts.compiled_autograd if self.parts is not None else None
-        return ti.compiled_autograd(compiler) if compiler is not None else contextlib.nullcontext()
+        return runtime.compiled_autograd(compiler) if compiler is not None else contextlib.nullcontext()
 
     @contextlib.contextmanager
     def backward_context(self) -> Iterator[None]:
@@ -479,8 +481,8 @@ def demote(storm: Storm, module: L.LightningModule, parts: FitParts, compiled: C
         compiled.restore(modules)
     elif storm.name == "step" and parts.optimizer_step is not None and parts.optimizer_step._prior:
         parts.optimizer_step.demote(steps)
-    elif (code := ti.find_code(storm.filename, storm.firstlineno, storm.name)) is not None:
-        undo = ti.run_code_eagerly(code)
+    elif (code := runtime.find_code(storm.filename, storm.firstlineno, storm.name)) is not None:
+        undo = runtime.run_code_eagerly(code)
     message = (f"compile: {storm.frame} recompiled twice on the same guard `{storm.guard}`; runner stops "
                f"recompiling it at step {steps} and runs it as {to} (reported as compile/demoted). "
                "Make that value stable, a tensor, or read it outside the step to keep it compiled.")

@@ -14,9 +14,9 @@ from collections.abc import Callable
 from typing import Any
 
 from runner import lightning_internals as li
-from runner import torch_internals as ti
 from runner.figures.compile_plan import COMPILE_DYNAMIC_STATE_SOURCES
 from runner.stack.settings import StackComponent
+from runner.torch_internals import settings
 
 FIT_LOOP_STATE = li.FIT_LOOP_STATE
 
@@ -28,9 +28,9 @@ def state_sources(training_step: Callable[..., Any]) -> list[str]:
     params = list(inspect.signature(fn).parameters)
     patterns = []
     if params and params[0] != "args":
-        patterns.append(ti.local_source_pattern(params[0], FIT_LOOP_STATE))
+        patterns.append(settings.local_source_pattern(params[0], FIT_LOOP_STATE))
     # training_step(self, batch, batch_idx[, dataloader_idx]): ints Lightning passes every step
-    patterns += [ti.local_source_pattern(p, "$") for p in params[2:4] if p not in ("args", "kwargs")]
+    patterns += [settings.local_source_pattern(p, "$") for p in params[2:4] if p not in ("args", "kwargs")]
     return patterns
 
 
@@ -43,7 +43,7 @@ class PythonState(StackComponent):
         self.patterns = state_sources(training_step)
 
     def configure(self) -> None:
-        ti.add_dynamic_sources(self.torch_settings, self.patterns)
+        settings.add_dynamic_sources(self.torch_settings, self.patterns)
 
     def figures(self) -> dict[str, Any]:
         return {COMPILE_DYNAMIC_STATE_SOURCES: list(self.patterns)}

@@ -14,7 +14,7 @@ from torch import nn
 from torch.optim import Optimizer
 
 from runner.config.schema import CompileConfig, CudaGraphsConfig, DynamicConfig, OffloadConfig
-from runner.torch_internals import TorchSettings
+from runner.torch_internals.settings import TorchSettings
 
 
 @dataclass(frozen=True)

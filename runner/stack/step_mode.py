@@ -7,7 +7,7 @@ from contextlib import contextmanager
 from enum import Enum
 from typing import Any
 
-from runner import torch_internals as ti
+from runner.torch_internals import runtime
 
 
 class Eager(Enum):
@@ -108,11 +108,11 @@ class StepMode:
         if wanted == self._applied:
             return
         if self._prior is _UNSET:
-            self._prior = ti.stance_now()
+            self._prior = runtime.stance_now()
         if wanted is None:
-            ti.restore_stance(self._prior)
+            runtime.restore_stance(self._prior)
         else:
-            ti.set_stance(wanted)
+            runtime.set_stance(wanted)
         self._applied = wanted
 
     def close(self) -> None:
@@ -121,5 +121,5 @@ class StepMode:
         self._this_step.clear()
         self._in_step = False
         if self._prior is not _UNSET:
-            ti.restore_stance(self._prior)
+            runtime.restore_stance(self._prior)
         self._applied, self._prior = None, _UNSET

@@ -29,7 +29,6 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from runner import torch_internals as ti
 from runner.figures.compile_caches import COMPILE_CACHE_HITS, COMPILE_CACHE_MISSES
 from runner.figures.compile_work import (
     COMPILE_AOT_AUTOGRAD_S,
@@ -60,6 +59,7 @@ from runner.figures.compile_work import (
 )
 from runner.telemetry.advice import UNKNOWN_BATCHES, Batches, graph_break_fix, guard_location, recompile_fix
 from runner.telemetry.reasons import GraphBreakHandler, recompile_events, short_path, short_reason
+from runner.torch_internals import observation, settings
 
 
 class CompileListener(Protocol):
@@ -105,21 +105,21 @@ class CompileCollector:
         self._unregister: Any = None
         self._handler: GraphBreakHandler | None = None
         self._logger_state: tuple[int, bool] | None = None
-        self._final: list[ti.CompileRecord] | None = None
+        self._final: list[observation.CompileRecord] | None = None
         self._final_counters: dict[str, dict[str, int]] | None = None
         self._live: tuple[int, list[int]] = (-1, [])  # (records + graphs when counted, live guard counts)
-        self._settings = ti.TorchSettings()  # the compile-record limit, put back by stop()
+        self._settings = settings.TorchSettings()  # the compile-record limit, put back by stop()
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> CompileCollector:
         """Begin collecting: everything compiled before this call is excluded."""
         self._settings.compilation_metrics_limit(self.metrics_limit)
         # Holding the old records keeps them alive, so their ids cannot be reused by new ones.
-        self._baseline_records = ti.compilation_metrics()
-        self._baseline_counters = ti.counters_snapshot()
+        self._baseline_records = observation.compilation_metrics()
+        self._baseline_counters = observation.counters_snapshot()
         self._final = self._final_counters = None
         self._live = (-1, [])
-        self._unregister = ti.COMPILE_EVENT_SOURCE.subscribe(self._on_start, self._on_end)
+        self._unregister = observation.COMPILE_EVENT_SOURCE.subscribe(self._on_start, self._on_end)
         self._attach_graph_break_handler()
         return self
 
@@ -139,7 +139,7 @@ class CompileCollector:
         self.stop()
 
     def _attach_graph_break_handler(self) -> None:
-        logger = ti.graph_break_logger()
+        logger = observation.graph_break_logger()
         self._handler = GraphBreakHandler()
         self._logger_state = (logger.level, logger.propagate)
         if not logger.isEnabledFor(logging.DEBUG):
@@ -151,7 +151,7 @@ class CompileCollector:
     def _detach_graph_break_handler(self) -> None:
         if self._handler is None or self._logger_state is None:
             return
-        logger = ti.graph_break_logger()
+        logger = observation.graph_break_logger()
         logger.removeHandler(self._handler)
         logger.setLevel(self._logger_state[0])
         logger.propagate = self._logger_state[1]
@@ -161,7 +161,7 @@ class CompileCollector:
     def _on_start(self, trigger: str, compile_id: str) -> None:
         kind = {"DYNAMO": "compile", "LAZY_BACKWARD": "backward"}.get(trigger, trigger.lower())
         if kind == "compile":
-            target = ti.compiling_target()
+            target = observation.compiling_target()
             label = f"{target[0]} ({short_path(target[1])}:{target[2]})" if target else compile_id
             self._names[compile_id] = label
             if not compile_id.endswith("/0"):
@@ -192,16 +192,16 @@ class CompileCollector:
             return [(job.label, now - job.started) for job in self._open.values()]
 
     # -- figures -----------------------------------------------------------------------------
-    def _records(self) -> list[ti.CompileRecord]:
+    def _records(self) -> list[observation.CompileRecord]:
         if self._final is not None:
             return self._final
         seen = {id(m) for m in self._baseline_records}
-        return [ti.to_record(m) for m in ti.compilation_metrics() if id(m) not in seen]
+        return [observation.to_record(m) for m in observation.compilation_metrics() if id(m) not in seen]
 
     def _counter_delta(self) -> dict[str, dict[str, int]]:
         if self._final_counters is not None:
             return self._final_counters
-        now, base = ti.counters_snapshot(), self._baseline_counters
+        now, base = observation.counters_snapshot(), self._baseline_counters
         # torch never decreases counters; max(0, .) guards against someone clearing them mid-run.
         return {
             g: {k: max(0, v - base.get(g, {}).get(k, 0)) for k, v in values.items()} for g, values in now.items()
@@ -212,7 +212,7 @@ class CompileCollector:
         # Walking every cache entry's guard tree costs ~0.5 ms; the entries change only when
         # something compiles, and figures are read every logging interval.
         if self._live[0] != compiles:
-            self._live = (compiles, [n for entries in ti.live_guard_counts().values() for n in entries])
+            self._live = (compiles, [n for entries in observation.live_guard_counts().values() for n in entries])
         return self._live[1]
 
     def figures(self) -> dict[str, Any]:
@@ -222,9 +222,9 @@ class CompileCollector:
         forward = [r for r in records if r.is_forward]
         backward = [r for r in records if not r.is_forward]
         guards = [r.guard_count for r in forward if r.guard_count is not None]
-        live = self._live_guards(len(records) + ti.counter(counters, "unique_graphs"))
-        hit = ti.counter(counters, "fx_cache_hit") + ti.counter(counters, "aot_cache_hit")
-        miss = ti.counter(counters, "fx_cache_miss") + ti.counter(counters, "aot_cache_miss")
+        live = self._live_guards(len(records) + observation.counter(counters, "unique_graphs"))
+        hit = observation.counter(counters, "fx_cache_hit") + observation.counter(counters, "aot_cache_hit")
+        miss = observation.counter(counters, "fx_cache_miss") + observation.counter(counters, "aot_cache_miss")
         recompiles = [{**e, "fix": recompile_fix(str(e["reason"]), guard_location(str(e["reason"])), self.batches)}
                       for e in recompile_events(forward)]
         # The step a recompile happened in is its forward compile's. Other events share the compile
@@ -234,11 +234,11 @@ class CompileCollector:
         for event in recompiles:
             event["step"] = steps.get(event["compile_id"])
         breaks = self.graph_breaks(counters)
-        fallbacks = ti.counter(counters, "frames_total") - ti.counter(counters, "frames_ok")
+        fallbacks = observation.counter(counters, "frames_total") - observation.counter(counters, "frames_ok")
         return {
             COMPILE_FRAMES: len({(r.co_filename, r.co_name, r.co_firstlineno) for r in forward}),
             COMPILE_FRAME_COMPILES: len(forward),
-            COMPILE_GRAPHS: ti.counter(counters, "unique_graphs"),
+            COMPILE_GRAPHS: observation.counter(counters, "unique_graphs"),
             COMPILE_RECOMPILES: len(recompiles),
             COMPILE_FRAME_RECOMPILES: sum(1 for r in forward if r.recompile_reason and not r.fail_type),
             COMPILE_GRAPH_BREAKS: len(breaks),
@@ -260,7 +260,7 @@ class CompileCollector:
             ),
             COMPILE_CACHE_HITS: hit,
             COMPILE_CACHE_MISSES: miss,
-            COMPILE_CUDAGRAPH_SKIPS: ti.counter(counters, "cudagraph_skips"),
+            COMPILE_CUDAGRAPH_SKIPS: observation.counter(counters, "cudagraph_skips"),
             COMPILE_CUDAGRAPH_RECORDINGS: sum(1 for e in self.events if e["kind"] == "cudagraph_recording"),
             COMPILE_FALLBACKS: max(0, fallbacks),
             COMPILE_RECOMPILE_REASONS: recompiles,
@@ -269,7 +269,7 @@ class CompileCollector:
             COMPILE_EVENTS: list(self.events),
         }
 
-    def _fallback(self, r: ti.CompileRecord) -> dict[str, Any]:
+    def _fallback(self, r: observation.CompileRecord) -> dict[str, Any]:
         """A failed compile (the frame ran eagerly): its frame, torch's reason, the guard that failed."""
         frame = r.compile_id.split("/")[0]
         name = r.co_name or next((v for k, v in self._names.items() if k.split("/")[0] == frame), None)
@@ -287,6 +287,6 @@ class CompileCollector:
         # No log records (e.g. the logger was reconfigured): reasons from the counters, no location.
         return [
             {"reason": short_reason(reason), "user_frame": None, "count": n, "fix": graph_break_fix(reason)}
-            for reason, n in ti.graph_break_counts(counters).items()
+            for reason, n in observation.graph_break_counts(counters).items()
             if n > 0
         ]

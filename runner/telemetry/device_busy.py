@@ -18,8 +18,8 @@ from typing import Any
 
 import torch
 
-from runner import torch_internals as ti
 from runner.figures.perf import PERF_DEVICE_BUSY, PERF_DEVICE_BUSY_STEPS, PERF_HOST_MS_PER_STEP
+from runner.torch_internals import observation
 
 START_AFTER = 30
 """Steps before the device-busy window opens."""
@@ -76,7 +76,7 @@ class HostDevice(NoHostDevice):
         if self._prof is None and self._busy is None and not self._steps and step >= self.start_after \
                 and mode == "compiled":
             torch.cuda.synchronize(self.device)
-            self._prof, self._t0, self._in_window = ti.cuda_kernel_profiler(), time.perf_counter(), True
+            self._prof, self._t0, self._in_window = observation.cuda_kernel_profiler(), time.perf_counter(), True
         if self._in_window:
             self._steps.append(step)
 
@@ -89,7 +89,7 @@ class HostDevice(NoHostDevice):
             wall_us = (time.perf_counter() - self._t0) * 1e6
             prof, self._prof = self._prof, None
             prof.stop()
-            self._busy = busy_share(ti.kernel_intervals(prof), wall_us)
+            self._busy = busy_share(observation.kernel_intervals(prof), wall_us)
 
     def close(self) -> None:
         """Stop a window the run ended in (not reported: it did not hold ``window`` steps)."""

@@ -12,9 +12,9 @@ import re
 from collections import Counter
 from typing import Any
 
-from runner import torch_internals as ti
 from runner.stack.optimizer.step import in_runners_optimizer_step
 from runner.telemetry.advice import runners_site
+from runner.torch_internals import observation
 
 _LOCATION_RE = re.compile(r"in user code at (?P<file>.+?):(?P<line>\d+)\s*$", re.MULTILINE)
 
@@ -58,7 +58,7 @@ def short_reason(text: str) -> str:
     return (useful or lines or ["unknown"])[0]
 
 
-def recompile_events(forward: list[ti.CompileRecord]) -> list[dict[str, Any]]:
+def recompile_events(forward: list[observation.CompileRecord]) -> list[dict[str, Any]]:
     """Recompiles of user frames, with continuation recompiles folded into their parent's.
 
     A continuation ``torch_dynamo_resume_in_f_at_N`` recompiles because the frame ``f`` it continues
@@ -73,7 +73,7 @@ def recompile_events(forward: list[ti.CompileRecord]) -> list[dict[str, Any]]:
             continue
         key = (r.co_filename, r.co_name)
         frame_recompiles[key] += 1
-        parent = ti.resume_parent(r.co_name)
+        parent = observation.resume_parent(r.co_name)
         if parent is not None and frame_recompiles[(r.co_filename, parent)] > folded[key]:
             folded[key] += 1
             continue

@@ -16,8 +16,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from runner import torch_internals as ti
 from runner.figures.trace import TRACE_FILE, TRACE_HTML, TRACE_STATUS
+from runner.torch_internals import observation
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +60,7 @@ class StructuredTrace:
             return
         trace_dir = self.run_dir / TRACE_DIR
         trace_dir.mkdir(parents=True, exist_ok=True)
-        self._stop = ti.start_structured_trace(str(trace_dir))
+        self._stop = observation.start_structured_trace(str(trace_dir))
 
     def stop(self) -> None:
         """Detach (restoring torch's trace logger) and render the HTML report; idempotent."""

@@ -361,10 +361,10 @@ def check_qlora(cfg: RunConfig) -> str | None:
     """QLoRA's NF4 runs here: torchao imports and round-trips a block on the run's device."""
     if cfg.peft.method is not PeftMethod.qlora:
         return None
-    from runner import torch_internals as ti
+    from runner.torch_internals import nf4
 
     device = _device(cfg)
-    problem = ti.nf4_problem(device)
+    problem = nf4.nf4_problem(device)
     if problem is None:
         return None
     return (f"peft=qlora stores the frozen base weights in 4-bit NF4 through torchao, which cannot run here: "

@@ -13,11 +13,11 @@ from dataclasses import dataclass
 
 import torch
 
-from runner import torch_internals as ti
 from runner.config.cache_secret import SECRET_ENV, SECRET_FILE_ENV, SECRET_HINT, read_secret, redact_url
 from runner.config.decisions import gpu_defaults
 from runner.config.schema import AfterWarmup, Background, CacheTrust, CudaGraphMode, OnError, OptimizerPolicy, RunConfig
 from runner.config.schema.options import Eagerly, Keeps, Mark, OffloadStrategy, Scope, ShapePolicy
+from runner.torch_internals import runtime
 
 
 def compiled_optimizer_with_scaler(policy: OptimizerPolicy, scaler: bool, name: str = "the optimizer's") -> str | None:
@@ -437,7 +437,7 @@ def check_shape_marks(cfg: RunConfig) -> str | None:
         return (f"dynamic.policy={d.policy.value} with dynamic.min={d.min}: without a lower bound of "
                 f"{row.min_length}, causal attention cannot rule out an empty sequence, graph-breaks and falls back "
                 f"to eager. Use dynamic.min={row.min_length}.")
-    if row.mark is Mark.unbacked and ti.unbacked_bounds_unsupported():
+    if row.mark is Mark.unbacked and runtime.unbacked_bounds_unsupported():
         return (f"dynamic.policy=unbacked on torch {torch.__version__}: its mark_unbacked takes no lower bound (torch "
                 "2.13 and later do), so causal attention cannot rule out an empty sequence, graph-breaks and falls "
                 "back to eager. Use dynamic=dynamic (one graph for every length), or torch>=2.13.")

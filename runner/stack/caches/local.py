@@ -9,13 +9,13 @@ from typing import Any
 
 import torch
 
-from runner import torch_internals as ti
 from runner.atomic_files import atomic_write_bytes
 from runner.config.cache_secret import ARTIFACTS_SUBJECT, Signer, open_artifacts, read_secret
 from runner.config.paths import ARTIFACTS_DIR, ARTIFACTS_FILE
 from runner.config.schema import CacheTrust
 from runner.figures.compile_caches import COMPILE_CACHE_ARTIFACTS_LOADED, COMPILE_CACHE_ARTIFACTS_SAVED
 from runner.stack.settings import CacheArtifacts, StackComponent
+from runner.torch_internals import settings
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ def save_artifacts(path: Path) -> dict[str, int] | None:
     secret, _ = read_secret()
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(Signer(secret).seal(ARTIFACTS_SUBJECT, data) if secret is not None else data, path)
-    summary = {"torch": str(torch.__version__), "cpu": ti.cpu_capability(), "bytes": len(data),
+    summary = {"torch": str(torch.__version__), "cpu": settings.cpu_capability(), "bytes": len(data),
                "signed": secret is not None, **counts}
     atomic_write_bytes(json.dumps(summary, indent=2).encode(), path.with_suffix(".json"))
     return counts
@@ -56,10 +56,10 @@ def load_artifacts(path: Path, trust: CacheTrust = CacheTrust.signed) -> dict[st
     info_path = path.with_suffix(".json")
     summary = json.loads(info_path.read_text()) if info_path.exists() else {}
     saved_by = summary.get("torch")
-    if summary.get("cpu", ti.cpu_capability()) != ti.cpu_capability():
-        # torch's cache key does not cover the instruction set: such entries computed NaN (ti.machine_cache_dir).
+    if summary.get("cpu", settings.cpu_capability()) != settings.cpu_capability():
+        # torch's cache key does not cover the instruction set: such entries computed NaN (settings.machine_cache_dir).
         log.warning("compile cache: %s was saved with %s CPU kernels, this machine uses %s: not loaded",
-                    path, summary["cpu"], ti.cpu_capability())
+                    path, summary["cpu"], settings.cpu_capability())
         return {}
     if saved_by != str(torch.__version__):
         log.warning("compile cache: %s was saved by torch %s, this is %s; entries will likely miss",
@@ -86,8 +86,8 @@ class LocalCompileCache(StackComponent):
         self.saved: dict[str, int] | None = None
 
     def configure(self) -> None:
-        if self.cache_dir:  # per instruction set: torch's cache key does not cover it (ti.machine_cache_dir)
-            self.torch_settings.env(_CACHE_DIR_ENV, ti.machine_cache_dir(str(self.cache_dir)))
+        if self.cache_dir:  # per instruction set: torch's cache key does not cover it (settings.machine_cache_dir)
+            self.torch_settings.env(_CACHE_DIR_ENV, settings.machine_cache_dir(str(self.cache_dir)))
         load = self.artifacts.load_from
         if load is None:
             return

@@ -8,7 +8,6 @@ from typing import Any
 
 import torch
 
-from runner import torch_internals as ti
 from runner.atomic_files import atomic_write_bytes
 from runner.config.cache_secret import SECRET_ENV, Signer, read_secret, redact_url
 from runner.config.decisions.stack import remote_cache_error
@@ -27,6 +26,7 @@ from runner.stack.caches.entries import SignedEntries, UnsignedEntries
 from runner.stack.caches.kernels import KERNEL_NAME, open_entry, shared_object_problem, sharing_supported, sign
 from runner.stack.caches.server import CONNECT_TIMEOUT_S, TIMEOUT_S, bounded_url, ping
 from runner.stack.settings import StackComponent
+from runner.torch_internals import caches, settings
 
 log = logging.getLogger(__name__)
 
@@ -62,12 +62,12 @@ class RemoteCompileCache(StackComponent):
 
     @property
     def kernels_key(self) -> str:
-        return f"runner:inductor-cpu-kernels:v2:{torch.__version__}:{ti.cpu_capability().lower()}"
+        return f"runner:inductor-cpu-kernels:v2:{torch.__version__}:{settings.cpu_capability().lower()}"
 
     @property
     def context(self) -> str:
         """What a signature binds a kernel to besides its name: the torch that built it, the instruction set."""
-        return f"torch {torch.__version__}, {ti.cpu_capability().lower()}"
+        return f"torch {torch.__version__}, {settings.cpu_capability().lower()}"
 
     def configure(self) -> None:
         if (problem := remote_cache_error(self.url, self.trust)) is not None:
@@ -79,16 +79,17 @@ class RemoteCompileCache(StackComponent):
             return
         secret, _ = read_secret()  # unusable, or missing where entries are signed: refused by remote_cache_error
         signer = Signer(secret) if secret is not None else None
-        codec: ti.EntryCodec
+        codec: caches.EntryCodec
         if self.trust is CacheTrust.signed and signer is not None:
             codec, self.status = SignedEntries(signer, self._reject_entry), "in use"
         else:
             codec, self.status = UnsignedEntries(signer), "in use, unsigned (compile.cache_trust=unsigned)"
             log.info("compile.cache=%s: compile.cache_trust=unsigned: torch reads the server's entries unchecked; "
                      "whoever can write to the server can run code in this process", self.shown)
-        ti.use_remote_compile_cache(self.torch_settings, bounded_url(self.url))
-        ti.wrap_remote_cache_backend(self.torch_settings, lambda why: self._off(f"torch's remote cache: {why}"), codec)
-        self._before = ti.remote_cache_stats()
+        caches.use_remote_compile_cache(self.torch_settings, bounded_url(self.url))
+        caches.wrap_remote_cache_backend(self.torch_settings, lambda why: self._off(f"torch's remote cache: {why}"),
+                                         codec)
+        self._before = caches.remote_cache_stats()
         self._connected = self._active = True
         if not self.on_cpu:
             return  # torch's graph entries carry their Triton kernels
@@ -107,13 +108,13 @@ class RemoteCompileCache(StackComponent):
 
     def on_step_end(self, step: int) -> None:
         self._steps += 1
-        if self._active and ti.remote_cache_stats()[2] > self._before[2]:  # an error torch raised, not Redis's
+        if self._active and caches.remote_cache_stats()[2] > self._before[2]:  # an error torch raised, not Redis's
             self._off("torch's remote cache lookup or store failed")
         elif self._steps == 1 and self._client is not None:  # the first step compiled: share it while others start
             self._guarded("uploading kernels", self._upload_kernels)
 
     def teardown(self) -> None:
-        if self._active and ti.remote_cache_stats()[2] > self._before[2]:
+        if self._active and caches.remote_cache_stats()[2] > self._before[2]:
             self._off("torch's remote cache lookup or store failed")
         if self._client is not None:
             self._guarded("uploading kernels", self._upload_kernels)  # what later steps compiled
@@ -138,7 +139,7 @@ class RemoteCompileCache(StackComponent):
         if not self._active:
             return
         self._active = False
-        ti.stop_remote_compile_cache(self.torch_settings)
+        caches.stop_remote_compile_cache(self.torch_settings)
         self._close()
         self.status = f"off after a failure ({why}): the rest of the fit compiled with the local cache"
         log.warning("compile.cache=%s: %s; the remote compile caches are off for the rest of the fit, which "
@@ -166,14 +167,14 @@ class RemoteCompileCache(StackComponent):
         a reader never sees half), within ``FETCH_BUDGET_S``; the rest is compiled here."""
         assert self._secret is not None
         deadline = time.monotonic() + FETCH_BUDGET_S
-        cache_dir = ti.inductor_cache_dir()
+        cache_dir = caches.inductor_cache_dir()
         for raw in self._client.hkeys(self.kernels_key):
             name = _decode(raw)
             if name is None or not KERNEL_NAME.fullmatch(name):
                 self._reject(repr(raw)[:80], "not a kernel's name")
             else:
                 self._known.add(name)
-        local = set(ti.cpu_kernel_files(cache_dir))
+        local = set(caches.cpu_kernel_files(cache_dir))
         missing = sorted(self._known - local)
         for i in range(0, len(missing), _BATCH):
             if time.monotonic() > deadline:
@@ -204,17 +205,17 @@ class RemoteCompileCache(StackComponent):
         among them), each read under torch's lock for it and signed; pipelined, within ``UPLOAD_BUDGET_S``."""
         assert self._secret is not None
         deadline = time.monotonic() + UPLOAD_BUDGET_S
-        cache_dir = ti.inductor_cache_dir()
-        in_use = ti.cpu_kernels_in_use()
+        cache_dir = caches.inductor_cache_dir()
+        in_use = caches.cpu_kernels_in_use()
         pipe = self._client.pipeline(transaction=False)
         queued: list[str] = []
-        for name in ti.cpu_kernel_files(cache_dir):
+        for name in caches.cpu_kernel_files(cache_dir):
             if (name in self._known and name not in self._bad) or not KERNEL_NAME.fullmatch(name) \
-                    or (name in self._present and ti.kernel_key(name) not in in_use):
+                    or (name in self._present and caches.kernel_key(name) not in in_use):
                 continue
             if time.monotonic() > deadline:
                 break
-            content = ti.read_kernel_locked(cache_dir, name, LOCK_WAIT_S)
+            content = caches.read_kernel_locked(cache_dir, name, LOCK_WAIT_S)
             if content is None or shared_object_problem(content) is not None:
                 continue  # still being built by another process, gone, or not a kernel after all
             value = sign(self._secret, name, self.context, content)
@@ -232,7 +233,7 @@ class RemoteCompileCache(StackComponent):
     def figures(self) -> dict[str, Any]:
         out: dict[str, Any] = {COMPILE_REMOTE_CACHE: self.shown, COMPILE_REMOTE_CACHE_STATUS: self.status}
         if self._connected:
-            now = ti.remote_cache_stats()
+            now = caches.remote_cache_stats()
             out.update({COMPILE_REMOTE_CACHE_HITS: now[0] - self._before[0],
                         COMPILE_REMOTE_CACHE_MISSES: now[1] - self._before[1],
                         COMPILE_REMOTE_ENTRIES_REJECTED: self.entries_rejected})

@@ -10,16 +10,16 @@ from dataclasses import dataclass
 import torch
 from torch.optim import Optimizer
 
-from runner import torch_internals as ti
 from runner.config.decisions import gpu_defaults
 from runner.config.schema import OptimizerPolicy
+from runner.torch_internals import runtime
 
 
 def supports_fused(optimizer: Optimizer, device: torch.device) -> bool:
     """Whether the optimizer class takes ``fused=True`` and has a fused kernel for the device."""
     if "fused" not in inspect.signature(type(optimizer).__init__).parameters:
         return False
-    return device.type in ti.fused_kernel_devices()
+    return device.type in runtime.fused_kernel_devices()
 
 
 def holds_dtensors(optimizer: Optimizer) -> bool:

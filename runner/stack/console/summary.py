@@ -7,9 +7,9 @@ import logging
 import time
 from typing import Any
 
-from runner import torch_internals as ti
 from runner.stack.console.progress import CompileProgress, Sink, default_sink
 from runner.stack.settings import StackComponent
+from runner.torch_internals import observation
 
 _KIND = {"LAZY_BACKWARD": "backward", "CUDAGRAPH_RECORDING": "cudagraph_recording"}
 
@@ -42,14 +42,14 @@ class CompileConsole(StackComponent):
 
     def configure(self) -> None:
         self._breaks_before = self._graph_breaks()
-        self._unregister = ti.COMPILE_EVENT_SOURCE.subscribe(self._on_start, self._on_end)
+        self._unregister = observation.COMPILE_EVENT_SOURCE.subscribe(self._on_start, self._on_end)
 
     @staticmethod
     def _graph_breaks() -> int:
-        return sum(ti.graph_break_counts(ti.counters_snapshot()).values())
+        return sum(observation.graph_break_counts(observation.counters_snapshot()).values())
 
     def _on_start(self, trigger: str, compile_id: str) -> None:
-        target = ti.compiling_target()
+        target = observation.compiling_target()
         label = self._labels.get(compile_id.split("/")[0]) if trigger == "LAZY_BACKWARD" else None
         if label is None:
             label = f"{target[0]} ({_short_file(target[1])}:{target[2]})" if target else compile_id

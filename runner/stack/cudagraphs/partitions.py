@@ -5,20 +5,21 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from runner import torch_internals as ti
 from runner.figures.cudagraphs import (
     CUDAGRAPHS_EAGER_REASONS,
     CUDAGRAPHS_GRAPHS_PARTITIONED,
     CUDAGRAPHS_PARTITIONS,
     CUDAGRAPHS_PARTITIONS_GRAPHED,
 )
+from runner.torch_internals import partitions
+from runner.torch_internals import settings as torch_settings
 
 _DYNAMIC_FIX = ("these kernels use a dynamic size: fix the shapes (dynamic=static, or dynamic=bucket, which pads "
                 "to the lengths of dynamic.buckets) so every kernel is graphed, or "
                 "cudagraphs.skip_dynamic_graphs=false to record one CUDA graph per size")
 # (regex on torch's reason, fix), first match wins.
 _FIXES: tuple[tuple[str, str], ...] = (
-    (re.escape(ti.DYNAMIC_SHAPE_REASON), _DYNAMIC_FIX),
+    (re.escape(partitions.DYNAMIC_SHAPE_REASON), _DYNAMIC_FIX),
     ("DeviceCopy ops", "a copy between devices inside the compiled step (.to(), .cpu(), a CPU scalar tensor): "
                        "make the tensor on the GPU, or move the copy out of the step"),
     ("unbacked binding ops", "an op whose output size depends on the data (nonzero, masked indexing, .item()): "
@@ -29,7 +30,7 @@ _FIXES: tuple[tuple[str, str], ...] = (
     ("cudagraph-unsafe unbacked symint", "a size produced by an op marked unsafe to record: nothing to change "
                                          "in runner"),
     ("custom partition op", "torch._inductor.config.custom_should_partition_ops names this op"),
-    (re.escape(ti.MIN_SIZE_REASON), "partitions too small for the threshold: lower "
+    (re.escape(partitions.MIN_SIZE_REASON), "partitions too small for the threshold: lower "
                                     "triton.cudagraph_min_partition_size (compile.options)"),
     (r"^[a-z]+(:\d+)? ops$", "ops on a device without CUDA graphs (CPU tensors inside the compiled step): keep "
                              "the step's tensors on the GPU"),
@@ -48,11 +49,11 @@ class PartitionCount:
     """Counts the CUDA-graph partitions of every graph Inductor compiles while it is installed."""
 
     def __init__(self) -> None:
-        self.graphs: list[ti.GraphPartitions] = []
+        self.graphs: list[partitions.GraphPartitions] = []
 
-    def install(self, settings: ti.TorchSettings) -> None:
+    def install(self, settings: torch_settings.TorchSettings) -> None:
         """Observe torch's partitioning until ``settings`` is restored."""
-        ti.observe_graph_partitions(settings, self.graphs.append)
+        partitions.observe_graph_partitions(settings, self.graphs.append)
 
     def figures(self) -> dict[str, Any]:
         """``cudagraphs/partitions``, ``partitions_graphed`` and the reasons of the rest, with their fixes.

@@ -6,8 +6,8 @@ from typing import Any
 
 import torch
 
-from runner import torch_internals as ti
 from runner.data.batch import Path, map_tensors, walk_tensors
+from runner.torch_internals import runtime
 
 
 class StaticBatch:
@@ -53,9 +53,9 @@ class StaticBatch:
             # preserve_format keeps the strides of a dense tensor (channels-last, transposed); a tensor with
             # gaps or overlaps gets the dense layout closest to it.
             buffer = self.buffers[key] = torch.empty_like(tensor, memory_format=torch.preserve_format)
-            ti.mark_static_address(buffer)
+            runtime.mark_static_address(buffer)
         buffer.copy_(tensor)
-        ti.copy_shape_marks(tensor, buffer)
+        runtime.copy_shape_marks(tensor, buffer)
         self.copies += 1
         return buffer
 

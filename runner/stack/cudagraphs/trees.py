@@ -12,7 +12,6 @@ import torch
 from torch import nn
 from torch.optim import Optimizer
 
-from runner import torch_internals as ti
 from runner.config.schema import CudaGraphMode, CudaGraphsConfig
 from runner.figures import counted
 from runner.figures.cudagraphs import (
@@ -34,6 +33,7 @@ from runner.stack.cudagraphs.partitions import PartitionCount
 from runner.stack.cudagraphs.static_batch import StaticBatch
 from runner.stack.settings import StackComponent
 from runner.stack.step_mode import StepMode
+from runner.torch_internals import observation, partitions, runtime
 
 
 class CudaGraphs(StackComponent):
@@ -70,12 +70,12 @@ class CudaGraphs(StackComponent):
         # before anything is recorded; their optimizer steps are not held (compiled from the first step).
         self.step_mode.eager_first_steps(self.cfg.warmup_steps)
         if self.cfg.skip_dynamic_graphs:
-            ti.partition_on_graph_symbols_only(self.torch_settings)
+            partitions.partition_on_graph_symbols_only(self.torch_settings)
         self.partitions.install(self.torch_settings)
-        self._unregister = ti.COMPILE_EVENT_SOURCE.subscribe(self._on_compile_start)
+        self._unregister = observation.COMPILE_EVENT_SOURCE.subscribe(self._on_compile_start)
 
     def _on_compile_start(self, trigger: str, compile_id: str) -> None:
-        if trigger == ti.CUDAGRAPH_RECORDING_TRIGGER:
+        if trigger == observation.CUDAGRAPH_RECORDING_TRIGGER:
             self.recordings += 1
             self._recorded_in_step += 1
             # A compiled graph's partitions share its compile id and record in the same step: only a
@@ -89,13 +89,13 @@ class CudaGraphs(StackComponent):
 
     def after_backward(self) -> None:
         # The step's own graphs end with its backward: what the tree did last, before the optimizer step.
-        self._state_after_backward = ti.cudagraph_tree_state(self.device_index)
+        self._state_after_backward = observation.cudagraph_tree_state(self.device_index)
 
     def apply(self, module: nn.Module) -> None:
         # Parameters never move: telling the compiler lets CUDA graphs read them in place instead of
         # copying each into a static buffer every replay.
         for p in module.parameters():
-            ti.mark_static_address(p)
+            runtime.mark_static_address(p)
 
     def bind_optimizers(self, optimizers: list[Optimizer]) -> None:
         self.optimizers = list(optimizers)
@@ -173,7 +173,7 @@ def mark_optimizer_state_static(optimizers: list[Optimizer]) -> int:
         for state in opt.state.values():
             for value in state.values():
                 if isinstance(value, torch.Tensor):
-                    ti.mark_static_address(value)
+                    runtime.mark_static_address(value)
                     marked += 1
     return marked
 

@@ -9,7 +9,6 @@ from typing import Any
 
 import torch
 
-from runner import torch_internals as ti
 from runner.config.schema import AfterWarmup, DynamicConfig, ShapePolicy
 from runner.config.schema.options import Mark, Pad
 from runner.data.batch import iter_tensors
@@ -32,6 +31,7 @@ from runner.figures.dynamic import (
 from runner.stack.dynamic.agreement import Agreement, ShapeAgreement, process_group_info, resolve_agreement, shapes_of
 from runner.stack.settings import StackComponent
 from runner.stack.step_mode import Eager, StepMode
+from runner.torch_internals import errors, observation, runtime
 
 _MAX_REASONS = 20
 _METRICS_LIMIT = 4096  # compile records torch keeps (its default, 64, loses a long run's)
@@ -151,7 +151,7 @@ class ShapePolicyComponent(StackComponent):
         if self.cfg.after_warmup is not AfterWarmup.none:  # inside training steps only: validation is unaffected
             self.step_mode.after_warmup(self.cfg.after_warmup.value, from_step=self.cfg.warmup_steps)
         self._since_us = _now_us()
-        self._unregister = ti.COMPILE_EVENT_SOURCE.subscribe(self._on_compile_start)
+        self._unregister = observation.COMPILE_EVENT_SOURCE.subscribe(self._on_compile_start)
 
     def _on_compile_start(self, trigger: str, compile_id: str) -> None:
         # The policy's figures are about the training step's frame: compiles started while a training
@@ -182,33 +182,33 @@ class ShapePolicyComponent(StackComponent):
                         continue  # e.g. dim 1 of a 1-d tensor
                     d = dim % t.dim()
                     if mark is Mark.dynamic:
-                        ti.mark_dynamic(t, d, min=c.min, max=c.max)
+                        runtime.mark_dynamic(t, d, min=c.min, max=c.max)
                     else:
                         # One symbol per dim for every tensor (inputs and targets have one length): a
                         # runtime assert checks it. A size in the id would be guarded and recompile.
-                        ti.mark_unbacked(t, d, min=c.min, max=c.max, shape_id=f"dim{d}")
+                        runtime.mark_unbacked(t, d, min=c.min, max=c.max, shape_id=f"dim{d}")
                     marked.add(d)
             for j, d in agreed:
                 if j == i and d not in marked:
-                    ti.maybe_mark_dynamic(t, d)
+                    runtime.maybe_mark_dynamic(t, d)
         return batch
 
     def step_context(self) -> ContextManager[Any]:
         return _StepScope(self)
 
     def _enter_step(self) -> None:
-        self._before = ti.graphs_compiled()
+        self._before = observation.graphs_compiled()
         self._in_step = True
 
     def _exit_step(self, exc: BaseException | None) -> None:
         try:
-            if isinstance(exc, RuntimeError) and ti.is_fail_on_recompile(exc):
+            if isinstance(exc, RuntimeError) and errors.is_fail_on_recompile(exc):
                 shapes = shapes_of(list(iter_tensors(self._batch)))
                 raise RecompileAfterWarmupError(format_recompile_error(exc, self.steps, self.cfg, shapes)) from exc
         finally:
             self._in_step, self._hold = False, False
             self._batch = None  # the batch is Lightning's again once the step is over
-            self.graphs += ti.graphs_compiled() - self._before
+            self.graphs += observation.graphs_compiled() - self._before
 
     def on_step_end(self, step: int) -> None:
         self.steps = step
@@ -235,7 +235,7 @@ class ShapePolicyComponent(StackComponent):
             return dict(self._final)
         # This run's training-step compiles: torch's records since configure() whose compile started inside
         # a training step (forward and its deferred backward share the compile id).
-        records = [r for r in map(ti.to_record, ti.compilation_metrics())
+        records = [r for r in map(observation.to_record, observation.compilation_metrics())
                    if (r.start_us or 0) >= self._since_us and r.compile_id in self._step_compile_ids]
         reasons = [r.recompile_reason for r in records if r.is_forward and r.recompile_reason]
         waste = self.padding_waste_pct()

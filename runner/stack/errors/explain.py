@@ -6,11 +6,11 @@ import logging
 import re
 from typing import Any
 
-from runner import torch_internals as ti
 from runner.config.schema import OnError
 from runner.errors import RunStopped
 from runner.figures.compile_work import COMPILE_RECOMPILE_LIMIT_HITS
 from runner.stack.settings import StackComponent
+from runner.torch_internals import errors
 
 log = logging.getLogger(__name__)
 
@@ -53,24 +53,24 @@ class CompileErrorWatch(StackComponent):
 
     def on_record(self, record: logging.LogRecord) -> None:
         """One Dynamo warning: a limit hit or an eager fallback is logged in one line and kept."""
-        if (hit := ti.limit_hit_from_record(record)) is not None:
+        if (hit := errors.limit_hit_from_record(record)) is not None:
             hit = {"limit": hit["limit"], "function": hit["function"], "guard": _guard_text(hit["reason"])}
             self.limit_hits.append(hit)
             then = ("the run stops (compile.on_error=raise)" if self.on_error is OnError["raise"] else
                     "that frame runs eagerly from now on, as torch.compile does (compile.on_error=raise would stop)")
             log.warning("compile: recompile limit %s hit by %s; the guard that kept failing: %s; %s.",
                         hit["limit"], hit["function"], hit["guard"], then)
-        elif (fb := ti.fallback_from_record(record)) is not None:
+        elif (fb := errors.fallback_from_record(record)) is not None:
             self.fallbacks.append(fb)
             log.warning("compile: %s runs eagerly (compile.on_error=eager): %s", fb["function"], fb["reason"])
 
     def configure(self) -> None:
         """Start listening; under ``on_error=raise`` a recompile-limit hit becomes an error."""
         self.torch_settings.dynamo("fail_on_recompile_limit_hit", self.on_error is OnError["raise"])
-        logging.getLogger(ti.CONVERT_FRAME_LOGGER).addHandler(self._handler)
+        logging.getLogger(errors.CONVERT_FRAME_LOGGER).addHandler(self._handler)
 
     def teardown(self) -> None:
-        logging.getLogger(ti.CONVERT_FRAME_LOGGER).removeHandler(self._handler)
+        logging.getLogger(errors.CONVERT_FRAME_LOGGER).removeHandler(self._handler)
         super().teardown()
 
     def figures(self) -> dict[str, Any]:
@@ -85,10 +85,10 @@ def _first_lines(text: str, n: int = 2) -> str:
 
 def explain_compile_error(exc: BaseException, watch: CompileErrorWatch | None = None) -> str | None:
     """One paragraph for a compile error (None when ``exc`` is not one)."""
-    kind = ti.compile_error_kind(exc)
+    kind = errors.compile_error_kind(exc)
     if kind is None:
         return None
-    where = ti.frame_of(exc) or (ti.frame_of(exc.__cause__) if exc.__cause__ else None)
+    where = errors.frame_of(exc) or (errors.frame_of(exc.__cause__) if exc.__cause__ else None)
     if kind == "recompile_limit":
         hit = watch.limit_hits[-1] if watch and watch.limit_hits else None
         what = (f"recompile limit {hit['limit']} hit by {hit['function']}; the guard that kept failing: "
@@ -112,21 +112,21 @@ def explain_compile_error(exc: BaseException, watch: CompileErrorWatch | None = 
                "so that batch x max stays on one side of the guard, or dynamic=automatic / bucket, which let "
                "the compiler choose its graphs")
     elif kind == "backend" and "RNG ops in recompute regions" in str(exc):
-        what = (f"backend {ti.backend_name(exc)!r} failed: a random op (dropout, or scaled_dot_product_attention, "
+        what = (f"backend {errors.backend_name(exc)!r} failed: a random op (dropout, or scaled_dot_product_attention, "
                 "tagged random even at dropout 0) lies in a checkpointed block of a forward-loss-backward graph "
                 "(compile.scope=step_backward), where torch cannot recompute it")
         fix = ("use compile.scope=step with offload=checkpoint (the partitioner handles random ops there), or "
                "offload=checkpoint_budget, bf16 or fp8 with step_backward")
     elif kind == "backend" and "RunAndSaveRngState" in str(exc):
-        what = (f"backend {ti.backend_name(exc)!r} failed: a checkpointed block saves and restores the random state "
-                "(around dropout or scaled_dot_product_attention), which Inductor's C++ wrapper cannot generate")
+        what = (f"backend {errors.backend_name(exc)!r} failed: a checkpointed block saves and restores the random "
+                "state (around dropout or scaled_dot_product_attention), which Inductor's C++ wrapper cannot generate")
         fix = "set ++compile.options.cpp_wrapper=false, or use offload=checkpoint_budget instead of offload=checkpoint"
     elif kind == "backend":
-        what = f"backend {ti.backend_name(exc)!r} failed: {_first_lines(str(ti.inner_exception(exc)), 1)}"
+        what = f"backend {errors.backend_name(exc)!r} failed: {_first_lines(str(errors.inner_exception(exc)), 1)}"
         fix = ("try compile.backend=aot_eager to tell a Dynamo/AOTAutograd problem from a backend one, or set "
                "compile.on_error=eager to run this frame eagerly")
     elif kind == "unsupported":
-        gb_type = ti.graph_break_type(exc) or "unsupported"
+        gb_type = errors.graph_break_type(exc) or "unsupported"
         explanation = re.search(r"Explanation: (.+)", str(exc))
         what = f"graph break '{gb_type}'" + (f": {explanation[1].strip()}" if explanation else "")
         fix = ("set compile.fullgraph=false to let Dynamo split the graph there, move that call out of the "

@@ -6,7 +6,8 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 
-from runner import torch_internals as ti
+from runner.torch_internals import observation
+from runner.torch_internals import settings as torch_settings
 
 _NUMBER = re.compile(r"-?\b\d+(?:\.\d+)?(?:e[-+]?\d+)?\b")
 _SHAPE = re.compile(r"size mismatch|stride mismatch|storage_offset|\.size\(\)|\.stride\(\)|dim mismatch|"
@@ -54,33 +55,33 @@ class StormWatch:
         self._counts: Counter[tuple[str, str | None, int | None, str]] = Counter()
         self._reported: set[tuple[str, str | None, int | None]] = set()
 
-    def start(self, settings: ti.TorchSettings | None = None) -> None:
+    def start(self, settings: torch_settings.TorchSettings | None = None) -> None:
         """Ignore everything compiled before now (``settings``: raise torch's record limit, 64, so a
         long fit's records do not roll out between two checks)."""
         if settings is not None:
             settings.compilation_metrics_limit(100_000)
-        records = ti.compilation_metrics()
-        self._graphs = ti.graphs_compiled()
+        records = observation.compilation_metrics()
+        self._graphs = observation.graphs_compiled()
         self._last = records[-1] if records else None
 
     def check(self) -> list[Storm]:
         """Storms completed since the last check (nothing, cheaply, when nothing compiled)."""
-        graphs = ti.graphs_compiled()
+        graphs = observation.graphs_compiled()
         if graphs == self._graphs:
             return []
         self._graphs = graphs
         storms = []
-        records = ti.compilation_metrics()
+        records = observation.compilation_metrics()
         seen = next((i for i in range(len(records) - 1, -1, -1) if records[i] is self._last), -1)
         for raw in records[seen + 1:]:
             self._last = raw
-            record = ti.to_record(raw)
+            record = observation.to_record(raw)
             if not record.is_forward:
                 continue
             guard = guard_text(record.recompile_reason)
             if not guard or is_shape_guard(guard):
                 continue
-            name = ti.resume_parent(record.co_name) or record.co_name or "?"
+            name = observation.resume_parent(record.co_name) or record.co_name or "?"
             frame = (name, record.co_filename, record.co_firstlineno)
             self._counts[(*frame, guard_key(guard))] += 1
             if self._counts[(*frame, guard_key(guard))] >= self.threshold and frame not in self._reported:

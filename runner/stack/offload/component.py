@@ -18,7 +18,6 @@ from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
 )
 from torch.utils.weak import WeakIdKeyDictionary
 
-from runner import torch_internals as ti
 from runner.config.schema import OffloadConfig
 from runner.config.schema.options import Eagerly, Keeps
 from runner.figures.offload import (
@@ -40,6 +39,7 @@ from runner.stack.compiling.plan import CompilePlan
 from runner.stack.offload import codecs, policy
 from runner.stack.offload.hooks import SavedTensorCodec
 from runner.stack.settings import StackComponent
+from runner.torch_internals import runtime
 
 
 def apply_checkpointing(
@@ -229,7 +229,7 @@ class CheckpointOffload(OffloadComponent):
         Dynamo does not guard on it: it must be set before the first compile."""
         if self.cfg.memory_budget is not None:
             self.torch_settings.functorch("activation_memory_budget", float(self.cfg.memory_budget))
-            self.applied_budget = ti.memory_budget()  # as torch holds it while this run compiles
+            self.applied_budget = runtime.memory_budget()  # as torch holds it while this run compiles
 
     def apply(self, module: nn.Module) -> None:
         if self.cfg.memory_budget is not None:

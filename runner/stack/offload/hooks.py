@@ -11,9 +11,9 @@ import torch
 import torch.fx
 from torch import nn
 
-from runner import torch_internals as ti
 from runner.config.schema.options import Codec
 from runner.stack.offload import codecs, policy
+from runner.torch_internals import observation, runtime
 
 _CACHE_VERSION = "runner.stack.offload.hooks/1"  # bump when pack/unpack trace to something different
 _REGISTRY: weakref.WeakValueDictionary[int, SavedTensorCodec] = weakref.WeakValueDictionary()
@@ -37,7 +37,7 @@ def _hook_graph(fn: Any, codec_id: int, cache_hash: str, name: str) -> torch.fx.
     graph = torch.fx.Graph()
     x = graph.placeholder("x")
     call = graph.call_function(fn, (x, codec_id))
-    ti.mark_wrapped(call, cache_hash)
+    runtime.mark_wrapped(call, cache_hash)
     graph.output(call)
     return torch.fx.GraphModule(torch.nn.Module(), graph, class_name=name)
 
@@ -70,7 +70,7 @@ class SavedTensorCodec:
     def attach(self, model: nn.Module) -> None:
         """Resolve ``exclude`` against ``model`` and track excluded modules when they run eagerly."""
         self._model = model
-        self._cache_hits = ti.counter_now("aot_cache_hit")
+        self._cache_hits = observation.counter_now("aot_cache_hit")
         self.excluded = policy.excluded_module_names(model, self.exclude)
         self._build_graphs()  # the cache hash covers the resolved exclusions
         self._excluded_depth.attach(model, self.excluded)
@@ -92,14 +92,14 @@ class SavedTensorCodec:
         """Declare this step's batch alive anyway: packing it would only add memory."""
         self._batch = {
             t.untyped_storage().data_ptr()
-            for t in ti.tree_leaves(tensors)
+            for t in runtime.tree_leaves(tensors)
             if isinstance(t, torch.Tensor) and t.is_floating_point()
         }
 
     # -- hooks -----------------------------------------------------------------------------------
     def pack(self, x: torch.Tensor) -> Any:
         """Pack hook body (runs eagerly on real tensors, or at trace time on fake ones)."""
-        node = ti.traced_saved_node()
+        node = runtime.traced_saved_node()
         path = "traced" if node is not None else "eager"
         nbytes = codecs.stored_nbytes(x)
         if not policy.wants_packing(x, nbytes, self.codec.itemsize, self.min_bytes):
@@ -154,4 +154,4 @@ class SavedTensorCodec:
             return "eager_hooks"
         if traced:
             return "traced"
-        return "cached" if ti.counter_now("aot_cache_hit") > self._cache_hits else "none"
+        return "cached" if observation.counter_now("aot_cache_hit") > self._cache_hits else "none"

@@ -16,7 +16,6 @@ from typing import Any, Optional, Union
 import torch
 from torch import nn
 
-from runner import torch_internals as ti
 from runner.config.schema import OffloadConfig, OffloadStrategy
 from runner.figures.offload import (
     OFFLOAD_GRAD_REL_ERROR,
@@ -28,6 +27,7 @@ from runner.figures.offload import (
     OFFLOAD_SAVED_BYTES,
     OFFLOAD_SAVED_BYTES_NONE,
 )
+from runner.torch_internals import runtime
 
 LossFn = Callable[[nn.Module, Any], torch.Tensor]
 CompileFn = Callable[[Callable[..., Any]], Callable[..., Any]]
@@ -167,7 +167,7 @@ def compare_with_none(
     """Compare ``cfg`` with ``strategy=none`` on one batch from identical weights, each variant on a fresh copy and a
     fresh compiler (Dynamo does not guard on settings such as the memory budget, so a variant could otherwise reuse the
     other's graphs). ``fresh_compiler`` forgets what was compiled (default: ``torch.compiler.reset()``, everything)."""
-    fresh = fresh_compiler or ti.reset_compiler
+    fresh = fresh_compiler or runtime.reset_compiler
     # run_variant copies ``model`` for each variant: both start from its weights as they are now. One copy
     # at a time: the first one's compiled frames are forgotten and its reference cycles (a module's
     # compiled instance forward holds the module) collected before the second copy is made.
@@ -231,7 +231,7 @@ def _fresh_code(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _device_of(batch: Any) -> torch.device:
-    for t in ti.tree_leaves(batch):
+    for t in runtime.tree_leaves(batch):
         if isinstance(t, torch.Tensor):
             return t.device
     return torch.device("cpu")

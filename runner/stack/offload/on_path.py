@@ -10,12 +10,12 @@ from typing import Any
 import lightning as L
 import torch
 
-from runner import torch_internals as ti
 from runner.figures.offload import OFFLOAD_MEASURE_SKIPPED
 from runner.lightning_step.deferred_log import discard_logs, metric_methods
 from runner.stack.compiling.compile import CompiledModules, apply_compile
 from runner.stack.compiling.plan import CompilePlan
 from runner.stack.settings import CompileSettings, LightningSide
+from runner.torch_internals import runtime
 
 
 def skip_reason(module: L.LightningModule, lightning: LightningSide, settings: CompileSettings) -> str | None:
@@ -53,7 +53,7 @@ def measure_on_run_path(module: L.LightningModule, batch: Any, device: torch.dev
 
     s = settings
     plan = run_plan.without_cudagraphs()
-    batch = ti.tree_map(lambda t: t.to(device) if isinstance(t, torch.Tensor) else t, batch)
+    batch = runtime.tree_map(lambda t: t.to(device) if isinstance(t, torch.Tensor) else t, batch)
 
     def build_step(m: torch.nn.Module) -> Callable[[Any], torch.Tensor]:
         lm: Any = m
@@ -67,10 +67,10 @@ def measure_on_run_path(module: L.LightningModule, batch: Any, device: torch.dev
 
         return loss
 
-    snapshot = ti.code_snapshot()
+    snapshot = runtime.code_snapshot()
 
     def forget() -> None:  # between variants: what the measurement compiled, and nothing else
-        ti.forget_codes(ti.codes_compiled_since(snapshot))
+        runtime.forget_codes(runtime.codes_compiled_since(snapshot))
 
     with _run_random_state(device):
         # compare_with_none measures each variant on its own copy of the module, moved to the device.

@@ -10,12 +10,12 @@ from typing import Any
 import torch
 from torch.optim import Optimizer
 
-from runner import torch_internals as ti
 from runner.figures.cudagraphs import (
     CUDAGRAPHS_OPTIMIZER_RECORDINGS,
     CUDAGRAPHS_OPTIMIZER_REPLAYS,
     CUDAGRAPHS_OPTIMIZER_UNCAPTURED,
 )
+from runner.torch_internals import runtime
 
 WARMUP_CALLS = 2
 MAX_RECORDINGS = 3
@@ -119,7 +119,7 @@ class GraphSafeStep:
                 torch.nn.utils.clip_grads_with_norm_(params, float(self.clipping.value or 0.0), total)
         if self.clipping.by_value:
             torch.nn.utils.clip_grad_value_(params, float(self.clipping.value or 0.0))
-        ti.skip_update_on(self.optimizer, self.found_inf if self.skipping else None)
+        runtime.skip_update_on(self.optimizer, self.found_inf if self.skipping else None)
         type(self.optimizer).step(self.optimizer)  # the class's: an LR scheduler's wrapper is not in the graph
         self.zero_grads()
         self.calls.add_(1)
@@ -134,7 +134,7 @@ class GraphSafeStep:
     def zero_grads(self) -> None:
         """Zero every bound gradient in place (also after a closure that raised: the next step starts at zero)."""
         if self._live[0]:
-            ti.zero_in_place(self._live[0])
+            runtime.zero_in_place(self._live[0])
 
 
 class CudaGraphCapture:

@@ -12,7 +12,6 @@ from typing import Any
 import torch
 from torch.optim import Optimizer
 
-from runner import torch_internals as ti
 from runner.config.schema import OptimizerPolicy
 from runner.figures.compile_plan import (
     COMPILE_OPTIMIZER,
@@ -25,6 +24,7 @@ from runner.figures.cudagraphs import CUDAGRAPHS_OPTIMIZER_RECORDINGS, CUDAGRAPH
 from runner.stack.compiling.plan import eager_only, supports_fused
 from runner.stack.optimizer.graphed import CapturedStep, Clipping, GraphSafeStep, capture_figures
 from runner.stack.step_mode import StepMode
+from runner.torch_internals import runtime
 
 log = logging.getLogger(__name__)
 
@@ -165,7 +165,7 @@ class OptimizerStep:
         """Give each optimizer back its own ``step`` (the LR scheduler's counting wrapper included); a graph-safe
         step's optimizer no longer skips on its flag."""
         for graphed in self.graphed:
-            ti.skip_update_on(graphed.step.optimizer, None)
+            runtime.skip_update_on(graphed.step.optimizer, None)
         for optimizer, prior in reversed(self._prior):
             if prior is _MISSING:
                 vars(optimizer).pop("step", None)
