@@ -1,15 +1,5 @@
-"""``reliability.on_nonfinite=skip`` handed to a graph-safe optimizer step: the update skipped on the device, read
-when a decision is due.
-
-Where the stack runs the optimizer step as one graph-safe function (``compile.optimizer=graphed``), the guard does not
-read the loss before every update: the step computes ``found_inf`` from the total norm of the gradients (a non-finite
-loss gives non-finite gradients; gradients that overflow on a finite loss are skipped too), its fused kernel skips the
-update on the device, and the step records which steps it skipped there. The guard reads that record every
-``check_every`` optimizer steps (1 on the CPU, the logging interval on a GPU), before each checkpoint and at the end:
-it logs each skipped step, counts it in ``reliability/skipped_steps``, and stops the run at the skip past
-``max_skipped_steps``. Every skipped update left the weights as they were, so the state it saves then is good; under
-DDP the gradients are the same on every rank after their all-reduce, so every rank skips, reads and stops alike.
-"""
+"""``reliability.on_nonfinite=skip`` under a graph-safe optimizer step (``compile.optimizer=graphed``): the update is
+skipped on the device, and the guard reads the record of skipped steps only when a decision is due."""
 
 from __future__ import annotations
 

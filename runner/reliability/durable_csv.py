@@ -1,23 +1,7 @@
 """``metrics.csv`` that a SIGKILL at any instant leaves readable, holding every whole row written so far.
 
-Lightning's CSV writer (2.6) appends rows in place, and whenever a new metric key appears it reopens
-``metrics.csv`` in mode "w" and writes every row again: a kill during that rewrite leaves an empty or
-half-written file. When it starts in a directory that already holds files it deletes ``metrics.csv``
-(with the warning "Previous log files in this directory will be deleted"), so a resumed run would lose
-the rows logged before the interruption.
-
-``DurableCsvWriter`` keeps Lightning's file format (sorted keys, one row per ``log_metrics`` call) and
-its writer interface, and changes how the bytes reach the disk:
-
-* rows are appended with ``os.write`` on an ``O_APPEND`` descriptor, so a kill can cut at most the
-  last row short; readers here ignore an unterminated last line, and a write that fails (a full disk)
-  is cut back to the last whole row before the error is raised;
-* a header change, the first save of a fresh run and the cut on resume write a whole new file beside
-  the old one and rename it over it (``atomic_write_bytes``): either the old file or the new one is
-  on disk, never a mix;
-* nothing is deleted when the writer starts; a resumed run's writer holds its rows until
-  :meth:`DurableCsvWriter.resume` has decided which of the file's rows to keep.
-"""
+Lightning's CSV writer (2.6) rewrites the whole file in place when a key appears and deletes it on start; this one
+appends with ``os.write`` on ``O_APPEND`` and renames whole new files over the old one."""
 
 from __future__ import annotations
 
@@ -73,10 +57,8 @@ def _encode(keys: list[str], rows: list[dict[str, Any]], header: bool) -> bytes:
 
 
 class DurableCsvWriter(ExperimentWriter):
-    """Lightning's CSV ``ExperimentWriter`` whose file survives a SIGKILL at any instant (module docstring).
-
-    ``resuming``: hold every row until :meth:`resume` (or :meth:`release`) says which old rows stay;
-    otherwise the first save replaces whatever ``metrics.csv`` the directory held."""
+    """Lightning's CSV ``ExperimentWriter`` whose file survives a SIGKILL at any instant. ``resuming``: hold every row
+    until :meth:`resume` (or :meth:`release`) says which old rows stay."""
 
     def __init__(self, log_dir: str, resuming: bool) -> None:
         # Lightning's __init__ is not called on purpose: it deletes an existing metrics.csv.

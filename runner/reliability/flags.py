@@ -1,5 +1,5 @@
-"""A non-finite loss as a flag: 0 finite, 1 inf, 2 nan (the worst wins across ranks), with the first step it
-appeared at; on the device, without a host sync, or on the CPU read at once (``NonFiniteGuard`` decides when)."""
+"""A non-finite loss as a flag, 0 finite, 1 inf, 2 nan (the worst wins across ranks), with the first step it
+appeared at; computed on the device without a host sync."""
 
 from __future__ import annotations
 
@@ -24,9 +24,8 @@ def _stacked(losses: list[tuple[int, torch.Tensor]]) -> torch.Tensor:
 
 
 def pending_flags(losses: list[tuple[int, torch.Tensor]]) -> tuple[torch.Tensor, torch.Tensor]:
-    """The worst flag of the kept ``(step, loss)`` pairs and the first step whose flag is not 0 (0 when none),
-    as device scalars: a few ops for the whole interval instead of a dozen per micro-batch. Checked in the
-    losses' own dtype (promoted, never narrowed: a finite float64 1e300 would be inf as float32)."""
+    """The worst flag of the kept ``(step, loss)`` pairs and the first step whose flag is not 0 (0 when none), as
+    device scalars: a few ops for the whole interval instead of a dozen per micro-batch."""
     if all(loss.numel() == 1 for _, loss in losses):
         values = _stacked(losses)
         nan, inf = torch.isnan(values), torch.isinf(values)

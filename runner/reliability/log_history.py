@@ -1,30 +1,7 @@
 """A run resumed in place keeps the metric history its checkpoint covers, across any number of kills.
 
-What a checkpoint covers: Lightning logs a training step's rows (``train/*``, the validation after it,
-``lr-*``) under the step's index, so a checkpoint taken after ``global_step`` = T steps covers the rows
-with ``step < T``. Some rows are logged under the step count instead (runner's telemetry logs at
-``trainer.global_step`` once a step ends), so a row also counts as covered when it was on disk when
-the checkpoint was written. ``LogHistory`` keeps exactly those:
-
-* ``on_save_checkpoint`` (rank 0): the loggers' pending rows are written first, then the checkpoint
-  records how many CSV rows and how many bytes of each TensorBoard event file were on disk
-  (``checkpoint["runner/log_history"]``);
-* ``on_train_start`` of a resumed run (rank 0), once ``trainer.global_step`` = T is restored: each
-  ``metrics.csv`` keeps its first N rows and, after them, the rows with ``step < T``; each event file
-  written before this process started is cut the same way (:mod:`runner.reliability.tb_events`).
-  The rows past the checkpoint are dropped there, once: the resumed run logs those steps again.
-
-Every write is either a rename of a complete file or an append whose unfinished last row readers
-ignore, and the cut gives the same files when it is done twice, so a kill at any instant (the cut
-itself included) leaves files the next resume cuts to the same history. A resume that finds no
-checkpoint (``ckpt_path=last`` before the first save) starts at step 0 and drops every old row.
-wandb's offline files are left as wandb writes them (docs/reliability.md says what that gives).
-
-The report of a resumed run describes the whole run: it says where the run resumed (``run/resumed_at_step``), and
-a resumed part that reaches its last step without having validated validates there (the model it ends with, not no
-``val/*`` at all: ``trainer.val_check_interval`` counts from the run's start, so a short resumed part may hold no
-multiple of it).
-"""
+The checkpoint records how many CSV rows and event-file bytes were on disk; a resume keeps those and the rows
+below its step, and drops the rest once. Every write is a rename or an append, and the cut is idempotent."""
 
 from __future__ import annotations
 
@@ -56,10 +33,8 @@ def attach_durable_writer(logger: CSVLogger, resuming: bool) -> DurableCsvWriter
 
 
 class LogHistory(Callback):
-    """Keeps the CSV and TensorBoard history a checkpoint covers (module docstring).
-
-    Build it before any logger has written (its CSV writers replace Lightning's); ``resuming``: the
-    run starts from a checkpoint (``ckpt_path``), so the old files are cut once training starts."""
+    """Keeps the CSV and TensorBoard history a checkpoint covers. Build it before any logger has written (its CSV
+    writers replace Lightning's); ``resuming``: the old files are cut once training starts."""
 
     def __init__(self, loggers: list[Logger], resuming: bool) -> None:
         self.resuming = resuming

@@ -1,37 +1,8 @@
 """A nan/inf training loss stops the run or skips that step, read from the device only when a decision is due.
 
-Each micro-batch's loss is kept on its device in ``on_before_backward`` (Lightning calls it for every
-micro-batch; runner's strategy calls it too when the compiled step already ran backward): one copy per
-micro-batch, the only device op the guard adds to a step (a CUDA-graph replay overwrites its outputs at the
-next step, so the loss itself cannot be kept), and no host sync. When a read is due, the worst flag
-(finite, inf, nan) and the step it first appeared at are computed from the copies at once, in the losses'
-own dtype; every ``FOLD_EVERY`` copies are folded into one running pair on the device, so what the guard
-holds stays bounded however long no read comes. The flag is
-read (one sync, plus one small all-reduce under DDP) only when a decision is due:
-
-* ``skip``: every optimizer step, after all its micro-batches' backward and before the update (raised
-  as ``_SkipStep`` from inside the optimizer closure, caught around ``LightningModule.optimizer_step``):
-  no update and no optimizer-state change. ``global_step`` still advances (Lightning counts the step once
-  the hook returns), so step numbers stay aligned with the data and ``max_steps`` counts skipped steps.
-  After ``max_skipped_steps`` skips the run stops as with ``stop``.
-* ``stop``: every ``check_every`` optimizer steps (in ``on_before_optimizer_step``), before every
-  checkpoint is written (``on_save_checkpoint``) and at the end of training. ``check_every`` is 1 where
-  reading a value waits for nothing (the CPU), else the trainer's ``log_every_n_steps`` (logging reads
-  values at those steps anyway). So a non-finite loss stops the run within ``check_every`` steps, and
-  before the next checkpoint is written: no checkpoint ever holds weights updated with a non-finite
-  loss. Seen before its own update (always with ``check_every=1``), the last good state is saved to
-  ``last.ckpt``; seen after, the updates already ran, nothing is saved, and the error names the newest
-  checkpoint written before the bad step (``ckpt_path=last`` resumes from it).
-
-``skip`` needs Lightning's automatic optimization (the skip happens inside ``LightningModule.
-optimizer_step``): with manual optimization the guard says so once and acts as ``stop``, whose reads come
-from ``on_before_optimizer_step``, which Lightning calls for a manual ``optimizer.step()`` too.
-
-Under DDP every rank takes the same decision at the same step: the flag is all-reduced (max) over the
-ranks before anyone acts on it, so a nan on any rank stops every rank (all save through the same
-collective ``save_checkpoint``, rank 0 writes) or skips the step on every rank; every rank reads at the
-same global steps, so the collectives match.
-"""
+Each micro-batch's loss is copied on its device (no host sync); the flag is read every optimizer step for ``skip``,
+every ``check_every`` steps, before each checkpoint and at the end for ``stop``, so no checkpoint holds weights
+updated with a non-finite loss. Under DDP the flag is all-reduced first, so every rank acts alike at the same step."""
 
 from __future__ import annotations
 
@@ -93,13 +64,8 @@ def check_every_for(device: torch.device, log_every_n_steps: int) -> int:
 
 
 class NonFiniteGuard(Callback):
-    """Stops or skips on a non-finite loss (see the module docstring).
-
-    Under a graph-safe optimizer step (``compile.optimizer=graphed``) ``skip`` is handed to the step, which skips
-    on the device (:mod:`runner.reliability.device_skips`).
-
-    ``check_every``: optimizer steps between reads under ``stop`` (None: :func:`check_every_for` the
-    run's device and ``log_every_n_steps``)."""
+    """Stops or skips on a non-finite loss; under ``compile.optimizer=graphed`` ``skip`` is handed to the step.
+    ``check_every``: optimizer steps between reads under ``stop`` (None: :func:`check_every_for`)."""
 
     def __init__(self, policy: OnNonFinite, ckpt_path: Path, max_skipped_steps: int = 10,
                  check_every: int | None = None) -> None:

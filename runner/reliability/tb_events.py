@@ -1,18 +1,7 @@
 """TensorBoard event files cut back to a checkpoint on resume, so that no step is shown twice.
 
-TensorBoard's ``SummaryWriter`` writes one append-only file per process
-(``events.out.tfevents.<time>.<host>.<pid>.<n>``): a sequence of records, each a little-endian uint64
-length, its masked CRC (4 bytes), a serialized ``Event`` and the data's masked CRC (4 bytes). A run
-resumed in place writes a new file beside the killed process's one, whose events for the steps past
-the checkpoint would otherwise be shown twice, once from each file. Rather than rely on a reader
-honouring ``SummaryWriter(purge_step=...)`` markers, the old files themselves are cut.
-
-:func:`cut_events` keeps, byte for byte (so their CRCs stay valid), the records that start within the
-file's first ``keep_bytes`` (what was on disk when the checkpoint was written) and, after that, the
-records whose step is below ``before_step``, less the summaries the resumed process has already logged
-again; the result is renamed over the file. A record cut short
-by a kill ends the file. A file left with nothing but its version header is removed.
-"""
+Records are kept byte for byte (their CRCs stay valid): those on disk when the checkpoint was written, then those
+whose step is below the checkpoint's. A record cut short by a kill ends the file."""
 
 from __future__ import annotations
 
@@ -67,9 +56,8 @@ def logged_tags(path: Path) -> set[tuple[str, int]]:
 
 def cut_events(path: Path, keep_bytes: int, before_step: int,
                relogged: set[tuple[str, int]] | frozenset[tuple[str, int]] = frozenset()) -> tuple[int, int]:
-    """Cut one event file back to a checkpoint (module docstring); also drop the summaries whose
-    (tag, step) is in ``relogged`` (the resumed process logged them again, e.g. its hyperparameters at
-    step 0). Returns (events kept, events dropped)."""
+    """Cut one event file back to a checkpoint, also dropping the summaries in ``relogged`` (logged again by the
+    resumed process). Returns (events kept, events dropped)."""
     event = _event_class()
     remove_stale_temps(path)  # a cut killed before its rename: TensorBoard reads any name holding "tfevents"
     data = path.read_bytes()

@@ -1,18 +1,5 @@
-"""A suggested fix for each graph break and recompile torch reports, in the user's terms.
-
-Pure functions, no torch import: the input is the reason text torch gave (a graph break's type, e.g.
-``Data-dependent branching``, or a recompile's failed guard, e.g. ``tensor 'x' size mismatch at index
-0. expected 16, actual 8``) and where it happened (``file:line``); the output is one sentence saying
-what to change. Rules are matched in order, first match wins; each names the user-facing way out
-(a Lightning hook, a tensor instead of a Python number, a config key of runner) before torch knobs.
-
-A break in torch's own optimizer code while runner's compiled optimizer step is traced is runner's, not
-the user's (torch's steps break there by design): its location is labelled (:func:`runners_site`), its
-advice says why it is expected, it is counted but not warned of (:func:`advice_lines`).
-
-Used by the telemetry's reason lists (``compile/graph_break_reasons``, ``compile/recompile_reasons``)
-and the run report, so that every break and recompile a run reports comes with its fix.
-"""
+"""A suggested fix for each graph break and recompile torch reports, in the user's terms: rules matched in order
+on torch's reason text, each naming the user-facing way out before torch knobs. Pure functions, no torch import."""
 
 from __future__ import annotations
 

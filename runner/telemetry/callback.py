@@ -1,25 +1,8 @@
 """``CompileTelemetry``: the Lightning callback that measures what compilation did and bought.
 
-Per training step (``on_train_batch_start`` -> ``on_train_batch_end`` = forward, backward and optimizer step) it
-asks the fit's step mode (``runner.stack.StepMode``: the stack's, or one of its own under another strategy) to
-run the interleaved eager steps of :class:`SpeedupMeter` eagerly, times the step, and every
-``log_every_n_steps`` sends the compile, perf and memory figures to every logger of the trainer. At the end of
-training it writes ``compile_events.txt`` into the run dir and the reasons table to wandb; :meth:`figures`
-returns the final flat dict for :func:`runner.telemetry.report.write_report`.
-
-Everything runs in callbacks, outside compiled code: logging cannot cause graph breaks or recompiles.
-
-Which steps are timed (on an asynchronous device each costs two waits for the device, see
-:mod:`runner.telemetry.clock`): the speedup meter's eager/compiled pairs (the speedup and break-even
-use them) and one sampled step per ``log_every_n_steps`` (``perf/step_ms``, throughput and MFU use
-the timed compiled steps). Every other step runs without waiting. On the CPU every step is timed
-for free.
-
-Figures come from what happened in this run: the device is the strategy's root device, the MFU peak
-is measured on it (:mod:`runner.telemetry.peak`) unless given, and under DDP the throughput is the
-sum of every rank's measured rate (one small all-reduce per logging step), not one rank's times the
-world size.
-"""
+Everything runs in callbacks, outside compiled code, so logging cannot cause graph breaks or recompiles. On an
+asynchronous device only the speedup pairs and one sampled step per logging interval are timed (each costs two
+waits for the device); under DDP the throughput is the sum of every rank's own measured rate."""
 
 from __future__ import annotations
 
@@ -65,17 +48,8 @@ BESIDE_MODES: dict[Eager | None, str] = {Eager.beside: "background", Eager.rever
 
 
 class CompileTelemetry(pl.Callback):
-    """Compile telemetry, live compile progress and the in-run eager-vs-compiled speedup.
-
-    Args:
-        cfg: the ``telemetry`` config node (log interval, speedup pairs, MFU peak).
-        run_dir: where ``compile_events.txt`` is written; None writes nothing.
-        heartbeat_s: seconds between "still compiling" lines.
-        clock: the step timer; None builds one for the run's device at setup (tests pass one whose
-            waits they count).
-        batches: what the run's batches are (padded per batch, packing available), for the fix a recompile of a
-            new shape gets; the default knows nothing of the data (a user's own Trainer).
-    """
+    """Compile telemetry, live compile progress and the in-run eager-vs-compiled speedup. ``clock``: the step timer
+    (None: one for the run's device); ``batches``: what the run's batches are, for a recompile's fix."""
 
     def __init__(self, cfg: TelemetryConfig, run_dir: Path | None = None, heartbeat_s: float = 5.0,
                  clock: StepClock | None = None, batches: Batches = UNKNOWN_BATCHES) -> None:

@@ -1,17 +1,7 @@
 """``StepClock``: times training steps with the host clock, waiting for the device only when asked.
 
-A CUDA device runs queued work asynchronously: the host clock around a step measures the launches
-unless the host first waits for the device (``torch.cuda.synchronize``) before and after the step.
-Each wait drains the launch queue, so waiting on every step would slow every step of a GPU run (and
-under DDP on NCCL, stall the overlap of compute with the gradient all-reduce). The callback therefore
-asks for a *timed* step only where a step time is used (see ``CompileTelemetry``): the speedup
-meter's eager/compiled pairs and one sampled step per logging interval. Other steps are still
-clocked on the host (a compile, seconds of host work, stays visible), but flagged untimed and left
-out of every step-time figure.
-
-On a synchronous device (the CPU) the host clock is exact without waiting: every step is timed and
-nothing waits. ``wait`` is the seam tests use to count waits on a CPU.
-"""
+Waiting on every CUDA step would drain the launch queue (and stall DDP's overlap of compute with the all-reduce),
+so only steps whose time is used are timed; on the CPU every step is timed and nothing waits."""
 
 from __future__ import annotations
 
@@ -23,13 +13,8 @@ import torch
 
 
 class StepClock:
-    """Host-clock step timer for one device (see the module docstring).
-
-    Args:
-        device: the run's device (``trainer.strategy.root_device``).
-        wait: blocks until the device has finished its queued work; by default
-            ``torch.cuda.synchronize`` on a CUDA device and nothing on a synchronous one.
-    """
+    """Host-clock step timer; ``wait`` blocks until the device has finished its queued work (default
+    ``torch.cuda.synchronize`` on CUDA, nothing on a synchronous device; tests count its calls)."""
 
     def __init__(self, device: torch.device, wait: Callable[[], None] | None = None) -> None:
         if wait is None and device.type == "cuda":

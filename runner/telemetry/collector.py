@@ -1,24 +1,9 @@
-"""``CompileCollector``: what torch.compile did since ``start()``, from torch's own records.
+"""``CompileCollector``: what torch.compile did since ``start()``, from torch's own records (compile metrics,
+counters, compile start/end callbacks, the graph-break log).
 
-Sources, in order of preference (all reached through :mod:`runner.torch_internals`):
-
-* Dynamo's per-compile records (``CompilationMetrics``): frames, guards, recompile reasons, compile
-  time split into Dynamo / AOTAutograd / Inductor, failures. Structured, no log parsing.
-* Dynamo's counters: graphs, graph-break reasons, cache hits/misses, CUDA-graph skips, eager fallbacks.
-* Compile start/end callbacks: live progress and wall-clock per compile, the step it happened in.
-* The graph-break artifact logger: the only place torch names the user file:line of a graph break.
-
-Definitions (the figures' contract):
-
-* ``compile/frames``: distinct Python frames (code objects) Dynamo compiled, continuations included.
-* ``compile/frame_compiles``: every forward compile, first compiles and recompiles of every frame.
-* ``compile/recompiles``: compiles caused by a guard failure of an earlier compile of the *same user
-  frame*. When a frame with a graph break recompiles, Dynamo also recompiles its continuation
-  (``torch_dynamo_resume_in_f_at_N``) for the same input change; those are folded into the parent's
-  recompile (counted once) and appear only in ``compile/frame_recompiles``.
-* ``compile/graph_breaks``: distinct graph-break sites (reason + user file:line); how often each was hit
-  while tracing is its ``count``, the total is ``compile/graph_break_hits``.
-"""
+``compile/recompiles`` counts compiles caused by a guard failure of an earlier compile of the same user frame;
+a continuation (``torch_dynamo_resume_in_f_at_N``) recompiling with its parent is folded into the parent's and
+counted only in ``compile/frame_recompiles``. ``compile/graph_breaks`` counts distinct sites (reason + file:line)."""
 
 from __future__ import annotations
 
@@ -81,12 +66,8 @@ class _Open:
 
 
 class CompileCollector:
-    """Collects compile figures from the moment :meth:`start` is called until :meth:`stop`.
-
-    Constructing one touches nothing process-wide, so it is safe in any process; ``start`` registers
-    torch callbacks and a log handler, ``stop`` removes them. Set :attr:`step` from the training loop
-    so events carry the step they happened in.
-    """
+    """Collects compile figures between :meth:`start` (registers torch callbacks and a log handler) and
+    :meth:`stop`; set :attr:`step` so events carry the step they happened in."""
 
     def __init__(self, listeners: tuple[CompileListener, ...] = (), metrics_limit: int = 100_000,
                  batches: Batches = UNKNOWN_BATCHES) -> None:

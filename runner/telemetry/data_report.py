@@ -1,16 +1,5 @@
-"""What the run read, said where its results are: the data section of the summary, ``labels.json``, the data's
-fingerprint and an instruction run's ``prompt.json``.
-
-``DataReport`` is a Lightning callback. Once the data module has set up (``on_fit_start``), rank 0 writes
-``<run_dir>/labels.json``, ``{"label2id": {label: id}, "id2label": {id: label}}``, when the data has labels
-(``TextClassificationDataModule.labels``): what a trained classifier's ids mean, for whoever exports or serves it;
-and ``<run_dir>/data_fingerprint.json``, the files and tokenizer the run reads, which a resume compares with the
-data it would read (a resumed fit that was allowed to train on changed data says what changed: ``data/changed``); and
-``<run_dir>/prompt.json`` when the data is instruction data (``InstructDataModule.prompt_format``): the prompt
-template or chat template and the EOS, so that ``runner generate`` asks the model the way it was trained.
-Its ``figures()`` are the data module's (``data/*``: files, rows, tokens, the split, what was cut or left out),
-which ``runner.run`` collects into ``report.json``, ``report.md`` and the printed summary.
-"""
+"""What the run read, written where its results are: ``labels.json``, the data's fingerprint (which a resume
+compares with the data it would read), an instruction run's ``prompt.json`` and the ``data/*`` figures."""
 
 from __future__ import annotations
 
@@ -32,9 +21,7 @@ PROMPT_FILE = "prompt.json"
 
 
 class DataReport(L.Callback):
-    """Writes ``labels.json`` and the data's fingerprint into ``run_dir`` at the start of the fit (module
-    docstring). ``fingerprint``: what the run reads (:mod:`runner.data.fingerprint`); ``resuming``: whether the fit
-    continues a checkpoint, whose run recorded the data it was trained on."""
+    """Writes ``labels.json``, the data's fingerprint and ``prompt.json`` into ``run_dir`` at the start of the fit."""
 
     def __init__(self, run_dir: Path, fingerprint: dict[str, Any] | None = None, resuming: bool = False) -> None:
         self.run_dir = Path(run_dir)

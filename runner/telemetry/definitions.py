@@ -1,8 +1,4 @@
-"""Which figures the summary shows, in which sections. What each figure means (its key, label and meaning) is
-defined once in ``runner.figures``; this module groups them into the summary's sections (``SECTIONS``, which the
-console summary, ``report.md``, the sweep summary and ``docs/report.md`` read). The rules that keep the headline
-figures from contradicting each other are :mod:`runner.telemetry.verdict`'s.
-"""
+"""The summary's sections and which figures each shows (the console summary, ``report.md``, the sweep summary)."""
 
 from __future__ import annotations
 

@@ -1,24 +1,7 @@
 """The device's peak FLOP/s for MFU: measured on the run's device at start-up, or given by the user.
 
-MFU = achieved FLOP/s / peak FLOP/s. A datasheet number, or one machine's measurement, is wrong on
-every other machine: another CPU model, thread count, clock, TF32 setting or driver. So the peak is
-what *this* device does in *this* process: a short dense-matmul probe in the run's dtype (float32,
-bfloat16 or float16, from the trainer precision), with the process's own matmul settings.
-
-* Steady state: each size is warmed up once (cuBLAS/oneDNN handles, caches, clocks), then timed
-  several times; the fastest repetition counts (interference only ever slows a repetition down).
-* Size: doubled from 256 while the time budget allows (up to 4096 on a CPU, 8192 on a GPU); the
-  best rate over the sizes is the best the device's kernels do, so a training step (which also runs
-  memory-bound kernels, the backward and the optimizer) stays below it.
-* Timing: the host clock on the CPU (a CPU matmul is synchronous); CUDA events around a group of
-  matmuls on a CUDA device (the host clock would time the launches).
-
-The result is cached per machine in ``<cache dir>/peak_tflops.json`` keyed by device name, dtype,
-torch version and the settings that change the rate (CPU threads, float32 matmul precision), so only
-the first run on a machine pays the probe (about half a second). The cache dir is
-``$RUNNER_CACHE_DIR``, else ``$XDG_CACHE_HOME/runner``, else ``~/.cache/runner``. Under DDP every rank
-probes at the same moment, so on a shared CPU each rank measures the share its own steps get.
-"""
+A datasheet number is wrong on every other machine, so the peak is a short dense-matmul probe in the run's dtype,
+cached per machine in ``<cache dir>/peak_tflops.json`` keyed by what changes the rate."""
 
 from __future__ import annotations
 
@@ -146,10 +129,8 @@ def measure_tflops(device: torch.device, dtype: torch.dtype, budget_s: float = 0
 
 
 def reset_memory_peak(device: torch.device) -> None:
-    """Start the device's peak-memory count (``memory/peak_gib``) anew: what ran before (the model's build, the MFU
-    probe, the saved-activation measurement in the strategy's setup) is not the run's peak. CUDA: its peak
-    allocated; the CPU on Linux: the process's peak resident set (``VmHWM``; writing 5 to ``/proc/self/clear_refs``
-    resets it), elsewhere nothing (the peak counts from the process's start)."""
+    """Start ``memory/peak_gib`` anew (the build, the MFU probe and the strategy's setup are not the run's peak):
+    CUDA's peak allocated, or on Linux the process's ``VmHWM``."""
     if device.type == "cuda" and torch.cuda.is_available():
         torch.cuda.init()  # resetting before CUDA is initialised raises "Invalid device argument"
         torch.cuda.reset_peak_memory_stats(device)
@@ -231,10 +212,8 @@ ACHIEVED = "achieved by this run, above the probe's (which ran while the machine
 
 
 def mfu_figures(achieved_flops: float, peak: Peak | None) -> dict[str, Any]:
-    """``perf/mfu`` and the peak it is against. A measured (or cached) peak is the most this device
-    was seen to do; if this run did more (the probe ran while the machine was busy), the probe's figure is no
-    peak: the run's own rate is the best bound known (source ``achieved``), and there is no MFU, for a run's rate
-    over itself is 1 whatever it did (a CPU summary said "MFU 1"). A peak the user gave is kept as given."""
+    """``perf/mfu`` and the peak it is against. A run faster than a measured peak means the probe ran on a busy
+    machine: then the run's rate is the peak (source ``achieved``) and there is no MFU. A given peak is kept."""
     if peak is None or achieved_flops <= 0:
         return {}
     if peak.source != "given" and achieved_flops > peak.tflops * 1e12:

@@ -1,14 +1,4 @@
-"""The report's pictures: ``step_times.png`` (one run) and ``summary.png`` (a sweep).
-
-``step_times.png``: every timed step, compiled and eager as two series with their medians, the
-interleaved pairs shaded, each compile and recompile marked at its step with its compile time
-written on the mark; under the axis, the loss (whole or chunked logits) and the peak memory. The
-y-axis covers the steady steps; a step above it (the first, compiling one) sits on the top edge
-with its time written beside it. The legend names only what happened.
-
-``summary.png``: each run's figures side by side, the speedup with its pairs' 25th-75th percentile,
-every value written on its bar; a run without a figure says why instead of leaving a gap.
-"""
+"""The report's pictures: ``step_times.png`` (one run) and ``summary.png`` (a sweep)."""
 
 from __future__ import annotations
 
@@ -42,18 +32,14 @@ _EVENT_COLORS = {"compile": "tab:green", "recompile": "tab:red"}
 
 
 def _figure(**kwargs: Any) -> Figure:
-    """A figure of its own (matplotlib's object API), drawn to PNG by Agg when saved. Not pyplot: switching
-    pyplot to Agg would change the process's backend and close the figures open in it (a user's notebook keeps
-    both), and pyplot keeps every figure it made until it is closed."""
+    """A figure of its own, not pyplot's: switching pyplot to Agg would close the figures open in a user's notebook."""
     from matplotlib.figure import Figure
 
     return Figure(**kwargs)
 
 
 def _steady_top(values: list[float]) -> float:
-    """The y-axis top: the steady steps' third quartile plus three interquartile ranges (no higher than
-    the slowest step), with headroom, so load spikes and compile steps (triangles on the top edge) do
-    not squash the steady steps into a line."""
+    """The y-axis top: Q3 + 3 IQR of the steady steps (no higher than the slowest), with headroom."""
     if len(values) < 4:
         return 1.15 * max(values)
     q1, _, q3 = statistics.quantiles(values, n=4, method="inclusive")

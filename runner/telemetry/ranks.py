@@ -1,7 +1,5 @@
-"""Figures across the ranks of a multi-process fit: each rank's own headline figures gathered at the
-end (``ranks/<figure>``), and the throughput summed over ranks (each rank's own measured rate, not one
-rank's times the world size). Every rank calls these at the same point: the collectives match.
-"""
+"""Figures across the ranks of a multi-process fit: each rank's headline figures gathered at the end
+(``ranks/<figure>``) and the throughput summed over ranks. Every rank calls these at the same point."""
 
 from __future__ import annotations
 
@@ -35,9 +33,7 @@ Rates = dict[str, float | None]
 
 def gather_rank_figures(strategy: pl.strategies.Strategy, own: dict[str, Any],
                         device: torch.device) -> tuple[dict[str, Any], Rates]:
-    """One all-gather of this rank's ``RANK_FIELDS`` and rates: ``ranks/<figure>`` lists (one entry per rank),
-    ``ranks/compiles_agree`` (the same graphs, recompiles and graph breaks on every rank), and the rates summed over
-    ranks."""
+    """One all-gather: ``ranks/<figure>`` lists, ``ranks/compiles_agree`` and the rates summed over ranks."""
     fields = (*RANK_FIELDS, *(k for k in RATES if k not in RANK_FIELDS))
     local = torch.tensor([float(own.get(k) or 0.0) for k in fields], dtype=torch.float64, device=device)
     rows = strategy.all_gather(local).reshape(-1, len(fields)).cpu().tolist()

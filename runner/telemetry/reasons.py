@@ -1,8 +1,4 @@
-"""Reasons: recompile events, graph-break sites and their user file:line, readable paths.
-
-Split from the collector so the definitions (what counts as one recompile, what is one graph-break
-site) are small pure functions with their own tests.
-"""
+"""Recompile events and graph-break sites with their user file:line, as small pure functions."""
 
 from __future__ import annotations
 
@@ -59,12 +55,8 @@ def short_reason(text: str) -> str:
 
 
 def recompile_events(forward: list[ti.CompileRecord]) -> list[dict[str, Any]]:
-    """Recompiles of user frames, with continuation recompiles folded into their parent's.
-
-    A continuation ``torch_dynamo_resume_in_f_at_N`` recompiles because the frame ``f`` it continues
-    recompiled: up to as many of its recompiles as its parent had are folded. Any extra recompile of a
-    continuation (its own guard failed) is counted.
-    """
+    """Recompiles of user frames, each continuation's recompiles folded into its parent's (up to as many as the
+    parent had; any extra one is its own guard's and counts)."""
     frame_recompiles: Counter[tuple[str | None, str | None]] = Counter()
     folded: Counter[tuple[str | None, str | None]] = Counter()
     events: list[dict[str, Any]] = []

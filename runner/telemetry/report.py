@@ -1,19 +1,5 @@
-"""The run report: ``report.json``, ``report.md``, ``step_times.png`` and a printed summary.
-
-``figures`` is the flat dict :meth:`runner.telemetry.callback.CompileTelemetry.figures` returns:
-scalar figures under namespaced keys with units (``compile/time_s``, ``perf/speedup_x``,
-``memory/peak_gib``), plus a few list-valued keys:
-
-* ``compile/recompile_reasons``: ``[{"name", "reason", "step", "fix"}]``
-* ``compile/graph_break_reasons``: ``[{"reason", "user_frame", "count", "fix"}]``
-* ``cudagraphs/eager_reasons``: ``[{"reason", "nodes", "graphs", "example", "fix"}]`` (nodes left out of CUDA graphs)
-* ``compile/events``: ``[{"kind", "name", "step", "duration_s"}]`` (compile starts, recompiles)
-* ``perf/step_series``: ``[{"step", "ms", "mode", "timed"}]`` with mode ``compiled`` / ``eager`` /
-  ``warmup`` / ``flops`` / ``compile``; ``timed`` false: host time of a step not waited for (GPU), not plotted.
-  Past 4096 compiled steps, only those at multiples of ``perf/step_series_stride`` are kept
-
-Every writer tolerates missing keys, so a partial figures dict (a run that crashed) still reports.
-"""
+"""The run report: ``report.json``, ``report.md``, ``step_times.png`` and the printed summary. Every writer
+tolerates missing keys, so a run that crashed still reports."""
 
 from __future__ import annotations
 

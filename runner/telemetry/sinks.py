@@ -1,10 +1,5 @@
-"""Where telemetry goes: Lightning loggers, the wandb reasons table, a text file, the console.
-
-The single metrics interface (style principle 8): :func:`log_scalars` sends namespaced, unit-suffixed
-keys to every logger of the trainer (CSV, TensorBoard, wandb...), always from callbacks, i.e. outside
-compiled code, so logging can neither break a graph nor trigger a recompile. wandb is imported only
-when a ``WandbLogger`` is present.
-"""
+"""Where telemetry goes: every Lightning logger, the wandb reasons table (wandb imported only when a
+``WandbLogger`` is present) and ``compile_events.txt``."""
 
 from __future__ import annotations
 

@@ -1,19 +1,7 @@
 """Rank the runs of a Hydra multirun: ``summary.{md,json,png}``.
 
-:func:`summarize_sweep` reads every job's ``report.json`` under a sweep dir (and the job's
-``.hydra/overrides.yaml``, to name it by its overrides) and ranks the runs by what compilation bought, speedup
-(higher is better), compile time, recompiles and peak memory (lower is better), and by the validation figures of
-what the runs minimised (:func:`objective_figures`). Jobs that differ only in the compile stack train alike, so
-the speedup ranks first; jobs that differ in anything else (a learning rate, a beta, the data) are ranked by the
-validation figures first. :class:`SweepSummary` is the Hydra callback that calls it at the end of a multirun
-(conf/config.yaml).
-
-The summary names the best run by its measured figure, and says when that figure is not measurably
-better: a speedup whose pairs' quartiles include 1, or two runs whose quartile ranges overlap. Its
-columns are defined as in the run report (``runner.telemetry.definitions``), under the table.
-
-Every run logs the same keys, so wandb's dashboard can also compare the runs of a sweep side by side.
-"""
+Jobs that differ only in the compile stack train alike, so the speedup ranks first; jobs that differ in anything
+else are ranked by the validation figures first. The summary says when the best run is not measurably better."""
 
 from __future__ import annotations
 
@@ -100,9 +88,8 @@ def _overall_key(run: dict[str, Any], criteria: tuple[tuple[str, str, bool], ...
 
 def objective_figures(runs: list[dict[str, Any]]) -> tuple[tuple[tuple[str, str, bool], ...],
                                                             tuple[tuple[str, str], ...]]:
-    """The criteria and columns of what the runs minimised, at the last validation: a preference objective's (dpo,
-    simpo, orpo: ``objective/loss`` in the report) accuracy and loss, as TRL names them; else the bits per byte of
-    byte-level text, or the loss."""
+    """The criteria and columns of what the runs minimised: a preference objective's accuracy and loss, else
+    bits per byte, else the loss."""
     if any(OBJECTIVE_LOSS in r["figures"] for r in runs):
         return ((("val_rewards/accuracies", VAL_REWARDS_ACCURACIES, True), ("val_loss", VAL_LOSS, False)),
                 ((VAL_REWARDS_ACCURACIES, "val rewards/accuracies"), (VAL_LOSS, "val loss")))
@@ -118,14 +105,8 @@ def _trains_alike(distinct: list[str]) -> bool:
 
 def summarize_sweep(sweep_dir: Path, criteria: tuple[tuple[str, str, bool], ...] | None = None,
                     columns: tuple[tuple[str, str], ...] | None = None) -> dict[str, Any]:
-    """Read every ``report.json`` under ``sweep_dir``, rank the runs, write ``summary.{json,md,png}``.
-    ``criteria`` and ``columns`` replace the ranking and the table's columns (``runner tune`` ranks by
-    time per token); None: :data:`CRITERIA` and :data:`COLUMNS` with the objective's figures, first where the jobs
-    train differently (module docstring).
-
-    Returns ``{"runs": [...best first...], "rankings": {criterion: [job, ...]}, "best": job | None}``;
-    runs are ordered by the first criterion, ties broken by the next ones.
-    """
+    """Read every ``report.json`` under ``sweep_dir``, rank the runs, write ``summary.{json,md,png}``; the summary.
+    ``criteria``/``columns`` replace the ranking and the table (``runner tune`` ranks by time per token)."""
     sweep_dir = Path(sweep_dir)
     runs: list[dict[str, Any]] = []
     for report in sorted(sweep_dir.rglob("report.json")):

@@ -1,11 +1,5 @@
-"""``telemetry.trace=true``: torch's structured compile trace in the run dir, rendered by tlparse.
-
-While the run trains, torch writes its structured trace (what ``TORCH_TRACE=<dir>`` writes: every
-frame Dynamo compiled, its guards, graphs, AOTAutograd and Inductor output, cache hits, recompile and
-graph-break reasons) into ``<run_dir>/trace/``. At the end, when tlparse is installed (``pip install
-'runner[trace]'``), its HTML compile report is rendered into ``<run_dir>/tlparse/index.html`` and
-``report.md`` links it. runner parses nothing of the trace itself: reading it is tlparse's job.
-"""
+"""``telemetry.trace=true``: torch's structured compile trace in ``<run_dir>/trace/``, rendered by tlparse (when
+installed) into ``<run_dir>/tlparse/index.html``. runner parses nothing of the trace itself."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""What a tune leaves: ``tune.{md,json}``, the sweep summary (``summary.{md,json,png}``), each trial's
-figures under ``tune/*`` in its ``report.json``, and the winner as a ready recipe file."""
+"""What a tune leaves: ``tune.{md,json}``, the sweep summary, each trial's ``tune/*`` figures in its
+``report.json``, and the winner as a recipe file."""
 
 from __future__ import annotations
 
@@ -138,14 +138,9 @@ def _device(cfg: RunConfig) -> str:
 
 def write_recipe(winner: TrialRow, base_cfg: RunConfig, run_overrides: list[str], cfg: TuneConfig,
                  summary: dict[str, Any]) -> Path:
-    """``<recipe_dir>/<recipe>_tuned.yaml``: the base recipe with the winning choices on top (and the
-    command line's own overrides, which the tune ran with).
-
-    The choices a config group option makes by itself are group selections (``compile: blocks``), so
-    that ``+recipe=<recipe>_tuned compile=model`` compiles the model; the rest are fields. The written recipe
-    is composed and compared with the winning trial's config: where a selection would change more
-    than the choice (``offload: checkpoint`` over a run's ``offload=checkpoint_budget`` drops its
-    budget), every choice is written as a field instead."""
+    """``<recipe_dir>/<recipe>_tuned.yaml``: the base recipe with the winning choices on top. Choices a group option
+    makes by itself are written as group selections; where the composed recipe would then differ from the winning
+    trial's config, every choice is written as a field instead."""
     name = cfg.recipe_name or f"{base_cfg.recipe or 'run'}_tuned"
     path = Path(cfg.recipe_dir) / f"{name}.yaml"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -191,9 +186,7 @@ def _recipe_text(name: str, winner: TrialRow, base_cfg: RunConfig, run_overrides
 
 
 def _composes_to_trial(path: Path, name: str, winner: TrialRow, run_overrides: list[str]) -> bool:
-    """Whether ``+recipe=name`` composes, from where runner finds that recipe, to the config the
-    winning trial ran with (its name aside). False where it cannot be found that way: a recipe
-    directory not named ``recipes``, found only through ``--config-dir`` with Hydra's layout."""
+    """Whether ``+recipe=name`` composes to the winning trial's config (False: the recipe dir is not ``recipes``)."""
     from omegaconf import OmegaConf
 
     from runner.config import compose

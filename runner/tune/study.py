@@ -1,18 +1,6 @@
-"""``runner tune``: the Optuna study that finds the fastest compile stack for a recipe on this machine.
-
-0. A short warm-up run of the recipe's own stack, not recorded (process start-up costs land there).
-1. The eager baseline (``compile.scope=none``, ``compile.optimizer=none``, fp32: eager Lightning) trains
-   ``tune.steps`` steps: its time per token and val bits/byte are what every trial is compared with.
-2. Trial 0 is the recipe's own stack (enqueued), then Optuna's TPE sampler proposes stacks from the
-   choices that apply (:mod:`runner.tune.space`); each trial trains ``tune.steps`` steps in this process
-   (Dynamo is reset per run; Inductor's and AOTAutograd's on-disk caches are shared, so a stack seen
-   before compiles from the cache) and returns its steady time per token. The median pruner stops a
-   trial that is clearly slower than the median of the others at the same step.
-3. A trial whose val bits/byte is more than ``tune.loss_tolerance`` above eager's is rejected: it stays
-   in the study as infeasible (the sampler's constraint), and the report says why.
-
-The study lives in ``<tune dir>/study.db`` (SQLite): ``optuna-dashboard sqlite:///<tune dir>/study.db``.
-"""
+"""``runner tune``: the Optuna study. A warm-up run, the eager fp32 baseline, then trial 0 (the recipe's own stack)
+and TPE's proposals, each a short run in this process; a trial whose val bits/byte is more than
+``tune.loss_tolerance`` above eager's is infeasible. The study lives in ``<tune dir>/study.db``."""
 
 from __future__ import annotations
 

@@ -1,12 +1,4 @@
-"""One tuning trial: a short run in this process, its objective, and Optuna's pruning during it.
-
-The objective is the steady-state time per token after warm-up as runner's telemetry measures it
-(``perf/tokens_per_s``: the mean positions per step over the median time of the timed compiled steps after the
-compile steps and two quiet ones), in microseconds. While the trial trains, :class:`PruningReporter` reports
-that running figure to Optuna after every step; once Optuna's pruner says the trial is clearly slower
-than the others at the same step, the run stops at the step boundary (Lightning's ``should_stop``:
-the run still finishes cleanly and writes its report).
-"""
+"""One tuning trial: a short run in this process, its steady time per token, and Optuna's pruning during it."""
 
 from __future__ import annotations
 
@@ -33,10 +25,7 @@ def time_per_token_us(tokens_per_s: Any) -> float | None:
 
 
 class PruningReporter(pl.Callback):
-    """Reports the running time per token to an Optuna trial each step; stops the run when pruned.
-
-    ``trial`` is anything with Optuna's ``report(value, step)`` and ``should_prune()`` (None: only
-    records). Runs after :class:`CompileTelemetry`, whose speedup meter holds the step times."""
+    """Reports the running time per token to an Optuna trial each step; stops the run when pruned."""
 
     def __init__(self, trial: Any | None) -> None:
         super().__init__()
@@ -76,9 +65,8 @@ class TrialResult:
 
 
 def trial_overrides(steps: int, val_batches: int) -> list[str]:
-    """What makes a run a short trial: ``steps`` steps, one validation at the end, no eager pairs, no
-    intermediate checkpoints or cache artifacts, no progress bar (the tune prints one line per trial), the
-    compile in the first step (a trial times its compiled steps)."""
+    """What makes a run a short trial: ``steps`` steps, one validation at the end, no eager pairs, checkpoints or
+    progress bar."""
     return [f"trainer.max_steps={steps}", f"trainer.val_check_interval={steps}",
             f"trainer.limit_val_batches={val_batches}", f"trainer.checkpoint_every_n_steps={steps}",
             "trainer.enable_progress_bar=false", "telemetry.speedup_steps=0", "offload.measure=false",
