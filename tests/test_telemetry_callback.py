@@ -17,8 +17,7 @@ from torch import nn
 
 from runner import torch_internals as ti
 from runner.config.schema import TelemetryConfig
-from runner.telemetry.callback import CompileTelemetry
-from runner.telemetry.clock import StepClock
+from runner.telemetry.callback import CompileTelemetry, StepClock
 from runner.telemetry.peak import CACHE_ENV, Peak
 from runner.telemetry.report import format_summary, write_report
 

@@ -17,8 +17,7 @@ class DeviceSkips:
     """The guard's view of the skips a graph-safe optimizer step made on the device."""
 
     def __init__(self, step: Any, max_skipped_steps: int, ckpt_path: Path) -> None:
-        self.step = step
-        """The stack's ``GraphSafeStep`` (``CompileStack.skip_nonfinite_on_device``)."""
+        self.step = step  # The stack's ``GraphSafeStep`` (``CompileStack.skip_nonfinite_on_device``).
         self.max_skipped_steps = max_skipped_steps
         self.ckpt_path = ckpt_path
         self._seen = 0  # device skips already logged

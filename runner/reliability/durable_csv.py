@@ -23,8 +23,8 @@ from runner.reliability.checkpoint_io import atomic_write_bytes, raise_if_disk_f
 log = logging.getLogger(__name__)
 
 Row = dict[str, str]
+# Decides, on resume, whether the file's row number ``i`` (0-based, header excluded) stays.
 KeepRow = Callable[[int, Row], bool]
-"""Decides, on resume, whether the file's row number ``i`` (0-based, header excluded) stays."""
 
 
 def read_rows(path: Path) -> tuple[list[str], list[Row]]:
@@ -68,8 +68,7 @@ class DurableCsvWriter(ExperimentWriter):
         self.hparams: dict[str, Any] = {}
         self.metrics_file_path = os.path.join(log_dir, self.NAME_METRICS_FILE)
         self._fs = get_filesystem(log_dir)
-        self.rows_in_file = 0
-        """Whole rows in ``metrics.csv`` (this writer's view; it is the file's only writer)."""
+        self.rows_in_file = 0  # Whole rows in ``metrics.csv`` (this writer's view; it is the file's only writer).
         self._held = resuming
         self._fresh = not resuming
 

@@ -20,8 +20,7 @@ from runner.reliability.tb_events import cut_events, event_files, logged_tags
 
 log = logging.getLogger(__name__)
 
-STATE_KEY = "runner/log_history"
-"""Where a checkpoint records what of the logs was on disk when it was written."""
+STATE_KEY = "runner/log_history"  # Where a checkpoint records what of the logs was on disk when it was written.
 
 
 def attach_durable_writer(logger: CSVLogger, resuming: bool) -> DurableCsvWriter:
@@ -45,8 +44,7 @@ class LogHistory(Callback):
         self._earlier = [event_files(lg.log_dir) for lg in self.tensorboard]
         self._saved: dict[str, Any] = {}
         self._cut = False
-        self.resumed_at: int | None = None
-        """The step the run resumed from (None: it started at step 0)."""
+        self.resumed_at: int | None = None  # The step the run resumed from (None: it started at step 0).
         self._validated = False  # since the resume
 
     def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict[str, Any]) -> None:

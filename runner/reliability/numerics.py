@@ -36,8 +36,7 @@ class _SkipStep(Exception):
     """Raised inside the optimizer closure to skip one optimizer step."""
 
 
-FOLD_EVERY = 32
-"""Loss copies kept before they are folded into one running (flag, first step) pair on the device."""
+FOLD_EVERY = 32  # Loss copies kept before they are folded into one running (flag, first step) pair on the device.
 _KINDS = {1: "inf", 2: "nan"}  # the flag's values: 0 finite; the worst (max) wins across ranks
 
 
@@ -73,10 +72,8 @@ class NonFiniteGuard(Callback):
         self.ckpt_path = ckpt_path
         self.max_skipped_steps = max_skipped_steps
         self.check_every = check_every
-        self.skipped: list[int] = []
-        """1-based numbers of the steps skipped."""
-        self.reads = 0
-        """Times the flag was read from the device (each one sync, and one all-reduce under DDP)."""
+        self.skipped: list[int] = []  # 1-based numbers of the steps skipped.
+        self.reads = 0  # Times the flag was read from the device (each one sync, and one all-reduce under DDP).
         self._every = check_every or 1
         self._policy = policy  # what the guard does in this fit (skip becomes stop under manual optimization)
         # (1-based step, loss copy) of every micro-batch since the last fold, at most FOLD_EVERY of them, and
@@ -90,9 +87,9 @@ class NonFiniteGuard(Callback):
         self._original_step: Callable[..., Any] | None = None
         self._device: DeviceSkips | None = None  # skip handed to a graph-safe optimizer step
 
+    # Its ``on_before_optimizer_step`` reads its own loss copies, never a gradient: a graph-safe optimizer step runs
+    # beside it.
     leaves_gradients_alone = True
-    """Its ``on_before_optimizer_step`` reads its own loss copies, never a gradient: a graph-safe optimizer step
-    runs beside it."""
 
     # -- wiring --------------------------------------------------------------------------------
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:

@@ -42,12 +42,10 @@ class GracefulInterrupt(Callback):
         self.check_every = check_every
         self._every = check_every or 1
         self._agreed_at: int | None = None
-        self.signum: int | None = None
-        """The first interrupting signal received, if any."""
-        self.step: int | None = None
-        """The global step the interrupt checkpoint was written at."""
+        self.signum: int | None = None  # The first interrupting signal received, if any.
+        self.step: int | None = None  # The global step the interrupt checkpoint was written at.
+        # A signal that arrived after the last training step (it stopped nothing), if any.
         self.after_end: int | None = None
-        """A signal that arrived after the last training step (it stopped nothing), if any."""
         self._lightning_sigterm: Any = None
         self._saving = False
         self._ended = False

@@ -11,10 +11,9 @@ from runner.figures.compile_work import COMPILE_GRAPH_BREAK_REASONS, COMPILE_REC
 
 _LIBRARY_DIRS = ("site-packages/", "dist-packages/")
 
+# What a graph-break site's location says when the break is in torch's own optimizer code that runner compiled
+# (optimizer step ``compiled``: set by ``compile.optimizer``, or chosen for CUDA graphs): runner's, not the user's.
 RUNNERS_OPTIMIZER_STEP = "in torch's optimizer step, compiled by runner: expected"
-"""What a graph-break site's location says when the break is in torch's own optimizer code that
-runner compiled (optimizer step ``compiled``: set by ``compile.optimizer``, or chosen for CUDA graphs):
-runner's, not the user's."""
 _EXPECTED_BREAK = ("torch's optimizer steps break here by design (so that the update is traced under no_grad: "
                    "https://github.com/pytorch/pytorch/issues/104053), and runner compiled that step itself "
                    "(optimizer step: compiled, set by compile.optimizer or chosen for CUDA graphs): nothing to fix")
@@ -85,14 +84,12 @@ class Batches:
     """What the run's batches are, for the advice on a recompile of a new shape (``runner.build`` says, from the
     data module's traits and the config; a user's own Trainer gets the default: nothing known)."""
 
+    # Each batch is padded to its longest sequence: its length changes from batch to batch.
     pads_per_batch: bool = False
-    """Each batch is padded to its longest sequence: its length changes from batch to batch."""
-    can_pack: bool = False
-    """``data.packing=true`` is there to turn on, and the model takes packed rows."""
+    can_pack: bool = False  # ``data.packing=true`` is there to turn on, and the model takes packed rows.
 
 
-UNKNOWN_BATCHES = Batches()
-"""What the advice knows of batches it was told nothing about (a user's own Trainer)."""
+UNKNOWN_BATCHES = Batches()  # What the advice knows of batches it was told nothing about (a user's own Trainer).
 _SIZE = re.compile(r"size mismatch at index (\d+)", re.IGNORECASE)
 
 

@@ -13,10 +13,8 @@ import torch
 from runner import torch_internals as ti
 from runner.figures.perf import PERF_DEVICE_BUSY, PERF_DEVICE_BUSY_STEPS, PERF_HOST_MS_PER_STEP
 
-START_AFTER = 30
-"""Steps before the device-busy window opens."""
-WINDOW_STEPS = 5
-"""Compiled steps the window profiles."""
+START_AFTER = 30  # Steps before the device-busy window opens.
+WINDOW_STEPS = 5  # Compiled steps the window profiles.
 
 
 def busy_share(intervals: list[tuple[float, float]], wall: float) -> float | None:

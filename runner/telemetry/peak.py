@@ -207,8 +207,8 @@ def forget_peak(device: torch.device, precision: str | None, cache: Path | None 
         _write(path, data)
 
 
+# ``perf/peak_source`` when the run did more than the measured peak.
 ACHIEVED = "achieved by this run, above the probe's (which ran while the machine was busy): no MFU"
-"""``perf/peak_source`` when the run did more than the measured peak."""
 
 
 def mfu_figures(achieved_flops: float, peak: Peak | None) -> dict[str, Any]:

@@ -30,22 +30,21 @@ from runner.figures.perf import (
     PERF_STEP_SERIES_STRIDE,
 )
 
+# Compiled steps kept in the step series (report, plot) at most: beyond, one in every ``stride`` (a power of two), so a
+# run of a million steps keeps a few thousand points, not a million dicts.
 SERIES_POINTS = 4096
-"""Compiled steps kept in the step series (report, plot) at most: beyond, one in every ``stride``
-(a power of two), so a run of a million steps keeps a few thousand points, not a million dicts."""
 
+# The figures of one speedup measurement (carried through a checkpoint to a resumed run).
 SPEEDUP_KEYS = (PERF_EAGER_STEP_MS, PERF_COMPILED_STEP_MS, PERF_SPEEDUP_X, PERF_SPEEDUP_P25_X,
                 PERF_SPEEDUP_P75_X, PERF_BREAK_EVEN_STEP, PERF_SPEEDUP_PAIRS, PERF_SPEEDUP_STEPS)
-"""The figures of one speedup measurement (carried through a checkpoint to a resumed run)."""
 
+# Steps the live figures (``perf/step_ms``, throughput) are computed over: the recent ones, since a recompile changes
+# the step time; kept in bounded windows so a live figure costs the same at step 100 000 as at step 10.
 RECENT = 50
-"""Steps the live figures (``perf/step_ms``, throughput) are computed over: the recent ones, since a
-recompile changes the step time; kept in bounded windows so a live figure costs the same at step
-100 000 as at step 10."""
 
 
+# The modes of the rest of training (compiled, or eager again after going back), thinned in a long run.
 STEADY = ("compiled", "reverted")
-"""The modes of the rest of training (compiled, or eager again after going back), thinned in a long run."""
 
 
 class StepSeries:
@@ -95,11 +94,10 @@ class SpeedupMeter:
         self._quiet = 0  # consecutive steps that compiled nothing
         self._measuring = False
         self.compiled_any = False  # a warm-up step compiled something: there is a speedup to measure
-        self.ran_compiled = False
-        """A step ran compiled code without compiling (the warm-up is over)."""
+        self.ran_compiled = False  # A step ran compiled code without compiling (the warm-up is over).
         self.beside: list[float] = [0, 0.0]  # timed "background" steps: count, total ms (see ``record``)
+        # Steps no step-time figure uses because they compiled, or only recorded CUDA graphs.
         self.left_out = {"compiling": 0, "recording": 0}
-        """Steps no step-time figure uses because they compiled, or only recorded CUDA graphs."""
         self._left_out_ms: deque[float] = deque(maxlen=1000)  # their host times, the recent ones
 
     def next_mode(self) -> str:

@@ -63,8 +63,8 @@ def _x(value: float) -> str:
     return f"{value:.2f}x"
 
 
+# Fewer eager/compiled pairs than this give no verdict: the speedup is shown, the sentence says so.
 MIN_VERDICT_PAIRS = 4
-"""Fewer eager/compiled pairs than this give no verdict: the speedup is shown, the sentence says so."""
 
 
 def speedup_verdict(figures: dict[str, Any]) -> tuple[str, str]:

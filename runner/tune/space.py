@@ -24,8 +24,8 @@ KEYS: dict[str, str] = {
     "cpp_wrapper": "compile.options.cpp_wrapper",
     "cudagraphs": "cudagraphs.mode",
 }
+# Eager Lightning in fp32: the baseline every trial's speed and loss is compared with.
 EAGER: dict[str, Any] = {"scope": "none", "optimizer": "none", "precision": "32-true", "offload": "none"}
-"""Eager Lightning in fp32: the baseline every trial's speed and loss is compared with."""
 
 
 @dataclass
@@ -53,10 +53,10 @@ def current_values(cfg: RunConfig) -> dict[str, Any]:
     }
 
 
+# CPU flags of bfloat16 matrix units. Without one, torch emulates bf16 matmuls on the CPU, ~100x slower than fp32 (1.4
+# against 32-160 GFLOP/s on the AVX2-only CI machine): a bf16 trial there only spends the tune's time budget until the
+# pruner stops it.
 BF16_UNITS = frozenset({"avx512_bf16", "amx_bf16"})
-"""CPU flags of bfloat16 matrix units. Without one, torch emulates bf16 matmuls on the CPU, ~100x
-slower than fp32 (1.4 against 32-160 GFLOP/s on the AVX2-only CI machine): a bf16 trial there only
-spends the tune's time budget until the pruner stops it."""
 
 
 def cpu_flags() -> frozenset[str]:

@@ -60,8 +60,7 @@ class TrialResult:
     pruned_at: int | None = None
     figures: dict[str, Any] | None = None
     error: str | None = None
-    failed: bool = False
-    """The run raised (``error`` says what); else ``error`` is a refused config."""
+    failed: bool = False  # The run raised (``error`` says what); else ``error`` is a refused config.
 
 
 def trial_overrides(steps: int, val_batches: int) -> list[str]:
