@@ -6,7 +6,9 @@ updated with a non-finite loss. Under DDP the flag is all-reduced first, so ever
 
 from __future__ import annotations
 
+import functools
 import logging
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,11 +21,96 @@ from runner.config.schema import OnNonFinite
 from runner.errors import RunStopped
 from runner.figures import counted
 from runner.figures.reliability import RELIABILITY_SKIPPED_STEPS
-from runner.reliability.device_skips import DeviceSkips
-from runner.reliability.flags import fold_flags, host_flags, nonfinite_flag, pending_flags  # noqa: F401
 from runner.stack import stack_of
 
+
+def nonfinite_flag(loss: torch.Tensor) -> torch.Tensor:
+    """0 (finite), 1 (inf) or 2 (nan), as a tensor on the loss's device (no host sync yet)."""
+    nan = torch.isnan(loss).any()
+    inf = torch.isinf(loss).any()
+    return 2 * nan.long() + (inf & ~nan).long()
+
+
+def _stacked(losses: list[tuple[int, torch.Tensor]]) -> torch.Tensor:
+    """The scalar losses as one tensor in their promoted dtype (never narrowed: a finite float64 1e300 would be
+    inf as float32)."""
+    dtype = functools.reduce(torch.promote_types, (loss.dtype for _, loss in losses))
+    return torch.stack([loss.reshape(()).to(dtype) for _, loss in losses])
+
+
+def pending_flags(losses: list[tuple[int, torch.Tensor]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """The worst flag of the kept ``(step, loss)`` pairs and the first step whose flag is not 0 (0 when none), as
+    device scalars: a few ops for the whole interval instead of a dozen per micro-batch."""
+    if all(loss.numel() == 1 for _, loss in losses):
+        values = _stacked(losses)
+        nan, inf = torch.isnan(values), torch.isinf(values)
+        flags = 2 * nan.long() + (inf & ~nan).long()
+    else:
+        flags = torch.stack([nonfinite_flag(loss) for _, loss in losses])
+    steps = torch.tensor([step for step, _ in losses], device=flags.device)
+    never = torch.iinfo(torch.long).max
+    first = torch.where(flags > 0, steps, never).min()
+    return flags.max(), torch.where(first == never, 0, first)
+
+
+def host_flags(losses: list[tuple[int, torch.Tensor]]) -> tuple[int, int]:
+    """:func:`pending_flags` for scalar CPU losses, read at once (one ``tolist``) and checked in Python, in
+    their own dtype's values (promoted, never narrowed)."""
+    values = _stacked(losses).tolist()
+    flags = [2 if math.isnan(v) else 1 if math.isinf(v) else 0 for v in values]
+    first = next((step for (step, _), f in zip(losses, flags, strict=True) if f), 0)
+    return max(flags), first
+
+
+def fold_flags(earlier: tuple[torch.Tensor, torch.Tensor] | None,
+               later: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Two ``(worst flag, first bad step)`` pairs of consecutive intervals as one (device ops only)."""
+    if earlier is None:
+        return later
+    return torch.maximum(earlier[0], later[0]), torch.where(earlier[1] > 0, earlier[1], later[1])
+
+
 log = logging.getLogger(__name__)
+
+
+class DeviceSkips:
+    """The guard's view of the skips a graph-safe optimizer step made on the device."""
+
+    def __init__(self, step: Any, max_skipped_steps: int, ckpt_path: Path) -> None:
+        self.step = step  # The stack's ``GraphSafeStep`` (``CompileStack.skip_nonfinite_on_device``).
+        self.max_skipped_steps = max_skipped_steps
+        self.ckpt_path = ckpt_path
+        self._seen = 0  # device skips already logged
+        self._before = 0  # steps skipped before this fit (a resumed guard's state)
+        self._stopping = False  # saving the last good state: its own on_save_checkpoint reads nothing
+
+    def start(self, global_step: int, skipped_before: int) -> None:
+        """At the first training step: the device counts steps from ``global_step``."""
+        self.step.count_from(global_step)
+        self._before = skipped_before
+
+    def read(self, trainer: Any, skipped: list[int], stop: type[RunStopped]) -> None:
+        """Read the device's record (one host read): each newly skipped step (1-based) appended to ``skipped``
+        and logged; past ``max_skipped_steps`` the last good state is saved and ``stop`` raised."""
+        if self._stopping:
+            return
+        count, at = self.step.read_skips()
+        for i in range(self._seen, count):
+            number = at[min(i, len(at) - 1)] + 1
+            if self._before + i >= self.max_skipped_steps:
+                self._stopping = True
+                trainer.save_checkpoint(self.ckpt_path)
+                raise stop(
+                    f"non-finite gradients at step {number} after skipping {counted(len(skipped), 'step')} "
+                    f"({skipped}): each update was skipped on the device, so the weights saved to {self.ckpt_path} "
+                    f"(after step {trainer.global_step}) never took one. Fix: lower optimizer.lr or keep "
+                    "trainer.gradient_clip_val set, check the data near these steps, then resume with ckpt_path=last "
+                    "in the same run dir; or raise reliability.max_skipped_steps.")
+            skipped.append(number)
+            log.warning("non-finite gradients at step %d: update skipped on the device (%d of at most %d)",
+                        number, len(skipped), self.max_skipped_steps)
+        self._seen = count
+
 
 
 class NonFiniteLossError(RunStopped):
