@@ -51,15 +51,15 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
-def _json_safe(value: Any) -> Any:
+def json_safe(value: Any) -> Any:
     """JSON has no NaN/inf: map them to None so any JSON reader accepts the report (the break-even
     step is written ``"never"`` by :func:`write_report`, as everywhere else)."""
     if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
         return None
     if isinstance(value, dict):
-        return {str(k): _json_safe(v) for k, v in value.items()}
+        return {str(k): json_safe(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_json_safe(v) for v in value]
+        return [json_safe(v) for v in value]
     if isinstance(value, (str, int, float, bool)) or value is None:
         return value
     return str(value)  # e.g. a torch.dtype or Path slipped into the figures: keep it readable
@@ -260,6 +260,6 @@ def write_report(run_dir: Path, figures: dict[str, Any]) -> None:
     stored = dict(figures)
     if break_even_text(figures) == "never":  # not null: null would read as "not measured"
         stored[PERF_BREAK_EVEN_STEP] = "never"
-    (run_dir / "report.json").write_text(json.dumps(_json_safe(stored), indent=2, sort_keys=True) + "\n")
+    (run_dir / "report.json").write_text(json.dumps(json_safe(stored), indent=2, sort_keys=True) + "\n")
     plot_step_times(figures, run_dir / "step_times.png")
     (run_dir / "report.md").write_text(_markdown(figures))

@@ -28,6 +28,7 @@ from runner.figures.run import VAL_BPB, VAL_LOSS
 from runner.figures.run_preference import VAL_REWARDS_ACCURACIES
 from runner.telemetry.definitions import FIGURES
 from runner.telemetry.plots import plot_sweep
+from runner.telemetry.report import json_safe
 from runner.telemetry.verdict import break_even_cell, missing_speedup, speedup_verdict
 
 # (criterion, report key, higher is better)
@@ -138,20 +139,10 @@ def summarize_sweep(sweep_dir: Path, criteria: tuple[tuple[str, str, bool], ...]
                "columns": [list(c) for c in columns], "criteria": [list(c) for c in criteria],
                "notes": noise_notes(runs, criteria[0][1])}
     sweep_dir.mkdir(parents=True, exist_ok=True)
-    (sweep_dir / "summary.json").write_text(json.dumps(_json_safe(summary), indent=2) + "\n")
+    (sweep_dir / "summary.json").write_text(json.dumps(json_safe(summary), indent=2) + "\n")
     (sweep_dir / "summary.md").write_text(summary_markdown(summary))
     plot_sweep(runs, sweep_dir / "summary.png", panels=_panels(columns))
     return summary
-
-
-def _json_safe(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _json_safe(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_json_safe(v) for v in value]
-    return value
 
 
 def _panels(columns: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:

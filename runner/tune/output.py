@@ -20,16 +20,11 @@ from runner.figures.perf import PERF_STEP_MS
 from runner.figures.run import VAL_BPB
 from runner.figures.tune import TUNE_REASON, TUNE_SPEEDUP_VS_EAGER_X, TUNE_STATE, TUNE_TRIAL, TUNE_US_PER_TOKEN
 from runner.telemetry.report import write_report
-from runner.telemetry.sweep import summarize_sweep
+from runner.telemetry.sweep import CRITERIA, summarize_sweep
 from runner.tune.space import KEYS, Space, param_overrides, recipe_fields, recipe_groups
-from runner.tune.trial import TrialResult
 
-TUNE_CRITERIA: tuple[tuple[str, str, bool], ...] = (
-    ("time_per_token", TUNE_US_PER_TOKEN, False),
-    ("compile_time", COMPILE_TIME_S, False),
-    ("recompiles", COMPILE_RECOMPILES, False),
-    ("memory", MEMORY_PEAK_GIB, False),
-)
+# The sweep's ranking with time per token in place of the speedup.
+TUNE_CRITERIA: tuple[tuple[str, str, bool], ...] = (("time_per_token", TUNE_US_PER_TOKEN, False), *CRITERIA[1:])
 TUNE_COLUMNS: tuple[tuple[str, str], ...] = (
     (TUNE_US_PER_TOKEN, "time/token [us]"),
     (TUNE_SPEEDUP_VS_EAGER_X, "vs eager [x]"),
@@ -39,6 +34,20 @@ TUNE_COLUMNS: tuple[tuple[str, str], ...] = (
     (MEMORY_PEAK_GIB, "peak [GiB]"),
     (VAL_BPB, "val bits/byte"),
 )
+
+
+@dataclass
+class TrialResult:
+    """What one trial measured; ``error`` is set when its config was refused."""
+
+    run_dir: Path
+    us_per_token: float | None = None
+    val_bpb: float | None = None
+    compile_s: float | None = None
+    pruned_at: int | None = None
+    figures: dict[str, Any] | None = None
+    error: str | None = None
+    failed: bool = False  # The run raised (``error`` says what); else ``error`` is a refused config.
 
 
 @dataclass
