@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from lightning.pytorch.loggers import CSVLogger
 
-from runner.reliability.checkpoint_io import DiskFullError
+from runner.atomic_files import DiskFullError
 from runner.reliability.log_history import (
     DurableCsvWriter,
     attach_durable_writer,

@@ -12,14 +12,7 @@ from typing import Any, Optional
 import torch
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
-from runner.atomic_files import (  # noqa: F401  (the run's other writers import them from here too)
-    DiskFullError,
-    atomic_write,
-    atomic_write_bytes,
-    disk_full,
-    raise_if_disk_full,
-    remove_stale_temps,
-)
+from runner.atomic_files import atomic_write
 
 PathLike = str | Path  # what Lightning's checkpoint I/O passes (its private _PATH)
 

@@ -26,8 +26,9 @@ from lightning.pytorch.loggers import CSVLogger, Logger, TensorBoardLogger
 from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 
 from runner import lightning_internals as li
+from runner.atomic_files import atomic_write_bytes, raise_if_disk_full, remove_stale_temps
 from runner.figures.run import RUN_RESUMED_AT_STEP
-from runner.reliability.checkpoint_io import atomic_write_bytes, is_local, raise_if_disk_full, remove_stale_temps
+from runner.reliability.checkpoint_io import is_local
 
 log = logging.getLogger(__name__)
 

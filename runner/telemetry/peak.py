@@ -10,7 +10,6 @@ import json
 import logging
 import os
 import platform
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +17,7 @@ from typing import Any
 
 import torch
 
+from runner.atomic_files import atomic_write_bytes
 from runner.figures.perf import PERF_MFU, PERF_PEAK_SOURCE, PERF_PEAK_TFLOPS
 
 log = logging.getLogger(__name__)
@@ -150,11 +150,7 @@ def _read(path: Path) -> dict[str, dict[str, object]]:
 def _write(path: Path, data: dict[str, dict[str, object]]) -> None:
     """Atomically (several ranks or runs may write at once); a read-only home only loses the cache."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=1, sort_keys=True)
-        os.replace(tmp, path)
+        atomic_write_bytes(json.dumps(data, indent=1, sort_keys=True).encode(), path, one_writer=False)
     except OSError as exc:
         log.debug("could not cache the measured peak in %s: %s", path, exc)
 
