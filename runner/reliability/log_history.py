@@ -50,7 +50,6 @@ def read_rows(path: Path) -> tuple[list[str], list[Row]]:
 
 
 def row_step(row: Row) -> int | None:
-    """The row's ``step`` column as an int, or None when it has none."""
     try:
         return int(float(row.get("step") or ""))
     except ValueError:
@@ -101,7 +100,6 @@ class DurableCsvWriter(ExperimentWriter):
         os.replace(tmp, target)
 
     def save(self) -> None:
-        """Write the rows logged since the last save (held while a resume is undecided)."""
         if not self.metrics or self._held:
             return
         new_keys = set().union(*self.metrics) - set(self.metrics_keys)
@@ -204,7 +202,6 @@ def records(data: bytes) -> Iterator[tuple[int, int, bytes]]:
 
 
 def logged_tags(path: Path) -> set[tuple[str, int]]:
-    """(tag, step) of every summary value in an event file."""
     event = _event_class()
     out: set[tuple[str, int]] = set()
     for _, _, payload in records(path.read_bytes()):

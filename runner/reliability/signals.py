@@ -119,7 +119,6 @@ class GracefulInterrupt(Callback):
             self.signum = int(signal.SIGTERM)  # Lightning's own handler caught it (before on_train_start)
 
     def figures(self) -> dict[str, Any]:
-        """Which signal stopped the run, and at which step its checkpoint was written."""
         late = {} if self.after_end is None else {RUN_SIGNAL_AFTER_END: signal.Signals(self.after_end).name}
         if self.signum is None:
             return late

@@ -416,7 +416,6 @@ class CompileTelemetry(pl.Callback):
         return figures
 
     def _own_rates(self) -> Rates:
-        """This process's rates (``RATE_OF``)."""
         return {key: self.meter.rate(count) for key, count in RATE_OF.items()}
 
     def _gather_ranks(self, trainer: pl.Trainer) -> None:

@@ -133,7 +133,6 @@ class CompileListener(Protocol):
 
 @dataclass
 class _Open:
-    """A compile in progress, between the start and end callbacks."""
 
     label: str
     kind: str
@@ -177,25 +176,6 @@ class CompileCollector:
         self._final = self._final_counters = None
         self._live = (-1, [])
         self._unregister = ti.COMPILE_EVENT_SOURCE.subscribe(self._on_start, self._on_end)
-        self._attach_graph_break_handler()
-        return self
-
-    def stop(self) -> None:
-        """Stop collecting; the figures stay readable and frozen at this point."""
-        self._final, self._final_counters = self._records(), self._counter_delta()
-        if self._unregister is not None:
-            self._unregister()
-            self._unregister = None
-        self._detach_graph_break_handler()
-        self._settings.restore()
-
-    def __enter__(self) -> CompileCollector:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    def _attach_graph_break_handler(self) -> None:
         logger = ti.graph_break_logger()
         self._handler = GraphBreakHandler()
         self._logger_state = (logger.level, logger.propagate)
@@ -204,15 +184,27 @@ class CompileCollector:
             logger.setLevel(logging.DEBUG)
             logger.propagate = False
         logger.addHandler(self._handler)
+        return self
 
-    def _detach_graph_break_handler(self) -> None:
-        if self._handler is None or self._logger_state is None:
-            return
-        logger = ti.graph_break_logger()
-        logger.removeHandler(self._handler)
-        logger.setLevel(self._logger_state[0])
-        logger.propagate = self._logger_state[1]
-        self._logger_state = None
+    def stop(self) -> None:
+        """Stop collecting; the figures stay readable and frozen at this point."""
+        self._final, self._final_counters = self._records(), self._counter_delta()
+        if self._unregister is not None:
+            self._unregister()
+            self._unregister = None
+        if self._handler is not None and self._logger_state is not None:
+            logger = ti.graph_break_logger()
+            logger.removeHandler(self._handler)
+            logger.setLevel(self._logger_state[0])
+            logger.propagate = self._logger_state[1]
+            self._logger_state = None
+        self._settings.restore()
+
+    def __enter__(self) -> CompileCollector:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
 
     # -- compile callbacks (run inside torch's compile; must be cheap and never raise) ---------
     def _on_start(self, trigger: str, compile_id: str) -> None:
@@ -243,7 +235,6 @@ class CompileCollector:
             listener.compile_finished(job.label, job.kind, seconds)
 
     def compiling(self) -> list[tuple[str, float]]:
-        """Compiles in progress now: (label, seconds so far)."""
         now = time.perf_counter()
         with self._lock:
             return [(job.label, now - job.started) for job in self._open.values()]
@@ -273,7 +264,6 @@ class CompileCollector:
         return self._live[1]
 
     def figures(self) -> dict[str, Any]:
-        """All figures since :meth:`start` (see the module docstring for definitions)."""
         records = self._records()
         counters = self._counter_delta()
         forward = [r for r in records if r.is_forward]

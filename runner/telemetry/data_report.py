@@ -34,7 +34,7 @@ class DataReport(L.Callback):
         labels = getattr(self.datamodule, "labels", None)
         as_json = getattr(labels, "as_json", None)
         if trainer.is_global_zero and callable(as_json):
-            write_labels(self.run_dir, as_json())
+            write_json(self.run_dir / LABELS_FILE, as_json())
         if trainer.is_global_zero and self.fingerprint is not None:
             self._record(self.fingerprint)
         prompt = getattr(self.datamodule, "prompt_format", None)
@@ -60,11 +60,6 @@ class DataReport(L.Callback):
         return out
 
 
-def write_labels(run_dir: Path, labels: dict[str, Any]) -> Path:
-    """``labels.json`` in ``run_dir``, written whole or not at all."""
-    return write_json(Path(run_dir) / LABELS_FILE, labels)
-
-
 def write_json(path: Path, value: dict[str, Any]) -> Path:
     """``value`` as JSON at ``path``, written whole or not at all."""
     atomic_write_bytes((json.dumps(value, indent=2, ensure_ascii=False) + "\n").encode(), path)
@@ -78,6 +73,6 @@ def read_prompt(run_dir: Path) -> dict[str, Any] | None:
 
 
 def read_labels(run_dir: Path) -> dict[str, Any]:
-    """What :func:`write_labels` wrote into ``run_dir`` (``{}`` where the run's data had no labels)."""
+    """The ``labels.json`` written into ``run_dir`` (``{}`` where the run's data had no labels)."""
     path = Path(run_dir) / LABELS_FILE
     return json.loads(path.read_text()) if path.is_file() else {}

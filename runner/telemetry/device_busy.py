@@ -31,7 +31,7 @@ def busy_share(intervals: list[tuple[float, float]], wall: float) -> float | Non
 
 
 class NoHostDevice:
-    """Off a CUDA device: nothing measured, no figures."""
+    """Off a CUDA device: nothing measured, no figures (:class:`HostDevice` on CUDA)."""
 
     def step_start(self, step: int, mode: str) -> None:
         pass
@@ -97,5 +97,4 @@ class HostDevice(NoHostDevice):
 
 
 def build_host_device(device: torch.device) -> HostDevice | NoHostDevice:
-    """:class:`HostDevice` on a CUDA device, :class:`NoHostDevice` anywhere else."""
     return HostDevice(device) if device.type == "cuda" else NoHostDevice()

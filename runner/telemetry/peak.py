@@ -48,7 +48,6 @@ def probe_dtype(precision: str | None) -> torch.dtype:
 
 
 def cache_dir() -> Path:
-    """Where the per-machine cache lives (see the module docstring)."""
     if os.environ.get(CACHE_ENV):
         return Path(os.environ[CACHE_ENV])
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
@@ -78,7 +77,6 @@ def cache_key(device: torch.device, dtype: torch.dtype) -> str:
 
 
 def _timed_group(device: torch.device, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, inner: int) -> float:
-    """Seconds for ``inner`` matmuls, measured on the device."""
     if device.type == "cuda":
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()

@@ -116,7 +116,6 @@ def summary_sections(figures: dict[str, Any]) -> list[tuple[str, list[tuple[str,
 
 
 def summary_rows(figures: dict[str, Any]) -> list[tuple[str, str]]:
-    """The (label, formatted value) rows of the summary, every section in order."""
     return [row for _, rows in summary_sections(figures) for row in rows]
 
 
@@ -254,7 +253,6 @@ def _markdown(figures: dict[str, Any]) -> str:
 
 
 def write_report(run_dir: Path, figures: dict[str, Any]) -> None:
-    """Write ``report.json`` (all figures and reasons), ``report.md`` and ``step_times.png``."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     stored = dict(figures)

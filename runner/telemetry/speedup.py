@@ -58,7 +58,6 @@ class StepSeries:
         self._thinned = 0  # compiled points kept
 
     def append(self, point: dict[str, Any]) -> None:
-        """Keep ``point`` unless it is a compiled step between strides."""
         if point["mode"] not in STEADY:
             self.points.append(point)
             return
@@ -101,7 +100,6 @@ class SpeedupMeter:
         self._left_out_ms: deque[float] = deque(maxlen=1000)  # their host times, the recent ones
 
     def next_mode(self) -> str:
-        """The mode of the step about to run."""
         if not self._measuring:
             return "warmup"
         return self.schedule[0] if self.schedule else "compiled"
@@ -182,7 +180,6 @@ class SpeedupMeter:
 
     @property
     def done(self) -> bool:
-        """True once every eager/compiled pair has been timed."""
         return self._measuring and not self.schedule
 
     def figures(self, compile_time_s: float, series: bool = True) -> dict[str, Any]:

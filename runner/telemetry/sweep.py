@@ -27,7 +27,7 @@ from runner.figures.perf import (
 from runner.figures.run import VAL_BPB, VAL_LOSS
 from runner.figures.run_preference import VAL_REWARDS_ACCURACIES
 from runner.telemetry.definitions import FIGURES
-from runner.telemetry.plots import plot_sweep
+from runner.telemetry.plots import finite_number, plot_sweep
 from runner.telemetry.report import json_safe
 from runner.telemetry.verdict import break_even_cell, missing_speedup, speedup_verdict
 
@@ -53,12 +53,6 @@ COLUMNS: tuple[tuple[str, str], ...] = (
 STACK_GROUPS = ("compile", "dynamic", "offload", "cudagraphs")
 
 
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value) if math.isfinite(value) else None
-
-
 def _job_name(job_dir: Path, sweep_dir: Path) -> tuple[str, list[str]]:
     """A job is named by its overrides (``compile=step,offload=bf16``), else by its directory."""
     overrides_file = job_dir / ".hydra" / "overrides.yaml"
@@ -73,8 +67,8 @@ def _job_name(job_dir: Path, sweep_dir: Path) -> tuple[str, list[str]]:
 
 def _rank(runs: list[dict[str, Any]], key: str, higher_better: bool) -> list[str]:
     """Job names best first; runs without the figure come last, in directory order."""
-    have = [r for r in runs if _number(r["figures"].get(key)) is not None]
-    have.sort(key=lambda r: _number(r["figures"][key]) or 0.0, reverse=higher_better)
+    have = [r for r in runs if finite_number(r["figures"].get(key)) is not None]
+    have.sort(key=lambda r: finite_number(r["figures"][key]) or 0.0, reverse=higher_better)
     return [r["job"] for r in have] + [r["job"] for r in runs if r not in have]
 
 
@@ -82,7 +76,7 @@ def _overall_key(run: dict[str, Any], criteria: tuple[tuple[str, str, bool], ...
     """Speedup (descending), then compile time, recompiles, memory (ascending); missing last."""
     key: list[float] = []
     for _, figure, higher_better in criteria:
-        value = _number(run["figures"].get(figure))
+        value = finite_number(run["figures"].get(figure))
         key.append(math.inf if value is None else (-value if higher_better else value))
     return tuple(key)
 
@@ -94,7 +88,7 @@ def objective_figures(runs: list[dict[str, Any]]) -> tuple[tuple[tuple[str, str,
     if any(OBJECTIVE_LOSS in r["figures"] for r in runs):
         return ((("val_rewards/accuracies", VAL_REWARDS_ACCURACIES, True), ("val_loss", VAL_LOSS, False)),
                 ((VAL_REWARDS_ACCURACIES, "val rewards/accuracies"), (VAL_LOSS, "val loss")))
-    if any(_number(r["figures"].get(VAL_BPB)) is not None for r in runs):
+    if any(finite_number(r["figures"].get(VAL_BPB)) is not None for r in runs):
         return (("val_bits/byte", VAL_BPB, False),), ((VAL_BPB, "val bits/byte"),)
     return (("val_loss", VAL_LOSS, False),), ((VAL_LOSS, "val loss"),)
 
@@ -156,7 +150,7 @@ def _panels(columns: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]
 
 
 def _quartiles(figures: dict[str, Any]) -> tuple[float, float] | None:
-    lo, hi = _number(figures.get(PERF_SPEEDUP_P25_X)), _number(figures.get(PERF_SPEEDUP_P75_X))
+    lo, hi = finite_number(figures.get(PERF_SPEEDUP_P25_X)), finite_number(figures.get(PERF_SPEEDUP_P75_X))
     return (lo, hi) if lo is not None and hi is not None else None
 
 
@@ -165,7 +159,7 @@ def noise_notes(runs: list[dict[str, Any]], key: str) -> list[str]:
     best speedup's range includes 1, or its range overlaps the next runs' ranges."""
     if key != PERF_SPEEDUP_X:
         return []
-    measured = [r for r in runs if _number(r["figures"].get(key)) is not None]
+    measured = [r for r in runs if finite_number(r["figures"].get(key)) is not None]
     if not measured:
         return ["No run measured a speedup."]
     best = measured[0]
@@ -186,7 +180,7 @@ def noise_notes(runs: list[dict[str, Any]], key: str) -> list[str]:
 def _cell(key: str, figures: dict[str, Any]) -> str:
     if key == PERF_BREAK_EVEN_STEP:
         return break_even_cell(figures)
-    number = _number(figures.get(key))
+    number = finite_number(figures.get(key))
     if number is None:
         return missing_speedup(figures) if key == PERF_SPEEDUP_X else "-"
     if key == PERF_SPEEDUP_X and (q := _quartiles(figures)) is not None:
@@ -198,7 +192,7 @@ def _best_line(name: str, key: str, higher: bool, order: list[str], runs: list[d
     """``- highest speedup: `job` (1.4)``; a run without the figure is never called the best."""
     word = "highest" if higher else "lowest"
     figures = {r["job"]: r["figures"] for r in runs}
-    if not order or _number(figures[order[0]].get(key)) is None:
+    if not order or finite_number(figures[order[0]].get(key)) is None:
         return f"- {word} {name}: - (no run measured it)"
     return f"- {word} {name}: `{order[0]}`, {_cell(key, figures[order[0]])}"
 
@@ -230,10 +224,9 @@ def summary_markdown(summary: dict[str, Any]) -> str:
 
 
 class SweepSummary(Callback):
-    """Hydra callback: after a multirun, write the ranked summary into the sweep dir."""
+    """Hydra callback: after a multirun, write and print the ranked summary of ``hydra.sweep.dir``."""
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        """Summarize ``hydra.sweep.dir`` and print the table."""
         sweep_dir = Path(str(config.hydra.sweep.dir))
         summary = summarize_sweep(sweep_dir)
         print(summary_markdown(summary))

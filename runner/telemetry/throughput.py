@@ -77,7 +77,6 @@ class FlopCounter:
         self.total: int | None = None
 
     def start(self) -> None:
-        """Begin counting."""
         from torch.utils.flop_counter import FlopCounterMode
 
         self._mode = FlopCounterMode(display=False)

@@ -52,7 +52,6 @@ class TrialResult:
 
 @dataclass
 class TrialRow:
-    """One line of the tune's table."""
 
     number: int
     name: str

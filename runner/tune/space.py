@@ -135,7 +135,6 @@ def recipe_groups(params: dict[str, Any]) -> dict[str, str]:
 
 
 def recipe_fields(params: dict[str, Any]) -> dict[str, Any]:
-    """A trial's values as nested recipe fields (``{"compile": {"scope": "step"}}``)."""
     tree: dict[str, Any] = {}
     for name, value in params.items():
         *parents, leaf = KEYS[name].split(".")

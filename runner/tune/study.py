@@ -26,7 +26,6 @@ from runner.tune.space import EAGER, Space, current_values, param_overrides, res
 
 
 def time_per_token_us(tokens_per_s: Any) -> float | None:
-    """Microseconds per token from a tokens/s figure (None when there is none)."""
     if isinstance(tokens_per_s, (int, float)) and not isinstance(tokens_per_s, bool) and tokens_per_s > 0:
         return 1e6 / float(tokens_per_s)
     return None
@@ -43,7 +42,6 @@ class PruningReporter(pl.Callback):
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
-        """Report this step's running figure; ask the pruner."""
         telemetry = find_callback(trainer, CompileTelemetry)
         if telemetry is None or not telemetry.meter.ran_compiled:
             return  # still warming up (compiling): nothing steady to report yet
