@@ -319,7 +319,8 @@ class CompileTelemetry(pl.Callback):
                           loss_tokens=counts.loss_tokens)
         step = trainer.global_step
         if step % max(1, self.cfg.log_every_n_steps) == 0:
-            self._reduce_rates(trainer)  # every rank reaches this step: the all-reduce is matched
+            if trainer.world_size > 1:  # every rank reaches this step: the all-reduce is matched
+                self._world_rates = sum_rates(trainer.strategy, self._own_rates(), self._device)
             if trainer.is_global_zero:
                 log_scalars(trainer, scalars(self._figures(series=False)), step)
 
@@ -338,7 +339,9 @@ class CompileTelemetry(pl.Callback):
         """Final figures to the loggers, reasons to wandb and ``compile_events.txt``."""
         if self.collector is None:
             return
-        self._gather_ranks(trainer)  # also the summed rates: one collective at the end of fit
+        if trainer.world_size > 1:  # each rank's own figures and rates (not the sums), one collective at the end
+            own = {**self._figures(series=False), **self._own_rates()}
+            self._per_rank, self._world_rates = gather_rank_figures(trainer.strategy, own, self._device)
         self._finish()
         figures = self.figures()
         if trainer.is_global_zero:
@@ -417,18 +420,3 @@ class CompileTelemetry(pl.Callback):
 
     def _own_rates(self) -> Rates:
         return {key: self.meter.rate(count) for key, count in RATE_OF.items()}
-
-    def _gather_ranks(self, trainer: pl.Trainer) -> None:
-        """Every rank's own headline figures and the rates summed over ranks, once at the end of fit."""
-        if trainer.world_size <= 1:
-            return
-        # this rank's own rates, not the sums over ranks that the figures carry
-        own = {**self._figures(series=False), **self._own_rates()}
-        self._per_rank, self._world_rates = gather_rank_figures(trainer.strategy, own, self._device)
-
-    def _reduce_rates(self, trainer: pl.Trainer) -> None:
-        """The rates summed over ranks. Called on every rank at the same step; with one process there is nothing
-        to reduce (the figures use this process's live rates)."""
-        if trainer.world_size > 1:
-            self._world_rates = sum_rates(trainer.strategy, self._own_rates(), self._device)
-

@@ -76,8 +76,8 @@ class TrialRow:
     def line(self) -> str:
         """``step/blocks ... 12.3 us/token, val 3.71 bits/byte, complete``."""
         us = "-" if self.us_per_token is None else f"{self.us_per_token:.2f} us/token"
-        bpb = "-" if self.val_bpb is None else f"{self.val_bpb:.4f}"
-        return f"{self.params} -> {us}, val bits/byte {bpb}, {self.state}{': ' + self.reason if self.reason else ''}"
+        reason = f": {self.reason}" if self.reason else ""
+        return f"{self.params} -> {us}, val bits/byte {_num(self.val_bpb)}, {self.state}{reason}"
 
 
 def _annotate(result: TrialResult, row: TrialRow) -> None:
@@ -209,8 +209,8 @@ def _composes_to_trial(path: Path, name: str, winner: TrialRow, run_overrides: l
     return a == b
 
 
-def _num(value: float | None) -> str:
-    return "-" if value is None else f"{value:.4f}"
+def _num(value: float | None, spec: str = ".4f") -> str:
+    return "-" if value is None else format(value, spec)
 
 
 def _x(value: float | None) -> str:
@@ -241,10 +241,8 @@ def tune_markdown(summary: dict[str, Any]) -> str:
         lines += ["Not searched: " + "; ".join(f"{k} ({v})" for k, v in summary["not_searched"].items()), ""]
     lines += ["| trial | stack | us/token | val bits/byte | compile s | state |", "|---|---|---:|---:|---:|---|"]
     for r in summary["trials"]:
-        us = "-" if r["us_per_token"] is None else f"{r['us_per_token']:.3f}"
-        bpb = "-" if r["val_bpb"] is None else f"{r['val_bpb']:.4f}"
-        comp = "-" if r["compile_s"] is None else f"{r['compile_s']:.1f}"
         state = r["state"] + (f": {r['reason']}" if r["reason"] else "")
-        lines.append(f"| {r['name']} | `{' '.join(param_overrides(r['params']))}` | {us} | {bpb} | {comp} | {state} |")
+        lines.append(f"| {r['name']} | `{' '.join(param_overrides(r['params']))}` | {_num(r['us_per_token'], '.3f')} | "
+                     f"{_num(r['val_bpb'])} | {_num(r['compile_s'], '.1f')} | {state} |")
     lines += ["", "Ranked runs: [summary.md](summary.md). Study: `optuna-dashboard " + summary["study"] + "`", ""]
     return "\n".join(lines)
