@@ -14,10 +14,15 @@ from pathlib import Path
 import pytest
 from lightning.pytorch.loggers import CSVLogger
 
-from runner.reliability.checkpoint_io import DiskFullError
-from runner.reliability.durable_csv import DurableCsvWriter, read_rows
-from runner.reliability.log_history import attach_durable_writer
-from runner.reliability.tb_events import cut_events, logged_tags, records
+from runner.atomic_files import DiskFullError
+from runner.reliability.log_history import (
+    DurableCsvWriter,
+    attach_durable_writer,
+    cut_events,
+    logged_tags,
+    read_rows,
+    records,
+)
 
 
 def _logger(tmp_path: Path, resuming: bool) -> tuple[CSVLogger, DurableCsvWriter]:

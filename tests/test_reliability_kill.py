@@ -123,7 +123,8 @@ def test_kill_9_during_a_save_leaves_the_previous_checkpoint(tmp_path: Path, poi
     assert len(ckpt["w"]) == TENSORS and all(bool((w == 1).all()) for w in ckpt["w"]), "torn checkpoint"
     # The killed writer's temp file is not a checkpoint (Lightning's ckpt_path=last ignores it) and
     # the next save removes it.
-    from runner.reliability.checkpoint_io import atomic_torch_save, remove_stale_temps
+    from runner.atomic_files import remove_stale_temps
+    from runner.reliability.checkpoint_io import atomic_torch_save
 
     atomic_torch_save({"i": -1}, path)
     assert remove_stale_temps(path) == []

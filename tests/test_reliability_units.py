@@ -9,9 +9,10 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
+from runner.atomic_files import remove_stale_temps
 from runner.config.schema import OnError
 from runner.data.resumable import ResumableDataLoader, as_resumable
-from runner.reliability.checkpoint_io import atomic_torch_save, remove_stale_temps
+from runner.reliability.checkpoint_io import atomic_torch_save
 from runner.stack.errors.explain import CompileErrorWatch, explain_compile_error
 
 

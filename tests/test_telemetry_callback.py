@@ -16,8 +16,7 @@ from lightning.pytorch.loggers import CSVLogger
 from torch import nn
 
 from runner.config.schema import TelemetryConfig
-from runner.telemetry.callback import CompileTelemetry
-from runner.telemetry.clock import StepClock
+from runner.telemetry.callback import CompileTelemetry, StepClock
 from runner.telemetry.peak import CACHE_ENV, Peak
 from runner.telemetry.report import format_summary, write_report
 from runner.torch_internals import runtime

@@ -9,8 +9,7 @@ import pytest
 import torch
 
 from runner.stack.console.progress import CompileProgress
-from runner.telemetry.collector import CompileCollector
-from runner.telemetry.reasons import recompile_events, short_reason
+from runner.telemetry.collector import CompileCollector, recompile_events, short_reason
 
 
 @pytest.fixture(autouse=True)

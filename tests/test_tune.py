@@ -13,9 +13,9 @@ import pytest
 
 from runner.config import ConfigError, compose, load
 from runner.config.tune import load_tune
+from runner.tune.output import TrialResult
 from runner.tune.space import BF16_UNITS, cpu_flags, current_values, param_overrides, resolve_space
 from runner.tune.study import judge
-from runner.tune.trial import TrialResult
 
 optuna = pytest.importorskip("optuna")  # a dev dependency: the GPU machines collect these tests without it
 

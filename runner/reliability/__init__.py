@@ -1,21 +1,5 @@
-"""Reliability: a run that stops keeps what it did. Atomic checkpoints, SIGINT/SIGTERM at a step
-boundary, non-finite losses, metric history on resume.
-
-Where each piece plugs in (``runner.build`` / ``runner.run``):
-
-* ``AtomicCheckpointIO``: the Trainer's checkpoint plugin, so every ``last.ckpt`` is written atomically.
-* ``build_reliability_callbacks``: ``NonFiniteGuard`` (stop/skip) and ``GracefulInterrupt``
-  (SIGINT/SIGTERM -> checkpoint).
-* ``LogHistory``: CSV rows and TensorBoard events survive any number of kills; a resumed run keeps
-  what its checkpoint covers and drops the rest once (``DurableCsvWriter``, ``cut_events``).
-
-Elsewhere: resumable data in ``runner.data.resumable``, the compile-cache artifacts that outlive the run in
-``runner.stack.caches`` (the ``reliability`` group's fields configure them), atomic files in
-``runner.atomic_files``, compile-error explanation in ``runner.stack.errors.explain``, config checks in
-``runner.config``, ``RunStopped`` in ``runner.errors``. Resume a stopped run in place: ``python -m runner
-<same overrides> hydra.run.dir=<run dir> ckpt_path=last``, or ``python -m runner resume <run dir>``
-(``runner.after.resume``), which reads the overrides back from the run.
-"""
+"""Reliability: a run that stops keeps what it did (atomic checkpoints, SIGINT/SIGTERM at a step boundary,
+non-finite losses, metric history on resume). docs/reliability.md says what each part guarantees."""
 
 from __future__ import annotations
 

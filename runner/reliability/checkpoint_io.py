@@ -1,17 +1,7 @@
 """Checkpoints written atomically: a ``kill -9`` mid-write never leaves a corrupt ``last.ckpt``.
 
-Lightning's ``TorchCheckpointIO`` (2.6) serialises into memory, then writes through an fsspec
-transaction: the bytes go to ``tempfile.mkstemp()`` (the system temp dir, not the checkpoint's
-directory) and are moved into place with ``shutil.move``. That is a rename only when both are on one
-filesystem; across filesystems (a tmpfs ``/tmp``, a network run dir) ``shutil.move`` copies into the
-destination, so a kill mid-copy truncates the checkpoint. Nothing is fsynced either, so a power loss
-can leave a renamed but empty file, and a killed writer leaves a checkpoint-sized file in ``/tmp``.
-
-``AtomicCheckpointIO`` writes to a hidden temp file in the checkpoint's own directory, fsyncs it,
-``os.replace``s it over the target (atomic on POSIX within one filesystem) and fsyncs the directory.
-Temp files that a killed writer left behind are removed at the next save. Remote paths
-(``s3://...``) keep Lightning's behaviour.
-"""
+Lightning's ``TorchCheckpointIO`` (2.6) writes through a temp file in the system temp dir and ``shutil.move``,
+which copies across filesystems and fsyncs nothing; here the temp file is in the checkpoint's own directory."""
 
 from __future__ import annotations
 
@@ -22,14 +12,7 @@ from typing import Any, Optional
 import torch
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
-from runner.atomic_files import (  # noqa: F401  (the run's other writers import them from here too)
-    DiskFullError,
-    atomic_write,
-    atomic_write_bytes,
-    disk_full,
-    raise_if_disk_full,
-    remove_stale_temps,
-)
+from runner.atomic_files import atomic_write
 
 PathLike = str | Path  # what Lightning's checkpoint I/O passes (its private _PATH)
 

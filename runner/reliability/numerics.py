@@ -1,41 +1,14 @@
 """A nan/inf training loss stops the run or skips that step, read from the device only when a decision is due.
 
-Each micro-batch's loss is kept on its device in ``on_before_backward`` (Lightning calls it for every
-micro-batch; runner's strategy calls it too when the compiled step already ran backward): one copy per
-micro-batch, the only device op the guard adds to a step (a CUDA-graph replay overwrites its outputs at the
-next step, so the loss itself cannot be kept), and no host sync. When a read is due, the worst flag
-(finite, inf, nan) and the step it first appeared at are computed from the copies at once, in the losses'
-own dtype; every ``FOLD_EVERY`` copies are folded into one running pair on the device, so what the guard
-holds stays bounded however long no read comes. The flag is
-read (one sync, plus one small all-reduce under DDP) only when a decision is due:
-
-* ``skip``: every optimizer step, after all its micro-batches' backward and before the update (raised
-  as ``_SkipStep`` from inside the optimizer closure, caught around ``LightningModule.optimizer_step``):
-  no update and no optimizer-state change. ``global_step`` still advances (Lightning counts the step once
-  the hook returns), so step numbers stay aligned with the data and ``max_steps`` counts skipped steps.
-  After ``max_skipped_steps`` skips the run stops as with ``stop``.
-* ``stop``: every ``check_every`` optimizer steps (in ``on_before_optimizer_step``), before every
-  checkpoint is written (``on_save_checkpoint``) and at the end of training. ``check_every`` is 1 where
-  reading a value waits for nothing (the CPU), else the trainer's ``log_every_n_steps`` (logging reads
-  values at those steps anyway). So a non-finite loss stops the run within ``check_every`` steps, and
-  before the next checkpoint is written: no checkpoint ever holds weights updated with a non-finite
-  loss. Seen before its own update (always with ``check_every=1``), the last good state is saved to
-  ``last.ckpt``; seen after, the updates already ran, nothing is saved, and the error names the newest
-  checkpoint written before the bad step (``ckpt_path=last`` resumes from it).
-
-``skip`` needs Lightning's automatic optimization (the skip happens inside ``LightningModule.
-optimizer_step``): with manual optimization the guard says so once and acts as ``stop``, whose reads come
-from ``on_before_optimizer_step``, which Lightning calls for a manual ``optimizer.step()`` too.
-
-Under DDP every rank takes the same decision at the same step: the flag is all-reduced (max) over the
-ranks before anyone acts on it, so a nan on any rank stops every rank (all save through the same
-collective ``save_checkpoint``, rank 0 writes) or skips the step on every rank; every rank reads at the
-same global steps, so the collectives match.
-"""
+Each micro-batch's loss is copied on its device (no host sync); the flag is read every optimizer step for ``skip``,
+every ``check_every`` steps, before each checkpoint and at the end for ``stop``, so no checkpoint holds weights
+updated with a non-finite loss. Under DDP the flag is all-reduced first, so every rank acts alike at the same step."""
 
 from __future__ import annotations
 
+import functools
 import logging
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -48,11 +21,96 @@ from runner.config.schema import OnNonFinite
 from runner.errors import RunStopped
 from runner.figures import counted
 from runner.figures.reliability import RELIABILITY_SKIPPED_STEPS
-from runner.reliability.device_skips import DeviceSkips
-from runner.reliability.flags import fold_flags, host_flags, nonfinite_flag, pending_flags  # noqa: F401
 from runner.stack import stack_of
 
+
+def nonfinite_flag(loss: torch.Tensor) -> torch.Tensor:
+    """0 (finite), 1 (inf) or 2 (nan), as a tensor on the loss's device (no host sync yet)."""
+    nan = torch.isnan(loss).any()
+    inf = torch.isinf(loss).any()
+    return 2 * nan.long() + (inf & ~nan).long()
+
+
+def _stacked(losses: list[tuple[int, torch.Tensor]]) -> torch.Tensor:
+    """The scalar losses as one tensor in their promoted dtype (never narrowed: a finite float64 1e300 would be
+    inf as float32)."""
+    dtype = functools.reduce(torch.promote_types, (loss.dtype for _, loss in losses))
+    return torch.stack([loss.reshape(()).to(dtype) for _, loss in losses])
+
+
+def pending_flags(losses: list[tuple[int, torch.Tensor]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """The worst flag of the kept ``(step, loss)`` pairs and the first step whose flag is not 0 (0 when none), as
+    device scalars: a few ops for the whole interval instead of a dozen per micro-batch."""
+    if all(loss.numel() == 1 for _, loss in losses):
+        values = _stacked(losses)
+        nan, inf = torch.isnan(values), torch.isinf(values)
+        flags = 2 * nan.long() + (inf & ~nan).long()
+    else:
+        flags = torch.stack([nonfinite_flag(loss) for _, loss in losses])
+    steps = torch.tensor([step for step, _ in losses], device=flags.device)
+    never = torch.iinfo(torch.long).max
+    first = torch.where(flags > 0, steps, never).min()
+    return flags.max(), torch.where(first == never, 0, first)
+
+
+def host_flags(losses: list[tuple[int, torch.Tensor]]) -> tuple[int, int]:
+    """:func:`pending_flags` for scalar CPU losses, read at once (one ``tolist``) and checked in Python, in
+    their own dtype's values (promoted, never narrowed)."""
+    values = _stacked(losses).tolist()
+    flags = [2 if math.isnan(v) else 1 if math.isinf(v) else 0 for v in values]
+    first = next((step for (step, _), f in zip(losses, flags, strict=True) if f), 0)
+    return max(flags), first
+
+
+def fold_flags(earlier: tuple[torch.Tensor, torch.Tensor] | None,
+               later: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Two ``(worst flag, first bad step)`` pairs of consecutive intervals as one (device ops only)."""
+    if earlier is None:
+        return later
+    return torch.maximum(earlier[0], later[0]), torch.where(earlier[1] > 0, earlier[1], later[1])
+
+
 log = logging.getLogger(__name__)
+
+
+class DeviceSkips:
+    """The guard's view of the skips a graph-safe optimizer step made on the device."""
+
+    def __init__(self, step: Any, max_skipped_steps: int, ckpt_path: Path) -> None:
+        self.step = step  # The stack's ``GraphSafeStep`` (``CompileStack.skip_nonfinite_on_device``).
+        self.max_skipped_steps = max_skipped_steps
+        self.ckpt_path = ckpt_path
+        self._seen = 0  # device skips already logged
+        self._before = 0  # steps skipped before this fit (a resumed guard's state)
+        self._stopping = False  # saving the last good state: its own on_save_checkpoint reads nothing
+
+    def start(self, global_step: int, skipped_before: int) -> None:
+        """At the first training step: the device counts steps from ``global_step``."""
+        self.step.count_from(global_step)
+        self._before = skipped_before
+
+    def read(self, trainer: Any, skipped: list[int], stop: type[RunStopped]) -> None:
+        """Read the device's record (one host read): each newly skipped step (1-based) appended to ``skipped``
+        and logged; past ``max_skipped_steps`` the last good state is saved and ``stop`` raised."""
+        if self._stopping:
+            return
+        count, at = self.step.read_skips()
+        for i in range(self._seen, count):
+            number = at[min(i, len(at) - 1)] + 1
+            if self._before + i >= self.max_skipped_steps:
+                self._stopping = True
+                trainer.save_checkpoint(self.ckpt_path)
+                raise stop(
+                    f"non-finite gradients at step {number} after skipping {counted(len(skipped), 'step')} "
+                    f"({skipped}): each update was skipped on the device, so the weights saved to {self.ckpt_path} "
+                    f"(after step {trainer.global_step}) never took one. Fix: lower optimizer.lr or keep "
+                    "trainer.gradient_clip_val set, check the data near these steps, then resume with ckpt_path=last "
+                    "in the same run dir; or raise reliability.max_skipped_steps.")
+            skipped.append(number)
+            log.warning("non-finite gradients at step %d: update skipped on the device (%d of at most %d)",
+                        number, len(skipped), self.max_skipped_steps)
+        self._seen = count
+
 
 
 class NonFiniteLossError(RunStopped):
@@ -65,8 +123,7 @@ class _SkipStep(Exception):
     """Raised inside the optimizer closure to skip one optimizer step."""
 
 
-FOLD_EVERY = 32
-"""Loss copies kept before they are folded into one running (flag, first step) pair on the device."""
+FOLD_EVERY = 32  # Loss copies kept before they are folded into one running (flag, first step) pair on the device.
 _KINDS = {1: "inf", 2: "nan"}  # the flag's values: 0 finite; the worst (max) wins across ranks
 
 
@@ -93,13 +150,8 @@ def check_every_for(device: torch.device, log_every_n_steps: int) -> int:
 
 
 class NonFiniteGuard(Callback):
-    """Stops or skips on a non-finite loss (see the module docstring).
-
-    Under a graph-safe optimizer step (``compile.optimizer=graphed``) ``skip`` is handed to the step, which skips
-    on the device (:mod:`runner.reliability.device_skips`).
-
-    ``check_every``: optimizer steps between reads under ``stop`` (None: :func:`check_every_for` the
-    run's device and ``log_every_n_steps``)."""
+    """Stops or skips on a non-finite loss; under ``compile.optimizer=graphed`` ``skip`` is handed to the step.
+    ``check_every``: optimizer steps between reads under ``stop`` (None: :func:`check_every_for`)."""
 
     def __init__(self, policy: OnNonFinite, ckpt_path: Path, max_skipped_steps: int = 10,
                  check_every: int | None = None) -> None:
@@ -107,10 +159,8 @@ class NonFiniteGuard(Callback):
         self.ckpt_path = ckpt_path
         self.max_skipped_steps = max_skipped_steps
         self.check_every = check_every
-        self.skipped: list[int] = []
-        """1-based numbers of the steps skipped."""
-        self.reads = 0
-        """Times the flag was read from the device (each one sync, and one all-reduce under DDP)."""
+        self.skipped: list[int] = []  # 1-based numbers of the steps skipped.
+        self.reads = 0  # Times the flag was read from the device (each one sync, and one all-reduce under DDP).
         self._every = check_every or 1
         self._policy = policy  # what the guard does in this fit (skip becomes stop under manual optimization)
         # (1-based step, loss copy) of every micro-batch since the last fold, at most FOLD_EVERY of them, and
@@ -124,9 +174,9 @@ class NonFiniteGuard(Callback):
         self._original_step: Callable[..., Any] | None = None
         self._device: DeviceSkips | None = None  # skip handed to a graph-safe optimizer step
 
+    # Its ``on_before_optimizer_step`` reads its own loss copies, never a gradient: a graph-safe optimizer step runs
+    # beside it.
     leaves_gradients_alone = True
-    """Its ``on_before_optimizer_step`` reads its own loss copies, never a gradient: a graph-safe optimizer step
-    runs beside it."""
 
     # -- wiring --------------------------------------------------------------------------------
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:

@@ -1,32 +1,9 @@
 """SIGINT and SIGTERM stop a run cleanly: finish the step, checkpoint, flush loggers, exit 128+signum.
 
-Lightning 2.6 handles SIGTERM with ``_SignalConnector``: its handler only sets
-``trainer.received_sigterm``; the loops then raise ``SIGTERMException`` (a ``SystemExit``) at the next
-step boundary, between validation batches or after an epoch ends, and ``Trainer.fit`` calls every
-callback's ``on_exception`` and ``finalize("failed")`` on every logger. SIGINT raises
-``KeyboardInterrupt`` wherever Python happens to be (mid-backward, mid-optimizer-step).
-
-A checkpoint taken in ``on_exception`` after such a stop is not always resumable exactly: when the
-stop comes after validation or after the epoch ended, Lightning 2.6 restores it with the batch
-counter one ahead (an off-by-one ``step`` in the logs) or ends the resumed epoch after one batch
-(a different data order from then on); both measured here. ``ModelCheckpoint``'s own saves happen
-in ``on_train_batch_end``, the state Lightning's restart logic handles in every case.
-
-So ``GracefulInterrupt`` takes over both signals: the first only records the signal; at the next
-``on_train_batch_end`` it writes ``last.ckpt`` (the same state ``ModelCheckpoint`` saves) and only
-then hands over to Lightning's SIGTERM handler, which stops the loops at the step boundary. A second
-signal before the checkpoint is being written raises ``KeyboardInterrupt``: the user insists. Once
-the save has started, signals are ignored until the run stops (under several ranks, Lightning's handler
-on rank 0 forwards SIGTERM to the other ranks while they save). Lightning restores the original
-handlers in its teardown. A signal during validation takes effect after the next training step. A signal
-after the last training step (while the final checkpoint is written, before Lightning's teardown) stops
-nothing: the run has finished; it is said in the log and as ``run/signal_after_end``, not as an interrupt.
-
-Under several ranks they agree on the signal (one all-reduce and one device sync) every ``check_every``
-optimizer steps: every step on the CPU (the read waits for nothing), else every ``log_every_n_steps``
-(:func:`runner.reliability.numerics.check_every_for`), so there a signal checkpoints and stops the run
-within ``check_every`` steps, every rank at the same step.
-"""
+A checkpoint taken in ``on_exception`` after Lightning's own SIGTERM stop is not always resumable exactly (its
+batch counter can be one ahead), so the first signal is only recorded; ``last.ckpt`` is written at the next
+``on_train_batch_end`` and only then does Lightning's handler stop the loops. A second signal before the save
+raises ``KeyboardInterrupt``."""
 
 from __future__ import annotations
 
@@ -65,12 +42,10 @@ class GracefulInterrupt(Callback):
         self.check_every = check_every
         self._every = check_every or 1
         self._agreed_at: int | None = None
-        self.signum: int | None = None
-        """The first interrupting signal received, if any."""
-        self.step: int | None = None
-        """The global step the interrupt checkpoint was written at."""
+        self.signum: int | None = None  # The first interrupting signal received, if any.
+        self.step: int | None = None  # The global step the interrupt checkpoint was written at.
+        # A signal that arrived after the last training step (it stopped nothing), if any.
         self.after_end: int | None = None
-        """A signal that arrived after the last training step (it stopped nothing), if any."""
         self._lightning_sigterm: Any = None
         self._saving = False
         self._ended = False
@@ -144,7 +119,6 @@ class GracefulInterrupt(Callback):
             self.signum = int(signal.SIGTERM)  # Lightning's own handler caught it (before on_train_start)
 
     def figures(self) -> dict[str, Any]:
-        """Which signal stopped the run, and at which step its checkpoint was written."""
         late = {} if self.after_end is None else {RUN_SIGNAL_AFTER_END: signal.Signals(self.after_end).name}
         if self.signum is None:
             return late

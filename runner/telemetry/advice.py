@@ -1,18 +1,5 @@
-"""A suggested fix for each graph break and recompile torch reports, in the user's terms.
-
-Pure functions, no torch import: the input is the reason text torch gave (a graph break's type, e.g.
-``Data-dependent branching``, or a recompile's failed guard, e.g. ``tensor 'x' size mismatch at index
-0. expected 16, actual 8``) and where it happened (``file:line``); the output is one sentence saying
-what to change. Rules are matched in order, first match wins; each names the user-facing way out
-(a Lightning hook, a tensor instead of a Python number, a config key of runner) before torch knobs.
-
-A break in torch's own optimizer code while runner's compiled optimizer step is traced is runner's, not
-the user's (torch's steps break there by design): its location is labelled (:func:`runners_site`), its
-advice says why it is expected, it is counted but not warned of (:func:`advice_lines`).
-
-Used by the telemetry's reason lists (``compile/graph_break_reasons``, ``compile/recompile_reasons``)
-and the run report, so that every break and recompile a run reports comes with its fix.
-"""
+"""A suggested fix for each graph break and recompile torch reports, in the user's terms: rules matched in order
+on torch's reason text, each naming the user-facing way out before torch knobs. Pure functions, no torch import."""
 
 from __future__ import annotations
 
@@ -24,10 +11,9 @@ from runner.figures.compile_work import COMPILE_GRAPH_BREAK_REASONS, COMPILE_REC
 
 _LIBRARY_DIRS = ("site-packages/", "dist-packages/")
 
+# What a graph-break site's location says when the break is in torch's own optimizer code that runner compiled
+# (optimizer step ``compiled``: set by ``compile.optimizer``, or chosen for CUDA graphs): runner's, not the user's.
 RUNNERS_OPTIMIZER_STEP = "in torch's optimizer step, compiled by runner: expected"
-"""What a graph-break site's location says when the break is in torch's own optimizer code that
-runner compiled (optimizer step ``compiled``: set by ``compile.optimizer``, or chosen for CUDA graphs):
-runner's, not the user's."""
 _EXPECTED_BREAK = ("torch's optimizer steps break here by design (so that the update is traced under no_grad: "
                    "https://github.com/pytorch/pytorch/issues/104053), and runner compiled that step itself "
                    "(optimizer step: compiled, set by compile.optimizer or chosen for CUDA graphs): nothing to fix")
@@ -98,14 +84,12 @@ class Batches:
     """What the run's batches are, for the advice on a recompile of a new shape (``runner.build`` says, from the
     data module's traits and the config; a user's own Trainer gets the default: nothing known)."""
 
+    # Each batch is padded to its longest sequence: its length changes from batch to batch.
     pads_per_batch: bool = False
-    """Each batch is padded to its longest sequence: its length changes from batch to batch."""
-    can_pack: bool = False
-    """``data.packing=true`` is there to turn on, and the model takes packed rows."""
+    can_pack: bool = False  # ``data.packing=true`` is there to turn on, and the model takes packed rows.
 
 
-UNKNOWN_BATCHES = Batches()
-"""What the advice knows of batches it was told nothing about (a user's own Trainer)."""
+UNKNOWN_BATCHES = Batches()  # What the advice knows of batches it was told nothing about (a user's own Trainer).
 _SIZE = re.compile(r"size mismatch at index (\d+)", re.IGNORECASE)
 
 

@@ -1,29 +1,17 @@
 """``CompileTelemetry``: the Lightning callback that measures what compilation did and bought.
 
-Per training step (``on_train_batch_start`` -> ``on_train_batch_end`` = forward, backward and optimizer step) it
-asks the fit's step mode (``runner.stack.StepMode``: the stack's, or one of its own under another strategy) to
-run the interleaved eager steps of :class:`SpeedupMeter` eagerly, times the step, and every
-``log_every_n_steps`` sends the compile, perf and memory figures to every logger of the trainer. At the end of
-training it writes ``compile_events.txt`` into the run dir and the reasons table to wandb; :meth:`figures`
-returns the final flat dict for :func:`runner.telemetry.report.write_report`.
-
-Everything runs in callbacks, outside compiled code: logging cannot cause graph breaks or recompiles.
-
-Which steps are timed (on an asynchronous device each costs two waits for the device, see
-:mod:`runner.telemetry.clock`): the speedup meter's eager/compiled pairs (the speedup and break-even
-use them) and one sampled step per ``log_every_n_steps`` (``perf/step_ms``, throughput and MFU use
-the timed compiled steps). Every other step runs without waiting. On the CPU every step is timed
-for free.
-
-Figures come from what happened in this run: the device is the strategy's root device, the MFU peak
-is measured on it (:mod:`runner.telemetry.peak`) unless given, and under DDP the throughput is the
-sum of every rank's measured rate (one small all-reduce per logging step), not one rank's times the
-world size.
-"""
+Everything runs in callbacks, outside compiled code, so logging cannot cause graph breaks or recompiles. On an
+asynchronous device only the speedup pairs and one sampled step per logging interval are timed (each costs two
+waits for the device); under DDP the throughput is the sum of every rank's own measured rate. The step clock, the
+loggers' sinks and the gathers over ranks are this callback's parts."""
 
 from __future__ import annotations
 
 import logging
+import math
+import time
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +19,18 @@ import lightning.pytorch as pl
 import torch
 
 from runner.config.schema import TelemetryConfig
-from runner.figures.compile_work import COMPILE_TIME_BEFORE_RESUME_S, COMPILE_TIME_S
+from runner.figures.compile_work import (
+    COMPILE_EVENTS,
+    COMPILE_FALLBACK_REASONS,
+    COMPILE_GRAPH_BREAK_REASONS,
+    COMPILE_GRAPH_BREAKS,
+    COMPILE_GRAPHS,
+    COMPILE_REASONS,
+    COMPILE_RECOMPILE_REASONS,
+    COMPILE_RECOMPILES,
+    COMPILE_TIME_BEFORE_RESUME_S,
+    COMPILE_TIME_S,
+)
 from runner.figures.memory import MEMORY_PEAK_GIB
 from runner.figures.perf import (
     PERF_EXAMPLES_PER_S,
@@ -41,13 +40,14 @@ from runner.figures.perf import (
     PERF_SAMPLES_PER_S,
     PERF_SPEEDUP_STATUS,
     PERF_SPEEDUP_X,
+    PERF_STEP_MS,
     PERF_TOKENS_PER_S,
 )
+from runner.figures.ranks import PER_RANK, RANKS_COMPILES_AGREE
 from runner.stack import Eager, StepMode, stack_of
 from runner.stack.console import CompileProgress
-from runner.telemetry import ranks, sinks
+from runner.strategy.progress_sink import progress_sink
 from runner.telemetry.advice import UNKNOWN_BATCHES, Batches, advice_lines
-from runner.telemetry.clock import StepClock
 from runner.telemetry.collector import CompileCollector
 from runner.telemetry.device_busy import NoHostDevice, build_host_device
 from runner.telemetry.peak import ACHIEVED, Peak, forget_peak, reset_memory_peak, resolve_peak
@@ -57,25 +57,154 @@ from runner.telemetry.trace import StructuredTrace
 
 log = logging.getLogger(__name__)
 
+
+class StepClock:
+    """Host-clock step timer; ``wait`` blocks until the device has finished its queued work (default
+    ``torch.cuda.synchronize`` on CUDA, nothing on a synchronous device; tests count its calls)."""
+
+    def __init__(self, device: torch.device, wait: Callable[[], None] | None = None) -> None:
+        if wait is None and device.type == "cuda":
+            wait = partial(torch.cuda.synchronize, device)
+        self.device = device
+        self.wait = wait
+        self.waits = 0  # How many times the clock waited for the device (two per timed step).
+        self._t0: float | None = None
+        self._timed = False
+
+    @property
+    def asynchronous(self) -> bool:
+        """Whether the device queues work, so a step's host time is right only after a wait."""
+        return self.wait is not None
+
+    def _wait(self) -> None:
+        if self.wait is not None:
+            self.waits += 1
+            self.wait()
+
+    def start(self, timed: bool) -> None:
+        """Start a step; ``timed``: its time will be used, so wait for earlier work first."""
+        self._timed = timed or not self.asynchronous
+        if timed:
+            self._wait()
+        self._t0 = time.perf_counter()
+
+    def stop(self) -> tuple[float, bool]:
+        """End the step: (milliseconds on the host clock, whether that is the step's real time)."""
+        if self._t0 is None:
+            raise RuntimeError("StepClock.stop() without start()")
+        if self._timed and self.asynchronous:
+            self._wait()
+        ms = (time.perf_counter() - self._t0) * 1000.0
+        self._t0 = None
+        return ms, self._timed
+
+
+# The figures gathered from every rank at the end of a multi-process fit (``ranks/<figure>``).
+RANK_FIELDS = (PERF_STEP_MS, PERF_SAMPLES_PER_S, PERF_TOKENS_PER_S, MEMORY_PEAK_GIB, COMPILE_TIME_S,
+               COMPILE_GRAPHS, COMPILE_RECOMPILES, COMPILE_GRAPH_BREAKS)
+# The figures every rank must share: ranks that compile differently deadlock or diverge.
+AGREEING_FIELDS = frozenset({COMPILE_GRAPHS, COMPILE_RECOMPILES, COMPILE_GRAPH_BREAKS})
+
+# The throughput figures, each summed over ranks.
+RATES = (PERF_SAMPLES_PER_S, PERF_TOKENS_PER_S, PERF_EXAMPLES_PER_S, PERF_LOSS_TOKENS_PER_S)
+Rates = dict[str, float | None]  # Each of ``RATES``; None where no rank measured that rate.
+
+
+def gather_rank_figures(strategy: pl.strategies.Strategy, own: dict[str, Any],
+                        device: torch.device) -> tuple[dict[str, Any], Rates]:
+    """One all-gather: ``ranks/<figure>`` lists, ``ranks/compiles_agree`` and the rates summed over ranks."""
+    fields = (*RANK_FIELDS, *(k for k in RATES if k not in RANK_FIELDS))
+    local = torch.tensor([float(own.get(k) or 0.0) for k in fields], dtype=torch.float64, device=device)
+    rows = strategy.all_gather(local).reshape(-1, len(fields)).cpu().tolist()
+    per_rank: dict[str, Any] = {PER_RANK[key]: [row[i] for row in rows] for i, key in enumerate(RANK_FIELDS)}
+    total = {key: sum(row[fields.index(key)] for row in rows) or None for key in RATES}
+    compiles = [tuple(row[i] for i, k in enumerate(RANK_FIELDS) if k in AGREEING_FIELDS) for row in rows]
+    per_rank[RANKS_COMPILES_AGREE] = len(set(compiles)) == 1
+    return per_rank, total
+
+
+def sum_rates(strategy: pl.strategies.Strategy, own: Rates, device: torch.device) -> Rates:
+    """Each rate summed over ranks by one all-reduce; a rate no rank measured stays None."""
+    rates = torch.tensor([own.get(k) or 0.0 for k in RATES], dtype=torch.float64, device=device)
+    total = strategy.reduce(rates, reduce_op="sum").tolist()
+    return {k: v or None for k, v in zip(RATES, total, strict=True)}
+
+
+def scalars(figures: dict[str, Any]) -> dict[str, float]:
+    """The loggable part of the figures: finite numbers (bools as 0/1); lists and None dropped."""
+    out: dict[str, float] = {}
+    for key, value in figures.items():
+        if isinstance(value, bool) or (isinstance(value, (int, float)) and math.isfinite(value)):
+            out[key] = float(value)
+    return out
+
+
+def log_scalars(trainer: pl.Trainer, metrics: dict[str, float], step: int) -> None:
+    """Send ``metrics`` to every logger of the trainer (loggers are rank-zero-only themselves)."""
+    for logger in trainer.loggers:
+        logger.log_metrics(metrics, step=step)
+
+
+def _with_fix(entry: dict[str, Any]) -> str:
+    fix = entry.get("fix")
+    return f"{entry.get('reason')} | fix: {fix}" if fix else str(entry.get("reason"))
+
+
+def reason_rows(figures: dict[str, Any]) -> list[list[Any]]:
+    """One row per recompile, graph-break site and eager fallback: kind, name, location, step, count, reason."""
+    rows: list[list[Any]] = []
+    for r in figures.get(COMPILE_RECOMPILE_REASONS) or []:
+        rows.append(["recompile", r.get("name"), r.get("location"), r.get("step"), 1, _with_fix(r)])
+    for b in figures.get(COMPILE_GRAPH_BREAK_REASONS) or []:
+        rows.append(["graph_break", None, b.get("user_frame"), None, b.get("count"), _with_fix(b)])
+    for f in figures.get(COMPILE_FALLBACK_REASONS) or []:
+        rows.append(["fallback", f.get("name"), None, None, 1, f.get("reason")])
+    return rows
+
+
+def log_reason_table(trainer: pl.Trainer, figures: dict[str, Any]) -> None:
+    """Reasons as a ``wandb.Table`` on every WandbLogger (none: nothing, and wandb is not imported)."""
+    from lightning.pytorch.loggers import WandbLogger
+
+    wandb_loggers = [lg for lg in trainer.loggers if isinstance(lg, WandbLogger)]
+    if not wandb_loggers:
+        return
+    import wandb
+
+    columns = ["kind", "name", "location", "step", "count", "reason"]
+    for logger in wandb_loggers:
+        table = wandb.Table(columns=list[Any](columns), data=[[_cell(v) for v in row] for row in reason_rows(figures)])
+        logger.experiment.log({COMPILE_REASONS: table})
+
+
+def _cell(value: Any) -> Any:
+    # wandb.Table wants one type per column; None would make "step"/"count" mixed-type.
+    return "" if value is None else value
+
+
+def write_events_text(path: Path, figures: dict[str, Any]) -> None:
+    """``compile_events.txt``: every compile event with its step and duration, then every reason."""
+    lines = ["# compile events: step, kind, seconds, name"]
+    for e in figures.get(COMPILE_EVENTS) or []:
+        lines.append(f"step {e.get('step')}\t{e.get('kind')}\t{e.get('duration_s', 0.0):.2f} s\t{e.get('name')}")
+    lines += ["", "# reasons: kind, name, location, step, count, reason"]
+    for row in reason_rows(figures):
+        kind, name, location, step, count, reason = row
+        lines.append(f"{kind}\t{name or '-'}\t{location or '-'}\tstep {step}\tx{count}\n    {reason}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n")
+
+
+# Each throughput figure and the count of a step (``BatchCounts``) it is the rate of.
 RATE_OF = {PERF_SAMPLES_PER_S: "samples", PERF_TOKENS_PER_S: "tokens", PERF_EXAMPLES_PER_S: "examples",
            PERF_LOSS_TOKENS_PER_S: "loss_tokens"}
-"""Each throughput figure and the count of a step (``BatchCounts``) it is the rate of."""
+# A step the compile beside the run holds eager: before its switch, or back to eager after it (not the meter's).
 BESIDE_MODES: dict[Eager | None, str] = {Eager.beside: "background", Eager.reverted: "reverted"}
-"""A step the compile beside the run holds eager: before its switch, or back to eager after it (not the meter's)."""
 
 
 class CompileTelemetry(pl.Callback):
-    """Compile telemetry, live compile progress and the in-run eager-vs-compiled speedup.
-
-    Args:
-        cfg: the ``telemetry`` config node (log interval, speedup pairs, MFU peak).
-        run_dir: where ``compile_events.txt`` is written; None writes nothing.
-        heartbeat_s: seconds between "still compiling" lines.
-        clock: the step timer; None builds one for the run's device at setup (tests pass one whose
-            waits they count).
-        batches: what the run's batches are (padded per batch, packing available), for the fix a recompile of a
-            new shape gets; the default knows nothing of the data (a user's own Trainer).
-    """
+    """Compile telemetry, live compile progress and the in-run eager-vs-compiled speedup. ``clock``: the step timer
+    (None: one for the run's device); ``batches``: what the run's batches are, for a recompile's fix."""
 
     def __init__(self, cfg: TelemetryConfig, run_dir: Path | None = None, heartbeat_s: float = 5.0,
                  clock: StepClock | None = None, batches: Batches = UNKNOWN_BATCHES) -> None:
@@ -90,14 +219,14 @@ class CompileTelemetry(pl.Callback):
         self.progress: CompileProgress | None = None
         self.flops = StepFlops()
         self._counts = BatchCounts()
-        self._world_rates: ranks.Rates | None = None  # every rate, summed over ranks
+        self._world_rates: Rates | None = None  # every rate, summed over ranks
         self._per_rank: dict[str, Any] = {}  # ranks/<figure>: one value per rank, gathered at the end of fit
         self._device = torch.device("cpu")
         self.peak: Peak | None = None
         self._module: torch.nn.Module | None = None
         self._step_state: tuple[str, Eager | None, int] | None = None  # mode, eager reason held, events before
+        # The step mode the eager steps are asked of: the runner strategy's, from the fit's start.
         self.step_mode = StepMode()
-        """The step mode the eager steps are asked of: the runner strategy's, from the fit's start."""
         self._sampled_step: int | None = None  # the global step whose first batch was timed for step_ms
         self._final: dict[str, Any] | None = None
         self.trace = StructuredTrace(self.run_dir, cfg.trace)
@@ -121,7 +250,7 @@ class CompileTelemetry(pl.Callback):
         if self.clock is None:
             self.clock = StepClock(self._device)
         self.host_device = build_host_device(self._device)  # perf/host_ms_per_step, perf/device_busy: CUDA only
-        self.progress = CompileProgress(sinks.progress_sink(trainer), interval_s=self.heartbeat_s)
+        self.progress = CompileProgress(progress_sink(trainer), interval_s=self.heartbeat_s)
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """Start collecting after the strategy's setup (whose saved-activation measurement compiles
@@ -190,9 +319,10 @@ class CompileTelemetry(pl.Callback):
                           loss_tokens=counts.loss_tokens)
         step = trainer.global_step
         if step % max(1, self.cfg.log_every_n_steps) == 0:
-            self._reduce_rates(trainer)  # every rank reaches this step: the all-reduce is matched
+            if trainer.world_size > 1:  # every rank reaches this step: the all-reduce is matched
+                self._world_rates = sum_rates(trainer.strategy, self._own_rates(), self._device)
             if trainer.is_global_zero:
-                sinks.log_scalars(trainer, sinks.scalars(self._figures(series=False)), step)
+                log_scalars(trainer, scalars(self._figures(series=False)), step)
 
     def _end_step_state(self) -> None:
         """Leave the step: stop the FLOP counter and restore the stance (also after an exception)."""
@@ -209,14 +339,16 @@ class CompileTelemetry(pl.Callback):
         """Final figures to the loggers, reasons to wandb and ``compile_events.txt``."""
         if self.collector is None:
             return
-        self._gather_ranks(trainer)  # also the summed rates: one collective at the end of fit
+        if trainer.world_size > 1:  # each rank's own figures and rates (not the sums), one collective at the end
+            own = {**self._figures(series=False), **self._own_rates()}
+            self._per_rank, self._world_rates = gather_rank_figures(trainer.strategy, own, self._device)
         self._finish()
         figures = self.figures()
         if trainer.is_global_zero:
-            sinks.log_scalars(trainer, sinks.scalars(figures), trainer.global_step)
-            sinks.log_reason_table(trainer, figures)
+            log_scalars(trainer, scalars(figures), trainer.global_step)
+            log_reason_table(trainer, figures)
             if self.run_dir is not None:
-                sinks.write_events_text(self.run_dir / "compile_events.txt", figures)
+                write_events_text(self.run_dir / "compile_events.txt", figures)
             for line in advice_lines(figures, batches=self.batches):  # what could not be compiled, where, the fix
                 log.warning("compile: %s", line)
         if figures.get(PERF_PEAK_SOURCE) == ACHIEVED and self.peak is not None and self.peak.source == "cached":
@@ -286,21 +418,5 @@ class CompileTelemetry(pl.Callback):
                                           rate=self.meter.rate, peak=self.peak))
         return figures
 
-    def _own_rates(self) -> ranks.Rates:
-        """This process's rates (``RATE_OF``)."""
+    def _own_rates(self) -> Rates:
         return {key: self.meter.rate(count) for key, count in RATE_OF.items()}
-
-    def _gather_ranks(self, trainer: pl.Trainer) -> None:
-        """Every rank's own headline figures and the rates summed over ranks, once at the end of fit."""
-        if trainer.world_size <= 1:
-            return
-        # this rank's own rates, not the sums over ranks that the figures carry
-        own = {**self._figures(series=False), **self._own_rates()}
-        self._per_rank, self._world_rates = ranks.gather_rank_figures(trainer.strategy, own, self._device)
-
-    def _reduce_rates(self, trainer: pl.Trainer) -> None:
-        """The rates summed over ranks. Called on every rank at the same step; with one process there is nothing
-        to reduce (the figures use this process's live rates)."""
-        if trainer.world_size > 1:
-            self._world_rates = ranks.sum_rates(trainer.strategy, self._own_rates(), self._device)
-

@@ -1,28 +1,15 @@
-"""``CompileCollector``: what torch.compile did since ``start()``, from torch's own records.
+"""``CompileCollector``: what torch.compile did since ``start()``, from torch's own records (compile metrics,
+counters, compile start/end callbacks, the graph-break log).
 
-Sources, in order of preference (all reached through :mod:`runner.torch_internals`):
-
-* Dynamo's per-compile records (``CompilationMetrics``): frames, guards, recompile reasons, compile
-  time split into Dynamo / AOTAutograd / Inductor, failures. Structured, no log parsing.
-* Dynamo's counters: graphs, graph-break reasons, cache hits/misses, CUDA-graph skips, eager fallbacks.
-* Compile start/end callbacks: live progress and wall-clock per compile, the step it happened in.
-* The graph-break artifact logger: the only place torch names the user file:line of a graph break.
-
-Definitions (the figures' contract):
-
-* ``compile/frames``: distinct Python frames (code objects) Dynamo compiled, continuations included.
-* ``compile/frame_compiles``: every forward compile, first compiles and recompiles of every frame.
-* ``compile/recompiles``: compiles caused by a guard failure of an earlier compile of the *same user
-  frame*. When a frame with a graph break recompiles, Dynamo also recompiles its continuation
-  (``torch_dynamo_resume_in_f_at_N``) for the same input change; those are folded into the parent's
-  recompile (counted once) and appear only in ``compile/frame_recompiles``.
-* ``compile/graph_breaks``: distinct graph-break sites (reason + user file:line); how often each was hit
-  while tracing is its ``count``, the total is ``compile/graph_break_hits``.
-"""
+``compile/recompiles`` counts compiles caused by a guard failure of an earlier compile of the same user frame;
+a continuation (``torch_dynamo_resume_in_f_at_N``) recompiling with its parent is folded into the parent's and
+counted only in ``compile/frame_recompiles``. ``compile/graph_breaks`` counts distinct sites (reason + file:line)."""
 
 from __future__ import annotations
 
 import logging
+import os
+import re
 import threading
 import time
 from collections import Counter
@@ -57,9 +44,83 @@ from runner.figures.compile_work import (
     COMPILE_TIME_S,
     COMPILE_WALL_S,
 )
-from runner.telemetry.advice import UNKNOWN_BATCHES, Batches, graph_break_fix, guard_location, recompile_fix
-from runner.telemetry.reasons import GraphBreakHandler, recompile_events, short_path, short_reason
+from runner.stack.optimizer.step import in_runners_optimizer_step
+from runner.telemetry.advice import (
+    UNKNOWN_BATCHES,
+    Batches,
+    graph_break_fix,
+    guard_location,
+    recompile_fix,
+    runners_site,
+)
 from runner.torch_internals import observation, settings
+
+_LOCATION_RE = re.compile(r"in user code at (?P<file>.+?):(?P<line>\d+)\s*$", re.MULTILINE)
+
+
+class GraphBreakHandler(logging.Handler):
+    """Collects (short reason, user file:line) of each graph break Dynamo logs; a break in torch's optimizer
+    code while runner's compiled optimizer step is traced is labelled runner's (:func:`runners_site`)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.sites: Counter[tuple[str, str]] = Counter()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            text = record.getMessage()
+        except Exception:  # a malformed record must never break a training step
+            return
+        match = _LOCATION_RE.search(text.split("\n", 1)[0])
+        location = f"{match['file']}:{match['line']}" if match else ""
+        if match and in_runners_optimizer_step(match["file"]):
+            location = runners_site(location)
+        self.sites[(short_reason(text.partition("Graph Break Reason:")[2]), location)] += 1
+
+
+def short_path(path: str) -> str:
+    """A path for humans: from the package root for installed code, else relative to the cwd."""
+    head, sep, tail = path.rpartition("site-packages" + os.sep)
+    if sep:
+        return tail
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:  # another drive on Windows
+        return path
+    return path if rel.startswith("..") else rel
+
+
+def short_reason(text: str) -> str:
+    """The first informative line of a graph-break reason (torch prefixes a generic one)."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    useful = [ln for ln in lines if not ln.startswith("Encountered graph break when attempting")]
+    return (useful or lines or ["unknown"])[0]
+
+
+def recompile_events(forward: list[observation.CompileRecord]) -> list[dict[str, Any]]:
+    """Recompiles of user frames, each continuation's recompiles folded into its parent's (up to as many as the
+    parent had; any extra one is its own guard's and counts)."""
+    frame_recompiles: Counter[tuple[str | None, str | None]] = Counter()
+    folded: Counter[tuple[str | None, str | None]] = Counter()
+    events: list[dict[str, Any]] = []
+    for r in forward:
+        if not r.recompile_reason or r.fail_type:  # a failed recompile is an eager fallback
+            continue
+        key = (r.co_filename, r.co_name)
+        frame_recompiles[key] += 1
+        parent = observation.resume_parent(r.co_name)
+        if parent is not None and frame_recompiles[(r.co_filename, parent)] > folded[key]:
+            folded[key] += 1
+            continue
+        events.append(
+            {
+                "name": r.co_name,
+                "location": f"{r.co_filename}:{r.co_firstlineno}",
+                "compile_id": r.compile_id,
+                "reason": r.recompile_reason,
+            }
+        )
+    return events
 
 
 class CompileListener(Protocol):
@@ -72,7 +133,6 @@ class CompileListener(Protocol):
 
 @dataclass
 class _Open:
-    """A compile in progress, between the start and end callbacks."""
 
     label: str
     kind: str
@@ -81,12 +141,8 @@ class _Open:
 
 
 class CompileCollector:
-    """Collects compile figures from the moment :meth:`start` is called until :meth:`stop`.
-
-    Constructing one touches nothing process-wide, so it is safe in any process; ``start`` registers
-    torch callbacks and a log handler, ``stop`` removes them. Set :attr:`step` from the training loop
-    so events carry the step they happened in.
-    """
+    """Collects compile figures between :meth:`start` (registers torch callbacks and a log handler) and
+    :meth:`stop`; set :attr:`step` so events carry the step they happened in."""
 
     def __init__(self, listeners: tuple[CompileListener, ...] = (), metrics_limit: int = 100_000,
                  batches: Batches = UNKNOWN_BATCHES) -> None:
@@ -120,25 +176,6 @@ class CompileCollector:
         self._final = self._final_counters = None
         self._live = (-1, [])
         self._unregister = observation.COMPILE_EVENT_SOURCE.subscribe(self._on_start, self._on_end)
-        self._attach_graph_break_handler()
-        return self
-
-    def stop(self) -> None:
-        """Stop collecting; the figures stay readable and frozen at this point."""
-        self._final, self._final_counters = self._records(), self._counter_delta()
-        if self._unregister is not None:
-            self._unregister()
-            self._unregister = None
-        self._detach_graph_break_handler()
-        self._settings.restore()
-
-    def __enter__(self) -> CompileCollector:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    def _attach_graph_break_handler(self) -> None:
         logger = observation.graph_break_logger()
         self._handler = GraphBreakHandler()
         self._logger_state = (logger.level, logger.propagate)
@@ -147,15 +184,27 @@ class CompileCollector:
             logger.setLevel(logging.DEBUG)
             logger.propagate = False
         logger.addHandler(self._handler)
+        return self
 
-    def _detach_graph_break_handler(self) -> None:
-        if self._handler is None or self._logger_state is None:
-            return
-        logger = observation.graph_break_logger()
-        logger.removeHandler(self._handler)
-        logger.setLevel(self._logger_state[0])
-        logger.propagate = self._logger_state[1]
-        self._logger_state = None
+    def stop(self) -> None:
+        """Stop collecting; the figures stay readable and frozen at this point."""
+        self._final, self._final_counters = self._records(), self._counter_delta()
+        if self._unregister is not None:
+            self._unregister()
+            self._unregister = None
+        if self._handler is not None and self._logger_state is not None:
+            logger = observation.graph_break_logger()
+            logger.removeHandler(self._handler)
+            logger.setLevel(self._logger_state[0])
+            logger.propagate = self._logger_state[1]
+            self._logger_state = None
+        self._settings.restore()
+
+    def __enter__(self) -> CompileCollector:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
 
     # -- compile callbacks (run inside torch's compile; must be cheap and never raise) ---------
     def _on_start(self, trigger: str, compile_id: str) -> None:
@@ -186,7 +235,6 @@ class CompileCollector:
             listener.compile_finished(job.label, job.kind, seconds)
 
     def compiling(self) -> list[tuple[str, float]]:
-        """Compiles in progress now: (label, seconds so far)."""
         now = time.perf_counter()
         with self._lock:
             return [(job.label, now - job.started) for job in self._open.values()]
@@ -216,7 +264,6 @@ class CompileCollector:
         return self._live[1]
 
     def figures(self) -> dict[str, Any]:
-        """All figures since :meth:`start` (see the module docstring for definitions)."""
         records = self._records()
         counters = self._counter_delta()
         forward = [r for r in records if r.is_forward]

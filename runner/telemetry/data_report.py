@@ -1,16 +1,5 @@
-"""What the run read, said where its results are: the data section of the summary, ``labels.json``, the data's
-fingerprint and an instruction run's ``prompt.json``.
-
-``DataReport`` is a Lightning callback. Once the data module has set up (``on_fit_start``), rank 0 writes
-``<run_dir>/labels.json``, ``{"label2id": {label: id}, "id2label": {id: label}}``, when the data has labels
-(``TextClassificationDataModule.labels``): what a trained classifier's ids mean, for whoever exports or serves it;
-and ``<run_dir>/data_fingerprint.json``, the files and tokenizer the run reads, which a resume compares with the
-data it would read (a resumed fit that was allowed to train on changed data says what changed: ``data/changed``); and
-``<run_dir>/prompt.json`` when the data is instruction data (``InstructDataModule.prompt_format``): the prompt
-template or chat template and the EOS, so that ``runner generate`` asks the model the way it was trained.
-Its ``figures()`` are the data module's (``data/*``: files, rows, tokens, the split, what was cut or left out),
-which ``runner.run`` collects into ``report.json``, ``report.md`` and the printed summary.
-"""
+"""What the run read, written where its results are: ``labels.json``, the data's fingerprint (which a resume
+compares with the data it would read), an instruction run's ``prompt.json`` and the ``data/*`` figures."""
 
 from __future__ import annotations
 
@@ -32,9 +21,7 @@ PROMPT_FILE = "prompt.json"
 
 
 class DataReport(L.Callback):
-    """Writes ``labels.json`` and the data's fingerprint into ``run_dir`` at the start of the fit (module
-    docstring). ``fingerprint``: what the run reads (:mod:`runner.data.fingerprint`); ``resuming``: whether the fit
-    continues a checkpoint, whose run recorded the data it was trained on."""
+    """Writes ``labels.json``, the data's fingerprint and ``prompt.json`` into ``run_dir`` at the start of the fit."""
 
     def __init__(self, run_dir: Path, fingerprint: dict[str, Any] | None = None, resuming: bool = False) -> None:
         self.run_dir = Path(run_dir)
@@ -47,7 +34,7 @@ class DataReport(L.Callback):
         labels = getattr(self.datamodule, "labels", None)
         as_json = getattr(labels, "as_json", None)
         if trainer.is_global_zero and callable(as_json):
-            write_labels(self.run_dir, as_json())
+            write_json(self.run_dir / LABELS_FILE, as_json())
         if trainer.is_global_zero and self.fingerprint is not None:
             self._record(self.fingerprint)
         prompt = getattr(self.datamodule, "prompt_format", None)
@@ -73,11 +60,6 @@ class DataReport(L.Callback):
         return out
 
 
-def write_labels(run_dir: Path, labels: dict[str, Any]) -> Path:
-    """``labels.json`` in ``run_dir``, written whole or not at all."""
-    return write_json(Path(run_dir) / LABELS_FILE, labels)
-
-
 def write_json(path: Path, value: dict[str, Any]) -> Path:
     """``value`` as JSON at ``path``, written whole or not at all."""
     atomic_write_bytes((json.dumps(value, indent=2, ensure_ascii=False) + "\n").encode(), path)
@@ -91,6 +73,6 @@ def read_prompt(run_dir: Path) -> dict[str, Any] | None:
 
 
 def read_labels(run_dir: Path) -> dict[str, Any]:
-    """What :func:`write_labels` wrote into ``run_dir`` (``{}`` where the run's data had no labels)."""
+    """The ``labels.json`` written into ``run_dir`` (``{}`` where the run's data had no labels)."""
     path = Path(run_dir) / LABELS_FILE
     return json.loads(path.read_text()) if path.is_file() else {}

@@ -1,8 +1,4 @@
-"""Which figures the summary shows, in which sections. What each figure means (its key, label and meaning) is
-defined once in ``runner.figures``; this module groups them into the summary's sections (``SECTIONS``, which the
-console summary, ``report.md``, the sweep summary and ``docs/report.md`` read). The rules that keep the headline
-figures from contradicting each other are :mod:`runner.telemetry.verdict`'s.
-"""
+"""The summary's sections and which figures each shows (the console summary, ``report.md``, the sweep summary)."""
 
 from __future__ import annotations
 
@@ -149,6 +145,7 @@ def _rows(*keys: str) -> tuple[Figure, ...]:
     return rows
 
 
+# The summary's sections and rows, in order: the console table, ``report.md`` and docs/report.md show them.
 SECTIONS: tuple[tuple[str, tuple[Figure, ...]], ...] = (
     ("run", _rows(RUN_HUB, RUN_STEPS, RUN_RESUMED_AT_STEP, RUN_WALL_S, TRAIN_LOSS, VAL_LOSS, VAL_BPB, VAL_ACCURACY,
                   DATA_UNIGRAM_BPB, RUN_LR_SCHEDULE, RUN_EXPORT, RUN_PUSHED_TO)),
@@ -190,11 +187,10 @@ SECTIONS: tuple[tuple[str, tuple[Figure, ...]], ...] = (
                                     PERF_SAMPLES_PER_S, PERF_TOKENS_PER_S, PERF_TFLOP_PER_STEP,
                                     PERF_MFU, PERF_PEAK_TFLOPS, PERF_PEAK_SOURCE, MEMORY_PEAK_GIB, TRACE_HTML)),
 )
-"""The summary's sections and rows, in order: the console table, ``report.md`` and docs/report.md show them."""
 
 FIGURES: dict[str, Figure] = {f.key: f for _, figures in SECTIONS for f in figures}
 # Figures of other tables (the sweep summary, runner tune's): defined here too, shown in their legends.
 FIGURES.update({f.key: f for f in _rows(TUNE_US_PER_TOKEN, TUNE_SPEEDUP_VS_EAGER_X)})
 
+# Rows whose definitions the console prints under its table (the rest: report.md, docs/report.md).
 TIMING_LEGEND = ("speedup [x]", "break-even step", "step, last 50 [ms]")
-"""Rows whose definitions the console prints under its table (the rest: report.md, docs/report.md)."""

@@ -1,13 +1,5 @@
-"""``perf/host_ms_per_step`` and ``perf/device_busy``: how much of a CUDA step is the host's work, and how much of
-the time the device is busy. On any other device both are a no-op (:class:`NoHostDevice`).
-
-On CUDA the host does not wait for the device on most steps (:mod:`runner.telemetry.clock`), so the host time of
-such a step is what launching its work cost: small when the step replays CUDA graphs, the whole step when every
-kernel is launched from Python. ``perf/host_ms_per_step`` is the median over the recent compiled steps not waited
-for. ``perf/device_busy`` profiles one window of ``WINDOW_STEPS`` compiled steps after ``START_AFTER`` steps (the
-warm-up, compiling and CUDA-graph recording behind it): the union of the kernels' device times over the window's
-wall time, the device synchronised at both ends. A window that reaches the run's end is never reported.
-"""
+"""``perf/host_ms_per_step`` and ``perf/device_busy`` on CUDA: the host time of the compiled steps not waited for
+(what launching their work costs), and the share of one profiled window of steps the device is busy."""
 
 from __future__ import annotations
 
@@ -21,10 +13,8 @@ import torch
 from runner.figures.perf import PERF_DEVICE_BUSY, PERF_DEVICE_BUSY_STEPS, PERF_HOST_MS_PER_STEP
 from runner.torch_internals import observation
 
-START_AFTER = 30
-"""Steps before the device-busy window opens."""
-WINDOW_STEPS = 5
-"""Compiled steps the window profiles."""
+START_AFTER = 30  # Steps before the device-busy window opens.
+WINDOW_STEPS = 5  # Compiled steps the window profiles.
 
 
 def busy_share(intervals: list[tuple[float, float]], wall: float) -> float | None:
@@ -41,7 +31,7 @@ def busy_share(intervals: list[tuple[float, float]], wall: float) -> float | Non
 
 
 class NoHostDevice:
-    """Off a CUDA device: nothing measured, no figures."""
+    """Off a CUDA device: nothing measured, no figures (:class:`HostDevice` on CUDA)."""
 
     def step_start(self, step: int, mode: str) -> None:
         pass
@@ -107,5 +97,4 @@ class HostDevice(NoHostDevice):
 
 
 def build_host_device(device: torch.device) -> HostDevice | NoHostDevice:
-    """:class:`HostDevice` on a CUDA device, :class:`NoHostDevice` anywhere else."""
     return HostDevice(device) if device.type == "cuda" else NoHostDevice()

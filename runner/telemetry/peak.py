@@ -1,24 +1,7 @@
 """The device's peak FLOP/s for MFU: measured on the run's device at start-up, or given by the user.
 
-MFU = achieved FLOP/s / peak FLOP/s. A datasheet number, or one machine's measurement, is wrong on
-every other machine: another CPU model, thread count, clock, TF32 setting or driver. So the peak is
-what *this* device does in *this* process: a short dense-matmul probe in the run's dtype (float32,
-bfloat16 or float16, from the trainer precision), with the process's own matmul settings.
-
-* Steady state: each size is warmed up once (cuBLAS/oneDNN handles, caches, clocks), then timed
-  several times; the fastest repetition counts (interference only ever slows a repetition down).
-* Size: doubled from 256 while the time budget allows (up to 4096 on a CPU, 8192 on a GPU); the
-  best rate over the sizes is the best the device's kernels do, so a training step (which also runs
-  memory-bound kernels, the backward and the optimizer) stays below it.
-* Timing: the host clock on the CPU (a CPU matmul is synchronous); CUDA events around a group of
-  matmuls on a CUDA device (the host clock would time the launches).
-
-The result is cached per machine in ``<cache dir>/peak_tflops.json`` keyed by device name, dtype,
-torch version and the settings that change the rate (CPU threads, float32 matmul precision), so only
-the first run on a machine pays the probe (about half a second). The cache dir is
-``$RUNNER_CACHE_DIR``, else ``$XDG_CACHE_HOME/runner``, else ``~/.cache/runner``. Under DDP every rank
-probes at the same moment, so on a shared CPU each rank measures the share its own steps get.
-"""
+A datasheet number is wrong on every other machine, so the peak is a short dense-matmul probe in the run's dtype,
+cached per machine in ``<cache dir>/peak_tflops.json`` keyed by what changes the rate."""
 
 from __future__ import annotations
 
@@ -27,7 +10,6 @@ import json
 import logging
 import os
 import platform
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +17,7 @@ from typing import Any
 
 import torch
 
+from runner.atomic_files import atomic_write_bytes
 from runner.figures.perf import PERF_MFU, PERF_PEAK_SOURCE, PERF_PEAK_TFLOPS
 
 log = logging.getLogger(__name__)
@@ -65,7 +48,6 @@ def probe_dtype(precision: str | None) -> torch.dtype:
 
 
 def cache_dir() -> Path:
-    """Where the per-machine cache lives (see the module docstring)."""
     if os.environ.get(CACHE_ENV):
         return Path(os.environ[CACHE_ENV])
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
@@ -95,7 +77,6 @@ def cache_key(device: torch.device, dtype: torch.dtype) -> str:
 
 
 def _timed_group(device: torch.device, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, inner: int) -> float:
-    """Seconds for ``inner`` matmuls, measured on the device."""
     if device.type == "cuda":
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
@@ -146,10 +127,8 @@ def measure_tflops(device: torch.device, dtype: torch.dtype, budget_s: float = 0
 
 
 def reset_memory_peak(device: torch.device) -> None:
-    """Start the device's peak-memory count (``memory/peak_gib``) anew: what ran before (the model's build, the MFU
-    probe, the saved-activation measurement in the strategy's setup) is not the run's peak. CUDA: its peak
-    allocated; the CPU on Linux: the process's peak resident set (``VmHWM``; writing 5 to ``/proc/self/clear_refs``
-    resets it), elsewhere nothing (the peak counts from the process's start)."""
+    """Start ``memory/peak_gib`` anew (the build, the MFU probe and the strategy's setup are not the run's peak):
+    CUDA's peak allocated, or on Linux the process's ``VmHWM``."""
     if device.type == "cuda" and torch.cuda.is_available():
         torch.cuda.init()  # resetting before CUDA is initialised raises "Invalid device argument"
         torch.cuda.reset_peak_memory_stats(device)
@@ -169,11 +148,7 @@ def _read(path: Path) -> dict[str, dict[str, object]]:
 def _write(path: Path, data: dict[str, dict[str, object]]) -> None:
     """Atomically (several ranks or runs may write at once); a read-only home only loses the cache."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=1, sort_keys=True)
-        os.replace(tmp, path)
+        atomic_write_bytes(json.dumps(data, indent=1, sort_keys=True).encode(), path, one_writer=False)
     except OSError as exc:
         log.debug("could not cache the measured peak in %s: %s", path, exc)
 
@@ -226,15 +201,13 @@ def forget_peak(device: torch.device, precision: str | None, cache: Path | None 
         _write(path, data)
 
 
+# ``perf/peak_source`` when the run did more than the measured peak.
 ACHIEVED = "achieved by this run, above the probe's (which ran while the machine was busy): no MFU"
-"""``perf/peak_source`` when the run did more than the measured peak."""
 
 
 def mfu_figures(achieved_flops: float, peak: Peak | None) -> dict[str, Any]:
-    """``perf/mfu`` and the peak it is against. A measured (or cached) peak is the most this device
-    was seen to do; if this run did more (the probe ran while the machine was busy), the probe's figure is no
-    peak: the run's own rate is the best bound known (source ``achieved``), and there is no MFU, for a run's rate
-    over itself is 1 whatever it did (a CPU summary said "MFU 1"). A peak the user gave is kept as given."""
+    """``perf/mfu`` and the peak it is against. A run faster than a measured peak means the probe ran on a busy
+    machine: then the run's rate is the peak (source ``achieved``) and there is no MFU. A given peak is kept."""
     if peak is None or achieved_flops <= 0:
         return {}
     if peak.source != "given" and achieved_flops > peak.tflops * 1e12:

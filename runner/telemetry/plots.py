@@ -1,18 +1,10 @@
-"""The report's pictures: ``step_times.png`` (one run) and ``summary.png`` (a sweep).
-
-``step_times.png``: every timed step, compiled and eager as two series with their medians, the
-interleaved pairs shaded, each compile and recompile marked at its step with its compile time
-written on the mark; under the axis, the loss (whole or chunked logits) and the peak memory. The
-y-axis covers the steady steps; a step above it (the first, compiling one) sits on the top edge
-with its time written beside it. The legend names only what happened.
-
-``summary.png``: each run's figures side by side, the speedup with its pairs' 25th-75th percentile,
-every value written on its bar; a run without a figure says why instead of leaving a gap.
-"""
+"""The report's pictures: ``step_times.png`` (one run) and ``summary.png`` (a sweep)."""
 
 from __future__ import annotations
 
+import math
 import statistics
+import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -42,18 +34,14 @@ _EVENT_COLORS = {"compile": "tab:green", "recompile": "tab:red"}
 
 
 def _figure(**kwargs: Any) -> Figure:
-    """A figure of its own (matplotlib's object API), drawn to PNG by Agg when saved. Not pyplot: switching
-    pyplot to Agg would change the process's backend and close the figures open in it (a user's notebook keeps
-    both), and pyplot keeps every figure it made until it is closed."""
+    """A figure of its own, not pyplot's: switching pyplot to Agg would close the figures open in a user's notebook."""
     from matplotlib.figure import Figure
 
     return Figure(**kwargs)
 
 
 def _steady_top(values: list[float]) -> float:
-    """The y-axis top: the steady steps' third quartile plus three interquartile ranges (no higher than
-    the slowest step), with headroom, so load spikes and compile steps (triangles on the top edge) do
-    not squash the steady steps into a line."""
+    """The y-axis top: Q3 + 3 IQR of the steady steps (no higher than the slowest), with headroom."""
     if len(values) < 4:
         return 1.15 * max(values)
     q1, _, q3 = statistics.quantiles(values, n=4, method="inclusive")
@@ -147,7 +135,8 @@ def step_times_figure(figures: dict[str, Any]) -> Figure | None:
     ax.set_xlabel("step" + (f"\n{note}" if note else ""))
     ax.set_ylabel("step time [ms]")
     kind, sentence = speedup_verdict(figures)
-    ax.set_title(_wrap(sentence[:1].upper() + sentence[1:] + "."), fontsize=9, loc="left")
+    title = sentence[:1].upper() + sentence[1:] + "."
+    ax.set_title(textwrap.fill(title, 110, break_long_words=False, break_on_hyphens=False), fontsize=9, loc="left")
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=3, fontsize=8, frameon=False)
     fig.tight_layout()
     return fig
@@ -185,19 +174,7 @@ def _mark_events(ax: Any, figures: dict[str, Any], points: list[dict[str, Any]],
                     ha="left", fontsize=8, color=_EVENT_COLORS[kind])
 
 
-def _wrap(text: str, width: int = 110) -> str:
-    words, lines, line = text.split(), [], ""
-    for word in words:
-        if line and len(line) + len(word) + 1 > width:
-            lines.append(line)
-            line = word
-        else:
-            line = f"{line} {word}".strip()
-    return "\n".join([*lines, line])
-
-
 def plot_sweep(runs: list[dict[str, Any]], path: Path, panels: tuple[tuple[str, str], ...]) -> None:
-    """Draw ``summary.png`` (nothing when there are no runs)."""
     if runs:
         fig = sweep_figure(runs, panels)
         fig.savefig(path, dpi=110)
@@ -210,7 +187,7 @@ def sweep_figure(runs: list[dict[str, Any]], panels: tuple[tuple[str, str], ...]
     fig = _figure(figsize=(4.2 * len(panels) + 2, 0.55 * len(runs) + 1.6))
     axes = fig.subplots(1, len(panels), sharey=True, squeeze=False)
     for ax, (key, label) in zip(axes[0], panels, strict=True):
-        values = [_value(r["figures"].get(key)) for r in runs]
+        values = [finite_number(r["figures"].get(key)) for r in runs]
         known = [v for v in values if v is not None]
         span = max([abs(v) for v in known] + [1.0 if key == PERF_SPEEDUP_X else 0.0]) or 1.0
         for y, (run, value) in enumerate(zip(runs, values, strict=True)):
@@ -218,7 +195,7 @@ def sweep_figure(runs: list[dict[str, Any]], panels: tuple[tuple[str, str], ...]
                 ax.text(0.02 * span, y, _missing(run["figures"], key), va="center", fontsize=8, color="0.4")
                 continue
             ax.barh(y, value, color="tab:blue" if key != COMPILE_TIME_S else "tab:green", alpha=0.8, height=0.6)
-            lo, hi = (_value(run["figures"].get(q)) for q in (PERF_SPEEDUP_P25_X, PERF_SPEEDUP_P75_X))
+            lo, hi = (finite_number(run["figures"].get(q)) for q in (PERF_SPEEDUP_P25_X, PERF_SPEEDUP_P75_X))
             end = value
             if key == PERF_SPEEDUP_X and lo is not None and hi is not None:
                 ax.errorbar(value, y, xerr=[[value - lo], [hi - value]], color="black", capsize=4, linewidth=1.2)
@@ -239,10 +216,11 @@ def sweep_figure(runs: list[dict[str, Any]], panels: tuple[tuple[str, str], ...]
     return fig
 
 
-def _value(value: Any) -> float | None:
+def finite_number(value: Any) -> float | None:
+    """``value`` as a float when it is a finite number (not a bool), else None."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    return float(value) if value == value and abs(value) != float("inf") else None
+    return float(value) if math.isfinite(value) else None
 
 
 def _missing(figures: dict[str, Any], key: str) -> str:

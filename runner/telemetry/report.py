@@ -1,19 +1,5 @@
-"""The run report: ``report.json``, ``report.md``, ``step_times.png`` and a printed summary.
-
-``figures`` is the flat dict :meth:`runner.telemetry.callback.CompileTelemetry.figures` returns:
-scalar figures under namespaced keys with units (``compile/time_s``, ``perf/speedup_x``,
-``memory/peak_gib``), plus a few list-valued keys:
-
-* ``compile/recompile_reasons``: ``[{"name", "reason", "step", "fix"}]``
-* ``compile/graph_break_reasons``: ``[{"reason", "user_frame", "count", "fix"}]``
-* ``cudagraphs/eager_reasons``: ``[{"reason", "nodes", "graphs", "example", "fix"}]`` (nodes left out of CUDA graphs)
-* ``compile/events``: ``[{"kind", "name", "step", "duration_s"}]`` (compile starts, recompiles)
-* ``perf/step_series``: ``[{"step", "ms", "mode", "timed"}]`` with mode ``compiled`` / ``eager`` /
-  ``warmup`` / ``flops`` / ``compile``; ``timed`` false: host time of a step not waited for (GPU), not plotted.
-  Past 4096 compiled steps, only those at multiples of ``perf/step_series_stride`` are kept
-
-Every writer tolerates missing keys, so a partial figures dict (a run that crashed) still reports.
-"""
+"""The run report: ``report.json``, ``report.md``, ``step_times.png`` and the printed summary. Every writer
+tolerates missing keys, so a run that crashed still reports."""
 
 from __future__ import annotations
 
@@ -65,15 +51,15 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
-def _json_safe(value: Any) -> Any:
+def json_safe(value: Any) -> Any:
     """JSON has no NaN/inf: map them to None so any JSON reader accepts the report (the break-even
     step is written ``"never"`` by :func:`write_report`, as everywhere else)."""
     if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
         return None
     if isinstance(value, dict):
-        return {str(k): _json_safe(v) for k, v in value.items()}
+        return {str(k): json_safe(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_json_safe(v) for v in value]
+        return [json_safe(v) for v in value]
     if isinstance(value, (str, int, float, bool)) or value is None:
         return value
     return str(value)  # e.g. a torch.dtype or Path slipped into the figures: keep it readable
@@ -130,7 +116,6 @@ def summary_sections(figures: dict[str, Any]) -> list[tuple[str, list[tuple[str,
 
 
 def summary_rows(figures: dict[str, Any]) -> list[tuple[str, str]]:
-    """The (label, formatted value) rows of the summary, every section in order."""
     return [row for _, rows in summary_sections(figures) for row in rows]
 
 
@@ -268,12 +253,11 @@ def _markdown(figures: dict[str, Any]) -> str:
 
 
 def write_report(run_dir: Path, figures: dict[str, Any]) -> None:
-    """Write ``report.json`` (all figures and reasons), ``report.md`` and ``step_times.png``."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     stored = dict(figures)
     if break_even_text(figures) == "never":  # not null: null would read as "not measured"
         stored[PERF_BREAK_EVEN_STEP] = "never"
-    (run_dir / "report.json").write_text(json.dumps(_json_safe(stored), indent=2, sort_keys=True) + "\n")
+    (run_dir / "report.json").write_text(json.dumps(json_safe(stored), indent=2, sort_keys=True) + "\n")
     plot_step_times(figures, run_dir / "step_times.png")
     (run_dir / "report.md").write_text(_markdown(figures))

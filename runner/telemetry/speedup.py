@@ -1,31 +1,8 @@
 """Eager vs compiled step time, measured in the same run, interleaved.
 
-Step times drift 20-30 % between processes on a shared machine, so a speedup is only real when
-eager and compiled steps alternate in one process and the noise hits both. ``SpeedupMeter`` decides
-the mode of each training step:
-
-1. ``warmup``: compiled steps until ``steady_steps`` consecutive steps compiled nothing (the first
-   step compiles the forward, the backward compiles lazily, a graph break may compile more later).
-   If no warm-up step compiled anything, nothing is compiled: no eager steps, no speedup figure.
-2. ``flops``: one eager step counted by ``FlopCounterMode`` (optional; its time is not used).
-3. ``eager`` / ``compiled``: ``pairs`` pairs in ABBA order (E C C E E C ...), so a slow drift
-   over the window adds equally to both sides. A step that compiled is discarded. The speedup is
-   the median over pairs of eager/compiled (with its quartiles): on this shared 2-core machine,
-   timing eager against itself gave 0.91 with 10 pairs and 0.98 with 30. The break-even step is
-   derived from that same speedup, so it is finite exactly when the speedup is above 1.
-4. ``compiled``: the rest of training; still timed, for ``perf/step_ms`` and the plot.
-
-Steps the compile beside the run (``compile.background``) holds eager are neither: ``background`` before its switch
-(what they cost beyond the pairs' eager step is ``perf/beside_cost_s``), ``reverted`` once it went back to eager
-because the compiled step measured slower (from then on ``perf/step_ms`` is theirs).
-
-A step whose time is not the step's real time (an untimed step on an asynchronous device, see
-:mod:`runner.telemetry.clock`) is recorded with ``timed=False``: it keeps its place in the series
-(its mode, whether it compiled) but no step-time figure uses it. :meth:`SpeedupMeter.wants_time`
-says which steps must be timed.
-
-Eager and compiled run the same math, so alternating does not change training.
-"""
+Step times drift 20-30 % between processes on a shared machine, so eager and compiled steps alternate in one
+process (ABBA pairs, after a warm-up that compiles everything) and the speedup is the median of the pairs' ratios.
+Eager and compiled run the same math, so alternating does not change training."""
 
 from __future__ import annotations
 
@@ -53,28 +30,26 @@ from runner.figures.perf import (
     PERF_STEP_SERIES_STRIDE,
 )
 
+# Compiled steps kept in the step series (report, plot) at most: beyond, one in every ``stride`` (a power of two), so a
+# run of a million steps keeps a few thousand points, not a million dicts.
 SERIES_POINTS = 4096
-"""Compiled steps kept in the step series (report, plot) at most: beyond, one in every ``stride``
-(a power of two), so a run of a million steps keeps a few thousand points, not a million dicts."""
 
+# The figures of one speedup measurement (carried through a checkpoint to a resumed run).
 SPEEDUP_KEYS = (PERF_EAGER_STEP_MS, PERF_COMPILED_STEP_MS, PERF_SPEEDUP_X, PERF_SPEEDUP_P25_X,
                 PERF_SPEEDUP_P75_X, PERF_BREAK_EVEN_STEP, PERF_SPEEDUP_PAIRS, PERF_SPEEDUP_STEPS)
-"""The figures of one speedup measurement (carried through a checkpoint to a resumed run)."""
 
+# Steps the live figures (``perf/step_ms``, throughput) are computed over: the recent ones, since a recompile changes
+# the step time; kept in bounded windows so a live figure costs the same at step 100 000 as at step 10.
 RECENT = 50
-"""Steps the live figures (``perf/step_ms``, throughput) are computed over: the recent ones, since a
-recompile changes the step time; kept in bounded windows so a live figure costs the same at step
-100 000 as at step 10."""
 
 
+# The modes of the rest of training (compiled, or eager again after going back), thinned in a long run.
 STEADY = ("compiled", "reverted")
-"""The modes of the rest of training (compiled, or eager again after going back), thinned in a long run."""
 
 
 class StepSeries:
-    """Every step's point for the report and plot, in bounded memory: the steady steps (:data:`STEADY`) are
-    thinned to those whose step number is a multiple of ``stride``, doubled whenever more than
-    ``limit`` are kept; every other point (warm-up, compile, eager, FLOP counting: few) is kept."""
+    """Every step's point for the report and plot, in bounded memory: steady steps are thinned to multiples of
+    ``stride``, doubled whenever more than ``limit`` are kept."""
 
     def __init__(self, limit: int = SERIES_POINTS) -> None:
         self.limit = limit
@@ -83,7 +58,6 @@ class StepSeries:
         self._thinned = 0  # compiled points kept
 
     def append(self, point: dict[str, Any]) -> None:
-        """Keep ``point`` unless it is a compiled step between strides."""
         if point["mode"] not in STEADY:
             self.points.append(point)
             return
@@ -119,15 +93,13 @@ class SpeedupMeter:
         self._quiet = 0  # consecutive steps that compiled nothing
         self._measuring = False
         self.compiled_any = False  # a warm-up step compiled something: there is a speedup to measure
-        self.ran_compiled = False
-        """A step ran compiled code without compiling (the warm-up is over)."""
+        self.ran_compiled = False  # A step ran compiled code without compiling (the warm-up is over).
         self.beside: list[float] = [0, 0.0]  # timed "background" steps: count, total ms (see ``record``)
+        # Steps no step-time figure uses because they compiled, or only recorded CUDA graphs.
         self.left_out = {"compiling": 0, "recording": 0}
-        """Steps no step-time figure uses because they compiled, or only recorded CUDA graphs."""
         self._left_out_ms: deque[float] = deque(maxlen=1000)  # their host times, the recent ones
 
     def next_mode(self) -> str:
-        """The mode of the step about to run."""
         if not self._measuring:
             return "warmup"
         return self.schedule[0] if self.schedule else "compiled"
@@ -140,14 +112,10 @@ class SpeedupMeter:
     def record(self, step: int, mode: str, ms: float, compiled_something: bool, samples: int | None = None,
                tokens: int | None = None, timed: bool = True, held: bool = False, recording_only: bool = False,
                examples: Any = None, loss_tokens: Any = None) -> None:
-        """Record the step that just ran (``mode`` as returned by :meth:`next_mode`). ``samples`` and
-        ``tokens`` are the step's batch size and token count (padded), for throughput and for pairs
-        whose batches differ in length (variable-length data): those compare time per token. ``examples`` and
-        ``loss_tokens`` (ints, or 0-d tensors read only when a rate is asked for): the step's examples and targets
-        in the loss, for the throughput that compares packed with padded batches.
-        ``timed``: ``ms`` is the step's real time (False: host time of an unsynchronised step).
-        ``held``: the strategy ran the step eagerly itself (a CUDA-graph warm-up step).
-        ``recording_only``: what the step "compiled" was only CUDA-graph recordings (counted apart)."""
+        """Record the step that just ran. ``samples``/``tokens``: the batch's size (padded);
+        ``examples``/``loss_tokens`` may be 0-d tensors, read only when a rate is asked for;
+        ``timed``: ``ms`` is the step's real time;
+        ``held``: the strategy ran it eagerly itself; ``recording_only``: it only recorded CUDA graphs."""
         shown = "compile" if compiled_something else mode
         if compiled_something:
             self.left_out["recording" if recording_only else "compiling"] += 1
@@ -193,11 +161,8 @@ class SpeedupMeter:
             self.schedule.pop(0)  # a step that compiled is repeated: its time is not a step time
 
     def rate(self, key: str) -> float | None:
-        """``key`` (samples, tokens, examples or loss_tokens) per second over the steps ``perf/step_ms`` is the median
-        of (the last ``RECENT`` compiled steps, or when nothing is compiled the steady ones): their mean work per step
-        over that median step time. So a rate and the step time never disagree (8 samples a step at 169 ms is
-        47 samples/s), and a step held up by something else on the machine (another process, a pause) moves neither,
-        as it would move a total over a total time."""
+        """``key`` per second over the steps ``perf/step_ms`` is the median of: their mean work per step over that
+        median, so a rate and the step time never disagree and one stalled step moves neither."""
         steps = self._recent()
         work = [p[key] for p in steps if p.get(key) is not None]
         if not steps or len(work) < len(steps):
@@ -215,13 +180,11 @@ class SpeedupMeter:
 
     @property
     def done(self) -> bool:
-        """True once every eager/compiled pair has been timed."""
         return self._measuring and not self.schedule
 
     def figures(self, compile_time_s: float, series: bool = True) -> dict[str, Any]:
-        """``perf/*`` step-time figures; the speedup ones only after the interleaved window.
-        ``series=False`` leaves out the step series (the live figures logged every N steps); with it,
-        ``perf/step_series_stride``: 1, or the stride of its compiled steps in a long run."""
+        """``perf/*`` step-time figures; the speedup ones only after the interleaved window. ``series=False`` leaves out
+        the step series (the live figures)."""
         out: dict[str, Any] = {}
         if series:
             out[PERF_STEP_SERIES] = list(self.steps.points)
@@ -286,12 +249,8 @@ def pair_ratios(window: list[tuple[str, float, int]]) -> list[float]:
 
 
 def break_even_step(compile_time_s: float, compiled_ms: float, speedup_x: float) -> float:
-    """Steps after which compiling has paid for itself: compile time over the time a compiled step
-    saves, ``compiled_ms * (speedup_x - 1)``; ``inf`` when the speedup is not above 1.
-
-    Derived from the speedup (the pairs' median ratio), not from the difference of the two medians,
-    so the report never shows a break-even step beside a speedup below 1: with a noisy machine the
-    two medians can point the other way than the pairs do."""
+    """Steps after which compiling has paid for itself, ``inf`` when the speedup is not above 1. From the pairs'
+    speedup, not the two medians, so a break-even step never sits beside a speedup below 1."""
     if not math.isfinite(speedup_x) or speedup_x <= 1.0:
         return math.inf
     saved_s = compiled_ms * (speedup_x - 1.0) / 1000.0

@@ -1,19 +1,7 @@
 """Rank the runs of a Hydra multirun: ``summary.{md,json,png}``.
 
-:func:`summarize_sweep` reads every job's ``report.json`` under a sweep dir (and the job's
-``.hydra/overrides.yaml``, to name it by its overrides) and ranks the runs by what compilation bought, speedup
-(higher is better), compile time, recompiles and peak memory (lower is better), and by the validation figures of
-what the runs minimised (:func:`objective_figures`). Jobs that differ only in the compile stack train alike, so
-the speedup ranks first; jobs that differ in anything else (a learning rate, a beta, the data) are ranked by the
-validation figures first. :class:`SweepSummary` is the Hydra callback that calls it at the end of a multirun
-(conf/config.yaml).
-
-The summary names the best run by its measured figure, and says when that figure is not measurably
-better: a speedup whose pairs' quartiles include 1, or two runs whose quartile ranges overlap. Its
-columns are defined as in the run report (``runner.telemetry.definitions``), under the table.
-
-Every run logs the same keys, so wandb's dashboard can also compare the runs of a sweep side by side.
-"""
+Jobs that differ only in the compile stack train alike, so the speedup ranks first; jobs that differ in anything
+else are ranked by the validation figures first. The summary says when the best run is not measurably better."""
 
 from __future__ import annotations
 
@@ -39,7 +27,8 @@ from runner.figures.perf import (
 from runner.figures.run import VAL_BPB, VAL_LOSS
 from runner.figures.run_preference import VAL_REWARDS_ACCURACIES
 from runner.telemetry.definitions import FIGURES
-from runner.telemetry.plots import plot_sweep
+from runner.telemetry.plots import finite_number, plot_sweep
+from runner.telemetry.report import json_safe
 from runner.telemetry.verdict import break_even_cell, missing_speedup, speedup_verdict
 
 # (criterion, report key, higher is better)
@@ -64,12 +53,6 @@ COLUMNS: tuple[tuple[str, str], ...] = (
 STACK_GROUPS = ("compile", "dynamic", "offload", "cudagraphs")
 
 
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value) if math.isfinite(value) else None
-
-
 def _job_name(job_dir: Path, sweep_dir: Path) -> tuple[str, list[str]]:
     """A job is named by its overrides (``compile=step,offload=bf16``), else by its directory."""
     overrides_file = job_dir / ".hydra" / "overrides.yaml"
@@ -84,8 +67,8 @@ def _job_name(job_dir: Path, sweep_dir: Path) -> tuple[str, list[str]]:
 
 def _rank(runs: list[dict[str, Any]], key: str, higher_better: bool) -> list[str]:
     """Job names best first; runs without the figure come last, in directory order."""
-    have = [r for r in runs if _number(r["figures"].get(key)) is not None]
-    have.sort(key=lambda r: _number(r["figures"][key]) or 0.0, reverse=higher_better)
+    have = [r for r in runs if finite_number(r["figures"].get(key)) is not None]
+    have.sort(key=lambda r: finite_number(r["figures"][key]) or 0.0, reverse=higher_better)
     return [r["job"] for r in have] + [r["job"] for r in runs if r not in have]
 
 
@@ -93,20 +76,19 @@ def _overall_key(run: dict[str, Any], criteria: tuple[tuple[str, str, bool], ...
     """Speedup (descending), then compile time, recompiles, memory (ascending); missing last."""
     key: list[float] = []
     for _, figure, higher_better in criteria:
-        value = _number(run["figures"].get(figure))
+        value = finite_number(run["figures"].get(figure))
         key.append(math.inf if value is None else (-value if higher_better else value))
     return tuple(key)
 
 
 def objective_figures(runs: list[dict[str, Any]]) -> tuple[tuple[tuple[str, str, bool], ...],
                                                             tuple[tuple[str, str], ...]]:
-    """The criteria and columns of what the runs minimised, at the last validation: a preference objective's (dpo,
-    simpo, orpo: ``objective/loss`` in the report) accuracy and loss, as TRL names them; else the bits per byte of
-    byte-level text, or the loss."""
+    """The criteria and columns of what the runs minimised: a preference objective's accuracy and loss, else
+    bits per byte, else the loss."""
     if any(OBJECTIVE_LOSS in r["figures"] for r in runs):
         return ((("val_rewards/accuracies", VAL_REWARDS_ACCURACIES, True), ("val_loss", VAL_LOSS, False)),
                 ((VAL_REWARDS_ACCURACIES, "val rewards/accuracies"), (VAL_LOSS, "val loss")))
-    if any(_number(r["figures"].get(VAL_BPB)) is not None for r in runs):
+    if any(finite_number(r["figures"].get(VAL_BPB)) is not None for r in runs):
         return (("val_bits/byte", VAL_BPB, False),), ((VAL_BPB, "val bits/byte"),)
     return (("val_loss", VAL_LOSS, False),), ((VAL_LOSS, "val loss"),)
 
@@ -118,14 +100,8 @@ def _trains_alike(distinct: list[str]) -> bool:
 
 def summarize_sweep(sweep_dir: Path, criteria: tuple[tuple[str, str, bool], ...] | None = None,
                     columns: tuple[tuple[str, str], ...] | None = None) -> dict[str, Any]:
-    """Read every ``report.json`` under ``sweep_dir``, rank the runs, write ``summary.{json,md,png}``.
-    ``criteria`` and ``columns`` replace the ranking and the table's columns (``runner tune`` ranks by
-    time per token); None: :data:`CRITERIA` and :data:`COLUMNS` with the objective's figures, first where the jobs
-    train differently (module docstring).
-
-    Returns ``{"runs": [...best first...], "rankings": {criterion: [job, ...]}, "best": job | None}``;
-    runs are ordered by the first criterion, ties broken by the next ones.
-    """
+    """Read every ``report.json`` under ``sweep_dir``, rank the runs, write ``summary.{json,md,png}``; the summary.
+    ``criteria``/``columns`` replace the ranking and the table (``runner tune`` ranks by time per token)."""
     sweep_dir = Path(sweep_dir)
     runs: list[dict[str, Any]] = []
     for report in sorted(sweep_dir.rglob("report.json")):
@@ -157,20 +133,10 @@ def summarize_sweep(sweep_dir: Path, criteria: tuple[tuple[str, str, bool], ...]
                "columns": [list(c) for c in columns], "criteria": [list(c) for c in criteria],
                "notes": noise_notes(runs, criteria[0][1])}
     sweep_dir.mkdir(parents=True, exist_ok=True)
-    (sweep_dir / "summary.json").write_text(json.dumps(_json_safe(summary), indent=2) + "\n")
+    (sweep_dir / "summary.json").write_text(json.dumps(json_safe(summary), indent=2) + "\n")
     (sweep_dir / "summary.md").write_text(summary_markdown(summary))
     plot_sweep(runs, sweep_dir / "summary.png", panels=_panels(columns))
     return summary
-
-
-def _json_safe(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _json_safe(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_json_safe(v) for v in value]
-    return value
 
 
 def _panels(columns: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
@@ -184,7 +150,7 @@ def _panels(columns: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]
 
 
 def _quartiles(figures: dict[str, Any]) -> tuple[float, float] | None:
-    lo, hi = _number(figures.get(PERF_SPEEDUP_P25_X)), _number(figures.get(PERF_SPEEDUP_P75_X))
+    lo, hi = finite_number(figures.get(PERF_SPEEDUP_P25_X)), finite_number(figures.get(PERF_SPEEDUP_P75_X))
     return (lo, hi) if lo is not None and hi is not None else None
 
 
@@ -193,7 +159,7 @@ def noise_notes(runs: list[dict[str, Any]], key: str) -> list[str]:
     best speedup's range includes 1, or its range overlaps the next runs' ranges."""
     if key != PERF_SPEEDUP_X:
         return []
-    measured = [r for r in runs if _number(r["figures"].get(key)) is not None]
+    measured = [r for r in runs if finite_number(r["figures"].get(key)) is not None]
     if not measured:
         return ["No run measured a speedup."]
     best = measured[0]
@@ -214,7 +180,7 @@ def noise_notes(runs: list[dict[str, Any]], key: str) -> list[str]:
 def _cell(key: str, figures: dict[str, Any]) -> str:
     if key == PERF_BREAK_EVEN_STEP:
         return break_even_cell(figures)
-    number = _number(figures.get(key))
+    number = finite_number(figures.get(key))
     if number is None:
         return missing_speedup(figures) if key == PERF_SPEEDUP_X else "-"
     if key == PERF_SPEEDUP_X and (q := _quartiles(figures)) is not None:
@@ -226,7 +192,7 @@ def _best_line(name: str, key: str, higher: bool, order: list[str], runs: list[d
     """``- highest speedup: `job` (1.4)``; a run without the figure is never called the best."""
     word = "highest" if higher else "lowest"
     figures = {r["job"]: r["figures"] for r in runs}
-    if not order or _number(figures[order[0]].get(key)) is None:
+    if not order or finite_number(figures[order[0]].get(key)) is None:
         return f"- {word} {name}: - (no run measured it)"
     return f"- {word} {name}: `{order[0]}`, {_cell(key, figures[order[0]])}"
 
@@ -258,10 +224,9 @@ def summary_markdown(summary: dict[str, Any]) -> str:
 
 
 class SweepSummary(Callback):
-    """Hydra callback: after a multirun, write the ranked summary into the sweep dir."""
+    """Hydra callback: after a multirun, write and print the ranked summary of ``hydra.sweep.dir``."""
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        """Summarize ``hydra.sweep.dir`` and print the table."""
         sweep_dir = Path(str(config.hydra.sweep.dir))
         summary = summarize_sweep(sweep_dir)
         print(summary_markdown(summary))

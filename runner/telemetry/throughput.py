@@ -1,11 +1,4 @@
-"""Throughput, FLOPs, model FLOPs utilisation and peak memory.
-
-MFU = achieved FLOP/s / device peak FLOP/s; the peak is measured on the run's device
-(:mod:`runner.telemetry.peak`) unless ``TelemetryConfig.peak_tflops`` gives it. FLOPs per step are
-counted by ``torch.utils.flop_counter.FlopCounterMode`` on one eager step (forward, backward and
-optimizer), or estimated as 6 x parameters x tokens (samples when there is no sequence dim): :class:`StepFlops`
-keeps which, and gives the telemetry's FLOP and MFU figures.
-"""
+"""Throughput, FLOPs per step (counted on one eager step, else 6 x parameters x tokens), MFU and peak memory."""
 
 from __future__ import annotations
 
@@ -27,10 +20,8 @@ from runner.telemetry.peak import Peak, mfu_figures
 
 @dataclass(frozen=True)
 class BatchCounts:
-    """What one batch holds, for throughput. ``samples``: its rows (the first tensor's dim 0); ``tokens``: the
-    positions of a ``[batch, seq]`` int tensor, padding included; ``examples``: the examples in it (a packed row holds
-    several; a padded row with no target in the loss none); ``loss_tokens``: the targets in the loss. The last two are
-    0-d tensors on the batch's device, summed when the figures are made: counting them waits for nothing."""
+    """What one batch holds: rows, positions of its ``[batch, seq]`` ids, examples and targets in the loss (the
+    last two 0-d tensors on the batch's device, so counting them waits for nothing)."""
 
     samples: int | None = None
     tokens: int | None = None
@@ -39,10 +30,8 @@ class BatchCounts:
 
 
 def batch_counts(batch: Any) -> BatchCounts:
-    """The counts of a batch (:class:`BatchCounts`). Examples and targets in the loss are counted for an
-    ``(inputs, targets)`` batch whose targets are ``[batch, seq]`` ids, ``IGNORE_INDEX`` outside the loss (runner's
-    causal-LM data, transformers' convention), its inputs ids or ``PackedInputs``; a preference batch's examples are
-    its pairs (each two sequences, padded or packed); any other batch's examples are its rows."""
+    """The counts of a batch; examples and loss targets from ``(inputs, targets)`` batches whose targets are
+    ``[batch, seq]`` ids with ``IGNORE_INDEX`` outside the loss (a preference batch's examples are its pairs)."""
     tensors = list(iter_tensors(batch))
     if not tensors or tensors[0].dim() == 0:
         return BatchCounts()
@@ -67,9 +56,7 @@ def batch_counts(batch: Any) -> BatchCounts:
 
 
 def trainable_parameters(module: torch.nn.Module) -> int:
-    """Elements of the parameters that require grad. A walk over every parameter: count it once per
-    epoch, not at every logging step (about 0.5 ms of each logging step on the 204 tensors of the
-    benchmark MLP, 2026-11-23)."""
+    """Elements of the parameters that require grad (a walk over every parameter: once per epoch, not per log)."""
     return sum(p.numel() for p in module.parameters() if p.requires_grad)
 
 
@@ -82,19 +69,14 @@ def estimate_flops(params: int, samples: int | None, tokens: int | None) -> floa
 
 
 class FlopCounter:
-    """Counts FLOPs of everything between :meth:`start` and :meth:`stop` (one training step).
-
-    Entered and exited from two different callback hooks, so it drives ``FlopCounterMode`` by hand.
-    Run it on an eager step only: a dispatch mode active under compiled code would add a guard
-    failure (a recompile) and count nothing inside the compiled graph.
-    """
+    """Counts FLOPs between :meth:`start` and :meth:`stop`, two callback hooks, so ``FlopCounterMode`` is driven
+    by hand. Eager steps only: under compiled code it would add a recompile and count nothing."""
 
     def __init__(self) -> None:
         self._mode: Any = None
         self.total: int | None = None
 
     def start(self) -> None:
-        """Begin counting."""
         from torch.utils.flop_counter import FlopCounterMode
 
         self._mode = FlopCounterMode(display=False)
@@ -111,9 +93,7 @@ class FlopCounter:
 
 
 class StepFlops:
-    """The FLOPs of a training step and of one unit of its work (a token, or a sample without a sequence dim):
-    counted by ``counter`` on the one eager step the speedup meter gives it, until then estimated from the
-    trainable parameters; and the figures they give (``perf/tflop_per_step``, ``perf/flops_source``, MFU)."""
+    """FLOPs per step (counted on the meter's FLOP step, estimated until then) and the figures they give."""
 
     def __init__(self) -> None:
         self.counter = FlopCounter()
@@ -135,9 +115,7 @@ class StepFlops:
 
     def figures(self, module: torch.nn.Module | None, samples: int | None, tokens: int | None,
                 rate: Callable[[str], float | None], peak: Peak | None) -> dict[str, Any]:
-        """The FLOP figures of a step of ``samples`` and ``tokens`` (the latest batch's), and the MFU at
-        ``rate("tokens")`` (``rate("samples")`` without tokens) against ``peak``: per rank, in the unit FLOPs
-        were counted per, against this rank's device peak."""
+        """The FLOP figures of a step of ``samples`` and ``tokens``, and this rank's MFU against ``peak``."""
         per_unit, flops = self.per_unit, self.per_step
         if per_unit is None and module is not None:
             if self._trainable is None:
@@ -155,9 +133,7 @@ class StepFlops:
 
 
 def peak_memory_gib(device: torch.device) -> float:
-    """Peak memory: CUDA max allocated by tensors; CPU the process's max resident set size (``VmHWM`` on Linux,
-    which ``runner.telemetry.peak.reset_memory_peak`` resets at the start of the fit; ``getrusage``'s may keep an
-    earlier peak)."""
+    """Peak memory: CUDA max allocated, else the process's ``VmHWM`` (reset at the fit's start), else ``getrusage``."""
     if device.type == "cuda" and torch.cuda.is_available():
         return torch.cuda.max_memory_allocated(device) / 2**30
     hwm = _vm_hwm_kib()

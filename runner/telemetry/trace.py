@@ -1,11 +1,5 @@
-"""``telemetry.trace=true``: torch's structured compile trace in the run dir, rendered by tlparse.
-
-While the run trains, torch writes its structured trace (what ``TORCH_TRACE=<dir>`` writes: every
-frame Dynamo compiled, its guards, graphs, AOTAutograd and Inductor output, cache hits, recompile and
-graph-break reasons) into ``<run_dir>/trace/``. At the end, when tlparse is installed (``pip install
-'runner[trace]'``), its HTML compile report is rendered into ``<run_dir>/tlparse/index.html`` and
-``report.md`` links it. runner parses nothing of the trace itself: reading it is tlparse's job.
-"""
+"""``telemetry.trace=true``: torch's structured compile trace in ``<run_dir>/trace/``, rendered by tlparse (when
+installed) into ``<run_dir>/tlparse/index.html``. runner parses nothing of the trace itself."""
 
 from __future__ import annotations
 
@@ -25,15 +19,10 @@ TRACE_DIR = "trace"
 HTML_DIR = "tlparse"
 
 
-def tlparse_executable() -> str | None:
-    """tlparse's command: next to this Python (an environment's bin/), else on ``PATH``."""
-    beside = Path(sys.executable).with_name("tlparse")
-    return str(beside) if beside.is_file() else shutil.which("tlparse")
-
-
 def render(trace_file: Path, out_dir: Path, timeout_s: float = 300.0) -> tuple[Path | None, str]:
     """Run tlparse on ``trace_file`` into ``out_dir``; (index.html or None, what happened)."""
-    exe = tlparse_executable()
+    beside = Path(sys.executable).with_name("tlparse")  # an environment's bin/, else PATH
+    exe = str(beside) if beside.is_file() else shutil.which("tlparse")
     if exe is None:
         return None, "tlparse is not installed (pip install 'runner[trace]'); the raw trace is kept"
     proc = subprocess.run([exe, str(trace_file), "-o", str(out_dir), "--overwrite", "--no-browser"],
@@ -55,7 +44,6 @@ class StructuredTrace:
         self._figures: dict[str, Any] = {}
 
     def start(self) -> None:
-        """Attach torch's trace handler (idempotent)."""
         if not self.enabled or self._stop is not None or self.run_dir is None:
             return
         trace_dir = self.run_dir / TRACE_DIR

@@ -1,13 +1,4 @@
-"""What the speedup figures say, and the rules that keep the headline figures from contradicting each other:
-
-* the speedup is shown with the 25th-75th percentile of its pairs beside it;
-* the break-even step is ``never`` whenever the speedup is not above 1 (``break_even_text``);
-* one sentence (``speedup_verdict``) says whether compiling paid, and says "no measurable
-  difference" when the pairs' quartiles include 1 or when the two sides' medians point the other
-  way than the pairs do; :func:`contradictions` checks a figures dict against these rules.
-
-The summary's rows are :mod:`runner.telemetry.definitions`'s.
-"""
+"""What the speedup figures say, and the rules that keep the headline figures from contradicting each other."""
 
 from __future__ import annotations
 
@@ -72,15 +63,13 @@ def _x(value: float) -> str:
     return f"{value:.2f}x"
 
 
+# Fewer eager/compiled pairs than this give no verdict: the speedup is shown, the sentence says so.
 MIN_VERDICT_PAIRS = 4
-"""Fewer eager/compiled pairs than this give no verdict: the speedup is shown, the sentence says so."""
 
 
 def speedup_verdict(figures: dict[str, Any]) -> tuple[str, str]:
-    """``(kind, sentence)``: whether compiling paid, at a glance. ``kind`` is ``faster``, ``slower``,
-    ``noise`` (fewer than ``MIN_VERDICT_PAIRS`` pairs, the pairs' quartiles include 1, or the medians
-    point the other way than the pairs) or
-    ``none`` (no speedup figure; the sentence says why)."""
+    """``(kind, sentence)``: ``faster``, ``slower``, ``noise`` (too few pairs, quartiles including 1, or medians
+    pointing the other way) or ``none`` (no speedup; the sentence says why)."""
     speedup = _number(figures.get(PERF_SPEEDUP_X))
     status = str(figures.get(PERF_SPEEDUP_STATUS) or "")
     if speedup is None or not math.isfinite(speedup):

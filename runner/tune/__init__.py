@@ -1,5 +1,5 @@
-"""``runner tune [+recipe=NAME] [overrides] [tune.KEY=VALUE ...]``: find the fastest compile stack for a
-recipe on this machine (Optuna), and write it as a recipe. See :mod:`runner.tune.study`."""
+"""``runner tune [+recipe=NAME] [overrides] [tune.KEY=VALUE ...]``: find the fastest compile stack for a recipe on
+this machine (Optuna), and write it as a recipe."""
 
 from __future__ import annotations
 

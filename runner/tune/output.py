@@ -1,5 +1,5 @@
-"""What a tune leaves: ``tune.{md,json}``, the sweep summary (``summary.{md,json,png}``), each trial's
-figures under ``tune/*`` in its ``report.json``, and the winner as a ready recipe file."""
+"""What a tune leaves: ``tune.{md,json}``, the sweep summary, each trial's ``tune/*`` figures in its
+``report.json``, and the winner as a recipe file."""
 
 from __future__ import annotations
 
@@ -20,16 +20,11 @@ from runner.figures.perf import PERF_STEP_MS
 from runner.figures.run import VAL_BPB
 from runner.figures.tune import TUNE_REASON, TUNE_SPEEDUP_VS_EAGER_X, TUNE_STATE, TUNE_TRIAL, TUNE_US_PER_TOKEN
 from runner.telemetry.report import write_report
-from runner.telemetry.sweep import summarize_sweep
+from runner.telemetry.sweep import CRITERIA, summarize_sweep
 from runner.tune.space import KEYS, Space, param_overrides, recipe_fields, recipe_groups
-from runner.tune.trial import TrialResult
 
-TUNE_CRITERIA: tuple[tuple[str, str, bool], ...] = (
-    ("time_per_token", TUNE_US_PER_TOKEN, False),
-    ("compile_time", COMPILE_TIME_S, False),
-    ("recompiles", COMPILE_RECOMPILES, False),
-    ("memory", MEMORY_PEAK_GIB, False),
-)
+# The sweep's ranking with time per token in place of the speedup.
+TUNE_CRITERIA: tuple[tuple[str, str, bool], ...] = (("time_per_token", TUNE_US_PER_TOKEN, False), *CRITERIA[1:])
 TUNE_COLUMNS: tuple[tuple[str, str], ...] = (
     (TUNE_US_PER_TOKEN, "time/token [us]"),
     (TUNE_SPEEDUP_VS_EAGER_X, "vs eager [x]"),
@@ -42,8 +37,21 @@ TUNE_COLUMNS: tuple[tuple[str, str], ...] = (
 
 
 @dataclass
+class TrialResult:
+    """What one trial measured; ``error`` is set when its config was refused."""
+
+    run_dir: Path
+    us_per_token: float | None = None
+    val_bpb: float | None = None
+    compile_s: float | None = None
+    pruned_at: int | None = None
+    figures: dict[str, Any] | None = None
+    error: str | None = None
+    failed: bool = False  # The run raised (``error`` says what); else ``error`` is a refused config.
+
+
+@dataclass
 class TrialRow:
-    """One line of the tune's table."""
 
     number: int
     name: str
@@ -68,8 +76,8 @@ class TrialRow:
     def line(self) -> str:
         """``step/blocks ... 12.3 us/token, val 3.71 bits/byte, complete``."""
         us = "-" if self.us_per_token is None else f"{self.us_per_token:.2f} us/token"
-        bpb = "-" if self.val_bpb is None else f"{self.val_bpb:.4f}"
-        return f"{self.params} -> {us}, val bits/byte {bpb}, {self.state}{': ' + self.reason if self.reason else ''}"
+        reason = f": {self.reason}" if self.reason else ""
+        return f"{self.params} -> {us}, val bits/byte {_num(self.val_bpb)}, {self.state}{reason}"
 
 
 def _annotate(result: TrialResult, row: TrialRow) -> None:
@@ -138,14 +146,9 @@ def _device(cfg: RunConfig) -> str:
 
 def write_recipe(winner: TrialRow, base_cfg: RunConfig, run_overrides: list[str], cfg: TuneConfig,
                  summary: dict[str, Any]) -> Path:
-    """``<recipe_dir>/<recipe>_tuned.yaml``: the base recipe with the winning choices on top (and the
-    command line's own overrides, which the tune ran with).
-
-    The choices a config group option makes by itself are group selections (``compile: blocks``), so
-    that ``+recipe=<recipe>_tuned compile=model`` compiles the model; the rest are fields. The written recipe
-    is composed and compared with the winning trial's config: where a selection would change more
-    than the choice (``offload: checkpoint`` over a run's ``offload=checkpoint_budget`` drops its
-    budget), every choice is written as a field instead."""
+    """``<recipe_dir>/<recipe>_tuned.yaml``: the base recipe with the winning choices on top. Choices a group option
+    makes by itself are written as group selections; where the composed recipe would then differ from the winning
+    trial's config, every choice is written as a field instead."""
     name = cfg.recipe_name or f"{base_cfg.recipe or 'run'}_tuned"
     path = Path(cfg.recipe_dir) / f"{name}.yaml"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -191,9 +194,7 @@ def _recipe_text(name: str, winner: TrialRow, base_cfg: RunConfig, run_overrides
 
 
 def _composes_to_trial(path: Path, name: str, winner: TrialRow, run_overrides: list[str]) -> bool:
-    """Whether ``+recipe=name`` composes, from where runner finds that recipe, to the config the
-    winning trial ran with (its name aside). False where it cannot be found that way: a recipe
-    directory not named ``recipes``, found only through ``--config-dir`` with Hydra's layout."""
+    """Whether ``+recipe=name`` composes to the winning trial's config (False: the recipe dir is not ``recipes``)."""
     from omegaconf import OmegaConf
 
     from runner.config import compose
@@ -208,8 +209,8 @@ def _composes_to_trial(path: Path, name: str, winner: TrialRow, run_overrides: l
     return a == b
 
 
-def _num(value: float | None) -> str:
-    return "-" if value is None else f"{value:.4f}"
+def _num(value: float | None, spec: str = ".4f") -> str:
+    return "-" if value is None else format(value, spec)
 
 
 def _x(value: float | None) -> str:
@@ -240,10 +241,8 @@ def tune_markdown(summary: dict[str, Any]) -> str:
         lines += ["Not searched: " + "; ".join(f"{k} ({v})" for k, v in summary["not_searched"].items()), ""]
     lines += ["| trial | stack | us/token | val bits/byte | compile s | state |", "|---|---|---:|---:|---:|---|"]
     for r in summary["trials"]:
-        us = "-" if r["us_per_token"] is None else f"{r['us_per_token']:.3f}"
-        bpb = "-" if r["val_bpb"] is None else f"{r['val_bpb']:.4f}"
-        comp = "-" if r["compile_s"] is None else f"{r['compile_s']:.1f}"
         state = r["state"] + (f": {r['reason']}" if r["reason"] else "")
-        lines.append(f"| {r['name']} | `{' '.join(param_overrides(r['params']))}` | {us} | {bpb} | {comp} | {state} |")
+        lines.append(f"| {r['name']} | `{' '.join(param_overrides(r['params']))}` | {_num(r['us_per_token'], '.3f')} | "
+                     f"{_num(r['val_bpb'])} | {_num(r['compile_s'], '.1f')} | {state} |")
     lines += ["", "Ranked runs: [summary.md](summary.md). Study: `optuna-dashboard " + summary["study"] + "`", ""]
     return "\n".join(lines)

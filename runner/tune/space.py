@@ -1,10 +1,4 @@
-"""Which compile-stack choices apply to this model and device, and each choice as overrides.
-
-Pure functions of the typed config: :func:`resolve_space` keeps the choices that can matter here and
-says why it dropped the others; :func:`param_overrides` turns a trial's values into Hydra overrides;
-:func:`recipe_groups` and :func:`recipe_fields` into the group selections and the fields of the recipe
-written for the winner.
-"""
+"""Which compile-stack choices apply to this model and device, and each choice as overrides."""
 
 from __future__ import annotations
 
@@ -30,8 +24,8 @@ KEYS: dict[str, str] = {
     "cpp_wrapper": "compile.options.cpp_wrapper",
     "cudagraphs": "cudagraphs.mode",
 }
+# Eager Lightning in fp32: the baseline every trial's speed and loss is compared with.
 EAGER: dict[str, Any] = {"scope": "none", "optimizer": "none", "precision": "32-true", "offload": "none"}
-"""Eager Lightning in fp32: the baseline every trial's speed and loss is compared with."""
 
 
 @dataclass
@@ -59,10 +53,10 @@ def current_values(cfg: RunConfig) -> dict[str, Any]:
     }
 
 
+# CPU flags of bfloat16 matrix units. Without one, torch emulates bf16 matmuls on the CPU, ~100x slower than fp32 (1.4
+# against 32-160 GFLOP/s on the AVX2-only CI machine): a bf16 trial there only spends the tune's time budget until the
+# pruner stops it.
 BF16_UNITS = frozenset({"avx512_bf16", "amx_bf16"})
-"""CPU flags of bfloat16 matrix units. Without one, torch emulates bf16 matmuls on the CPU, ~100x
-slower than fp32 (1.4 against 32-160 GFLOP/s on the AVX2-only CI machine): a bf16 trial there only
-spends the tune's time budget until the pruner stops it."""
 
 
 def cpu_flags() -> frozenset[str]:
@@ -77,9 +71,8 @@ def cpu_flags() -> frozenset[str]:
 
 
 def resolve_space(space: TuneSpace, cfg: RunConfig, flags: frozenset[str] | None = None) -> Space:
-    """The choices that apply to ``cfg``'s model and device, each with the recipe's own value added
-    (so the default stack is a point of the search). ``flags``: the CPU's flags (default: this
-    machine's), which decide whether bf16 precisions are searched on a CPU."""
+    """The choices that apply to ``cfg``'s model and device, each with the recipe's own value added; ``flags``: the
+    CPU's flags, which decide whether bf16 is searched on a CPU."""
     device = cfg.trainer.single_device() if not cfg.trainer.is_distributed() else cfg.trainer.accelerator
     cuda = str(device).startswith(("cuda", "gpu"))
     inductor = cfg.compile.backend == "inductor"
@@ -125,13 +118,8 @@ def param_overrides(params: dict[str, Any]) -> list[str]:
 
 
 def recipe_groups(params: dict[str, Any]) -> dict[str, str]:
-    """The choices that one of runner's config group options makes by itself, as ``{choice: option}``
-    (``{"scope": "blocks"}``: ``conf/compile/blocks.yaml`` sets ``scope: blocks`` and nothing else).
-
-    A recipe that selects them in its defaults list still gives way to a command line's ``compile=model``;
-    as fields of its body they would not (a recipe's own fields merge after every group). An option
-    that sets more than the choice qualifies only when the trial sets those keys too (``compile/eager``:
-    scope and optimizer), since the recipe's body sets them after it."""
+    """The choices one of runner's group options makes by itself, as ``{choice: option}``: a defaults-list selection
+    still gives way to a command line's ``compile=model``, a body field would not."""
     out: dict[str, str] = {}
     for name, value in params.items():
         group, _, leaf = KEYS[name].partition(".")
@@ -147,7 +135,6 @@ def recipe_groups(params: dict[str, Any]) -> dict[str, str]:
 
 
 def recipe_fields(params: dict[str, Any]) -> dict[str, Any]:
-    """A trial's values as nested recipe fields (``{"compile": {"scope": "step"}}``)."""
     tree: dict[str, Any] = {}
     for name, value in params.items():
         *parents, leaf = KEYS[name].split(".")

@@ -1,18 +1,6 @@
-"""``runner tune``: the Optuna study that finds the fastest compile stack for a recipe on this machine.
-
-0. A short warm-up run of the recipe's own stack, not recorded (process start-up costs land there).
-1. The eager baseline (``compile.scope=none``, ``compile.optimizer=none``, fp32: eager Lightning) trains
-   ``tune.steps`` steps: its time per token and val bits/byte are what every trial is compared with.
-2. Trial 0 is the recipe's own stack (enqueued), then Optuna's TPE sampler proposes stacks from the
-   choices that apply (:mod:`runner.tune.space`); each trial trains ``tune.steps`` steps in this process
-   (Dynamo is reset per run; Inductor's and AOTAutograd's on-disk caches are shared, so a stack seen
-   before compiles from the cache) and returns its steady time per token. The median pruner stops a
-   trial that is clearly slower than the median of the others at the same step.
-3. A trial whose val bits/byte is more than ``tune.loss_tolerance`` above eager's is rejected: it stays
-   in the study as infeasible (the sampler's constraint), and the report says why.
-
-The study lives in ``<tune dir>/study.db`` (SQLite): ``optuna-dashboard sqlite:///<tune dir>/study.db``.
-"""
+"""``runner tune``: the Optuna study. A warm-up run, the eager fp32 baseline, then trial 0 (the recipe's own stack)
+and TPE's proposals, each a short run in this process; a trial whose val bits/byte is more than
+``tune.loss_tolerance`` above eager's is infeasible. The study lives in ``<tune dir>/study.db``."""
 
 from __future__ import annotations
 
@@ -23,12 +11,81 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from runner.config import compose
+import lightning.pytorch as pl
+
+from runner.config import ConfigError, compose, load
 from runner.config.composing.loading import checked
 from runner.config.tune import TuneConfig
-from runner.tune.output import TrialRow, write_outputs
+from runner.figures.compile_work import COMPILE_TIME_S
+from runner.figures.perf import PERF_TOKENS_PER_S
+from runner.figures.run import VAL_BPB
+from runner.lightning_step.callback_group import find_callback
+from runner.run import run
+from runner.telemetry import CompileTelemetry
+from runner.tune.output import TrialResult, TrialRow, write_outputs
 from runner.tune.space import EAGER, Space, current_values, param_overrides, resolve_space
-from runner.tune.trial import TrialResult, run_trial, trial_overrides
+
+
+def time_per_token_us(tokens_per_s: Any) -> float | None:
+    if isinstance(tokens_per_s, (int, float)) and not isinstance(tokens_per_s, bool) and tokens_per_s > 0:
+        return 1e6 / float(tokens_per_s)
+    return None
+
+
+class PruningReporter(pl.Callback):
+    """Reports the running time per token to an Optuna trial each step; stops the run when pruned."""
+
+    def __init__(self, trial: Any | None) -> None:
+        super().__init__()
+        self.trial = trial
+        self.pruned_at: int | None = None
+        self.last_us: float | None = None
+
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
+        telemetry = find_callback(trainer, CompileTelemetry)
+        if telemetry is None or not telemetry.meter.ran_compiled:
+            return  # still warming up (compiling): nothing steady to report yet
+        us = time_per_token_us(telemetry.meter.rate("tokens") or telemetry.meter.rate("samples"))
+        if us is None or self.trial is None:
+            return
+        self.last_us = us
+        self.trial.report(us, trainer.global_step)
+        if self.trial.should_prune():
+            self.pruned_at = trainer.global_step
+            trainer.should_stop = True
+
+
+def trial_overrides(steps: int, val_batches: int) -> list[str]:
+    """What makes a run a short trial: ``steps`` steps, one validation at the end, no eager pairs, checkpoints or
+    progress bar."""
+    return [f"trainer.max_steps={steps}", f"trainer.val_check_interval={steps}",
+            f"trainer.limit_val_batches={val_batches}", f"trainer.checkpoint_every_n_steps={steps}",
+            "trainer.enable_progress_bar=false", "telemetry.speedup_steps=0", "offload.measure=false",
+            "reliability.save_cache_artifacts=false", "compile.background=disabled"]
+
+
+def run_trial(overrides: list[str], run_dir: Path, trial: Any | None = None) -> TrialResult:
+    """Compose, validate and train one trial in this process (compile caches on disk are shared)."""
+    try:
+        cfg = load(compose(overrides, run_dir=str(run_dir)))
+    except ConfigError as e:
+        return TrialResult(run_dir=run_dir, error=str(e))
+    reporter = PruningReporter(trial)
+    try:
+        result = run(cfg, extra_callbacks=[reporter])
+    except Exception as e:  # noqa: BLE001 - a stack that fails (compile error, non-finite loss) loses its trial only
+        first = (str(e).splitlines() or [""])[0]
+        return TrialResult(run_dir=run_dir, error=f"the run failed: {type(e).__name__}: {first}"[:300], failed=True)
+    figures = result.figures
+    compile_s = figures.get(COMPILE_TIME_S)
+    # A pruned run stops before its validation: the val/bpb it holds is the sanity check's, on the
+    # untrained model (the same figure for every pruned trial), not this stack's.
+    val_bpb = figures.get(VAL_BPB) if reporter.pruned_at is None else None
+    return TrialResult(run_dir=run_dir, us_per_token=time_per_token_us(figures.get(PERF_TOKENS_PER_S)),
+                       val_bpb=val_bpb, compile_s=compile_s if isinstance(compile_s, float) else None,
+                       pruned_at=reporter.pruned_at, figures=figures)
+
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +106,7 @@ def tune(run_overrides: Sequence[str], cfg: TuneConfig, tune_dir: Path) -> dict[
     """Run the study; write the summaries and the winner's recipe; return the tune's summary dict."""
     optuna = _optuna()
     start = time.perf_counter()
+    # Silent: each trial says the notes.
     base_cfg = checked(compose(list(run_overrides), run_dir=str(tune_dir / "base")))
     space = resolve_space(cfg.space, base_cfg)
     shared = [*run_overrides, *trial_overrides(cfg.steps, cfg.val_batches)]
