@@ -122,9 +122,9 @@ def run_callbacks() -> list[Callback]:
     probe (``peak_tflops`` given: a start-up cost, not a per-step one). They come in one ``CallbackGroup``,
     as ``python -m runner`` gives them to Lightning (one dispatch per hook)."""
     from lightning.pytorch.callbacks import LearningRateMonitor
-    from runner.lightning_step.callback_group import CallbackGroup
 
     from runner.config.schema import OnNonFinite, TelemetryConfig
+    from runner.lightning_step.callback_group import CallbackGroup
     from runner.reliability.numerics import NonFiniteGuard
     from runner.reliability.signals import GracefulInterrupt
     from runner.telemetry import CompileTelemetry
