@@ -197,7 +197,7 @@ def text_lengths(rows: Any, column: str, source: Source, setting: str) -> Any:
     import numpy as np
     import pyarrow as pa
 
-    from runner.data.store import table_batches
+    from runner.data.store.parallel import table_batches
 
     check_column(rows, column, setting, source)
     data = rows.data.column(column)

@@ -23,7 +23,8 @@ from runner.data.sequences.packed import Examples, Packs, pack_collate
 from runner.data.sequences.padding import LengthGroupedBatchSampler, PadCollate, PadTo
 from runner.data.sequences.windows import Chunks, PackedWindows, Spans, Stream
 from runner.data.splits import split_documents, tail_cut, tail_how, val_how
-from runner.data.store import Mapped, remembered, spans_blocks, store_key
+from runner.data.store import remembered, store_key
+from runner.data.store.arrays import Mapped, spans_blocks
 from runner.data.summary import DataSummary, packing_figures
 from runner.data.text.documents import Corpus, read_corpus
 from runner.data.tokens.tokenizers import check_tokenizer, is_bytes, load_tokenizer, token_range

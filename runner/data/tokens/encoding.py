@@ -10,19 +10,10 @@ from typing import Any
 import numpy as np
 
 from runner.data.reading.sources import prepared_store
-from runner.data.store import (
-    Chunk,
-    Store,
-    StoreWriter,
-    digest_files,
-    encode_table,
-    progress_file,
-    store_dir,
-    store_key,
-    table_batches,
-    token_dtype,
-)
-from runner.data.store.parallel import store_batches
+from runner.data.store import digest_files, store_dir, store_key
+from runner.data.store.arrays import Store, StoreWriter, token_dtype
+from runner.data.store.parallel import Chunk, encode_table, store_batches, table_batches
+from runner.data.store.shared import progress_file
 from runner.data.tokens.tokenizers import Tokenizer, is_bytes, load_tokenizer, tokenizer_stamp
 
 log = logging.getLogger(__name__)
