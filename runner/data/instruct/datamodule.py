@@ -22,13 +22,7 @@ from runner.data.instruct.summary import describe, summarize
 from runner.data.sequences.packed import Examples, Packs, pack_collate
 from runner.data.sequences.padding import PadCollate, PadTo, seeded_loader
 from runner.data.summary import DataSummary
-from runner.data.tokens.tokenizers import (
-    SavedTokenizer,
-    Tokenizer,
-    is_bytes,
-    load_tokenizer,
-    token_range,
-)
+from runner.data.tokens.tokenizers import SavedTokenizer, Tokenizer, is_bytes, load_tokenizer, token_range
 from runner.data.traits import DataTraits, ValMetric
 
 log = logging.getLogger(__name__)

@@ -21,6 +21,12 @@ from runner.data.store.progress import Heartbeat
 
 log = logging.getLogger(__name__)
 
+
+def cell_text(value: Any) -> str:
+    """A table cell as text (bytes decoded, None empty)."""
+    return "" if value is None else value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
 @contextlib.contextmanager
 def quiet_datasets() -> Iterator[None]:
     """``datasets`` without progress bars or log lines (runner says what it read); its settings put back after."""
