@@ -9,7 +9,6 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-import lightning as L
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, RandomSampler
@@ -25,7 +24,7 @@ from runner.data.sequences.windows import Chunks, PackedWindows, Spans, Stream
 from runner.data.splits import split_documents, tail_cut, tail_how, val_how
 from runner.data.store import remembered, store_key
 from runner.data.store.arrays import Mapped, spans_blocks
-from runner.data.summary import DataSummary, packing_figures
+from runner.data.summary import DataSummary, SplitData, packing_figures
 from runner.data.text.documents import Corpus, read_corpus
 from runner.data.tokens.tokenizers import check_tokenizer, is_bytes, load_tokenizer, token_range
 from runner.data.traits import DataTraits, ValMetric
@@ -42,7 +41,7 @@ def unigram_bits(parts: Iterable[np.ndarray]) -> float:
     return float(-(p * np.log2(p)).sum())
 
 
-class TextDataModule(L.LightningDataModule):
+class TextDataModule(SplitData):
     """Text from ``path`` (a file, a folder or a glob of text files or tables; default: the Python stdlib source),
     tokenized by ``tokenizer`` (``bytes``/None: UTF-8 bytes; a directory: the tokenizer saved there); a table's
     ``text_column``."""
@@ -132,9 +131,8 @@ class TextDataModule(L.LightningDataModule):
         metric = ValMetric.bits_per_byte if is_bytes(tokenizer) else ValMetric.none
         return DataTraits(metric, pads_per_batch=varies, shapes_vary=varies)
 
-    def figures(self) -> dict[str, Any]:
-        """What was read (``data/*``), after ``setup``."""
-        return {**self.summary.figures(), **self._packing} if self.summary is not None else {}
+    def own_figures(self) -> dict[str, Any]:
+        return self._packing
 
     def check(self) -> None:
         """Fail fast (before any model is built) if the data cannot be read."""
@@ -238,12 +236,6 @@ class TextDataModule(L.LightningDataModule):
                                                 lengths=ds.lengths, window=self.length_grouping)
             return DataLoader(ds, batch_sampler=sampler, **common)
         return DataLoader(ds, batch_size=self.batch_size, shuffle=shuffle, drop_last=shuffle, **common)
-
-    def train_dataloader(self) -> DataLoader:
-        return self._loader(self._train, shuffle=True)
-
-    def val_dataloader(self) -> DataLoader:
-        return self._loader(self._val, shuffle=False)
 
 
 class TokenizedTextDataModule(TextDataModule):
