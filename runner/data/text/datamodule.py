@@ -242,16 +242,12 @@ class TokenizedTextDataModule(TextDataModule):
     """``data=tokenized_text``: ``TextDataModule`` whose tokenizer must be a saved one (never bytes)."""
 
     @staticmethod
-    def check_arguments(path: str | None = None, val_path: str | None = None, tokenizer: str | None = None,
-                        text_column: str = "text", seq_len: int = 256, batch_size: int = 16,
-                        batching: Batching | str = Batching.packed, packing: bool = False,
-                        **kwargs: Any) -> str | None:
+    def check_arguments(tokenizer: str | None = None, **fields: Any) -> str | None:  # type: ignore[override]  # keywords only
         """An empty tokenizer (no model.path to default to) is refused; the rest is ``TextDataModule``'s check."""
         if is_bytes(tokenizer):
             return ("data.tokenizer is empty: give the directory a tokenizer was saved to (usually the model's "
                     "model.path), or use data=text (UTF-8 bytes) with a model built from its configuration.")
-        return TextDataModule.check_arguments(path, val_path, tokenizer, text_column, seq_len, batch_size, batching,
-                                              packing, **kwargs)
+        return TextDataModule.check_arguments(tokenizer=tokenizer, **fields)
 
 
 def _text_bytes(where: str, key: str, text_column: str, enough: int) -> int:
