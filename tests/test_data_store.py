@@ -337,7 +337,8 @@ def test_worker_processes_write_the_store_one_process_writes(tmp_path: Path) -> 
     from runner.data.instruct.formats import resolve_format
     from runner.data.reading.sources import resolve
     from runner.data.reading.tables import load_table
-    from runner.data.store import encode_into, parallel, table_batches
+    from runner.data.store import parallel
+    from runner.data.store.parallel import encode_into, table_batches
 
     path = tmp_path / "qa.jsonl"
     path.write_text("".join(json.dumps({"instruction": f"do {i}", "input": "this" if i % 3 else "",

@@ -8,12 +8,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import lightning as L
 import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset
 
 from runner.data.sequences.padding import seeded_loader
+from runner.data.summary import SplitData
 from runner.data.traits import CLASSES, DataTraits
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp", ".gif")
@@ -81,7 +81,7 @@ class SyntheticImages(Dataset[tuple[torch.Tensor, int]]):
         return weight * self.patterns[label] + mixed * weight * self.patterns[other] + noise, label
 
 
-class ImageDataModule(L.LightningDataModule):
+class ImageDataModule(SplitData):
     """Images from ``path`` (``ImageFolder`` layout) or synthetic ones; batches ``(images, labels)`` with images
     ``[batch, 3, image_size, image_size]``, every batch the same shape."""
 
@@ -154,9 +154,3 @@ class ImageDataModule(L.LightningDataModule):
         # Every batch full, validation's too (when there is one): one shape, one graph.
         full = len(ds) >= self.batch_size  # type: ignore[arg-type]
         return seeded_loader(ds, self.batch_size, self.seed, self.num_workers, shuffle, drop_last=full)
-
-    def train_dataloader(self) -> DataLoader:
-        return self._loader(self._train, shuffle=True)
-
-    def val_dataloader(self) -> DataLoader:
-        return self._loader(self._val, shuffle=False)

@@ -6,6 +6,9 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+import lightning as L
+from torch.utils.data import DataLoader
+
 from runner.figures import data as keys
 
 log = logging.getLogger(__name__)
@@ -67,3 +70,27 @@ def packing_figures(packs: dict[str, Any], batch_size: int) -> dict[str, Any]:
     return {keys.DATA_PACKS: packs["packs"], keys.DATA_EXAMPLES_PER_PACK: packs["per_pack"],
             keys.DATA_PACKING_PADDING_PCT: packs["padding_pct"],
             keys.DATA_BATCH_SHAPE: f"[{batch_size}, {packs['seq_len']}] every batch (packed rows)"}
+
+
+class SplitData(L.LightningDataModule):
+    """A data module whose ``setup`` builds a training and a validation dataset, and says what it read."""
+
+    _train: Any = None
+    _val: Any = None
+    summary: DataSummary | None = None
+
+    def own_figures(self) -> dict[str, Any]:
+        return {}
+
+    def figures(self) -> dict[str, Any]:
+        """What was read (``data/*``), after ``setup``."""
+        return {**self.summary.figures(), **self.own_figures()} if self.summary is not None else {}
+
+    def _loader(self, ds: Any, shuffle: bool) -> DataLoader:
+        raise NotImplementedError
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader(self._train, shuffle=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader(self._val, shuffle=False)

@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import lightning as L
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
@@ -19,7 +18,7 @@ from runner.data.reading.sources import DataError, names_something, own_validati
 from runner.data.sequences.padding import PadTo, seeded_loader
 from runner.data.sequences.windows import Shifted, Spans, Tokens, as_long
 from runner.data.splits import split_documents, val_how
-from runner.data.summary import DataSummary
+from runner.data.summary import DataSummary, SplitData
 from runner.data.tokens.encoding import IDS, LENGTH, encode
 from runner.data.tokens.tokenizers import ByteTokens, Tokenizer, check_tokenizer, load_tokenizer, token_range
 from runner.data.traits import DataTraits, ValMetric
@@ -98,7 +97,7 @@ class ClassifyCollate:
         return {"input_ids": input_ids, "attention_mask": mask}, labels
 
 
-class TextClassificationDataModule(L.LightningDataModule):
+class TextClassificationDataModule(SplitData):
     """Labelled text in padded variable-length batches."""
 
     def __init__(self, path: str | None = None, val_path: str | None = None, tokenizer: str | None = None,
@@ -186,10 +185,6 @@ class TextClassificationDataModule(L.LightningDataModule):
         """Accuracy; every batch padded to its longest text, so shapes vary."""
         return DataTraits(ValMetric.accuracy, pads_per_batch=True, shapes_vary=True)
 
-    def figures(self) -> dict[str, Any]:
-        """What was read (``data/*``), after ``setup``."""
-        return self.summary.figures() if self.summary is not None else {}
-
     def setup(self, stage: str | None = None) -> None:
         if self._train is not None:
             return
@@ -224,9 +219,3 @@ class TextClassificationDataModule(L.LightningDataModule):
         assert rows is not None, "setup() first"
         return seeded_loader(rows, self.batch_size, self.seed, self.num_workers, shuffle,
                              collate_fn=ClassifyCollate(self.pad_to, self._pad_id))
-
-    def train_dataloader(self) -> DataLoader:
-        return self._loader(self._train, shuffle=True)
-
-    def val_dataloader(self) -> DataLoader:
-        return self._loader(self._val, shuffle=False)

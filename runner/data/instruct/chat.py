@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from runner.data.reading.sources import DataError, Source
-from runner.data.reading.tables import row_place
+from runner.data.reading.tables import cell_text, row_place
 
 ROLES = ("system", "user", "assistant")  # The roles of the chat format; the assistant's turns are the answers
 ANSWER_ROLE = "assistant"
@@ -35,10 +35,6 @@ class RoleError(ValueError):
     def __init__(self, role: str) -> None:
         super().__init__(f"role {role!r} is not one of {', '.join(ROLES)}")
         self.role = role
-
-
-def _text(value: Any) -> str:
-    return "" if value is None else value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
 def role_map(roles: Mapping[str, str] | None) -> dict[str, str]:
@@ -65,7 +61,7 @@ def messages_of(cell: Any, roles: Mapping[str, str] | None = None) -> list[dict[
         role = known.get(str(written))
         if role is None:
             raise RoleError(str(written))
-        out.append({"role": role, "content": _text(content)})
+        out.append({"role": role, "content": cell_text(content)})
     return out
 
 

@@ -7,7 +7,6 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
-import lightning as L
 from torch.utils.data import DataLoader
 
 from runner.config.schema.data import TrainOn
@@ -21,14 +20,8 @@ from runner.data.instruct.refusals import batch_refusal, prepare_parts, read_to_
 from runner.data.instruct.summary import describe, summarize
 from runner.data.sequences.packed import Examples, Packs, pack_collate
 from runner.data.sequences.padding import PadCollate, PadTo, seeded_loader
-from runner.data.summary import DataSummary
-from runner.data.tokens.tokenizers import (
-    SavedTokenizer,
-    Tokenizer,
-    is_bytes,
-    load_tokenizer,
-    token_range,
-)
+from runner.data.summary import DataSummary, SplitData
+from runner.data.tokens.tokenizers import SavedTokenizer, Tokenizer, is_bytes, load_tokenizer, token_range
 from runner.data.traits import DataTraits, ValMetric
 
 log = logging.getLogger(__name__)
@@ -36,7 +29,7 @@ log = logging.getLogger(__name__)
 __all__ = ["SHIPPED", "InstructDataModule"]
 
 
-class InstructDataModule(L.LightningDataModule):
+class InstructDataModule(SplitData):
     """Instruction or chat rows."""
 
     def __init__(self, path: str | None = None, val_path: str | None = None, tokenizer: str | None = None,
@@ -103,9 +96,8 @@ class InstructDataModule(L.LightningDataModule):
         metric = ValMetric.bits_per_byte if is_bytes(tokenizer) else ValMetric.none
         return DataTraits(metric, pads_per_batch=not packing, shapes_vary=not packing)
 
-    def figures(self) -> dict[str, Any]:
-        """What was read (``data/*``), after ``setup``."""
-        return {**self.summary.figures(), **self.instruct_figures} if self.summary is not None else {}
+    def own_figures(self) -> dict[str, Any]:
+        return self.instruct_figures
 
     def read(self, tokenizer: Tokenizer) -> tuple[Fitted, Fitted]:
         """Training and validation examples, fitted to ``seq_len`` (and packed, with packing); ``DataError`` when the
@@ -148,9 +140,3 @@ class InstructDataModule(L.LightningDataModule):
         assert ds is not None, "setup() first"
         collate = pack_collate if self.packing else PadCollate(self.pad_to, self.pad_id)
         return seeded_loader(ds, self.batch_size, self.seed, self.num_workers, shuffle, collate_fn=collate)
-
-    def train_dataloader(self) -> DataLoader:
-        return self._loader(self._train, shuffle=True)
-
-    def val_dataloader(self) -> DataLoader:
-        return self._loader(self._val, shuffle=False)

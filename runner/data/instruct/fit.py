@@ -9,7 +9,7 @@ import numpy as np
 
 from runner.data.instruct.encode import ANSWERS, IDS
 from runner.data.sequences.windows import Spans
-from runner.data.store import Mapped, Store
+from runner.data.store.arrays import Mapped, Store
 from runner.packing.bins import PackRows
 
 

@@ -20,6 +20,7 @@ from runner.data.instruct.chat import (
     template_render,
 )
 from runner.data.reading.sources import DataError, Source
+from runner.data.reading.tables import cell_text
 
 # The default prompt of the pair format (``{prompt}``: the prompt column's text)
 PAIR_TEMPLATE = "### Instruction:\n{prompt}\n\n### Response:\n"
@@ -77,11 +78,11 @@ class Format:
             messages = messages_of(row[self.columns[0]], dict(self.roles))
             return chat_segments(messages, render), [m["content"] for m in messages if m["role"] == ANSWER_ROLE]
         if self.kind is Kind.alpaca:
-            context = _cell(row.get(self.columns[1])) if self.columns[1] else ""
-            answer = _cell(row[self.columns[2]])
-            return [(self.prompt(_cell(row[self.columns[0]]), context), False), (answer, True)], [answer]
-        answer = _cell(row[self.columns[1]])
-        return [(self.prompt(_cell(row[self.columns[0]])), False), (answer, True)], [answer]
+            context = cell_text(row.get(self.columns[1])) if self.columns[1] else ""
+            answer = cell_text(row[self.columns[2]])
+            return [(self.prompt(cell_text(row[self.columns[0]]), context), False), (answer, True)], [answer]
+        answer = cell_text(row[self.columns[1]])
+        return [(self.prompt(cell_text(row[self.columns[0]])), False), (answer, True)], [answer]
 
     @property
     def answer_column(self) -> str:
@@ -90,10 +91,6 @@ class Format:
     def key(self) -> tuple[object, ...]:
         """Everything that decides what a row becomes (part of the name of the rows' encoded cache)."""
         return self.kind.value, self.columns, self.template, self.roles
-
-
-def _cell(value: Any) -> str:
-    return "" if value is None else value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
 def resolve_format(columns: Sequence[str], source: Source, prompt_column: str, response_column: str,

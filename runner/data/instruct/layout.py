@@ -13,7 +13,8 @@ from runner.data.instruct.fit import Encoded, Fitted, fit
 from runner.data.reading.sources import prepared_store
 from runner.data.sequences.windows import Spans
 from runner.data.splits import VAL_PATH, split_documents
-from runner.data.store import Store, StoreWriter, store_dir, store_key
+from runner.data.store import store_dir, store_key
+from runner.data.store.arrays import Store, StoreWriter
 from runner.packing.bins import PackRows, pack_rows
 
 log = logging.getLogger(__name__)

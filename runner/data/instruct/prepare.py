@@ -23,19 +23,11 @@ from runner.data.instruct.encode import (
 from runner.data.instruct.formats import Format, Kind, resolve_format
 from runner.data.reading.sources import SAVED, DataError, Source, prepared_store, resolve
 from runner.data.reading.tables import json_object_of_rows, load_table, row_place, row_places
-from runner.data.store import (
-    Store,
-    StoreWriter,
-    digest_files,
-    encode_table,
-    origin,
-    progress_file,
-    store_dir,
-    store_key,
-    table_batches,
-    token_dtype,
-)
+from runner.data.store import digest_files, store_dir, store_key
+from runner.data.store.arrays import Store, StoreWriter, token_dtype
+from runner.data.store.parallel import encode_table, table_batches
 from runner.data.store.progress import Heartbeat
+from runner.data.store.shared import origin, progress_file
 from runner.data.tokens.tokenizers import Tokenizer, is_bytes, tokenizer_stamp
 
 log = logging.getLogger(__name__)

@@ -12,7 +12,8 @@ from runner.data.instruct.encode import eos_id, tokenizer_and_render
 from runner.data.instruct.formats import Render
 from runner.data.preference.formats import IDENTICAL, EmptyCompletion, PairFormat, blank
 from runner.data.sequences.windows import Spans
-from runner.data.store import Chunk, Ragged, Store
+from runner.data.store.arrays import Ragged, Store
+from runner.data.store.parallel import Chunk
 from runner.data.tokens.tokenizers import Tokenizer
 
 log = logging.getLogger(__name__)

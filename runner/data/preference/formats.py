@@ -20,7 +20,7 @@ from runner.config.errors import close_matches
 from runner.data.instruct.chat import SHAPES_HINT, RoleError
 from runner.data.instruct.formats import PAIR_TEMPLATE, Render, messages_of
 from runner.data.reading.sources import DataError, Source
-from runner.data.reading.tables import row_place, row_places
+from runner.data.reading.tables import cell_text, row_place, row_places
 
 DEFAULT_PROMPT = "prompt"
 NOTED = 5  # Rows a problem's message names
@@ -105,10 +105,11 @@ class PairFormat:
         chosen, rejected = row[self.chosen_column], row[self.rejected_column]
         _refuse_empty(blank(chosen), blank(rejected))
         if self.shape is Shape.text:
-            prompt = _text(row[self.prompt_column])  # type: ignore[index]
-            return Texts((self.template or PAIR_TEMPLATE).replace("{prompt}", prompt), _text(chosen), _text(rejected))
+            prompt = cell_text(row[self.prompt_column])  # type: ignore[index]
+            return Texts((self.template or PAIR_TEMPLATE).replace("{prompt}", prompt), cell_text(chosen),
+                         cell_text(rejected))
         if self.shape is Shape.implicit_text:
-            pair = split_text(_text(chosen), _text(rejected))
+            pair = split_text(cell_text(chosen), cell_text(rejected))
             _refuse_empty(blank(pair.chosen), blank(pair.rejected))  # one text the other's start: nothing after it
             return pair
         assert render is not None, "a chat template (checked before the run)"
@@ -122,10 +123,6 @@ class PairFormat:
         if chosen_messages and rejected_messages:  # no message at all: render_pair says so
             _refuse_empty(_blank_turn(chosen_messages), _blank_turn(rejected_messages))
         return render_pair(prompt_messages, chosen_messages, rejected_messages, render)
-
-
-def _text(value: Any) -> str:
-    return "" if value is None else value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
 def split_text(chosen: str, rejected: str) -> Texts:

@@ -29,17 +29,11 @@ from runner.data.preference.encode import (
 from runner.data.preference.formats import NOTED, PairFormat, Shape, no_prompt, resolve_shape
 from runner.data.reading.sources import DataError, Source, resolve
 from runner.data.reading.tables import null_rows, row_place, row_places
-from runner.data.store import (
-    Store,
-    StoreWriter,
-    digest_files,
-    encode_table,
-    origin,
-    store_key,
-    table_batches,
-    token_dtype,
-)
+from runner.data.store import digest_files, store_key
+from runner.data.store.arrays import Store, StoreWriter, token_dtype
+from runner.data.store.parallel import encode_table, table_batches
 from runner.data.store.progress import Heartbeat
+from runner.data.store.shared import origin
 from runner.data.tokens.tokenizers import Tokenizer, is_bytes, tokenizer_stamp
 
 log = logging.getLogger(__name__)

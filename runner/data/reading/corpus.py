@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import codecs
-import math
 import os
 import sysconfig
-from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -87,23 +85,3 @@ def read_documents(path: str | Path | None, max_bytes: int | None) -> list[bytes
     if not docs:
         raise FileNotFoundError(describe_missing_text(root))
     return docs
-
-
-def text_bytes(path: str | Path, enough: int) -> int:
-    """Bytes of text under ``path``, counted from file sizes until ``enough`` is reached (cheap: each file's head is
-    sniffed, nothing else is read)."""
-    total = 0
-    for f in text_files(Path(path).expanduser()):
-        total += f.stat().st_size
-        if total >= enough:
-            break
-    return total
-
-
-def unigram_bits_per_byte(docs: list[bytes]) -> float:
-    """Entropy of the byte distribution: what a model that ignores context would reach."""
-    counts: Counter[int] = Counter()
-    for d in docs:
-        counts.update(d)
-    n = sum(counts.values())
-    return -sum(c / n * math.log2(c / n) for c in counts.values())

@@ -28,7 +28,7 @@ class DataError(ValueError):
 
 
 def prepared_store(directory: Path, build: Any, what: str) -> tuple[Any, bool]:
-    """``runner.data.store.prepared``'s store and whether this process built it; a stalled wait is a ``DataError``."""
+    """The store ``prepared`` builds or waits for, and whether this process built it; a stalled wait: ``DataError``."""
     from runner.data.store.shared import PrepareTimeout, prepared
 
     try:

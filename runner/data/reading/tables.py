@@ -21,6 +21,12 @@ from runner.data.store.progress import Heartbeat
 
 log = logging.getLogger(__name__)
 
+
+def cell_text(value: Any) -> str:
+    """A table cell as text (bytes decoded, None empty)."""
+    return "" if value is None else value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
 @contextlib.contextmanager
 def quiet_datasets() -> Iterator[None]:
     """``datasets`` without progress bars or log lines (runner says what it read); its settings put back after."""
@@ -197,7 +203,7 @@ def text_lengths(rows: Any, column: str, source: Source, setting: str) -> Any:
     import numpy as np
     import pyarrow as pa
 
-    from runner.data.store import table_batches
+    from runner.data.store.parallel import table_batches
 
     check_column(rows, column, setting, source)
     data = rows.data.column(column)

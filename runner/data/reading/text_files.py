@@ -44,7 +44,10 @@ def load_text_files(source: Source, split_at: bytes | None) -> Any:
     and read from there by later runs."""
     import numpy as np
 
-    from runner.data.store import Progress, StoreWriter, digest_files, prepared, progress_file, store_dir, store_key
+    from runner.data.store import digest_files, store_dir, store_key
+    from runner.data.store.arrays import StoreWriter
+    from runner.data.store.progress import Progress
+    from runner.data.store.shared import prepared, progress_file
 
     directory = store_dir(store_key("text", digest_files(source.files), split_at, 2))
 

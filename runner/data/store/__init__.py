@@ -9,24 +9,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from runner.data.store.arrays import VERSION, Mapped, Ragged, Store, StoreWriter, spans_blocks, token_dtype
+from runner.data.store.arrays import VERSION
 from runner.data.store.content import digests, files_digest
-from runner.data.store.parallel import (
-    Chunk,
-    ChunkEncoder,
-    Encoded,
-    encode_into,
-    encode_table,
-    table_batches,
-    workers,
-)
-from runner.data.store.progress import Progress
-from runner.data.store.shared import PrepareTimeout, local_rank, origin, prepared, progress_file
-
-__all__ = ["Chunk", "ChunkEncoder", "Encoded", "Mapped", "PrepareTimeout", "Progress", "Ragged", "Store", "StoreWriter",
-           "digest_files", "encode_into", "encode_table", "file_digests", "local_rank", "origin", "prepared",
-           "progress_file", "remembered", "spans_blocks", "store_dir", "store_key", "table_batches", "token_dtype",
-           "workers"]
 
 
 def root() -> Path:

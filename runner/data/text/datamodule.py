@@ -9,7 +9,6 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-import lightning as L
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, RandomSampler
@@ -23,8 +22,9 @@ from runner.data.sequences.packed import Examples, Packs, pack_collate
 from runner.data.sequences.padding import LengthGroupedBatchSampler, PadCollate, PadTo
 from runner.data.sequences.windows import Chunks, PackedWindows, Spans, Stream
 from runner.data.splits import split_documents, tail_cut, tail_how, val_how
-from runner.data.store import Mapped, remembered, spans_blocks, store_key
-from runner.data.summary import DataSummary, packing_figures
+from runner.data.store import remembered, store_key
+from runner.data.store.arrays import Mapped, spans_blocks
+from runner.data.summary import DataSummary, SplitData, packing_figures
 from runner.data.text.documents import Corpus, read_corpus
 from runner.data.tokens.tokenizers import check_tokenizer, is_bytes, load_tokenizer, token_range
 from runner.data.traits import DataTraits, ValMetric
@@ -41,7 +41,7 @@ def unigram_bits(parts: Iterable[np.ndarray]) -> float:
     return float(-(p * np.log2(p)).sum())
 
 
-class TextDataModule(L.LightningDataModule):
+class TextDataModule(SplitData):
     """Text from ``path`` (a file, a folder or a glob of text files or tables; default: the Python stdlib source),
     tokenized by ``tokenizer`` (``bytes``/None: UTF-8 bytes; a directory: the tokenizer saved there); a table's
     ``text_column``."""
@@ -131,9 +131,8 @@ class TextDataModule(L.LightningDataModule):
         metric = ValMetric.bits_per_byte if is_bytes(tokenizer) else ValMetric.none
         return DataTraits(metric, pads_per_batch=varies, shapes_vary=varies)
 
-    def figures(self) -> dict[str, Any]:
-        """What was read (``data/*``), after ``setup``."""
-        return {**self.summary.figures(), **self._packing} if self.summary is not None else {}
+    def own_figures(self) -> dict[str, Any]:
+        return self._packing
 
     def check(self) -> None:
         """Fail fast (before any model is built) if the data cannot be read."""
@@ -238,27 +237,17 @@ class TextDataModule(L.LightningDataModule):
             return DataLoader(ds, batch_sampler=sampler, **common)
         return DataLoader(ds, batch_size=self.batch_size, shuffle=shuffle, drop_last=shuffle, **common)
 
-    def train_dataloader(self) -> DataLoader:
-        return self._loader(self._train, shuffle=True)
-
-    def val_dataloader(self) -> DataLoader:
-        return self._loader(self._val, shuffle=False)
-
 
 class TokenizedTextDataModule(TextDataModule):
     """``data=tokenized_text``: ``TextDataModule`` whose tokenizer must be a saved one (never bytes)."""
 
     @staticmethod
-    def check_arguments(path: str | None = None, val_path: str | None = None, tokenizer: str | None = None,
-                        text_column: str = "text", seq_len: int = 256, batch_size: int = 16,
-                        batching: Batching | str = Batching.packed, packing: bool = False,
-                        **kwargs: Any) -> str | None:
+    def check_arguments(tokenizer: str | None = None, **fields: Any) -> str | None:  # type: ignore[override]  # keywords only
         """An empty tokenizer (no model.path to default to) is refused; the rest is ``TextDataModule``'s check."""
         if is_bytes(tokenizer):
             return ("data.tokenizer is empty: give the directory a tokenizer was saved to (usually the model's "
                     "model.path), or use data=text (UTF-8 bytes) with a model built from its configuration.")
-        return TextDataModule.check_arguments(path, val_path, tokenizer, text_column, seq_len, batch_size, batching,
-                                              packing, **kwargs)
+        return TextDataModule.check_arguments(tokenizer=tokenizer, **fields)
 
 
 def _text_bytes(where: str, key: str, text_column: str, enough: int) -> int:

@@ -13,7 +13,7 @@ from runner.data.reading.sources import Source, capped, resolve
 from runner.data.reading.tables import load_table, null_rows, text_lengths
 from runner.data.reading.text_files import load_text_files
 from runner.data.sequences.windows import Spans, Tokens
-from runner.data.store import Store
+from runner.data.store.arrays import Store
 from runner.data.summary import NULL_TEXT
 from runner.data.tokens.encoding import DOC, IDS, RAW_BYTES, encode
 from runner.data.tokens.tokenizers import Tokenizer, is_bytes

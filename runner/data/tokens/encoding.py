@@ -10,19 +10,11 @@ from typing import Any
 import numpy as np
 
 from runner.data.reading.sources import prepared_store
-from runner.data.store import (
-    Chunk,
-    Store,
-    StoreWriter,
-    digest_files,
-    encode_table,
-    progress_file,
-    store_dir,
-    store_key,
-    table_batches,
-    token_dtype,
-)
-from runner.data.store.parallel import store_batches
+from runner.data.reading.tables import cell_text
+from runner.data.store import digest_files, store_dir, store_key
+from runner.data.store.arrays import Store, StoreWriter, token_dtype
+from runner.data.store.parallel import Chunk, encode_table, store_batches, table_batches
+from runner.data.store.shared import progress_file
 from runner.data.tokens.tokenizers import Tokenizer, is_bytes, load_tokenizer, tokenizer_stamp
 
 log = logging.getLogger(__name__)
@@ -64,13 +56,13 @@ class TextEncoder:
         rows = {name: np.asarray(batch.column(name).to_numpy()) for name in self.keep}
         if self.tokenizer is None:
             suffix = self.suffix.encode("utf-8")
-            data = [(t if isinstance(t, bytes) else _text(t).encode("utf-8")) + suffix for t in texts]
+            data = [(t if isinstance(t, bytes) else cell_text(t).encode("utf-8")) + suffix for t in texts]
             lengths = np.fromiter(map(len, data), dtype=np.int64, count=len(data))
             return Chunk({IDS: (np.frombuffer(b"".join(data), dtype=np.uint8), lengths)}, rows)
         if self.tokenizer not in _TOKENIZERS:
             _TOKENIZERS[self.tokenizer] = load_tokenizer(self.tokenizer)
         tokenizer = _TOKENIZERS[self.tokenizer]
-        strings = [_text(t) + self.suffix for t in texts]
+        strings = [cell_text(t) + self.suffix for t in texts]
         ids = tokenizer(strings) if self.max_len is not None else [tokenize_long(tokenizer, s) for s in strings]
         full = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
         long = [i for i, x in enumerate(ids) if self.max_len is not None and len(x) > self.max_len]
@@ -134,10 +126,3 @@ def tokenize_long(tokenizer: Tokenizer, text: str) -> np.ndarray:
     for i in range(1, len(segments), 16):
         ids += tokenizer(segments[i:i + 16], special=False)
     return np.concatenate(ids)
-
-
-def _text(value: Any) -> str:
-    """A cell of a text column as text (bytes decoded, a missing value empty)."""
-    if value is None:
-        return ""
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
