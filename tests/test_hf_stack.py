@@ -99,7 +99,7 @@ def test_checkpointing_recomputes_exactly(family: str, files: dict[str, Path]) -
 
 @pytest.mark.parametrize(("family", "policy"), [
     ("llama", ShapePolicy.static), ("gpt2", ShapePolicy.static), ("bert", ShapePolicy.static),
-    # One dynamic graph: the [s, s] attention masks are saved with a size listed twice (runner.stack.offload.codecs).
+    # One dynamic graph: the [s, s] attention masks are saved with a size listed twice (runner.stack.offload.hooks).
     ("llama", ShapePolicy.dynamic), ("gpt2", ShapePolicy.dynamic), ("bert", ShapePolicy.dynamic),
 ])
 def test_bf16_saved_activations_stay_close(family: str, policy: ShapePolicy, files: dict[str, Path]) -> None:

@@ -276,12 +276,12 @@ def test_exclude_acts_on_the_lightning_module_the_run_applies_to(scope: Scope) -
 
 def test_zero_stride_saved_tensor_round_trips() -> None:
     """An expanded view (stride 0) is packed at its real size and restored with its strides."""
-    from runner.stack.offload import codecs
+    from runner.stack.offload import hooks
 
     x = torch.randn(4, 1, 8).expand(4, 6, 8)
     for kind, tol in (("bf16", 1e-2), ("fp8", 1e-1)):
-        packed = codecs.encode(x, OffloadStrategy[kind].row.codec)
-        y = codecs.decode(packed)
+        packed = hooks.encode(x, OffloadStrategy[kind].row.codec)
+        y = hooks.decode(packed)
         assert y.shape == x.shape and y.stride() == x.stride()
         torch.testing.assert_close(y.float(), x, rtol=tol, atol=tol)
         payload = packed[1][0]

@@ -8,7 +8,7 @@ from torch import nn
 
 from runner.config.schema import OffloadConfig, OffloadStrategy
 from runner.models.gpt import GPT, Block
-from runner.stack.offload import build_offload, codecs, policy
+from runner.stack.offload import build_offload, hooks, policy
 from runner.stack.offload.component import apply_checkpointing
 from runner.stack.offload.hooks import SavedTensorCodec
 from runner.torch_internals import runtime
@@ -85,20 +85,20 @@ def test_checkpoint_wrapping_keeps_state_dict_keys_and_skips_excluded() -> None:
 )
 def test_codec_roundtrip_restores_dtype_size_and_stride(kind: str, make: object) -> None:
     x = make()  # type: ignore[operator]
-    y = codecs.decode(codecs.encode(x, OffloadStrategy[kind].row.codec))
+    y = hooks.decode(hooks.encode(x, OffloadStrategy[kind].row.codec))
     assert y.dtype == x.dtype and y.shape == x.shape and y.stride() == x.stride()
     tol = 1e-2 if kind == "bf16" else 1e-1
     assert float((y - x).norm() / x.norm()) < tol
-    z = codecs.decode(codecs.view_of(codecs.encode_storage(x, OffloadStrategy[kind].row.codec), x))
+    z = hooks.decode(hooks.view_of(hooks.encode_storage(x, OffloadStrategy[kind].row.codec), x))
     assert z.shape == x.shape and z.stride() == x.stride() and z.storage_offset() == x.storage_offset()
     assert float((z - x).norm() / x.norm()) < tol  # fp8: the scale is the whole storage's
 
 
 def test_fp8_scale_keeps_large_and_zero_tensors_finite() -> None:
     big = torch.randn(64) * 1e4
-    assert torch.isfinite(codecs.decode(codecs.encode(big, OffloadStrategy.fp8.row.codec))).all()
+    assert torch.isfinite(hooks.decode(hooks.encode(big, OffloadStrategy.fp8.row.codec))).all()
     zero = torch.zeros(64)
-    assert torch.equal(codecs.decode(codecs.encode(zero, OffloadStrategy.fp8.row.codec)), zero)
+    assert torch.equal(hooks.decode(hooks.encode(zero, OffloadStrategy.fp8.row.codec)), zero)
 
 
 def test_codec_passes_integer_bool_and_parameters_through_untouched() -> None:

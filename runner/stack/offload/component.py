@@ -36,8 +36,8 @@ from runner.figures.offload import (
     OFFLOAD_TRACED_SKIPPED,
 )
 from runner.stack.compiling.plan import CompilePlan
-from runner.stack.offload import codecs, policy
-from runner.stack.offload.hooks import SavedTensorCodec
+from runner.stack.offload import policy
+from runner.stack.offload.hooks import SavedTensorCodec, expanded_dims, stored_nbytes
 from runner.stack.settings import StackComponent
 from runner.torch_internals import runtime
 
@@ -80,7 +80,7 @@ class PinnedOffloadHooks:
 
     def pack(self, x: torch.Tensor) -> Any:
         """Start copying ``x`` to pinned host memory; return what unpack needs."""
-        nbytes = codecs.stored_nbytes(x)
+        nbytes = stored_nbytes(x)
         base = x._base if x._base is not None else x
         if (
             x.device.type != "cuda"
@@ -97,7 +97,7 @@ class PinnedOffloadHooks:
         compute = torch.cuda.current_stream(x.device)
         self.stream.wait_stream(compute)
         # An expanded view (stride 0) is copied at its real size and expanded again on unpack.
-        broadcast = codecs.expanded_dims(x)
+        broadcast = expanded_dims(x)
         compact = x.detach()
         for d in broadcast:
             compact = compact.narrow(d, 0, 1)

@@ -1,4 +1,5 @@
-"""Saved-tensor hooks that compile: one hook pair that is both traceable and eager-safe."""
+"""Saved-tensor hooks that compile (one hook pair both traceable and eager-safe), and the codecs they store saved
+tensors with between forward and backward."""
 
 from __future__ import annotations
 
@@ -12,8 +13,104 @@ import torch.fx
 from torch import nn
 
 from runner.config.schema.options import Codec
-from runner.stack.offload import codecs, policy
+from runner.stack.offload import policy
 from runner.torch_internals import observation, runtime
+
+_SCALE_EPS = 1e-12  # keeps the scale of an all-zero tensor finite
+
+Packed = tuple[Any, ...]
+_VIEW = "view"  # tag of a packed view (eager only; the traced path packs graph values, not views)
+_EXPANDED = "expanded"  # tag of a tensor with zero strides (an expanded view), packed at its real size
+
+
+def encode(x: torch.Tensor, codec: Codec) -> Packed:
+    """Pack a floating tensor as the codec's payload dtype (its row in ``runner.config.schema.options``)."""
+    # Detach: the pack hook must not record autograd history (it would keep ``x`` alive).
+    x = x.detach()
+    broadcast = expanded_dims(x)
+    if broadcast:
+        # An expanded view (stride 0) holds one copy of its data: pack that, expand again on decode.
+        # Materialising it would store it at full size, and restoring its stride with
+        # ``empty_strided`` + ``copy_`` fails (a write to overlapping memory).
+        compact = x
+        for d in broadcast:
+            compact = compact.narrow(d, 0, 1)
+        return (_EXPANDED, encode(compact, codec), tuple(x.size()))
+    dtype = getattr(torch, codec.payload)
+    if not codec.scaled:
+        payload = x.to(dtype)
+        return (payload, x.dtype, *_layout(payload, x))
+    xf = x.float()
+    scale = (xf.abs().amax() / float(torch.finfo(dtype).max)).clamp(min=_SCALE_EPS)
+    payload = (xf / scale).to(dtype)
+    return (payload, scale, x.dtype, *_layout(payload, x))
+
+
+def encode_storage(x: torch.Tensor, codec: Codec) -> Packed:
+    """Pack the whole storage under ``x`` as one flat tensor (eager path only)."""
+    numel = x.untyped_storage().nbytes() // x.element_size()
+    flat = torch.as_strided(x.detach(), (numel,), (1,), 0)
+    return encode(flat, codec)
+
+
+def view_of(storage_packed: Packed, x: torch.Tensor) -> Packed:
+    """A packed view: the packed storage plus ``x``'s size, stride and offset."""
+    return (_VIEW, storage_packed, tuple(x.size()), tuple(x.stride()), x.storage_offset())
+
+
+def decode(packed: Any) -> torch.Tensor:
+    """Restore what ``encode`` or ``view_of`` produced; a tensor passed through is returned as is."""
+    if isinstance(packed, torch.Tensor):
+        return packed
+    if packed[0] == _EXPANDED:
+        _, compact, size = packed
+        return decode(compact).expand(size)
+    if isinstance(packed[0], str):  # view_of: rebuild the view on the decoded storage
+        _, storage_packed, size, stride, offset = packed
+        return decode(storage_packed).as_strided(size, stride, offset)
+    if len(packed) == 5:
+        payload, dtype, size, stride, restride = packed
+        y = payload.to(dtype)
+    else:
+        payload, scale, dtype, size, stride, restride = packed
+        y = (payload.to(torch.float32) * scale).to(dtype)
+    if restride:
+        out = torch.empty_strided(size, stride, dtype=dtype, device=y.device)
+        out.copy_(y)
+        return out
+    return y
+
+
+def expanded_dims(x: torch.Tensor) -> list[int]:
+    """Dims of ``x`` that are broadcast (stride 0, size > 1). Strides are static in practice; a
+    symbolic one is treated as not broadcast rather than guarded on."""
+    dims = []
+    for d, (size, stride) in enumerate(zip(x.size(), x.stride(), strict=True)):
+        if isinstance(stride, int) and isinstance(size, int) and stride == 0 and size > 1:
+            dims.append(d)
+    return dims
+
+
+def _restride(payload: torch.Tensor, x: torch.Tensor) -> bool:
+    """Whether decode must copy into ``x``'s exact strides (``.to`` only keeps dense layouts)."""
+    return tuple(payload.stride()) != tuple(x.stride())
+
+
+def _layout(payload: torch.Tensor, x: torch.Tensor) -> tuple[Any, Any, bool]:
+    """``(size, stride, restride)``: ``x``'s size and stride only when decode must restore them."""
+    restride = _restride(payload, x)
+    return (tuple(x.size()), tuple(x.stride()), True) if restride else (None, None, False)
+
+
+def stored_nbytes(x: torch.Tensor) -> int:
+    """Bytes of ``x``'s elements (not its storage); symbolic sizes use their hint."""
+    numel = x.numel()
+    if isinstance(numel, torch.SymInt):
+        # A dynamic dimension: decide on the size seen when tracing rather than install a guard.
+        hint = getattr(numel.node, "hint", None)
+        numel = int(hint) if hint is not None else 1 << 62
+    return int(numel) * x.element_size()
+
 
 _CACHE_VERSION = "runner.stack.offload.hooks/1"  # bump when pack/unpack trace to something different
 _REGISTRY: weakref.WeakValueDictionary[int, SavedTensorCodec] = weakref.WeakValueDictionary()
@@ -28,7 +125,7 @@ def _pack_entry(x: torch.Tensor, codec_id: int) -> Any:
 def _unpack_entry(packed: Any, codec_id: int) -> torch.Tensor:
     """The function the unpack graph calls. It needs no codec state: backward may run after the
     component that packed is gone."""
-    return codecs.decode(packed)
+    return decode(packed)
 
 
 def _hook_graph(fn: Any, codec_id: int, cache_hash: str, name: str) -> torch.fx.GraphModule:
@@ -43,7 +140,7 @@ def _hook_graph(fn: Any, codec_id: int, cache_hash: str, name: str) -> torch.fx.
 
 
 class SavedTensorCodec:
-    """Packs floating saved tensors as bf16 or fp8 (see ``codecs``); everything else passes through."""
+    """Packs floating saved tensors as bf16 or fp8; everything else passes through."""
 
     def __init__(self, codec: Codec, min_bytes: int, exclude: tuple[str, ...]) -> None:
         self.codec = codec
@@ -101,7 +198,7 @@ class SavedTensorCodec:
         """Pack hook body (runs eagerly on real tensors, or at trace time on fake ones)."""
         node = runtime.traced_saved_node()
         path = "traced" if node is not None else "eager"
-        nbytes = codecs.stored_nbytes(x)
+        nbytes = stored_nbytes(x)
         if not policy.wants_packing(x, nbytes, self.codec.itemsize, self.min_bytes):
             self.counts[f"{path}_skipped"] += 1
             return x
@@ -111,7 +208,7 @@ class SavedTensorCodec:
                 self.counts["traced_skipped"] += 1
                 return x
             self.counts["traced_packed"] += 1
-            return codecs.encode(x, self.codec)
+            return encode(x, self.codec)
         if self._excluded_depth.depth > 0 or self._is_held(x):
             self.counts["eager_skipped"] += 1
             return x
@@ -119,7 +216,7 @@ class SavedTensorCodec:
         storage = x.untyped_storage()
         if self._by_storage is None or 2 * nbytes < storage.nbytes():
             # A small slice of a larger storage (one of q/k/v): pack just the slice.
-            return codecs.encode(x, self.codec)
+            return encode(x, self.codec)
         # Several saved tensors are often views of one storage (a block input saved by LayerNorm
         # and by the residual path; SDPA's output and the projection's reshaped input): pack the
         # storage once and rebuild each view. The entry is valid while the tensor that created it
@@ -127,13 +224,13 @@ class SavedTensorCodec:
         key = storage.data_ptr()
         entry = self._by_storage.get(key)
         if entry is None or entry[0]() is None or entry[1] != x._version:
-            entry = (weakref.ref(x), x._version, codecs.encode_storage(x, self.codec))
+            entry = (weakref.ref(x), x._version, encode_storage(x, self.codec))
             self._by_storage[key] = entry
-        return codecs.view_of(entry[2], x)
+        return view_of(entry[2], x)
 
     def unpack(self, packed: Any) -> torch.Tensor:
         """Unpack hook body."""
-        return codecs.decode(packed)
+        return decode(packed)
 
     def _is_held(self, x: torch.Tensor) -> bool:
         base = x._base if x._base is not None else x

@@ -9,7 +9,7 @@ import time
 import types
 import warnings
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import replace
 from typing import Any, Optional, Union
 
@@ -126,19 +126,20 @@ def run_variant(
         comp.apply(m)
         fn = build_step(m)
         b = comp.prepare_batch(batch)
+
+        def step(meter_cm: AbstractContextManager[Any]) -> tuple[torch.Tensor, Any]:
+            with meter_cm as meter, comp.step_context():  # the meter counts what the forward saves
+                loss = fn(b)
+            if loss.requires_grad:
+                loss.backward()
+            return loss, meter
+
         t0 = time.perf_counter()
-        with comp.step_context():
-            loss = fn(b)
-        if loss.requires_grad:
-            loss.backward()
+        step(nullcontext())
         first_s = time.perf_counter() - t0
         m.zero_grad(set_to_none=True)
-        del loss
         gc.collect()
-        with saved_bytes_meter(device) as meter, comp.step_context():
-            loss = fn(b)
-        if loss.requires_grad:
-            loss.backward()
+        loss, meter = step(saved_bytes_meter(device))
         out: dict[str, Any] = {
             "saved_bytes": meter.bytes,
             "loss": float(loss.detach()),
