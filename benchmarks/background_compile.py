@@ -31,19 +31,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from runner.figures.compile_background import (
-    COMPILE_BACKGROUND_OUTCOME,
-    COMPILE_BACKGROUND_S,
-    COMPILE_BACKGROUND_SPEEDUP_X,
-    COMPILE_BACKGROUND_SWITCH_S,
-    COMPILE_EAGER_STEP_BESIDE_MS,
-    COMPILE_SWITCH_STEP,
-)
-from runner.figures.compile_caches import COMPILE_CACHE_HITS
-from runner.figures.compile_work import COMPILE_TIME_S
-from runner.figures.perf import PERF_SPEEDUP_X, PERF_STEP_MS
-from runner.figures.run import RUN_WALL_S, TRAIN_LOSS, VAL_LOSS
-
 ROOT = Path(__file__).resolve().parents[1]
 OUT = Path(__file__).resolve().parent / "results" / "background_compile.json"
 
@@ -95,9 +82,9 @@ def run_one(name: str, recipe: list[str], extra: list[str], root: Path, round_: 
         raise RuntimeError(f"{name} failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
     report = json.loads((work / "run" / "report.json").read_text())
     first = json.loads(marker.read_text())["first_step_end"] - start
-    keys = (COMPILE_BACKGROUND_OUTCOME, COMPILE_BACKGROUND_S, COMPILE_SWITCH_STEP, COMPILE_TIME_S,
-            COMPILE_CACHE_HITS, COMPILE_BACKGROUND_SPEEDUP_X, COMPILE_BACKGROUND_SWITCH_S,
-            COMPILE_EAGER_STEP_BESIDE_MS, PERF_STEP_MS, PERF_SPEEDUP_X, RUN_WALL_S, TRAIN_LOSS, VAL_LOSS)
+    keys = ("compile/background_outcome", "compile/background_s", "compile/switch_step", "compile/time_s",
+            "compile/cache_hits", "compile/background_speedup_x", "compile/background_switch_s",
+            "compile/eager_step_beside_ms", "perf/step_ms", "perf/speedup_x", "run/wall_s", "train/loss", "val/loss")
     return {"wall_s": wall, "first_step_s": first, "load_before": load_before, "load_after": _load(),
             **{k: report.get(k) for k in keys}}
 
@@ -124,10 +111,10 @@ def summarize(rounds: list[dict[str, dict[str, Any]]], names: list[str]) -> list
         if "eager" in names:
             row["wall_vs_eager"] = _median([r[name]["wall_s"] / r["eager"]["wall_s"] for r in rounds])
             row["first_vs_eager"] = _median([r[name]["first_step_s"] / r["eager"]["first_step_s"] for r in rounds])
-        row["outcomes"] = [r.get(COMPILE_BACKGROUND_OUTCOME) or "compiled in the first step" for r in runs]
-        row["beside_s"] = [r.get(COMPILE_BACKGROUND_S) for r in runs]
-        row["compile_s"] = [r.get(COMPILE_TIME_S) for r in runs]
-        row["train_loss"] = [r.get(TRAIN_LOSS) for r in runs]
+        row["outcomes"] = [r.get("compile/background_outcome") or "compiled in the first step" for r in runs]
+        row["beside_s"] = [r.get("compile/background_s") for r in runs]
+        row["compile_s"] = [r.get("compile/time_s") for r in runs]
+        row["train_loss"] = [r.get("train/loss") for r in runs]
         rows.append(row)
     return rows
 
@@ -175,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
             results[name] = run_one(name, recipe, extra, root, r)
             print(f"round {r + 1}/{rounds_n} {name}: {results[name]['wall_s']:.1f} s, first step "
                   f"{results[name]['first_step_s']:.1f} s, load {results[name]['load_before']:.2f}->"
-                  f"{results[name]['load_after']:.2f}, {results[name][COMPILE_BACKGROUND_OUTCOME]}", flush=True)
+                  f"{results[name]['load_after']:.2f}, {results[name]['compile/background_outcome']}", flush=True)
         rounds.append(results)
     rows = summarize(rounds, names)
     loads = [x for rnd in rounds for res in rnd.values() for x in (res["load_before"], res["load_after"])]

@@ -105,7 +105,6 @@ def child_prepare(kind: str, path: str, tokenizer: str) -> dict[str, Any]:
     """One data module's setup, timed; what it read and what the cache gave."""
     import logging
 
-    from runner.figures.data import DATA_ROWS, DATA_TOKENS
 
     records: list[str] = []
 
@@ -133,7 +132,7 @@ def child_prepare(kind: str, path: str, tokenizer: str) -> dict[str, Any]:
     seconds = time.perf_counter() - start
     figures = dm.figures()
     return {"s": round(seconds, 3), "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
-            "anon_mib": round(_anon_mib() - base, 1), "rows": figures[DATA_ROWS], "tokens": figures[DATA_TOKENS],
+            "anon_mib": round(_anon_mib() - base, 1), "rows": figures["data/rows"], "tokens": figures["data/tokens"],
             "train_sequences": len(dm._train), "from_cache": sum("cache" in r and "not" in r or "nothing to prepare"
                                                                   in r for r in records)}
 

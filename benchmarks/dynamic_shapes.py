@@ -27,15 +27,6 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from runner.figures.dynamic import (
-    DYNAMIC_COMPILE_S,
-    DYNAMIC_GRAPHS,
-    DYNAMIC_PADDING_WASTE_PCT,
-    DYNAMIC_RECOMPILE_REASONS,
-    DYNAMIC_RECOMPILES,
-)
-from runner.figures.run import TRAIN_LOSS
-
 ROOT = Path(__file__).resolve().parents[1]
 POLICIES = ["static", "bucket", "automatic", "dynamic", "unbacked"]
 ORDERS = ["random", "grouped"]
@@ -81,12 +72,12 @@ def _worker(policy: str, order: str, steps: int) -> dict[str, Any]:
     s = strategy.stack.figures()
     return {
         "policy": policy, "order": order, "steps": trainer.global_step,
-        "graphs": s[DYNAMIC_GRAPHS], "recompiles": s[DYNAMIC_RECOMPILES],
-        "recompile_reasons": s[DYNAMIC_RECOMPILE_REASONS], "compile_s": s[DYNAMIC_COMPILE_S],
+        "graphs": s["dynamic/graphs"], "recompiles": s["dynamic/recompiles"],
+        "recompile_reasons": s["dynamic/recompile_reasons"], "compile_s": s["dynamic/compile_s"],
         "median_step_ms": round(statistics.median(timer.ms), 1),
         "median_step_ms_after_compile": round(statistics.median(timer.ms[len(timer.ms) // 2:]), 1),
-        "padding_waste_pct": s[DYNAMIC_PADDING_WASTE_PCT],
-        "final_loss": float(trainer.callback_metrics.get(TRAIN_LOSS, float("nan"))),
+        "padding_waste_pct": s["dynamic/padding_waste_pct"],
+        "final_loss": float(trainer.callback_metrics.get("train/loss", float("nan"))),
         "loadavg_1m_at_end": round(os.getloadavg()[0], 2),  # this machine is shared: read step times with it
     }
 

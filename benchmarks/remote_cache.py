@@ -39,13 +39,6 @@ from pathlib import Path
 from typing import Any
 
 from runner.config.cache_secret import TAG, Signer
-from runner.figures.compile_caches import (
-    COMPILE_REMOTE_CACHE_HITS,
-    COMPILE_REMOTE_CACHE_MISSES,
-    COMPILE_REMOTE_ENTRIES_REJECTED,
-    COMPILE_REMOTE_KERNELS_FETCHED,
-    COMPILE_REMOTE_KERNELS_UPLOADED,
-)
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -55,9 +48,6 @@ import json, sys, time
 import lightning as L, torch
 from lightning.pytorch.callbacks import Callback
 import runner
-from runner.figures.compile_caches import (COMPILE_REMOTE_CACHE_HITS, COMPILE_REMOTE_CACHE_MISSES,
-    COMPILE_REMOTE_CACHE_STATUS, COMPILE_REMOTE_ENTRIES_REJECTED, COMPILE_REMOTE_KERNELS_FETCHED,
-    COMPILE_REMOTE_KERNELS_REJECTED, COMPILE_REMOTE_KERNELS_UPLOADED)
 from runner.models.gpt import GPT
 from runner.training.module import TrainModule
 from functools import partial
@@ -82,9 +72,9 @@ steps = Steps()
 L.Trainer(strategy=strategy, max_steps=4, logger=False, enable_checkpointing=False, enable_progress_bar=False,
           enable_model_summary=False, callbacks=[steps]).fit(module, torch.utils.data.DataLoader(data, batch_size=16))
 f = strategy.figures()
-keep = (COMPILE_REMOTE_CACHE_STATUS, COMPILE_REMOTE_CACHE_HITS, COMPILE_REMOTE_CACHE_MISSES,
-        COMPILE_REMOTE_ENTRIES_REJECTED, COMPILE_REMOTE_KERNELS_FETCHED, COMPILE_REMOTE_KERNELS_UPLOADED,
-        COMPILE_REMOTE_KERNELS_REJECTED)
+keep = ("compile/remote_cache_status", "compile/remote_cache_hits", "compile/remote_cache_misses",
+        "compile/remote_entries_rejected", "compile/remote_kernels_fetched", "compile/remote_kernels_uploaded",
+        "compile/remote_kernels_rejected")
 remote = strategy.stack.parts.remote_cache  # a no-op component without a server (local warm)
 print("KERNELS " + json.dumps({"key": getattr(remote, "kernels_key", None),
                                "context": getattr(remote, "context", None)}))
@@ -184,13 +174,13 @@ def measure(n_layer: int) -> dict[str, Any]:
 def table(rows: dict[str, Any]) -> str:
     lines = ["| process | compile [s] | vs cold | first step [s] | remote hits | remote misses | kernels fetched "
              "| kernels shared |", "|---|---|---|---|---|---|---|---|"]
-    keys = (COMPILE_REMOTE_CACHE_HITS, COMPILE_REMOTE_CACHE_MISSES, COMPILE_REMOTE_KERNELS_FETCHED,
-            COMPILE_REMOTE_KERNELS_UPLOADED)
+    keys = ("compile/remote_cache_hits", "compile/remote_cache_misses", "compile/remote_kernels_fetched",
+            "compile/remote_kernels_uploaded")
     lines[0] += " entries rejected |"
     lines[1] += "---|"
     for name, r in rows.items():
         cells = " | ".join(str(r.get(k) if r.get(k) is not None else "-") for k in keys)
-        rejected = r.get(COMPILE_REMOTE_ENTRIES_REJECTED)
+        rejected = r.get("compile/remote_entries_rejected")
         lines.append(f"| {name} | {r['compile_s']:.1f} | {r['compile_vs_cold']:.2f}x | {r['first_step_s']:.1f} "
                      f"| {cells} | {rejected if rejected is not None else '-'} |")
     return "\n".join(lines)

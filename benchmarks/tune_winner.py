@@ -26,10 +26,6 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from runner.figures.compile_work import COMPILE_TIME_S
-from runner.figures.perf import PERF_TOKENS_PER_S
-from runner.figures.run import RUN_WALL_S, VAL_BPB
-
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -75,8 +71,8 @@ def main() -> None:
                 figures = run_one(runs[name], args.steps, Path(tmp) / f"{r}-{name.replace(' ', '_')}", args.overrides,
                                   args.compile_threads)
                 results[name].append(figures)
-                print(f"round {r + 1} {name}: {1e6 / figures[PERF_TOKENS_PER_S]:.2f} us/token, "
-                      f"val bits/byte {figures.get(VAL_BPB)}", flush=True)
+                print(f"round {r + 1} {name}: {1e6 / figures['perf/tokens_per_s']:.2f} us/token, "
+                      f"val bits/byte {figures.get('val/bpb')}", flush=True)
     rows = {name: summarize(results[name]) for name in names}
     print("\n| contestant | us/token | tokens/s | val bits/byte | compile s | wall s |\n|---|---:|---:|---:|---:|---:|")
     for name, row in rows.items():
@@ -95,8 +91,8 @@ def summarize(figures: list[dict[str, Any]]) -> dict[str, float]:
         values = [f[key] for f in figures if isinstance(f.get(key), (int, float))]
         return statistics.median(values) if values else float("nan")
 
-    return {"us": statistics.median(1e6 / f[PERF_TOKENS_PER_S] for f in figures), "bpb": med(VAL_BPB),
-            "compile_s": med(COMPILE_TIME_S), "wall_s": med(RUN_WALL_S)}
+    return {"us": statistics.median(1e6 / f["perf/tokens_per_s"] for f in figures), "bpb": med("val/bpb"),
+            "compile_s": med("compile/time_s"), "wall_s": med("run/wall_s")}
 
 
 if __name__ == "__main__":

@@ -19,8 +19,6 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from runner.figures.perf import PERF_COMPILED_STEP_MS, PERF_EAGER_STEP_MS, PERF_SPEEDUP_PAIRS, PERF_SPEEDUP_X
-
 WARMUP_MAX = 8
 """Steps at most until two consecutive steps compile nothing."""
 PAIRS = 6
@@ -111,10 +109,10 @@ class _Probe:
     def measured(self) -> dict[str, Any]:
         out: dict[str, Any] = {"compile_s": self.compile_time(0), "warmup_steps": len(self.warmup)}
         figures = self.meter.figures(compile_time_s=0.0, series=False)
-        if figures.get(PERF_SPEEDUP_PAIRS):
-            out.update({"speedup_x": round(figures[PERF_SPEEDUP_X], 4), "pairs": figures[PERF_SPEEDUP_PAIRS],
-                        "eager_ms": round(figures[PERF_EAGER_STEP_MS], 3),
-                        "compiled_ms": round(figures[PERF_COMPILED_STEP_MS], 3)})
+        if figures.get("perf/speedup_pairs"):
+            out.update({"speedup_x": round(figures["perf/speedup_x"], 4), "pairs": figures["perf/speedup_pairs"],
+                        "eager_ms": round(figures["perf/eager_step_ms"], 3),
+                        "compiled_ms": round(figures["perf/compiled_step_ms"], 3)})
         return out
 
 

@@ -35,26 +35,7 @@ from runner.config.composing.hub_names import pins_of
 from runner.config.paths import last_checkpoint_path
 from runner.config.schema import RunConfig
 from runner.data.resumable import make_resumable
-from runner.figures import collect_figures
-from runner.figures.run import (
-    RUN_DEVICE,
-    RUN_HUB,
-    RUN_INTERRUPTED_AT_STEP,
-    RUN_INTERRUPTED_BY,
-    RUN_LAST_CHECKPOINT,
-    RUN_NAME,
-    RUN_PARAMS,
-    RUN_PRECISION,
-    RUN_RECIPE,
-    RUN_STEPS,
-    RUN_TORCH,
-    RUN_WALL_S,
-    TRAIN_LOSS,
-    VAL_ACCURACY,
-    VAL_BPB,
-    VAL_LOSS,
-)
-from runner.figures.run_preference import TRAIN_METRICS, VAL_METRICS
+from runner.metrics import TRAIN_METRICS, VAL_METRICS, collect_figures
 from runner.peft import peft_figures
 from runner.reliability import LogHistory, exit_code, flush_loggers
 from runner.stack.errors.explain import CompileFailure
@@ -134,10 +115,10 @@ def run(cfg: RunConfig, extra_callbacks: Sequence[Callback] = ()) -> RunResult:
         **run_figures(cfg, trainer, module, time.perf_counter() - start),
         # The schedule says what a resume did to it (scheduler.on_resume), as the stack and callbacks report theirs.
         **collect_figures([strategy, *callbacks, *(c.scheduler for c in trainer.lr_scheduler_configs)]),
-        RUN_LAST_CHECKPOINT: str(ckpt) if ckpt.exists() else None,
+        "run/last_checkpoint": str(ckpt) if ckpt.exists() else None,
     }
     if pins := pins_of(cfg):
-        figures[RUN_HUB] = [p.record() for p in pins]
+        figures["run/hub"] = [p.record() for p in pins]
     code = _interrupted(figures, ckpt) if stopped else 0
     if trainer.is_global_zero:
         if not stopped and trainer.state.status.value == "finished":  # the model out, and a causal LM's sample
@@ -161,19 +142,19 @@ def run_figures(cfg: RunConfig, trainer: L.Trainer, module: L.LightningModule, w
         return None if value is None else float(value)
 
     figures: dict[str, Any] = {
-        RUN_NAME: cfg.name,
-        RUN_RECIPE: cfg.recipe,
-        RUN_STEPS: trainer.global_step,
-        RUN_WALL_S: round(wall_s, 2),
-        RUN_PARAMS: sum(p.numel() for p in module.parameters()),
-        RUN_DEVICE: str(trainer.strategy.root_device),
-        RUN_PRECISION: cfg.trainer.precision,
-        RUN_TORCH: torch.__version__,
-        TRAIN_LOSS: metric(TRAIN_LOSS),
-        VAL_LOSS: metric(VAL_LOSS),
+        "run/name": cfg.name,
+        "run/recipe": cfg.recipe,
+        "run/steps": trainer.global_step,
+        "run/wall_s": round(wall_s, 2),
+        "run/params": sum(p.numel() for p in module.parameters()),
+        "run/device": str(trainer.strategy.root_device),
+        "run/precision": cfg.trainer.precision,
+        "run/torch": torch.__version__,
+        "train/loss": metric("train/loss"),
+        "val/loss": metric("val/loss"),
     }
     # Whichever the module reports for its data (TrainModule.val_metric), and a preference objective's TRL figures.
-    for key in (VAL_BPB, VAL_ACCURACY, *TRAIN_METRICS, *VAL_METRICS):
+    for key in ("val/bpb", "val/accuracy", *TRAIN_METRICS, *VAL_METRICS):
         if key in trainer.callback_metrics:
             figures[key] = metric(key)
     own = module.figures() if isinstance(module, PreferenceModule) else {}  # objective/*
@@ -184,10 +165,10 @@ def run_figures(cfg: RunConfig, trainer: L.Trainer, module: L.LightningModule, w
 
 def _interrupted(figures: dict[str, Any], ckpt: Path) -> int:
     """Say how to resume a SIGINT/SIGTERM stop; the exit code."""
-    name = figures.get(RUN_INTERRUPTED_BY)
+    name = figures.get("run/interrupted_by")
     if name is None:
         return exit_code(signal.SIGTERM)  # Lightning's own SIGTERM handling, without a checkpoint
     log.warning("stopped by %s at step %s; checkpoint %s. Resume with python -m runner resume %s (or the same "
-                "overrides plus hydra.run.dir=%s ckpt_path=last)", name, figures.get(RUN_INTERRUPTED_AT_STEP), ckpt,
+                "overrides plus hydra.run.dir=%s ckpt_path=last)", name, figures.get("run/interrupted_at_step"), ckpt,
                 ckpt.parent.parent, ckpt.parent.parent)
     return exit_code(signal.Signals[name])

@@ -1,4 +1,4 @@
-"""The tables of docs/report.md that list figures, written from their definitions (``runner.figures``).
+"""The tables of docs/report.md that list figures, written from their definitions (``runner.metrics``).
 
 Each table sits between ``<!-- figures: NAME -->`` and ``<!-- end figures -->``: NAME is a section of the
 summary (``runner.telemetry.definitions.SECTIONS``: label, key and meaning of each row, in order) or
@@ -16,7 +16,7 @@ import re
 import sys
 from pathlib import Path
 
-from runner.figures import Figure, defined
+from runner.metrics import Metric, defined
 from runner.telemetry.definitions import SECTIONS
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "report.md"
@@ -36,7 +36,7 @@ def tables() -> dict[str, str]:
         lines = [_row("label", "key in report.json", "what it measures"), "|---|---|---|"]
         out[title] = "\n".join(lines + [_row(f.label, f"`{f.key}`", f.meaning) for f in rows])
     shown = {f.key for _, rows in SECTIONS for f in rows}
-    rest: list[Figure] = sorted((f for f in defined() if f.key not in shown), key=lambda f: f.key)
+    rest: list[Metric] = sorted((f for f in defined() if f.key not in shown), key=lambda f: f.key)
     lines = [_row("key", "what it holds"), "|---|---|"]
     out[REST] = "\n".join(lines + [_row(f"`{f.key}`", f.meaning) for f in rest])
     return out

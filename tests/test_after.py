@@ -30,8 +30,6 @@ from runner.after.export import CONFIG, METADATA, WEIGHTS
 from runner.after.generate import Sampling, generate_ids
 from runner.after.source import open_trained
 from runner.data.sequences.padding import IGNORE_INDEX
-from runner.figures.eval_metrics import EVAL_BPB, EVAL_LOSS, EVAL_MODE, EVAL_PERPLEXITY, EVAL_TOKENS
-from runner.figures.run import RUN_EXPORT, RUN_SAMPLE
 from runner.models.gpt import GPT, KVCache
 from tests import after_runs
 from tests.after_runs import TrainedRun, train
@@ -87,7 +85,7 @@ def test_gpt_export_rebuilds_from_its_config_and_computes_what_the_trained_modul
     from runner.models.gpt import GPT
 
     out = gpt.run_dir / "model"
-    assert gpt.figures[RUN_EXPORT] == str(out)
+    assert gpt.figures["run/export"] == str(out)
     config = json.loads((out / CONFIG).read_text())
     assert config.pop("_target_") == "runner.models.gpt.GPT"
     exported = GPT(**config)
@@ -299,11 +297,11 @@ def test_eval_scores_every_validation_target_of_a_language_model(gpt: TrainedRun
             total += float(F.cross_entropy(model(x).flatten(0, 1), y.flatten(), ignore_index=IGNORE_INDEX,
                                            reduction="sum"))
             count += int((y != IGNORE_INDEX).sum())
-    assert figures[EVAL_TOKENS] == count
-    assert figures[EVAL_LOSS] == pytest.approx(total / count, rel=1e-5)
-    assert figures[EVAL_PERPLEXITY] == pytest.approx(math.exp(figures[EVAL_LOSS]), rel=1e-4)
-    assert figures[EVAL_BPB] == pytest.approx(figures[EVAL_LOSS] / math.log(2), rel=1e-5)
-    assert figures[EVAL_MODE].startswith("eager: ")  # the run measured no speedup: nothing to pay for a compile
+    assert figures["eval/tokens"] == count
+    assert figures["eval/loss"] == pytest.approx(total / count, rel=1e-5)
+    assert figures["eval/perplexity"] == pytest.approx(math.exp(figures["eval/loss"]), rel=1e-4)
+    assert figures["eval/bpb"] == pytest.approx(figures["eval/loss"] / math.log(2), rel=1e-5)
+    assert figures["eval/mode"].startswith("eager: ")  # the run measured no speedup: nothing to pay for a compile
     assert "perplexity" in capsys.readouterr().out
 
 
@@ -311,7 +309,6 @@ def test_bits_per_byte_only_where_the_ids_are_bytes_and_eval_summary_and_report_
         gpt: TrainedRun, bpe: TrainedRun, capsys: pytest.CaptureFixture[str]) -> None:
     """A model reading its own BPE tokenizer's ids has no bits per byte anywhere (a loss per token is none): not in
     runner eval, not in the summary, not in report.json; the byte-level GPT has it in all three."""
-    from runner.figures.run import VAL_BPB
     from runner.telemetry.report import format_summary
 
     for trained, per_byte in ((gpt, True), (bpe, False)):
@@ -319,10 +316,10 @@ def test_bits_per_byte_only_where_the_ids_are_bytes_and_eval_summary_and_report_
         printed = capsys.readouterr().out
         figures = json.loads((trained.run_dir / "eval.json").read_text())
         report = json.loads((trained.run_dir / "report.json").read_text())
-        assert (EVAL_BPB in figures) is per_byte and ("bits per byte" in printed) is per_byte
-        assert (VAL_BPB in report) is per_byte and (VAL_BPB in trained.figures) is per_byte
+        assert ("eval/bpb" in figures) is per_byte and ("bits per byte" in printed) is per_byte
+        assert ("val/bpb" in report) is per_byte and ("val/bpb" in trained.figures) is per_byte
         assert ("val bits per byte" in format_summary(trained.figures)) is per_byte
-        assert figures[EVAL_LOSS] > 0 and figures[EVAL_PERPLEXITY] > 1
+        assert figures["eval/loss"] > 0 and figures["eval/perplexity"] > 1
 
 
 def test_a_saved_models_export_records_the_config_it_was_loaded_with_and_no_progress_bars(
@@ -372,7 +369,7 @@ def test_compiled_eval_scores_as_the_eager_one(gpt: TrainedRun) -> None:
     batches = list(itertools.islice(dm.val_dataloader(), 2))
     eager = ev.run_pass(trained.module, batches, trained.cfg, [], compiled=False)
     # compile.backend=eager replays the captured ops: the same kernels on the same batches, to the bit.
-    assert ev.run_pass(trained.module, batches, trained.cfg, [], compiled=True)[EVAL_LOSS] == eager[EVAL_LOSS]
+    assert ev.run_pass(trained.module, batches, trained.cfg, [], compiled=True)["eval/loss"] == eager["eval/loss"]
 
 
 # -- generate ---------------------------------------------------------------------------------------------
@@ -470,7 +467,7 @@ def test_transformers_generation_uses_the_kv_cache_and_matches_a_full_forward(ll
 
 def test_a_causal_lm_run_ends_with_a_sample_in_its_report_unless_turned_off(gpt: TrainedRun) -> None:
     report = (gpt.run_dir / "report.md").read_text()
-    assert "## Sample" in report and gpt.figures[RUN_SAMPLE].startswith("\n")
+    assert "## Sample" in report and gpt.figures["run/sample"].startswith("\n")
     trained = open_trained(gpt.run_dir)
     trained.cfg.after.sample_tokens, trained.cfg.after.export = 0, False
     assert at_end_of_fit(trained.cfg, trained.model, gpt.run_dir, None, 3) == {}
@@ -569,7 +566,7 @@ def test_what_is_neither_a_flag_nor_an_override_is_refused(gpt: TrainedRun, tmp_
     _refused(["generate", run, "--max-new-tokens", "many"], capsys, "invalid int value: 'many'", "Usage: ")
     out = tmp_path / "e.json"
     assert main(["eval", run, "--out", str(out), "data.max_bytes=30000"]) == 0  # an override still scores
-    assert json.loads(out.read_text())[EVAL_TOKENS] > 0 and "perplexity" in capsys.readouterr().out
+    assert json.loads(out.read_text())["eval/tokens"] > 0 and "perplexity" in capsys.readouterr().out
 
 
 @pytest.mark.slow

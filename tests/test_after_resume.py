@@ -22,7 +22,6 @@ from omegaconf import OmegaConf
 from runner.after.resume import resume_command
 from runner.config import ConfigError, compose
 from runner.config.composing.precheck import precheck
-from runner.figures.run import RUN_LR_SCHEDULE
 from runner.training.schedules import warmup_cosine
 from tests import after_runs
 from tests.cli import run_cli
@@ -71,7 +70,7 @@ def test_keep_follows_the_runs_plan_and_holds_its_final_rate_past_it(caplog: pyt
     assert rates[:9] == pytest.approx(whole[12:21])  # steps 12-20 as if never stopped
     assert rates[8:] == pytest.approx([0.1] * 10)  # then the plan's floor, never a jump up
     assert "scheduler.on_resume=keep (the default)" in caplog.text and "trainer.max_steps=30" in caplog.text
-    assert sched.figures()[RUN_LR_SCHEDULE] == "keep: planned for 20 steps, trainer.max_steps=30"
+    assert sched.figures()["run/lr_schedule"] == "keep: planned for 20 steps, trainer.max_steps=30"
 
 
 def test_stretch_continues_from_the_resume_step_and_ends_at_the_new_max_steps(caplog: pytest.LogCaptureFixture) -> None:
@@ -84,14 +83,14 @@ def test_stretch_continues_from_the_resume_step_and_ends_at_the_new_max_steps(ca
     assert rates[-1] == pytest.approx(0.1) and rates[-2] > 0.1  # the floor at step 30, not before
     assert all(a >= b for a, b in zip(rates, rates[1:], strict=False))
     assert "stretched from step 12 to end at step 30" in caplog.text
-    assert sched.figures()[RUN_LR_SCHEDULE].startswith("stretch: from step 12, to end at 30")
+    assert sched.figures()["run/lr_schedule"].startswith("stretch: from step 12, to end at 30")
 
 
 def test_stretching_a_finished_plan_says_nothing_is_left_to_stretch(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING):
         opt, sched = _resumed(20, 30, "stretch")
     assert _rates(opt, sched, 10) == pytest.approx([0.1] * 10)
-    assert "nothing is left to stretch" in caplog.text and "nothing left" in sched.figures()[RUN_LR_SCHEDULE]
+    assert "nothing is left to stretch" in caplog.text and "nothing left" in sched.figures()["run/lr_schedule"]
 
 
 def test_the_same_max_steps_resumes_silently(caplog: pytest.LogCaptureFixture) -> None:
@@ -191,7 +190,6 @@ def test_a_resume_on_changed_data_is_refused_unless_allowed_and_then_the_summary
     changed, and the next resume neither carries the flag nor refuses the data it now trained on."""
     from runner.config import load
     from runner.data.fingerprint import FILE
-    from runner.figures.data import DATA_CHANGED
     from runner.run import run
     from runner.telemetry.report import format_summary
 
@@ -219,7 +217,7 @@ def test_a_resume_on_changed_data_is_refused_unless_allowed_and_then_the_summary
     overrides = [o for o in argv if not o.startswith("hydra.")]
     result = run(load(compose(overrides, run_dir=str(run_dir))))
     assert result.figures["run/steps"] == 5
-    assert "corpus.txt changed (" in result.figures[DATA_CHANGED]
+    assert "corpus.txt changed (" in result.figures["data/changed"]
     assert "changed since the checkpoint" in format_summary(result.figures)
     (run_dir / ".hydra" / "overrides.yaml").write_text(OmegaConf.to_yaml(OmegaConf.create(overrides)))  # as Hydra
     again = resume_command(["resume", str(run_dir), "trainer.max_steps=6"])
@@ -258,7 +256,7 @@ def test_resume_from_the_command_line_trains_on_with_the_runs_own_config(tmp_pat
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads((trained.run_dir / "report.json").read_text())
     assert report["run/steps"] == 5
-    assert report[RUN_LR_SCHEDULE] == "keep: planned for 3 steps, trainer.max_steps=5"
+    assert report["run/lr_schedule"] == "keep: planned for 3 steps, trainer.max_steps=5"
     assert "scheduler.on_resume=keep (the default)" in proc.stdout + proc.stderr
     saved = OmegaConf.to_container(OmegaConf.load(trained.run_dir / ".hydra" / "overrides.yaml"))
     kept = [o for o in after_runs.GPT if o != "trainer.max_steps=3"]

@@ -11,19 +11,6 @@ import pytest
 
 from runner.data.classification import TextClassificationDataModule
 from runner.data.text import TextDataModule
-from runner.figures.data import (
-    DATA_DROPPED_BY,
-    DATA_DROPPED_ROWS,
-    DATA_FILES,
-    DATA_LABEL_COUNTS,
-    DATA_ROWS,
-    DATA_SPLIT,
-    DATA_TOKENS,
-    DATA_TRAIN_SEQUENCES,
-    DATA_TRUNCATED_PCT,
-    DATA_TRUNCATED_ROWS,
-    DATA_VAL_SEQUENCES,
-)
 from runner.telemetry.report import format_summary
 
 
@@ -38,13 +25,13 @@ def test_rows_cut_at_seq_len_and_left_out_by_caps_are_said(tmp_path: Path, caplo
     with caplog.at_level(logging.WARNING, logger="runner.data"):
         dm.setup()
     figures = dm.figures()
-    assert figures[DATA_ROWS] == 123 and figures[DATA_FILES] == 1
-    assert figures[DATA_TRUNCATED_ROWS] == 30 and figures[DATA_TRUNCATED_PCT] == 25.0  # 30 of the 120 rows used
-    assert figures[DATA_DROPPED_ROWS] == 2 + 3
-    assert figures[DATA_DROPPED_BY] == "data.max_examples=123: 2; data.min_len=8: 3"
-    assert figures[DATA_LABEL_COUNTS] == {"a": 60, "b": 60}
-    assert figures[DATA_TRAIN_SEQUENCES] + figures[DATA_VAL_SEQUENCES] == 120
-    assert "seeded split by row" in figures[DATA_SPLIT]
+    assert figures["data/rows"] == 123 and figures["data/files"] == 1
+    assert figures["data/truncated_rows"] == 30 and figures["data/truncated_pct"] == 25.0  # 30 of the 120 rows used
+    assert figures["data/dropped_rows"] == 2 + 3
+    assert figures["data/dropped_by"] == "data.max_examples=123: 2; data.min_len=8: 3"
+    assert figures["data/label_counts"] == {"a": 60, "b": 60}
+    assert figures["data/train_sequences"] + figures["data/val_sequences"] == 120
+    assert "seeded split by row" in figures["data/split"]
     assert "30 of 120 rows (25%) are longer than data.seq_len=32 tokens" in caplog.text
     assert "Raise data.seq_len" in caplog.text
     shown = format_summary(figures)
@@ -57,10 +44,10 @@ def test_a_corpus_cut_by_max_bytes_says_how_many_files_it_left_out(tmp_path: Pat
     dm = TextDataModule(path=str(tmp_path), seq_len=32, batch_size=4, max_bytes=5_000)
     dm.setup()
     figures = dm.figures()
-    assert figures[DATA_FILES] == 3 and figures[DATA_ROWS] == 3  # the file that crosses the cap is read whole
-    assert figures[DATA_DROPPED_BY] == "data.max_bytes=5000: 7"
-    assert figures[DATA_TOKENS] == sum((tmp_path / f"doc{i}.txt").stat().st_size for i in range(3))
-    assert DATA_TRUNCATED_ROWS not in figures  # packed windows cut nothing
+    assert figures["data/files"] == 3 and figures["data/rows"] == 3  # the file that crosses the cap is read whole
+    assert figures["data/dropped_by"] == "data.max_bytes=5000: 7"
+    assert figures["data/tokens"] == sum((tmp_path / f"doc{i}.txt").stat().st_size for i in range(3))
+    assert "data/truncated_rows" not in figures  # packed windows cut nothing
 
 
 def _with_nulls(path: Path, n: int = 200, every: int = 10) -> Path:
@@ -75,18 +62,18 @@ def _with_nulls(path: Path, n: int = 200, every: int = 10) -> Path:
 def test_null_texts_are_left_out_and_counted_under_their_own_reason(tmp_path: Path) -> None:
     """A null text is neither an empty document (the causal LM) nor a row too short for data.min_len (the
     classifier): it is left out, and said as what it is."""
-    from runner.figures.data import DATA_NULL_ROWS
 
     path = _with_nulls(tmp_path / "rows.parquet")
     classifier = TextClassificationDataModule(path=str(path), num_classes=2, seq_len=64, min_len=16, batch_size=4)
     classifier.setup()
     figures = classifier.figures()
-    assert figures[DATA_NULL_ROWS] == 20 and figures[DATA_DROPPED_BY] == "null text: 20"  # not data.min_len
-    assert figures[DATA_TRAIN_SEQUENCES] + figures[DATA_VAL_SEQUENCES] == 180
+    assert figures["data/null_rows"] == 20 and figures["data/dropped_by"] == "null text: 20"  # not data.min_len
+    assert figures["data/train_sequences"] + figures["data/val_sequences"] == 180
     lm = TextDataModule(path=str(path), seq_len=8, batch_size=2, batching="documents", min_len=2)
     lm.setup()
     figures = lm.figures()
-    assert figures[DATA_NULL_ROWS] == 20 and figures[DATA_ROWS] == 180 and "null text: 20" in figures[DATA_DROPPED_BY]
+    assert figures["data/null_rows"] == 20 and figures["data/rows"] == 180
+    assert "null text: 20" in figures["data/dropped_by"]
     shown = format_summary(figures)
     assert "null texts" in shown and "null text: 20" in shown
     packed = TextDataModule(path=str(path), seq_len=8, batch_size=2)

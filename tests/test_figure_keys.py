@@ -1,9 +1,5 @@
-"""Every figure key is a constant of ``runner.figures``, defined once beside its meaning, and used as such.
-
-A key written as a string literal in a runner module is a typo waiting to happen (a figure silently
-missing from a table) and a key whose meaning is nowhere near; docs/report.md lists what the
-definitions say, not a copy that drifts.
-"""
+"""Every metric key runner writes is a row of ``runner.metrics``' table (key, label, meaning), and docs/report.md
+lists what the table says, not a copy that drifts."""
 
 from __future__ import annotations
 
@@ -11,16 +7,11 @@ import ast
 import re
 from pathlib import Path
 
-import pytest
-
-import runner.figures as figures_package
-from runner.figures import defined, figure
-from runner.figures.registry import Figure, define
+from runner.metrics import _ROWS, KEY, METRICS, Metric, defined, metric
 from runner.telemetry import definitions
 from scripts.figure_docs import REST, marked, render, tables
 
 ROOT = Path(__file__).resolve().parents[1]
-FIGURES_DIR = ROOT / "runner" / "figures"
 NAMESPACES = ("perf", "compile", "cudagraphs", "dynamic", "offload", "memory", "run", "train", "val", "data",
               "reliability", "trace", "ranks", "tune", "eval", "peft", "loss", "objective", "rewards", "logps")
 LITERAL_KEY = re.compile(rf"^({'|'.join(NAMESPACES)})/[a-z0-9_/]*$")
@@ -42,11 +33,13 @@ def _literal_keys(path: Path, root: Path = ROOT) -> list[str]:
             and LITERAL_KEY.match(node.value)]
 
 
-def test_no_runner_module_writes_a_figure_key_as_a_string() -> None:
-    """Outside runner/figures, a key is its constant (``figures[PERF_SPEEDUP_X]``); a docstring may name it."""
-    found = [hit for path in sorted((ROOT / "runner").rglob("*.py")) if FIGURES_DIR not in path.parents
-             for hit in _literal_keys(path)]
-    assert not found, "write these as runner.figures constants:\n" + "\n".join(found)
+def test_every_key_a_runner_module_writes_is_defined() -> None:
+    """A metric key in code is a string (``figures["perf/speedup_x"]``); each one is in ``runner.metrics``' table,
+    or the start of keys it holds (``f"offload/{name}"``): a misspelt key fails here."""
+    found = [hit for path in sorted((ROOT / "runner").rglob("*.py")) if path.name != "metrics.py"
+             for hit in _literal_keys(path)
+             if not any(key.startswith(ast.literal_eval(hit.split(": ", 1)[1])) for key in METRICS)]
+    assert not found, "not in runner/metrics.py's table:\n" + "\n".join(found)
 
 
 def test_the_scan_sees_literals_and_f_strings_but_not_docstrings(tmp_path: Path) -> None:
@@ -61,32 +54,9 @@ def test_the_scan_sees_literals_and_f_strings_but_not_docstrings(tmp_path: Path)
     assert hits == ["'offload/'", "'perf/speedup_x'"]
 
 
-def _definitions() -> list[tuple[str, str, str]]:
-    """(module, constant, key) of every ``NAME = define("key", ...)`` in runner/figures."""
-    out = []
-    for path in sorted(FIGURES_DIR.glob("*.py")):
-        for node in ast.parse(path.read_text()).body:
-            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) \
-                    and getattr(node.value.func, "id", None) == "define":
-                target, key = node.targets[0], node.value.args[0]
-                assert isinstance(target, ast.Name) and isinstance(key, ast.Constant), ast.dump(node)
-                out.append((path.stem, target.id, key.value))
-    return out
-
-
-def test_each_constant_is_named_after_its_key_in_the_module_of_its_namespace() -> None:
-    """``perf/speedup_x`` is ``PERF_SPEEDUP_X`` in runner/figures/perf.py (``compile/*``: a compile_* module;
-    ``train/*``, ``val/*``: run.py): a reader finds a figure's meaning from its name."""
-    found = _definitions()
-    for module, name, key in found:
-        assert name == key.upper().replace("/", "_"), (module, name, key)
-        namespace = key.split("/")[0]
-        home = {"train": "run", "val": "run"}.get(namespace, namespace)
-        assert module == home or module.startswith(f"{home}_"), (module, key)
-        assert getattr(getattr(figures_package, module), name) == key
-    # Every figure the registry holds is one of these assignments: none is defined on the fly.
-    assert sorted(key for _, _, key in found) == sorted(f.key for f in defined())
-    assert len(found) == len({key for _, _, key in found})
+def test_each_key_is_defined_once_with_its_namespace() -> None:
+    assert len({row[0] for row in _ROWS}) == len(_ROWS) == len(METRICS)
+    assert all(KEY.match(key) and key.split("/")[0] in NAMESPACES for key in METRICS)
 
 
 def test_every_figure_has_a_one_line_meaning() -> None:
@@ -96,20 +66,13 @@ def test_every_figure_has_a_one_line_meaning() -> None:
         assert LITERAL_KEY.match(f.key), f.key
 
 
-def test_a_key_is_defined_once() -> None:
-    with pytest.raises(ValueError, match="defined twice"):
-        define("perf/speedup_x", "again")
-    with pytest.raises(ValueError, match="namespace/name"):
-        define("Perf/Speedup", "not a key")
-
-
 def test_the_summary_reads_the_definitions() -> None:
     """SECTIONS (console table, report.md) and FIGURES (legends) hold the definitions themselves, each
     row with a label; the old names stay importable from runner.telemetry.definitions."""
-    assert definitions.Figure is Figure
+    assert definitions.Metric is Metric
     rows = [f for _, section in definitions.SECTIONS for f in section]
-    assert all(f is figure(f.key) and f.label.strip() for f in rows)
-    assert all(f is figure(key) for key, f in definitions.FIGURES.items())
+    assert all(f is metric(f.key) and f.label.strip() for f in rows)
+    assert all(f is metric(key) for key, f in definitions.FIGURES.items())
 
 
 def test_docs_report_tables_are_written_from_the_definitions() -> None:

@@ -134,7 +134,6 @@ def _card(hub: LoopbackHub, repo: str) -> str:
 
 @pytest.mark.slow
 def test_the_end_of_a_run_pushes_its_export_after_its_report(pushed: Pushed) -> None:
-    from runner.figures.run import RUN_PUSHED_TO
 
     hub, run = pushed.hub, pushed.run
     files = hub.files("org/x")
@@ -142,7 +141,7 @@ def test_the_end_of_a_run_pushes_its_export_after_its_report(pushed: Pushed) -> 
             "tokenizer.json", ".gitattributes"} <= set(files)
     commit = hub.repo("org/x").branches["main"]
     report = json.loads((run / "report.json").read_text())
-    assert report[RUN_PUSHED_TO] == f"{hub.endpoint}/org/x (commit {commit})"
+    assert report["run/pushed_to"] == f"{hub.endpoint}/org/x (commit {commit})"
     assert "pushed to the Hub" in (run / "report.md").read_text()
     # the pushed adapter names its base by its Hub name and commit, not this machine's snapshot folder
     for config in (json.loads(hub.read("org/x", "adapter_config.json")),
@@ -251,7 +250,6 @@ import json, logging
 from huggingface_hub import snapshot_download
 from runner.after.at_end import push_at_end
 from runner.after.source import run_config
-from runner.figures.run import RUN_EXPORT, RUN_PUSHED_TO
 
 os.environ["HF_TOKEN"] = "hf_wrong"
 out["401"] = call(RUN, "--push-to-hub", "org/y")
@@ -266,7 +264,7 @@ class Keep(logging.Handler):
 logging.getLogger("runner.after.at_end").addHandler(Keep())
 cfg = run_config(Path(RUN))
 cfg.after.push_to_hub = "elsewhere/z"
-out["at_end"] = push_at_end(cfg, Path(RUN), {RUN_EXPORT: str(Path(RUN) / "model")})[RUN_PUSHED_TO]
+out["at_end"] = push_at_end(cfg, Path(RUN), {"run/export": str(Path(RUN) / "model")})["run/pushed_to"]
 out["warnings"] = warnings
 
 # the pushed adapter, downloaded where its base's folder is not: runner generate fetches the base by name and commit

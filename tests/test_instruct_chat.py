@@ -17,7 +17,6 @@ from runner.config import ConfigError
 from runner.config.composing.precheck import precheck
 from runner.data.instruct import InstructDataModule
 from runner.data.sequences.padding import IGNORE_INDEX
-from runner.figures import data as keys
 from tests.cli import run_cli
 from tests.own_llm import chat_rows, jsonl, own_llm, questions, sharegpt_rows
 from tests.test_data_bad_input import refused_in_one_paragraph
@@ -73,21 +72,21 @@ def test_data_roles_maps_a_role_and_every_turn_is_counted(tmp_path: Path, llm: P
     mapped = data(bot, llm, roles={"bot": "assistant"})  # the column found by its name, messages
     for module in (plain, mapped):
         figures = module.figures()
-        assert figures[keys.DATA_TURNS_TRAINED] == 40 and figures[keys.DATA_TURNS_CUT] == 0
-        assert figures[keys.DATA_TURNS_PROMPT] == 40 and answer_runs(module) == 40
-    assert mapped.figures()[keys.DATA_LOSS_TOKENS] == plain.figures()[keys.DATA_LOSS_TOKENS]
-    assert mapped.figures()[keys.DATA_ROLES] == "user 40, assistant 20, bot -> assistant 20"
+        assert figures["data/turns_trained"] == 40 and figures["data/turns_cut"] == 0
+        assert figures["data/turns_prompt"] == 40 and answer_runs(module) == 40
+    assert mapped.figures()["data/loss_tokens"] == plain.figures()["data/loss_tokens"]
+    assert mapped.figures()["data/roles"] == "user 40, assistant 20, bot -> assistant 20"
     kept = data(bot, llm, roles={"bot": "bot"}).figures()  # kept as it is: rendered, never trained on, and said so
-    assert kept[keys.DATA_TURNS_TRAINED] == 20 and kept[keys.DATA_TURNS_PROMPT] == 60
-    assert kept[keys.DATA_LOSS_TOKENS] < plain.figures()[keys.DATA_LOSS_TOKENS]
+    assert kept["data/turns_trained"] == 20 and kept["data/turns_prompt"] == 60
+    assert kept["data/loss_tokens"] < plain.figures()["data/loss_tokens"]
 
 
 def test_turns_data_seq_len_cuts_off_are_counted_as_not_trained_on(tmp_path: Path, llm: Path) -> None:
     module = data(jsonl(tmp_path / "chat.jsonl", chat_rows(20)), llm, seq_len=40)
     figures = module.figures()
-    trained = figures[keys.DATA_TURNS_TRAINED]
+    trained = figures["data/turns_trained"]
     assert trained == answer_runs(module) and 0 < trained < 40
-    assert figures[keys.DATA_TURNS_CUT] == 40 - trained and figures[keys.DATA_TRUNCATED_ROWS] > 0
+    assert figures["data/turns_cut"] == 40 - trained and figures["data/truncated_rows"] > 0
 
 
 def test_sharegpt_is_read_as_chat_by_its_shape(tmp_path: Path, llm: Path) -> None:
@@ -96,10 +95,10 @@ def test_sharegpt_is_read_as_chat_by_its_shape(tmp_path: Path, llm: Path) -> Non
                            "content": t["value"]} for t in r["conversations"]]} for r in sharegpt_rows(20)]
     plain = data(jsonl(tmp_path / "same.jsonl", same), llm)
     figures = share.figures()
-    assert figures[keys.DATA_FORMAT] == "chat: column conversations, ShareGPT from/value turns (every assistant " \
+    assert figures["data/format"] == "chat: column conversations, ShareGPT from/value turns (every assistant " \
                                         "turn an answer)"
-    assert figures[keys.DATA_ROLES] == "gpt -> assistant 40, human -> user 40, system 20"
-    assert figures[keys.DATA_TURNS_TRAINED] == 40 and figures[keys.DATA_TURNS_PROMPT] == 60
+    assert figures["data/roles"] == "gpt -> assistant 40, human -> user 40, system 20"
+    assert figures["data/turns_trained"] == 40 and figures["data/turns_prompt"] == 60
     for i in range(len(share._train)):  # type: ignore[arg-type]
         assert (share._train[i] == plain._train[i]).all()  # type: ignore[index]  # the same ids, the same answers
 

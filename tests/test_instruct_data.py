@@ -15,7 +15,6 @@ from runner.data.instruct import InstructDataModule
 from runner.data.instruct.encode import BYTES_EOS
 from runner.data.instruct.formats import ALPACA_NO_INPUT_TEMPLATE, ALPACA_TEMPLATE, PAIR_TEMPLATE
 from runner.data.sequences.padding import IGNORE_INDEX
-from runner.figures import data as keys
 from runner.packing import PackedInputs
 from tests.hf_models import save_tokenizer
 
@@ -58,12 +57,12 @@ def test_a_prompt_response_pair_trains_on_its_answer_and_eos_only(tmp_path: Path
         assert (labels[:n] == IGNORE_INDEX).all() and torch.equal(labels[n:], ids[n:])  # answer + EOS, nothing else
         assert texts(ids[n:-1]).startswith("answer ")
     figures = data.figures()
-    assert figures[keys.DATA_FORMAT] == "prompt/response: columns prompt, response"
-    assert figures[keys.DATA_EXAMPLES] == 40 and figures[keys.DATA_ROWS] == 40
+    assert figures["data/format"] == "prompt/response: columns prompt, response"
+    assert figures["data/examples"] == 40 and figures["data/rows"] == 40
     answers = sum(len(f"answer {i}") + 1 for i in range(40))
     prompts = sum(len(PAIR_TEMPLATE.replace("{prompt}", f"question {i}?")) for i in range(40))
-    assert figures[keys.DATA_ANSWER_TOKENS] == figures[keys.DATA_LOSS_TOKENS] == answers
-    assert figures[keys.DATA_PROMPT_TOKENS] == prompts
+    assert figures["data/answer_tokens"] == figures["data/loss_tokens"] == answers
+    assert figures["data/prompt_tokens"] == prompts
     assert data.prompt_format == {"kind": "pair", "template": PAIR_TEMPLATE, "eos_id": BYTES_EOS}
 
 
@@ -78,7 +77,7 @@ def test_the_loaders_pad_per_batch_with_the_prompt_out_of_the_loss(tmp_path: Pat
 def test_alpaca_rows_are_recognised_with_their_two_templates(tmp_path: Path) -> None:
     rows = [{"instruction": f"do {i}", "input": "with this" if i % 2 else "", "output": f"done {i}"} for i in range(20)]
     data = module(jsonl(tmp_path / "alpaca.jsonl", rows), val_fraction=0.1, seq_len=256)
-    assert data.figures()[keys.DATA_FORMAT].startswith("Alpaca")
+    assert data.figures()["data/format"].startswith("Alpaca")
     seen = set()
     for i in range(len(data._train)):  # type: ignore[arg-type]
         ids, labels = data._train[i]  # type: ignore[index]
@@ -143,7 +142,7 @@ def test_train_on_all_puts_every_token_in_the_loss(tmp_path: Path) -> None:
     ids, labels = data._train[0]  # type: ignore[index]
     assert torch.equal(ids, labels)
     figures = data.figures()
-    assert figures[keys.DATA_LOSS_TOKENS] == figures[keys.DATA_PROMPT_TOKENS] + figures[keys.DATA_ANSWER_TOKENS] - 40
+    assert figures["data/loss_tokens"] == figures["data/prompt_tokens"] + figures["data/answer_tokens"] - 40
 
 
 def test_seq_len_cuts_long_answers_and_leaves_out_what_has_none_left(tmp_path: Path) -> None:
@@ -151,9 +150,9 @@ def test_seq_len_cuts_long_answers_and_leaves_out_what_has_none_left(tmp_path: P
     rows[1]["prompt"] = "x" * 400  # a prompt that fills seq_len alone
     data = module(jsonl(tmp_path / "qa.jsonl", rows))
     figures = data.figures()
-    assert figures[keys.DATA_TRUNCATED_ROWS] == 10 and figures[keys.DATA_EXAMPLES] == 39
-    assert figures[keys.DATA_CUT_PART] == "the end of the answer, and its EOS"
-    assert figures[keys.DATA_DROPPED_BY] == "data.seq_len (the prompt fills it: no answer left): 1"
+    assert figures["data/truncated_rows"] == 10 and figures["data/examples"] == 39
+    assert figures["data/cut_part"] == "the end of the answer, and its EOS"
+    assert figures["data/dropped_by"] == "data.seq_len (the prompt fills it: no answer left): 1"
     for i in range(len(data._train)):  # type: ignore[arg-type]
         assert len(data._train[i][0]) <= 129  # type: ignore[index]
 
@@ -162,12 +161,12 @@ def test_packed_rows_are_full_and_of_one_shape(tmp_path: Path) -> None:
     rows = [{"prompt": f"question {i}?", "response": "a" * (1 + i * 7 % 97)} for i in range(400)]  # varied lengths
     data = module(jsonl(tmp_path / "qa.jsonl", rows), packing=True, seq_len=256)
     figures = data.figures()
-    assert figures[keys.DATA_PACKS] == len(data._train)  # type: ignore[arg-type]
-    assert figures[keys.DATA_EXAMPLES_PER_PACK] > 2 and figures[keys.DATA_PACKING_PADDING_PCT] < 5
+    assert figures["data/packs"] == len(data._train)  # type: ignore[arg-type]
+    assert figures["data/examples_per_pack"] > 2 and figures["data/packing_padding_pct"] < 5
     inputs, targets = next(iter(data.train_dataloader()))
     assert isinstance(inputs, PackedInputs) and inputs.input_ids.shape == targets.shape == (2, 256)
     counted = sum(int((t != IGNORE_INDEX).sum()) for _, t in data.train_dataloader())
-    assert counted <= figures[keys.DATA_LOSS_TOKENS]  # drop_last: at most every training answer
+    assert counted <= figures["data/loss_tokens"]  # drop_last: at most every training answer
     assert InstructDataModule.traits(packing=True).shapes_vary is False
     assert InstructDataModule.traits(packing=False).pads_per_batch is True
 
@@ -175,10 +174,9 @@ def test_packed_rows_are_full_and_of_one_shape(tmp_path: Path) -> None:
 def test_instruction_datas_line_says_one_row_in_the_singular() -> None:
     """The data section's line: "packed into 1 row", "1 example", not "1 rows" (as issue 85's "1 chunks")."""
     from runner.data.instruct.summary import describe
-    from runner.figures import data as keys
 
-    own = {keys.DATA_FORMAT: "prompt/response", keys.DATA_EXAMPLES: 1, keys.DATA_PROMPT_TOKENS: 3,
-           keys.DATA_ANSWER_TOKENS: 4, keys.DATA_LOSS_TOKENS: 4, keys.DATA_PACKS: 1, keys.DATA_EXAMPLES_PER_PACK: 1.0,
-           keys.DATA_PACKING_PADDING_PCT: 0.0}
+    own = {"data/format": "prompt/response", "data/examples": 1, "data/prompt_tokens": 3,
+           "data/answer_tokens": 4, "data/loss_tokens": 4, "data/packs": 1, "data/examples_per_pack": 1.0,
+           "data/packing_padding_pct": 0.0}
     line = describe(own)
     assert "; 1 example, 3 prompt" in line and "packed into 1 row (" in line, line

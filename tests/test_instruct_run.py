@@ -13,8 +13,6 @@ from pathlib import Path
 import pytest
 
 from runner.data.instruct.formats import PAIR_TEMPLATE
-from runner.figures import data as keys
-from runner.figures.dynamic import DYNAMIC_GRAPHS, DYNAMIC_PADDING_WASTE_PCT, DYNAMIC_RECOMPILES
 from tests.after_runs import FAST, train
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,14 +30,14 @@ def test_the_shipped_recipe_trains_on_the_answers_only(tmp_path: Path) -> None:
     figures = trained.figures
     rows = [json.loads(line) for line in SHIPPED.read_text().splitlines()[:300]]
     # Byte-level: each answer's bytes and its EOS are in the loss; every prompt (in its template) is not.
-    assert figures[keys.DATA_LOSS_TOKENS] == sum(len(r["response"].encode()) + 1 for r in rows)
-    assert figures[keys.DATA_PROMPT_TOKENS] == sum(len(PAIR_TEMPLATE.replace("{prompt}", r["prompt"]).encode())
+    assert figures["data/loss_tokens"] == sum(len(r["response"].encode()) + 1 for r in rows)
+    assert figures["data/prompt_tokens"] == sum(len(PAIR_TEMPLATE.replace("{prompt}", r["prompt"]).encode())
                                                    for r in rows)
-    assert figures[keys.DATA_EXAMPLES] == 300 and keys.DATA_TRUNCATED_ROWS in figures
+    assert figures["data/examples"] == 300 and "data/truncated_rows" in figures
     # Examples of 60-175 bytes in rows of 512: 4-5 a row; 300 of them leave the last rows part-empty.
-    assert figures[keys.DATA_TRUNCATED_ROWS] == 0 and figures[keys.DATA_PACKING_PADDING_PCT] < 10
-    assert figures[DYNAMIC_RECOMPILES] == 0 and figures[DYNAMIC_GRAPHS] == 1
-    assert figures[keys.DATA_BATCH_SHAPE] == "[4, 512] every batch (packed rows)"
+    assert figures["data/truncated_rows"] == 0 and figures["data/packing_padding_pct"] < 10
+    assert figures["dynamic/recompiles"] == 0 and figures["dynamic/graphs"] == 1
+    assert figures["data/batch_shape"] == "[4, 512] every batch (packed rows)"
     report = (trained.run_dir / "report.md").read_text()
     assert "packed rows" in report and "tokens in the loss" in report
     # The sample at the end asks the recipe's question in the prompt template.
@@ -72,19 +70,19 @@ def test_packed_rows_through_the_stack_compile_once(overrides: list[str], tmp_pa
     # or not. No recompile for a shape.
     reasons = [r for r in figures["dynamic/recompile_reasons"] if "grad_mode" not in r]
     modules = overrides[0] in ("compile=model", "compile=blocks")
-    assert reasons == [] and figures[DYNAMIC_RECOMPILES] <= (1 if modules else 0), reasons
+    assert reasons == [] and figures["dynamic/recompiles"] <= (1 if modules else 0), reasons
     assert figures["run/steps"] == 4 and figures["train/loss"] > 0
-    assert figures[keys.DATA_BATCH_SHAPE] == "[4, 128] every batch (packed rows)"
-    assert figures[DYNAMIC_PADDING_WASTE_PCT] is None or figures[DYNAMIC_PADDING_WASTE_PCT] < 10
+    assert figures["data/batch_shape"] == "[4, 128] every batch (packed rows)"
+    assert figures["dynamic/padding_waste_pct"] is None or figures["dynamic/padding_waste_pct"] < 10
 
 
 def test_text_documents_pack_too(tmp_path: Path) -> None:
     figures = train(tmp_path / "run", ["+recipe=smoke", "data=text_documents", "data.seq_len=64",
                                        "data.max_bytes=40000", "data.packing=true", "compile.backend=aot_eager",
                                        *FAST]).figures
-    assert figures[DYNAMIC_RECOMPILES] == 0 and figures[DYNAMIC_GRAPHS] == 1
-    assert figures[keys.DATA_PACKING_PADDING_PCT] < 5 and figures[keys.DATA_PACKS] == figures[
-        keys.DATA_TRAIN_SEQUENCES]
+    assert figures["dynamic/recompiles"] == 0 and figures["dynamic/graphs"] == 1
+    assert figures["data/packing_padding_pct"] < 5 and figures["data/packs"] == figures[
+        "data/train_sequences"]
 
 
 def test_lora_trains_packed_instruction_data_through_one_graph(tmp_path: Path) -> None:
@@ -94,16 +92,15 @@ def test_lora_trains_packed_instruction_data_through_one_graph(tmp_path: Path) -
     import torch
     from safetensors.torch import load_file
 
-    from runner.figures import peft as fp
 
     lora = ["+recipe=instruct_lora", *RECIPE[1:]]
     trained = train(tmp_path / "run", lora)
     figures = trained.figures
     rows = [json.loads(line) for line in SHIPPED.read_text().splitlines()[:300]]
-    assert figures[keys.DATA_LOSS_TOKENS] == sum(len(r["response"].encode()) + 1 for r in rows)
-    assert figures[DYNAMIC_RECOMPILES] == 0 and figures[DYNAMIC_GRAPHS] == 1
+    assert figures["data/loss_tokens"] == sum(len(r["response"].encode()) + 1 for r in rows)
+    assert figures["dynamic/recompiles"] == 0 and figures["dynamic/graphs"] == 1
     assert figures["compile/graph_breaks"] == 0
-    assert figures[fp.PEFT_METHOD] == "lora" and 0 < figures[fp.PEFT_TRAINABLE_PARAMS] < figures[fp.PEFT_TOTAL_PARAMS]
+    assert figures["peft/method"] == "lora" and 0 < figures["peft/trainable_params"] < figures["peft/total_params"]
     model = trained.module.model
     trainable = {n for n, p in model.named_parameters() if p.requires_grad}
     assert trainable and all("lora_" in n for n in trainable)  # only the adapter trained

@@ -14,9 +14,6 @@ from typing import Any
 
 import pytest
 
-from runner.figures.compile_background import COMPILE_BACKGROUND_OUTCOME
-from runner.figures.compile_work import COMPILE_GRAPH_BREAKS, COMPILE_RECOMPILE_LIMIT_HITS, COMPILE_RECOMPILE_REASONS
-from runner.figures.peft import PEFT_METHOD, PEFT_OPTIMIZER_STATE_BYTES, PEFT_TARGETS, PEFT_TRAINABLE_PARAMS
 from tests.test_peft_runs import _peft_model
 
 pytestmark = pytest.mark.slow
@@ -37,10 +34,10 @@ def only_the_adapter_trained(f: dict[str, Any]) -> None:
     """No break; recompiles only in the first step (validation under no_grad first; the first block's input that
     requires no grad, the embedding being frozen); the optimizer's state is the adapter's (AdamW: two moments and a
     step per tensor, two tensors per adapted linear)."""
-    assert f[COMPILE_GRAPH_BREAKS] == 0 and not f[COMPILE_RECOMPILE_LIMIT_HITS]
-    assert all(r["step"] == 0 for r in f[COMPILE_RECOMPILE_REASONS]), f[COMPILE_RECOMPILE_REASONS]
-    assert f[PEFT_TARGETS] == 7 * LAYERS
-    assert f[PEFT_OPTIMIZER_STATE_BYTES] == 8 * f[PEFT_TRAINABLE_PARAMS] + 4 * 2 * f[PEFT_TARGETS]
+    assert f["compile/graph_breaks"] == 0 and not f["compile/recompile_limit_hits"]
+    assert all(r["step"] == 0 for r in f["compile/recompile_reasons"]), f["compile/recompile_reasons"]
+    assert f["peft/targets"] == 7 * LAYERS
+    assert f["peft/optimizer_state_bytes"] == 8 * f["peft/trainable_params"] + 4 * 2 * f["peft/targets"]
 
 
 @pytest.mark.parametrize(("distributed", "method"), [("ddp", "lora"), ("fsdp", "qlora")])
@@ -54,7 +51,7 @@ def test_an_adapter_trains_on_two_ranks_and_loads_in_peft(distributed: str, meth
                           env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     f = figures(run_dir)
-    assert f[PEFT_METHOD] == method
+    assert f["peft/method"] == method
     only_the_adapter_trained(f)
     if distributed == "fsdp":  # the whole model is in the consolidated checkpoint, exported after the fit
         from runner.after.cli import main
@@ -73,9 +70,9 @@ def test_qlora_with_checkpointing_and_dropout_compiles_beside_the_run_with_induc
                  "trainer.val_check_interval=8", "model.overrides.num_hidden_layers=1"]
     cfg = load(compose(overrides, run_dir=str(tmp_path)))
     f = run(cfg, extra_callbacks=[WaitForTheProcess(at=2)]).figures  # the run waits for the process at step 2
-    assert f[PEFT_METHOD] == "qlora" and f[COMPILE_GRAPH_BREAKS] == 0 and not f[COMPILE_RECOMPILE_LIMIT_HITS]
-    assert f[COMPILE_BACKGROUND_OUTCOME] == "switched at step 3", f[COMPILE_BACKGROUND_OUTCOME]
-    assert all(r["step"] <= 3 for r in f[COMPILE_RECOMPILE_REASONS]), f[COMPILE_RECOMPILE_REASONS]
+    assert f["peft/method"] == "qlora" and f["compile/graph_breaks"] == 0 and not f["compile/recompile_limit_hits"]
+    assert f["compile/background_outcome"] == "switched at step 3", f["compile/background_outcome"]
+    assert all(r["step"] <= 3 for r in f["compile/recompile_reasons"]), f["compile/recompile_reasons"]
 
 
 def test_the_benchmarks_quick_run_races_every_contestant(tmp_path: Path) -> None:

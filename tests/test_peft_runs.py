@@ -16,14 +16,6 @@ from torch import nn
 
 from runner.after.cli import main
 from runner.config.decisions.peft import ADAPTER_CONFIG, ADAPTER_WEIGHTS
-from runner.figures.peft import (
-    PEFT_BASE_WEIGHT_BYTES,
-    PEFT_METHOD,
-    PEFT_OPTIMIZER_STATE_BYTES,
-    PEFT_TARGETS,
-    PEFT_TOTAL_PARAMS,
-    PEFT_TRAINABLE_PARAMS,
-)
 from runner.peft.nf4 import QLoRALinear
 from tests import after_runs
 from tests.after_runs import TrainedRun, train
@@ -58,11 +50,11 @@ def test_the_optimizer_holds_the_adapter_only_and_the_summary_says_so(lora: Trai
     assert {id(p) for p in held} == {id(p) for p in adapter_params}
     f = lora.figures
     trainable = sum(p.numel() for p in adapter_params)
-    assert f[PEFT_METHOD] == "lora" and f[PEFT_TARGETS] == LAYERS * PER_LAYER
-    assert f[PEFT_TRAINABLE_PARAMS] == trainable
-    assert f[PEFT_TOTAL_PARAMS] == sum(p.numel() for p in model.parameters())
-    assert f[PEFT_OPTIMIZER_STATE_BYTES] == 2 * 4 * trainable + 4 * len(adapter_params)  # AdamW: 2 moments, a step
-    assert f[PEFT_BASE_WEIGHT_BYTES] == 4 * (f[PEFT_TOTAL_PARAMS] - trainable)
+    assert f["peft/method"] == "lora" and f["peft/targets"] == LAYERS * PER_LAYER
+    assert f["peft/trainable_params"] == trainable
+    assert f["peft/total_params"] == sum(p.numel() for p in model.parameters())
+    assert f["peft/optimizer_state_bytes"] == 2 * 4 * trainable + 4 * len(adapter_params)  # AdamW: 2 moments, a step
+    assert f["peft/base_weight_bytes"] == 4 * (f["peft/total_params"] - trainable)
     assert any(float(p.detach().abs().max()) > 0 for n, p in model.named_parameters() if ".lora_B" in n)  # it trained
 
 
@@ -146,7 +138,7 @@ def test_eval_generate_and_resume_work_on_a_lora_run(lora: TrainedRun, capsys: p
     resumed = run_cli("resume", str(copy), "trainer.max_steps=4", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     report = json.loads((copy / "report.json").read_text())
-    assert report["run/steps"] == 4 and report[PEFT_TARGETS] == LAYERS * PER_LAYER
+    assert report["run/steps"] == 4 and report["peft/targets"] == LAYERS * PER_LAYER
 
 
 # -- a QLoRA run ------------------------------------------------------------------------------------------------
@@ -157,10 +149,10 @@ def test_qlora_stores_the_base_in_nf4_and_peft_loads_its_adapter_over_the_dequan
     nf4 = sum(b.numel() * b.element_size() for m in layers for b in m.buffers(recurse=False))
     frozen = sum(p.numel() * p.element_size() for p in model.parameters() if not p.requires_grad)
     f = qlora.figures
-    assert f[PEFT_METHOD] == "qlora" and f[PEFT_BASE_WEIGHT_BYTES] == frozen + nf4
+    assert f["peft/method"] == "qlora" and f["peft/base_weight_bytes"] == frozen + nf4
     full = sum(4 * m.in_features * m.out_features for m in layers)
     assert nf4 < full / 6  # 4 bits a value and small scales, against float32's 32
-    assert f[PEFT_TOTAL_PARAMS] == sum(p.numel() for p in model.parameters()) + sum(
+    assert f["peft/total_params"] == sum(p.numel() for p in model.parameters()) + sum(
         2 * m.weight_codes.numel() for m in layers)  # an NF4 weight counted by the values it holds
     config = json.loads((qlora.run_dir / "model" / ADAPTER_CONFIG).read_text())
     assert config["base_model_name_or_path"] == str((qlora.run_dir / "model" / "base").resolve())  # written here

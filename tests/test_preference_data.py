@@ -16,7 +16,6 @@ from runner.data.instruct.formats import PAIR_TEMPLATE
 from runner.data.preference import PreferenceDataModule
 from runner.data.preference.formats import split_text
 from runner.data.sequences.padding import IGNORE_INDEX, PadTo
-from runner.figures import data as keys
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = ROOT / "examples" / "data" / "preference.jsonl"
@@ -46,12 +45,12 @@ def test_the_shipped_pairs_train_on_their_completions_only() -> None:
     data = _data(SHIPPED, max_examples=300)
     f = data.figures()
     # Bytes: each completion's bytes and its EOS are in the loss; the prompt (in its template) is read once a pair.
-    assert f[keys.DATA_PAIRS] == 300
-    assert f[keys.DATA_COMPLETION_TOKENS] == f[keys.DATA_LOSS_TOKENS] == sum(
+    assert f["data/pairs"] == 300
+    assert f["data/completion_tokens"] == f["data/loss_tokens"] == sum(
         len(r["chosen"].encode()) + len(r["rejected"].encode()) + 2 for r in rows)
-    assert f[keys.DATA_PROMPT_TOKENS] == sum(len(PAIR_TEMPLATE.replace("{prompt}", r["prompt"]).encode()) for r in rows)
-    assert f[keys.DATA_FORMAT] == "preference pairs: columns prompt, chosen/rejected"
-    assert f[keys.DATA_TRAIN_SEQUENCES] + f[keys.DATA_VAL_SEQUENCES] == 300 and f[keys.DATA_TRUNCATED_ROWS] == 0
+    assert f["data/prompt_tokens"] == sum(len(PAIR_TEMPLATE.replace("{prompt}", r["prompt"]).encode()) for r in rows)
+    assert f["data/format"] == "preference pairs: columns prompt, chosen/rejected"
+    assert f["data/train_sequences"] + f["data/val_sequences"] == 300 and f["data/truncated_rows"] == 0
     assert data.prompt_format == {"kind": "pair", "template": PAIR_TEMPLATE, "eos_id": 4}
 
 
@@ -86,7 +85,7 @@ def test_packed_rows_hold_whole_pairs_sharing_their_prompt() -> None:
     inputs, targets = next(iter(data.train_dataloader()))
     k = train.per_row  # type: ignore[union-attr]
     assert inputs.ids.input_ids.shape == targets.shape == (4, 256) and inputs.pairs.shape == (4 * k,)
-    assert data.figures()[keys.DATA_BATCH_SHAPE] == "[4, 256] every batch (packed rows)"
+    assert data.figures()["data/batch_shape"] == "[4, 256] every batch (packed rows)"
     p = inputs.pair_slots
     for slot in range(p):
         if inputs.pairs[slot] == 0:
@@ -128,7 +127,7 @@ def test_every_table_format_gives_the_same_pairs(fmt: str, tmp_path: Path) -> No
     else:
         table.save_to_disk(str(path))
     ours, shipped = _data(path).figures(), _data(SHIPPED, max_examples=60).figures()
-    for key in (keys.DATA_PAIRS, keys.DATA_COMPLETION_TOKENS, keys.DATA_PROMPT_TOKENS):
+    for key in ("data/pairs", "data/completion_tokens", "data/prompt_tokens"):
         assert ours[key] == shipped[key], key
 
 
@@ -137,9 +136,9 @@ def test_conversations_with_an_explicit_prompt_render_with_the_chat_template(tmp
              "rejected": [{"role": "assistant", "content": "no"}]} for i in range(20)]
     data = _data(_jsonl(tmp_path / "chat.jsonl", rows), chat_template=TEMPLATE)
     f = data.figures()
-    assert f[keys.DATA_FORMAT].startswith("preference conversations: columns prompt")
-    assert f[keys.DATA_PROMPT_TOKENS] == sum(len(f"<|user|>q{i}<|assistant|>") for i in range(20))
-    assert f[keys.DATA_COMPLETION_TOKENS] == sum(len(f"yes {i}") + 1 + len("no") + 1 for i in range(20))
+    assert f["data/format"].startswith("preference conversations: columns prompt")
+    assert f["data/prompt_tokens"] == sum(len(f"<|user|>q{i}<|assistant|>") for i in range(20))
+    assert f["data/completion_tokens"] == sum(len(f"yes {i}") + 1 + len("no") + 1 for i in range(20))
     assert data.prompt_format is not None and data.prompt_format["kind"] == "chat"
 
 
@@ -153,7 +152,7 @@ def test_sharegpt_conversations_and_roles_mapped_by_data_roles_read_as_their_cha
     want = _data(_jsonl(tmp_path / "plain.jsonl", plain), chat_template=TEMPLATE).figures()
     for name, rows, extra in (("sharegpt", sharegpt, {}), ("bot", bot, {"roles": {"bot": "assistant"}})):
         got = _data(_jsonl(tmp_path / f"{name}.jsonl", rows), chat_template=TEMPLATE, **extra).figures()
-        for key in (keys.DATA_PAIRS, keys.DATA_PROMPT_TOKENS, keys.DATA_COMPLETION_TOKENS):
+        for key in ("data/pairs", "data/prompt_tokens", "data/completion_tokens"):
             assert got[key] == want[key], (name, key)
 
 
@@ -161,9 +160,9 @@ def test_conversations_with_an_implicit_prompt_share_their_first_turns() -> None
     rows = _rows(CHATS)
     data = _data(CHATS, chat_template=TEMPLATE)
     f = data.figures()
-    assert f[keys.DATA_FORMAT].startswith("preference conversations: columns chosen/rejected, the prompt")
+    assert f["data/format"].startswith("preference conversations: columns chosen/rejected, the prompt")
     # The completion is the last assistant turn alone; what comes before is the prompt, with the generation prompt.
-    assert f[keys.DATA_COMPLETION_TOKENS] == sum(len(r["chosen"][-1]["content"].encode()) + len(
+    assert f["data/completion_tokens"] == sum(len(r["chosen"][-1]["content"].encode()) + len(
         r["rejected"][-1]["content"].encode()) + 2 for r in rows)
 
 
@@ -173,16 +172,16 @@ def test_texts_with_an_implicit_prompt_split_where_trl_splits_them(tmp_path: Pat
     rows = [{"chosen": f"Q{i}: A good", "rejected": f"Q{i}: A bad"} for i in range(20)]
     data = _data(_jsonl(tmp_path / "hh.jsonl", rows))
     f = data.figures()
-    assert f[keys.DATA_FORMAT] == "preference texts: columns chosen/rejected, the prompt their shared start"
-    assert f[keys.DATA_COMPLETION_TOKENS] == 20 * (len(" good") + len(" bad") + 2)  # the space goes with them
+    assert f["data/format"] == "preference texts: columns chosen/rejected, the prompt their shared start"
+    assert f["data/completion_tokens"] == 20 * (len(" good") + len(" bad") + 2)  # the space goes with them
     assert data.prompt_format == {"kind": "pair", "template": "{prompt}", "eos_id": 4}
 
 
 def test_identical_pairs_are_left_out_and_counted(tmp_path: Path) -> None:
     rows = [*_rows(SHIPPED, 40), *[{"prompt": "p", "chosen": "same", "rejected": "same"}] * 3]
     f = _data(_jsonl(tmp_path / "pairs.jsonl", rows)).figures()
-    assert f[keys.DATA_PAIRS] == 40
-    assert "chosen identical to rejected: 3" in f[keys.DATA_DROPPED_BY] and f[keys.DATA_DROPPED_ROWS] == 3
+    assert f["data/pairs"] == 40
+    assert "chosen identical to rejected: 3" in f["data/dropped_by"] and f["data/dropped_rows"] == 3
 
 
 def test_pairs_longer_than_seq_len_are_cut_and_counted_and_those_left_no_room_left_out(tmp_path: Path) -> None:
@@ -192,10 +191,10 @@ def test_pairs_longer_than_seq_len_are_cut_and_counted_and_those_left_no_room_le
             {"prompt": "q", "chosen": long + "1", "rejected": long + "2"}]  # the same once cut
     data = _data(_jsonl(tmp_path / "pairs.jsonl", rows), seq_len=192)
     f = data.figures()
-    assert f[keys.DATA_PAIRS] == 41 and f[keys.DATA_TRUNCATED_ROWS] == 1
-    assert f[keys.DATA_CUT_PART] == "the end of the completion, and its EOS"
-    assert "data.seq_len (the prompt fills it: no completion left): 1" in f[keys.DATA_DROPPED_BY]
-    assert "chosen identical to rejected once cut at data.seq_len: 1" in f[keys.DATA_DROPPED_BY]
+    assert f["data/pairs"] == 41 and f["data/truncated_rows"] == 1
+    assert f["data/cut_part"] == "the end of the completion, and its EOS"
+    assert "data.seq_len (the prompt fills it: no completion left): 1" in f["data/dropped_by"]
+    assert "chosen identical to rejected once cut at data.seq_len: 1" in f["data/dropped_by"]
     positions = np.concatenate([d.fitted.positions().ravel() for d in data.datasets.values()])
     assert positions.max() == 192  # cut at seq_len positions, never more
 

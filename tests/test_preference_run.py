@@ -20,17 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from runner.figures.compile_work import COMPILE_GRAPH_BREAKS
-from runner.figures.dynamic import DYNAMIC_GRAPHS, DYNAMIC_RECOMPILES
-from runner.figures.eval_metrics import EVAL_PAIRS, EVAL_REWARDS_ACCURACIES
-from runner.figures.objective import (
-    OBJECTIVE_LOSS,
-    OBJECTIVE_REFERENCE,
-    OBJECTIVE_REFERENCE_BYTES,
-    OBJECTIVE_REFERENCE_CACHE,
-)
-from runner.figures.rewards import REWARDS_MARGINS
-from runner.figures.run_preference import TRAIN_METRICS, VAL_METRICS
+from runner.metrics import TRAIN_METRICS, VAL_METRICS
 from runner.training.reference import AdapterReference, FrozenCopy
 from tests.after_runs import FAST, TrainedRun, train
 
@@ -50,8 +40,8 @@ def dpo(tmp_path_factory: pytest.TempPathFactory) -> TrainedRun:
 
 def test_the_recipe_compiles_policy_and_reference_into_one_graph(dpo: TrainedRun) -> None:
     f = dpo.figures
-    assert f[OBJECTIVE_LOSS] == "dpo" and f[OBJECTIVE_REFERENCE] == AdapterReference.describe
-    assert f[DYNAMIC_GRAPHS] == 1 and f[DYNAMIC_RECOMPILES] == 0 and f[COMPILE_GRAPH_BREAKS] == 0
+    assert f["objective/loss"] == "dpo" and f["objective/reference"] == AdapterReference.describe
+    assert f["dynamic/graphs"] == 1 and f["dynamic/recompiles"] == 0 and f["compile/graph_breaks"] == 0
     assert f["run/steps"] == 3 and 0 < f["train/loss"] < 2
     model = dpo.module.model
     trainable = {n for n, p in model.named_parameters() if p.requires_grad}
@@ -91,8 +81,8 @@ def test_eval_scores_every_validation_pair_and_a_resume_goes_on(dpo: TrainedRun,
     with contextlib.redirect_stdout(io.StringIO()):
         assert main(["eval", str(dpo.run_dir)]) == 0
     evaluated = json.loads((dpo.run_dir / "eval.json").read_text())
-    assert evaluated[EVAL_PAIRS] == len(dpo.module.trainer.datamodule.datasets["val"].fitted)  # all, not 1 batch
-    assert 0 <= evaluated[EVAL_REWARDS_ACCURACIES] <= 1
+    assert evaluated["eval/pairs"] == len(dpo.module.trainer.datamodule.datasets["val"].fitted)  # all, not 1 batch
+    assert 0 <= evaluated["eval/rewards/accuracies"] <= 1
     copy = tmp_path / "run"
     shutil.copytree(dpo.run_dir, copy)
     resumed = train(copy, [*RECIPE, "ckpt_path=last", "trainer.max_steps=5"])
@@ -107,8 +97,8 @@ def test_precomputed_reference_is_computed_once_and_read_by_the_next_run(tmp_pat
     first = train(tmp_path / "first", [*common, "objective.reference=precompute"]).figures
     second = train(tmp_path / "second", [*common, "objective.reference=precompute"]).figures
     copied = train(tmp_path / "copy", [*common, "objective.reference=copy"]).figures
-    assert first[OBJECTIVE_REFERENCE_CACHE].count("computed: ") == 2  # training and validation pairs
-    read = second[OBJECTIVE_REFERENCE_CACHE]
+    assert first["objective/reference_cache"].count("computed: ") == 2  # training and validation pairs
+    read = second["objective/reference_cache"]
     assert read.count("read: ") == 2 and "computed: " not in read
     assert copied["objective/reference_bytes"] > 0
     # The same reference (the model as built, eval mode either way: no dropout) gives the same losses.
@@ -121,7 +111,7 @@ def test_padded_pairs_of_varying_length_compile_once(tmp_path: Path) -> None:
     warm-up would fail the run."""
     f = train(tmp_path / "run", [*RECIPE, "data.packing=false", "dynamic=dynamic", "dynamic.warmup_steps=1",
                                  "dynamic.after_warmup=fail_on_recompile", "trainer.max_steps=5"]).figures
-    assert f[DYNAMIC_GRAPHS] == 1 and f[DYNAMIC_RECOMPILES] == 0 and f["run/steps"] == 5
+    assert f["dynamic/graphs"] == 1 and f["dynamic/recompiles"] == 0 and f["run/steps"] == 5
     assert torch.isfinite(torch.tensor(f["train/loss"]))
 
 
@@ -132,7 +122,7 @@ def test_compiled_in_place_the_reference_is_the_graph_without_gradients(tmp_path
     overrides = [*RECIPE, "compile=model", "trainer.max_steps=4", "trainer.val_check_interval=2"]
     f = train(tmp_path / "run", overrides).figures
     reasons = f["dynamic/recompile_reasons"]
-    assert f[DYNAMIC_GRAPHS] == 2 and reasons and all("grad_mode" in r for r in reasons), reasons
+    assert f["dynamic/graphs"] == 2 and reasons and all("grad_mode" in r for r in reasons), reasons
 
 
 SHORT = ["trainer.max_steps=2", "trainer.val_check_interval=2", "trainer.limit_val_batches=1",
@@ -173,9 +163,9 @@ def test_sft_then_dpo_both_ways_as_the_docs_write_them(tmp_path: Path) -> None:
             reports.append((run_dir, json.loads((run_dir / "report.json").read_text())))
     assert sft and len(reports) == 2
     (merged_dir, merged), (adapter_dir, adapter) = reports
-    assert merged[OBJECTIVE_REFERENCE] == AdapterReference.describe and OBJECTIVE_REFERENCE_BYTES not in merged
-    assert adapter[OBJECTIVE_REFERENCE] == FrozenCopy.describe
-    assert adapter[OBJECTIVE_REFERENCE_BYTES] >= 4 * adapter["peft/total_params"]  # the whole model, float32
+    assert merged["objective/reference"] == AdapterReference.describe and "objective/reference_bytes" not in merged
+    assert adapter["objective/reference"] == FrozenCopy.describe
+    assert adapter["objective/reference_bytes"] >= 4 * adapter["peft/total_params"]  # the whole model, float32
     for run_dir in (merged_dir, adapter_dir):
-        rows = [r for r in csv.DictReader((run_dir / "csv" / "metrics.csv").open()) if r.get(REWARDS_MARGINS)]
-        assert rows and float(rows[0][REWARDS_MARGINS]) == pytest.approx(0.0, abs=1e-6), run_dir
+        rows = [r for r in csv.DictReader((run_dir / "csv" / "metrics.csv").open()) if r.get("rewards/margins")]
+        assert rows and float(rows[0]["rewards/margins"]) == pytest.approx(0.0, abs=1e-6), run_dir

@@ -324,7 +324,6 @@ def test_a_signal_after_the_last_step_stops_nothing_and_says_so(tmp_path: Path, 
     import lightning as L
     from torch import nn
 
-    from runner.figures.run import RUN_INTERRUPTED_BY, RUN_SIGNAL_AFTER_END
     from runner.reliability.signals import GracefulInterrupt
 
     steps = 3
@@ -361,7 +360,7 @@ def test_a_signal_after_the_last_step_stops_nothing_and_says_so(tmp_path: Path, 
     assert trainer.global_step == steps and trainer.state.status.value == "finished"
     assert not (tmp_path / "last.ckpt").exists() and interrupt.step is None and not interrupt.interrupted
     figures = interrupt.figures()
-    assert figures == {RUN_SIGNAL_AFTER_END: "SIGTERM"} and RUN_INTERRUPTED_BY not in figures
+    assert figures == {"run/signal_after_end": "SIGTERM"} and "run/interrupted_by" not in figures
     assert "received SIGTERM after the last training step" in caplog.text
     assert signal.getsignal(signal.SIGTERM) == before  # Lightning's teardown put the process's handler back
 

@@ -39,12 +39,6 @@ from runner.config.cache_secret import HEADER_BYTES, SECRET_ENV, SECRET_FILE_ENV
 from runner.config.composing.loading import compose, load
 from runner.config.composing.precheck import precheck
 from runner.config.schema import Background, CacheTrust, CompileConfig
-from runner.figures.compile_caches import (
-    COMPILE_REMOTE_CACHE_HITS,
-    COMPILE_REMOTE_CACHE_MISSES,
-    COMPILE_REMOTE_CACHE_STATUS,
-    COMPILE_REMOTE_ENTRIES_REJECTED,
-)
 from runner.stack.caches import LocalCompileCache, save_artifacts
 from runner.stack.caches.entries import SignedEntries
 from runner.stack.settings import CacheArtifacts
@@ -187,8 +181,8 @@ def test_every_redis_cache_of_torch_writes_signed_and_reads_only_what_verifies(
                 client.set(key, planted)
                 assert torch_cache.get("k") is None, cls.__name__
         assert cache.entries_rejected == 3 * len(classes)
-        assert cache.figures()[COMPILE_REMOTE_ENTRIES_REJECTED] == cache.entries_rejected
-        assert cache.figures()[COMPILE_REMOTE_CACHE_STATUS] == "in use"
+        assert cache.figures()["compile/remote_entries_rejected"] == cache.entries_rejected
+        assert cache.figures()["compile/remote_cache_status"] == "in use"
     finally:
         cache.teardown()
     assert (backend._get, backend._put) == torch_own
@@ -208,7 +202,7 @@ def test_unsigned_trust_reads_what_the_server_holds_and_still_signs_what_it_writ
     cache = RemoteCompileCache(url, torch.device("cpu"), CacheTrust.unsigned)
     cache.configure()
     try:
-        assert cache.figures()[COMPILE_REMOTE_CACHE_STATUS] == "in use, unsigned (compile.cache_trust=unsigned)"
+        assert cache.figures()["compile/remote_cache_status"] == "in use, unsigned (compile.cache_trust=unsigned)"
         graphs = RemoteFxGraphCache("fx-graph-v1")
         graphs.put("k", {"entry": 1})
         [key] = [k.decode() for k in client.keys("pt2:*")]
@@ -240,8 +234,8 @@ def test_a_planted_entry_is_rejected_counted_compiled_here_and_replaced(
     with caplog.at_level(logging.WARNING, logger="runner.stack.caches.remote"):
         figures, steps = _fit(filled.url, tmp_path / "cache")  # an empty local cache directory
     assert steps == 2 and not marker.exists()
-    assert figures[COMPILE_REMOTE_ENTRIES_REJECTED] == 3
-    assert figures[COMPILE_REMOTE_CACHE_HITS] == 0 and figures[COMPILE_REMOTE_CACHE_MISSES] == 3
+    assert figures["compile/remote_entries_rejected"] == 3
+    assert figures["compile/remote_cache_hits"] == 0 and figures["compile/remote_cache_misses"] == 3
     for key, value in planted.items():  # compiled here and stored again by torch, signed under the secret
         stored = client.get(key)
         assert stored != value and json.loads(OPENER.open(key, stored) or b"null")["data"]

@@ -18,14 +18,6 @@ from runner.data.instruct import InstructDataModule
 from runner.data.preference import PreferenceDataModule
 from runner.data.preference.batch import PairPacks
 from runner.data.sequences.padding import IGNORE_INDEX
-from runner.figures import data as keys
-from runner.figures.perf import (
-    PERF_EXAMPLES_PER_S,
-    PERF_LOSS_TOKENS_PER_S,
-    PERF_SAMPLES_PER_S,
-    PERF_STEP_MS,
-    PERF_TOKENS_PER_S,
-)
 from runner.telemetry.speedup import SpeedupMeter
 from runner.telemetry.throughput import batch_counts
 from tests.after_runs import FAST, train
@@ -55,7 +47,7 @@ def test_a_batch_counts_its_examples_and_its_targets_in_the_loss(tmp_path: Path,
     seen = rows if not packing else sum(len(data._train.rows[r]) for r in range(len(data._train)))  # type: ignore[union-attr]
     if packing:
         assert examples > rows and examples <= seen
-        assert abs(examples / rows - data.figures()[keys.DATA_EXAMPLES_PER_PACK]) < 1.0
+        assert abs(examples / rows - data.figures()["data/examples_per_pack"]) < 1.0
     else:
         assert examples == rows == len(data._train) // 4 * 4  # type: ignore[arg-type]
 
@@ -84,7 +76,7 @@ def test_a_rate_is_work_per_step_over_the_median_step_time() -> None:
         meter.record(step, meter.next_mode(), ms, compiled_something=False, samples=8, tokens=8 * 120,
                      examples=torch.tensor(8), loss_tokens=torch.tensor(300))
     figures = meter.figures(compile_time_s=1.0)
-    assert figures[PERF_STEP_MS] == 169.0
+    assert figures["perf/step_ms"] == 169.0
     assert meter.rate("samples") == pytest.approx(8 / 0.169) and meter.rate("examples") == pytest.approx(8 / 0.169)
     assert meter.rate("loss_tokens") == pytest.approx(300 / 0.169)
     assert meter.rate("tokens") == pytest.approx(960 / 0.169)
@@ -92,8 +84,8 @@ def test_a_rate_is_work_per_step_over_the_median_step_time() -> None:
 
 def _rates(run_dir: Path) -> dict[str, Any]:
     report = json.loads((run_dir / "report.json").read_text())
-    return {k: report.get(k) for k in (PERF_SAMPLES_PER_S, PERF_TOKENS_PER_S, PERF_EXAMPLES_PER_S,
-                                       PERF_LOSS_TOKENS_PER_S, PERF_STEP_MS)}
+    return {k: report.get(k) for k in ("perf/samples_per_s", "perf/tokens_per_s", "perf/examples_per_s",
+                                       "perf/loss_tokens_per_s", "perf/step_ms")}
 
 
 def test_packed_and_padded_runs_report_rates_that_compare(tmp_path: Path) -> None:
@@ -108,12 +100,12 @@ def test_packed_and_padded_runs_report_rates_that_compare(tmp_path: Path) -> Non
     assert recompiles and all("data.packing=true" in r["fix"] and "drop_last" not in r["fix"] for r in recompiles)
     for rates in (packed, padded):
         assert all(isinstance(v, float) and v > 0 for v in rates.values()), rates
-        assert rates[PERF_SAMPLES_PER_S] == pytest.approx(4 / (rates[PERF_STEP_MS] / 1000))  # agrees with the step
-        assert rates[PERF_LOSS_TOKENS_PER_S] < rates[PERF_TOKENS_PER_S]  # no prompt, no padding
-    assert packed[PERF_EXAMPLES_PER_S] / packed[PERF_SAMPLES_PER_S] > 1.5  # several examples a packed row
-    assert padded[PERF_EXAMPLES_PER_S] == pytest.approx(padded[PERF_SAMPLES_PER_S])  # one a padded row
+        assert rates["perf/samples_per_s"] == pytest.approx(4 / (rates["perf/step_ms"] / 1000))  # agrees with the step
+        assert rates["perf/loss_tokens_per_s"] < rates["perf/tokens_per_s"]  # no prompt, no padding
+    assert packed["perf/examples_per_s"] / packed["perf/samples_per_s"] > 1.5  # several examples a packed row
+    assert padded["perf/examples_per_s"] == pytest.approx(padded["perf/samples_per_s"])  # one a padded row
     metrics = list(csv.DictReader((tmp_path / "packed" / "csv" / "metrics.csv").open()))
     logged = {k for row in metrics for k, v in row.items() if v not in ("", None)}
-    assert {PERF_EXAMPLES_PER_S, PERF_LOSS_TOKENS_PER_S} <= logged  # every logger gets them
+    assert {"perf/examples_per_s", "perf/loss_tokens_per_s"} <= logged  # every logger gets them
     summary = (tmp_path / "packed" / "report.md").read_text()
     assert "examples/s" in summary and "tokens in the loss/s" in summary and "positions/s (padding incl.)" in summary

@@ -23,14 +23,6 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from gpu_workloads.gpt import Model
-from runner.figures.compile_plan import COMPILE_OPTIMIZER
-from runner.figures.cudagraphs import (
-    CUDAGRAPHS_DECISION,
-    CUDAGRAPHS_EAGER_REASONS,
-    CUDAGRAPHS_OPTIMIZER_RECORDINGS,
-    CUDAGRAPHS_PARTITIONS,
-    CUDAGRAPHS_PARTITIONS_GRAPHED,
-)
 from runner.models.gpt import GPT
 from runner.stack.cudagraphs import PartitionCount
 from runner.telemetry.throughput import estimate_flops, trainable_parameters
@@ -150,10 +142,9 @@ class HostBusy(Callback):
         self.meter.close()
 
     def figures(self) -> dict[str, Any]:
-        from runner.figures.perf import PERF_DEVICE_BUSY, PERF_HOST_MS_PER_STEP
 
         got = self.meter.figures()
-        return {"host_ms_per_step": got.get(PERF_HOST_MS_PER_STEP), "device_busy": got.get(PERF_DEVICE_BUSY)}
+        return {"host_ms_per_step": got.get("perf/host_ms_per_step"), "device_busy": got.get("perf/device_busy")}
 
 
 def contestant(name: str, device: str, backend: str,
@@ -223,7 +214,7 @@ def train(name: str, m: Model, device: str, backend: str) -> dict[str, Any]:
         observing.restore()
     # runner's own report (the stack counts its partitions itself); empty where no graph was partitioned here
     ran: dict[str, Any] = strategy.figures() if hasattr(strategy, "figures") else partitions.figures()
-    decision = ran.get(CUDAGRAPHS_DECISION, PEER_GRAPHS.get(name) if device == "cuda" else None)
+    decision = ran.get("cudagraphs/decision", PEER_GRAPHS.get(name) if device == "cuda" else None)
     graphs = bool(decision and decision.startswith("on"))
     start, warm = marks.times[0], marks.times[m.warmup]
     step_s = (marks.times[end] - warm) / m.timed
@@ -232,10 +223,11 @@ def train(name: str, m: Model, device: str, backend: str) -> dict[str, Any]:
             "compiles_after_warmup": marks.between(m.warmup, end, "compiles"),
             "peak_mem_gib": torch.cuda.max_memory_allocated() / 2**30 if device == "cuda" else None,
             "cudagraph_recordings_after_warmup": marks.between(m.warmup, end, "graphs") if graphs else None,
-            "cudagraph_partitions": ran.get(CUDAGRAPHS_PARTITIONS),
-            "cudagraph_partitions_graphed": ran.get(CUDAGRAPHS_PARTITIONS_GRAPHED),
-            "cudagraph_eager_reasons": ran.get(CUDAGRAPHS_EAGER_REASONS), "cudagraphs_decision": decision,
-            "optimizer": ran.get(COMPILE_OPTIMIZER), "optimizer_recordings": ran.get(CUDAGRAPHS_OPTIMIZER_RECORDINGS),
+            "cudagraph_partitions": ran.get("cudagraphs/partitions"),
+            "cudagraph_partitions_graphed": ran.get("cudagraphs/partitions_graphed"),
+            "cudagraph_eager_reasons": ran.get("cudagraphs/eager_reasons"), "cudagraphs_decision": decision,
+            "optimizer": ran.get("compile/optimizer"),
+            "optimizer_recordings": ran.get("cudagraphs/optimizer_recordings"),
             **busy.figures(),
             "device": device_name(device),
             # The GPU machine has no Hydra: whatever the contestants import must not need it.

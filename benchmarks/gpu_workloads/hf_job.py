@@ -20,8 +20,6 @@ from contestants.compare import _adamw
 from gpu_workloads.contestant import BenchModule, Marks, bench_trainer, contestant, device_name
 from runner.config import schema as cs
 from runner.data.sequences.padding import PadTo
-from runner.figures.compile_background import COMPILE_BACKGROUND, COMPILE_BACKGROUND_OUTCOME, COMPILE_BACKGROUND_ROOM
-from runner.figures.cudagraphs import CUDAGRAPHS_DECISION
 
 BUCKETS_OF = (8, 4, 2, 1)
 """The bucket contestants' buckets: the longest length over each of these (512: 64, 128, 256, 512)."""
@@ -148,6 +146,6 @@ def hf_varlen(name: str, size: dict[str, Any], device: str, backend: str) -> dic
             "recompiles": counts["recompiles"], "cudagraph_recordings": counts["graphs"], "batches": len(batches),
             "real_tokens": real, "padding_pct": 100.0 * (padded - real) / padded,
             "distinct_lengths": len({b[2] for b in batches}), "loss": float(trainer.callback_metrics["train/loss"]),
-            "background": ran.get(COMPILE_BACKGROUND_OUTCOME) or ran.get(COMPILE_BACKGROUND),
-            "background_room": ran.get(COMPILE_BACKGROUND_ROOM),
-            "cudagraphs_decision": ran.get(CUDAGRAPHS_DECISION), "device": device_name(device)}
+            "background": ran.get("compile/background_outcome") or ran.get("compile/background"),
+            "background_room": ran.get("compile/background_room"),
+            "cudagraphs_decision": ran.get("cudagraphs/decision"), "device": device_name(device)}

@@ -11,18 +11,6 @@ from typing import Any
 
 import torch
 
-from runner.figures.compile_plan import COMPILE_MODULES_COMPILED, COMPILE_OPTIMIZER
-from runner.figures.compile_work import (
-    COMPILE_DEMOTED,
-    COMPILE_FRAMES,
-    COMPILE_GRAPH_BREAK_REASONS,
-    COMPILE_GRAPH_BREAKS,
-    COMPILE_GRAPHS,
-    COMPILE_RECOMPILE_LIMIT_HITS,
-    COMPILE_RECOMPILE_REASONS,
-    COMPILE_RECOMPILES,
-    COMPILE_TIME_S,
-)
 from tests.zoo.registry import IDIOMS
 
 
@@ -33,10 +21,10 @@ def failed(name: str, traceback: str, figures: dict[str, Any] | None) -> dict[st
     row = {"idiom": name, "runner_does": IDIOMS[name].runner_does, "dropout": IDIOMS[name].dropout,
            "error": last[:300], "traceback": traceback}
     if figures:
-        row |= {"frames": figures.get(COMPILE_FRAMES, 0), "graphs": figures[COMPILE_GRAPHS],
-                "graph_breaks": figures[COMPILE_GRAPH_BREAKS],
-                "limit_hit_guards": [h.get("guard", str(h)) for h in figures[COMPILE_RECOMPILE_LIMIT_HITS]],
-                "demoted": [str(d) for d in figures.get(COMPILE_DEMOTED, [])]}
+        row |= {"frames": figures.get("compile/frames", 0), "graphs": figures["compile/graphs"],
+                "graph_breaks": figures["compile/graph_breaks"],
+                "limit_hit_guards": [h.get("guard", str(h)) for h in figures["compile/recompile_limit_hits"]],
+                "demoted": [str(d) for d in figures.get("compile/demoted", [])]}
     return row
 
 
@@ -63,23 +51,23 @@ def summarize(name: str, results: dict[str, Any], warmup: int, rounds: int, turn
     floats = [k for k, v in eager.state.items() if v.is_floating_point()]
     e_vec = torch.cat([eager.state[k].double().flatten() for k in floats])
     c_vec = torch.cat([runner.state[k].double().flatten() for k in floats])
-    late = [r for r in figures[COMPILE_RECOMPILE_REASONS] if (r["step"] or 0) >= 1]
+    late = [r for r in figures["compile/recompile_reasons"] if (r["step"] or 0) >= 1]
     return {
         "idiom": name, "runner_does": IDIOMS[name].runner_does, "dropout": IDIOMS[name].dropout,
         "steps": len(eager.steps), "steps_runner": len(runner.steps), "timed_rounds": rounds,
         "eager": rows["eager"], "runner": rows["runner"], "vs_eager": ratio,
         "loss_rel_diff": worst_loss, "loss_rel_diff_key": worst_loss_key,
         "max_rel_diff": worst, "max_rel_diff_key": worst_key,
-        "frames": figures.get(COMPILE_FRAMES, 0),
-        "demoted": [str(d) for d in figures.get(COMPILE_DEMOTED, [])],
+        "frames": figures.get("compile/frames", 0),
+        "demoted": [str(d) for d in figures.get("compile/demoted", [])],
         "params_rel_diff": float((c_vec - e_vec).norm() / e_vec.norm()),
-        "graphs": figures[COMPILE_GRAPHS], "graph_breaks": figures[COMPILE_GRAPH_BREAKS],
-        "recompiles": figures[COMPILE_RECOMPILES], "recompiles_after_first_step": len(late),
-        "limit_hits": len(figures[COMPILE_RECOMPILE_LIMIT_HITS]), "compile_s": figures[COMPILE_TIME_S],
-        "modules_compiled": figures[COMPILE_MODULES_COMPILED], "optimizer": figures[COMPILE_OPTIMIZER],
+        "graphs": figures["compile/graphs"], "graph_breaks": figures["compile/graph_breaks"],
+        "recompiles": figures["compile/recompiles"], "recompiles_after_first_step": len(late),
+        "limit_hits": len(figures["compile/recompile_limit_hits"]), "compile_s": figures["compile/time_s"],
+        "modules_compiled": figures["compile/modules_compiled"], "optimizer": figures["compile/optimizer"],
         "recompile_reasons": [f"step {r['step']}: {r['reason'].splitlines()[0][:160]}"
-                              for r in figures[COMPILE_RECOMPILE_REASONS]],
-        "graph_break_reasons": [f"{b['reason']} at {b['user_frame']}" for b in figures[COMPILE_GRAPH_BREAK_REASONS]],
+                              for r in figures["compile/recompile_reasons"]],
+        "graph_break_reasons": [f"{b['reason']} at {b['user_frame']}" for b in figures["compile/graph_break_reasons"]],
     }
 
 

@@ -15,7 +15,6 @@ from runner.after.family import tokens_of, writes_text
 from runner.after.generate import Sampling, write_text
 from runner.after.prompting import asked
 from runner.config.schema import RunConfig
-from runner.figures.run import RUN_EXPORT, RUN_PUSHED_TO, RUN_SAMPLE
 from runner.telemetry.data_report import read_prompt
 
 log = logging.getLogger(__name__)
@@ -28,17 +27,17 @@ def at_end_of_fit(cfg: RunConfig, model: nn.Module, run_dir: Path, checkpoint: P
     figures: dict[str, Any] = {}
     if cfg.trainer.sharded:  # FSDP2's parameters are shards: the whole model is in the consolidated checkpoint
         if cfg.after.export:
-            figures[RUN_EXPORT] = ("not at the end of an FSDP fit: python -m runner export RUN_DIR --ckpt "
+            figures["run/export"] = ("not at the end of an FSDP fit: python -m runner export RUN_DIR --ckpt "
                                    "checkpoints/consolidated.pt (trainer.fsdp.consolidate=true writes it)")
         return figures
     if cfg.after.export:
-        figures[RUN_EXPORT] = _export(cfg, model, run_dir, checkpoint, step)
+        figures["run/export"] = _export(cfg, model, run_dir, checkpoint, step)
     tokens = tokens_of(cfg)
     if cfg.after.sample_tokens and writes_text(model) and tokens is not None:
         sampling = Sampling(max_new_tokens=cfg.after.sample_tokens, seed=cfg.seed)
         try:
             ask = asked(read_prompt(run_dir), cfg.after.sample_prompt, tokens, sampling)
-            figures[RUN_SAMPLE] = ask.prompt + write_text(model, tokens, ask.prompt, ask.sampling, ask.special)
+            figures["run/sample"] = ask.prompt + write_text(model, tokens, ask.prompt, ask.sampling, ask.special)
         except Exception as e:  # noqa: BLE001 - a sample is a courtesy: the run trained
             log.warning("no sample for report.md (%s: %s); python -m runner generate RUN_DIR writes one",
                         type(e).__name__, e)
@@ -69,11 +68,11 @@ def push_at_end(cfg: RunConfig, run_dir: Path, figures: dict[str, Any]) -> dict[
 
     command = again(run_dir, repo_id, cfg.after.push_private)
     export = run_dir / EXPORT_DIR
-    if figures.get(RUN_EXPORT) != str(export):  # no export: the fit did not finish, or the export failed
-        why = figures.get(RUN_EXPORT) or "the fit did not finish, so nothing was exported"
+    if figures.get("run/export") != str(export):  # no export: the fit did not finish, or the export failed
+        why = figures.get("run/export") or "the fit did not finish, so nothing was exported"
         log.warning("the model was not pushed to %s (no export: %s); %s pushes it from the checkpoint", repo_id, why,
                     command)
-        return {RUN_PUSHED_TO: f"not pushed (no export: {why}); {command}"}
+        return {"run/pushed_to": f"not pushed (no export: {why}); {command}"}
     try:
         from runner.quiet import quiet_transformers_bars
 
@@ -83,6 +82,6 @@ def push_at_end(cfg: RunConfig, run_dir: Path, figures: dict[str, Any]) -> dict[
     except Exception as e:  # noqa: BLE001 - the run trained, and its export is on disk
         log.warning("the model was not pushed to the Hugging Face Hub: %s The run and its export (%s) are whole; %s "
                     "pushes it again", e, export, command)
-        return {RUN_PUSHED_TO: f"failed: {type(e).__name__}: {e} Push it again: {command}"}
+        return {"run/pushed_to": f"failed: {type(e).__name__}: {e} Push it again: {command}"}
     log.info("pushed %s to %s (commit %s)", export, pushed.url, pushed.commit)
-    return {RUN_PUSHED_TO: pushed.figure()}
+    return {"run/pushed_to": pushed.figure()}

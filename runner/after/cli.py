@@ -195,7 +195,6 @@ def evaluate(args: Any, overrides: list[str]) -> int:
     from runner.after.source import check, checkpoint_path, open_trained, run_config, run_dir_error
     from runner.build import build_datamodule
     from runner.data.store.progress import Progress
-    from runner.figures.eval_metrics import EVAL_CHECKPOINT, EVAL_DATA, EVAL_MODE, EVAL_STEP
     from runner.reliability.signals import exit_code
 
     if (problem := overrides_error(overrides)) is not None:
@@ -226,8 +225,8 @@ def evaluate(args: Any, overrides: list[str]) -> int:
               f"nothing written ({out} is written for a whole pass only). Run it again to score them all.",
               file=sys.stderr)
         return exit_code(signal.SIGINT)
-    figures = {EVAL_CHECKPOINT: str(trained.checkpoint), EVAL_STEP: trained.step, EVAL_DATA: data, EVAL_MODE: mode,
-               **scored}
+    figures = {"eval/checkpoint": str(trained.checkpoint), "eval/step": trained.step, "eval/data": data,
+               "eval/mode": mode, **scored}
     written = ev.write_eval(figures, out)
     print(format_eval(figures, f"runner eval: {run_dir}"))
     print("written: " + ", ".join(map(str, written)))
@@ -240,8 +239,7 @@ def format_eval(figures: dict[str, Any], title: str) -> str:
     from rich.table import Table
     from rich.text import Text
 
-    from runner.figures import figure
-    from runner.figures.eval_metrics import EVAL_LABELS, EVAL_PRECISION, EVAL_RECALL, EVAL_SUPPORT
+    from runner.metrics import metric
 
     table = Table(title=title)
     table.add_column("figure")
@@ -249,14 +247,14 @@ def format_eval(figures: dict[str, Any], title: str) -> str:
     for key, value in figures.items():
         if not isinstance(value, list):
             shown = f"{value:.4g}" if isinstance(value, float) else str(value)
-            table.add_row(Text(figure(key).label or key), Text(shown))
+            table.add_row(Text(metric(key).label or key), Text(shown))
     tables = [table]
-    if EVAL_PRECISION in figures:
+    if "eval/precision" in figures:
         per_class = Table(title="per class")
         for name in ("class", "precision", "recall", "examples"):
             per_class.add_column(name, justify="left" if name == "class" else "right")
-        for row in zip(figures[EVAL_LABELS], figures[EVAL_PRECISION], figures[EVAL_RECALL], figures[EVAL_SUPPORT],
-                       strict=True):
+        columns = ("eval/labels", "eval/precision", "eval/recall", "eval/support")
+        for row in zip(*(figures[key] for key in columns), strict=True):
             per_class.add_row(Text(row[0]), Text(f"{row[1]:.4f}"), Text(f"{row[2]:.4f}"), Text(str(row[3])))
         tables.append(per_class)
     console = Console(width=110, record=True, force_terminal=False, color_system=None)

@@ -21,29 +21,7 @@ from runner.config.schema import RunConfig
 from runner.data.sequences.padding import IGNORE_INDEX
 from runner.data.store.progress import Progress
 from runner.data.traits import ValMetric
-from runner.figures import counted
-from runner.figures.eval_metrics import (
-    EVAL_ACCURACY,
-    EVAL_BPB,
-    EVAL_CONFUSION,
-    EVAL_EXAMPLES,
-    EVAL_LABELS,
-    EVAL_LOGPS_CHOSEN,
-    EVAL_LOGPS_REJECTED,
-    EVAL_LOSS,
-    EVAL_MACRO_F1,
-    EVAL_PAIRS,
-    EVAL_PERPLEXITY,
-    EVAL_PRECISION,
-    EVAL_RECALL,
-    EVAL_REWARDS_ACCURACIES,
-    EVAL_REWARDS_CHOSEN,
-    EVAL_REWARDS_MARGINS,
-    EVAL_REWARDS_REJECTED,
-    EVAL_SUPPORT,
-    EVAL_TOKENS,
-)
-from runner.figures.perf import PERF_SPEEDUP_STATUS
+from runner.metrics import counted
 from runner.telemetry.verdict import break_even_text
 from runner.torch_internals import runtime
 
@@ -55,7 +33,7 @@ def resolve_mode(cfg: RunConfig, report: dict[str, Any], batches: int) -> tuple[
         return False, f"eager: the run was not compiled (compile.scope={cfg.compile.scope.value})"
     paid = break_even_text(report)
     if paid is None:
-        status = report.get(PERF_SPEEDUP_STATUS)
+        status = report.get("perf/speedup_status")
         return False, "eager: the run's report measured no speedup from compiling" + (f" ({status})" if status else "")
     if paid == "never":
         return False, "eager: compiling did not pay for itself in the run (break-even: never)"
@@ -121,20 +99,20 @@ def evaluate(forward: Any, loader: Any, device: torch.device, cfg: RunConfig, la
                 for metric in metrics.values():
                     metric.update(logits.float(), y)
     loss = total / max(1, counted)
-    figures: dict[str, Any] = {EVAL_EXAMPLES: examples, EVAL_LOSS: round(loss, 6)}
+    figures: dict[str, Any] = {"eval/examples": examples, "eval/loss": round(loss, 6)}
     if metrics is None:
-        figures.update({EVAL_TOKENS: counted, EVAL_PERPLEXITY: round(math.exp(min(loss, 700.0)), 4)})
+        figures.update({"eval/tokens": counted, "eval/perplexity": round(math.exp(min(loss, 700.0)), 4)})
         if val_metric(cfg) is ValMetric.bits_per_byte:  # byte ids, one byte per target: nats / ln 2 per byte
-            figures[EVAL_BPB] = round(loss / math.log(2), 6)
+            figures["eval/bpb"] = round(loss / math.log(2), 6)
         return figures
     values = {name: metric.compute().cpu() for name, metric in metrics.items()}
     confusion = values["confusion"].tolist()
     figures.update({
-        EVAL_ACCURACY: round(float(values["accuracy"]), 6), EVAL_MACRO_F1: round(float(values["macro_f1"]), 6),
-        EVAL_LABELS: labels[:len(confusion)] + [str(i) for i in range(len(labels), len(confusion))],
-        EVAL_PRECISION: [round(float(v), 6) for v in values["precision"]],
-        EVAL_RECALL: [round(float(v), 6) for v in values["recall"]],
-        EVAL_SUPPORT: [int(sum(row)) for row in confusion], EVAL_CONFUSION: confusion,
+        "eval/accuracy": round(float(values["accuracy"]), 6), "eval/macro_f1": round(float(values["macro_f1"]), 6),
+        "eval/labels": labels[:len(confusion)] + [str(i) for i in range(len(labels), len(confusion))],
+        "eval/precision": [round(float(v), 6) for v in values["precision"]],
+        "eval/recall": [round(float(v), 6) for v in values["recall"]],
+        "eval/support": [int(sum(row)) for row in confusion], "eval/confusion": confusion,
     })
     return figures
 
@@ -157,14 +135,14 @@ def evaluate_pairs(pair_outputs: Any, loader: Any, device: torch.device,
             n = float(mask.sum())
             batch_loss, _ = preference_losses.reduce(out, mask)
             loss, pairs = loss + float(batch_loss) * n, pairs + n
-            values = {EVAL_REWARDS_ACCURACIES: (out.chosen_rewards > out.rejected_rewards).float(),
-                      EVAL_REWARDS_MARGINS: out.chosen_rewards - out.rejected_rewards,
-                      EVAL_REWARDS_CHOSEN: out.chosen_rewards, EVAL_REWARDS_REJECTED: out.rejected_rewards,
-                      EVAL_LOGPS_CHOSEN: out.chosen_logps, EVAL_LOGPS_REJECTED: out.rejected_logps}
+            values = {"eval/rewards/accuracies": (out.chosen_rewards > out.rejected_rewards).float(),
+                      "eval/rewards/margins": out.chosen_rewards - out.rejected_rewards,
+                      "eval/rewards/chosen": out.chosen_rewards, "eval/rewards/rejected": out.rejected_rewards,
+                      "eval/logps/chosen": out.chosen_logps, "eval/logps/rejected": out.rejected_logps}
             for key, value in values.items():
                 sums[key] = sums.get(key, 0.0) + float((value * mask).sum())
     n = max(pairs, 1.0)
-    return {EVAL_PAIRS: int(pairs), EVAL_LOSS: round(loss / n, 6), **{k: round(v / n, 6) for k, v in sums.items()}}
+    return {"eval/pairs": int(pairs), "eval/loss": round(loss / n, 6), **{k: round(v / n, 6) for k, v in sums.items()}}
 
 
 def run_pairs(module: Any, datamodule: Any, cfg: RunConfig, compiled: bool,
@@ -242,7 +220,7 @@ def confusion_png(figures: dict[str, Any], path: Path) -> None:
     """The confusion matrix as a heat map, counts written in the cells (up to 20 classes)."""
     from matplotlib.figure import Figure
 
-    matrix, names = figures[EVAL_CONFUSION], figures[EVAL_LABELS]
+    matrix, names = figures["eval/confusion"], figures["eval/labels"]
     n = len(matrix)
     fig = Figure(figsize=(2 + 0.5 * n, 1.5 + 0.5 * n))
     ax = fig.subplots()
@@ -252,7 +230,7 @@ def confusion_png(figures: dict[str, Any], path: Path) -> None:
     ax.set_yticks(range(n), names)
     ax.set_xlabel("predicted")
     ax.set_ylabel("true")
-    ax.set_title(f"accuracy {figures[EVAL_ACCURACY]:.3f}, macro-F1 {figures[EVAL_MACRO_F1]:.3f}")
+    ax.set_title(f"accuracy {figures['eval/accuracy']:.3f}, macro-F1 {figures['eval/macro_f1']:.3f}")
     peak = max((max(row) for row in matrix), default=0)
     if n <= 20:
         for i, row in enumerate(matrix):
@@ -267,7 +245,7 @@ def write_eval(figures: dict[str, Any], out: Path) -> list[Path]:
     out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes((json.dumps(figures, indent=2) + "\n").encode(), out, one_writer=False)
     written = [out]
-    if EVAL_CONFUSION in figures:
+    if "eval/confusion" in figures:
         png = out.with_name(f"{out.stem}_confusion.png")
         confusion_png(figures, png)
         written.append(png)

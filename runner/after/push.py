@@ -208,9 +208,8 @@ def _text_note(note: str, base: Mapping[str, Any] | None) -> str:
 
 
 def _steps(report: Mapping[str, Any], meta: Mapping[str, Any]) -> str:
-    from runner.figures.run import RUN_STEPS
 
-    run = report.get(RUN_STEPS)
+    run = report.get("run/steps")
     step = meta.get("step")
     if run is not None and step is not None and run != step:
         return f"the weights of step {step} of a {run}-step run"
@@ -261,10 +260,9 @@ def _how(cfg: RunConfig, report: Mapping[str, Any], meta: Mapping[str, Any],
          adapter: Mapping[str, Any] | None) -> list[str]:
     """The objective and its settings, the adapter's, and the training's."""
     from runner.config.schema.objective import Loss
-    from runner.figures.objective import OBJECTIVE_REFERENCE
 
     o = cfg.objective
-    reference = report.get(OBJECTIVE_REFERENCE) or o.reference.value  # the one auto chose, where the run said
+    reference = report.get("objective/reference") or o.reference.value  # the one auto chose, where the run said
     by_loss: dict[Loss, dict[str, Any]] = {
         Loss.sft: {}, Loss.dpo: {"beta": o.beta, "label_smoothing": o.label_smoothing, "reference": reference},
         Loss.simpo: {"beta": o.beta, "gamma": o.gamma, "label_smoothing": o.label_smoothing},
@@ -299,12 +297,10 @@ def _how(cfg: RunConfig, report: Mapping[str, Any], meta: Mapping[str, Any],
 
 def _figures(report: Mapping[str, Any], evaluation: Mapping[str, Any] | None) -> list[str]:
     """The run's validation figures (``val/*``), and ``runner eval``'s where the run has them."""
-    from runner.figures.eval_metrics import EVAL_LOSS
-    from runner.figures.run import VAL_LOSS
 
     out: list[str] = []
-    for title, figures, key in (("Validation (the run's last validation)", report, VAL_LOSS),
-                                ("Evaluation (runner eval)", evaluation or {}, EVAL_LOSS)):
+    for title, figures, key in (("Validation (the run's last validation)", report, "val/loss"),
+                                ("Evaluation (runner eval)", evaluation or {}, "eval/loss")):
         prefix = key.split("/")[0] + "/"  # the namespace: every figure of it
         rows = [(k, v) for k, v in sorted(figures.items())
                 if k.startswith(prefix) and isinstance(v, (int, float)) and not isinstance(v, bool)]
@@ -317,10 +313,10 @@ def _figures(report: Mapping[str, Any], evaluation: Mapping[str, Any] | None) ->
 
 
 def _label(key: str) -> str:
-    from runner.figures import figure
+    from runner.metrics import metric
 
     try:
-        return figure(key).label or key
+        return metric(key).label or key
     except KeyError:
         return key
 

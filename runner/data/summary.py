@@ -1,4 +1,4 @@
-"""What a data module read, for the run's data section (``data/*``, ``runner.figures.data``)."""
+"""What a data module read, for the run's data section (``data/*``)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,6 @@ from typing import Any
 
 import lightning as L
 from torch.utils.data import DataLoader
-
-from runner.figures import data as keys
 
 log = logging.getLogger(__name__)
 
@@ -35,22 +33,22 @@ class DataSummary:
     unigram_bits: float | None = None
 
     def figures(self) -> dict[str, Any]:
-        out: dict[str, Any] = {keys.DATA_SOURCE: self.source, keys.DATA_FILES: self.files, keys.DATA_ROWS: self.rows,
-                               keys.DATA_TOKENS: self.tokens, keys.DATA_TRAIN_SEQUENCES: self.train,
-                               keys.DATA_VAL_SEQUENCES: self.val, keys.DATA_SPLIT: self.split}
+        out: dict[str, Any] = {"data/source": self.source, "data/files": self.files, "data/rows": self.rows,
+                               "data/tokens": self.tokens, "data/train_sequences": self.train,
+                               "data/val_sequences": self.val, "data/split": self.split}
         if self.truncated is not None:
-            out[keys.DATA_TRUNCATED_ROWS] = self.truncated
-            out[keys.DATA_TRUNCATED_PCT] = round(100 * self.truncated / max(self.used, 1), 2)
+            out["data/truncated_rows"] = self.truncated
+            out["data/truncated_pct"] = round(100 * self.truncated / max(self.used, 1), 2)
         if self.dropped:
-            out[keys.DATA_DROPPED_ROWS] = sum(self.dropped.values())
-            out[keys.DATA_DROPPED_BY] = "; ".join(f"{setting}: {n}" for setting, n in self.dropped.items())
+            out["data/dropped_rows"] = sum(self.dropped.values())
+            out["data/dropped_by"] = "; ".join(f"{setting}: {n}" for setting, n in self.dropped.items())
         nulls = sum(n for reason, n in self.dropped.items() if reason.endswith(NULL_TEXT))
         if nulls:
-            out[keys.DATA_NULL_ROWS] = nulls
+            out["data/null_rows"] = nulls
         if self.label_counts is not None:
-            out[keys.DATA_LABEL_COUNTS] = dict(self.label_counts)
+            out["data/label_counts"] = dict(self.label_counts)
         if self.unigram_bits is not None:
-            out[keys.DATA_UNIGRAM_BPB] = round(self.unigram_bits, 4)
+            out["data/unigram_bpb"] = round(self.unigram_bits, 4)
         return out
 
     def say(self, seq_len: int) -> None:
@@ -67,9 +65,9 @@ class DataSummary:
 
 def packing_figures(packs: dict[str, Any], batch_size: int) -> dict[str, Any]:
     """``Packs.describe()`` of the training rows as figures, with the one batch shape they make."""
-    return {keys.DATA_PACKS: packs["packs"], keys.DATA_EXAMPLES_PER_PACK: packs["per_pack"],
-            keys.DATA_PACKING_PADDING_PCT: packs["padding_pct"],
-            keys.DATA_BATCH_SHAPE: f"[{batch_size}, {packs['seq_len']}] every batch (packed rows)"}
+    return {"data/packs": packs["packs"], "data/examples_per_pack": packs["per_pack"],
+            "data/packing_padding_pct": packs["padding_pct"],
+            "data/batch_shape": f"[{batch_size}, {packs['seq_len']}] every batch (packed rows)"}
 
 
 class SplitData(L.LightningDataModule):

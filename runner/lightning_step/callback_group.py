@@ -7,7 +7,7 @@ from typing import Any
 
 from lightning.pytorch.callbacks import Callback
 
-from runner.figures import collect_figures
+from runner.metrics import collect_figures
 
 # Every hook Lightning calls on a callback (lightning.pytorch.callbacks.Callback, 2.6), but the checkpoint
 # state ones, which the group implements itself.

@@ -9,15 +9,6 @@ import torch
 from torch import nn
 from torch.optim import Optimizer
 
-from runner.figures.peft import (
-    PEFT_BASE_WEIGHT_BYTES,
-    PEFT_METHOD,
-    PEFT_OPTIMIZER_STATE_BYTES,
-    PEFT_TARGETS,
-    PEFT_TOTAL_PARAMS,
-    PEFT_TRAINABLE_PARAMS,
-    PEFT_TRAINABLE_PCT,
-)
 from runner.peft.adapter import adapter_of
 from runner.peft.nf4 import QLoRALinear
 
@@ -42,11 +33,11 @@ def peft_figures(model: nn.Module, optimizers: Iterable[Optimizer]) -> dict[str,
     frozen = sum(p.numel() * p.element_size() for p in params if not p.requires_grad)
     frozen += sum(b.numel() * b.element_size() for m in nf4 for b in m.buffers(recurse=False))
     return {
-        PEFT_METHOD: adapter.config.method.value,
-        PEFT_TARGETS: len(adapter.plan.targets),
-        PEFT_TRAINABLE_PARAMS: trainable,
-        PEFT_TOTAL_PARAMS: total,
-        PEFT_TRAINABLE_PCT: round(100 * trainable / max(total, 1), 3),
-        PEFT_OPTIMIZER_STATE_BYTES: optimizer_state_bytes(optimizers),
-        PEFT_BASE_WEIGHT_BYTES: frozen,
+        "peft/method": adapter.config.method.value,
+        "peft/targets": len(adapter.plan.targets),
+        "peft/trainable_params": trainable,
+        "peft/total_params": total,
+        "peft/trainable_pct": round(100 * trainable / max(total, 1), 3),
+        "peft/optimizer_state_bytes": optimizer_state_bytes(optimizers),
+        "peft/base_weight_bytes": frozen,
     }

@@ -27,7 +27,6 @@ from lightning.pytorch.loggers.csv_logs import ExperimentWriter
 
 from runner import lightning_internals as li
 from runner.atomic_files import atomic_write_bytes, raise_if_disk_full, remove_stale_temps
-from runner.figures.run import RUN_RESUMED_AT_STEP
 from runner.reliability.checkpoint_io import is_local
 
 log = logging.getLogger(__name__)
@@ -295,7 +294,7 @@ class LogHistory(Callback):
             trainer.should_stop = True  # Lightning validates at the step a fit is asked to stop at (every rank's)
 
     def figures(self) -> dict[str, Any]:
-        return {RUN_RESUMED_AT_STEP: self.resumed_at} if self.resumed_at is not None else {}
+        return {"run/resumed_at_step": self.resumed_at} if self.resumed_at is not None else {}
 
     def cut(self, step: int) -> None:
         """Drop what was logged past the checkpoint the run resumed from (``step`` = its global step)."""

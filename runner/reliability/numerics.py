@@ -19,8 +19,7 @@ from lightning.pytorch.callbacks import Callback
 
 from runner.config.schema import OnNonFinite
 from runner.errors import RunStopped
-from runner.figures import counted
-from runner.figures.reliability import RELIABILITY_SKIPPED_STEPS
+from runner.metrics import counted
 from runner.stack import stack_of
 
 
@@ -331,10 +330,10 @@ class NonFiniteGuard(Callback):
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
         if self._policy is OnNonFinite.skip:
-            pl_module.log(RELIABILITY_SKIPPED_STEPS, float(len(self.skipped)), on_step=True, on_epoch=False)
+            pl_module.log("reliability/skipped_steps", float(len(self.skipped)), on_step=True, on_epoch=False)
 
     def figures(self) -> dict[str, Any]:
-        return {RELIABILITY_SKIPPED_STEPS: list(self.skipped)} if self._policy is OnNonFinite.skip else {}
+        return {"reliability/skipped_steps": list(self.skipped)} if self._policy is OnNonFinite.skip else {}
 
     def state_dict(self) -> dict[str, Any]:
         return {"skipped": list(self.skipped)}

@@ -20,7 +20,6 @@ from lightning.pytorch.loggers import Logger, WandbLogger
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from runner import lightning_internals as li
-from runner.figures.run import RUN_INTERRUPTED_AT_STEP, RUN_INTERRUPTED_BY, RUN_SIGNAL_AFTER_END
 from runner.reliability.numerics import agreed_flag, check_every_for
 
 log = logging.getLogger(__name__)
@@ -119,10 +118,10 @@ class GracefulInterrupt(Callback):
             self.signum = int(signal.SIGTERM)  # Lightning's own handler caught it (before on_train_start)
 
     def figures(self) -> dict[str, Any]:
-        late = {} if self.after_end is None else {RUN_SIGNAL_AFTER_END: signal.Signals(self.after_end).name}
+        late = {} if self.after_end is None else {"run/signal_after_end": signal.Signals(self.after_end).name}
         if self.signum is None:
             return late
-        return {**late, RUN_INTERRUPTED_BY: signal.Signals(self.signum).name, RUN_INTERRUPTED_AT_STEP: self.step}
+        return {**late, "run/interrupted_by": signal.Signals(self.signum).name, "run/interrupted_at_step": self.step}
 
 
 def flush_loggers(loggers: list[Logger], status: str) -> None:

@@ -19,17 +19,6 @@ from torch.optim import Optimizer
 
 from runner.config.decisions import stack as stack_rules
 from runner.config.schema import OnError, OptimizerPolicy
-from runner.figures.compile_plan import (
-    COMPILE_BACKEND,
-    COMPILE_COMPILED_AUTOGRAD,
-    COMPILE_MODE,
-    COMPILE_MODULES_COMPILED,
-    COMPILE_OPTIONS,
-    COMPILE_SCOPE,
-    COMPILE_TARGET,
-)
-from runner.figures.compile_work import COMPILE_DEMOTED, COMPILE_DEMOTIONS, COMPILE_FRAMES
-from runner.figures.cudagraphs import CUDAGRAPHS_DECISION
 from runner.lightning_step.binding import (
     code_of,
     install_step,
@@ -99,10 +88,10 @@ class FitParts:
     compiled_autograd: Any = None  # the compiler compiled autograd uses, where the plan has it
 
     def figures(self) -> dict[str, Any]:
-        out: dict[str, Any] = {CUDAGRAPHS_DECISION: self.plan.cudagraphs_decision.describe(),
-                               COMPILE_MODE: self.plan.kwargs.get("mode"),
-                               COMPILE_OPTIONS: dict(self.plan.kwargs.get("options", {})),
-                               COMPILE_TARGET: self.plan.target_name}
+        out: dict[str, Any] = {"cudagraphs/decision": self.plan.cudagraphs_decision.describe(),
+                               "compile/mode": self.plan.kwargs.get("mode"),
+                               "compile/options": dict(self.plan.kwargs.get("options", {})),
+                               "compile/target": self.plan.target_name}
         if self.optimizer_step is not None:
             out.update(self.optimizer_step.figures())
         for part in (self.background, self.local_cache, self.remote_cache, self.errors, self.shape, self.state,
@@ -380,12 +369,12 @@ class CompileStack:
     def figures(self) -> dict[str, Any]:
         """What the stack applied and did, for the report."""
         c = self.settings.compile
-        out: dict[str, Any] = {COMPILE_SCOPE: c.scope.value, COMPILE_BACKEND: c.backend,
-                               COMPILE_MODULES_COMPILED: self.compiled.total,
-                               COMPILE_COMPILED_AUTOGRAD: c.compiled_autograd,
-                               COMPILE_DEMOTED: list(self.demoted), COMPILE_DEMOTIONS: len(self.demoted)}
+        out: dict[str, Any] = {"compile/scope": c.scope.value, "compile/backend": c.backend,
+                               "compile/modules_compiled": self.compiled.total,
+                               "compile/compiled_autograd": c.compiled_autograd,
+                               "compile/demoted": list(self.demoted), "compile/demotions": len(self.demoted)}
         if self.frames is not None:
-            out[COMPILE_FRAMES] = self.frames
+            out["compile/frames"] = self.frames
         # Without parts, an unpickled copy: what the original stack did.
         out.update(self.parts.figures() if self.parts is not None else self._frozen)
         return out

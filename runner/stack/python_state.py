@@ -14,7 +14,6 @@ from collections.abc import Callable
 from typing import Any
 
 from runner import lightning_internals as li
-from runner.figures.compile_plan import COMPILE_DYNAMIC_STATE_SOURCES
 from runner.stack.settings import StackComponent
 from runner.torch_internals import settings
 
@@ -46,4 +45,4 @@ class PythonState(StackComponent):
         settings.add_dynamic_sources(self.torch_settings, self.patterns)
 
     def figures(self) -> dict[str, Any]:
-        return {COMPILE_DYNAMIC_STATE_SOURCES: list(self.patterns)}
+        return {"compile/dynamic_state_sources": list(self.patterns)}

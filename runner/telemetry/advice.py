@@ -7,8 +7,6 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from runner.figures.compile_work import COMPILE_GRAPH_BREAK_REASONS, COMPILE_RECOMPILE_REASONS
-
 _LIBRARY_DIRS = ("site-packages/", "dist-packages/")
 
 # What a graph-break site's location says when the break is in torch's own optimizer code that runner compiled
@@ -186,7 +184,7 @@ def fix_label(where: str | None) -> str:
 
 def runners_breaks(figures: dict[str, Any]) -> int:
     """How many of the run's graph-break sites are runner's own (counted in ``compile/graph_breaks``)."""
-    return sum(1 for b in figures.get(COMPILE_GRAPH_BREAK_REASONS) or [] if is_runners(b.get("user_frame")))
+    return sum(1 for b in figures.get("compile/graph_break_reasons") or [] if is_runners(b.get("user_frame")))
 
 
 def guard_location(reason: str) -> str | None:
@@ -236,8 +234,8 @@ def advise(kind: str, reason: str, where: str | None = None, batches: Batches = 
 def advice_lines(figures: dict[str, Any], limit: int = 5, batches: Batches = UNKNOWN_BATCHES) -> list[str]:
     """One console line per graph-break site of the user's and per recompile after the first step, with
     its fix (runner's own breaks, in the optimizer step it compiled, are in the report, not warned of)."""
-    breaks = [b for b in figures.get(COMPILE_GRAPH_BREAK_REASONS) or [] if not is_runners(b.get("user_frame"))]
-    recompiles = [r for r in figures.get(COMPILE_RECOMPILE_REASONS) or [] if (r.get("step") or 0) > 0]
+    breaks = [b for b in figures.get("compile/graph_break_reasons") or [] if not is_runners(b.get("user_frame"))]
+    recompiles = [r for r in figures.get("compile/recompile_reasons") or [] if (r.get("step") or 0) > 0]
     lines = [str(advise("graph_break", str(b.get("reason")), b.get("user_frame"))) for b in breaks[:limit]]
     lines += [str(advise("recompile", str(r.get("reason")), guard_location(str(r.get("reason"))) or r.get("location"),
                          batches)) for r in recompiles[:limit]]

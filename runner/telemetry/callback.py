@@ -19,31 +19,7 @@ import lightning.pytorch as pl
 import torch
 
 from runner.config.schema import TelemetryConfig
-from runner.figures.compile_work import (
-    COMPILE_EVENTS,
-    COMPILE_FALLBACK_REASONS,
-    COMPILE_GRAPH_BREAK_REASONS,
-    COMPILE_GRAPH_BREAKS,
-    COMPILE_GRAPHS,
-    COMPILE_REASONS,
-    COMPILE_RECOMPILE_REASONS,
-    COMPILE_RECOMPILES,
-    COMPILE_TIME_BEFORE_RESUME_S,
-    COMPILE_TIME_S,
-)
-from runner.figures.memory import MEMORY_PEAK_GIB
-from runner.figures.perf import (
-    PERF_EXAMPLES_PER_S,
-    PERF_LOSS_TOKENS_PER_S,
-    PERF_PEAK_SOURCE,
-    PERF_PEAK_TFLOPS,
-    PERF_SAMPLES_PER_S,
-    PERF_SPEEDUP_STATUS,
-    PERF_SPEEDUP_X,
-    PERF_STEP_MS,
-    PERF_TOKENS_PER_S,
-)
-from runner.figures.ranks import PER_RANK, RANKS_COMPILES_AGREE
+from runner.metrics import PER_RANK
 from runner.stack import Eager, StepMode, stack_of
 from runner.stack.console import CompileProgress
 from runner.strategy.progress_sink import progress_sink
@@ -100,13 +76,13 @@ class StepClock:
 
 
 # The figures gathered from every rank at the end of a multi-process fit (``ranks/<figure>``).
-RANK_FIELDS = (PERF_STEP_MS, PERF_SAMPLES_PER_S, PERF_TOKENS_PER_S, MEMORY_PEAK_GIB, COMPILE_TIME_S,
-               COMPILE_GRAPHS, COMPILE_RECOMPILES, COMPILE_GRAPH_BREAKS)
+RANK_FIELDS = ("perf/step_ms", "perf/samples_per_s", "perf/tokens_per_s", "memory/peak_gib", "compile/time_s",
+               "compile/graphs", "compile/recompiles", "compile/graph_breaks")
 # The figures every rank must share: ranks that compile differently deadlock or diverge.
-AGREEING_FIELDS = frozenset({COMPILE_GRAPHS, COMPILE_RECOMPILES, COMPILE_GRAPH_BREAKS})
+AGREEING_FIELDS = frozenset({"compile/graphs", "compile/recompiles", "compile/graph_breaks"})
 
 # The throughput figures, each summed over ranks.
-RATES = (PERF_SAMPLES_PER_S, PERF_TOKENS_PER_S, PERF_EXAMPLES_PER_S, PERF_LOSS_TOKENS_PER_S)
+RATES = ("perf/samples_per_s", "perf/tokens_per_s", "perf/examples_per_s", "perf/loss_tokens_per_s")
 Rates = dict[str, float | None]  # Each of ``RATES``; None where no rank measured that rate.
 
 
@@ -119,7 +95,7 @@ def gather_rank_figures(strategy: pl.strategies.Strategy, own: dict[str, Any],
     per_rank: dict[str, Any] = {PER_RANK[key]: [row[i] for row in rows] for i, key in enumerate(RANK_FIELDS)}
     total = {key: sum(row[fields.index(key)] for row in rows) or None for key in RATES}
     compiles = [tuple(row[i] for i, k in enumerate(RANK_FIELDS) if k in AGREEING_FIELDS) for row in rows]
-    per_rank[RANKS_COMPILES_AGREE] = len(set(compiles)) == 1
+    per_rank["ranks/compiles_agree"] = len(set(compiles)) == 1
     return per_rank, total
 
 
@@ -153,11 +129,11 @@ def _with_fix(entry: dict[str, Any]) -> str:
 def reason_rows(figures: dict[str, Any]) -> list[list[Any]]:
     """One row per recompile, graph-break site and eager fallback: kind, name, location, step, count, reason."""
     rows: list[list[Any]] = []
-    for r in figures.get(COMPILE_RECOMPILE_REASONS) or []:
+    for r in figures.get("compile/recompile_reasons") or []:
         rows.append(["recompile", r.get("name"), r.get("location"), r.get("step"), 1, _with_fix(r)])
-    for b in figures.get(COMPILE_GRAPH_BREAK_REASONS) or []:
+    for b in figures.get("compile/graph_break_reasons") or []:
         rows.append(["graph_break", None, b.get("user_frame"), None, b.get("count"), _with_fix(b)])
-    for f in figures.get(COMPILE_FALLBACK_REASONS) or []:
+    for f in figures.get("compile/fallback_reasons") or []:
         rows.append(["fallback", f.get("name"), None, None, 1, f.get("reason")])
     return rows
 
@@ -174,7 +150,7 @@ def log_reason_table(trainer: pl.Trainer, figures: dict[str, Any]) -> None:
     columns = ["kind", "name", "location", "step", "count", "reason"]
     for logger in wandb_loggers:
         table = wandb.Table(columns=list[Any](columns), data=[[_cell(v) for v in row] for row in reason_rows(figures)])
-        logger.experiment.log({COMPILE_REASONS: table})
+        logger.experiment.log({"compile/reasons": table})
 
 
 def _cell(value: Any) -> Any:
@@ -185,7 +161,7 @@ def _cell(value: Any) -> Any:
 def write_events_text(path: Path, figures: dict[str, Any]) -> None:
     """``compile_events.txt``: every compile event with its step and duration, then every reason."""
     lines = ["# compile events: step, kind, seconds, name"]
-    for e in figures.get(COMPILE_EVENTS) or []:
+    for e in figures.get("compile/events") or []:
         lines.append(f"step {e.get('step')}\t{e.get('kind')}\t{e.get('duration_s', 0.0):.2f} s\t{e.get('name')}")
     lines += ["", "# reasons: kind, name, location, step, count, reason"]
     for row in reason_rows(figures):
@@ -196,8 +172,8 @@ def write_events_text(path: Path, figures: dict[str, Any]) -> None:
 
 
 # Each throughput figure and the count of a step (``BatchCounts``) it is the rate of.
-RATE_OF = {PERF_SAMPLES_PER_S: "samples", PERF_TOKENS_PER_S: "tokens", PERF_EXAMPLES_PER_S: "examples",
-           PERF_LOSS_TOKENS_PER_S: "loss_tokens"}
+RATE_OF = {"perf/samples_per_s": "samples", "perf/tokens_per_s": "tokens", "perf/examples_per_s": "examples",
+           "perf/loss_tokens_per_s": "loss_tokens"}
 # A step the compile beside the run holds eager: before its switch, or back to eager after it (not the meter's).
 BESIDE_MODES: dict[Eager | None, str] = {Eager.beside: "background", Eager.reverted: "reverted"}
 
@@ -351,7 +327,7 @@ class CompileTelemetry(pl.Callback):
                 write_events_text(self.run_dir / "compile_events.txt", figures)
             for line in advice_lines(figures, batches=self.batches):  # what could not be compiled, where, the fix
                 log.warning("compile: %s", line)
-        if figures.get(PERF_PEAK_SOURCE) == ACHIEVED and self.peak is not None and self.peak.source == "cached":
+        if figures.get("perf/peak_source") == ACHIEVED and self.peak is not None and self.peak.source == "cached":
             forget_peak(self._device, str(trainer.precision))  # the cached peak was too low: measure anew
 
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
@@ -379,8 +355,8 @@ class CompileTelemetry(pl.Callback):
         compiled so far, the parts before a resume included."""
         figures = self._figures(series=False)
         own = {k: v for k, v in figures.items() if k in SPEEDUP_KEYS} if self.meter.done else {}
-        speedup = own if PERF_SPEEDUP_X in own else self._carried
-        return {**({"speedup": speedup} if speedup else {}), "compile_time_s": figures.get(COMPILE_TIME_S, 0.0)}
+        speedup = own if "perf/speedup_x" in own else self._carried
+        return {**({"speedup": speedup} if speedup else {}), "compile_time_s": figures.get("compile/time_s", 0.0)}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """A resumed run shows the checkpoint's speedup figures when it measures none itself, and adds its compile
@@ -398,22 +374,22 @@ class CompileTelemetry(pl.Callback):
     def _figures(self, series: bool = True) -> dict[str, Any]:
         figures: dict[str, Any] = dict(self.collector.figures()) if self.collector is not None else {}
         if self._compiled_before_s:  # the whole run's compile time: the parts before the resume too
-            figures[COMPILE_TIME_BEFORE_RESUME_S] = round(self._compiled_before_s, 6)
-            figures[COMPILE_TIME_S] = figures.get(COMPILE_TIME_S, 0.0) + self._compiled_before_s
-        figures.update(self.meter.figures(compile_time_s=figures.get(COMPILE_TIME_S, 0.0), series=series))
+            figures["compile/time_before_resume_s"] = round(self._compiled_before_s, 6)
+            figures["compile/time_s"] = figures.get("compile/time_s", 0.0) + self._compiled_before_s
+        figures.update(self.meter.figures(compile_time_s=figures.get("compile/time_s", 0.0), series=series))
         # Resumed before this run's pairs finished: the speedup measured before the resume, unless nothing compiles
         # since (a resume under compile=eager: its steps are no compiled steps, and the figure is no longer the run's).
-        if PERF_SPEEDUP_X not in figures and self._carried and figures[PERF_SPEEDUP_STATUS] != "nothing compiled":
+        if "perf/speedup_x" not in figures and self._carried and figures["perf/speedup_status"] != "nothing compiled":
             figures.update(self._carried)
-            figures[PERF_SPEEDUP_STATUS] = "measured before the resume"
-        figures[MEMORY_PEAK_GIB] = peak_memory_gib(self._device)
+            figures["perf/speedup_status"] = "measured before the resume"
+        figures["memory/peak_gib"] = peak_memory_gib(self._device)
         figures.update(self.host_device.figures())
         figures.update(self._per_rank)
         # Throughput over the steps perf/step_ms is the median of (SpeedupMeter.rate), summed over ranks.
         rates = self._world_rates or self._own_rates()
         figures.update({k: r for k, r in rates.items() if r})
         if self.peak is not None:
-            figures[PERF_PEAK_TFLOPS], figures[PERF_PEAK_SOURCE] = self.peak.tflops, self.peak.source
+            figures["perf/peak_tflops"], figures["perf/peak_source"] = self.peak.tflops, self.peak.source
         figures.update(self.flops.figures(self._module, self._counts.samples, self._counts.tokens,
                                           rate=self.meter.rate, peak=self.peak))
         return figures

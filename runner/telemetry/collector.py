@@ -16,34 +16,6 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from runner.figures.compile_caches import COMPILE_CACHE_HITS, COMPILE_CACHE_MISSES
-from runner.figures.compile_work import (
-    COMPILE_AOT_AUTOGRAD_S,
-    COMPILE_BACKWARD_S,
-    COMPILE_CUDAGRAPH_RECORDING_S,
-    COMPILE_CUDAGRAPH_RECORDINGS,
-    COMPILE_CUDAGRAPH_SKIPS,
-    COMPILE_DYNAMO_S,
-    COMPILE_EVENTS,
-    COMPILE_FALLBACK_REASONS,
-    COMPILE_FALLBACKS,
-    COMPILE_FRAME_COMPILES,
-    COMPILE_FRAME_RECOMPILES,
-    COMPILE_FRAMES,
-    COMPILE_GRAPH_BREAK_HITS,
-    COMPILE_GRAPH_BREAK_REASONS,
-    COMPILE_GRAPH_BREAKS,
-    COMPILE_GRAPHS,
-    COMPILE_GUARDS_MAX,
-    COMPILE_GUARDS_TOTAL,
-    COMPILE_INDUCTOR_S,
-    COMPILE_LIVE_GUARDS_MAX,
-    COMPILE_LIVE_GUARDS_TOTAL,
-    COMPILE_RECOMPILE_REASONS,
-    COMPILE_RECOMPILES,
-    COMPILE_TIME_S,
-    COMPILE_WALL_S,
-)
 from runner.stack.optimizer.step import in_runners_optimizer_step
 from runner.telemetry.advice import (
     UNKNOWN_BATCHES,
@@ -283,37 +255,37 @@ class CompileCollector:
         breaks = self.graph_breaks(counters)
         fallbacks = observation.counter(counters, "frames_total") - observation.counter(counters, "frames_ok")
         return {
-            COMPILE_FRAMES: len({(r.co_filename, r.co_name, r.co_firstlineno) for r in forward}),
-            COMPILE_FRAME_COMPILES: len(forward),
-            COMPILE_GRAPHS: observation.counter(counters, "unique_graphs"),
-            COMPILE_RECOMPILES: len(recompiles),
-            COMPILE_FRAME_RECOMPILES: sum(1 for r in forward if r.recompile_reason and not r.fail_type),
-            COMPILE_GRAPH_BREAKS: len(breaks),
-            COMPILE_GRAPH_BREAK_HITS: sum(b["count"] for b in breaks),
-            COMPILE_GUARDS_TOTAL: sum(guards),
-            COMPILE_GUARDS_MAX: max(guards, default=0),
-            COMPILE_LIVE_GUARDS_TOTAL: sum(live),
-            COMPILE_LIVE_GUARDS_MAX: max(live, default=0),
-            COMPILE_TIME_S: sum(r.total_s for r in records),
-            COMPILE_DYNAMO_S: sum(r.total_s - r.backend_s for r in forward),
-            COMPILE_AOT_AUTOGRAD_S: sum(r.backend_s - r.inductor_s for r in forward)
+            "compile/frames": len({(r.co_filename, r.co_name, r.co_firstlineno) for r in forward}),
+            "compile/frame_compiles": len(forward),
+            "compile/graphs": observation.counter(counters, "unique_graphs"),
+            "compile/recompiles": len(recompiles),
+            "compile/frame_recompiles": sum(1 for r in forward if r.recompile_reason and not r.fail_type),
+            "compile/graph_breaks": len(breaks),
+            "compile/graph_break_hits": sum(b["count"] for b in breaks),
+            "compile/guards_total": sum(guards),
+            "compile/guards_max": max(guards, default=0),
+            "compile/live_guards_total": sum(live),
+            "compile/live_guards_max": max(live, default=0),
+            "compile/time_s": sum(r.total_s for r in records),
+            "compile/dynamo_s": sum(r.total_s - r.backend_s for r in forward),
+            "compile/aot_autograd_s": sum(r.backend_s - r.inductor_s for r in forward)
             + sum(r.total_s - r.inductor_s for r in backward),
-            COMPILE_INDUCTOR_S: sum(r.inductor_s for r in records),
-            COMPILE_BACKWARD_S: sum(r.total_s for r in backward),
+            "compile/inductor_s": sum(r.inductor_s for r in records),
+            "compile/backward_s": sum(r.total_s for r in backward),
             # A CUDA-graph recording runs the graph, it does not compile it: its wall time is apart.
-            COMPILE_WALL_S: sum(e["duration_s"] for e in self.events if e["kind"] != "cudagraph_recording"),
-            COMPILE_CUDAGRAPH_RECORDING_S: sum(
+            "compile/wall_s": sum(e["duration_s"] for e in self.events if e["kind"] != "cudagraph_recording"),
+            "compile/cudagraph_recording_s": sum(
                 e["duration_s"] for e in self.events if e["kind"] == "cudagraph_recording"
             ),
-            COMPILE_CACHE_HITS: hit,
-            COMPILE_CACHE_MISSES: miss,
-            COMPILE_CUDAGRAPH_SKIPS: observation.counter(counters, "cudagraph_skips"),
-            COMPILE_CUDAGRAPH_RECORDINGS: sum(1 for e in self.events if e["kind"] == "cudagraph_recording"),
-            COMPILE_FALLBACKS: max(0, fallbacks),
-            COMPILE_RECOMPILE_REASONS: recompiles,
-            COMPILE_GRAPH_BREAK_REASONS: breaks,
-            COMPILE_FALLBACK_REASONS: [self._fallback(r) for r in forward if r.fail_type],
-            COMPILE_EVENTS: list(self.events),
+            "compile/cache_hits": hit,
+            "compile/cache_misses": miss,
+            "compile/cudagraph_skips": observation.counter(counters, "cudagraph_skips"),
+            "compile/cudagraph_recordings": sum(1 for e in self.events if e["kind"] == "cudagraph_recording"),
+            "compile/fallbacks": max(0, fallbacks),
+            "compile/recompile_reasons": recompiles,
+            "compile/graph_break_reasons": breaks,
+            "compile/fallback_reasons": [self._fallback(r) for r in forward if r.fail_type],
+            "compile/events": list(self.events),
         }
 
     def _fallback(self, r: observation.CompileRecord) -> dict[str, Any]:

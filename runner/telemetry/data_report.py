@@ -12,7 +12,6 @@ import lightning as L
 
 from runner.atomic_files import atomic_write_bytes
 from runner.data.fingerprint import FILE, changes, read_fingerprint
-from runner.figures.data import DATA_CHANGED
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +55,7 @@ class DataReport(L.Callback):
         report = getattr(self.datamodule, "figures", None)
         out = dict(report()) if callable(report) else {}
         if self.changed:
-            out[DATA_CHANGED] = self.changed
+            out["data/changed"] = self.changed
         return out
 
 

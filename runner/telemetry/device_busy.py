@@ -10,7 +10,6 @@ from typing import Any
 
 import torch
 
-from runner.figures.perf import PERF_DEVICE_BUSY, PERF_DEVICE_BUSY_STEPS, PERF_HOST_MS_PER_STEP
 from runner.torch_internals import observation
 
 START_AFTER = 30  # Steps before the device-busy window opens.
@@ -90,9 +89,9 @@ class HostDevice(NoHostDevice):
     def figures(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
         if self._host_ms:
-            out[PERF_HOST_MS_PER_STEP] = statistics.median(self._host_ms)
+            out["perf/host_ms_per_step"] = statistics.median(self._host_ms)
         if self._busy is not None:
-            out[PERF_DEVICE_BUSY], out[PERF_DEVICE_BUSY_STEPS] = self._busy, list(self._steps)
+            out["perf/device_busy"], out["perf/device_busy_steps"] = self._busy, list(self._steps)
         return out
 
 

@@ -18,7 +18,6 @@ from typing import Any
 import torch
 
 from runner.atomic_files import atomic_write_bytes
-from runner.figures.perf import PERF_MFU, PERF_PEAK_SOURCE, PERF_PEAK_TFLOPS
 
 log = logging.getLogger(__name__)
 
@@ -211,6 +210,6 @@ def mfu_figures(achieved_flops: float, peak: Peak | None) -> dict[str, Any]:
     if peak is None or achieved_flops <= 0:
         return {}
     if peak.source != "given" and achieved_flops > peak.tflops * 1e12:
-        return {PERF_PEAK_TFLOPS: achieved_flops / 1e12, PERF_PEAK_SOURCE: ACHIEVED}
-    return {PERF_MFU: achieved_flops / (peak.tflops * 1e12), PERF_PEAK_TFLOPS: peak.tflops,
-            PERF_PEAK_SOURCE: peak.source}
+        return {"perf/peak_tflops": achieved_flops / 1e12, "perf/peak_source": ACHIEVED}
+    return {"perf/mfu": achieved_flops / (peak.tflops * 1e12), "perf/peak_tflops": peak.tflops,
+            "perf/peak_source": peak.source}

@@ -8,21 +8,7 @@ import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from runner.figures import counted
-from runner.figures.compile_work import COMPILE_EVENTS, COMPILE_TIME_S
-from runner.figures.loss import LOSS_CHUNK_ROWS, LOSS_CHUNKED, LOSS_CHUNKS, LOSS_LOGITS_GIB
-from runner.figures.memory import MEMORY_PEAK_GIB
-from runner.figures.perf import (
-    PERF_COMPILED_STEP_MS,
-    PERF_EAGER_STEP_MS,
-    PERF_SPEEDUP_P25_X,
-    PERF_SPEEDUP_P75_X,
-    PERF_SPEEDUP_STATUS,
-    PERF_SPEEDUP_STEPS,
-    PERF_SPEEDUP_X,
-    PERF_STEP_MS,
-    PERF_STEP_SERIES,
-)
+from runner.metrics import counted
 from runner.telemetry.verdict import missing_speedup, speedup_verdict
 
 if TYPE_CHECKING:  # matplotlib is imported when a picture is drawn, not with the report
@@ -50,9 +36,9 @@ def _steady_top(values: list[float]) -> float:
 
 def _pair_span(figures: dict[str, Any], points: list[dict[str, Any]]) -> tuple[int, int] | None:
     """First and last step of the interleaved pairs (``perf/speedup_steps``, else the eager steps)."""
-    text = str(figures.get(PERF_SPEEDUP_STEPS) or "")
+    text = str(figures.get("perf/speedup_steps") or "")
     first, _, last = text.partition("-")
-    if first.isdigit() and last.isdigit() and figures.get(PERF_SPEEDUP_STATUS) == "measured":
+    if first.isdigit() and last.isdigit() and figures.get("perf/speedup_status") == "measured":
         return int(first), int(last)
     eager = [p["step"] for p in points if p["mode"] == "eager"]
     return (min(eager), max(eager)) if eager else None
@@ -61,7 +47,7 @@ def _pair_span(figures: dict[str, Any], points: list[dict[str, Any]]) -> tuple[i
 def _events_by_step(figures: dict[str, Any]) -> list[tuple[int, str, float]]:
     """(step, kind, seconds) per step: a step's forward and backward compiles are one mark."""
     merged: dict[tuple[int, str], float] = {}
-    for event in figures.get(COMPILE_EVENTS) or []:
+    for event in figures.get("compile/events") or []:
         step, kind = event.get("step"), event.get("kind")
         if step is None or kind == "cudagraph_recording":  # a recording runs a graph, it does not compile
             continue
@@ -81,10 +67,10 @@ def plot_step_times(figures: dict[str, Any], path: Path) -> bool:
 
 def step_times_figure(figures: dict[str, Any]) -> Figure | None:
     """The matplotlib figure of ``step_times.png``; None when there are no timed steps."""
-    points = [p for p in figures.get(PERF_STEP_SERIES) or [] if p.get("timed", True)]
+    points = [p for p in figures.get("perf/step_series") or [] if p.get("timed", True)]
     if not points:
         return None
-    compiled_any = any(p["mode"] == "compile" for p in points) or bool(figures.get(COMPILE_EVENTS))
+    compiled_any = any(p["mode"] == "compile" for p in points) or bool(figures.get("compile/events"))
     # The y-axis covers the steps that say what a step costs: the pairs and the steady compiled steps
     # (the warm-up's first steps can be many times slower, and a compile step 1000 times).
     steady = ([p["ms"] for p in points if p["mode"] in ("compiled", "eager", "reverted")]
@@ -119,13 +105,13 @@ def step_times_figure(figures: dict[str, Any]) -> Figure | None:
     # The pairs' medians across the pairs (the table's eager and compiled step), the last-50 median
     # across those steps (the table's "step, last 50").
     left, right = (span[0] - 0.5, span[1] + 0.5) if span is not None else (points[0]["step"], points[-1]["step"])
-    for mode, key in (("eager", PERF_EAGER_STEP_MS), ("compiled", PERF_COMPILED_STEP_MS)):
+    for mode, key in (("eager", "perf/eager_step_ms"), ("compiled", "perf/compiled_step_ms")):
         median = figures.get(key)
         if span is not None and isinstance(median, (int, float)) and median <= top:
             ax.hlines(median, left, right, color=_COLORS[mode], linestyles="--", linewidth=1.4,
                       label=f"{mode} median of the pairs: {median:.4g} ms", zorder=4)
     last = [p["step"] for p in points if p["mode"] == "compiled"][-50:]
-    step_ms = figures.get(PERF_STEP_MS)
+    step_ms = figures.get("perf/step_ms")
     if last and isinstance(step_ms, (int, float)) and step_ms <= top:
         ax.hlines(step_ms, last[0], last[-1], color="tab:purple", linestyles=":", linewidth=1.6, zorder=4,
                   label=f"median of the last {len(last)} steps: {step_ms:.4g} ms")
@@ -145,14 +131,14 @@ def step_times_figure(figures: dict[str, Any]) -> Figure | None:
 def _memory_note(figures: dict[str, Any]) -> str:
     """What held the step's memory: the loss (whole or chunked logits) and the peak, in a line (empty: neither)."""
     parts = []
-    if LOSS_CHUNKED in figures:
-        chunked = figures[LOSS_CHUNKED]
-        size = figures.get(LOSS_LOGITS_GIB)
+    if "loss/chunked" in figures:
+        chunked = figures["loss/chunked"]
+        size = figures.get("loss/logits_gib")
         whole = f" ({size:.3g} GiB a step)" if isinstance(size, (int, float)) else ""
-        chunks = counted(int(figures.get(LOSS_CHUNKS) or 0), "chunk")
-        parts.append(f"loss: {chunks} of {figures.get(LOSS_CHUNK_ROWS)} positions, never the whole logits{whole}"
+        chunks = counted(int(figures.get("loss/chunks") or 0), "chunk")
+        parts.append(f"loss: {chunks} of {figures.get('loss/chunk_rows')} positions, never the whole logits{whole}"
                      if chunked else f"loss: from the whole logits{whole}")
-    peak = figures.get(MEMORY_PEAK_GIB)
+    peak = figures.get("memory/peak_gib")
     if isinstance(peak, (int, float)):
         parts.append(f"peak memory {peak:.3g} GiB")
     return "; ".join(parts)
@@ -189,20 +175,20 @@ def sweep_figure(runs: list[dict[str, Any]], panels: tuple[tuple[str, str], ...]
     for ax, (key, label) in zip(axes[0], panels, strict=True):
         values = [finite_number(r["figures"].get(key)) for r in runs]
         known = [v for v in values if v is not None]
-        span = max([abs(v) for v in known] + [1.0 if key == PERF_SPEEDUP_X else 0.0]) or 1.0
+        span = max([abs(v) for v in known] + [1.0 if key == "perf/speedup_x" else 0.0]) or 1.0
         for y, (run, value) in enumerate(zip(runs, values, strict=True)):
             if value is None:
                 ax.text(0.02 * span, y, _missing(run["figures"], key), va="center", fontsize=8, color="0.4")
                 continue
-            ax.barh(y, value, color="tab:blue" if key != COMPILE_TIME_S else "tab:green", alpha=0.8, height=0.6)
-            lo, hi = (finite_number(run["figures"].get(q)) for q in (PERF_SPEEDUP_P25_X, PERF_SPEEDUP_P75_X))
+            ax.barh(y, value, color="tab:blue" if key != "compile/time_s" else "tab:green", alpha=0.8, height=0.6)
+            lo, hi = (finite_number(run["figures"].get(q)) for q in ("perf/speedup_p25_x", "perf/speedup_p75_x"))
             end = value
-            if key == PERF_SPEEDUP_X and lo is not None and hi is not None:
+            if key == "perf/speedup_x" and lo is not None and hi is not None:
                 ax.errorbar(value, y, xerr=[[value - lo], [hi - value]], color="black", capsize=4, linewidth=1.2)
                 span, end = max(span, hi), max(value, hi)  # the value is written past the whisker
-            note = " (nothing compiled)" if key == COMPILE_TIME_S and value == 0 else ""
+            note = " (nothing compiled)" if key == "compile/time_s" and value == 0 else ""
             ax.text(end, y, f" {value:.3g}{note}", va="center", fontsize=8)
-        if key == PERF_SPEEDUP_X:
+        if key == "perf/speedup_x":
             ax.axvline(1.0, color="gray", linestyle="--", linewidth=1)
             ax.annotate("1x: as fast as eager", (1.0, 1.0), xycoords=("data", "axes fraction"), xytext=(3, -10),
                         textcoords="offset points", fontsize=7, color="gray")
@@ -225,7 +211,7 @@ def finite_number(value: Any) -> float | None:
 
 def _missing(figures: dict[str, Any], key: str) -> str:
     """Why a run has no value for ``key``, written where its bar would be."""
-    if key == PERF_SPEEDUP_X:
+    if key == "perf/speedup_x":
         why = missing_speedup(figures)
         return "nothing compiled: the eager baseline" if why == "nothing compiled" else why
     return "not measured"

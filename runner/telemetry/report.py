@@ -10,22 +10,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from runner.figures import counted
-from runner.figures.compile_caches import COMPILE_CACHE_HITS
-from runner.figures.compile_work import COMPILE_GRAPH_BREAK_REASONS, COMPILE_GRAPH_BREAKS, COMPILE_RECOMPILE_REASONS
-from runner.figures.cudagraphs import CUDAGRAPHS_EAGER_REASONS, CUDAGRAPHS_PARTITIONS, CUDAGRAPHS_PARTITIONS_GRAPHED
-from runner.figures.perf import (
-    PERF_BREAK_EVEN_STEP,
-    PERF_SPEEDUP_P25_X,
-    PERF_SPEEDUP_P75_X,
-    PERF_SPEEDUP_PAIRS,
-    PERF_SPEEDUP_STATUS,
-    PERF_SPEEDUP_STEPS,
-    PERF_SPEEDUP_X,
-)
-from runner.figures.ranks import RANKS, RANKS_COMPILES_AGREE
-from runner.figures.run import RUN_HUB, RUN_SAMPLE
-from runner.figures.trace import TRACE_HTML, TRACE_STATUS
+from runner.metrics import RANKS, counted
 from runner.telemetry.advice import RUNNERS_OPTIMIZER_STEP, fix_label, runners_breaks
 from runner.telemetry.definitions import FIGURES, SECTIONS, TIMING_LEGEND
 from runner.telemetry.plots import plot_step_times
@@ -68,22 +53,22 @@ def json_safe(value: Any) -> Any:
 def _cell(key: str, figures: dict[str, Any]) -> str:
     """One figure as shown: the speedup with its quartiles, the break-even step as a number or
     ``never``, a missing speedup as why it is missing."""
-    if key == PERF_BREAK_EVEN_STEP:
+    if key == "perf/break_even_step":
         return break_even_cell(figures)
-    if key == PERF_SPEEDUP_X:
-        value = _fmt(figures[PERF_SPEEDUP_X])
-        if PERF_SPEEDUP_P25_X in figures and PERF_SPEEDUP_P75_X in figures:
-            value += f" ({_fmt(figures[PERF_SPEEDUP_P25_X])} to {_fmt(figures[PERF_SPEEDUP_P75_X])})"
+    if key == "perf/speedup_x":
+        value = _fmt(figures["perf/speedup_x"])
+        if "perf/speedup_p25_x" in figures and "perf/speedup_p75_x" in figures:
+            value += f" ({_fmt(figures['perf/speedup_p25_x'])} to {_fmt(figures['perf/speedup_p75_x'])})"
         return value
-    if key == COMPILE_GRAPH_BREAKS and (runners := runners_breaks(figures)):
+    if key == "compile/graph_breaks" and (runners := runners_breaks(figures)):
         return f"{_fmt(figures[key])} ({runners} {RUNNERS_OPTIMIZER_STEP})"
-    if key == PERF_SPEEDUP_STEPS and figures.get(PERF_SPEEDUP_PAIRS):
-        text = f"{figures[key]} ({counted(int(figures[PERF_SPEEDUP_PAIRS]), 'pair')})"
-        resumed = figures.get(PERF_SPEEDUP_STATUS) == "measured before the resume"
+    if key == "perf/speedup_steps" and figures.get("perf/speedup_pairs"):
+        text = f"{figures[key]} ({counted(int(figures['perf/speedup_pairs']), 'pair')})"
+        resumed = figures.get("perf/speedup_status") == "measured before the resume"
         return text + (", before the resume" if resumed else "")
-    if key == CUDAGRAPHS_PARTITIONS_GRAPHED:
+    if key == "cudagraphs/partitions_graphed":
         return partitions_cell(figures)
-    if key == RUN_HUB:  # each name at its commit, once (data.tokenizer reads the model's repo)
+    if key == "run/hub":  # each name at its commit, once (data.tokenizer reads the model's repo)
         seen = dict.fromkeys(f"{h['name']}@{h['commit'][:12]}" for h in figures[key])
         return ", ".join(seen)
     return _fmt(figures[key])
@@ -92,16 +77,16 @@ def _cell(key: str, figures: dict[str, Any]) -> str:
 def partitions_cell(figures: dict[str, Any]) -> str:
     """``N of M`` partitions in CUDA graphs, ``all`` when nothing runs eagerly, and a word on graphs the compile
     cache supplied (their partitions were decided by the process that compiled them, not counted here)."""
-    graphed, total = figures[CUDAGRAPHS_PARTITIONS_GRAPHED], figures.get(CUDAGRAPHS_PARTITIONS)
+    graphed, total = figures["cudagraphs/partitions_graphed"], figures.get("cudagraphs/partitions")
     text = f"{graphed} of {total}" + (" (all)" if graphed == total else "")
-    if figures.get(COMPILE_CACHE_HITS):
+    if figures.get("compile/cache_hits"):
         text += "; cached graphs not counted"
     return text
 
 
 def _present(key: str, figures: dict[str, Any]) -> bool:
     # A run without a speedup says so on the speedup row instead of leaving it out.
-    return key in figures or (key == PERF_SPEEDUP_X and PERF_SPEEDUP_STATUS in figures)
+    return key in figures or (key == "perf/speedup_x" and "perf/speedup_status" in figures)
 
 
 def summary_sections(figures: dict[str, Any]) -> list[tuple[str, list[tuple[str, str]]]]:
@@ -177,15 +162,15 @@ def eager_reason_text(entry: dict[str, Any]) -> str:
 def _reason_lines(figures: dict[str, Any], limit: int = 10) -> list[str]:
     """Recompile and graph-break reasons as short lines, the first ``limit`` of each."""
     lines: list[str] = []
-    recompiles = figures.get(COMPILE_RECOMPILE_REASONS) or []
+    recompiles = figures.get("compile/recompile_reasons") or []
     if recompiles:
         lines.append("recompiles:")
         lines += [f"  - {r.get('name', '?')}: {r.get('reason', '?')}" + _fix(r) for r in recompiles[:limit]]
-    eager = figures.get(CUDAGRAPHS_EAGER_REASONS) or []
+    eager = figures.get("cudagraphs/eager_reasons") or []
     if eager:
         lines.append("not in CUDA graphs (run eagerly between the recorded partitions):")
         lines += [f"  - {eager_reason_text(e)}" for e in eager[:limit]]
-    breaks = figures.get(COMPILE_GRAPH_BREAK_REASONS) or []
+    breaks = figures.get("compile/graph_break_reasons") or []
     if breaks:
         lines.append("graph breaks:")
         lines += [
@@ -201,7 +186,7 @@ def _rank_table(figures: dict[str, Any]) -> list[str]:
     if not keys:
         return []
     world = len(figures[keys[0]])
-    agree = "the same on every rank" if figures.get(RANKS_COMPILES_AGREE) else "NOT the same on every rank"
+    agree = "the same on every rank" if figures.get("ranks/compiles_agree") else "NOT the same on every rank"
     out = ["", f"## Per rank ({world} ranks; graphs, recompiles and graph breaks {agree})", "",
            "| rank | " + " | ".join(k.removeprefix(RANKS) for k in keys) + " |",
            "|---:|" + "---:|" * len(keys)]
@@ -211,7 +196,7 @@ def _rank_table(figures: dict[str, Any]) -> list[str]:
 
 def _sample(figures: dict[str, Any]) -> list[str]:
     """A causal LM's text at the end of the fit (``run/sample``), fenced so that nothing in it reads as markdown."""
-    text = figures.get(RUN_SAMPLE)
+    text = figures.get("run/sample")
     if not text:
         return []
     text = "".join(c if c in "\n\t" or c.isprintable() else "\ufffd" for c in text)  # no control bytes in the page
@@ -230,24 +215,24 @@ def _markdown(figures: dict[str, Any]) -> str:
         out += [f"| {label.strip()} | {value} | {meaning.get(label, '')} |" for label, value in rows]
         out.append("")
     out.append("Every figure, its steps and its key in report.json: docs/report.md in runner's repository.")
-    recompiles = figures.get(COMPILE_RECOMPILE_REASONS) or []
+    recompiles = figures.get("compile/recompile_reasons") or []
     out += ["", f"## Recompiles ({len(recompiles)})", ""]
     out += [f"- `{r.get('name', '?')}` (step {r.get('step', '?')}): {r.get('reason', '?')}" + _fix(r)
             for r in recompiles]
-    eager = figures.get(CUDAGRAPHS_EAGER_REASONS) or []
+    eager = figures.get("cudagraphs/eager_reasons") or []
     if eager:
         out += ["", "## Not in CUDA graphs", ""]
         out += [f"- {line}" for line in map(eager_reason_text, eager)]
-    breaks = figures.get(COMPILE_GRAPH_BREAK_REASONS) or []
+    breaks = figures.get("compile/graph_break_reasons") or []
     out += ["", f"## Graph breaks ({len(breaks)})", ""]
     out += [f"- {b.get('reason', '?')} at `{b.get('user_frame') or '?'}` (x{b.get('count', 1)})" + _fix(b)
             for b in breaks]
     out += _rank_table(figures)
     out += _sample(figures)
-    if figures.get(TRACE_HTML):
-        out += ["", f"Every compile, in tlparse's report: [{figures[TRACE_HTML]}]({figures[TRACE_HTML]})"]
-    elif figures.get(TRACE_STATUS):
-        out += ["", f"Compile trace: {figures[TRACE_STATUS]}"]
+    if figures.get("trace/html"):
+        out += ["", f"Every compile, in tlparse's report: [{figures['trace/html']}]({figures['trace/html']})"]
+    elif figures.get("trace/status"):
+        out += ["", f"Compile trace: {figures['trace/status']}"]
     out += ["", "![step times](step_times.png)", ""]
     return "\n".join(out)
 
@@ -257,7 +242,7 @@ def write_report(run_dir: Path, figures: dict[str, Any]) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
     stored = dict(figures)
     if break_even_text(figures) == "never":  # not null: null would read as "not measured"
-        stored[PERF_BREAK_EVEN_STEP] = "never"
+        stored["perf/break_even_step"] = "never"
     (run_dir / "report.json").write_text(json.dumps(json_safe(stored), indent=2, sort_keys=True) + "\n")
     plot_step_times(figures, run_dir / "step_times.png")
     (run_dir / "report.md").write_text(_markdown(figures))

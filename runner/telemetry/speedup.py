@@ -11,32 +11,13 @@ import statistics
 from collections import deque
 from typing import Any
 
-from runner.figures.perf import (
-    PERF_BESIDE_COST_S,
-    PERF_BREAK_EVEN_STEP,
-    PERF_COMPILED_STEP_MS,
-    PERF_EAGER_STEP_MS,
-    PERF_LEFT_OUT_STEP_MS,
-    PERF_LEFT_OUT_STEPS,
-    PERF_RECORDING_STEPS,
-    PERF_SPEEDUP_P25_X,
-    PERF_SPEEDUP_P75_X,
-    PERF_SPEEDUP_PAIRS,
-    PERF_SPEEDUP_STATUS,
-    PERF_SPEEDUP_STEPS,
-    PERF_SPEEDUP_X,
-    PERF_STEP_MS,
-    PERF_STEP_SERIES,
-    PERF_STEP_SERIES_STRIDE,
-)
-
 # Compiled steps kept in the step series (report, plot) at most: beyond, one in every ``stride`` (a power of two), so a
 # run of a million steps keeps a few thousand points, not a million dicts.
 SERIES_POINTS = 4096
 
 # The figures of one speedup measurement (carried through a checkpoint to a resumed run).
-SPEEDUP_KEYS = (PERF_EAGER_STEP_MS, PERF_COMPILED_STEP_MS, PERF_SPEEDUP_X, PERF_SPEEDUP_P25_X,
-                PERF_SPEEDUP_P75_X, PERF_BREAK_EVEN_STEP, PERF_SPEEDUP_PAIRS, PERF_SPEEDUP_STEPS)
+SPEEDUP_KEYS = ("perf/eager_step_ms", "perf/compiled_step_ms", "perf/speedup_x", "perf/speedup_p25_x",
+                "perf/speedup_p75_x", "perf/break_even_step", "perf/speedup_pairs", "perf/speedup_steps")
 
 # Steps the live figures (``perf/step_ms``, throughput) are computed over: the recent ones, since a recompile changes
 # the step time; kept in bounded windows so a live figure costs the same at step 100 000 as at step 10.
@@ -187,40 +168,40 @@ class SpeedupMeter:
         the step series (the live figures)."""
         out: dict[str, Any] = {}
         if series:
-            out[PERF_STEP_SERIES] = list(self.steps.points)
-            out[PERF_STEP_SERIES_STRIDE] = self.steps.stride
+            out["perf/step_series"] = list(self.steps.points)
+            out["perf/step_series_stride"] = self.steps.stride
         recent = self._recent()  # recent: recompiles change the step time
         if recent:
-            out[PERF_STEP_MS] = statistics.median(p["ms"] for p in recent)
+            out["perf/step_ms"] = statistics.median(p["ms"] for p in recent)
         if self._left_out_ms:  # never drop a step from the step times without saying so
-            out[PERF_LEFT_OUT_STEPS] = sum(self.left_out.values())
-            out[PERF_LEFT_OUT_STEP_MS] = statistics.median(self._left_out_ms)
+            out["perf/left_out_steps"] = sum(self.left_out.values())
+            out["perf/left_out_step_ms"] = statistics.median(self._left_out_ms)
             if self.left_out["recording"]:  # only where CUDA graphs recorded: a compiling step is no recording
-                out[PERF_RECORDING_STEPS] = self.left_out["recording"]
-        out[PERF_SPEEDUP_STATUS] = self.status()
+                out["perf/recording_steps"] = self.left_out["recording"]
+        out["perf/speedup_status"] = self.status()
         if self.done and self.window and self.compiled_any:
             # Only the interleaved window, so both medians saw the same machine conditions.
             e_ms = statistics.median([ms for mode, ms, _ in self.window if mode == "eager"])
             c_ms = statistics.median([ms for mode, ms, _ in self.window if mode == "compiled"])
-            out[PERF_EAGER_STEP_MS] = e_ms
-            out[PERF_COMPILED_STEP_MS] = c_ms
+            out["perf/eager_step_ms"] = e_ms
+            out["perf/compiled_step_ms"] = c_ms
             # The speedup is the median of each adjacent pair's eager/compiled ratio of time per token:
             # a load burst hits both steps of a pair, so it cancels in the ratio (it does not in a ratio
             # of medians), and per token, pairs whose batches differ in length still compare like with like.
             ratios = pair_ratios(self.window)
-            out[PERF_SPEEDUP_X] = speedup = statistics.median(ratios) if ratios else math.nan
-            out[PERF_SPEEDUP_PAIRS] = len(ratios)
+            out["perf/speedup_x"] = speedup = statistics.median(ratios) if ratios else math.nan
+            out["perf/speedup_pairs"] = len(ratios)
             if self.window_steps:
-                out[PERF_SPEEDUP_STEPS] = f"{min(self.window_steps)}-{max(self.window_steps)}"
+                out["perf/speedup_steps"] = f"{min(self.window_steps)}-{max(self.window_steps)}"
             if len(ratios) >= 2:
                 # "inclusive": quartiles inside the measured ratios (the default "exclusive" method
                 # extrapolates from few pairs, e.g. -0.57 from two ratios 0.37 and 4.1).
                 q = statistics.quantiles(ratios, n=4, method="inclusive")
-                out[PERF_SPEEDUP_P25_X], out[PERF_SPEEDUP_P75_X] = q[0], q[2]
+                out["perf/speedup_p25_x"], out["perf/speedup_p75_x"] = q[0], q[2]
             cost = 0.0
             if self.beside[0]:
-                out[PERF_BESIDE_COST_S] = cost = max(0.0, (self.beside[1] - self.beside[0] * e_ms) / 1e3)
-            out[PERF_BREAK_EVEN_STEP] = break_even_step(compile_time_s + cost, c_ms, speedup)
+                out["perf/beside_cost_s"] = cost = max(0.0, (self.beside[1] - self.beside[0] * e_ms) / 1e3)
+            out["perf/break_even_step"] = break_even_step(compile_time_s + cost, c_ms, speedup)
         return out
 
     def status(self) -> str:

@@ -13,19 +13,6 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from runner.figures.compile_work import COMPILE_GRAPH_BREAKS, COMPILE_RECOMPILES, COMPILE_TIME_S
-from runner.figures.memory import MEMORY_PEAK_GIB
-from runner.figures.objective import OBJECTIVE_LOSS
-from runner.figures.offload import OFFLOAD_REDUCTION_X
-from runner.figures.perf import (
-    PERF_BREAK_EVEN_STEP,
-    PERF_SPEEDUP_P25_X,
-    PERF_SPEEDUP_P75_X,
-    PERF_SPEEDUP_X,
-    PERF_STEP_MS,
-)
-from runner.figures.run import VAL_BPB, VAL_LOSS
-from runner.figures.run_preference import VAL_REWARDS_ACCURACIES
 from runner.telemetry.definitions import FIGURES
 from runner.telemetry.plots import finite_number, plot_sweep
 from runner.telemetry.report import json_safe
@@ -33,20 +20,20 @@ from runner.telemetry.verdict import break_even_cell, missing_speedup, speedup_v
 
 # (criterion, report key, higher is better)
 CRITERIA: tuple[tuple[str, str, bool], ...] = (
-    ("speedup", PERF_SPEEDUP_X, True),
-    ("compile_time", COMPILE_TIME_S, False),
-    ("recompiles", COMPILE_RECOMPILES, False),
-    ("memory", MEMORY_PEAK_GIB, False),
+    ("speedup", "perf/speedup_x", True),
+    ("compile_time", "compile/time_s", False),
+    ("recompiles", "compile/recompiles", False),
+    ("memory", "memory/peak_gib", False),
 )
 COLUMNS: tuple[tuple[str, str], ...] = (
-    (PERF_SPEEDUP_X, "speedup [x]"),
-    (COMPILE_TIME_S, "compile [s]"),
-    (COMPILE_RECOMPILES, "recompiles"),
-    (COMPILE_GRAPH_BREAKS, "graph breaks"),
-    (PERF_STEP_MS, "step, last 50 [ms]"),
-    (PERF_BREAK_EVEN_STEP, "break-even step"),
-    (MEMORY_PEAK_GIB, "peak [GiB]"),
-    (OFFLOAD_REDUCTION_X, "saved activations reduction [x]"),
+    ("perf/speedup_x", "speedup [x]"),
+    ("compile/time_s", "compile [s]"),
+    ("compile/recompiles", "recompiles"),
+    ("compile/graph_breaks", "graph breaks"),
+    ("perf/step_ms", "step, last 50 [ms]"),
+    ("perf/break_even_step", "break-even step"),
+    ("memory/peak_gib", "peak [GiB]"),
+    ("offload/reduction_x", "saved activations reduction [x]"),
 )
 # The compile stack's own config groups (conf/compile, dynamic, offload, cudagraphs): jobs that differ in these alone
 # train alike.
@@ -85,12 +72,12 @@ def objective_figures(runs: list[dict[str, Any]]) -> tuple[tuple[tuple[str, str,
                                                             tuple[tuple[str, str], ...]]:
     """The criteria and columns of what the runs minimised: a preference objective's accuracy and loss, else
     bits per byte, else the loss."""
-    if any(OBJECTIVE_LOSS in r["figures"] for r in runs):
-        return ((("val_rewards/accuracies", VAL_REWARDS_ACCURACIES, True), ("val_loss", VAL_LOSS, False)),
-                ((VAL_REWARDS_ACCURACIES, "val rewards/accuracies"), (VAL_LOSS, "val loss")))
-    if any(finite_number(r["figures"].get(VAL_BPB)) is not None for r in runs):
-        return (("val_bits/byte", VAL_BPB, False),), ((VAL_BPB, "val bits/byte"),)
-    return (("val_loss", VAL_LOSS, False),), ((VAL_LOSS, "val loss"),)
+    if any("objective/loss" in r["figures"] for r in runs):
+        return ((("val_rewards/accuracies", "val/rewards/accuracies", True), ("val_loss", "val/loss", False)),
+                (("val/rewards/accuracies", "val rewards/accuracies"), ("val/loss", "val loss")))
+    if any(finite_number(r["figures"].get("val/bpb")) is not None for r in runs):
+        return (("val_bits/byte", "val/bpb", False),), (("val/bpb", "val bits/byte"),)
+    return (("val_loss", "val/loss", False),), (("val/loss", "val loss"),)
 
 
 def _trains_alike(distinct: list[str]) -> bool:
@@ -141,7 +128,7 @@ def summarize_sweep(sweep_dir: Path, criteria: tuple[tuple[str, str, bool], ...]
 
 def _panels(columns: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
     """The picture's panels: the ranking's first column, the steady step time, the compile time."""
-    wanted = [columns[0], (PERF_STEP_MS, "step, last 50 [ms]"), (COMPILE_TIME_S, "compile [s]")]
+    wanted = [columns[0], ("perf/step_ms", "step, last 50 [ms]"), ("compile/time_s", "compile [s]")]
     out: list[tuple[str, str]] = []
     for key, label in wanted:
         if key not in [k for k, _ in out]:
@@ -150,14 +137,14 @@ def _panels(columns: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]
 
 
 def _quartiles(figures: dict[str, Any]) -> tuple[float, float] | None:
-    lo, hi = finite_number(figures.get(PERF_SPEEDUP_P25_X)), finite_number(figures.get(PERF_SPEEDUP_P75_X))
+    lo, hi = finite_number(figures.get("perf/speedup_p25_x")), finite_number(figures.get("perf/speedup_p75_x"))
     return (lo, hi) if lo is not None and hi is not None else None
 
 
 def noise_notes(runs: list[dict[str, Any]], key: str) -> list[str]:
     """Sentences saying when the best run's lead is inside the noise of the pairs' quartiles: the
     best speedup's range includes 1, or its range overlaps the next runs' ranges."""
-    if key != PERF_SPEEDUP_X:
+    if key != "perf/speedup_x":
         return []
     measured = [r for r in runs if finite_number(r["figures"].get(key)) is not None]
     if not measured:
@@ -178,12 +165,12 @@ def noise_notes(runs: list[dict[str, Any]], key: str) -> list[str]:
 
 
 def _cell(key: str, figures: dict[str, Any]) -> str:
-    if key == PERF_BREAK_EVEN_STEP:
+    if key == "perf/break_even_step":
         return break_even_cell(figures)
     number = finite_number(figures.get(key))
     if number is None:
-        return missing_speedup(figures) if key == PERF_SPEEDUP_X else "-"
-    if key == PERF_SPEEDUP_X and (q := _quartiles(figures)) is not None:
+        return missing_speedup(figures) if key == "perf/speedup_x" else "-"
+    if key == "perf/speedup_x" and (q := _quartiles(figures)) is not None:
         return f"{number:.4g} ({q[0]:.3g} to {q[1]:.3g})"
     return f"{number:.4g}"
 

@@ -13,7 +13,6 @@ import torch
 from runner.data.batch import iter_tensors
 from runner.data.preference.batch import PairInputs
 from runner.data.sequences.padding import IGNORE_INDEX
-from runner.figures.perf import PERF_FLOPS_SOURCE, PERF_TFLOP_PER_STEP
 from runner.packing import PackedInputs
 from runner.telemetry.peak import Peak, mfu_figures
 
@@ -124,8 +123,8 @@ class StepFlops:
             per_unit = flops / float(tokens or samples or 1) if flops else None
         out: dict[str, Any] = {}
         if flops and per_unit:
-            out[PERF_TFLOP_PER_STEP] = flops / 1e12
-            out[PERF_FLOPS_SOURCE] = self.source
+            out["perf/tflop_per_step"] = flops / 1e12
+            out["perf/flops_source"] = self.source
             unit_rate = rate("tokens") if tokens else rate("samples")
             if unit_rate:
                 out.update(mfu_figures(per_unit * unit_rate, peak))

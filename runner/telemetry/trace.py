@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from runner.figures.trace import TRACE_FILE, TRACE_HTML, TRACE_STATUS
 from runner.torch_internals import observation
 
 log = logging.getLogger(__name__)
@@ -57,12 +56,12 @@ class StructuredTrace:
         stop, self._stop = self._stop, None
         trace_file = stop()
         if trace_file is None:
-            self._figures = {TRACE_STATUS: "nothing was compiled: no trace"}
+            self._figures = {"trace/status": "nothing was compiled: no trace"}
             return
         html, status = render(Path(trace_file), self.run_dir / HTML_DIR)
-        self._figures = {TRACE_FILE: str(Path(trace_file).relative_to(self.run_dir)), TRACE_STATUS: status}
+        self._figures = {"trace/file": str(Path(trace_file).relative_to(self.run_dir)), "trace/status": status}
         if html is not None:
-            self._figures[TRACE_HTML] = str(html.relative_to(self.run_dir))
+            self._figures["trace/html"] = str(html.relative_to(self.run_dir))
         else:
             log.warning("telemetry.trace: %s", status)
 

@@ -5,22 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from runner.figures import counted
-from runner.figures.compile_background import COMPILE_BACKGROUND_OUTCOME
-from runner.figures.compile_plan import COMPILE_SCOPE
-from runner.figures.compile_work import COMPILE_TIME_S
-from runner.figures.perf import (
-    PERF_BESIDE_COST_S,
-    PERF_BREAK_EVEN_STEP,
-    PERF_COMPILED_STEP_MS,
-    PERF_EAGER_STEP_MS,
-    PERF_SPEEDUP_P25_X,
-    PERF_SPEEDUP_P75_X,
-    PERF_SPEEDUP_PAIRS,
-    PERF_SPEEDUP_STATUS,
-    PERF_SPEEDUP_X,
-)
-from runner.figures.run import RUN_RESUMED_AT_STEP
+from runner.metrics import counted
 
 
 def _number(value: Any) -> float | None:
@@ -32,7 +17,7 @@ def _number(value: Any) -> float | None:
 def break_even_text(figures: dict[str, Any]) -> str | None:
     """The break-even step as shown: a step number, ``never`` (no break-even, or a speedup not above 1;
     also a report.json that stored it as ``"never"``), or None when no speedup was measured."""
-    value, speedup = figures.get(PERF_BREAK_EVEN_STEP), _number(figures.get(PERF_SPEEDUP_X))
+    value, speedup = figures.get("perf/break_even_step"), _number(figures.get("perf/speedup_x"))
     if value is None and speedup is None:
         return None
     if value == "never" or (speedup is not None and speedup <= 1.0):
@@ -51,8 +36,8 @@ def break_even_cell(figures: dict[str, Any]) -> str:
 def missing_speedup(figures: dict[str, Any]) -> str:
     """What the speedup cell says when there is no speedup: ``nothing compiled``, ``disabled``, or
     ``not measured (...)`` with how far the measurement got."""
-    status = str(figures.get(PERF_SPEEDUP_STATUS) or "")
-    if status == "nothing compiled" or figures.get(COMPILE_SCOPE) == "none":
+    status = str(figures.get("perf/speedup_status") or "")
+    if status == "nothing compiled" or figures.get("compile/scope") == "none":
         return "nothing compiled"
     if status == "disabled":
         return "disabled"
@@ -70,16 +55,16 @@ MIN_VERDICT_PAIRS = 4
 def speedup_verdict(figures: dict[str, Any]) -> tuple[str, str]:
     """``(kind, sentence)``: ``faster``, ``slower``, ``noise`` (too few pairs, quartiles including 1, or medians
     pointing the other way) or ``none`` (no speedup; the sentence says why)."""
-    speedup = _number(figures.get(PERF_SPEEDUP_X))
-    status = str(figures.get(PERF_SPEEDUP_STATUS) or "")
+    speedup = _number(figures.get("perf/speedup_x"))
+    status = str(figures.get("perf/speedup_status") or "")
     if speedup is None or not math.isfinite(speedup):
-        beside = str(figures.get(COMPILE_BACKGROUND_OUTCOME) or "")
+        beside = str(figures.get("compile/background_outcome") or "")
         if beside.startswith(("stayed eager", "not ready")):  # eager by the compile beside the run's decision
             return "none", f"the run trained eagerly (compile beside the run: {beside})"
         if "back to eager" in beside:  # it switched, then measured the compiled step slower
             return "none", f"the run went back to eager (compile beside the run: {beside})"
-        if status == "nothing compiled" or figures.get(COMPILE_SCOPE) == "none":
-            resumed = figures.get(RUN_RESUMED_AT_STEP)  # the part before the resume may have compiled
+        if status == "nothing compiled" or figures.get("compile/scope") == "none":
+            resumed = figures.get("run/resumed_at_step")  # the part before the resume may have compiled
             since = f" since the resume at step {resumed}" if resumed is not None else ""
             return "none", f"nothing was compiled{since}: there is no speedup to measure"
         if status == "disabled":
@@ -89,13 +74,13 @@ def speedup_verdict(figures: dict[str, Any]) -> tuple[str, str]:
                         "before the last step; a longer run (trainer.max_steps) measures it")
     resumed = status == "measured before the resume"
     before = "before the resume, " if resumed else ""
-    p25, p75 = _number(figures.get(PERF_SPEEDUP_P25_X)), _number(figures.get(PERF_SPEEDUP_P75_X))
+    p25, p75 = _number(figures.get("perf/speedup_p25_x")), _number(figures.get("perf/speedup_p75_x"))
     quartiles = p25 is not None and p75 is not None
     spread = f", the pairs' 25th to 75th percentile {p25:.2f} to {p75:.2f}" if quartiles else ""
-    pairs = _number(figures.get(PERF_SPEEDUP_PAIRS))
+    pairs = _number(figures.get("perf/speedup_pairs"))
     # Timing eager against itself on a shared 2-core machine gave 0.91 with 10 pairs (speedup.py).
     few = f"; only {counted(int(pairs), 'pair')}: a rough figure" if pairs is not None and pairs < 10 else ""
-    eager, compiled = _number(figures.get(PERF_EAGER_STEP_MS)), _number(figures.get(PERF_COMPILED_STEP_MS))
+    eager, compiled = _number(figures.get("perf/eager_step_ms")), _number(figures.get("perf/compiled_step_ms"))
     if pairs is not None and pairs < MIN_VERDICT_PAIRS:
         # The quartiles of two or three ratios are no spread: one stalled step (a logger's flush, a
         # neighbour's burst) made 2 pairs of 4 ms smoke steps read 25x on the eager backend.
@@ -127,35 +112,35 @@ def speedup_verdict(figures: dict[str, Any]) -> tuple[str, str]:
 def compile_cost_s(figures: dict[str, Any]) -> float | None:
     """What compiling cost the run in seconds, as the break-even step counts it: the compile time in this
     process plus what a compile process beside the run cost the eager steps (``perf/beside_cost_s``)."""
-    seconds = _number(figures.get(COMPILE_TIME_S))
-    beside = _number(figures.get(PERF_BESIDE_COST_S)) or 0.0
+    seconds = _number(figures.get("compile/time_s"))
+    beside = _number(figures.get("perf/beside_cost_s")) or 0.0
     return None if seconds is None else seconds + beside
 
 
 def contradictions(figures: dict[str, Any]) -> list[str]:
     """The rules the headline figures keep; each broken one as a sentence ([] when consistent)."""
     out: list[str] = []
-    speedup = _number(figures.get(PERF_SPEEDUP_X))
-    raw = figures.get(PERF_BREAK_EVEN_STEP)  # as measured, before any display rule
+    speedup = _number(figures.get("perf/speedup_x"))
+    raw = figures.get("perf/break_even_step")  # as measured, before any display rule
     raw_number = _number(raw)
     finite = raw_number is not None and math.isfinite(raw_number)
     if speedup is not None and speedup <= 1.0 and finite:
         out.append(f"break-even {raw} beside a speedup of {speedup:.4g} (not above 1)")
     if speedup is not None and speedup > 1.0 and raw is not None and not finite:
         out.append(f"break-even {raw} beside a speedup of {speedup:.4g}")
-    p25, p75 = _number(figures.get(PERF_SPEEDUP_P25_X)), _number(figures.get(PERF_SPEEDUP_P75_X))
+    p25, p75 = _number(figures.get("perf/speedup_p25_x")), _number(figures.get("perf/speedup_p75_x"))
     if speedup is not None and p25 is not None and p75 is not None and not p25 <= speedup <= p75:
         out.append(f"speedup {speedup:.4g} outside its quartiles {p25:.4g}-{p75:.4g}")
     kind, _ = speedup_verdict(figures)
-    eager, compiled = _number(figures.get(PERF_EAGER_STEP_MS)), _number(figures.get(PERF_COMPILED_STEP_MS))
+    eager, compiled = _number(figures.get("perf/eager_step_ms")), _number(figures.get("perf/compiled_step_ms"))
     if kind in ("faster", "slower") and eager is not None and compiled is not None \
             and (kind == "faster") != (eager > compiled):
         out.append(f"verdict {kind} beside eager {eager:.4g} ms and compiled {compiled:.4g} ms")
-    if speedup is None and any(k in figures for k in (PERF_BREAK_EVEN_STEP, PERF_SPEEDUP_P25_X)):
+    if speedup is None and any(k in figures for k in ("perf/break_even_step", "perf/speedup_p25_x")):
         out.append("speedup figures without a speedup")
     seconds = compile_cost_s(figures)
     if finite and speedup is not None and speedup > 1.0 and compiled is not None and seconds is not None \
-            and figures.get(PERF_SPEEDUP_STATUS) == "measured":  # carried figures used an earlier compile time
+            and figures.get("perf/speedup_status") == "measured":  # carried figures used an earlier compile time
         expected = math.ceil(seconds / (compiled * (speedup - 1.0) / 1000.0))
         if expected != raw:
             out.append(f"break-even {raw}, but compile time / time saved per step gives {expected}")

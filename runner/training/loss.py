@@ -15,7 +15,6 @@ from runner.config.decisions import loss as loss_decision
 from runner.config.decisions.loss import LossDecision
 from runner.config.schema.loss import LossConfig
 from runner.config.schema.peft import PeftConfig
-from runner.figures.loss import LOSS_CHUNK_ROWS, LOSS_CHUNKED, LOSS_CHUNKS, LOSS_LOGITS_GIB, LOSS_REASON
 from runner.losses import IGNORE_INDEX, Reduction, linear_cross_entropy, logits_bytes
 from runner.peft.layer import LoRALinear
 
@@ -92,11 +91,11 @@ class LossPlan:
 
     def figures(self) -> dict[str, Any]:
         d = self.decision
-        out: dict[str, Any] = {LOSS_CHUNKED: d.chunked, LOSS_REASON: d.reason}
+        out: dict[str, Any] = {"loss/chunked": d.chunked, "loss/reason": d.reason}
         if d.chunked:
-            out.update({LOSS_CHUNKS: d.chunks, LOSS_CHUNK_ROWS: d.rows})
+            out.update({"loss/chunks": d.chunks, "loss/chunk_rows": d.rows})
         if self.logits_bytes is not None:
-            out[LOSS_LOGITS_GIB] = round(self.logits_bytes / 2**30, 3)
+            out["loss/logits_gib"] = round(self.logits_bytes / 2**30, 3)
         return out
 
 

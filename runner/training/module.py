@@ -14,7 +14,6 @@ from torch.optim.lr_scheduler import LRScheduler
 
 from runner.data.sequences.padding import IGNORE_INDEX
 from runner.data.traits import ValMetric
-from runner.figures.run import TRAIN_LOSS, VAL_ACCURACY, VAL_BPB, VAL_LOSS
 from runner.training.loss import FULL_LOGITS, LossPlan, lm_loss
 
 __all__ = ["TrainModule", "lm_loss"]
@@ -56,7 +55,7 @@ class TrainModule(L.LightningModule):
         loss = self.loss_fn(self.model, x, y)
         # Not prog_bar=True: Lightning turns every progress-bar value into a Python float after every
         # batch, a host sync per step. runner's progress bar shows train/loss, read at log steps only.
-        self.log(TRAIN_LOSS, loss)
+        self.log("train/loss", loss)
         return loss
 
     def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
@@ -66,12 +65,12 @@ class TrainModule(L.LightningModule):
             loss = lm_loss(logits, y)
             counted = y != IGNORE_INDEX
             right = ((logits.argmax(-1) == y) & counted).sum()
-            self.log(VAL_ACCURACY, right / counted.sum().clamp(min=1), sync_dist=True)
+            self.log("val/accuracy", right / counted.sum().clamp(min=1), sync_dist=True)
         else:  # the loss alone: chunked where training is, never the whole logits then
             loss = self.loss_fn(self.model, x, y)
-        self.log(VAL_LOSS, loss, prog_bar=True, sync_dist=True)
+        self.log("val/loss", loss, prog_bar=True, sync_dist=True)
         if self.val_metric is ValMetric.bits_per_byte:  # nats per byte / ln 2 = bits per byte
-            self.log(VAL_BPB, loss / math.log(2), sync_dist=True)
+            self.log("val/bpb", loss / math.log(2), sync_dist=True)
         return loss
 
     def configure_optimizers(self) -> Any:

@@ -11,9 +11,7 @@ from torch import nn
 from runner.config.schema.objective import Loss, ObjectiveConfig
 from runner.data.preference.batch import PairInputs
 from runner.data.traits import ValMetric
-from runner.figures.objective import OBJECTIVE_BETA, OBJECTIVE_GAMMA, OBJECTIVE_LABEL_SMOOTHING, OBJECTIVE_LOSS
-from runner.figures.run import TRAIN_LOSS, VAL_LOSS
-from runner.figures.run_preference import TRAIN_METRICS, VAL_METRICS
+from runner.metrics import TRAIN_METRICS, VAL_METRICS
 from runner.training import preference_losses as losses
 from runner.training.logprobs import pair_logps
 from runner.training.loss import FULL_LOGITS, LossPlan
@@ -61,7 +59,7 @@ class PreferenceModule(TrainModule):
     def training_step(self, batch: Batch, batch_idx: int) -> torch.Tensor:  # type: ignore[override]
         loss, stats = self.pair_losses(batch)
         n = batch[0].pair_slots  # a shape, not a value: no host sync
-        self.log(TRAIN_LOSS, loss, batch_size=n)
+        self.log("train/loss", loss, batch_size=n)
         for key, name in zip(TRAIN_METRICS, STATS, strict=True):
             self.log(key, stats[name], batch_size=n)
         return loss
@@ -71,7 +69,7 @@ class PreferenceModule(TrainModule):
         # Weighed by the pairs the batch holds (packed rows hold more short pairs than long ones): validation's
         # figures are means over its pairs. A host sync, in validation only (it runs eagerly).
         n = int(batch[0].pairs.sum())
-        self.log(VAL_LOSS, loss, prog_bar=True, sync_dist=True, batch_size=n)
+        self.log("val/loss", loss, prog_bar=True, sync_dist=True, batch_size=n)
         for key, name in zip(VAL_METRICS, STATS, strict=True):
             self.log(key, stats[name], sync_dist=True, batch_size=n)
         return loss
@@ -103,9 +101,9 @@ class PreferenceModule(TrainModule):
     def figures(self) -> dict[str, Any]:
         """``objective/*``: the loss, its own settings (those the step used: beta; SimPO's gamma; DPO's and SimPO's
         label smoothing) and where the reference came from."""
-        own: dict[str, Any] = {OBJECTIVE_LOSS: self.loss_kind.value, OBJECTIVE_BETA: self.beta}
+        own: dict[str, Any] = {"objective/loss": self.loss_kind.value, "objective/beta": self.beta}
         if self.loss_kind is Loss.simpo:
-            own[OBJECTIVE_GAMMA] = self.gamma
+            own["objective/gamma"] = self.gamma
         if self.loss_kind in (Loss.dpo, Loss.simpo):
-            own[OBJECTIVE_LABEL_SMOOTHING] = self.label_smoothing
+            own["objective/label_smoothing"] = self.label_smoothing
         return {**own, **self.reference.figures()}

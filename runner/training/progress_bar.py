@@ -7,13 +7,11 @@ from typing import Any
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import RichProgressBar
 
-from runner.figures.run import TRAIN_LOSS
-
 
 class RunProgressBar(RichProgressBar):
     """``RichProgressBar`` that counts optimizer steps out of ``max_steps`` in a step-bounded run."""
 
-    SHOWN = (TRAIN_LOSS,)
+    SHOWN = ("train/loss",)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -16,7 +16,6 @@ import torch
 from torch import nn
 
 from runner.data.preference.batch import PairInputs
-from runner.figures.objective import OBJECTIVE_REFERENCE, OBJECTIVE_REFERENCE_BYTES, OBJECTIVE_REFERENCE_CACHE
 from runner.peft.layer import AdapterGate, LoRALinear
 from runner.training.logprobs import pair_logps
 from runner.training.loss import FullLogits, Loss, LossPlan
@@ -108,7 +107,7 @@ class AdapterReference(NoReference):
         return sums
 
     def figures(self) -> dict[str, Any]:
-        return {OBJECTIVE_REFERENCE: self.describe}
+        return {"objective/reference": self.describe}
 
 
 class FrozenCopy(NoReference):
@@ -141,7 +140,7 @@ class FrozenCopy(NoReference):
 
     def figures(self) -> dict[str, Any]:
         size = sum(t.numel() * t.element_size() for t in (*self.frozen.parameters(), *self.frozen.buffers()))
-        return {OBJECTIVE_REFERENCE: self.describe, OBJECTIVE_REFERENCE_BYTES: size}
+        return {"objective/reference": self.describe, "objective/reference_bytes": size}
 
 
 def cache_key(digest: str, data: list[Any], precision: str, which: str) -> str:
@@ -248,8 +247,8 @@ class Precomputed(NoReference):
 
     def figures(self) -> dict[str, Any]:
         cache = "; ".join(f"{which} {outcome}" for which, outcome in self.outcome.items())
-        return {OBJECTIVE_REFERENCE: "precomputed once, cached (objective.reference=precompute)",
-                **({OBJECTIVE_REFERENCE_CACHE: cache} if cache else {})}
+        return {"objective/reference": "precomputed once, cached (objective.reference=precompute)",
+                **({"objective/reference_cache": cache} if cache else {})}
 
 
 def _batches(loader: Iterable[Any]) -> Iterable[Any]:

@@ -11,7 +11,6 @@ from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LambdaLR
 
 from runner.config.schema.targets import OnResume
-from runner.figures.run import RUN_LR_SCHEDULE
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +108,7 @@ class ScheduleLR(LambdaLR):
 
     def figures(self) -> dict[str, Any]:
         """``run/lr_schedule`` when a resume found the plan for other steps than ``trainer.max_steps``."""
-        return {RUN_LR_SCHEDULE: self.plan.note} if self.plan.note else {}
+        return {"run/lr_schedule": self.plan.note} if self.plan.note else {}
 
 
 def warmup_cosine(optimizer: Optimizer, warmup_steps: int, total_steps: int, min_lr_ratio: float = 0.1,

@@ -14,25 +14,20 @@ import yaml
 
 from runner.config.schema import RunConfig
 from runner.config.tune import TuneConfig
-from runner.figures.compile_work import COMPILE_RECOMPILES, COMPILE_TIME_S
-from runner.figures.memory import MEMORY_PEAK_GIB
-from runner.figures.perf import PERF_STEP_MS
-from runner.figures.run import VAL_BPB
-from runner.figures.tune import TUNE_REASON, TUNE_SPEEDUP_VS_EAGER_X, TUNE_STATE, TUNE_TRIAL, TUNE_US_PER_TOKEN
 from runner.telemetry.report import write_report
 from runner.telemetry.sweep import CRITERIA, summarize_sweep
 from runner.tune.space import KEYS, Space, param_overrides, recipe_fields, recipe_groups
 
 # The sweep's ranking with time per token in place of the speedup.
-TUNE_CRITERIA: tuple[tuple[str, str, bool], ...] = (("time_per_token", TUNE_US_PER_TOKEN, False), *CRITERIA[1:])
+TUNE_CRITERIA: tuple[tuple[str, str, bool], ...] = (("time_per_token", "tune/us_per_token", False), *CRITERIA[1:])
 TUNE_COLUMNS: tuple[tuple[str, str], ...] = (
-    (TUNE_US_PER_TOKEN, "time/token [us]"),
-    (TUNE_SPEEDUP_VS_EAGER_X, "vs eager [x]"),
-    (COMPILE_TIME_S, "compile [s]"),
-    (COMPILE_RECOMPILES, "recompiles"),
-    (PERF_STEP_MS, "step [ms]"),
-    (MEMORY_PEAK_GIB, "peak [GiB]"),
-    (VAL_BPB, "val bits/byte"),
+    ("tune/us_per_token", "time/token [us]"),
+    ("tune/speedup_vs_eager_x", "vs eager [x]"),
+    ("compile/time_s", "compile [s]"),
+    ("compile/recompiles", "recompiles"),
+    ("perf/step_ms", "step [ms]"),
+    ("memory/peak_gib", "peak [GiB]"),
+    ("val/bpb", "val bits/byte"),
 )
 
 
@@ -83,8 +78,8 @@ class TrialRow:
 def _annotate(result: TrialResult, row: TrialRow) -> None:
     """``tune/*`` figures into the trial's report and its overrides where the sweep summary reads them."""
     assert result.figures is not None
-    result.figures.update({TUNE_TRIAL: row.number, TUNE_STATE: row.state, TUNE_REASON: row.reason,
-                           TUNE_US_PER_TOKEN: row.us_per_token})
+    result.figures.update({"tune/trial": row.number, "tune/state": row.state, "tune/reason": row.reason,
+                           "tune/us_per_token": row.us_per_token})
     write_report(result.run_dir, result.figures)
     hydra_dir = result.run_dir / ".hydra"
     hydra_dir.mkdir(parents=True, exist_ok=True)
@@ -117,7 +112,7 @@ def write_outputs(study: Any, rows: list[TrialRow], base_cfg: RunConfig, run_ove
         path = Path(r.run_dir) / "report.json"
         if path.is_file() and r.us_per_token:
             figures = json.loads(path.read_text())
-            figures[TUNE_SPEEDUP_VS_EAGER_X] = _ratio(eager.us_per_token, r.us_per_token)
+            figures["tune/speedup_vs_eager_x"] = _ratio(eager.us_per_token, r.us_per_token)
             path.write_text(json.dumps(figures, indent=2, sort_keys=True) + "\n")
     summary: dict[str, Any] = {
         "recipe": base_cfg.recipe, "device": _device(base_cfg), "wall_s": round(wall_s, 1),

@@ -16,9 +16,6 @@ import lightning.pytorch as pl
 from runner.config import ConfigError, compose, load
 from runner.config.composing.loading import checked
 from runner.config.tune import TuneConfig
-from runner.figures.compile_work import COMPILE_TIME_S
-from runner.figures.perf import PERF_TOKENS_PER_S
-from runner.figures.run import VAL_BPB
 from runner.lightning_step.callback_group import find_callback
 from runner.run import run
 from runner.telemetry import CompileTelemetry
@@ -78,11 +75,11 @@ def run_trial(overrides: list[str], run_dir: Path, trial: Any | None = None) -> 
         first = (str(e).splitlines() or [""])[0]
         return TrialResult(run_dir=run_dir, error=f"the run failed: {type(e).__name__}: {first}"[:300], failed=True)
     figures = result.figures
-    compile_s = figures.get(COMPILE_TIME_S)
+    compile_s = figures.get("compile/time_s")
     # A pruned run stops before its validation: the val/bpb it holds is the sanity check's, on the
     # untrained model (the same figure for every pruned trial), not this stack's.
-    val_bpb = figures.get(VAL_BPB) if reporter.pruned_at is None else None
-    return TrialResult(run_dir=run_dir, us_per_token=time_per_token_us(figures.get(PERF_TOKENS_PER_S)),
+    val_bpb = figures.get("val/bpb") if reporter.pruned_at is None else None
+    return TrialResult(run_dir=run_dir, us_per_token=time_per_token_us(figures.get("perf/tokens_per_s")),
                        val_bpb=val_bpb, compile_s=compile_s if isinstance(compile_s, float) else None,
                        pruned_at=reporter.pruned_at, figures=figures)
 

@@ -17,7 +17,6 @@ from typing import Any
 from runner import hub
 from runner.config.errors import ConfigError
 from runner.config.schema import RunConfig
-from runner.figures.run import RUN_HUB
 
 log = logging.getLogger(__name__)
 
@@ -127,7 +126,7 @@ def _moved(wanted: hub.Wanted) -> None:
 def remember_revisions(run_dir: Path) -> None:
     """What a run's Hub names asked for (its report.json), for the process that resumes it."""
     try:
-        records = json.loads((run_dir / "report.json").read_text()).get(RUN_HUB) or []
+        records = json.loads((run_dir / "report.json").read_text()).get("run/hub") or []
     except (OSError, ValueError):
         return
     asked = json.loads(os.environ.get(ASKED_ENV) or "{}")

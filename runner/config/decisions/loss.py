@@ -17,7 +17,7 @@ from runner.config.decisions.peft import PeftTargetError, adapter_root, resolve_
 from runner.config.schema import RunConfig
 from runner.config.schema.loss import Chunked, LossConfig
 from runner.config.schema.peft import PeftConfig, PeftMethod
-from runner.figures import counted
+from runner.metrics import counted
 
 LARGE_LOGITS_BYTES = 256 * 2**20
 # Where the data does not say a step's positions (no batch_size and seq_len), auto chunks a vocabulary larger than

@@ -8,8 +8,7 @@ from typing import Any
 from runner.data.instruct.fit import Fitted
 from runner.data.instruct.formats import Format, Kind
 from runner.data.summary import DataSummary, packing_figures
-from runner.figures import counted
-from runner.figures import data as keys
+from runner.metrics import counted
 
 
 def cut_part(fmt: Format) -> str:
@@ -30,12 +29,12 @@ def summarize(parts: list[Any], fitted: tuple[Fitted, Fitted], train: int, val: 
     summary = DataSummary("; ".join(p.source for p in parts), sum(p.files for p in parts),
                           sum(p.rows for p in parts), sum(int(f.spans.lengths.sum()) for f in fitted), train, val,
                           split, truncated=sum(f.cut for f in fitted), used=used, dropped=dropped)
-    own: dict[str, Any] = {keys.DATA_FORMAT: fmt.describe(), keys.DATA_EXAMPLES: used,
-                           keys.DATA_PROMPT_TOKENS: sum(f.prompt_tokens for f in fitted),
-                           keys.DATA_ANSWER_TOKENS: sum(f.answer_tokens for f in fitted),
-                           keys.DATA_LOSS_TOKENS: sum(f.loss_tokens for f in fitted)}
+    own: dict[str, Any] = {"data/format": fmt.describe(), "data/examples": used,
+                           "data/prompt_tokens": sum(f.prompt_tokens for f in fitted),
+                           "data/answer_tokens": sum(f.answer_tokens for f in fitted),
+                           "data/loss_tokens": sum(f.loss_tokens for f in fitted)}
     if summary.truncated:
-        own[keys.DATA_CUT_PART] = cut_part(fmt)
+        own["data/cut_part"] = cut_part(fmt)
     if fmt.kind is Kind.chat:
         own.update(turn_figures(parts, fitted))
     if packs is not None:
@@ -54,21 +53,21 @@ def turn_figures(parts: list[Any], fitted: tuple[Fitted, Fitted]) -> dict[str, A
         for written, (role, n) in t.roles.items():
             roles[written] = (role, roles.get(written, (role, 0))[1] + n)
     shown = ", ".join(f"{w}{'' if r == w else f' -> {r}'} {n}" for w, (r, n) in roles.items())
-    return {keys.DATA_ROLES: shown, keys.DATA_TURNS_TRAINED: trained, keys.DATA_TURNS_CUT: answers - trained,
-            keys.DATA_TURNS_PROMPT: sum(t.others for t in turns)}
+    return {"data/roles": shown, "data/turns_trained": trained, "data/turns_cut": answers - trained,
+            "data/turns_prompt": sum(t.others for t in turns)}
 
 
 def describe(own: dict[str, Any]) -> str:
     """Instruction data's figures in one log line."""
-    line = (f"{own[keys.DATA_FORMAT]}; {counted(own[keys.DATA_EXAMPLES], 'example')}, "
-            f"{own[keys.DATA_PROMPT_TOKENS]} prompt and {own[keys.DATA_ANSWER_TOKENS]} answer tokens, "
-            f"{own[keys.DATA_LOSS_TOKENS]} in the loss")
-    if keys.DATA_TURNS_TRAINED in own:
-        line += (f"; turns ({own[keys.DATA_ROLES]}): {own[keys.DATA_TURNS_TRAINED]} assistant turns trained on, "
-                 f"{own[keys.DATA_TURNS_CUT]} cut off by data.seq_len, {own[keys.DATA_TURNS_PROMPT]} other turns "
+    line = (f"{own['data/format']}; {counted(own['data/examples'], 'example')}, "
+            f"{own['data/prompt_tokens']} prompt and {own['data/answer_tokens']} answer tokens, "
+            f"{own['data/loss_tokens']} in the loss")
+    if "data/turns_trained" in own:
+        line += (f"; turns ({own['data/roles']}): {own['data/turns_trained']} assistant turns trained on, "
+                 f"{own['data/turns_cut']} cut off by data.seq_len, {own['data/turns_prompt']} other turns "
                  "in the prompt")
-    if keys.DATA_PACKS in own:
-        line += (f"; packed into {counted(own[keys.DATA_PACKS], 'row')} "
-                 f"({own[keys.DATA_EXAMPLES_PER_PACK]} examples a row, "
-                 f"{own[keys.DATA_PACKING_PADDING_PCT]}% padding)")
+    if "data/packs" in own:
+        line += (f"; packed into {counted(own['data/packs'], 'row')} "
+                 f"({own['data/examples_per_pack']} examples a row, "
+                 f"{own['data/packing_padding_pct']}% padding)")
     return line

@@ -25,8 +25,7 @@ from runner.data.splits import VAL_PATH, split_documents
 from runner.data.summary import DataSummary, packing_figures
 from runner.data.tokens.tokenizers import SavedTokenizer, Tokenizer, load_tokenizer, token_range
 from runner.data.traits import DataTraits, ValMetric
-from runner.figures import counted
-from runner.figures import data as keys
+from runner.metrics import counted
 
 log = logging.getLogger(__name__)
 
@@ -159,9 +158,9 @@ class PreferenceDataModule(L.LightningDataModule):
         say_parts(self._parts, self.path, self.val_path)
         self.summary.say(self.seq_len)
         log.info("data: %s; %d pairs, %d prompt and %d completion tokens%s", fmt.describe(), len(train) + len(val),
-                 self.own_figures[keys.DATA_PROMPT_TOKENS], self.own_figures[keys.DATA_COMPLETION_TOKENS],
-                 f"; packed into {counted(self.own_figures[keys.DATA_PACKS], 'row')} "
-                 f"({self.own_figures[keys.DATA_PACKING_PADDING_PCT]}% padding)" if self.packing else "")
+                 self.own_figures["data/prompt_tokens"], self.own_figures["data/completion_tokens"],
+                 f"; packed into {counted(self.own_figures['data/packs'], 'row')} "
+                 f"({self.own_figures['data/packing_padding_pct']}% padding)" if self.packing else "")
         if len(self.datasets["train"]) == 0 or len(self.datasets["val"]) == 0:  # the checks before the run say why
             which = "training" if len(self.datasets["train"]) == 0 else "validation"
             raise ValueError(f"data: no {which} pairs fit data.seq_len={self.seq_len}; raise data.seq_len or give "
@@ -189,11 +188,11 @@ class PreferenceDataModule(L.LightningDataModule):
                               len(self.datasets["val"]), self.split_how, truncated=train.cut + val.cut, used=used,
                               dropped=dropped)
         completion = train.completion_tokens + val.completion_tokens
-        own: dict[str, Any] = {keys.DATA_FORMAT: fmt.describe(), keys.DATA_PAIRS: used,
-                               keys.DATA_PROMPT_TOKENS: train.prompt_tokens + val.prompt_tokens,
-                               keys.DATA_COMPLETION_TOKENS: completion, keys.DATA_LOSS_TOKENS: completion}
+        own: dict[str, Any] = {"data/format": fmt.describe(), "data/pairs": used,
+                               "data/prompt_tokens": train.prompt_tokens + val.prompt_tokens,
+                               "data/completion_tokens": completion, "data/loss_tokens": completion}
         if summary.truncated:
-            own[keys.DATA_CUT_PART] = CUT_PART
+            own["data/cut_part"] = CUT_PART
         if self.packing:
             own.update(packing_figures(self.datasets["train"].describe(), self.batch_size))  # type: ignore[union-attr]
         return summary, own

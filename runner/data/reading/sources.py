@@ -11,7 +11,7 @@ from typing import Any
 
 from runner import hub
 from runner.data.reading.corpus import SKIP_DIRS, describe_missing_text, sniff, text_files
-from runner.figures import counted
+from runner.metrics import counted
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,6 @@ import torch
 
 from runner.config.decisions import gpu_defaults
 from runner.config.schema import Background
-from runner.figures.compile_background import COMPILE_BACKGROUND, COMPILE_BACKGROUND_OUTCOME
 from runner.stack.compiling.compile import CompiledModules, apply_compile
 from runner.stack.compiling.plan import CompilePlan
 from runner.stack.settings import StackComponent
@@ -217,7 +216,7 @@ class NoBackground(StackComponent):
         self.policy, self.why = policy, why
 
     def figures(self) -> dict[str, Any]:
-        out: dict[str, Any] = {COMPILE_BACKGROUND: self.policy.value}
+        out: dict[str, Any] = {"compile/background": self.policy.value}
         if self.why is not None:
-            out[COMPILE_BACKGROUND_OUTCOME] = self.why if self.why == NOTHING else f"compiled in the run: {self.why}"
+            out["compile/background_outcome"] = self.why if self.why == NOTHING else f"compiled in the run: {self.why}"
         return out

@@ -15,20 +15,6 @@ import lightning as L
 import torch
 
 from runner.config.schema import Background, OnError
-from runner.figures.compile_background import (
-    COMPILE_AFTER_SWITCH_SPEEDUP_X,
-    COMPILE_BACKGROUND,
-    COMPILE_BACKGROUND_OUTCOME,
-    COMPILE_BACKGROUND_PLACEMENT,
-    COMPILE_BACKGROUND_REVERTED,
-    COMPILE_BACKGROUND_ROOM,
-    COMPILE_BACKGROUND_S,
-    COMPILE_BACKGROUND_SPEEDUP_X,
-    COMPILE_BACKGROUND_SWITCH_S,
-    COMPILE_EAGER_STEP_BESIDE_MS,
-    COMPILE_EAGER_STEPS_BESIDE,
-    COMPILE_SWITCH_STEP,
-)
 from runner.stack.background.policy import (
     DECIDE_AFTER,
     SETTLE_STEPS,
@@ -54,7 +40,7 @@ log = logging.getLogger(__name__)
 TIMEOUT_S = 3600.0
 _PLACEMENT = {Background.auto: "pinned", Background.shared: "shared", Background.pinned: "pinned"}
 _SHOWN = {"shared": "on every core", "pinned": "pinned to one core", "others": "on every core but one, the run's"}
-_MEASURED = {"speedup_x": COMPILE_BACKGROUND_SPEEDUP_X, "switch_s": COMPILE_BACKGROUND_SWITCH_S}
+_MEASURED = {"speedup_x": "compile/background_speedup_x", "switch_s": "compile/background_switch_s"}
 
 
 class BackgroundCompile(StackComponent):
@@ -324,23 +310,23 @@ class BackgroundCompile(StackComponent):
         super().teardown()
 
     def figures(self) -> dict[str, Any]:
-        out: dict[str, Any] = {COMPILE_BACKGROUND: self.policy.value, COMPILE_BACKGROUND_OUTCOME: self.outcome}
+        out: dict[str, Any] = {"compile/background": self.policy.value, "compile/background_outcome": self.outcome}
         if self.room_said is not None:
-            out[COMPILE_BACKGROUND_ROOM] = self.room_said
+            out["compile/background_room"] = self.room_said
         if self.switch_step is not None:
-            out[COMPILE_SWITCH_STEP] = self.switch_step
+            out["compile/switch_step"] = self.switch_step
         if self.after_switch_x is not None:
-            out[COMPILE_AFTER_SWITCH_SPEEDUP_X] = round(self.after_switch_x, 3)
+            out["compile/after_switch_speedup_x"] = round(self.after_switch_x, 3)
         if self.reverted is not None:
-            out[COMPILE_BACKGROUND_REVERTED] = self.reverted
+            out["compile/background_reverted"] = self.reverted
         if self.process is None or self.process.started is None:
             return out  # no process ran (auto kept the run eager, or the module stayed in the run)
-        out[COMPILE_BACKGROUND_PLACEMENT] = _SHOWN[self.placement]
-        out[COMPILE_EAGER_STEPS_BESIDE] = self.eager_steps
+        out["compile/background_placement"] = _SHOWN[self.placement]
+        out["compile/eager_steps_beside"] = self.eager_steps
         if (ms := self.eager_ms()) is not None:
-            out[COMPILE_EAGER_STEP_BESIDE_MS] = round(ms, 3)
+            out["compile/eager_step_beside_ms"] = round(ms, 3)
         if self.result is not None:
-            out[COMPILE_BACKGROUND_S] = round(self.result.seconds, 2)
+            out["compile/background_s"] = round(self.result.seconds, 2)
             out.update({_MEASURED[k]: v for k, v in self.result.measured.items() if k in _MEASURED})
         return out
 

@@ -13,7 +13,6 @@ from runner.atomic_files import atomic_write_bytes
 from runner.config.cache_secret import ARTIFACTS_SUBJECT, Signer, open_artifacts, read_secret
 from runner.config.paths import ARTIFACTS_DIR, ARTIFACTS_FILE
 from runner.config.schema import CacheTrust
-from runner.figures.compile_caches import COMPILE_CACHE_ARTIFACTS_LOADED, COMPILE_CACHE_ARTIFACTS_SAVED
 from runner.stack.settings import CacheArtifacts, StackComponent
 from runner.torch_internals import settings
 
@@ -110,8 +109,8 @@ class LocalCompileCache(StackComponent):
 
     def figures(self) -> dict[str, Any]:
         return {
-            COMPILE_CACHE_ARTIFACTS_LOADED: dict(self.loaded) if self.artifacts.load_from else None,
-            COMPILE_CACHE_ARTIFACTS_SAVED: str(self.artifacts.save_to) if self.saved else None,
+            "compile/cache_artifacts_loaded": dict(self.loaded) if self.artifacts.load_from else None,
+            "compile/cache_artifacts_saved": str(self.artifacts.save_to) if self.saved else None,
         }
 
 

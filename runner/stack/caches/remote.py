@@ -12,16 +12,6 @@ from runner.atomic_files import atomic_write_bytes
 from runner.config.cache_secret import SECRET_ENV, Signer, read_secret, redact_url
 from runner.config.decisions.stack import remote_cache_error
 from runner.config.schema import CacheTrust
-from runner.figures.compile_caches import (
-    COMPILE_REMOTE_CACHE,
-    COMPILE_REMOTE_CACHE_HITS,
-    COMPILE_REMOTE_CACHE_MISSES,
-    COMPILE_REMOTE_CACHE_STATUS,
-    COMPILE_REMOTE_ENTRIES_REJECTED,
-    COMPILE_REMOTE_KERNELS_FETCHED,
-    COMPILE_REMOTE_KERNELS_REJECTED,
-    COMPILE_REMOTE_KERNELS_UPLOADED,
-)
 from runner.stack.caches.entries import SignedEntries, UnsignedEntries
 from runner.stack.caches.kernels import KERNEL_NAME, open_entry, shared_object_problem, sharing_supported, sign
 from runner.stack.caches.server import CONNECT_TIMEOUT_S, TIMEOUT_S, bounded_url, ping
@@ -156,7 +146,7 @@ class RemoteCompileCache(StackComponent):
         if self.entries_rejected == 1:
             log.warning("compile.cache=%s: the server's entry %s was rejected before torch read it: %s. It is compiled "
                         "here and stored again; any more are counted in %s", self.shown, key, why,
-                        COMPILE_REMOTE_ENTRIES_REJECTED)
+                        "compile/remote_entries_rejected")
 
     def _reject(self, name: str, why: str) -> None:
         self.rejected += 1
@@ -231,16 +221,16 @@ class RemoteCompileCache(StackComponent):
             self._bad.difference_update(queued)
 
     def figures(self) -> dict[str, Any]:
-        out: dict[str, Any] = {COMPILE_REMOTE_CACHE: self.shown, COMPILE_REMOTE_CACHE_STATUS: self.status}
+        out: dict[str, Any] = {"compile/remote_cache": self.shown, "compile/remote_cache_status": self.status}
         if self._connected:
             now = caches.remote_cache_stats()
-            out.update({COMPILE_REMOTE_CACHE_HITS: now[0] - self._before[0],
-                        COMPILE_REMOTE_CACHE_MISSES: now[1] - self._before[1],
-                        COMPILE_REMOTE_ENTRIES_REJECTED: self.entries_rejected})
+            out.update({"compile/remote_cache_hits": now[0] - self._before[0],
+                        "compile/remote_cache_misses": now[1] - self._before[1],
+                        "compile/remote_entries_rejected": self.entries_rejected})
             if self.on_cpu:
-                out.update({COMPILE_REMOTE_KERNELS_FETCHED: self.fetched,
-                            COMPILE_REMOTE_KERNELS_UPLOADED: self.uploaded,
-                            COMPILE_REMOTE_KERNELS_REJECTED: self.rejected})
+                out.update({"compile/remote_kernels_fetched": self.fetched,
+                            "compile/remote_kernels_uploaded": self.uploaded,
+                            "compile/remote_kernels_rejected": self.rejected})
         return out
 
 

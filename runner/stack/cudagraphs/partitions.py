@@ -5,12 +5,6 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from runner.figures.cudagraphs import (
-    CUDAGRAPHS_EAGER_REASONS,
-    CUDAGRAPHS_GRAPHS_PARTITIONED,
-    CUDAGRAPHS_PARTITIONS,
-    CUDAGRAPHS_PARTITIONS_GRAPHED,
-)
 from runner.torch_internals import partitions
 from runner.torch_internals import settings as torch_settings
 
@@ -70,7 +64,7 @@ class PartitionCount:
                 graphs.setdefault(reason, []).append(g.graph)
         reasons = [{"reason": r, "nodes": n, "graphs": graphs[r], "example": examples[r], "fix": fix_for(r)}
                    for r, n in sorted(nodes.items(), key=lambda item: -item[1])]
-        return {CUDAGRAPHS_GRAPHS_PARTITIONED: len(self.graphs),
-                CUDAGRAPHS_PARTITIONS: sum(g.partitions for g in self.graphs),
-                CUDAGRAPHS_PARTITIONS_GRAPHED: sum(g.graphed for g in self.graphs),
-                CUDAGRAPHS_EAGER_REASONS: reasons}
+        return {"cudagraphs/graphs_partitioned": len(self.graphs),
+                "cudagraphs/partitions": sum(g.partitions for g in self.graphs),
+                "cudagraphs/partitions_graphed": sum(g.graphed for g in self.graphs),
+                "cudagraphs/eager_reasons": reasons}

@@ -13,22 +13,7 @@ from torch import nn
 from torch.optim import Optimizer
 
 from runner.config.schema import CudaGraphMode, CudaGraphsConfig
-from runner.figures import counted
-from runner.figures.cudagraphs import (
-    CUDAGRAPHS_ACTIVE,
-    CUDAGRAPHS_EAGER_REASONS,
-    CUDAGRAPHS_MODE,
-    CUDAGRAPHS_PARTITIONS,
-    CUDAGRAPHS_PARTITIONS_GRAPHED,
-    CUDAGRAPHS_RECORDING_STEPS,
-    CUDAGRAPHS_RECORDINGS,
-    CUDAGRAPHS_REPLAY_STEPS,
-    CUDAGRAPHS_REQUESTED,
-    CUDAGRAPHS_RERECORDINGS,
-    CUDAGRAPHS_STATIC_BATCH_COPIES,
-    CUDAGRAPHS_STATIC_BATCH_PASSED_THROUGH,
-    CUDAGRAPHS_STATIC_STATE_TENSORS,
-)
+from runner.metrics import counted
 from runner.stack.cudagraphs.partitions import PartitionCount
 from runner.stack.cudagraphs.static_batch import StaticBatch
 from runner.stack.settings import StackComponent
@@ -142,13 +127,13 @@ class CudaGraphs(StackComponent):
 
     def figures(self) -> dict[str, Any]:
         # Active only if graphs were recorded and then replayed: what happened, not what was asked.
-        return {CUDAGRAPHS_ACTIVE: self.recordings > 0 and self.replay_steps > 0,
-                CUDAGRAPHS_REQUESTED: True, CUDAGRAPHS_MODE: self.cfg.mode.value,
-                CUDAGRAPHS_RECORDINGS: self.recordings, CUDAGRAPHS_RERECORDINGS: self.rerecordings,
-                CUDAGRAPHS_RECORDING_STEPS: self.recording_steps, CUDAGRAPHS_REPLAY_STEPS: self.replay_steps,
-                CUDAGRAPHS_STATIC_STATE_TENSORS: self.static_state_tensors,
-                CUDAGRAPHS_STATIC_BATCH_COPIES: self.batch.copies,
-                CUDAGRAPHS_STATIC_BATCH_PASSED_THROUGH: self.batch.passed_through,
+        return {"cudagraphs/active": self.recordings > 0 and self.replay_steps > 0,
+                "cudagraphs/requested": True, "cudagraphs/mode": self.cfg.mode.value,
+                "cudagraphs/recordings": self.recordings, "cudagraphs/rerecordings": self.rerecordings,
+                "cudagraphs/recording_steps": self.recording_steps, "cudagraphs/replay_steps": self.replay_steps,
+                "cudagraphs/static_state_tensors": self.static_state_tensors,
+                "cudagraphs/static_batch_copies": self.batch.copies,
+                "cudagraphs/static_batch_passed_through": self.batch.passed_through,
                 **self.partitions.figures()}
 
 
@@ -156,12 +141,12 @@ class CudaGraphs(StackComponent):
         """One clause for the end-of-fit line: partitions in CUDA graphs, recordings, replays, the first
         reason a part of the step stays eager, with its fix."""
         f = self.partitions.figures()
-        parts = (f"{f[CUDAGRAPHS_PARTITIONS_GRAPHED]} of {f[CUDAGRAPHS_PARTITIONS]} partitions graphed, "
+        parts = (f"{f['cudagraphs/partitions_graphed']} of {f['cudagraphs/partitions']} partitions graphed, "
                  if f else "")
         text = (f"CUDA graphs: {parts}{self.recordings} recorded ({self.rerecordings} again), "
                 f"{counted(self.replay_steps, 'step')} replayed")
-        if f.get(CUDAGRAPHS_EAGER_REASONS):
-            first = f[CUDAGRAPHS_EAGER_REASONS][0]
+        if f.get("cudagraphs/eager_reasons"):
+            first = f["cudagraphs/eager_reasons"][0]
             text += f"; eager: {first['nodes']} nodes for {first['reason']} (fix: {first['fix']})"
         return text
 
@@ -194,7 +179,7 @@ class CudaGraphsInactive(StackComponent):
             )
 
     def figures(self) -> dict[str, Any]:
-        return {CUDAGRAPHS_ACTIVE: False, CUDAGRAPHS_REQUESTED: self.requested}
+        return {"cudagraphs/active": False, "cudagraphs/requested": self.requested}
 
     def eval_step_context(self) -> ContextManager[Any]:
         return contextlib.nullcontext()

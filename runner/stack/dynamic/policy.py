@@ -13,21 +13,6 @@ from runner.config.schema import AfterWarmup, DynamicConfig, ShapePolicy
 from runner.config.schema.options import Mark, Pad
 from runner.data.batch import iter_tensors
 from runner.data.sequences.padding import IGNORE_INDEX, PadTo
-from runner.figures.dynamic import (
-    DYNAMIC_AFTER_WARMUP,
-    DYNAMIC_AGREED_DYNAMIC_DIMS,
-    DYNAMIC_AGREEMENT,
-    DYNAMIC_AGREEMENT_CHECKS,
-    DYNAMIC_AGREEMENT_EXCHANGES,
-    DYNAMIC_AGREEMENT_HELD_STEPS,
-    DYNAMIC_COMPILE_S,
-    DYNAMIC_FRAME_COMPILES,
-    DYNAMIC_GRAPHS,
-    DYNAMIC_PADDING_WASTE_PCT,
-    DYNAMIC_POLICY,
-    DYNAMIC_RECOMPILE_REASONS,
-    DYNAMIC_RECOMPILES,
-)
 from runner.stack.dynamic.agreement import Agreement, ShapeAgreement, process_group_info, resolve_agreement, shapes_of
 from runner.stack.settings import StackComponent
 from runner.stack.step_mode import Eager, StepMode
@@ -240,21 +225,21 @@ class ShapePolicyComponent(StackComponent):
         reasons = [r.recompile_reason for r in records if r.is_forward and r.recompile_reason]
         waste = self.padding_waste_pct()
         out: dict[str, Any] = {
-            DYNAMIC_POLICY: self.cfg.policy.value,
-            DYNAMIC_AFTER_WARMUP: self.cfg.after_warmup.value,
-            DYNAMIC_AGREEMENT: self.agreement.value,
-            DYNAMIC_GRAPHS: self.graphs,
-            DYNAMIC_FRAME_COMPILES: sum(1 for r in records if r.is_forward),
-            DYNAMIC_RECOMPILES: len(reasons),
-            DYNAMIC_RECOMPILE_REASONS: reasons[:_MAX_REASONS],
-            DYNAMIC_COMPILE_S: round(sum(r.total_s for r in records), 3),
-            DYNAMIC_PADDING_WASTE_PCT: None if waste is None else round(waste, 2),
+            "dynamic/policy": self.cfg.policy.value,
+            "dynamic/after_warmup": self.cfg.after_warmup.value,
+            "dynamic/agreement": self.agreement.value,
+            "dynamic/graphs": self.graphs,
+            "dynamic/frame_compiles": sum(1 for r in records if r.is_forward),
+            "dynamic/recompiles": len(reasons),
+            "dynamic/recompile_reasons": reasons[:_MAX_REASONS],
+            "dynamic/compile_s": round(sum(r.total_s for r in records), 3),
+            "dynamic/padding_waste_pct": None if waste is None else round(waste, 2),
         }
         if self._sync is not None:
-            out[DYNAMIC_AGREED_DYNAMIC_DIMS] = sorted(self._sync.dynamic)
-            out[DYNAMIC_AGREEMENT_EXCHANGES] = self._sync.exchanges
-            out[DYNAMIC_AGREEMENT_CHECKS] = self._sync.checks
-            out[DYNAMIC_AGREEMENT_HELD_STEPS] = self._sync.held_steps
+            out["dynamic/agreed_dynamic_dims"] = sorted(self._sync.dynamic)
+            out["dynamic/agreement_exchanges"] = self._sync.exchanges
+            out["dynamic/agreement_checks"] = self._sync.checks
+            out["dynamic/agreement_held_steps"] = self._sync.held_steps
         return out
 
 

@@ -8,7 +8,6 @@ from typing import Any
 
 from runner.config.schema import OnError
 from runner.errors import RunStopped
-from runner.figures.compile_work import COMPILE_RECOMPILE_LIMIT_HITS
 from runner.stack.settings import StackComponent
 from runner.torch_internals import errors
 
@@ -74,7 +73,7 @@ class CompileErrorWatch(StackComponent):
         super().teardown()
 
     def figures(self) -> dict[str, Any]:
-        return {COMPILE_RECOMPILE_LIMIT_HITS: list(self.limit_hits)}
+        return {"compile/recompile_limit_hits": list(self.limit_hits)}
 
 
 # -- the paragraph -----------------------------------------------------------------------------------

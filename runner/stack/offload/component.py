@@ -20,21 +20,6 @@ from torch.utils.weak import WeakIdKeyDictionary
 
 from runner.config.schema import OffloadConfig
 from runner.config.schema.options import Eagerly, Keeps
-from runner.figures.offload import (
-    OFFLOAD_ACTIVE,
-    OFFLOAD_CHECKPOINT_MODE,
-    OFFLOAD_CHECKPOINTED_BLOCKS,
-    OFFLOAD_EAGER_PACKED,
-    OFFLOAD_EAGER_SKIPPED,
-    OFFLOAD_EXCLUDED_MODULES,
-    OFFLOAD_MEASURE_PATH,
-    OFFLOAD_MEMORY_BUDGET,
-    OFFLOAD_OFFLOADED_BYTES_TOTAL,
-    OFFLOAD_PATH,
-    OFFLOAD_STRATEGY,
-    OFFLOAD_TRACED_PACKED,
-    OFFLOAD_TRACED_SKIPPED,
-)
 from runner.stack.compiling.plan import CompilePlan
 from runner.stack.offload import policy
 from runner.stack.offload.hooks import SavedTensorCodec, expanded_dims, stored_nbytes
@@ -134,8 +119,8 @@ CPU_OFFLOAD_ON_CPU = (
     "offload.strategy={strategy} moves saved activations to host memory, which is pointless on a {device} "
     "device: saved activations are kept as they are (acting as offload.strategy=none)."
 )
-_COUNTS = {"eager_packed": OFFLOAD_EAGER_PACKED, "eager_skipped": OFFLOAD_EAGER_SKIPPED,
-           "traced_packed": OFFLOAD_TRACED_PACKED, "traced_skipped": OFFLOAD_TRACED_SKIPPED}
+_COUNTS = {"eager_packed": "offload/eager_packed", "eager_skipped": "offload/eager_skipped",
+           "traced_packed": "offload/traced_packed", "traced_skipped": "offload/traced_skipped"}
 
 
 class OffloadComponent(StackComponent):
@@ -166,11 +151,11 @@ class OffloadComponent(StackComponent):
     def figures(self) -> dict[str, Any]:
         # The measured path (on the run's path, before training) wins over the live counts: a
         # compiled-graph cache hit packs without tracing the hooks, so live counts cannot see it.
-        path = self.measured.get(OFFLOAD_MEASURE_PATH, self.current_path())
+        path = self.measured.get("offload/measure_path", self.current_path())
         out: dict[str, Any] = {
-            OFFLOAD_STRATEGY: self.cfg.strategy.value,
-            OFFLOAD_ACTIVE: self.active and path != "none",
-            OFFLOAD_PATH: path,
+            "offload/strategy": self.cfg.strategy.value,
+            "offload/active": self.active and path != "none",
+            "offload/path": path,
         }
         out.update({k: v for k, v in self.measured.items() if k not in out})
         return out
@@ -204,7 +189,7 @@ class HookOffload(OffloadComponent):
     def figures(self) -> dict[str, Any]:
         out = super().figures()
         out.update({_COUNTS[k]: v for k, v in sorted(self.codec.counts.items())})
-        out[OFFLOAD_EXCLUDED_MODULES] = len(self.codec.excluded)
+        out["offload/excluded_modules"] = len(self.codec.excluded)
         return out
 
 
@@ -252,10 +237,10 @@ class CheckpointOffload(OffloadComponent):
 
     def figures(self) -> dict[str, Any]:
         out = super().figures()
-        out[OFFLOAD_CHECKPOINT_MODE] = self.checkpointing
-        out[OFFLOAD_CHECKPOINTED_BLOCKS] = len(self.wrapped)
+        out["offload/checkpoint_mode"] = self.checkpointing
+        out["offload/checkpointed_blocks"] = len(self.wrapped)
         if self.cfg.memory_budget is not None:
-            out[OFFLOAD_MEMORY_BUDGET] = self.applied_budget
+            out["offload/memory_budget"] = self.applied_budget
         return out
 
 
@@ -283,7 +268,7 @@ class CudaOffload(OffloadComponent):
 
     def figures(self) -> dict[str, Any]:
         out = super().figures()
-        out[OFFLOAD_OFFLOADED_BYTES_TOTAL] = self.hooks.offloaded_bytes
+        out["offload/offloaded_bytes_total"] = self.hooks.offloaded_bytes
         return out
 
 

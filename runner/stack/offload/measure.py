@@ -17,16 +17,6 @@ import torch
 from torch import nn
 
 from runner.config.schema import OffloadConfig, OffloadStrategy
-from runner.figures.offload import (
-    OFFLOAD_GRAD_REL_ERROR,
-    OFFLOAD_LOSS_ABS_DIFF,
-    OFFLOAD_MEASURE_COMPILED,
-    OFFLOAD_MEASURE_DEVICE,
-    OFFLOAD_MEASURE_PATH,
-    OFFLOAD_REDUCTION_X,
-    OFFLOAD_SAVED_BYTES,
-    OFFLOAD_SAVED_BYTES_NONE,
-)
 from runner.torch_internals import runtime
 
 LossFn = Callable[[nn.Module, Any], torch.Tensor]
@@ -182,14 +172,14 @@ def compare_with_none(
     saved_none, saved = base["saved_bytes"], var["saved_bytes"]
     reduction = saved_none / saved if saved > 0 else float("inf")
     return {
-        OFFLOAD_SAVED_BYTES_NONE: saved_none,
-        OFFLOAD_SAVED_BYTES: saved,
-        OFFLOAD_REDUCTION_X: reduction,
-        OFFLOAD_GRAD_REL_ERROR: var["grad_rel_error"],
-        OFFLOAD_LOSS_ABS_DIFF: abs(var["loss"] - base["loss"]),
-        OFFLOAD_MEASURE_PATH: _measured_path(var["path"], reduction),
-        OFFLOAD_MEASURE_COMPILED: compiled,
-        OFFLOAD_MEASURE_DEVICE: str(device),
+        "offload/saved_bytes_none": saved_none,
+        "offload/saved_bytes": saved,
+        "offload/reduction_x": reduction,
+        "offload/grad_rel_error": var["grad_rel_error"],
+        "offload/loss_abs_diff": abs(var["loss"] - base["loss"]),
+        "offload/measure_path": _measured_path(var["path"], reduction),
+        "offload/measure_compiled": compiled,
+        "offload/measure_device": str(device),
     }
 
 

@@ -10,7 +10,6 @@ from typing import Any
 import lightning as L
 import torch
 
-from runner.figures.offload import OFFLOAD_MEASURE_SKIPPED
 from runner.lightning_step.deferred_log import discard_logs, metric_methods
 from runner.stack.compiling.compile import CompiledModules, apply_compile
 from runner.stack.compiling.plan import CompilePlan
@@ -40,7 +39,7 @@ def measure_saved_activations(module: L.LightningModule, lightning: LightningSid
         batch, why = lightning.sample_batch()
         reason = None if batch is not None else why
     if reason is not None:
-        return {OFFLOAD_MEASURE_SKIPPED: reason}
+        return {"offload/measure_skipped": reason}
     return measure_on_run_path(module, batch, lightning.device, lightning.step_context, settings, plan)
 
 

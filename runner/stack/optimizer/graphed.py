@@ -10,11 +10,6 @@ from typing import Any
 import torch
 from torch.optim import Optimizer
 
-from runner.figures.cudagraphs import (
-    CUDAGRAPHS_OPTIMIZER_RECORDINGS,
-    CUDAGRAPHS_OPTIMIZER_REPLAYS,
-    CUDAGRAPHS_OPTIMIZER_UNCAPTURED,
-)
 from runner.torch_internals import runtime
 
 WARMUP_CALLS = 2
@@ -215,9 +210,9 @@ class CapturedStep:
 
 def capture_figures(steps: list[CapturedStep]) -> dict[str, Any]:
     """What the graph-safe steps did: captures, replays, and calls that ran uncaptured."""
-    return {CUDAGRAPHS_OPTIMIZER_RECORDINGS: sum(g.recordings for g in steps),
-            CUDAGRAPHS_OPTIMIZER_REPLAYS: sum(g.replays for g in steps),
-            CUDAGRAPHS_OPTIMIZER_UNCAPTURED: sum(g.uncaptured for g in steps)}
+    return {"cudagraphs/optimizer_recordings": sum(g.recordings for g in steps),
+            "cudagraphs/optimizer_replays": sum(g.replays for g in steps),
+            "cudagraphs/optimizer_uncaptured": sum(g.uncaptured for g in steps)}
 
 
 def gradient_hooks(module: Any, callbacks: list[Any]) -> list[str]:

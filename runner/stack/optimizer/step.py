@@ -13,14 +13,6 @@ import torch
 from torch.optim import Optimizer
 
 from runner.config.schema import OptimizerPolicy
-from runner.figures.compile_plan import (
-    COMPILE_OPTIMIZER,
-    COMPILE_OPTIMIZER_COMPILED_STEPS,
-    COMPILE_OPTIMIZER_EAGER,
-    COMPILE_OPTIMIZER_EAGER_STEPS,
-    COMPILE_OPTIMIZER_REASON,
-)
-from runner.figures.cudagraphs import CUDAGRAPHS_OPTIMIZER_RECORDINGS, CUDAGRAPHS_OPTIMIZER_REPLAYS
 from runner.stack.compiling.plan import eager_only, supports_fused
 from runner.stack.optimizer.graphed import CapturedStep, Clipping, GraphSafeStep, capture_figures
 from runner.stack.step_mode import StepMode
@@ -177,35 +169,35 @@ class OptimizerStep:
         policy, reason = self.policy.value, self.reason
         if self.policy is OptimizerPolicy.compiled and self.eager and not self._prior and self.demoted_at is None:
             policy, reason = OptimizerPolicy.none.value, "; ".join(f"{k}: {v}" for k, v in self.eager.items())
-        out: dict[str, Any] = {COMPILE_OPTIMIZER: policy, COMPILE_OPTIMIZER_REASON: reason}
+        out: dict[str, Any] = {"compile/optimizer": policy, "compile/optimizer_reason": reason}
         if self.compiled_steps or self.eager_steps:
-            out[COMPILE_OPTIMIZER_COMPILED_STEPS] = self.compiled_steps
-            out[COMPILE_OPTIMIZER_EAGER_STEPS] = self.eager_steps
+            out["compile/optimizer_compiled_steps"] = self.compiled_steps
+            out["compile/optimizer_eager_steps"] = self.eager_steps
             if self.eager_steps:
-                out[COMPILE_OPTIMIZER_REASON] = (f"{reason}; {self.eager_steps} of its steps ran eagerly (forced "
+                out["compile/optimizer_reason"] = (f"{reason}; {self.eager_steps} of its steps ran eagerly (forced "
                                                    "eager: the speedup meter's eager and FLOP steps, and steps "
                                                    "before a compile.background switch)")
             if not self.compiled_steps:
-                out[COMPILE_OPTIMIZER] = OptimizerPolicy.none.value
+                out["compile/optimizer"] = OptimizerPolicy.none.value
         if self.demoted_at is not None:
-            out[COMPILE_OPTIMIZER] = OptimizerPolicy.none.value
-            out[COMPILE_OPTIMIZER_REASON] = (f"compiled until optimizer step {self.demoted_at}, then demoted "
+            out["compile/optimizer"] = OptimizerPolicy.none.value
+            out["compile/optimizer_reason"] = (f"compiled until optimizer step {self.demoted_at}, then demoted "
                                                "(recompile storm)")
         if self.eager:
-            out[COMPILE_OPTIMIZER_EAGER] = dict(self.eager)
+            out["compile/optimizer_eager"] = dict(self.eager)
         if self.graphed:
             out.update(capture_figures(self.graphed))
             if (stopped := next((g.stopped for g in self.graphed if g.stopped), None)) is not None:
-                out[COMPILE_OPTIMIZER_REASON] = f"{out[COMPILE_OPTIMIZER_REASON]}; {stopped}"
+                out["compile/optimizer_reason"] = f"{out['compile/optimizer_reason']}; {stopped}"
         return out
 
     def describe(self) -> str:
         """The optimizer step in a few words, for the end-of-fit line."""
-        text = str(self.figures()[COMPILE_OPTIMIZER])
+        text = str(self.figures()["compile/optimizer"])
         if self.graphed:
             g = capture_figures(self.graphed)
-            text += (f" ({self.clipping.describe()}; {g[CUDAGRAPHS_OPTIMIZER_RECORDINGS]} recorded, "
-                     f"{g[CUDAGRAPHS_OPTIMIZER_REPLAYS]} replayed)" if self.capture else
+            text += (f" ({self.clipping.describe()}; {g['cudagraphs/optimizer_recordings']} recorded, "
+                     f"{g['cudagraphs/optimizer_replays']} replayed)" if self.capture else
                      f" ({self.clipping.describe()}; uncaptured)")
         elif self.blocker is not None and (self.capture or self.asked_graphed):
             text += f" (not graph-safe: {self.blocker})"
