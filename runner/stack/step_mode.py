@@ -25,6 +25,13 @@ PRECEDENCE = (Eager.beside, Eager.reverted, Eager.warmup, Eager.hold, Eager.flop
 _UNSET = object()
 
 
+# Parts that want eager steps, each over its own span: compiling beside the run (every step until the switch, and
+# after it once compiled steps measured slower), the CUDA-graph warm-up (the first training steps), shape agreement
+# (a step in which this rank saw a size not agreed on), the telemetry's FLOP step and the eager side of its pairs.
+# The shape policy wants its after-warm-up stance inside later training steps. None sets a stance: each asks this
+# mode, which alone sets Dynamo's, by PRECEDENCE (any eager reason wins, the first one reported; else the shape
+# policy's stance inside a training step after its warm-up; else the stance the fit found), and puts it back when
+# the fit ends.
 class StepMode:
     """Sets Dynamo's stance for every step from the reasons the parts of the fit give (module docstring)."""
 

@@ -26,6 +26,15 @@ LOCK_WAIT_S = 0.5
 _BATCH = 32
 
 
+# Inductor's FX-graph cache and AOTAutograd's have a remote tier torch reads after a local miss and fills after a
+# compile: every process compiling the same graph (ranks, sweep jobs, restarts, the compile process beside the run)
+# finds it after the first compiled it. Dynamo still traces in each process. torch's entries are pickles it
+# unpickles, so each value is signed when written and verified before it is read (caches/entries.py); one that
+# fails is a counted miss. On the CPU an entry carries only the kernels' C++ source, and building it is most of a
+# CPU compile, so the built kernels are shared too, one Redis hash per torch version and instruction set, signed
+# (caches/kernels.py). Whatever the server does, the run goes on: one PING (a second at most), short socket
+# timeouts, time budgets for fetch and upload, and after the first failure both runner's and torch's remote
+# caches are off for the fit, with one warning.
 class RemoteCompileCache(StackComponent):
     """Turns torch's remote compile caches on for the fit when the server answers, every entry signed (or, with
     ``trust`` unsigned, as torch stores them), and on the CPU shares the built kernels (see the module

@@ -10,6 +10,15 @@ from runner.data.batch import Path, map_tensors, walk_tensors
 from runner.torch_internals import runtime
 
 
+# Under CUDA-graph trees an input at a new address is copied into the graph's buffer on every replay, except the
+# inputs Inductor treats as static, whose address must never change: parameters, buffers, tensors marked static and,
+# in the backward graph, every tensor the forward saved. With compile.scope=step the backward saves the batch (the
+# ids for the embedding's backward, the targets for the cross-entropy's); Lightning moves each batch to the device
+# anew, and a new address re-records the backward ("static input data pointer changed"), which torch does not count
+# toward cudagraph_unexpected_rerecord_limit. So the batch is copied into buffers that live as long as the fit: the
+# same strides, the shape policy's marks copied each step, one buffer for a tensor that appears twice (the aliasing
+# eager sees), the containers' types kept (namedtuple, dataclass, BatchEncoding). One set per batch signature, up to
+# max_signatures; later new signatures pass through (passed_through).
 class StaticBatch:
     """Copies the batch's tensors on ``device_type`` (nested in tuples, lists, mappings and dataclasses) into
     persistent static buffers; tensors elsewhere (a CPU-side length list) pass as they are."""

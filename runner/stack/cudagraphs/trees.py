@@ -21,6 +21,20 @@ from runner.stack.step_mode import StepMode
 from runner.torch_internals import observation, partitions, runtime
 
 
+# Off CUDA, torch ignores every CUDA-graph option silently: runner says so once and records cudagraphs/active=False.
+# On CUDA the first warmup_steps run eagerly (lazily built state exists before anything records); the trees then
+# warm each compiled function up on its first call and record it on the next, so the first replay is at step
+# warmup_steps + 3. Nothing may record again after that (docs/compile.md, "Record once, replay every step"):
+# - one cudagraph_mark_step_begin per training step and per evaluation batch (else each evaluation batch records
+#   another graph on top of the training step's live outputs);
+# - the batch is copied into static buffers (StaticBatch): the backward saves it, and a saved input at a new
+#   address re-records the backward graph;
+# - parameters and, after the first step, optimizer state are marked static;
+# - the optimizer step runs outside the tree (its own CUDAGraph, runner.stack.optimizer.graphed, or the fused
+#   kernel): compiled, it would be a root of its own, copying every gradient into its inputs on each replay;
+# - the logged loss is cloned out of the graph's output, so nothing of a replay is read after the next one.
+# What happened is counted, not assumed: recordings, rerecordings (a graph recorded again in a later step), and
+# replay_steps (steps whose forward and backward replayed and recorded nothing).
 class CudaGraphs(StackComponent):
     """Marks step boundaries for CUDA-graph trees, keeps the batch, parameters and optimizer state at
     static addresses, and counts what really happened: recordings, re-recordings, replayed steps."""

@@ -49,6 +49,18 @@ Shapes = list[tuple[int, ...]]
 Dims = set[tuple[int, int]]
 
 
+# Ranks agree over a gloo group of runner's own (host memory: no device sync, never queued behind the gradient
+# collectives). A dim becomes dynamic on every rank at the same step once any rank saw it at a size other than rank
+# 0's first batch, and stays so: what torch's automatic dynamic does on one process, made global. Per step it
+# costs one integer: the first step gathers every rank's shapes once; later a rank that sees a size not agreed on
+# runs that step eagerly (it cannot recompile alone) and raises its flag, read through an asynchronous
+# all_reduce(MAX) at the next check, so no rank waits; only a raised flag makes the ranks exchange shapes. Checks
+# come every step at first, then twice as far apart after each quiet one, up to MAX_CHECK_INTERVAL, on a schedule
+# every rank computes alike (benchmarks/shape_agreement.py: on average 1/32 of a one-integer all-reduce a step).
+# Not torch's compiler collectives (enable_compiler_collectives): they need guard collectives too, two all-gathers
+# and a host sync at every entry into every compiled frame, and on CPU process groups they still crash (checked on
+# torch 2.13 and 2.15: gloo fails in OutputGraph.run_compiler_collective with a TypeError, cpu:gloo with a
+# ZeroDivisionError, torch.accelerator.device_count() being 0).
 class ShapeAgreement:
     """Runner's compiler collective: which (tensor, dim) of the batch are dynamic on every rank."""
 

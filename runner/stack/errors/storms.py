@@ -44,6 +44,12 @@ def is_shape_guard(guard: str) -> bool:
     return bool(_SHAPE.search(guard))
 
 
+# Some Python state a step reads cannot become a graph input (a value it branches on, a list that grows, an object
+# replaced every step): every step fails the same guard and recompiles until recompile_limit (8 compiles, each paid in
+# full). A frame whose same non-shape guard caused a second recompile is a certain storm, reported then, saving the
+# remaining six compiles. Shape guards belong to the shape policy, and the two compiles a changing int or float costs
+# before it becomes a graph input are not a storm (their guard changes once, then holds). Demoting is the stack's
+# decision (compile_stack.demote); this only detects.
 class StormWatch:
     """Detects recompile storms from torch's compile records (see the module docstring)."""
 

@@ -128,6 +128,12 @@ def _unpack_entry(packed: Any, codec_id: int) -> torch.Tensor:
     return decode(packed)
 
 
+# The hook pair is two torch.fx.GraphModules, each one call to a module-level function. Inside a compiled region,
+# AOTAutograd inlines GraphModule hooks (pack into the forward's epilogue, unpack into the backward's prologue), so
+# the compiled forward returns the packed tensors; outside one (eager, graph breaks, compiled autograd) the same
+# modules run as plain Python hooks. Decisions read only dtype, size and module membership, so both paths agree.
+# Built once per codec and reused every step: Dynamo guards on the identity of the active hooks, and a new pair
+# would recompile every graph.
 def _hook_graph(fn: Any, codec_id: int, cache_hash: str, name: str) -> torch.fx.GraphModule:
     # Built by hand rather than by symbolic_trace: the codec id is a constant argument, so the graph
     # holds only a module-level function and an int (picklable for AOTAutograd's cache key).

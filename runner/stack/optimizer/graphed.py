@@ -57,6 +57,14 @@ def prime_momentum(optimizer: Optimizer) -> None:
                 state["momentum_buffer"] = torch.zeros_like(p, memory_format=torch.preserve_format)
 
 
+# Everything after backward (clipping, the non-finite skip, the update, zeroing) as one function of tensors that
+# never move, with no host read and no branch on a device value: clipping through torch's get_total_norm and
+# clip_grads_with_norm_ (Lightning's calls); found_inf from the gradients' total norm, handed to the fused kernel as
+# a gradient scaler hands it, so the kernel itself skips the update; gradients zeroed in place, never set to None,
+# so their addresses stay fixed. The learning rate is a device tensor a scheduler fills in place; the other
+# hyper-parameters are constants of the fused kernel, so changing one captures again (counted). A replay is right
+# only while the captured tensors are the ones in use: each call checks every gradient is the tensor it bound and
+# the constants are unchanged; after MAX_RECORDINGS captures the step stays uncaptured, and the report says why.
 class GraphSafeStep:
     """One optimizer's step after backward as a graph-safe function (see the module docstring)."""
 
