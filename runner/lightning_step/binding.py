@@ -52,6 +52,10 @@ def reads_logged_results(module: nn.Module) -> bool:
     return bool(names & _RESULT_READS)
 
 
+# Lightning reads the step's signature (batch_idx only when the step takes one; a dataloader_iter step gets the
+# iterator) with inspect.getfullargspec, which does not follow __wrapped__: the stand-in carries the user's own
+# __signature__, bound to the module when the step is the class's, or as a plain function when the user put their
+# own callable on the instance (then that callable runs, and it is put back afterwards).
 def install_step(module: nn.Module, run: Callable[..., Any]) -> Callable[[], None]:
     """Make ``module.training_step`` call ``run(*args, **kwargs)`` with the user's step's signature;
     returns the undo (the user's own instance attribute, if any, comes back)."""

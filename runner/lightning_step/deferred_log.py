@@ -46,6 +46,12 @@ class Box:
         return getattr(self.value, name)
 
 
+# Lightning's docs teach steps that keep Python state: self.training_step_outputs.append(loss), loss histories, the
+# learning rate read through trainer.optimizers. Dynamo guards a list's length and every value of an optimizer's
+# param groups, which fail on the next step: a recompile every step until recompile_limit. So, around the compiled
+# step only, each list attribute is a DeferredList (mutations recorded and applied after the step; the real list in a
+# Box that Dynamo opens only when the step reads it) and each optimizer an OptimizerView (the same param_groups dicts,
+# so a read is one float, which specialize_float=False makes a graph input once it changes).
 class DeferredList:
     """Stands in for a ``list`` attribute of the LightningModule while the compiled step runs."""
 
@@ -186,6 +192,14 @@ class _Recorder:
         return result
 
 
+# LightningModule.log inspects its caller and touches trainer state, which Dynamo cannot trace
+# (InternalTorchDynamoError on torch 2.13, or a graph break per call under torch.compiler.disable); torchmetrics'
+# Metric.forward breaks on data-dependent branches and recompiles on len(args) guards (issue 15: 19 graphs, 14 breaks
+# for a template MNIST module). So while the compiled step runs each such method is a recorder that appends
+# (object, method, args, kwargs) to one list, a side effect Dynamo replays after the graph; after the step the
+# originals run eagerly in the step's order (a metric updated before self.log reads it, as eagerly). The recorders
+# are made once per run, so they add no guard that can fail. A call that returns (metric.compute()) returns a
+# Deferred, real once replayed: it can be logged or returned, not computed with.
 class DeferredLog:
     """Records ``log``/``log_dict`` and the bound metric methods during a compiled step; replays them."""
 

@@ -33,6 +33,13 @@ def state_sources(training_step: Callable[..., Any]) -> list[str]:
     return patterns
 
 
+# Dynamo specialises every int reached through an nn.Module: self.global_step is guarded with == 3 and the step
+# recompiles every step until recompile_limit. The ints below Lightning's fit loop (epoch and step counters, batch
+# progress) and batch_idx become dynamic sources instead, graph inputs from the first compile: a ratio of them stays
+# symbolic, a branch on one recompiles once when it flips. Constants (self.hparams.lr) stay guarded constants;
+# booleans cannot be symbolic, so a branch on one compiles each side once. (Lightning issue 17933, a stale
+# current_epoch == 0, comes from torch.compile(module) wrapping a copy without the trainer; runner compiles in
+# place, so no read is stale.)
 class PythonState(StackComponent):
     """Makes Lightning's step-time Python state dynamic graph inputs (see the module docstring)."""
 
