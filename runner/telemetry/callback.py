@@ -374,7 +374,8 @@ class CompileTelemetry(pl.Callback):
     def _figures(self, series: bool = True) -> dict[str, Any]:
         figures: dict[str, Any] = dict(self.collector.figures()) if self.collector is not None else {}
         if self._compiled_before_s:  # the whole run's compile time: the parts before the resume too
-            figures["compile/time_before_resume_s"] = round(self._compiled_before_s, 6)
+            # Unrounded: the first part reported this very value as its compile/time_s (rounded, it could exceed it).
+            figures["compile/time_before_resume_s"] = self._compiled_before_s
             figures["compile/time_s"] = figures.get("compile/time_s", 0.0) + self._compiled_before_s
         figures.update(self.meter.figures(compile_time_s=figures.get("compile/time_s", 0.0), series=series))
         # Resumed before this run's pairs finished: the speedup measured before the resume, unless nothing compiles
