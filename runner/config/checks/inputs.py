@@ -213,13 +213,14 @@ def _compare(saved: dict[str, Any], expected: dict[str, tuple[int, ...]]) -> str
 
 
 def check_ckpt_path(cfg: RunConfig) -> str | None:
-    """``ckpt_path`` is a Lightning checkpoint of the configured model."""
+    """``ckpt_path`` exists and is a Lightning checkpoint of the configured model."""
     value = cfg.ckpt_path
     if value is None or value in _CKPT_KEYWORDS or "://" in value:
         return None
     path = Path(value).expanduser()
     if not path.exists():
-        return None  # named by the existence check
+        return (f"ckpt_path={value} does not exist. Give an existing .ckpt file, or resume a run in place with "
+                "hydra.run.dir=<its run dir> ckpt_path=last.")
     fix = ("Give the checkpoints/last.ckpt of an earlier run, or resume a run in place with "
            "hydra.run.dir=<its run dir> ckpt_path=last.")
     if path.is_dir() and (path / "meta.pt").is_file():

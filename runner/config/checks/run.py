@@ -1,7 +1,5 @@
-"""Checks of the run's own config: trainer, data, model sizes, paths and value ranges. Each is a
-small pure function of the typed ``RunConfig`` returning one message (key, value, fix) or None;
-``runner.config.checks.validate`` runs them.
-"""
+"""Checks of the run's own config (trainer, data, model sizes, paths, value ranges), each returning one message
+(key, value, fix) or None."""
 
 from __future__ import annotations
 
@@ -75,9 +73,6 @@ def check_fractions(cfg: RunConfig) -> str | None:
     return None
 
 
-
-
-
 def check_accelerator(cfg: RunConfig) -> str | None:
     acc = cfg.trainer.accelerator
     if acc not in _ACCELERATORS:
@@ -104,19 +99,8 @@ def check_max_time(cfg: RunConfig) -> str | None:
     return None
 
 
-def check_resume_path(cfg: RunConfig) -> str | None:
-    path = cfg.ckpt_path
-    if path is None or path in ("last", "best", "hpc", "registry") or "://" in path:
-        return None
-    if not Path(path).expanduser().exists():
-        return (f"ckpt_path={path} does not exist. Give an existing .ckpt file, or resume a run in place with "
-                "hydra.run.dir=<its run dir> ckpt_path=last.")
-    return None
-
-
 def check_cache_artifacts(cfg: RunConfig) -> str | None:
-    """Another run's cache artifacts that are not there, or that may not be loaded (unsigned, or signed under
-    another secret: ``runner.config.cache_secret.open_artifacts``)."""
+    """Another run's cache artifacts that are not there, or may not be loaded (``cache_secret.open_artifacts``)."""
     src = cfg.reliability.load_cache_artifacts
     if src is None:
         return None
@@ -160,6 +144,7 @@ def check_data_path(cfg: RunConfig) -> str | None:
                 "(data.val_path=null) to validate on a split of data.path.")
     return None
 
+
 def check_length_grouping(cfg: RunConfig) -> str | None:
     grouping = getattr(cfg.data, "length_grouping", 0)
     if not isinstance(grouping, int) or grouping == 0:
@@ -171,6 +156,7 @@ def check_length_grouping(cfg: RunConfig) -> str | None:
                 "packed (every window has the same length). Use data=text_documents or drop data.length_grouping.")
     return None
 
+
 def check_model_fits_data(cfg: RunConfig) -> str | None:
     block = getattr(cfg.model, "block_size", None)
     seq_len = getattr(cfg.data, "seq_len", None)
@@ -180,6 +166,7 @@ def check_model_fits_data(cfg: RunConfig) -> str | None:
     if isinstance(n_embd, int) and isinstance(n_head, int) and (n_head <= 0 or n_embd % n_head):
         return f"model.n_embd={n_embd} must be divisible by model.n_head={n_head}."
     return None
+
 
 def check_trainer(cfg: RunConfig) -> str | None:
     t = cfg.trainer
@@ -199,7 +186,6 @@ CHECKS = [
     check_fractions,
     check_accelerator,
     check_max_time,
-    check_resume_path,
     check_cache_artifacts,
     check_data_path,
     check_length_grouping,
