@@ -40,7 +40,7 @@ class ImportFailure:
                 f"this torch, or uninstall it if nothing needs it.")
 
 
-def _error_text(e: BaseException) -> str:
+def error_text(e: BaseException) -> str:
     text = str(e).splitlines()[0] if str(e) else ""
     return f"{type(e).__name__}: {text}".rstrip(": ")
 
@@ -64,7 +64,7 @@ def import_failure(e: BaseException) -> ImportFailure | None:
         if modules:
             module = modules[-1]
             importer = modules[0] if modules[0] != module else None
-            return ImportFailure(module, module.split(".")[0], _error_text(cause), importer)
+            return ImportFailure(module, module.split(".")[0], error_text(cause), importer)
         cause = cause.__cause__
     return None
 
@@ -75,7 +75,7 @@ def locate(target: str) -> tuple[Any, ImportFailure | str | None]:
         return hydra_internals.locate(target), None
     except Exception as e:  # ImportError, AttributeError, or a module failing on import (any exception)
         failure = import_failure(e)
-        return None, failure if failure is not None else _error_text(e.__cause__ or e)
+        return None, failure if failure is not None else error_text(e.__cause__ or e)
 
 
 class TokenRange(NamedTuple):

@@ -1,5 +1,5 @@
 """Checks of what a user types beyond a value's type: paths, device counts, checkpoints, the classes ``_target_`` names
-and their fields. A check that needs something missing leaves it to the check that names that."""
+and their fields (a check that needs something missing leaves it to the check that names that)."""
 
 from __future__ import annotations
 
@@ -34,8 +34,7 @@ def _check_loggers(cfg: RunConfig) -> str | None:
 
 
 def check_targets(cfg: RunConfig) -> str | None:
-    """Every ``_target_`` imports, and every logger entry has one: a typo or a package that is not
-    importable from here."""
+    """Every ``_target_`` imports (a typo, or a package not importable from here), and every logger entry has one."""
     if (message := _check_loggers(cfg)) is not None:
         return message
     nodes = [*((g, getattr(cfg, g)) for g in _GROUPS), *((f"logger.{n}", node) for n, node in cfg.logger.items())]
@@ -102,18 +101,21 @@ def check_model_arguments(cfg: RunConfig) -> str | None:
     return _own_check("model", cfg)
 
 
-def _device_count_error(devices: Any, accelerator: str) -> str | None:
-    if devices == "auto":
+def check_devices(cfg: RunConfig) -> str | None:
+    """``trainer.devices`` is a count the accelerator has (lists of CUDA indices: ``check_accelerator``)."""
+    devices, accelerator = cfg.trainer.devices, cfg.trainer.accelerator
+    if accelerator not in ("cpu", "cuda", "gpu", "auto") or devices == "auto":
+        return None  # mps and others: Lightning's own checks; devices=auto: Lightning's pick
+    if isinstance(devices, (list, tuple)) and accelerator != "cpu":
         return None
     if isinstance(devices, str) and devices.strip().lstrip("-").isdigit():
         devices = int(devices)
-    on_cpu = accelerator == "cpu" or (accelerator == "auto" and not _cuda_count())
-    if on_cpu:
+    count = _cuda_count()
+    if accelerator == "cpu" or (accelerator == "auto" and not count):
         if isinstance(devices, int) and not isinstance(devices, bool) and devices >= 1:
             return None
         return (f"trainer.devices={devices!r} on the CPU: give a number of processes >= 1 "
                 "(trainer.devices=2 trains with two DDP processes over gloo), or trainer.devices=auto.")
-    count = _cuda_count()
     if count == 0:
         return None  # no CUDA device at all: check_accelerator says so
     if isinstance(devices, int) and not isinstance(devices, bool) and (devices == -1 or 1 <= devices <= count):
@@ -128,19 +130,8 @@ def _cuda_count() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
-def check_devices(cfg: RunConfig) -> str | None:
-    """``trainer.devices`` is a count the accelerator has (lists of CUDA indices: ``check_accelerator``)."""
-    t = cfg.trainer
-    if t.accelerator not in ("cpu", "cuda", "gpu", "auto"):
-        return None  # mps and others: Lightning's own checks
-    if isinstance(t.devices, (list, tuple)) and t.accelerator != "cpu":
-        return None
-    return _device_count_error(t.devices, t.accelerator)
-
-
 def _multi_node_launch() -> bool:
-    """Whether a launcher started this process as one node of several (torchrun, SLURM, LSF, MPI,
-    or the env vars of a manual launch)."""
+    """Whether a launcher (torchrun, SLURM, LSF, MPI, a manual launch's env vars) started this process as one node."""
     from lightning.fabric.plugins.environments import (
         LSFEnvironment,
         MPIEnvironment,
@@ -178,7 +169,7 @@ def read_checkpoint(path: Path) -> tuple[Any, str | None]:
     try:
         return torch.load(path, map_location="cpu", weights_only=False), None
     except Exception as e:
-        return None, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}".rstrip(": ")
+        return None, target_objects.error_text(e)
 
 
 def _expected_state(cfg: RunConfig) -> dict[str, tuple[int, ...]] | None:
@@ -247,8 +238,7 @@ def check_ckpt_path(cfg: RunConfig) -> str | None:
 
 
 def check_trainable_parameters(cfg: RunConfig) -> str | None:
-    """A plain ``nn.Module`` has a parameter to train (torch refuses an empty optimizer only once the run started); a
-    LightningModule of your own is left alone."""
+    """A plain ``nn.Module`` has a parameter to train (torch refuses an empty optimizer only once the run started)."""
     import lightning as L
     import torch
 

@@ -187,12 +187,7 @@ class TrainerConfig:
         if acc == "auto":
             import torch
 
-            if torch.cuda.is_available():
-                acc = "cuda"
-            elif torch.backends.mps.is_available():
-                acc = "mps"
-            else:
-                acc = "cpu"
+            acc = "cuda" if torch.cuda.is_available() else "mps" if torch.backends.mps.is_available() else "cpu"
         if acc in ("cuda", "gpu"):
             d = self.devices
             index = int(d[0]) if isinstance(d, (list, tuple)) and d else 0

@@ -112,11 +112,9 @@ class WandbLoggerSchema:
 
 
 @dataclass
-class TensorBoardLoggerSchema:
+class TensorBoardLoggerSchema(CSVLoggerSchema):
     _target_: str = "lightning.pytorch.loggers.TensorBoardLogger"
-    save_dir: str = "${run_dir}"
     name: str = "tensorboard"
-    version: str = ""
 
 
 # The schema of each option runner ships in the open groups: group -> option -> dataclass.
