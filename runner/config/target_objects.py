@@ -1,10 +1,5 @@
-"""What a ``_target_`` names, found before anything runs: the object itself, imported as Hydra's ``instantiate`` imports
-it, and the configured model built on the meta device.
-
-A failed import wants one of two fixes: a dotted path that names nothing (check the path), or a module that raised while
-it was imported (a bug, or a broken installed package: name the package and its error). Only the second has a
-``<module>`` frame in its traceback.
-"""
+"""What a ``_target_`` names, found before anything runs: the object, imported as Hydra's ``instantiate`` imports it,
+and the configured model built on the meta device."""
 
 from __future__ import annotations
 
@@ -57,7 +52,8 @@ def _module_frames(tb: types.TracebackType | None) -> list[str]:
 
 
 def import_failure(e: BaseException) -> ImportFailure | None:
-    """The module that raised while it was being imported (``e`` or its cause); None for a path that names nothing."""
+    """The module that raised while it was being imported (``e`` or its cause); None for a path that names nothing.
+    The two want different fixes, and only a module that raised has a ``<module>`` frame in its traceback."""
     cause: BaseException | None = e
     while cause is not None:
         modules = _module_frames(cause.__traceback__)

@@ -1,7 +1,5 @@
 """Checks of a push to the Hugging Face Hub (``after.push_to_hub``, ``runner export --push-to-hub``): the repo id, a
-token to push with, and an export to push. Offline: nothing here calls the Hub (``runner.after.push`` does, after
-these pass), so a launch is refused before anything is built.
-"""
+token and an export to push. Offline: ``runner.after.push`` calls the Hub once these pass."""
 
 from __future__ import annotations
 

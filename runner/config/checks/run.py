@@ -24,24 +24,20 @@ _ACCELERATORS = ("cpu", "cuda", "gpu", "mps", "auto")
 _MAX_TIME = re.compile(r"^\d{2}:\d{2}:\d{2}:\d{2}$")
 
 
-def _positive(values: dict[str, object]) -> str | None:
-    for key, value in values.items():
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and value <= 0:
-            return f"{key}={value} must be positive; give a number > 0."
-    return None
-
-
 def check_positive_counts(cfg: RunConfig) -> str | None:
-    t = cfg.trainer
-    return _positive({
-        "trainer.val_check_interval": t.val_check_interval,
-        "trainer.log_every_n_steps": t.log_every_n_steps,
-        "trainer.checkpoint_every_n_steps": t.checkpoint_every_n_steps,
+    values = {
+        "trainer.val_check_interval": cfg.trainer.val_check_interval,
+        "trainer.log_every_n_steps": cfg.trainer.log_every_n_steps,
+        "trainer.checkpoint_every_n_steps": cfg.trainer.checkpoint_every_n_steps,
         "telemetry.log_every_n_steps": cfg.telemetry.log_every_n_steps,
         "data.batch_size": getattr(cfg.data, "batch_size", None),
         "data.seq_len": getattr(cfg.data, "seq_len", None),
         "optimizer.lr": getattr(cfg.optimizer, "lr", None),
-    })
+    }
+    for key, value in values.items():
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value <= 0:
+            return f"{key}={value} must be positive; give a number > 0."
+    return None
 
 
 def check_non_negative(cfg: RunConfig) -> str | None:
@@ -128,16 +124,13 @@ _WHAT_PATH_TAKES: dict[type, str] = {
 }
 
 
-def _what_path_takes(data: object) -> str:
-    found = next((words for kind, words in _WHAT_PATH_TAKES.items() if isinstance(data, kind)), None)
-    return found or "Point data.path at the files your data module reads."
-
-
 def check_data_path(cfg: RunConfig) -> str | None:
     path = getattr(cfg.data, "path", None)
     if path is not None and not Path(path).expanduser().exists():
         where = "" if Path(path).expanduser().is_absolute() else f" (a relative path is read from {Path.cwd()})"
-        return f"data.path={path} does not exist{where}. {_what_path_takes(cfg.data)}"
+        takes = next((words for kind, words in _WHAT_PATH_TAKES.items() if isinstance(cfg.data, kind)),
+                     "Point data.path at the files your data module reads.")
+        return f"data.path={path} does not exist{where}. {takes}"
     val_path = getattr(cfg.data, "val_path", None)
     if val_path is not None and not Path(val_path).expanduser().exists():
         return (f"data.val_path={val_path} does not exist. Point it at the files that validate, or drop it "

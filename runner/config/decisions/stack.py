@@ -181,13 +181,11 @@ def _on_cuda(cfg: RunConfig) -> bool:
 
 
 def check_compiled_optimizer_scaler(cfg: RunConfig) -> str | None:
-    scaler = str(cfg.trainer.precision).startswith("16-mixed")
-    return compiled_optimizer_with_scaler(cfg.compile.optimizer, scaler)
+    return compiled_optimizer_with_scaler(cfg.compile.optimizer, str(cfg.trainer.precision).startswith("16-mixed"))
 
 
 def check_cpu_offload_exclude(cfg: RunConfig) -> str | None:
-    o = cfg.offload
-    return offload_exclusions_lost(o.strategy, o.exclude, _on_cuda(cfg), cfg.compile.scope)
+    return offload_exclusions_lost(cfg.offload.strategy, cfg.offload.exclude, _on_cuda(cfg), cfg.compile.scope)
 
 
 def check_step_backward_ddp(cfg: RunConfig) -> str | None:
