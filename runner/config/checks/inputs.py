@@ -12,31 +12,23 @@ from runner.config import target_objects
 from runner.config.decisions.peft import state_shapes
 from runner.config.errors import close_matches
 from runner.config.schema import RunConfig
-from runner.config.target_objects import HYDRA_KEYS
 from runner.config.target_objects import fields as _fields
 
 _GROUPS = ("model", "data", "optimizer", "scheduler")
 _CKPT_KEYWORDS = ("last", "best", "hpc", "registry")
 
 
-def _check_loggers(cfg: RunConfig) -> str | None:
-    """Every ``logger.NAME`` entry names its class (a misspelt ``+logger.csvv.key=v`` has no ``_target_``)."""
+def check_targets(cfg: RunConfig) -> str | None:
+    """Every logger entry has a ``_target_`` (a misspelt ``+logger.csvv.key=v`` has none), and every ``_target_``
+    imports (a typo, or a package not importable from here)."""
     named = [n for n, node in cfg.logger.items() if isinstance(_fields(node).get("_target_"), str)]
     for name, node in cfg.logger.items():
-        if name in named:
-            continue
-        matches = close_matches(name, named)
-        fix = f"did you mean `logger.{matches[0]}`? " if matches else ""
-        return (f"logger.{name} has no _target_ (its keys: {', '.join(map(str, _fields(node))) or 'none'}): "
-                f"{fix}A logger names its class (`_target_: package.Logger`, as conf/logger/*.yaml do; "
-                f"`runner --help` lists the logger options), or drop the entry (~logger.{name}).")
-    return None
-
-
-def check_targets(cfg: RunConfig) -> str | None:
-    """Every ``_target_`` imports (a typo, or a package not importable from here), and every logger entry has one."""
-    if (message := _check_loggers(cfg)) is not None:
-        return message
+        if name not in named:
+            matches = close_matches(name, named)
+            fix = f"did you mean `logger.{matches[0]}`? " if matches else ""
+            return (f"logger.{name} has no _target_ (its keys: {', '.join(map(str, _fields(node))) or 'none'}): "
+                    f"{fix}A logger names its class (`_target_: package.Logger`, as conf/logger/*.yaml do; "
+                    f"`runner --help` lists the logger options), or drop the entry (~logger.{name}).")
     nodes = [*((g, getattr(cfg, g)) for g in _GROUPS), *((f"logger.{n}", node) for n, node in cfg.logger.items())]
     for group, node in nodes:
         target = _fields(node).get("_target_")
@@ -62,7 +54,7 @@ def _unexpected(obj: Any, fields: dict[str, Any]) -> tuple[list[str], list[str]]
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
         return [], []
     names = [n for n, p in params.items() if p.kind is not inspect.Parameter.VAR_POSITIONAL and n != "self"]
-    return [k for k in fields if k not in HYDRA_KEYS and k not in names], names
+    return [k for k in fields if k not in target_objects.HYDRA_KEYS and k not in names], names
 
 
 def check_target_fields(cfg: RunConfig) -> str | None:

@@ -16,14 +16,14 @@ from runner.config.schema.options import Eagerly, Keeps, Mark, OffloadStrategy, 
 from runner.torch_internals import runtime
 
 
-def compiled_optimizer_with_scaler(policy: OptimizerPolicy, scaler: bool, name: str = "the optimizer's") -> str | None:
+def compiled_optimizer_with_scaler(policy: OptimizerPolicy, scaler: bool) -> str | None:
     """A compiled optimizer step cannot take part in a gradient scaler's unscale and inf/NaN skip."""
     if policy is not OptimizerPolicy.compiled or not scaler:
         return None
-    return (f"compile.optimizer=compiled with a gradient scaler (trainer.precision=16-mixed): the scaler unscales "
-            f"the gradients and skips steps with inf/NaN itself, which a compiled {name} step cannot take part in "
-            "(torch would run it eagerly every step, Adam's single-tensor path with a host sync per parameter). "
-            "Use compile.optimizer=auto (the fused kernel where there is one, which the scaler drives) or "
+    return ("compile.optimizer=compiled with a gradient scaler (trainer.precision=16-mixed): the scaler unscales "
+            "the gradients and skips steps with inf/NaN itself, which a compiled the optimizer's step cannot take "
+            "part in (torch would run it eagerly every step, Adam's single-tensor path with a host sync per "
+            "parameter). Use compile.optimizer=auto (the fused kernel where there is one, which the scaler drives) or "
             "trainer.precision=bf16-mixed (no scaler).")
 
 
