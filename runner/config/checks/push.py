@@ -21,7 +21,7 @@ def repo_id_error(repo_id: str, where: str) -> str | None:
     if repo_id.count("/") != 1:
         what = "has no ORG/ before the name" if "/" not in repo_id else "has more than one '/'"
         return f"{where}: {repo_id!r} {what}. {fix}"
-    org, name = repo_id.split("/")
+    name = repo_id.split("/")[1]
     if not _REPO_ID.match(repo_id):
         bad = sorted({c for c in repo_id if not (c.isascii() and (c.isalnum() or c in "._-/"))})
         what = (f"holds {', '.join(map(repr, bad))}" if bad else
