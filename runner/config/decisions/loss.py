@@ -146,9 +146,12 @@ def output_layer(model: Any) -> tuple[Any | None, str | None]:
 
 def head_problem(model: Any, peft: PeftConfig) -> tuple[str | None, int | None]:
     """Why the chunked loss cannot use ``model``'s output layer under ``peft`` (None: it can), and the vocabulary."""
+    from torch import nn
+
     head, why = output_layer(model)
-    if head is None:
-        return why, _embedded(model)
+    if head is None:  # the vocabulary: the rows of the model's largest embedding
+        modules = model.modules() if hasattr(model, "modules") else []
+        return why, max((m.num_embeddings for m in modules if isinstance(m, nn.Embedding)), default=None)
     vocab = int(head.weight.shape[0])
     if peft.method is PeftMethod.qlora:
         _, root = adapter_root(model)
@@ -164,30 +167,15 @@ def head_problem(model: Any, peft: PeftConfig) -> tuple[str | None, int | None]:
     return None, vocab
 
 
-def _embedded(model: Any) -> int | None:
-    """The rows of the model's largest embedding (a causal LM's vocabulary); None without one."""
-    from torch import nn
-
-    modules = model.modules() if hasattr(model, "modules") else []
-    rows = [m.num_embeddings for m in modules if isinstance(m, nn.Embedding)]
-    return max(rows) if rows else None
-
-
-def data_facts(data: dict[str, Any], traits: Any) -> tuple[bool, int | None]:
-    """Whether the targets are one class per example, and a full step's positions (``batch_size x seq_len``, twice for
-    pairs; None where the data does not say)."""
-    metric = getattr(getattr(traits, "val_metric", None), "value", None)
-    batch, seq = data.get("batch_size"), data.get("seq_len")
-    ints = all(isinstance(v, int) and not isinstance(v, bool) for v in (batch, seq))
-    sequences = 2 if getattr(traits, "pairs", False) else 1
-    return metric == "accuracy", (batch * seq * sequences if ints else None)  # type: ignore[operator]
-
-
 def loss_facts(model: Any, loss: LossConfig, peft: PeftConfig, data: dict[str, Any], traits: Any) -> LossFacts:
     """The facts ``loss.chunked`` is decided from, for ``model`` (on the meta device before the run, real at fit)."""
     from runner.losses import chunking_unavailable
 
-    classifier, tokens = data_facts(data, traits)
+    classifier = getattr(getattr(traits, "val_metric", None), "value", None) == "accuracy"  # one class per example
+    batch, seq = data.get("batch_size"), data.get("seq_len")
+    ints = all(isinstance(v, int) and not isinstance(v, bool) for v in (batch, seq))
+    sequences = 2 if getattr(traits, "pairs", False) else 1
+    tokens = batch * seq * sequences if ints else None  # type: ignore[operator]  # None: the data does not say
     head, vocab = head_problem(model, peft)
     return LossFacts(loss.mode, loss.chunks, loss.chunked, classifier, head, chunking_unavailable(), tokens, vocab)
 
