@@ -4,7 +4,7 @@ and the configured model built on the meta device."""
 from __future__ import annotations
 
 import dataclasses
-import types
+import traceback
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -40,23 +40,14 @@ def error_text(e: BaseException) -> str:
     return f"{type(e).__name__}: {text}".rstrip(": ")
 
 
-def _module_frames(tb: types.TracebackType | None) -> list[str]:
-    """Names of the modules whose top-level code is in the traceback, outermost first."""
-    names: list[str] = []
-    while tb is not None:
-        frame = tb.tb_frame
-        if frame.f_code.co_name == "<module>":
-            names.append(str(frame.f_globals.get("__name__", "?")))
-        tb = tb.tb_next
-    return names
-
-
 def import_failure(e: BaseException) -> ImportFailure | None:
     """The module that raised while it was being imported (``e`` or its cause); None for a path that names nothing.
     The two want different fixes, and only a module that raised has a ``<module>`` frame in its traceback."""
     cause: BaseException | None = e
     while cause is not None:
-        modules = _module_frames(cause.__traceback__)
+        # the modules whose top-level code is in the traceback, outermost first
+        modules = [str(frame.f_globals.get("__name__", "?")) for frame, _ in traceback.walk_tb(cause.__traceback__)
+                   if frame.f_code.co_name == "<module>"]
         if modules:
             module = modules[-1]
             importer = modules[0] if modules[0] != module else None

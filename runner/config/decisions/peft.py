@@ -114,8 +114,9 @@ def resolve_plan(model: Any, peft: PeftConfig) -> AdapterPlan:
             "LoRA adds its adapter beside linear layers, and there is none to adapt. Train this model in full "
             "(peft=none), or select a model with linear layers.")
     heads = [str(h) for h in getattr(type(model), "adapter_heads", ())]
-    saved = _outermost(_matched(modules, peft.modules_to_save, "peft.modules_to_save", model)
-                       if peft.modules_to_save is not None else [n for n in modules if n in heads])
+    saved = (_matched(modules, peft.modules_to_save, "peft.modules_to_save", model)
+             if peft.modules_to_save is not None else [n for n in modules if n in heads])
+    saved = [n for n in saved if not any(n.startswith(o + ".") for o in saved)]  # classifier, not classifier.dense
     if peft.target_modules:
         found = _matched(modules, peft.target_modules, "peft.target_modules", model)
         other = [n for n in found if n not in linears]
@@ -141,11 +142,6 @@ def resolve_plan(model: Any, peft: PeftConfig) -> AdapterPlan:
                               f"values ({len(odd)} target(s) like it). Leave it out of peft.target_modules, or use "
                               "peft=lora.")
     return AdapterPlan(root_name, tuple(targets), tuple(saved))
-
-
-def _outermost(names: list[str]) -> list[str]:
-    """``names`` without those inside another of them (``classifier.dense`` inside ``classifier``)."""
-    return [n for n in names if not any(n.startswith(o + ".") for o in names)]
 
 
 def _matched(modules: dict[str, Any], patterns: list[str], key: str, model: Any) -> list[str]:
