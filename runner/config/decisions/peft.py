@@ -4,6 +4,7 @@ the meta-device model) and ``runner.peft``'s injection (on the real one); names 
 from __future__ import annotations
 
 import re
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -90,10 +91,7 @@ def _output_layers(root: Any, kinds: tuple[type, ...]) -> set[str]:
 
 def shown(names: list[str], limit: int = 12) -> str:
     """Module names for a message: layer indices folded (``layers.N.``), each with its count."""
-    counts: dict[str, int] = {}
-    for name in names:
-        folded = re.sub(r"\.\d+\.", ".N.", name)
-        counts[folded] = counts.get(folded, 0) + 1
+    counts = Counter(re.sub(r"\.\d+\.", ".N.", name) for name in names)
     items = [f"{k} (x{v})" if v > 1 else k for k, v in counts.items()]
     more = f", and {len(items) - limit} more" if len(items) > limit else ""
     return ", ".join(items[:limit]) + more
