@@ -1,12 +1,6 @@
 """The secret that signs what ``compile.cache`` shares and the cache artifacts a run saves, its envelope, and the
-cache's address as it may be shown.
-
-The secret comes from the environment (``RUNNER_COMPILE_CACHE_SECRET``, or a file ``..._FILE`` names), never the config,
-which Hydra saves in every run directory. An envelope is ``TAG``, the secret's key id (tells "another secret" from
-"changed", reveals nothing), an HMAC-SHA256 over the tag, the subject (for the server's entries the torch version and
-the full key, so a value moved to another key fails) and the value, then the value; it is checked with
-``hmac.compare_digest`` before a byte of the value is read.
-"""
+cache's address as it may be shown. The secret comes from the environment, never the config (which Hydra saves in
+every run directory)."""
 
 from __future__ import annotations
 
@@ -53,7 +47,9 @@ def read_secret() -> tuple[bytes | None, str | None]:
 
 @dataclass(frozen=True)
 class Signer:
-    """Seals values in envelopes under ``secret`` and opens them (see the module docstring)."""
+    """Seals values in envelopes under ``secret`` and opens them. An envelope is ``TAG``, the key id (tells "another
+    secret" from "changed"), an HMAC-SHA256 over the tag, the subject (so a value moved to another key fails) and the
+    value, then the value; the HMAC is checked before a byte of the value is read."""
 
     secret: bytes = field(repr=False)
 

@@ -1,5 +1,4 @@
-"""The error a configuration that cannot run raises, before anything expensive happens, and the
-"did you mean" its messages offer for a misspelt name."""
+"""The error a configuration that cannot run raises, and the "did you mean" its messages offer for a misspelt name."""
 
 from __future__ import annotations
 
@@ -12,7 +11,7 @@ class ConfigError(ValueError):
 
 
 def close_matches(name: str, candidates: Iterable[str]) -> list[str]:
-    """The candidates close to ``name``: difflib's similarity ratio at least 0.6 and within 0.1 of the
-    closest one (``max_step`` gets ``max_steps``, not also ``max_time``), closest first, at most three."""
+    """At most three candidates close to ``name``, closest first: difflib's ratio >= 0.6 and within 0.1 of the best
+    (``max_step`` gets ``max_steps``, not also ``max_time``)."""
     scored = sorted(((difflib.SequenceMatcher(None, name, c).ratio(), c) for c in candidates), reverse=True)
     return [c for ratio, c in scored[:3] if ratio >= 0.6 and ratio >= scored[0][0] - 0.1]

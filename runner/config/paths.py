@@ -31,12 +31,10 @@ def artifacts_path(run_dir: str | Path) -> Path:
 def resolve_artifacts_path(path: str | Path) -> Path:
     """A file as is; a directory -> its ``compile_cache/artifacts.bin`` (or ``artifacts.bin``)."""
     p = Path(path).expanduser()
-    if p.is_dir():
-        for candidate in (p / ARTIFACTS_DIR / ARTIFACTS_FILE, p / ARTIFACTS_FILE):
-            if candidate.exists():
-                return candidate
-        return p / ARTIFACTS_DIR / ARTIFACTS_FILE
-    return p
+    if not p.is_dir():
+        return p
+    saved = artifacts_path(p)  # as a run saves them
+    return next((c for c in (saved, p / ARTIFACTS_FILE) if c.exists()), saved)
 
 
 def shipped(path: str | None) -> str | None:

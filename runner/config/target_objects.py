@@ -1,15 +1,10 @@
-"""What a ``_target_`` names, found before anything runs: the object itself, imported as Hydra's ``instantiate`` imports
-it, and the configured model built on the meta device.
-
-A failed import wants one of two fixes: a dotted path that names nothing (check the path), or a module that raised while
-it was imported (a bug, or a broken installed package: name the package and its error). Only the second has a
-``<module>`` frame in its traceback.
-"""
+"""What a ``_target_`` names, found before anything runs: the object, imported as Hydra's ``instantiate`` imports it,
+and the configured model built on the meta device."""
 
 from __future__ import annotations
 
 import dataclasses
-import types
+import traceback
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -40,31 +35,23 @@ class ImportFailure:
                 f"this torch, or uninstall it if nothing needs it.")
 
 
-def _error_text(e: BaseException) -> str:
+def error_text(e: BaseException) -> str:
     text = str(e).splitlines()[0] if str(e) else ""
     return f"{type(e).__name__}: {text}".rstrip(": ")
 
 
-def _module_frames(tb: types.TracebackType | None) -> list[str]:
-    """Names of the modules whose top-level code is in the traceback, outermost first."""
-    names: list[str] = []
-    while tb is not None:
-        frame = tb.tb_frame
-        if frame.f_code.co_name == "<module>":
-            names.append(str(frame.f_globals.get("__name__", "?")))
-        tb = tb.tb_next
-    return names
-
-
 def import_failure(e: BaseException) -> ImportFailure | None:
-    """The module that raised while it was being imported (``e`` or its cause); None for a path that names nothing."""
+    """The module that raised while it was being imported (``e`` or its cause); None for a path that names nothing.
+    The two want different fixes, and only a module that raised has a ``<module>`` frame in its traceback."""
     cause: BaseException | None = e
     while cause is not None:
-        modules = _module_frames(cause.__traceback__)
+        # the modules whose top-level code is in the traceback, outermost first
+        modules = [str(frame.f_globals.get("__name__", "?")) for frame, _ in traceback.walk_tb(cause.__traceback__)
+                   if frame.f_code.co_name == "<module>"]
         if modules:
             module = modules[-1]
             importer = modules[0] if modules[0] != module else None
-            return ImportFailure(module, module.split(".")[0], _error_text(cause), importer)
+            return ImportFailure(module, module.split(".")[0], error_text(cause), importer)
         cause = cause.__cause__
     return None
 
@@ -75,7 +62,7 @@ def locate(target: str) -> tuple[Any, ImportFailure | str | None]:
         return hydra_internals.locate(target), None
     except Exception as e:  # ImportError, AttributeError, or a module failing on import (any exception)
         failure = import_failure(e)
-        return None, failure if failure is not None else _error_text(e.__cause__ or e)
+        return None, failure if failure is not None else error_text(e.__cause__ or e)
 
 
 class TokenRange(NamedTuple):

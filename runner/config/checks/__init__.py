@@ -1,2 +1,1 @@
-"""The checks a composed config passes before anything runs, one module a part of the config (``validate`` runs
-them all, with the checks beside each decision in :mod:`runner.config.decisions`)."""
+"""The checks a composed config passes before anything runs, one module a part of the config (``validate``)."""

@@ -1,6 +1,5 @@
-"""Checks of the data against the model: the classes its rows hold against the model's ``num_labels``, its token ids
-against the model's embedding (an id past it fails inside the first forward), packed rows against a model that takes
-them. Quiet where either side declares nothing (a user's own classes)."""
+"""Checks of the data against the model (classes, token ids, packed rows), quiet where either side declares nothing
+(a user's own classes)."""
 
 from __future__ import annotations
 
@@ -10,7 +9,8 @@ from runner.config.target_objects import Embedding, TokenRange, declared_or_none
 
 
 def check_vocabulary(cfg: RunConfig) -> str | None:
-    """The data's largest token id and pad id are rows of the model's input embedding."""
+    """The data's largest token id and pad id are rows of the model's input embedding (a larger id fails in the first
+    forward)."""
     ids, embedding = declared_or_none(cfg.data, "token_range"), declared_or_none(cfg.model, "input_vocabulary")
     if not isinstance(ids, TokenRange) or not isinstance(embedding, Embedding):
         return None

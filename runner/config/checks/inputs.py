@@ -1,5 +1,5 @@
 """Checks of what a user types beyond a value's type: paths, device counts, checkpoints, the classes ``_target_`` names
-and their fields. A check that needs something missing leaves it to the check that names that."""
+and their fields (a check that needs something missing leaves it to the check that names that)."""
 
 from __future__ import annotations
 
@@ -12,32 +12,23 @@ from runner.config import target_objects
 from runner.config.decisions.peft import state_shapes
 from runner.config.errors import close_matches
 from runner.config.schema import RunConfig
-from runner.config.target_objects import HYDRA_KEYS
 from runner.config.target_objects import fields as _fields
 
 _GROUPS = ("model", "data", "optimizer", "scheduler")
 _CKPT_KEYWORDS = ("last", "best", "hpc", "registry")
 
 
-def _check_loggers(cfg: RunConfig) -> str | None:
-    """Every ``logger.NAME`` entry names its class (a misspelt ``+logger.csvv.key=v`` has no ``_target_``)."""
+def check_targets(cfg: RunConfig) -> str | None:
+    """Every logger entry has a ``_target_`` (a misspelt ``+logger.csvv.key=v`` has none), and every ``_target_``
+    imports (a typo, or a package not importable from here)."""
     named = [n for n, node in cfg.logger.items() if isinstance(_fields(node).get("_target_"), str)]
     for name, node in cfg.logger.items():
-        if name in named:
-            continue
-        matches = close_matches(name, named)
-        fix = f"did you mean `logger.{matches[0]}`? " if matches else ""
-        return (f"logger.{name} has no _target_ (its keys: {', '.join(map(str, _fields(node))) or 'none'}): "
-                f"{fix}A logger names its class (`_target_: package.Logger`, as conf/logger/*.yaml do; "
-                f"`runner --help` lists the logger options), or drop the entry (~logger.{name}).")
-    return None
-
-
-def check_targets(cfg: RunConfig) -> str | None:
-    """Every ``_target_`` imports, and every logger entry has one: a typo or a package that is not
-    importable from here."""
-    if (message := _check_loggers(cfg)) is not None:
-        return message
+        if name not in named:
+            matches = close_matches(name, named)
+            fix = f"did you mean `logger.{matches[0]}`? " if matches else ""
+            return (f"logger.{name} has no _target_ (its keys: {', '.join(map(str, _fields(node))) or 'none'}): "
+                    f"{fix}A logger names its class (`_target_: package.Logger`, as conf/logger/*.yaml do; "
+                    f"`runner --help` lists the logger options), or drop the entry (~logger.{name}).")
     nodes = [*((g, getattr(cfg, g)) for g in _GROUPS), *((f"logger.{n}", node) for n, node in cfg.logger.items())]
     for group, node in nodes:
         target = _fields(node).get("_target_")
@@ -63,7 +54,7 @@ def _unexpected(obj: Any, fields: dict[str, Any]) -> tuple[list[str], list[str]]
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
         return [], []
     names = [n for n, p in params.items() if p.kind is not inspect.Parameter.VAR_POSITIONAL and n != "self"]
-    return [k for k in fields if k not in HYDRA_KEYS and k not in names], names
+    return [k for k in fields if k not in target_objects.HYDRA_KEYS and k not in names], names
 
 
 def check_target_fields(cfg: RunConfig) -> str | None:
@@ -102,18 +93,21 @@ def check_model_arguments(cfg: RunConfig) -> str | None:
     return _own_check("model", cfg)
 
 
-def _device_count_error(devices: Any, accelerator: str) -> str | None:
-    if devices == "auto":
+def check_devices(cfg: RunConfig) -> str | None:
+    """``trainer.devices`` is a count the accelerator has (lists of CUDA indices: ``check_accelerator``)."""
+    devices, accelerator = cfg.trainer.devices, cfg.trainer.accelerator
+    if accelerator not in ("cpu", "cuda", "gpu", "auto") or devices == "auto":
+        return None  # mps and others: Lightning's own checks; devices=auto: Lightning's pick
+    if isinstance(devices, (list, tuple)) and accelerator != "cpu":
         return None
     if isinstance(devices, str) and devices.strip().lstrip("-").isdigit():
         devices = int(devices)
-    on_cpu = accelerator == "cpu" or (accelerator == "auto" and not _cuda_count())
-    if on_cpu:
+    count = _cuda_count()
+    if accelerator == "cpu" or (accelerator == "auto" and not count):
         if isinstance(devices, int) and not isinstance(devices, bool) and devices >= 1:
             return None
         return (f"trainer.devices={devices!r} on the CPU: give a number of processes >= 1 "
                 "(trainer.devices=2 trains with two DDP processes over gloo), or trainer.devices=auto.")
-    count = _cuda_count()
     if count == 0:
         return None  # no CUDA device at all: check_accelerator says so
     if isinstance(devices, int) and not isinstance(devices, bool) and (devices == -1 or 1 <= devices <= count):
@@ -128,19 +122,8 @@ def _cuda_count() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
-def check_devices(cfg: RunConfig) -> str | None:
-    """``trainer.devices`` is a count the accelerator has (lists of CUDA indices: ``check_accelerator``)."""
-    t = cfg.trainer
-    if t.accelerator not in ("cpu", "cuda", "gpu", "auto"):
-        return None  # mps and others: Lightning's own checks
-    if isinstance(t.devices, (list, tuple)) and t.accelerator != "cpu":
-        return None
-    return _device_count_error(t.devices, t.accelerator)
-
-
 def _multi_node_launch() -> bool:
-    """Whether a launcher started this process as one node of several (torchrun, SLURM, LSF, MPI,
-    or the env vars of a manual launch)."""
+    """Whether a launcher (torchrun, SLURM, LSF, MPI, a manual launch's env vars) started this process as one node."""
     from lightning.fabric.plugins.environments import (
         LSFEnvironment,
         MPIEnvironment,
@@ -178,7 +161,7 @@ def read_checkpoint(path: Path) -> tuple[Any, str | None]:
     try:
         return torch.load(path, map_location="cpu", weights_only=False), None
     except Exception as e:
-        return None, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}".rstrip(": ")
+        return None, target_objects.error_text(e)
 
 
 def _expected_state(cfg: RunConfig) -> dict[str, tuple[int, ...]] | None:
@@ -213,13 +196,14 @@ def _compare(saved: dict[str, Any], expected: dict[str, tuple[int, ...]]) -> str
 
 
 def check_ckpt_path(cfg: RunConfig) -> str | None:
-    """``ckpt_path`` is a Lightning checkpoint of the configured model."""
+    """``ckpt_path`` exists and is a Lightning checkpoint of the configured model."""
     value = cfg.ckpt_path
     if value is None or value in _CKPT_KEYWORDS or "://" in value:
         return None
     path = Path(value).expanduser()
     if not path.exists():
-        return None  # named by the existence check
+        return (f"ckpt_path={value} does not exist. Give an existing .ckpt file, or resume a run in place with "
+                "hydra.run.dir=<its run dir> ckpt_path=last.")
     fix = ("Give the checkpoints/last.ckpt of an earlier run, or resume a run in place with "
            "hydra.run.dir=<its run dir> ckpt_path=last.")
     if path.is_dir() and (path / "meta.pt").is_file():
@@ -246,8 +230,7 @@ def check_ckpt_path(cfg: RunConfig) -> str | None:
 
 
 def check_trainable_parameters(cfg: RunConfig) -> str | None:
-    """A plain ``nn.Module`` has a parameter to train (torch refuses an empty optimizer only once the run started); a
-    LightningModule of your own is left alone."""
+    """A plain ``nn.Module`` has a parameter to train (torch refuses an empty optimizer only once the run started)."""
     import lightning as L
     import torch
 

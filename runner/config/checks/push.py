@@ -1,7 +1,5 @@
 """Checks of a push to the Hugging Face Hub (``after.push_to_hub``, ``runner export --push-to-hub``): the repo id, a
-token to push with, and an export to push. Offline: nothing here calls the Hub (``runner.after.push`` does, after
-these pass), so a launch is refused before anything is built.
-"""
+token and an export to push. Offline: ``runner.after.push`` calls the Hub once these pass."""
 
 from __future__ import annotations
 
@@ -23,7 +21,7 @@ def repo_id_error(repo_id: str, where: str) -> str | None:
     if repo_id.count("/") != 1:
         what = "has no ORG/ before the name" if "/" not in repo_id else "has more than one '/'"
         return f"{where}: {repo_id!r} {what}. {fix}"
-    org, name = repo_id.split("/")
+    name = repo_id.split("/")[1]
     if not _REPO_ID.match(repo_id):
         bad = sorted({c for c in repo_id if not (c.isascii() and (c.isalnum() or c in "._-/"))})
         what = (f"holds {', '.join(map(repr, bad))}" if bad else

@@ -1,7 +1,5 @@
-"""Checks of the run's own config: trainer, data, model sizes, paths and value ranges. Each is a
-small pure function of the typed ``RunConfig`` returning one message (key, value, fix) or None;
-``runner.config.checks.validate`` runs them.
-"""
+"""Checks of the run's own config (trainer, data, model sizes, paths, value ranges), each returning one message
+(key, value, fix) or None."""
 
 from __future__ import annotations
 
@@ -26,24 +24,20 @@ _ACCELERATORS = ("cpu", "cuda", "gpu", "mps", "auto")
 _MAX_TIME = re.compile(r"^\d{2}:\d{2}:\d{2}:\d{2}$")
 
 
-def _positive(values: dict[str, object]) -> str | None:
-    for key, value in values.items():
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and value <= 0:
-            return f"{key}={value} must be positive; give a number > 0."
-    return None
-
-
 def check_positive_counts(cfg: RunConfig) -> str | None:
-    t = cfg.trainer
-    return _positive({
-        "trainer.val_check_interval": t.val_check_interval,
-        "trainer.log_every_n_steps": t.log_every_n_steps,
-        "trainer.checkpoint_every_n_steps": t.checkpoint_every_n_steps,
+    values = {
+        "trainer.val_check_interval": cfg.trainer.val_check_interval,
+        "trainer.log_every_n_steps": cfg.trainer.log_every_n_steps,
+        "trainer.checkpoint_every_n_steps": cfg.trainer.checkpoint_every_n_steps,
         "telemetry.log_every_n_steps": cfg.telemetry.log_every_n_steps,
         "data.batch_size": getattr(cfg.data, "batch_size", None),
         "data.seq_len": getattr(cfg.data, "seq_len", None),
         "optimizer.lr": getattr(cfg.optimizer, "lr", None),
-    })
+    }
+    for key, value in values.items():
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value <= 0:
+            return f"{key}={value} must be positive; give a number > 0."
+    return None
 
 
 def check_non_negative(cfg: RunConfig) -> str | None:
@@ -75,9 +69,6 @@ def check_fractions(cfg: RunConfig) -> str | None:
     return None
 
 
-
-
-
 def check_accelerator(cfg: RunConfig) -> str | None:
     acc = cfg.trainer.accelerator
     if acc not in _ACCELERATORS:
@@ -104,19 +95,8 @@ def check_max_time(cfg: RunConfig) -> str | None:
     return None
 
 
-def check_resume_path(cfg: RunConfig) -> str | None:
-    path = cfg.ckpt_path
-    if path is None or path in ("last", "best", "hpc", "registry") or "://" in path:
-        return None
-    if not Path(path).expanduser().exists():
-        return (f"ckpt_path={path} does not exist. Give an existing .ckpt file, or resume a run in place with "
-                "hydra.run.dir=<its run dir> ckpt_path=last.")
-    return None
-
-
 def check_cache_artifacts(cfg: RunConfig) -> str | None:
-    """Another run's cache artifacts that are not there, or that may not be loaded (unsigned, or signed under
-    another secret: ``runner.config.cache_secret.open_artifacts``)."""
+    """Another run's cache artifacts that are not there, or may not be loaded (``cache_secret.open_artifacts``)."""
     src = cfg.reliability.load_cache_artifacts
     if src is None:
         return None
@@ -144,21 +124,19 @@ _WHAT_PATH_TAKES: dict[type, str] = {
 }
 
 
-def _what_path_takes(data: object) -> str:
-    found = next((words for kind, words in _WHAT_PATH_TAKES.items() if isinstance(data, kind)), None)
-    return found or "Point data.path at the files your data module reads."
-
-
 def check_data_path(cfg: RunConfig) -> str | None:
     path = getattr(cfg.data, "path", None)
     if path is not None and not Path(path).expanduser().exists():
         where = "" if Path(path).expanduser().is_absolute() else f" (a relative path is read from {Path.cwd()})"
-        return f"data.path={path} does not exist{where}. {_what_path_takes(cfg.data)}"
+        takes = next((words for kind, words in _WHAT_PATH_TAKES.items() if isinstance(cfg.data, kind)),
+                     "Point data.path at the files your data module reads.")
+        return f"data.path={path} does not exist{where}. {takes}"
     val_path = getattr(cfg.data, "val_path", None)
     if val_path is not None and not Path(val_path).expanduser().exists():
         return (f"data.val_path={val_path} does not exist. Point it at the files that validate, or drop it "
                 "(data.val_path=null) to validate on a split of data.path.")
     return None
+
 
 def check_length_grouping(cfg: RunConfig) -> str | None:
     grouping = getattr(cfg.data, "length_grouping", 0)
@@ -171,6 +149,7 @@ def check_length_grouping(cfg: RunConfig) -> str | None:
                 "packed (every window has the same length). Use data=text_documents or drop data.length_grouping.")
     return None
 
+
 def check_model_fits_data(cfg: RunConfig) -> str | None:
     block = getattr(cfg.model, "block_size", None)
     seq_len = getattr(cfg.data, "seq_len", None)
@@ -180,6 +159,7 @@ def check_model_fits_data(cfg: RunConfig) -> str | None:
     if isinstance(n_embd, int) and isinstance(n_head, int) and (n_head <= 0 or n_embd % n_head):
         return f"model.n_embd={n_embd} must be divisible by model.n_head={n_head}."
     return None
+
 
 def check_trainer(cfg: RunConfig) -> str | None:
     t = cfg.trainer
@@ -199,7 +179,6 @@ CHECKS = [
     check_fractions,
     check_accelerator,
     check_max_time,
-    check_resume_path,
     check_cache_artifacts,
     check_data_path,
     check_length_grouping,

@@ -9,21 +9,18 @@ from runner.config.decisions import loss, peft, stack
 from runner.config.errors import ConfigError
 from runner.config.schema import RunConfig
 
-
-def all_checks() -> list[Callable[[RunConfig], str | None]]:
-    return [*run.CHECKS, *stack.CHECKS, *inputs.CHECKS, *data.CHECKS, *peft.CHECKS, *objective.CHECKS, *loss.CHECKS,
-            *push.CHECKS]
+CHECKS: list[Callable[[RunConfig], str | None]] = [*run.CHECKS, *stack.CHECKS, *inputs.CHECKS, *data.CHECKS,
+                                                   *peft.CHECKS, *objective.CHECKS, *loss.CHECKS, *push.CHECKS]
 
 
 def notes(cfg: RunConfig) -> list[str]:
-    """What the config will not do as it says (CUDA graphs asked for on a CPU, a chunked loss it cannot chunk): the
-    run goes on, and its job says them once (``loading.load``)."""
+    """What the config will not do as it says (CUDA graphs on a CPU): the run goes on, its job says them once."""
     return [msg for note in (*stack.NOTES, *loss.NOTES) if (msg := note(cfg))]
 
 
 def validate(cfg: RunConfig) -> None:
-    """Raise ``ConfigError`` naming every impossible setting or combination, with its fix. Silent otherwise: the
-    precheck and the job both validate, and only the job says the notes."""
-    problems = [msg for check in all_checks() if (msg := check(cfg))]
+    """Raise ``ConfigError`` naming every impossible setting or combination, with its fix; silent otherwise (only the
+    job says the notes)."""
+    problems = [msg for check in CHECKS if (msg := check(cfg))]
     if problems:
         raise ConfigError(" ".join(problems))

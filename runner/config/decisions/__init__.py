@@ -1,2 +1,1 @@
-"""Each decision an option makes, one ``resolve_*`` function of the config and the facts it needs, beside the
-checks that call it before the run; the fit calls the same function with what it finds."""
+"""Each decision an option makes, one function that its check calls before the run and the fit with what it finds."""

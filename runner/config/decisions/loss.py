@@ -1,10 +1,5 @@
-"""``loss.chunked``: whether a run's cross-entropy is computed a chunk of positions at a time, and why.
-
-:func:`resolve_loss` decides from :func:`loss_facts`, gathered before the run on the meta-device model and by the
-builder (``runner.training.loss``) on the real one, so a run chunks exactly when its check said it would. ``auto``
-chunks where a step's float32 logits exceed one chunk's 256 MiB (2,048 positions of a 32,000-id vocabulary): below it a
-chunk is the whole logits; above it chunks measured no slower than the whole logits (docs/large-vocab.md).
-"""
+"""``loss.chunked``: whether a run's cross-entropy is computed a chunk of positions at a time, and why, decided from
+:func:`loss_facts` on the meta-device model before the run and on the real one by ``runner.training.loss``."""
 
 from __future__ import annotations
 
@@ -19,6 +14,8 @@ from runner.config.schema.loss import Chunked, LossConfig
 from runner.config.schema.peft import PeftConfig, PeftMethod
 from runner.metrics import counted
 
+# auto chunks where a step's float32 logits exceed one chunk's 256 MiB (2,048 positions of a 32,000-id vocabulary):
+# below it a chunk is the whole logits; above it chunks measured no slower than the whole logits (docs/large-vocab.md).
 LARGE_LOGITS_BYTES = 256 * 2**20
 # Where the data does not say a step's positions (no batch_size and seq_len), auto chunks a vocabulary larger than
 # this: Llama 3's 128,256 ids, not Llama 2's 32,000.
@@ -67,7 +64,7 @@ def _logits(f: LossFacts) -> str:
 
 
 def resolve_loss(f: LossFacts) -> LossDecision:
-    """Whether and how to chunk, from the facts (module docstring)."""
+    """Whether and how to chunk, from the facts."""
     from runner.losses import MIN_TORCH, chunk_count, chunk_rows
 
     if f.mode is None:
@@ -125,8 +122,8 @@ def _large(f: LossFacts) -> bool:
 
 
 def output_layer(model: Any) -> tuple[Any | None, str | None]:
-    """``model``'s output layer and None, or None and why not: a model declares it with ``output_layer()`` and a
-    ``forward`` that takes ``return_hidden``."""
+    """``model``'s output layer (declared by ``output_layer()`` and ``forward(x, return_hidden)``) and None, or None
+    and why not."""
     from torch import nn
 
     name = type(model).__name__
@@ -148,12 +145,13 @@ def output_layer(model: Any) -> tuple[Any | None, str | None]:
 
 
 def head_problem(model: Any, peft: PeftConfig) -> tuple[str | None, int | None]:
-    """Why the chunked loss cannot use ``model``'s output layer once ``peft`` adapts it (None: it can), and the
-    vocabulary. A LoRA adapter on the layer joins the chunked loss; QLoRA's 4-bit weight would be dequantised whole
-    every step."""
+    """Why the chunked loss cannot use ``model``'s output layer under ``peft`` (None: it can), and the vocabulary."""
+    from torch import nn
+
     head, why = output_layer(model)
-    if head is None:
-        return why, _embedded(model)
+    if head is None:  # the vocabulary: the rows of the model's largest embedding
+        modules = model.modules() if hasattr(model, "modules") else []
+        return why, max((m.num_embeddings for m in modules if isinstance(m, nn.Embedding)), default=None)
     vocab = int(head.weight.shape[0])
     if peft.method is PeftMethod.qlora:
         _, root = adapter_root(model)
@@ -163,35 +161,21 @@ def head_problem(model: Any, peft: PeftConfig) -> tuple[str | None, int | None]:
             return None, vocab  # the peft check names it
         name = next((n for n in targets if root.get_submodule(n) is head), None)
         if name is not None:
+            # a LoRA adapter on the layer joins the chunked loss; QLoRA's 4-bit weight would be dequantised every step
             return (f"peft=qlora adapts the output layer {name}, whose base weight is stored in 4-bit NF4 (leave it "
                     "out of peft.target_modules, or use peft=lora)"), vocab
     return None, vocab
-
-
-def _embedded(model: Any) -> int | None:
-    """The rows of the model's largest embedding (a causal LM's vocabulary); None without one."""
-    from torch import nn
-
-    modules = model.modules() if hasattr(model, "modules") else []
-    rows = [m.num_embeddings for m in modules if isinstance(m, nn.Embedding)]
-    return max(rows) if rows else None
-
-
-def data_facts(data: dict[str, Any], traits: Any) -> tuple[bool, int | None]:
-    """Whether the targets are one class per example, and a full step's positions (``batch_size x seq_len``, twice for
-    preference pairs); None where the data has no such fields."""
-    metric = getattr(getattr(traits, "val_metric", None), "value", None)
-    batch, seq = data.get("batch_size"), data.get("seq_len")
-    ints = all(isinstance(v, int) and not isinstance(v, bool) for v in (batch, seq))
-    sequences = 2 if getattr(traits, "pairs", False) else 1
-    return metric == "accuracy", (batch * seq * sequences if ints else None)  # type: ignore[operator]
 
 
 def loss_facts(model: Any, loss: LossConfig, peft: PeftConfig, data: dict[str, Any], traits: Any) -> LossFacts:
     """The facts ``loss.chunked`` is decided from, for ``model`` (on the meta device before the run, real at fit)."""
     from runner.losses import chunking_unavailable
 
-    classifier, tokens = data_facts(data, traits)
+    classifier = getattr(getattr(traits, "val_metric", None), "value", None) == "accuracy"  # one class per example
+    batch, seq = data.get("batch_size"), data.get("seq_len")
+    ints = all(isinstance(v, int) and not isinstance(v, bool) for v in (batch, seq))
+    sequences = 2 if getattr(traits, "pairs", False) else 1
+    tokens = batch * seq * sequences if ints else None  # type: ignore[operator]  # None: the data does not say
     head, vocab = head_problem(model, peft)
     return LossFacts(loss.mode, loss.chunks, loss.chunked, classifier, head, chunking_unavailable(), tokens, vocab)
 

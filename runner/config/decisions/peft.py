@@ -1,10 +1,10 @@
-"""Which modules an adapter adapts and which it trains in full (:func:`resolve_plan`), for the checks of ``peft`` before
-the run (on the meta-device model) and ``runner.peft``'s injection (on the real one). Names are relative to
-``adapter_root`` and match peft's way: the path itself, or its end after a dot."""
+"""Which modules an adapter adapts and which it trains in full (:func:`resolve_plan`), for the checks of ``peft`` (on
+the meta-device model) and ``runner.peft``'s injection (on the real one); names are relative to ``adapter_root``."""
 
 from __future__ import annotations
 
 import re
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -91,17 +91,10 @@ def _output_layers(root: Any, kinds: tuple[type, ...]) -> set[str]:
 
 def shown(names: list[str], limit: int = 12) -> str:
     """Module names for a message: layer indices folded (``layers.N.``), each with its count."""
-    counts: dict[str, int] = {}
-    for name in names:
-        folded = re.sub(r"\.\d+\.", ".N.", name)
-        counts[folded] = counts.get(folded, 0) + 1
+    counts = Counter(re.sub(r"\.\d+\.", ".N.", name) for name in names)
     items = [f"{k} (x{v})" if v > 1 else k for k, v in counts.items()]
     more = f", and {len(items) - limit} more" if len(items) > limit else ""
     return ", ".join(items[:limit]) + more
-
-
-def _model_name(model: Any) -> str:
-    return type(model).__name__
 
 
 def resolve_plan(model: Any, peft: PeftConfig) -> AdapterPlan:
@@ -115,12 +108,13 @@ def resolve_plan(model: Any, peft: PeftConfig) -> AdapterPlan:
     key = f"peft={peft.method.value}"
     if not linears:
         raise PeftTargetError(
-            f"{key} on {_model_name(model)}, which has no nn.Linear (its modules: {shown(list(modules)) or 'none'}): "
+            f"{key} on {type(model).__name__}, which has no nn.Linear (its modules: {shown(list(modules)) or 'none'}): "
             "LoRA adds its adapter beside linear layers, and there is none to adapt. Train this model in full "
             "(peft=none), or select a model with linear layers.")
     heads = [str(h) for h in getattr(type(model), "adapter_heads", ())]
-    saved = _outermost(_matched(modules, peft.modules_to_save, "peft.modules_to_save", model)
-                       if peft.modules_to_save is not None else [n for n in modules if n in heads])
+    saved = (_matched(modules, peft.modules_to_save, "peft.modules_to_save", model)
+             if peft.modules_to_save is not None else [n for n in modules if n in heads])
+    saved = [n for n in saved if not any(n.startswith(o + ".") for o in saved)]  # classifier, not classifier.dense
     if peft.target_modules:
         found = _matched(modules, peft.target_modules, "peft.target_modules", model)
         other = [n for n in found if n not in linears]
@@ -148,11 +142,6 @@ def resolve_plan(model: Any, peft: PeftConfig) -> AdapterPlan:
     return AdapterPlan(root_name, tuple(targets), tuple(saved))
 
 
-def _outermost(names: list[str]) -> list[str]:
-    """``names`` without those inside another of them (``classifier.dense`` inside ``classifier``)."""
-    return [n for n in names if not any(n.startswith(o + ".") for o in names)]
-
-
 def _matched(modules: dict[str, Any], patterns: list[str], key: str, model: Any) -> list[str]:
     """The module names ``patterns`` match; ``PeftTargetError`` naming a pattern that matches none."""
     from torch import nn
@@ -167,7 +156,7 @@ def _matched(modules: dict[str, Any], patterns: list[str], key: str, model: Any)
             empty = ("leave peft.target_modules empty for every linear of attention and MLP" if
                      key.endswith("target_modules") else "peft.modules_to_save=[] for none")
             raise PeftTargetError(
-                f"{key}: {pattern!r} matches no module of {_model_name(model)}: a name matches a module's path or "
+                f"{key}: {pattern!r} matches no module of {type(model).__name__}: a name matches a module's path or "
                 f"its end after a dot (q_proj matches model.layers.0.self_attn.q_proj). {listing}. Give some of "
                 f"these, or {empty}.")
     return [n for n in modules if any(matches(n, p) for p in patterns)]
@@ -182,16 +171,14 @@ def oriented(module: Any) -> tuple[int, int]:
 
 
 def adapted_shapes(model: Any, plan: AdapterPlan, peft: PeftConfig, prefix: str = "") -> dict[str, tuple[int, ...]]:
-    """The state-dict shapes ``model`` has once adapted (each target gains ``lora_A`` and ``lora_B``; under QLoRA its
-    weight becomes the NF4 buffers), keys under ``prefix``, from the unadapted model."""
+    """The state-dict shapes (keys under ``prefix``) the unadapted ``model`` has once adapted: each target gains
+    ``lora_A`` and ``lora_B``, and under QLoRA its weight becomes the NF4 buffers."""
     root_name, root = adapter_root(model)
     head = f"{prefix}{root_name}." if root_name else prefix
     shapes = {f"{prefix}{k}": tuple(v.shape) for k, v in model.state_dict().items()}
     for name in plan.targets:
-        module = root.get_submodule(name)
-        out, inp = oriented(module)
-        shapes[f"{head}{name}.lora_A.weight"] = (peft.r, inp)
-        shapes[f"{head}{name}.lora_B.weight"] = (out, peft.r)
+        out, inp = oriented(root.get_submodule(name))
+        shapes[f"{head}{name}.lora_A.weight"], shapes[f"{head}{name}.lora_B.weight"] = (peft.r, inp), (out, peft.r)
         if peft.method is PeftMethod.qlora:
             numel = out * inp
             del shapes[f"{head}{name}.weight"]
@@ -330,11 +317,9 @@ def _trained_on(adapter: Path) -> str:
 
 def _mismatches(keys: list[str], saved: dict[str, tuple[int, ...]], expected: dict[str, tuple[int, ...]]) -> str:
     """Each module whose weights differ, with both shapes; modules alike but for their layer index named once."""
-    import re
-
     by_module: dict[str, list[tuple[str, tuple[int, ...], tuple[int, ...]]]] = {}
     for k in keys:
-        name = k.removeprefix("base_model.model.")
+        name = k.removeprefix(_PREFIX)
         module, lora, part = name.rpartition(".lora_")
         module, part = (module, f"lora_{part.split('.')[0]}") if lora else name.rsplit(".", 1)
         by_module.setdefault(module, []).append((part, saved[k], expected[k]))
@@ -352,19 +337,13 @@ def _mismatches(keys: list[str], saved: dict[str, tuple[int, ...]], expected: di
     return "; ".join(items)
 
 
-def _device(cfg: RunConfig) -> str:
-    """Where NF4 will run: the CPU, or the (first) device of the run's accelerator."""
-    return "cpu" if cfg.trainer.accelerator == "cpu" else cfg.trainer.single_device()
-
-
 def check_qlora(cfg: RunConfig) -> str | None:
     """QLoRA's NF4 runs here: torchao imports and round-trips a block on the run's device."""
     if cfg.peft.method is not PeftMethod.qlora:
         return None
     from runner.torch_internals import nf4
 
-    device = _device(cfg)
-    problem = nf4.nf4_problem(device)
+    problem = nf4.nf4_problem(cfg.trainer.single_device())  # the CPU, or the run's (first) device
     if problem is None:
         return None
     return (f"peft=qlora stores the frozen base weights in 4-bit NF4 through torchao, which cannot run here: "

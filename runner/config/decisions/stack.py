@@ -1,10 +1,6 @@
 """The compile stack's decisions (compile, dynamic shapes, offload, CUDA graphs, FSDP and how they meet the trainer).
-
-Each rule the fit enforces too is one function of plain values (its condition beside its message) that the checks
-here call with what the config says, before anything runs, and the stack with what it finds at fit time (a user's
-own ``Trainer``: the scaler Lightning built, the device, the model's module names). Each returns the refusal in one
-paragraph (what, why, the fix) or None; ``cudagraphs_decision`` decides ``cudagraphs=auto``.
-"""
+A rule the fit enforces too is one function of plain values, called here with the config and by the stack with what
+it finds (a user's own ``Trainer``); each returns its refusal (what, why, the fix) or None."""
 
 from __future__ import annotations
 
@@ -20,14 +16,14 @@ from runner.config.schema.options import Eagerly, Keeps, Mark, OffloadStrategy, 
 from runner.torch_internals import runtime
 
 
-def compiled_optimizer_with_scaler(policy: OptimizerPolicy, scaler: bool, name: str = "the optimizer's") -> str | None:
+def compiled_optimizer_with_scaler(policy: OptimizerPolicy, scaler: bool) -> str | None:
     """A compiled optimizer step cannot take part in a gradient scaler's unscale and inf/NaN skip."""
     if policy is not OptimizerPolicy.compiled or not scaler:
         return None
-    return (f"compile.optimizer=compiled with a gradient scaler (trainer.precision=16-mixed): the scaler unscales "
-            f"the gradients and skips steps with inf/NaN itself, which a compiled {name} step cannot take part in "
-            "(torch would run it eagerly every step, Adam's single-tensor path with a host sync per parameter). "
-            "Use compile.optimizer=auto (the fused kernel where there is one, which the scaler drives) or "
+    return ("compile.optimizer=compiled with a gradient scaler (trainer.precision=16-mixed): the scaler unscales "
+            "the gradients and skips steps with inf/NaN itself, which a compiled the optimizer's step cannot take "
+            "part in (torch would run it eagerly every step, Adam's single-tensor path with a host sync per "
+            "parameter). Use compile.optimizer=auto (the fused kernel where there is one, which the scaler drives) or "
             "trainer.precision=bf16-mixed (no scaler).")
 
 
@@ -43,12 +39,9 @@ def cudagraphs_with_accumulation(cudagraphs: bool, accumulate_grad_batches: int)
 
 def offload_exclusions_lost(strategy: OffloadStrategy, exclude: Sequence[str], on_cuda: bool, scope: Scope,
                             inside_compiled: Sequence[str] | None = None) -> str | None:
-    """A strategy whose hooks run eagerly (``offload=cpu``) cannot honour ``offload.exclude`` for modules that run
-    inside compiled code: there a saved tensor no longer tells which module saved it.
-
-    ``inside_compiled``: the excluded modules that run compiled, where the model is known (the stack); None before
-    it exists (the config check), where every name counts under a scope that compiles the whole model and none
-    is decided yet under ``scope=blocks``."""
+    """Eager offload hooks (``offload=cpu``) cannot honour ``offload.exclude`` inside compiled code, where a saved
+    tensor no longer tells which module saved it. ``inside_compiled``: the excluded modules that run compiled (None
+    before the model exists: all of them unless ``scope=blocks``, where the stack decides)."""
     row = strategy.row
     if row.traced or (row.cuda_only and not on_cuda) or not exclude or not scope.row.saves_across_graphs:
         return None
@@ -100,10 +93,8 @@ class CudaGraphsDecision:
 
 
 def cudagraphs_decision(mode: CudaGraphMode, facts: CudaGraphsFacts) -> CudaGraphsDecision:
-    """Whether CUDA graphs are on, with the reason: ``disabled`` never, ``reduce_overhead`` on every CUDA device
-    (what cannot work beside it is refused before the run by the config check), and ``auto`` only where the
-    step is eligible, each condition below with its reason. ``auto`` is conservative on purpose: runner's
-    defaults are never worse than what it wraps, so it turns CUDA graphs on only where they are known to hold."""
+    """Whether CUDA graphs are on, and why: ``disabled`` never, ``reduce_overhead`` on every CUDA device, ``auto``
+    only where the step is eligible (conservative: runner's defaults are never worse than what it wraps)."""
     if mode is CudaGraphMode.disabled:
         return CudaGraphsDecision(False, "cudagraphs=disabled", worth_saying=False)
     asked = f"cudagraphs={mode.value}"
@@ -121,8 +112,7 @@ def cudagraphs_decision(mode: CudaGraphMode, facts: CudaGraphsFacts) -> CudaGrap
 
 
 def cudagraphs_refusal(mode: CudaGraphMode, f: CudaGraphsFacts) -> str | None:
-    """What cannot work beside ``cudagraphs=reduce_overhead``, refused before the run (``auto`` leaves CUDA graphs
-    off there instead: :func:`_auto_blocker`)."""
+    """What cannot work beside ``cudagraphs=reduce_overhead`` (``auto`` leaves CUDA graphs off there instead)."""
     if mode is not CudaGraphMode.reduce_overhead:
         return None
     if not f.shape.row.cudagraphs:
@@ -191,15 +181,11 @@ def _on_cuda(cfg: RunConfig) -> bool:
 
 
 def check_compiled_optimizer_scaler(cfg: RunConfig) -> str | None:
-    scaler = str(cfg.trainer.precision).startswith("16-mixed")
-    return compiled_optimizer_with_scaler(cfg.compile.optimizer, scaler)
+    return compiled_optimizer_with_scaler(cfg.compile.optimizer, str(cfg.trainer.precision).startswith("16-mixed"))
 
 
 def check_cpu_offload_exclude(cfg: RunConfig) -> str | None:
-    """Under a scope that compiles the whole step or model every excluded module runs inside compiled code; for
-    ``scope=blocks`` the stack decides once it sees the model's module names (the same rule)."""
-    o = cfg.offload
-    return offload_exclusions_lost(o.strategy, o.exclude, _on_cuda(cfg), cfg.compile.scope)
+    return offload_exclusions_lost(cfg.offload.strategy, cfg.offload.exclude, _on_cuda(cfg), cfg.compile.scope)
 
 
 def check_step_backward_ddp(cfg: RunConfig) -> str | None:
@@ -344,8 +330,8 @@ def check_background(cfg: RunConfig) -> str | None:
 
 
 def remote_cache_error(url: str, trust: CacheTrust = CacheTrust.signed) -> str | None:
-    """Why ``compile.cache`` cannot be used (a malformed address, no ``redis`` client, a secret that is set but
-    unusable, or none where entries must be signed), else None. The address is shown without its password."""
+    """Why ``compile.cache`` cannot be used (a malformed address, no ``redis``, no usable secret where entries must be
+    signed), else None; the address shown without its password."""
     from urllib.parse import urlsplit
 
     parts = urlsplit(url)

@@ -92,75 +92,62 @@ class TokenizedTextDataSchema(TextDataSchema):
 
 
 @dataclass
-class InstructDataSchema(DataSchema):
-    """Instruction or chat data for a causal LM, the loss on the answers (``runner.data.instruct.InstructDataModule``,
-    docs/data.md#instruction-and-chat-data)."""
+class _PromptedDataSchema(DataSchema):
+    """What instruction data and preference pairs both take: a table of prompts and their completions."""
 
-    _target_: str = "runner.data.instruct.InstructDataModule"
-    # A table of examples: .jsonl/.json, .csv, .parquet or a save_to_disk folder (e.g. examples/data/instruct.jsonl).
+    # A table: .jsonl/.json, .csv, .parquet or a save_to_disk folder (e.g. examples/data/instruct.jsonl,
+    # examples/data/preference.jsonl).
     path: Optional[str] = None
-    # Examples that validate, in data.path's forms; None: a seeded split of data.path's rows.
+    # What validates, in data.path's forms; None: a seeded split of data.path's rows.
     val_path: Optional[str] = None
-    # bytes (UTF-8 bytes; byte 4 ends each answer) or a directory holding a saved tokenizer. Default: the model's own
-    # (model.path), else bytes.
+    # bytes (UTF-8 bytes; byte 4 ends each answer or completion) or a directory holding a saved tokenizer. Default: the
+    # model's own (model.path), else bytes.
     tokenizer: Optional[str] = MODEL_TOKENIZER
+    # The prompt: text (put in data.prompt_template); for pairs also a list of {role, content} messages (the chat
+    # template's generation prompt after it), and a table of pairs without it has an implicit prompt: what chosen and
+    # rejected share.
     prompt_column: str = "prompt"
-    response_column: str = "response"
-    # A column of conversations (lists of {role, content}, or ShareGPT's {from, value}), rendered with the chat
-    # template; every assistant turn is an answer. None: a column named messages or conversations, when the table has no
-    # prompt/response and no Alpaca columns.
-    messages_column: Optional[str] = None
     # The prompt around the prompt column's text ({prompt}; Alpaca: {instruction}, {input}). None: the documented
     # default (docs/data.md).
     prompt_template: Optional[str] = None
-    chat_template: Optional[str] = None  # A Jinja chat template for data.messages_column (None: the tokenizer's own).
+    chat_template: Optional[str] = None  # A Jinja chat template for conversations (None: the tokenizer's own).
     # Conversations: what each role as written becomes (+data.roles.bot=assistant); system, user and assistant are
     # themselves, ShareGPT's human and gpt are user and assistant. Any other role is refused before the run (a role
     # mapped to itself is kept as it is, out of the loss).
     roles: dict[str, str] = field(default_factory=dict)
-    train_on: TrainOn = TrainOn.answer  # The loss on the answers and their EOS (answer), or on every token (all).
-    # Longest example, in tokens: a longer one loses the end of its answer, one whose prompt fills it is left out (both
-    # counted).
+    # Longest sequence (an example; for pairs, prompt + one completion), in tokens: a longer one loses the end of its
+    # answer, one whose prompt fills it is left out (both counted).
     seq_len: int = 256
-    # Pack examples into rows of exactly seq_len tokens (best fit), position ids restarting and attention never crossing
-    # examples.
+    # Pack examples (a pair's two sequences in one row) into rows of exactly seq_len tokens (best fit), position ids
+    # restarting and attention never crossing them: one batch shape, little padding.
     packing: bool = False
     max_examples: Optional[int] = None  # Read at most this many rows (None: all).
 
 
 @dataclass
-class PreferenceDataSchema(DataSchema):
+class InstructDataSchema(_PromptedDataSchema):
+    """Instruction or chat data for a causal LM, the loss on the answers (``runner.data.instruct.InstructDataModule``,
+    docs/data.md#instruction-and-chat-data)."""
+
+    _target_: str = "runner.data.instruct.InstructDataModule"
+    response_column: str = "response"
+    # A column of conversations (lists of {role, content}, or ShareGPT's {from, value}), rendered with the chat
+    # template; every assistant turn is an answer. None: a column named messages or conversations, when the table has no
+    # prompt/response and no Alpaca columns.
+    messages_column: Optional[str] = None
+    train_on: TrainOn = TrainOn.answer  # The loss on the answers and their EOS (answer), or on every token (all).
+
+
+@dataclass
+class PreferenceDataSchema(_PromptedDataSchema):
     """Pairs of completions of one prompt, one chosen and one rejected, for a preference objective
     (``runner.data.preference.PreferenceDataModule``, docs/preference.md)."""
 
     _target_: str = "runner.data.preference.PreferenceDataModule"
     # Pairs a batch: each is two sequences (prompt + chosen, prompt + rejected) through one forward.
     batch_size: int = 8
-    # A table of pairs: .jsonl/.json, .csv, .parquet or a save_to_disk folder (e.g. examples/data/preference.jsonl).
-    path: Optional[str] = None
-    # Pairs that validate, in data.path's forms; None: a seeded split of data.path's rows.
-    val_path: Optional[str] = None
-    # bytes (UTF-8 bytes; byte 4 ends each completion) or a directory holding a saved tokenizer. Default: the model's
-    # own (model.path), else bytes.
-    tokenizer: Optional[str] = MODEL_TOKENIZER
-    # The prompt: text (put in data.prompt_template) or a list of {role, content} messages (the chat template's
-    # generation prompt after it). A table without it has an implicit prompt: what chosen and rejected share.
-    prompt_column: str = "prompt"
     chosen_column: str = "chosen"  # The preferred completion: text, or messages (the assistant's turns).
     rejected_column: str = "rejected"  # The other completion, in the chosen column's form.
-    # The prompt around a text prompt ({prompt}). None: the instruction data's default (docs/data.md).
-    prompt_template: Optional[str] = None
-    chat_template: Optional[str] = None  # A Jinja chat template for conversations (None: the tokenizer's own).
-    # Conversations: what each role as written becomes (+data.roles.bot=assistant), as for instruction data; any other
-    # role than system, user, assistant (ShareGPT's human, gpt) is refused before the run.
-    roles: dict[str, str] = field(default_factory=dict)
-    # Longest sequence (prompt + one completion), in tokens: a longer one loses the end of its completion, a pair whose
-    # prompt fills it is left out (both counted).
-    seq_len: int = 256
-    # Pack pairs into rows of exactly seq_len tokens (best fit; a pair's two sequences in one row), position ids
-    # restarting and attention never crossing sequences: one batch shape, little padding.
-    packing: bool = False
-    max_examples: Optional[int] = None  # Read at most this many rows (None: all).
 
 
 @dataclass

@@ -25,18 +25,13 @@ class HFCausalLMSchema:
 
 
 @dataclass
-class HFClassifierSchema:
-    """Any transformers sequence classifier (``runner.models.hf.SequenceClassifier``), BERT-style."""
+class HFClassifierSchema(HFCausalLMSchema):
+    """Any transformers sequence classifier (``runner.models.hf.SequenceClassifier``), BERT-style: the causal LM's
+    settings, and a head of ``num_labels`` classes (a saved model at ``path`` gets one too)."""
 
     _target_: str = "runner.models.hf.SequenceClassifier"
-    # A model type (bert, roberta, distilbert, ...) or its configuration class name: random weights.
-    config: Optional[str] = "bert"
-    # A local directory with a saved model and its tokenizer; it gets a head of num_labels classes.
-    path: Optional[str] = None
-    # Settings of the configuration; a null value keeps the family's default.
-    overrides: dict[str, Any] = field(default_factory=dict)
+    config: Optional[str] = "bert"  # A model type (bert, roberta, distilbert, ...) or its configuration class name.
     num_labels: int = 2  # Classes of the head (the data's num_classes).
-    attn_implementation: str = "sdpa"
 
 
 @dataclass

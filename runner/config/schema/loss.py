@@ -37,6 +37,5 @@ class LossConfig:
         value = self.chunked
         if isinstance(value, Chunked):
             return value
-        if isinstance(value, bool):
-            return Chunked.true if value else Chunked.false
-        return Chunked.__members__.get(str(value).lower()) if isinstance(value, str) else None
+        # the command line's true and false arrive as booleans, whose str() lowered is the member's name
+        return Chunked.__members__.get(str(value).lower()) if isinstance(value, (bool, str)) else None

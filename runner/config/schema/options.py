@@ -1,10 +1,6 @@
-"""The closed options of the compile stack, each declared once with what it does: a compile scope, a shape policy, a
-saved-activation strategy.
-
-Each member carries its row (``Scope.step.row.whole_step``): the code asks the row, never which member it holds
-(``tests/test_option_tables.py``), so adding an option is one member here and its YAML file. Each member's value is its
-name (OmegaConf matches by name). No torch here: ``import runner`` imports neither torch nor Lightning.
-"""
+"""The closed options of the compile stack (scope, shape policy, saved-activation strategy), each member with its row
+(``Scope.step.row.whole_step``): the code asks the row, never which member it holds (``tests/test_option_tables.py``),
+so adding an option is one member here and its YAML file. No torch here: ``import runner`` imports neither."""
 
 from __future__ import annotations
 
@@ -14,7 +10,8 @@ from typing import Any
 
 
 class _Options(Enum):
-    """An enum whose members are ``name = (value, row)``: ``.value`` is the name, ``.row`` the properties."""
+    """An enum whose members are ``name = (value, row)``: ``.value`` is the name (OmegaConf matches by name), ``.row``
+    the properties."""
 
     row: Any
 

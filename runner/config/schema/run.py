@@ -46,8 +46,9 @@ class Background(Enum):
 class CacheTrust(Enum):
     """Which entries of torch's compile caches torch may read (the shared server's and another run's artifacts)."""
 
-    signed = "signed"  # only what verifies under RUNNER_COMPILE_CACHE_SECRET (or ..._FILE): a secret is required
-    unsigned = "unsigned"  # torch's own behaviour: whoever can write the server or the file runs code here
+    signed = "signed"  # only what verifies under RUNNER_COMPILE_CACHE_SECRET (or ..._FILE), which must then be set
+    # torch's own unchecked sharing: whoever can write the server or the file runs code in every process that reads it
+    unsigned = "unsigned"
 
 
 class AfterWarmup(Enum):
@@ -62,8 +63,9 @@ class CudaGraphMode(Enum):
     """CUDA-graph capture of the compiled graphs."""
 
     disabled = "disabled"
-    reduce_overhead = "reduce_overhead"  # Inductor's CUDA-graph trees (mode="reduce-overhead")
-    # reduce_overhead where the step is eligible (runner.config.decisions.stack.cudagraphs_decision), else disabled
+    reduce_overhead = "reduce_overhead"  # Inductor's CUDA-graph trees (mode="reduce-overhead") on every CUDA device
+    # reduce_overhead where the step is eligible (runner.config.decisions.stack.cudagraphs_decision), else off with the
+    # reason (always on the CPU)
     auto = "auto"
 
 
@@ -83,16 +85,12 @@ class CompileConfig:
     compiled_autograd: bool = False  # Capture the whole backward (with user gradient hooks) through compiled autograd.
     # For scope=blocks: class names of the repeated blocks; empty finds the largest ModuleList.
     block_types: list[str] = field(default_factory=list)
-    # What a compile failure does: auto (errors stop the run; a recompile storm is demoted or runs eagerly, with a
-    # warning), raise (strict: recompile-limit hits stop the run too), or eager.
-    on_error: OnError = OnError["auto"]  # type: ignore[valid-type]
+    on_error: OnError = OnError["auto"]  # type: ignore[valid-type]  # What a compile failure does: auto, raise, eager.
     cache_dir: Optional[str] = None  # Inductor/AOTAutograd on-disk cache directory; None keeps torch's default.
     # A compile cache shared by every process of the run, its ranks and sweeps: redis://HOST:PORT (or .../DB),
     # Inductor's and AOTAutograd's remote caches on a Redis server (docs/compile-cache.md).
     cache: Optional[str] = None
-    # What torch may read from the shared cache and from another run's cache artifacts: signed (only entries signed
-    # under RUNNER_COMPILE_CACHE_SECRET, which must then be set) or unsigned (torch's own unchecked sharing: whoever can
-    # write to the server or the file runs code in every process that reads it).
+    # What torch may read from the shared cache and another run's cache artifacts: signed or unsigned (CacheTrust).
     cache_trust: CacheTrust = CacheTrust.signed
     # Compile in a second process while the first steps train eagerly, then switch (docs/background-compile.md): auto
     # (Inductor, one process: a long CPU run, a GPU with memory to spare; see the doc), shared, pinned, disabled.
@@ -103,9 +101,7 @@ class CompileConfig:
 class CudaGraphsConfig:
     """The ``cudagraphs`` group."""
 
-    # auto (the default): on where the step is eligible on CUDA, off with the reason otherwise (always off on the CPU);
-    # reduce_overhead: on wherever there is a CUDA device; disabled: never.
-    mode: CudaGraphMode = CudaGraphMode.auto
+    mode: CudaGraphMode = CudaGraphMode.auto  # auto (always off on the CPU), reduce_overhead or disabled.
     # Leave nodes that use a dynamic size out of CUDA graphs, graph the rest; false: a graph per size.
     skip_dynamic_graphs: bool = True
     warmup_steps: int = 3  # Steps run before the first capture.
@@ -187,12 +183,7 @@ class TrainerConfig:
         if acc == "auto":
             import torch
 
-            if torch.cuda.is_available():
-                acc = "cuda"
-            elif torch.backends.mps.is_available():
-                acc = "mps"
-            else:
-                acc = "cpu"
+            acc = "cuda" if torch.cuda.is_available() else "mps" if torch.backends.mps.is_available() else "cpu"
         if acc in ("cuda", "gpu"):
             d = self.devices
             index = int(d[0]) if isinstance(d, (list, tuple)) and d else 0

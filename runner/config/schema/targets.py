@@ -1,8 +1,5 @@
-"""Typed schemas of the open ``_target_`` nodes runner ships: models, data, optimizers, schedulers,
-loggers. Each is registered in its group under :func:`schema_name` (``gpt_schema``) and extended by the
-option's YAML, so a misspelt key fails at composition. A user's own class is selected with its own
-YAML option (see ``conf/model/custom.yaml``), which has no schema beyond ``_target_``.
-"""
+"""Typed schemas of the open ``_target_`` nodes runner ships, each registered under :func:`schema_name` and extended
+by its option's YAML, so a misspelt key fails at composition (a user's own class has none: conf/model/custom.yaml)."""
 
 from __future__ import annotations
 
@@ -112,11 +109,9 @@ class WandbLoggerSchema:
 
 
 @dataclass
-class TensorBoardLoggerSchema:
+class TensorBoardLoggerSchema(CSVLoggerSchema):
     _target_: str = "lightning.pytorch.loggers.TensorBoardLogger"
-    save_dir: str = "${run_dir}"
     name: str = "tensorboard"
-    version: str = ""
 
 
 # The schema of each option runner ships in the open groups: group -> option -> dataclass.
@@ -139,8 +134,8 @@ def target_schemas() -> dict[str, dict[str, type]]:
 
 
 def schema_name(option: str) -> str:
-    """The name an option's schema is stored under in its group (``gpt`` -> ``gpt_schema``): what the
-    option's YAML names in its defaults list, and never an option a user picks."""
+    """The name an option's schema is stored under in its group (``gpt`` -> ``gpt_schema``), never an option a user
+    picks."""
     return f"{option}_schema"
 
 
