@@ -31,7 +31,6 @@ ALPACA_TEMPLATE = ("Below is an instruction that describes a task, paired with a
 # Stanford Alpaca's prompt for a row whose input is empty
 ALPACA_NO_INPUT_TEMPLATE = ("Below is an instruction that describes a task. Write a response that appropriately "
                             "completes the request.\n\n### Instruction:\n{instruction}\n\n### Response:\n")
-ALPACA_COLUMNS = ("instruction", "input", "output")
 DEFAULT_COLUMNS = ("prompt", "response")
 
 

@@ -1,15 +1,48 @@
 """What instruction and preference data share: the refusals before a run (a ``data.val_path`` naming ``data.path``, a
-tokenizer without an EOS token, too few rows for one batch) and the reading of their two tables."""
+tokenizer without an EOS token, too few rows for one batch), the reading of their two tables, their data modules'
+base."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from runner.config.target_objects import TokenRange
 from runner.data.instruct.encode import eos_id
 from runner.data.reading.sources import DataError, names_something
-from runner.data.tokens.tokenizers import check_tokenizer, load_tokenizer
+from runner.data.sequences.padding import PadTo
+from runner.data.summary import SplitData
+from runner.data.tokens.tokenizers import check_tokenizer, load_tokenizer, token_range
+
+
+class PromptedData(SplitData):
+    """A data module of prompts and what answers them (instruction rows, preference pairs): its settings, read from
+    ``data.path`` and ``data.val_path`` with ``data.tokenizer``."""
+
+    def __init__(self, path: str | None, val_path: str | None, tokenizer: str | None, roles: Mapping[str, str],
+                 seq_len: int, packing: bool, batch_size: int, val_fraction: float, seed: int, num_workers: int,
+                 pad_to: PadTo | None, **settings: Any) -> None:
+        super().__init__()
+        roles = {str(k): str(v) for k, v in (roles or {}).items()}
+        self.settings: dict[str, Any] = {**settings, "roles": roles or None}
+        self.path, self.val_path, self.tokenizer_spec = path, val_path, tokenizer
+        self.seq_len, self.packing, self.batch_size = seq_len, packing, batch_size
+        self.val_fraction, self.seed, self.num_workers = val_fraction, seed, num_workers
+        self.pad_to = pad_to or PadTo()
+        self.pad_id = 0
+        self.data_figures: dict[str, Any] = {}
+        self.prompt_format: dict[str, Any] | None = None
+        self._parts: list[Any] = []
+        self.split_how = ""  # How validation was split off
+
+    @staticmethod
+    def token_range(tokenizer: str | None = None, **_: Any) -> TokenRange | None:
+        """The ids this data gives the model (the vocabulary check compares them with the model's embedding)."""
+        return token_range(tokenizer, offset=0)
+
+    def own_figures(self) -> dict[str, Any]:
+        return self.data_figures
 
 
 def read_to_check(module: Callable[[], Any], path: str | None, val_path: str | None, tokenizer: str | None,

@@ -65,10 +65,6 @@ class Shape(Enum):
     def conversational(self) -> bool:
         return self in (Shape.chat, Shape.implicit_chat)
 
-    @property
-    def implicit(self) -> bool:
-        return self in (Shape.implicit_chat, Shape.implicit_text)
-
 
 @dataclass(frozen=True)
 class Texts:

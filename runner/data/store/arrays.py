@@ -178,8 +178,3 @@ class Store:
     def column(self, name: str) -> Mapped:
         """The row column ``name``."""
         return Mapped(self.directory / f"{name}.rows", self._info["row_columns"][name], self.rows)
-
-    @property
-    def nbytes(self) -> int:
-        """The store's size on disk."""
-        return sum(f.stat().st_size for f in self.directory.iterdir() if f.is_file())

@@ -85,11 +85,6 @@ def digests(files: Iterable[Path], index: Path) -> list[str]:
     return out
 
 
-def file_digest(path: Path, index: Path) -> str:
-    """The digest of one file."""
-    return digests([path], index)[0]
-
-
 def files_digest(files: Iterable[Path], index: Path, names: bool = False) -> str:
     """One digest of several files' contents in their order (``names``: their file names as well, where a name says what
     a file is, as a tokenizer's do)."""

@@ -29,8 +29,6 @@ from runner.data.text.documents import Corpus, read_corpus
 from runner.data.tokens.tokenizers import check_tokenizer, is_bytes, load_tokenizer, token_range
 from runner.data.traits import DataTraits, ValMetric
 
-__all__ = ["TextDataModule", "TokenizedTextDataModule"]
-
 
 def unigram_bits(parts: Iterable[np.ndarray]) -> float:
     """Entropy of the byte distribution: what a model that ignores context would reach."""
