@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from runner.data.reading.corpus import SKIP_DIRS
+from runner.data.reading.corpus import walk_files
 from runner.data.reading.tables import fingerprint
 from runner.data.store import file_digests
 from runner.data.tokens.tokenizers import is_bytes, saved_files
@@ -26,15 +26,7 @@ def _files(given: str) -> list[Path]:
         tops = [Path(m) for m in sorted(glob.glob(str(root), recursive=True))]
     else:
         tops = [root] if root.exists() else []
-    out: list[Path] = []
-    for top in tops:
-        if top.is_file():
-            out.append(top)
-            continue
-        for dirpath, dirnames, filenames in os.walk(top):
-            dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d not in SKIP_DIRS)
-            out += [Path(dirpath) / n for n in sorted(filenames) if not n.startswith(".")]
-    return out
+    return [f for top in tops for f in ([top] if top.is_file() else walk_files(top))]
 
 
 def _entry(given: str | None) -> dict[str, Any] | None:

@@ -63,13 +63,6 @@ class DataSummary:
                         100 * self.truncated / self.used, seq_len)
 
 
-def packing_figures(packs: dict[str, Any], batch_size: int) -> dict[str, Any]:
-    """``Packs.describe()`` of the training rows as figures, with the one batch shape they make."""
-    return {"data/packs": packs["packs"], "data/examples_per_pack": packs["per_pack"],
-            "data/packing_padding_pct": packs["padding_pct"],
-            "data/batch_shape": f"[{batch_size}, {packs['seq_len']}] every batch (packed rows)"}
-
-
 class SplitData(L.LightningDataModule):
     """A data module whose ``setup`` builds a training and a validation dataset, and says what it read."""
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -14,7 +13,7 @@ from torch.utils.data import DataLoader, Dataset
 from runner.config.target_objects import TokenRange
 from runner.data.classification.labelled import Labelled, read_labelled
 from runner.data.classification.labels import LabelMap, label_map, row_ids
-from runner.data.reading.sources import DataError, names_something, own_validation
+from runner.data.reading.sources import DataError, names_something, own_validation, val_path_refusal
 from runner.data.sequences.padding import PadTo, seeded_loader
 from runner.data.sequences.windows import Shifted, Spans, Tokens, as_long
 from runner.data.splits import split_documents, val_how
@@ -123,10 +122,8 @@ class TextClassificationDataModule(SplitData):
              label_column: str = "label", min_len: int = 16, max_examples: int | None = 20_000,
              **_: Any) -> tuple[Labelled, Labelled | None, LabelMap]:
         """The rows of ``path`` and ``val_path`` and the map of their labels; ``DataError`` when unusable."""
-        if val_path is not None and path is not None and Path(val_path).expanduser().resolve() == \
-                Path(path).expanduser().resolve():
-            raise DataError(f"data.val_path={val_path} is data.path itself: validation would be the training data. "
-                            "Give other rows, or drop data.val_path to validate on a split of data.path.")
+        if (refusal := val_path_refusal(path, val_path)) is not None:
+            raise DataError(refusal)
         train = read_labelled(path, "data.path", text_column, label_column, max_examples, min_len)
         val_path = val_path or own_validation(path)
         val = None if val_path is None else read_labelled(val_path, "data.val_path", text_column, label_column,

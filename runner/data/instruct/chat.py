@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from runner.data.reading.sources import DataError, Source
-from runner.data.reading.tables import cell_text, row_place
+from runner.data.reading.tables import cell_text, row_places
 
 ROLES = ("system", "user", "assistant")  # The roles of the chat format; the assistant's turns are the answers
 ANSWER_ROLE = "assistant"
@@ -165,7 +165,7 @@ def unknown_role(turns: Turns, source: Source, column: str) -> DataError:
     role = next(w for w, (r, _) in turns.roles.items() if r is None)
     shape = "ShareGPT's human, gpt, system" if turns.sharegpt else ", ".join(ROLES)
     return DataError(
-        f"{source.key}={source.given}, {row_place(source, turns.unknown_row)}: a turn of {column} has the role "
+        f"{source.key}={source.given}, {row_places(source, [turns.unknown_row])}: a turn of {column} has the role "
         f"{role!r}, which is none of the chat format's ({shape}); roles found: {turns.describe_roles()}. The chat "
         "template would render it, but nothing says whether it is an answer, so its turns would fall out of the loss "
         f"without a word. Map it with +data.roles.{role}=assistant (or user or system; a role mapped to itself, "

@@ -99,10 +99,9 @@ class InstructDataModule(PromptedData):
         inner = tokenizer.tokenizer if isinstance(tokenizer, SavedTokenizer) else None
         self.prompt_format = {**prompt_info(fmt, self.settings["chat_template"], inner), "eos_id": eos_id(tokenizer)}
         self._train, self._val = (self._dataset(f) for f in (train, val))
-        packs = [d.describe() for d in (self._train, self._val) if isinstance(d, Packs)]
-        self.summary, self.data_figures = summarize(self._parts, (train, val), len(self._train),
-                                                        len(self._val), self.split_how, fmt,
-                                                        packs[0] if packs else None, self.batch_size)
+        packs = self._train.figures(self.batch_size) if isinstance(self._train, Packs) else None
+        self.summary, self.data_figures = summarize(self._parts, (train, val), len(self._train), len(self._val),
+                                                    self.split_how, fmt, packs)
         say_parts(self._parts, self.path, self.val_path)
         self.summary.say(self.seq_len)
         log.info("data: %s", describe(self.data_figures))

@@ -87,10 +87,6 @@ class Format:
     def answer_column(self) -> str:
         return self.columns[0] if self.kind is Kind.chat else self.columns[-1]
 
-    def key(self) -> tuple[object, ...]:
-        """Everything that decides what a row becomes (part of the name of the rows' encoded cache)."""
-        return self.kind.value, self.columns, self.template, self.roles
-
 
 def resolve_format(columns: Sequence[str], source: Source, prompt_column: str, response_column: str,
                    messages_column: str | None, prompt_template: str | None,

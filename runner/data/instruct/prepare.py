@@ -22,7 +22,7 @@ from runner.data.instruct.encode import (
 )
 from runner.data.instruct.formats import Format, Kind, resolve_format
 from runner.data.reading.sources import SAVED, DataError, Source, prepared_store, resolve
-from runner.data.reading.tables import json_object_of_rows, load_table, row_place, row_places
+from runner.data.reading.tables import json_object_of_rows, load_table, row_places
 from runner.data.store import digest_files, store_dir, store_key
 from runner.data.store.arrays import Store, StoreWriter, token_dtype
 from runner.data.store.parallel import encode_table, table_batches
@@ -187,5 +187,5 @@ def refuse_problems(prepared: Prepared, key: str, where: str) -> None:
     if p["unreadable"]:
         i, problem = p["first_unreadable"]
         raise DataError(f"{key}={where}: {p['unreadable']} rows cannot be read as conversations "
-                        f"({row_place(resolve(where, key), i)}: {problem}). Each cell of {column} is {SHAPES_HINT}, "
+                        f"({row_places(resolve(where, key), [i])}: {problem}). Each cell of {column} is {SHAPES_HINT}, "
                         "with at least one assistant turn (a CSV cell holds it as JSON); fix or remove those rows.")

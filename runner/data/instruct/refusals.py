@@ -5,12 +5,11 @@ base."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any
 
 from runner.config.target_objects import TokenRange
 from runner.data.instruct.encode import eos_id
-from runner.data.reading.sources import DataError, names_something
+from runner.data.reading.sources import DataError, names_something, val_path_refusal
 from runner.data.sequences.padding import PadTo
 from runner.data.summary import SplitData
 from runner.data.tokens.tokenizers import check_tokenizer, load_tokenizer, token_range
@@ -59,8 +58,9 @@ def read_to_check(module: Callable[[], Any], path: str | None, val_path: str | N
         return None
     try:
         tok = load_tokenizer(tokenizer)
-        if (message := eos_refusal(tokenizer, eos_id(tok), ends)) is not None:
-            return message
+        if eos_id(tok) is None:  # ``ends``: where the data puts one, and why
+            return (f"data.tokenizer={tokenizer} has no EOS token: {ends}. Give a tokenizer with one "
+                    "(tokenizer.eos_token = '</s>'; save_pretrained), or train on bytes (data.tokenizer=bytes).")
         return module().read(tok)
     except DataError as e:
         return str(e)
@@ -81,22 +81,6 @@ def say_parts(parts: list[Any], path: str | None, val_path: str | None) -> None:
     """Where each table's rows came from, in the log."""
     for part, where in zip(parts, (f"data.path={path}", f"data.val_path={val_path}"), strict=False):
         part.say(where)
-
-
-def val_path_refusal(path: str, val_path: str | None) -> str | None:
-    """The refusal of a data.val_path that is data.path itself (None: it is not)."""
-    if val_path is not None and Path(val_path).expanduser().resolve() == Path(path).expanduser().resolve():
-        return (f"data.val_path={val_path} is data.path itself: validation would be the training data. Give "
-                "other rows, or drop data.val_path to validate on a split of data.path.")
-    return None
-
-
-def eos_refusal(tokenizer: str | None, eos: int | None, ends: str) -> str | None:
-    """The refusal of a tokenizer with no EOS token (``eos`` None); ``ends`` says where the data puts one and why."""
-    if eos is not None:
-        return None
-    return (f"data.tokenizer={tokenizer} has no EOS token: {ends}. Give a tokenizer with one (tokenizer.eos_token = "
-            "'</s>'; save_pretrained), or train on bytes (data.tokenizer=bytes).")
 
 
 def batch_refusal(path: str | None, rows: int, what: str, seq_len: int, batch_size: int, more: str) -> str | None:

@@ -7,7 +7,7 @@ from typing import Any
 
 from runner.data.instruct.fit import Fitted
 from runner.data.instruct.formats import Format, Kind
-from runner.data.summary import DataSummary, packing_figures
+from runner.data.summary import DataSummary
 from runner.metrics import counted
 
 
@@ -19,7 +19,7 @@ def cut_part(fmt: Format) -> str:
 
 
 def summarize(parts: list[Any], fitted: tuple[Fitted, Fitted], train: int, val: int, split: str, fmt: Format,
-              packs: dict[str, Any] | None, batch_size: int) -> tuple[DataSummary, dict[str, Any]]:
+              packs: dict[str, Any] | None) -> tuple[DataSummary, dict[str, Any]]:
     """The common data section (``DataSummary``) and instruction data's own figures."""
     dropped = {("data.val_path: " if i else "") + k: n for i, p in enumerate(parts) for k, n in p.dropped.items()}
     left_out = sum(f.left_out for f in fitted)
@@ -38,7 +38,7 @@ def summarize(parts: list[Any], fitted: tuple[Fitted, Fitted], train: int, val: 
     if fmt.kind is Kind.chat:
         own.update(turn_figures(parts, fitted))
     if packs is not None:
-        own.update(packing_figures(packs, batch_size))
+        own.update(packs)
     return summary, own
 
 

@@ -20,7 +20,7 @@ from runner.data.preference.read import SHIPPED, prepare_pairs, refuse_problems
 from runner.data.reading.sources import DataError
 from runner.data.sequences.padding import PadTo, seeded_loader
 from runner.data.splits import VAL_PATH, split_documents
-from runner.data.summary import DataSummary, packing_figures
+from runner.data.summary import DataSummary
 from runner.data.tokens.tokenizers import SavedTokenizer, Tokenizer, load_tokenizer
 from runner.data.traits import DataTraits, ValMetric
 from runner.metrics import counted
@@ -177,7 +177,7 @@ class PreferenceDataModule(PromptedData):
         if summary.truncated:
             own["data/cut_part"] = CUT_PART
         if self.packing:
-            own.update(packing_figures(self.datasets["train"].describe(), self.batch_size))  # type: ignore[union-attr]
+            own.update(self._train.figures(self.batch_size))  # type: ignore[union-attr]
         return summary, own
 
     def reference_key(self) -> list[Any]:

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from runner.data.instruct.encode import eos_id, tokenizer_and_render
+from runner.data.instruct.encode import eos_id
 from runner.data.instruct.formats import Render
 from runner.data.preference.formats import IDENTICAL, EmptyCompletion, PairFormat, blank
 from runner.data.sequences.windows import Spans
@@ -24,20 +24,6 @@ SIDES = (CHOSEN, REJECTED)
 # (refused, with the reason the encoder noted); its chosen, or its rejected, completion is empty (refused)
 USABLE, SAME, UNREADABLE, EMPTY_CHOSEN, EMPTY_REJECTED = 0, 1, 2, 3, 4
 VERSION = 3  # The encoder's: a new one changes every preference store's name (3: empty completions refused)
-
-
-@dataclass(frozen=True)
-class PairEncoder:
-    """Rows of one table (a ``pyarrow.RecordBatch``) -> their prompt's and completions' ids and problem codes; the
-    tokenizer (``data.tokenizer``'s spec, None for bytes) and chat template loaded once per process."""
-
-    fmt: PairFormat
-    tokenizer: str | None
-    chat_template: str | None
-
-    def __call__(self, batch: Any) -> Chunk:
-        tokenizer, render = tokenizer_and_render(self.tokenizer, self.chat_template)
-        return encode_rows(self.fmt, tokenizer, render, batch.to_pydict())
 
 
 def encode_rows(fmt: PairFormat, tokenizer: Tokenizer, render: Render | None, rows: dict[str, list[Any]]) -> Chunk:

@@ -20,7 +20,7 @@ from runner.config.errors import close_matches
 from runner.data.instruct.chat import SHAPES_HINT, RoleError
 from runner.data.instruct.formats import PAIR_TEMPLATE, Render, messages_of
 from runner.data.reading.sources import DataError, Source
-from runner.data.reading.tables import cell_text, row_place, row_places
+from runner.data.reading.tables import cell_text, row_places
 
 DEFAULT_PROMPT = "prompt"
 NOTED = 5  # Rows a problem's message names
@@ -211,7 +211,7 @@ def no_prompt(source: Source, column: str, missing: Any) -> DataError:
                          f"{len(without)} rows. Drop the column (chosen and rejected then start with the prompt they "
                          f"share), or fill it in (data.prompt_column names the column of prompts).")
     return DataError(f"{source.key}={source.given} mixes rows with a prompt and rows without one: "
-                     f"{row_place(source, int(has[0]))} has a {column}, {len(without)} of {len(missing)} rows have "
+                     f"{row_places(source, [int(has[0])])} has a {column}, {len(without)} of {len(missing)} rows have "
                      f"none ({row_places(source, without[:NOTED].tolist())}{more}). A table holds one shape: every row "
                      f"a {column} beside chosen and rejected, or no row one (chosen and rejected then start with the "
                      "prompt they share). Give those rows their prompt (and chosen and rejected only what follows "

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from runner.data.instruct.chat import SHAPES_HINT, SHAREGPT_ROLES, count_turns, unknown_role
-from runner.data.instruct.encode import BYTES_EOS, largest_id, tokenizer_and_render
+from runner.data.instruct.encode import BYTES_EOS, InstructEncoder, largest_id, tokenizer_and_render
 from runner.data.instruct.formats import Render
 from runner.data.instruct.prepare import source_files, table_rows, table_source, table_store
 from runner.data.preference.encode import (
@@ -24,11 +24,11 @@ from runner.data.preference.encode import (
     REJECTED,
     SAME,
     VERSION,
-    PairEncoder,
+    encode_rows,
 )
 from runner.data.preference.formats import NOTED, PairFormat, Shape, no_prompt, resolve_shape
 from runner.data.reading.sources import DataError, Source, resolve
-from runner.data.reading.tables import null_rows, row_place, row_places
+from runner.data.reading.tables import null_rows, row_places
 from runner.data.store import digest_files, store_key
 from runner.data.store.arrays import Store, StoreWriter, token_dtype
 from runner.data.store.parallel import encode_table, table_batches
@@ -114,8 +114,8 @@ def _build(tmp: Any, source: Source, tokenizer: Tokenizer, render: Render | None
     tokenizer_and_render(spec, chat_template, given=tokenizer)  # this process's, inherited by forked workers
     dtype = token_dtype(largest_id(tokenizer))
     writer = StoreWriter(tmp, ragged={PROMPT: dtype, CHOSEN: dtype, REJECTED: dtype}, rows={PROBLEM: "int8"})
-    done = encode_table(writer, table_batches(rows, columns, total), PairEncoder(fmt, spec, chat_template), total,
-                        f"tokenizing {what}", progress)
+    encoder = InstructEncoder(fmt, spec, chat_template, encode_rows)
+    done = encode_table(writer, table_batches(rows, columns, total), encoder, total, f"tokenizing {what}", progress)
     codes = np.fromfile(tmp / f"{PROBLEM}.rows", dtype=np.int8, count=writer.rows)
     notes = done.notes
     empty = np.flatnonzero((codes == EMPTY_CHOSEN) | (codes == EMPTY_REJECTED))
@@ -145,7 +145,8 @@ def refuse_problems(prepared: PreparedPairs, key: str, where: str) -> None:
         source = resolve(where, key)
         more = ", ..." if meta["unreadable"] > NOTED else ""
         raise DataError(f"{key}={where}: {meta['unreadable']} of {n} rows cannot be read as preference pairs "
-                        f"({row_places(source, meta['unreadable_rows'])}{more}; at {row_place(source, i)}: {problem}). "
+                        f"({row_places(source, meta['unreadable_rows'])}{more}; at {row_places(source, [i])}: "
+                        f"{problem}). "
                         f"Each row holds a {fmt.chosen_column} and a {fmt.rejected_column} completion of one prompt: "
                         f"texts, or conversations ({SHAPES_HINT}; a CSV cell holds the list as JSON); without a prompt "
                         "column, chosen and rejected start with the same prompt. Fix or remove those rows.")

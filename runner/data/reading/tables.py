@@ -368,16 +368,10 @@ def not_text(data: Any) -> str:
     return "JSON values"
 
 
-def row_place(source: Source, row: int) -> str:
-    """Where row ``row`` (counting from 0, over the files in order) of a table is, for a refusal: ``line 7`` of a JSON
-    lines file, ``line 12, its element 3`` of a JSON array, a CSV's or Parquet file's row, each with its file when there
-    are several."""
-    return row_places(source, [row])
-
-
 def row_places(source: Source, rows: list[int]) -> str:
-    """Where ``rows`` (ascending, counting from 0 over the files in order) of a table are, as ``row_place`` says one:
-    ``lines 7, 9`` of one JSON lines file, each row's place (``; ``) otherwise; each file read once."""
+    """Where ``rows`` (ascending, counting from 0 over the files in order) of a table are, for a refusal: ``line 7`` of
+    a JSON lines file (``lines 7, 9``), ``line 12, its element 3`` of a JSON array, a CSV's or Parquet file's row, each
+    with its file when there are several (``; `` between places); each file read once."""
     places: dict[int, str] = {}
     at = 0
     for path in source.files:

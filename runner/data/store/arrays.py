@@ -118,7 +118,7 @@ class StoreWriter:
             if len(lengths) != n:
                 raise ValueError(f"{name}: {len(lengths)} rows, not {n}")
             checked = np.asarray(values)
-            if len(checked) and checked.dtype != dtype and (checked.min() < 0 or checked.max() > _largest(dtype)):
+            if len(checked) and checked.dtype != dtype and (checked.min() < 0 or checked.max() > np.iinfo(dtype).max):
                 raise ValueError(f"{name}: values outside {dtype} ({checked.min()}..{checked.max()})")
             self._files[f"{name}.values"].write(checked.astype(dtype, copy=False).tobytes())
             self._files[f"{name}.offsets"].write((self._lengths[name] + np.cumsum(lengths)).tobytes())
@@ -153,10 +153,6 @@ class StoreWriter:
         """Closes the files of a store that will not be finished (its directory is the caller's to remove)."""
         for f in self._files.values():
             f.close()
-
-
-def _largest(dtype: np.dtype) -> int:
-    return int(np.iinfo(dtype).max)
 
 
 class Store:

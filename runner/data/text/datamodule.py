@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -16,7 +15,7 @@ from torch.utils.data import DataLoader, Dataset, RandomSampler
 from runner.config.schema.data import Batching
 from runner.config.target_objects import TokenRange
 from runner.data.reading.corpus import describe_missing_text
-from runner.data.reading.sources import DataError, names_something, own_validation, resolve
+from runner.data.reading.sources import DataError, names_something, own_validation, resolve, val_path_refusal
 from runner.data.reading.tables import load_table, text_lengths
 from runner.data.sequences.packed import Examples, Packs, pack_collate
 from runner.data.sequences.padding import LengthGroupedBatchSampler, PadCollate, PadTo
@@ -24,7 +23,7 @@ from runner.data.sequences.windows import Chunks, PackedWindows, Spans, Stream
 from runner.data.splits import split_documents, tail_cut, tail_how, val_how
 from runner.data.store import remembered, store_key
 from runner.data.store.arrays import Mapped, spans_blocks
-from runner.data.summary import DataSummary, SplitData, packing_figures
+from runner.data.summary import DataSummary, SplitData
 from runner.data.text.documents import Corpus, read_corpus
 from runner.data.tokens.tokenizers import check_tokenizer, is_bytes, load_tokenizer, token_range
 from runner.data.traits import DataTraits, ValMetric
@@ -94,10 +93,8 @@ class TextDataModule(SplitData):
             return ("data.packing=true packs documents into rows, but data.batching=packed reads fixed windows "
                     "that run across documents (attention crossing them). Set data.batching=documents "
                     "(data=text_documents data.packing=true), or drop data.packing.")
-        if val_path is not None and path is not None and Path(val_path).expanduser().resolve() == \
-                Path(path).expanduser().resolve():
-            return (f"data.val_path={val_path} is data.path itself: validation would be the training data. Give "
-                    "files that are not under data.path, or drop data.val_path to validate on a split of data.path.")
+        if (refusal := val_path_refusal(path, val_path, give="files that are not under data.path")) is not None:
+            return refusal
         val_path = val_path or own_validation(path)
         for key, where in (("data.path", path), ("data.val_path", val_path)):
             if where is None or not names_something(where):
@@ -158,7 +155,7 @@ class TextDataModule(SplitData):
             train_packs, val_packs = (Packs(Examples(ds.tokens, ds.spans), self.seq_len, self.pad_id)
                                       for ds in (self._train, self._val) if isinstance(ds, Chunks))
             self._train, self._val = train_packs, val_packs
-            self._packing = packing_figures(train_packs.describe(), self.batch_size)
+            self._packing = train_packs.figures(self.batch_size)
         self.summary = summarize(list(read.values()), len(self._train), len(self._val),  # type: ignore[arg-type]
                                  self.split_how, self.unigram_bits)
         self.summary.say(self.seq_len)
