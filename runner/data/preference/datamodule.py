@@ -7,19 +7,17 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
-import numpy as np
 from torch.utils.data import DataLoader
 
 from runner.data.instruct.encode import BYTES_EOS, eos_id
-from runner.data.instruct.formats import PAIR_TEMPLATE, Render, template_render
+from runner.data.instruct.formats import PAIR_TEMPLATE, Format, Kind, Render, prompt_info, template_render
+from runner.data.instruct.layout import split_rows
 from runner.data.instruct.refusals import PromptedData, batch_refusal, prepare_parts, read_to_check, say_parts
 from runner.data.preference.batch import PackCollate, PairCollate, PairPacks, PairSequences
 from runner.data.preference.encode import FittedPairs, fit_pairs
 from runner.data.preference.formats import PairFormat, Shape
 from runner.data.preference.read import SHIPPED, prepare_pairs, refuse_problems
-from runner.data.reading.sources import DataError
 from runner.data.sequences.padding import PadTo, seeded_loader
-from runner.data.splits import VAL_PATH, split_documents
 from runner.data.summary import DataSummary
 from runner.data.tokens.tokenizers import SavedTokenizer, Tokenizer, load_tokenizer
 from runner.data.traits import DataTraits, ValMetric
@@ -95,22 +93,12 @@ class PreferenceDataModule(PromptedData):
             refuse_problems)
         memo = (tuple(p.stamp for p in parts), self.seq_len, self.val_fraction, self.seed)
         if memo not in _FITTED:  # the checks before the run and the run itself split and fit once
-            train_rows, val_rows = self._split(parts[0].rows, len(parts) > 1)
+            train_rows, val_rows, how = split_rows(parts[0].rows, parts[-1].rows, len(parts) > 1, self.val_fraction,
+                                                   self.seed, f"data.path={self.path}", "pairs")
             _FITTED[memo] = (fit_pairs(parts[0].store, train_rows, self.seq_len),
-                             fit_pairs(parts[-1].store, val_rows, self.seq_len), self.split_how)
+                             fit_pairs(parts[-1].store, val_rows, self.seq_len), how)
         train, val, self.split_how = _FITTED[memo]
         return train, val
-
-    def _split(self, n: int, val_path: bool) -> tuple[np.ndarray, np.ndarray]:
-        if val_path:
-            self.split_how = VAL_PATH
-            return np.arange(n), np.arange(self._parts[1].rows)
-        if n < 2:
-            raise DataError(f"data.path={self.path} holds {n} row: a split needs two (one to train, one to "
-                            "validate). Give more pairs, or validation rows as data.val_path.")
-        split = split_documents(n, self.val_fraction, self.seed)
-        self.split_how = split.how.replace("document", "row")
-        return np.asarray(split.train), np.asarray(split.val)
 
     def prepare_data(self) -> None:
         """Read and tokenize once (rank 0 of each node, before the others set up): later reads hit the cache."""
@@ -128,7 +116,12 @@ class PreferenceDataModule(PromptedData):
         self.pad_id = tokenizer.pad_id
         train, val = self.read(tokenizer)
         fmt = self._parts[0].fmt
-        self.prompt_format = {**self._prompt_info(fmt, tokenizer), "eos_id": eos_id(tokenizer)}
+        # What ``generate`` needs to ask the model as it was trained (``prompt.json``): a chat, or a pair's template
+        template = (fmt.template or PAIR_TEMPLATE) if fmt.shape is Shape.text else "{prompt}"
+        as_instruct = Format(Kind.chat if fmt.shape.conversational else Kind.pair, (), template)
+        inner = tokenizer.tokenizer if isinstance(tokenizer, SavedTokenizer) else None
+        self.prompt_format = {**prompt_info(as_instruct, self.settings["chat_template"], inner),
+                              "eos_id": eos_id(tokenizer)}
         if self.packing:
             train_packs, val_packs = PairPacks(train, self.seq_len, self.pad_id), PairPacks(val, self.seq_len,
                                                                                             self.pad_id)
@@ -148,15 +141,6 @@ class PreferenceDataModule(PromptedData):
             which = "training" if len(self._train) == 0 else "validation"
             raise ValueError(f"data: no {which} pairs fit data.seq_len={self.seq_len}; raise data.seq_len or give "
                              "shorter prompts.")
-
-    def _prompt_info(self, fmt: PairFormat, tokenizer: Tokenizer) -> dict[str, Any]:
-        """What ``generate`` needs to ask the model as it was trained (``prompt.json``)."""
-        if fmt.shape.conversational:
-            inner = tokenizer.tokenizer if isinstance(tokenizer, SavedTokenizer) else None
-            own = getattr(inner, "chat_template", None) if inner is not None else None
-            return {"kind": "chat", "chat_template": self.settings["chat_template"] or own}
-        template = (fmt.template or PAIR_TEMPLATE) if fmt.shape is Shape.text else "{prompt}"
-        return {"kind": "pair", "template": template}
 
     def _summarize(self, train: FittedPairs, val: FittedPairs, fmt: PairFormat) -> tuple[DataSummary, dict[str, Any]]:
         parts = self._parts

@@ -15,7 +15,7 @@ from torch.utils.data import DataLoader, Dataset, RandomSampler
 from runner.config.schema.data import Batching
 from runner.config.target_objects import TokenRange
 from runner.data.reading.corpus import describe_missing_text
-from runner.data.reading.sources import DataError, names_something, own_validation, resolve, val_path_refusal
+from runner.data.reading.sources import DataError, capped, names_something, own_validation, resolve, val_path_refusal
 from runner.data.reading.tables import load_table, text_lengths
 from runner.data.sequences.packed import Examples, Packs, pack_collate
 from runner.data.sequences.padding import LengthGroupedBatchSampler, PadCollate, PadTo
@@ -250,12 +250,7 @@ def _text_bytes(where: str, key: str, text_column: str, enough: int) -> int:
     read."""
     source = resolve(where, key)
     if not source.is_table:  # file sizes, until enough
-        total = 0
-        for f in source.files:
-            total += f.stat().st_size
-            if total >= enough:
-                break
-        return total
+        return sum(f.stat().st_size for f in capped(source.files, enough)[0])
     rows, _ = load_table(source)
     if len(rows) == 0:
         raise DataError(f"{key}={where} holds no rows. Point {key} at a file with data in it.")
