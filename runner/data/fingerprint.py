@@ -73,10 +73,6 @@ def read_fingerprint(run_dir: Path) -> dict[str, Any] | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
-def _when(ns: int) -> str:
-    return datetime.datetime.fromtimestamp(ns / 1e9).strftime("%Y-%m-%d %H:%M:%S")
-
-
 def _named(paths: list[str], root: str) -> str:
     """A few of ``paths`` by their names under ``root`` (the given folder), then how many more."""
     names = [os.path.relpath(p, root) if root and p.startswith(root) else Path(p).name for p in paths[:NAMED]]
@@ -109,7 +105,8 @@ def _file_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     for p in changed[:NAMED]:
         size0, size1 = before[p][0], after[p][0]
         size = f"{size0:,} -> {size1:,} bytes" if size0 != size1 else f"same size, {size1:,} bytes"
-        out.append(f"{_named([p], root)} changed ({size}, modified {_when(times[p])})")
+        when = datetime.datetime.fromtimestamp(times[p] / 1e9)
+        out.append(f"{_named([p], root)} changed ({size}, modified {when:%Y-%m-%d %H:%M:%S})")
     if len(changed) > NAMED:
         out.append(f"{len(changed) - NAMED} more files changed")
     added, removed = [p for p in after if p not in before], [p for p in before if p not in after]

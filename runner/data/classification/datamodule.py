@@ -3,19 +3,20 @@
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader
 
 from runner.config.target_objects import TokenRange
 from runner.data.classification.labelled import Labelled, read_labelled
 from runner.data.classification.labels import LabelMap, label_map, row_ids
 from runner.data.reading.sources import DataError, names_something, own_validation, val_path_refusal
 from runner.data.sequences.padding import PadTo, seeded_loader
-from runner.data.sequences.windows import Shifted, Spans, Tokens, as_long
+from runner.data.sequences.windows import Chunks, Shifted, Spans, Tokens
 from runner.data.splits import split_documents, val_how
 from runner.data.summary import DataSummary, SplitData
 from runner.data.tokens.encoding import IDS, LENGTH, encode
@@ -25,17 +26,15 @@ from runner.data.traits import DataTraits, ValMetric
 log = logging.getLogger(__name__)
 
 
-class Rows(Dataset[tuple[torch.Tensor, int]]):
+class Rows(Chunks):
     """``(ids, label)`` of chosen rows: their ids read from ``tokens`` at ``spans``."""
 
     def __init__(self, tokens: Tokens, spans: Spans, labels: np.ndarray) -> None:
-        self.tokens, self.spans, self.labels = tokens, spans, labels
+        super().__init__(tokens, spans)
+        self.labels = labels
 
-    def __len__(self) -> int:
-        return len(self.spans)
-
-    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
-        return as_long(self.tokens[int(self.spans.starts[i]):int(self.spans.ends[i])]), int(self.labels[i])
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:  # type: ignore[override]
+        return super().__getitem__(i), int(self.labels[i])
 
 
 @dataclass
@@ -128,10 +127,8 @@ class TextClassificationDataModule(SplitData):
         val_path = val_path or own_validation(path)
         val = None if val_path is None else read_labelled(val_path, "data.val_path", text_column, label_column,
                                                           max_examples, min_len)
-        values = dict(train.values)
-        for label, count in (val.values if val else {}).items():
-            values[label] = values.get(label, 0) + count
-        return train, val, label_map(values, f"data.label_column={label_column} of data.path={path}")
+        values = Counter(train.values) + Counter(val.values if val else {})
+        return train, val, label_map(dict(values), f"data.label_column={label_column} of data.path={path}")
 
     @staticmethod
     def check_arguments(tokenizer: str | None = None, batch_size: int = 16, **fields: Any) -> str | None:

@@ -301,9 +301,7 @@ def bad_json_line(files: Any) -> tuple[Path, int, str] | None:
     """The first line of ``files`` (JSON lines, or a JSON array) that is no JSON object: its file, its line number and
     why (json's own reason); None when every line is one."""
     for path in files:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            first = f.read(1 << 16).lstrip()
-        if first.startswith("["):  # one JSON array: json names the line of its first error
+        if _starts(path, "["):  # one JSON array: json names the line of its first error
             try:
                 json.loads(Path(path).read_text(encoding="utf-8", errors="replace"))
             except ValueError as e:
@@ -337,9 +335,8 @@ def json_object_of_rows(source: Source) -> str | None:
     if source.kind != "json" or len(source.files) != 1:
         return None
     path = source.files[0]
-    with open(path, encoding="utf-8", errors="replace") as f:
-        if not f.read(1 << 16).lstrip().startswith("{"):
-            return None
+    if not _starts(path, "{"):
+        return None
     try:
         value = json.loads(Path(path).read_text(encoding="utf-8", errors="replace"))
     except ValueError:
@@ -378,7 +375,7 @@ def row_places(source: Source, rows: list[int]) -> str:
         lines = _json_lines(path) if source.kind == "json" else None
         if lines is None:
             break
-        array = _is_array(path)
+        array = _starts(path, "[")
         for row in rows:
             if at <= row < at + len(lines):
                 within = f", its element {row - at + 1}" if array else ""
@@ -394,16 +391,18 @@ def row_places(source: Source, rows: list[int]) -> str:
     return "; ".join(said)
 
 
-def _is_array(path: Path) -> bool:
+def _starts(path: Path, char: str) -> bool:
+    """Whether the text of ``path`` starts with ``char`` (after whitespace)."""
     with open(path, encoding="utf-8", errors="replace") as f:
-        return f.read(1 << 16).lstrip().startswith("[")
+        return f.read(1 << 16).lstrip().startswith(char)
+
 
 
 def _json_lines(path: Path) -> list[int] | None:
     """The line each row of a JSON file starts on: every non-empty line of JSON lines, or where each element of a JSON
     array starts; None when the file is neither."""
     text = Path(path).read_text(encoding="utf-8", errors="replace")
-    if not _is_array(path):
+    if not _starts(path, "["):
         return [n for n, line in enumerate(text.split("\n"), 1) if line.strip()]  # JSON lines end at \n only
     decoder = json.JSONDecoder()
     lines: list[int] = []
