@@ -132,9 +132,7 @@ class TextClassificationDataModule(SplitData):
 
     @staticmethod
     def check_arguments(tokenizer: str | None = None, batch_size: int = 16, **fields: Any) -> str | None:
-        """What is wrong with these arguments, in one paragraph, before anything is written (None: nothing): a tokenizer
-        that is not one, rows that cannot be read (a missing column, an empty or damaged file, mixed label kinds), too
-        few rows for a batch, a ``val_path`` without rows."""
+        """What is wrong with these arguments, in one paragraph, before anything is written (None: nothing)."""
         if (message := check_tokenizer(tokenizer)) is not None:
             return message
         if not all(names_something(fields.get(k)) for k in ("path", "val_path")):

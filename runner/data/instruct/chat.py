@@ -96,9 +96,8 @@ class Turns:
 
 
 def count_turns(batches: Iterable[Any], column: str, roles: Mapping[str, str] | None) -> Turns:
-    """Every turn of ``column`` in ``batches`` (``pyarrow`` record batches or tables of a table's rows, in order:
-    ``table_batches`` streams them from the table's files), counted one batch at a time, so that a million conversations
-    are never held at once."""
+    """Every turn of ``column`` in ``batches`` (a table's rows in order, ``table_batches``), counted a batch at a time,
+    so that a million conversations are never held at once."""
     answers = others = rows = 0
     found: dict[str, tuple[str | None, int]] = {}
     unknown_row: int | None = None

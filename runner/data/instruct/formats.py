@@ -153,10 +153,9 @@ def generation_prompt(info: dict[str, Any], text: str, tokenizer: Any) -> str:
 
 
 def as_chat_template(info: dict[str, Any], bos: bool) -> str:
-    """The prompt template of a pair or Alpaca run (``info``, ``prompt_info``) as a Jinja chat template, for an export's
-    tokenizer: a user turn becomes the prompt exactly as ``generation_prompt`` puts it (its BOS first where ``bos``, the
-    tokenizer adding one to the first piece as the run's did), an assistant turn its text and the EOS, so that
-    ``apply_chat_template(..., add_generation_prompt=True)`` asks the model as the run trained it."""
+    """The prompt template of a pair or Alpaca run (``info``) as a Jinja chat template for an export's tokenizer, so
+    that ``apply_chat_template(..., add_generation_prompt=True)`` asks the model as the run trained it (``bos``: a BOS
+    first, as the run's tokenizer added one)."""
     template = str(info["template"]).replace("{instruction}", "{prompt}").replace("{input}", "")
     before, _, after = template.partition("{prompt}")
 

@@ -8,6 +8,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from runner.data.instruct.chat import SHAPES_HINT, SHAREGPT_ROLES, Turns, count_turns, unknown_role
 from runner.data.instruct.encode import (
     ANSWERS,
@@ -157,22 +159,16 @@ def _build(tmp: Any, source: Source, tokenizer: Tokenizer, settings: dict[str, A
     encoder = InstructEncoder(fmt, None if is_bytes(tokenizer.name) else tokenizer.name, chat_template)
     columns = [c for c in fmt.columns if c]
     done = encode_table(writer, table_batches(rows, columns, total), encoder, total, f"tokenizing {what}", progress)
-    problem = writer_problems(tmp, writer.rows, done.notes)
+    # What is wrong with rows, from the problem codes just written: empty answers (how many, the first rows), and rows
+    # that cannot be read (how many, the first one and why)
+    codes = np.fromfile(tmp / f"{PROBLEM}.rows", dtype=np.int8, count=writer.rows)
+    empty, notes = np.flatnonzero(codes == EMPTY_ANSWER), done.notes
+    problem = {"empty": int(len(empty)), "empty_rows": empty[:NOTED].tolist(), "unreadable": len(notes),
+               "first_unreadable": list(notes[0]) if notes else None}
     writer.finish({"kind": fmt.kind.value, "columns": list(fmt.columns), "template": fmt.template,
                    "roles": [list(r) for r in fmt.roles], "sharegpt": fmt.sharegpt,
                    "turns": turns.as_meta() if turns is not None else None, "table_rows": len(rows),
                    "problems": problem, "seconds": round(done.seconds, 2), "processes": done.processes})
-
-
-def writer_problems(directory: Any, rows: int, notes: list[tuple[int, str]]) -> dict[str, Any]:
-    """What is wrong with rows, from the problem codes just written: empty answers (how many, the first rows), and rows
-    that cannot be read (how many, the first one and why)."""
-    import numpy as np
-
-    codes = np.fromfile(directory / f"{PROBLEM}.rows", dtype=np.int8, count=rows)
-    empty = np.flatnonzero(codes == EMPTY_ANSWER)
-    return {"empty": int(len(empty)), "empty_rows": empty[:NOTED].tolist(), "unreadable": len(notes),
-            "first_unreadable": list(notes[0]) if notes else None}
 
 
 def refuse_problems(prepared: Prepared, key: str, where: str) -> None:

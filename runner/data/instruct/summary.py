@@ -11,13 +11,6 @@ from runner.data.summary import DataSummary
 from runner.metrics import counted
 
 
-def cut_part(fmt: Format) -> str:
-    """What cutting one of ``fmt``'s examples at ``data.seq_len`` loses."""
-    if fmt.kind is Kind.chat:
-        return "the end of the conversation: the rest of the turn it reaches, later turns, their EOS"
-    return "the end of the answer, and its EOS"
-
-
 def summarize(parts: list[Any], fitted: tuple[Fitted, Fitted], train: int, val: int, split: str, fmt: Format,
               packs: dict[str, Any] | None) -> tuple[DataSummary, dict[str, Any]]:
     """The common data section (``DataSummary``) and instruction data's own figures."""
@@ -33,8 +26,9 @@ def summarize(parts: list[Any], fitted: tuple[Fitted, Fitted], train: int, val: 
                            "data/prompt_tokens": sum(f.prompt_tokens for f in fitted),
                            "data/answer_tokens": sum(f.answer_tokens for f in fitted),
                            "data/loss_tokens": sum(f.loss_tokens for f in fitted)}
-    if summary.truncated:
-        own["data/cut_part"] = cut_part(fmt)
+    if summary.truncated:  # what cutting an example at data.seq_len loses
+        own["data/cut_part"] = ("the end of the conversation: the rest of the turn it reaches, later turns, their EOS"
+                                if fmt.kind is Kind.chat else "the end of the answer, and its EOS")
     if fmt.kind is Kind.chat:
         own.update(turn_figures(parts, fitted))
     if packs is not None:

@@ -1,13 +1,6 @@
-"""The four shapes preference data comes in (TRL ``DPOTrainer``'s), told apart by the columns and the first row, and
-how each row becomes a prompt and two completions as text.
-
-- explicit text or conversation: prompt, chosen and rejected columns holding texts (the prompt put in
-  ``data.prompt_template``) or conversations (roles checked and mapped as instruction data's);
-- implicit conversation (UltraFeedback's) or text (Anthropic HH's): no prompt column; the prompt is what chosen and
-  rejected share from the start (a text split as TRL's ``extract_prompt`` splits it).
-
-A conversation's completion is what its rendering adds to the prompt's; an empty completion is refused.
-"""
+"""The four shapes preference data comes in (TRL ``DPOTrainer``'s), told apart by the columns and the first row: a
+prompt column beside chosen and rejected texts or conversations, or none (UltraFeedback's conversations, Anthropic HH's
+texts: the prompt is what chosen and rejected share from the start); each row becomes a prompt and two completions."""
 
 from __future__ import annotations
 

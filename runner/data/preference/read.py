@@ -1,6 +1,5 @@
-"""Reading a table of preference pairs once: its shape checked, its rows tokenized on every core into a store named by
-what the ids depend on (read back by every later run and rank), and the rows that cannot be read as pairs refused with
-their numbers."""
+"""Reading a table of preference pairs once: its shape checked, its rows tokenized on every core into a store (read
+back by every later run and rank), the rows that cannot be read as pairs refused with their numbers."""
 
 from __future__ import annotations
 

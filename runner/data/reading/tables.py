@@ -1,7 +1,5 @@
-"""Reading a table ``Source`` into a Hugging Face ``datasets.Dataset`` (memory-mapped Arrow, prepared once and read from
-``datasets``' cache on every later run, ``HF_DATASETS_CACHE``): ``.jsonl``, ``.csv``, ``.parquet`` through ``datasets``'
-own builders, a ``save_to_disk`` folder through ``load_from_disk``; a file that cannot be read is a ``DataError`` naming
-what is wrong with it (its file, line and reason)."""
+"""Reading a table ``Source`` into a memory-mapped ``datasets.Dataset`` (prepared once into ``datasets``' cache):
+``.jsonl``, ``.csv``, ``.parquet`` or a ``save_to_disk`` folder; an unreadable file is a ``DataError`` naming why."""
 
 from __future__ import annotations
 

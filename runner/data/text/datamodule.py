@@ -1,6 +1,5 @@
-"""Text for causal language models: UTF-8 bytes, or the ids of a saved tokenizer (the model's, with ``model.path``), in
-packed windows or one variable-length sequence per document, from the Python stdlib source, text files, or the text
-column of a table."""
+"""Text for causal language models (UTF-8 bytes or a saved tokenizer's ids), in packed windows or one sequence per
+document, from the Python stdlib source, text files, or a table's text column."""
 
 from __future__ import annotations
 
@@ -84,9 +83,7 @@ class TextDataModule(SplitData):
                         text_column: str = "text", seq_len: int = 256, batch_size: int = 16,
                         batching: Batching | str = Batching.packed, packing: bool = False,
                         **_: Any) -> str | None:
-        """What is wrong with these arguments, in one paragraph, before a run directory exists (None: nothing): a
-        tokenizer that is not one, a path that cannot be read (a missing column, an empty or damaged file) or holds less
-        than one batch of text, a ``val_path`` that is ``path`` itself, packing without documents."""
+        """What is wrong with these arguments, in one paragraph, before a run directory exists (None: nothing)."""
         if (message := check_tokenizer(tokenizer)) is not None:
             return message
         if packing and Batching(batching) is Batching.packed:

@@ -1,6 +1,5 @@
-"""runner's byte ids as a Hugging Face tokenizer: ``tokenizers``' own format (``tokenizer.json``), loaded by
-``AutoTokenizer``, whose ids are exactly ``ByteTokens``' (each UTF-8 byte of the text plus the family's offset; with an
-offset, id 0 pads), so an exported byte-level model reads text in ``transformers.pipeline`` as it did in training."""
+"""runner's byte ids as a Hugging Face tokenizer (``tokenizer.json``) whose ids are exactly ``ByteTokens``', so an
+exported byte-level model reads text in ``transformers.pipeline`` as it did in training."""
 
 from __future__ import annotations
 
