@@ -61,9 +61,8 @@ class InstructDataModule(PromptedData):
         if not isinstance(read, tuple):
             return read
         train, val = read
-        for key, fitted in (("data.path", train), ("data.val_path", val)):
+        for key, where, fitted in (("data.path", path, train), ("data.val_path", val_path, val)):
             if fitted is not None and fitted.whole == 0:
-                where = path if key == "data.path" else val_path
                 return (f"{key}={where}: every example is longer than data.seq_len={seq_len} tokens, so none would "
                         "train whole (each would lose the end of its answer and its EOS, or all of it). Raise "
                         "data.seq_len (the model's positions must cover it: model.block_size or "

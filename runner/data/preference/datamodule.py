@@ -10,7 +10,7 @@ from typing import Any
 from torch.utils.data import DataLoader
 
 from runner.data.instruct.encode import BYTES_EOS, eos_id
-from runner.data.instruct.formats import PAIR_TEMPLATE, Format, Kind, Render, prompt_info, template_render
+from runner.data.instruct.formats import PAIR_TEMPLATE, Format, Kind, prompt_info, template_render
 from runner.data.instruct.layout import split_rows
 from runner.data.instruct.refusals import PromptedData, batch_refusal, prepare_parts, read_to_check, say_parts
 from runner.data.preference.batch import PackCollate, PairCollate, PairPacks, PairSequences
@@ -66,9 +66,8 @@ class PreferenceDataModule(PromptedData):
         if not isinstance(read, tuple):
             return read
         train, val = read
-        for key, fitted in (("data.path", train), ("data.val_path", val)):
+        for key, where, fitted in (("data.path", path, train), ("data.val_path", val_path, val)):
             if fitted is not None and len(fitted) == 0:
-                where = path if key == "data.path" else val_path
                 return (f"{key}={where}: no pair fits data.seq_len={seq_len} tokens (each prompt leaves a completion "
                         "no room), so none would train. Raise data.seq_len (the model's positions must cover it: "
                         "model.block_size or max_position_embeddings follow it in runner's options), or shorten "
@@ -81,13 +80,10 @@ class PreferenceDataModule(PromptedData):
         """Padded per batch and varying in length, unless packed (one shape)."""
         return DataTraits(ValMetric.none, pads_per_batch=not packing, shapes_vary=not packing, pairs=True)
 
-    def render(self, tokenizer: Tokenizer) -> Render | None:
-        inner = tokenizer.tokenizer if isinstance(tokenizer, SavedTokenizer) else None
-        return template_render(inner, self.settings["chat_template"])
-
     def read(self, tokenizer: Tokenizer) -> tuple[FittedPairs, FittedPairs]:
         """Training and validation pairs, fitted to ``seq_len``; ``DataError`` when the rows cannot train."""
-        render = self.render(tokenizer)
+        inner = tokenizer.tokenizer if isinstance(tokenizer, SavedTokenizer) else None
+        render = template_render(inner, self.settings["chat_template"])
         self._parts = parts = prepare_parts(
             self.path, self.val_path, lambda where, key: prepare_pairs(where, key, tokenizer, render, **self.settings),
             refuse_problems)

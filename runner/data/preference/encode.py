@@ -37,24 +37,20 @@ def encode_rows(fmt: PairFormat, tokenizer: Tokenizer, render: Render | None, ro
     notes: list[tuple[int, str]] = []
     for i in range(n):
         row = {k: v[i] for k, v in rows.items()}
+        pair = None
         if row[fmt.chosen_column] == row[fmt.rejected_column] and not blank(row[fmt.chosen_column]):
-            texts.append(None)
             problems[i] = SAME
-            continue
-        try:
-            pair = fmt.texts(row, render)
-        except EmptyCompletion as e:
-            texts.append(None)
-            problems[i] = EMPTY_CHOSEN if e.chosen else EMPTY_REJECTED
-            continue
-        except Exception as e:  # a malformed conversation, or a template that cannot render it
-            texts.append(None)
-            problems[i] = UNREADABLE
-            notes.append((i, f"{type(e).__name__}: {e}"))
-            continue
-        same = pair.chosen == pair.rejected
-        texts.append(None if same else (pair.prompt, pair.chosen, pair.rejected))
-        problems[i] = SAME if same else USABLE
+        else:
+            try:
+                pair = fmt.texts(row, render)
+            except EmptyCompletion as e:
+                problems[i] = EMPTY_CHOSEN if e.chosen else EMPTY_REJECTED
+            except Exception as e:  # a malformed conversation, or a template that cannot render it
+                problems[i] = UNREADABLE
+                notes.append((i, f"{type(e).__name__}: {e}"))
+        if pair is not None and pair.chosen == pair.rejected:  # the same once rendered
+            pair, problems[i] = None, SAME
+        texts.append(None if pair is None else (pair.prompt, pair.chosen, pair.rejected))
     kept = [t for t in texts if t is not None]
     special = not fmt.shape.conversational  # a chat template writes its own BOS
     prompts = tokenizer([t[0] for t in kept], special=special) if kept else []

@@ -191,13 +191,13 @@ class TextDataModule(SplitData):
         n_train = corpus.n_docs
         if val is not None:
             self.split_how, self._train_docs = val_how(self.val_path, self._own_val), list(range(n_train))
-            return self._sequences(corpus, corpus.all()), self._sequences(val, val.all())
+            return self._sequences(corpus, corpus.pieces), self._sequences(val, val.pieces)
         if n_train >= 2:
             split = split_documents(n_train, self.val_fraction, self.seed)
             self.split_how, self._train_docs = split.how, split.train
             return self._sequences(corpus, corpus.of(split.train)), self._sequences(corpus, corpus.of(split.val))
         self.split_how = tail_how(self.val_fraction)
-        pieces = corpus.all()
+        pieces = corpus.pieces
         if self.batching is Batching.packed:  # the last windows (seq_len + 1 ids each) validate
             n = int(pieces.lengths.sum())
             cut = tail_cut(n - 1, self.seq_len, self.val_fraction)
