@@ -19,7 +19,7 @@ from runner.data.reading.tables import load_table, text_lengths
 from runner.data.sequences.packed import Examples, Packs, pack_collate
 from runner.data.sequences.padding import LengthGroupedBatchSampler, PadCollate, PadTo
 from runner.data.sequences.windows import Chunks, PackedWindows, Spans, Stream
-from runner.data.splits import split_documents, tail_cut, tail_how, val_how
+from runner.data.splits import split_documents, tail_cut, val_how
 from runner.data.store import remembered, store_key
 from runner.data.store.arrays import Mapped, spans_blocks
 from runner.data.summary import DataSummary, SplitData
@@ -196,7 +196,7 @@ class TextDataModule(SplitData):
             split = split_documents(n_train, self.val_fraction, self.seed)
             self.split_how, self._train_docs = split.how, split.train
             return self._sequences(corpus, corpus.of(split.train)), self._sequences(corpus, corpus.of(split.val))
-        self.split_how = tail_how(self.val_fraction)
+        self.split_how = f"one document: its last {self.val_fraction:.0%} of windows validate (split by position)"
         pieces = corpus.pieces
         if self.batching is Batching.packed:  # the last windows (seq_len + 1 ids each) validate
             n = int(pieces.lengths.sum())
