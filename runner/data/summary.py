@@ -81,7 +81,9 @@ class SplitData(L.LightningDataModule):
         raise NotImplementedError
 
     def train_dataloader(self) -> DataLoader:
+        assert self._train is not None, "setup() first"
         return self._loader(self._train, shuffle=True)
 
     def val_dataloader(self) -> DataLoader:
+        assert self._val is not None, "setup() first"
         return self._loader(self._val, shuffle=False)

@@ -39,6 +39,5 @@ class SyntheticDataModule(SplitData):
         self._val = TensorDataset(x[:n_val], y[:n_val])
         self._train = TensorDataset(x[n_val:], y[n_val:])
 
-    def _loader(self, ds: TensorDataset | None, shuffle: bool) -> DataLoader:
-        assert ds is not None
+    def _loader(self, ds: TensorDataset, shuffle: bool) -> DataLoader:
         return seeded_loader(ds, self.batch_size, self.seed, self.num_workers, shuffle)

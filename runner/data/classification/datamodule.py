@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
@@ -22,8 +21,6 @@ from runner.data.summary import DataSummary, SplitData
 from runner.data.tokens.encoding import IDS, LENGTH, encode
 from runner.data.tokens.tokenizers import ByteTokens, Tokenizer, check_tokenizer, load_tokenizer, token_range
 from runner.data.traits import DataTraits, ValMetric
-
-log = logging.getLogger(__name__)
 
 
 class Rows(Chunks):
@@ -207,7 +204,6 @@ class TextClassificationDataModule(SplitData):
             raise ValueError(f"data: {len(self._train)} training examples, fewer than data.batch_size="
                              f"{self.batch_size}; give more text or lower data.batch_size.")
 
-    def _loader(self, rows: Rows | None, shuffle: bool) -> DataLoader:
-        assert rows is not None, "setup() first"
+    def _loader(self, rows: Rows, shuffle: bool) -> DataLoader:
         return seeded_loader(rows, self.batch_size, self.seed, self.num_workers, shuffle,
                              collate_fn=ClassifyCollate(self.pad_to, self._pad_id))

@@ -113,7 +113,6 @@ class InstructDataModule(PromptedData):
         examples = Examples(fitted.tokens, fitted.spans, fitted.mask, self.answers_only)
         return Packs(examples, self.seq_len, self.pad_id, fitted.packs) if self.packing else examples
 
-    def _loader(self, ds: Examples | Packs | None, shuffle: bool) -> DataLoader:
-        assert ds is not None, "setup() first"
+    def _loader(self, ds: Examples | Packs, shuffle: bool) -> DataLoader:
         collate = pack_collate if self.packing else PadCollate(self.pad_to, self.pad_id)
         return seeded_loader(ds, self.batch_size, self.seed, self.num_workers, shuffle, collate_fn=collate)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,8 +15,6 @@ from runner.data.splits import VAL_PATH, split_documents
 from runner.data.store import store_dir, store_key
 from runner.data.store.arrays import Store, StoreWriter
 from runner.packing.bins import PackRows, pack_rows
-
-log = logging.getLogger(__name__)
 
 FIGURES = ("cut", "left_out", "prompt_tokens", "answer_tokens", "loss_tokens", "whole", "answer_runs")
 VERSION = 2  # What a layout holds; a change makes a new one (2: the answers in the loss counted, for a chat's turns)

@@ -180,8 +180,8 @@ class PreferenceDataModule(PromptedData):
 
     def loader(self, which: str) -> DataLoader:
         """``which`` (``train``, ``val``) in batches, in order (the reference pass's)."""
-        return self._loader(self.datasets.get(which), shuffle=False)
+        assert self.datasets, "setup() first"
+        return self._loader(self.datasets[which], shuffle=False)
 
-    def _loader(self, ds: PairSequences | PairPacks | None, shuffle: bool) -> DataLoader:
-        assert ds is not None, "setup() first"
+    def _loader(self, ds: PairSequences | PairPacks, shuffle: bool) -> DataLoader:
         return seeded_loader(ds, self.batch_size, self.seed, self.num_workers, shuffle, collate_fn=self.collate())

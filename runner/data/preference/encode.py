@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,8 +14,6 @@ from runner.data.sequences.windows import Spans
 from runner.data.store.arrays import Ragged, Store
 from runner.data.store.parallel import Chunk
 from runner.data.tokens.tokenizers import Tokenizer
-
-log = logging.getLogger(__name__)
 
 PROMPT, CHOSEN, REJECTED, PROBLEM = "prompt_ids", "chosen_ids", "rejected_ids", "problem"
 SIDES = (CHOSEN, REJECTED)

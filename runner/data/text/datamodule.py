@@ -215,8 +215,7 @@ class TextDataModule(SplitData):
             return PackedWindows(Stream(corpus.tokens, spans), self.seq_len)
         return Chunks(corpus.tokens, spans.chunked(self.seq_len + 1, self.min_len))
 
-    def _loader(self, ds: Dataset | None, shuffle: bool) -> DataLoader:
-        assert ds is not None, "setup() first"
+    def _loader(self, ds: Dataset, shuffle: bool) -> DataLoader:
         collate: Any = PadCollate(self.pad_to, self.pad_id) if self.batching is Batching.documents else None
         collate = pack_collate if self.packing else collate
         g = torch.Generator().manual_seed(self.seed)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,8 +16,6 @@ from runner.data.store.arrays import Store
 from runner.data.summary import NULL_TEXT
 from runner.data.tokens.encoding import DOC, IDS, RAW_BYTES, encode
 from runner.data.tokens.tokenizers import Tokenizer, is_bytes
-
-log = logging.getLogger(__name__)
 
 
 @dataclass
