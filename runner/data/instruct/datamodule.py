@@ -15,7 +15,7 @@ from runner.data.instruct.fit import Fitted
 from runner.data.instruct.formats import prompt_info
 from runner.data.instruct.layout import Layout, arrange
 from runner.data.instruct.prepare import SHIPPED, prepare, refuse_problems
-from runner.data.instruct.refusals import PromptedData, batch_refusal, prepare_parts, read_to_check, say_parts
+from runner.data.instruct.refusals import PromptedData, batch_refusal, prepare_parts, read_to_check
 from runner.data.instruct.summary import describe, summarize
 from runner.data.sequences.packed import Examples, Packs, pack_collate
 from runner.data.sequences.padding import PadCollate, PadTo, seeded_loader
@@ -101,7 +101,7 @@ class InstructDataModule(PromptedData):
         packs = self._train.figures(self.batch_size) if isinstance(self._train, Packs) else None
         self.summary, self.data_figures = summarize(self._parts, (train, val), len(self._train), len(self._val),
                                                     self.split_how, fmt, packs)
-        say_parts(self._parts, self.path, self.val_path)
+        self.say_parts("instruction examples")
         self.summary.say(self.seq_len)
         log.info("data: %s", describe(self.data_figures))
         if len(self._train) == 0 or len(self._val) == 0:  # the checks before the run say why first

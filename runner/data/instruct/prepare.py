@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -29,10 +28,8 @@ from runner.data.store import digest_files, store_dir, store_key
 from runner.data.store.arrays import Store, StoreWriter, token_dtype
 from runner.data.store.parallel import encode_table, table_batches
 from runner.data.store.progress import Heartbeat
-from runner.data.store.shared import origin, progress_file
+from runner.data.store.shared import progress_file
 from runner.data.tokens.tokenizers import Tokenizer, is_bytes, tokenizer_stamp
-
-log = logging.getLogger(__name__)
 
 SHIPPED = "examples/data/instruct.jsonl"  # The instruction file runner ships (examples/data/make_instruct.py writes it)
 NOTED = 5  # Rows a problem's message names
@@ -52,10 +49,6 @@ class Prepared:
     problems: dict[str, Any]
     built: bool  # Whether this process prepared the store (else it read one a run before it, or another rank, wrote)
     turns: Turns | None = None  # A conversation column's turns (chat only)
-
-    def say(self, what: str) -> None:
-        """Where the examples came from, in the log: prepared now (how long it took), or read from the cache."""
-        log.info("data: instruction examples of %s%s", what, origin(self.store, self.built))
 
 
 def source_files(source: Source) -> list[Any]:

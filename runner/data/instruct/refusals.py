@@ -4,6 +4,7 @@ base."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -11,8 +12,11 @@ from runner.config.target_objects import TokenRange
 from runner.data.instruct.encode import eos_id
 from runner.data.reading.sources import DataError, names_something, val_path_refusal
 from runner.data.sequences.padding import PadTo
+from runner.data.store.shared import origin
 from runner.data.summary import SplitData
 from runner.data.tokens.tokenizers import check_tokenizer, load_tokenizer, token_range
+
+log = logging.getLogger(__name__)
 
 
 class PromptedData(SplitData):
@@ -42,6 +46,11 @@ class PromptedData(SplitData):
 
     def own_figures(self) -> dict[str, Any]:
         return self.data_figures
+
+    def say_parts(self, rows: str) -> None:
+        """Where each table's ``rows`` came from, in the log: prepared now (how long it took), or from the cache."""
+        for part, where in zip(self._parts, (f"data.path={self.path}", f"data.val_path={self.val_path}"), strict=False):
+            log.info("data: %s of %s%s", rows, where, origin(part.store, part.built))
 
 
 def read_to_check(module: Callable[[], Any], path: str | None, val_path: str | None, tokenizer: str | None,
@@ -75,12 +84,6 @@ def prepare_parts(path: str | None, val_path: str | None, prepare: Callable[[str
             parts.append(prepare(where, key))
             refuse(parts[-1], key, where)
     return parts
-
-
-def say_parts(parts: list[Any], path: str | None, val_path: str | None) -> None:
-    """Where each table's rows came from, in the log."""
-    for part, where in zip(parts, (f"data.path={path}", f"data.val_path={val_path}"), strict=False):
-        part.say(where)
 
 
 def batch_refusal(path: str | None, rows: int, what: str, seq_len: int, batch_size: int, more: str) -> str | None:

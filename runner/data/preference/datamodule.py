@@ -12,7 +12,7 @@ from torch.utils.data import DataLoader
 from runner.data.instruct.encode import BYTES_EOS, eos_id
 from runner.data.instruct.formats import PAIR_TEMPLATE, Format, Kind, prompt_info, template_render
 from runner.data.instruct.layout import split_rows
-from runner.data.instruct.refusals import PromptedData, batch_refusal, prepare_parts, read_to_check, say_parts
+from runner.data.instruct.refusals import PromptedData, batch_refusal, prepare_parts, read_to_check
 from runner.data.preference.batch import PackCollate, PairCollate, PairPacks, PairSequences
 from runner.data.preference.encode import FittedPairs, fit_pairs
 from runner.data.preference.formats import PairFormat, Shape
@@ -127,7 +127,7 @@ class PreferenceDataModule(PromptedData):
         else:
             self._train, self._val = PairSequences(train), PairSequences(val)
         self.summary, self.data_figures = self._summarize(train, val, fmt)
-        say_parts(self._parts, self.path, self.val_path)
+        self.say_parts("preference pairs")
         self.summary.say(self.seq_len)
         log.info("data: %s; %d pairs, %d prompt and %d completion tokens%s", fmt.describe(), len(train) + len(val),
                  self.data_figures["data/prompt_tokens"], self.data_figures["data/completion_tokens"],

@@ -4,7 +4,6 @@ back by every later run and rank), the rows that cannot be read as pairs refused
 from __future__ import annotations
 
 import dataclasses
-import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,10 +31,7 @@ from runner.data.store import digest_files, store_key
 from runner.data.store.arrays import Store, StoreWriter, token_dtype
 from runner.data.store.parallel import encode_table, table_batches
 from runner.data.store.progress import Heartbeat
-from runner.data.store.shared import origin
 from runner.data.tokens.tokenizers import Tokenizer, is_bytes, tokenizer_stamp
-
-log = logging.getLogger(__name__)
 
 # The preference file runner ships (examples/data/make_preference.py writes it)
 SHIPPED = "examples/data/preference.jsonl"
@@ -55,10 +51,6 @@ class PreparedPairs:
     rows: int
     dropped: dict[str, int]
     built: bool  # Whether this process prepared the store (else a run before it, or another rank, did)
-
-    def say(self, what: str) -> None:
-        """Where the pairs came from, in the log: prepared now (how long it took), or read from the cache."""
-        log.info("data: preference pairs of %s%s", what, origin(self.store, self.built))
 
 
 # Tables this process has prepared or opened, by their store: the checks before a run and the run itself read them once
