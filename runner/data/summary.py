@@ -69,6 +69,7 @@ class SplitData(L.LightningDataModule):
     _train: Any = None
     _val: Any = None
     summary: DataSummary | None = None
+    split_how = ""  # How validation was chosen (``data/split``)
 
     def own_figures(self) -> dict[str, Any]:
         return {}

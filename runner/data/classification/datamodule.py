@@ -109,9 +109,7 @@ class TextClassificationDataModule(SplitData):
         self._train: Rows | None = None
         self._val: Rows | None = None
         self._pad_id = 0
-        self.split_how = ""
         self.labels: LabelMap | None = None
-        self.summary: DataSummary | None = None
 
     @staticmethod
     def read(path: str | None = None, val_path: str | None = None, text_column: str = "text",

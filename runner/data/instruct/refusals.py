@@ -37,7 +37,6 @@ class PromptedData(SplitData):
         self.data_figures: dict[str, Any] = {}
         self.prompt_format: dict[str, Any] | None = None
         self._parts: list[Any] = []
-        self.split_how = ""  # How validation was split off
 
     @staticmethod
     def token_range(tokenizer: str | None = None, **_: Any) -> TokenRange | None:

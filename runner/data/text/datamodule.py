@@ -72,8 +72,6 @@ class TextDataModule(SplitData):
         self.pad_to = pad_to or PadTo()
         self.pad_id = 0
         self.unigram_bits: float | None = None
-        self.summary: DataSummary | None = None
-        self.split_how = ""
         self._train: Dataset | None = None
         self._val: Dataset | None = None
         self._own_val: str | None = None
