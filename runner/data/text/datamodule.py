@@ -160,22 +160,19 @@ class TextDataModule(SplitData):
                 f"data: no {which} sequences of seq_len={self.seq_len} in {train.n_docs} documents "
                 f"({self.split_how}); lower data.seq_len, raise data.max_bytes or give more text.")
 
-    def _train_spans(self, corpus: Corpus) -> Spans:
-        """Where the training text lies in the corpus's ids: its documents, or the training windows or chunks of the one
-        document."""
-        if self._train_docs is not None:
-            return corpus.of(self._train_docs)
-        if isinstance(self._train, PackedWindows):
-            return self._train.stream.spans
-        return self._train.spans  # type: ignore[union-attr]
-
     def _unigram(self, corpus: Corpus) -> float:
         """The training bytes' entropy: over the documents held in memory (their separators too), else read from the
         store a block at a time with file reads (a corpus larger than memory is counted without being held, or mapped),
         once: the figure is remembered beside the store for the same training text."""
         if self._train_docs is not None and corpus.raw is not None:
             return unigram_bits([np.frombuffer(b"".join(corpus.raw[i] for i in self._train_docs), np.uint8)])
-        spans = self._train_spans(corpus)
+        # Where the training text lies in the corpus's ids: its documents, or the training windows or chunks of the one
+        # document
+        if self._train_docs is not None:
+            spans = corpus.of(self._train_docs)
+        else:
+            train: Any = self._train
+            spans = train.stream.spans if isinstance(train, PackedWindows) else train.spans
         tokens = corpus.tokens
         if not isinstance(tokens, Mapped):
             return unigram_bits(np.asarray(corpus.tokens[a:b]) for a, b in zip(spans.starts.tolist(),
