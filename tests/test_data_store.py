@@ -66,20 +66,20 @@ def test_a_touched_file_keeps_its_digest_a_changed_one_does_not_and_an_appended_
                                                                              chain(state, f, blocks, buffer))[1])
     index, f = tmp_path / "index", tmp_path / "rows.jsonl"
     f.write_bytes(bytes(random.Random(0).randrange(256) for _ in range(10_000)))
-    first = content.file_digest(f, index)
+    first = content.digests([f], index)[0]
     started.clear()
     os.utime(f, ns=(1, 1))  # touched: new times, the same bytes
-    assert content.file_digest(f, index) == first and started == [0]  # read again once, the same digest
-    assert content.file_digest(f, index) == first and started == [0]  # then a stat
+    assert content.digests([f], index)[0] == first and started == [0]  # read again once, the same digest
+    assert content.digests([f], index)[0] == first and started == [0]  # then a stat
     with f.open("ab") as out:
         out.write(b"appended rows\n" * 100)
-    grown = content.file_digest(f, index)
+    grown = content.digests([f], index)[0]
     assert started[-1] == 9 * 1024  # from its last full block: the old bytes before it are not read again
-    assert grown == content.file_digest(f, tmp_path / "fresh") != first  # what hashing all of it gives
+    assert grown == content.digests([f], tmp_path / "fresh")[0] != first  # what hashing all of it gives
     data = bytearray(f.read_bytes())
     data[5] ^= 1
     f.write_bytes(bytes(data))  # the same size, one bit changed
-    assert content.file_digest(f, index) not in (grown, first) and started[-1] == 0
+    assert content.digests([f], index)[0] not in (grown, first) and started[-1] == 0
 
 
 def test_each_field_of_the_cache_key_changes_it_and_a_copy_of_a_tokenizer_does_not(tmp_path: Path) -> None:

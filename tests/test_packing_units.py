@@ -82,7 +82,7 @@ def test_pack_collate_gives_packed_inputs_of_one_shape() -> None:
     shapes = {t.shape for t in (inputs.input_ids, inputs.position_ids, inputs.document_ids, targets)}
     assert shapes == {torch.Size([len(packs), 16])}
     assert all(t.is_contiguous() for t in (inputs.input_ids, inputs.position_ids, inputs.document_ids, targets))
-    assert 0 < packs.padding_pct < 100
+    assert 0 < packs.figures(batch_size=4)["data/packing_padding_pct"] < 100
 
 
 def test_pad_collate_takes_labelled_examples() -> None:

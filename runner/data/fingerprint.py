@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from runner.data.reading.corpus import SKIP_DIRS
+from runner.data.reading.corpus import walk_files
 from runner.data.reading.tables import fingerprint
 from runner.data.store import file_digests
 from runner.data.tokens.tokenizers import is_bytes, saved_files
@@ -26,15 +26,7 @@ def _files(given: str) -> list[Path]:
         tops = [Path(m) for m in sorted(glob.glob(str(root), recursive=True))]
     else:
         tops = [root] if root.exists() else []
-    out: list[Path] = []
-    for top in tops:
-        if top.is_file():
-            out.append(top)
-            continue
-        for dirpath, dirnames, filenames in os.walk(top):
-            dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d not in SKIP_DIRS)
-            out += [Path(dirpath) / n for n in sorted(filenames) if not n.startswith(".")]
-    return out
+    return [f for top in tops for f in ([top] if top.is_file() else walk_files(top))]
 
 
 def _entry(given: str | None) -> dict[str, Any] | None:
@@ -81,10 +73,6 @@ def read_fingerprint(run_dir: Path) -> dict[str, Any] | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
-def _when(ns: int) -> str:
-    return datetime.datetime.fromtimestamp(ns / 1e9).strftime("%Y-%m-%d %H:%M:%S")
-
-
 def _named(paths: list[str], root: str) -> str:
     """A few of ``paths`` by their names under ``root`` (the given folder), then how many more."""
     names = [os.path.relpath(p, root) if root and p.startswith(root) else Path(p).name for p in paths[:NAMED]]
@@ -117,7 +105,8 @@ def _file_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     for p in changed[:NAMED]:
         size0, size1 = before[p][0], after[p][0]
         size = f"{size0:,} -> {size1:,} bytes" if size0 != size1 else f"same size, {size1:,} bytes"
-        out.append(f"{_named([p], root)} changed ({size}, modified {_when(times[p])})")
+        when = datetime.datetime.fromtimestamp(times[p] / 1e9)
+        out.append(f"{_named([p], root)} changed ({size}, modified {when:%Y-%m-%d %H:%M:%S})")
     if len(changed) > NAMED:
         out.append(f"{len(changed) - NAMED} more files changed")
     added, removed = [p for p in after if p not in before], [p for p in before if p not in after]

@@ -149,8 +149,7 @@ class ImageDataModule(SplitData):
         self._train = FolderImages(train, self.image_size, self.mean, self.std)
         self._val = FolderImages(val, self.image_size, self.mean, self.std)
 
-    def _loader(self, ds: Dataset | None, shuffle: bool) -> DataLoader:
-        assert ds is not None, "setup() first"
+    def _loader(self, ds: Dataset, shuffle: bool) -> DataLoader:
         # Every batch full, validation's too (when there is one): one shape, one graph.
         full = len(ds) >= self.batch_size  # type: ignore[arg-type]
         return seeded_loader(ds, self.batch_size, self.seed, self.num_workers, shuffle, drop_last=full)

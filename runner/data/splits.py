@@ -38,11 +38,6 @@ def tail_cut(n_tokens: int, window: int, val_fraction: float) -> int | None:
     return n_tokens - n_val * window
 
 
-def tail_how(val_fraction: float) -> str:
-    """The data section's words for a split by position."""
-    return f"one document: its last {val_fraction:.0%} of windows validate (split by position)"
-
-
 VAL_PATH = "data.val_path: its files validate, data.path trains"
 
 

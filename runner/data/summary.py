@@ -63,19 +63,13 @@ class DataSummary:
                         100 * self.truncated / self.used, seq_len)
 
 
-def packing_figures(packs: dict[str, Any], batch_size: int) -> dict[str, Any]:
-    """``Packs.describe()`` of the training rows as figures, with the one batch shape they make."""
-    return {"data/packs": packs["packs"], "data/examples_per_pack": packs["per_pack"],
-            "data/packing_padding_pct": packs["padding_pct"],
-            "data/batch_shape": f"[{batch_size}, {packs['seq_len']}] every batch (packed rows)"}
-
-
 class SplitData(L.LightningDataModule):
     """A data module whose ``setup`` builds a training and a validation dataset, and says what it read."""
 
     _train: Any = None
     _val: Any = None
     summary: DataSummary | None = None
+    split_how = ""  # How validation was chosen (``data/split``)
 
     def own_figures(self) -> dict[str, Any]:
         return {}
@@ -88,7 +82,9 @@ class SplitData(L.LightningDataModule):
         raise NotImplementedError
 
     def train_dataloader(self) -> DataLoader:
+        assert self._train is not None, "setup() first"
         return self._loader(self._train, shuffle=True)
 
     def val_dataloader(self) -> DataLoader:
+        assert self._val is not None, "setup() first"
         return self._loader(self._val, shuffle=False)

@@ -5,15 +5,15 @@ from __future__ import annotations
 
 from typing import Any
 
-import lightning as L
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from runner.data.sequences.padding import seeded_loader
+from runner.data.summary import SplitData
 from runner.data.traits import CLASSES, DataTraits
 
 
-class SyntheticDataModule(L.LightningDataModule):
+class SyntheticDataModule(SplitData):
     """``num_samples`` samples; the first ``val_fraction`` of them validate, the rest train."""
 
     def __init__(self, in_features: int = 32, num_classes: int = 10, num_samples: int = 4096, batch_size: int = 64,
@@ -39,11 +39,5 @@ class SyntheticDataModule(L.LightningDataModule):
         self._val = TensorDataset(x[:n_val], y[:n_val])
         self._train = TensorDataset(x[n_val:], y[n_val:])
 
-    def train_dataloader(self) -> DataLoader:
-        assert self._train is not None
-        return seeded_loader(self._train, self.batch_size, self.seed, self.num_workers, shuffle=True)
-
-    def val_dataloader(self) -> DataLoader:
-        assert self._val is not None
-        return DataLoader(self._val, batch_size=self.batch_size, num_workers=self.num_workers,
-                          persistent_workers=self.num_workers > 0)
+    def _loader(self, ds: TensorDataset, shuffle: bool) -> DataLoader:
+        return seeded_loader(ds, self.batch_size, self.seed, self.num_workers, shuffle)

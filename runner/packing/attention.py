@@ -82,10 +82,9 @@ def uses_flex(query: torch.Tensor, dropout_p: float = 0.0) -> bool:
 
 def layer_documents(document_ids: torch.Tensor, dropout_p: float = 0.0,
                     parent_ids: torch.Tensor | None = None) -> torch.Tensor:
-    """What a model hands each of its layers for ``document_attention``: ``document_ids`` where FlexAttention runs (each
-    layer derives its block tables, a few small kernels; with ``parent_ids``, both stacked, ``[2, batch, seq]``), else
-    the dense mask, built once for every layer (``[batch, 1, seq, seq]`` booleans, ``O(batch x seq^2)`` to build: not
-    once per layer)."""
+    """What a model hands each of its layers for ``document_attention``: ``document_ids`` where FlexAttention runs (with
+    ``parent_ids``: both stacked, ``[2, batch, seq]``), else the dense mask, built once for every layer (``O(batch x
+    seq^2)`` to build)."""
     if not uses_flex(document_ids, dropout_p):
         return dense_document_mask(document_ids, parent_ids)
     return document_ids if parent_ids is None else torch.stack([document_ids, parent_ids])

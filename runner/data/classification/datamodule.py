@@ -2,41 +2,36 @@
 
 from __future__ import annotations
 
-import logging
+from collections import Counter
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader
 
 from runner.config.target_objects import TokenRange
 from runner.data.classification.labelled import Labelled, read_labelled
 from runner.data.classification.labels import LabelMap, label_map, row_ids
-from runner.data.reading.sources import DataError, names_something, own_validation
+from runner.data.reading.sources import DataError, names_something, own_validation, val_path_refusal
 from runner.data.sequences.padding import PadTo, seeded_loader
-from runner.data.sequences.windows import Shifted, Spans, Tokens, as_long
+from runner.data.sequences.windows import Chunks, Shifted, Spans, Tokens
 from runner.data.splits import split_documents, val_how
 from runner.data.summary import DataSummary, SplitData
 from runner.data.tokens.encoding import IDS, LENGTH, encode
 from runner.data.tokens.tokenizers import ByteTokens, Tokenizer, check_tokenizer, load_tokenizer, token_range
 from runner.data.traits import DataTraits, ValMetric
 
-log = logging.getLogger(__name__)
 
-
-class Rows(Dataset[tuple[torch.Tensor, int]]):
+class Rows(Chunks):
     """``(ids, label)`` of chosen rows: their ids read from ``tokens`` at ``spans``."""
 
     def __init__(self, tokens: Tokens, spans: Spans, labels: np.ndarray) -> None:
-        self.tokens, self.spans, self.labels = tokens, spans, labels
+        super().__init__(tokens, spans)
+        self.labels = labels
 
-    def __len__(self) -> int:
-        return len(self.spans)
-
-    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
-        return as_long(self.tokens[int(self.spans.starts[i]):int(self.spans.ends[i])]), int(self.labels[i])
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:  # type: ignore[override]
+        return super().__getitem__(i), int(self.labels[i])
 
 
 @dataclass
@@ -114,33 +109,25 @@ class TextClassificationDataModule(SplitData):
         self._train: Rows | None = None
         self._val: Rows | None = None
         self._pad_id = 0
-        self.split_how = ""
         self.labels: LabelMap | None = None
-        self.summary: DataSummary | None = None
 
     @staticmethod
     def read(path: str | None = None, val_path: str | None = None, text_column: str = "text",
              label_column: str = "label", min_len: int = 16, max_examples: int | None = 20_000,
              **_: Any) -> tuple[Labelled, Labelled | None, LabelMap]:
         """The rows of ``path`` and ``val_path`` and the map of their labels; ``DataError`` when unusable."""
-        if val_path is not None and path is not None and Path(val_path).expanduser().resolve() == \
-                Path(path).expanduser().resolve():
-            raise DataError(f"data.val_path={val_path} is data.path itself: validation would be the training data. "
-                            "Give other rows, or drop data.val_path to validate on a split of data.path.")
+        if (refusal := val_path_refusal(path, val_path)) is not None:
+            raise DataError(refusal)
         train = read_labelled(path, "data.path", text_column, label_column, max_examples, min_len)
         val_path = val_path or own_validation(path)
         val = None if val_path is None else read_labelled(val_path, "data.val_path", text_column, label_column,
                                                           max_examples, min_len)
-        values = dict(train.values)
-        for label, count in (val.values if val else {}).items():
-            values[label] = values.get(label, 0) + count
-        return train, val, label_map(values, f"data.label_column={label_column} of data.path={path}")
+        values = Counter(train.values) + Counter(val.values if val else {})
+        return train, val, label_map(dict(values), f"data.label_column={label_column} of data.path={path}")
 
     @staticmethod
     def check_arguments(tokenizer: str | None = None, batch_size: int = 16, **fields: Any) -> str | None:
-        """What is wrong with these arguments, in one paragraph, before anything is written (None: nothing): a tokenizer
-        that is not one, rows that cannot be read (a missing column, an empty or damaged file, mixed label kinds), too
-        few rows for a batch, a ``val_path`` without rows."""
+        """What is wrong with these arguments, in one paragraph, before anything is written (None: nothing)."""
         if (message := check_tokenizer(tokenizer)) is not None:
             return message
         if not all(names_something(fields.get(k)) for k in ("path", "val_path")):
@@ -215,7 +202,6 @@ class TextClassificationDataModule(SplitData):
             raise ValueError(f"data: {len(self._train)} training examples, fewer than data.batch_size="
                              f"{self.batch_size}; give more text or lower data.batch_size.")
 
-    def _loader(self, rows: Rows | None, shuffle: bool) -> DataLoader:
-        assert rows is not None, "setup() first"
+    def _loader(self, rows: Rows, shuffle: bool) -> DataLoader:
         return seeded_loader(rows, self.batch_size, self.seed, self.num_workers, shuffle,
                              collate_fn=ClassifyCollate(self.pad_to, self._pad_id))

@@ -1,7 +1,5 @@
-"""Labelled rows for a classifier, from what ``data.path`` names: a table (``.jsonl``, ``.csv``, ``.parquet``, a
-``save_to_disk`` folder; columns ``data.text_column`` and ``data.label_column``), text files of ``label<TAB>text`` lines
-(or JSON objects, one a line), or by default the Python stdlib task: which of four packages a paragraph of source comes
-from."""
+"""Labelled rows for a classifier: a table (columns ``data.text_column`` and ``data.label_column``), text files of
+``label<TAB>text`` lines (or JSON objects), or by default the stdlib task (which package a paragraph comes from)."""
 
 from __future__ import annotations
 

@@ -25,12 +25,10 @@ class LabelMap:
     def count(self) -> int:
         return max(self.label2id.values()) + 1 if self.label2id else 0
 
-    def id2label(self) -> dict[str, str]:
-        return {str(i): label for label, i in sorted(self.label2id.items(), key=lambda kv: kv[1])}
-
     def as_json(self) -> dict[str, dict[str, Any]]:
         """``{"label2id": {label: id}, "id2label": {id: label}}`` (JSON keys are strings)."""
-        return {"label2id": dict(self.label2id), "id2label": self.id2label()}
+        by_id = sorted(self.label2id.items(), key=lambda kv: kv[1])
+        return {"label2id": dict(self.label2id), "id2label": {str(i): label for label, i in by_id}}
 
 
 def _int_like(value: Any) -> bool:
@@ -102,9 +100,3 @@ def row_ids(rows: Any, column: str, labels: LabelMap) -> np.ndarray:
         return pc.cast(data, pa.int64()).to_numpy()
     names = pa.array(list(labels.label2id), pa.string())
     return pc.index_in(pc.cast(data, pa.string()), value_set=names).to_numpy().astype(np.int64)
-
-
-def label_counts(values: dict[Any, int], labels: LabelMap) -> dict[str, int]:
-    """Rows per label, by class id order: the data section's label counts."""
-    counts = {str(int(v)) if labels.kind == INT else str(v): c for v, c in values.items()}
-    return {label: counts.get(label, 0) for label in labels.label2id}

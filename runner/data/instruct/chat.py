@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from runner.data.reading.sources import DataError, Source
-from runner.data.reading.tables import cell_text, row_place
+from runner.data.reading.tables import cell_text, row_places
 
 ROLES = ("system", "user", "assistant")  # The roles of the chat format; the assistant's turns are the answers
 ANSWER_ROLE = "assistant"
@@ -96,9 +96,8 @@ class Turns:
 
 
 def count_turns(batches: Iterable[Any], column: str, roles: Mapping[str, str] | None) -> Turns:
-    """Every turn of ``column`` in ``batches`` (``pyarrow`` record batches or tables of a table's rows, in order:
-    ``table_batches`` streams them from the table's files), counted one batch at a time, so that a million conversations
-    are never held at once."""
+    """Every turn of ``column`` in ``batches`` (a table's rows in order, ``table_batches``), counted a batch at a time,
+    so that a million conversations are never held at once."""
     answers = others = rows = 0
     found: dict[str, tuple[str | None, int]] = {}
     unknown_row: int | None = None
@@ -165,7 +164,7 @@ def unknown_role(turns: Turns, source: Source, column: str) -> DataError:
     role = next(w for w, (r, _) in turns.roles.items() if r is None)
     shape = "ShareGPT's human, gpt, system" if turns.sharegpt else ", ".join(ROLES)
     return DataError(
-        f"{source.key}={source.given}, {row_place(source, turns.unknown_row)}: a turn of {column} has the role "
+        f"{source.key}={source.given}, {row_places(source, [turns.unknown_row])}: a turn of {column} has the role "
         f"{role!r}, which is none of the chat format's ({shape}); roles found: {turns.describe_roles()}. The chat "
         "template would render it, but nothing says whether it is an answer, so its turns would fall out of the loss "
         f"without a word. Map it with +data.roles.{role}=assistant (or user or system; a role mapped to itself, "

@@ -10,26 +10,22 @@ from typing import Any
 from torch.utils.data import DataLoader
 
 from runner.config.schema.data import TrainOn
-from runner.config.target_objects import TokenRange
 from runner.data.instruct.encode import eos_id
 from runner.data.instruct.fit import Fitted
 from runner.data.instruct.formats import prompt_info
 from runner.data.instruct.layout import Layout, arrange
 from runner.data.instruct.prepare import SHIPPED, prepare, refuse_problems
-from runner.data.instruct.refusals import batch_refusal, prepare_parts, read_to_check, say_parts
+from runner.data.instruct.refusals import PromptedData, batch_refusal, prepare_parts, read_to_check
 from runner.data.instruct.summary import describe, summarize
 from runner.data.sequences.packed import Examples, Packs, pack_collate
 from runner.data.sequences.padding import PadCollate, PadTo, seeded_loader
-from runner.data.summary import DataSummary, SplitData
-from runner.data.tokens.tokenizers import SavedTokenizer, Tokenizer, is_bytes, load_tokenizer, token_range
+from runner.data.tokens.tokenizers import SavedTokenizer, Tokenizer, is_bytes, load_tokenizer
 from runner.data.traits import DataTraits, ValMetric
 
 log = logging.getLogger(__name__)
 
-__all__ = ["SHIPPED", "InstructDataModule"]
 
-
-class InstructDataModule(SplitData):
+class InstructDataModule(PromptedData):
     """Instruction or chat rows."""
 
     def __init__(self, path: str | None = None, val_path: str | None = None, tokenizer: str | None = None,
@@ -39,20 +35,11 @@ class InstructDataModule(SplitData):
                  train_on: TrainOn | str = TrainOn.answer, seq_len: int = 256, packing: bool = False,
                  max_examples: int | None = None, batch_size: int = 16, val_fraction: float = 0.1, seed: int = 0,
                  num_workers: int = 0, pad_to: PadTo | None = None) -> None:
-        super().__init__()
-        self.settings: dict[str, Any] = dict(prompt_column=prompt_column, response_column=response_column,
-                             messages_column=messages_column, prompt_template=prompt_template,
-                             chat_template=chat_template, max_examples=max_examples,
-                             roles={str(k): str(v) for k, v in (roles or {}).items()} or None)
-        self.path, self.val_path, self.tokenizer_spec = path, val_path, tokenizer
+        super().__init__(path, val_path, tokenizer, roles, seq_len, packing, batch_size, val_fraction, seed,
+                         num_workers, pad_to, prompt_column=prompt_column, response_column=response_column,
+                         messages_column=messages_column, prompt_template=prompt_template,
+                         chat_template=chat_template, max_examples=max_examples)
         self.answers_only = TrainOn(train_on) is TrainOn.answer
-        self.seq_len, self.packing, self.batch_size = seq_len, packing, batch_size
-        self.val_fraction, self.seed, self.num_workers = val_fraction, seed, num_workers
-        self.pad_to = pad_to or PadTo()
-        self.pad_id = 0
-        self.summary: DataSummary | None = None
-        self.instruct_figures: dict[str, Any] = {}
-        self.prompt_format: dict[str, Any] | None = None
         self._train: Examples | Packs | None = None
         self._val: Examples | Packs | None = None
 
@@ -74,9 +61,8 @@ class InstructDataModule(SplitData):
         if not isinstance(read, tuple):
             return read
         train, val = read
-        for key, fitted in (("data.path", train), ("data.val_path", val)):
+        for key, where, fitted in (("data.path", path, train), ("data.val_path", val_path, val)):
             if fitted is not None and fitted.whole == 0:
-                where = path if key == "data.path" else val_path
                 return (f"{key}={where}: every example is longer than data.seq_len={seq_len} tokens, so none would "
                         "train whole (each would lose the end of its answer and its EOS, or all of it). Raise "
                         "data.seq_len (the model's positions must cover it: model.block_size or "
@@ -86,18 +72,10 @@ class InstructDataModule(SplitData):
         return batch_refusal(path, n, what, seq_len, batch_size, "examples")
 
     @staticmethod
-    def token_range(tokenizer: str | None = None, **_: Any) -> TokenRange | None:
-        """The ids this data gives the model (the vocabulary check compares them with the model's embedding)."""
-        return token_range(tokenizer, offset=0)
-
-    @staticmethod
     def traits(tokenizer: str | None = None, packing: bool = False, **_: Any) -> DataTraits:
         """Bits per byte on bytes; padded per batch and varying in shape, unless packed (one shape)."""
         metric = ValMetric.bits_per_byte if is_bytes(tokenizer) else ValMetric.none
         return DataTraits(metric, pads_per_batch=not packing, shapes_vary=not packing)
-
-    def own_figures(self) -> dict[str, Any]:
-        return self.instruct_figures
 
     def read(self, tokenizer: Tokenizer) -> tuple[Fitted, Fitted]:
         """Training and validation examples, fitted to ``seq_len`` (and packed, with packing); ``DataError`` when the
@@ -120,13 +98,12 @@ class InstructDataModule(SplitData):
         inner = tokenizer.tokenizer if isinstance(tokenizer, SavedTokenizer) else None
         self.prompt_format = {**prompt_info(fmt, self.settings["chat_template"], inner), "eos_id": eos_id(tokenizer)}
         self._train, self._val = (self._dataset(f) for f in (train, val))
-        packs = [d.describe() for d in (self._train, self._val) if isinstance(d, Packs)]
-        self.summary, self.instruct_figures = summarize(self._parts, (train, val), len(self._train),
-                                                        len(self._val), self.split_how, fmt,
-                                                        packs[0] if packs else None, self.batch_size)
-        say_parts(self._parts, self.path, self.val_path)
+        packs = self._train.figures(self.batch_size) if isinstance(self._train, Packs) else None
+        self.summary, self.data_figures = summarize(self._parts, (train, val), len(self._train), len(self._val),
+                                                    self.split_how, fmt, packs)
+        self.say_parts("instruction examples")
         self.summary.say(self.seq_len)
-        log.info("data: %s", describe(self.instruct_figures))
+        log.info("data: %s", describe(self.data_figures))
         if len(self._train) == 0 or len(self._val) == 0:  # the checks before the run say why first
             which = "training" if len(self._train) == 0 else "validation"
             raise ValueError(f"data: no {which} examples fit data.seq_len={self.seq_len}; raise data.seq_len or "
@@ -136,7 +113,6 @@ class InstructDataModule(SplitData):
         examples = Examples(fitted.tokens, fitted.spans, fitted.mask, self.answers_only)
         return Packs(examples, self.seq_len, self.pad_id, fitted.packs) if self.packing else examples
 
-    def _loader(self, ds: Examples | Packs | None, shuffle: bool) -> DataLoader:
-        assert ds is not None, "setup() first"
+    def _loader(self, ds: Examples | Packs, shuffle: bool) -> DataLoader:
         collate = pack_collate if self.packing else PadCollate(self.pad_to, self.pad_id)
         return seeded_loader(ds, self.batch_size, self.seed, self.num_workers, shuffle, collate_fn=collate)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import chain
 from typing import Any
@@ -45,19 +46,6 @@ def tokenizer_and_render(spec: str | None, chat_template: str | None,
     return _LOADED[key]
 
 
-@dataclass(frozen=True)
-class InstructEncoder:
-    """Rows of one table (a ``pyarrow.RecordBatch``) -> their ids, answers and problems."""
-
-    fmt: Format
-    tokenizer: str | None
-    chat_template: str | None
-
-    def __call__(self, batch: Any) -> Chunk:
-        tokenizer, render = tokenizer_and_render(self.tokenizer, self.chat_template)
-        return encode_rows(self.fmt, tokenizer, render, batch.to_pydict())
-
-
 def encode_rows(fmt: Format, tokenizer: Tokenizer, render: Render | None, rows: dict[str, list[Any]]) -> Chunk:
     """A chunk of rows (column -> values) as ids, answers and problems."""
     eos = eos_id(tokenizer)
@@ -81,6 +69,21 @@ def encode_rows(fmt: Format, tokenizer: Tokenizer, render: Render | None, rows: 
     else:
         ids, lengths, runs = _pieces_ids(pieces, tokenizer, special=fmt.kind is not Kind.chat, eos=eos)
     return Chunk({IDS: (ids, lengths), ANSWERS: (runs, _run_lengths(pieces))}, {PROBLEM: problems}, notes)
+
+
+@dataclass(frozen=True)
+class InstructEncoder:
+    """Rows of one table (a ``pyarrow.RecordBatch``) -> their ids, answers and problems (``encode``: a format's rows'
+    encoder); the tokenizer (``data.tokenizer``'s spec, None for bytes) and chat template loaded once per process."""
+
+    fmt: Any
+    tokenizer: str | None
+    chat_template: str | None
+    encode: Callable[[Any, Tokenizer, Render | None, dict[str, list[Any]]], Chunk] = encode_rows
+
+    def __call__(self, batch: Any) -> Chunk:
+        tokenizer, render = tokenizer_and_render(self.tokenizer, self.chat_template)
+        return self.encode(self.fmt, tokenizer, render, batch.to_pydict())
 
 
 def _run_lengths(pieces: list[list[tuple[str, bool]]]) -> np.ndarray:

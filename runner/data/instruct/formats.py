@@ -31,7 +31,6 @@ ALPACA_TEMPLATE = ("Below is an instruction that describes a task, paired with a
 # Stanford Alpaca's prompt for a row whose input is empty
 ALPACA_NO_INPUT_TEMPLATE = ("Below is an instruction that describes a task. Write a response that appropriately "
                             "completes the request.\n\n### Instruction:\n{instruction}\n\n### Response:\n")
-ALPACA_COLUMNS = ("instruction", "input", "output")
 DEFAULT_COLUMNS = ("prompt", "response")
 
 
@@ -87,10 +86,6 @@ class Format:
     @property
     def answer_column(self) -> str:
         return self.columns[0] if self.kind is Kind.chat else self.columns[-1]
-
-    def key(self) -> tuple[object, ...]:
-        """Everything that decides what a row becomes (part of the name of the rows' encoded cache)."""
-        return self.kind.value, self.columns, self.template, self.roles
 
 
 def resolve_format(columns: Sequence[str], source: Source, prompt_column: str, response_column: str,
@@ -158,10 +153,9 @@ def generation_prompt(info: dict[str, Any], text: str, tokenizer: Any) -> str:
 
 
 def as_chat_template(info: dict[str, Any], bos: bool) -> str:
-    """The prompt template of a pair or Alpaca run (``info``, ``prompt_info``) as a Jinja chat template, for an export's
-    tokenizer: a user turn becomes the prompt exactly as ``generation_prompt`` puts it (its BOS first where ``bos``, the
-    tokenizer adding one to the first piece as the run's did), an assistant turn its text and the EOS, so that
-    ``apply_chat_template(..., add_generation_prompt=True)`` asks the model as the run trained it."""
+    """The prompt template of a pair or Alpaca run (``info``) as a Jinja chat template for an export's tokenizer, so
+    that ``apply_chat_template(..., add_generation_prompt=True)`` asks the model as the run trained it (``bos``: a BOS
+    first, as the run's tokenizer added one)."""
     template = str(info["template"]).replace("{instruction}", "{prompt}").replace("{input}", "")
     before, _, after = template.partition("{prompt}")
 

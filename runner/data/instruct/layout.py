@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,8 +15,6 @@ from runner.data.splits import VAL_PATH, split_documents
 from runner.data.store import store_dir, store_key
 from runner.data.store.arrays import Store, StoreWriter
 from runner.packing.bins import PackRows, pack_rows
-
-log = logging.getLogger(__name__)
 
 FIGURES = ("cut", "left_out", "prompt_tokens", "answer_tokens", "loss_tokens", "whole", "answer_runs")
 VERSION = 2  # What a layout holds; a change makes a new one (2: the answers in the loss counted, for a chat's turns)
@@ -48,8 +45,8 @@ def arrange(stores: list[Store], keys: list[str], seq_len: int, answers_only: bo
     directory = store_dir(layout_key(keys, seq_len, answers_only, packing, val_fraction, seed))
 
     def build(tmp: Path) -> None:
-        train_rows, val_rows, how = _split(len(encoded[0]), len(encoded[-1]), len(encoded) > 1, val_fraction, seed,
-                                           what)
+        train_rows, val_rows, how = split_rows(len(encoded[0]), len(encoded[-1]), len(encoded) > 1, val_fraction,
+                                               seed, what, "examples")
         fitted = (fit(encoded[0], train_rows, seq_len, answers_only), fit(encoded[-1], val_rows, seq_len,
                                                                             answers_only))
         columns = {}
@@ -69,15 +66,17 @@ def arrange(stores: list[Store], keys: list[str], seq_len: int, answers_only: bo
                                                                               packing), store.meta["split_how"])
 
 
-def _split(n: int, n_val: int, val_path: bool, val_fraction: float, seed: int,
-           what: str) -> tuple[np.ndarray, np.ndarray, str]:
+def split_rows(n: int, n_val: int, val_path: bool, val_fraction: float, seed: int, what: str,
+               more: str) -> tuple[np.ndarray, np.ndarray, str]:
+    """The rows that train and validate (``val_path``: all ``n`` train, the ``n_val`` of data.val_path validate) and
+    how they were chosen; a ``DataError`` for a split of fewer than two rows (``more``: what to give more of)."""
     if val_path:
         return np.arange(n), np.arange(n_val), VAL_PATH
     if n < 2:
         from runner.data.reading.sources import DataError
 
         raise DataError(f"{what} holds {n} row: a split needs two (one to train, one to validate). Give more "
-                        "examples, or validation rows as data.val_path.")
+                        f"{more}, or validation rows as data.val_path.")
     split = split_documents(n, val_fraction, seed)
     return np.asarray(split.train), np.asarray(split.val), split.how.replace("document", "row")
 

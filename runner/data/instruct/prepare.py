@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
-import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from runner.data.instruct.chat import SHAPES_HINT, SHAREGPT_ROLES, Turns, count_turns, unknown_role
 from runner.data.instruct.encode import (
@@ -22,15 +23,13 @@ from runner.data.instruct.encode import (
 )
 from runner.data.instruct.formats import Format, Kind, resolve_format
 from runner.data.reading.sources import SAVED, DataError, Source, prepared_store, resolve
-from runner.data.reading.tables import json_object_of_rows, load_table, row_place, row_places
+from runner.data.reading.tables import json_object_of_rows, load_table, row_places
 from runner.data.store import digest_files, store_dir, store_key
 from runner.data.store.arrays import Store, StoreWriter, token_dtype
 from runner.data.store.parallel import encode_table, table_batches
 from runner.data.store.progress import Heartbeat
-from runner.data.store.shared import origin, progress_file
+from runner.data.store.shared import progress_file
 from runner.data.tokens.tokenizers import Tokenizer, is_bytes, tokenizer_stamp
-
-log = logging.getLogger(__name__)
 
 SHIPPED = "examples/data/instruct.jsonl"  # The instruction file runner ships (examples/data/make_instruct.py writes it)
 NOTED = 5  # Rows a problem's message names
@@ -50,10 +49,6 @@ class Prepared:
     problems: dict[str, Any]
     built: bool  # Whether this process prepared the store (else it read one a run before it, or another rank, wrote)
     turns: Turns | None = None  # A conversation column's turns (chat only)
-
-    def say(self, what: str) -> None:
-        """Where the examples came from, in the log: prepared now (how long it took), or read from the cache."""
-        log.info("data: instruction examples of %s%s", what, origin(self.store, self.built))
 
 
 def source_files(source: Source) -> list[Any]:
@@ -157,22 +152,16 @@ def _build(tmp: Any, source: Source, tokenizer: Tokenizer, settings: dict[str, A
     encoder = InstructEncoder(fmt, None if is_bytes(tokenizer.name) else tokenizer.name, chat_template)
     columns = [c for c in fmt.columns if c]
     done = encode_table(writer, table_batches(rows, columns, total), encoder, total, f"tokenizing {what}", progress)
-    problem = writer_problems(tmp, writer.rows, done.notes)
+    # What is wrong with rows, from the problem codes just written: empty answers (how many, the first rows), and rows
+    # that cannot be read (how many, the first one and why)
+    codes = np.fromfile(tmp / f"{PROBLEM}.rows", dtype=np.int8, count=writer.rows)
+    empty, notes = np.flatnonzero(codes == EMPTY_ANSWER), done.notes
+    problem = {"empty": int(len(empty)), "empty_rows": empty[:NOTED].tolist(), "unreadable": len(notes),
+               "first_unreadable": list(notes[0]) if notes else None}
     writer.finish({"kind": fmt.kind.value, "columns": list(fmt.columns), "template": fmt.template,
                    "roles": [list(r) for r in fmt.roles], "sharegpt": fmt.sharegpt,
                    "turns": turns.as_meta() if turns is not None else None, "table_rows": len(rows),
                    "problems": problem, "seconds": round(done.seconds, 2), "processes": done.processes})
-
-
-def writer_problems(directory: Any, rows: int, notes: list[tuple[int, str]]) -> dict[str, Any]:
-    """What is wrong with rows, from the problem codes just written: empty answers (how many, the first rows), and rows
-    that cannot be read (how many, the first one and why)."""
-    import numpy as np
-
-    codes = np.fromfile(directory / f"{PROBLEM}.rows", dtype=np.int8, count=rows)
-    empty = np.flatnonzero(codes == EMPTY_ANSWER)
-    return {"empty": int(len(empty)), "empty_rows": empty[:NOTED].tolist(), "unreadable": len(notes),
-            "first_unreadable": list(notes[0]) if notes else None}
 
 
 def refuse_problems(prepared: Prepared, key: str, where: str) -> None:
@@ -187,5 +176,5 @@ def refuse_problems(prepared: Prepared, key: str, where: str) -> None:
     if p["unreadable"]:
         i, problem = p["first_unreadable"]
         raise DataError(f"{key}={where}: {p['unreadable']} rows cannot be read as conversations "
-                        f"({row_place(resolve(where, key), i)}: {problem}). Each cell of {column} is {SHAPES_HINT}, "
+                        f"({row_places(resolve(where, key), [i])}: {problem}). Each cell of {column} is {SHAPES_HINT}, "
                         "with at least one assistant turn (a CSV cell holds it as JSON); fix or remove those rows.")

@@ -1,15 +1,55 @@
 """What instruction and preference data share: the refusals before a run (a ``data.val_path`` naming ``data.path``, a
-tokenizer without an EOS token, too few rows for one batch) and the reading of their two tables."""
+tokenizer without an EOS token, too few rows for one batch), the reading of their two tables, their data modules'
+base."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from pathlib import Path
+import logging
+from collections.abc import Callable, Mapping
 from typing import Any
 
+from runner.config.target_objects import TokenRange
 from runner.data.instruct.encode import eos_id
-from runner.data.reading.sources import DataError, names_something
-from runner.data.tokens.tokenizers import check_tokenizer, load_tokenizer
+from runner.data.reading.sources import DataError, names_something, val_path_refusal
+from runner.data.sequences.padding import PadTo
+from runner.data.store.shared import origin
+from runner.data.summary import SplitData
+from runner.data.tokens.tokenizers import check_tokenizer, load_tokenizer, token_range
+
+log = logging.getLogger(__name__)
+
+
+class PromptedData(SplitData):
+    """A data module of prompts and what answers them (instruction rows, preference pairs): its settings, read from
+    ``data.path`` and ``data.val_path`` with ``data.tokenizer``."""
+
+    def __init__(self, path: str | None, val_path: str | None, tokenizer: str | None, roles: Mapping[str, str],
+                 seq_len: int, packing: bool, batch_size: int, val_fraction: float, seed: int, num_workers: int,
+                 pad_to: PadTo | None, **settings: Any) -> None:
+        super().__init__()
+        roles = {str(k): str(v) for k, v in (roles or {}).items()}
+        self.settings: dict[str, Any] = {**settings, "roles": roles or None}
+        self.path, self.val_path, self.tokenizer_spec = path, val_path, tokenizer
+        self.seq_len, self.packing, self.batch_size = seq_len, packing, batch_size
+        self.val_fraction, self.seed, self.num_workers = val_fraction, seed, num_workers
+        self.pad_to = pad_to or PadTo()
+        self.pad_id = 0
+        self.data_figures: dict[str, Any] = {}
+        self.prompt_format: dict[str, Any] | None = None
+        self._parts: list[Any] = []
+
+    @staticmethod
+    def token_range(tokenizer: str | None = None, **_: Any) -> TokenRange | None:
+        """The ids this data gives the model (the vocabulary check compares them with the model's embedding)."""
+        return token_range(tokenizer, offset=0)
+
+    def own_figures(self) -> dict[str, Any]:
+        return self.data_figures
+
+    def say_parts(self, rows: str) -> None:
+        """Where each table's ``rows`` came from, in the log: prepared now (how long it took), or from the cache."""
+        for part, where in zip(self._parts, (f"data.path={self.path}", f"data.val_path={self.val_path}"), strict=False):
+            log.info("data: %s of %s%s", rows, where, origin(part.store, part.built))
 
 
 def read_to_check(module: Callable[[], Any], path: str | None, val_path: str | None, tokenizer: str | None,
@@ -26,8 +66,9 @@ def read_to_check(module: Callable[[], Any], path: str | None, val_path: str | N
         return None
     try:
         tok = load_tokenizer(tokenizer)
-        if (message := eos_refusal(tokenizer, eos_id(tok), ends)) is not None:
-            return message
+        if eos_id(tok) is None:  # ``ends``: where the data puts one, and why
+            return (f"data.tokenizer={tokenizer} has no EOS token: {ends}. Give a tokenizer with one "
+                    "(tokenizer.eos_token = '</s>'; save_pretrained), or train on bytes (data.tokenizer=bytes).")
         return module().read(tok)
     except DataError as e:
         return str(e)
@@ -42,28 +83,6 @@ def prepare_parts(path: str | None, val_path: str | None, prepare: Callable[[str
             parts.append(prepare(where, key))
             refuse(parts[-1], key, where)
     return parts
-
-
-def say_parts(parts: list[Any], path: str | None, val_path: str | None) -> None:
-    """Where each table's rows came from, in the log."""
-    for part, where in zip(parts, (f"data.path={path}", f"data.val_path={val_path}"), strict=False):
-        part.say(where)
-
-
-def val_path_refusal(path: str, val_path: str | None) -> str | None:
-    """The refusal of a data.val_path that is data.path itself (None: it is not)."""
-    if val_path is not None and Path(val_path).expanduser().resolve() == Path(path).expanduser().resolve():
-        return (f"data.val_path={val_path} is data.path itself: validation would be the training data. Give "
-                "other rows, or drop data.val_path to validate on a split of data.path.")
-    return None
-
-
-def eos_refusal(tokenizer: str | None, eos: int | None, ends: str) -> str | None:
-    """The refusal of a tokenizer with no EOS token (``eos`` None); ``ends`` says where the data puts one and why."""
-    if eos is not None:
-        return None
-    return (f"data.tokenizer={tokenizer} has no EOS token: {ends}. Give a tokenizer with one (tokenizer.eos_token = "
-            "'</s>'; save_pretrained), or train on bytes (data.tokenizer=bytes).")
 
 
 def batch_refusal(path: str | None, rows: int, what: str, seq_len: int, batch_size: int, more: str) -> str | None:

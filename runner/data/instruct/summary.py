@@ -7,19 +7,12 @@ from typing import Any
 
 from runner.data.instruct.fit import Fitted
 from runner.data.instruct.formats import Format, Kind
-from runner.data.summary import DataSummary, packing_figures
+from runner.data.summary import DataSummary
 from runner.metrics import counted
 
 
-def cut_part(fmt: Format) -> str:
-    """What cutting one of ``fmt``'s examples at ``data.seq_len`` loses."""
-    if fmt.kind is Kind.chat:
-        return "the end of the conversation: the rest of the turn it reaches, later turns, their EOS"
-    return "the end of the answer, and its EOS"
-
-
 def summarize(parts: list[Any], fitted: tuple[Fitted, Fitted], train: int, val: int, split: str, fmt: Format,
-              packs: dict[str, Any] | None, batch_size: int) -> tuple[DataSummary, dict[str, Any]]:
+              packs: dict[str, Any] | None) -> tuple[DataSummary, dict[str, Any]]:
     """The common data section (``DataSummary``) and instruction data's own figures."""
     dropped = {("data.val_path: " if i else "") + k: n for i, p in enumerate(parts) for k, n in p.dropped.items()}
     left_out = sum(f.left_out for f in fitted)
@@ -33,12 +26,13 @@ def summarize(parts: list[Any], fitted: tuple[Fitted, Fitted], train: int, val: 
                            "data/prompt_tokens": sum(f.prompt_tokens for f in fitted),
                            "data/answer_tokens": sum(f.answer_tokens for f in fitted),
                            "data/loss_tokens": sum(f.loss_tokens for f in fitted)}
-    if summary.truncated:
-        own["data/cut_part"] = cut_part(fmt)
+    if summary.truncated:  # what cutting an example at data.seq_len loses
+        own["data/cut_part"] = ("the end of the conversation: the rest of the turn it reaches, later turns, their EOS"
+                                if fmt.kind is Kind.chat else "the end of the answer, and its EOS")
     if fmt.kind is Kind.chat:
         own.update(turn_figures(parts, fitted))
     if packs is not None:
-        own.update(packing_figures(packs, batch_size))
+        own.update(packs)
     return summary, own
 
 

@@ -11,6 +11,7 @@ import torch
 from torch.utils.data import Dataset
 
 from runner.data.preference.encode import FittedPairs
+from runner.data.sequences.packed import packing_figures
 from runner.data.sequences.padding import IGNORE_INDEX, PadTo
 from runner.packing import PackedInputs, best_fit_decreasing
 
@@ -102,12 +103,6 @@ class PairPacks(Dataset[dict[str, Any]]):
     def __len__(self) -> int:
         return len(self.rows)
 
-    @property
-    def padding_pct(self) -> float:
-        """The share of the rows' positions that is padding."""
-        total = len(self.rows) * self.length
-        return 100.0 * (total - self.positions) / total if total else 0.0
-
     def __getitem__(self, r: int) -> dict[str, Any]:
         k = self.per_row
         # inputs, targets, positions, documents, parents, slots
@@ -136,11 +131,8 @@ class PairPacks(Dataset[dict[str, Any]]):
         out[0, at:], out[2, at:], out[3:5, at:] = self.pad_id, np.arange(self.length - at), doc
         return {"tokens": out, "reference": reference, "index": index, "pairs": len(self.rows[r])}
 
-    def describe(self) -> dict[str, Any]:
-        """What packing made: rows, pairs per row, the padding share."""
-        return {"packs": len(self.rows), "examples": len(self.fitted), "seq_len": self.length,
-                "per_pack": round(len(self.fitted) / max(len(self.rows), 1), 2),
-                "padding_pct": round(self.padding_pct, 2)}
+    def figures(self, batch_size: int) -> dict[str, Any]:
+        return packing_figures(len(self.rows), len(self.fitted), self.length, self.positions, batch_size)
 
 
 @dataclass(frozen=True)

@@ -7,23 +7,19 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
-import lightning as L
-import numpy as np
 from torch.utils.data import DataLoader
 
-from runner.config.target_objects import TokenRange
 from runner.data.instruct.encode import BYTES_EOS, eos_id
-from runner.data.instruct.formats import PAIR_TEMPLATE, Render, template_render
-from runner.data.instruct.refusals import batch_refusal, prepare_parts, read_to_check, say_parts
+from runner.data.instruct.formats import PAIR_TEMPLATE, Format, Kind, prompt_info, template_render
+from runner.data.instruct.layout import split_rows
+from runner.data.instruct.refusals import PromptedData, batch_refusal, prepare_parts, read_to_check
 from runner.data.preference.batch import PackCollate, PairCollate, PairPacks, PairSequences
 from runner.data.preference.encode import FittedPairs, fit_pairs
 from runner.data.preference.formats import PairFormat, Shape
-from runner.data.preference.read import SHIPPED, PreparedPairs, prepare_pairs, refuse_problems
-from runner.data.reading.sources import DataError
+from runner.data.preference.read import SHIPPED, prepare_pairs, refuse_problems
 from runner.data.sequences.padding import PadTo, seeded_loader
-from runner.data.splits import VAL_PATH, split_documents
-from runner.data.summary import DataSummary, packing_figures
-from runner.data.tokens.tokenizers import SavedTokenizer, Tokenizer, load_tokenizer, token_range
+from runner.data.summary import DataSummary
+from runner.data.tokens.tokenizers import SavedTokenizer, Tokenizer, load_tokenizer
 from runner.data.traits import DataTraits, ValMetric
 from runner.metrics import counted
 
@@ -37,7 +33,7 @@ CUT_PART = "the end of the completion, and its EOS"
 _FITTED: dict[tuple[Any, ...], tuple[FittedPairs, FittedPairs, str]] = {}
 
 
-class PreferenceDataModule(L.LightningDataModule):
+class PreferenceDataModule(PromptedData):
     """Preference pairs."""
 
     def __init__(self, path: str | None = None, val_path: str | None = None, tokenizer: str | None = None,
@@ -46,22 +42,12 @@ class PreferenceDataModule(L.LightningDataModule):
                  roles: Mapping[str, str] = MappingProxyType({}), seq_len: int = 256,
                  packing: bool = False, max_examples: int | None = None, batch_size: int = 8,
                  val_fraction: float = 0.1, seed: int = 0, num_workers: int = 0, pad_to: PadTo | None = None) -> None:
-        super().__init__()
-        self.settings: dict[str, Any] = dict(prompt_column=prompt_column, chosen_column=chosen_column,
-                                             rejected_column=rejected_column, prompt_template=prompt_template,
-                                             chat_template=chat_template, max_examples=max_examples,
-                                             roles={str(k): str(v) for k, v in (roles or {}).items()} or None)
-        self.path, self.val_path, self.tokenizer_spec = path, val_path, tokenizer
-        self.seq_len, self.packing, self.batch_size = seq_len, packing, batch_size
-        self.val_fraction, self.seed, self.num_workers = val_fraction, seed, num_workers
-        self.pad_to = pad_to or PadTo()
-        self.pad_id = 0
-        self.summary: DataSummary | None = None
-        self.own_figures: dict[str, Any] = {}
-        self.prompt_format: dict[str, Any] | None = None
-        self.datasets: dict[str, PairSequences | PairPacks] = {}
-        self._parts: list[PreparedPairs] = []
-        self.split_how = ""  # How validation was split off
+        super().__init__(path, val_path, tokenizer, roles, seq_len, packing, batch_size, val_fraction, seed,
+                         num_workers, pad_to, prompt_column=prompt_column, chosen_column=chosen_column,
+                         rejected_column=rejected_column, prompt_template=prompt_template,
+                         chat_template=chat_template, max_examples=max_examples)
+        self._train: PairSequences | PairPacks | None = None
+        self._val: PairSequences | PairPacks | None = None
 
     @staticmethod
     def check_arguments(path: str | None = None, val_path: str | None = None, tokenizer: str | None = None,
@@ -80,9 +66,8 @@ class PreferenceDataModule(L.LightningDataModule):
         if not isinstance(read, tuple):
             return read
         train, val = read
-        for key, fitted in (("data.path", train), ("data.val_path", val)):
+        for key, where, fitted in (("data.path", path, train), ("data.val_path", val_path, val)):
             if fitted is not None and len(fitted) == 0:
-                where = path if key == "data.path" else val_path
                 return (f"{key}={where}: no pair fits data.seq_len={seq_len} tokens (each prompt leaves a completion "
                         "no room), so none would train. Raise data.seq_len (the model's positions must cover it: "
                         "model.block_size or max_position_embeddings follow it in runner's options), or shorten "
@@ -91,89 +76,67 @@ class PreferenceDataModule(L.LightningDataModule):
         return batch_refusal(path, n, "packed rows" if packing else "training pairs", seq_len, batch_size, "pairs")
 
     @staticmethod
-    def token_range(tokenizer: str | None = None, **_: Any) -> TokenRange | None:
-        """The ids this data gives the model (the vocabulary check compares them with the model's embedding)."""
-        return token_range(tokenizer, offset=0)
-
-    @staticmethod
     def traits(packing: bool = False, **_: Any) -> DataTraits:
         """Padded per batch and varying in length, unless packed (one shape)."""
         return DataTraits(ValMetric.none, pads_per_batch=not packing, shapes_vary=not packing, pairs=True)
 
-    def figures(self) -> dict[str, Any]:
-        """What was read (``data/*``), after ``setup``."""
-        return {**self.summary.figures(), **self.own_figures} if self.summary is not None else {}
-
-    def render(self, tokenizer: Tokenizer) -> Render | None:
-        inner = tokenizer.tokenizer if isinstance(tokenizer, SavedTokenizer) else None
-        return template_render(inner, self.settings["chat_template"])
-
     def read(self, tokenizer: Tokenizer) -> tuple[FittedPairs, FittedPairs]:
         """Training and validation pairs, fitted to ``seq_len``; ``DataError`` when the rows cannot train."""
-        render = self.render(tokenizer)
+        inner = tokenizer.tokenizer if isinstance(tokenizer, SavedTokenizer) else None
+        render = template_render(inner, self.settings["chat_template"])
         self._parts = parts = prepare_parts(
             self.path, self.val_path, lambda where, key: prepare_pairs(where, key, tokenizer, render, **self.settings),
             refuse_problems)
         memo = (tuple(p.stamp for p in parts), self.seq_len, self.val_fraction, self.seed)
         if memo not in _FITTED:  # the checks before the run and the run itself split and fit once
-            train_rows, val_rows = self._split(parts[0].rows, len(parts) > 1)
+            train_rows, val_rows, how = split_rows(parts[0].rows, parts[-1].rows, len(parts) > 1, self.val_fraction,
+                                                   self.seed, f"data.path={self.path}", "pairs")
             _FITTED[memo] = (fit_pairs(parts[0].store, train_rows, self.seq_len),
-                             fit_pairs(parts[-1].store, val_rows, self.seq_len), self.split_how)
+                             fit_pairs(parts[-1].store, val_rows, self.seq_len), how)
         train, val, self.split_how = _FITTED[memo]
         return train, val
-
-    def _split(self, n: int, val_path: bool) -> tuple[np.ndarray, np.ndarray]:
-        if val_path:
-            self.split_how = VAL_PATH
-            return np.arange(n), np.arange(self._parts[1].rows)
-        if n < 2:
-            raise DataError(f"data.path={self.path} holds {n} row: a split needs two (one to train, one to "
-                            "validate). Give more pairs, or validation rows as data.val_path.")
-        split = split_documents(n, self.val_fraction, self.seed)
-        self.split_how = split.how.replace("document", "row")
-        return np.asarray(split.train), np.asarray(split.val)
 
     def prepare_data(self) -> None:
         """Read and tokenize once (rank 0 of each node, before the others set up): later reads hit the cache."""
         self.setup()
 
+    @property
+    def datasets(self) -> dict[str, PairSequences | PairPacks]:
+        """The training and validation pairs, after ``setup``."""
+        return {} if self._train is None or self._val is None else {"train": self._train, "val": self._val}
+
     def setup(self, stage: str | None = None) -> None:
-        if self.datasets:
+        if self._train is not None:
             return
         tokenizer = load_tokenizer(self.tokenizer_spec)
         self.pad_id = tokenizer.pad_id
         train, val = self.read(tokenizer)
         fmt = self._parts[0].fmt
-        self.prompt_format = {**self._prompt_info(fmt, tokenizer), "eos_id": eos_id(tokenizer)}
+        # What ``generate`` needs to ask the model as it was trained (``prompt.json``): a chat, or a pair's template
+        template = (fmt.template or PAIR_TEMPLATE) if fmt.shape is Shape.text else "{prompt}"
+        as_instruct = Format(Kind.chat if fmt.shape.conversational else Kind.pair, (), template)
+        inner = tokenizer.tokenizer if isinstance(tokenizer, SavedTokenizer) else None
+        self.prompt_format = {**prompt_info(as_instruct, self.settings["chat_template"], inner),
+                              "eos_id": eos_id(tokenizer)}
         if self.packing:
-            packs = {"train": PairPacks(train, self.seq_len, self.pad_id), "val": PairPacks(val, self.seq_len,
-                                                                                             self.pad_id)}
-            per_row = max(p.per_row for p in packs.values())  # one batch shape for training and validation
-            for p in packs.values():
-                p.per_row = per_row
-            self.datasets = dict(packs)
+            train_packs, val_packs = PairPacks(train, self.seq_len, self.pad_id), PairPacks(val, self.seq_len,
+                                                                                            self.pad_id)
+            # One batch shape for training and validation
+            train_packs.per_row = val_packs.per_row = max(train_packs.per_row, val_packs.per_row)
+            self._train, self._val = train_packs, val_packs
         else:
-            self.datasets = {"train": PairSequences(train), "val": PairSequences(val)}
-        self.summary, self.own_figures = self._summarize(train, val, fmt)
-        say_parts(self._parts, self.path, self.val_path)
+            self._train, self._val = PairSequences(train), PairSequences(val)
+        self.summary, self.data_figures = self._summarize(train, val, fmt)
+        self.say_parts("preference pairs")
         self.summary.say(self.seq_len)
         log.info("data: %s; %d pairs, %d prompt and %d completion tokens%s", fmt.describe(), len(train) + len(val),
-                 self.own_figures["data/prompt_tokens"], self.own_figures["data/completion_tokens"],
-                 f"; packed into {counted(self.own_figures['data/packs'], 'row')} "
-                 f"({self.own_figures['data/packing_padding_pct']}% padding)" if self.packing else "")
-        if len(self.datasets["train"]) == 0 or len(self.datasets["val"]) == 0:  # the checks before the run say why
-            which = "training" if len(self.datasets["train"]) == 0 else "validation"
+                 self.data_figures["data/prompt_tokens"], self.data_figures["data/completion_tokens"],
+                 f"; packed into {counted(self.data_figures['data/packs'], 'row')} "
+                 f"({self.data_figures['data/packing_padding_pct']}% padding)" if self.packing else "")
+        if len(self._train) == 0 or len(self._val) == 0:  # the checks before the run say why
+            which = "training" if len(self._train) == 0 else "validation"
             raise ValueError(f"data: no {which} pairs fit data.seq_len={self.seq_len}; raise data.seq_len or give "
                              "shorter prompts.")
-
-    def _prompt_info(self, fmt: PairFormat, tokenizer: Tokenizer) -> dict[str, Any]:
-        """What ``generate`` needs to ask the model as it was trained (``prompt.json``)."""
-        if fmt.shape.conversational:
-            inner = tokenizer.tokenizer if isinstance(tokenizer, SavedTokenizer) else None
-            own = getattr(inner, "chat_template", None) if inner is not None else None
-            return {"kind": "chat", "chat_template": self.settings["chat_template"] or own}
-        template = (fmt.template or PAIR_TEMPLATE) if fmt.shape is Shape.text else "{prompt}"
-        return {"kind": "pair", "template": template}
 
     def _summarize(self, train: FittedPairs, val: FittedPairs, fmt: PairFormat) -> tuple[DataSummary, dict[str, Any]]:
         parts = self._parts
@@ -194,7 +157,7 @@ class PreferenceDataModule(L.LightningDataModule):
         if summary.truncated:
             own["data/cut_part"] = CUT_PART
         if self.packing:
-            own.update(packing_figures(self.datasets["train"].describe(), self.batch_size))  # type: ignore[union-attr]
+            own.update(self._train.figures(self.batch_size))  # type: ignore[union-attr]
         return summary, own
 
     def reference_key(self) -> list[Any]:
@@ -210,19 +173,15 @@ class PreferenceDataModule(L.LightningDataModule):
 
     def collate(self) -> PairCollate | PackCollate:
         """The collate of every loader (one batch shape: a last, smaller batch is filled with empty pairs)."""
-        train = self.datasets["train"]
+        train = self._train
         if isinstance(train, PairPacks):
             return PackCollate(self.batch_size, train.per_row, train.length, self.pad_id)
         return PairCollate(self.pad_to, self.pad_id, self.batch_size)
 
-    def loader(self, which: str, shuffle: bool = False) -> DataLoader:
-        """``which`` (``train``, ``val``) in batches; in order unless ``shuffle`` (training's)."""
+    def loader(self, which: str) -> DataLoader:
+        """``which`` (``train``, ``val``) in batches, in order (the reference pass's)."""
         assert self.datasets, "setup() first"
-        return seeded_loader(self.datasets[which], self.batch_size, self.seed, self.num_workers, shuffle,
-                             collate_fn=self.collate())
+        return self._loader(self.datasets[which], shuffle=False)
 
-    def train_dataloader(self) -> DataLoader:
-        return self.loader("train", shuffle=True)
-
-    def val_dataloader(self) -> DataLoader:
-        return self.loader("val")
+    def _loader(self, ds: PairSequences | PairPacks, shuffle: bool) -> DataLoader:
+        return seeded_loader(ds, self.batch_size, self.seed, self.num_workers, shuffle, collate_fn=self.collate())

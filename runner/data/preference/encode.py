@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from runner.data.instruct.encode import eos_id, tokenizer_and_render
+from runner.data.instruct.encode import eos_id
 from runner.data.instruct.formats import Render
 from runner.data.preference.formats import IDENTICAL, EmptyCompletion, PairFormat, blank
 from runner.data.sequences.windows import Spans
@@ -16,28 +15,12 @@ from runner.data.store.arrays import Ragged, Store
 from runner.data.store.parallel import Chunk
 from runner.data.tokens.tokenizers import Tokenizer
 
-log = logging.getLogger(__name__)
-
 PROMPT, CHOSEN, REJECTED, PROBLEM = "prompt_ids", "chosen_ids", "rejected_ids", "problem"
 SIDES = (CHOSEN, REJECTED)
 # A row's problem code: none; its chosen and rejected completions are the same (left out); it cannot be read as a pair
 # (refused, with the reason the encoder noted); its chosen, or its rejected, completion is empty (refused)
 USABLE, SAME, UNREADABLE, EMPTY_CHOSEN, EMPTY_REJECTED = 0, 1, 2, 3, 4
 VERSION = 3  # The encoder's: a new one changes every preference store's name (3: empty completions refused)
-
-
-@dataclass(frozen=True)
-class PairEncoder:
-    """Rows of one table (a ``pyarrow.RecordBatch``) -> their prompt's and completions' ids and problem codes; the
-    tokenizer (``data.tokenizer``'s spec, None for bytes) and chat template loaded once per process."""
-
-    fmt: PairFormat
-    tokenizer: str | None
-    chat_template: str | None
-
-    def __call__(self, batch: Any) -> Chunk:
-        tokenizer, render = tokenizer_and_render(self.tokenizer, self.chat_template)
-        return encode_rows(self.fmt, tokenizer, render, batch.to_pydict())
 
 
 def encode_rows(fmt: PairFormat, tokenizer: Tokenizer, render: Render | None, rows: dict[str, list[Any]]) -> Chunk:
@@ -51,24 +34,20 @@ def encode_rows(fmt: PairFormat, tokenizer: Tokenizer, render: Render | None, ro
     notes: list[tuple[int, str]] = []
     for i in range(n):
         row = {k: v[i] for k, v in rows.items()}
+        pair = None
         if row[fmt.chosen_column] == row[fmt.rejected_column] and not blank(row[fmt.chosen_column]):
-            texts.append(None)
             problems[i] = SAME
-            continue
-        try:
-            pair = fmt.texts(row, render)
-        except EmptyCompletion as e:
-            texts.append(None)
-            problems[i] = EMPTY_CHOSEN if e.chosen else EMPTY_REJECTED
-            continue
-        except Exception as e:  # a malformed conversation, or a template that cannot render it
-            texts.append(None)
-            problems[i] = UNREADABLE
-            notes.append((i, f"{type(e).__name__}: {e}"))
-            continue
-        same = pair.chosen == pair.rejected
-        texts.append(None if same else (pair.prompt, pair.chosen, pair.rejected))
-        problems[i] = SAME if same else USABLE
+        else:
+            try:
+                pair = fmt.texts(row, render)
+            except EmptyCompletion as e:
+                problems[i] = EMPTY_CHOSEN if e.chosen else EMPTY_REJECTED
+            except Exception as e:  # a malformed conversation, or a template that cannot render it
+                problems[i] = UNREADABLE
+                notes.append((i, f"{type(e).__name__}: {e}"))
+        if pair is not None and pair.chosen == pair.rejected:  # the same once rendered
+            pair, problems[i] = None, SAME
+        texts.append(None if pair is None else (pair.prompt, pair.chosen, pair.rejected))
     kept = [t for t in texts if t is not None]
     special = not fmt.shape.conversational  # a chat template writes its own BOS
     prompts = tokenizer([t[0] for t in kept], special=special) if kept else []

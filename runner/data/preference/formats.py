@@ -1,13 +1,6 @@
-"""The four shapes preference data comes in (TRL ``DPOTrainer``'s), told apart by the columns and the first row, and
-how each row becomes a prompt and two completions as text.
-
-- explicit text or conversation: prompt, chosen and rejected columns holding texts (the prompt put in
-  ``data.prompt_template``) or conversations (roles checked and mapped as instruction data's);
-- implicit conversation (UltraFeedback's) or text (Anthropic HH's): no prompt column; the prompt is what chosen and
-  rejected share from the start (a text split as TRL's ``extract_prompt`` splits it).
-
-A conversation's completion is what its rendering adds to the prompt's; an empty completion is refused.
-"""
+"""The four shapes preference data comes in (TRL ``DPOTrainer``'s), told apart by the columns and the first row: a
+prompt column beside chosen and rejected texts or conversations, or none (UltraFeedback's conversations, Anthropic HH's
+texts: the prompt is what chosen and rejected share from the start); each row becomes a prompt and two completions."""
 
 from __future__ import annotations
 
@@ -20,7 +13,7 @@ from runner.config.errors import close_matches
 from runner.data.instruct.chat import SHAPES_HINT, RoleError
 from runner.data.instruct.formats import PAIR_TEMPLATE, Render, messages_of
 from runner.data.reading.sources import DataError, Source
-from runner.data.reading.tables import cell_text, row_place, row_places
+from runner.data.reading.tables import cell_text, row_places
 
 DEFAULT_PROMPT = "prompt"
 NOTED = 5  # Rows a problem's message names
@@ -64,10 +57,6 @@ class Shape(Enum):
     @property
     def conversational(self) -> bool:
         return self in (Shape.chat, Shape.implicit_chat)
-
-    @property
-    def implicit(self) -> bool:
-        return self in (Shape.implicit_chat, Shape.implicit_text)
 
 
 @dataclass(frozen=True)
@@ -215,7 +204,7 @@ def no_prompt(source: Source, column: str, missing: Any) -> DataError:
                          f"{len(without)} rows. Drop the column (chosen and rejected then start with the prompt they "
                          f"share), or fill it in (data.prompt_column names the column of prompts).")
     return DataError(f"{source.key}={source.given} mixes rows with a prompt and rows without one: "
-                     f"{row_place(source, int(has[0]))} has a {column}, {len(without)} of {len(missing)} rows have "
+                     f"{row_places(source, [int(has[0])])} has a {column}, {len(without)} of {len(missing)} rows have "
                      f"none ({row_places(source, without[:NOTED].tolist())}{more}). A table holds one shape: every row "
                      f"a {column} beside chosen and rejected, or no row one (chosen and rejected then start with the "
                      "prompt they share). Give those rows their prompt (and chosen and rejected only what follows "

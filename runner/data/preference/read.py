@@ -1,18 +1,16 @@
-"""Reading a table of preference pairs once: its shape checked, its rows tokenized on every core into a store named by
-what the ids depend on (read back by every later run and rank), and the rows that cannot be read as pairs refused with
-their numbers."""
+"""Reading a table of preference pairs once: its shape checked, its rows tokenized on every core into a store (read
+back by every later run and rank), the rows that cannot be read as pairs refused with their numbers."""
 
 from __future__ import annotations
 
 import dataclasses
-import logging
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from runner.data.instruct.chat import SHAPES_HINT, SHAREGPT_ROLES, count_turns, unknown_role
-from runner.data.instruct.encode import BYTES_EOS, largest_id, tokenizer_and_render
+from runner.data.instruct.encode import BYTES_EOS, InstructEncoder, largest_id, tokenizer_and_render
 from runner.data.instruct.formats import Render
 from runner.data.instruct.prepare import source_files, table_rows, table_source, table_store
 from runner.data.preference.encode import (
@@ -24,19 +22,16 @@ from runner.data.preference.encode import (
     REJECTED,
     SAME,
     VERSION,
-    PairEncoder,
+    encode_rows,
 )
 from runner.data.preference.formats import NOTED, PairFormat, Shape, no_prompt, resolve_shape
 from runner.data.reading.sources import DataError, Source, resolve
-from runner.data.reading.tables import null_rows, row_place, row_places
+from runner.data.reading.tables import null_rows, row_places
 from runner.data.store import digest_files, store_key
 from runner.data.store.arrays import Store, StoreWriter, token_dtype
 from runner.data.store.parallel import encode_table, table_batches
 from runner.data.store.progress import Heartbeat
-from runner.data.store.shared import origin
 from runner.data.tokens.tokenizers import Tokenizer, is_bytes, tokenizer_stamp
-
-log = logging.getLogger(__name__)
 
 # The preference file runner ships (examples/data/make_preference.py writes it)
 SHIPPED = "examples/data/preference.jsonl"
@@ -56,10 +51,6 @@ class PreparedPairs:
     rows: int
     dropped: dict[str, int]
     built: bool  # Whether this process prepared the store (else a run before it, or another rank, did)
-
-    def say(self, what: str) -> None:
-        """Where the pairs came from, in the log: prepared now (how long it took), or read from the cache."""
-        log.info("data: preference pairs of %s%s", what, origin(self.store, self.built))
 
 
 # Tables this process has prepared or opened, by their store: the checks before a run and the run itself read them once
@@ -114,8 +105,8 @@ def _build(tmp: Any, source: Source, tokenizer: Tokenizer, render: Render | None
     tokenizer_and_render(spec, chat_template, given=tokenizer)  # this process's, inherited by forked workers
     dtype = token_dtype(largest_id(tokenizer))
     writer = StoreWriter(tmp, ragged={PROMPT: dtype, CHOSEN: dtype, REJECTED: dtype}, rows={PROBLEM: "int8"})
-    done = encode_table(writer, table_batches(rows, columns, total), PairEncoder(fmt, spec, chat_template), total,
-                        f"tokenizing {what}", progress)
+    encoder = InstructEncoder(fmt, spec, chat_template, encode_rows)
+    done = encode_table(writer, table_batches(rows, columns, total), encoder, total, f"tokenizing {what}", progress)
     codes = np.fromfile(tmp / f"{PROBLEM}.rows", dtype=np.int8, count=writer.rows)
     notes = done.notes
     empty = np.flatnonzero((codes == EMPTY_CHOSEN) | (codes == EMPTY_REJECTED))
@@ -145,7 +136,8 @@ def refuse_problems(prepared: PreparedPairs, key: str, where: str) -> None:
         source = resolve(where, key)
         more = ", ..." if meta["unreadable"] > NOTED else ""
         raise DataError(f"{key}={where}: {meta['unreadable']} of {n} rows cannot be read as preference pairs "
-                        f"({row_places(source, meta['unreadable_rows'])}{more}; at {row_place(source, i)}: {problem}). "
+                        f"({row_places(source, meta['unreadable_rows'])}{more}; at {row_places(source, [i])}: "
+                        f"{problem}). "
                         f"Each row holds a {fmt.chosen_column} and a {fmt.rejected_column} completion of one prompt: "
                         f"texts, or conversations ({SHAPES_HINT}; a CSV cell holds the list as JSON); without a prompt "
                         "column, chosen and rejected start with the same prompt. Fix or remove those rows.")

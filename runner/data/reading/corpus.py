@@ -56,6 +56,15 @@ def text_files(root: Path) -> Iterator[Path]:
                 yield path
 
 
+def walk_files(root: Path) -> list[Path]:
+    """Every file under ``root`` in sorted order, hidden folders and files and caches left out (as for text)."""
+    out = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d not in SKIP_DIRS)
+        out += [Path(dirpath) / name for name in sorted(filenames) if not name.startswith(".")]
+    return out
+
+
 def describe_missing_text(path: str | Path) -> str:
     """The message for a ``data.path`` that exists but holds no text."""
     return (f"data.path={path} holds no non-empty text files (every file there is empty, binary or not "

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import glob
 import logging
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from runner import hub
-from runner.data.reading.corpus import SKIP_DIRS, describe_missing_text, sniff, text_files
+from runner.data.reading.corpus import describe_missing_text, sniff, text_files, walk_files
 from runner.metrics import counted
 
 log = logging.getLogger(__name__)
@@ -77,15 +76,6 @@ def is_saved_dataset(root: Path) -> bool:
     return root.is_dir() and ((root / "state.json").is_file() or (root / "dataset_dict.json").is_file())
 
 
-def _walk(root: Path) -> list[Path]:
-    """Every file under ``root`` in sorted order, hidden folders and caches left out (as for text)."""
-    out = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d not in SKIP_DIRS)
-        out += [Path(dirpath) / name for name in sorted(filenames) if not name.startswith(".")]
-    return out
-
-
 def _of_files(key: str, given: str, files: list[Path]) -> Source:
     """The kind of ``files``: their one table format, else text."""
     formats = sorted({TABLE_FORMATS[f.suffix.lower()] for f in files if f.suffix.lower() in TABLE_FORMATS})
@@ -124,7 +114,7 @@ def resolve(given: str, key: str = "data.path") -> Source:
         return Source(key, given, SAVED, (root,))
     if root.is_file():
         return _of_files(key, given, [root])
-    tables = [f for f in _walk(root) if f.suffix.lower() in TABLE_FORMATS]
+    tables = [f for f in walk_files(root) if f.suffix.lower() in TABLE_FORMATS]
     text = list(text_files(root))
     if tables and not [f for f in text if f not in tables and not f.name.upper().startswith(_NOTES)]:
         return _of_files(key, given, tables)  # a folder of tables (a README beside them): their rows
@@ -135,6 +125,15 @@ def resolve(given: str, key: str = "data.path") -> Source:
     if not text:
         raise DataError(describe_missing_text(given).replace("data.path", key, 1))
     return Source(key, given, TEXT, tuple(text))
+
+
+def val_path_refusal(path: str | None, val_path: str | None, give: str = "other rows") -> str | None:
+    """The refusal of a data.val_path that is data.path itself (None: it is not); ``give``: what to give instead."""
+    if val_path is not None and path is not None and Path(val_path).expanduser().resolve() == \
+            Path(path).expanduser().resolve():
+        return (f"data.val_path={val_path} is data.path itself: validation would be the training data. Give {give}, "
+                "or drop data.val_path to validate on a split of data.path.")
+    return None
 
 
 def names_something(given: str | None) -> bool:

@@ -1,7 +1,5 @@
-"""Reading a table ``Source`` into a Hugging Face ``datasets.Dataset`` (memory-mapped Arrow, prepared once and read from
-``datasets``' cache on every later run, ``HF_DATASETS_CACHE``): ``.jsonl``, ``.csv``, ``.parquet`` through ``datasets``'
-own builders, a ``save_to_disk`` folder through ``load_from_disk``; a file that cannot be read is a ``DataError`` naming
-what is wrong with it (its file, line and reason)."""
+"""Reading a table ``Source`` into a memory-mapped ``datasets.Dataset`` (prepared once into ``datasets``' cache):
+``.jsonl``, ``.csv``, ``.parquet`` or a ``save_to_disk`` folder; an unreadable file is a ``DataError`` naming why."""
 
 from __future__ import annotations
 
@@ -301,9 +299,7 @@ def bad_json_line(files: Any) -> tuple[Path, int, str] | None:
     """The first line of ``files`` (JSON lines, or a JSON array) that is no JSON object: its file, its line number and
     why (json's own reason); None when every line is one."""
     for path in files:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            first = f.read(1 << 16).lstrip()
-        if first.startswith("["):  # one JSON array: json names the line of its first error
+        if _starts(path, "["):  # one JSON array: json names the line of its first error
             try:
                 json.loads(Path(path).read_text(encoding="utf-8", errors="replace"))
             except ValueError as e:
@@ -337,9 +333,8 @@ def json_object_of_rows(source: Source) -> str | None:
     if source.kind != "json" or len(source.files) != 1:
         return None
     path = source.files[0]
-    with open(path, encoding="utf-8", errors="replace") as f:
-        if not f.read(1 << 16).lstrip().startswith("{"):
-            return None
+    if not _starts(path, "{"):
+        return None
     try:
         value = json.loads(Path(path).read_text(encoding="utf-8", errors="replace"))
     except ValueError:
@@ -368,23 +363,17 @@ def not_text(data: Any) -> str:
     return "JSON values"
 
 
-def row_place(source: Source, row: int) -> str:
-    """Where row ``row`` (counting from 0, over the files in order) of a table is, for a refusal: ``line 7`` of a JSON
-    lines file, ``line 12, its element 3`` of a JSON array, a CSV's or Parquet file's row, each with its file when there
-    are several."""
-    return row_places(source, [row])
-
-
 def row_places(source: Source, rows: list[int]) -> str:
-    """Where ``rows`` (ascending, counting from 0 over the files in order) of a table are, as ``row_place`` says one:
-    ``lines 7, 9`` of one JSON lines file, each row's place (``; ``) otherwise; each file read once."""
+    """Where ``rows`` (ascending, counting from 0 over the files in order) of a table are, for a refusal: ``line 7`` of
+    a JSON lines file (``lines 7, 9``), ``line 12, its element 3`` of a JSON array, a CSV's or Parquet file's row, each
+    with its file when there are several (``; `` between places); each file read once."""
     places: dict[int, str] = {}
     at = 0
     for path in source.files:
         lines = _json_lines(path) if source.kind == "json" else None
         if lines is None:
             break
-        array = _is_array(path)
+        array = _starts(path, "[")
         for row in rows:
             if at <= row < at + len(lines):
                 within = f", its element {row - at + 1}" if array else ""
@@ -400,16 +389,18 @@ def row_places(source: Source, rows: list[int]) -> str:
     return "; ".join(said)
 
 
-def _is_array(path: Path) -> bool:
+def _starts(path: Path, char: str) -> bool:
+    """Whether the text of ``path`` starts with ``char`` (after whitespace)."""
     with open(path, encoding="utf-8", errors="replace") as f:
-        return f.read(1 << 16).lstrip().startswith("[")
+        return f.read(1 << 16).lstrip().startswith(char)
+
 
 
 def _json_lines(path: Path) -> list[int] | None:
     """The line each row of a JSON file starts on: every non-empty line of JSON lines, or where each element of a JSON
     array starts; None when the file is neither."""
     text = Path(path).read_text(encoding="utf-8", errors="replace")
-    if not _is_array(path):
+    if not _starts(path, "["):
         return [n for n, line in enumerate(text.split("\n"), 1) if line.strip()]  # JSON lines end at \n only
     decoder = json.JSONDecoder()
     lines: list[int] = []

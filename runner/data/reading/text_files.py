@@ -1,6 +1,5 @@
-"""Text files into runner's store of raw bytes: ``bytes``, a piece of a file, and ``doc``, which file, named by the
-files' contents, so bytes stay exactly the file's (no newline translation) and a file never has to fit in memory: pieces
-end at a newline, or at ``split_at`` (the documents' separator) when given."""
+"""Text files into runner's store of raw bytes (``bytes``: a piece of a file, exactly its bytes; ``doc``: which file),
+named by the files' contents; pieces end at a newline, or at ``split_at`` when given, so no file need fit in memory."""
 
 from __future__ import annotations
 
@@ -39,9 +38,8 @@ def _pieces(path: Path, split_at: bytes | None) -> Iterator[bytes]:
 
 
 def load_text_files(source: Source, split_at: bytes | None) -> Any:
-    """The text files of ``source`` as a store of their pieces: a ragged column ``bytes`` (each piece's bytes, the ids
-    of byte-level text) and ``doc`` (the file's index), written once into runner's cache (named by the files' contents)
-    and read from there by later runs."""
+    """The text files of ``source`` as a store of their pieces (``bytes``, byte-level text's ids; ``doc``, the file's
+    index), written once into runner's cache and read from there by later runs."""
     import numpy as np
 
     from runner.data.store import digest_files, store_dir, store_key

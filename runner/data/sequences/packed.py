@@ -56,12 +56,6 @@ class Packs(Dataset[torch.Tensor]):
     def __len__(self) -> int:
         return len(self.rows)
 
-    @property
-    def padding_pct(self) -> float:
-        """The share of the rows' positions that is padding."""
-        total = len(self.rows) * self.seq_len
-        return 100.0 * (total - self.positions) / total if total else 0.0
-
     def __getitem__(self, r: int) -> torch.Tensor:
         out = np.empty((4, self.seq_len), dtype=np.int64)
         at = 0
@@ -76,11 +70,8 @@ class Packs(Dataset[torch.Tensor]):
         out[0, at:], out[1, at:], out[2, at:], out[3, at:] = self.pad_id, IGNORE_INDEX, np.arange(pad), len(row)
         return torch.from_numpy(out)
 
-    def describe(self) -> dict[str, Any]:
-        """What packing made: rows, examples per row, the padding share."""
-        return {"packs": len(self.rows), "examples": len(self.examples), "seq_len": self.seq_len,
-                "per_pack": round(len(self.examples) / max(len(self.rows), 1), 2),
-                "padding_pct": round(self.padding_pct, 2)}
+    def figures(self, batch_size: int) -> dict[str, Any]:
+        return packing_figures(len(self.rows), len(self.examples), self.seq_len, self.positions, batch_size)
 
 
 def pack_collate(items: list[torch.Tensor]) -> tuple[PackedInputs, torch.Tensor]:
@@ -88,3 +79,12 @@ def pack_collate(items: list[torch.Tensor]) -> tuple[PackedInputs, torch.Tensor]
     stacked = torch.stack(items)
     return (PackedInputs(stacked[:, 0].contiguous(), stacked[:, 2].contiguous(), stacked[:, 3].contiguous()),
             stacked[:, 1].contiguous())
+
+
+def packing_figures(rows: int, examples: int, length: int, positions: int, batch_size: int) -> dict[str, Any]:
+    """What packing made of the training examples: ``rows`` of ``length`` positions, ``positions`` of them filled (the
+    rest padding), and the one batch shape they make."""
+    total = rows * length
+    return {"data/packs": rows, "data/examples_per_pack": round(examples / max(rows, 1), 2),
+            "data/packing_padding_pct": round(100.0 * (total - positions) / total if total else 0.0, 2),
+            "data/batch_shape": f"[{batch_size}, {length}] every batch (packed rows)"}

@@ -1,6 +1,5 @@
-"""Padding a batch of variable-length sequences: where to (``PadTo``, the shape policy's rule), with what
-(``PadCollate``: inputs with a pad id, targets with ``IGNORE_INDEX`` so padding never counts in the loss), and batches
-of similar length (``LengthGroupedBatchSampler``, ``data.length_grouping``)."""
+"""Padding a batch of variable-length sequences: to where (``PadTo``), with what (``PadCollate``: targets with
+``IGNORE_INDEX``, never in the loss), and batches of similar length (``LengthGroupedBatchSampler``)."""
 
 from __future__ import annotations
 

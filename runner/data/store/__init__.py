@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 from collections.abc import Callable, Iterable
@@ -10,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from runner.data.store.arrays import VERSION
-from runner.data.store.content import digests, files_digest
+from runner.data.store.content import digests, files_digest, read_record, write_record
 
 
 def root() -> Path:
@@ -46,13 +45,9 @@ def store_dir(key: str) -> Path:
 
 def remembered(key: str, compute: Callable[[], Any]) -> Any:
     """A figure computed once from stored data (JSON-able), kept under ``key`` beside the stores and read after."""
-    from runner.atomic_files import atomic_write_bytes
-
     path = root() / "figures" / f"{key}.json"
-    try:
-        return json.loads(path.read_text())["value"]
-    except (OSError, ValueError, KeyError):
-        value = compute()
-    with contextlib.suppress(OSError):  # a read-only cache: computed again next time
-        atomic_write_bytes(json.dumps({"value": value}).encode(), path, one_writer=False)
-    return value
+    record = read_record(path)
+    if record is None or "value" not in record:
+        record = {"value": compute()}
+        write_record(path, record)  # a read-only cache: computed again next time
+    return record["value"]

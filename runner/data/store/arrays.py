@@ -118,7 +118,7 @@ class StoreWriter:
             if len(lengths) != n:
                 raise ValueError(f"{name}: {len(lengths)} rows, not {n}")
             checked = np.asarray(values)
-            if len(checked) and checked.dtype != dtype and (checked.min() < 0 or checked.max() > _largest(dtype)):
+            if len(checked) and checked.dtype != dtype and (checked.min() < 0 or checked.max() > np.iinfo(dtype).max):
                 raise ValueError(f"{name}: values outside {dtype} ({checked.min()}..{checked.max()})")
             self._files[f"{name}.values"].write(checked.astype(dtype, copy=False).tobytes())
             self._files[f"{name}.offsets"].write((self._lengths[name] + np.cumsum(lengths)).tobytes())
@@ -155,10 +155,6 @@ class StoreWriter:
             f.close()
 
 
-def _largest(dtype: np.dtype) -> int:
-    return int(np.iinfo(dtype).max)
-
-
 class Store:
     """A finished store in ``directory``, its files mapped read-only."""
 
@@ -178,8 +174,3 @@ class Store:
     def column(self, name: str) -> Mapped:
         """The row column ``name``."""
         return Mapped(self.directory / f"{name}.rows", self._info["row_columns"][name], self.rows)
-
-    @property
-    def nbytes(self) -> int:
-        """The store's size on disk."""
-        return sum(f.stat().st_size for f in self.directory.iterdir() if f.is_file())

@@ -71,7 +71,7 @@ def digests(files: Iterable[Path], index: Path) -> list[str]:
     """Each file's digest."""
     paths = [Path(f).resolve() for f in files]
     entry = index / f"{hashlib.sha256(json.dumps([str(p) for p in paths]).encode()).hexdigest()[:32]}.json"
-    records = _read(entry) or {}
+    records = read_record(entry) or {}
     out, changed = [], False
     for path in paths:
         st = os.stat(path)
@@ -81,13 +81,8 @@ def digests(files: Iterable[Path], index: Path) -> list[str]:
             changed = True
         out.append(str(record["digest"]))
     if changed:
-        _write(entry, records)
+        write_record(entry, records)
     return out
-
-
-def file_digest(path: Path, index: Path) -> str:
-    """The digest of one file."""
-    return digests([path], index)[0]
 
 
 def files_digest(files: Iterable[Path], index: Path, names: bool = False) -> str:
@@ -99,16 +94,17 @@ def files_digest(files: Iterable[Path], index: Path, names: bool = False) -> str
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
 
 
-def _read(entry: Path) -> dict[str, Any] | None:
+def read_record(entry: Path) -> dict[str, Any] | None:
+    """The JSON object at ``entry``; None when it cannot be read."""
     try:
         return dict(json.loads(entry.read_text()))
     except (OSError, ValueError):
         return None
 
 
-def _write(entry: Path, record: dict[str, Any]) -> None:
+def write_record(entry: Path, record: dict[str, Any]) -> None:
     """Atomically (a reader never sees half a record; of two writers of one record, the last wins)."""
     from runner.atomic_files import atomic_write_bytes
 
-    with contextlib.suppress(OSError):  # a read-only cache: the digest is right, only not remembered
+    with contextlib.suppress(OSError):  # a read-only cache: the record is right, only not remembered
         atomic_write_bytes(json.dumps(record).encode(), entry, one_writer=False)

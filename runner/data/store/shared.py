@@ -74,9 +74,8 @@ def prepared(directory: Path, build: Callable[[Path], None], what: str, stall_s:
 
 
 def origin(store: Store, built: bool) -> str:
-    """Where a store ``prepared`` returned came from, to follow its data's name in the log: ``": tokenized in 1.2 s (2
-    processes), stored in DIR"`` when this process built it (its encoder wrote ``seconds`` and ``processes``), else ``"
-    read from the cache (DIR): not tokenized again"``."""
+    """Where a store ``prepared`` returned came from, to follow its data's name in the log: tokenized now (how long, in
+    how many processes), or read from the cache."""
     if built:
         return (f": tokenized in {store.meta['seconds']:.1f} s ({store.meta['processes']} processes), stored in "
                 f"{store.directory}")

@@ -1,12 +1,10 @@
-"""Text for causal language models: UTF-8 bytes, or the ids of a saved tokenizer (the model's, with ``model.path``), in
-packed windows or one variable-length sequence per document, from the Python stdlib source, text files, or the text
-column of a table."""
+"""Text for causal language models (UTF-8 bytes or a saved tokenizer's ids), in packed windows or one sequence per
+document, from the Python stdlib source, text files, or a table's text column."""
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -16,20 +14,18 @@ from torch.utils.data import DataLoader, Dataset, RandomSampler
 from runner.config.schema.data import Batching
 from runner.config.target_objects import TokenRange
 from runner.data.reading.corpus import describe_missing_text
-from runner.data.reading.sources import DataError, names_something, own_validation, resolve
+from runner.data.reading.sources import DataError, capped, names_something, own_validation, resolve, val_path_refusal
 from runner.data.reading.tables import load_table, text_lengths
 from runner.data.sequences.packed import Examples, Packs, pack_collate
 from runner.data.sequences.padding import LengthGroupedBatchSampler, PadCollate, PadTo
 from runner.data.sequences.windows import Chunks, PackedWindows, Spans, Stream
-from runner.data.splits import split_documents, tail_cut, tail_how, val_how
+from runner.data.splits import split_documents, tail_cut, val_how
 from runner.data.store import remembered, store_key
 from runner.data.store.arrays import Mapped, spans_blocks
-from runner.data.summary import DataSummary, SplitData, packing_figures
+from runner.data.summary import DataSummary, SplitData
 from runner.data.text.documents import Corpus, read_corpus
 from runner.data.tokens.tokenizers import check_tokenizer, is_bytes, load_tokenizer, token_range
 from runner.data.traits import DataTraits, ValMetric
-
-__all__ = ["TextDataModule", "TokenizedTextDataModule"]
 
 
 def unigram_bits(parts: Iterable[np.ndarray]) -> float:
@@ -76,8 +72,6 @@ class TextDataModule(SplitData):
         self.pad_to = pad_to or PadTo()
         self.pad_id = 0
         self.unigram_bits: float | None = None
-        self.summary: DataSummary | None = None
-        self.split_how = ""
         self._train: Dataset | None = None
         self._val: Dataset | None = None
         self._own_val: str | None = None
@@ -87,19 +81,15 @@ class TextDataModule(SplitData):
                         text_column: str = "text", seq_len: int = 256, batch_size: int = 16,
                         batching: Batching | str = Batching.packed, packing: bool = False,
                         **_: Any) -> str | None:
-        """What is wrong with these arguments, in one paragraph, before a run directory exists (None: nothing): a
-        tokenizer that is not one, a path that cannot be read (a missing column, an empty or damaged file) or holds less
-        than one batch of text, a ``val_path`` that is ``path`` itself, packing without documents."""
+        """What is wrong with these arguments, in one paragraph, before a run directory exists (None: nothing)."""
         if (message := check_tokenizer(tokenizer)) is not None:
             return message
         if packing and Batching(batching) is Batching.packed:
             return ("data.packing=true packs documents into rows, but data.batching=packed reads fixed windows "
                     "that run across documents (attention crossing them). Set data.batching=documents "
                     "(data=text_documents data.packing=true), or drop data.packing.")
-        if val_path is not None and path is not None and Path(val_path).expanduser().resolve() == \
-                Path(path).expanduser().resolve():
-            return (f"data.val_path={val_path} is data.path itself: validation would be the training data. Give "
-                    "files that are not under data.path, or drop data.val_path to validate on a split of data.path.")
+        if (refusal := val_path_refusal(path, val_path, give="files that are not under data.path")) is not None:
+            return refusal
         val_path = val_path or own_validation(path)
         for key, where in (("data.path", path), ("data.val_path", val_path)):
             if where is None or not names_something(where):
@@ -160,7 +150,7 @@ class TextDataModule(SplitData):
             train_packs, val_packs = (Packs(Examples(ds.tokens, ds.spans), self.seq_len, self.pad_id)
                                       for ds in (self._train, self._val) if isinstance(ds, Chunks))
             self._train, self._val = train_packs, val_packs
-            self._packing = packing_figures(train_packs.describe(), self.batch_size)
+            self._packing = train_packs.figures(self.batch_size)
         self.summary = summarize(list(read.values()), len(self._train), len(self._val),  # type: ignore[arg-type]
                                  self.split_how, self.unigram_bits)
         self.summary.say(self.seq_len)
@@ -170,22 +160,19 @@ class TextDataModule(SplitData):
                 f"data: no {which} sequences of seq_len={self.seq_len} in {train.n_docs} documents "
                 f"({self.split_how}); lower data.seq_len, raise data.max_bytes or give more text.")
 
-    def _train_spans(self, corpus: Corpus) -> Spans:
-        """Where the training text lies in the corpus's ids: its documents, or the training windows or chunks of the one
-        document."""
-        if self._train_docs is not None:
-            return corpus.of(self._train_docs)
-        if isinstance(self._train, PackedWindows):
-            return self._train.stream.spans
-        return self._train.spans  # type: ignore[union-attr]
-
     def _unigram(self, corpus: Corpus) -> float:
         """The training bytes' entropy: over the documents held in memory (their separators too), else read from the
         store a block at a time with file reads (a corpus larger than memory is counted without being held, or mapped),
         once: the figure is remembered beside the store for the same training text."""
         if self._train_docs is not None and corpus.raw is not None:
             return unigram_bits([np.frombuffer(b"".join(corpus.raw[i] for i in self._train_docs), np.uint8)])
-        spans = self._train_spans(corpus)
+        # Where the training text lies in the corpus's ids: its documents, or the training windows or chunks of the one
+        # document
+        if self._train_docs is not None:
+            spans = corpus.of(self._train_docs)
+        else:
+            train: Any = self._train
+            spans = train.stream.spans if isinstance(train, PackedWindows) else train.spans
         tokens = corpus.tokens
         if not isinstance(tokens, Mapped):
             return unigram_bits(np.asarray(corpus.tokens[a:b]) for a, b in zip(spans.starts.tolist(),
@@ -199,13 +186,13 @@ class TextDataModule(SplitData):
         n_train = corpus.n_docs
         if val is not None:
             self.split_how, self._train_docs = val_how(self.val_path, self._own_val), list(range(n_train))
-            return self._sequences(corpus, corpus.all()), self._sequences(val, val.all())
+            return self._sequences(corpus, corpus.pieces), self._sequences(val, val.pieces)
         if n_train >= 2:
             split = split_documents(n_train, self.val_fraction, self.seed)
             self.split_how, self._train_docs = split.how, split.train
             return self._sequences(corpus, corpus.of(split.train)), self._sequences(corpus, corpus.of(split.val))
-        self.split_how = tail_how(self.val_fraction)
-        pieces = corpus.all()
+        self.split_how = f"one document: its last {self.val_fraction:.0%} of windows validate (split by position)"
+        pieces = corpus.pieces
         if self.batching is Batching.packed:  # the last windows (seq_len + 1 ids each) validate
             n = int(pieces.lengths.sum())
             cut = tail_cut(n - 1, self.seq_len, self.val_fraction)
@@ -223,8 +210,7 @@ class TextDataModule(SplitData):
             return PackedWindows(Stream(corpus.tokens, spans), self.seq_len)
         return Chunks(corpus.tokens, spans.chunked(self.seq_len + 1, self.min_len))
 
-    def _loader(self, ds: Dataset | None, shuffle: bool) -> DataLoader:
-        assert ds is not None, "setup() first"
+    def _loader(self, ds: Dataset, shuffle: bool) -> DataLoader:
         collate: Any = PadCollate(self.pad_to, self.pad_id) if self.batching is Batching.documents else None
         collate = pack_collate if self.packing else collate
         g = torch.Generator().manual_seed(self.seed)
@@ -255,12 +241,7 @@ def _text_bytes(where: str, key: str, text_column: str, enough: int) -> int:
     read."""
     source = resolve(where, key)
     if not source.is_table:  # file sizes, until enough
-        total = 0
-        for f in source.files:
-            total += f.stat().st_size
-            if total >= enough:
-                break
-        return total
+        return sum(f.stat().st_size for f in capped(source.files, enough)[0])
     rows, _ = load_table(source)
     if len(rows) == 0:
         raise DataError(f"{key}={where} holds no rows. Point {key} at a file with data in it.")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,8 +16,6 @@ from runner.data.store.arrays import Store
 from runner.data.summary import NULL_TEXT
 from runner.data.tokens.encoding import DOC, IDS, RAW_BYTES, encode
 from runner.data.tokens.tokenizers import Tokenizer, is_bytes
-
-log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -37,11 +34,10 @@ class Corpus:
     """``tokens`` (flat ids), ``pieces`` (their spans) and ``doc_of`` (each piece's document, ascending)."""
 
     def __init__(self, tokens: Tokens, pieces: Spans, doc_of: np.ndarray, read: Read,
-                 raw: list[bytes] | None = None, store: Store | None = None) -> None:
+                 raw: list[bytes] | None = None) -> None:
         self.tokens, self.pieces, self.doc_of, self.read = tokens, pieces, np.asarray(doc_of, np.int64), read
         # The documents' bytes, when held in memory (the stdlib corpus: its byte entropy is counted on them)
         self.raw = raw
-        self.store = store  # The store the ids are in (None: held in memory)
 
     @property
     def n_docs(self) -> int:
@@ -54,9 +50,6 @@ class Corpus:
         counts = np.searchsorted(self.doc_of, docs, side="right") - lo
         index = np.repeat(lo - np.cumsum(counts) + counts, counts) + np.arange(counts.sum())
         return self.pieces.take(index)
-
-    def all(self) -> Spans:
-        return self.pieces
 
 
 def from_bytes(docs: list[bytes], tokenizer: Tokenizer, separator: str | None, read: Read) -> Corpus:
@@ -81,7 +74,7 @@ def from_store(store: Store, column: str, doc_column: str | None, read: Read) ->
     ids = store.ragged(column)
     starts, ends = ids.bounds()
     doc_of = np.asarray(store.column(doc_column)[:]) if doc_column else np.arange(store.rows)
-    return Corpus(ids.values, Spans(starts, ends), doc_of, read, store=store)
+    return Corpus(ids.values, Spans(starts, ends), doc_of, read)
 
 
 def read_corpus(path: str | None, key: str, tokenizer: Tokenizer, *, text_column: str, separator: str | None,

@@ -1,6 +1,5 @@
-"""runner's byte ids as a Hugging Face tokenizer: ``tokenizers``' own format (``tokenizer.json``), loaded by
-``AutoTokenizer``, whose ids are exactly ``ByteTokens``' (each UTF-8 byte of the text plus the family's offset; with an
-offset, id 0 pads), so an exported byte-level model reads text in ``transformers.pipeline`` as it did in training."""
+"""runner's byte ids as a Hugging Face tokenizer (``tokenizer.json``) whose ids are exactly ``ByteTokens``', so an
+exported byte-level model reads text in ``transformers.pipeline`` as it did in training."""
 
 from __future__ import annotations
 
@@ -9,24 +8,15 @@ from typing import Any
 PAD = "<pad>"  # The pad token of a family whose byte ids start at 1 (id 0)
 
 
-def byte_alphabet() -> dict[int, str]:
-    """Each byte's character in GPT-2's byte-to-unicode table, the one ``tokenizers``' ``ByteLevel`` uses: the printable
-    Latin-1 bytes are themselves, the other 68 are the characters from U+0100 on, in byte order."""
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
-    table = {b: chr(b) for b in printable}
-    for b in range(256):
-        if b not in table:
-            table[b] = chr(256 + len(table) - len(printable))
-    return dict(sorted(table.items()))
-
-
 def byte_tokenizer(offset: int = 0, max_length: int | None = None) -> Any:
     """A ``transformers`` fast tokenizer giving the ids ``ByteTokens(offset)`` gives; ``max_length``: where
     ``truncation=True`` cuts a text (the run's ``data.seq_len``, where it cut its texts)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
 
-    vocab = {char: byte + offset for byte, char in byte_alphabet().items()}
+    # Each byte's character in GPT-2's byte-to-unicode table, the one ``tokenizers``' ``ByteLevel`` uses
+    vocab = {char: byte + offset for byte, char in sorted(bytes_to_unicode().items())}
     if offset:
         vocab[PAD] = 0
     tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))

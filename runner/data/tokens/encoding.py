@@ -28,9 +28,8 @@ VERSION = 1
 
 
 def rows_stamp(rows: Any) -> Any:
-    """What identifies ``rows``' content: the digest of their Arrow files' bytes (a table prepared again from a file
-    touched but unchanged is the same bytes) and their count; rows held in memory by ``datasets``' fingerprint of them.
-    """
+    """What identifies ``rows``' content: the digest of their Arrow files' bytes (a touched but unchanged file's are the
+    same) and their count; rows held in memory, ``datasets``' fingerprint of them."""
     from pathlib import Path
 
     files = [Path(f["filename"]) for f in rows.cache_files]

@@ -83,9 +83,11 @@ def tokenizer_stamp(tokenizer: Tokenizer) -> Any:
     """What identifies a tokenizer for a cache of its ids: ``bytes`` and the offset, or the digest of its saved files'
     contents (not its name or its files' times: another tokenizer saved under the same name is another tokenizer, and
     one copied elsewhere is the same)."""
+    from runner.data.store import digest_files
+
     if isinstance(tokenizer, ByteTokens):
         return [BYTES, tokenizer.offset]
-    return tokenizer_digest(tokenizer.name)
+    return digest_files(saved_files(tokenizer.name), names=True)  # their names with them
 
 
 def saved_files(directory: str) -> list[Path]:
@@ -95,13 +97,6 @@ def saved_files(directory: str) -> list[Path]:
     return sorted((f for f in root.iterdir() if f.is_file() and (f.name.startswith(_SAVED_PREFIXES)
                                                                  or f.name in TOKENIZER_FILES)),
                   key=lambda f: f.name)
-
-
-def tokenizer_digest(directory: str) -> str:
-    """The digest of the saved tokenizer's files' contents, their names with them."""
-    from runner.data.store import digest_files
-
-    return digest_files(saved_files(directory), names=True)
 
 
 def check_tokenizer(spec: str | None) -> str | None:
