@@ -13,8 +13,6 @@ from runner.config.composing.loading import checked
 from runner.config.composing.precheck import precheck
 from runner.config.tune import load_tune, split_overrides
 
-__all__ = ["main", "tune_dir_for"]
-
 
 def tune_dir_for(recipe: str | None, configured: str | None) -> Path:
     """``tune.dir``, else ``outputs/tune/<date>/<time>-<recipe>``."""
