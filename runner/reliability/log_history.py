@@ -84,11 +84,6 @@ class DurableCsvWriter(ExperimentWriter):
     def path(self) -> Path:
         return Path(self.metrics_file_path)
 
-    @property
-    def rows_logged(self) -> int:
-        """Rows in the file plus rows logged but not yet saved: the index the next row will have."""
-        return self.rows_in_file + len(self.metrics)
-
     def log_hparams(self, params: dict[str, Any]) -> None:
         """Record hparams and write ``hparams.yaml`` atomically."""
         self.hparams.update(params)

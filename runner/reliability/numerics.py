@@ -23,11 +23,15 @@ from runner.metrics import counted
 from runner.stack import stack_of
 
 
+def _flags(values: torch.Tensor) -> torch.Tensor:
+    """Each value's flag: 0 (finite), 1 (inf) or 2 (nan)."""
+    nan = torch.isnan(values)
+    return 2 * nan.long() + (torch.isinf(values) & ~nan).long()
+
+
 def nonfinite_flag(loss: torch.Tensor) -> torch.Tensor:
     """0 (finite), 1 (inf) or 2 (nan), as a tensor on the loss's device (no host sync yet)."""
-    nan = torch.isnan(loss).any()
-    inf = torch.isinf(loss).any()
-    return 2 * nan.long() + (inf & ~nan).long()
+    return _flags(loss).max()
 
 
 def _stacked(losses: list[tuple[int, torch.Tensor]]) -> torch.Tensor:
@@ -41,9 +45,7 @@ def pending_flags(losses: list[tuple[int, torch.Tensor]]) -> tuple[torch.Tensor,
     """The worst flag of the kept ``(step, loss)`` pairs and the first step whose flag is not 0 (0 when none), as
     device scalars: a few ops for the whole interval instead of a dozen per micro-batch."""
     if all(loss.numel() == 1 for _, loss in losses):
-        values = _stacked(losses)
-        nan, inf = torch.isnan(values), torch.isinf(values)
-        flags = 2 * nan.long() + (inf & ~nan).long()
+        flags = _flags(_stacked(losses))
     else:
         flags = torch.stack([nonfinite_flag(loss) for _, loss in losses])
     steps = torch.tensor([step for step, _ in losses], device=flags.device)
@@ -248,8 +250,7 @@ class NonFiniteGuard(Callback):
         step = trainer.global_step + 1
         if self._device is not None and step % self._every == 0 and self._read_at != step:
             self._read_at = step
-            self.reads += 1
-            self._device.read(trainer, self.skipped, NonFiniteLossError)
+            self._read_device(trainer)
         if self._policy is not OnNonFinite.stop or step % self._every or self._read_at == step:
             return
         self._read_at = step
@@ -260,17 +261,18 @@ class NonFiniteGuard(Callback):
         # ran (what is pending belongs to the step under way); this guard's own save is the last good state.
         if self._policy is OnNonFinite.stop and not self._saving:
             self._decide(trainer, *self._read(trainer))
-        if self._device is not None:
-            self.reads += 1
-            self._device.read(trainer, self.skipped, NonFiniteLossError)
+        self._read_device(trainer)
         self._saved_at = trainer.global_step
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self._read_device(trainer)
+        if self._policy is OnNonFinite.stop:  # a non-finite loss in the last steps stops the run too
+            self._decide(trainer, *self._read(trainer))
+
+    def _read_device(self, trainer: L.Trainer) -> None:
         if self._device is not None:
             self.reads += 1
             self._device.read(trainer, self.skipped, NonFiniteLossError)
-        if self._policy is OnNonFinite.stop:  # a non-finite loss in the last steps stops the run too
-            self._decide(trainer, *self._read(trainer))
 
     def _decide(self, trainer: L.Trainer, flag: int, first: int, mine: bool) -> None:
         if flag == 0:

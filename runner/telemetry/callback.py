@@ -75,9 +75,6 @@ class StepClock:
         return ms, self._timed
 
 
-# The figures gathered from every rank at the end of a multi-process fit (``ranks/<figure>``).
-RANK_FIELDS = ("perf/step_ms", "perf/samples_per_s", "perf/tokens_per_s", "memory/peak_gib", "compile/time_s",
-               "compile/graphs", "compile/recompiles", "compile/graph_breaks")
 # The figures every rank must share: ranks that compile differently deadlock or diverge.
 AGREEING_FIELDS = frozenset({"compile/graphs", "compile/recompiles", "compile/graph_breaks"})
 
@@ -89,12 +86,12 @@ Rates = dict[str, float | None]  # Each of ``RATES``; None where no rank measure
 def gather_rank_figures(strategy: pl.strategies.Strategy, own: dict[str, Any],
                         device: torch.device) -> tuple[dict[str, Any], Rates]:
     """One all-gather: ``ranks/<figure>`` lists, ``ranks/compiles_agree`` and the rates summed over ranks."""
-    fields = (*RANK_FIELDS, *(k for k in RATES if k not in RANK_FIELDS))
+    fields = (*PER_RANK, *(k for k in RATES if k not in PER_RANK))  # PER_RANK: what each rank reports
     local = torch.tensor([float(own.get(k) or 0.0) for k in fields], dtype=torch.float64, device=device)
     rows = strategy.all_gather(local).reshape(-1, len(fields)).cpu().tolist()
-    per_rank: dict[str, Any] = {PER_RANK[key]: [row[i] for row in rows] for i, key in enumerate(RANK_FIELDS)}
+    per_rank: dict[str, Any] = {PER_RANK[key]: [row[i] for row in rows] for i, key in enumerate(PER_RANK)}
     total = {key: sum(row[fields.index(key)] for row in rows) or None for key in RATES}
-    compiles = [tuple(row[i] for i, k in enumerate(RANK_FIELDS) if k in AGREEING_FIELDS) for row in rows]
+    compiles = [tuple(row[i] for i, k in enumerate(PER_RANK) if k in AGREEING_FIELDS) for row in rows]
     per_rank["ranks/compiles_agree"] = len(set(compiles)) == 1
     return per_rank, total
 
@@ -148,14 +145,10 @@ def log_reason_table(trainer: pl.Trainer, figures: dict[str, Any]) -> None:
     import wandb
 
     columns = ["kind", "name", "location", "step", "count", "reason"]
-    for logger in wandb_loggers:
-        table = wandb.Table(columns=list[Any](columns), data=[[_cell(v) for v in row] for row in reason_rows(figures)])
-        logger.experiment.log({"compile/reasons": table})
-
-
-def _cell(value: Any) -> Any:
     # wandb.Table wants one type per column; None would make "step"/"count" mixed-type.
-    return "" if value is None else value
+    data = [["" if v is None else v for v in row] for row in reason_rows(figures)]
+    for logger in wandb_loggers:
+        logger.experiment.log({"compile/reasons": wandb.Table(columns=list[Any](columns), data=data)})
 
 
 def write_events_text(path: Path, figures: dict[str, Any]) -> None:

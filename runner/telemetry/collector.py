@@ -27,6 +27,7 @@ from runner.telemetry.advice import (
 )
 from runner.torch_internals import observation, settings
 
+METRICS_LIMIT = 100_000  # Compile records torch keeps, at least (its default, 64, loses records in long runs).
 _LOCATION_RE = re.compile(r"in user code at (?P<file>.+?):(?P<line>\d+)\s*$", re.MULTILINE)
 
 
@@ -84,14 +85,8 @@ def recompile_events(forward: list[observation.CompileRecord]) -> list[dict[str,
         if parent is not None and frame_recompiles[(r.co_filename, parent)] > folded[key]:
             folded[key] += 1
             continue
-        events.append(
-            {
-                "name": r.co_name,
-                "location": f"{r.co_filename}:{r.co_firstlineno}",
-                "compile_id": r.compile_id,
-                "reason": r.recompile_reason,
-            }
-        )
+        events.append({"name": r.co_name, "location": f"{r.co_filename}:{r.co_firstlineno}",
+                       "compile_id": r.compile_id, "reason": r.recompile_reason})
     return events
 
 
@@ -105,7 +100,6 @@ class CompileListener(Protocol):
 
 @dataclass
 class _Open:
-
     label: str
     kind: str
     step: int | None
@@ -116,13 +110,10 @@ class CompileCollector:
     """Collects compile figures between :meth:`start` (registers torch callbacks and a log handler) and
     :meth:`stop`; set :attr:`step` so events carry the step they happened in."""
 
-    def __init__(self, listeners: tuple[CompileListener, ...] = (), metrics_limit: int = 100_000,
-                 batches: Batches = UNKNOWN_BATCHES) -> None:
-        """``metrics_limit``: compile records torch keeps (its default, 64, loses records in long runs);
-        ``batches``: what the run's batches are, for the fix of a recompile of a new shape."""
+    def __init__(self, listeners: tuple[CompileListener, ...] = (), batches: Batches = UNKNOWN_BATCHES) -> None:
+        """``batches``: what the run's batches are, for the fix of a recompile of a new shape."""
         self.listeners = listeners
         self.batches = batches
-        self.metrics_limit = metrics_limit
         self.step: int | None = None
         self.events: list[dict[str, Any]] = []
         self._lock = threading.Lock()
@@ -141,7 +132,7 @@ class CompileCollector:
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> CompileCollector:
         """Begin collecting: everything compiled before this call is excluded."""
-        self._settings.compilation_metrics_limit(self.metrics_limit)
+        self._settings.compilation_metrics_limit(METRICS_LIMIT)
         # Holding the old records keeps them alive, so their ids cannot be reused by new ones.
         self._baseline_records = observation.compilation_metrics()
         self._baseline_counters = observation.counters_snapshot()
@@ -200,9 +191,8 @@ class CompileCollector:
         if job is None:
             return
         seconds = time.perf_counter() - job.started
-        self.events.append(
-            {"kind": job.kind, "name": job.label, "compile_id": compile_id, "step": job.step, "duration_s": seconds}
-        )
+        self.events.append({"kind": job.kind, "name": job.label, "compile_id": compile_id, "step": job.step,
+                            "duration_s": seconds})
         for listener in self.listeners:
             listener.compile_finished(job.label, job.kind, seconds)
 
@@ -223,9 +213,7 @@ class CompileCollector:
             return self._final_counters
         now, base = observation.counters_snapshot(), self._baseline_counters
         # torch never decreases counters; max(0, .) guards against someone clearing them mid-run.
-        return {
-            g: {k: max(0, v - base.get(g, {}).get(k, 0)) for k, v in values.items()} for g, values in now.items()
-        }
+        return {g: {k: max(0, v - base.get(g, {}).get(k, 0)) for k, v in values.items()} for g, values in now.items()}
 
     def _live_guards(self, compiles: int) -> list[int]:
         """Live guard counts, recounted when ``compiles`` (records + graphs so far) has changed."""
@@ -254,6 +242,7 @@ class CompileCollector:
             event["step"] = steps.get(event["compile_id"])
         breaks = self.graph_breaks(counters)
         fallbacks = observation.counter(counters, "frames_total") - observation.counter(counters, "frames_ok")
+        recordings = [e["duration_s"] for e in self.events if e["kind"] == "cudagraph_recording"]
         return {
             "compile/frames": len({(r.co_filename, r.co_name, r.co_firstlineno) for r in forward}),
             "compile/frame_compiles": len(forward),
@@ -274,13 +263,11 @@ class CompileCollector:
             "compile/backward_s": sum(r.total_s for r in backward),
             # A CUDA-graph recording runs the graph, it does not compile it: its wall time is apart.
             "compile/wall_s": sum(e["duration_s"] for e in self.events if e["kind"] != "cudagraph_recording"),
-            "compile/cudagraph_recording_s": sum(
-                e["duration_s"] for e in self.events if e["kind"] == "cudagraph_recording"
-            ),
+            "compile/cudagraph_recording_s": sum(recordings),
             "compile/cache_hits": hit,
             "compile/cache_misses": miss,
             "compile/cudagraph_skips": observation.counter(counters, "cudagraph_skips"),
-            "compile/cudagraph_recordings": sum(1 for e in self.events if e["kind"] == "cudagraph_recording"),
+            "compile/cudagraph_recordings": len(recordings),
             "compile/fallbacks": max(0, fallbacks),
             "compile/recompile_reasons": recompiles,
             "compile/graph_break_reasons": breaks,
@@ -304,8 +291,5 @@ class CompileCollector:
             return [{"reason": r, "user_frame": loc, "count": n, "fix": graph_break_fix(r, loc)}
                     for (r, loc), n in sites.items()]
         # No log records (e.g. the logger was reconfigured): reasons from the counters, no location.
-        return [
-            {"reason": short_reason(reason), "user_frame": None, "count": n, "fix": graph_break_fix(reason)}
-            for reason, n in observation.graph_break_counts(counters).items()
-            if n > 0
-        ]
+        return [{"reason": short_reason(reason), "user_frame": None, "count": n, "fix": graph_break_fix(reason)}
+                for reason, n in observation.graph_break_counts(counters).items() if n > 0]

@@ -59,10 +59,9 @@ def _events_by_step(figures: dict[str, Any]) -> list[tuple[int, str, float]]:
 def plot_step_times(figures: dict[str, Any], path: Path) -> bool:
     """Draw ``step_times.png``; False (nothing written) when there are no timed steps."""
     fig = step_times_figure(figures)
-    if fig is None:
-        return False
-    fig.savefig(path, dpi=110)
-    return True
+    if fig is not None:
+        fig.savefig(path, dpi=110)
+    return fig is not None
 
 
 def step_times_figure(figures: dict[str, Any]) -> Figure | None:
@@ -162,8 +161,7 @@ def _mark_events(ax: Any, figures: dict[str, Any], points: list[dict[str, Any]],
 
 def plot_sweep(runs: list[dict[str, Any]], path: Path, panels: tuple[tuple[str, str], ...]) -> None:
     if runs:
-        fig = sweep_figure(runs, panels)
-        fig.savefig(path, dpi=110)
+        sweep_figure(runs, panels).savefig(path, dpi=110)
 
 
 def sweep_figure(runs: list[dict[str, Any]], panels: tuple[tuple[str, str], ...]) -> Figure:

@@ -16,9 +16,6 @@ from runner.telemetry.definitions import FIGURES, SECTIONS, TIMING_LEGEND
 from runner.telemetry.plots import plot_step_times
 from runner.telemetry.verdict import break_even_cell, break_even_text, missing_speedup, speedup_verdict
 
-# Rows of the summary table, in order: (key, label), from the definitions. Keys absent from the figures are skipped.
-SUMMARY_ROWS: tuple[tuple[str, str], ...] = tuple((f.key, f.label) for _, section in SECTIONS for f in section)
-
 
 def _fmt(value: Any) -> str:
     """Format a figure for humans: floats with 4 significant digits, NaN/None as a dash."""

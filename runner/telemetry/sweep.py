@@ -128,12 +128,10 @@ def summarize_sweep(sweep_dir: Path, criteria: tuple[tuple[str, str, bool], ...]
 
 def _panels(columns: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
     """The picture's panels: the ranking's first column, the steady step time, the compile time."""
-    wanted = [columns[0], ("perf/step_ms", "step, last 50 [ms]"), ("compile/time_s", "compile [s]")]
-    out: list[tuple[str, str]] = []
-    for key, label in wanted:
-        if key not in [k for k, _ in out]:
-            out.append((key, label))
-    return tuple(out)
+    out: dict[str, str] = {}
+    for key, label in (columns[0], ("perf/step_ms", "step, last 50 [ms]"), ("compile/time_s", "compile [s]")):
+        out.setdefault(key, label)
+    return tuple(out.items())
 
 
 def _quartiles(figures: dict[str, Any]) -> tuple[float, float] | None:
