@@ -81,17 +81,13 @@ def partitions_cell(figures: dict[str, Any]) -> str:
     return text
 
 
-def _present(key: str, figures: dict[str, Any]) -> bool:
-    # A run without a speedup says so on the speedup row instead of leaving it out.
-    return key in figures or (key == "perf/speedup_x" and "perf/speedup_status" in figures)
-
-
 def summary_sections(figures: dict[str, Any]) -> list[tuple[str, list[tuple[str, str]]]]:
     """``(section, [(label, shown value), ...])`` of the summary, for the table and ``report.md``."""
     out = []
     for title, section in SECTIONS:
-        rows = [(f.label, _cell(f.key, figures) if f.key in figures else missing_speedup(figures))
-                for f in section if _present(f.key, figures)]
+        # A run without a speedup says so on the speedup row instead of leaving it out.
+        rows = [(f.label, _cell(f.key, figures) if f.key in figures else missing_speedup(figures)) for f in section
+                if f.key in figures or (f.key == "perf/speedup_x" and "perf/speedup_status" in figures)]
         if rows:
             out.append((title, rows))
     return out
@@ -136,10 +132,7 @@ def format_summary(figures: dict[str, Any], title: str = "compile telemetry") ->
         console.print(table)
     text = capture.get()
     text += "\n".join([*legend_lines(figures), "  every figure: report.md in the run directory", ""])
-    reasons = _reason_lines(figures)
-    if reasons:
-        text += "\n".join(reasons) + "\n"
-    return text
+    return text + "".join(line + "\n" for line in _reason_lines(figures))
 
 
 def _fix(entry: dict[str, Any]) -> str:

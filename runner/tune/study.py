@@ -4,7 +4,6 @@ and TPE's proposals, each a short run in this process; a trial whose val bits/by
 
 from __future__ import annotations
 
-import logging
 import tempfile
 import time
 from collections.abc import Sequence
@@ -84,24 +83,16 @@ def run_trial(overrides: list[str], run_dir: Path, trial: Any | None = None) -> 
                        pruned_at=reporter.pruned_at, figures=figures)
 
 
-log = logging.getLogger(__name__)
-
-
-def _optuna() -> Any:
-    try:
-        import optuna
-    except ImportError as e:  # an optional extra
-        raise SystemExit("runner tune needs Optuna: pip install 'runner[tune]'") from e
-    return optuna
-
-
 def _say(text: str) -> None:
     print(f"tune: {text}", flush=True)
 
 
 def tune(run_overrides: Sequence[str], cfg: TuneConfig, tune_dir: Path) -> dict[str, Any]:
     """Run the study; write the summaries and the winner's recipe; return the tune's summary dict."""
-    optuna = _optuna()
+    try:
+        import optuna
+    except ImportError as e:  # an optional extra
+        raise SystemExit("runner tune needs Optuna: pip install 'runner[tune]'") from e
     start = time.perf_counter()
     # Silent: each trial says the notes.
     base_cfg = checked(compose(list(run_overrides), run_dir=str(tune_dir / "base")))
@@ -125,7 +116,12 @@ def tune(run_overrides: Sequence[str], cfg: TuneConfig, tune_dir: Path) -> dict[
     verbosity = optuna.logging.get_verbosity()
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # one line per trial is ours; restored below
     try:
-        study = _study(optuna, cfg, tune_dir)
+        # The loss-parity constraint is set on each trial (``Trial.set_constraint``, read by TPE).
+        study = optuna.create_study(
+            study_name=tune_dir.name, storage=f"sqlite:///{(tune_dir / 'study.db').resolve()}",
+            sampler=optuna.samplers.TPESampler(seed=cfg.seed, n_startup_trials=3),
+            pruner=optuna.pruners.MedianPruner(n_startup_trials=1, n_warmup_steps=cfg.prune_after_steps),
+            direction="minimize", load_if_exists=True)
         default = {k: v for k, v in current_values(base_cfg).items() if k in space.choices}
         study.enqueue_trial(default, user_attrs={"default_stack": True})
         objective = _objective(optuna, space, shared, tune_dir, eager.val_bpb, cfg, rows)
@@ -134,14 +130,6 @@ def tune(run_overrides: Sequence[str], cfg: TuneConfig, tune_dir: Path) -> dict[
         optuna.logging.set_verbosity(verbosity)
     return write_outputs(study, rows, base_cfg, list(run_overrides), cfg, tune_dir, space,
                          wall_s=time.perf_counter() - start)
-
-
-def _study(optuna: Any, cfg: TuneConfig, tune_dir: Path) -> Any:
-    # The loss-parity constraint is set on each trial (``Trial.set_constraint``, read by TPE).
-    sampler = optuna.samplers.TPESampler(seed=cfg.seed, n_startup_trials=3)
-    pruner = optuna.pruners.MedianPruner(n_startup_trials=1, n_warmup_steps=cfg.prune_after_steps)
-    return optuna.create_study(study_name=tune_dir.name, storage=f"sqlite:///{(tune_dir / 'study.db').resolve()}",
-                               sampler=sampler, pruner=pruner, direction="minimize", load_if_exists=True)
 
 
 def judge(result: TrialResult, eager_bpb: float | None, tolerance: float) -> tuple[str, str, float | None]:
