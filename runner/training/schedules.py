@@ -90,9 +90,6 @@ class ScheduleLR(LambdaLR):
     """``LambdaLR`` over one plan (:class:`WarmupCosine`) that applies ``scheduler.on_resume`` when a
     checkpoint restores the plan, and reports what it did (``figures``, read by the run's summary)."""
 
-    def __init__(self, optimizer: Optimizer, plan: WarmupCosine) -> None:
-        super().__init__(optimizer, plan)
-
     @property
     def plan(self) -> WarmupCosine:
         plan = self.lr_lambdas[0]

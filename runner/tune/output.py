@@ -16,7 +16,7 @@ from runner.config.schema import RunConfig
 from runner.config.tune import TuneConfig
 from runner.telemetry.report import write_report
 from runner.telemetry.sweep import CRITERIA, summarize_sweep
-from runner.tune.space import KEYS, Space, param_overrides, recipe_fields, recipe_groups
+from runner.tune.space import KEYS, Space, param_overrides, recipe_groups
 
 # The sweep's ranking with time per token in place of the speedup.
 TUNE_CRITERIA: tuple[tuple[str, str, bool], ...] = (("time_per_token", "tune/us_per_token", False), *CRITERIA[1:])
@@ -160,9 +160,11 @@ def _recipe_text(name: str, winner: TrialRow, base_cfg: RunConfig, run_overrides
         elif eq and key != "recipe":
             groups[key] = value
     groups.update({KEYS[choice].partition(".")[0]: option for choice, option in selections.items()})
-    rest = {choice: value for choice, value in winner.params.items() if choice not in selections}
-    tree = OmegaConf.to_container(OmegaConf.merge(OmegaConf.from_dotlist(fields),
-                                                  OmegaConf.create(recipe_fields(rest))))
+    merged = OmegaConf.from_dotlist(fields)
+    for choice, value in winner.params.items():
+        if choice not in selections:  # the other choices as fields, over the command line's
+            OmegaConf.update(merged, KEYS[choice], value)
+    tree = OmegaConf.to_container(merged)
     defaults: list[Any] = ([base] if base else []) + [{f"override /{g}": v} for g, v in groups.items()] + ["_self_"]
     vs_default = summary["speedup_vs_default_x"]
     vs_eager = summary["speedup_vs_eager_x"]
