@@ -36,14 +36,8 @@ class Peak:
 
 def probe_dtype(precision: str | None) -> torch.dtype:
     """The dtype the run's matmuls use, from Lightning's precision (``32-true``, ``bf16-mixed``...)."""
-    text = str(precision or "32")
-    if text.startswith("bf16"):
-        return torch.bfloat16
-    if text.startswith("16"):
-        return torch.float16
-    if text.startswith("64"):
-        return torch.float64
-    return torch.float32
+    prefixes = (("bf16", torch.bfloat16), ("16", torch.float16), ("64", torch.float64))
+    return next((dtype for prefix, dtype in prefixes if str(precision or "32").startswith(prefix)), torch.float32)
 
 
 def cache_dir() -> Path:

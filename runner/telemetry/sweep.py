@@ -52,15 +52,9 @@ def _job_name(job_dir: Path, sweep_dir: Path) -> tuple[str, list[str]]:
     return (",".join(overrides) or str(job_dir.relative_to(sweep_dir))), overrides
 
 
-def _rank(runs: list[dict[str, Any]], key: str, higher_better: bool) -> list[str]:
-    """Job names best first; runs without the figure come last, in directory order."""
-    have = [r for r in runs if finite_number(r["figures"].get(key)) is not None]
-    have.sort(key=lambda r: finite_number(r["figures"][key]) or 0.0, reverse=higher_better)
-    return [r["job"] for r in have] + [r["job"] for r in runs if r not in have]
-
-
-def _overall_key(run: dict[str, Any], criteria: tuple[tuple[str, str, bool], ...] = CRITERIA) -> tuple[float, ...]:
-    """Speedup (descending), then compile time, recompiles, memory (ascending); missing last."""
+def _overall_key(run: dict[str, Any], criteria: tuple[tuple[str, str, bool], ...]) -> tuple[float, ...]:
+    """The run's place by ``criteria`` (CRITERIA: speedup descending, then compile time, recompiles, memory
+    ascending); missing last (a stable sort: in directory order)."""
     key: list[float] = []
     for _, figure, higher_better in criteria:
         value = finite_number(run["figures"].get(figure))
@@ -111,7 +105,8 @@ def summarize_sweep(sweep_dir: Path, criteria: tuple[tuple[str, str, bool], ...]
         alike = _trains_alike(distinct)  # the same training: what compiling bought ranks, the figures only shown
         criteria = criteria or (CRITERIA if alike else (*own_criteria, *CRITERIA))
         columns = columns or ((*COLUMNS, *own_columns) if alike else (*own_columns, *COLUMNS))
-    rankings = {name: _rank(runs, key, higher) for name, key, higher in criteria}
+    rankings = {name: [r["job"] for r in sorted(runs, key=lambda r: _overall_key(r, ((name, key, higher),)))]
+                for name, key, higher in criteria}
     position = {name: {job: i for i, job in enumerate(order)} for name, order in rankings.items()}
     runs.sort(key=lambda r: _overall_key(r, criteria))
     for r in runs:
