@@ -179,7 +179,6 @@ class NonFiniteGuard(Callback):
     # beside it.
     leaves_gradients_alone = True
 
-    # -- wiring --------------------------------------------------------------------------------
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._every = self.check_every or check_every_for(trainer.strategy.root_device,
                                                           getattr(trainer, "log_every_n_steps", 50))

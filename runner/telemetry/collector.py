@@ -129,7 +129,6 @@ class CompileCollector:
         self._live: tuple[int, list[int]] = (-1, [])  # (records + graphs when counted, live guard counts)
         self._settings = settings.TorchSettings()  # the compile-record limit, put back by stop()
 
-    # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> CompileCollector:
         """Begin collecting: everything compiled before this call is excluded."""
         self._settings.compilation_metrics_limit(METRICS_LIMIT)
@@ -201,7 +200,6 @@ class CompileCollector:
         with self._lock:
             return [(job.label, now - job.started) for job in self._open.values()]
 
-    # -- figures -----------------------------------------------------------------------------
     def _records(self) -> list[observation.CompileRecord]:
         if self._final is not None:
             return self._final

@@ -35,7 +35,6 @@ class PruningReporter(pl.Callback):
         super().__init__()
         self.trial = trial
         self.pruned_at: int | None = None
-        self.last_us: float | None = None
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
@@ -45,7 +44,6 @@ class PruningReporter(pl.Callback):
         us = time_per_token_us(telemetry.meter.rate("tokens") or telemetry.meter.rate("samples"))
         if us is None or self.trial is None:
             return
-        self.last_us = us
         self.trial.report(us, trainer.global_step)
         if self.trial.should_prune():
             self.pruned_at = trainer.global_step
