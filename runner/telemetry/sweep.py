@@ -10,6 +10,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+import yaml
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
@@ -45,9 +46,7 @@ def _job_name(job_dir: Path, sweep_dir: Path) -> tuple[str, list[str]]:
     overrides_file = job_dir / ".hydra" / "overrides.yaml"
     overrides: list[str] = []
     if overrides_file.is_file():
-        from omegaconf import OmegaConf
-
-        loaded = OmegaConf.to_container(OmegaConf.load(overrides_file))
+        loaded = yaml.safe_load(overrides_file.read_text())
         overrides = [str(o) for o in loaded] if isinstance(loaded, list) else []
     return (",".join(overrides) or str(job_dir.relative_to(sweep_dir))), overrides
 
