@@ -96,13 +96,6 @@ def gather_rank_figures(strategy: pl.strategies.Strategy, own: dict[str, Any],
     return per_rank, total
 
 
-def sum_rates(strategy: pl.strategies.Strategy, own: Rates, device: torch.device) -> Rates:
-    """Each rate summed over ranks by one all-reduce; a rate no rank measured stays None."""
-    rates = torch.tensor([own.get(k) or 0.0 for k in RATE_OF], dtype=torch.float64, device=device)
-    total = strategy.reduce(rates, reduce_op="sum").tolist()
-    return {k: v or None for k, v in zip(RATE_OF, total, strict=True)}
-
-
 def scalars(figures: dict[str, Any]) -> dict[str, float]:
     """The loggable part of the figures: finite numbers (bools as 0/1); lists and None dropped."""
     out: dict[str, float] = {}
@@ -278,7 +271,11 @@ class CompileTelemetry(pl.Callback):
         step = trainer.global_step
         if step % max(1, self.cfg.log_every_n_steps) == 0:
             if trainer.world_size > 1:  # every rank reaches this step: the all-reduce is matched
-                self._world_rates = sum_rates(trainer.strategy, self._own_rates(), self._device)
+                # Each rate summed over ranks; a rate no rank measured stays None.
+                own = torch.tensor([r or 0.0 for r in self._own_rates().values()], dtype=torch.float64,
+                                   device=self._device)
+                total = trainer.strategy.reduce(own, reduce_op="sum").tolist()
+                self._world_rates = {k: v or None for k, v in zip(RATE_OF, total, strict=True)}
             if trainer.is_global_zero:
                 live = scalars(self._figures(series=False))
                 for logger in trainer.loggers:  # loggers are rank-zero-only themselves

@@ -73,11 +73,6 @@ def objective_figures(runs: list[dict[str, Any]]) -> tuple[tuple[tuple[str, str,
     return (("val_loss", "val/loss", False),), (("val/loss", "val loss"),)
 
 
-def _trains_alike(distinct: list[str]) -> bool:
-    """Whether the overrides that tell the jobs apart are all the compile stack's (:data:`STACK_GROUPS`)."""
-    return all(o.lstrip("+~").split("=")[0].split(".")[0] in STACK_GROUPS for o in distinct)
-
-
 def summarize_sweep(sweep_dir: Path, criteria: tuple[tuple[str, str, bool], ...] | None = None,
                     columns: tuple[tuple[str, str], ...] | None = None) -> dict[str, Any]:
     """Read every ``report.json`` under ``sweep_dir``, rank the runs, write ``summary.{json,md,png}``; the summary.
@@ -101,7 +96,9 @@ def summarize_sweep(sweep_dir: Path, criteria: tuple[tuple[str, str, bool], ...]
             r["job"] = ",".join(own)
     if criteria is None or columns is None:
         own_criteria, own_columns = objective_figures(runs)
-        alike = _trains_alike(distinct)  # the same training: what compiling bought ranks, the figures only shown
+        # The overrides that tell the jobs apart are all the compile stack's: the same training, so what compiling
+        # bought ranks, the figures are only shown.
+        alike = all(o.lstrip("+~").split("=")[0].split(".")[0] in STACK_GROUPS for o in distinct)
         criteria = criteria or (CRITERIA if alike else (*own_criteria, *CRITERIA))
         columns = columns or ((*COLUMNS, *own_columns) if alike else (*own_columns, *COLUMNS))
     rankings = {name: [r["job"] for r in sorted(runs, key=lambda r: _overall_key(r, ((name, key, higher),)))]
@@ -116,16 +113,12 @@ def summarize_sweep(sweep_dir: Path, criteria: tuple[tuple[str, str, bool], ...]
     sweep_dir.mkdir(parents=True, exist_ok=True)
     (sweep_dir / "summary.json").write_text(json.dumps(json_safe(summary), indent=2) + "\n")
     (sweep_dir / "summary.md").write_text(summary_markdown(summary))
-    plot_sweep(runs, sweep_dir / "summary.png", panels=_panels(columns))
-    return summary
-
-
-def _panels(columns: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
-    """The picture's panels: the ranking's first column, the steady step time, the compile time."""
-    out: dict[str, str] = {}
+    # The picture's panels: the ranking's first column, the steady step time, the compile time.
+    panels: dict[str, str] = {}
     for key, label in (columns[0], ("perf/step_ms", "step, last 50 [ms]"), ("compile/time_s", "compile [s]")):
-        out.setdefault(key, label)
-    return tuple(out.items())
+        panels.setdefault(key, label)
+    plot_sweep(runs, sweep_dir / "summary.png", panels=tuple(panels.items()))
+    return summary
 
 
 def _quartiles(figures: dict[str, Any]) -> tuple[float, float] | None:

@@ -112,9 +112,6 @@ def resolve_loss(model: nn.Module, loss: LossConfig, peft: PeftConfig, data: dic
         raise ValueError(decision.refusal)
     tokens, vocab = facts.tokens, facts.vocab
     size = logits_bytes(tokens, vocab) if tokens is not None and vocab is not None else None
-    head = _path_of(model, model.output_layer()) if decision.chunked else None  # type: ignore[operator]
+    output = model.output_layer() if decision.chunked else None  # type: ignore[operator]
+    head = next(name for name, m in model.named_modules() if m is output) if output is not None else None
     return LossPlan(decision, head, size)
-
-
-def _path_of(model: nn.Module, head: nn.Module) -> str:
-    return next(name for name, m in model.named_modules() if m is head)

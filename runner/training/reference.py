@@ -58,10 +58,6 @@ def weights_digest(model: nn.Module, skip: Callable[[str], bool] = lambda name: 
     return h.hexdigest()
 
 
-def _not_adapter(name: str) -> bool:
-    return ".lora_" in name or name.startswith("lora_")
-
-
 class Reference(nn.Module):
     """Where the reference log-probabilities come from; this base: none (SimPO, ORPO)."""
 
@@ -154,7 +150,8 @@ class Precomputed(Reference):
     def __init__(self, model: nn.Module, precision: str, cache_dir: str | None, base_only: bool) -> None:
         super().__init__()
         self.gate = gate_adapter(model) if base_only else None
-        self.digest = weights_digest(model, _not_adapter if base_only else lambda name: False)
+        adapter = (lambda name: ".lora_" in name or name.startswith("lora_")) if base_only else (lambda name: False)
+        self.digest = weights_digest(model, adapter)
         self.precision, self.cache_dir = precision, cache_dir
         self.outcome: dict[str, str] = {}
 
