@@ -483,24 +483,12 @@ def defined() -> tuple[Metric, ...]:
 
 
 RANKS = "ranks/"
+# The figures gathered from every rank at the end of a multi-process fit, each as ``ranks/<figure>``.
 PER_RANK: dict[str, str] = {key: RANKS + key for key in (
-    "perf/step_ms",
-    "perf/samples_per_s",
-    "perf/tokens_per_s",
-    "memory/peak_gib",
-    "compile/time_s",
-    "compile/graphs",
-    "compile/recompiles",
-    "compile/graph_breaks",
-)}
-TRAIN_METRICS = (
-    "rewards/chosen",
-    "rewards/rejected",
-    "rewards/accuracies",
-    "rewards/margins",
-    "logps/chosen",
-    "logps/rejected",
-)
+    "perf/step_ms", "perf/samples_per_s", "perf/tokens_per_s", "memory/peak_gib", "compile/time_s", "compile/graphs",
+    "compile/recompiles", "compile/graph_breaks")}
+TRAIN_METRICS = ("rewards/chosen", "rewards/rejected", "rewards/accuracies", "rewards/margins", "logps/chosen",
+                 "logps/rejected")
 VAL_METRICS = tuple("val/" + key for key in TRAIN_METRICS)  # what a preference step logs, in TRL's order
 
 
