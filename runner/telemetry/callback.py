@@ -234,7 +234,7 @@ class CompileTelemetry(pl.Callback):
         if held is not None:
             self.step_mode.hold(held)
         if mode == "flops":
-            self.flops.counter.start()
+            self.flops.start()
         step = trainer.global_step
         self.collector.step = step
         # One sampled step per logging interval feeds step_ms and throughput; with gradient
@@ -288,7 +288,7 @@ class CompileTelemetry(pl.Callback):
         mode, held, _ = self._step_state
         self._step_state = None
         if mode == "flops":
-            self.flops.counter.stop()
+            self.flops.stop()
         if held is not None:
             self.step_mode.release(held)
 

@@ -14,9 +14,9 @@ from runner.telemetry.verdict import missing_speedup, speedup_verdict
 if TYPE_CHECKING:  # matplotlib is imported when a picture is drawn, not with the report
     from matplotlib.figure import Figure
 
+# Each step's mode, and each compile mark's kind (a step that compiled is drawn in its compile's colour).
 _COLORS = {"compiled": "tab:blue", "eager": "tab:orange", "warmup": "tab:gray", "flops": "tab:gray",
-           "background": "tab:olive", "reverted": "tab:brown"}
-_EVENT_COLORS = {"compile": "tab:green", "recompile": "tab:red"}
+           "background": "tab:olive", "reverted": "tab:brown", "compile": "tab:green", "recompile": "tab:red"}
 
 
 def _figure(**kwargs: Any) -> Figure:
@@ -88,7 +88,7 @@ def step_times_figure(figures: dict[str, Any]) -> Figure | None:
         pts = [p for p in points if p["mode"] == mode]
         if not pts:
             continue
-        color = _EVENT_COLORS["compile"] if mode == "compile" else _COLORS[mode]
+        color = _COLORS[mode]
         marker = {"flops": "x", "compile": "D"}.get(mode, "o")
         # The step that compiled is named by its compile mark, not in the legend a second time.
         label = None if mode == "compile" else f"{names[mode]} ({len(pts)})"
@@ -151,12 +151,12 @@ def _mark_events(ax: Any, figures: dict[str, Any], points: list[dict[str, Any]],
     for step, kind, seconds in _events_by_step(figures):
         label = None if kind in seen else kind
         seen.add(kind)
-        ax.axvline(step, color=_EVENT_COLORS[kind], alpha=0.6, linewidth=1.2, label=label, zorder=2)
+        ax.axvline(step, color=_COLORS[kind], alpha=0.6, linewidth=1.2, label=label, zorder=2)
         text = f"{kind} {seconds:.3g} s"
         if step_ms.get(step, 0.0) > top:
             text += f" (step {step_ms[step] / 1000:.3g} s)"
         ax.annotate(text, (step, top), xytext=(3, -3), textcoords="offset points", rotation=90, va="top",
-                    ha="left", fontsize=8, color=_EVENT_COLORS[kind])
+                    ha="left", fontsize=8, color=_COLORS[kind])
 
 
 def plot_sweep(runs: list[dict[str, Any]], path: Path, panels: tuple[tuple[str, str], ...]) -> None:

@@ -67,35 +67,13 @@ def estimate_flops(params: int, samples: int | None, tokens: int | None) -> floa
     return 6.0 * params * count
 
 
-class FlopCounter:
-    """Counts FLOPs between :meth:`start` and :meth:`stop`, two callback hooks, so ``FlopCounterMode`` is driven
-    by hand. Eager steps only: under compiled code it would add a recompile and count nothing."""
+class StepFlops:
+    """FLOPs per step (counted on the meter's FLOP step, estimated until then) and the figures they give. The count
+    runs between :meth:`start` and :meth:`stop`, two callback hooks, so ``FlopCounterMode`` is driven by hand."""
 
     def __init__(self) -> None:
         self._mode: Any = None
-        self.total: int | None = None
-
-    def start(self) -> None:
-        from torch.utils.flop_counter import FlopCounterMode
-
-        self._mode = FlopCounterMode(display=False)
-        self._mode.__enter__()
-
-    def stop(self) -> int | None:
-        """Stop counting and return the FLOPs counted (None if not started)."""
-        if self._mode is None:
-            return self.total
-        mode, self._mode = self._mode, None
-        mode.__exit__(None, None, None)
-        self.total = int(mode.get_total_flops())
-        return self.total
-
-
-class StepFlops:
-    """FLOPs per step (counted on the meter's FLOP step, estimated until then) and the figures they give."""
-
-    def __init__(self) -> None:
-        self.counter = FlopCounter()
+        self.total: int | None = None  # FLOPs of the counted step
         self.per_step: float | None = None
         self.per_unit: float | None = None
         self.source = "none"
@@ -106,10 +84,23 @@ class StepFlops:
         ``BaseFinetuning``, freeze and unfreeze at epoch starts)."""
         self._trainable = None
 
+    def start(self) -> None:
+        """Eager steps only: under compiled code the counter would add a recompile and count nothing."""
+        from torch.utils.flop_counter import FlopCounterMode
+
+        self._mode = FlopCounterMode(display=False)
+        self._mode.__enter__()
+
+    def stop(self) -> None:
+        if self._mode is not None:
+            mode, self._mode = self._mode, None
+            mode.__exit__(None, None, None)
+            self.total = int(mode.get_total_flops())
+
     def counted(self, samples: int | None, tokens: int | None) -> None:
-        """After the counted step (``counter`` stopped), of ``samples`` and ``tokens``: its FLOPs from now on."""
-        if self.counter.total and (tokens or samples):
-            self.per_step, self.source = float(self.counter.total), "flop_counter"
+        """After the counted step (stopped), of ``samples`` and ``tokens``: its FLOPs from now on."""
+        if self.total and (tokens or samples):
+            self.per_step, self.source = float(self.total), "flop_counter"
             self.per_unit = self.per_step / float(tokens or samples or 1)
 
     def figures(self, module: torch.nn.Module | None, samples: int | None, tokens: int | None,
