@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import math
 import statistics
 import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from runner.metrics import counted
-from runner.telemetry.verdict import missing_speedup, speedup_verdict
+from runner.telemetry.verdict import finite_number, missing_speedup, speedup_verdict
 
 if TYPE_CHECKING:  # matplotlib is imported when a picture is drawn, not with the report
     from matplotlib.figure import Figure
@@ -198,13 +197,6 @@ def sweep_figure(runs: list[dict[str, Any]], panels: tuple[tuple[str, str], ...]
     axes[0][0].invert_yaxis()  # best run on top
     fig.tight_layout()
     return fig
-
-
-def finite_number(value: Any) -> float | None:
-    """``value`` as a float when it is a finite number (not a bool), else None."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value) if math.isfinite(value) else None
 
 
 def _missing(figures: dict[str, Any], key: str) -> str:

@@ -15,9 +15,9 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from runner.telemetry.definitions import FIGURES
-from runner.telemetry.plots import finite_number, plot_sweep
+from runner.telemetry.plots import plot_sweep
 from runner.telemetry.report import json_safe
-from runner.telemetry.verdict import break_even_cell, missing_speedup, speedup_verdict
+from runner.telemetry.verdict import break_even_cell, finite_number, missing_speedup, speedup_verdict
 
 # (criterion, report key, higher is better)
 CRITERIA: tuple[tuple[str, str, bool], ...] = (

@@ -14,6 +14,12 @@ def _number(value: Any) -> float | None:
     return float(value)
 
 
+def finite_number(value: Any) -> float | None:
+    """``value`` as a float when it is a finite number (not a bool), else None."""
+    number = _number(value)
+    return number if number is not None and math.isfinite(number) else None
+
+
 def break_even_text(figures: dict[str, Any]) -> str | None:
     """The break-even step as shown: a step number, ``never`` (no break-even, or a speedup not above 1;
     also a report.json that stored it as ``"never"``), or None when no speedup was measured."""
