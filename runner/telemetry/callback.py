@@ -348,9 +348,7 @@ class CompileTelemetry(pl.Callback):
 
     def figures(self) -> dict[str, Any]:
         """The flat figures dict (namespaced keys with units, plus reason lists); final after fit."""
-        if self._final is not None:
-            return {**self._final, **self.trace.figures()}
-        return self._figures()
+        return {**self._final, **self.trace.figures()} if self._final is not None else self._figures()
 
     def _figures(self, series: bool = True) -> dict[str, Any]:
         figures: dict[str, Any] = dict(self.collector.figures()) if self.collector is not None else {}

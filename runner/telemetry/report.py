@@ -24,9 +24,7 @@ def _fmt(value: Any) -> str:
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, float):
-        if math.isnan(value) or math.isinf(value):
-            return "-"
-        return f"{value:.4g}"
+        return f"{value:.4g}" if math.isfinite(value) else "-"
     if isinstance(value, dict):  # counts by name (data/label_counts): the first few, then how many more
         shown = ", ".join(f"{k} {_fmt(v)}" for k, v in list(value.items())[:6])
         return shown + (f" (+{len(value) - 6} more)" if len(value) > 6 else "")
@@ -36,15 +34,14 @@ def _fmt(value: Any) -> str:
 def json_safe(value: Any) -> Any:
     """JSON has no NaN/inf: map them to None so any JSON reader accepts the report (the break-even
     step is written ``"never"`` by :func:`write_report`, as everywhere else)."""
-    if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
+    if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, dict):
         return {str(k): json_safe(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [json_safe(v) for v in value]
-    if isinstance(value, (str, int, float, bool)) or value is None:
-        return value
-    return str(value)  # e.g. a torch.dtype or Path slipped into the figures: keep it readable
+    # Anything else (a torch.dtype or Path slipped into the figures) as text: kept readable.
+    return value if isinstance(value, (str, int, float, bool)) or value is None else str(value)
 
 
 def _cell(key: str, figures: dict[str, Any]) -> str:
@@ -64,21 +61,14 @@ def _cell(key: str, figures: dict[str, Any]) -> str:
         resumed = figures.get("perf/speedup_status") == "measured before the resume"
         return text + (", before the resume" if resumed else "")
     if key == "cudagraphs/partitions_graphed":
-        return partitions_cell(figures)
+        # N of M partitions in CUDA graphs, all when nothing runs eagerly, and a word on graphs the compile cache
+        # supplied (their partitions were decided by the process that compiled them, not counted here).
+        graphed, total = figures[key], figures.get("cudagraphs/partitions")
+        text = f"{graphed} of {total}" + (" (all)" if graphed == total else "")
+        return text + ("; cached graphs not counted" if figures.get("compile/cache_hits") else "")
     if key == "run/hub":  # each name at its commit, once (data.tokenizer reads the model's repo)
-        seen = dict.fromkeys(f"{h['name']}@{h['commit'][:12]}" for h in figures[key])
-        return ", ".join(seen)
+        return ", ".join(dict.fromkeys(f"{h['name']}@{h['commit'][:12]}" for h in figures[key]))
     return _fmt(figures[key])
-
-
-def partitions_cell(figures: dict[str, Any]) -> str:
-    """``N of M`` partitions in CUDA graphs, ``all`` when nothing runs eagerly, and a word on graphs the compile
-    cache supplied (their partitions were decided by the process that compiled them, not counted here)."""
-    graphed, total = figures["cudagraphs/partitions_graphed"], figures.get("cudagraphs/partitions")
-    text = f"{graphed} of {total}" + (" (all)" if graphed == total else "")
-    if figures.get("compile/cache_hits"):
-        text += "; cached graphs not counted"
-    return text
 
 
 def summary_sections(figures: dict[str, Any]) -> list[tuple[str, list[tuple[str, str]]]]:

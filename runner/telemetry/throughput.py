@@ -62,9 +62,7 @@ def trainable_parameters(module: torch.nn.Module) -> int:
 def estimate_flops(params: int, samples: int | None, tokens: int | None) -> float | None:
     """6 x trainable parameters x tokens (2 forward + 4 backward per parameter per token)."""
     count = tokens if tokens is not None else samples
-    if not count:
-        return None
-    return 6.0 * params * count
+    return 6.0 * params * count if count else None
 
 
 class StepFlops:

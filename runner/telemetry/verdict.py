@@ -9,9 +9,7 @@ from runner.metrics import counted
 
 
 def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value)
+    return None if isinstance(value, bool) or not isinstance(value, (int, float)) else float(value)
 
 
 def finite_number(value: Any) -> float | None:

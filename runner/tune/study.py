@@ -23,9 +23,8 @@ from runner.tune.space import EAGER, Space, current_values, param_overrides, res
 
 
 def time_per_token_us(tokens_per_s: Any) -> float | None:
-    if isinstance(tokens_per_s, (int, float)) and not isinstance(tokens_per_s, bool) and tokens_per_s > 0:
-        return 1e6 / float(tokens_per_s)
-    return None
+    positive = isinstance(tokens_per_s, (int, float)) and not isinstance(tokens_per_s, bool) and tokens_per_s > 0
+    return 1e6 / float(tokens_per_s) if positive else None
 
 
 class PruningReporter(pl.Callback):
