@@ -166,12 +166,11 @@ def _recipe_text(name: str, winner: TrialRow, base_cfg: RunConfig, run_overrides
             OmegaConf.update(merged, KEYS[choice], value)
     tree = OmegaConf.to_container(merged)
     defaults: list[Any] = ([base] if base else []) + [{f"override /{g}": v} for g, v in groups.items()] + ["_self_"]
-    vs_default = summary["speedup_vs_default_x"]
-    vs_eager = summary["speedup_vs_eager_x"]
     header = [
         "# @package _global_",
         f"# {base or 'the default job'} with the compile stack `runner tune` found fastest on {summary['device']}: "
-        f"{_x(vs_default)} the default stack's speed, {_x(vs_eager)} eager's, per token.",
+        f"{_x(summary['speedup_vs_default_x'])} the default stack's speed, {_x(summary['speedup_vs_eager_x'])} "
+        "eager's, per token.",
         f"# Written {datetime.date.today()} from {summary['study']} (trial {winner.number}); "
         f"val bits/byte {_num(winner.val_bpb)} vs eager {_num(summary['eager']['val_bpb'])} after {cfg.steps} steps.",
     ]
