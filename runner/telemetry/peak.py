@@ -84,28 +84,20 @@ def _timed_group(device: torch.device, a: torch.Tensor, b: torch.Tensor, out: to
     return time.perf_counter() - t0
 
 
-def _best_rate(device: torch.device, dtype: torch.dtype, n: int, reps: int) -> tuple[float, float]:
-    """(best FLOP/s, seconds of one repetition) of ``n`` x ``n`` matmuls after one warm-up."""
-    a = torch.randn(n, n, device=device).to(dtype)
-    b = torch.randn(n, n, device=device).to(dtype)
-    out = torch.empty(n, n, device=device, dtype=dtype)
-    # A CUDA matmul of a small size takes microseconds, less than its launch: time groups of them.
-    inner = 8 if device.type == "cuda" else 1
-    _timed_group(device, a, b, out, 1)  # warm-up: handles, caches, clocks
-    times = [_timed_group(device, a, b, out, inner) for _ in range(reps)]
-    best = min(times)
-    return (2.0 * n**3 * inner / best if best > 0 else 0.0), best
-
-
 def measure_tflops(device: torch.device, dtype: torch.dtype, budget_s: float = 0.5, reps: int = 5,
                    max_n: int | None = None) -> float:
     """The device's steady-state dense matmul rate in TFLOP/s (see the module docstring)."""
     max_n = max_n or (8192 if device.type == "cuda" else 4096)
     deadline: float | None = None
     best, n = 0.0, 256
-    while True:
-        rate, rep_s = _best_rate(device, dtype, n, reps)
-        best = max(best, rate)
+    # A CUDA matmul of a small size takes microseconds, less than its launch: time groups of them.
+    inner = 8 if device.type == "cuda" else 1
+    while True:  # n x n matmuls, the best of ``reps`` after one warm-up
+        a, b = (torch.randn(n, n, device=device).to(dtype) for _ in range(2))
+        out = torch.empty(n, n, device=device, dtype=dtype)
+        _timed_group(device, a, b, out, 1)  # warm-up: handles, caches, clocks
+        rep_s = min(_timed_group(device, a, b, out, inner) for _ in range(reps))
+        best = max(best, 2.0 * n**3 * inner / rep_s if rep_s > 0 else 0.0)
         # The budget starts after the first size: that one also pays one-off library initialisation.
         deadline = deadline or time.perf_counter() + budget_s
         # The next size does 8x the work per repetition: go there only if it still fits the budget.
