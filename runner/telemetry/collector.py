@@ -7,6 +7,7 @@ counted only in ``compile/frame_recompiles``. ``compile/graph_breaks`` counts di
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -121,46 +122,39 @@ class CompileCollector:
         self._names: dict[str, str] = {}  # compile_id -> label, so the backward compile is named too
         self._baseline_records: list[Any] = []
         self._baseline_counters: dict[str, dict[str, int]] = {}
-        self._unregister: Any = None
         self._handler: GraphBreakHandler | None = None
-        self._logger_state: tuple[int, bool] | None = None
+        self._undo = contextlib.ExitStack()  # what start() changed, put back by stop()
         self._final: list[observation.CompileRecord] | None = None
         self._final_counters: dict[str, dict[str, int]] | None = None
         self._live: tuple[int, list[int]] = (-1, [])  # (records + graphs when counted, live guard counts)
-        self._settings = settings.TorchSettings()  # the compile-record limit, put back by stop()
+        self._settings = settings.TorchSettings()  # the compile-record limit
 
     def start(self) -> CompileCollector:
         """Begin collecting: everything compiled before this call is excluded."""
         self._settings.compilation_metrics_limit(METRICS_LIMIT)
+        self._undo.callback(self._settings.restore)
         # Holding the old records keeps them alive, so their ids cannot be reused by new ones.
         self._baseline_records = observation.compilation_metrics()
         self._baseline_counters = observation.counters_snapshot()
         self._final = self._final_counters = None
         self._live = (-1, [])
-        self._unregister = observation.COMPILE_EVENT_SOURCE.subscribe(self._on_start, self._on_end)
         logger = observation.graph_break_logger()
         self._handler = GraphBreakHandler()
-        self._logger_state = (logger.level, logger.propagate)
+        self._undo.callback(setattr, logger, "propagate", logger.propagate)
+        self._undo.callback(logger.setLevel, logger.level)
+        self._undo.callback(logger.removeHandler, self._handler)
         if not logger.isEnabledFor(logging.DEBUG):
             # The user did not ask for graph-break logs: capture them without echoing to stderr.
             logger.setLevel(logging.DEBUG)
             logger.propagate = False
         logger.addHandler(self._handler)
+        self._undo.callback(observation.COMPILE_EVENT_SOURCE.subscribe(self._on_start, self._on_end))
         return self
 
     def stop(self) -> None:
         """Stop collecting; the figures stay readable and frozen at this point."""
         self._final, self._final_counters = self._records(), self._counter_delta()
-        if self._unregister is not None:
-            self._unregister()
-            self._unregister = None
-        if self._handler is not None and self._logger_state is not None:
-            logger = observation.graph_break_logger()
-            logger.removeHandler(self._handler)
-            logger.setLevel(self._logger_state[0])
-            logger.propagate = self._logger_state[1]
-            self._logger_state = None
-        self._settings.restore()
+        self._undo.close()
 
     def __enter__(self) -> CompileCollector:
         return self.start()
