@@ -8,7 +8,7 @@ import hashlib
 import io
 import logging
 from collections.abc import Callable
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -170,8 +170,9 @@ class Precomputed(Reference):
             root.mkdir(parents=True, exist_ok=True)
         return root / f"reference-{fingerprint(self.digest, data_key, self.precision, which, 1)}.npy"
 
-    def prepare(self, model: nn.Module, datamodule: Any, device: torch.device, writes: bool,
-                context: Callable[[], AbstractContextManager[Any]], wait: Callable[[], None]) -> None:
+    def prepare(self, model: nn.Module, datamodule: Any, device: torch.device, writes: bool = True,
+                context: Callable[[], AbstractContextManager[Any]] = nullcontext,
+                wait: Callable[[], None] = lambda: None) -> None:
         """Give each of ``datamodule``'s datasets its reference log-probabilities: read from the cache, else (where
         ``writes``: one process of a run) computed with ``model`` on ``device`` in ``context`` and written there.
         ``wait``: until the writing process is done (a barrier across ranks)."""
