@@ -87,18 +87,6 @@ def summary_rows(figures: dict[str, Any]) -> list[tuple[str, str]]:
     return [row for _, rows in summary_sections(figures) for row in rows]
 
 
-def legend_lines(figures: dict[str, Any], width: int = 100) -> list[str]:
-    """Under the console table: the result in one sentence, then what the timing rows measure."""
-    _, sentence = speedup_verdict(figures)
-    lines = textwrap.wrap(f"result: {sentence}.", width, subsequent_indent="  ")
-    shown = {label for label, _ in summary_rows(figures)}
-    for f in FIGURES.values():
-        if f.label in TIMING_LEGEND and f.label in shown:
-            lines += textwrap.wrap(f"{f.label.strip()}: {f.meaning}", width, initial_indent="  ",
-                                   subsequent_indent="    ")
-    return lines
-
-
 def format_summary(figures: dict[str, Any], title: str = "compile telemetry") -> str:
     """Render the headline figures as a text table (rich, no colour codes) for printing, followed by
     the result in one sentence, what the timing rows measure, and the recompile/graph-break reasons."""
@@ -120,9 +108,15 @@ def format_summary(figures: dict[str, Any], title: str = "compile telemetry") ->
     console = Console(width=100, record=True, force_terminal=False, color_system=None)
     with console.capture() as capture:
         console.print(table)
-    text = capture.get()
-    text += "\n".join([*legend_lines(figures), "  every figure: report.md in the run directory", ""])
-    return text + "".join(line + "\n" for line in _reason_lines(figures))
+    # Under the table: the result in one sentence, then what the timing rows measure.
+    lines = textwrap.wrap(f"result: {speedup_verdict(figures)[1]}.", 100, subsequent_indent="  ")
+    shown = {label for label, _ in summary_rows(figures)}
+    for f in FIGURES.values():
+        if f.label in TIMING_LEGEND and f.label in shown:
+            lines += textwrap.wrap(f"{f.label.strip()}: {f.meaning}", 100, initial_indent="  ",
+                                   subsequent_indent="    ")
+    lines += ["  every figure: report.md in the run directory", *_reason_lines(figures)]
+    return capture.get() + "".join(line + "\n" for line in lines)
 
 
 def _fix(entry: dict[str, Any]) -> str:

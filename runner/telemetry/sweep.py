@@ -41,16 +41,6 @@ COLUMNS: tuple[tuple[str, str], ...] = (
 STACK_GROUPS = ("compile", "dynamic", "offload", "cudagraphs")
 
 
-def _job_name(job_dir: Path, sweep_dir: Path) -> tuple[str, list[str]]:
-    """A job is named by its overrides (``compile=step,offload=bf16``), else by its directory."""
-    overrides_file = job_dir / ".hydra" / "overrides.yaml"
-    overrides: list[str] = []
-    if overrides_file.is_file():
-        loaded = yaml.safe_load(overrides_file.read_text())
-        overrides = [str(o) for o in loaded] if isinstance(loaded, list) else []
-    return (",".join(overrides) or str(job_dir.relative_to(sweep_dir))), overrides
-
-
 def _overall_key(run: dict[str, Any], criteria: tuple[tuple[str, str, bool], ...]) -> tuple[float, ...]:
     """The run's place by ``criteria`` (CRITERIA: speedup descending, then compile time, recompiles, memory
     ascending); missing last (a stable sort: in directory order)."""
@@ -84,7 +74,11 @@ def summarize_sweep(sweep_dir: Path, criteria: tuple[tuple[str, str, bool], ...]
             figures = json.loads(report.read_text())
         except (OSError, json.JSONDecodeError):
             continue  # a job that crashed while writing: skip it, rank the rest
-        job, overrides = _job_name(report.parent, sweep_dir)
+        # A job is named by its overrides (compile=step,offload=bf16), else by its directory.
+        overrides_file = report.parent / ".hydra" / "overrides.yaml"
+        loaded = yaml.safe_load(overrides_file.read_text()) if overrides_file.is_file() else []
+        overrides = [str(o) for o in loaded] if isinstance(loaded, list) else []
+        job = ",".join(overrides) or str(report.parent.relative_to(sweep_dir))
         runs.append({"job": job, "dir": str(report.parent), "overrides": overrides, "figures": figures})
     # Overrides every job shares (+recipe=..., trainer.max_steps=...) say nothing about which is which:
     # each job is named by the ones that differ, and the shared ones head the summary.

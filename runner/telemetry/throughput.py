@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import resource
 import sys
 from collections.abc import Callable
@@ -124,21 +125,11 @@ def peak_memory_gib(device: torch.device) -> float:
     """Peak memory: CUDA max allocated, else the process's ``VmHWM`` (reset at the fit's start), else ``getrusage``."""
     if device.type == "cuda" and torch.cuda.is_available():
         return torch.cuda.max_memory_allocated(device) / 2**30
-    hwm = _vm_hwm_kib()
-    if hwm is not None:
-        return hwm / 2**20
+    # The process's peak resident set in KiB from /proc/self/status, where there is one.
+    with contextlib.suppress(OSError, ValueError, IndexError), open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 2**20
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     # ru_maxrss is KiB on Linux and bytes on macOS.
     return rss / 2**30 if sys.platform == "darwin" else rss / 2**20
-
-
-def _vm_hwm_kib() -> int | None:
-    """The process's peak resident set in KiB from ``/proc/self/status`` (None where there is none)."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1])
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
