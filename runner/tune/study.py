@@ -19,7 +19,7 @@ from runner.lightning_step.callback_group import find_callback
 from runner.run import run
 from runner.telemetry import CompileTelemetry
 from runner.tune.output import TrialResult, TrialRow, write_outputs
-from runner.tune.space import EAGER, Space, current_values, param_overrides, resolve_space
+from runner.tune.space import EAGER, current_values, param_overrides, resolve_space
 
 
 def time_per_token_us(tokens_per_s: Any) -> float | None:
@@ -110,6 +110,24 @@ def tune(run_overrides: Sequence[str], cfg: TuneConfig, tune_dir: Path) -> dict[
     rows = [TrialRow.of(-1, "eager", eager_params, eager, state="baseline")]
     _say(f"eager baseline: {rows[0].line()}")
 
+    def objective(trial: Any) -> float:
+        params = {name: trial.suggest_categorical(name, options) for name, options in space.choices.items()}
+        name = "default" if trial.user_attrs.get("default_stack") else f"trial_{trial.number:03d}"
+        result = run_trial([*shared, *param_overrides(params)], tune_dir / f"{trial.number:03d}-{name}", trial)
+        state, reason, excess = judge(result, eager.val_bpb, cfg.loss_tolerance)
+        if excess is not None:  # <= 0: within the loss tolerance of eager; TPE samples away from > 0
+            trial.set_user_attr("bpb_excess", excess)
+            trial.set_constraint("val_bpb_excess", excess)
+        trial.set_user_attr("state", state)
+        trial.set_user_attr("reason", reason)
+        row = TrialRow.of(trial.number, name, params, result, state=state, reason=reason)
+        rows.append(row)
+        _say(f"trial {trial.number}: {row.line()}")
+        if state in ("invalid", "pruned", "failed"):
+            raise optuna.TrialPruned(reason)
+        assert result.us_per_token is not None
+        return result.us_per_token
+
     verbosity = optuna.logging.get_verbosity()
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # one line per trial is ours; restored below
     try:
@@ -121,7 +139,6 @@ def tune(run_overrides: Sequence[str], cfg: TuneConfig, tune_dir: Path) -> dict[
             direction="minimize", load_if_exists=True)
         default = {k: v for k, v in current_values(base_cfg).items() if k in space.choices}
         study.enqueue_trial(default, user_attrs={"default_stack": True})
-        objective = _objective(optuna, space, shared, tune_dir, eager.val_bpb, cfg, rows)
         study.optimize(objective, n_trials=cfg.trials, timeout=cfg.timeout_s, catch=())
     finally:
         optuna.logging.set_verbosity(verbosity)
@@ -146,25 +163,3 @@ def judge(result: TrialResult, eager_bpb: float | None, tolerance: float) -> tup
                             f"{eager_bpb:.4f}, beyond the tolerance {tolerance}"), excess
     return "complete", "", excess
 
-
-def _objective(optuna: Any, space: Space, shared: list[str], tune_dir: Path, eager_bpb: float | None,
-               cfg: TuneConfig, rows: list[TrialRow]) -> Any:
-    def objective(trial: Any) -> float:
-        params = {name: trial.suggest_categorical(name, options) for name, options in space.choices.items()}
-        name = "default" if trial.user_attrs.get("default_stack") else f"trial_{trial.number:03d}"
-        result = run_trial([*shared, *param_overrides(params)], tune_dir / f"{trial.number:03d}-{name}", trial)
-        state, reason, excess = judge(result, eager_bpb, cfg.loss_tolerance)
-        if excess is not None:  # <= 0: within the loss tolerance of eager; TPE samples away from > 0
-            trial.set_user_attr("bpb_excess", excess)
-            trial.set_constraint("val_bpb_excess", excess)
-        trial.set_user_attr("state", state)
-        trial.set_user_attr("reason", reason)
-        row = TrialRow.of(trial.number, name, params, result, state=state, reason=reason)
-        rows.append(row)
-        _say(f"trial {trial.number}: {row.line()}")
-        if state in ("invalid", "pruned", "failed"):
-            raise optuna.TrialPruned(reason)
-        assert result.us_per_token is not None
-        return result.us_per_token
-
-    return objective
