@@ -25,14 +25,6 @@ def _figure(**kwargs: Any) -> Figure:
     return Figure(**kwargs)
 
 
-def _steady_top(values: list[float]) -> float:
-    """The y-axis top: Q3 + 3 IQR of the steady steps (no higher than the slowest), with headroom."""
-    if len(values) < 4:
-        return 1.15 * max(values)
-    q1, _, q3 = statistics.quantiles(values, n=4, method="inclusive")
-    return 1.15 * min(max(values), q3 + 3 * (q3 - q1))
-
-
 def _pair_span(figures: dict[str, Any], points: list[dict[str, Any]]) -> tuple[int, int] | None:
     """First and last step of the interleaved pairs (``perf/speedup_steps``, else the eager steps)."""
     text = str(figures.get("perf/speedup_steps") or "")
@@ -73,7 +65,10 @@ def step_times_figure(figures: dict[str, Any]) -> Figure | None:
     # (the warm-up's first steps can be many times slower, and a compile step 1000 times).
     steady = ([p["ms"] for p in points if p["mode"] in ("compiled", "eager", "reverted")]
               or [p["ms"] for p in points if p["mode"] != "compile"] or [p["ms"] for p in points])
-    top = _steady_top(steady)
+    top = 1.15 * max(steady)  # Q3 + 3 IQR of the steady steps (no higher than the slowest), with headroom
+    if len(steady) >= 4:
+        q1, _, q3 = statistics.quantiles(steady, n=4, method="inclusive")
+        top = 1.15 * min(max(steady), q3 + 3 * (q3 - q1))
     fig = _figure(figsize=(9, 4.5))
     ax = fig.subplots()
     span = _pair_span(figures, points)
