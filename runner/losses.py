@@ -66,7 +66,11 @@ def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: to
         # torch's chunked loss (a custom op: one opaque node to torch.compile, no graph break), R positions' logits
         # at a time; out-of-range targets raise there, compiled too (the unchunked loss Inductor compiles on the CPU
         # aborts: pytorch issue 135546). ``rows`` is fixed before compile; a batch of another size needs no recompile.
-        h, weight, bias = _autocast_operands(h, weight, bias)
+        # The operands in autocast's dtype where it is on (the custom op is not autocast's), else in the hidden
+        # states'.
+        device = h.device.type
+        dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else h.dtype
+        h, weight, bias = h.to(dtype), weight.to(dtype), None if bias is None else bias.to(dtype)
         options = torch.nn.LinearCrossEntropyOptions(
             batch_chunk_size=rows, chunking_method=None,
             # True under torch.compile, where torch forces it anyway (its warning asks for it); eager backward then
@@ -75,12 +79,3 @@ def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: to
         out = F.linear_cross_entropy(h, weight, y, linear_bias=bias, reduction=reduction, ignore_index=ignore_index,
                                      options=options)
     return out.view(targets.shape) if reduction == "none" else out
-
-
-def _autocast_operands(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
-                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """The operands in autocast's dtype where it is on (the custom op is not autocast's), else in the hidden states'."""
-    device = h.device.type
-    dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else h.dtype
-    cast = [t if t is None or t.dtype == dtype else t.to(dtype) for t in (h, weight, bias)]
-    return cast[0], cast[1], cast[2]  # type: ignore[return-value]
