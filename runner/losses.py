@@ -61,27 +61,21 @@ def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targets: to
                          "be the hidden states' without their last dimension")
     h, y = hidden.reshape(-1, hidden.shape[-1]), targets.reshape(-1)
     if rows is None:  # the reference: whole logits, cross-entropy in float32
-        logits = F.linear(h, weight, bias).float()
-        out = F.cross_entropy(logits, y, ignore_index=ignore_index, reduction=reduction)
-        return out.view(targets.shape) if reduction == "none" else out
-    # torch's chunked loss (a custom op: one opaque node to torch.compile, no graph break), R positions' logits at a
-    # time; out-of-range targets raise there, compiled too (the unchunked loss Inductor compiles on the CPU aborts:
-    # pytorch issue 135546). ``rows`` is fixed before compile; a batch of another size needs no recompile.
-    h, weight, bias = _autocast_operands(h, weight, bias)
-    options = torch.nn.LinearCrossEntropyOptions(
-        batch_chunk_size=rows, chunking_method=None,
-        # True under torch.compile, where torch forces it anyway (its warning asks for it); eager backward then
-        # scales the stored gradients in place instead of allocating a copy.
-        allow_retain_graph=torch.compiler.is_compiling())
-    out = F.linear_cross_entropy(h, weight, y, linear_bias=bias, reduction=reduction, ignore_index=ignore_index,
-                                 options=options)
+        out = F.cross_entropy(F.linear(h, weight, bias).float(), y, ignore_index=ignore_index, reduction=reduction)
+    else:
+        # torch's chunked loss (a custom op: one opaque node to torch.compile, no graph break), R positions' logits
+        # at a time; out-of-range targets raise there, compiled too (the unchunked loss Inductor compiles on the CPU
+        # aborts: pytorch issue 135546). ``rows`` is fixed before compile; a batch of another size needs no recompile.
+        # The operands in autocast's dtype where it is on (the custom op is not autocast's), else in the hidden
+        # states'.
+        device = h.device.type
+        dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else h.dtype
+        h, weight, bias = h.to(dtype), weight.to(dtype), None if bias is None else bias.to(dtype)
+        options = torch.nn.LinearCrossEntropyOptions(
+            batch_chunk_size=rows, chunking_method=None,
+            # True under torch.compile, where torch forces it anyway (its warning asks for it); eager backward then
+            # scales the stored gradients in place instead of allocating a copy.
+            allow_retain_graph=torch.compiler.is_compiling())
+        out = F.linear_cross_entropy(h, weight, y, linear_bias=bias, reduction=reduction, ignore_index=ignore_index,
+                                     options=options)
     return out.view(targets.shape) if reduction == "none" else out
-
-
-def _autocast_operands(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
-                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """The operands in autocast's dtype where it is on (the custom op is not autocast's), else in the hidden states'."""
-    device = h.device.type
-    dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else h.dtype
-    cast = [t if t is None or t.dtype == dtype else t.to(dtype) for t in (h, weight, bias)]
-    return cast[0], cast[1], cast[2]  # type: ignore[return-value]

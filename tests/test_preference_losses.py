@@ -46,7 +46,7 @@ from runner.peft import apply_peft
 from runner.training.logprobs import sequence_logps, token_logps
 from runner.training.loss import FULL_LOGITS, resolve_loss
 from runner.training.preference import PreferenceModule
-from runner.training.reference import AdapterReference, FrozenCopy, NoReference
+from runner.training.reference import AdapterReference, FrozenCopy, Reference
 from tests.tolerance import drift
 
 needs_chunking = pytest.mark.skipif(chunking_unavailable() is not None, reason=str(chunking_unavailable()))
@@ -175,12 +175,12 @@ def _module(loss: Loss, adapted: bool, beta: float, label_smoothing: float, chun
         plan = resolve_loss(model, LossConfig(chunked=True, chunks=chunks), peft, {"batch_size": 6, "seq_len": SEQ},
                             None)
         assert plan.decision.chunked and plan.head == "model.lm_head", plan
-    reference: NoReference
+    reference: Reference
     if adapted:
         lora(model, targets)
-        reference = AdapterReference(model) if loss is Loss.dpo else NoReference()
+        reference = AdapterReference(model) if loss is Loss.dpo else Reference()
     else:
-        reference = FrozenCopy(model) if loss is Loss.dpo else NoReference()
+        reference = FrozenCopy(model) if loss is Loss.dpo else Reference()
     objective = ObjectiveConfig(loss=loss, beta=beta, label_smoothing=label_smoothing, gamma=0.5)
     return PreferenceModule(model, torch.optim.AdamW, objective, reference, loss=plan), base
 

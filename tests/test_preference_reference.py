@@ -17,7 +17,7 @@ from runner.data.preference import PreferenceDataModule
 from runner.models.hf import CausalLM
 from runner.peft import apply_peft
 from runner.training.preference import CHECKPOINT_KEY, PreferenceModule
-from runner.training.reference import FrozenCopy, Precomputed, cache_key
+from runner.training.reference import FrozenCopy, Precomputed
 from tests.hf_models import save_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,8 +38,8 @@ def _table(path: Path, rows: list[dict[str, Any]]) -> Path:
 def _key(model: torch.nn.Module, path: Path, precision: str = "32-true", **data: Any) -> str:
     module = PreferenceDataModule(str(path), **{"seq_len": 128, "batch_size": 4, **data})
     module.setup()
-    return cache_key(Precomputed(model, precision, None, base_only=False).digest, module.reference_key(), precision,
-                     "train")
+    reference = Precomputed(model, precision, str(path.parent / "cache"), base_only=False)
+    return reference.path(module.reference_key(), "train").name
 
 
 def test_the_cache_key_changes_with_everything_the_log_probabilities_depend_on(tmp_path: Path) -> None:

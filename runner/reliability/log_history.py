@@ -48,13 +48,6 @@ def read_rows(path: Path) -> tuple[list[str], list[Row]]:
     return list(reader.fieldnames or []), list(reader)
 
 
-def row_step(row: Row) -> int | None:
-    try:
-        return int(float(row.get("step") or ""))
-    except ValueError:
-        return None
-
-
 def _encode(keys: list[str], rows: list[dict[str, Any]], header: bool) -> bytes:
     buffer = io.StringIO(newline="")
     writer = csv.DictWriter(buffer, fieldnames=keys, restval="")
@@ -83,11 +76,6 @@ class DurableCsvWriter(ExperimentWriter):
     @property
     def path(self) -> Path:
         return Path(self.metrics_file_path)
-
-    @property
-    def rows_logged(self) -> int:
-        """Rows in the file plus rows logged but not yet saved: the index the next row will have."""
-        return self.rows_in_file + len(self.metrics)
 
     def log_hparams(self, params: dict[str, Any]) -> None:
         """Record hparams and write ``hparams.yaml`` atomically."""
@@ -170,14 +158,13 @@ class DurableCsvWriter(ExperimentWriter):
         self.rows_in_file += len(rows)
 
 
-EVENT_FILE_GLOB = "events.out.tfevents.*"
 _HEADER = 12  # uint64 length + uint32 masked CRC of the length
 _FOOTER = 4  # uint32 masked CRC of the data
 
 
 def event_files(log_dir: str | os.PathLike[str]) -> list[Path]:
     """The TensorBoard event files directly in ``log_dir``, sorted by name (i.e. by creation time)."""
-    return sorted(p for p in Path(log_dir).glob(EVENT_FILE_GLOB) if p.is_file() and not p.name.startswith("."))
+    return sorted(p for p in Path(log_dir).glob("events.out.tfevents.*") if p.is_file() and not p.name.startswith("."))
 
 
 def _event_class() -> Any:
@@ -326,7 +313,9 @@ def _keep_rows(covered: int, step: int) -> KeepRow:
     """Rows on disk when the checkpoint was written (the first ``covered``), then rows before ``step``."""
 
     def keep(index: int, row: Row) -> bool:
-        s = row_step(row)
-        return index < covered or s is None or s < step
+        try:
+            return index < covered or int(float(row.get("step") or "")) < step
+        except ValueError:  # a row without a step
+            return True
 
     return keep

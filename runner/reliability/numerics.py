@@ -72,46 +72,6 @@ def fold_flags(earlier: tuple[torch.Tensor, torch.Tensor] | None,
 log = logging.getLogger(__name__)
 
 
-class DeviceSkips:
-    """The guard's view of the skips a graph-safe optimizer step made on the device."""
-
-    def __init__(self, step: Any, max_skipped_steps: int, ckpt_path: Path) -> None:
-        self.step = step  # The stack's ``GraphSafeStep`` (``CompileStack.skip_nonfinite_on_device``).
-        self.max_skipped_steps = max_skipped_steps
-        self.ckpt_path = ckpt_path
-        self._seen = 0  # device skips already logged
-        self._before = 0  # steps skipped before this fit (a resumed guard's state)
-        self._stopping = False  # saving the last good state: its own on_save_checkpoint reads nothing
-
-    def start(self, global_step: int, skipped_before: int) -> None:
-        """At the first training step: the device counts steps from ``global_step``."""
-        self.step.count_from(global_step)
-        self._before = skipped_before
-
-    def read(self, trainer: Any, skipped: list[int], stop: type[RunStopped]) -> None:
-        """Read the device's record (one host read): each newly skipped step (1-based) appended to ``skipped``
-        and logged; past ``max_skipped_steps`` the last good state is saved and ``stop`` raised."""
-        if self._stopping:
-            return
-        count, at = self.step.read_skips()
-        for i in range(self._seen, count):
-            number = at[min(i, len(at) - 1)] + 1
-            if self._before + i >= self.max_skipped_steps:
-                self._stopping = True
-                trainer.save_checkpoint(self.ckpt_path)
-                raise stop(
-                    f"non-finite gradients at step {number} after skipping {counted(len(skipped), 'step')} "
-                    f"({skipped}): each update was skipped on the device, so the weights saved to {self.ckpt_path} "
-                    f"(after step {trainer.global_step}) never took one. Fix: lower optimizer.lr or keep "
-                    "trainer.gradient_clip_val set, check the data near these steps, then resume with ckpt_path=last "
-                    "in the same run dir; or raise reliability.max_skipped_steps.")
-            skipped.append(number)
-            log.warning("non-finite gradients at step %d: update skipped on the device (%d of at most %d)",
-                        number, len(skipped), self.max_skipped_steps)
-        self._seen = count
-
-
-
 class NonFiniteLossError(RunStopped):
     """The training loss was nan or inf; the message names the step and the saved checkpoint."""
 
@@ -171,13 +131,17 @@ class NonFiniteGuard(Callback):
         self._saving = False
         self._trainer: L.Trainer | None = None
         self._original_step: Callable[..., Any] | None = None
-        self._device: DeviceSkips | None = None  # skip handed to a graph-safe optimizer step
+        # Skip handed to a graph-safe optimizer step: the stack's ``GraphSafeStep``
+        # (``CompileStack.skip_nonfinite_on_device``), the device skips already logged, the steps skipped before this
+        # fit (a resumed guard's state), and whether it is saving the last good state (its own save reads nothing).
+        self._device: Any = None
+        self._seen = self._before = 0
+        self._stopping = False
 
     # Its ``on_before_optimizer_step`` reads its own loss copies, never a gradient: a graph-safe optimizer step runs
     # beside it.
     leaves_gradients_alone = True
 
-    # -- wiring --------------------------------------------------------------------------------
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._every = self.check_every or check_every_for(trainer.strategy.root_device,
                                                           getattr(trainer, "log_every_n_steps", 50))
@@ -190,19 +154,20 @@ class NonFiniteGuard(Callback):
             log.warning("reliability.on_nonfinite=skip: %s steps its optimizers itself (manual optimization), "
                         "so no step can be skipped for it; a non-finite loss stops the run instead, as with "
                         "reliability.on_nonfinite=stop", type(pl_module).__name__)
-        self._device = None
+        self._device, self._seen, self._stopping = None, 0, False
         if self._policy is OnNonFinite.skip:
             stack = stack_of(trainer)
             step = stack.skip_nonfinite_on_device(self.max_skipped_steps + 1) if stack is not None else None
             if step is not None:  # the graph-safe step skips on the device: no read before every update
-                self._device = DeviceSkips(step, self.max_skipped_steps, self.ckpt_path)
+                self._device = step
                 return
             self._original_step = pl_module.optimizer_step
             pl_module.optimizer_step = self._guarded_optimizer_step  # type: ignore[method-assign]
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if self._device is not None:
-            self._device.start(trainer.global_step, len(self.skipped))
+        if self._device is not None:  # it counts steps from here
+            self._device.count_from(trainer.global_step)
+            self._before = len(self.skipped)
 
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         self._trainer = None
@@ -248,8 +213,7 @@ class NonFiniteGuard(Callback):
         step = trainer.global_step + 1
         if self._device is not None and step % self._every == 0 and self._read_at != step:
             self._read_at = step
-            self.reads += 1
-            self._device.read(trainer, self.skipped, NonFiniteLossError)
+            self._read_device(trainer)
         if self._policy is not OnNonFinite.stop or step % self._every or self._read_at == step:
             return
         self._read_at = step
@@ -260,17 +224,38 @@ class NonFiniteGuard(Callback):
         # ran (what is pending belongs to the step under way); this guard's own save is the last good state.
         if self._policy is OnNonFinite.stop and not self._saving:
             self._decide(trainer, *self._read(trainer))
-        if self._device is not None:
-            self.reads += 1
-            self._device.read(trainer, self.skipped, NonFiniteLossError)
+        self._read_device(trainer)
         self._saved_at = trainer.global_step
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if self._device is not None:
-            self.reads += 1
-            self._device.read(trainer, self.skipped, NonFiniteLossError)
+        self._read_device(trainer)
         if self._policy is OnNonFinite.stop:  # a non-finite loss in the last steps stops the run too
             self._decide(trainer, *self._read(trainer))
+
+    def _read_device(self, trainer: L.Trainer) -> None:
+        """Read the graph-safe step's record (one host read): each newly skipped step (1-based) appended to
+        ``skipped`` and logged; past ``max_skipped_steps`` the last good state is saved and the run stopped."""
+        if self._device is None:
+            return
+        self.reads += 1
+        if self._stopping:
+            return
+        count, at = self._device.read_skips()
+        for i in range(self._seen, count):
+            number = at[min(i, len(at) - 1)] + 1
+            if self._before + i >= self.max_skipped_steps:
+                self._stopping = True
+                trainer.save_checkpoint(self.ckpt_path)
+                raise NonFiniteLossError(
+                    f"non-finite gradients at step {number} after skipping {counted(len(self.skipped), 'step')} "
+                    f"({self.skipped}): each update was skipped on the device, so the weights saved to "
+                    f"{self.ckpt_path} (after step {trainer.global_step}) never took one. Fix: lower optimizer.lr or "
+                    "keep trainer.gradient_clip_val set, check the data near these steps, then resume with "
+                    "ckpt_path=last in the same run dir; or raise reliability.max_skipped_steps.")
+            self.skipped.append(number)
+            log.warning("non-finite gradients at step %d: update skipped on the device (%d of at most %d)",
+                        number, len(self.skipped), self.max_skipped_steps)
+        self._seen = count
 
     def _decide(self, trainer: L.Trainer, flag: int, first: int, mine: bool) -> None:
         if flag == 0:

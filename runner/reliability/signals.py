@@ -24,8 +24,6 @@ from runner.reliability.numerics import agreed_flag, check_every_for
 
 log = logging.getLogger(__name__)
 
-INTERRUPT_SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
 
 def exit_code(signum: int) -> int:
     """The shell's convention for a process stopped by a signal: 130 for SIGINT, 143 for SIGTERM."""
@@ -58,7 +56,7 @@ class GracefulInterrupt(Callback):
                                                           getattr(trainer, "log_every_n_steps", 50))
         # Lightning registers its SIGTERM handler after on_fit_start, just before the loops run.
         self._lightning_sigterm = signal.getsignal(signal.SIGTERM)
-        for signum in INTERRUPT_SIGNALS:
+        for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, self._on_signal)
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:

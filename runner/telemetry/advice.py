@@ -156,11 +156,6 @@ _GENERIC_RECOMPILE = ("make the value the guard checks stable between steps (a t
 _LOCATION_RE = re.compile(r"#\s*(?:[^#]*#\s*)?(?P<file>[^\s#]+\.py):(?P<line>\d+)")
 
 
-def _first_line(text: str) -> str:
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    return lines[0] if lines else "unknown"
-
-
 def _in_library(where: str | None, library: str) -> bool:
     """Whether ``where`` is inside the installed package ``library`` (or a path relative to it)."""
     path = (where or "").replace("\\", "/")
@@ -222,7 +217,7 @@ def recompile_fix(reason: str, where: str | None = None, batches: Batches = UNKN
 
 def advise(kind: str, reason: str, where: str | None = None, batches: Batches = UNKNOWN_BATCHES) -> Advice:
     """``kind`` is ``graph_break`` or ``recompile``; ``where`` defaults to the location in the reason."""
-    first = _first_line(reason)
+    first = next((ln.strip() for ln in reason.splitlines() if ln.strip()), "unknown")
     if kind == "graph_break":
         return Advice(kind, where, first, graph_break_fix(reason, where))
     if kind == "recompile":

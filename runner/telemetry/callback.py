@@ -41,7 +41,6 @@ class StepClock:
     def __init__(self, device: torch.device, wait: Callable[[], None] | None = None) -> None:
         if wait is None and device.type == "cuda":
             wait = partial(torch.cuda.synchronize, device)
-        self.device = device
         self.wait = wait
         self.waits = 0  # How many times the clock waited for the device (two per timed step).
         self._t0: float | None = None
@@ -68,42 +67,33 @@ class StepClock:
         """End the step: (milliseconds on the host clock, whether that is the step's real time)."""
         if self._t0 is None:
             raise RuntimeError("StepClock.stop() without start()")
-        if self._timed and self.asynchronous:
+        if self._timed:
             self._wait()
         ms = (time.perf_counter() - self._t0) * 1000.0
         self._t0 = None
         return ms, self._timed
 
 
-# The figures gathered from every rank at the end of a multi-process fit (``ranks/<figure>``).
-RANK_FIELDS = ("perf/step_ms", "perf/samples_per_s", "perf/tokens_per_s", "memory/peak_gib", "compile/time_s",
-               "compile/graphs", "compile/recompiles", "compile/graph_breaks")
 # The figures every rank must share: ranks that compile differently deadlock or diverge.
 AGREEING_FIELDS = frozenset({"compile/graphs", "compile/recompiles", "compile/graph_breaks"})
 
-# The throughput figures, each summed over ranks.
-RATES = ("perf/samples_per_s", "perf/tokens_per_s", "perf/examples_per_s", "perf/loss_tokens_per_s")
-Rates = dict[str, float | None]  # Each of ``RATES``; None where no rank measured that rate.
+# The throughput figures, each summed over ranks, and the count of a step (``BatchCounts``) each is the rate of.
+RATE_OF = {"perf/samples_per_s": "samples", "perf/tokens_per_s": "tokens", "perf/examples_per_s": "examples",
+           "perf/loss_tokens_per_s": "loss_tokens"}
+Rates = dict[str, float | None]  # Each of ``RATE_OF``; None where no rank measured that rate.
 
 
 def gather_rank_figures(strategy: pl.strategies.Strategy, own: dict[str, Any],
                         device: torch.device) -> tuple[dict[str, Any], Rates]:
     """One all-gather: ``ranks/<figure>`` lists, ``ranks/compiles_agree`` and the rates summed over ranks."""
-    fields = (*RANK_FIELDS, *(k for k in RATES if k not in RANK_FIELDS))
+    fields = (*PER_RANK, *(k for k in RATE_OF if k not in PER_RANK))  # PER_RANK: what each rank reports
     local = torch.tensor([float(own.get(k) or 0.0) for k in fields], dtype=torch.float64, device=device)
     rows = strategy.all_gather(local).reshape(-1, len(fields)).cpu().tolist()
-    per_rank: dict[str, Any] = {PER_RANK[key]: [row[i] for row in rows] for i, key in enumerate(RANK_FIELDS)}
-    total = {key: sum(row[fields.index(key)] for row in rows) or None for key in RATES}
-    compiles = [tuple(row[i] for i, k in enumerate(RANK_FIELDS) if k in AGREEING_FIELDS) for row in rows]
+    per_rank: dict[str, Any] = {PER_RANK[key]: [row[i] for row in rows] for i, key in enumerate(PER_RANK)}
+    total = {key: sum(row[fields.index(key)] for row in rows) or None for key in RATE_OF}
+    compiles = [tuple(row[i] for i, k in enumerate(PER_RANK) if k in AGREEING_FIELDS) for row in rows]
     per_rank["ranks/compiles_agree"] = len(set(compiles)) == 1
     return per_rank, total
-
-
-def sum_rates(strategy: pl.strategies.Strategy, own: Rates, device: torch.device) -> Rates:
-    """Each rate summed over ranks by one all-reduce; a rate no rank measured stays None."""
-    rates = torch.tensor([own.get(k) or 0.0 for k in RATES], dtype=torch.float64, device=device)
-    total = strategy.reduce(rates, reduce_op="sum").tolist()
-    return {k: v or None for k, v in zip(RATES, total, strict=True)}
 
 
 def scalars(figures: dict[str, Any]) -> dict[str, float]:
@@ -113,12 +103,6 @@ def scalars(figures: dict[str, Any]) -> dict[str, float]:
         if isinstance(value, bool) or (isinstance(value, (int, float)) and math.isfinite(value)):
             out[key] = float(value)
     return out
-
-
-def log_scalars(trainer: pl.Trainer, metrics: dict[str, float], step: int) -> None:
-    """Send ``metrics`` to every logger of the trainer (loggers are rank-zero-only themselves)."""
-    for logger in trainer.loggers:
-        logger.log_metrics(metrics, step=step)
 
 
 def _with_fix(entry: dict[str, Any]) -> str:
@@ -148,14 +132,10 @@ def log_reason_table(trainer: pl.Trainer, figures: dict[str, Any]) -> None:
     import wandb
 
     columns = ["kind", "name", "location", "step", "count", "reason"]
-    for logger in wandb_loggers:
-        table = wandb.Table(columns=list[Any](columns), data=[[_cell(v) for v in row] for row in reason_rows(figures)])
-        logger.experiment.log({"compile/reasons": table})
-
-
-def _cell(value: Any) -> Any:
     # wandb.Table wants one type per column; None would make "step"/"count" mixed-type.
-    return "" if value is None else value
+    data = [["" if v is None else v for v in row] for row in reason_rows(figures)]
+    for logger in wandb_loggers:
+        logger.experiment.log({"compile/reasons": wandb.Table(columns=list[Any](columns), data=data)})
 
 
 def write_events_text(path: Path, figures: dict[str, Any]) -> None:
@@ -164,16 +144,12 @@ def write_events_text(path: Path, figures: dict[str, Any]) -> None:
     for e in figures.get("compile/events") or []:
         lines.append(f"step {e.get('step')}\t{e.get('kind')}\t{e.get('duration_s', 0.0):.2f} s\t{e.get('name')}")
     lines += ["", "# reasons: kind, name, location, step, count, reason"]
-    for row in reason_rows(figures):
-        kind, name, location, step, count, reason = row
+    for kind, name, location, step, count, reason in reason_rows(figures):
         lines.append(f"{kind}\t{name or '-'}\t{location or '-'}\tstep {step}\tx{count}\n    {reason}")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines) + "\n")
 
 
-# Each throughput figure and the count of a step (``BatchCounts``) it is the rate of.
-RATE_OF = {"perf/samples_per_s": "samples", "perf/tokens_per_s": "tokens", "perf/examples_per_s": "examples",
-           "perf/loss_tokens_per_s": "loss_tokens"}
 # A step the compile beside the run holds eager: before its switch, or back to eager after it (not the meter's).
 BESIDE_MODES: dict[Eager | None, str] = {Eager.beside: "background", Eager.reverted: "reverted"}
 
@@ -211,7 +187,6 @@ class CompileTelemetry(pl.Callback):
         self._held = False
         self.host_device: NoHostDevice = NoHostDevice()
 
-    # -- lifecycle ---------------------------------------------------------------------------
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         """Resolve the device, the MFU peak and the clock (collecting starts in ``on_fit_start``)."""
         if stage != "fit" or self.progress is not None:
@@ -259,7 +234,7 @@ class CompileTelemetry(pl.Callback):
         if held is not None:
             self.step_mode.hold(held)
         if mode == "flops":
-            self.flops.counter.start()
+            self.flops.start()
         step = trainer.global_step
         self.collector.step = step
         # One sampled step per logging interval feeds step_ms and throughput; with gradient
@@ -296,9 +271,15 @@ class CompileTelemetry(pl.Callback):
         step = trainer.global_step
         if step % max(1, self.cfg.log_every_n_steps) == 0:
             if trainer.world_size > 1:  # every rank reaches this step: the all-reduce is matched
-                self._world_rates = sum_rates(trainer.strategy, self._own_rates(), self._device)
+                # Each rate summed over ranks; a rate no rank measured stays None.
+                own = torch.tensor([r or 0.0 for r in self._own_rates().values()], dtype=torch.float64,
+                                   device=self._device)
+                total = trainer.strategy.reduce(own, reduce_op="sum").tolist()
+                self._world_rates = {k: v or None for k, v in zip(RATE_OF, total, strict=True)}
             if trainer.is_global_zero:
-                log_scalars(trainer, scalars(self._figures(series=False)), step)
+                live = scalars(self._figures(series=False))
+                for logger in trainer.loggers:  # loggers are rank-zero-only themselves
+                    logger.log_metrics(live, step=step)
 
     def _end_step_state(self) -> None:
         """Leave the step: stop the FLOP counter and restore the stance (also after an exception)."""
@@ -307,7 +288,7 @@ class CompileTelemetry(pl.Callback):
         mode, held, _ = self._step_state
         self._step_state = None
         if mode == "flops":
-            self.flops.counter.stop()
+            self.flops.stop()
         if held is not None:
             self.step_mode.release(held)
 
@@ -321,7 +302,8 @@ class CompileTelemetry(pl.Callback):
         self._finish()
         figures = self.figures()
         if trainer.is_global_zero:
-            log_scalars(trainer, scalars(figures), trainer.global_step)
+            for logger in trainer.loggers:
+                logger.log_metrics(scalars(figures), step=trainer.global_step)
             log_reason_table(trainer, figures)
             if self.run_dir is not None:
                 write_events_text(self.run_dir / "compile_events.txt", figures)
@@ -364,12 +346,9 @@ class CompileTelemetry(pl.Callback):
         self._carried = dict(state_dict.get("speedup") or {})
         self._compiled_before_s = float(state_dict.get("compile_time_s") or 0.0)
 
-    # -- figures -----------------------------------------------------------------------------
     def figures(self) -> dict[str, Any]:
         """The flat figures dict (namespaced keys with units, plus reason lists); final after fit."""
-        if self._final is not None:
-            return {**self._final, **self.trace.figures()}
-        return self._figures()
+        return {**self._final, **self.trace.figures()} if self._final is not None else self._figures()
 
     def _figures(self, series: bool = True) -> dict[str, Any]:
         figures: dict[str, Any] = dict(self.collector.figures()) if self.collector is not None else {}

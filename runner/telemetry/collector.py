@@ -7,6 +7,7 @@ counted only in ``compile/frame_recompiles``. ``compile/graph_breaks`` counts di
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -27,6 +28,7 @@ from runner.telemetry.advice import (
 )
 from runner.torch_internals import observation, settings
 
+METRICS_LIMIT = 100_000  # Compile records torch keeps, at least (its default, 64, loses records in long runs).
 _LOCATION_RE = re.compile(r"in user code at (?P<file>.+?):(?P<line>\d+)\s*$", re.MULTILINE)
 
 
@@ -84,14 +86,8 @@ def recompile_events(forward: list[observation.CompileRecord]) -> list[dict[str,
         if parent is not None and frame_recompiles[(r.co_filename, parent)] > folded[key]:
             folded[key] += 1
             continue
-        events.append(
-            {
-                "name": r.co_name,
-                "location": f"{r.co_filename}:{r.co_firstlineno}",
-                "compile_id": r.compile_id,
-                "reason": r.recompile_reason,
-            }
-        )
+        events.append({"name": r.co_name, "location": f"{r.co_filename}:{r.co_firstlineno}",
+                       "compile_id": r.compile_id, "reason": r.recompile_reason})
     return events
 
 
@@ -105,7 +101,6 @@ class CompileListener(Protocol):
 
 @dataclass
 class _Open:
-
     label: str
     kind: str
     step: int | None
@@ -116,13 +111,10 @@ class CompileCollector:
     """Collects compile figures between :meth:`start` (registers torch callbacks and a log handler) and
     :meth:`stop`; set :attr:`step` so events carry the step they happened in."""
 
-    def __init__(self, listeners: tuple[CompileListener, ...] = (), metrics_limit: int = 100_000,
-                 batches: Batches = UNKNOWN_BATCHES) -> None:
-        """``metrics_limit``: compile records torch keeps (its default, 64, loses records in long runs);
-        ``batches``: what the run's batches are, for the fix of a recompile of a new shape."""
+    def __init__(self, listeners: tuple[CompileListener, ...] = (), batches: Batches = UNKNOWN_BATCHES) -> None:
+        """``batches``: what the run's batches are, for the fix of a recompile of a new shape."""
         self.listeners = listeners
         self.batches = batches
-        self.metrics_limit = metrics_limit
         self.step: int | None = None
         self.events: list[dict[str, Any]] = []
         self._lock = threading.Lock()
@@ -130,47 +122,39 @@ class CompileCollector:
         self._names: dict[str, str] = {}  # compile_id -> label, so the backward compile is named too
         self._baseline_records: list[Any] = []
         self._baseline_counters: dict[str, dict[str, int]] = {}
-        self._unregister: Any = None
         self._handler: GraphBreakHandler | None = None
-        self._logger_state: tuple[int, bool] | None = None
+        self._undo = contextlib.ExitStack()  # what start() changed, put back by stop()
         self._final: list[observation.CompileRecord] | None = None
         self._final_counters: dict[str, dict[str, int]] | None = None
         self._live: tuple[int, list[int]] = (-1, [])  # (records + graphs when counted, live guard counts)
-        self._settings = settings.TorchSettings()  # the compile-record limit, put back by stop()
+        self._settings = settings.TorchSettings()  # the compile-record limit
 
-    # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> CompileCollector:
         """Begin collecting: everything compiled before this call is excluded."""
-        self._settings.compilation_metrics_limit(self.metrics_limit)
+        self._settings.compilation_metrics_limit(METRICS_LIMIT)
+        self._undo.callback(self._settings.restore)
         # Holding the old records keeps them alive, so their ids cannot be reused by new ones.
         self._baseline_records = observation.compilation_metrics()
         self._baseline_counters = observation.counters_snapshot()
         self._final = self._final_counters = None
         self._live = (-1, [])
-        self._unregister = observation.COMPILE_EVENT_SOURCE.subscribe(self._on_start, self._on_end)
         logger = observation.graph_break_logger()
         self._handler = GraphBreakHandler()
-        self._logger_state = (logger.level, logger.propagate)
+        self._undo.callback(setattr, logger, "propagate", logger.propagate)
+        self._undo.callback(logger.setLevel, logger.level)
+        self._undo.callback(logger.removeHandler, self._handler)
         if not logger.isEnabledFor(logging.DEBUG):
             # The user did not ask for graph-break logs: capture them without echoing to stderr.
             logger.setLevel(logging.DEBUG)
             logger.propagate = False
         logger.addHandler(self._handler)
+        self._undo.callback(observation.COMPILE_EVENT_SOURCE.subscribe(self._on_start, self._on_end))
         return self
 
     def stop(self) -> None:
         """Stop collecting; the figures stay readable and frozen at this point."""
         self._final, self._final_counters = self._records(), self._counter_delta()
-        if self._unregister is not None:
-            self._unregister()
-            self._unregister = None
-        if self._handler is not None and self._logger_state is not None:
-            logger = observation.graph_break_logger()
-            logger.removeHandler(self._handler)
-            logger.setLevel(self._logger_state[0])
-            logger.propagate = self._logger_state[1]
-            self._logger_state = None
-        self._settings.restore()
+        self._undo.close()
 
     def __enter__(self) -> CompileCollector:
         return self.start()
@@ -200,9 +184,8 @@ class CompileCollector:
         if job is None:
             return
         seconds = time.perf_counter() - job.started
-        self.events.append(
-            {"kind": job.kind, "name": job.label, "compile_id": compile_id, "step": job.step, "duration_s": seconds}
-        )
+        self.events.append({"kind": job.kind, "name": job.label, "compile_id": compile_id, "step": job.step,
+                            "duration_s": seconds})
         for listener in self.listeners:
             listener.compile_finished(job.label, job.kind, seconds)
 
@@ -211,7 +194,6 @@ class CompileCollector:
         with self._lock:
             return [(job.label, now - job.started) for job in self._open.values()]
 
-    # -- figures -----------------------------------------------------------------------------
     def _records(self) -> list[observation.CompileRecord]:
         if self._final is not None:
             return self._final
@@ -223,9 +205,7 @@ class CompileCollector:
             return self._final_counters
         now, base = observation.counters_snapshot(), self._baseline_counters
         # torch never decreases counters; max(0, .) guards against someone clearing them mid-run.
-        return {
-            g: {k: max(0, v - base.get(g, {}).get(k, 0)) for k, v in values.items()} for g, values in now.items()
-        }
+        return {g: {k: max(0, v - base.get(g, {}).get(k, 0)) for k, v in values.items()} for g, values in now.items()}
 
     def _live_guards(self, compiles: int) -> list[int]:
         """Live guard counts, recounted when ``compiles`` (records + graphs so far) has changed."""
@@ -254,6 +234,7 @@ class CompileCollector:
             event["step"] = steps.get(event["compile_id"])
         breaks = self.graph_breaks(counters)
         fallbacks = observation.counter(counters, "frames_total") - observation.counter(counters, "frames_ok")
+        recordings = [e["duration_s"] for e in self.events if e["kind"] == "cudagraph_recording"]
         return {
             "compile/frames": len({(r.co_filename, r.co_name, r.co_firstlineno) for r in forward}),
             "compile/frame_compiles": len(forward),
@@ -274,13 +255,11 @@ class CompileCollector:
             "compile/backward_s": sum(r.total_s for r in backward),
             # A CUDA-graph recording runs the graph, it does not compile it: its wall time is apart.
             "compile/wall_s": sum(e["duration_s"] for e in self.events if e["kind"] != "cudagraph_recording"),
-            "compile/cudagraph_recording_s": sum(
-                e["duration_s"] for e in self.events if e["kind"] == "cudagraph_recording"
-            ),
+            "compile/cudagraph_recording_s": sum(recordings),
             "compile/cache_hits": hit,
             "compile/cache_misses": miss,
             "compile/cudagraph_skips": observation.counter(counters, "cudagraph_skips"),
-            "compile/cudagraph_recordings": sum(1 for e in self.events if e["kind"] == "cudagraph_recording"),
+            "compile/cudagraph_recordings": len(recordings),
             "compile/fallbacks": max(0, fallbacks),
             "compile/recompile_reasons": recompiles,
             "compile/graph_break_reasons": breaks,
@@ -304,8 +283,5 @@ class CompileCollector:
             return [{"reason": r, "user_frame": loc, "count": n, "fix": graph_break_fix(r, loc)}
                     for (r, loc), n in sites.items()]
         # No log records (e.g. the logger was reconfigured): reasons from the counters, no location.
-        return [
-            {"reason": short_reason(reason), "user_frame": None, "count": n, "fix": graph_break_fix(reason)}
-            for reason, n in observation.graph_break_counts(counters).items()
-            if n > 0
-        ]
+        return [{"reason": short_reason(reason), "user_frame": None, "count": n, "fix": graph_break_fix(reason)}
+                for reason, n in observation.graph_break_counts(counters).items() if n > 0]

@@ -30,14 +30,14 @@ class DataReport(L.Callback):
 
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self.datamodule = getattr(trainer, "datamodule", None)
-        labels = getattr(self.datamodule, "labels", None)
-        as_json = getattr(labels, "as_json", None)
-        if trainer.is_global_zero and callable(as_json):
+        if not trainer.is_global_zero:
+            return
+        as_json = getattr(getattr(self.datamodule, "labels", None), "as_json", None)
+        if callable(as_json):
             write_json(self.run_dir / LABELS_FILE, as_json())
-        if trainer.is_global_zero and self.fingerprint is not None:
+        if self.fingerprint is not None:
             self._record(self.fingerprint)
-        prompt = getattr(self.datamodule, "prompt_format", None)
-        if trainer.is_global_zero and isinstance(prompt, dict):
+        if isinstance(prompt := getattr(self.datamodule, "prompt_format", None), dict):
             write_json(self.run_dir / PROMPT_FILE, prompt)
 
     def _record(self, now: dict[str, Any]) -> None:

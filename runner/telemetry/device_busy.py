@@ -48,10 +48,9 @@ class NoHostDevice:
 class HostDevice(NoHostDevice):
     """On CUDA: the host time of the steps not waited for, and one profiled window (see the module docstring)."""
 
-    def __init__(self, device: torch.device, start_after: int = START_AFTER, window: int = WINDOW_STEPS) -> None:
+    def __init__(self, device: torch.device, start_after: int = START_AFTER) -> None:
         self.device = device
         self.start_after = start_after
-        self.window = window
         self._host_ms: deque[float] = deque(maxlen=1000)
         self._prof: Any = None
         self._t0 = 0.0
@@ -73,7 +72,7 @@ class HostDevice(NoHostDevice):
         """Keep the host time of a compiled step not waited for (the window's own steps wait at its ends)."""
         if compiled and not timed and not self._in_window:
             self._host_ms.append(ms)
-        if self._prof is not None and len(self._steps) >= self.window:
+        if self._prof is not None and len(self._steps) >= WINDOW_STEPS:
             torch.cuda.synchronize(self.device)
             wall_us = (time.perf_counter() - self._t0) * 1e6
             prof, self._prof = self._prof, None
@@ -81,7 +80,7 @@ class HostDevice(NoHostDevice):
             self._busy = busy_share(observation.kernel_intervals(prof), wall_us)
 
     def close(self) -> None:
-        """Stop a window the run ended in (not reported: it did not hold ``window`` steps)."""
+        """Stop a window the run ended in (not reported: it did not hold ``WINDOW_STEPS`` steps)."""
         if self._prof is not None:
             self._prof.stop()
             self._prof = None

@@ -36,14 +36,8 @@ class Peak:
 
 def probe_dtype(precision: str | None) -> torch.dtype:
     """The dtype the run's matmuls use, from Lightning's precision (``32-true``, ``bf16-mixed``...)."""
-    text = str(precision or "32")
-    if text.startswith("bf16"):
-        return torch.bfloat16
-    if text.startswith("16"):
-        return torch.float16
-    if text.startswith("64"):
-        return torch.float64
-    return torch.float32
+    prefixes = (("bf16", torch.bfloat16), ("16", torch.float16), ("64", torch.float64))
+    return next((dtype for prefix, dtype in prefixes if str(precision or "32").startswith(prefix)), torch.float32)
 
 
 def cache_dir() -> Path:
@@ -90,28 +84,20 @@ def _timed_group(device: torch.device, a: torch.Tensor, b: torch.Tensor, out: to
     return time.perf_counter() - t0
 
 
-def _best_rate(device: torch.device, dtype: torch.dtype, n: int, reps: int) -> tuple[float, float]:
-    """(best FLOP/s, seconds of one repetition) of ``n`` x ``n`` matmuls after one warm-up."""
-    a = torch.randn(n, n, device=device).to(dtype)
-    b = torch.randn(n, n, device=device).to(dtype)
-    out = torch.empty(n, n, device=device, dtype=dtype)
-    # A CUDA matmul of a small size takes microseconds, less than its launch: time groups of them.
-    inner = 8 if device.type == "cuda" else 1
-    _timed_group(device, a, b, out, 1)  # warm-up: handles, caches, clocks
-    times = [_timed_group(device, a, b, out, inner) for _ in range(reps)]
-    best = min(times)
-    return (2.0 * n**3 * inner / best if best > 0 else 0.0), best
-
-
 def measure_tflops(device: torch.device, dtype: torch.dtype, budget_s: float = 0.5, reps: int = 5,
                    max_n: int | None = None) -> float:
     """The device's steady-state dense matmul rate in TFLOP/s (see the module docstring)."""
     max_n = max_n or (8192 if device.type == "cuda" else 4096)
     deadline: float | None = None
     best, n = 0.0, 256
-    while True:
-        rate, rep_s = _best_rate(device, dtype, n, reps)
-        best = max(best, rate)
+    # A CUDA matmul of a small size takes microseconds, less than its launch: time groups of them.
+    inner = 8 if device.type == "cuda" else 1
+    while True:  # n x n matmuls, the best of ``reps`` after one warm-up
+        a, b = (torch.randn(n, n, device=device).to(dtype) for _ in range(2))
+        out = torch.empty(n, n, device=device, dtype=dtype)
+        _timed_group(device, a, b, out, 1)  # warm-up: handles, caches, clocks
+        rep_s = min(_timed_group(device, a, b, out, inner) for _ in range(reps))
+        best = max(best, 2.0 * n**3 * inner / rep_s if rep_s > 0 else 0.0)
         # The budget starts after the first size: that one also pays one-off library initialisation.
         deadline = deadline or time.perf_counter() + budget_s
         # The next size does 8x the work per repetition: go there only if it still fits the budget.

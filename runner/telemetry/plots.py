@@ -2,21 +2,20 @@
 
 from __future__ import annotations
 
-import math
 import statistics
 import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from runner.metrics import counted
-from runner.telemetry.verdict import missing_speedup, speedup_verdict
+from runner.telemetry.verdict import finite_number, missing_speedup, speedup_verdict
 
 if TYPE_CHECKING:  # matplotlib is imported when a picture is drawn, not with the report
     from matplotlib.figure import Figure
 
+# Each step's mode, and each compile mark's kind (a step that compiled is drawn in its compile's colour).
 _COLORS = {"compiled": "tab:blue", "eager": "tab:orange", "warmup": "tab:gray", "flops": "tab:gray",
-           "background": "tab:olive", "reverted": "tab:brown"}
-_EVENT_COLORS = {"compile": "tab:green", "recompile": "tab:red"}
+           "background": "tab:olive", "reverted": "tab:brown", "compile": "tab:green", "recompile": "tab:red"}
 
 
 def _figure(**kwargs: Any) -> Figure:
@@ -24,14 +23,6 @@ def _figure(**kwargs: Any) -> Figure:
     from matplotlib.figure import Figure
 
     return Figure(**kwargs)
-
-
-def _steady_top(values: list[float]) -> float:
-    """The y-axis top: Q3 + 3 IQR of the steady steps (no higher than the slowest), with headroom."""
-    if len(values) < 4:
-        return 1.15 * max(values)
-    q1, _, q3 = statistics.quantiles(values, n=4, method="inclusive")
-    return 1.15 * min(max(values), q3 + 3 * (q3 - q1))
 
 
 def _pair_span(figures: dict[str, Any], points: list[dict[str, Any]]) -> tuple[int, int] | None:
@@ -59,10 +50,9 @@ def _events_by_step(figures: dict[str, Any]) -> list[tuple[int, str, float]]:
 def plot_step_times(figures: dict[str, Any], path: Path) -> bool:
     """Draw ``step_times.png``; False (nothing written) when there are no timed steps."""
     fig = step_times_figure(figures)
-    if fig is None:
-        return False
-    fig.savefig(path, dpi=110)
-    return True
+    if fig is not None:
+        fig.savefig(path, dpi=110)
+    return fig is not None
 
 
 def step_times_figure(figures: dict[str, Any]) -> Figure | None:
@@ -75,7 +65,10 @@ def step_times_figure(figures: dict[str, Any]) -> Figure | None:
     # (the warm-up's first steps can be many times slower, and a compile step 1000 times).
     steady = ([p["ms"] for p in points if p["mode"] in ("compiled", "eager", "reverted")]
               or [p["ms"] for p in points if p["mode"] != "compile"] or [p["ms"] for p in points])
-    top = _steady_top(steady)
+    top = 1.15 * max(steady)  # Q3 + 3 IQR of the steady steps (no higher than the slowest), with headroom
+    if len(steady) >= 4:
+        q1, _, q3 = statistics.quantiles(steady, n=4, method="inclusive")
+        top = 1.15 * min(max(steady), q3 + 3 * (q3 - q1))
     fig = _figure(figsize=(9, 4.5))
     ax = fig.subplots()
     span = _pair_span(figures, points)
@@ -89,7 +82,7 @@ def step_times_figure(figures: dict[str, Any]) -> Figure | None:
         pts = [p for p in points if p["mode"] == mode]
         if not pts:
             continue
-        color = _EVENT_COLORS["compile"] if mode == "compile" else _COLORS[mode]
+        color = _COLORS[mode]
         marker = {"flops": "x", "compile": "D"}.get(mode, "o")
         # The step that compiled is named by its compile mark, not in the legend a second time.
         label = None if mode == "compile" else f"{names[mode]} ({len(pts)})"
@@ -152,18 +145,17 @@ def _mark_events(ax: Any, figures: dict[str, Any], points: list[dict[str, Any]],
     for step, kind, seconds in _events_by_step(figures):
         label = None if kind in seen else kind
         seen.add(kind)
-        ax.axvline(step, color=_EVENT_COLORS[kind], alpha=0.6, linewidth=1.2, label=label, zorder=2)
+        ax.axvline(step, color=_COLORS[kind], alpha=0.6, linewidth=1.2, label=label, zorder=2)
         text = f"{kind} {seconds:.3g} s"
         if step_ms.get(step, 0.0) > top:
             text += f" (step {step_ms[step] / 1000:.3g} s)"
         ax.annotate(text, (step, top), xytext=(3, -3), textcoords="offset points", rotation=90, va="top",
-                    ha="left", fontsize=8, color=_EVENT_COLORS[kind])
+                    ha="left", fontsize=8, color=_COLORS[kind])
 
 
 def plot_sweep(runs: list[dict[str, Any]], path: Path, panels: tuple[tuple[str, str], ...]) -> None:
     if runs:
-        fig = sweep_figure(runs, panels)
-        fig.savefig(path, dpi=110)
+        sweep_figure(runs, panels).savefig(path, dpi=110)
 
 
 def sweep_figure(runs: list[dict[str, Any]], panels: tuple[tuple[str, str], ...]) -> Figure:
@@ -200,13 +192,6 @@ def sweep_figure(runs: list[dict[str, Any]], panels: tuple[tuple[str, str], ...]
     axes[0][0].invert_yaxis()  # best run on top
     fig.tight_layout()
     return fig
-
-
-def finite_number(value: Any) -> float | None:
-    """``value`` as a float when it is a finite number (not a bool), else None."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value) if math.isfinite(value) else None
 
 
 def _missing(figures: dict[str, Any], key: str) -> str:

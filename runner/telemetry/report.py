@@ -16,9 +16,6 @@ from runner.telemetry.definitions import FIGURES, SECTIONS, TIMING_LEGEND
 from runner.telemetry.plots import plot_step_times
 from runner.telemetry.verdict import break_even_cell, break_even_text, missing_speedup, speedup_verdict
 
-# Rows of the summary table, in order: (key, label), from the definitions. Keys absent from the figures are skipped.
-SUMMARY_ROWS: tuple[tuple[str, str], ...] = tuple((f.key, f.label) for _, section in SECTIONS for f in section)
-
 
 def _fmt(value: Any) -> str:
     """Format a figure for humans: floats with 4 significant digits, NaN/None as a dash."""
@@ -27,9 +24,7 @@ def _fmt(value: Any) -> str:
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, float):
-        if math.isnan(value) or math.isinf(value):
-            return "-"
-        return f"{value:.4g}"
+        return f"{value:.4g}" if math.isfinite(value) else "-"
     if isinstance(value, dict):  # counts by name (data/label_counts): the first few, then how many more
         shown = ", ".join(f"{k} {_fmt(v)}" for k, v in list(value.items())[:6])
         return shown + (f" (+{len(value) - 6} more)" if len(value) > 6 else "")
@@ -39,15 +34,14 @@ def _fmt(value: Any) -> str:
 def json_safe(value: Any) -> Any:
     """JSON has no NaN/inf: map them to None so any JSON reader accepts the report (the break-even
     step is written ``"never"`` by :func:`write_report`, as everywhere else)."""
-    if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
+    if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, dict):
         return {str(k): json_safe(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [json_safe(v) for v in value]
-    if isinstance(value, (str, int, float, bool)) or value is None:
-        return value
-    return str(value)  # e.g. a torch.dtype or Path slipped into the figures: keep it readable
+    # Anything else (a torch.dtype or Path slipped into the figures) as text: kept readable.
+    return value if isinstance(value, (str, int, float, bool)) or value is None else str(value)
 
 
 def _cell(key: str, figures: dict[str, Any]) -> str:
@@ -67,34 +61,23 @@ def _cell(key: str, figures: dict[str, Any]) -> str:
         resumed = figures.get("perf/speedup_status") == "measured before the resume"
         return text + (", before the resume" if resumed else "")
     if key == "cudagraphs/partitions_graphed":
-        return partitions_cell(figures)
+        # N of M partitions in CUDA graphs, all when nothing runs eagerly, and a word on graphs the compile cache
+        # supplied (their partitions were decided by the process that compiled them, not counted here).
+        graphed, total = figures[key], figures.get("cudagraphs/partitions")
+        text = f"{graphed} of {total}" + (" (all)" if graphed == total else "")
+        return text + ("; cached graphs not counted" if figures.get("compile/cache_hits") else "")
     if key == "run/hub":  # each name at its commit, once (data.tokenizer reads the model's repo)
-        seen = dict.fromkeys(f"{h['name']}@{h['commit'][:12]}" for h in figures[key])
-        return ", ".join(seen)
+        return ", ".join(dict.fromkeys(f"{h['name']}@{h['commit'][:12]}" for h in figures[key]))
     return _fmt(figures[key])
-
-
-def partitions_cell(figures: dict[str, Any]) -> str:
-    """``N of M`` partitions in CUDA graphs, ``all`` when nothing runs eagerly, and a word on graphs the compile
-    cache supplied (their partitions were decided by the process that compiled them, not counted here)."""
-    graphed, total = figures["cudagraphs/partitions_graphed"], figures.get("cudagraphs/partitions")
-    text = f"{graphed} of {total}" + (" (all)" if graphed == total else "")
-    if figures.get("compile/cache_hits"):
-        text += "; cached graphs not counted"
-    return text
-
-
-def _present(key: str, figures: dict[str, Any]) -> bool:
-    # A run without a speedup says so on the speedup row instead of leaving it out.
-    return key in figures or (key == "perf/speedup_x" and "perf/speedup_status" in figures)
 
 
 def summary_sections(figures: dict[str, Any]) -> list[tuple[str, list[tuple[str, str]]]]:
     """``(section, [(label, shown value), ...])`` of the summary, for the table and ``report.md``."""
     out = []
     for title, section in SECTIONS:
-        rows = [(f.label, _cell(f.key, figures) if f.key in figures else missing_speedup(figures))
-                for f in section if _present(f.key, figures)]
+        # A run without a speedup says so on the speedup row instead of leaving it out.
+        rows = [(f.label, _cell(f.key, figures) if f.key in figures else missing_speedup(figures)) for f in section
+                if f.key in figures or (f.key == "perf/speedup_x" and "perf/speedup_status" in figures)]
         if rows:
             out.append((title, rows))
     return out
@@ -102,18 +85,6 @@ def summary_sections(figures: dict[str, Any]) -> list[tuple[str, list[tuple[str,
 
 def summary_rows(figures: dict[str, Any]) -> list[tuple[str, str]]:
     return [row for _, rows in summary_sections(figures) for row in rows]
-
-
-def legend_lines(figures: dict[str, Any], width: int = 100) -> list[str]:
-    """Under the console table: the result in one sentence, then what the timing rows measure."""
-    _, sentence = speedup_verdict(figures)
-    lines = textwrap.wrap(f"result: {sentence}.", width, subsequent_indent="  ")
-    shown = {label for label, _ in summary_rows(figures)}
-    for f in FIGURES.values():
-        if f.label in TIMING_LEGEND and f.label in shown:
-            lines += textwrap.wrap(f"{f.label.strip()}: {f.meaning}", width, initial_indent="  ",
-                                   subsequent_indent="    ")
-    return lines
 
 
 def format_summary(figures: dict[str, Any], title: str = "compile telemetry") -> str:
@@ -137,12 +108,15 @@ def format_summary(figures: dict[str, Any], title: str = "compile telemetry") ->
     console = Console(width=100, record=True, force_terminal=False, color_system=None)
     with console.capture() as capture:
         console.print(table)
-    text = capture.get()
-    text += "\n".join([*legend_lines(figures), "  every figure: report.md in the run directory", ""])
-    reasons = _reason_lines(figures)
-    if reasons:
-        text += "\n".join(reasons) + "\n"
-    return text
+    # Under the table: the result in one sentence, then what the timing rows measure.
+    lines = textwrap.wrap(f"result: {speedup_verdict(figures)[1]}.", 100, subsequent_indent="  ")
+    shown = {label for label, _ in summary_rows(figures)}
+    for f in FIGURES.values():
+        if f.label in TIMING_LEGEND and f.label in shown:
+            lines += textwrap.wrap(f"{f.label.strip()}: {f.meaning}", 100, initial_indent="  ",
+                                   subsequent_indent="    ")
+    lines += ["  every figure: report.md in the run directory", *_reason_lines(figures)]
+    return capture.get() + "".join(line + "\n" for line in lines)
 
 
 def _fix(entry: dict[str, Any]) -> str:

@@ -30,10 +30,9 @@ STEADY = ("compiled", "reverted")
 
 class StepSeries:
     """Every step's point for the report and plot, in bounded memory: steady steps are thinned to multiples of
-    ``stride``, doubled whenever more than ``limit`` are kept."""
+    ``stride``, doubled whenever more than ``SERIES_POINTS`` are kept."""
 
-    def __init__(self, limit: int = SERIES_POINTS) -> None:
-        self.limit = limit
+    def __init__(self) -> None:
         self.stride = 1
         self.points: list[dict[str, Any]] = []
         self._thinned = 0  # compiled points kept
@@ -46,7 +45,7 @@ class StepSeries:
             return
         self.points.append(point)
         self._thinned += 1
-        if self._thinned > self.limit:  # halve the compiled points: amortised O(1) per step
+        if self._thinned > SERIES_POINTS:  # halve the compiled points: amortised O(1) per step
             self.stride *= 2
             self.points = [p for p in self.points if p["mode"] not in STEADY or p["step"] % self.stride == 0]
             self._thinned = sum(p["mode"] in STEADY for p in self.points)
@@ -68,7 +67,6 @@ class SpeedupMeter:
         # The recent timed steps: compiled ones, and (for a run that compiles nothing) steady ones.
         self._compiled: deque[dict[str, Any]] = deque(maxlen=RECENT)
         self._steady: deque[dict[str, Any]] = deque(maxlen=RECENT + 1)
-        self._warmup_seen = 0
         self.window: list[tuple[str, float, int]] = []  # (mode, ms, tokens or samples) of the interleaved steps
         self.window_steps: list[int] = []  # the steps of ``window``, for the report ("steps 5-44")
         self._quiet = 0  # consecutive steps that compiled nothing

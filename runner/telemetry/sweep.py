@@ -10,13 +10,14 @@ import math
 from pathlib import Path
 from typing import Any
 
+import yaml
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from runner.telemetry.definitions import FIGURES
-from runner.telemetry.plots import finite_number, plot_sweep
+from runner.telemetry.plots import plot_sweep
 from runner.telemetry.report import json_safe
-from runner.telemetry.verdict import break_even_cell, missing_speedup, speedup_verdict
+from runner.telemetry.verdict import break_even_cell, finite_number, missing_speedup, speedup_verdict
 
 # (criterion, report key, higher is better)
 CRITERIA: tuple[tuple[str, str, bool], ...] = (
@@ -40,27 +41,9 @@ COLUMNS: tuple[tuple[str, str], ...] = (
 STACK_GROUPS = ("compile", "dynamic", "offload", "cudagraphs")
 
 
-def _job_name(job_dir: Path, sweep_dir: Path) -> tuple[str, list[str]]:
-    """A job is named by its overrides (``compile=step,offload=bf16``), else by its directory."""
-    overrides_file = job_dir / ".hydra" / "overrides.yaml"
-    overrides: list[str] = []
-    if overrides_file.is_file():
-        from omegaconf import OmegaConf
-
-        loaded = OmegaConf.to_container(OmegaConf.load(overrides_file))
-        overrides = [str(o) for o in loaded] if isinstance(loaded, list) else []
-    return (",".join(overrides) or str(job_dir.relative_to(sweep_dir))), overrides
-
-
-def _rank(runs: list[dict[str, Any]], key: str, higher_better: bool) -> list[str]:
-    """Job names best first; runs without the figure come last, in directory order."""
-    have = [r for r in runs if finite_number(r["figures"].get(key)) is not None]
-    have.sort(key=lambda r: finite_number(r["figures"][key]) or 0.0, reverse=higher_better)
-    return [r["job"] for r in have] + [r["job"] for r in runs if r not in have]
-
-
-def _overall_key(run: dict[str, Any], criteria: tuple[tuple[str, str, bool], ...] = CRITERIA) -> tuple[float, ...]:
-    """Speedup (descending), then compile time, recompiles, memory (ascending); missing last."""
+def _overall_key(run: dict[str, Any], criteria: tuple[tuple[str, str, bool], ...]) -> tuple[float, ...]:
+    """The run's place by ``criteria`` (CRITERIA: speedup descending, then compile time, recompiles, memory
+    ascending); missing last (a stable sort: in directory order)."""
     key: list[float] = []
     for _, figure, higher_better in criteria:
         value = finite_number(run["figures"].get(figure))
@@ -80,11 +63,6 @@ def objective_figures(runs: list[dict[str, Any]]) -> tuple[tuple[tuple[str, str,
     return (("val_loss", "val/loss", False),), (("val/loss", "val loss"),)
 
 
-def _trains_alike(distinct: list[str]) -> bool:
-    """Whether the overrides that tell the jobs apart are all the compile stack's (:data:`STACK_GROUPS`)."""
-    return all(o.lstrip("+~").split("=")[0].split(".")[0] in STACK_GROUPS for o in distinct)
-
-
 def summarize_sweep(sweep_dir: Path, criteria: tuple[tuple[str, str, bool], ...] | None = None,
                     columns: tuple[tuple[str, str], ...] | None = None) -> dict[str, Any]:
     """Read every ``report.json`` under ``sweep_dir``, rank the runs, write ``summary.{json,md,png}``; the summary.
@@ -96,7 +74,11 @@ def summarize_sweep(sweep_dir: Path, criteria: tuple[tuple[str, str, bool], ...]
             figures = json.loads(report.read_text())
         except (OSError, json.JSONDecodeError):
             continue  # a job that crashed while writing: skip it, rank the rest
-        job, overrides = _job_name(report.parent, sweep_dir)
+        # A job is named by its overrides (compile=step,offload=bf16), else by its directory.
+        overrides_file = report.parent / ".hydra" / "overrides.yaml"
+        loaded = yaml.safe_load(overrides_file.read_text()) if overrides_file.is_file() else []
+        overrides = [str(o) for o in loaded] if isinstance(loaded, list) else []
+        job = ",".join(overrides) or str(report.parent.relative_to(sweep_dir))
         runs.append({"job": job, "dir": str(report.parent), "overrides": overrides, "figures": figures})
     # Overrides every job shares (+recipe=..., trainer.max_steps=...) say nothing about which is which:
     # each job is named by the ones that differ, and the shared ones head the summary.
@@ -108,10 +90,13 @@ def summarize_sweep(sweep_dir: Path, criteria: tuple[tuple[str, str, bool], ...]
             r["job"] = ",".join(own)
     if criteria is None or columns is None:
         own_criteria, own_columns = objective_figures(runs)
-        alike = _trains_alike(distinct)  # the same training: what compiling bought ranks, the figures only shown
+        # The overrides that tell the jobs apart are all the compile stack's: the same training, so what compiling
+        # bought ranks, the figures are only shown.
+        alike = all(o.lstrip("+~").split("=")[0].split(".")[0] in STACK_GROUPS for o in distinct)
         criteria = criteria or (CRITERIA if alike else (*own_criteria, *CRITERIA))
         columns = columns or ((*COLUMNS, *own_columns) if alike else (*own_columns, *COLUMNS))
-    rankings = {name: _rank(runs, key, higher) for name, key, higher in criteria}
+    rankings = {name: [r["job"] for r in sorted(runs, key=lambda r: _overall_key(r, ((name, key, higher),)))]
+                for name, key, higher in criteria}
     position = {name: {job: i for i, job in enumerate(order)} for name, order in rankings.items()}
     runs.sort(key=lambda r: _overall_key(r, criteria))
     for r in runs:
@@ -122,18 +107,12 @@ def summarize_sweep(sweep_dir: Path, criteria: tuple[tuple[str, str, bool], ...]
     sweep_dir.mkdir(parents=True, exist_ok=True)
     (sweep_dir / "summary.json").write_text(json.dumps(json_safe(summary), indent=2) + "\n")
     (sweep_dir / "summary.md").write_text(summary_markdown(summary))
-    plot_sweep(runs, sweep_dir / "summary.png", panels=_panels(columns))
+    # The picture's panels: the ranking's first column, the steady step time, the compile time.
+    panels: dict[str, str] = {}
+    for key, label in (columns[0], ("perf/step_ms", "step, last 50 [ms]"), ("compile/time_s", "compile [s]")):
+        panels.setdefault(key, label)
+    plot_sweep(runs, sweep_dir / "summary.png", panels=tuple(panels.items()))
     return summary
-
-
-def _panels(columns: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
-    """The picture's panels: the ranking's first column, the steady step time, the compile time."""
-    wanted = [columns[0], ("perf/step_ms", "step, last 50 [ms]"), ("compile/time_s", "compile [s]")]
-    out: list[tuple[str, str]] = []
-    for key, label in wanted:
-        if key not in [k for k, _ in out]:
-            out.append((key, label))
-    return tuple(out)
 
 
 def _quartiles(figures: dict[str, Any]) -> tuple[float, float] | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import resource
 import sys
 from collections.abc import Callable
@@ -62,40 +63,16 @@ def trainable_parameters(module: torch.nn.Module) -> int:
 def estimate_flops(params: int, samples: int | None, tokens: int | None) -> float | None:
     """6 x trainable parameters x tokens (2 forward + 4 backward per parameter per token)."""
     count = tokens if tokens is not None else samples
-    if not count:
-        return None
-    return 6.0 * params * count
-
-
-class FlopCounter:
-    """Counts FLOPs between :meth:`start` and :meth:`stop`, two callback hooks, so ``FlopCounterMode`` is driven
-    by hand. Eager steps only: under compiled code it would add a recompile and count nothing."""
-
-    def __init__(self) -> None:
-        self._mode: Any = None
-        self.total: int | None = None
-
-    def start(self) -> None:
-        from torch.utils.flop_counter import FlopCounterMode
-
-        self._mode = FlopCounterMode(display=False)
-        self._mode.__enter__()
-
-    def stop(self) -> int | None:
-        """Stop counting and return the FLOPs counted (None if not started)."""
-        if self._mode is None:
-            return self.total
-        mode, self._mode = self._mode, None
-        mode.__exit__(None, None, None)
-        self.total = int(mode.get_total_flops())
-        return self.total
+    return 6.0 * params * count if count else None
 
 
 class StepFlops:
-    """FLOPs per step (counted on the meter's FLOP step, estimated until then) and the figures they give."""
+    """FLOPs per step (counted on the meter's FLOP step, estimated until then) and the figures they give. The count
+    runs between :meth:`start` and :meth:`stop`, two callback hooks, so ``FlopCounterMode`` is driven by hand."""
 
     def __init__(self) -> None:
-        self.counter = FlopCounter()
+        self._mode: Any = None
+        self.total: int | None = None  # FLOPs of the counted step
         self.per_step: float | None = None
         self.per_unit: float | None = None
         self.source = "none"
@@ -106,10 +83,23 @@ class StepFlops:
         ``BaseFinetuning``, freeze and unfreeze at epoch starts)."""
         self._trainable = None
 
+    def start(self) -> None:
+        """Eager steps only: under compiled code the counter would add a recompile and count nothing."""
+        from torch.utils.flop_counter import FlopCounterMode
+
+        self._mode = FlopCounterMode(display=False)
+        self._mode.__enter__()
+
+    def stop(self) -> None:
+        if self._mode is not None:
+            mode, self._mode = self._mode, None
+            mode.__exit__(None, None, None)
+            self.total = int(mode.get_total_flops())
+
     def counted(self, samples: int | None, tokens: int | None) -> None:
-        """After the counted step (``counter`` stopped), of ``samples`` and ``tokens``: its FLOPs from now on."""
-        if self.counter.total and (tokens or samples):
-            self.per_step, self.source = float(self.counter.total), "flop_counter"
+        """After the counted step (stopped), of ``samples`` and ``tokens``: its FLOPs from now on."""
+        if self.total and (tokens or samples):
+            self.per_step, self.source = float(self.total), "flop_counter"
             self.per_unit = self.per_step / float(tokens or samples or 1)
 
     def figures(self, module: torch.nn.Module | None, samples: int | None, tokens: int | None,
@@ -135,21 +125,11 @@ def peak_memory_gib(device: torch.device) -> float:
     """Peak memory: CUDA max allocated, else the process's ``VmHWM`` (reset at the fit's start), else ``getrusage``."""
     if device.type == "cuda" and torch.cuda.is_available():
         return torch.cuda.max_memory_allocated(device) / 2**30
-    hwm = _vm_hwm_kib()
-    if hwm is not None:
-        return hwm / 2**20
+    # The process's peak resident set in KiB from /proc/self/status, where there is one.
+    with contextlib.suppress(OSError, ValueError, IndexError), open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 2**20
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     # ru_maxrss is KiB on Linux and bytes on macOS.
     return rss / 2**30 if sys.platform == "darwin" else rss / 2**20
-
-
-def _vm_hwm_kib() -> int | None:
-    """The process's peak resident set in KiB from ``/proc/self/status`` (None where there is none)."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1])
-    except (OSError, ValueError, IndexError):
-        return None
-    return None

@@ -14,9 +14,6 @@ from runner.torch_internals import observation
 
 log = logging.getLogger(__name__)
 
-TRACE_DIR = "trace"
-HTML_DIR = "tlparse"
-
 
 def render(trace_file: Path, out_dir: Path, timeout_s: float = 300.0) -> tuple[Path | None, str]:
     """Run tlparse on ``trace_file`` into ``out_dir``; (index.html or None, what happened)."""
@@ -45,7 +42,7 @@ class StructuredTrace:
     def start(self) -> None:
         if not self.enabled or self._stop is not None or self.run_dir is None:
             return
-        trace_dir = self.run_dir / TRACE_DIR
+        trace_dir = self.run_dir / "trace"
         trace_dir.mkdir(parents=True, exist_ok=True)
         self._stop = observation.start_structured_trace(str(trace_dir))
 
@@ -58,7 +55,7 @@ class StructuredTrace:
         if trace_file is None:
             self._figures = {"trace/status": "nothing was compiled: no trace"}
             return
-        html, status = render(Path(trace_file), self.run_dir / HTML_DIR)
+        html, status = render(Path(trace_file), self.run_dir / "tlparse")
         self._figures = {"trace/file": str(Path(trace_file).relative_to(self.run_dir)), "trace/status": status}
         if html is not None:
             self._figures["trace/html"] = str(html.relative_to(self.run_dir))

@@ -9,9 +9,13 @@ from runner.metrics import counted
 
 
 def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value)
+    return None if isinstance(value, bool) or not isinstance(value, (int, float)) else float(value)
+
+
+def finite_number(value: Any) -> float | None:
+    """``value`` as a float when it is a finite number (not a bool), else None."""
+    number = _number(value)
+    return number if number is not None and math.isfinite(number) else None
 
 
 def break_even_text(figures: dict[str, Any]) -> str | None:

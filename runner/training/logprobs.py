@@ -5,19 +5,16 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from runner.data.preference.batch import PairInputs
 from runner.data.sequences.padding import IGNORE_INDEX
-from runner.training.loss import Loss
+from runner.training.loss import Loss, lm_loss
 
 
 def token_logps(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """``[rows, T]``: the log-probability of each target under ``logits`` ``[rows, T, vocab]`` (float32); 0 where
     the target is ``IGNORE_INDEX``."""
-    flat = F.cross_entropy(logits.flatten(0, -2).float(), targets.flatten(), ignore_index=IGNORE_INDEX,
-                           reduction="none")
-    return -flat.view(targets.shape)
+    return -lm_loss(logits, targets, reduction="none")
 
 
 def sequence_sums(per_token: torch.Tensor, targets: torch.Tensor, slots: torch.Tensor,

@@ -5,7 +5,7 @@ or a chunk of positions at a time from the last hidden states and the output lay
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -25,15 +25,6 @@ def lm_loss(logits: torch.Tensor, targets: torch.Tensor, reduction: Reduction = 
     out = F.cross_entropy(logits.flatten(0, -2).float(), targets.flatten(), ignore_index=IGNORE_INDEX,
                           reduction=reduction)
     return out.view(targets.shape) if reduction == "none" else out
-
-
-class Loss(Protocol):
-    """What ``TrainModule`` calls for its loss."""
-
-    chunked: bool
-
-    def __call__(self, model: nn.Module, inputs: Any, targets: torch.Tensor,
-                 reduction: Reduction = "mean") -> torch.Tensor: ...
 
 
 class FullLogits:
@@ -59,6 +50,9 @@ class ChunkedLogits:
                  reduction: Reduction = "mean") -> torch.Tensor:
         hidden, weight, bias = head_operands(self.head, model(inputs, return_hidden=True))
         return linear_cross_entropy(hidden, weight, targets, bias=bias, rows=self.rows, reduction=reduction)
+
+
+Loss = FullLogits | ChunkedLogits  # what ``TrainModule`` calls for its loss
 
 
 def head_operands(head: nn.Module, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
@@ -112,9 +106,6 @@ def resolve_loss(model: nn.Module, loss: LossConfig, peft: PeftConfig, data: dic
         raise ValueError(decision.refusal)
     tokens, vocab = facts.tokens, facts.vocab
     size = logits_bytes(tokens, vocab) if tokens is not None and vocab is not None else None
-    head = _path_of(model, model.output_layer()) if decision.chunked else None  # type: ignore[operator]
+    output = model.output_layer() if decision.chunked else None  # type: ignore[operator]
+    head = next(name for name, m in model.named_modules() if m is output) if output is not None else None
     return LossPlan(decision, head, size)
-
-
-def _path_of(model: nn.Module, head: nn.Module) -> str:
-    return next(name for name, m in model.named_modules() if m is head)

@@ -16,8 +16,6 @@ from runner.data.sequences.padding import IGNORE_INDEX
 from runner.data.traits import ValMetric
 from runner.training.loss import FULL_LOGITS, LossPlan, lm_loss
 
-__all__ = ["TrainModule", "lm_loss"]
-
 OptimizerFactory = Callable[..., Optimizer]
 SchedulerFactory = Callable[[Optimizer], LRScheduler]
 

@@ -16,7 +16,7 @@ from runner.training import preference_losses as losses
 from runner.training.logprobs import pair_logps
 from runner.training.loss import FULL_LOGITS, LossPlan
 from runner.training.module import OptimizerFactory, SchedulerFactory, TrainModule
-from runner.training.reference import NoReference, Precomputed
+from runner.training.reference import Precomputed, Reference
 
 Batch = tuple[PairInputs, torch.Tensor]
 STATS = ("chosen", "rejected", "accuracies", "margins", "logps_chosen", "logps_rejected")
@@ -28,7 +28,7 @@ class PreferenceModule(TrainModule):
     targets)`` (:mod:`runner.data.preference.batch`)."""
 
     def __init__(self, model: nn.Module, optimizer: OptimizerFactory, objective: ObjectiveConfig,
-                 reference: NoReference, scheduler: SchedulerFactory | None = None,
+                 reference: Reference, scheduler: SchedulerFactory | None = None,
                  weight_decay_min_dim: int = 2, loss: LossPlan = FULL_LOGITS) -> None:
         super().__init__(model, optimizer, scheduler, weight_decay_min_dim, val_metric=ValMetric.none, loss=loss)
         self.loss_kind = objective.loss

@@ -22,9 +22,7 @@ class PairLogps:
     @classmethod
     def of(cls, sums: torch.Tensor, counts: torch.Tensor) -> PairLogps:
         """From ``[2P]`` per-sequence sums and counts, the chosen sequences first."""
-        c, r = sums.chunk(2)
-        nc, nr = counts.chunk(2)
-        return cls(c, r, nc, nr)
+        return cls(*sums.chunk(2), *counts.chunk(2))
 
     def averages(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Chosen and rejected log-probabilities per token."""
@@ -48,10 +46,9 @@ def _smoothed(z: torch.Tensor, beta: float, label_smoothing: float) -> torch.Ten
     return -F.logsigmoid(beta * z) * (1 - label_smoothing) - F.logsigmoid(-beta * z) * label_smoothing
 
 
-def dpo(policy: PairLogps, reference: PairLogps | torch.Tensor, beta: float, label_smoothing: float) -> PairLosses:
-    """DPO's sigmoid loss (module docstring); ``reference``: its log-probabilities, or ``[2P]`` sums."""
-    ref_c, ref_r = (reference.chosen, reference.rejected) if isinstance(reference, PairLogps) else reference.chunk(2)
-    ref_c, ref_r = ref_c.detach(), ref_r.detach()
+def dpo(policy: PairLogps, reference: torch.Tensor, beta: float, label_smoothing: float) -> PairLosses:
+    """DPO's sigmoid loss (module docstring); ``reference``: the reference's ``[2P]`` sums, the chosen first."""
+    ref_c, ref_r = reference.detach().chunk(2)
     z = (policy.chosen - ref_c) - (policy.rejected - ref_r)
     zero = torch.zeros((), device=z.device)
     return PairLosses(_smoothed(z, beta, label_smoothing), zero, beta * (policy.chosen - ref_c).detach(),

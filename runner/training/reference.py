@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import io
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
@@ -57,12 +58,8 @@ def weights_digest(model: nn.Module, skip: Callable[[str], bool] = lambda name: 
     return h.hexdigest()
 
 
-def _not_adapter(name: str) -> bool:
-    return ".lora_" in name or name.startswith("lora_")
-
-
-class NoReference(nn.Module):
-    """No reference (SimPO, ORPO)."""
+class Reference(nn.Module):
+    """Where the reference log-probabilities come from; this base: none (SimPO, ORPO)."""
 
     describe = "none (the objective uses none)"
     digest: str | None = None
@@ -83,7 +80,7 @@ class NoReference(nn.Module):
         return {}
 
 
-class AdapterReference(NoReference):
+class AdapterReference(Reference):
     """The adapter's frozen base, through the gate (module docstring)."""
 
     describe = "the adapter's frozen base, in the same compiled step (a tensor gate, no flag)"
@@ -110,7 +107,7 @@ class AdapterReference(NoReference):
         return {"objective/reference": self.describe}
 
 
-class FrozenCopy(NoReference):
+class FrozenCopy(Reference):
     """A frozen copy of the model as built (module docstring)."""
 
     describe = "a frozen copy of the model"
@@ -143,16 +140,7 @@ class FrozenCopy(NoReference):
         return {"objective/reference": self.describe, "objective/reference_bytes": size}
 
 
-def cache_key(digest: str, data: list[Any], precision: str, which: str) -> str:
-    """The name of one split's cached reference log-probabilities: the reference's weights (``digest``), what the
-    data module says the pairs depend on (rows, shape, templates, tokenizer, EOS, ``seq_len``, the split), the
-    precision they were computed in, and which split."""
-    from runner.data.reading.tables import fingerprint
-
-    return fingerprint(digest, data, precision, which, 1)
-
-
-class Precomputed(NoReference):
+class Precomputed(Reference):
     """Reference log-probabilities computed once before training and cached (module docstring). ``model``: the model as
     built."""
 
@@ -162,21 +150,25 @@ class Precomputed(NoReference):
     def __init__(self, model: nn.Module, precision: str, cache_dir: str | None, base_only: bool) -> None:
         super().__init__()
         self.gate = gate_adapter(model) if base_only else None
-        self.digest = weights_digest(model, _not_adapter if base_only else lambda name: False)
+        adapter = (lambda name: ".lora_" in name or name.startswith("lora_")) if base_only else (lambda name: False)
+        self.digest = weights_digest(model, adapter)
         self.precision, self.cache_dir = precision, cache_dir
         self.outcome: dict[str, str] = {}
 
     def logps(self, model: Forward, inputs: PairInputs, targets: torch.Tensor) -> torch.Tensor | None:
         return inputs.reference
 
-    def directory(self) -> Path:
-        if self.cache_dir:
-            root = Path(self.cache_dir).expanduser()
-            root.mkdir(parents=True, exist_ok=True)
-            return root
+    def path(self, data_key: list[Any], which: str) -> Path:
+        """One split's cached reference log-probabilities, named by the reference's weights (``digest``), what the
+        data module says the pairs depend on (rows, shape, templates, tokenizer, EOS, ``seq_len``, the split), the
+        precision they were computed in, and which split."""
         from runner.data import store
+        from runner.data.reading.tables import fingerprint
 
-        return store.root()
+        root = Path(self.cache_dir).expanduser() if self.cache_dir else store.root()
+        if self.cache_dir:
+            root.mkdir(parents=True, exist_ok=True)
+        return root / f"reference-{fingerprint(self.digest, data_key, self.precision, which, 1)}.npy"
 
     def prepare(self, model: nn.Module, datamodule: Any, device: torch.device, writes: bool = True,
                 context: Callable[[], AbstractContextManager[Any]] = nullcontext,
@@ -187,19 +179,13 @@ class Precomputed(NoReference):
         from runner.atomic_files import atomic_write_bytes
 
         data_key = datamodule.reference_key()
-        missing: list[tuple[str, Path]] = []
-        for which in datamodule.datasets:
-            path = self.directory() / f"reference-{cache_key(self.digest, data_key, self.precision, which)}.npy"
-            if not path.exists():
-                missing.append((which, path))
+        missing = [(which, path) for which in datamodule.datasets if not (path := self.path(data_key, which)).exists()]
         if missing and writes:
             was_training = model.training
             model.to(device).eval()  # the reference without dropout: the same values in every pass
             try:
                 for which, path in missing:
                     values = self._compute(model, datamodule, which, device, context)
-                    import io
-
                     buffer = io.BytesIO()
                     np.save(buffer, values)
                     atomic_write_bytes(buffer.getvalue(), path, one_writer=False)
@@ -209,7 +195,7 @@ class Precomputed(NoReference):
                 model.train(was_training)
         wait()
         for which, dataset in datamodule.datasets.items():
-            path = self.directory() / f"reference-{cache_key(self.digest, data_key, self.precision, which)}.npy"
+            path = self.path(data_key, which)
             values = np.load(path)
             if values.shape != (len(dataset.fitted), 2):
                 raise RuntimeError(f"{path} holds {values.shape[0]} pairs' reference log-probabilities, not the "
@@ -228,7 +214,7 @@ class Precomputed(NoReference):
         if self.gate is not None:
             self.gate.value = torch.zeros((), device=device)
         try:
-            for batch in _batches(datamodule.loader(which)):
+            for batch in datamodule.loader(which):
                 inputs, targets = move_data_to_device(batch, device)
                 with context():
                     sums = reference_sums(model, inputs, targets, self.loss).float().cpu().numpy()
@@ -251,5 +237,4 @@ class Precomputed(NoReference):
                 **({"objective/reference_cache": cache} if cache else {})}
 
 
-def _batches(loader: Iterable[Any]) -> Iterable[Any]:
-    yield from loader
+NoReference = Reference  # runner.build's name for it

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import math
-from enum import Enum
 from typing import Any
 
 from torch.optim import Optimizer
@@ -26,7 +25,7 @@ class WarmupCosine:
         self.end_step: float = total_steps
         self.knots: list[list[float]] = []
         # A value, not the enum: LambdaLR saves this object's attributes in the checkpoint (plain values only).
-        self.on_resume = OnResume(on_resume.value if isinstance(on_resume, Enum) else on_resume).value
+        self.on_resume = OnResume(on_resume).value
         self.note: str | None = None
 
     def planned(self, step: float) -> float:
@@ -89,9 +88,6 @@ def _lerp(x: float, a: tuple[float, float], b: tuple[float, float]) -> float:
 class ScheduleLR(LambdaLR):
     """``LambdaLR`` over one plan (:class:`WarmupCosine`) that applies ``scheduler.on_resume`` when a
     checkpoint restores the plan, and reports what it did (``figures``, read by the run's summary)."""
-
-    def __init__(self, optimizer: Optimizer, plan: WarmupCosine) -> None:
-        super().__init__(optimizer, plan)
 
     @property
     def plan(self) -> WarmupCosine:

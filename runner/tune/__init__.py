@@ -13,16 +13,6 @@ from runner.config.composing.loading import checked
 from runner.config.composing.precheck import precheck
 from runner.config.tune import load_tune, split_overrides
 
-__all__ = ["main", "tune_dir_for"]
-
-
-def tune_dir_for(recipe: str | None, configured: str | None) -> Path:
-    """``tune.dir``, else ``outputs/tune/<date>/<time>-<recipe>``."""
-    if configured:
-        return Path(configured)
-    now = datetime.datetime.now()
-    return Path("outputs") / "tune" / now.strftime("%Y-%m-%d") / f"{now.strftime('%H-%M-%S')}-{recipe or 'run'}"
-
 
 def main(argv: Sequence[str]) -> int:
     """Validate the run and the tune's config (nothing is written when either is refused), then tune."""
@@ -38,5 +28,7 @@ def main(argv: Sequence[str]) -> int:
         return 2
     from runner.tune.study import tune
 
-    summary = tune(run_overrides, cfg, tune_dir_for(base.recipe, cfg.dir))
+    now = datetime.datetime.now()  # tune.dir, else outputs/tune/<date>/<time>-<recipe>
+    default = Path("outputs") / "tune" / now.strftime("%Y-%m-%d") / f"{now.strftime('%H-%M-%S')}-{base.recipe or 'run'}"
+    summary = tune(run_overrides, cfg, Path(cfg.dir) if cfg.dir else default)
     return 0 if summary.get("winner") else 1

@@ -16,7 +16,7 @@ from runner.config.schema import RunConfig
 from runner.config.tune import TuneConfig
 from runner.telemetry.report import write_report
 from runner.telemetry.sweep import CRITERIA, summarize_sweep
-from runner.tune.space import KEYS, Space, param_overrides, recipe_fields, recipe_groups
+from runner.tune.space import KEYS, Space, param_overrides, recipe_groups
 
 # The sweep's ranking with time per token in place of the speedup.
 TUNE_CRITERIA: tuple[tuple[str, str, bool], ...] = (("time_per_token", "tune/us_per_token", False), *CRITERIA[1:])
@@ -64,8 +64,12 @@ class TrialRow:
         """A row from a trial's result; also records the row into the trial's own ``report.json``."""
         row = cls(number, name, dict(params), str(result.run_dir), state, reason, result.us_per_token,
                   result.val_bpb, result.compile_s)
-        if result.figures is not None:
-            _annotate(result, row)
+        if result.figures is not None:  # tune/* into the report, the overrides where the sweep summary reads them
+            result.figures.update({"tune/trial": number, "tune/state": state, "tune/reason": reason,
+                                   "tune/us_per_token": result.us_per_token})
+            write_report(result.run_dir, result.figures)
+            (result.run_dir / ".hydra").mkdir(parents=True, exist_ok=True)
+            (result.run_dir / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(param_overrides(params)))
         return row
 
     def line(self) -> str:
@@ -73,17 +77,6 @@ class TrialRow:
         us = "-" if self.us_per_token is None else f"{self.us_per_token:.2f} us/token"
         reason = f": {self.reason}" if self.reason else ""
         return f"{self.params} -> {us}, val bits/byte {_num(self.val_bpb)}, {self.state}{reason}"
-
-
-def _annotate(result: TrialResult, row: TrialRow) -> None:
-    """``tune/*`` figures into the trial's report and its overrides where the sweep summary reads them."""
-    assert result.figures is not None
-    result.figures.update({"tune/trial": row.number, "tune/state": row.state, "tune/reason": row.reason,
-                           "tune/us_per_token": row.us_per_token})
-    write_report(result.run_dir, result.figures)
-    hydra_dir = result.run_dir / ".hydra"
-    hydra_dir.mkdir(parents=True, exist_ok=True)
-    (hydra_dir / "overrides.yaml").write_text(yaml.safe_dump(param_overrides(row.params)))
 
 
 def _ratio(slow: float | None, fast: float | None) -> float | None:
@@ -108,6 +101,7 @@ def write_outputs(study: Any, rows: list[TrialRow], base_cfg: RunConfig, run_ove
     feasible = [r for r in rows[1:] if r.state == "complete" and r.us_per_token is not None]
     winner = min(feasible, key=lambda r: r.us_per_token or float("inf")) if feasible else None
     best_us = winner.us_per_token if winner else None
+    device = base_cfg.trainer.single_device() if not base_cfg.trainer.is_distributed() else base_cfg.trainer.accelerator
     for r in rows:
         path = Path(r.run_dir) / "report.json"
         if path.is_file() and r.us_per_token:
@@ -115,7 +109,8 @@ def write_outputs(study: Any, rows: list[TrialRow], base_cfg: RunConfig, run_ove
             figures["tune/speedup_vs_eager_x"] = _ratio(eager.us_per_token, r.us_per_token)
             path.write_text(json.dumps(figures, indent=2, sort_keys=True) + "\n")
     summary: dict[str, Any] = {
-        "recipe": base_cfg.recipe, "device": _device(base_cfg), "wall_s": round(wall_s, 1),
+        "recipe": base_cfg.recipe, "device": f"{device} ({platform.processor() or platform.machine()})",
+        "wall_s": round(wall_s, 1),
         "searched": space.choices, "not_searched": space.dropped, "loss_tolerance_bpb": cfg.loss_tolerance,
         "steps_per_trial": cfg.steps, "eager": asdict(eager), "default": asdict(default) if default else None,
         "winner": asdict(winner) if winner else None,
@@ -132,11 +127,6 @@ def write_outputs(study: Any, rows: list[TrialRow], base_cfg: RunConfig, run_ove
     print(tune_markdown(summary))
     print(f"tune: {tune_dir / 'tune.md'}; dashboard: optuna-dashboard {summary['study']}")
     return summary
-
-
-def _device(cfg: RunConfig) -> str:
-    device = cfg.trainer.single_device() if not cfg.trainer.is_distributed() else cfg.trainer.accelerator
-    return f"{device} ({platform.processor() or platform.machine()})"
 
 
 def write_recipe(winner: TrialRow, base_cfg: RunConfig, run_overrides: list[str], cfg: TuneConfig,
@@ -170,16 +160,17 @@ def _recipe_text(name: str, winner: TrialRow, base_cfg: RunConfig, run_overrides
         elif eq and key != "recipe":
             groups[key] = value
     groups.update({KEYS[choice].partition(".")[0]: option for choice, option in selections.items()})
-    rest = {choice: value for choice, value in winner.params.items() if choice not in selections}
-    tree = OmegaConf.to_container(OmegaConf.merge(OmegaConf.from_dotlist(fields),
-                                                  OmegaConf.create(recipe_fields(rest))))
+    merged = OmegaConf.from_dotlist(fields)
+    for choice, value in winner.params.items():
+        if choice not in selections:  # the other choices as fields, over the command line's
+            OmegaConf.update(merged, KEYS[choice], value)
+    tree = OmegaConf.to_container(merged)
     defaults: list[Any] = ([base] if base else []) + [{f"override /{g}": v} for g, v in groups.items()] + ["_self_"]
-    vs_default = summary["speedup_vs_default_x"]
-    vs_eager = summary["speedup_vs_eager_x"]
     header = [
         "# @package _global_",
         f"# {base or 'the default job'} with the compile stack `runner tune` found fastest on {summary['device']}: "
-        f"{_x(vs_default)} the default stack's speed, {_x(vs_eager)} eager's, per token.",
+        f"{_x(summary['speedup_vs_default_x'])} the default stack's speed, {_x(summary['speedup_vs_eager_x'])} "
+        "eager's, per token.",
         f"# Written {datetime.date.today()} from {summary['study']} (trial {winner.number}); "
         f"val bits/byte {_num(winner.val_bpb)} vs eager {_num(summary['eager']['val_bpb'])} after {cfg.steps} steps.",
     ]

@@ -133,13 +133,3 @@ def recipe_groups(params: dict[str, Any]) -> dict[str, str]:
                 break
     return out
 
-
-def recipe_fields(params: dict[str, Any]) -> dict[str, Any]:
-    tree: dict[str, Any] = {}
-    for name, value in params.items():
-        *parents, leaf = KEYS[name].split(".")
-        node = tree
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[leaf] = value
-    return tree

@@ -4,7 +4,6 @@ and TPE's proposals, each a short run in this process; a trial whose val bits/by
 
 from __future__ import annotations
 
-import logging
 import tempfile
 import time
 from collections.abc import Sequence
@@ -20,13 +19,12 @@ from runner.lightning_step.callback_group import find_callback
 from runner.run import run
 from runner.telemetry import CompileTelemetry
 from runner.tune.output import TrialResult, TrialRow, write_outputs
-from runner.tune.space import EAGER, Space, current_values, param_overrides, resolve_space
+from runner.tune.space import EAGER, current_values, param_overrides, resolve_space
 
 
 def time_per_token_us(tokens_per_s: Any) -> float | None:
-    if isinstance(tokens_per_s, (int, float)) and not isinstance(tokens_per_s, bool) and tokens_per_s > 0:
-        return 1e6 / float(tokens_per_s)
-    return None
+    positive = isinstance(tokens_per_s, (int, float)) and not isinstance(tokens_per_s, bool) and tokens_per_s > 0
+    return 1e6 / float(tokens_per_s) if positive else None
 
 
 class PruningReporter(pl.Callback):
@@ -36,7 +34,6 @@ class PruningReporter(pl.Callback):
         super().__init__()
         self.trial = trial
         self.pruned_at: int | None = None
-        self.last_us: float | None = None
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
@@ -46,7 +43,6 @@ class PruningReporter(pl.Callback):
         us = time_per_token_us(telemetry.meter.rate("tokens") or telemetry.meter.rate("samples"))
         if us is None or self.trial is None:
             return
-        self.last_us = us
         self.trial.report(us, trainer.global_step)
         if self.trial.should_prune():
             self.pruned_at = trainer.global_step
@@ -84,24 +80,16 @@ def run_trial(overrides: list[str], run_dir: Path, trial: Any | None = None) -> 
                        pruned_at=reporter.pruned_at, figures=figures)
 
 
-log = logging.getLogger(__name__)
-
-
-def _optuna() -> Any:
-    try:
-        import optuna
-    except ImportError as e:  # an optional extra
-        raise SystemExit("runner tune needs Optuna: pip install 'runner[tune]'") from e
-    return optuna
-
-
 def _say(text: str) -> None:
     print(f"tune: {text}", flush=True)
 
 
 def tune(run_overrides: Sequence[str], cfg: TuneConfig, tune_dir: Path) -> dict[str, Any]:
     """Run the study; write the summaries and the winner's recipe; return the tune's summary dict."""
-    optuna = _optuna()
+    try:
+        import optuna
+    except ImportError as e:  # an optional extra
+        raise SystemExit("runner tune needs Optuna: pip install 'runner[tune]'") from e
     start = time.perf_counter()
     # Silent: each trial says the notes.
     base_cfg = checked(compose(list(run_overrides), run_dir=str(tune_dir / "base")))
@@ -122,26 +110,40 @@ def tune(run_overrides: Sequence[str], cfg: TuneConfig, tune_dir: Path) -> dict[
     rows = [TrialRow.of(-1, "eager", eager_params, eager, state="baseline")]
     _say(f"eager baseline: {rows[0].line()}")
 
+    def objective(trial: Any) -> float:
+        params = {name: trial.suggest_categorical(name, options) for name, options in space.choices.items()}
+        name = "default" if trial.user_attrs.get("default_stack") else f"trial_{trial.number:03d}"
+        result = run_trial([*shared, *param_overrides(params)], tune_dir / f"{trial.number:03d}-{name}", trial)
+        state, reason, excess = judge(result, eager.val_bpb, cfg.loss_tolerance)
+        if excess is not None:  # <= 0: within the loss tolerance of eager; TPE samples away from > 0
+            trial.set_user_attr("bpb_excess", excess)
+            trial.set_constraint("val_bpb_excess", excess)
+        trial.set_user_attr("state", state)
+        trial.set_user_attr("reason", reason)
+        row = TrialRow.of(trial.number, name, params, result, state=state, reason=reason)
+        rows.append(row)
+        _say(f"trial {trial.number}: {row.line()}")
+        if state in ("invalid", "pruned", "failed"):
+            raise optuna.TrialPruned(reason)
+        assert result.us_per_token is not None
+        return result.us_per_token
+
     verbosity = optuna.logging.get_verbosity()
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # one line per trial is ours; restored below
     try:
-        study = _study(optuna, cfg, tune_dir)
+        # The loss-parity constraint is set on each trial (``Trial.set_constraint``, read by TPE).
+        study = optuna.create_study(
+            study_name=tune_dir.name, storage=f"sqlite:///{(tune_dir / 'study.db').resolve()}",
+            sampler=optuna.samplers.TPESampler(seed=cfg.seed, n_startup_trials=3),
+            pruner=optuna.pruners.MedianPruner(n_startup_trials=1, n_warmup_steps=cfg.prune_after_steps),
+            direction="minimize", load_if_exists=True)
         default = {k: v for k, v in current_values(base_cfg).items() if k in space.choices}
         study.enqueue_trial(default, user_attrs={"default_stack": True})
-        objective = _objective(optuna, space, shared, tune_dir, eager.val_bpb, cfg, rows)
         study.optimize(objective, n_trials=cfg.trials, timeout=cfg.timeout_s, catch=())
     finally:
         optuna.logging.set_verbosity(verbosity)
     return write_outputs(study, rows, base_cfg, list(run_overrides), cfg, tune_dir, space,
                          wall_s=time.perf_counter() - start)
-
-
-def _study(optuna: Any, cfg: TuneConfig, tune_dir: Path) -> Any:
-    # The loss-parity constraint is set on each trial (``Trial.set_constraint``, read by TPE).
-    sampler = optuna.samplers.TPESampler(seed=cfg.seed, n_startup_trials=3)
-    pruner = optuna.pruners.MedianPruner(n_startup_trials=1, n_warmup_steps=cfg.prune_after_steps)
-    return optuna.create_study(study_name=tune_dir.name, storage=f"sqlite:///{(tune_dir / 'study.db').resolve()}",
-                               sampler=sampler, pruner=pruner, direction="minimize", load_if_exists=True)
 
 
 def judge(result: TrialResult, eager_bpb: float | None, tolerance: float) -> tuple[str, str, float | None]:
@@ -161,25 +163,3 @@ def judge(result: TrialResult, eager_bpb: float | None, tolerance: float) -> tup
                             f"{eager_bpb:.4f}, beyond the tolerance {tolerance}"), excess
     return "complete", "", excess
 
-
-def _objective(optuna: Any, space: Space, shared: list[str], tune_dir: Path, eager_bpb: float | None,
-               cfg: TuneConfig, rows: list[TrialRow]) -> Any:
-    def objective(trial: Any) -> float:
-        params = {name: trial.suggest_categorical(name, options) for name, options in space.choices.items()}
-        name = "default" if trial.user_attrs.get("default_stack") else f"trial_{trial.number:03d}"
-        result = run_trial([*shared, *param_overrides(params)], tune_dir / f"{trial.number:03d}-{name}", trial)
-        state, reason, excess = judge(result, eager_bpb, cfg.loss_tolerance)
-        if excess is not None:  # <= 0: within the loss tolerance of eager; TPE samples away from > 0
-            trial.set_user_attr("bpb_excess", excess)
-            trial.set_constraint("val_bpb_excess", excess)
-        trial.set_user_attr("state", state)
-        trial.set_user_attr("reason", reason)
-        row = TrialRow.of(trial.number, name, params, result, state=state, reason=reason)
-        rows.append(row)
-        _say(f"trial {trial.number}: {row.line()}")
-        if state in ("invalid", "pruned", "failed"):
-            raise optuna.TrialPruned(reason)
-        assert result.us_per_token is not None
-        return result.us_per_token
-
-    return objective
