@@ -108,40 +108,53 @@ def pad_token_id(path: str) -> int | None:
     return int(pad) if pad is not None else None
 
 
-class CausalLM(nn.Module):
-    """Any ``transformers`` causal LM (``AutoModelForCausalLM``): ``forward(input_ids)`` returns logits."""
+class _Transformers(nn.Module):
+    """What both wrappers share: a saved model (``path``) or one built from a configuration, and their checks."""
 
     adapter_root = "model"  # peft's key names are relative to the transformers model (runner.config.decisions.peft)
-    adapter_task = "CAUSAL_LM"  # peft's task_type, written into adapter_config.json
+    task = "causal_lm"  # hf_checks.check_model's task
 
-    def __init__(self, config: str | None = "llama", path: str | None = None,
-                 overrides: Mapping[str, Any] | None = None, attn_implementation: str = "sdpa") -> None:
+    def __init__(self, auto_class: str, config: str | None, path: str | None, overrides: Mapping[str, Any] | None,
+                 attn_implementation: str, **fixed: Any) -> None:
         super().__init__()
         with nf4.torchao_import_quiet():  # transformers' modeling code imports torchao wherever it is installed
+            import transformers
             import transformers.modeling_utils  # noqa: F401
-            from transformers import AutoModelForCausalLM
 
+            auto = getattr(transformers, auto_class)
         self.source = path or config or "?"
         self.attn_implementation = attn_implementation
         if path:
             _note_unused(path, config, overrides)
-            self.model = _load(AutoModelForCausalLM, path, attn_implementation=attn_implementation)
+            # a saved classifier's head may have another number of labels than the data: a new head then
+            mismatched = {"ignore_mismatched_sizes": True} if fixed else {}
+            self.model = _load(auto, path, attn_implementation=attn_implementation, **fixed, **mismatched)
         else:
             assert config, "model.config or model.path (checked before the run)"
-            cfg = build_config(config, overrides)
-            self.model = AutoModelForCausalLM.from_config(cfg, attn_implementation=attn_implementation)
+            self.model = auto.from_config(build_config(config, overrides, **fixed),
+                                          attn_implementation=attn_implementation)
 
-    @staticmethod
-    def check_arguments(config: str | None = None, path: str | None = None,
+    @classmethod
+    def check_arguments(cls, config: str | None = None, path: str | None = None,
                         overrides: Mapping[str, Any] | None = None, **_: Any) -> str | None:
         """What is wrong with these arguments, in one paragraph, before anything is written (None: nothing)."""
-        return hf_checks.check_model("causal_lm", config, path, _given(overrides))
+        return hf_checks.check_model(cls.task, config, path, _given(overrides))
 
     @staticmethod
     def input_vocabulary(config: str | None = None, path: str | None = None,
                          overrides: Mapping[str, Any] | None = None, **_: Any) -> Embedding | None:
         """How many token ids the model embeds (the vocabulary check compares the data's ids with it)."""
         return input_vocabulary(config, path, _given(overrides))
+
+
+class CausalLM(_Transformers):
+    """Any ``transformers`` causal LM (``AutoModelForCausalLM``): ``forward(input_ids)`` returns logits."""
+
+    adapter_task = "CAUSAL_LM"  # peft's task_type, written into adapter_config.json
+
+    def __init__(self, config: str | None = "llama", path: str | None = None,
+                 overrides: Mapping[str, Any] | None = None, attn_implementation: str = "sdpa") -> None:
+        super().__init__("AutoModelForCausalLM", config, path, overrides, attn_implementation)
 
     @staticmethod
     def packing_refusal(config: str | None = None, path: str | None = None,
@@ -178,43 +191,19 @@ class CausalLM(nn.Module):
         return out.last_hidden_state if return_hidden else out.logits
 
 
-class SequenceClassifier(nn.Module):
+class SequenceClassifier(_Transformers):
     """Any ``transformers`` sequence classifier (``AutoModelForSequenceClassification``, BERT-style): ``forward(batch)``
     takes the data's ``{"input_ids", "attention_mask"}`` and returns logits ``[batch, num_labels]``."""
 
-    adapter_root = "model"
     adapter_task = "SEQ_CLS"
     adapter_heads = ("classifier", "score")  # trained in full beside an adapter (peft's SEQ_CLS modules_to_save)
+    task = "sequence_classification"
 
     def __init__(self, config: str | None = "bert", path: str | None = None,
                  overrides: Mapping[str, Any] | None = None, num_labels: int = 2,
                  attn_implementation: str = "sdpa") -> None:
-        super().__init__()
-        with nf4.torchao_import_quiet():
-            import transformers.modeling_utils  # noqa: F401
-            from transformers import AutoModelForSequenceClassification
-
-        self.source = path or config or "?"
-        if path:
-            _note_unused(path, config, overrides)
-            self.model = _load(AutoModelForSequenceClassification, path, num_labels=num_labels,
-                               ignore_mismatched_sizes=True, attn_implementation=attn_implementation)
-        else:
-            assert config, "model.config or model.path (checked before the run)"
-            cfg = build_config(config, overrides, num_labels=num_labels)
-            self.model = AutoModelForSequenceClassification.from_config(cfg, attn_implementation=attn_implementation)
-
-    @staticmethod
-    def check_arguments(config: str | None = None, path: str | None = None,
-                        overrides: Mapping[str, Any] | None = None, **_: Any) -> str | None:
-        """What is wrong with these arguments, in one paragraph, before anything is written (None: nothing)."""
-        return hf_checks.check_model("sequence_classification", config, path, _given(overrides))
-
-    @staticmethod
-    def input_vocabulary(config: str | None = None, path: str | None = None,
-                         overrides: Mapping[str, Any] | None = None, **_: Any) -> Embedding | None:
-        """How many token ids the model embeds (the vocabulary check compares the data's ids with it)."""
-        return input_vocabulary(config, path, _given(overrides))
+        super().__init__("AutoModelForSequenceClassification", config, path, overrides, attn_implementation,
+                         num_labels=num_labels)
 
     @staticmethod
     def packing_refusal(**_: Any) -> str | None:

@@ -69,13 +69,8 @@ def load_adapter(adapter: Adapter, path: str) -> None:
     params = dict(adapter.root.named_parameters()) | dict(adapter.root.named_buffers())
     with torch.no_grad():
         for key, value in saved.items():
-            name = _param_name(key)
+            name = key.removeprefix("base_model.model.")  # peft's key -> the root's parameter (x.lora_A.weight)
             params[name].copy_(value.to(params[name].dtype))
-
-
-def _param_name(key: str) -> str:
-    """The root's parameter a peft key names (``base_model.model.x.lora_A.weight`` -> ``x.lora_A.weight``)."""
-    return key.removeprefix("base_model.model.")
 
 
 def base_layer(layer: nn.Module) -> nn.Module:
@@ -104,16 +99,11 @@ def base_view(adapter: Adapter) -> Iterator[nn.Module]:
     layers = adapter.layers()
     try:
         for name, layer in layers.items():
-            _set(adapter.root, name, base_layer(layer))
+            adapter.root.set_submodule(name, base_layer(layer))
         yield adapter.model
     finally:
         for name, layer in layers.items():
-            _set(adapter.root, name, layer)
-
-
-def _set(root: nn.Module, name: str, module: nn.Module) -> None:
-    parent_name, _, child = name.rpartition(".")
-    setattr(root.get_submodule(parent_name) if parent_name else root, child, module)
+            adapter.root.set_submodule(name, layer)
 
 
 def dequantized(adapter: Adapter) -> bool:

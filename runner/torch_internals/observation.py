@@ -87,10 +87,7 @@ def keep_compilation_metrics(limit: int) -> None:
 
 def graphs_compiled() -> int:
     """Dynamo graphs compiled in this process so far (one counter read: cheap enough per step)."""
-    from torch._dynamo.utils import counters
-
-    group, name, _ = COUNTERS["unique_graphs"]
-    return int(counters[group][name])
+    return counter_now("unique_graphs")
 
 
 @dataclass(frozen=True)
@@ -174,8 +171,8 @@ def live_guard_counts() -> dict[str, list[int]]:
 
 
 def graph_break_logger() -> logging.Logger:
-    """The artifact logger Dynamo writes each graph break to (``in user code at FILE:LINE``). Raising only it to
-    DEBUG captures the locations without printing them or resetting the user's ``TORCH_LOGS``."""
+    """The artifact logger Dynamo writes each graph break to (``in user code at FILE:LINE``); raising only it to DEBUG
+    captures the locations without printing them or resetting the user's ``TORCH_LOGS``."""
     from torch._dynamo import symbolic_convert
 
     return symbolic_convert.graph_break_log
@@ -216,15 +213,15 @@ CompileCallback = Callable[[str, str], None]
 
 
 class CompileEvents:
-    """The process's one subscription to torch's compile start/end callbacks (which also fire for the deferred
-    backward and each CUDA-graph recording, for the outermost compile only), fanned out as ``(trigger, compile id)``."""
+    """The process's one subscription to torch's compile start/end callbacks, fanned out as ``(trigger, compile id)``
+    (they also fire for the deferred backward and each CUDA-graph recording, for the outermost compile only)."""
 
     def __init__(self) -> None:
         self._listeners: list[tuple[CompileCallback, CompileCallback]] = []
 
     def subscribe(self, on_start: CompileCallback, on_end: CompileCallback | None = None) -> Callable[[], None]:
         """Call ``on_start`` (and ``on_end``) around every compile from now on; returns the unsubscribe."""
-        listener = (on_start, on_end or _ignore)
+        listener = (on_start, on_end or (lambda trigger, compile_id: None))
         self._listeners.append(listener)
         self._register()
         return lambda: self._unsubscribe(listener)
@@ -257,10 +254,6 @@ class CompileEvents:
     @property
     def listeners(self) -> int:
         return len(self._listeners)
-
-
-def _ignore(trigger: str, compile_id: str) -> None:
-    """A listener's end callback when it wants only starts."""
 
 
 COMPILE_EVENT_SOURCE = CompileEvents()
@@ -299,10 +292,6 @@ CUDAGRAPH_RECORDING_TRIGGER = "CUDAGRAPH_RECORDING"
 """The compile-callback trigger torch reports while a CUDA graph is recorded (``CallbackTrigger``)."""
 
 
-def _interned(text: str, index: int) -> Callable[[], tuple[str, int]]:
-    return lambda: (text, index)
-
-
 def start_structured_trace(directory: str) -> Callable[[], str | None]:
     """Write torch's structured compile trace (``TORCH_TRACE``'s, tlparse's input) into ``directory`` from now on;
     returns ``stop``, which puts the logger back and returns the trace file (None when nothing compiled)."""
@@ -321,7 +310,7 @@ def start_structured_trace(directory: str) -> Callable[[], str | None]:
     from torch._logging import structured
 
     for text, index in list(structured.INTERN_TABLE.items()):
-        logs.trace_structured("str", _interned(text, index), suppress_context=True)
+        logs.trace_structured("str", lambda t=text, i=index: (t, i), suppress_context=True)
 
     def stop() -> str | None:
         # torch 2.13+ keeps the path in _stream_path; torch 2.11 has only the open file's name.
