@@ -310,7 +310,7 @@ def start_structured_trace(directory: str) -> Callable[[], str | None]:
     from torch._logging import structured
 
     for text, index in list(structured.INTERN_TABLE.items()):
-        logs.trace_structured("str", lambda t=text, i=index: (t, i), suppress_context=True)
+        logs.trace_structured("str", lambda: (text, index), suppress_context=True)  # noqa: B023 - called at once
 
     def stop() -> str | None:
         # torch 2.13+ keeps the path in _stream_path; torch 2.11 has only the open file's name.
