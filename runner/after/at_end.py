@@ -64,9 +64,10 @@ def push_at_end(cfg: RunConfig, run_dir: Path, figures: dict[str, Any]) -> dict[
     repo_id = cfg.after.push_to_hub
     if repo_id is None:
         return {}
-    from runner.after.push import again, push_export
+    from runner.after.push import push_export
 
-    command = again(run_dir, repo_id, cfg.after.push_private)
+    private = " --private" if cfg.after.push_private else ""
+    command = f"python -m runner export {run_dir} --push-to-hub {repo_id}{private}"  # what pushes it again
     export = run_dir / EXPORT_DIR
     if figures.get("run/export") != str(export):  # no export: the fit did not finish, or the export failed
         why = figures.get("run/export") or "the fit did not finish, so nothing was exported"
@@ -84,4 +85,4 @@ def push_at_end(cfg: RunConfig, run_dir: Path, figures: dict[str, Any]) -> dict[
                     "pushes it again", e, export, command)
         return {"run/pushed_to": f"failed: {type(e).__name__}: {e} Push it again: {command}"}
     log.info("pushed %s to %s (commit %s)", export, pushed.url, pushed.commit)
-    return {"run/pushed_to": pushed.figure()}
+    return {"run/pushed_to": f"{pushed.url} (commit {pushed.commit})"}

@@ -118,9 +118,9 @@ def export(args: Any) -> int:
         raise ConfigError("--private goes with --push-to-hub ORG/NAME: it makes the repo the push creates private. "
                           f"Usage: {_USAGE['export']}")
     if push is not None:
-        from runner.after.push import push_refusal
+        from runner.config.checks.push import repo_id_error, token_error
 
-        if (problem := push_refusal(push, where)) is not None:
+        if (problem := repo_id_error(push, where) or token_error(where)) is not None:
             raise ConfigError(problem)
     from runner.after.adapter_export import merge_error
     from runner.after.export import EXPORT_DIR, export_error, export_model

@@ -6,9 +6,10 @@ and recall, a confusion-matrix PNG. Preference pairs: TRL's metrics. The pass ru
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -84,16 +85,14 @@ def evaluate(forward: Any, loader: Any, device: torch.device, cfg: RunConfig, la
     with torch.no_grad():
         for batch in scored(loader, progress):
             x, y = move_data_to_device(batch, device)
+            counted += int((y != IGNORE_INDEX).sum())
+            examples += int(y.shape[0])
             if loss_sum is not None and y.dim() > 1:  # a target per position: the loss is all a causal LM reports
                 total += float(loss_sum(x, y))
-                counted += int((y != IGNORE_INDEX).sum())
-                examples += int(y.shape[0])
                 continue
             logits = forward(x)
             total += float(F.cross_entropy(logits.flatten(0, -2).float(), y.flatten(), ignore_index=IGNORE_INDEX,
                                            reduction="sum"))
-            counted += int((y != IGNORE_INDEX).sum())
-            examples += int(y.shape[0])
             if y.dim() == 1:  # one class per example
                 metrics = metrics or _classifier_metrics(logits.shape[-1], device)
                 for metric in metrics.values():
@@ -155,13 +154,20 @@ def run_pairs(module: Any, datamodule: Any, cfg: RunConfig, compiled: bool,
     module.to(device).eval()
     if isinstance(module.reference, Precomputed):
         module.reference.prepare(module.model, datamodule, device)
-    loader = datamodule.val_dataloader()
+    with _compiling(cfg, compiled) as compile_:
+        return evaluate_pairs(compile_(module.pair_outputs), datamodule.val_dataloader(), device, progress)
+
+
+@contextlib.contextmanager
+def _compiling(cfg: RunConfig, compiled: bool) -> Iterator[Callable[[Any], Any]]:
+    """``torch.compile`` as the run compiled (its compiled code dropped after the block), or nothing when not
+    ``compiled``."""
     if not compiled:
-        return evaluate_pairs(module.pair_outputs, loader, device, progress)
+        yield lambda fn: fn
+        return
     c = cfg.compile
     try:
-        forward = torch.compile(module.pair_outputs, backend=c.backend, mode=c.mode, options=c.options or None)
-        return evaluate_pairs(forward, loader, device, progress)
+        yield lambda fn: torch.compile(fn, backend=c.backend, mode=c.mode, options=c.options or None)
     finally:
         runtime.reset_compiler()
 
@@ -190,16 +196,9 @@ def run_pass(module: torch.nn.Module, loader: Any, cfg: RunConfig, labels: list[
     device = eval_device(cfg)
     module.to(device).eval()
     loss_sum = chunked_loss_sum(module)
-    if not compiled:
-        return evaluate(module, loader, device, cfg, labels, loss_sum, progress)
-    c = cfg.compile
-    try:
-        kwargs: dict[str, Any] = dict(backend=c.backend, mode=c.mode, options=c.options or None)
-        forward = torch.compile(module, **kwargs)
-        return evaluate(forward, loader, device, cfg, labels, torch.compile(loss_sum, **kwargs) if loss_sum else None,
+    with _compiling(cfg, compiled) as compile_:
+        return evaluate(compile_(module), loader, device, cfg, labels, compile_(loss_sum) if loss_sum else None,
                         progress)
-    finally:
-        runtime.reset_compiler()
 
 
 def chunked_loss_sum(module: torch.nn.Module) -> Any:

@@ -17,15 +17,16 @@ from runner.after.source import (
     ALLOW_CHANGED_DATA,
     CONFIG,
     RUN_KEYS,
+    compose_run,
     merge_overrides,
     override_key,
     run_dir_error,
     saved_overrides,
 )
-from runner.config import ConfigError, compose
+from runner.config import ConfigError
 from runner.config.composing.hub_names import remember_revisions
 from runner.config.composing.loading import localized
-from runner.config.composing.precheck import command_line, search_dirs
+from runner.config.composing.precheck import command_line
 
 GROUPS = ("model", "data", "optimizer", "scheduler")
 FREE = {"data.num_workers", "scheduler.total_steps", "scheduler.on_resume"}
@@ -120,20 +121,12 @@ def _resolved(cfg: Any, group: str) -> dict[str, Any]:
     return _flat(plain, group) if isinstance(plain, dict) else {group: plain}
 
 
-def _compose(run_dir: Path, overrides: Sequence[str]) -> Any:
-    """The config ``overrides`` (a command line) compose to, as ``python -m runner`` composes it for ``run_dir``."""
-    args = command_line(list(overrides))
-    dirs = search_dirs(args) if args is not None else []
-    plain = [o for o in overrides if not o.lstrip("+~").startswith(("hydra.", "hydra/"))]
-    return compose(plain, run_dir=str(run_dir), config_dirs=dirs or None)
-
-
 def changed_keys(run_dir: Path, overrides: Sequence[str], new: Any = None) -> list[tuple[str, Any, Any]]:
     """``(key, run's value, resume's value)`` of each model, data, optimizer or scheduler setting ``overrides``
     change, except ``FREE`` keys and model settings that keep every weight's shape."""
     from omegaconf import OmegaConf
 
-    new = _compose(run_dir, overrides) if new is None else new
+    new = compose_run(run_dir, overrides) if new is None else new
     old = OmegaConf.load(run_dir / CONFIG)
     out = []
     for group in GROUPS:
@@ -161,7 +154,7 @@ def check_resume(run_dir: Path, overrides: Sequence[str], typed: Sequence[str] |
     """Refuse a resume of ``run_dir`` whose config changes what its checkpoint fits, or whose data changed (unless
     ``after.allow_changed_data``). ``typed``: the overrides the user gave (None: all of ``overrides``)."""
     try:
-        new = _compose(run_dir, overrides)
+        new = compose_run(run_dir, overrides)
         changes = changed_keys(run_dir, overrides, new)
     except ConfigError:
         raise

@@ -73,11 +73,8 @@ def run_config(run_dir: Path, given: Sequence[str] = (), validated: bool = True)
     if (problem := run_dir_error(run_dir)) is not None:
         raise ConfigError(problem)
     overrides = merge_overrides(saved_overrides(run_dir), given)
-    args = command_line(overrides)
-    dirs = search_dirs(args) if args is not None else []
-    plain = [o for o in overrides if not o.lstrip("+~").startswith(("hydra.", "hydra/"))]
     try:
-        cfg = convert(compose(plain, run_dir=str(run_dir), config_dirs=dirs or None))
+        cfg = convert(compose_run(run_dir, overrides))
         localize(cfg)  # the Hub names the run recorded, at their commits, from the cache
     except ConfigError:
         raise
@@ -87,6 +84,14 @@ def run_config(run_dir: Path, given: Sequence[str] = (), validated: bool = True)
     if validated:
         check(cfg)
     return cfg
+
+
+def compose_run(run_dir: Path, overrides: Sequence[str]) -> Any:
+    """The config ``overrides`` (a command line) compose to, as ``python -m runner`` composes it for ``run_dir``."""
+    args = command_line(list(overrides))
+    dirs = search_dirs(args) if args is not None else []
+    plain = [o for o in overrides if not o.lstrip("+~").startswith(("hydra.", "hydra/"))]
+    return compose(plain, run_dir=str(run_dir), config_dirs=dirs or None)
 
 
 def check(cfg: RunConfig) -> None:
