@@ -40,24 +40,19 @@ class CausalSelfAttention(nn.Module):
         self.dropout = dropout
 
     def forward(self, x: torch.Tensor, documents: torch.Tensor | None = None) -> torch.Tensor:
-        b, t, c = x.shape
-        q, k, v = self.qkv(x).split(c, dim=2)
-        q, k, v = (z.view(b, t, self.n_head, c // self.n_head).transpose(1, 2) for z in (q, k, v))
-        p = self.dropout if self.training else 0.0
-        if documents is None:
-            y = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
-        else:
-            y = document_attention(q, k, v, documents, dropout_p=p)
-        return self.proj(y.transpose(1, 2).reshape(b, t, c))
+        return self.decode(x, None, documents)[0]
 
-    def decode(self, x: torch.Tensor, past: KV | None) -> tuple[torch.Tensor, KV]:
+    def decode(self, x: torch.Tensor, past: KV | None,
+               documents: torch.Tensor | None = None) -> tuple[torch.Tensor, KV]:
         """``forward`` for new positions ``x`` after the ``past`` keys and values (None: no earlier positions), and the
         keys and values of every position up to the new ones."""
         b, t, c = x.shape
         q, k, v = self.qkv(x).split(c, dim=2)
         q, k, v = (z.view(b, t, self.n_head, c // self.n_head).transpose(1, 2) for z in (q, k, v))
         p = self.dropout if self.training else 0.0
-        if past is None:  # the prompt: forward's own call
+        if documents is not None:
+            y = document_attention(q, k, v, documents, dropout_p=p)
+        elif past is None:  # training, or the prompt
             y = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
         else:
             k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)

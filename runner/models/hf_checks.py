@@ -37,14 +37,11 @@ def task_types(task: str) -> dict[str, str]:
 def config_class(name: str) -> type:
     """The configuration class of a model type (``llama``) or a configuration class name (``LlamaConfig``)."""
     from transformers import CONFIG_MAPPING
-    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
 
-    if name in CONFIG_MAPPING_NAMES:
-        return CONFIG_MAPPING[name]
-    by_class = {cls: model_type for model_type, cls in CONFIG_MAPPING_NAMES.items()}
-    if name in by_class:
-        return CONFIG_MAPPING[by_class[name]]
-    raise KeyError(name)
+    kind = model_type(name)
+    if kind is None:
+        raise KeyError(name)
+    return CONFIG_MAPPING[kind]
 
 
 def model_type(name: str) -> str | None:
