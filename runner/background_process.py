@@ -1,10 +1,7 @@
-"""``python -m runner.background_process DIR --placement=pinned|shared|others [--cpu=N]``: the compile process of
-``compile.background`` (the run's side is ``runner.stack.background``).
-
-It fits the module and first batch the run saved through the same ``CompileStrategy`` and settings for a few steps,
-until two steps compile nothing, so every graph the run's first steps need is in the on-disk caches the run shares.
-With ``measure`` it also times eager against compiled steps (CPU time, so the run's load does not count) for the
-run to decide whether switching pays. It writes ``DIR/result.json`` and exits; nothing it trains is kept."""
+"""``python -m runner.background_process DIR --placement=pinned|shared|others [--cpu=N]``: ``compile.background``'s
+process. It fits the module and batch the run saved through the same ``CompileStrategy`` until two steps compile
+nothing (filling the on-disk caches the run shares), with ``measure`` times eager against compiled steps, and writes
+``DIR/result.json``."""
 
 from __future__ import annotations
 
@@ -19,15 +16,12 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-WARMUP_MAX = 8
-"""Steps at most until two consecutive steps compile nothing."""
-PAIRS = 6
-"""Eager/compiled pairs timed with ``measure`` (ABBA order)."""
+WARMUP_MAX = 8  # steps at most until two consecutive steps compile nothing
+PAIRS = 6  # eager/compiled pairs timed with measure (ABBA order)
 
 
 def place(placement: str, cpu: int | None) -> None:
-    """Pin this process to one core (``pinned``) or every core but the run's (``others``) before torch loads, so
-    Inductor's compile workers inherit it."""
+    """Pin this process to one core (``pinned``) or every core but the run's (``others``) before torch loads."""
     # SCHED_IDLE was measured and dropped: on 2 cores it still slowed the run's eager steps 124 -> 459 ms (its
     # OpenMP threads yield their cores at every barrier).
     if cpu is None or not hasattr(os, "sched_setaffinity"):
@@ -51,8 +45,8 @@ def _watch_parent() -> None:
 
 
 class _Probe:
-    """A Lightning callback (duck-typed; subclassed in :func:`_probe`) choosing each step's mode: compiled warm-up
-    steps until two compile nothing, then ``PAIRS`` eager/compiled pairs if measuring, timed by ``SpeedupMeter``."""
+    """A Lightning callback (subclassed in :func:`_probe`) choosing each step's mode: compiled warm-up steps until two
+    compile nothing, then ``PAIRS`` eager/compiled pairs if measuring."""
 
     def __init__(self, measure: bool, cpu_clock: bool) -> None:
         from runner.telemetry.speedup import SpeedupMeter

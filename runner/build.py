@@ -1,8 +1,5 @@
-"""Builders: typed config in, plain objects out (model, data, loggers, strategy, trainer).
-
-No config object is threaded past this module: each builder turns one node into constructor
-arguments (torchtune's rule), so the strategy and the LightningModule never see a config tree.
-"""
+"""Builders: typed config in, plain objects out (model, data, loggers, strategy, trainer); each turns one node into
+constructor arguments (torchtune's rule), so no config tree is threaded past this module."""
 
 from __future__ import annotations
 
@@ -41,15 +38,14 @@ from runner.training.summary import RunModelSummary
 
 
 def data_traits(cfg: RunConfig) -> DataTraits:
-    """What the data module's batches are, as its class declares (``traits``); ``DataTraits()`` for a class that
-    declares nothing (a user's own)."""
+    """What the data module's batches are, as its class declares (``traits``; ``DataTraits()`` for a user's own)."""
     traits = declared(cfg.data, "traits")
     return traits if isinstance(traits, DataTraits) else DataTraits()
 
 
 def batches_of(cfg: RunConfig) -> Batches:
-    """What the run's batches are, for the telemetry's advice on a recompile of a new shape: padded per batch, and
-    whether ``data.packing=true`` is there to turn on for a model that takes packed rows."""
+    """What the run's batches are, for the telemetry's advice on a recompile of a new shape (padded per batch, and
+    whether ``data.packing=true`` could be turned on)."""
     packing = getattr(cfg.data, "packing", None)
     can_pack = packing is False and getattr(cfg.data, "batching", None) in (None, Batching.documents) and \
         callable(getattr(locate(str(getattr(cfg.model, "_target_", "")))[0], "packing_refusal", None)) and \
@@ -113,8 +109,7 @@ def build_loggers(cfg: RunConfig) -> list[Logger]:
 
 
 def build_strategy(cfg: RunConfig) -> CompileStrategy | DDPCompileStrategy | FSDPCompileStrategy:
-    """Single device; FSDP2 when ``trainer.distributed=fsdp``; else DDP when more than one device/node is
-    asked for (gloo on CPU)."""
+    """Single device; FSDP2 when ``trainer.distributed=fsdp``; else DDP for more than one device or node."""
     t = cfg.trainer
     seq_len = getattr(cfg.data, "seq_len", None)
     dynamic = resolve_bounds(cfg.dynamic, seq_len if isinstance(seq_len, int) else None)
@@ -147,7 +142,7 @@ def shapes_vary(cfg: RunConfig) -> bool:
 
 def build_callbacks(cfg: RunConfig, *more: Callback) -> list[Callback]:
     """Checkpointing (``last.ckpt`` always), the model summary, the progress bar, and runner's own callbacks as one
-    ``CallbackGroup``, to which Lightning dispatches each hook once."""
+    ``CallbackGroup``."""
     from runner.data.fingerprint import of_node
     from runner.telemetry import CompileTelemetry
     from runner.telemetry.data_report import DataReport

@@ -1,8 +1,5 @@
-"""A LoRA or QLoRA run's export: the adapter in peft's format beside the base it applies to, or with ``--merge``
-the adapter folded into the base and written as the family's own model.
-
-The base is the saved model the run started from, or one written to ``base/`` (a QLoRA base as the NF4 weights it
-trained over, dequantized); a Hub base is named by its Hub name and commit so the adapter loads by name anywhere."""
+"""A LoRA or QLoRA run's export: the adapter in peft's format beside the base it applies to (the saved model the run
+started from, a Hub base by name and commit, or one written to ``base/``), or with ``--merge`` folded into it."""
 
 from __future__ import annotations
 
@@ -20,8 +17,7 @@ from runner.config.schema.peft import PeftConfig, PeftMethod
 from runner.peft import Adapter, apply_peft
 from runner.peft.files import base_view, dequantized, write_adapter
 
-BASE_DIR = "base"
-"""Where an adapter export writes a base that exists nowhere else: ``<export>/base``."""
+BASE_DIR = "base"  # where an adapter export writes a base that exists nowhere else
 Writer = Callable[[nn.Module, RunConfig, Path, Path], str]
 
 _LOADERS = {
@@ -34,8 +30,8 @@ _LOADERS = {
 
 def write_adapter_export(model: nn.Module, adapter: Adapter, cfg: RunConfig, run_dir: Path, tmp: Path, final: Path,
                          family: str, base_writer: Writer) -> tuple[str, dict[str, Any]]:
-    """Write the adapter (and its base where needed) into ``tmp`` (renamed to ``final`` by the caller); how to load
-    it, and what ``runner_export.json`` says about it."""
+    """Write the adapter (and its base where needed) into ``tmp``, renamed to ``final`` by the caller; how to load it,
+    and what ``runner_export.json`` says about it."""
     saved = getattr(cfg.model, "path", None)
     hub = hub_base(cfg)
     if saved:
@@ -65,8 +61,7 @@ def write_adapter_export(model: nn.Module, adapter: Adapter, cfg: RunConfig, run
 
 
 def hub_base(cfg: RunConfig) -> dict[str, Any] | None:
-    """The ``run/hub`` record of the base model when ``model.path`` named the Hub (``name``, ``commit``, ...), or
-    None for a local folder or a model built from its configuration."""
+    """The ``run/hub`` record of the base model when ``model.path`` named the Hub, else None."""
     return next((p.record() for p in pins_of(cfg) if p.wanted.key == "model.path"), None)
 
 
@@ -103,8 +98,7 @@ def merge_error(cfg: RunConfig, run_dir: Path, merge: bool, dequantize: bool) ->
 
 
 def open_adapter_export(directory: Path, meta: dict[str, Any]) -> nn.Module:
-    """A causal LM exported as an adapter: its base loaded, the adapter applied with runner's own layer (over the
-    weights it trained with: a QLoRA base is the dequantized one)."""
+    """A causal LM exported as an adapter: its base loaded, the adapter applied with runner's own layer."""
     adapter = meta["adapter"]
     base = Path(adapter["base"])
     if not base.is_dir() and adapter.get("base_hub"):  # a base read from the Hub: fetched again by name and commit

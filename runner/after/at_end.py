@@ -22,8 +22,7 @@ log = logging.getLogger(__name__)
 
 def at_end_of_fit(cfg: RunConfig, model: nn.Module, run_dir: Path, checkpoint: Path | None,
                   step: int) -> dict[str, Any]:
-    """Export ``model`` (``TrainModule.model``, or a user's LightningModule) and sample it, as ``cfg.after``
-    says; the figures (``run/export``, ``run/sample``)."""
+    """Export ``model`` and sample it, as ``cfg.after`` says; the figures (``run/export``, ``run/sample``)."""
     figures: dict[str, Any] = {}
     if cfg.trainer.sharded:  # FSDP2's parameters are shards: the whole model is in the consolidated checkpoint
         if cfg.after.export:
@@ -59,8 +58,7 @@ def _export(cfg: RunConfig, model: nn.Module, run_dir: Path, checkpoint: Path | 
 
 
 def push_at_end(cfg: RunConfig, run_dir: Path, figures: dict[str, Any]) -> dict[str, Any]:
-    """Push the end-of-fit export to ``after.push_to_hub``, after report.json is written (``figures``, what it
-    holds, give the model card its figures); the figure (``run/pushed_to``), or nothing when no push is asked."""
+    """Push the end-of-fit export to ``after.push_to_hub`` once report.json (``figures``) is written."""
     repo_id = cfg.after.push_to_hub
     if repo_id is None:
         return {}

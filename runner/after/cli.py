@@ -191,7 +191,7 @@ def _push(args: Any, export: Path, cfg: Any, where: str, what: str) -> None:
 def evaluate(args: Any, overrides: list[str]) -> int:
     from runner.after import evaluate as ev
     from runner.after.eval_data import data_error, overrides_error
-    from runner.after.family import label_names, num_classes_of
+    from runner.after.family import label_names
     from runner.after.source import check, checkpoint_path, open_trained, run_config, run_dir_error
     from runner.build import build_datamodule
     from runner.data.store.progress import Progress
@@ -212,7 +212,8 @@ def evaluate(args: Any, overrides: list[str]) -> int:
     datamodule.setup("validate")
     loader = datamodule.val_dataloader()
     compiled, mode = ev.resolve_mode(trained.cfg, ev.run_report(run_dir), len(loader))
-    labels = label_names(run_dir, num_classes_of(trained.cfg) or 0)
+    classes = getattr(trained.cfg.data, "num_classes", None)  # None for a language model's data
+    labels = label_names(run_dir, classes if isinstance(classes, int) else 0)
     data = "the validation split of " + (" ".join(overrides) or "the run's data")
     out = args.out or run_dir / "eval.json"
     progress = Progress(f"scoring {data}", len(loader), unit="batches", topic="eval")  # after 5 s, as data's

@@ -13,8 +13,7 @@ from runner.config.schema import RunConfig
 from runner.config.schema.targets import ImageDataSchema, TextClassificationDataSchema
 from runner.telemetry.data_report import read_labels
 
-DATA_KEYS = ("path", "val_path")
-"""The data keys that name files (``val_path`` where the data family has one)."""
+DATA_KEYS = ("path", "val_path")  # the data keys that name files
 _FORMATS = {".jsonl": "JSON lines", ".json": "JSON lines", ".csv": "CSV", ".tsv": "tab-separated",
             ".parquet": "Parquet", ".arrow": "Arrow"}
 _COLUMNS = ("text", "label")
@@ -31,25 +30,23 @@ def overrides_error(given: Sequence[str]) -> str | None:
 
 
 def file_format(path: Path) -> str:
-    """A file's format by its suffix (JSON lines, CSV, Parquet, ...), ``text`` for any other; a labelled-text
-    file without such a suffix by its first line (JSON lines or tab-separated)."""
-    if path.suffix.lower() in _FORMATS:
-        return _FORMATS[path.suffix.lower()]
-    return "text"
+    """A file's format by its suffix (JSON lines, CSV, Parquet, ...), ``text`` for any other."""
+    return _FORMATS.get(path.suffix.lower(), "text")
+
+
+def _first_line(path: Path) -> str:
+    with path.open(encoding="utf-8", errors="replace") as f:
+        return next((line for line in f if line.strip()), "")
 
 
 def _sniffed(path: Path) -> str:
     """A labelled-text file's format by its first line: JSON lines or label<TAB>text."""
-    with path.open(encoding="utf-8", errors="replace") as f:
-        first = next((line for line in f if line.strip()), "")
-    return "JSON lines" if first.lstrip().startswith("{") else "tab-separated"
+    return "JSON lines" if _first_line(path).lstrip().startswith("{") else "tab-separated"
 
 
 def _first_row_keys(path: Path) -> list[str] | None:
-    with path.open(encoding="utf-8", errors="replace") as f:
-        first = next((line for line in f if line.strip()), "")
     try:
-        row = json.loads(first)
+        row = json.loads(_first_line(path))
     except ValueError:
         return None
     return list(row) if isinstance(row, dict) else None

@@ -1,9 +1,6 @@
 """The trained model, out: a directory its family's own library loads (transformers' ``save_pretrained``, timm's
-``save_for_hf``, or ``model.safetensors`` + the config node that rebuilds runner's or a user's module; a LoRA run's
-adapter via ``adapter_export``), with ``runner_export.json`` and a README saying how to load it.
-
-Written beside its place and renamed into it, so it is whole or absent; a module carrying compile or checkpoint
-wrappers (``_orig_mod.``) or runner's hooks is rebuilt from the config and given its weights first."""
+``save_for_hf``, or ``model.safetensors`` + the config node; a LoRA run's adapter via ``adapter_export``), with
+``runner_export.json`` and a README saying how to load it; written beside its place and renamed into it."""
 
 from __future__ import annotations
 
@@ -29,22 +26,10 @@ from runner.telemetry.data_report import read_prompt
 WEIGHTS = "model.safetensors"
 CONFIG = "config.json"
 METADATA = "runner_export.json"
+# tokenizer_config.json's tokenizer_class where no tokenizer is known: AutoTokenizer, and so pipeline, refuses the
+# folder instead of building an empty tokenizer for the model's type.
 NO_TOKENIZER = "NoTokenizerExported"
-"""``tokenizer_config.json``'s ``tokenizer_class`` where no tokenizer is known (and no tokenizer file beside it):
-``AutoTokenizer``, and so ``pipeline``, refuses the folder instead of building an empty tokenizer for the model's
-type."""
-EXPORT_DIR = "model"
-"""Where a run exports its model at the end of the fit: ``<run_dir>/model``."""
-
-
-def out_error(out: Path, force: bool) -> str | None:
-    """Why the export may not be written to ``out`` (one paragraph), or None."""
-    if out.exists() and not out.is_dir():
-        return f"--out {out} is a file: give a directory to export the model into (it is created)."
-    if out.is_dir() and any(out.iterdir()) and not force:
-        return (f"{out} exists and is not empty: an export writes a whole directory and would replace what is there. "
-                "Give --force to replace it, or another directory with --out DIR.")
-    return None
+EXPORT_DIR = "model"  # where a run exports its model at the end of the fit: <run_dir>/model
 
 
 def node_dict(node: Any) -> dict[str, Any]:
@@ -54,8 +39,8 @@ def node_dict(node: Any) -> dict[str, Any]:
 
 
 def model_node(cfg: RunConfig) -> dict[str, Any]:
-    """The model's config node as it was applied: a model loaded from ``model.path`` keeps its own configuration,
-    so the family's ``config`` and ``overrides`` (never applied to it) are left out."""
+    """The model's config node as it was applied (a model loaded from ``model.path`` without ``config`` and
+    ``overrides``, never applied to it)."""
     node = node_dict(cfg.model)
     if node.get("path"):
         for unused in ("config", "overrides"):
@@ -65,9 +50,9 @@ def model_node(cfg: RunConfig) -> dict[str, Any]:
 
 def export_model(model: nn.Module, cfg: RunConfig, run_dir: Path, out: Path, checkpoint: str | None,
                  step: int | None, extra: dict[str, Any] | None = None) -> Path:
-    """Write ``model`` (runner's ``TrainModule.model``, trained as ``cfg`` says) to ``out``, replacing it: an adapted
-    model as its adapter (``runner.after.adapter_export``). ``extra`` goes into ``runner_export.json``."""
-    if not is_clean(model):
+    """Write ``model`` (runner's ``TrainModule.model``, trained as ``cfg`` says) to ``out``, replacing it; ``extra``
+    goes into ``runner_export.json``."""
+    if not is_clean(model):  # compile or checkpoint wrappers in its keys, or runner's hooks: rebuilt from the config
         model = _rebuilt(model, cfg)
     family = family_of(model)
     adapter = adapter_of(model)
@@ -195,5 +180,8 @@ def _readme(family: Family, meta: dict[str, Any], loading: str, template: str | 
 
 def export_error(out: Path, force: bool) -> None:
     """Raise ``ConfigError`` when the export may not go to ``out`` (checked before anything is loaded)."""
-    if (problem := out_error(out, force)) is not None:
-        raise ConfigError(problem)
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--out {out} is a file: give a directory to export the model into (it is created).")
+    if out.is_dir() and any(out.iterdir()) and not force:
+        raise ConfigError(f"{out} exists and is not empty: an export writes a whole directory and would replace what "
+                          "is there. Give --force to replace it, or another directory with --out DIR.")

@@ -1,8 +1,5 @@
 """Text from a trained causal LM (runner's GPT or a transformers model), from a checkpoint or an export, and the
-sample a causal-LM run writes into report.md.
-
-Both decode with a KV cache; past ``block_size`` the GPT's absolute positions all shift with each token, so from
-there each token runs the whole window again, as in training. Sampling is seeded and the random state restored."""
+sample a causal-LM run writes into report.md: decoded with a KV cache, seeded, the random state restored."""
 
 from __future__ import annotations
 
@@ -22,8 +19,8 @@ from runner.config import ConfigError
 
 @dataclass(frozen=True)
 class Sampling:
-    """How new tokens are drawn: ``temperature`` 0 is greedy; ``top_k`` 0 keeps every token; ``eos_id``: the
-    token that ends an answer (an instruction run's), where writing stops."""
+    """How new tokens are drawn: ``temperature`` 0 is greedy, ``top_k`` 0 keeps every token, writing stops at
+    ``eos_id`` (an instruction run's)."""
 
     max_new_tokens: int = 200
     temperature: float = 0.8
@@ -101,7 +98,8 @@ def _gpt_generate(model: nn.Module, ids: torch.Tensor, sampling: Sampling) -> li
     assert isinstance(model, GPT), "writes_text: runner's GPT or a transformers causal LM"
     start, cache, new = ids.shape[1], KVCache(), ids[:, -model.block_size:]
     for _ in range(sampling.max_new_tokens):
-        if cache.length + new.shape[1] > model.block_size:  # the window moves: run it whole (module docstring)
+        # Past block_size the GPT's absolute positions all shift with each token: run the window whole, as in training.
+        if cache.length + new.shape[1] > model.block_size:
             cache, new = KVCache(), ids[:, -model.block_size:]
         logits = model.decode(new, cache, last_only=True)[:, -1, :].float()
         new = next_token(logits, sampling)
@@ -112,8 +110,7 @@ def _gpt_generate(model: nn.Module, ids: torch.Tensor, sampling: Sampling) -> li
 
 
 def next_token(logits: torch.Tensor, sampling: Sampling) -> torch.Tensor:
-    """One token per row of ``logits`` ``[batch, vocab]``: the likeliest (temperature 0), or drawn from the
-    ``top_k`` likeliest at ``temperature``, with the global generator (seeded by the caller)."""
+    """One token per row of ``logits`` ``[batch, vocab]``, as ``sampling`` says (the global generator)."""
     if sampling.temperature == 0:
         return logits.argmax(-1, keepdim=True)
     logits = logits / sampling.temperature
@@ -135,8 +132,7 @@ def write_text(model: nn.Module, tokens: Tokens, prompt: str, sampling: Sampling
 
 
 def open_export(directory: Path) -> tuple[nn.Module, Tokens]:
-    """A causal LM exported by runner (``runner_export.json`` beside it), loaded with its family's library, and
-    how text becomes its ids."""
+    """A causal LM exported by runner, loaded with its family's library, and how text becomes its ids."""
     from runner.after.export import CONFIG, METADATA, WEIGHTS
 
     meta = json.loads((directory / METADATA).read_text())

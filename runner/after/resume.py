@@ -1,9 +1,6 @@
-"""``runner resume RUN_DIR [overrides]`` (or ``hydra.run.dir=RUN_DIR ckpt_path=last``): the run's saved command
-line plus the new overrides, in place, from its last checkpoint.
-
-An override that changes what the checkpoint's state fits (model shape, data, optimizer, schedule), a recipe edited
-since, or data changed since (unless ``--allow-changed-data``) is refused in one paragraph; ``trainer.max_steps`` may
-change (``scheduler.on_resume`` says what the schedule does)."""
+"""``runner resume RUN_DIR [overrides]`` (or ``hydra.run.dir=RUN_DIR ckpt_path=last``): the run's saved command line
+plus the new overrides, in place, from its last checkpoint; an override that changes what the checkpoint's state fits,
+a recipe edited since, or data changed since (unless ``--allow-changed-data``) is refused in one paragraph."""
 
 from __future__ import annotations
 
@@ -29,9 +26,8 @@ from runner.config.composing.loading import localized
 from runner.config.composing.precheck import command_line
 
 GROUPS = ("model", "data", "optimizer", "scheduler")
+# Keys a resume may change: the loader's workers; the schedule's length (trainer.max_steps) and scheduler.on_resume.
 FREE = {"data.num_workers", "scheduler.total_steps", "scheduler.on_resume"}
-"""Keys a resume may change: the loader's worker processes; the schedule's length (``trainer.max_steps``,
-what ``scheduler.on_resume`` is for) and that choice itself."""
 _WHY = {
     "model": "changes the model's shape, and the checkpoint's weights do not fit it",
     "data": "changes the data, and the checkpoint's place in it (its next batch) would point elsewhere",
@@ -41,10 +37,7 @@ _WHY = {
                  "(scheduler.on_resume says what a new trainer.max_steps does)",
 }
 _PLAIN = re.compile(r"^[A-Za-z0-9_./-]+$")
-ALLOW_FLAG = "--allow-changed-data"
-"""``runner resume RUN_DIR --allow-changed-data``: ``after.allow_changed_data=true`` for this resume."""
-
-
+ALLOW_FLAG = "--allow-changed-data"  # after.allow_changed_data=true for this resume
 _USAGE = "python -m runner resume RUN_DIR [--allow-changed-data] [overrides] (e.g. trainer.max_steps=600)"
 
 
@@ -66,7 +59,7 @@ def _value(path: Path) -> str:
 
 def resume_command(argv: Sequence[str]) -> list[str] | None:
     """The command line a resume runs (the run's saved one with the overrides in place, then ``hydra.run.dir`` and
-    ``ckpt_path``, ``last`` unless given), or None when ``argv`` is no resume. Raises ``ConfigError``."""
+    ``ckpt_path``), or None when ``argv`` is no resume."""
     if argv[:1] == ["resume"]:
         if len(argv) < 2 or "=" in argv[1]:
             raise ConfigError(f"runner resume needs the run directory first: {_USAGE}.")
@@ -122,8 +115,8 @@ def _resolved(cfg: Any, group: str) -> dict[str, Any]:
 
 
 def changed_keys(run_dir: Path, overrides: Sequence[str], new: Any = None) -> list[tuple[str, Any, Any]]:
-    """``(key, run's value, resume's value)`` of each model, data, optimizer or scheduler setting ``overrides``
-    change, except ``FREE`` keys and model settings that keep every weight's shape."""
+    """``(key, run's value, resume's value)`` of each setting of ``GROUPS`` that ``overrides`` change, except ``FREE``
+    keys and model settings that keep every weight's shape."""
     from omegaconf import OmegaConf
 
     new = compose_run(run_dir, overrides) if new is None else new
@@ -151,8 +144,8 @@ def _same_shapes(old: Any, new: Any) -> bool:
 
 
 def check_resume(run_dir: Path, overrides: Sequence[str], typed: Sequence[str] | None = None) -> None:
-    """Refuse a resume of ``run_dir`` whose config changes what its checkpoint fits, or whose data changed (unless
-    ``after.allow_changed_data``). ``typed``: the overrides the user gave (None: all of ``overrides``)."""
+    """Refuse a resume of ``run_dir`` whose config changes what its checkpoint fits, or whose data changed;
+    ``typed``: the overrides the user gave (None: all of ``overrides``)."""
     try:
         new = compose_run(run_dir, overrides)
         changes = changed_keys(run_dir, overrides, new)
@@ -167,8 +160,7 @@ def check_resume(run_dir: Path, overrides: Sequence[str], typed: Sequence[str] |
 
 
 def _by_files(run_dir: Path) -> set[str]:
-    """The keys whose values the run's own command line composes to differently from its saved config: the config
-    files (a recipe, a conf/ option) changed since the run."""
+    """The keys the run's own command line composes to differently from its saved config (the files changed)."""
     try:
         return {k for k, _, _ in changed_keys(run_dir, saved_overrides(run_dir))}
     except Exception:  # a saved command line that no longer composes: no key can be put down to the files
@@ -201,8 +193,7 @@ HUB_DATA_KEYS = ("data.path", "data.val_path", "data.tokenizer")
 
 
 def _data_refusal(run_dir: Path, new: Any) -> str | None:
-    """Why the data the resume would read is not the data the run recorded (its files, the tokenizer); None when
-    it is, when the run recorded none, or when ``after.allow_changed_data`` allows it."""
+    """Why the data the resume would read is not the data the run recorded (its files, the tokenizer), or None."""
     from omegaconf import OmegaConf
 
     from runner.data.fingerprint import changes, data_fingerprint, read_fingerprint

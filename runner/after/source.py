@@ -25,9 +25,7 @@ if TYPE_CHECKING:  # torch and Lightning load when a model does: a bad command l
 OVERRIDES = Path(".hydra") / "overrides.yaml"
 CONFIG = Path(".hydra") / "config.yaml"
 ALLOW_CHANGED_DATA = "after.allow_changed_data"
-RUN_KEYS = ("hydra.run.dir", "ckpt_path", ALLOW_CHANGED_DATA)
-"""Overrides that say where and from what a run resumed (and whether on changed data): replaced at each resume,
-never carried over."""
+RUN_KEYS = ("hydra.run.dir", "ckpt_path", ALLOW_CHANGED_DATA)  # where and from what a run resumed: never carried
 # What compiling and saved-activation checkpointing put in a module's state-dict keys: a plain module has neither.
 _WRAPPERS = re.compile(r"(^|\.)(_orig_mod|_checkpoint_wrapped_module)\.")
 
@@ -38,8 +36,7 @@ def override_key(override: str) -> str:
 
 
 def merge_overrides(saved: Sequence[str], given: Sequence[str]) -> list[str]:
-    """``saved`` with each override of ``given`` in place of the saved one of the same key (Hydra refuses a
-    group chosen twice), the new ones after."""
+    """``saved`` with each override of ``given`` in place of the saved one of the same key, the new ones after."""
     keys = {override_key(o) for o in given}
     return [*(o for o in saved if override_key(o) not in keys), *given]
 
@@ -69,7 +66,7 @@ def saved_overrides(run_dir: Path) -> list[str]:
 
 def run_config(run_dir: Path, given: Sequence[str] = (), validated: bool = True) -> RunConfig:
     """The run's config from its saved command line with ``given`` in place, checked (``validated``) for building
-    its model and data but not its trainer: a GPU run is exported and evaluated on machines without one."""
+    its model and data but not its trainer (a GPU run is exported on machines without one)."""
     if (problem := run_dir_error(run_dir)) is not None:
         raise ConfigError(problem)
     overrides = merge_overrides(saved_overrides(run_dir), given)
@@ -95,8 +92,7 @@ def compose_run(run_dir: Path, overrides: Sequence[str]) -> Any:
 
 
 def check(cfg: RunConfig) -> None:
-    """Raise ``ConfigError`` with what stops the model from being built or the data from being read (``data.*``
-    overrides name files too)."""
+    """Raise ``ConfigError`` with what stops the model from being built or the data from being read."""
     from runner.config.checks import inputs as input_checks
     from runner.config.checks import run as checks_run
 
@@ -146,8 +142,8 @@ def _best_path(run_dir: Path) -> Path | None:
 
 
 def checkpoint_state(path: Path) -> tuple[dict[str, Any], int | None]:
-    """The model's weights in a checkpoint file (a Lightning checkpoint, or FSDP's consolidated state dict)
-    without compile or checkpointing wrappers in their keys, and the step it was saved at."""
+    """The model's weights in a checkpoint file (Lightning's, or FSDP's consolidated state dict), without wrappers in
+    their keys, and the step it was saved at."""
     ckpt, error = read_checkpoint(path)
     fix = "Give another checkpoint (--ckpt last, or a file of the run's checkpoints/)."
     if error is not None:
