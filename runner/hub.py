@@ -169,18 +169,6 @@ def cached_commit(w: Wanted) -> str | None:
     return None
 
 
-def _cached_listing(w: Wanted, commit: str) -> dict[str, int] | None:
-    """Every file of the repo at ``commit`` and its size, as huggingface_hub cached the Hub's listing; None when it
-    did not (another tool filled the cache)."""
-    from huggingface_hub import get_cached_repo_tree
-    from huggingface_hub.errors import CachedRepoTreeNotFoundError
-
-    try:
-        return {f.path: f.size for f in get_cached_repo_tree(w.name, repo_type=w.repo_type, revision=commit)}
-    except (CachedRepoTreeNotFoundError, OSError, ValueError):
-        return None
-
-
 # ---- which files a setting needs -------------------------------------------------------------------------------------
 
 def needed(w: Wanted, listing: Mapping[str, int], readme: str | None = None) -> list[str]:
@@ -377,10 +365,15 @@ def fetch(w: Wanted, stall_s: float = STALL_S) -> Pin:
 
 def _from_cache(w: Wanted, commit: str, listing: Mapping[str, int] | None = None) -> Pin | None:
     """The pin from the cache alone, or None when the cache does not hold it whole."""
+    from huggingface_hub import get_cached_repo_tree
+    from huggingface_hub.errors import CachedRepoTreeNotFoundError
+
     snapshot = _repo_folder(w) / "snapshots" / commit
     if not snapshot.is_dir():
         return None
-    listing = listing if listing is not None else _cached_listing(w, commit)
+    if listing is None:  # the Hub's listing as huggingface_hub cached it when it downloaded
+        with contextlib.suppress(CachedRepoTreeNotFoundError, OSError, ValueError):  # none: another tool filled it
+            listing = {f.path: f.size for f in get_cached_repo_tree(w.name, repo_type=w.repo_type, revision=commit)}
     readme = snapshot / "README.md"
     text = readme.read_text(errors="replace") if readme.is_file() else None
     sizes: dict[str, int | None]
@@ -435,24 +428,17 @@ def _folder_bytes(folder: Path) -> int:
     return total
 
 
-def _info(w: Wanted) -> tuple[str, dict[str, int]]:
-    """The commit ``w``'s revision is at on the Hub, and its files' sizes (a gated repo without a token: refused)."""
-    from huggingface_hub import HfApi, get_token
-
-    api = HfApi()
-    info_of = api.dataset_info if w.kind == "data" else api.model_info
-    info = info_of(w.name, revision=w.revision, files_metadata=True, timeout=TIMEOUT_S)
-    if info.gated and get_token() is None:
-        raise HubError(_gated(w))
-    assert info.sha, "the Hub names a commit for every revision"
-    return info.sha, {s.rfilename: int(s.size or 0) for s in info.siblings or []}
-
-
 def _download(w: Wanted) -> Pin:
-    from huggingface_hub import hf_hub_download, snapshot_download
+    from huggingface_hub import HfApi, get_token, hf_hub_download, snapshot_download
 
-    try:
-        commit, listing = _info(w)
+    try:  # the commit the revision is at on the Hub, and its files' sizes
+        api = HfApi()
+        info_of = api.dataset_info if w.kind == "data" else api.model_info
+        info = info_of(w.name, revision=w.revision, files_metadata=True, timeout=TIMEOUT_S)
+        if info.gated and get_token() is None:  # refused before any file is asked for
+            raise HubError(_gated(w))
+        assert info.sha, "the Hub names a commit for every revision"
+        commit, listing = info.sha, {s.rfilename: int(s.size or 0) for s in info.siblings or []}
     except HubError:
         raise
     except Exception as e:  # noqa: BLE001 - each of the Hub's answers is turned into its paragraph

@@ -65,20 +65,6 @@ def hub_base(cfg: RunConfig) -> dict[str, Any] | None:
     return next((p.record() for p in pins_of(cfg) if p.wanted.key == "model.path"), None)
 
 
-def _fetched(directory: Path, base: dict[str, str]) -> Path:
-    """The folder of the Hub base ``base`` (``name``, ``commit``), from the Hugging Face cache or the Hub."""
-    from runner import hub
-
-    given = f"{base['name']}@{base['commit']}"
-    wanted = hub.wanted("model.path", given, "model")
-    assert wanted is not None, f"{given} is a Hub name"
-    try:
-        return Path(hub.fetch(wanted).local)
-    except hub.HubError as e:
-        raise ConfigError(f"{directory} is an adapter over {given} on the Hugging Face Hub, which could not be read: "
-                          f"{e}") from e
-
-
 def merge_error(cfg: RunConfig, run_dir: Path, merge: bool, dequantize: bool) -> str | None:
     """Why ``export --merge`` (``--dequantize``) may not write this run (one paragraph), or None."""
     method = cfg.peft.method
@@ -102,7 +88,16 @@ def open_adapter_export(directory: Path, meta: dict[str, Any]) -> nn.Module:
     adapter = meta["adapter"]
     base = Path(adapter["base"])
     if not base.is_dir() and adapter.get("base_hub"):  # a base read from the Hub: fetched again by name and commit
-        base = _fetched(directory, adapter["base_hub"])
+        from runner import hub
+
+        given = f"{adapter['base_hub']['name']}@{adapter['base_hub']['commit']}"
+        wanted = hub.wanted("model.path", given, "model")
+        assert wanted is not None, f"{given} is a Hub name"
+        try:
+            base = Path(hub.fetch(wanted).local)
+        except hub.HubError as e:
+            raise ConfigError(f"{directory} is an adapter over {given} on the Hugging Face Hub, which could not be "
+                              f"read: {e}") from e
     if not base.is_dir():
         raise ConfigError(f"{directory} is an adapter whose base model {base} is gone: an adapter applies to the "
                           "base it was trained over. Put the base back there, or export the run again (python -m "

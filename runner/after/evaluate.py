@@ -7,6 +7,7 @@ and recall, a confusion-matrix PNG. Preference pairs: TRL's metrics. The pass ru
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import math
 from collections.abc import Callable, Iterator
@@ -173,19 +174,13 @@ def _compiling(cfg: RunConfig, compiled: bool) -> Iterator[Callable[[Any], Any]]
 
 
 def _classifier_metrics(num_classes: int, device: torch.device) -> dict[str, Any]:
-    from torchmetrics.classification import (
-        MulticlassAccuracy,
-        MulticlassConfusionMatrix,
-        MulticlassF1Score,
-        MulticlassPrecision,
-        MulticlassRecall,
-    )
+    from torchmetrics import classification as tm
 
-    made = {"accuracy": MulticlassAccuracy(num_classes, average="micro"),
-            "macro_f1": MulticlassF1Score(num_classes, average="macro"),
-            "precision": MulticlassPrecision(num_classes, average=None, zero_division=0),
-            "recall": MulticlassRecall(num_classes, average=None, zero_division=0),
-            "confusion": MulticlassConfusionMatrix(num_classes)}
+    made = {"accuracy": tm.MulticlassAccuracy(num_classes, average="micro"),
+            "macro_f1": tm.MulticlassF1Score(num_classes, average="macro"),
+            "precision": tm.MulticlassPrecision(num_classes, average=None, zero_division=0),
+            "recall": tm.MulticlassRecall(num_classes, average=None, zero_division=0),
+            "confusion": tm.MulticlassConfusionMatrix(num_classes)}
     return {name: metric.to(device) for name, metric in made.items()}
 
 
@@ -204,15 +199,8 @@ def run_pass(module: torch.nn.Module, loader: Any, cfg: RunConfig, labels: list[
 def chunked_loss_sum(module: torch.nn.Module) -> Any:
     """``(inputs, targets) -> summed loss`` through the chunked loss ``module`` (a ``TrainModule``) trained with;
     None when it trained on the whole logits (or is a LightningModule of your own)."""
-    loss = getattr(module, "loss_fn", None)
-    if not getattr(loss, "chunked", False):
-        return None
-    model = module.model  # type: ignore[union-attr]
-
-    def loss_sum(x: Any, y: torch.Tensor) -> torch.Tensor:
-        return loss(model, x, y, reduction="sum")  # type: ignore[misc]
-
-    return loss_sum
+    loss: Any = getattr(module, "loss_fn", None)
+    return functools.partial(loss, module.model, reduction="sum") if getattr(loss, "chunked", False) else None
 
 
 def confusion_png(figures: dict[str, Any], path: Path) -> None:

@@ -67,11 +67,13 @@ def export_model(model: nn.Module, cfg: RunConfig, run_dir: Path, out: Path, che
         else:
             loading = _WRITERS[family](model, cfg, run_dir, tmp)
         tokens = tokens_of(cfg)
+        task = "causal_lm" if writes_text(model) else "classification" if getattr(cfg.data, "num_classes", None) \
+            else "model"
         meta: dict[str, Any] = {
-            "family": family.value, "task": _task(model, cfg), "checkpoint": checkpoint, "step": step,
+            "family": family.value, "task": task, "checkpoint": checkpoint, "step": step,
             "run_dir": str(run_dir), "model": model_node(cfg), "tokenizer": tokens.note if tokens else None,
             "load": loading, **more}
-        if meta["task"] == "classification":
+        if task == "classification":
             meta["labels"] = label_names(run_dir, int(getattr(cfg.data, "num_classes", 0)))
         if tokens and not tokens.directory and (tmp / "tokenizer.json").is_file():
             meta["tokenizer"] += "; tokenizer.json beside the model gives exactly these ids"
@@ -83,16 +85,14 @@ def export_model(model: nn.Module, cfg: RunConfig, run_dir: Path, out: Path, che
                 template = chat_template_into(tmp, prompt)
         (tmp / METADATA).write_text(json.dumps(meta, indent=2) + "\n")
         (tmp / "README.md").write_text(_readme(family, meta, loading, template))
-        _swap(tmp, out)
+        old = out.with_name(f".{out.name}.old-{os.getpid()}")
+        if out.exists():
+            os.replace(out, old)
+        os.replace(tmp, out)
+        shutil.rmtree(old, ignore_errors=True)  # once the new directory is in place
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return out
-
-
-def _task(model: nn.Module, cfg: RunConfig) -> str:
-    if writes_text(model):
-        return "causal_lm"
-    return "classification" if getattr(cfg.data, "num_classes", None) else "model"
 
 
 def _rebuilt(model: nn.Module, cfg: RunConfig) -> nn.Module:
@@ -103,15 +103,6 @@ def _rebuilt(model: nn.Module, cfg: RunConfig) -> nn.Module:
     apply_peft(fresh, dataclasses.replace(cfg.peft, path=None))  # the same adapter's layers, given the weights below
     fresh.load_state_dict(clean_state(model.state_dict()))
     return fresh.eval()
-
-
-def _swap(tmp: Path, out: Path) -> None:
-    """``tmp`` renamed into ``out``; what was at ``out`` is removed once the new directory is in place."""
-    old = out.with_name(f".{out.name}.old-{os.getpid()}")
-    if out.exists():
-        os.replace(out, old)
-    os.replace(tmp, out)
-    shutil.rmtree(old, ignore_errors=True)
 
 
 def _write_hf(model: nn.Module, cfg: RunConfig, run_dir: Path, out: Path) -> str:

@@ -41,16 +41,6 @@ ALLOW_FLAG = "--allow-changed-data"  # after.allow_changed_data=true for this re
 _USAGE = "python -m runner resume RUN_DIR [--allow-changed-data] [overrides] (e.g. trainer.max_steps=600)"
 
 
-def _flag_error(given: Sequence[str]) -> str | None:
-    """A flag of ``given`` that is neither ``--allow-changed-data`` nor Hydra's, with the closest real one."""
-    from runner import hydra_internals
-    from runner.after.cli import arguments_error, parser_flags
-
-    hydra_flags = parser_flags(hydra_internals.args_parser())
-    unknown = [a for a in given if a.startswith("-") and a != ALLOW_FLAG and a.split("=", 1)[0] not in hydra_flags]
-    return arguments_error("resume", unknown, [ALLOW_FLAG], _USAGE)
-
-
 def _value(path: Path) -> str:
     """A path as an override's value: quoted when Hydra's grammar would read a character of it."""
     text = str(path)
@@ -63,7 +53,12 @@ def resume_command(argv: Sequence[str]) -> list[str] | None:
     if argv[:1] == ["resume"]:
         if len(argv) < 2 or "=" in argv[1]:
             raise ConfigError(f"runner resume needs the run directory first: {_USAGE}.")
-        if (problem := _flag_error(argv[2:])) is not None:
+        from runner import hydra_internals
+        from runner.after.cli import arguments_error, parser_flags
+
+        hydra = parser_flags(hydra_internals.args_parser())  # a flag neither ALLOW_FLAG nor Hydra's is refused
+        unknown = [a for a in argv[2:] if a.startswith("-") and a != ALLOW_FLAG and a.split("=", 1)[0] not in hydra]
+        if (problem := arguments_error("resume", unknown, [ALLOW_FLAG], _USAGE)) is not None:
             raise ConfigError(problem)
         return _resumed(Path(argv[1]), [f"{ALLOW_CHANGED_DATA}=true" if a == ALLOW_FLAG else a for a in argv[2:]])
     args = command_line(argv)
