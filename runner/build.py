@@ -4,7 +4,6 @@ constructor arguments (torchtune's rule), so no config tree is threaded past thi
 from __future__ import annotations
 
 import dataclasses
-import inspect
 from pathlib import Path
 from typing import Any
 
@@ -167,27 +166,13 @@ def build_callbacks(cfg: RunConfig, *more: Callback) -> list[Callback]:
 
 def build_trainer(cfg: RunConfig, strategy: Any, loggers: list[Logger], callbacks: list[Callback]) -> L.Trainer:
     t = cfg.trainer
-    kwargs: dict[str, Any] = dict(
-        accelerator=t.accelerator,
-        devices=t.devices,
-        num_nodes=t.num_nodes,
-        strategy=strategy,
-        precision=t.precision,
-        max_steps=t.max_steps,
-        max_time=t.max_time,
-        val_check_interval=t.val_check_interval,
-        check_val_every_n_epoch=None,
-        limit_val_batches=t.limit_val_batches,
-        log_every_n_steps=t.log_every_n_steps,
-        gradient_clip_val=t.gradient_clip_val,
-        accumulate_grad_batches=t.accumulate_grad_batches,
-        enable_progress_bar=t.enable_progress_bar,
-        deterministic=t.deterministic,
-        logger=loggers,
-        callbacks=callbacks,
-        default_root_dir=cfg.run_dir,
-        enable_model_summary=True,
+    kwargs: dict[str, Any] = dict(  # precision: a string the schema checked (Lightning's type is a Literal)
+        accelerator=t.accelerator, devices=t.devices, num_nodes=t.num_nodes, strategy=strategy, precision=t.precision,
+        max_steps=t.max_steps, max_time=t.max_time, val_check_interval=t.val_check_interval,
+        check_val_every_n_epoch=None, limit_val_batches=t.limit_val_batches, log_every_n_steps=t.log_every_n_steps,
+        gradient_clip_val=t.gradient_clip_val, accumulate_grad_batches=t.accumulate_grad_batches,
+        enable_progress_bar=t.enable_progress_bar, deterministic=t.deterministic, logger=loggers, callbacks=callbacks,
+        default_root_dir=cfg.run_dir, enable_model_summary=True,
         plugins=[AtomicCheckpointIO()],  # last.ckpt is never half-written (runner.reliability.checkpoint_io)
     )
-    accepted = inspect.signature(L.Trainer.__init__).parameters
-    return L.Trainer(**{k: v for k, v in kwargs.items() if k in accepted})
+    return L.Trainer(**kwargs)

@@ -203,12 +203,7 @@ class DeferredLog:
         self.calls: list[tuple[Any, str, tuple[Any, ...], dict[str, Any], Deferred | None]] = []
         self._patches: list[tuple[Any, str, Any]] = []  # (an object's __dict__, name, recorder)
         self._bound: int | None = None
-        self._detach_in_step = False
-        self._lists: dict[str, DeferredList] = {}
-        self._optimizer_lists: list[tuple[dict[str, Any], str]] = []
-        self._views: dict[int, OptimizerView] = {}
-        self._view_lists: dict[str, list[OptimizerView]] = {}
-        self._module_optimizers: Callable[[], list[Any]] | None = None
+        self._detach_in_step = False  # the rest of the state is bind's
 
     def log(self, name: str, value: Any, **kwargs: Any) -> None:
         # Detached at replay, not here: a detach inside the compiled step is a second graph output
@@ -244,10 +239,10 @@ class DeferredLog:
             for name in names:
                 if getattr(target, name, None) is not None:
                     self._patches.append((vars(target), name, _Recorder(self.calls, target, name)))
-        self._lists = {}
+        self._lists: dict[str, DeferredList] = {}
         self._optimizer_lists = list(optimizer_lists)
-        self._views = {}
-        self._view_lists = {}
+        self._views: dict[int, OptimizerView] = {}
+        self._view_lists: dict[str, list[OptimizerView]] = {}
         self._module_optimizers = module_optimizers
         if module_optimizers is not None:
             self._patches.append((vars(module), "optimizers", self._optimizers_method()))

@@ -97,16 +97,8 @@ class Block(nn.Module):
 class GPT(nn.Module):
     """Byte-level GPT."""
 
-    def __init__(
-        self,
-        vocab_size: int = 256,
-        n_layer: int = 4,
-        n_head: int = 4,
-        n_embd: int = 128,
-        block_size: int = 256,
-        dropout: float = 0.0,
-        bias: bool = False,
-    ) -> None:
+    def __init__(self, vocab_size: int = 256, n_layer: int = 4, n_head: int = 4, n_embd: int = 128,
+                 block_size: int = 256, dropout: float = 0.0, bias: bool = False) -> None:
         super().__init__()
         self.block_size = block_size
         self.tok_emb = nn.Embedding(vocab_size, n_embd)
