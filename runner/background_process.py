@@ -128,10 +128,6 @@ def _probe(measure: bool, cpu_clock: bool) -> Any:
     return Probe(measure, cpu_clock)
 
 
-def _same(batch: Any) -> Any:
-    return batch
-
-
 def _fit(payload: dict[str, Any], module: Any, probe: Any, steps: int) -> None:
     """Fit ``module`` on the run's batch through runner's strategy, as the run's trainer would."""
     import lightning as L
@@ -148,7 +144,7 @@ def _fit(payload: dict[str, Any], module: Any, probe: Any, steps: int) -> None:
         logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
         limit_val_batches=0, num_sanity_val_steps=0, callbacks=[probe])
     batches: Any = [payload["batch"]] * (steps * accumulate)  # a list serves as a map-style dataset
-    loader: DataLoader[Any] = DataLoader(batches, batch_size=None, collate_fn=_same)
+    loader: DataLoader[Any] = DataLoader(batches, batch_size=None, collate_fn=lambda batch: batch)  # as it is
     trainer.fit(module, train_dataloaders=loader)
 
 

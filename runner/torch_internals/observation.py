@@ -123,23 +123,13 @@ def to_record(metrics: Any) -> CompileRecord:
         backend = _us(metrics.aot_autograd_cumulative_compile_time_us)
     else:  # the backward record carries only its own cumulative time
         total, backend = _us(metrics.backward_cumulative_compile_time_us), 0.0
+    same = ("co_name", "co_filename", "co_firstlineno", "guard_count", "recompile_reason", "fail_type", "fail_reason",
+            "cudagraph_skip_reason")  # CompileRecord's fields that CompilationMetrics has under the same name
     return CompileRecord(
-        compile_id=str(metrics.compile_id),
-        is_forward=forward,
-        co_name=metrics.co_name,
-        co_filename=metrics.co_filename,
-        co_firstlineno=metrics.co_firstlineno,
-        guard_count=metrics.guard_count,
-        total_s=total,
-        backend_s=backend,
+        compile_id=str(metrics.compile_id), is_forward=forward, total_s=total, backend_s=backend,
         inductor_s=_us(metrics.inductor_cumulative_compile_time_us),
-        recompile_reason=metrics.recompile_reason,
-        restart_reasons=tuple(sorted(metrics.restart_reasons or ())),
-        fail_type=metrics.fail_type,
-        fail_reason=metrics.fail_reason,
-        cudagraph_skip_reason=metrics.cudagraph_skip_reason,
-        start_us=metrics.start_time_us,
-    )
+        restart_reasons=tuple(sorted(metrics.restart_reasons or ())), start_us=metrics.start_time_us,
+        **{name: getattr(metrics, name) for name in same})
 
 
 def resume_parent(co_name: str | None) -> str | None:

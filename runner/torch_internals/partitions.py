@@ -25,17 +25,12 @@ def _scheduler() -> Any:
 
 def graph_level_symbols(node: Any) -> list[str]:
     """The size, float and unbacked symbols a scheduler node uses (sorted), without loop indices and temporaries."""
+    import sympy
     from torch.utils._sympy.symbol import SymT, symbol_is_type
 
     kinds = (SymT.SIZE, SymT.FLOAT, SymT.UNBACKED_INT, SymT.UNBACKED_FLOAT)
     symbols = _scheduler().get_scheduler_node_symbol_uses(node)
-    return sorted(str(s) for s in symbols if _is_symbol(s) and symbol_is_type(s, kinds))
-
-
-def _is_symbol(value: Any) -> bool:
-    import sympy
-
-    return isinstance(value, sympy.Symbol)
+    return sorted(str(s) for s in symbols if isinstance(s, sympy.Symbol) and symbol_is_type(s, kinds))
 
 
 def partition_check_counts_loop_indices() -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import re
 from collections.abc import Callable
@@ -15,12 +16,6 @@ _MISSING = object()
 MANAGED: dict[str, Callable[[], Any]] = {}  # every setting a TorchSettings changed -> its reader (the no-leak test)
 
 
-def _config_module(name: str) -> Any:
-    import importlib
-
-    return importlib.import_module(name)
-
-
 class TorchSettings:
     """Process-wide torch settings changed by one owner; :meth:`restore` puts back what each held before."""
 
@@ -28,7 +23,7 @@ class TorchSettings:
         self._undo: dict[str, Callable[[], None]] = {}
 
     def _config(self, module: str, key: str, value: Any) -> None:
-        mod = _config_module(module)
+        mod = importlib.import_module(module)
         *parents, leaf = key.split(".")
         obj = mod
         for part in parents:
@@ -125,7 +120,7 @@ def local_source_pattern(local: str, attributes: str = "") -> str:
 def add_dynamic_sources(settings: TorchSettings, patterns: list[str]) -> None:
     """Ints and tensors whose Dynamo source name matches ``patterns`` are dynamic from their first compile (else
     ``self.global_step`` would recompile every step)."""
-    prior = str(_config_module("torch.compiler.config").dynamic_sources)
+    prior = str(torch.compiler.config.dynamic_sources)
     entries = [p for p in prior.split(",") if p] + [p for p in patterns if p not in prior.split(",")]
     settings._config("torch.compiler.config", "dynamic_sources", ",".join(entries))
 
