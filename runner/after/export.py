@@ -38,16 +38,6 @@ def node_dict(node: Any) -> dict[str, Any]:
     return json.loads(json.dumps(values, default=lambda v: v.value if isinstance(v, Enum) else str(v)))
 
 
-def model_node(cfg: RunConfig) -> dict[str, Any]:
-    """The model's config node as it was applied (a model loaded from ``model.path`` without ``config`` and
-    ``overrides``, never applied to it)."""
-    node = node_dict(cfg.model)
-    if node.get("path"):
-        for unused in ("config", "overrides"):
-            node.pop(unused, None)
-    return node
-
-
 def export_model(model: nn.Module, cfg: RunConfig, run_dir: Path, out: Path, checkpoint: str | None,
                  step: int | None, extra: dict[str, Any] | None = None) -> Path:
     """Write ``model`` (runner's ``TrainModule.model``, trained as ``cfg`` says) to ``out``, replacing it; ``extra``
@@ -67,11 +57,14 @@ def export_model(model: nn.Module, cfg: RunConfig, run_dir: Path, out: Path, che
         else:
             loading = _WRITERS[family](model, cfg, run_dir, tmp)
         tokens = tokens_of(cfg)
+        node = node_dict(cfg.model)  # as it was applied: a saved model's config and overrides never were
+        if node.get("path"):
+            node = {k: v for k, v in node.items() if k not in ("config", "overrides")}
         task = "causal_lm" if writes_text(model) else "classification" if getattr(cfg.data, "num_classes", None) \
             else "model"
         meta: dict[str, Any] = {
             "family": family.value, "task": task, "checkpoint": checkpoint, "step": step,
-            "run_dir": str(run_dir), "model": model_node(cfg), "tokenizer": tokens.note if tokens else None,
+            "run_dir": str(run_dir), "model": node, "tokenizer": tokens.note if tokens else None,
             "load": loading, **more}
         if task == "classification":
             meta["labels"] = label_names(run_dir, int(getattr(cfg.data, "num_classes", 0)))

@@ -46,28 +46,6 @@ def build_config(config: str, overrides: Mapping[str, Any] | None = None, **fixe
     return cls(**values)
 
 
-def _load(auto_class: Any, path: str, **kwargs: Any) -> nn.Module:
-    """The model saved in ``path``, in train mode: ``from_pretrained`` returns it in eval mode (dropout off), and
-    Lightning keeps the modes it finds, so a fine-tuned model would train without its dropout."""
-    root = Path(path).expanduser()
-    if not root.is_dir():
-        raise FileNotFoundError(f"model.path={path} is not a directory (hf_checks.check_path says what to do)")
-    if torch.get_default_device().type == "meta":
-        return _from_saved_config(auto_class, root, **kwargs)
-    return auto_class.from_pretrained(str(root), local_files_only=True, **kwargs).train()
-
-
-def _from_saved_config(auto_class: Any, root: Path, attn_implementation: str = "sdpa",
-                       ignore_mismatched_sizes: bool = False, **settings: Any) -> nn.Module:
-    """The saved model's architecture from its ``config.json`` alone, built on the meta device: what the config checks
-    build (``target_objects.meta_model``), as they build a model from a configuration. transformers refuses
-    ``from_pretrained`` under a meta device (it would read the weights), and the checks need shapes only."""
-    from transformers import AutoConfig
-
-    config = AutoConfig.from_pretrained(str(root), local_files_only=True, **settings)  # num_labels for a classifier
-    return auto_class.from_config(config, attn_implementation=attn_implementation).train()
-
-
 def input_vocabulary(config: str | None, path: str | None, overrides: Mapping[str, Any] | None) -> Embedding | None:
     """How many token ids a transformers model embeds: a saved model's ``vocab_size`` (config.json), or the
     configuration's with ``overrides``; None when neither can be read (the model's own check says why)."""
@@ -89,25 +67,6 @@ def input_vocabulary(config: str | None, path: str | None, overrides: Mapping[st
 _NOTED: set[tuple[str, ...]] = set()
 
 
-def _note_unused(path: str, config: str | None, overrides: Mapping[str, Any] | None) -> None:
-    unused = [f"config={config}"] if config else []
-    unused += [f"overrides.{k}" for k in _given(overrides)]
-    said = (path, *unused)
-    if unused and torch.get_default_device().type != "meta" and said not in _NOTED:
-        _NOTED.add(said)
-        log.info("model.path=%s: the saved model's own configuration is used; %s (for building from a "
-                 "configuration) not applied", path, ", ".join(unused))
-
-
-def pad_token_id(path: str) -> int | None:
-    """The pad id of the tokenizer saved in ``path`` (its eos id when it has no pad token), or None."""
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(str(Path(path).expanduser()), local_files_only=True)
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    return int(pad) if pad is not None else None
-
-
 class _Transformers(nn.Module):
     """What both wrappers share: a saved model (``path``) or one built from a configuration, and their checks."""
 
@@ -125,10 +84,25 @@ class _Transformers(nn.Module):
         self.source = path or config or "?"
         self.attn_implementation = attn_implementation
         if path:
-            _note_unused(path, config, overrides)
-            # a saved classifier's head may have another number of labels than the data: a new head then
-            mismatched = {"ignore_mismatched_sizes": True} if fixed else {}
-            self.model = _load(auto, path, attn_implementation=attn_implementation, **fixed, **mismatched)
+            meta = torch.get_default_device().type == "meta"  # the config checks build shapes only
+            unused = [f"config={config}"] if config else []
+            unused += [f"overrides.{k}" for k in _given(overrides)]
+            if unused and not meta and (path, *unused) not in _NOTED:
+                _NOTED.add((path, *unused))
+                log.info("model.path=%s: the saved model's own configuration is used; %s (for building from a "
+                         "configuration) not applied", path, ", ".join(unused))
+            root = Path(path).expanduser()
+            if not root.is_dir():
+                raise FileNotFoundError(f"model.path={path} is not a directory (hf_checks.check_path says what to do)")
+            if meta:  # transformers refuses from_pretrained under a meta device (it would read the weights)
+                saved = transformers.AutoConfig.from_pretrained(str(root), local_files_only=True, **fixed)
+                self.model = auto.from_config(saved, attn_implementation=attn_implementation)
+            else:  # a saved classifier's head may have another number of labels than the data: a new head then
+                mismatched = {"ignore_mismatched_sizes": True} if fixed else {}
+                self.model = auto.from_pretrained(str(root), local_files_only=True,
+                                                  attn_implementation=attn_implementation, **fixed, **mismatched)
+            # Train mode: from_pretrained returns eval mode, and Lightning keeps the modes it finds (no dropout).
+            self.model.train()
         else:
             assert config, "model.config or model.path (checked before the run)"
             self.model = auto.from_config(build_config(config, overrides, **fixed),
