@@ -349,8 +349,7 @@ def local_rank() -> int:
 
 
 def fetch(w: Wanted, stall_s: float = STALL_S) -> Pin:
-    """``w`` pinned and whole in the cache: from the cache alone where it can be (a commit named, or offline), else
-    from the Hub (local rank 0 downloads; the others wait)."""
+    """``w`` pinned and whole in the cache: from the cache alone where it can be, else from the Hub."""
     commit = cached_commit(w)
     if commit and (offline() or w.revision == commit):
         pin = _from_cache(w, commit)
@@ -580,8 +579,7 @@ def _progress(w: Wanted, total: int, every_s: float = 5.0) -> Iterator[None]:
 
 @contextlib.contextmanager
 def bounded_http() -> Iterator[None]:
-    """huggingface_hub's shared HTTP client with timeouts meanwhile: it has none, and only some of its calls pass
-    their own."""
+    """huggingface_hub's shared HTTP client with timeouts meanwhile (it has none; only some calls pass their own)."""
     import httpx2  # huggingface_hub's HTTP client
     from huggingface_hub import get_session
 
@@ -622,8 +620,7 @@ def _no_split(w: Wanted, split: str, have: list[str]) -> str:
 
 
 def split_path(pin: Pin, split: str) -> str:
-    """What data.path (or data.val_path) reads for ``split`` of a pinned data set: its one file, or a folder of links
-    to its files in order."""
+    """What data.path reads for ``split`` of a pinned data set: its one file, or a folder of links to its files."""
     w = pin.wanted
     files = [f for f in pin.splits.get(split, ()) if f.lower().endswith(_TABLES)]
     if not files:

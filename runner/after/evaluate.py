@@ -29,8 +29,7 @@ from runner.torch_internals import runtime
 
 
 def resolve_mode(cfg: RunConfig, report: dict[str, Any], batches: int) -> tuple[bool, str]:
-    """Whether to compile the evaluation, and why: when the run was compiled, compiling sped its steps up, and there
-    are more batches than the steps compiling took to pay for itself (its ``report.json``)."""
+    """Whether to compile the evaluation, and why: when the run's ``report`` says compiling paid within ``batches``."""
     if not cfg.compile.scope.row.compiles:
         return False, f"eager: the run was not compiled (compile.scope={cfg.compile.scope.value})"
     paid = break_even_text(report)
@@ -77,8 +76,7 @@ def scored(loader: Any, progress: Progress | None) -> Iterator[Any]:
 
 def evaluate(forward: Any, loader: Any, device: torch.device, cfg: RunConfig, labels: list[str],
              loss_sum: Any = None, progress: Progress | None = None) -> dict[str, Any]:
-    """The metrics of one pass of ``forward`` over ``loader``; ``loss_sum``: a causal LM's summed loss without its
-    logits (chunked); ``progress``: told of every batch scored."""
+    """The metrics of one pass of ``forward`` over ``loader``; ``loss_sum``: a causal LM's chunked summed loss."""
     from lightning.fabric.utilities import move_data_to_device
 
     total, counted, examples = 0.0, 0, 0
@@ -119,8 +117,7 @@ def evaluate(forward: Any, loader: Any, device: torch.device, cfg: RunConfig, la
 
 def evaluate_pairs(pair_outputs: Any, loader: Any, device: torch.device,
                    progress: Progress | None = None) -> dict[str, Any]:
-    """TRL's figures over every pair of ``loader`` (``pair_outputs``: ``PreferenceModule.pair_outputs``, compiled or
-    not); the loss is the mean over pairs of each batch's; ``progress``: told of every batch scored."""
+    """TRL's figures over every pair of ``loader`` (``PreferenceModule.pair_outputs``, compiled or not)."""
     from lightning.fabric.utilities import move_data_to_device
 
     from runner.training import preference_losses
@@ -147,8 +144,7 @@ def evaluate_pairs(pair_outputs: Any, loader: Any, device: torch.device,
 
 def run_pairs(module: Any, datamodule: Any, cfg: RunConfig, compiled: bool,
               progress: Progress | None = None) -> dict[str, Any]:
-    """Move a ``PreferenceModule`` to the evaluation device and score ``datamodule``'s validation pairs, compiled as
-    the run was when ``compiled``; precomputed reference log-probabilities read from the run's cache first."""
+    """Score a ``PreferenceModule`` on ``datamodule``'s validation pairs on the evaluation device."""
     from runner.training.reference import Precomputed
 
     device = eval_device(cfg)
@@ -161,8 +157,7 @@ def run_pairs(module: Any, datamodule: Any, cfg: RunConfig, compiled: bool,
 
 @contextlib.contextmanager
 def _compiling(cfg: RunConfig, compiled: bool) -> Iterator[Callable[[Any], Any]]:
-    """``torch.compile`` as the run compiled (its compiled code dropped after the block), or nothing when not
-    ``compiled``."""
+    """``torch.compile`` as the run compiled (the compiled code dropped after the block), or nothing."""
     if not compiled:
         yield lambda fn: fn
         return
@@ -186,8 +181,7 @@ def _classifier_metrics(num_classes: int, device: torch.device) -> dict[str, Any
 
 def run_pass(module: torch.nn.Module, loader: Any, cfg: RunConfig, labels: list[str], compiled: bool,
              progress: Progress | None = None) -> dict[str, Any]:
-    """Move ``module`` to the evaluation device and evaluate it, compiled as the run was when ``compiled``; the
-    compiled code is dropped afterwards."""
+    """Evaluate ``module`` on the evaluation device, compiled as the run was when ``compiled``."""
     device = eval_device(cfg)
     module.to(device).eval()
     loss_sum = chunked_loss_sum(module)
@@ -197,8 +191,7 @@ def run_pass(module: torch.nn.Module, loader: Any, cfg: RunConfig, labels: list[
 
 
 def chunked_loss_sum(module: torch.nn.Module) -> Any:
-    """``(inputs, targets) -> summed loss`` through the chunked loss ``module`` (a ``TrainModule``) trained with;
-    None when it trained on the whole logits (or is a LightningModule of your own)."""
+    """``(inputs, targets) -> summed loss`` through the chunked loss ``module`` trained with, else None."""
     loss: Any = getattr(module, "loss_fn", None)
     return functools.partial(loss, module.model, reduction="sum") if getattr(loss, "chunked", False) else None
 

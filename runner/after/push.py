@@ -42,8 +42,7 @@ class Pushed:
 
 
 def open_repo(repo_id: str, private: bool, where: str) -> str:
-    """Create the model repo ``repo_id`` where it does not exist (``private``); its page. Raises :class:`PushError`
-    with the Hub's refusal: a token it does not take (401), no right to write there (403)."""
+    """Create the model repo ``repo_id`` where it does not exist; its page, or the Hub's refusal as a PushError."""
     from huggingface_hub import HfApi
 
     with bounded_http(), _hub_errors(repo_id, where):
@@ -131,8 +130,7 @@ def _first_line(error: BaseException) -> str:
 
 def model_card(export: Path, repo_id: str, cfg: RunConfig, report: Mapping[str, Any],
                evaluation: Mapping[str, Any] | None = None) -> str:
-    """The model card of ``export`` pushed as ``repo_id``: the Hub's metadata, what it was trained from and how, its
-    validation metrics (``report``, ``evaluation``) and how to load it by name."""
+    """The model card of ``export`` pushed as ``repo_id``: the Hub's metadata, where from, how, figures, loading."""
     from huggingface_hub import ModelCard, ModelCardData
 
     meta = json.loads((export / "runner_export.json").read_text())

@@ -32,8 +32,7 @@ def _given(overrides: Mapping[str, Any] | None) -> dict[str, Any]:
 
 
 def build_config(config: str, overrides: Mapping[str, Any] | None = None, **fixed: Any) -> Any:
-    """The ``transformers`` configuration named by ``config`` (a model type or a configuration class name) with
-    ``overrides`` and ``fixed`` applied."""
+    """The ``transformers`` configuration ``config`` names (a model type or class name), ``overrides`` applied."""
     cls = hf_checks.config_class(config)
     values = {**_given(overrides), **fixed}
     vocab = values.get("vocab_size")
@@ -47,8 +46,7 @@ def build_config(config: str, overrides: Mapping[str, Any] | None = None, **fixe
 
 
 def input_vocabulary(config: str | None, path: str | None, overrides: Mapping[str, Any] | None) -> Embedding | None:
-    """How many token ids a transformers model embeds: a saved model's ``vocab_size`` (config.json), or the
-    configuration's with ``overrides``; None when neither can be read (the model's own check says why)."""
+    """How many token ids a transformers model embeds (a saved one's config.json, or the configuration's), or None."""
     try:
         if path:
             saved = json.loads((Path(path).expanduser() / "config.json").read_text())
@@ -151,8 +149,7 @@ class CausalLM(_Transformers):
         return head if isinstance(head, nn.Module) else None
 
     def forward(self, input_ids: torch.Tensor | PackedInputs, return_hidden: bool = False) -> torch.Tensor:
-        """Logits ``[batch, seq, vocab]``; with ``return_hidden``, the backbone's last hidden states ``[batch, seq,
-        hidden]`` (``lm_head``'s input: no position goes through the head)."""
+        """Logits ``[batch, seq, vocab]``; with ``return_hidden``, the backbone's last hidden states (``lm_head``'s)."""
         # The backbone (LlamaModel, GPT2Model...) when only the hidden states are wanted, else the whole model.
         run: Any = self.model.base_model if return_hidden else self.model
         if isinstance(input_ids, PackedInputs):

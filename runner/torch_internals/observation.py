@@ -143,8 +143,7 @@ def _count_leaf_guards(manager: Any) -> int:
 
 
 def live_guard_counts() -> dict[str, list[int]]:
-    """Leaf guards checked at run time per live cache entry, keyed by ``"name (file:line)"``; empty after
-    ``torch._dynamo.reset()``."""
+    """Leaf guards checked at run time per live cache entry, keyed by ``"name (file:line)"``."""
     from torch._dynamo.convert_frame import input_codes
     from torch._dynamo.eval_frame import _debug_get_cache_entry_list
 
@@ -169,8 +168,8 @@ def graph_break_logger() -> logging.Logger:
 
 
 def cudagraph_tree_state(device_index: int) -> str | None:
-    """What the CUDA-graph tree on ``device_index`` did last in this step in this thread: ``WARMUP``, ``RECORDING``,
-    ``EXECUTION`` (a replay), ``NONE`` (nothing: an eager step), or None when there is no tree."""
+    """What the CUDA-graph tree on ``device_index`` did last this step (``WARMUP``, ``RECORDING``, ``EXECUTION``,
+    ``NONE``: an eager step), or None when there is no tree."""
     from torch._inductor import cudagraph_trees
 
     manager = cudagraph_trees.get_manager(device_index, create_if_none_exists=False)
@@ -283,8 +282,7 @@ CUDAGRAPH_RECORDING_TRIGGER = "CUDAGRAPH_RECORDING"
 
 
 def start_structured_trace(directory: str) -> Callable[[], str | None]:
-    """Write torch's structured compile trace (``TORCH_TRACE``'s, tlparse's input) into ``directory`` from now on;
-    returns ``stop``, which puts the logger back and returns the trace file (None when nothing compiled)."""
+    """Write torch's structured compile trace (tlparse's input) into ``directory``; ``stop`` returns the file."""
     from torch._logging import _internal as logs
 
     trace_log = logs.trace_log
