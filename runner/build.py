@@ -62,8 +62,7 @@ def build_datamodule(cfg: RunConfig) -> L.LightningDataModule:
 
 
 def build_module(cfg: RunConfig) -> L.LightningModule:
-    """The LightningModule: the user's own, or ``TrainModule`` around any ``nn.Module``, adapted as ``cfg.peft`` says,
-    with the loss ``resolve_loss`` decides."""
+    """The LightningModule: the user's own, or ``TrainModule`` around any ``nn.Module``, adapted per ``cfg.peft``."""
     model = instantiate(cfg.model)
     if isinstance(model, L.LightningModule):
         return model
@@ -140,8 +139,7 @@ def shapes_vary(cfg: RunConfig) -> bool:
 
 
 def build_callbacks(cfg: RunConfig, *more: Callback) -> list[Callback]:
-    """Checkpointing (``last.ckpt`` always), the model summary, the progress bar, and runner's own callbacks as one
-    ``CallbackGroup``."""
+    """Checkpoints (``last.ckpt``), the summary, the bar and runner's own callbacks as one ``CallbackGroup``."""
     from runner.data.fingerprint import of_node
     from runner.telemetry import CompileTelemetry
     from runner.telemetry.data_report import DataReport

@@ -18,8 +18,7 @@ _OPTIMIZER_LISTS = ("_optimizers",)  # what self.trainer.optimizers reads (Strat
 
 # -- self.log's per-call metric walk (logger_connector/result.py) -------------------------------------
 def result_metric_class() -> Any | None:
-    """``_ResultMetric``, the class every ``self.log`` value is kept in; None (with one warning, the fast path off)
-    when this Lightning has none."""
+    """``_ResultMetric``, the class every ``self.log`` value is kept in; None (with one warning) when there is none."""
     try:
         from lightning.pytorch.trainer.connectors.logger_connector.result import _ResultMetric
     except ImportError:  # pragma: no cover - a Lightning without it

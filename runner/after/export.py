@@ -40,8 +40,7 @@ def node_dict(node: Any) -> dict[str, Any]:
 
 def export_model(model: nn.Module, cfg: RunConfig, run_dir: Path, out: Path, checkpoint: str | None,
                  step: int | None, extra: dict[str, Any] | None = None) -> Path:
-    """Write ``model`` (runner's ``TrainModule.model``, trained as ``cfg`` says) to ``out``, replacing it; ``extra``
-    goes into ``runner_export.json``."""
+    """Write ``model`` (trained as ``cfg`` says) into ``out``; ``extra`` goes into ``runner_export.json``."""
     if not is_clean(model):  # compile or checkpoint wrappers in its keys, or runner's hooks: rebuilt from the config
         model = _rebuilt(model, cfg)
     family = family_of(model)

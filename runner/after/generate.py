@@ -19,8 +19,7 @@ from runner.config import ConfigError
 
 @dataclass(frozen=True)
 class Sampling:
-    """How new tokens are drawn: ``temperature`` 0 is greedy, ``top_k`` 0 keeps every token, writing stops at
-    ``eos_id`` (an instruction run's)."""
+    """How new tokens are drawn: ``temperature`` 0 is greedy, ``top_k`` 0 keeps every token; stop at ``eos_id``."""
 
     max_new_tokens: int = 200
     temperature: float = 0.8

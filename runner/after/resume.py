@@ -48,8 +48,7 @@ def _value(path: Path) -> str:
 
 
 def resume_command(argv: Sequence[str]) -> list[str] | None:
-    """The command line a resume runs (the run's saved one with the overrides in place, then ``hydra.run.dir`` and
-    ``ckpt_path``), or None when ``argv`` is no resume."""
+    """The command line a resume runs (the run's saved one with the overrides in place), or None for no resume."""
     if argv[:1] == ["resume"]:
         if len(argv) < 2 or "=" in argv[1]:
             raise ConfigError(f"runner resume needs the run directory first: {_USAGE}.")
@@ -139,8 +138,7 @@ def _same_shapes(old: Any, new: Any) -> bool:
 
 
 def check_resume(run_dir: Path, overrides: Sequence[str], typed: Sequence[str] | None = None) -> None:
-    """Refuse a resume of ``run_dir`` whose config changes what its checkpoint fits, or whose data changed;
-    ``typed``: the overrides the user gave (None: all of ``overrides``)."""
+    """Refuse a resume whose config changes what its checkpoint fits, or whose data changed (``typed``: the user's)."""
     try:
         new = compose_run(run_dir, overrides)
         changes = changed_keys(run_dir, overrides, new)

@@ -142,8 +142,7 @@ def _best_path(run_dir: Path) -> Path | None:
 
 
 def checkpoint_state(path: Path) -> tuple[dict[str, Any], int | None]:
-    """The model's weights in a checkpoint file (Lightning's, or FSDP's consolidated state dict), without wrappers in
-    their keys, and the step it was saved at."""
+    """The model's weights in a checkpoint file (without wrappers in their keys), and the step it was saved at."""
     ckpt, error = read_checkpoint(path)
     fix = "Give another checkpoint (--ckpt last, or a file of the run's checkpoints/)."
     if error is not None:

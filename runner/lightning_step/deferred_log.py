@@ -225,9 +225,8 @@ class DeferredLog:
     def bind(self, module: L.LightningModule, methods: DeferredMethods = (), detach_in_step: bool = False,
              optimizer_lists: Iterable[tuple[dict[str, Any], str]] = (),
              module_optimizers: Callable[[], list[Any]] | None = None) -> None:
-        """Defer ``module.log``/``log_dict``, ``methods`` (``metric_methods``) and the mutations of the module's lists;
-        show the step ``OptimizerView``s in ``optimizer_lists`` (``(obj.__dict__, name)``). The recorders are built
-        here, once."""
+        """Defer ``module.log``/``log_dict``, ``methods`` and the module's list mutations; show the step
+        ``OptimizerView``s in ``optimizer_lists`` (``(obj.__dict__, name)``). The recorders are built here, once."""
         self._module = module
         self._detach_in_step = detach_in_step
         self._bound = id(module)
@@ -276,8 +275,7 @@ class DeferredLog:
         return view
 
     def _optimizers_method(self) -> Callable[..., Any]:
-        """``LightningModule.optimizers()`` during the compiled step (one optimizer returned as itself), over the views
-        prepared before the step."""
+        """``LightningModule.optimizers()`` during the compiled step, over the views prepared before it."""
 
         def optimizers(use_pl_optimizer: bool = True) -> Any:
             shown = self._view_lists.get("_module" if use_pl_optimizer else "_optimizers", [])

@@ -26,8 +26,7 @@ def _close(name: str, candidates: Iterable[str]) -> list[str]:
 
 
 def task_types(task: str) -> dict[str, str]:
-    """Model type -> model class name of every family transformers has for ``task`` (``causal_lm``,
-    ``sequence_classification``)."""
+    """Model type -> model class name of every family transformers has for ``task`` (``causal_lm``...)."""
     from transformers.models.auto import modeling_auto
 
     mapping = getattr(modeling_auto, f"MODEL_FOR_{task.upper()}_MAPPING_NAMES")

@@ -44,8 +44,7 @@ def adapter_config(adapter: Adapter, base: str | None, revision: str | None = No
 
 
 def write_adapter(adapter: Adapter, out: Path, base: str | None, revision: str | None = None) -> None:
-    """``adapter_config.json`` and ``adapter_model.safetensors`` into ``out`` (``base``: where the base is, a folder or
-    a Hub name at ``revision``)."""
+    """``adapter_config.json`` and ``adapter_model.safetensors`` into ``out`` (``base`` at ``revision``)."""
     from safetensors.torch import save_file
 
     save_file(adapter_state(adapter), str(out / ADAPTER_WEIGHTS), metadata={"format": "pt"})
@@ -74,8 +73,7 @@ def load_adapter(adapter: Adapter, path: str) -> None:
 
 
 def base_layer(layer: nn.Module) -> nn.Module:
-    """An adapted layer's base alone: a layer of its base's kind holding its base weight (the same tensors for LoRA;
-    dequantized for QLoRA)."""
+    """An adapted layer's base alone: a layer of its base's kind holding its (dequantized for QLoRA) base weight."""
     own = getattr(layer, "weight", None)  # LoRA keeps the base's parameter; QLoRA has none (NF4 buffers)
     module: nn.Module
     with torch.device("meta"):  # shapes only: the weights are set below

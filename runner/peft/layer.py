@@ -89,8 +89,7 @@ class LoRALinear(nn.Module):
 
     @torch.no_grad()
     def merged(self) -> nn.Module:
-        """The base layer's kind (``nn.Linear``, or ``Conv1D``) holding base + adapter, as peft's ``merge_and_unload``
-        leaves it."""
+        """The base layer's kind holding base + adapter, as peft's ``merge_and_unload`` leaves it."""
         base = self.base_weight()
         weight = base + self.delta().to(base.dtype)
         out: nn.Module

@@ -87,8 +87,7 @@ def inductor_cache_dir() -> Path:
 
 
 def cpu_kernel_files(cache_dir: Path) -> dict[str, Path]:
-    """Inductor's compiled C++ kernels under ``cache_dir`` (``<2 chars>/<hash>.so``, ``<hash>.main.so``), by relative
-    path: remote FX-graph entries carry only the source."""
+    """Inductor's compiled C++ kernels under ``cache_dir`` (``<2 chars>/<hash>.so``, ``<hash>.main.so``), by path."""
     return {f"{p.parent.name}/{p.name}": p for p in sorted(cache_dir.glob("??/*.so"))}
 
 
