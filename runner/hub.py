@@ -174,6 +174,7 @@ def cached_commit(w: Wanted) -> str | None:
 def needed(w: Wanted, listing: Mapping[str, int], readme: str | None = None) -> list[str]:
     """The files of ``listing`` that ``w`` reads; a :class:`HubError` when the repo holds none of it."""
     top = [f for f in listing if "/" not in f]
+    texts = [f for f in top if f.endswith(_MODEL_FILES) and not f.endswith(".py")]  # config, tokenizer...
     where = f"{w.key}={w.given}"
     if w.kind == "data":
         return _data_files(w, listing, readme)
@@ -184,26 +185,21 @@ def needed(w: Wanted, listing: Mapping[str, int], readme: str | None = None) -> 
                            f"goes in model.path={w.name}.")
         return sorted(f for f in top if f.endswith((*_MODEL_FILES, ".safetensors", ".bin")))
     if w.kind == "tokenizer":
-        files = [f for f in top if f.endswith(_MODEL_FILES) and not f.endswith(".py")]
-        if not any(f.startswith("tokenizer") or f in ("vocab.json", "vocab.txt", "spiece.model") for f in files):
+        if not any(f.startswith("tokenizer") or f in ("vocab.json", "vocab.txt", "spiece.model") for f in texts):
             raise HubError(f"{where}: {w.name} holds no tokenizer (it has {_some(top)}). Name a repo with "
                            "tokenizer.json or tokenizer.model, or data.tokenizer=bytes.")
-        return sorted(files)
+        return sorted(texts)
     if "config.json" not in top:
         kind = "an adapter (adapter_config.json): give it as peft.path" if "adapter_config.json" in top else \
             "no model"
         raise HubError(f"{where}: {w.name} holds {kind} (no config.json; it has {_some(top)}). model.path takes a "
                        "repo transformers loads with from_pretrained (config.json and weights).")
-    for suffixes in _WEIGHTS.values():
-        weights = [f for f in top if f.endswith(suffixes)]
-        if weights:
-            break
-    else:
+    weights = next((found for suffixes in _WEIGHTS.values() if (found := [f for f in top if f.endswith(suffixes)])), [])
+    if not weights:
         raise HubError(f"{where}: {w.name} holds no weights at its top level (no .safetensors or .bin; it has "
                        f"{_some(top)}). Name a repo with transformers' weights, or build the model from its "
                        "configuration with model.config=NAME (random weights).")
-    rest = [f for f in top if f.endswith(_MODEL_FILES) and not f.endswith(".py")]
-    return sorted({*rest, *weights})
+    return sorted({*texts, *weights})
 
 
 def _some(files: list[str]) -> str:

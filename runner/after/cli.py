@@ -31,6 +31,12 @@ class _Parser(argparse.ArgumentParser):
         raise ConfigError(f"{message}. Usage: {self.usage}")
 
 
+def refuse(problem: str | None) -> None:
+    """Raise the refusal ``problem`` says, if any (one paragraph, exit code 2)."""
+    if problem is not None:
+        raise ConfigError(problem)
+
+
 def _parser(command: str) -> argparse.ArgumentParser:
     # No abbreviations: a flag is given whole, as a config key is (--max-new-token is refused, not read as a prefix).
     p = _Parser(prog=f"runner {command}", usage=_USAGE[command], allow_abbrev=False)
@@ -66,8 +72,7 @@ def main(argv: Sequence[str]) -> int:
     parser = _parser(command)
     try:
         args, overrides = parser.parse_known_args(rest)
-        if (problem := arguments_error(command, overrides, parser_flags(parser), _USAGE[command])) is not None:
-            raise ConfigError(problem)
+        refuse(arguments_error(command, overrides, parser_flags(parser), _USAGE[command]))
         with quiet_transformers_bars():
             if command == "export":
                 return export(args)
@@ -111,8 +116,7 @@ def arguments_error(command: str, unknown: Sequence[str], flags: Sequence[str], 
 def export(args: Any) -> int:
     from runner.after.source import open_trained, run_dir_error
 
-    if (problem := run_dir_error(args.run_dir)) is not None:
-        raise ConfigError(problem)
+    refuse(run_dir_error(args.run_dir))
     push, where = args.push_to_hub, f"--push-to-hub {args.push_to_hub}"
     if args.private and push is None:
         raise ConfigError("--private goes with --push-to-hub ORG/NAME: it makes the repo the push creates private. "
@@ -120,8 +124,7 @@ def export(args: Any) -> int:
     if push is not None:
         from runner.config.checks.push import repo_id_error, token_error
 
-        if (problem := repo_id_error(push, where) or token_error(where)) is not None:
-            raise ConfigError(problem)
+        refuse(repo_id_error(push, where) or token_error(where))
     from runner.after.adapter_export import merge_error
     from runner.after.export import EXPORT_DIR, export_error, export_model
     from runner.after.source import checkpoint_path, run_config
@@ -136,8 +139,7 @@ def export(args: Any) -> int:
         return _push_own_export(args, args.run_dir / EXPORT_DIR, where)
     checkpoint_path(args.run_dir, args.ckpt)  # a missing checkpoint is named before the config is composed
     cfg = run_config(args.run_dir)
-    if (problem := merge_error(cfg, args.run_dir, args.merge, args.dequantize)) is not None:
-        raise ConfigError(problem)
+    refuse(merge_error(cfg, args.run_dir, args.merge, args.dequantize))
     if push is not None:
         from runner.after.push import open_repo
 
@@ -197,15 +199,13 @@ def evaluate(args: Any, overrides: list[str]) -> int:
     from runner.data.store.progress import Progress
     from runner.reliability.signals import exit_code
 
-    if (problem := overrides_error(overrides)) is not None:
-        raise ConfigError(problem)
+    refuse(overrides_error(overrides))
     run_dir = args.run_dir
-    if (problem := run_dir_error(run_dir)) is not None:
-        raise ConfigError(problem)
+    refuse(run_dir_error(run_dir))
     checkpoint_path(run_dir, args.ckpt)  # a missing checkpoint is named before the config is composed
     cfg = run_config(run_dir, overrides, validated=False)
-    if overrides and (problem := data_error(run_config(run_dir, validated=False), cfg, run_dir)) is not None:
-        raise ConfigError(problem)
+    if overrides:
+        refuse(data_error(run_config(run_dir, validated=False), cfg, run_dir))
     check(cfg)  # then the data family's own checks of the files named, as a run's
     trained = open_trained(run_dir, args.ckpt, cfg)
     datamodule: Any = build_datamodule(trained.cfg)
@@ -273,16 +273,13 @@ def generate(args: Any) -> int:
     from runner.after.source import open_trained, run_dir_error
 
     sampling = Sampling(args.max_new_tokens, args.temperature, args.top_k, args.seed)
-    if (problem := sampling.error()) is not None:
-        raise ConfigError(problem)
+    refuse(sampling.error())
     if (args.run_dir / METADATA).is_file():  # an export directory
         model, tokens = open_export(args.run_dir)
     else:
-        if (problem := run_dir_error(args.run_dir)) is not None:
-            raise ConfigError(problem)
+        refuse(run_dir_error(args.run_dir))
         trained = open_trained(args.run_dir, args.ckpt)
-        if (problem := generation_error(trained.model, f"{args.run_dir}")) is not None:
-            raise ConfigError(problem)
+        refuse(generation_error(trained.model, f"{args.run_dir}"))
         model, found = trained.model, tokens_of(trained.cfg)
         assert found is not None, "a causal LM reads text"
         tokens = found

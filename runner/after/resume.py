@@ -53,12 +53,11 @@ def resume_command(argv: Sequence[str]) -> list[str] | None:
         if len(argv) < 2 or "=" in argv[1]:
             raise ConfigError(f"runner resume needs the run directory first: {_USAGE}.")
         from runner import hydra_internals
-        from runner.after.cli import arguments_error, parser_flags
+        from runner.after.cli import arguments_error, parser_flags, refuse
 
         hydra = parser_flags(hydra_internals.args_parser())  # a flag neither ALLOW_FLAG nor Hydra's is refused
         unknown = [a for a in argv[2:] if a.startswith("-") and a != ALLOW_FLAG and a.split("=", 1)[0] not in hydra]
-        if (problem := arguments_error("resume", unknown, [ALLOW_FLAG], _USAGE)) is not None:
-            raise ConfigError(problem)
+        refuse(arguments_error("resume", unknown, [ALLOW_FLAG], _USAGE))
         return _resumed(Path(argv[1]), [f"{ALLOW_CHANGED_DATA}=true" if a == ALLOW_FLAG else a for a in argv[2:]])
     args = command_line(argv)
     if args is None or args.multirun:
