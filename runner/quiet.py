@@ -66,15 +66,11 @@ class _FirstLine(logging.Formatter):
         return self.inner.format(record)
 
 
-def _console_handlers() -> list[logging.Handler]:
-    return [h for h in logging.getLogger().handlers
-            if isinstance(h, logging.StreamHandler) and not isinstance(h, logging.FileHandler)]
-
-
 @contextmanager
 def short_console_lines() -> Iterator[None]:
     """While open: the root logger's console handlers print the first line of runner's INFO messages."""
-    swapped = [(h, h.formatter) for h in _console_handlers()]
+    swapped = [(h, h.formatter) for h in logging.getLogger().handlers
+               if isinstance(h, logging.StreamHandler) and not isinstance(h, logging.FileHandler)]
     for handler, formatter in swapped:
         handler.setFormatter(_FirstLine(formatter or logging.Formatter()))
     try:

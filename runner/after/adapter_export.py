@@ -83,6 +83,20 @@ def merge_error(cfg: RunConfig, run_dir: Path, merge: bool, dequantize: bool) ->
     return None
 
 
+def load_causal_lm(folder: Path, family: str | None) -> nn.Module:
+    """The causal LM saved in ``folder`` as its family saves it (transformers', or the config node and weights)."""
+    if family == "hf_causal_lm":
+        from runner.models.hf import CausalLM
+
+        return CausalLM(config=None, path=str(folder))  # from_pretrained, local files only
+    from hydra.utils import instantiate
+    from safetensors.torch import load_model
+
+    model = instantiate(json.loads((folder / "config.json").read_text()))
+    load_model(model, str(folder / "model.safetensors"))
+    return model  # type: ignore[no-any-return]
+
+
 def open_adapter_export(directory: Path, meta: dict[str, Any]) -> nn.Module:
     """A causal LM exported as an adapter: its base loaded, the adapter applied with runner's own layer."""
     adapter = meta["adapter"]
@@ -102,16 +116,7 @@ def open_adapter_export(directory: Path, meta: dict[str, Any]) -> nn.Module:
         raise ConfigError(f"{directory} is an adapter whose base model {base} is gone: an adapter applies to the "
                           "base it was trained over. Put the base back there, or export the run again (python -m "
                           "runner export RUN_DIR --force) or merged (--merge).")
-    if meta.get("family") == "hf_causal_lm":
-        from runner.models.hf import CausalLM
-
-        model: nn.Module = CausalLM(config=None, path=str(base))
-    else:
-        from hydra.utils import instantiate
-        from safetensors.torch import load_model
-
-        model = instantiate(json.loads((base / "config.json").read_text()))
-        load_model(model, str(base / "model.safetensors"))
+    model = load_causal_lm(base, meta.get("family"))
     apply_peft(model, PeftConfig(method=PeftMethod.lora, r=adapter["r"], alpha=adapter["alpha"],
                                  target_modules=adapter["targets"], modules_to_save=adapter["modules_to_save"],
                                  path=str(directory)))

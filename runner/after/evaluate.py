@@ -57,11 +57,8 @@ def eval_device(cfg: RunConfig) -> torch.device:
         device = torch.device(cfg.trainer.single_device())
     except RuntimeError:
         return torch.device("cpu")
-    if device.type == "cuda" and not torch.cuda.is_available():
-        return torch.device("cpu")
-    if device.type == "mps" and not torch.backends.mps.is_available():
-        return torch.device("cpu")
-    return device
+    missing = {"cuda": not torch.cuda.is_available(), "mps": not torch.backends.mps.is_available()}
+    return torch.device("cpu") if missing.get(device.type) else device
 
 
 def scored(loader: Any, progress: Progress | None) -> Iterator[Any]:

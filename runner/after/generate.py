@@ -132,7 +132,7 @@ def write_text(model: nn.Module, tokens: Tokens, prompt: str, sampling: Sampling
 
 def open_export(directory: Path) -> tuple[nn.Module, Tokens]:
     """A causal LM exported by runner, loaded with its family's library, and how text becomes its ids."""
-    from runner.after.export import CONFIG, METADATA, WEIGHTS
+    from runner.after.export import METADATA
 
     meta = json.loads((directory / METADATA).read_text())
     tokens = Tokens(str(directory)) if (directory / "tokenizer_config.json").is_file() else Tokens()
@@ -143,17 +143,8 @@ def open_export(directory: Path) -> tuple[nn.Module, Tokens]:
         raise ConfigError(f"{directory} holds no tokenizer (its run's data module made its own ids): generate cannot "
                           "turn a prompt into them. Load the model with transformers and sample it with the "
                           "tokenizer that makes those ids.")
+    from runner.after.adapter_export import load_causal_lm, open_adapter_export
+
     if meta.get("adapter"):  # a LoRA run's export: its base, and the adapter applied to it
-        from runner.after.adapter_export import open_adapter_export
-
         return open_adapter_export(directory, meta), tokens
-    if meta.get("family") == Family.hf_causal_lm.value:
-        from runner.models.hf import CausalLM
-
-        return CausalLM(config=None, path=str(directory)), tokens  # from_pretrained, local files only
-    from hydra.utils import instantiate
-    from safetensors.torch import load_model
-
-    model = instantiate(json.loads((directory / CONFIG).read_text()))
-    load_model(model, str(directory / WEIGHTS))
-    return model, tokens
+    return load_causal_lm(directory, meta.get("family")), tokens

@@ -22,16 +22,11 @@ def compile_error_kind(exc: BaseException) -> str | None:
     from torch._dynamo import exc as exc_mod
     from torch.fx.experimental.symbolic_shapes import ConstraintViolationError
 
-    if isinstance(exc, exc_mod.FailOnRecompileLimitHit):
-        return "recompile_limit"
-    if isinstance(exc, ConstraintViolationError):
-        return "constraint"
-    if isinstance(exc, exc_mod.BackendCompilerFailed):
-        return "backend"
-    if isinstance(exc, exc_mod.Unsupported):
-        return "unsupported"
-    if isinstance(exc, exc_mod.TorchDynamoException):
-        return "dynamo"
+    kinds = ((exc_mod.FailOnRecompileLimitHit, "recompile_limit"), (ConstraintViolationError, "constraint"),
+             (exc_mod.BackendCompilerFailed, "backend"), (exc_mod.Unsupported, "unsupported"),
+             (exc_mod.TorchDynamoException, "dynamo"))  # the first that fits: the most specific first
+    if (kind := next((k for cls, k in kinds if isinstance(exc, cls)), None)) is not None:
+        return kind
     if isinstance(exc, RuntimeError) and "torch.compile stance is 'fail_on_recompile'" in str(exc):
         return "fail_on_recompile"
     return None
