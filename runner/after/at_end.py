@@ -15,6 +15,7 @@ from runner.after.family import tokens_of, writes_text
 from runner.after.generate import Sampling, write_text
 from runner.after.prompting import asked
 from runner.config.schema import RunConfig
+from runner.quiet import quiet_transformers_bars
 from runner.telemetry.data_report import read_prompt
 
 log = logging.getLogger(__name__)
@@ -30,7 +31,14 @@ def at_end_of_fit(cfg: RunConfig, model: nn.Module, run_dir: Path, checkpoint: P
                                    "checkpoints/consolidated.pt (trainer.fsdp.consolidate=true writes it)")
         return figures
     if cfg.after.export:
-        figures["run/export"] = _export(cfg, model, run_dir, checkpoint, step)
+        out = figures["run/export"] = str(run_dir / EXPORT_DIR)
+        try:
+            with quiet_transformers_bars():
+                export_model(model, cfg, run_dir, Path(out), str(checkpoint) if checkpoint else None, step)
+        except Exception as e:  # noqa: BLE001 - the run trained and its checkpoint is on disk
+            log.warning("the model was not exported (%s: %s); python -m runner export %s --force writes it from the "
+                        "checkpoint", type(e).__name__, e, run_dir)
+            figures["run/export"] = f"failed: {type(e).__name__}: {e}"
     tokens = tokens_of(cfg)
     if cfg.after.sample_tokens and writes_text(model) and tokens is not None:
         sampling = Sampling(max_new_tokens=cfg.after.sample_tokens, seed=cfg.seed)
@@ -41,20 +49,6 @@ def at_end_of_fit(cfg: RunConfig, model: nn.Module, run_dir: Path, checkpoint: P
             log.warning("no sample for report.md (%s: %s); python -m runner generate RUN_DIR writes one",
                         type(e).__name__, e)
     return figures
-
-
-def _export(cfg: RunConfig, model: nn.Module, run_dir: Path, checkpoint: Path | None, step: int) -> str:
-    from runner.quiet import quiet_transformers_bars
-
-    out = run_dir / EXPORT_DIR
-    try:
-        with quiet_transformers_bars():
-            export_model(model, cfg, run_dir, out, str(checkpoint) if checkpoint else None, step)
-    except Exception as e:  # noqa: BLE001 - the run trained and its checkpoint is on disk
-        log.warning("the model was not exported (%s: %s); python -m runner export %s --force writes it from the "
-                    "checkpoint", type(e).__name__, e, run_dir)
-        return f"failed: {type(e).__name__}: {e}"
-    return str(out)
 
 
 def push_at_end(cfg: RunConfig, run_dir: Path, figures: dict[str, Any]) -> dict[str, Any]:
@@ -73,8 +67,6 @@ def push_at_end(cfg: RunConfig, run_dir: Path, figures: dict[str, Any]) -> dict[
                     command)
         return {"run/pushed_to": f"not pushed (no export: {why}); {command}"}
     try:
-        from runner.quiet import quiet_transformers_bars
-
         with quiet_transformers_bars():
             pushed = push_export(export, repo_id, cfg.after.push_private, cfg, run_dir, figures,
                                  f"after.push_to_hub={repo_id}")

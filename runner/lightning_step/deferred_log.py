@@ -303,11 +303,7 @@ class DeferredLog:
     @staticmethod
     def resolve(output: Any) -> Any:
         """The step's output with deferred results replaced by their values (after ``capture``)."""
-        if isinstance(output, Deferred):
-            return output.value
-        if isinstance(output, Mapping) and any(isinstance(v, Deferred) for v in output.values()):
-            return {k: _resolve(v) for k, v in output.items()}
-        return output
+        return _resolve(output)
 
 
 def _detached(value: Any) -> Any:
@@ -327,7 +323,7 @@ def _logged(value: Any) -> Any:
 def _resolve(value: Any) -> Any:
     if isinstance(value, Deferred):
         return value.value
-    if type(value) is dict and any(isinstance(v, Deferred) for v in value.values()):
+    if isinstance(value, Mapping) and any(isinstance(v, Deferred) for v in value.values()):
         return {k: _resolve(v) for k, v in value.items()}
     return value
 
