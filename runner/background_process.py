@@ -45,8 +45,7 @@ def _watch_parent() -> None:
 
 
 class _Probe:
-    """A Lightning callback (subclassed in :func:`_probe`) choosing each step's mode: compiled warm-up steps until two
-    compile nothing, then ``PAIRS`` eager/compiled pairs if measuring."""
+    """A callback (subclassed in :func:`_probe`) choosing each step's mode: warm-up, then eager/compiled pairs."""
 
     def __init__(self, measure: bool, cpu_clock: bool) -> None:
         from runner.telemetry.speedup import SpeedupMeter

@@ -540,8 +540,8 @@ def _refusal(w: Wanted, error: Exception) -> str:
 
 @contextlib.contextmanager
 def _progress(w: Wanted, total: int, every_s: float = 5.0) -> Iterator[None]:
-    """A console line every ``every_s`` seconds while ``w`` downloads, and a last one; huggingface_hub's progress bars
-    are off meanwhile (one line per file would interleave with the log)."""
+    """A console line every ``every_s`` seconds while ``w`` downloads, and a last one."""
+    # huggingface_hub's progress bars are off meanwhile (one line per file would interleave with the log).
     from huggingface_hub.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
 
     folder, start = _repo_folder(w), time.monotonic()

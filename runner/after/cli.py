@@ -96,8 +96,7 @@ def parser_flags(parser: argparse.ArgumentParser) -> list[str]:
 
 
 def arguments_error(command: str, unknown: Sequence[str], flags: Sequence[str], usage: str) -> str | None:
-    """Why the arguments the parser did not take are refused: a flag none of ``flags`` (the closest named), or
-    anything but a ``KEY=VALUE`` override (which ``runner eval`` alone takes); None when there is none."""
+    """Why the arguments the parser did not take are refused (an unknown flag, or anything but eval's overrides)."""
     real = [f for f in flags if f.startswith("--") and f != "--help"]
     for arg in unknown:
         if arg.startswith("-"):

@@ -247,8 +247,7 @@ class DeferredLog:
             self._patches.append((vars(module), "optimizers", self._optimizers_method()))
 
     def _state_patches(self, module: Any) -> list[tuple[dict[str, Any], str, Any]]:
-        """This step's stand-ins for the module's lists and the strategy's optimizer lists (created once per name and
-        optimizer: a compiled step sees the same objects every step, so no guard fails)."""
+        """The stand-ins for the module's and the strategy's lists (the same objects every step: no guard fails)."""
         attrs = vars(module)
         patches: list[tuple[dict[str, Any], str, Any]] = []
         for name, value in attrs.items():

@@ -44,8 +44,7 @@ class CausalSelfAttention(nn.Module):
 
     def decode(self, x: torch.Tensor, past: KV | None,
                documents: torch.Tensor | None = None) -> tuple[torch.Tensor, KV]:
-        """``forward`` for new positions ``x`` after the ``past`` keys and values (None: no earlier positions), and the
-        keys and values of every position up to the new ones."""
+        """``forward`` of new positions ``x`` after ``past`` (None: none), and every position's keys and values."""
         b, t, c = x.shape
         q, k, v = self.qkv(x).split(c, dim=2)
         q, k, v = (z.view(b, t, self.n_head, c // self.n_head).transpose(1, 2) for z in (q, k, v))
@@ -147,8 +146,7 @@ class GPT(nn.Module):
         return x if return_hidden else self.head(x)
 
     def decode(self, idx: torch.Tensor, cache: KVCache, last_only: bool = False) -> torch.Tensor:
-        """Logits ``[batch, t, vocab]`` of ``idx`` ``[batch, t]``, the positions after the ``cache.length`` ones in
-        ``cache``, which then holds theirs too: the prompt once, then one new token at a time."""
+        """Logits ``[batch, t, vocab]`` of positions ``idx`` after those in ``cache``; it then holds theirs too."""
         start, t = cache.length, idx.shape[1]
         if start + t > self.block_size:
             raise ValueError(f"{start} cached + {t} new positions exceed block_size={self.block_size}")

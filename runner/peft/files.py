@@ -52,8 +52,7 @@ def write_adapter(adapter: Adapter, out: Path, base: str | None, revision: str |
 
 
 def load_adapter(adapter: Adapter, path: str) -> None:
-    """Copy the adapter saved in ``path`` into ``adapter``'s layers; ``PeftTargetError`` when its keys are not exactly
-    those of this adapter (the config check names shapes that differ before the run)."""
+    """Copy the adapter saved in ``path`` into ``adapter``'s layers (``PeftTargetError`` for other keys)."""
     from safetensors.torch import load_file
 
     saved = load_file(str(Path(path).expanduser() / ADAPTER_WEIGHTS))

@@ -44,8 +44,7 @@ def _adapted(base: nn.Module, peft: PeftConfig) -> LoRALinear:
 
 
 def merge_peft(model: nn.Module) -> int:
-    """Fold each adapted layer into a plain layer of its base's kind (base + scale * B @ A), in place; how many layers
-    were merged."""
+    """Fold each adapted layer into a plain layer of its base's kind, in place; how many were merged."""
     names = [n for n, m in model.named_modules() if isinstance(m, LoRALinear)]
     for name in names:
         model.set_submodule(name, model.get_submodule(name).merged())  # type: ignore[operator]

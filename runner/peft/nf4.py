@@ -65,8 +65,7 @@ def ops() -> Any:
 
 
 class QLoRALinear(LoRALinear):
-    """``LoRALinear`` whose frozen base weight is stored as NF4 buffers (``weight_codes`` and the scales), and run
-    through ``runner::nf4_linear``; the adapter stays in float32."""
+    """``LoRALinear`` whose frozen base weight is NF4 buffers run through ``runner::nf4_linear``."""
 
     weight_codes: torch.Tensor
     weight_scalers: torch.Tensor

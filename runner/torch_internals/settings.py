@@ -118,16 +118,15 @@ def local_source_pattern(local: str, attributes: str = "") -> str:
 
 
 def add_dynamic_sources(settings: TorchSettings, patterns: list[str]) -> None:
-    """Ints and tensors whose Dynamo source name matches ``patterns`` are dynamic from their first compile (else
-    ``self.global_step`` would recompile every step)."""
+    """Ints and tensors whose Dynamo source name matches ``patterns`` are dynamic from their first compile."""
+    # Else self.global_step would recompile every step.
     prior = str(torch.compiler.config.dynamic_sources)
     entries = [p for p in prior.split(",") if p] + [p for p in patterns if p not in prior.split(",")]
     settings._config("torch.compiler.config", "dynamic_sources", ",".join(entries))
 
 
 def lift_python_scalars(settings: TorchSettings) -> None:
-    """Python numbers a compiled frame reads stop specialising it once they change, and ``loss.item()`` stays in the
-    graph as a scalar output instead of a graph break."""
+    """Python numbers stop specialising a compiled frame once they change; ``loss.item()`` stays in the graph."""
     settings.dynamo("allow_unspec_int_on_nn_module", True)
     settings.dynamo("capture_scalar_outputs", True)
 
