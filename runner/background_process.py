@@ -32,18 +32,6 @@ def place(placement: str, cpu: int | None) -> None:
         os.sched_setaffinity(0, rest)
 
 
-def _watch_parent() -> None:
-    """Exit when the run that started this process is gone (killed): nobody would read the result."""
-    parent = os.getppid()
-
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(1.0)
-        os._exit(3)
-
-    threading.Thread(target=watch, daemon=True).start()
-
-
 class _Probe:
     """A callback (subclassed in :func:`_probe`) choosing each step's mode: warm-up, then eager/compiled pairs."""
 
@@ -191,7 +179,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cpu", type=int, default=None)
     args = parser.parse_args(argv)
     place(args.placement, args.cpu)
-    _watch_parent()
+    parent = os.getppid()
+
+    def watch() -> None:  # exit when the run that started this process is gone: nobody would read the result
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(3)
+
+    threading.Thread(target=watch, daemon=True).start()
     started = time.perf_counter()
     try:
         result: dict[str, Any] = {"ok": True, "measured": compile_beside(args.dir)}

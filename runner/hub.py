@@ -437,7 +437,17 @@ def _download(w: Wanted) -> Pin:
     except HubError:
         raise
     except Exception as e:  # noqa: BLE001 - each of the Hub's answers is turned into its paragraph
-        return _offline_or_raise(w, e)
+        import httpx2  # huggingface_hub's HTTP client
+        from huggingface_hub.errors import OfflineModeIsEnabled
+
+        if not isinstance(e, (httpx2.ConnectError, httpx2.TimeoutException, OfflineModeIsEnabled)):
+            raise HubError(_refusal(w, e)) from e
+        cached = cached_commit(w)  # a Hub that cannot be reached: the cached commit, when the cache has it
+        if (pin := _from_cache(w, cached) if cached else None) is None:
+            raise HubError(_not_cached(w, f"the Hub ({endpoint()}) cannot be reached ({type(e).__name__})")) from e
+        log.warning("hub: %s=%s: the Hub (%s) cannot be reached; the cache's commit %s of %s is used", w.key,
+                    w.given, endpoint(), cached[:12] if cached else "", w.asked)
+        return pin
     if (pin := _from_cache(w, commit, listing)) is not None:  # the cache has it whole: no file is asked for
         _write_ref(w, commit)
         return pin
@@ -473,23 +483,6 @@ def _write_ref(w: Wanted, commit: str) -> None:
         tmp = ref.with_name(f".{ref.name}.{os.getpid()}")
         tmp.write_text(commit)
         os.replace(tmp, ref)  # whole or not at all: a reader never sees half a commit
-
-
-def _offline_or_raise(w: Wanted, error: Exception) -> Pin:
-    """The Hub's refusal as a paragraph; a Hub that cannot be reached: the cached commit, when the cache has it."""
-    import httpx2  # huggingface_hub's HTTP client
-    from huggingface_hub.errors import OfflineModeIsEnabled
-
-    if isinstance(error, (httpx2.ConnectError, httpx2.TimeoutException, OfflineModeIsEnabled)):
-        commit = cached_commit(w)
-        pin = _from_cache(w, commit) if commit else None
-        if pin is None:
-            raise HubError(_not_cached(w, f"the Hub ({endpoint()}) cannot be reached ({type(error).__name__})")) \
-                from error
-        log.warning("hub: %s=%s: the Hub (%s) cannot be reached; the cache's commit %s of %s is used", w.key,
-                    w.given, endpoint(), commit[:12] if commit else "", w.asked)
-        return pin
-    raise HubError(_refusal(w, error)) from error
 
 
 @contextlib.contextmanager

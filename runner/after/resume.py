@@ -151,18 +151,13 @@ def check_resume(run_dir: Path, overrides: Sequence[str], typed: Sequence[str] |
         raise ConfigError(problem)
 
 
-def _by_files(run_dir: Path) -> set[str]:
-    """The keys the run's own command line composes to differently from its saved config (the files changed)."""
-    try:
-        return {k for k, _, _ in changed_keys(run_dir, saved_overrides(run_dir))}
-    except Exception:  # a saved command line that no longer composes: no key can be put down to the files
-        return set()
-
-
 def _settings_refusal(run_dir: Path, overrides: Sequence[str], typed: Sequence[str] | None,
                       changes: list[tuple[str, Any, Any]]) -> str:
     typed_keys = {override_key(o) for o in (overrides if typed is None else typed)}
-    files = _by_files(run_dir)
+    try:  # the keys the run's own command line composes to differently from its saved config: the files changed
+        files = {k for k, _, _ in changed_keys(run_dir, saved_overrides(run_dir))}
+    except Exception:  # a saved command line that no longer composes: no key can be put down to the files
+        files = set()
     shown = [f"{key}={_text(now)} (the run trained with {_text(was)})" for key, was, now in changes[:4]]
     more = f" and {len(changes) - 4} more" if len(changes) > 4 else ""
     why = "; ".join(dict.fromkeys(_WHY[key.split(".")[0]] for key, _, _ in changes))

@@ -113,8 +113,12 @@ def checkpoint_path(run_dir: Path, ckpt: str) -> Path:
                               "(trainer.checkpoint_every_n_steps) or was not trained there. Give --ckpt with a "
                               "checkpoint file, or train the run on (python -m runner resume RUN_DIR).")
         return path
-    if ckpt == "best":
-        best = _best_path(run_dir)
+    if ckpt == "best":  # the best checkpoint ModelCheckpoint recorded in last.ckpt, when it monitored a metric
+        last, best = last_checkpoint_path(run_dir), None
+        ckpt_state, _ = read_checkpoint(last) if last.is_file() else (None, None)
+        for key, state in ((ckpt_state or {}).get("callbacks") or {}).items():
+            found = state.get("best_model_path") if str(key).startswith("ModelCheckpoint") else None
+            best = best or (Path(found) if found and Path(found).is_file() else None)
         if best is None:
             raise ConfigError(f"--ckpt best: {run_dir} kept no best checkpoint (runner's checkpointing saves "
                               f"last.ckpt and monitors no metric). {fix}")
@@ -128,17 +132,6 @@ def checkpoint_path(run_dir: Path, ckpt: str) -> Path:
                           "an FSDP run writes one with trainer.fsdp.consolidate=true (checkpoints/consolidated.pt). "
                           f"{fix}")
     raise ConfigError(f"--ckpt {ckpt} does not exist. {fix}")
-
-
-def _best_path(run_dir: Path) -> Path | None:
-    """The best checkpoint ModelCheckpoint recorded in ``last.ckpt``, when it monitored a metric."""
-    last = last_checkpoint_path(run_dir)
-    ckpt, _ = read_checkpoint(last) if last.is_file() else (None, None)
-    for key, state in ((ckpt or {}).get("callbacks") or {}).items():
-        best = state.get("best_model_path") if str(key).startswith("ModelCheckpoint") else None
-        if best and Path(best).is_file():
-            return Path(best)
-    return None
 
 
 def checkpoint_state(path: Path) -> tuple[dict[str, Any], int | None]:

@@ -89,17 +89,14 @@ def partition_summary(scheduler: Any, partitions: Sequence[Sequence[Any]], skipp
                 examples.setdefault(reason, _operator(node))
         if not found:
             reasons[MIN_SIZE_REASON] += len(partition)
-    return GraphPartitions(graph=_graph_name(), partitions=len(partitions), graphed=sum(not s for s in skipped),
-                           eager_nodes=dict(reasons), examples=examples)
-
-
-def _graph_name() -> str:
     from torch._guards import CompileContext
     from torch._inductor.virtualized import V
 
-    kind = "backward" if getattr(V.graph, "is_backward", False) else "forward"
-    compile_id = CompileContext.current_compile_id()
-    return f"{kind} {compile_id}" if compile_id is not None else kind
+    graph = "backward" if getattr(V.graph, "is_backward", False) else "forward"
+    if (compile_id := CompileContext.current_compile_id()) is not None:
+        graph = f"{graph} {compile_id}"
+    return GraphPartitions(graph=graph, partitions=len(partitions), graphed=sum(not s for s in skipped),
+                           eager_nodes=dict(reasons), examples=examples)
 
 
 def _operator(node: Any) -> str:
