@@ -42,7 +42,12 @@ def export_model(model: nn.Module, cfg: RunConfig, run_dir: Path, out: Path, che
                  step: int | None, extra: dict[str, Any] | None = None) -> Path:
     """Write ``model`` (trained as ``cfg`` says) into ``out``; ``extra`` goes into ``runner_export.json``."""
     if not is_clean(model):  # compile or checkpoint wrappers in its keys, or runner's hooks: rebuilt from the config
-        model = _rebuilt(model, cfg)
+        from hydra.utils import instantiate
+
+        fresh = instantiate(cfg.model)
+        apply_peft(fresh, dataclasses.replace(cfg.peft, path=None))  # the same adapter's layers, given the weights
+        fresh.load_state_dict(clean_state(model.state_dict()))
+        model = fresh.eval()
     family = family_of(model)
     adapter = adapter_of(model)
     tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
@@ -86,15 +91,6 @@ def export_model(model: nn.Module, cfg: RunConfig, run_dir: Path, out: Path, che
         shutil.rmtree(tmp, ignore_errors=True)
     return out
 
-
-def _rebuilt(model: nn.Module, cfg: RunConfig) -> nn.Module:
-    """A fresh model from the config, with ``model``'s weights (without the wrappers in their keys)."""
-    from hydra.utils import instantiate
-
-    fresh = instantiate(cfg.model)
-    apply_peft(fresh, dataclasses.replace(cfg.peft, path=None))  # the same adapter's layers, given the weights below
-    fresh.load_state_dict(clean_state(model.state_dict()))
-    return fresh.eval()
 
 
 def _write_hf(model: nn.Module, cfg: RunConfig, run_dir: Path, out: Path) -> str:

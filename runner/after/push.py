@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -160,7 +161,10 @@ def model_card(export: Path, repo_id: str, cfg: RunConfig, report: Mapping[str, 
     lines += _figures(report, evaluation)
     lines += ["## Load it", "", *_loading(export, repo_id, family, task, adapter, base, meta), ""]
     if meta.get("tokenizer"):
-        lines += [f"Text: {_text_note(str(meta['tokenizer']), base)}.", ""]
+        # The export's note on its ids, without this machine's folders (a tokenizer saved in a snapshot of the base).
+        where = f"of {base['name']} (the base's)" if base is not None and "snapshots/" in meta["tokenizer"] else \
+            "exported beside the model"
+        lines += ["Text: " + re.sub(r"saved in \S+", where, str(meta["tokenizer"])) + ".", ""]
     if meta.get("labels"):
         lines += [f"Classes by id: {', '.join(meta['labels'])}.", ""]
     if meta.get("prompt"):  # an instruction run: how to ask it as it was trained
@@ -174,15 +178,6 @@ def model_card(export: Path, repo_id: str, cfg: RunConfig, report: Mapping[str, 
     lines += ["Everything runner knows about it (the model's config as it was applied, the checkpoint and step, how "
               "text becomes ids): `runner_export.json`.", ""]
     return str(ModelCard(f"---\n{data.to_yaml()}\n---\n\n" + "\n".join(lines)))
-
-
-def _text_note(note: str, base: Mapping[str, Any] | None) -> str:
-    """The export's note on its ids, without this machine's folders (a tokenizer saved in a snapshot of the base)."""
-    import re
-
-    if base is not None and "snapshots/" in note:
-        return re.sub(r"saved in \S+", f"of {base['name']} (the base's)", note)
-    return re.sub(r"saved in \S+", "exported beside the model", note)
 
 
 def _steps(report: Mapping[str, Any], meta: Mapping[str, Any]) -> str:

@@ -243,8 +243,12 @@ class DeferredLog:
         self._views: dict[int, OptimizerView] = {}
         self._view_lists: dict[str, list[OptimizerView]] = {}
         self._module_optimizers = module_optimizers
-        if module_optimizers is not None:
-            self._patches.append((vars(module), "optimizers", self._optimizers_method()))
+        if module_optimizers is not None:  # LightningModule.optimizers() in the step, over the views prepared before it
+            def optimizers(use_pl_optimizer: bool = True) -> Any:
+                shown = self._view_lists.get("_module" if use_pl_optimizer else "_optimizers", [])
+                return shown[0] if len(shown) == 1 else shown  # one optimizer is returned as itself, as Lightning's
+
+            self._patches.append((vars(module), "optimizers", optimizers))
 
     def _state_patches(self, module: Any) -> list[tuple[dict[str, Any], str, Any]]:
         """The stand-ins for the module's and the strategy's lists (the same objects every step: no guard fails)."""
@@ -272,15 +276,6 @@ class DeferredLog:
             view = self._views[id(optimizer)] = OptimizerView(optimizer)
         view.refresh()
         return view
-
-    def _optimizers_method(self) -> Callable[..., Any]:
-        """``LightningModule.optimizers()`` during the compiled step, over the views prepared before it."""
-
-        def optimizers(use_pl_optimizer: bool = True) -> Any:
-            shown = self._view_lists.get("_module" if use_pl_optimizer else "_optimizers", [])
-            return shown[0] if len(shown) == 1 else shown
-
-        return optimizers
 
     @contextlib.contextmanager
     def capture(self, module: L.LightningModule) -> Iterator[None]:
