@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import signal
 import sys
 import tempfile
@@ -210,7 +211,9 @@ def evaluate(args: Any, overrides: list[str]) -> int:
     datamodule: Any = build_datamodule(trained.cfg)
     datamodule.setup("validate")
     loader = datamodule.val_dataloader()
-    compiled, mode = ev.resolve_mode(trained.cfg, ev.run_report(run_dir), len(loader))
+    report = run_dir / "report.json"  # none when a failure stopped the run
+    compiled, mode = ev.resolve_mode(trained.cfg, json.loads(report.read_text()) if report.is_file() else {},
+                                     len(loader))
     classes = getattr(trained.cfg.data, "num_classes", None)  # None for a language model's data
     labels = label_names(run_dir, classes if isinstance(classes, int) else 0)
     data = "the validation split of " + (" ".join(overrides) or "the run's data")

@@ -100,25 +100,17 @@ def _file_labels(path: str | None, data: Any) -> list[str]:
     return sorted(str(label) for label in part.values)
 
 
-def run_labels(run: RunConfig, run_dir: Path) -> list[str]:
-    """The labels the run trained on, by name: ``labels.json``'s where the data wrote one, else the run's data."""
-    saved = read_labels(run_dir)
-    if saved:
-        return sorted(str(k) for k in (saved.get("label2id") or {}))
-    return _file_labels(run.data.path, run.data)
-
-
 def _labels_error(key: str, path: Path, run: RunConfig, run_dir: Path) -> str | None:
     data: Any = run.data
     try:
         labels = _file_labels(str(path), data)
     except (ValueError, UnicodeDecodeError):
         return None  # a file the data cannot read: its own check names the row
-
     ids = all(label.strip().lstrip("-").isdigit() for label in labels)
     if ids and all(0 <= int(label) < data.num_classes for label in labels):
         return None  # labels that are class ids score against the same classes whatever the file holds
-    trained = run_labels(run, run_dir)
+    saved = read_labels(run_dir)  # the labels the run trained on: labels.json's where the data wrote one
+    trained = sorted(str(k) for k in (saved.get("label2id") or {})) if saved else _file_labels(data.path, data)
     if labels == trained:
         return None
     other = [label for label in labels if label not in trained]

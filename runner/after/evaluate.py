@@ -45,12 +45,6 @@ def resolve_mode(cfg: RunConfig, report: dict[str, Any], batches: int) -> tuple[
                   "compiling took to pay for itself in the run")
 
 
-def run_report(run_dir: Path) -> dict[str, Any]:
-    """The run's ``report.json`` (empty when it wrote none: a run stopped by a failure)."""
-    path = run_dir / "report.json"
-    return json.loads(path.read_text()) if path.is_file() else {}
-
-
 def eval_device(cfg: RunConfig) -> torch.device:
     """The run's device when this machine has it, else the CPU."""
     try:
