@@ -149,15 +149,6 @@ def _repo_folder(w: Wanted) -> Path:
     return cache_dir() / repo_folder_name(repo_id=w.name, repo_type=w.repo_type)
 
 
-def cached_names(repo_type: str) -> list[str]:
-    """The repos of ``repo_type`` this machine's cache holds."""
-    prefix = f"{repo_type}s--"
-    root = cache_dir()
-    if not root.is_dir():
-        return []
-    return sorted(p.name[len(prefix):].replace("--", "/", 1) for p in root.iterdir() if p.name.startswith(prefix))
-
-
 def cached_commit(w: Wanted) -> str | None:
     """The commit the cache has for what ``w`` asks (a commit as itself; a branch or tag by its ``refs/`` file)."""
     if w.revision and _COMMIT.match(w.revision):
@@ -517,7 +508,10 @@ def _refusal(w: Wanted, error: Exception) -> str:
                 f"tags at {page}/tree/main, or drop @{w.asked} for its main branch.")
     if isinstance(error, errors.RepositoryNotFoundError):
         kind = "data set" if w.kind == "data" else "model"
-        cached = difflib.get_close_matches(w.name, cached_names(w.repo_type), n=3, cutoff=0.5)
+        prefix, root = f"{w.repo_type}s--", cache_dir()  # the repos of its type this machine's cache holds
+        held = [p.name[len(prefix):].replace("--", "/", 1) for p in root.iterdir() if p.name.startswith(prefix)] \
+            if root.is_dir() else []
+        cached = difflib.get_close_matches(w.name, sorted(held), n=3, cutoff=0.5)
         near = f" This machine's cache holds {', '.join(cached)}." if cached else ""
         local = (f" No local path {w.given} exists either (relative to {Path.cwd()})." if w.given == w.name else "")
         return (f"{where}: no {kind} {w.name} on the Hub ({endpoint()}), or it is private and no token was given "

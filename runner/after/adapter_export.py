@@ -33,7 +33,7 @@ def write_adapter_export(model: nn.Module, adapter: Adapter, cfg: RunConfig, run
     """Write the adapter (and its base where needed) into ``tmp``, renamed to ``final`` by the caller; how to load it,
     and what ``runner_export.json`` says about it."""
     saved = getattr(cfg.model, "path", None)
-    hub = hub_base(cfg)
+    hub = next((p.record() for p in pins_of(cfg) if p.wanted.key == "model.path"), None)  # a Hub base's run/hub
     if saved:
         base = str(Path(saved).expanduser().resolve())
     else:
@@ -58,11 +58,6 @@ def write_adapter_export(model: nn.Module, adapter: Adapter, cfg: RunConfig, run
     loading = (f"peft.PeftModel.from_pretrained({_LOADERS[family]}, DIR) with {where}; "
                "python -m runner export RUN_DIR --merge writes one model its library loads alone")
     return loading, meta
-
-
-def hub_base(cfg: RunConfig) -> dict[str, Any] | None:
-    """The ``run/hub`` record of the base model when ``model.path`` named the Hub, else None."""
-    return next((p.record() for p in pins_of(cfg) if p.wanted.key == "model.path"), None)
 
 
 def merge_error(cfg: RunConfig, run_dir: Path, merge: bool, dequantize: bool) -> str | None:

@@ -66,12 +66,13 @@ def settings(cls: type) -> set[str]:
 def check_config(task: str, config: str, overrides: Mapping[str, Any]) -> str | None:
     """The model type exists for ``task`` and every override is one of its settings."""
     import transformers
+    from transformers import CONFIG_MAPPING
 
     types = task_types(task)
     kind = model_type(config)
     what = "causal LM" if task == "causal_lm" else "sequence classifier"
     if kind not in types:
-        matches = _close(config, [*types, *(c.__name__ for c in _classes(types))])
+        matches = _close(config, [*types, *(CONFIG_MAPPING[t].__name__ for t in types if t in CONFIG_MAPPING)])
         hint = f"did you mean {' or '.join(f'model.config={m}' for m in matches)}? " if matches else ""
         known = f" ({kind} has no {what} in transformers)" if kind else ""
         return (f"model.config={config} is not a model type transformers {transformers.__version__} builds as a "
@@ -93,12 +94,6 @@ def check_config(task: str, config: str, overrides: Mapping[str, Any]) -> str | 
 # Settings every configuration has (output flags, label maps): left out of the listing, not refused.
 _GENERIC = {"transformers_version", "architectures", "output_hidden_states", "return_dict", "dtype",
             "chunk_size_feed_forward", "is_encoder_decoder", "id2label", "label2id", "problem_type"}
-
-
-def _classes(types: Mapping[str, str]) -> list[type]:
-    from transformers import CONFIG_MAPPING
-
-    return [CONFIG_MAPPING[t] for t in types if t in CONFIG_MAPPING]
 
 
 def check_path(task: str, path: str) -> str | None:
