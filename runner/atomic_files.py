@@ -30,8 +30,7 @@ def _fsync_dir(directory: Path) -> None:
 
 
 def remove_stale_temps(target: Path) -> list[Path]:
-    """Delete temp files an interrupted writer of ``target`` left behind; returns what was removed.
-    One process writes a run's checkpoints (rank 0), so any such file is stale."""
+    """Delete temp files an interrupted writer of ``target`` left behind (one process writes it); what was removed."""
     removed = []
     for p in target.parent.glob(f"{_temp_prefix(target)}*{_TMP_SUFFIX}"):
         with contextlib.suppress(FileNotFoundError):
@@ -48,9 +47,8 @@ def atomic_write_bytes(data: bytes, path: str | os.PathLike[str], mode: int | No
 
 def atomic_write(path: str | os.PathLike[str], write: Callable[[BinaryIO], object], mode: int | None = None,
                  one_writer: bool = True) -> None:
-    """``write`` a file that fully replaces ``path`` or leaves it untouched. ``one_writer``: only this process writes
-    ``path``, so leftover temp files are a killed writer's and are removed; pass False where several processes may
-    write it at once (a kernel fetched by every rank into a shared cache)."""
+    """``write`` a file that fully replaces ``path`` or leaves it untouched; ``one_writer`` (only this process writes
+    it): leftover temp files are a killed writer's, and removed."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     if one_writer:

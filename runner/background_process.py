@@ -1,10 +1,7 @@
-"""``python -m runner.background_process DIR --placement=pinned|shared|others [--cpu=N]``: the compile process of
-``compile.background`` (the run's side is ``runner.stack.background``).
-
-It fits the module and first batch the run saved through the same ``CompileStrategy`` and settings for a few steps,
-until two steps compile nothing, so every graph the run's first steps need is in the on-disk caches the run shares.
-With ``measure`` it also times eager against compiled steps (CPU time, so the run's load does not count) for the
-run to decide whether switching pays. It writes ``DIR/result.json`` and exits; nothing it trains is kept."""
+"""``python -m runner.background_process DIR --placement=pinned|shared|others [--cpu=N]``: ``compile.background``'s
+process. It fits the module and batch the run saved through the same ``CompileStrategy`` until two steps compile
+nothing (filling the on-disk caches the run shares), with ``measure`` times eager against compiled steps, and writes
+``DIR/result.json``."""
 
 from __future__ import annotations
 
@@ -19,15 +16,12 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-WARMUP_MAX = 8
-"""Steps at most until two consecutive steps compile nothing."""
-PAIRS = 6
-"""Eager/compiled pairs timed with ``measure`` (ABBA order)."""
+WARMUP_MAX = 8  # steps at most until two consecutive steps compile nothing
+PAIRS = 6  # eager/compiled pairs timed with measure (ABBA order)
 
 
 def place(placement: str, cpu: int | None) -> None:
-    """Pin this process to one core (``pinned``) or every core but the run's (``others``) before torch loads, so
-    Inductor's compile workers inherit it."""
+    """Pin this process to one core (``pinned``) or every core but the run's (``others``) before torch loads."""
     # SCHED_IDLE was measured and dropped: on 2 cores it still slowed the run's eager steps 124 -> 459 ms (its
     # OpenMP threads yield their cores at every barrier).
     if cpu is None or not hasattr(os, "sched_setaffinity"):
@@ -38,21 +32,8 @@ def place(placement: str, cpu: int | None) -> None:
         os.sched_setaffinity(0, rest)
 
 
-def _watch_parent() -> None:
-    """Exit when the run that started this process is gone (killed): nobody would read the result."""
-    parent = os.getppid()
-
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(1.0)
-        os._exit(3)
-
-    threading.Thread(target=watch, daemon=True).start()
-
-
 class _Probe:
-    """A Lightning callback (duck-typed; subclassed in :func:`_probe`) choosing each step's mode: compiled warm-up
-    steps until two compile nothing, then ``PAIRS`` eager/compiled pairs if measuring, timed by ``SpeedupMeter``."""
+    """A callback (subclassed in :func:`_probe`) choosing each step's mode: warm-up, then eager/compiled pairs."""
 
     def __init__(self, measure: bool, cpu_clock: bool) -> None:
         from runner.telemetry.speedup import SpeedupMeter
@@ -134,10 +115,6 @@ def _probe(measure: bool, cpu_clock: bool) -> Any:
     return Probe(measure, cpu_clock)
 
 
-def _same(batch: Any) -> Any:
-    return batch
-
-
 def _fit(payload: dict[str, Any], module: Any, probe: Any, steps: int) -> None:
     """Fit ``module`` on the run's batch through runner's strategy, as the run's trainer would."""
     import lightning as L
@@ -154,7 +131,7 @@ def _fit(payload: dict[str, Any], module: Any, probe: Any, steps: int) -> None:
         logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
         limit_val_batches=0, num_sanity_val_steps=0, callbacks=[probe])
     batches: Any = [payload["batch"]] * (steps * accumulate)  # a list serves as a map-style dataset
-    loader: DataLoader[Any] = DataLoader(batches, batch_size=None, collate_fn=_same)
+    loader: DataLoader[Any] = DataLoader(batches, batch_size=None, collate_fn=lambda batch: batch)  # as it is
     trainer.fit(module, train_dataloaders=loader)
 
 
@@ -202,7 +179,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cpu", type=int, default=None)
     args = parser.parse_args(argv)
     place(args.placement, args.cpu)
-    _watch_parent()
+    parent = os.getppid()
+
+    def watch() -> None:  # exit when the run that started this process is gone: nobody would read the result
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(3)
+
+    threading.Thread(target=watch, daemon=True).start()
     started = time.perf_counter()
     try:
         result: dict[str, Any] = {"ok": True, "measured": compile_beside(args.dir)}

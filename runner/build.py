@@ -1,13 +1,9 @@
-"""Builders: typed config in, plain objects out (model, data, loggers, strategy, trainer).
-
-No config object is threaded past this module: each builder turns one node into constructor
-arguments (torchtune's rule), so the strategy and the LightningModule never see a config tree.
-"""
+"""Builders: typed config in, plain objects out (model, data, loggers, strategy, trainer); each turns one node into
+constructor arguments (torchtune's rule), so no config tree is threaded past this module."""
 
 from __future__ import annotations
 
 import dataclasses
-import inspect
 from pathlib import Path
 from typing import Any
 
@@ -41,15 +37,14 @@ from runner.training.summary import RunModelSummary
 
 
 def data_traits(cfg: RunConfig) -> DataTraits:
-    """What the data module's batches are, as its class declares (``traits``); ``DataTraits()`` for a class that
-    declares nothing (a user's own)."""
+    """What the data module's batches are, as its class declares (``traits``; ``DataTraits()`` for a user's own)."""
     traits = declared(cfg.data, "traits")
     return traits if isinstance(traits, DataTraits) else DataTraits()
 
 
 def batches_of(cfg: RunConfig) -> Batches:
-    """What the run's batches are, for the telemetry's advice on a recompile of a new shape: padded per batch, and
-    whether ``data.packing=true`` is there to turn on for a model that takes packed rows."""
+    """What the run's batches are, for the telemetry's advice on a recompile of a new shape (padded per batch, and
+    whether ``data.packing=true`` could be turned on)."""
     packing = getattr(cfg.data, "packing", None)
     can_pack = packing is False and getattr(cfg.data, "batching", None) in (None, Batching.documents) and \
         callable(getattr(locate(str(getattr(cfg.model, "_target_", "")))[0], "packing_refusal", None)) and \
@@ -67,8 +62,7 @@ def build_datamodule(cfg: RunConfig) -> L.LightningDataModule:
 
 
 def build_module(cfg: RunConfig) -> L.LightningModule:
-    """The LightningModule: the user's own, or ``TrainModule`` around any ``nn.Module``, adapted as ``cfg.peft`` says,
-    with the loss ``resolve_loss`` decides."""
+    """The LightningModule: the user's own, or ``TrainModule`` around any ``nn.Module``, adapted per ``cfg.peft``."""
     model = instantiate(cfg.model)
     if isinstance(model, L.LightningModule):
         return model
@@ -113,8 +107,7 @@ def build_loggers(cfg: RunConfig) -> list[Logger]:
 
 
 def build_strategy(cfg: RunConfig) -> CompileStrategy | DDPCompileStrategy | FSDPCompileStrategy:
-    """Single device; FSDP2 when ``trainer.distributed=fsdp``; else DDP when more than one device/node is
-    asked for (gloo on CPU)."""
+    """Single device; FSDP2 when ``trainer.distributed=fsdp``; else DDP for more than one device or node."""
     t = cfg.trainer
     seq_len = getattr(cfg.data, "seq_len", None)
     dynamic = resolve_bounds(cfg.dynamic, seq_len if isinstance(seq_len, int) else None)
@@ -146,8 +139,7 @@ def shapes_vary(cfg: RunConfig) -> bool:
 
 
 def build_callbacks(cfg: RunConfig, *more: Callback) -> list[Callback]:
-    """Checkpointing (``last.ckpt`` always), the model summary, the progress bar, and runner's own callbacks as one
-    ``CallbackGroup``, to which Lightning dispatches each hook once."""
+    """Checkpoints (``last.ckpt``), the summary, the bar and runner's own callbacks as one ``CallbackGroup``."""
     from runner.data.fingerprint import of_node
     from runner.telemetry import CompileTelemetry
     from runner.telemetry.data_report import DataReport
@@ -172,27 +164,13 @@ def build_callbacks(cfg: RunConfig, *more: Callback) -> list[Callback]:
 
 def build_trainer(cfg: RunConfig, strategy: Any, loggers: list[Logger], callbacks: list[Callback]) -> L.Trainer:
     t = cfg.trainer
-    kwargs: dict[str, Any] = dict(
-        accelerator=t.accelerator,
-        devices=t.devices,
-        num_nodes=t.num_nodes,
-        strategy=strategy,
-        precision=t.precision,
-        max_steps=t.max_steps,
-        max_time=t.max_time,
-        val_check_interval=t.val_check_interval,
-        check_val_every_n_epoch=None,
-        limit_val_batches=t.limit_val_batches,
-        log_every_n_steps=t.log_every_n_steps,
-        gradient_clip_val=t.gradient_clip_val,
-        accumulate_grad_batches=t.accumulate_grad_batches,
-        enable_progress_bar=t.enable_progress_bar,
-        deterministic=t.deterministic,
-        logger=loggers,
-        callbacks=callbacks,
-        default_root_dir=cfg.run_dir,
-        enable_model_summary=True,
+    kwargs: dict[str, Any] = dict(  # precision: a string the schema checked (Lightning's type is a Literal)
+        accelerator=t.accelerator, devices=t.devices, num_nodes=t.num_nodes, strategy=strategy, precision=t.precision,
+        max_steps=t.max_steps, max_time=t.max_time, val_check_interval=t.val_check_interval,
+        check_val_every_n_epoch=None, limit_val_batches=t.limit_val_batches, log_every_n_steps=t.log_every_n_steps,
+        gradient_clip_val=t.gradient_clip_val, accumulate_grad_batches=t.accumulate_grad_batches,
+        enable_progress_bar=t.enable_progress_bar, deterministic=t.deterministic, logger=loggers, callbacks=callbacks,
+        default_root_dir=cfg.run_dir, enable_model_summary=True,
         plugins=[AtomicCheckpointIO()],  # last.ckpt is never half-written (runner.reliability.checkpoint_io)
     )
-    accepted = inspect.signature(L.Trainer.__init__).parameters
-    return L.Trainer(**{k: v for k, v in kwargs.items() if k in accepted})
+    return L.Trainer(**kwargs)

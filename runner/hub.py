@@ -1,10 +1,6 @@
-"""Hugging Face Hub names as local folders: each name pinned to its commit, downloaded once into the user's own
-Hugging Face cache, and checked whole before anything loads it.
-
-``ORG/NAME[@REVISION]``, ``hf://ORG/NAME`` or ``hf://datasets/ORG/NAME`` name the Hub; a path that exists is a path.
-Only local rank 0 downloads. Offline, a name the cache holds whole is used with no network call; anything else is a
-:class:`HubError` with the fix.
-"""
+"""Hugging Face Hub names (``ORG/NAME[@REVISION]``, ``hf://ORG/NAME``, ``hf://datasets/ORG/NAME``; a path that exists
+is a path) as local folders: each pinned to its commit, downloaded once (by local rank 0) into the user's Hugging Face
+cache and checked whole before anything loads it; offline, a name the cache holds whole is used as it is."""
 
 from __future__ import annotations
 
@@ -36,12 +32,9 @@ _FILE_SUFFIXES = (".jsonl", ".json", ".csv", ".parquet", ".txt", ".arrow", ".md"
 _MODEL_FILES = (".json", ".txt", ".model", ".tiktoken", ".jinja", ".py")
 _WEIGHTS = {"safetensors": (".safetensors",), "bin": (".bin",)}
 _TABLES = (".parquet", ".jsonl", ".json", ".csv", ".txt", ".arrow", ".json.gz", ".jsonl.gz", ".csv.gz")
-STALL_S = 600.0
-"""Seconds another rank waits for local rank 0's download to make progress before it gives up."""
-TIMEOUT_S = 10.0
-"""Seconds to connect to the Hub, and one call's answer (huggingface_hub's own default where it sets one)."""
-TRANSFER_S = 120.0
-"""Seconds one read or write of a transfer may wait (a commit's answer can take a while on the Hub's side)."""
+STALL_S = 600.0  # seconds another rank waits for local rank 0's download to make progress
+TIMEOUT_S = 10.0  # seconds to connect to the Hub, and one call's answer (huggingface_hub's own default)
+TRANSFER_S = 120.0  # seconds one read or write of a transfer may wait (a commit's answer can take a while)
 
 
 class HubError(ValueError):
@@ -59,11 +52,8 @@ class Wanted:
     kind: str
     config: str | None = None
     split: str | None = None
-    asked_as: str | None = None
-    """The revision the user asked for, where ``revision`` is the commit the launch pinned it to."""
-    implied: bool = False
-    """Read through another setting (data.tokenizer naming the model's repo, data.path's own validation split):
-    pinned where that one is."""
+    asked_as: str | None = None  # the revision the user asked for, where revision is the commit the launch pinned
+    implied: bool = False  # read through another setting (data.tokenizer naming the model's repo): pinned there
 
     @property
     def repo_type(self) -> str:
@@ -81,8 +71,7 @@ class Wanted:
 
 @dataclass(frozen=True)
 class Pin:
-    """A name resolved: its commit, and ``local``, the folder the setting now reads (a model's snapshot, or the
-    split's files for data). ``splits``: a data set config's splits and their files."""
+    """A name resolved: its commit, the folder the setting now reads (``local``), a data set config's ``splits``."""
 
     wanted: Wanted
     commit: str
@@ -160,15 +149,6 @@ def _repo_folder(w: Wanted) -> Path:
     return cache_dir() / repo_folder_name(repo_id=w.name, repo_type=w.repo_type)
 
 
-def cached_names(repo_type: str) -> list[str]:
-    """The repos of ``repo_type`` this machine's cache holds."""
-    prefix = f"{repo_type}s--"
-    root = cache_dir()
-    if not root.is_dir():
-        return []
-    return sorted(p.name[len(prefix):].replace("--", "/", 1) for p in root.iterdir() if p.name.startswith(prefix))
-
-
 def cached_commit(w: Wanted) -> str | None:
     """The commit the cache has for what ``w`` asks (a commit as itself; a branch or tag by its ``refs/`` file)."""
     if w.revision and _COMMIT.match(w.revision):
@@ -180,24 +160,12 @@ def cached_commit(w: Wanted) -> str | None:
     return None
 
 
-def _cached_listing(w: Wanted, commit: str) -> dict[str, int] | None:
-    """Every file of the repo at ``commit`` and its size, as huggingface_hub cached the Hub's listing when it
-    downloaded; None when it did not (another tool filled the cache)."""
-    from huggingface_hub import get_cached_repo_tree
-    from huggingface_hub.errors import CachedRepoTreeNotFoundError
-
-    try:
-        return {f.path: f.size for f in get_cached_repo_tree(w.name, repo_type=w.repo_type, revision=commit)}
-    except (CachedRepoTreeNotFoundError, OSError, ValueError):
-        return None
-
-
 # ---- which files a setting needs -------------------------------------------------------------------------------------
 
 def needed(w: Wanted, listing: Mapping[str, int], readme: str | None = None) -> list[str]:
-    """The files of ``listing`` that ``w`` reads (a model's config, tokenizer and one weights format; an adapter's;
-    a tokenizer's; a data set's files and README); a :class:`HubError` when the repo holds none of it."""
+    """The files of ``listing`` that ``w`` reads; a :class:`HubError` when the repo holds none of it."""
     top = [f for f in listing if "/" not in f]
+    texts = [f for f in top if f.endswith(_MODEL_FILES) and not f.endswith(".py")]  # config, tokenizer...
     where = f"{w.key}={w.given}"
     if w.kind == "data":
         return _data_files(w, listing, readme)
@@ -208,26 +176,21 @@ def needed(w: Wanted, listing: Mapping[str, int], readme: str | None = None) -> 
                            f"goes in model.path={w.name}.")
         return sorted(f for f in top if f.endswith((*_MODEL_FILES, ".safetensors", ".bin")))
     if w.kind == "tokenizer":
-        files = [f for f in top if f.endswith(_MODEL_FILES) and not f.endswith(".py")]
-        if not any(f.startswith("tokenizer") or f in ("vocab.json", "vocab.txt", "spiece.model") for f in files):
+        if not any(f.startswith("tokenizer") or f in ("vocab.json", "vocab.txt", "spiece.model") for f in texts):
             raise HubError(f"{where}: {w.name} holds no tokenizer (it has {_some(top)}). Name a repo with "
                            "tokenizer.json or tokenizer.model, or data.tokenizer=bytes.")
-        return sorted(files)
+        return sorted(texts)
     if "config.json" not in top:
         kind = "an adapter (adapter_config.json): give it as peft.path" if "adapter_config.json" in top else \
             "no model"
         raise HubError(f"{where}: {w.name} holds {kind} (no config.json; it has {_some(top)}). model.path takes a "
                        "repo transformers loads with from_pretrained (config.json and weights).")
-    for suffixes in _WEIGHTS.values():
-        weights = [f for f in top if f.endswith(suffixes)]
-        if weights:
-            break
-    else:
+    weights = next((found for suffixes in _WEIGHTS.values() if (found := [f for f in top if f.endswith(suffixes)])), [])
+    if not weights:
         raise HubError(f"{where}: {w.name} holds no weights at its top level (no .safetensors or .bin; it has "
                        f"{_some(top)}). Name a repo with transformers' weights, or build the model from its "
                        "configuration with model.config=NAME (random weights).")
-    rest = [f for f in top if f.endswith(_MODEL_FILES) and not f.endswith(".py")]
-    return sorted({*rest, *weights})
+    return sorted({*texts, *weights})
 
 
 def _some(files: list[str]) -> str:
@@ -306,8 +269,7 @@ def _data_files(w: Wanted, listing: Mapping[str, int], readme: str | None) -> li
 
 
 def splits(w: Wanted, snapshot: Path) -> dict[str, tuple[str, ...]]:
-    """The chosen config's splits and their files in ``snapshot``, as ``datasets`` reads the card's ``configs``
-    (or, with none, the file names: ``train``, ``validation``, ``test``)."""
+    """The chosen config's splits and their files in ``snapshot``, as ``datasets`` reads them."""
     readme = snapshot / "README.md"
     named = configs(readme.read_text(errors="replace") if readme.is_file() else None)
     if named:
@@ -331,8 +293,8 @@ def _snapshot_files(snapshot: Path) -> list[str]:
 # ---- verification ----------------------------------------------------------------------------------------------------
 
 def missing(snapshot: Path, files: Mapping[str, int | None]) -> list[str]:
-    """Each file of ``files`` (name -> size, None: unknown) that ``snapshot`` lacks or holds at another size, and
-    each shard a weights index names that is absent; a safetensors file shorter than its own header says."""
+    """Each file of ``files`` (name -> size, None: unknown) that ``snapshot`` lacks, holds at another size or cut
+    short (a safetensors file), and each shard a weights index names that is absent."""
     out = []
     for name, size in files.items():
         path = snapshot / name
@@ -365,8 +327,7 @@ def _safetensors_short(path: Path) -> str | None:
 # ---- fetching --------------------------------------------------------------------------------------------------------
 
 def local_rank() -> int:
-    """This process's rank on its machine, as the launchers set it (Lightning's, torchrun: ``LOCAL_RANK``; SLURM:
-    ``SLURM_LOCALID``); 0 for a process started alone."""
+    """This process's rank on its machine (``LOCAL_RANK``, SLURM's ``SLURM_LOCALID``); 0 for a process alone."""
     for name in ("LOCAL_RANK", "SLURM_LOCALID"):
         value = os.environ.get(name, "")
         if value.isdigit():
@@ -375,8 +336,7 @@ def local_rank() -> int:
 
 
 def fetch(w: Wanted, stall_s: float = STALL_S) -> Pin:
-    """``w`` pinned and whole in the cache: from the cache alone where it holds the commit whole (a commit named,
-    or offline), else from the Hub (local rank 0 downloads; the others wait)."""
+    """``w`` pinned and whole in the cache: from the cache alone where it can be, else from the Hub."""
     commit = cached_commit(w)
     if commit and (offline() or w.revision == commit):
         pin = _from_cache(w, commit)
@@ -390,12 +350,16 @@ def fetch(w: Wanted, stall_s: float = STALL_S) -> Pin:
 
 
 def _from_cache(w: Wanted, commit: str, listing: Mapping[str, int] | None = None) -> Pin | None:
-    """The pin from the cache alone, or None when the cache does not hold it whole (``files`` from huggingface_hub's
-    cached listing; with none, what the snapshot holds)."""
+    """The pin from the cache alone, or None when the cache does not hold it whole."""
+    from huggingface_hub import get_cached_repo_tree
+    from huggingface_hub.errors import CachedRepoTreeNotFoundError
+
     snapshot = _repo_folder(w) / "snapshots" / commit
     if not snapshot.is_dir():
         return None
-    listing = listing if listing is not None else _cached_listing(w, commit)
+    if listing is None:  # the Hub's listing as huggingface_hub cached it when it downloaded
+        with contextlib.suppress(CachedRepoTreeNotFoundError, OSError, ValueError):  # none: another tool filled it
+            listing = {f.path: f.size for f in get_cached_repo_tree(w.name, repo_type=w.repo_type, revision=commit)}
     readme = snapshot / "README.md"
     text = readme.read_text(errors="replace") if readme.is_file() else None
     sizes: dict[str, int | None]
@@ -426,8 +390,7 @@ def _not_cached(w: Wanted, why: str) -> str:
 
 
 def _wait(w: Wanted, stall_s: float) -> Pin:
-    """Another rank's view: poll the cache until local rank 0 has the commit whole, giving up after ``stall_s``
-    seconds in which the repo's cache folder did not grow."""
+    """Poll the cache until local rank 0 has the commit whole, giving up after ``stall_s`` seconds without growth."""
     folder, last, since = _repo_folder(w), -1, time.monotonic()
     while True:
         commit = cached_commit(w)
@@ -451,29 +414,31 @@ def _folder_bytes(folder: Path) -> int:
     return total
 
 
-def _info(w: Wanted) -> tuple[str, dict[str, int]]:
-    """The commit ``w``'s revision is at on the Hub, and that commit's files with their sizes. A gated repo and no
-    token: refused here, before any file is asked for."""
-    from huggingface_hub import HfApi, get_token
-
-    api = HfApi()
-    info_of = api.dataset_info if w.kind == "data" else api.model_info
-    info = info_of(w.name, revision=w.revision, files_metadata=True, timeout=TIMEOUT_S)
-    if info.gated and get_token() is None:
-        raise HubError(_gated(w))
-    assert info.sha, "the Hub names a commit for every revision"
-    return info.sha, {s.rfilename: int(s.size or 0) for s in info.siblings or []}
-
-
 def _download(w: Wanted) -> Pin:
-    from huggingface_hub import hf_hub_download, snapshot_download
+    from huggingface_hub import HfApi, get_token, hf_hub_download, snapshot_download
 
-    try:
-        commit, listing = _info(w)
+    try:  # the commit the revision is at on the Hub, and its files' sizes
+        api = HfApi()
+        info_of = api.dataset_info if w.kind == "data" else api.model_info
+        info = info_of(w.name, revision=w.revision, files_metadata=True, timeout=TIMEOUT_S)
+        if info.gated and get_token() is None:  # refused before any file is asked for
+            raise HubError(_gated(w))
+        assert info.sha, "the Hub names a commit for every revision"
+        commit, listing = info.sha, {s.rfilename: int(s.size or 0) for s in info.siblings or []}
     except HubError:
         raise
     except Exception as e:  # noqa: BLE001 - each of the Hub's answers is turned into its paragraph
-        return _offline_or_raise(w, e)
+        import httpx2  # huggingface_hub's HTTP client
+        from huggingface_hub.errors import OfflineModeIsEnabled
+
+        if not isinstance(e, (httpx2.ConnectError, httpx2.TimeoutException, OfflineModeIsEnabled)):
+            raise HubError(_refusal(w, e)) from e
+        cached = cached_commit(w)  # a Hub that cannot be reached: the cached commit, when the cache has it
+        if (pin := _from_cache(w, cached) if cached else None) is None:
+            raise HubError(_not_cached(w, f"the Hub ({endpoint()}) cannot be reached ({type(e).__name__})")) from e
+        log.warning("hub: %s=%s: the Hub (%s) cannot be reached; the cache's commit %s of %s is used", w.key,
+                    w.given, endpoint(), cached[:12] if cached else "", w.asked)
+        return pin
     if (pin := _from_cache(w, commit, listing)) is not None:  # the cache has it whole: no file is asked for
         _write_ref(w, commit)
         return pin
@@ -511,23 +476,6 @@ def _write_ref(w: Wanted, commit: str) -> None:
         os.replace(tmp, ref)  # whole or not at all: a reader never sees half a commit
 
 
-def _offline_or_raise(w: Wanted, error: Exception) -> Pin:
-    """The Hub's refusal as a paragraph; a Hub that cannot be reached: the cached commit, when the cache has it."""
-    import httpx2  # huggingface_hub's HTTP client
-    from huggingface_hub.errors import OfflineModeIsEnabled
-
-    if isinstance(error, (httpx2.ConnectError, httpx2.TimeoutException, OfflineModeIsEnabled)):
-        commit = cached_commit(w)
-        pin = _from_cache(w, commit) if commit else None
-        if pin is None:
-            raise HubError(_not_cached(w, f"the Hub ({endpoint()}) cannot be reached ({type(error).__name__})")) \
-                from error
-        log.warning("hub: %s=%s: the Hub (%s) cannot be reached; the cache's commit %s of %s is used", w.key,
-                    w.given, endpoint(), commit[:12] if commit else "", w.asked)
-        return pin
-    raise HubError(_refusal(w, error)) from error
-
-
 @contextlib.contextmanager
 def _hub_errors(w: Wanted) -> Iterator[None]:
     try:
@@ -549,29 +497,27 @@ def _gated(w: Wanted) -> str:
 
 
 def _refusal(w: Wanted, error: Exception) -> str:
-    from huggingface_hub.errors import (
-        GatedRepoError,
-        HfHubHTTPError,
-        RepositoryNotFoundError,
-        RevisionNotFoundError,
-    )
+    from huggingface_hub import errors
 
     where = f"{w.key}={w.given}"
     page = _page(w)
-    if isinstance(error, GatedRepoError):
+    if isinstance(error, errors.GatedRepoError):
         return _gated(w)
-    if isinstance(error, RevisionNotFoundError):
+    if isinstance(error, errors.RevisionNotFoundError):
         return (f"{where}: {w.name} has no revision {w.asked} (a branch, a tag or a commit). See its branches and "
                 f"tags at {page}/tree/main, or drop @{w.asked} for its main branch.")
-    if isinstance(error, RepositoryNotFoundError):
+    if isinstance(error, errors.RepositoryNotFoundError):
         kind = "data set" if w.kind == "data" else "model"
-        cached = difflib.get_close_matches(w.name, cached_names(w.repo_type), n=3, cutoff=0.5)
+        prefix, root = f"{w.repo_type}s--", cache_dir()  # the repos of its type this machine's cache holds
+        held = [p.name[len(prefix):].replace("--", "/", 1) for p in root.iterdir() if p.name.startswith(prefix)] \
+            if root.is_dir() else []
+        cached = difflib.get_close_matches(w.name, sorted(held), n=3, cutoff=0.5)
         near = f" This machine's cache holds {', '.join(cached)}." if cached else ""
         local = (f" No local path {w.given} exists either (relative to {Path.cwd()})." if w.given == w.name else "")
         return (f"{where}: no {kind} {w.name} on the Hub ({endpoint()}), or it is private and no token was given "
                 f"(export HF_TOKEN=hf_...).{near}{local} Check the name at {page}.")
     status = getattr(getattr(error, "response", None), "status_code", None)
-    if isinstance(error, HfHubHTTPError) and status == 401:
+    if isinstance(error, errors.HfHubHTTPError) and status == 401:
         return (f"{where}: the Hub refused the token (401) for {w.name}. Give a valid one: export HF_TOKEN=hf_... "
                 "(or `hf auth login`).")
     return (f"{where}: reading {w.name} from the Hub ({endpoint()}) failed: {type(error).__name__}: "
@@ -581,8 +527,8 @@ def _refusal(w: Wanted, error: Exception) -> str:
 
 @contextlib.contextmanager
 def _progress(w: Wanted, total: int, every_s: float = 5.0) -> Iterator[None]:
-    """A console line every ``every_s`` seconds while ``w`` downloads (bytes, rate, time left), and a last one; the
-    progress bars of huggingface_hub are off meanwhile (one line per file would interleave with the log)."""
+    """A console line every ``every_s`` seconds while ``w`` downloads, and a last one."""
+    # huggingface_hub's progress bars are off meanwhile (one line per file would interleave with the log).
     from huggingface_hub.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
 
     folder, start = _repo_folder(w), time.monotonic()
@@ -616,8 +562,7 @@ def _progress(w: Wanted, total: int, every_s: float = 5.0) -> Iterator[None]:
 
 @contextlib.contextmanager
 def bounded_http() -> Iterator[None]:
-    """huggingface_hub's shared HTTP client with timeouts meanwhile: it has none (``timeout=None``), and only some of
-    its calls pass their own (the tree listing ``snapshot_download`` asks for, uploads do not)."""
+    """huggingface_hub's shared HTTP client with timeouts meanwhile (it has none; only some calls pass their own)."""
     import httpx2  # huggingface_hub's HTTP client
     from huggingface_hub import get_session
 
@@ -646,8 +591,7 @@ def relocated(pin: Pin, key: str, **changes: Any) -> Pin:
     return replace(pin, wanted=replace(pin.wanted, key=key, implied=True, **changes))
 
 
-VALIDATION_SPLITS = ("validation", "valid", "val", "dev")
-"""A data set's splits that validate, the first one present (``datasets``' own names; never ``test``)."""
+VALIDATION_SPLITS = ("validation", "valid", "val", "dev")  # datasets' own names, the first present; never test
 
 
 def _no_split(w: Wanted, split: str, have: list[str]) -> str:
@@ -659,8 +603,7 @@ def _no_split(w: Wanted, split: str, have: list[str]) -> str:
 
 
 def split_path(pin: Pin, split: str) -> str:
-    """What data.path (or data.val_path) reads for ``split`` of a pinned data set: its one file, or a folder of links
-    to its files in order; a :class:`HubError` for a split the config lacks."""
+    """What data.path reads for ``split`` of a pinned data set: its one file, or a folder of links to its files."""
     w = pin.wanted
     files = [f for f in pin.splits.get(split, ()) if f.lower().endswith(_TABLES)]
     if not files:
@@ -668,7 +611,9 @@ def split_path(pin: Pin, split: str) -> str:
     if len(files) == 1:
         return files[0]
     repo = f"{w.name.replace('/', '--')}--{pin.commit}"
-    root = _runner_cache() / "hub-splits" / repo / (w.config or "default") / split
+    cache = os.environ.get("RUNNER_CACHE_DIR") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / \
+        "runner"
+    root = Path(cache).expanduser() / "hub-splits" / repo / (w.config or "default") / split
     if (root / ".complete").is_file():
         return str(root)
     tmp = root.with_name(f".{root.name}.{os.getpid()}.partial")
@@ -682,9 +627,3 @@ def split_path(pin: Pin, split: str) -> str:
     except OSError:  # another process made it first: theirs links the same files
         shutil.rmtree(tmp, ignore_errors=True)
     return str(root)
-
-
-def _runner_cache() -> Path:
-    base = os.environ.get("RUNNER_CACHE_DIR") or str(Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-                                                     / "runner")
-    return Path(base).expanduser()

@@ -1,13 +1,6 @@
-"""Every private part of Lightning runner touches, one function each: the bottom layer's Lightning door.
-
-Lightning changes faster than torch's compile internals, so nothing private of it is reached anywhere
-else in runner, and nothing here is imported before it is used: ``import runner`` never imports a
-private Lightning module, and a Lightning refactor turns a fast path off with one warning (or fails one
-named test, ``tests/test_lightning_internals.py``, which pins every name below on the installed
-Lightning) instead of breaking the product.
-
-Pinned against lightning 2.6.6 (2.5 has the same names).
-"""
+"""Every private part of Lightning runner touches, one function each, imported only when used: a Lightning refactor
+turns a fast path off with one warning or fails ``tests/test_lightning_internals.py``, never the product (pinned
+against lightning 2.6.6; 2.5 has the same names)."""
 
 from __future__ import annotations
 
@@ -18,19 +11,14 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 FIT_LOOP_STATE = r"\._trainer\.fit_loop\..*"
-"""Below ``LightningModule._trainer``: every counter Lightning's ``current_epoch``/``global_step``
-properties and the trainer's progress flags read (``fit_loop.epoch_progress.current.completed``,
-``fit_loop.epoch_loop.automatic_optimization.optim_progress.optimizer.step.total.completed``...)."""
+"""Below ``LightningModule._trainer``: every counter ``current_epoch``/``global_step`` and the progress flags read."""
 
-_OPTIMIZER_LISTS = ("_optimizers",)
-"""The strategy's list a ``training_step`` reaches through ``self.trainer.optimizers`` (``Strategy.optimizers``,
-strategies/strategy.py); ``self.optimizers()`` reads ``_lightning_optimizers`` (:func:`lightning_optimizers`)."""
+_OPTIMIZER_LISTS = ("_optimizers",)  # what self.trainer.optimizers reads (Strategy.optimizers, strategies/strategy.py)
 
 
 # -- self.log's per-call metric walk (logger_connector/result.py) -------------------------------------
 def result_metric_class() -> Any | None:
-    """``_ResultMetric``, the class every ``self.log`` value is kept in; None (with one warning) when
-    this Lightning has none: runner's log fast path is then off and logging works as Lightning's."""
+    """``_ResultMetric``, the class every ``self.log`` value is kept in; None (with one warning) when there is none."""
     try:
         from lightning.pytorch.trainer.connectors.logger_connector.result import _ResultMetric
     except ImportError:  # pragma: no cover - a Lightning without it
@@ -39,8 +27,7 @@ def result_metric_class() -> Any | None:
     return _ResultMetric
 
 
-RESULT_METRIC_STATES = ("value", "cumulated_batch_size")
-"""The tensor states ``_ResultMetric`` adds (its ``__init__``)."""
+RESULT_METRIC_STATES = ("value", "cumulated_batch_size")  # the tensor states _ResultMetric.__init__ adds
 
 
 # -- strategies -------------------------------------------------------------------------------------
@@ -56,8 +43,7 @@ def lightning_optimizers(strategy: Any) -> list[Any]:
 
 
 def set_pure_data_parallel(strategy: Any) -> None:
-    """``ModelParallelStrategy`` with every process one data-parallel shard (its ``"auto"`` would make
-    the in-node dimension tensor-parallel, model_parallel.py ``setup_environment``)."""
+    """``ModelParallelStrategy`` with every process a data-parallel shard (its ``"auto"``: tensor-parallel in-node)."""
     strategy._data_parallel_size = strategy.num_nodes * strategy.num_processes
     strategy._tensor_parallel_size = 1
 
@@ -74,8 +60,7 @@ def started_wandb_run(logger: Any) -> Any | None:
 
 
 def set_logger_experiment(logger: Any, experiment: Any) -> None:
-    """Give a logger its experiment object before it builds its own: ``CSVLogger.experiment`` returns
-    ``logger._experiment`` once set (runner's durable CSV writer replaces Lightning's, which deletes
+    """Give a logger its experiment before it builds its own (runner's durable CSV writer: Lightning's deletes
     ``metrics.csv`` when it starts in a directory holding files)."""
     logger._experiment = experiment
 
@@ -87,6 +72,4 @@ def wandb_init_kwargs(logger: Any) -> dict[str, Any] | None:
 
 
 RICH_BAR_OVERRIDES = ("_get_train_description", "_update")
-"""``RichProgressBar`` methods runner's bar overrides (``runner.training.progress_bar``): the training
-bar's label, and the one place that sets a bar's count. If a Lightning release renames them, runner's
-bar shows Lightning's label and count again (nothing breaks); the pin test names the change."""
+"""``RichProgressBar`` methods runner's bar overrides (its label and count): renamed, Lightning's show again."""

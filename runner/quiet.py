@@ -1,12 +1,11 @@
-"""A clean console for ``runner``'s own runs: known third-party noise silenced by exact message and module, so
-anything else still reaches the user. Only the entry point enters these, and they restore what they changed:
-runner used as a library silences nothing."""
+"""A clean console for ``runner``'s own runs: known third-party noise silenced by exact message and module; only the
+entry point enters these, and they restore what they changed."""
 
 from __future__ import annotations
 
 import logging
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -22,37 +21,25 @@ _WARNINGS: tuple[tuple[str, str], ...] = (
      r"lightning\.pytorch\.loops\.fit_loop"),
 )
 
-# (logger, message prefix) of log records to drop.
-_LOG_RECORDS: tuple[tuple[str, str], ...] = (
+# logger -> message prefixes of log records to drop.
+_LOG_RECORDS: dict[str, tuple[str, ...]] = {"lightning.pytorch.utilities.rank_zero": (
     # An advertisement printed by every Trainer without a LitLogger.
-    ("lightning.pytorch.utilities.rank_zero", "💡 Tip: For seamless cloud logging"),
-    ("lightning.pytorch.utilities.rank_zero", "💡 Tip: For seamless cloud uploads"),
+    "💡 Tip: For seamless cloud logging", "💡 Tip: For seamless cloud uploads",
     # Printed on every machine without a TPU (the GPU line stays: it says whether a GPU is used).
-    ("lightning.pytorch.utilities.rank_zero", "TPU available: False"),
+    "TPU available: False",
     # runner passes its own model summary (no "Total FLOPs: 0"); Lightning says it skips its default.
-    ("lightning.pytorch.utilities.rank_zero", "Trainer already configured with model summary callbacks"),
-)
+    "Trainer already configured with model summary callbacks",
+)}
 
 
-class _DropPrefixes(logging.Filter):
-    """Drops records whose message starts with one of ``prefixes``."""
-
-    def __init__(self, prefixes: tuple[str, ...]) -> None:
-        super().__init__()
-        self.prefixes = prefixes
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not record.getMessage().startswith(self.prefixes)
+def _drop(prefixes: tuple[str, ...]) -> Callable[[logging.LogRecord], bool]:
+    return lambda record: not record.getMessage().startswith(prefixes)
 
 
 @contextmanager
 def quiet_third_party() -> Iterator[None]:
-    """While open: the warnings and log records above are dropped. On exit the warning filters and
-    the loggers' filters are as they were."""
-    by_logger: dict[str, tuple[str, ...]] = {}
-    for name, prefix in _LOG_RECORDS:
-        by_logger[name] = (*by_logger.get(name, ()), prefix)
-    added = [(logging.getLogger(name), _DropPrefixes(prefixes)) for name, prefixes in by_logger.items()]
+    """While open: the warnings and log records above are dropped; on exit the filters are as they were."""
+    added = [(logging.getLogger(name), _drop(prefixes)) for name, prefixes in _LOG_RECORDS.items()]
     with warnings.catch_warnings():
         for message, module in _WARNINGS:
             warnings.filterwarnings("ignore", message=message, module=module)
@@ -66,8 +53,7 @@ def quiet_third_party() -> Iterator[None]:
 
 
 class _FirstLine(logging.Formatter):
-    """Formats a record as ``inner`` does, with only the first line of runner's INFO messages: their
-    details (the lines after the first) go to the run's log file, not the console."""
+    """Formats a record as ``inner`` does, with only the first line of runner's INFO messages (the rest: log file)."""
 
     def __init__(self, inner: logging.Formatter) -> None:
         super().__init__()
@@ -80,16 +66,11 @@ class _FirstLine(logging.Formatter):
         return self.inner.format(record)
 
 
-def _console_handlers() -> list[logging.Handler]:
-    return [h for h in logging.getLogger().handlers
-            if isinstance(h, logging.StreamHandler) and not isinstance(h, logging.FileHandler)]
-
-
 @contextmanager
 def short_console_lines() -> Iterator[None]:
-    """While open: the root logger's console handlers (Hydra's, configured for the job) print the first
-    line of runner's INFO messages; the job's log file keeps every line. Formatters restored on exit."""
-    swapped = [(h, h.formatter) for h in _console_handlers()]
+    """While open: the root logger's console handlers print the first line of runner's INFO messages."""
+    swapped = [(h, h.formatter) for h in logging.getLogger().handlers
+               if isinstance(h, logging.StreamHandler) and not isinstance(h, logging.FileHandler)]
     for handler, formatter in swapped:
         handler.setFormatter(_FirstLine(formatter or logging.Formatter()))
     try:
@@ -100,8 +81,8 @@ def short_console_lines() -> Iterator[None]:
 
 
 def quiet_wandb(logger: Any) -> None:
-    """Quiet a ``WandbLogger`` runner built: no end-of-run history and summary (every metric is in ``report.md``),
-    and no ``anonymous=None`` that Lightning 2.6 passes and wandb 0.22+ warns about. Settings the user gave stay."""
+    """Quiet a ``WandbLogger`` runner built (no end-of-run history and summary, no ``anonymous=None`` that wandb 0.22+
+    warns about); settings the user gave stay."""
     init = li.wandb_init_kwargs(logger)
     if init is None:
         return
@@ -112,8 +93,7 @@ def quiet_wandb(logger: Any) -> None:
 
 @contextmanager
 def quiet_transformers_bars() -> Iterator[None]:
-    """While open, transformers draws no progress bars (a tiny model's export is over before they mean anything);
-    restored on exit."""
+    """While open, transformers draws no progress bars (a tiny model's export is over before they mean anything)."""
     import importlib.util
 
     if importlib.util.find_spec("transformers") is None:

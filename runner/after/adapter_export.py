@@ -1,8 +1,5 @@
-"""A LoRA or QLoRA run's export: the adapter in peft's format beside the base it applies to, or with ``--merge``
-the adapter folded into the base and written as the family's own model.
-
-The base is the saved model the run started from, or one written to ``base/`` (a QLoRA base as the NF4 weights it
-trained over, dequantized); a Hub base is named by its Hub name and commit so the adapter loads by name anywhere."""
+"""A LoRA or QLoRA run's export: the adapter in peft's format beside the base it applies to (the saved model the run
+started from, a Hub base by name and commit, or one written to ``base/``), or with ``--merge`` folded into it."""
 
 from __future__ import annotations
 
@@ -20,8 +17,7 @@ from runner.config.schema.peft import PeftConfig, PeftMethod
 from runner.peft import Adapter, apply_peft
 from runner.peft.files import base_view, dequantized, write_adapter
 
-BASE_DIR = "base"
-"""Where an adapter export writes a base that exists nowhere else: ``<export>/base``."""
+BASE_DIR = "base"  # where an adapter export writes a base that exists nowhere else
 Writer = Callable[[nn.Module, RunConfig, Path, Path], str]
 
 _LOADERS = {
@@ -34,10 +30,10 @@ _LOADERS = {
 
 def write_adapter_export(model: nn.Module, adapter: Adapter, cfg: RunConfig, run_dir: Path, tmp: Path, final: Path,
                          family: str, base_writer: Writer) -> tuple[str, dict[str, Any]]:
-    """Write the adapter (and its base where needed) into ``tmp`` (renamed to ``final`` by the caller); how to load
-    it, and what ``runner_export.json`` says about it."""
+    """Write the adapter (and its base where needed) into ``tmp``, renamed to ``final`` by the caller; how to load it,
+    and what ``runner_export.json`` says about it."""
     saved = getattr(cfg.model, "path", None)
-    hub = hub_base(cfg)
+    hub = next((p.record() for p in pins_of(cfg) if p.wanted.key == "model.path"), None)  # a Hub base's run/hub
     if saved:
         base = str(Path(saved).expanduser().resolve())
     else:
@@ -64,26 +60,6 @@ def write_adapter_export(model: nn.Module, adapter: Adapter, cfg: RunConfig, run
     return loading, meta
 
 
-def hub_base(cfg: RunConfig) -> dict[str, Any] | None:
-    """The ``run/hub`` record of the base model when ``model.path`` named the Hub (``name``, ``commit``, ...), or
-    None for a local folder or a model built from its configuration."""
-    return next((p.record() for p in pins_of(cfg) if p.wanted.key == "model.path"), None)
-
-
-def _fetched(directory: Path, base: dict[str, str]) -> Path:
-    """The folder of the Hub base ``base`` (``name``, ``commit``), from the Hugging Face cache or the Hub."""
-    from runner import hub
-
-    given = f"{base['name']}@{base['commit']}"
-    wanted = hub.wanted("model.path", given, "model")
-    assert wanted is not None, f"{given} is a Hub name"
-    try:
-        return Path(hub.fetch(wanted).local)
-    except hub.HubError as e:
-        raise ConfigError(f"{directory} is an adapter over {given} on the Hugging Face Hub, which could not be read: "
-                          f"{e}") from e
-
-
 def merge_error(cfg: RunConfig, run_dir: Path, merge: bool, dequantize: bool) -> str | None:
     """Why ``export --merge`` (``--dequantize``) may not write this run (one paragraph), or None."""
     method = cfg.peft.method
@@ -102,27 +78,40 @@ def merge_error(cfg: RunConfig, run_dir: Path, merge: bool, dequantize: bool) ->
     return None
 
 
+def load_causal_lm(folder: Path, family: str | None) -> nn.Module:
+    """The causal LM saved in ``folder`` as its family saves it (transformers', or the config node and weights)."""
+    if family == "hf_causal_lm":
+        from runner.models.hf import CausalLM
+
+        return CausalLM(config=None, path=str(folder))  # from_pretrained, local files only
+    from hydra.utils import instantiate
+    from safetensors.torch import load_model
+
+    model = instantiate(json.loads((folder / "config.json").read_text()))
+    load_model(model, str(folder / "model.safetensors"))
+    return model  # type: ignore[no-any-return]
+
+
 def open_adapter_export(directory: Path, meta: dict[str, Any]) -> nn.Module:
-    """A causal LM exported as an adapter: its base loaded, the adapter applied with runner's own layer (over the
-    weights it trained with: a QLoRA base is the dequantized one)."""
+    """A causal LM exported as an adapter: its base loaded, the adapter applied with runner's own layer."""
     adapter = meta["adapter"]
     base = Path(adapter["base"])
     if not base.is_dir() and adapter.get("base_hub"):  # a base read from the Hub: fetched again by name and commit
-        base = _fetched(directory, adapter["base_hub"])
+        from runner import hub
+
+        given = f"{adapter['base_hub']['name']}@{adapter['base_hub']['commit']}"
+        wanted = hub.wanted("model.path", given, "model")
+        assert wanted is not None, f"{given} is a Hub name"
+        try:
+            base = Path(hub.fetch(wanted).local)
+        except hub.HubError as e:
+            raise ConfigError(f"{directory} is an adapter over {given} on the Hugging Face Hub, which could not be "
+                              f"read: {e}") from e
     if not base.is_dir():
         raise ConfigError(f"{directory} is an adapter whose base model {base} is gone: an adapter applies to the "
                           "base it was trained over. Put the base back there, or export the run again (python -m "
                           "runner export RUN_DIR --force) or merged (--merge).")
-    if meta.get("family") == "hf_causal_lm":
-        from runner.models.hf import CausalLM
-
-        model: nn.Module = CausalLM(config=None, path=str(base))
-    else:
-        from hydra.utils import instantiate
-        from safetensors.torch import load_model
-
-        model = instantiate(json.loads((base / "config.json").read_text()))
-        load_model(model, str(base / "model.safetensors"))
+    model = load_causal_lm(base, meta.get("family"))
     apply_peft(model, PeftConfig(method=PeftMethod.lora, r=adapter["r"], alpha=adapter["alpha"],
                                  target_modules=adapter["targets"], modules_to_save=adapter["modules_to_save"],
                                  path=str(directory)))

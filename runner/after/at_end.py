@@ -15,6 +15,7 @@ from runner.after.family import tokens_of, writes_text
 from runner.after.generate import Sampling, write_text
 from runner.after.prompting import asked
 from runner.config.schema import RunConfig
+from runner.quiet import quiet_transformers_bars
 from runner.telemetry.data_report import read_prompt
 
 log = logging.getLogger(__name__)
@@ -22,8 +23,7 @@ log = logging.getLogger(__name__)
 
 def at_end_of_fit(cfg: RunConfig, model: nn.Module, run_dir: Path, checkpoint: Path | None,
                   step: int) -> dict[str, Any]:
-    """Export ``model`` (``TrainModule.model``, or a user's LightningModule) and sample it, as ``cfg.after``
-    says; the figures (``run/export``, ``run/sample``)."""
+    """Export ``model`` and sample it, as ``cfg.after`` says; the figures (``run/export``, ``run/sample``)."""
     figures: dict[str, Any] = {}
     if cfg.trainer.sharded:  # FSDP2's parameters are shards: the whole model is in the consolidated checkpoint
         if cfg.after.export:
@@ -31,7 +31,14 @@ def at_end_of_fit(cfg: RunConfig, model: nn.Module, run_dir: Path, checkpoint: P
                                    "checkpoints/consolidated.pt (trainer.fsdp.consolidate=true writes it)")
         return figures
     if cfg.after.export:
-        figures["run/export"] = _export(cfg, model, run_dir, checkpoint, step)
+        out = figures["run/export"] = str(run_dir / EXPORT_DIR)
+        try:
+            with quiet_transformers_bars():
+                export_model(model, cfg, run_dir, Path(out), str(checkpoint) if checkpoint else None, step)
+        except Exception as e:  # noqa: BLE001 - the run trained and its checkpoint is on disk
+            log.warning("the model was not exported (%s: %s); python -m runner export %s --force writes it from the "
+                        "checkpoint", type(e).__name__, e, run_dir)
+            figures["run/export"] = f"failed: {type(e).__name__}: {e}"
     tokens = tokens_of(cfg)
     if cfg.after.sample_tokens and writes_text(model) and tokens is not None:
         sampling = Sampling(max_new_tokens=cfg.after.sample_tokens, seed=cfg.seed)
@@ -44,29 +51,15 @@ def at_end_of_fit(cfg: RunConfig, model: nn.Module, run_dir: Path, checkpoint: P
     return figures
 
 
-def _export(cfg: RunConfig, model: nn.Module, run_dir: Path, checkpoint: Path | None, step: int) -> str:
-    from runner.quiet import quiet_transformers_bars
-
-    out = run_dir / EXPORT_DIR
-    try:
-        with quiet_transformers_bars():
-            export_model(model, cfg, run_dir, out, str(checkpoint) if checkpoint else None, step)
-    except Exception as e:  # noqa: BLE001 - the run trained and its checkpoint is on disk
-        log.warning("the model was not exported (%s: %s); python -m runner export %s --force writes it from the "
-                    "checkpoint", type(e).__name__, e, run_dir)
-        return f"failed: {type(e).__name__}: {e}"
-    return str(out)
-
-
 def push_at_end(cfg: RunConfig, run_dir: Path, figures: dict[str, Any]) -> dict[str, Any]:
-    """Push the end-of-fit export to ``after.push_to_hub``, after report.json is written (``figures``, what it
-    holds, give the model card its figures); the figure (``run/pushed_to``), or nothing when no push is asked."""
+    """Push the end-of-fit export to ``after.push_to_hub`` once report.json (``figures``) is written."""
     repo_id = cfg.after.push_to_hub
     if repo_id is None:
         return {}
-    from runner.after.push import again, push_export
+    from runner.after.push import push_export
 
-    command = again(run_dir, repo_id, cfg.after.push_private)
+    private = " --private" if cfg.after.push_private else ""
+    command = f"python -m runner export {run_dir} --push-to-hub {repo_id}{private}"  # what pushes it again
     export = run_dir / EXPORT_DIR
     if figures.get("run/export") != str(export):  # no export: the fit did not finish, or the export failed
         why = figures.get("run/export") or "the fit did not finish, so nothing was exported"
@@ -74,8 +67,6 @@ def push_at_end(cfg: RunConfig, run_dir: Path, figures: dict[str, Any]) -> dict[
                     command)
         return {"run/pushed_to": f"not pushed (no export: {why}); {command}"}
     try:
-        from runner.quiet import quiet_transformers_bars
-
         with quiet_transformers_bars():
             pushed = push_export(export, repo_id, cfg.after.push_private, cfg, run_dir, figures,
                                  f"after.push_to_hub={repo_id}")
@@ -84,4 +75,4 @@ def push_at_end(cfg: RunConfig, run_dir: Path, figures: dict[str, Any]) -> dict[
                     "pushes it again", e, export, command)
         return {"run/pushed_to": f"failed: {type(e).__name__}: {e} Push it again: {command}"}
     log.info("pushed %s to %s (commit %s)", export, pushed.url, pushed.commit)
-    return {"run/pushed_to": pushed.figure()}
+    return {"run/pushed_to": f"{pushed.url} (commit {pushed.commit})"}

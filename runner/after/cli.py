@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import signal
 import sys
 import tempfile
@@ -29,6 +30,12 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         raise ConfigError(f"{message}. Usage: {self.usage}")
+
+
+def refuse(problem: str | None) -> None:
+    """Raise the refusal ``problem`` says, if any (one paragraph, exit code 2)."""
+    if problem is not None:
+        raise ConfigError(problem)
 
 
 def _parser(command: str) -> argparse.ArgumentParser:
@@ -66,8 +73,7 @@ def main(argv: Sequence[str]) -> int:
     parser = _parser(command)
     try:
         args, overrides = parser.parse_known_args(rest)
-        if (problem := arguments_error(command, overrides, parser_flags(parser), _USAGE[command])) is not None:
-            raise ConfigError(problem)
+        refuse(arguments_error(command, overrides, parser_flags(parser), _USAGE[command]))
         with quiet_transformers_bars():
             if command == "export":
                 return export(args)
@@ -91,8 +97,7 @@ def parser_flags(parser: argparse.ArgumentParser) -> list[str]:
 
 
 def arguments_error(command: str, unknown: Sequence[str], flags: Sequence[str], usage: str) -> str | None:
-    """Why the arguments the parser did not take are refused: a flag none of ``flags`` (the closest named), or
-    anything but a ``KEY=VALUE`` override (which ``runner eval`` alone takes); None when there is none."""
+    """Why the arguments the parser did not take are refused (an unknown flag, or anything but eval's overrides)."""
     real = [f for f in flags if f.startswith("--") and f != "--help"]
     for arg in unknown:
         if arg.startswith("-"):
@@ -111,17 +116,15 @@ def arguments_error(command: str, unknown: Sequence[str], flags: Sequence[str], 
 def export(args: Any) -> int:
     from runner.after.source import open_trained, run_dir_error
 
-    if (problem := run_dir_error(args.run_dir)) is not None:
-        raise ConfigError(problem)
+    refuse(run_dir_error(args.run_dir))
     push, where = args.push_to_hub, f"--push-to-hub {args.push_to_hub}"
     if args.private and push is None:
         raise ConfigError("--private goes with --push-to-hub ORG/NAME: it makes the repo the push creates private. "
                           f"Usage: {_USAGE['export']}")
     if push is not None:
-        from runner.after.push import push_refusal
+        from runner.config.checks.push import repo_id_error, token_error
 
-        if (problem := push_refusal(push, where)) is not None:
-            raise ConfigError(problem)
+        refuse(repo_id_error(push, where) or token_error(where))
     from runner.after.adapter_export import merge_error
     from runner.after.export import EXPORT_DIR, export_error, export_model
     from runner.after.source import checkpoint_path, run_config
@@ -136,8 +139,7 @@ def export(args: Any) -> int:
         return _push_own_export(args, args.run_dir / EXPORT_DIR, where)
     checkpoint_path(args.run_dir, args.ckpt)  # a missing checkpoint is named before the config is composed
     cfg = run_config(args.run_dir)
-    if (problem := merge_error(cfg, args.run_dir, args.merge, args.dequantize)) is not None:
-        raise ConfigError(problem)
+    refuse(merge_error(cfg, args.run_dir, args.merge, args.dequantize))
     if push is not None:
         from runner.after.push import open_repo
 
@@ -191,28 +193,29 @@ def _push(args: Any, export: Path, cfg: Any, where: str, what: str) -> None:
 def evaluate(args: Any, overrides: list[str]) -> int:
     from runner.after import evaluate as ev
     from runner.after.eval_data import data_error, overrides_error
-    from runner.after.family import label_names, num_classes_of
+    from runner.after.family import label_names
     from runner.after.source import check, checkpoint_path, open_trained, run_config, run_dir_error
     from runner.build import build_datamodule
     from runner.data.store.progress import Progress
     from runner.reliability.signals import exit_code
 
-    if (problem := overrides_error(overrides)) is not None:
-        raise ConfigError(problem)
+    refuse(overrides_error(overrides))
     run_dir = args.run_dir
-    if (problem := run_dir_error(run_dir)) is not None:
-        raise ConfigError(problem)
+    refuse(run_dir_error(run_dir))
     checkpoint_path(run_dir, args.ckpt)  # a missing checkpoint is named before the config is composed
     cfg = run_config(run_dir, overrides, validated=False)
-    if overrides and (problem := data_error(run_config(run_dir, validated=False), cfg, run_dir)) is not None:
-        raise ConfigError(problem)
+    if overrides:
+        refuse(data_error(run_config(run_dir, validated=False), cfg, run_dir))
     check(cfg)  # then the data family's own checks of the files named, as a run's
     trained = open_trained(run_dir, args.ckpt, cfg)
     datamodule: Any = build_datamodule(trained.cfg)
     datamodule.setup("validate")
     loader = datamodule.val_dataloader()
-    compiled, mode = ev.resolve_mode(trained.cfg, ev.run_report(run_dir), len(loader))
-    labels = label_names(run_dir, num_classes_of(trained.cfg) or 0)
+    report = run_dir / "report.json"  # none when a failure stopped the run
+    compiled, mode = ev.resolve_mode(trained.cfg, json.loads(report.read_text()) if report.is_file() else {},
+                                     len(loader))
+    classes = getattr(trained.cfg.data, "num_classes", None)  # None for a language model's data
+    labels = label_names(run_dir, classes if isinstance(classes, int) else 0)
     data = "the validation split of " + (" ".join(overrides) or "the run's data")
     out = args.out or run_dir / "eval.json"
     progress = Progress(f"scoring {data}", len(loader), unit="batches", topic="eval")  # after 5 s, as data's
@@ -272,16 +275,13 @@ def generate(args: Any) -> int:
     from runner.after.source import open_trained, run_dir_error
 
     sampling = Sampling(args.max_new_tokens, args.temperature, args.top_k, args.seed)
-    if (problem := sampling.error()) is not None:
-        raise ConfigError(problem)
+    refuse(sampling.error())
     if (args.run_dir / METADATA).is_file():  # an export directory
         model, tokens = open_export(args.run_dir)
     else:
-        if (problem := run_dir_error(args.run_dir)) is not None:
-            raise ConfigError(problem)
+        refuse(run_dir_error(args.run_dir))
         trained = open_trained(args.run_dir, args.ckpt)
-        if (problem := generation_error(trained.model, f"{args.run_dir}")) is not None:
-            raise ConfigError(problem)
+        refuse(generation_error(trained.model, f"{args.run_dir}"))
         model, found = trained.model, tokens_of(trained.cfg)
         assert found is not None, "a causal LM reads text"
         tokens = found

@@ -13,8 +13,7 @@ from runner.config.schema import RunConfig
 from runner.config.schema.targets import ImageDataSchema, TextClassificationDataSchema
 from runner.telemetry.data_report import read_labels
 
-DATA_KEYS = ("path", "val_path")
-"""The data keys that name files (``val_path`` where the data family has one)."""
+DATA_KEYS = ("path", "val_path")  # the data keys that name files
 _FORMATS = {".jsonl": "JSON lines", ".json": "JSON lines", ".csv": "CSV", ".tsv": "tab-separated",
             ".parquet": "Parquet", ".arrow": "Arrow"}
 _COLUMNS = ("text", "label")
@@ -31,25 +30,23 @@ def overrides_error(given: Sequence[str]) -> str | None:
 
 
 def file_format(path: Path) -> str:
-    """A file's format by its suffix (JSON lines, CSV, Parquet, ...), ``text`` for any other; a labelled-text
-    file without such a suffix by its first line (JSON lines or tab-separated)."""
-    if path.suffix.lower() in _FORMATS:
-        return _FORMATS[path.suffix.lower()]
-    return "text"
+    """A file's format by its suffix (JSON lines, CSV, Parquet, ...), ``text`` for any other."""
+    return _FORMATS.get(path.suffix.lower(), "text")
+
+
+def _first_line(path: Path) -> str:
+    with path.open(encoding="utf-8", errors="replace") as f:
+        return next((line for line in f if line.strip()), "")
 
 
 def _sniffed(path: Path) -> str:
     """A labelled-text file's format by its first line: JSON lines or label<TAB>text."""
-    with path.open(encoding="utf-8", errors="replace") as f:
-        first = next((line for line in f if line.strip()), "")
-    return "JSON lines" if first.lstrip().startswith("{") else "tab-separated"
+    return "JSON lines" if _first_line(path).lstrip().startswith("{") else "tab-separated"
 
 
 def _first_row_keys(path: Path) -> list[str] | None:
-    with path.open(encoding="utf-8", errors="replace") as f:
-        first = next((line for line in f if line.strip()), "")
     try:
-        row = json.loads(first)
+        row = json.loads(_first_line(path))
     except ValueError:
         return None
     return list(row) if isinstance(row, dict) else None
@@ -103,25 +100,17 @@ def _file_labels(path: str | None, data: Any) -> list[str]:
     return sorted(str(label) for label in part.values)
 
 
-def run_labels(run: RunConfig, run_dir: Path) -> list[str]:
-    """The labels the run trained on, by name: ``labels.json``'s where the data wrote one, else the run's data."""
-    saved = read_labels(run_dir)
-    if saved:
-        return sorted(str(k) for k in (saved.get("label2id") or {}))
-    return _file_labels(run.data.path, run.data)
-
-
 def _labels_error(key: str, path: Path, run: RunConfig, run_dir: Path) -> str | None:
     data: Any = run.data
     try:
         labels = _file_labels(str(path), data)
     except (ValueError, UnicodeDecodeError):
         return None  # a file the data cannot read: its own check names the row
-
     ids = all(label.strip().lstrip("-").isdigit() for label in labels)
     if ids and all(0 <= int(label) < data.num_classes for label in labels):
         return None  # labels that are class ids score against the same classes whatever the file holds
-    trained = run_labels(run, run_dir)
+    saved = read_labels(run_dir)  # the labels the run trained on: labels.json's where the data wrote one
+    trained = sorted(str(k) for k in (saved.get("label2id") or {})) if saved else _file_labels(data.path, data)
     if labels == trained:
         return None
     other = [label for label in labels if label not in trained]

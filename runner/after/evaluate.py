@@ -6,9 +6,11 @@ and recall, a confusion-matrix PNG. Preference pairs: TRL's metrics. The pass ru
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +29,7 @@ from runner.torch_internals import runtime
 
 
 def resolve_mode(cfg: RunConfig, report: dict[str, Any], batches: int) -> tuple[bool, str]:
-    """Whether to compile the evaluation, and why: when the run was compiled, compiling sped its steps up, and there
-    are more batches than the steps compiling took to pay for itself (its ``report.json``)."""
+    """Whether to compile the evaluation, and why: when the run's ``report`` says compiling paid within ``batches``."""
     if not cfg.compile.scope.row.compiles:
         return False, f"eager: the run was not compiled (compile.scope={cfg.compile.scope.value})"
     paid = break_even_text(report)
@@ -44,23 +45,14 @@ def resolve_mode(cfg: RunConfig, report: dict[str, Any], batches: int) -> tuple[
                   "compiling took to pay for itself in the run")
 
 
-def run_report(run_dir: Path) -> dict[str, Any]:
-    """The run's ``report.json`` (empty when it wrote none: a run stopped by a failure)."""
-    path = run_dir / "report.json"
-    return json.loads(path.read_text()) if path.is_file() else {}
-
-
 def eval_device(cfg: RunConfig) -> torch.device:
     """The run's device when this machine has it, else the CPU."""
     try:
         device = torch.device(cfg.trainer.single_device())
     except RuntimeError:
         return torch.device("cpu")
-    if device.type == "cuda" and not torch.cuda.is_available():
-        return torch.device("cpu")
-    if device.type == "mps" and not torch.backends.mps.is_available():
-        return torch.device("cpu")
-    return device
+    missing = {"cuda": not torch.cuda.is_available(), "mps": not torch.backends.mps.is_available()}
+    return torch.device("cpu") if missing.get(device.type) else device
 
 
 def scored(loader: Any, progress: Progress | None) -> Iterator[Any]:
@@ -75,8 +67,7 @@ def scored(loader: Any, progress: Progress | None) -> Iterator[Any]:
 
 def evaluate(forward: Any, loader: Any, device: torch.device, cfg: RunConfig, labels: list[str],
              loss_sum: Any = None, progress: Progress | None = None) -> dict[str, Any]:
-    """The metrics of one pass of ``forward`` over ``loader``; ``loss_sum``: a causal LM's summed loss without its
-    logits (chunked); ``progress``: told of every batch scored."""
+    """The metrics of one pass of ``forward`` over ``loader``; ``loss_sum``: a causal LM's chunked summed loss."""
     from lightning.fabric.utilities import move_data_to_device
 
     total, counted, examples = 0.0, 0, 0
@@ -84,16 +75,14 @@ def evaluate(forward: Any, loader: Any, device: torch.device, cfg: RunConfig, la
     with torch.no_grad():
         for batch in scored(loader, progress):
             x, y = move_data_to_device(batch, device)
+            counted += int((y != IGNORE_INDEX).sum())
+            examples += int(y.shape[0])
             if loss_sum is not None and y.dim() > 1:  # a target per position: the loss is all a causal LM reports
                 total += float(loss_sum(x, y))
-                counted += int((y != IGNORE_INDEX).sum())
-                examples += int(y.shape[0])
                 continue
             logits = forward(x)
             total += float(F.cross_entropy(logits.flatten(0, -2).float(), y.flatten(), ignore_index=IGNORE_INDEX,
                                            reduction="sum"))
-            counted += int((y != IGNORE_INDEX).sum())
-            examples += int(y.shape[0])
             if y.dim() == 1:  # one class per example
                 metrics = metrics or _classifier_metrics(logits.shape[-1], device)
                 for metric in metrics.values():
@@ -119,8 +108,7 @@ def evaluate(forward: Any, loader: Any, device: torch.device, cfg: RunConfig, la
 
 def evaluate_pairs(pair_outputs: Any, loader: Any, device: torch.device,
                    progress: Progress | None = None) -> dict[str, Any]:
-    """TRL's figures over every pair of ``loader`` (``pair_outputs``: ``PreferenceModule.pair_outputs``, compiled or
-    not); the loss is the mean over pairs of each batch's; ``progress``: told of every batch scored."""
+    """TRL's figures over every pair of ``loader`` (``PreferenceModule.pair_outputs``, compiled or not)."""
     from lightning.fabric.utilities import move_data_to_device
 
     from runner.training import preference_losses
@@ -147,73 +135,56 @@ def evaluate_pairs(pair_outputs: Any, loader: Any, device: torch.device,
 
 def run_pairs(module: Any, datamodule: Any, cfg: RunConfig, compiled: bool,
               progress: Progress | None = None) -> dict[str, Any]:
-    """Move a ``PreferenceModule`` to the evaluation device and score ``datamodule``'s validation pairs, compiled as
-    the run was when ``compiled``; precomputed reference log-probabilities read from the run's cache first."""
+    """Score a ``PreferenceModule`` on ``datamodule``'s validation pairs on the evaluation device."""
     from runner.training.reference import Precomputed
 
     device = eval_device(cfg)
     module.to(device).eval()
     if isinstance(module.reference, Precomputed):
         module.reference.prepare(module.model, datamodule, device)
-    loader = datamodule.val_dataloader()
+    with _compiling(cfg, compiled) as compile_:
+        return evaluate_pairs(compile_(module.pair_outputs), datamodule.val_dataloader(), device, progress)
+
+
+@contextlib.contextmanager
+def _compiling(cfg: RunConfig, compiled: bool) -> Iterator[Callable[[Any], Any]]:
+    """``torch.compile`` as the run compiled (the compiled code dropped after the block), or nothing."""
     if not compiled:
-        return evaluate_pairs(module.pair_outputs, loader, device, progress)
+        yield lambda fn: fn
+        return
     c = cfg.compile
     try:
-        forward = torch.compile(module.pair_outputs, backend=c.backend, mode=c.mode, options=c.options or None)
-        return evaluate_pairs(forward, loader, device, progress)
+        yield lambda fn: torch.compile(fn, backend=c.backend, mode=c.mode, options=c.options or None)
     finally:
         runtime.reset_compiler()
 
 
 def _classifier_metrics(num_classes: int, device: torch.device) -> dict[str, Any]:
-    from torchmetrics.classification import (
-        MulticlassAccuracy,
-        MulticlassConfusionMatrix,
-        MulticlassF1Score,
-        MulticlassPrecision,
-        MulticlassRecall,
-    )
+    from torchmetrics import classification as tm
 
-    made = {"accuracy": MulticlassAccuracy(num_classes, average="micro"),
-            "macro_f1": MulticlassF1Score(num_classes, average="macro"),
-            "precision": MulticlassPrecision(num_classes, average=None, zero_division=0),
-            "recall": MulticlassRecall(num_classes, average=None, zero_division=0),
-            "confusion": MulticlassConfusionMatrix(num_classes)}
+    made = {"accuracy": tm.MulticlassAccuracy(num_classes, average="micro"),
+            "macro_f1": tm.MulticlassF1Score(num_classes, average="macro"),
+            "precision": tm.MulticlassPrecision(num_classes, average=None, zero_division=0),
+            "recall": tm.MulticlassRecall(num_classes, average=None, zero_division=0),
+            "confusion": tm.MulticlassConfusionMatrix(num_classes)}
     return {name: metric.to(device) for name, metric in made.items()}
 
 
 def run_pass(module: torch.nn.Module, loader: Any, cfg: RunConfig, labels: list[str], compiled: bool,
              progress: Progress | None = None) -> dict[str, Any]:
-    """Move ``module`` to the evaluation device and evaluate it, compiled as the run was when ``compiled``; the
-    compiled code is dropped afterwards."""
+    """Evaluate ``module`` on the evaluation device, compiled as the run was when ``compiled``."""
     device = eval_device(cfg)
     module.to(device).eval()
     loss_sum = chunked_loss_sum(module)
-    if not compiled:
-        return evaluate(module, loader, device, cfg, labels, loss_sum, progress)
-    c = cfg.compile
-    try:
-        kwargs: dict[str, Any] = dict(backend=c.backend, mode=c.mode, options=c.options or None)
-        forward = torch.compile(module, **kwargs)
-        return evaluate(forward, loader, device, cfg, labels, torch.compile(loss_sum, **kwargs) if loss_sum else None,
+    with _compiling(cfg, compiled) as compile_:
+        return evaluate(compile_(module), loader, device, cfg, labels, compile_(loss_sum) if loss_sum else None,
                         progress)
-    finally:
-        runtime.reset_compiler()
 
 
 def chunked_loss_sum(module: torch.nn.Module) -> Any:
-    """``(inputs, targets) -> summed loss`` through the chunked loss ``module`` (a ``TrainModule``) trained with;
-    None when it trained on the whole logits (or is a LightningModule of your own)."""
-    loss = getattr(module, "loss_fn", None)
-    if not getattr(loss, "chunked", False):
-        return None
-    model = module.model  # type: ignore[union-attr]
-
-    def loss_sum(x: Any, y: torch.Tensor) -> torch.Tensor:
-        return loss(model, x, y, reduction="sum")  # type: ignore[misc]
-
-    return loss_sum
+    """``(inputs, targets) -> summed loss`` through the chunked loss ``module`` trained with, else None."""
+    loss: Any = getattr(module, "loss_fn", None)
+    return functools.partial(loss, module.model, reduction="sum") if getattr(loss, "chunked", False) else None
 
 
 def confusion_png(figures: dict[str, Any], path: Path) -> None:

@@ -1,9 +1,6 @@
 """The trained model, out: a directory its family's own library loads (transformers' ``save_pretrained``, timm's
-``save_for_hf``, or ``model.safetensors`` + the config node that rebuilds runner's or a user's module; a LoRA run's
-adapter via ``adapter_export``), with ``runner_export.json`` and a README saying how to load it.
-
-Written beside its place and renamed into it, so it is whole or absent; a module carrying compile or checkpoint
-wrappers (``_orig_mod.``) or runner's hooks is rebuilt from the config and given its weights first."""
+``save_for_hf``, or ``model.safetensors`` + the config node; a LoRA run's adapter via ``adapter_export``), with
+``runner_export.json`` and a README saying how to load it; written beside its place and renamed into it."""
 
 from __future__ import annotations
 
@@ -29,22 +26,10 @@ from runner.telemetry.data_report import read_prompt
 WEIGHTS = "model.safetensors"
 CONFIG = "config.json"
 METADATA = "runner_export.json"
+# tokenizer_config.json's tokenizer_class where no tokenizer is known: AutoTokenizer, and so pipeline, refuses the
+# folder instead of building an empty tokenizer for the model's type.
 NO_TOKENIZER = "NoTokenizerExported"
-"""``tokenizer_config.json``'s ``tokenizer_class`` where no tokenizer is known (and no tokenizer file beside it):
-``AutoTokenizer``, and so ``pipeline``, refuses the folder instead of building an empty tokenizer for the model's
-type."""
-EXPORT_DIR = "model"
-"""Where a run exports its model at the end of the fit: ``<run_dir>/model``."""
-
-
-def out_error(out: Path, force: bool) -> str | None:
-    """Why the export may not be written to ``out`` (one paragraph), or None."""
-    if out.exists() and not out.is_dir():
-        return f"--out {out} is a file: give a directory to export the model into (it is created)."
-    if out.is_dir() and any(out.iterdir()) and not force:
-        return (f"{out} exists and is not empty: an export writes a whole directory and would replace what is there. "
-                "Give --force to replace it, or another directory with --out DIR.")
-    return None
+EXPORT_DIR = "model"  # where a run exports its model at the end of the fit: <run_dir>/model
 
 
 def node_dict(node: Any) -> dict[str, Any]:
@@ -53,22 +38,16 @@ def node_dict(node: Any) -> dict[str, Any]:
     return json.loads(json.dumps(values, default=lambda v: v.value if isinstance(v, Enum) else str(v)))
 
 
-def model_node(cfg: RunConfig) -> dict[str, Any]:
-    """The model's config node as it was applied: a model loaded from ``model.path`` keeps its own configuration,
-    so the family's ``config`` and ``overrides`` (never applied to it) are left out."""
-    node = node_dict(cfg.model)
-    if node.get("path"):
-        for unused in ("config", "overrides"):
-            node.pop(unused, None)
-    return node
-
-
 def export_model(model: nn.Module, cfg: RunConfig, run_dir: Path, out: Path, checkpoint: str | None,
                  step: int | None, extra: dict[str, Any] | None = None) -> Path:
-    """Write ``model`` (runner's ``TrainModule.model``, trained as ``cfg`` says) to ``out``, replacing it: an adapted
-    model as its adapter (``runner.after.adapter_export``). ``extra`` goes into ``runner_export.json``."""
-    if not is_clean(model):
-        model = _rebuilt(model, cfg)
+    """Write ``model`` (trained as ``cfg`` says) into ``out``; ``extra`` goes into ``runner_export.json``."""
+    if not is_clean(model):  # compile or checkpoint wrappers in its keys, or runner's hooks: rebuilt from the config
+        from hydra.utils import instantiate
+
+        fresh = instantiate(cfg.model)
+        apply_peft(fresh, dataclasses.replace(cfg.peft, path=None))  # the same adapter's layers, given the weights
+        fresh.load_state_dict(clean_state(model.state_dict()))
+        model = fresh.eval()
     family = family_of(model)
     adapter = adapter_of(model)
     tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
@@ -82,11 +61,16 @@ def export_model(model: nn.Module, cfg: RunConfig, run_dir: Path, out: Path, che
         else:
             loading = _WRITERS[family](model, cfg, run_dir, tmp)
         tokens = tokens_of(cfg)
+        node = node_dict(cfg.model)  # as it was applied: a saved model's config and overrides never were
+        if node.get("path"):
+            node = {k: v for k, v in node.items() if k not in ("config", "overrides")}
+        task = "causal_lm" if writes_text(model) else "classification" if getattr(cfg.data, "num_classes", None) \
+            else "model"
         meta: dict[str, Any] = {
-            "family": family.value, "task": _task(model, cfg), "checkpoint": checkpoint, "step": step,
-            "run_dir": str(run_dir), "model": model_node(cfg), "tokenizer": tokens.note if tokens else None,
+            "family": family.value, "task": task, "checkpoint": checkpoint, "step": step,
+            "run_dir": str(run_dir), "model": node, "tokenizer": tokens.note if tokens else None,
             "load": loading, **more}
-        if meta["task"] == "classification":
+        if task == "classification":
             meta["labels"] = label_names(run_dir, int(getattr(cfg.data, "num_classes", 0)))
         if tokens and not tokens.directory and (tmp / "tokenizer.json").is_file():
             meta["tokenizer"] += "; tokenizer.json beside the model gives exactly these ids"
@@ -98,35 +82,15 @@ def export_model(model: nn.Module, cfg: RunConfig, run_dir: Path, out: Path, che
                 template = chat_template_into(tmp, prompt)
         (tmp / METADATA).write_text(json.dumps(meta, indent=2) + "\n")
         (tmp / "README.md").write_text(_readme(family, meta, loading, template))
-        _swap(tmp, out)
+        old = out.with_name(f".{out.name}.old-{os.getpid()}")
+        if out.exists():
+            os.replace(out, old)
+        os.replace(tmp, out)
+        shutil.rmtree(old, ignore_errors=True)  # once the new directory is in place
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return out
 
-
-def _task(model: nn.Module, cfg: RunConfig) -> str:
-    if writes_text(model):
-        return "causal_lm"
-    return "classification" if getattr(cfg.data, "num_classes", None) else "model"
-
-
-def _rebuilt(model: nn.Module, cfg: RunConfig) -> nn.Module:
-    """A fresh model from the config, with ``model``'s weights (without the wrappers in their keys)."""
-    from hydra.utils import instantiate
-
-    fresh = instantiate(cfg.model)
-    apply_peft(fresh, dataclasses.replace(cfg.peft, path=None))  # the same adapter's layers, given the weights below
-    fresh.load_state_dict(clean_state(model.state_dict()))
-    return fresh.eval()
-
-
-def _swap(tmp: Path, out: Path) -> None:
-    """``tmp`` renamed into ``out``; what was at ``out`` is removed once the new directory is in place."""
-    old = out.with_name(f".{out.name}.old-{os.getpid()}")
-    if out.exists():
-        os.replace(out, old)
-    os.replace(tmp, out)
-    shutil.rmtree(old, ignore_errors=True)
 
 
 def _write_hf(model: nn.Module, cfg: RunConfig, run_dir: Path, out: Path) -> str:
@@ -195,5 +159,8 @@ def _readme(family: Family, meta: dict[str, Any], loading: str, template: str | 
 
 def export_error(out: Path, force: bool) -> None:
     """Raise ``ConfigError`` when the export may not go to ``out`` (checked before anything is loaded)."""
-    if (problem := out_error(out, force)) is not None:
-        raise ConfigError(problem)
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--out {out} is a file: give a directory to export the model into (it is created).")
+    if out.is_dir() and any(out.iterdir()) and not force:
+        raise ConfigError(f"{out} exists and is not empty: an export writes a whole directory and would replace what "
+                          "is there. Give --force to replace it, or another directory with --out DIR.")

@@ -1,6 +1,5 @@
-"""An instruction-tuned run's prompt format, carried by its export: ``runner_export.json``'s ``prompt``, the
-README, and the tokenizer's chat template (the run's own, or its prompt template written as one), which is how
-transformers users ask the model as it was trained."""
+"""An instruction-tuned run's prompt format, carried by its export: ``runner_export.json``'s ``prompt``, the README,
+and the tokenizer's chat template (the run's own, or its prompt template written as one)."""
 
 from __future__ import annotations
 
@@ -11,8 +10,7 @@ from runner.data.instruct.formats import Kind, as_chat_template, generation_prom
 
 
 def chat_template_into(out: Path, info: dict[str, Any]) -> str | None:
-    """Give the tokenizer exported in ``out`` the chat template that asks as the run did; the template (None: the
-    run's format has none)."""
+    """Give the tokenizer exported in ``out`` the chat template that asks as the run did; the template, or None."""
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(str(out), local_files_only=True)

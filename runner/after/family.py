@@ -60,8 +60,7 @@ class Tokens:
 
     directory: str | None = None
     offset: int = 0
-    max_length: int | None = None
-    """Where the run cut its texts (a classifier's ``data.seq_len``): ``truncation=True`` cuts there."""
+    max_length: int | None = None  # where the run cut its texts (a classifier's data.seq_len)
 
     @property
     def note(self) -> str:
@@ -72,8 +71,7 @@ class Tokens:
         return f"byte-level: ids are the UTF-8 bytes of the text{f' + {self.offset}' if self.offset else ''}{pad}"
 
     def save(self, out: Path) -> bool:
-        """The tokenizer into ``out`` (``save_pretrained``): the saved one, or the byte ids as a tokenizer; False
-        where transformers (runner[hf]), which writes it, is not installed."""
+        """The tokenizer into ``out``: the saved one, or the byte ids as one; False without transformers."""
         if self.directory:
             self.tokenizer().save_pretrained(out)
             return True
@@ -90,8 +88,7 @@ class Tokens:
         return _saved_tokenizer(self.directory)
 
     def encode(self, text: str, special: bool = True) -> list[int]:
-        """``text``'s ids; ``special``: with the tokenizer's special tokens (its BOS), as a prompt's first piece is
-        tokenized in training (a chat template writes its own)."""
+        """``text``'s ids; ``special``: with the tokenizer's special tokens (its BOS), as a prompt's first piece was."""
         if self.directory:
             return list(self.tokenizer()(text, add_special_tokens=special)["input_ids"])
         return [b + self.offset for b in text.encode("utf-8")]
@@ -128,7 +125,3 @@ def label_names(run_dir: Path, num_classes: int) -> list[str]:
     return [str(id2label.get(str(i), id2label.get(i, i))) for i in range(num_classes)]
 
 
-def num_classes_of(cfg: RunConfig) -> int | None:
-    """Classes of a classifier's data (``data.num_classes``), None for a language model's."""
-    n = getattr(cfg.data, "num_classes", None)
-    return int(n) if isinstance(n, int) else None

@@ -1,8 +1,5 @@
 """Text from a trained causal LM (runner's GPT or a transformers model), from a checkpoint or an export, and the
-sample a causal-LM run writes into report.md.
-
-Both decode with a KV cache; past ``block_size`` the GPT's absolute positions all shift with each token, so from
-there each token runs the whole window again, as in training. Sampling is seeded and the random state restored."""
+sample a causal-LM run writes into report.md: decoded with a KV cache, seeded, the random state restored."""
 
 from __future__ import annotations
 
@@ -22,8 +19,7 @@ from runner.config import ConfigError
 
 @dataclass(frozen=True)
 class Sampling:
-    """How new tokens are drawn: ``temperature`` 0 is greedy; ``top_k`` 0 keeps every token; ``eos_id``: the
-    token that ends an answer (an instruction run's), where writing stops."""
+    """How new tokens are drawn: ``temperature`` 0 is greedy, ``top_k`` 0 keeps every token; stop at ``eos_id``."""
 
     max_new_tokens: int = 200
     temperature: float = 0.8
@@ -101,7 +97,8 @@ def _gpt_generate(model: nn.Module, ids: torch.Tensor, sampling: Sampling) -> li
     assert isinstance(model, GPT), "writes_text: runner's GPT or a transformers causal LM"
     start, cache, new = ids.shape[1], KVCache(), ids[:, -model.block_size:]
     for _ in range(sampling.max_new_tokens):
-        if cache.length + new.shape[1] > model.block_size:  # the window moves: run it whole (module docstring)
+        # Past block_size the GPT's absolute positions all shift with each token: run the window whole, as in training.
+        if cache.length + new.shape[1] > model.block_size:
             cache, new = KVCache(), ids[:, -model.block_size:]
         logits = model.decode(new, cache, last_only=True)[:, -1, :].float()
         new = next_token(logits, sampling)
@@ -112,8 +109,7 @@ def _gpt_generate(model: nn.Module, ids: torch.Tensor, sampling: Sampling) -> li
 
 
 def next_token(logits: torch.Tensor, sampling: Sampling) -> torch.Tensor:
-    """One token per row of ``logits`` ``[batch, vocab]``: the likeliest (temperature 0), or drawn from the
-    ``top_k`` likeliest at ``temperature``, with the global generator (seeded by the caller)."""
+    """One token per row of ``logits`` ``[batch, vocab]``, as ``sampling`` says (the global generator)."""
     if sampling.temperature == 0:
         return logits.argmax(-1, keepdim=True)
     logits = logits / sampling.temperature
@@ -135,9 +131,8 @@ def write_text(model: nn.Module, tokens: Tokens, prompt: str, sampling: Sampling
 
 
 def open_export(directory: Path) -> tuple[nn.Module, Tokens]:
-    """A causal LM exported by runner (``runner_export.json`` beside it), loaded with its family's library, and
-    how text becomes its ids."""
-    from runner.after.export import CONFIG, METADATA, WEIGHTS
+    """A causal LM exported by runner, loaded with its family's library, and how text becomes its ids."""
+    from runner.after.export import METADATA
 
     meta = json.loads((directory / METADATA).read_text())
     tokens = Tokens(str(directory)) if (directory / "tokenizer_config.json").is_file() else Tokens()
@@ -148,17 +143,8 @@ def open_export(directory: Path) -> tuple[nn.Module, Tokens]:
         raise ConfigError(f"{directory} holds no tokenizer (its run's data module made its own ids): generate cannot "
                           "turn a prompt into them. Load the model with transformers and sample it with the "
                           "tokenizer that makes those ids.")
+    from runner.after.adapter_export import load_causal_lm, open_adapter_export
+
     if meta.get("adapter"):  # a LoRA run's export: its base, and the adapter applied to it
-        from runner.after.adapter_export import open_adapter_export
-
         return open_adapter_export(directory, meta), tokens
-    if meta.get("family") == Family.hf_causal_lm.value:
-        from runner.models.hf import CausalLM
-
-        return CausalLM(config=None, path=str(directory)), tokens  # from_pretrained, local files only
-    from hydra.utils import instantiate
-    from safetensors.torch import load_model
-
-    model = instantiate(json.loads((directory / CONFIG).read_text()))
-    load_model(model, str(directory / WEIGHTS))
-    return model, tokens
+    return load_causal_lm(directory, meta.get("family")), tokens

@@ -16,8 +16,7 @@ from runner.telemetry.data_report import read_prompt
 
 
 def prompt_of(directory: Path) -> dict[str, Any] | None:
-    """The prompt format ``directory`` was trained with: a run's ``prompt.json``, or an export's ``prompt``; None for
-    a model whose data was not instruction data."""
+    """The prompt format ``directory`` (a run or an export) was trained with; None without instruction data."""
     meta = Path(directory) / METADATA
     if meta.is_file():
         found = json.loads(meta.read_text()).get("prompt")
@@ -27,8 +26,8 @@ def prompt_of(directory: Path) -> dict[str, Any] | None:
 
 @dataclasses.dataclass(frozen=True)
 class Asked:
-    """A question as the model was trained to read it: the prompt text, the sampling that stops at its EOS, and
-    whether the tokenizer adds its special tokens (a chat template writes its own, as the run's data did)."""
+    """A question as the model was trained to read it: the prompt, the sampling that stops at its EOS, and whether
+    the tokenizer adds its special tokens (a chat template writes its own)."""
 
     prompt: str
     sampling: Sampling
@@ -36,8 +35,7 @@ class Asked:
 
 
 def asked(info: dict[str, Any] | None, text: str, tokens: Tokens, sampling: Sampling) -> Asked:
-    """``text`` in the prompt format ``info`` (:func:`prompt_of`), ``sampling`` stopping at its EOS; both unchanged
-    where there is none."""
+    """``text`` in the prompt format ``info`` (:func:`prompt_of`), ``sampling`` stopping at its EOS."""
     if info is None:
         return Asked(text, sampling)
     prompt = generation_prompt(info, text, tokens.tokenizer() if tokens.directory else None)

@@ -1,23 +1,20 @@
-"""An export pushed to the Hugging Face Hub in one commit, with a model card as its README:
-``runner export RUN_DIR --push-to-hub ORG/NAME [--private]`` and ``after.push_to_hub`` at the end of a run.
-
-The repo's files become the export's (a file an earlier push left is deleted in the same commit: an adapter's
-``adapter_config.json`` beside a merged model would make transformers load an adapter); ``.gitattributes`` and the
-history stay. Every refusal, the Hub's 401/403/404 included, is a :class:`PushError` with the fix. huggingface_hub's
-client has no timeout of its own, so the push runs under ``runner.hub.bounded_http``."""
+"""An export pushed to the Hugging Face Hub in one commit, with a model card as its README (``runner export RUN_DIR
+--push-to-hub ORG/NAME``, ``after.push_to_hub``): the repo's files become the export's, and every refusal, the Hub's
+included, is a :class:`PushError` with the fix."""
 
 from __future__ import annotations
 
 import contextlib
 import json
 import logging
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from runner.config import ConfigError
-from runner.config.checks.push import TOKEN_FIX, repo_id_error, token_error
+from runner.config.checks.push import TOKEN_FIX
 from runner.config.composing.hub_names import pins_of
 from runner.config.decisions.peft import ADAPTER_CONFIG
 from runner.config.schema import RunConfig
@@ -41,28 +38,12 @@ class Pushed:
     commit: str
     files: int
 
-    def figure(self) -> str:
-        """``run/pushed_to``: the repo's page and the commit."""
-        return f"{self.url} (commit {self.commit})"
-
-
-def push_refusal(repo_id: str, where: str) -> str | None:
-    """Why nothing may be pushed to ``repo_id`` (a repo id that is no ``ORG/NAME``, no token), before anything is
-    built: one paragraph, or None."""
-    return repo_id_error(repo_id, where) or token_error(where)
-
-
-def again(run_dir: Path, repo_id: str, private: bool) -> str:
-    """The command that pushes the run's export again."""
-    return f"python -m runner export {run_dir} --push-to-hub {repo_id}" + (" --private" if private else "")
-
 
 # ---- the Hub -------------------------------------------------------------------------------------------------------
 
 
 def open_repo(repo_id: str, private: bool, where: str) -> str:
-    """Create the model repo ``repo_id`` where it does not exist (``private``); its page. Raises :class:`PushError`
-    with the Hub's refusal: a token it does not take (401), no right to write there (403)."""
+    """Create the model repo ``repo_id`` where it does not exist; its page, or the Hub's refusal as a PushError."""
     from huggingface_hub import HfApi
 
     with bounded_http(), _hub_errors(repo_id, where):
@@ -71,9 +52,9 @@ def open_repo(repo_id: str, private: bool, where: str) -> str:
 
 def push_folder(folder: Path, repo_id: str, written: Mapping[str, bytes], private: bool, where: str,
                 message: str) -> Pushed:
-    """Commit ``folder``'s files to ``repo_id`` (created where it does not exist), those of ``written`` (README.md,
-    the card) with its contents instead, and delete what an earlier push left that neither holds. Raises
-    :class:`PushError`."""
+    """Commit ``folder``'s files to ``repo_id`` (created where it does not exist), those of ``written`` (the card)
+    with its contents instead, and delete what an earlier push left that neither holds."""
+    # An adapter's adapter_config.json left beside a merged model would make transformers load an adapter.
     from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi
 
     names: dict[str, str | bytes] = {p.relative_to(folder).as_posix(): str(p)
@@ -150,8 +131,7 @@ def _first_line(error: BaseException) -> str:
 
 def model_card(export: Path, repo_id: str, cfg: RunConfig, report: Mapping[str, Any],
                evaluation: Mapping[str, Any] | None = None) -> str:
-    """The model card of ``export`` pushed as ``repo_id``: the Hub's metadata, what it was trained from and how, its
-    validation metrics (``report``, ``evaluation``) and how to load it by name."""
+    """The model card of ``export`` pushed as ``repo_id``: the Hub's metadata, where from, how, figures, loading."""
     from huggingface_hub import ModelCard, ModelCardData
 
     meta = json.loads((export / "runner_export.json").read_text())
@@ -167,9 +147,8 @@ def model_card(export: Path, repo_id: str, cfg: RunConfig, report: Mapping[str, 
         tags.append("merged")
     library = "peft" if adapter else {"hf_causal_lm": "transformers", "hf_classifier": "transformers",
                                       "timm": "timm"}.get(family)
-    pipeline = {"causal_lm": "text-generation", "classification": "text-classification"}.get(task)
-    if family == "timm":
-        pipeline = "image-classification"
+    pipeline = "image-classification" if family == "timm" else \
+        {"causal_lm": "text-generation", "classification": "text-classification"}.get(task)
     data = ModelCardData(base_model=base["name"] if base else None, datasets=datasets or None, library_name=library,
                          tags=tags, pipeline_tag=pipeline)
     what = ("a LoRA adapter" if method == "lora" else "a QLoRA adapter") if adapter else \
@@ -182,7 +161,10 @@ def model_card(export: Path, repo_id: str, cfg: RunConfig, report: Mapping[str, 
     lines += _figures(report, evaluation)
     lines += ["## Load it", "", *_loading(export, repo_id, family, task, adapter, base, meta), ""]
     if meta.get("tokenizer"):
-        lines += [f"Text: {_text_note(str(meta['tokenizer']), base)}.", ""]
+        # The export's note on its ids, without this machine's folders (a tokenizer saved in a snapshot of the base).
+        where = f"of {base['name']} (the base's)" if base is not None and "snapshots/" in meta["tokenizer"] else \
+            "exported beside the model"
+        lines += ["Text: " + re.sub(r"saved in \S+", where, str(meta["tokenizer"])) + ".", ""]
     if meta.get("labels"):
         lines += [f"Classes by id: {', '.join(meta['labels'])}.", ""]
     if meta.get("prompt"):  # an instruction run: how to ask it as it was trained
@@ -198,17 +180,7 @@ def model_card(export: Path, repo_id: str, cfg: RunConfig, report: Mapping[str, 
     return str(ModelCard(f"---\n{data.to_yaml()}\n---\n\n" + "\n".join(lines)))
 
 
-def _text_note(note: str, base: Mapping[str, Any] | None) -> str:
-    """The export's note on its ids, without this machine's folders (a tokenizer saved in a snapshot of the base)."""
-    import re
-
-    if base is not None and "snapshots/" in note:
-        return re.sub(r"saved in \S+", f"of {base['name']} (the base's)", note)
-    return re.sub(r"saved in \S+", "exported beside the model", note)
-
-
 def _steps(report: Mapping[str, Any], meta: Mapping[str, Any]) -> str:
-
     run = report.get("run/steps")
     step = meta.get("step")
     if run is not None and step is not None and run != step:
@@ -241,7 +213,8 @@ def _sources(cfg: RunConfig, base: Mapping[str, Any] | None, by_key: Mapping[str
         elif value:
             out.append(f"- {label}: a local file or folder, `{value}` (not on the Hub).")
         elif key == "data.path":
-            out.append(f"- {label}: runner's built-in data of `{_target(cfg.data)}`.")
+            out.append(f"- {label}: runner's built-in data of "
+                       f"`{getattr(cfg.data, '_target_', None) or type(cfg.data).__name__}`.")
     if by_key.get("data.val_path") is None and not getattr(cfg.data, "val_path", None):
         share = getattr(cfg.data, "val_fraction", None)
         out.append("- Validation: a seeded share of the training rows" +
@@ -250,10 +223,6 @@ def _sources(cfg: RunConfig, base: Mapping[str, Any] | None, by_key: Mapping[str
     if tokens is not None and tokens["name"] != (base or {}).get("name"):
         out.append(f"- Tokenizer: {tokens['name']} at commit `{tokens['commit']}`.")
     return out
-
-
-def _target(node: Any) -> str:
-    return str(getattr(node, "_target_", None) or type(node).__name__)
 
 
 def _how(cfg: RunConfig, report: Mapping[str, Any], meta: Mapping[str, Any],
@@ -297,7 +266,6 @@ def _how(cfg: RunConfig, report: Mapping[str, Any], meta: Mapping[str, Any],
 
 def _figures(report: Mapping[str, Any], evaluation: Mapping[str, Any] | None) -> list[str]:
     """The run's validation figures (``val/*``), and ``runner eval``'s where the run has them."""
-
     out: list[str] = []
     for title, figures, key in (("Validation (the run's last validation)", report, "val/loss"),
                                 ("Evaluation (runner eval)", evaluation or {}, "eval/loss")):

@@ -1,9 +1,6 @@
-"""``runner resume RUN_DIR [overrides]`` (or ``hydra.run.dir=RUN_DIR ckpt_path=last``): the run's saved command
-line plus the new overrides, in place, from its last checkpoint.
-
-An override that changes what the checkpoint's state fits (model shape, data, optimizer, schedule), a recipe edited
-since, or data changed since (unless ``--allow-changed-data``) is refused in one paragraph; ``trainer.max_steps`` may
-change (``scheduler.on_resume`` says what the schedule does)."""
+"""``runner resume RUN_DIR [overrides]`` (or ``hydra.run.dir=RUN_DIR ckpt_path=last``): the run's saved command line
+plus the new overrides, in place, from its last checkpoint; an override that changes what the checkpoint's state fits,
+a recipe edited since, or data changed since (unless ``--allow-changed-data``) is refused in one paragraph."""
 
 from __future__ import annotations
 
@@ -17,20 +14,20 @@ from runner.after.source import (
     ALLOW_CHANGED_DATA,
     CONFIG,
     RUN_KEYS,
+    compose_run,
     merge_overrides,
     override_key,
     run_dir_error,
     saved_overrides,
 )
-from runner.config import ConfigError, compose
+from runner.config import ConfigError
 from runner.config.composing.hub_names import remember_revisions
 from runner.config.composing.loading import localized
-from runner.config.composing.precheck import command_line, search_dirs
+from runner.config.composing.precheck import command_line
 
 GROUPS = ("model", "data", "optimizer", "scheduler")
+# Keys a resume may change: the loader's workers; the schedule's length (trainer.max_steps) and scheduler.on_resume.
 FREE = {"data.num_workers", "scheduler.total_steps", "scheduler.on_resume"}
-"""Keys a resume may change: the loader's worker processes; the schedule's length (``trainer.max_steps``,
-what ``scheduler.on_resume`` is for) and that choice itself."""
 _WHY = {
     "model": "changes the model's shape, and the checkpoint's weights do not fit it",
     "data": "changes the data, and the checkpoint's place in it (its next batch) would point elsewhere",
@@ -40,21 +37,8 @@ _WHY = {
                  "(scheduler.on_resume says what a new trainer.max_steps does)",
 }
 _PLAIN = re.compile(r"^[A-Za-z0-9_./-]+$")
-ALLOW_FLAG = "--allow-changed-data"
-"""``runner resume RUN_DIR --allow-changed-data``: ``after.allow_changed_data=true`` for this resume."""
-
-
+ALLOW_FLAG = "--allow-changed-data"  # after.allow_changed_data=true for this resume
 _USAGE = "python -m runner resume RUN_DIR [--allow-changed-data] [overrides] (e.g. trainer.max_steps=600)"
-
-
-def _flag_error(given: Sequence[str]) -> str | None:
-    """A flag of ``given`` that is neither ``--allow-changed-data`` nor Hydra's, with the closest real one."""
-    from runner import hydra_internals
-    from runner.after.cli import arguments_error, parser_flags
-
-    hydra_flags = parser_flags(hydra_internals.args_parser())
-    unknown = [a for a in given if a.startswith("-") and a != ALLOW_FLAG and a.split("=", 1)[0] not in hydra_flags]
-    return arguments_error("resume", unknown, [ALLOW_FLAG], _USAGE)
 
 
 def _value(path: Path) -> str:
@@ -64,13 +48,16 @@ def _value(path: Path) -> str:
 
 
 def resume_command(argv: Sequence[str]) -> list[str] | None:
-    """The command line a resume runs (the run's saved one with the overrides in place, then ``hydra.run.dir`` and
-    ``ckpt_path``, ``last`` unless given), or None when ``argv`` is no resume. Raises ``ConfigError``."""
+    """The command line a resume runs (the run's saved one with the overrides in place), or None for no resume."""
     if argv[:1] == ["resume"]:
         if len(argv) < 2 or "=" in argv[1]:
             raise ConfigError(f"runner resume needs the run directory first: {_USAGE}.")
-        if (problem := _flag_error(argv[2:])) is not None:
-            raise ConfigError(problem)
+        from runner import hydra_internals
+        from runner.after.cli import arguments_error, parser_flags, refuse
+
+        hydra = parser_flags(hydra_internals.args_parser())  # a flag neither ALLOW_FLAG nor Hydra's is refused
+        unknown = [a for a in argv[2:] if a.startswith("-") and a != ALLOW_FLAG and a.split("=", 1)[0] not in hydra]
+        refuse(arguments_error("resume", unknown, [ALLOW_FLAG], _USAGE))
         return _resumed(Path(argv[1]), [f"{ALLOW_CHANGED_DATA}=true" if a == ALLOW_FLAG else a for a in argv[2:]])
     args = command_line(argv)
     if args is None or args.multirun:
@@ -120,20 +107,12 @@ def _resolved(cfg: Any, group: str) -> dict[str, Any]:
     return _flat(plain, group) if isinstance(plain, dict) else {group: plain}
 
 
-def _compose(run_dir: Path, overrides: Sequence[str]) -> Any:
-    """The config ``overrides`` (a command line) compose to, as ``python -m runner`` composes it for ``run_dir``."""
-    args = command_line(list(overrides))
-    dirs = search_dirs(args) if args is not None else []
-    plain = [o for o in overrides if not o.lstrip("+~").startswith(("hydra.", "hydra/"))]
-    return compose(plain, run_dir=str(run_dir), config_dirs=dirs or None)
-
-
 def changed_keys(run_dir: Path, overrides: Sequence[str], new: Any = None) -> list[tuple[str, Any, Any]]:
-    """``(key, run's value, resume's value)`` of each model, data, optimizer or scheduler setting ``overrides``
-    change, except ``FREE`` keys and model settings that keep every weight's shape."""
+    """``(key, run's value, resume's value)`` of each setting of ``GROUPS`` that ``overrides`` change, except ``FREE``
+    keys and model settings that keep every weight's shape."""
     from omegaconf import OmegaConf
 
-    new = _compose(run_dir, overrides) if new is None else new
+    new = compose_run(run_dir, overrides) if new is None else new
     old = OmegaConf.load(run_dir / CONFIG)
     out = []
     for group in GROUPS:
@@ -158,10 +137,9 @@ def _same_shapes(old: Any, new: Any) -> bool:
 
 
 def check_resume(run_dir: Path, overrides: Sequence[str], typed: Sequence[str] | None = None) -> None:
-    """Refuse a resume of ``run_dir`` whose config changes what its checkpoint fits, or whose data changed (unless
-    ``after.allow_changed_data``). ``typed``: the overrides the user gave (None: all of ``overrides``)."""
+    """Refuse a resume whose config changes what its checkpoint fits, or whose data changed (``typed``: the user's)."""
     try:
-        new = _compose(run_dir, overrides)
+        new = compose_run(run_dir, overrides)
         changes = changed_keys(run_dir, overrides, new)
     except ConfigError:
         raise
@@ -173,19 +151,13 @@ def check_resume(run_dir: Path, overrides: Sequence[str], typed: Sequence[str] |
         raise ConfigError(problem)
 
 
-def _by_files(run_dir: Path) -> set[str]:
-    """The keys whose values the run's own command line composes to differently from its saved config: the config
-    files (a recipe, a conf/ option) changed since the run."""
-    try:
-        return {k for k, _, _ in changed_keys(run_dir, saved_overrides(run_dir))}
-    except Exception:  # a saved command line that no longer composes: no key can be put down to the files
-        return set()
-
-
 def _settings_refusal(run_dir: Path, overrides: Sequence[str], typed: Sequence[str] | None,
                       changes: list[tuple[str, Any, Any]]) -> str:
     typed_keys = {override_key(o) for o in (overrides if typed is None else typed)}
-    files = _by_files(run_dir)
+    try:  # the keys the run's own command line composes to differently from its saved config: the files changed
+        files = {k for k, _, _ in changed_keys(run_dir, saved_overrides(run_dir))}
+    except Exception:  # a saved command line that no longer composes: no key can be put down to the files
+        files = set()
     shown = [f"{key}={_text(now)} (the run trained with {_text(was)})" for key, was, now in changes[:4]]
     more = f" and {len(changes) - 4} more" if len(changes) > 4 else ""
     why = "; ".join(dict.fromkeys(_WHY[key.split(".")[0]] for key, _, _ in changes))
@@ -208,8 +180,7 @@ HUB_DATA_KEYS = ("data.path", "data.val_path", "data.tokenizer")
 
 
 def _data_refusal(run_dir: Path, new: Any) -> str | None:
-    """Why the data the resume would read is not the data the run recorded (its files, the tokenizer); None when
-    it is, when the run recorded none, or when ``after.allow_changed_data`` allows it."""
+    """Why the data the resume would read is not the data the run recorded (its files, the tokenizer), or None."""
     from omegaconf import OmegaConf
 
     from runner.data.fingerprint import changes, data_fingerprint, read_fingerprint

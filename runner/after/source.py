@@ -25,9 +25,7 @@ if TYPE_CHECKING:  # torch and Lightning load when a model does: a bad command l
 OVERRIDES = Path(".hydra") / "overrides.yaml"
 CONFIG = Path(".hydra") / "config.yaml"
 ALLOW_CHANGED_DATA = "after.allow_changed_data"
-RUN_KEYS = ("hydra.run.dir", "ckpt_path", ALLOW_CHANGED_DATA)
-"""Overrides that say where and from what a run resumed (and whether on changed data): replaced at each resume,
-never carried over."""
+RUN_KEYS = ("hydra.run.dir", "ckpt_path", ALLOW_CHANGED_DATA)  # where and from what a run resumed: never carried
 # What compiling and saved-activation checkpointing put in a module's state-dict keys: a plain module has neither.
 _WRAPPERS = re.compile(r"(^|\.)(_orig_mod|_checkpoint_wrapped_module)\.")
 
@@ -38,8 +36,7 @@ def override_key(override: str) -> str:
 
 
 def merge_overrides(saved: Sequence[str], given: Sequence[str]) -> list[str]:
-    """``saved`` with each override of ``given`` in place of the saved one of the same key (Hydra refuses a
-    group chosen twice), the new ones after."""
+    """``saved`` with each override of ``given`` in place of the saved one of the same key, the new ones after."""
     keys = {override_key(o) for o in given}
     return [*(o for o in saved if override_key(o) not in keys), *given]
 
@@ -69,15 +66,12 @@ def saved_overrides(run_dir: Path) -> list[str]:
 
 def run_config(run_dir: Path, given: Sequence[str] = (), validated: bool = True) -> RunConfig:
     """The run's config from its saved command line with ``given`` in place, checked (``validated``) for building
-    its model and data but not its trainer: a GPU run is exported and evaluated on machines without one."""
+    its model and data but not its trainer (a GPU run is exported on machines without one)."""
     if (problem := run_dir_error(run_dir)) is not None:
         raise ConfigError(problem)
     overrides = merge_overrides(saved_overrides(run_dir), given)
-    args = command_line(overrides)
-    dirs = search_dirs(args) if args is not None else []
-    plain = [o for o in overrides if not o.lstrip("+~").startswith(("hydra.", "hydra/"))]
     try:
-        cfg = convert(compose(plain, run_dir=str(run_dir), config_dirs=dirs or None))
+        cfg = convert(compose_run(run_dir, overrides))
         localize(cfg)  # the Hub names the run recorded, at their commits, from the cache
     except ConfigError:
         raise
@@ -89,9 +83,16 @@ def run_config(run_dir: Path, given: Sequence[str] = (), validated: bool = True)
     return cfg
 
 
+def compose_run(run_dir: Path, overrides: Sequence[str]) -> Any:
+    """The config ``overrides`` (a command line) compose to, as ``python -m runner`` composes it for ``run_dir``."""
+    args = command_line(list(overrides))
+    dirs = search_dirs(args) if args is not None else []
+    plain = [o for o in overrides if not o.lstrip("+~").startswith(("hydra.", "hydra/"))]
+    return compose(plain, run_dir=str(run_dir), config_dirs=dirs or None)
+
+
 def check(cfg: RunConfig) -> None:
-    """Raise ``ConfigError`` with what stops the model from being built or the data from being read (``data.*``
-    overrides name files too)."""
+    """Raise ``ConfigError`` with what stops the model from being built or the data from being read."""
     from runner.config.checks import inputs as input_checks
     from runner.config.checks import run as checks_run
 
@@ -112,8 +113,12 @@ def checkpoint_path(run_dir: Path, ckpt: str) -> Path:
                               "(trainer.checkpoint_every_n_steps) or was not trained there. Give --ckpt with a "
                               "checkpoint file, or train the run on (python -m runner resume RUN_DIR).")
         return path
-    if ckpt == "best":
-        best = _best_path(run_dir)
+    if ckpt == "best":  # the best checkpoint ModelCheckpoint recorded in last.ckpt, when it monitored a metric
+        last, best = last_checkpoint_path(run_dir), None
+        ckpt_state, _ = read_checkpoint(last) if last.is_file() else (None, None)
+        for key, state in ((ckpt_state or {}).get("callbacks") or {}).items():
+            found = state.get("best_model_path") if str(key).startswith("ModelCheckpoint") else None
+            best = best or (Path(found) if found and Path(found).is_file() else None)
         if best is None:
             raise ConfigError(f"--ckpt best: {run_dir} kept no best checkpoint (runner's checkpointing saves "
                               f"last.ckpt and monitors no metric). {fix}")
@@ -129,20 +134,8 @@ def checkpoint_path(run_dir: Path, ckpt: str) -> Path:
     raise ConfigError(f"--ckpt {ckpt} does not exist. {fix}")
 
 
-def _best_path(run_dir: Path) -> Path | None:
-    """The best checkpoint ModelCheckpoint recorded in ``last.ckpt``, when it monitored a metric."""
-    last = last_checkpoint_path(run_dir)
-    ckpt, _ = read_checkpoint(last) if last.is_file() else (None, None)
-    for key, state in ((ckpt or {}).get("callbacks") or {}).items():
-        best = state.get("best_model_path") if str(key).startswith("ModelCheckpoint") else None
-        if best and Path(best).is_file():
-            return Path(best)
-    return None
-
-
 def checkpoint_state(path: Path) -> tuple[dict[str, Any], int | None]:
-    """The model's weights in a checkpoint file (a Lightning checkpoint, or FSDP's consolidated state dict)
-    without compile or checkpointing wrappers in their keys, and the step it was saved at."""
+    """The model's weights in a checkpoint file (without wrappers in their keys), and the step it was saved at."""
     ckpt, error = read_checkpoint(path)
     fix = "Give another checkpoint (--ckpt last, or a file of the run's checkpoints/)."
     if error is not None:

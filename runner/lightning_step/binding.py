@@ -37,10 +37,8 @@ def takes_dataloader_iter(step: Callable[..., Any]) -> bool:
 
 
 def reads_logged_results(module: nn.Module) -> bool:
-    """Whether ``training_step`` reads what it logged back from the trainer (``self.trainer.callback_metrics``,
-    the fit loop's ``_results``), directly or through a property of the module. Lightning makes a value
-    logged in the step visible there at once; a compiled step logs after the graph, so such a step is
-    not compiled as a whole."""
+    """Whether ``training_step`` reads what it logged back from the trainer (``self.trainer.callback_metrics``),
+    directly or through a property: a compiled step logs after the graph, so such a step is not compiled whole."""
     code = code_of(user_step(module))
     if code is None:
         return False
@@ -57,8 +55,7 @@ def reads_logged_results(module: nn.Module) -> bool:
 # __signature__, bound to the module when the step is the class's, or as a plain function when the user put their
 # own callable on the instance (then that callable runs, and it is put back afterwards).
 def install_step(module: nn.Module, run: Callable[..., Any]) -> Callable[[], None]:
-    """Make ``module.training_step`` call ``run(*args, **kwargs)`` with the user's step's signature;
-    returns the undo (the user's own instance attribute, if any, comes back)."""
+    """Make ``module.training_step`` call ``run(*args, **kwargs)`` with the user's step's signature; the undo."""
     attrs = vars(module)
     prior = attrs.get("training_step", _MISSING)
     user = user_step(module)
@@ -86,8 +83,7 @@ def install_step(module: nn.Module, run: Callable[..., Any]) -> Callable[[], Non
 
 
 def turn_off_hooks(module: nn.Module, zero_grad: bool, clipping: bool) -> Callable[[], None]:
-    """Turn Lightning's ``optimizer_zero_grad`` (``zero_grad``) and ``configure_gradient_clipping`` (``clipping``)
-    into no-ops on ``module``, where the stack does that work itself; returns the undo."""
+    """Lightning's ``optimizer_zero_grad`` and ``configure_gradient_clipping`` as no-ops where the stack does them."""
     if zero_grad:
         module.optimizer_zero_grad = lambda *args, **kwargs: None  # type: ignore[assignment]
     if clipping:
@@ -101,8 +97,7 @@ def turn_off_hooks(module: nn.Module, zero_grad: bool, clipping: bool) -> Callab
 
 
 def backward_ran_in_step(strategy: Any, closure_loss: Any) -> Any:
-    """Lightning's hooks around a backward the compiled step already ran (``on_before/after_backward``, the
-    precision plugin's), without running backward again."""
+    """Lightning's hooks around a backward the compiled step already ran, without running backward again."""
     module = strategy.lightning_module
     strategy.pre_backward(closure_loss)
     closure_loss = strategy.precision_plugin.pre_backward(closure_loss, module)

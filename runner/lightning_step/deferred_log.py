@@ -15,9 +15,8 @@ METRIC_METHODS = ("forward", "update", "compute", "reset")
 
 
 def metric_methods(module: nn.Module) -> list[tuple[Any, tuple[str, ...]]]:
-    """``(metric, METRIC_METHODS)`` for every torchmetrics object registered in ``module``, but those on
-    which the user set one of these methods themselves (a ``Mock`` recording calls, a wrapper): that
-    object is the user's to call when they call it, so such a metric is left alone."""
+    """``(metric, METRIC_METHODS)`` for every torchmetrics object registered in ``module``, but those on which the
+    user set one of these methods themselves (a ``Mock``, a wrapper): the user's to call when they call it."""
     try:
         from torchmetrics import Metric, MetricCollection
     except ImportError:  # torchmetrics is optional for runner (Lightning installs it)
@@ -29,9 +28,6 @@ def metric_methods(module: nn.Module) -> list[tuple[Any, tuple[str, ...]]]:
 def _set_by_user(value: object) -> bool:
     # torchmetrics itself puts wrapped ``update``/``compute`` on every instance; anything else is the user's.
     return value is not None and not str(getattr(value, "__module__", "") or "").startswith("torchmetrics")
-
-
-_MUTATIONS = ("append", "extend", "insert", "clear", "remove", "sort", "reverse")
 
 
 class Box:
@@ -82,8 +78,13 @@ class DeferredList:
         self.extend(values)
         return self
 
-    # -- reads: the real list as it will be after this step's mutations so far --------------------------
+    def pop(self, index: int = -1) -> Any:
+        value = self._view()[index]
+        self._record("pop", index)
+        return value
+
     def _view(self) -> list[Any]:
+        """The real list as it will be after this step's mutations so far: what every read reads."""
         items = list(self._box.value)
         for target, method, args, _, _ in self._calls:
             if target is self._box:
@@ -107,11 +108,6 @@ class DeferredList:
 
     def __repr__(self) -> str:
         return repr(self._view())
-
-    def pop(self, index: int = -1) -> Any:
-        value = self._view()[index]
-        self._record("pop", index)
-        return value
 
     def count(self, value: Any) -> int:
         return self._view().count(value)
@@ -207,12 +203,7 @@ class DeferredLog:
         self.calls: list[tuple[Any, str, tuple[Any, ...], dict[str, Any], Deferred | None]] = []
         self._patches: list[tuple[Any, str, Any]] = []  # (an object's __dict__, name, recorder)
         self._bound: int | None = None
-        self._detach_in_step = False
-        self._lists: dict[str, DeferredList] = {}
-        self._optimizer_lists: list[tuple[dict[str, Any], str]] = []
-        self._views: dict[int, OptimizerView] = {}
-        self._view_lists: dict[str, list[OptimizerView]] = {}
-        self._module_optimizers: Callable[[], list[Any]] | None = None
+        self._detach_in_step = False  # the rest of the state is bind's
 
     def log(self, name: str, value: Any, **kwargs: Any) -> None:
         # Detached at replay, not here: a detach inside the compiled step is a second graph output
@@ -234,10 +225,8 @@ class DeferredLog:
     def bind(self, module: L.LightningModule, methods: DeferredMethods = (), detach_in_step: bool = False,
              optimizer_lists: Iterable[tuple[dict[str, Any], str]] = (),
              module_optimizers: Callable[[], list[Any]] | None = None) -> None:
-        """Defer ``module.log``/``log_dict``, ``methods`` (e.g. every torchmetrics object's
-        ``forward``/``update``/``compute``/``reset``) and the mutations of the module's ``list`` attributes; show the
-        step ``OptimizerView``s in ``optimizer_lists`` (``(obj.__dict__, name)`` of each list of optimizers the step can
-        reach, ``runner.deferred_state``). The recorders are built here, once."""
+        """Defer ``module.log``/``log_dict``, ``methods`` and the module's list mutations; show the step
+        ``OptimizerView``s in ``optimizer_lists`` (``(obj.__dict__, name)``). The recorders are built here, once."""
         self._module = module
         self._detach_in_step = detach_in_step
         self._bound = id(module)
@@ -249,17 +238,20 @@ class DeferredLog:
             for name in names:
                 if getattr(target, name, None) is not None:
                     self._patches.append((vars(target), name, _Recorder(self.calls, target, name)))
-        self._lists = {}
+        self._lists: dict[str, DeferredList] = {}
         self._optimizer_lists = list(optimizer_lists)
-        self._views = {}
-        self._view_lists = {}
+        self._views: dict[int, OptimizerView] = {}
+        self._view_lists: dict[str, list[OptimizerView]] = {}
         self._module_optimizers = module_optimizers
-        if module_optimizers is not None:
-            self._patches.append((vars(module), "optimizers", self._optimizers_method()))
+        if module_optimizers is not None:  # LightningModule.optimizers() in the step, over the views prepared before it
+            def optimizers(use_pl_optimizer: bool = True) -> Any:
+                shown = self._view_lists.get("_module" if use_pl_optimizer else "_optimizers", [])
+                return shown[0] if len(shown) == 1 else shown  # one optimizer is returned as itself, as Lightning's
+
+            self._patches.append((vars(module), "optimizers", optimizers))
 
     def _state_patches(self, module: Any) -> list[tuple[dict[str, Any], str, Any]]:
-        """This step's stand-ins for the module's lists and the strategy's optimizer lists (created once
-        per name / optimizer, so a compiled step sees the same objects every step: no guard fails)."""
+        """The stand-ins for the module's and the strategy's lists (the same objects every step: no guard fails)."""
         attrs = vars(module)
         patches: list[tuple[dict[str, Any], str, Any]] = []
         for name, value in attrs.items():
@@ -285,17 +277,6 @@ class DeferredLog:
         view.refresh()
         return view
 
-    def _optimizers_method(self) -> Callable[..., Any]:
-        """``LightningModule.optimizers()`` during the compiled step: the same rule (one optimizer is
-        returned as itself), over the views prepared before the step (of Lightning's wrappers, or with
-        ``use_pl_optimizer=False`` of the optimizers themselves)."""
-
-        def optimizers(use_pl_optimizer: bool = True) -> Any:
-            shown = self._view_lists.get("_module" if use_pl_optimizer else "_optimizers", [])
-            return shown[0] if len(shown) == 1 else shown
-
-        return optimizers
-
     @contextlib.contextmanager
     def capture(self, module: L.LightningModule) -> Iterator[None]:
         """Swap the deferred methods and state for their recorders, then put them back and replay the calls."""
@@ -316,11 +297,7 @@ class DeferredLog:
     @staticmethod
     def resolve(output: Any) -> Any:
         """The step's output with deferred results replaced by their values (after ``capture``)."""
-        if isinstance(output, Deferred):
-            return output.value
-        if isinstance(output, Mapping) and any(isinstance(v, Deferred) for v in output.values()):
-            return {k: _resolve(v) for k, v in output.items()}
-        return output
+        return _resolve(output)
 
 
 def _detached(value: Any) -> Any:
@@ -340,7 +317,7 @@ def _logged(value: Any) -> Any:
 def _resolve(value: Any) -> Any:
     if isinstance(value, Deferred):
         return value.value
-    if type(value) is dict and any(isinstance(v, Deferred) for v in value.values()):
+    if isinstance(value, Mapping) and any(isinstance(v, Deferred) for v in value.values()):
         return {k: _resolve(v) for k, v in value.items()}
     return value
 
@@ -351,8 +328,7 @@ def _ignore(*args: Any, **kwargs: Any) -> None:
 
 @contextlib.contextmanager
 def swapped(patches: list[tuple[dict[str, Any], str, Any]]) -> Iterator[None]:
-    """``attrs[name] = value`` for each patch, then each attribute as it was (deleted where it was absent).
-    An attribute the block rebound itself (``self.outputs = []`` in a step) keeps the block's value."""
+    """``attrs[name] = value`` for each patch, then each attribute as it was (one the block rebound keeps its value)."""
     prior = [attrs.get(name, _MISSING) for attrs, name, _ in patches]
     for attrs, name, value in patches:
         attrs[name] = value
@@ -369,8 +345,7 @@ def swapped(patches: list[tuple[dict[str, Any], str, Any]]) -> Iterator[None]:
 
 
 def discard_logs(module: Any, methods: DeferredMethods = ()) -> contextlib.AbstractContextManager[None]:
-    """Run the module's step with ``log``/``log_dict``/``print`` and ``methods`` (e.g.
-    ``runner.lightning_step.deferred_log.metric_methods(module)``) as no-ops: a measurement outside any Trainer."""
+    """The module's ``log``/``log_dict``/``print`` and ``methods`` as no-ops: a measurement outside any Trainer."""
     patches = [(vars(module), name, _ignore) for name in ("log", "log_dict", "print")]
     patches += [(vars(target), name, _ignore) for target, names in methods for name in names]
     return swapped(patches)

@@ -1,13 +1,9 @@
 """Lightning's ``self.log`` without its per-call metric walk, while a runner strategy runs a trainer function."""
 
-# Every ``self.log`` call ends in ``_ResultCollection.log``, which calls ``_ResultMetric.to(value.device)``. That
-# ``to`` rebuilds the metric's whole ``__dict__`` with ``apply_to_collection`` (deep-copying its metadata dataclass)
-# even when nothing moves: 0.37-0.62 ms per logged value per step on a 2-core CPU, a third of Lightning's whole
-# per-step cost on a small model (Lightning issue #20388; the fix proposed upstream in pull request #21769 is this
-# same early return). Until Lightning ships it, runner's strategies install it in ``setup_environment`` (fit,
-# validate, test) and put Lightning's method back in ``teardown``. The class is reached through
-# ``runner.lightning_internals`` when first installed, never at import; a Lightning without it leaves the fast path
-# off.
+# Every ``self.log`` call ends in ``_ResultMetric.to(value.device)``, which rebuilds the metric's ``__dict__`` even
+# when nothing moves: 0.37-0.62 ms per logged value per step on a 2-core CPU, a third of Lightning's per-step cost on a
+# small model (Lightning issue #20388; upstream pull request #21769 is this same early return). runner's strategies
+# install it in ``setup_environment`` and put Lightning's method back in ``teardown``.
 
 from __future__ import annotations
 

@@ -1,3 +1,2 @@
-"""The models runner builds from config (``model=...``), none downloaded: its own byte-level GPT (``gpt``) and MLP
-(``mlp``); Hugging Face transformers causal LMs and sequence classifiers, from a configuration or a local
-``save_pretrained`` directory (``hf``, their arguments checked by ``hf_checks``); timm image classifiers (``image``)."""
+"""The models runner builds from config (``model=...``), none downloaded: its GPT and MLP, transformers models from a
+configuration or a ``save_pretrained`` directory (``hf``, checked by ``hf_checks``), timm classifiers (``image``)."""

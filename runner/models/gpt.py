@@ -40,24 +40,18 @@ class CausalSelfAttention(nn.Module):
         self.dropout = dropout
 
     def forward(self, x: torch.Tensor, documents: torch.Tensor | None = None) -> torch.Tensor:
-        b, t, c = x.shape
-        q, k, v = self.qkv(x).split(c, dim=2)
-        q, k, v = (z.view(b, t, self.n_head, c // self.n_head).transpose(1, 2) for z in (q, k, v))
-        p = self.dropout if self.training else 0.0
-        if documents is None:
-            y = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
-        else:
-            y = document_attention(q, k, v, documents, dropout_p=p)
-        return self.proj(y.transpose(1, 2).reshape(b, t, c))
+        return self.decode(x, None, documents)[0]
 
-    def decode(self, x: torch.Tensor, past: KV | None) -> tuple[torch.Tensor, KV]:
-        """``forward`` for new positions ``x`` after the ``past`` keys and values (None: no earlier positions), and the
-        keys and values of every position up to the new ones."""
+    def decode(self, x: torch.Tensor, past: KV | None,
+               documents: torch.Tensor | None = None) -> tuple[torch.Tensor, KV]:
+        """``forward`` of new positions ``x`` after ``past`` (None: none), and every position's keys and values."""
         b, t, c = x.shape
         q, k, v = self.qkv(x).split(c, dim=2)
         q, k, v = (z.view(b, t, self.n_head, c // self.n_head).transpose(1, 2) for z in (q, k, v))
         p = self.dropout if self.training else 0.0
-        if past is None:  # the prompt: forward's own call
+        if documents is not None:
+            y = document_attention(q, k, v, documents, dropout_p=p)
+        elif past is None:  # training, or the prompt
             y = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
         else:
             k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
@@ -102,16 +96,8 @@ class Block(nn.Module):
 class GPT(nn.Module):
     """Byte-level GPT."""
 
-    def __init__(
-        self,
-        vocab_size: int = 256,
-        n_layer: int = 4,
-        n_head: int = 4,
-        n_embd: int = 128,
-        block_size: int = 256,
-        dropout: float = 0.0,
-        bias: bool = False,
-    ) -> None:
+    def __init__(self, vocab_size: int = 256, n_layer: int = 4, n_head: int = 4, n_embd: int = 128,
+                 block_size: int = 256, dropout: float = 0.0, bias: bool = False) -> None:
         super().__init__()
         self.block_size = block_size
         self.tok_emb = nn.Embedding(vocab_size, n_embd)
@@ -160,8 +146,7 @@ class GPT(nn.Module):
         return x if return_hidden else self.head(x)
 
     def decode(self, idx: torch.Tensor, cache: KVCache, last_only: bool = False) -> torch.Tensor:
-        """Logits ``[batch, t, vocab]`` of ``idx`` ``[batch, t]``, the positions after the ``cache.length`` ones in
-        ``cache``, which then holds theirs too: the prompt once, then one new token at a time."""
+        """Logits ``[batch, t, vocab]`` of positions ``idx`` after those in ``cache``; it then holds theirs too."""
         start, t = cache.length, idx.shape[1]
         if start + t > self.block_size:
             raise ValueError(f"{start} cached + {t} new positions exceed block_size={self.block_size}")

@@ -32,8 +32,7 @@ def _given(overrides: Mapping[str, Any] | None) -> dict[str, Any]:
 
 
 def build_config(config: str, overrides: Mapping[str, Any] | None = None, **fixed: Any) -> Any:
-    """The ``transformers`` configuration named by ``config`` (a model type or a configuration class name) with
-    ``overrides`` and ``fixed`` applied."""
+    """The ``transformers`` configuration ``config`` names (a model type or class name), ``overrides`` applied."""
     cls = hf_checks.config_class(config)
     values = {**_given(overrides), **fixed}
     vocab = values.get("vocab_size")
@@ -46,31 +45,8 @@ def build_config(config: str, overrides: Mapping[str, Any] | None = None, **fixe
     return cls(**values)
 
 
-def _load(auto_class: Any, path: str, **kwargs: Any) -> nn.Module:
-    """The model saved in ``path``, in train mode: ``from_pretrained`` returns it in eval mode (dropout off), and
-    Lightning keeps the modes it finds, so a fine-tuned model would train without its dropout."""
-    root = Path(path).expanduser()
-    if not root.is_dir():
-        raise FileNotFoundError(f"model.path={path} is not a directory (hf_checks.check_path says what to do)")
-    if torch.get_default_device().type == "meta":
-        return _from_saved_config(auto_class, root, **kwargs)
-    return auto_class.from_pretrained(str(root), local_files_only=True, **kwargs).train()
-
-
-def _from_saved_config(auto_class: Any, root: Path, attn_implementation: str = "sdpa",
-                       ignore_mismatched_sizes: bool = False, **settings: Any) -> nn.Module:
-    """The saved model's architecture from its ``config.json`` alone, built on the meta device: what the config checks
-    build (``target_objects.meta_model``), as they build a model from a configuration. transformers refuses
-    ``from_pretrained`` under a meta device (it would read the weights), and the checks need shapes only."""
-    from transformers import AutoConfig
-
-    config = AutoConfig.from_pretrained(str(root), local_files_only=True, **settings)  # num_labels for a classifier
-    return auto_class.from_config(config, attn_implementation=attn_implementation).train()
-
-
 def input_vocabulary(config: str | None, path: str | None, overrides: Mapping[str, Any] | None) -> Embedding | None:
-    """How many token ids a transformers model embeds: a saved model's ``vocab_size`` (config.json), or the
-    configuration's with ``overrides``; None when neither can be read (the model's own check says why)."""
+    """How many token ids a transformers model embeds (a saved one's config.json, or the configuration's), or None."""
     try:
         if path:
             saved = json.loads((Path(path).expanduser() / "config.json").read_text())
@@ -89,59 +65,68 @@ def input_vocabulary(config: str | None, path: str | None, overrides: Mapping[st
 _NOTED: set[tuple[str, ...]] = set()
 
 
-def _note_unused(path: str, config: str | None, overrides: Mapping[str, Any] | None) -> None:
-    unused = [f"config={config}"] if config else []
-    unused += [f"overrides.{k}" for k in _given(overrides)]
-    said = (path, *unused)
-    if unused and torch.get_default_device().type != "meta" and said not in _NOTED:
-        _NOTED.add(said)
-        log.info("model.path=%s: the saved model's own configuration is used; %s (for building from a "
-                 "configuration) not applied", path, ", ".join(unused))
-
-
-def pad_token_id(path: str) -> int | None:
-    """The pad id of the tokenizer saved in ``path`` (its eos id when it has no pad token), or None."""
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(str(Path(path).expanduser()), local_files_only=True)
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    return int(pad) if pad is not None else None
-
-
-class CausalLM(nn.Module):
-    """Any ``transformers`` causal LM (``AutoModelForCausalLM``): ``forward(input_ids)`` returns logits."""
+class _Transformers(nn.Module):
+    """What both wrappers share: a saved model (``path``) or one built from a configuration, and their checks."""
 
     adapter_root = "model"  # peft's key names are relative to the transformers model (runner.config.decisions.peft)
-    adapter_task = "CAUSAL_LM"  # peft's task_type, written into adapter_config.json
+    task = "causal_lm"  # hf_checks.check_model's task
 
-    def __init__(self, config: str | None = "llama", path: str | None = None,
-                 overrides: Mapping[str, Any] | None = None, attn_implementation: str = "sdpa") -> None:
+    def __init__(self, auto_class: str, config: str | None, path: str | None, overrides: Mapping[str, Any] | None,
+                 attn_implementation: str, **fixed: Any) -> None:
         super().__init__()
         with nf4.torchao_import_quiet():  # transformers' modeling code imports torchao wherever it is installed
+            import transformers
             import transformers.modeling_utils  # noqa: F401
-            from transformers import AutoModelForCausalLM
 
+            auto = getattr(transformers, auto_class)
         self.source = path or config or "?"
         self.attn_implementation = attn_implementation
         if path:
-            _note_unused(path, config, overrides)
-            self.model = _load(AutoModelForCausalLM, path, attn_implementation=attn_implementation)
+            meta = torch.get_default_device().type == "meta"  # the config checks build shapes only
+            unused = [f"config={config}"] if config else []
+            unused += [f"overrides.{k}" for k in _given(overrides)]
+            if unused and not meta and (path, *unused) not in _NOTED:
+                _NOTED.add((path, *unused))
+                log.info("model.path=%s: the saved model's own configuration is used; %s (for building from a "
+                         "configuration) not applied", path, ", ".join(unused))
+            root = Path(path).expanduser()
+            if not root.is_dir():
+                raise FileNotFoundError(f"model.path={path} is not a directory (hf_checks.check_path says what to do)")
+            if meta:  # transformers refuses from_pretrained under a meta device (it would read the weights)
+                saved = transformers.AutoConfig.from_pretrained(str(root), local_files_only=True, **fixed)
+                self.model = auto.from_config(saved, attn_implementation=attn_implementation)
+            else:  # a saved classifier's head may have another number of labels than the data: a new head then
+                mismatched = {"ignore_mismatched_sizes": True} if fixed else {}
+                self.model = auto.from_pretrained(str(root), local_files_only=True,
+                                                  attn_implementation=attn_implementation, **fixed, **mismatched)
+            # Train mode: from_pretrained returns eval mode, and Lightning keeps the modes it finds (no dropout).
+            self.model.train()
         else:
             assert config, "model.config or model.path (checked before the run)"
-            cfg = build_config(config, overrides)
-            self.model = AutoModelForCausalLM.from_config(cfg, attn_implementation=attn_implementation)
+            self.model = auto.from_config(build_config(config, overrides, **fixed),
+                                          attn_implementation=attn_implementation)
 
-    @staticmethod
-    def check_arguments(config: str | None = None, path: str | None = None,
+    @classmethod
+    def check_arguments(cls, config: str | None = None, path: str | None = None,
                         overrides: Mapping[str, Any] | None = None, **_: Any) -> str | None:
         """What is wrong with these arguments, in one paragraph, before anything is written (None: nothing)."""
-        return hf_checks.check_model("causal_lm", config, path, _given(overrides))
+        return hf_checks.check_model(cls.task, config, path, _given(overrides))
 
     @staticmethod
     def input_vocabulary(config: str | None = None, path: str | None = None,
                          overrides: Mapping[str, Any] | None = None, **_: Any) -> Embedding | None:
         """How many token ids the model embeds (the vocabulary check compares the data's ids with it)."""
         return input_vocabulary(config, path, _given(overrides))
+
+
+class CausalLM(_Transformers):
+    """Any ``transformers`` causal LM (``AutoModelForCausalLM``): ``forward(input_ids)`` returns logits."""
+
+    adapter_task = "CAUSAL_LM"  # peft's task_type, written into adapter_config.json
+
+    def __init__(self, config: str | None = "llama", path: str | None = None,
+                 overrides: Mapping[str, Any] | None = None, attn_implementation: str = "sdpa") -> None:
+        super().__init__("AutoModelForCausalLM", config, path, overrides, attn_implementation)
 
     @staticmethod
     def packing_refusal(config: str | None = None, path: str | None = None,
@@ -164,8 +149,7 @@ class CausalLM(nn.Module):
         return head if isinstance(head, nn.Module) else None
 
     def forward(self, input_ids: torch.Tensor | PackedInputs, return_hidden: bool = False) -> torch.Tensor:
-        """Logits ``[batch, seq, vocab]``; with ``return_hidden``, the backbone's last hidden states ``[batch, seq,
-        hidden]`` (``lm_head``'s input: no position goes through the head)."""
+        """Logits ``[batch, seq, vocab]``; with ``return_hidden``, the backbone's last hidden states (``lm_head``'s)."""
         # The backbone (LlamaModel, GPT2Model...) when only the hidden states are wanted, else the whole model.
         run: Any = self.model.base_model if return_hidden else self.model
         if isinstance(input_ids, PackedInputs):
@@ -178,43 +162,19 @@ class CausalLM(nn.Module):
         return out.last_hidden_state if return_hidden else out.logits
 
 
-class SequenceClassifier(nn.Module):
+class SequenceClassifier(_Transformers):
     """Any ``transformers`` sequence classifier (``AutoModelForSequenceClassification``, BERT-style): ``forward(batch)``
     takes the data's ``{"input_ids", "attention_mask"}`` and returns logits ``[batch, num_labels]``."""
 
-    adapter_root = "model"
     adapter_task = "SEQ_CLS"
     adapter_heads = ("classifier", "score")  # trained in full beside an adapter (peft's SEQ_CLS modules_to_save)
+    task = "sequence_classification"
 
     def __init__(self, config: str | None = "bert", path: str | None = None,
                  overrides: Mapping[str, Any] | None = None, num_labels: int = 2,
                  attn_implementation: str = "sdpa") -> None:
-        super().__init__()
-        with nf4.torchao_import_quiet():
-            import transformers.modeling_utils  # noqa: F401
-            from transformers import AutoModelForSequenceClassification
-
-        self.source = path or config or "?"
-        if path:
-            _note_unused(path, config, overrides)
-            self.model = _load(AutoModelForSequenceClassification, path, num_labels=num_labels,
-                               ignore_mismatched_sizes=True, attn_implementation=attn_implementation)
-        else:
-            assert config, "model.config or model.path (checked before the run)"
-            cfg = build_config(config, overrides, num_labels=num_labels)
-            self.model = AutoModelForSequenceClassification.from_config(cfg, attn_implementation=attn_implementation)
-
-    @staticmethod
-    def check_arguments(config: str | None = None, path: str | None = None,
-                        overrides: Mapping[str, Any] | None = None, **_: Any) -> str | None:
-        """What is wrong with these arguments, in one paragraph, before anything is written (None: nothing)."""
-        return hf_checks.check_model("sequence_classification", config, path, _given(overrides))
-
-    @staticmethod
-    def input_vocabulary(config: str | None = None, path: str | None = None,
-                         overrides: Mapping[str, Any] | None = None, **_: Any) -> Embedding | None:
-        """How many token ids the model embeds (the vocabulary check compares the data's ids with it)."""
-        return input_vocabulary(config, path, _given(overrides))
+        super().__init__("AutoModelForSequenceClassification", config, path, overrides, attn_implementation,
+                         num_labels=num_labels)
 
     @staticmethod
     def packing_refusal(**_: Any) -> str | None:

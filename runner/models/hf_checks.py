@@ -26,8 +26,7 @@ def _close(name: str, candidates: Iterable[str]) -> list[str]:
 
 
 def task_types(task: str) -> dict[str, str]:
-    """Model type -> model class name of every family transformers has for ``task`` (``causal_lm``,
-    ``sequence_classification``)."""
+    """Model type -> model class name of every family transformers has for ``task`` (``causal_lm``...)."""
     from transformers.models.auto import modeling_auto
 
     mapping = getattr(modeling_auto, f"MODEL_FOR_{task.upper()}_MAPPING_NAMES")
@@ -37,14 +36,11 @@ def task_types(task: str) -> dict[str, str]:
 def config_class(name: str) -> type:
     """The configuration class of a model type (``llama``) or a configuration class name (``LlamaConfig``)."""
     from transformers import CONFIG_MAPPING
-    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
 
-    if name in CONFIG_MAPPING_NAMES:
-        return CONFIG_MAPPING[name]
-    by_class = {cls: model_type for model_type, cls in CONFIG_MAPPING_NAMES.items()}
-    if name in by_class:
-        return CONFIG_MAPPING[by_class[name]]
-    raise KeyError(name)
+    kind = model_type(name)
+    if kind is None:
+        raise KeyError(name)
+    return CONFIG_MAPPING[kind]
 
 
 def model_type(name: str) -> str | None:
@@ -70,12 +66,13 @@ def settings(cls: type) -> set[str]:
 def check_config(task: str, config: str, overrides: Mapping[str, Any]) -> str | None:
     """The model type exists for ``task`` and every override is one of its settings."""
     import transformers
+    from transformers import CONFIG_MAPPING
 
     types = task_types(task)
     kind = model_type(config)
     what = "causal LM" if task == "causal_lm" else "sequence classifier"
     if kind not in types:
-        matches = _close(config, [*types, *(c.__name__ for c in _classes(types))])
+        matches = _close(config, [*types, *(CONFIG_MAPPING[t].__name__ for t in types if t in CONFIG_MAPPING)])
         hint = f"did you mean {' or '.join(f'model.config={m}' for m in matches)}? " if matches else ""
         known = f" ({kind} has no {what} in transformers)" if kind else ""
         return (f"model.config={config} is not a model type transformers {transformers.__version__} builds as a "
@@ -97,12 +94,6 @@ def check_config(task: str, config: str, overrides: Mapping[str, Any]) -> str | 
 # Settings every configuration has (output flags, label maps): left out of the listing, not refused.
 _GENERIC = {"transformers_version", "architectures", "output_hidden_states", "return_dict", "dtype",
             "chunk_size_feed_forward", "is_encoder_decoder", "id2label", "label2id", "problem_type"}
-
-
-def _classes(types: Mapping[str, str]) -> list[type]:
-    from transformers import CONFIG_MAPPING
-
-    return [CONFIG_MAPPING[t] for t in types if t in CONFIG_MAPPING]
 
 
 def check_path(task: str, path: str) -> str | None:

@@ -51,8 +51,7 @@ def packing_refusal(config: str | None, path: str | None, overrides: Mapping[str
 
 def document_mask(attn_implementation: str, document_ids: torch.Tensor, dtype: torch.dtype,
                   parent_ids: torch.Tensor | None = None) -> Any:
-    """The attention mask of a packed batch for ``attn_implementation``; ``parent_ids``: the prefix each example also
-    attends to (``runner.packing.PackedInputs``)."""
+    """The attention mask of a packed batch for ``attn_implementation`` (``parent_ids``: the prefix each attends to)."""
     if attn_implementation == "flex_attention":
         return block_document_mask(document_ids, parent_ids=parent_ids)
     if attn_implementation == "sdpa":

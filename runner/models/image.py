@@ -67,13 +67,11 @@ def _offline_weights(name: str) -> str:
     """``model.pretrained=true``: runs are offline; where a local copy is, or how to make one."""
     import timm
 
-    hub_id = None
     try:
         hub_id = timm.models.get_pretrained_cfg(name).hf_hub_id  # type: ignore[union-attr]
     except Exception:
         hub_id = None
     hub_id = hub_id or f"timm/{name}"
-    cached = None
     try:
         from huggingface_hub import try_to_load_from_cache
 

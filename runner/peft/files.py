@@ -44,8 +44,7 @@ def adapter_config(adapter: Adapter, base: str | None, revision: str | None = No
 
 
 def write_adapter(adapter: Adapter, out: Path, base: str | None, revision: str | None = None) -> None:
-    """``adapter_config.json`` and ``adapter_model.safetensors`` into ``out`` (``base``: where the base is, a folder or
-    a Hub name at ``revision``)."""
+    """``adapter_config.json`` and ``adapter_model.safetensors`` into ``out`` (``base`` at ``revision``)."""
     from safetensors.torch import save_file
 
     save_file(adapter_state(adapter), str(out / ADAPTER_WEIGHTS), metadata={"format": "pt"})
@@ -53,8 +52,7 @@ def write_adapter(adapter: Adapter, out: Path, base: str | None, revision: str |
 
 
 def load_adapter(adapter: Adapter, path: str) -> None:
-    """Copy the adapter saved in ``path`` into ``adapter``'s layers; ``PeftTargetError`` when its keys are not exactly
-    those of this adapter (the config check names shapes that differ before the run)."""
+    """Copy the adapter saved in ``path`` into ``adapter``'s layers (``PeftTargetError`` for other keys)."""
     from safetensors.torch import load_file
 
     saved = load_file(str(Path(path).expanduser() / ADAPTER_WEIGHTS))
@@ -69,18 +67,12 @@ def load_adapter(adapter: Adapter, path: str) -> None:
     params = dict(adapter.root.named_parameters()) | dict(adapter.root.named_buffers())
     with torch.no_grad():
         for key, value in saved.items():
-            name = _param_name(key)
+            name = key.removeprefix("base_model.model.")  # peft's key -> the root's parameter (x.lora_A.weight)
             params[name].copy_(value.to(params[name].dtype))
 
 
-def _param_name(key: str) -> str:
-    """The root's parameter a peft key names (``base_model.model.x.lora_A.weight`` -> ``x.lora_A.weight``)."""
-    return key.removeprefix("base_model.model.")
-
-
 def base_layer(layer: nn.Module) -> nn.Module:
-    """An adapted layer's base alone: a layer of its base's kind holding its base weight (the same tensors for LoRA;
-    dequantized for QLoRA)."""
+    """An adapted layer's base alone: a layer of its base's kind holding its (dequantized for QLoRA) base weight."""
     own = getattr(layer, "weight", None)  # LoRA keeps the base's parameter; QLoRA has none (NF4 buffers)
     module: nn.Module
     with torch.device("meta"):  # shapes only: the weights are set below
@@ -104,16 +96,11 @@ def base_view(adapter: Adapter) -> Iterator[nn.Module]:
     layers = adapter.layers()
     try:
         for name, layer in layers.items():
-            _set(adapter.root, name, base_layer(layer))
+            adapter.root.set_submodule(name, base_layer(layer))
         yield adapter.model
     finally:
         for name, layer in layers.items():
-            _set(adapter.root, name, layer)
-
-
-def _set(root: nn.Module, name: str, module: nn.Module) -> None:
-    parent_name, _, child = name.rpartition(".")
-    setattr(root.get_submodule(parent_name) if parent_name else root, child, module)
+            adapter.root.set_submodule(name, layer)
 
 
 def dequantized(adapter: Adapter) -> bool:

@@ -23,9 +23,7 @@ def apply_peft(model: nn.Module, peft: PeftConfig) -> Adapter | None:
     for p in model.parameters():
         p.requires_grad_(False)
     for name in plan.targets:
-        parent_name, _, child = name.rpartition(".")
-        parent = root.get_submodule(parent_name) if parent_name else root
-        setattr(parent, child, _adapted(getattr(parent, child), peft))
+        root.set_submodule(name, _adapted(root.get_submodule(name), peft))
     for name in plan.saved:
         for p in root.get_submodule(name).parameters():
             p.requires_grad_(True)
@@ -46,13 +44,10 @@ def _adapted(base: nn.Module, peft: PeftConfig) -> LoRALinear:
 
 
 def merge_peft(model: nn.Module) -> int:
-    """Fold each adapted layer into a plain layer of its base's kind (base + scale * B @ A), in place; how many layers
-    were merged."""
+    """Fold each adapted layer into a plain layer of its base's kind, in place; how many were merged."""
     names = [n for n, m in model.named_modules() if isinstance(m, LoRALinear)]
     for name in names:
-        parent_name, _, child = name.rpartition(".")
-        parent = model.get_submodule(parent_name) if parent_name else model
-        setattr(parent, child, getattr(parent, child).merged())
+        model.set_submodule(name, model.get_submodule(name).merged())  # type: ignore[operator]
     for p in model.parameters():
         p.requires_grad_(True)
     if ADAPTER in model.__dict__:

@@ -43,6 +43,9 @@ class LoRALinear(nn.Module):
         self.r = r
         self.scale = alpha / r
         self._take_base(base)
+        self.bias: nn.Parameter | None = base.bias  # type: ignore[assignment]
+        if self.bias is not None:
+            self.bias.requires_grad_(False)
         # The adapter in float32 at least: a bf16 base keeps a full-precision adapter (QLoRA's rule too).
         dtype = torch.promote_types(weight.dtype, torch.float32) if weight.is_floating_point() else torch.float32
         device = weight.device
@@ -53,12 +56,9 @@ class LoRALinear(nn.Module):
         self.reset_adapter()
 
     def _take_base(self, base: nn.Module) -> None:
-        """Keep ``base``'s own parameters (no copy), frozen."""
+        """Keep ``base``'s own weight (no copy), frozen."""
         self.weight: nn.Parameter = base.weight  # type: ignore[assignment]
         self.weight.requires_grad_(False)
-        self.bias: nn.Parameter | None = base.bias  # type: ignore[assignment]
-        if self.bias is not None:
-            self.bias.requires_grad_(False)
 
     @torch.no_grad()
     def reset_adapter(self) -> None:
@@ -89,8 +89,7 @@ class LoRALinear(nn.Module):
 
     @torch.no_grad()
     def merged(self) -> nn.Module:
-        """The base layer's kind (``nn.Linear``, or ``Conv1D``) holding base + adapter, as peft's ``merge_and_unload``
-        leaves it."""
+        """The base layer's kind holding base + adapter, as peft's ``merge_and_unload`` leaves it."""
         base = self.base_weight()
         weight = base + self.delta().to(base.dtype)
         out: nn.Module

@@ -14,19 +14,13 @@ from runner.peft.layer import LoRALinear
 from runner.torch_internals.nf4 import nf4_module
 
 
-def _nf4(pieces: tuple[torch.Tensor, ...], out_features: int, in_features: int, block: int, group: int) -> Any:
-    """torchao's ``NF4Tensor`` of ``pieces`` (codes, scales, scale factors, mean, lookup table)."""
-    nf4_tensor = nf4_module()
-    codes, scalers, factor, mean, lut = pieces
-    shape = torch.Size((out_features, in_features))
-    meta = nf4_tensor.SubclassTensorArgs(shape, (in_features, 1), 0, lut.dtype, codes.device, False)
-    return nf4_tensor.NF4Tensor(meta, block, codes.numel() * 2 // block, group, scalers, factor, mean, codes, lut)
-
-
 def dequantize(codes: torch.Tensor, scalers: torch.Tensor, factor: torch.Tensor, mean: torch.Tensor,
                lut: torch.Tensor, out_features: int, in_features: int, block: int, group: int) -> torch.Tensor:
-    """The weight [out, in] the NF4 pieces hold, in the lookup table's dtype."""
-    nf4 = _nf4((codes, scalers, factor, mean, lut), out_features, in_features, block, group)
+    """The weight [out, in] the NF4 pieces hold (through torchao's ``NF4Tensor``), in the lookup table's dtype."""
+    nf4_tensor = nf4_module()
+    shape = torch.Size((out_features, in_features))
+    meta = nf4_tensor.SubclassTensorArgs(shape, (in_features, 1), 0, lut.dtype, codes.device, False)
+    nf4 = nf4_tensor.NF4Tensor(meta, block, codes.numel() * 2 // block, group, scalers, factor, mean, codes, lut)
     return nf4.get_original_weight()
 
 
@@ -71,8 +65,7 @@ def ops() -> Any:
 
 
 class QLoRALinear(LoRALinear):
-    """``LoRALinear`` whose frozen base weight is stored as NF4 buffers (``weight_codes`` and the scales), and run
-    through ``runner::nf4_linear``; the adapter stays in float32."""
+    """``LoRALinear`` whose frozen base weight is NF4 buffers run through ``runner::nf4_linear``."""
 
     weight_codes: torch.Tensor
     weight_scalers: torch.Tensor
@@ -93,9 +86,6 @@ class QLoRALinear(LoRALinear):
         self.register_buffer("weight_factor", q.quantization_factor)
         self.register_buffer("weight_mean", q.scaler_mean)
         self.register_buffer("weight_lut", q.nf4)
-        self.bias = base.bias  # type: ignore[assignment]
-        if self.bias is not None:
-            self.bias.requires_grad_(False)
 
     def pieces(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         return self.weight_codes, self.weight_scalers, self.weight_factor, self.weight_mean, self.weight_lut

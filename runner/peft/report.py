@@ -19,8 +19,6 @@ def optimizer_state_bytes(optimizers: Iterable[Optimizer]) -> int:
                for v in state.values() if isinstance(v, torch.Tensor))
 
 
-
-
 def peft_figures(model: nn.Module, optimizers: Iterable[Optimizer]) -> dict[str, Any]:
     """The ``peft/*`` figures of ``model`` (adapted by ``apply_peft``); nothing for a model without an adapter."""
     adapter = adapter_of(model)

@@ -9,16 +9,13 @@ from typing import Any, Protocol
 
 from runner.torch_internals.settings import TorchSettings
 
-REDIS_URL_ENV = "TORCHINDUCTOR_REDIS_URL"
-"""Where torch's Redis-backed compile caches connect, read when each cache first creates its client
-(``redis.Redis.from_url``: the URL's query sets the client's socket timeouts)."""
+REDIS_URL_ENV = "TORCHINDUCTOR_REDIS_URL"  # read when each cache first creates its client (the query: its timeouts)
 _REMOTE_CACHES = ("RemoteFxGraphCache", "RemoteAOTAutogradCache")
 
 
 def use_remote_compile_cache(settings: TorchSettings, url: str) -> None:
-    """Inductor's FX-graph and AOTAutograd caches also read and fill the Redis server at ``url``; a failed lookup
-    is a warning and a local compile. The autotune cache stays off: its lookups run in compile workers, which the
-    codec wrapper does not reach."""
+    """Inductor's FX-graph and AOTAutograd caches also read and fill the Redis server at ``url``."""
+    # The autotune cache stays off: its lookups run in compile workers, which the codec wrapper does not reach.
     from torch._functorch._aot_autograd.autograd_cache import AOTAutogradCache
 
     settings.env(REDIS_URL_ENV, url)
@@ -31,8 +28,7 @@ def use_remote_compile_cache(settings: TorchSettings, url: str) -> None:
 
 
 class EntryCodec(Protocol):
-    """What every value passes on its way to and from the server: ``seal`` before a write, ``open`` after a
-    read (None: treat it as absent, a miss)."""
+    """``seal`` before a write to the server, ``open`` after a read (None: a miss)."""
 
     def seal(self, key: str, data: bytes) -> bytes: ...
 
@@ -40,21 +36,22 @@ class EntryCodec(Protocol):
 
 
 def wrap_remote_cache_backend(settings: TorchSettings, on_failure: Callable[[str], None], codec: EntryCodec) -> None:
-    """Every value torch's one Redis client writes passes ``codec.seal`` with its full key, and every value read
-    passes ``codec.open`` first. Any Redis error marks the client unavailable and goes to ``on_failure`` instead of
-    raising into the compile (AOTAutograd's remote save does not catch it: a timed-out write crashed the backward,
-    torch 2.13). ``settings.restore()`` puts torch's methods back."""
+    """Every value torch's Redis client writes or reads passes ``codec``; a Redis error marks the client unavailable
+    and goes to ``on_failure`` instead of into the compile (a timed-out write crashed the backward, torch 2.13)."""
     import redis
     from torch._inductor.remote_cache import RedisRemoteCacheBackend as Backend
 
     get, put = Backend._get, Backend._put
 
+    def failed(backend: Any, e: Exception) -> None:
+        backend._redis = None
+        on_failure(f"{type(e).__name__}: {e}")
+
     def _get(self: Any, key: str) -> bytes | None:
         try:
             stored = get(self, key)
         except redis.exceptions.RedisError as e:
-            self._redis = None
-            on_failure(f"{type(e).__name__}: {e}")
+            failed(self, e)
             return None
         return None if stored is None else codec.open(key, stored)
 
@@ -62,16 +59,14 @@ def wrap_remote_cache_backend(settings: TorchSettings, on_failure: Callable[[str
         try:
             put(self, key, codec.seal(key, data))
         except redis.exceptions.RedisError as e:
-            self._redis = None
-            on_failure(f"{type(e).__name__}: {e}")
+            failed(self, e)
 
     settings.patch(Backend, "_get", _get)
     settings.patch(Backend, "_put", _put)
 
 
 def stop_remote_compile_cache(settings: TorchSettings) -> None:
-    """torch's remote caches off for the compiles still to come (both flags are read at each compile);
-    ``settings.restore()`` puts back what was there before the fit."""
+    """torch's remote caches off for the compiles still to come (both flags are read at each compile)."""
     settings.inductor("fx_graph_remote_cache", False)
     settings.functorch("enable_remote_autograd_cache", False)
 
@@ -92,14 +87,12 @@ def inductor_cache_dir() -> Path:
 
 
 def cpu_kernel_files(cache_dir: Path) -> dict[str, Path]:
-    """Inductor's compiled C++ kernels under ``cache_dir`` (``<2 chars>/<hash>.so``, ``<hash>.main.so``), by relative
-    path. Remote FX-graph entries carry only the source, so a CPU process that hits them still builds every kernel."""
+    """Inductor's compiled C++ kernels under ``cache_dir`` (``<2 chars>/<hash>.so``, ``<hash>.main.so``), by path."""
     return {f"{p.parent.name}/{p.name}": p for p in sorted(cache_dir.glob("??/*.so"))}
 
 
 def kernel_key(name: str) -> str:
-    """The hash a kernel file is named by (``ab/cabc.main.so`` -> ``cabc``): its ``CppCodeCache`` key and the
-    name of its lock."""
+    """The hash a kernel file is named by (``ab/cabc.main.so`` -> ``cabc``): its ``CppCodeCache`` key and lock."""
     stem = name.rsplit("/", 1)[-1]
     return stem.removesuffix(".so").removesuffix(".main")
 
@@ -117,8 +110,7 @@ def cpu_kernels_in_use() -> set[str]:
 
 
 def read_kernel_locked(cache_dir: Path, name: str, timeout_s: float) -> bytes | None:
-    """Kernel file ``name``, read under torch's build lock for it so never half written; None when the lock stays
-    held past ``timeout_s`` or the file is gone."""
+    """Kernel file ``name``, read under torch's build lock (never half written); None past ``timeout_s`` or gone."""
     from filelock import Timeout  # torch's FileLock is the filelock package's, with wait counters
     from torch._inductor.codecache import get_lock_dir
     from torch.utils._filelock import FileLock

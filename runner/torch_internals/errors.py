@@ -1,5 +1,4 @@
-"""Compile errors as torch raises and logs them: their kind, frame, backend and the records of
-recompile-limit hits and eager fallbacks."""
+"""Compile errors as torch raises and logs them: kind, frame, backend, recompile-limit hits and eager fallbacks."""
 
 from __future__ import annotations
 
@@ -10,8 +9,7 @@ from runner.torch_internals.observation import compilation_metrics
 
 # The prefix of the RuntimeError torch raises under set_stance("fail_on_recompile") (torch/_dynamo/eval_frame.py).
 FAIL_ON_RECOMPILE_PREFIX = "Detected recompile when torch.compile stance is 'fail_on_recompile'"
-CONVERT_FRAME_LOGGER = "torch._dynamo.convert_frame"
-"""The logger Dynamo warns on when it gives up on a frame (recompile limit, suppressed errors)."""
+CONVERT_FRAME_LOGGER = "torch._dynamo.convert_frame"  # Dynamo warns there when it gives up on a frame
 
 
 def is_fail_on_recompile(exc: BaseException) -> bool:
@@ -20,28 +18,22 @@ def is_fail_on_recompile(exc: BaseException) -> bool:
 
 
 def compile_error_kind(exc: BaseException) -> str | None:
-    """What kind of compile error ``exc`` is: ``recompile_limit``, ``fail_on_recompile``,
-    ``constraint``, ``backend``, ``unsupported``, ``dynamo``; None when it is no compile error."""
+    """What kind of compile error ``exc`` is (``recompile_limit``, ``backend``...); None when it is none."""
     from torch._dynamo import exc as exc_mod
     from torch.fx.experimental.symbolic_shapes import ConstraintViolationError
 
-    if isinstance(exc, exc_mod.FailOnRecompileLimitHit):
-        return "recompile_limit"
-    if isinstance(exc, ConstraintViolationError):
-        return "constraint"
-    if isinstance(exc, exc_mod.BackendCompilerFailed):
-        return "backend"
-    if isinstance(exc, exc_mod.Unsupported):
-        return "unsupported"
-    if isinstance(exc, exc_mod.TorchDynamoException):
-        return "dynamo"
+    kinds = ((exc_mod.FailOnRecompileLimitHit, "recompile_limit"), (ConstraintViolationError, "constraint"),
+             (exc_mod.BackendCompilerFailed, "backend"), (exc_mod.Unsupported, "unsupported"),
+             (exc_mod.TorchDynamoException, "dynamo"))  # the first that fits: the most specific first
+    if (kind := next((k for cls, k in kinds if isinstance(exc, cls)), None)) is not None:
+        return kind
     if isinstance(exc, RuntimeError) and "torch.compile stance is 'fail_on_recompile'" in str(exc):
         return "fail_on_recompile"
     return None
 
 
 def backend_name(exc: BaseException) -> str:
-    """The backend a ``BackendCompilerFailed`` names, and its inner exception's text."""
+    """The backend a ``BackendCompilerFailed`` names."""
     return str(getattr(exc, "backend_name", "?"))
 
 

@@ -1,5 +1,4 @@
-"""torchao's NF4 (QLoRA's 4-bit format): the private module that holds it (its path moved between versions), and
-``nf4_problem``, a round trip of one block on the device so a setup that cannot run it is refused before the run."""
+"""torchao's NF4 (QLoRA's 4-bit format): the private module that holds it, and whether it runs here."""
 
 from __future__ import annotations
 
@@ -9,14 +8,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-_MODULES = ("torchao.quantization.quantize_.workflows.nf4.nf4_tensor", "torchao.dtypes.nf4tensor")
-"""Where torchao keeps NF4, newest first (``torchao.dtypes.nf4tensor`` before torchao moved it)."""
+_MODULES = ("torchao.quantization.quantize_.workflows.nf4.nf4_tensor", "torchao.dtypes.nf4tensor")  # newest first
 
 
 @contextmanager
 def torchao_import_quiet() -> Iterator[None]:
-    """Import torchao (alone or through transformers) without its import-time warnings (CUDA kernels on a CPU-only
-    torch, pytree Enums), which do not concern NF4 and would print in every run."""
+    """Import torchao (alone or through transformers) without its import-time warnings, which do not concern NF4."""
     quiet = [logging.getLogger(name) for name in ("torchao", "torch.utils._pytree")]
     levels = [q.level for q in quiet]
     for q in quiet:

@@ -87,10 +87,7 @@ def keep_compilation_metrics(limit: int) -> None:
 
 def graphs_compiled() -> int:
     """Dynamo graphs compiled in this process so far (one counter read: cheap enough per step)."""
-    from torch._dynamo.utils import counters
-
-    group, name, _ = COUNTERS["unique_graphs"]
-    return int(counters[group][name])
+    return counter_now("unique_graphs")
 
 
 @dataclass(frozen=True)
@@ -126,23 +123,13 @@ def to_record(metrics: Any) -> CompileRecord:
         backend = _us(metrics.aot_autograd_cumulative_compile_time_us)
     else:  # the backward record carries only its own cumulative time
         total, backend = _us(metrics.backward_cumulative_compile_time_us), 0.0
+    same = ("co_name", "co_filename", "co_firstlineno", "guard_count", "recompile_reason", "fail_type", "fail_reason",
+            "cudagraph_skip_reason")  # CompileRecord's fields that CompilationMetrics has under the same name
     return CompileRecord(
-        compile_id=str(metrics.compile_id),
-        is_forward=forward,
-        co_name=metrics.co_name,
-        co_filename=metrics.co_filename,
-        co_firstlineno=metrics.co_firstlineno,
-        guard_count=metrics.guard_count,
-        total_s=total,
-        backend_s=backend,
+        compile_id=str(metrics.compile_id), is_forward=forward, total_s=total, backend_s=backend,
         inductor_s=_us(metrics.inductor_cumulative_compile_time_us),
-        recompile_reason=metrics.recompile_reason,
-        restart_reasons=tuple(sorted(metrics.restart_reasons or ())),
-        fail_type=metrics.fail_type,
-        fail_reason=metrics.fail_reason,
-        cudagraph_skip_reason=metrics.cudagraph_skip_reason,
-        start_us=metrics.start_time_us,
-    )
+        restart_reasons=tuple(sorted(metrics.restart_reasons or ())), start_us=metrics.start_time_us,
+        **{name: getattr(metrics, name) for name in same})
 
 
 def resume_parent(co_name: str | None) -> str | None:
@@ -156,8 +143,7 @@ def _count_leaf_guards(manager: Any) -> int:
 
 
 def live_guard_counts() -> dict[str, list[int]]:
-    """Leaf guards checked at run time per live cache entry, keyed by ``"name (file:line)"``; empty after
-    ``torch._dynamo.reset()``."""
+    """Leaf guards checked at run time per live cache entry, keyed by ``"name (file:line)"``."""
     from torch._dynamo.convert_frame import input_codes
     from torch._dynamo.eval_frame import _debug_get_cache_entry_list
 
@@ -174,16 +160,16 @@ def live_guard_counts() -> dict[str, list[int]]:
 
 
 def graph_break_logger() -> logging.Logger:
-    """The artifact logger Dynamo writes each graph break to (``in user code at FILE:LINE``). Raising only it to
-    DEBUG captures the locations without printing them or resetting the user's ``TORCH_LOGS``."""
+    """The artifact logger Dynamo writes each graph break to (``in user code at FILE:LINE``); raising only it to DEBUG
+    captures the locations without printing them or resetting the user's ``TORCH_LOGS``."""
     from torch._dynamo import symbolic_convert
 
     return symbolic_convert.graph_break_log
 
 
 def cudagraph_tree_state(device_index: int) -> str | None:
-    """What the CUDA-graph tree on ``device_index`` did last in this step in this thread: ``WARMUP``, ``RECORDING``,
-    ``EXECUTION`` (a replay), ``NONE`` (nothing: an eager step), or None when there is no tree."""
+    """What the CUDA-graph tree on ``device_index`` did last this step (``WARMUP``, ``RECORDING``, ``EXECUTION``,
+    ``NONE``: an eager step), or None when there is no tree."""
     from torch._inductor import cudagraph_trees
 
     manager = cudagraph_trees.get_manager(device_index, create_if_none_exists=False)
@@ -216,15 +202,15 @@ CompileCallback = Callable[[str, str], None]
 
 
 class CompileEvents:
-    """The process's one subscription to torch's compile start/end callbacks (which also fire for the deferred
-    backward and each CUDA-graph recording, for the outermost compile only), fanned out as ``(trigger, compile id)``."""
+    """The process's one subscription to torch's compile start/end callbacks, fanned out as ``(trigger, compile id)``
+    (they also fire for the deferred backward and each CUDA-graph recording, for the outermost compile only)."""
 
     def __init__(self) -> None:
         self._listeners: list[tuple[CompileCallback, CompileCallback]] = []
 
     def subscribe(self, on_start: CompileCallback, on_end: CompileCallback | None = None) -> Callable[[], None]:
         """Call ``on_start`` (and ``on_end``) around every compile from now on; returns the unsubscribe."""
-        listener = (on_start, on_end or _ignore)
+        listener = (on_start, on_end or (lambda trigger, compile_id: None))
         self._listeners.append(listener)
         self._register()
         return lambda: self._unsubscribe(listener)
@@ -257,10 +243,6 @@ class CompileEvents:
     @property
     def listeners(self) -> int:
         return len(self._listeners)
-
-
-def _ignore(trigger: str, compile_id: str) -> None:
-    """A listener's end callback when it wants only starts."""
 
 
 COMPILE_EVENT_SOURCE = CompileEvents()
@@ -299,13 +281,8 @@ CUDAGRAPH_RECORDING_TRIGGER = "CUDAGRAPH_RECORDING"
 """The compile-callback trigger torch reports while a CUDA graph is recorded (``CallbackTrigger``)."""
 
 
-def _interned(text: str, index: int) -> Callable[[], tuple[str, int]]:
-    return lambda: (text, index)
-
-
 def start_structured_trace(directory: str) -> Callable[[], str | None]:
-    """Write torch's structured compile trace (``TORCH_TRACE``'s, tlparse's input) into ``directory`` from now on;
-    returns ``stop``, which puts the logger back and returns the trace file (None when nothing compiled)."""
+    """Write torch's structured compile trace (tlparse's input) into ``directory``; ``stop`` returns the file."""
     from torch._logging import _internal as logs
 
     trace_log = logs.trace_log
@@ -321,7 +298,7 @@ def start_structured_trace(directory: str) -> Callable[[], str | None]:
     from torch._logging import structured
 
     for text, index in list(structured.INTERN_TABLE.items()):
-        logs.trace_structured("str", _interned(text, index), suppress_context=True)
+        logs.trace_structured("str", lambda: (text, index), suppress_context=True)  # noqa: B023 - called at once
 
     def stop() -> str | None:
         # torch 2.13+ keeps the path in _stream_path; torch 2.11 has only the open file's name.

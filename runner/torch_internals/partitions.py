@@ -1,9 +1,5 @@
 """Inductor's CUDA-graph partitions: which nodes of a compiled graph run inside CUDA graphs, and why the others
-do not (``torch._inductor.scheduler``).
-
-With ``triton.cudagraph_skip_dynamic_graphs``, torch before 2.15 leaves every Triton kernel of a static graph out as
-"dynamic shape ops", because a kernel's own loop-index symbols count as symbol uses; torch 2.15 looks only at
-graph-level symbols (pytorch/pytorch PR 197139). :func:`partition_on_graph_symbols_only` gives older torch that."""
+do not; and torch 2.15's "dynamic shape ops" check on graph-level symbols for older torch (PR 197139)."""
 
 from __future__ import annotations
 
@@ -14,14 +10,11 @@ from typing import Any
 
 from runner.torch_internals.settings import TorchSettings
 
-DYNAMIC_SHAPE_REASON = "dynamic shape ops"
-"""``should_partition``'s reason for a node that uses a symbol while the option is on (its last check)."""
-MIN_SIZE_REASON = "fewer kernels than triton.cudagraph_min_partition_size"
-"""Why a partition no node keeps out is still eager (``graph_partition``'s size threshold, torch 2.13+)."""
+DYNAMIC_SHAPE_REASON = "dynamic shape ops"  # should_partition's reason for a node that uses a symbol (its last check)
+MIN_SIZE_REASON = "fewer kernels than triton.cudagraph_min_partition_size"  # graph_partition's size threshold
+# Added to cache_key_tag while the corrected check is installed: the caches key on Inductor's config, not on this
+# patch, and must not hand a graph partitioned by one check to a process that uses the other.
 FIX_TAG = "runner-cudagraph-partition-graph-symbols"
-"""Added to ``torch.compiler.config.cache_key_tag`` while the corrected check is installed: the FX-graph and
-AOTAutograd caches key on Inductor's config, not on this patch, and must not hand a graph partitioned by
-torch's own check to a process that uses the corrected one (or the other way round)."""
 
 
 def _scheduler() -> Any:
@@ -31,30 +24,22 @@ def _scheduler() -> Any:
 
 
 def graph_level_symbols(node: Any) -> list[str]:
-    """The size, float and unbacked symbols a scheduler node uses (sorted): what really makes its shape dynamic,
-    without loop indices, temporaries and precomputed sizes."""
+    """The size, float and unbacked symbols a scheduler node uses (sorted), without loop indices and temporaries."""
+    import sympy
     from torch.utils._sympy.symbol import SymT, symbol_is_type
 
     kinds = (SymT.SIZE, SymT.FLOAT, SymT.UNBACKED_INT, SymT.UNBACKED_FLOAT)
     symbols = _scheduler().get_scheduler_node_symbol_uses(node)
-    return sorted(str(s) for s in symbols if _is_symbol(s) and symbol_is_type(s, kinds))
-
-
-def _is_symbol(value: Any) -> bool:
-    import sympy
-
-    return isinstance(value, sympy.Symbol)
+    return sorted(str(s) for s in symbols if isinstance(s, sympy.Symbol) and symbol_is_type(s, kinds))
 
 
 def partition_check_counts_loop_indices() -> bool:
-    """Whether this torch's ``should_partition`` counts loop-index symbols as dynamic shapes (torch before
-    2.15, which lacks ``filter_graph_level_symbols``)."""
+    """Whether ``should_partition`` counts loop-index symbols as dynamic shapes (torch before 2.15)."""
     return not hasattr(_scheduler(), "filter_graph_level_symbols")
 
 
 def partition_on_graph_symbols_only(settings: TorchSettings) -> bool:
-    """Give torch before 2.15 its "dynamic shape ops" check on graph-level symbols only; returns whether this torch
-    needed it. ``settings.restore()`` puts torch's method back."""
+    """Give torch before 2.15 its "dynamic shape ops" check on graph-level symbols only; whether it was needed."""
     if not partition_check_counts_loop_indices():
         return False
     scheduler_class = _scheduler().Scheduler
@@ -81,15 +66,11 @@ def partition_on_graph_symbols_only(settings: TorchSettings) -> bool:
 class GraphPartitions:
     """How Inductor partitioned one compiled graph for CUDA graphs."""
 
-    graph: str
-    """``forward`` or ``backward``, with Dynamo's compile id (``forward 0/0``)."""
+    graph: str  # forward or backward, with Dynamo's compile id (forward 0/0)
     partitions: int
-    graphed: int
-    """Partitions recorded as CUDA graphs; the others run eagerly between them."""
-    eager_nodes: dict[str, int] = field(default_factory=dict)
-    """Why nodes stay out of CUDA graphs: reason -> scheduler nodes of eager partitions with that reason."""
-    examples: dict[str, str] = field(default_factory=dict)
-    """Reason -> the first such node's operator (``aten.embedding.default``), for the report."""
+    graphed: int  # partitions recorded as CUDA graphs; the others run eagerly between them
+    eager_nodes: dict[str, int] = field(default_factory=dict)  # reason -> scheduler nodes of eager partitions
+    examples: dict[str, str] = field(default_factory=dict)  # reason -> the first such node's operator
 
 
 def partition_summary(scheduler: Any, partitions: Sequence[Sequence[Any]], skipped: Sequence[bool]) -> GraphPartitions:
@@ -108,17 +89,14 @@ def partition_summary(scheduler: Any, partitions: Sequence[Sequence[Any]], skipp
                 examples.setdefault(reason, _operator(node))
         if not found:
             reasons[MIN_SIZE_REASON] += len(partition)
-    return GraphPartitions(graph=_graph_name(), partitions=len(partitions), graphed=sum(not s for s in skipped),
-                           eager_nodes=dict(reasons), examples=examples)
-
-
-def _graph_name() -> str:
     from torch._guards import CompileContext
     from torch._inductor.virtualized import V
 
-    kind = "backward" if getattr(V.graph, "is_backward", False) else "forward"
-    compile_id = CompileContext.current_compile_id()
-    return f"{kind} {compile_id}" if compile_id is not None else kind
+    graph = "backward" if getattr(V.graph, "is_backward", False) else "forward"
+    if (compile_id := CompileContext.current_compile_id()) is not None:
+        graph = f"{graph} {compile_id}"
+    return GraphPartitions(graph=graph, partitions=len(partitions), graphed=sum(not s for s in skipped),
+                           eager_nodes=dict(reasons), examples=examples)
 
 
 def _operator(node: Any) -> str:
@@ -130,8 +108,7 @@ def _operator(node: Any) -> str:
 
 
 def observe_graph_partitions(settings: TorchSettings, callback: Callable[[GraphPartitions], None]) -> None:
-    """Call ``callback`` with each compiled graph's partitions as Inductor decides them (a graph loaded from the
-    cache is not partitioned again, so not seen). ``settings.restore()`` removes the observer."""
+    """Call ``callback`` with each compiled graph's partitions as Inductor decides them (not a cached graph's)."""
     scheduler_class = _scheduler().Scheduler
     original = scheduler_class.graph_partition
 

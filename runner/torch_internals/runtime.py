@@ -1,5 +1,5 @@
-"""What runner does to compiled code at run time: stances, dynamic-shape and static-address marks,
-compiled autograd, traced saved-tensor hooks, forgetting or skipping frames, Inductor's caches."""
+"""What runner does to compiled code at run time: stances, shape marks, compiled autograd, traced saved-tensor hooks,
+forgetting or skipping frames, Inductor's caches."""
 
 from __future__ import annotations
 
@@ -16,8 +16,7 @@ import torch
 
 
 def stance_now() -> Any:
-    """Dynamo's current stance, as an object :func:`restore_stance` puts back exactly (``fail_on_recompile``
-    with its backend and options, not just its name)."""
+    """Dynamo's current stance, as an object :func:`restore_stance` puts back exactly (not just its name)."""
     from torch._dynamo import eval_frame
 
     return eval_frame._stance
@@ -45,8 +44,7 @@ def current_stance() -> str:
 
 
 def reset_compiler() -> None:
-    """Forget every compiled frame, guard and dynamic decision (and compile callback) of this process: multirun
-    jobs share it, and Dynamo's caches are keyed by code object."""
+    """Forget every compiled frame, guard and dynamic decision of this process (multirun jobs share it)."""
     torch.compiler.reset()
 
 
@@ -88,12 +86,11 @@ def mark_static_address(t: torch.Tensor) -> None:
 
 
 _NO_MARK = object()
+# The tensor attributes torch._dynamo.decorators' shape marks set (mark_static_address sets another).
 SHAPE_MARKS = ("_dynamo_dynamic_indices", "_dynamo_dynamic_range", "_dynamo_weak_dynamic_indices",
                "_dynamo_unbacked_indices", "_dynamo_unbacked_bounds", "_dynamo_strict_unbacked_indices",
                "_dynamo_static_indices", "_dynamo_shape_ids", "_dynamo_hint_overrides", "_specialize_on",
                "_has_dynamo_dim_marking")
-"""The tensor attributes Dynamo's shape marks set (``torch._dynamo.decorators``: mark_dynamic,
-maybe_mark_dynamic, mark_unbacked, mark_static and their bounds); ``mark_static_address`` sets another."""
 
 
 def copy_shape_marks(source: torch.Tensor, target: torch.Tensor) -> None:
@@ -111,14 +108,10 @@ def compiled_autograd(compiler: Callable[..., Any]) -> contextlib.AbstractContex
     return torch._dynamo.compiled_autograd._enable(compiler)
 
 
-# Saved-tensor hooks given as ``torch.fx.GraphModule`` objects are inlined by AOTAutograd into the
-# forward epilogue (pack) and the backward prologue (unpack) of each compiled graph
-# (``torch/_functorch/_aot_autograd/graph_compile.py``: ``maybe_inline_graph_saved_tensors_hooks``).
-# While a hook is being traced there, a private thread-local context exposes the forward-graph node
-# being saved, which is how a traced pack hook learns which module a saved tensor belongs to.
+# AOTAutograd inlines GraphModule saved-tensor hooks into each compiled graph (graph_compile.py:
+# maybe_inline_graph_saved_tensors_hooks); while tracing one, a private context exposes the node being saved.
 def traced_saved_node() -> Any:
-    """The forward-graph node (``torch.fx.Node``) whose saved value a traced pack hook is packing,
-    else ``None`` (the hook runs eagerly, on real tensors)."""
+    """The forward-graph node whose saved value a traced pack hook is packing, else None (an eager hook)."""
     import torch.fx
     from torch._functorch._aot_autograd import graph_compile
 
@@ -137,8 +130,7 @@ def hooks_are_inlineable(pack: Any, unpack: Any) -> bool:
 
 
 def mark_wrapped(node: Any, cache_hash: str) -> None:
-    """Mark a hook-graph call as an ``fx.wrap`` leaf with a user cache hash, without which AOTAutograd's cache
-    bypasses graphs calling unknown Python functions; the hash changes whenever what the function traces to does."""
+    """Mark a hook-graph call as an ``fx.wrap`` leaf with a user cache hash (else AOTAutograd's cache bypasses it)."""
     node.meta["is_wrapped"] = True
     node.meta["user_cache_hash"] = cache_hash
 
@@ -148,8 +140,7 @@ def memory_budget() -> float:
     return float(torch._functorch.config.activation_memory_budget)
 
 
-CodeSnapshot = dict[int, int]
-"""``id(code) -> cache entries`` of every code object Dynamo has seen (see :func:`code_snapshot`)."""
+CodeSnapshot = dict[int, int]  # id(code) -> cache entries of every code object Dynamo has seen
 
 
 def _seen_codes() -> list[types.CodeType]:
@@ -173,9 +164,8 @@ def codes_compiled_since(snapshot: CodeSnapshot) -> list[types.CodeType]:
 
 
 def forget_codes(codes: list[types.CodeType]) -> None:
-    """Drop the compiled entries and automatic-dynamic history of ``codes`` only: an inherited ``training_step``
-    fitted again would pile up entries until ``recompile_limit``, while ``torch._dynamo.reset()`` forgets the rest
-    of the process too."""
+    """Drop the compiled entries and automatic-dynamic history of ``codes`` only (a step fitted again would pile up
+    entries until ``recompile_limit``; ``torch._dynamo.reset()`` forgets the whole process)."""
     from torch._dynamo import pgo
     from torch._dynamo.eval_frame import reset_code
 
@@ -235,8 +225,7 @@ def fused_kernel_devices() -> list[str]:
 
 
 def skip_update_on(optimizer: Any, found_inf: torch.Tensor | None) -> None:
-    """Have the fused optimizer skip its update wherever ``found_inf`` holds 1 (the flag ``GradScaler`` hands a fused
-    ``Adam``, ``AdamW`` or ``SGD``); None: never skip."""
+    """Have the fused optimizer skip its update where ``found_inf`` holds 1 (``GradScaler``'s flag); None: never."""
     optimizer.found_inf = found_inf
 
 

@@ -1,8 +1,8 @@
-"""Process-wide torch settings changed by one owner and restored (:class:`TorchSettings`), and the
-settings runner's stack makes: dynamic sources, lifted Python scalars, the machine-keyed cache dir."""
+"""Process-wide torch settings changed by one owner and restored (:class:`TorchSettings`), and those the stack makes."""
 
 from __future__ import annotations
 
+import importlib
 import os
 import re
 from collections.abc import Callable
@@ -13,26 +13,17 @@ import torch
 from runner.torch_internals.observation import compilation_metrics_limit, set_compilation_metrics_limit
 
 _MISSING = object()
-MANAGED: dict[str, Callable[[], Any]] = {}
-"""Every process-wide setting any ``TorchSettings`` ever changed, with a reader of its current value
-(what the no-leak test compares before and after runs)."""
-
-
-def _config_module(name: str) -> Any:
-    import importlib
-
-    return importlib.import_module(name)
+MANAGED: dict[str, Callable[[], Any]] = {}  # every setting a TorchSettings changed -> its reader (the no-leak test)
 
 
 class TorchSettings:
-    """Process-wide torch settings changed by one owner; :meth:`restore` (idempotent, in reverse) puts back what
-    each key held before its first change."""
+    """Process-wide torch settings changed by one owner; :meth:`restore` puts back what each held before."""
 
     def __init__(self) -> None:
         self._undo: dict[str, Callable[[], None]] = {}
 
     def _config(self, module: str, key: str, value: Any) -> None:
-        mod = _config_module(module)
+        mod = importlib.import_module(module)
         *parents, leaf = key.split(".")
         obj = mod
         for part in parents:
@@ -122,30 +113,26 @@ def managed_settings() -> dict[str, Any]:
 
 
 def local_source_pattern(local: str, attributes: str = "") -> str:
-    """A ``dynamic_sources`` regex for what Dynamo names frame local ``local`` (``L['self']``), then
-    ``attributes`` (a regex for the attribute path below it, e.g. ``r"\\._trainer\\.fit_loop\\..*"``)."""
+    """A ``dynamic_sources`` regex for frame local ``local`` (``L['self']``), then ``attributes`` (a regex)."""
     return re.escape(f"L['{local}']") + attributes
 
 
 def add_dynamic_sources(settings: TorchSettings, patterns: list[str]) -> None:
-    """Ints and tensors whose Dynamo source name matches ``patterns`` are dynamic from their first compile (Dynamo
-    specialises every int reached through an ``nn.Module``, so ``self.global_step`` would recompile every step)."""
-    prior = str(_config_module("torch.compiler.config").dynamic_sources)
+    """Ints and tensors whose Dynamo source name matches ``patterns`` are dynamic from their first compile."""
+    # Else self.global_step would recompile every step.
+    prior = str(torch.compiler.config.dynamic_sources)
     entries = [p for p in prior.split(",") if p] + [p for p in patterns if p not in prior.split(",")]
     settings._config("torch.compiler.config", "dynamic_sources", ",".join(entries))
 
 
 def lift_python_scalars(settings: TorchSettings) -> None:
-    """Python numbers a compiled frame reads stop specialising it once they change: an ``nn.Module`` int attribute
-    goes through automatic dynamic (one recompile, then a graph input), and ``loss.item()`` stays in the graph as a
-    scalar output instead of a graph break."""
+    """Python numbers stop specialising a compiled frame once they change; ``loss.item()`` stays in the graph."""
     settings.dynamo("allow_unspec_int_on_nn_module", True)
     settings.dynamo("capture_scalar_outputs", True)
 
 
 def cpu_capability() -> str:
-    """The instruction set ATen's CPU kernels use here (``AVX512``, ``AVX2``...; ``ATEN_CPU_CAPABILITY``
-    overrides it)."""
+    """The instruction set ATen's CPU kernels use here (``AVX512``, ``AVX2``...)."""
     return str(torch.backends.cpu.get_cpu_capability())
 
 
@@ -156,15 +143,11 @@ def machine_cache_dir(directory: str) -> str:
 
 
 AUTO_CHUNKER = "auto_chunker"
-"""Inductor's config class of its auto-chunker (``torch._inductor.config.auto_chunker``, torch 2.11 and later): a
-joint-graph pass that cuts a node whose output dwarfs its inputs (a large vocabulary's logits) into chunks along the
-batch dimension. runner's chunked loss is torch's ``linear_cross_entropy`` instead (docs/large-vocab.md says why);
-the benchmarks measure this one beside it."""
+"""Inductor's auto-chunker config (torch 2.11+), which the benchmarks measure beside runner's chunked loss."""
 
 
 def auto_chunker_options(chunks: int | None = None) -> dict[str, Any]:
-    """``torch.compile(options=...)`` turning Inductor's auto-chunker on (``chunks``: its chunk count; None: its own
-    choice, 8 in torch 2.13)."""
+    """``torch.compile(options=...)`` turning Inductor's auto-chunker on (``chunks``: its chunk count)."""
     options: dict[str, Any] = {f"{AUTO_CHUNKER}.enable": True}
     if chunks is not None:
         options[f"{AUTO_CHUNKER}.num_chunk"] = chunks
