@@ -17,7 +17,8 @@ from torch import nn
 from runner.config.paths import artifacts_path, checkpoint_dir, resolve_artifacts_path
 from runner.config.schema import RunConfig
 from runner.config.schema.data import Batching
-from runner.config.schema.objective import Reference, resolve_reference
+from runner.config.schema.objective import Reference as ReferenceSource
+from runner.config.schema.objective import resolve_reference
 from runner.config.target_objects import declared, fields, locate
 from runner.data.traits import DataTraits, ValMetric
 from runner.lightning_step.callback_group import CallbackGroup
@@ -32,7 +33,7 @@ from runner.training.loss import resolve_loss
 from runner.training.module import TrainModule
 from runner.training.preference import PreferenceModule
 from runner.training.progress_bar import RunProgressBar
-from runner.training.reference import AdapterReference, FrozenCopy, NoReference, Precomputed
+from runner.training.reference import AdapterReference, FrozenCopy, Precomputed, Reference
 from runner.training.summary import RunModelSummary
 
 
@@ -78,14 +79,14 @@ def build_module(cfg: RunConfig) -> L.LightningModule:
     return TrainModule(model, optimizer=optimizer, scheduler=scheduler, val_metric=val_metric(cfg), loss=loss)
 
 
-def build_reference(cfg: RunConfig, model: nn.Module, adapted: bool) -> NoReference:
+def build_reference(cfg: RunConfig, model: nn.Module, adapted: bool) -> Reference:
     """Where the objective's reference log-probabilities come from (``objective.reference``; docs/preference.md)."""
     kind = resolve_reference(cfg.objective, adapted, bool(cfg.peft.path))
     if kind is None:
-        return NoReference()
-    if kind is Reference.base:
+        return Reference()
+    if kind is ReferenceSource.base:
         return AdapterReference(model)
-    if kind is Reference.copy:
+    if kind is ReferenceSource.copy:
         return FrozenCopy(model)
     return Precomputed(model, cfg.trainer.precision, cfg.objective.cache_dir,
                        base_only=adapted and not cfg.peft.path)

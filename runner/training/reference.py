@@ -237,4 +237,3 @@ class Precomputed(Reference):
                 **({"objective/reference_cache": cache} if cache else {})}
 
 
-NoReference = Reference  # runner.build's name for it
