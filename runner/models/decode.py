@@ -82,7 +82,7 @@ class _Transformers:
 
     window = None  # positions past max_position_embeddings are the model's to refuse
 
-    def __init__(self, hf: nn.Module) -> None:
+    def __init__(self, hf: Any) -> None:
         self.hf = hf
         self.caches: dict[tuple[int, int], Any] = {}
 
@@ -95,7 +95,7 @@ class _Transformers:
         cache = StaticCache(config=self.hf.config, max_cache_len=length)
         # Allocated now, as transformers' chunked prefill does: a cache the prefill finds allocated on one call and
         # not on the next would recompile it. None: heads differ in shape (MLA); each call then gets a new cache.
-        shape = self.hf._get_static_cache_init_shape()  # type: ignore[operator]
+        shape = self.hf._get_static_cache_init_shape()
         if shape is not None:
             cache.early_initialization(batch_size=batch, num_heads=shape[0], head_dim=shape[1],
                                        dtype=self.hf.dtype, device=self.hf.device)

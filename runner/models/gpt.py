@@ -157,4 +157,4 @@ class GPT(nn.Module):
         x = self.tok_emb(idx) + self.pos_emb(positions)
         for block, kv in zip(self.blocks_inside(), cache, strict=True):
             x = block.decode(x, kv, at, allowed)
-        return self.head(self.ln_f(x[:, -1]))
+        return self.head(self.ln_f(x[:, -1:]))[:, -1]  # the head on the last position alone
