@@ -207,25 +207,26 @@ class Decoder:
         self.warm.add((batch, length))
         eos = torch.tensor(sampling.eos_ids or [-1], device=device)
         done = torch.zeros(batch, 1, dtype=torch.bool, device=device)
+        pad = width - real  # each row's left padding, while the cache has room
+        mask = self._mask(pad, length)
         with _eval_mode(self.model), torch._dynamo.config.patch(recompile_limit=64):
             cache = self.family.cache(batch, length)
             logits = self._window(cache, ids[:, :width], real, length)
             first_token_s = time.perf_counter() - start
             for i in range(new):
-                token = next_token(logits, sampling, generator).masked_fill(done, 0)
+                token = next_token(logits, sampling, generator)
+                if sampling.eos_ids:  # a finished row writes padding (cut below) until every row has finished
+                    token = token.masked_fill(done, 0)
+                    done = done | torch.isin(token, eos)
                 ids[:, width + i] = token[:, 0]
-                real = real + 1
-                done = done | torch.isin(token, eos)
                 if i == new - 1 or (sampling.eos_ids and bool(done[:count].all())):
                     break
                 at = width + i
                 if at < length:  # room in the cache: one position
-                    pad = (at + 1 - real).clamp(min=0)
-                    positions = torch.full_like(pad, at) - pad
-                    logits = self._step(cache, token, positions, torch.tensor([at], device=device),
-                                        self._mask(pad, length))
+                    at_tensor = torch.tensor([at], device=device)
+                    logits = self._step(cache, token, at_tensor - pad, at_tensor, mask)
                 else:  # runner's GPT past block_size: the last window again, whole
-                    logits = self._window(cache, ids[:, at + 1 - length:at + 1], real, length)
+                    logits = self._window(cache, ids[:, at + 1 - length:at + 1], real + i + 1, length)
         tokens = []
         for row in ids[:count, width:width + i + 1].tolist():
             ends = [j for j, t in enumerate(row) if t in sampling.eos_ids]
