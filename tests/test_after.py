@@ -14,6 +14,7 @@ import itertools
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -30,7 +31,7 @@ from runner.after.export import CONFIG, METADATA, WEIGHTS
 from runner.after.generate import Sampling, generate_ids
 from runner.after.source import open_trained
 from runner.data.sequences.padding import IGNORE_INDEX
-from runner.models.gpt import GPT, KVCache
+from runner.models.gpt import GPT
 from tests import after_runs
 from tests.after_runs import TrainedRun, train
 from tests.hf_models import save_model, vision_imports
@@ -382,6 +383,48 @@ def test_generate_from_the_checkpoint_and_from_the_export_write_the_same_text(
     assert capsys.readouterr().out == from_ckpt and from_ckpt.startswith("def ")
 
 
+def test_a_prompts_file_writes_every_prompt_at_once_as_each_alone_and_says_its_speed(
+        gpt: TrainedRun, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    prompts = ["def ", "import os", "x"]
+    (tmp_path / "prompts.txt").write_text("\n".join(prompts) + "\n\n")  # a blank line is no prompt
+    greedy = ["--max-new-tokens", "10", "--temperature", "0"]
+    assert main(["generate", str(gpt.run_dir), "--prompts-file", str(tmp_path / "prompts.txt"), *greedy]) == 0
+    out = capsys.readouterr()
+    alone = []
+    for prompt in prompts:
+        assert main(["generate", str(gpt.run_dir), "--prompt", prompt, *greedy]) == 0
+        alone.append(capsys.readouterr().out.rstrip("\n"))
+    assert out.out == "".join(f"{text}\n\n" for text in alone)  # each prompt and its answer, then a blank line
+    assert re.search(r"^30 tokens for 3 prompt\(s\) in [\d.]+ s \([\d.]+ tokens/s\), the first after [\d.]+ s$",
+                     out.err.strip().splitlines()[-1])
+
+
+def test_generate_compiled_with_the_runs_backend_writes_the_eager_text_and_names_its_shapes(
+        gpt: TrainedRun, capsys: pytest.CaptureFixture[str]) -> None:
+    greedy = ["--prompt", "def ", "--max-new-tokens", "6", "--temperature", "0"]
+    assert main(["generate", str(gpt.run_dir), *greedy]) == 0
+    eager = capsys.readouterr().out
+    assert main(["generate", str(gpt.run_dir), *greedy, "--compile"]) == 0  # compile.backend of the run: eager
+    out = capsys.readouterr()
+    assert out.out == eager and "compiled for batch 1 x 32 positions" in out.err
+
+
+@pytest.mark.parametrize(("args", "fragment"), [
+    (["--prompt", "a", "--prompts-file", "p.txt"], "give one of them"),
+    (["--prompts-file", "empty.txt"], "holds no prompt"),
+    (["--prompts-file", "missing.txt"], "Give a UTF-8 text file"),
+    (["--top-p", "0"], "--top-p 0.0: give the share of probability"),
+])
+def test_generate_refuses_prompts_and_settings_it_cannot_use(
+        gpt: TrainedRun, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        args: list[str], fragment: str) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "p.txt").write_text("a\n")
+    (tmp_path / "empty.txt").write_text("\n \n")
+    assert main(["generate", str(gpt.run_dir), *args]) == 2
+    assert fragment in capsys.readouterr().err
+
+
 def _uncached_greedy(model: torch.nn.Module, prompt: list[int], n: int, block: int | None = None) -> list[int]:
     """Greedy decoding without a cache: the whole sequence (its last ``block`` tokens) through ``forward`` per token."""
     ids = torch.tensor([prompt])
@@ -412,19 +455,23 @@ def test_gpt_generation_runs_each_new_token_alone_on_its_kv_cache_and_writes_the
     assert isinstance(model, GPT)
     prompt = list(b"def ")
     greedy, lengths = _lengths_run(model.tok_emb, lambda: generate_ids(model, prompt, Sampling(8, temperature=0)))
-    assert lengths == [4] + [1] * 7  # the prompt once, then one token per step: the cache holds the rest
+    assert lengths == [16] + [1] * 7  # the prompt once (left-padded to 16), then one token per step
     assert greedy == _uncached_greedy(model, prompt, 8)
     ids = torch.tensor([prompt + greedy])
     with torch.no_grad():
-        full, cache = model(ids), KVCache()
-        assert torch.equal(model.decode(ids[:, :4], cache), model(ids[:, :4]))  # the prompt: forward's computation
-        # Each later token: one query against cached keys instead of the causal square, other matmul shapes: the same
-        # sums in another order. Float32 rounding of sums of at most 4 x n_embd = 128 terms, in two layers, on logits
-        # of magnitude below 1: within 256 eps (measured: about 1 eps).
+        full, cache, length = model(ids), model.new_cache(1, 32), 32
+        keys = torch.arange(length)
+        # Each position with its keys up to itself: one query against cached keys instead of the causal square, other
+        # matmul shapes: the same sums in another order. Float32 rounding of sums of at most 4 x n_embd = 128 terms, in
+        # two layers, on logits of magnitude below 1: within 256 eps (measured: about 1 eps).
         tol = 256 * torch.finfo(torch.float32).eps
+        at = torch.arange(4)
+        prompt_logits = model.decode(ids[:, :4], at, at, (keys <= at[:, None])[None, None], cache)
+        torch.testing.assert_close(prompt_logits, full[:, 3], rtol=tol, atol=tol)
         for i in range(4, ids.shape[1]):
-            torch.testing.assert_close(model.decode(ids[:, i:i + 1], cache), full[:, i:i + 1], rtol=tol, atol=tol)
-    assert cache.length == ids.shape[1]
+            at = torch.tensor([i])
+            logits = model.decode(ids[:, i:i + 1], at, at, (keys <= i)[None, None, None], cache)
+            torch.testing.assert_close(logits, full[:, i], rtol=tol, atol=tol)
 
 
 def test_past_its_block_size_the_gpt_runs_the_moving_window_whole_as_uncached_decoding_does(gpt: TrainedRun) -> None:
@@ -434,7 +481,8 @@ def test_past_its_block_size_the_gpt_runs_the_moving_window_whole_as_uncached_de
     assert isinstance(model, GPT) and model.block_size == 32
     prompt = list(b"import os\n")
     greedy, lengths = _lengths_run(model.tok_emb, lambda: generate_ids(model, prompt, Sampling(40, temperature=0)))
-    assert lengths == [10] + [1] * 22 + [32] * 17  # cached up to 32 positions, then the window
+    # The prompt left-padded to 16, one position a step up to the cache's 32, then the window whole.
+    assert lengths == [16] + [1] * 16 + [32] * 23
     assert greedy == _uncached_greedy(model, prompt, 40, block=32)
 
 
@@ -447,7 +495,7 @@ def test_gpt_generation_reaches_blocks_inside_checkpoint_wrappers(gpt: TrainedRu
     assert apply_checkpointing(wrapped) == ["blocks.0", "blocks.1"]
     sampling = Sampling(12, temperature=0)
     greedy, lengths = _lengths_run(wrapped.tok_emb, lambda: generate_ids(wrapped, list(b"def "), sampling))
-    assert lengths == [4] + [1] * 11
+    assert lengths == [16] + [1] * 11
     assert greedy == generate_ids(gpt.module.model, list(b"def "), sampling)
 
 
@@ -455,7 +503,7 @@ def test_transformers_generation_uses_the_kv_cache_and_matches_a_full_forward(ll
     model = llama.module.model
     prompt = list(b"import ")
     greedy, lengths = _lengths_run(model.model, lambda: generate_ids(model, prompt, Sampling(10, temperature=0)))
-    assert lengths == [len(prompt)] + [1] * 9  # transformers' generate: the prompt once, then each new token alone
+    assert lengths == [16] + [1] * 9  # the prompt once (left-padded to 16), then each new token alone
     # No cache: the whole sequence each step (runner's CausalLM runs with use_cache=False).
     assert greedy == _uncached_greedy(model, prompt, 10)
     sampled = [generate_ids(model, prompt, Sampling(max_new_tokens=10, seed=s)) for s in (1, 1, 2)]

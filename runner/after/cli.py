@@ -20,8 +20,9 @@ _USAGE = {
     "export": ("python -m runner export RUN_DIR [--ckpt last|best|PATH] [--out DIR] [--force] [--merge [--dequantize]] "
                "[--push-to-hub ORG/NAME [--private]]"),
     "eval": "python -m runner eval RUN_DIR [--ckpt last|best|PATH] [--out FILE] [data.KEY=VALUE ...]",
-    "generate": ("python -m runner generate RUN_DIR|EXPORT_DIR --prompt TEXT [--max-new-tokens N] [--temperature T] "
-                 "[--top-k K] [--seed S] [--ckpt last|best|PATH]"),
+    "generate": ("python -m runner generate RUN_DIR|EXPORT_DIR --prompt TEXT | --prompts-file FILE "
+                 "[--max-new-tokens N] [--temperature T] [--top-k K] [--top-p P] [--seed S] [--compile] "
+                 "[--ckpt last|best|PATH]"),
 }
 
 
@@ -57,11 +58,15 @@ def _parser(command: str) -> argparse.ArgumentParser:
     if command == "generate":
         from runner.after.generate import Sampling
 
-        p.add_argument("--prompt", default="\n", help="the text to continue")
+        p.add_argument("--prompt", default=None, help="the text to continue (default: a new line)")
+        p.add_argument("--prompts-file", type=Path, help="a text file, one prompt a line: all of them written at once")
         p.add_argument("--max-new-tokens", type=int, default=Sampling.max_new_tokens)
         p.add_argument("--temperature", type=float, default=Sampling.temperature, help="0: greedy")
         p.add_argument("--top-k", type=int, default=Sampling.top_k, help="0: every token")
+        p.add_argument("--top-p", type=float, default=Sampling.top_p, help="1: every token")
         p.add_argument("--seed", type=int, default=Sampling.seed)
+        p.add_argument("--compile", action="store_true", help="the prefill and each step through torch.compile, "
+                       "with the run's compile.backend (an export's: inductor); docs/generate.md says when it pays")
     return p
 
 
@@ -270,21 +275,46 @@ def format_eval(figures: dict[str, Any], title: str) -> str:
 def generate(args: Any) -> int:
     from runner.after.export import METADATA
     from runner.after.family import tokens_of
-    from runner.after.generate import Sampling, generation_error, open_export, write_text
+    from runner.after.generate import Sampling, generation_error, open_export, write_texts
     from runner.after.prompting import asked, prompt_of
     from runner.after.source import open_trained, run_dir_error
 
-    sampling = Sampling(args.max_new_tokens, args.temperature, args.top_k, args.seed)
+    sampling = Sampling(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
+                        top_p=args.top_p, seed=args.seed)
     refuse(sampling.error())
+    texts = _prompts(args)
+    backend = "inductor"  # an export's: a run compiles with its own compile.backend
     if (args.run_dir / METADATA).is_file():  # an export directory
         model, tokens = open_export(args.run_dir)
     else:
         refuse(run_dir_error(args.run_dir))
         trained = open_trained(args.run_dir, args.ckpt)
         refuse(generation_error(trained.model, f"{args.run_dir}"))
-        model, found = trained.model, tokens_of(trained.cfg)
+        model, found, backend = trained.model, tokens_of(trained.cfg), trained.cfg.compile.backend
         assert found is not None, "a causal LM reads text"
         tokens = found
-    ask = asked(prompt_of(args.run_dir), args.prompt, tokens, sampling)  # as the run trained: its template, its EOS
-    print(ask.prompt + write_text(model, tokens, ask.prompt, ask.sampling, ask.special))
+    info = prompt_of(args.run_dir)
+    asks = [asked(info, text, tokens, sampling) for text in texts]  # as the run trained: its template, its EOS
+    answers, out = write_texts(model, tokens, [a.prompt for a in asks], asks[0].sampling, asks[0].special,
+                               backend=backend if args.compile else None)
+    for ask, answer in zip(asks, answers, strict=True):
+        print(ask.prompt + answer + ("\n" if len(asks) > 1 else ""))
+    compiled = "".join(f"; compiled for batch {b} x {n} positions" for b, n in out.new_buckets if args.compile)
+    print(f"{sum(map(len, out.tokens))} tokens for {len(asks)} prompt(s) in {out.seconds:.2f} s "
+          f"({out.tokens_per_s:.1f} tokens/s), the first after {out.first_token_s:.3f} s{compiled}", file=sys.stderr)
     return 0
+
+
+def _prompts(args: Any) -> list[str]:
+    """``--prompt``, or each line of ``--prompts-file``; one paragraph naming the fix when neither holds a prompt."""
+    if args.prompts_file is None:
+        return ["\n" if args.prompt is None else args.prompt]
+    if args.prompt is not None:
+        raise ConfigError("--prompt and --prompts-file: give one of them (a file's lines are its prompts).")
+    try:
+        lines = [line for line in args.prompts_file.read_text(encoding="utf-8").splitlines() if line.strip()]
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"--prompts-file {args.prompts_file}: {e}. Give a UTF-8 text file, one prompt a line.") from e
+    if not lines:
+        raise ConfigError(f"--prompts-file {args.prompts_file} holds no prompt: write one prompt a line.")
+    return lines

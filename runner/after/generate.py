@@ -1,41 +1,19 @@
 """Text from a trained causal LM (runner's GPT or a transformers model), from a checkpoint or an export, and the
-sample a causal-LM run writes into report.md: decoded with a KV cache, seeded, the random state restored."""
+sample a causal-LM run writes into report.md: every prompt at once through ``runner.models.decode``."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
-import torch
 from torch import nn
 
 from runner.after.family import Family, Tokens, family_of, writes_text
 from runner.config import ConfigError
+from runner.models.decode import Decoder, Generated, Sampling
 
-
-@dataclass(frozen=True)
-class Sampling:
-    """How new tokens are drawn: ``temperature`` 0 is greedy, ``top_k`` 0 keeps every token; stop at ``eos_id``."""
-
-    max_new_tokens: int = 200
-    temperature: float = 0.8
-    top_k: int = 40
-    seed: int = 0
-    eos_id: int | None = None
-
-    def error(self) -> str | None:
-        """What is wrong with these settings, in one paragraph (None: nothing)."""
-        if self.max_new_tokens < 1:
-            return f"--max-new-tokens {self.max_new_tokens}: give a number of tokens to write, >= 1."
-        if self.temperature < 0:
-            return f"--temperature {self.temperature}: give 0 (greedy) or more (1 samples as the model says)."
-        if self.top_k < 0:
-            return f"--top-k {self.top_k}: give 0 (every token) or the number of likeliest tokens to draw from."
-        return None
+__all__ = ["Sampling", "generate_ids", "generation_error", "open_export", "write_text", "write_texts"]
 
 
 def not_a_language_model(what: str, kind: str) -> str:
@@ -54,80 +32,26 @@ def generation_error(model: nn.Module, what: str) -> str | None:
     return not_a_language_model(what, kind)
 
 
-@contextmanager
-def _eval_mode(model: nn.Module) -> Iterator[None]:
-    """Eval mode (no dropout) and no autograd for the sample; each submodule's mode restored after."""
-    modes = [(m, m.training) for m in model.modules()]
-    model.eval()
-    try:
-        with torch.no_grad():
-            yield
-    finally:
-        for m, training in modes:
-            m.training = training
-
-
-def generate_ids(model: nn.Module, prompt: list[int], sampling: Sampling) -> list[int]:
+def generate_ids(model: nn.Module, prompt: list[int], sampling: Sampling, compile: bool = False) -> list[int]:
     """The new token ids ``model`` (runner's GPT or ``runner.models.hf.CausalLM``) writes after ``prompt``."""
-    device = next(model.parameters()).device
-    ids = torch.tensor([prompt], dtype=torch.long, device=device)
-    with _eval_mode(model), torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-        torch.manual_seed(sampling.seed)
-        if family_of(model) is Family.hf_causal_lm:
-            return _hf_generate(model.model, ids, sampling)  # type: ignore[arg-type]
-        return _gpt_generate(model, ids, sampling)
+    return Decoder(model, compile=compile).generate([prompt], sampling).tokens[0]
 
 
-def _hf_generate(hf: nn.Module, ids: torch.Tensor, sampling: Sampling) -> list[int]:
-    config: Any = hf.config
-    pad = config.pad_token_id if config.pad_token_id is not None else config.eos_token_id
-    sample = sampling.temperature > 0
-    # Greedy decoding reads neither the temperature nor top-k: given anyway, transformers warns on every call.
-    drawn = {"temperature": sampling.temperature, "top_k": sampling.top_k} if sample else {}
-    out = hf.generate(  # type: ignore[operator]
-        input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=sampling.max_new_tokens,
-        do_sample=sample, **drawn, use_cache=True, pad_token_id=pad if pad is not None else 0,
-        **({"eos_token_id": sampling.eos_id} if sampling.eos_id is not None else {}))
-    return [int(i) for i in out[0, ids.shape[1]:]]
-
-
-def _gpt_generate(model: nn.Module, ids: torch.Tensor, sampling: Sampling) -> list[int]:
-    from runner.models.gpt import GPT, KVCache
-
-    assert isinstance(model, GPT), "writes_text: runner's GPT or a transformers causal LM"
-    start, cache, new = ids.shape[1], KVCache(), ids[:, -model.block_size:]
-    for _ in range(sampling.max_new_tokens):
-        # Past block_size the GPT's absolute positions all shift with each token: run the window whole, as in training.
-        if cache.length + new.shape[1] > model.block_size:
-            cache, new = KVCache(), ids[:, -model.block_size:]
-        logits = model.decode(new, cache, last_only=True)[:, -1, :].float()
-        new = next_token(logits, sampling)
-        ids = torch.cat([ids, new], dim=1)
-        if sampling.eos_id is not None and int(ids[0, -1]) == sampling.eos_id:
-            break
-    return [int(i) for i in ids[0, start:]]
-
-
-def next_token(logits: torch.Tensor, sampling: Sampling) -> torch.Tensor:
-    """One token per row of ``logits`` ``[batch, vocab]``, as ``sampling`` says (the global generator)."""
-    if sampling.temperature == 0:
-        return logits.argmax(-1, keepdim=True)
-    logits = logits / sampling.temperature
-    if 0 < sampling.top_k < logits.shape[-1]:
-        kth = torch.topk(logits, sampling.top_k).values[:, -1:]
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-    return torch.multinomial(torch.softmax(logits, dim=-1), 1)
+def write_texts(model: nn.Module, tokens: Tokens, prompts: Sequence[str], sampling: Sampling, special: bool = True,
+                backend: str | None = None) -> tuple[list[str], Generated]:
+    """Each prompt's continuation, as text, all written at once; ``special``: the prompts' ids with the tokenizer's
+    special tokens; ``backend``: compiled with this ``torch.compile`` backend (None: eager)."""
+    ids = [tokens.encode(prompt or "\n", special) or tokens.encode("\n") for prompt in prompts]
+    on_gpu = next(model.parameters()).device.type == "cuda"
+    # On a GPU, Inductor's reduce-overhead mode replays each step as one CUDA graph: the launches are the step's cost.
+    mode = "reduce-overhead" if on_gpu and backend == "inductor" else None
+    out = Decoder(model, compile=backend is not None, backend=backend or "inductor", mode=mode).generate(ids, sampling)
+    return [tokens.decode(new) for new in out.tokens], out
 
 
 def write_text(model: nn.Module, tokens: Tokens, prompt: str, sampling: Sampling, special: bool = True) -> str:
-    """``prompt``'s continuation, as text; ``special``: the prompt's ids with the tokenizer's special tokens."""
-    ids = tokens.encode(prompt or "\n", special)
-    if not ids:
-        ids = tokens.encode("\n")
-    new = generate_ids(model, ids, sampling)
-    if sampling.eos_id is not None and new and new[-1] == sampling.eos_id:
-        new = new[:-1]  # the answer ended
-    return tokens.decode(new)
+    """``prompt``'s continuation, as text."""
+    return write_texts(model, tokens, [prompt], sampling, special)[0][0]
 
 
 def open_export(directory: Path) -> tuple[nn.Module, Tokens]:

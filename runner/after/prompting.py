@@ -39,4 +39,6 @@ def asked(info: dict[str, Any] | None, text: str, tokens: Tokens, sampling: Samp
     if info is None:
         return Asked(text, sampling)
     prompt = generation_prompt(info, text, tokens.tokenizer() if tokens.directory else None)
-    return Asked(prompt, dataclasses.replace(sampling, eos_id=info.get("eos_id")), info.get("kind") != Kind.chat.value)
+    eos = info.get("eos_id")
+    return Asked(prompt, dataclasses.replace(sampling, eos_ids=() if eos is None else (int(eos),)),
+                 info.get("kind") != Kind.chat.value)

@@ -3,7 +3,6 @@ ids ``[batch, seq]`` and returns logits ``[batch, seq, vocab]``."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -13,20 +12,7 @@ from torch import nn
 from runner.config.target_objects import Embedding
 from runner.packing import PackedInputs, document_attention, layer_documents
 
-KV = tuple[torch.Tensor, torch.Tensor]  # One layer's keys and values, each ``[batch, n_head, positions, head_dim]``
-
-
-@dataclass
-class KVCache:
-    """Each layer's keys and values of the positions ``GPT.decode`` has run so far (generation only)."""
-
-    layers: list[KV | None] = field(default_factory=list)
-
-    @property
-    def length(self) -> int:
-        """Positions cached."""
-        first = self.layers[0] if self.layers else None
-        return 0 if first is None else int(first[0].shape[2])
+KV = tuple[torch.Tensor, torch.Tensor]  # One layer's cached keys and values, each ``[batch, n_head, length, head_dim]``
 
 
 class CausalSelfAttention(nn.Module):
@@ -40,25 +26,26 @@ class CausalSelfAttention(nn.Module):
         self.dropout = dropout
 
     def forward(self, x: torch.Tensor, documents: torch.Tensor | None = None) -> torch.Tensor:
-        return self.decode(x, None, documents)[0]
-
-    def decode(self, x: torch.Tensor, past: KV | None,
-               documents: torch.Tensor | None = None) -> tuple[torch.Tensor, KV]:
-        """``forward`` of new positions ``x`` after ``past`` (None: none), and every position's keys and values."""
         b, t, c = x.shape
         q, k, v = self.qkv(x).split(c, dim=2)
         q, k, v = (z.view(b, t, self.n_head, c // self.n_head).transpose(1, 2) for z in (q, k, v))
         p = self.dropout if self.training else 0.0
-        if documents is not None:
-            y = document_attention(q, k, v, documents, dropout_p=p)
-        elif past is None:  # training, or the prompt
+        if documents is None:
             y = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
         else:
-            k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
-            total = k.shape[2]
-            mask = None if t == 1 else torch.ones(t, total, dtype=torch.bool, device=x.device).tril(total - t)
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
-        return self.proj(y.transpose(1, 2).reshape(b, t, c)), (k, v)
+            y = document_attention(q, k, v, documents, dropout_p=p)
+        return self.proj(y.transpose(1, 2).reshape(b, t, c))
+
+    def decode(self, x: torch.Tensor, kv: KV, at: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
+        """``forward`` for the positions ``at`` of ``x``, their keys and values written into ``kv`` first; ``allowed``
+        ``[batch, 1, len(at), length]``: the cached positions each one attends to."""
+        b, t, c = x.shape
+        q, k, v = self.qkv(x).split(c, dim=2)
+        q, k, v = (z.view(b, t, self.n_head, c // self.n_head).transpose(1, 2) for z in (q, k, v))
+        kv[0].index_copy_(2, at, k)
+        kv[1].index_copy_(2, at, v)
+        y = F.scaled_dot_product_attention(q, kv[0], kv[1], attn_mask=allowed)
+        return self.proj(y.transpose(1, 2).reshape(b, t, c))
 
 
 class MLPBlock(nn.Module):
@@ -86,11 +73,10 @@ class Block(nn.Module):
         x = x + self.attn(self.ln1(x), documents)
         return x + self.mlp(self.ln2(x))
 
-    def decode(self, x: torch.Tensor, past: KV | None) -> tuple[torch.Tensor, KV]:
-        """``forward`` with the attention's ``decode``: the output, and the layer's keys and values."""
-        attended, kv = self.attn.decode(self.ln1(x), past)
-        x = x + attended
-        return x + self.mlp(self.ln2(x)), kv
+    def decode(self, x: torch.Tensor, kv: KV, at: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
+        """``forward`` with the attention's ``decode``."""
+        x = x + self.attn.decode(self.ln1(x), kv, at, allowed)
+        return x + self.mlp(self.ln2(x))
 
 
 class GPT(nn.Module):
@@ -145,17 +131,22 @@ class GPT(nn.Module):
         x = self.ln_f(x)
         return x if return_hidden else self.head(x)
 
-    def decode(self, idx: torch.Tensor, cache: KVCache, last_only: bool = False) -> torch.Tensor:
-        """Logits ``[batch, t, vocab]`` of positions ``idx`` after those in ``cache``; it then holds theirs too."""
-        start, t = cache.length, idx.shape[1]
-        if start + t > self.block_size:
-            raise ValueError(f"{start} cached + {t} new positions exceed block_size={self.block_size}")
-        # Inside a wrapper too: offload=checkpoint leaves torch's checkpoint wrapper around each block after the fit.
-        blocks = [m for m in self.blocks.modules() if isinstance(m, Block)]
-        if not cache.layers:
-            cache.layers = [None] * len(blocks)
-        pos = torch.arange(start, start + t, device=idx.device)
-        x = self.drop(self.tok_emb(idx) + self.pos_emb(pos))
-        for i, block in enumerate(blocks):
-            x, cache.layers[i] = block.decode(x, cache.layers[i])
-        return self.head(self.ln_f(x[:, -1:] if last_only else x))
+    def blocks_inside(self) -> list[Block]:
+        """The blocks, inside a wrapper too: offload=checkpoint leaves torch's checkpoint wrapper around each."""
+        return [m for m in self.blocks.modules() if isinstance(m, Block)]
+
+    def new_cache(self, batch: int, length: int) -> list[KV]:
+        """Keys and values of ``length`` positions for each block, for ``decode``."""
+        attn = self.blocks_inside()[0].attn
+        shape = (batch, attn.n_head, length, self.tok_emb.embedding_dim // attn.n_head)
+        weight = self.tok_emb.weight
+        return [(weight.new_zeros(shape), weight.new_zeros(shape)) for _ in self.blocks_inside()]
+
+    def decode(self, idx: torch.Tensor, positions: torch.Tensor, at: torch.Tensor, allowed: torch.Tensor,
+               cache: list[KV]) -> torch.Tensor:
+        """The last position's logits ``[batch, vocab]`` after ``idx`` ``[batch, t]`` at ``positions`` (the position
+        embeddings' index), written into ``cache`` at ``at``; ``allowed``: see ``CausalSelfAttention.decode``."""
+        x = self.tok_emb(idx) + self.pos_emb(positions)
+        for block, kv in zip(self.blocks_inside(), cache, strict=True):
+            x = block.decode(x, kv, at, allowed)
+        return self.head(self.ln_f(x[:, -1:]))[:, -1]  # the head on the last position alone
