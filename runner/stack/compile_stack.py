@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -58,13 +59,6 @@ from runner.torch_internals import settings as torch_settings
 log = logging.getLogger(__name__)
 
 __all__ = ["CompileSettings", "CompileStack", "LightningSide", "stack_of"]
-
-
-class _NoStorms(StormWatch):
-    """``compile.on_error=raise``: a storm runs into torch's recompile limit, which stops the run."""
-
-    def check(self) -> list[Any]:
-        return []
 
 
 @dataclass
@@ -420,7 +414,8 @@ def build_parts(settings: CompileSettings, module: L.LightningModule, lightning:
     blocker = step_blocker(module.automatic_optimization, pulls, reads)
     if (note := step_note(s.compile.scope, plan, blocker)) is not None:
         log.info(note)
-    storms = _NoStorms() if s.compile.on_error is OnError["raise"] else StormWatch()
+    # compile.on_error=raise: no storm is ever reported; it runs into torch's recompile limit, which stops the run.
+    storms = StormWatch(threshold=math.inf if s.compile.on_error is OnError["raise"] else 2)
     shown = CompileConsole(lightning.sink) if console and lightning.sink is not None else None
     background = build_background(s, plan, lightning, takes_dataloader_iter(step), shown.say if shown else _quiet,
                                   step_mode)

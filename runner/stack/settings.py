@@ -39,10 +39,6 @@ class CompileSettings:
     artifacts: CacheArtifacts = field(default_factory=CacheArtifacts)
 
 
-def _no_batch() -> tuple[Any, str]:
-    return None, "no sample batch was given"
-
-
 @dataclass
 class LightningSide:
     """Lightning's side of ``CompileStack.setup``, handed over by the strategy."""
@@ -51,14 +47,13 @@ class LightningSide:
     optimizers: Callable[[], list[Optimizer]] = list  # as they will step (built after sharding under FSDP)
     accumulate_grad_batches: int = 1
     world_size: int = 1  # DDP/FSDP ranks: cudagraphs=auto stays off with several
-    sample_batch: Callable[[], tuple[Any, str]] = _no_batch  # for the saved-activation measurement, or (None, why)
+    sample_batch: Callable[[], tuple[Any, str]] | None = None  # for the saved-activation measurement, or (None, why)
     step_context: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext  # precision's
     shard: Callable[[nn.Module], None] | None = None  # FSDP; None where nothing is sharded
     scaler: bool = False  # a gradient scaler (16-mixed) steps the optimizer
     optimizer_lists: list[tuple[dict[str, Any], str]] = field(default_factory=list)  # (obj.__dict__, name)
     module_optimizers: Callable[[], list[Any]] = list  # LightningModule.optimizers() as a list
     sink: Callable[[str], None] | None = None  # where compile progress prints (None: nowhere)
-    automatic_optimization: bool = True
     gradient_clip_val: float | None = None
     gradient_clip_algorithm: str = "norm"
     # Hooks between backward and the update that may touch gradients: each keeps the step off the graph-safe path.
@@ -80,6 +75,19 @@ class StackComponent:
 
     def configure(self) -> None:
         """Set process-wide compiler configuration, once, before anything is compiled."""
+
+    # The per-fit and per-step hooks; a part that does nothing there (a no-op stand-in) keeps these.
+    def apply(self, module: nn.Module) -> None:
+        pass
+
+    def prepare_batch(self, batch: Any) -> Any:
+        return batch
+
+    def step_context(self) -> contextlib.AbstractContextManager[Any]:
+        return contextlib.nullcontext()
+
+    def on_step_end(self, step: int) -> None:
+        pass
 
     def teardown(self) -> None:
         self.torch_settings.restore()

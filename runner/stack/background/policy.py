@@ -203,15 +203,6 @@ class NoBackground(StackComponent):
         """Compile now, in the run."""
         return apply_compile(module, step, plan, compiled, accumulate)
 
-    def apply(self, module: Any) -> None:
-        pass
-
-    def prepare_batch(self, batch: Any) -> Any:
-        return batch
-
-    def on_step_end(self, step: int) -> None:
-        pass
-
     def __init__(self, policy: Background, why: str | None) -> None:
         self.policy, self.why = policy, why
 

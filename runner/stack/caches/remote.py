@@ -253,9 +253,6 @@ def _decode(raw: bytes) -> str | None:
 class NoRemoteCache(StackComponent):
     """No ``compile.cache``: nothing shared."""
 
-    def on_step_end(self, step: int) -> None:
-        pass
-
 
 def build_remote_cache(url: str | None, device: torch.device,
                        trust: CacheTrust = CacheTrust.signed) -> RemoteCompileCache | NoRemoteCache:

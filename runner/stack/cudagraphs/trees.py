@@ -100,24 +100,18 @@ class CudaGraphs(StackComponent):
         self.optimizers = list(optimizers)
 
     @contextlib.contextmanager
-    def _step(self) -> Iterator[None]:
+    def step_context(self) -> Iterator[None]:
         self._recorded_in_step = 0  # a first recording of an evaluation graph since the last step is not this step's
         torch.compiler.cudagraph_mark_step_begin()
         yield
         self.steps += 1
 
-    def step_context(self) -> ContextManager[Any]:
-        return self._step()
-
     @contextlib.contextmanager
-    def _eval_step(self) -> Iterator[None]:
-        torch.compiler.cudagraph_mark_step_begin()
-        yield
-
-    def eval_step_context(self) -> ContextManager[Any]:
+    def eval_step_context(self) -> Iterator[None]:
         """Around each validation/test/predict batch of the fit: a new CUDA-graph step (see the module
         docstring); the training step's outputs from before are not read again."""
-        return self._eval_step()
+        torch.compiler.cudagraph_mark_step_begin()
+        yield
 
     def on_step_end(self, step: int) -> None:
         # Optimizer state (Adam's moments, step counters) is created by the first step. Its tensors are
@@ -149,7 +143,6 @@ class CudaGraphs(StackComponent):
                 "cudagraphs/static_batch_copies": self.batch.copies,
                 "cudagraphs/static_batch_passed_through": self.batch.passed_through,
                 **self.partitions.figures()}
-
 
     def summary(self) -> str:
         """One clause for the end-of-fit line: partitions in CUDA graphs, recordings, replays, the first
@@ -198,22 +191,10 @@ class CudaGraphsInactive(StackComponent):
     def eval_step_context(self) -> ContextManager[Any]:
         return contextlib.nullcontext()
 
-    def step_context(self) -> ContextManager[Any]:
-        return contextlib.nullcontext()
-
-    def apply(self, module: nn.Module) -> None:
-        pass
-
     def bind_optimizers(self, optimizers: list[Optimizer]) -> None:
         pass
 
-    def prepare_batch(self, batch: Any) -> Any:
-        return batch
-
     def after_backward(self) -> None:
-        pass
-
-    def on_step_end(self, step: int) -> None:
         pass
 
     def summary(self) -> str:

@@ -53,7 +53,7 @@ def is_shape_guard(guard: str) -> bool:
 class StormWatch:
     """Detects recompile storms from torch's compile records (see the module docstring)."""
 
-    def __init__(self, threshold: int = 2) -> None:
+    def __init__(self, threshold: float = 2) -> None:
         self.threshold = threshold
         self._graphs = -1
         self._last: object | None = None  # the newest compile record already read (records are not

@@ -139,15 +139,6 @@ class OffloadComponent(StackComponent):
     def current_path(self) -> str:
         return self.path
 
-    def apply(self, module: nn.Module) -> None:
-        pass
-
-    def prepare_batch(self, batch: Any) -> Any:
-        return batch
-
-    def step_context(self) -> ContextManager[Any]:
-        return contextlib.nullcontext()
-
     def figures(self) -> dict[str, Any]:
         # The measured path (on the run's path, before training) wins over the live counts: a
         # compiled-graph cache hit packs without tracing the hooks, so live counts cannot see it.

@@ -36,7 +36,7 @@ def measure_saved_activations(module: L.LightningModule, lightning: LightningSid
     reason = skip_reason(module, lightning, settings)
     batch = None
     if reason is None:
-        batch, why = lightning.sample_batch()
+        batch, why = lightning.sample_batch() if lightning.sample_batch else (None, "no sample batch was given")
         reason = None if batch is not None else why
     if reason is not None:
         return {"offload/measure_skipped": reason}

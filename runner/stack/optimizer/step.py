@@ -13,7 +13,7 @@ import torch
 from torch.optim import Optimizer
 
 from runner.config.schema import OptimizerPolicy
-from runner.stack.compiling.plan import eager_only, supports_fused
+from runner.stack.compiling.optimizer_policy import eager_only, supports_fused
 from runner.stack.optimizer.graphed import CapturedStep, Clipping, GraphSafeStep, capture_figures
 from runner.stack.step_mode import StepMode
 from runner.torch_internals import runtime
