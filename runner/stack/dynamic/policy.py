@@ -13,7 +13,7 @@ from runner.config.schema import AfterWarmup, DynamicConfig, ShapePolicy
 from runner.config.schema.options import Mark, Pad
 from runner.data.batch import iter_tensors
 from runner.data.sequences.padding import IGNORE_INDEX, PadTo
-from runner.stack.dynamic.agreement import Agreement, ShapeAgreement, process_group_info, resolve_agreement, shapes_of
+from runner.stack.dynamic.agreement import Agreement, ShapeAgreement, resolve_agreement, shapes_of, world_size
 from runner.stack.settings import StackComponent
 from runner.stack.step_mode import Eager, StepMode
 from runner.torch_internals import errors, observation, runtime
@@ -120,8 +120,7 @@ class ShapePolicyComponent(StackComponent):
 
     # -- once ----------------------------------------------------------------------------------
     def configure(self) -> None:
-        world, _ = process_group_info()
-        self.agreement = resolve_agreement(self.cfg.policy, world, self.cfg.compiler_collectives)
+        self.agreement = resolve_agreement(self.cfg.policy, world_size(), self.cfg.compiler_collectives)
         settings = self.torch_settings
         settings.dynamo("recompile_limit", self.cfg.recompile_limit)
         settings.dynamo("specialize_float", self.cfg.specialize_float)
