@@ -51,7 +51,7 @@ from runner.stack.offload.on_path import measure_saved_activations
 from runner.stack.optimizer.graphed import Clipping
 from runner.stack.optimizer.step import OptimizerStep
 from runner.stack.python_state import PythonState
-from runner.stack.settings import CacheArtifacts, CompileSettings, LightningSide
+from runner.stack.settings import CacheArtifacts, CompileSettings, LightningSide, StackComponent
 from runner.stack.step_mode import StepMode
 from runner.torch_internals import runtime
 from runner.torch_internals import settings as torch_settings
@@ -139,31 +139,30 @@ class CompileStack:
                                          step_mode=self.step_mode)
         process = torch_settings.TorchSettings()  # the settings the compile config owns; restored last
         undo = self._undo = [process.restore, self.step_mode.close]
+
+        def use(part: StackComponent) -> None:  # a part's process-wide configuration; its teardown undoes it
+            part.configure()
+            undo.append(part.teardown)
+
         # How the step is traced, before its first trace: loss.backward() into the graph for step_backward.
         process.dynamo("trace_autograd_ops", parts.plan.backward_in_step)
         self.measured = measure_saved_activations(module, lightning, self.settings, parts.plan)  # on a copy
         parts.background.apply(module)  # untransformed, for a compile process beside the run
         undo.append(parts.background.teardown)
-        for part in (parts.local_cache, parts.remote_cache):  # caches before anything compiles
-            part.configure()
-            undo.append(part.teardown)
+        use(parts.local_cache)  # caches before anything compiles
+        use(parts.remote_cache)
         # on_error=eager: a frame that fails to compile runs eagerly (counted by telemetry).
         process.dynamo("suppress_errors", self.settings.compile.on_error is OnError["eager"])
         # An int attribute of the module that changes: one recompile, not a storm.
         torch_settings.lift_python_scalars(process)
-        parts.errors.configure()
-        undo.append(parts.errors.teardown)
+        use(parts.errors)
         if parts.console is not None:
-            parts.console.configure()
-            undo.append(parts.console.teardown)
-        parts.shape.configure()  # 1. shape policy: dynamic-shape settings, batch marks
-        undo.append(parts.shape.teardown)
-        parts.state.configure()
-        undo.append(parts.state.teardown)
-        parts.offload.configure()  # 2. saved activations: hooks or checkpoint wrappers, before compiling
+            use(parts.console)
+        use(parts.shape)  # 1. shape policy: dynamic-shape settings, batch marks
+        use(parts.state)
+        use(parts.offload)  # 2. saved activations: hooks or checkpoint wrappers, before compiling
         parts.offload.apply(module)
         parts.offload.measured = self.measured
-        undo.append(parts.offload.teardown)
         self._step = parts.background.compile_step(  # 3. compile (beside the run: at the switch)
             module, user_step(module), parts.plan, self.compiled, lightning.accumulate_grad_batches)
         undo.append(self.compiled.restore)
@@ -183,10 +182,9 @@ class CompileStack:
         for opt in optimizers:
             step.prepare(opt, lightning.device)
         undo.append(step.restore)
-        parts.cudagraphs.configure()  # 7. CUDA graphs: static addresses, step marking
+        use(parts.cudagraphs)  # 7. CUDA graphs: static addresses, step marking
         parts.cudagraphs.apply(module)
         parts.cudagraphs.bind_optimizers(optimizers)
-        undo.append(parts.cudagraphs.teardown)
         if plan.compiled_autograd:
             parts.compiled_autograd = torch.compile(**plan.compiled_autograd_kwargs)
         log.info("compile stack: scope=%s target=%s backend=%s optimizer=%s", plan.scope.value, plan.target_name,
