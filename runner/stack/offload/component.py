@@ -22,7 +22,7 @@ from runner.config.schema import OffloadConfig
 from runner.config.schema.options import Eagerly, Keeps
 from runner.stack.compiling.plan import CompilePlan
 from runner.stack.offload import policy
-from runner.stack.offload.hooks import SavedTensorCodec, expanded_dims, stored_nbytes
+from runner.stack.offload.hooks import SavedTensorCodec, compacted, restrided, stored_nbytes
 from runner.stack.settings import StackComponent
 from runner.torch_internals import runtime
 
@@ -82,10 +82,7 @@ class PinnedOffloadHooks:
         compute = torch.cuda.current_stream(x.device)
         self.stream.wait_stream(compute)
         # An expanded view (stride 0) is copied at its real size and expanded again on unpack.
-        broadcast = expanded_dims(x)
-        compact = x.detach()
-        for d in broadcast:
-            compact = compact.narrow(d, 0, 1)
+        compact, expanded = compacted(x.detach())
         with torch.cuda.stream(self.stream):
             # Stored contiguous (a strided view would pin its whole base); unpack re-strides.
             host = torch.empty(compact.size(), dtype=x.dtype, pin_memory=True)
@@ -94,7 +91,7 @@ class PinnedOffloadHooks:
             event.record(self.stream)
         x.record_stream(self.stream)
         self.offloaded_bytes += compact.numel() * compact.element_size()
-        packed = (host, event, x.device, tuple(x.size()), tuple(compact.stride()), bool(broadcast))
+        packed = (host, event, x.device, tuple(x.size()), tuple(compact.stride()), expanded)
         if self._dedupe is not None:
             self._dedupe[x] = packed
         return packed
@@ -109,9 +106,7 @@ class PinnedOffloadHooks:
         # Pinned memory stays valid until the copy ends: the caching host allocator records the use.
         y = host.to(device, non_blocking=True)
         if tuple(y.stride()) != stride:
-            out = torch.empty_strided(tuple(host.size()), stride, dtype=y.dtype, device=device)
-            out.copy_(y)
-            y = out
+            y = restrided(y, tuple(host.size()), stride)
         return y.expand(size) if expanded else y
 
 
