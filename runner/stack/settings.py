@@ -14,6 +14,7 @@ from torch import nn
 from torch.optim import Optimizer
 
 from runner.config.schema import CompileConfig, CudaGraphsConfig, DynamicConfig, OffloadConfig
+from runner.torch_internals import observation
 from runner.torch_internals.settings import TorchSettings
 
 
@@ -89,7 +90,13 @@ class StackComponent:
     def on_step_end(self, step: int) -> None:
         pass
 
+    def listen(self, on_start: observation.CompileCallback, on_end: observation.CompileCallback | None = None) -> None:
+        """Hear every compile's start (and end) until ``teardown``."""
+        vars(self).setdefault("_listening", []).append(observation.COMPILE_EVENT_SOURCE.subscribe(on_start, on_end))
+
     def teardown(self) -> None:
+        for unsubscribe in vars(self).pop("_listening", []):
+            unsubscribe()
         self.torch_settings.restore()
 
     def figures(self) -> dict[str, Any]:

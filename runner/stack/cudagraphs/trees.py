@@ -58,7 +58,6 @@ class CudaGraphs(StackComponent):
         self._first_recorded: dict[str, int] = {}  # compile id -> the optimizer step it first recorded at
         self._recorded_in_step = 0
         self._state_after_backward: str | None = None
-        self._unregister: Any = None
 
     def configure(self) -> None:
         # Each new size would record (and keep) another graph: leave the nodes that use a dynamic size out of
@@ -71,7 +70,7 @@ class CudaGraphs(StackComponent):
         if self.cfg.skip_dynamic_graphs:
             partitions.partition_on_graph_symbols_only(self.torch_settings)
         self.partitions.install(self.torch_settings)
-        self._unregister = observation.COMPILE_EVENT_SOURCE.subscribe(self._on_compile_start)
+        self.listen(self._on_compile_start)
 
     def _on_compile_start(self, trigger: str, compile_id: str) -> None:
         if trigger == observation.CUDAGRAPH_RECORDING_TRIGGER:
@@ -127,9 +126,6 @@ class CudaGraphs(StackComponent):
         self._recorded_in_step, self._state_after_backward = 0, None
 
     def teardown(self) -> None:
-        if self._unregister is not None:
-            self._unregister()
-            self._unregister = None
         self.batch.clear()  # the static buffers hold a batch's worth of device memory each
         super().teardown()
 

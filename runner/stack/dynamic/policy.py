@@ -116,7 +116,6 @@ class ShapePolicyComponent(StackComponent):
         self._final: dict[str, Any] | None = None
         self._in_step = False
         self._step_compile_ids: set[str] = set()
-        self._unregister: Any = None
 
     # -- once ----------------------------------------------------------------------------------
     def configure(self) -> None:
@@ -135,7 +134,7 @@ class ShapePolicyComponent(StackComponent):
         if self.cfg.after_warmup is not AfterWarmup.none:  # inside training steps only: validation is unaffected
             self.step_mode.after_warmup(self.cfg.after_warmup.value, from_step=self.cfg.warmup_steps)
         self._since_us = _now_us()
-        self._unregister = observation.COMPILE_EVENT_SOURCE.subscribe(self._on_compile_start)
+        self.listen(self._on_compile_start)
 
     def _on_compile_start(self, trigger: str, compile_id: str) -> None:
         # The policy's figures are about the training step's frame: compiles started while a training
@@ -209,9 +208,6 @@ class ShapePolicyComponent(StackComponent):
         self._final = self.figures()
         if self._sync is not None:
             self._sync.close()
-        if self._unregister is not None:
-            self._unregister()
-            self._unregister = None
         super().teardown()
 
     def figures(self) -> dict[str, Any]:
