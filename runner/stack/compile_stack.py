@@ -1,9 +1,5 @@
-"""``CompileStack``: the compile stack as one plain object, applied to a LightningModule.
-
-``setup`` is the one ordered apply, for every strategy (torchtitan's ``parallelize_llama`` is the model): measure,
-shape policy, saved activations, compile, shard, optimizers, CUDA graphs, bind. Each step pushes its undo on one
-list, which ``teardown`` runs in reverse, so every module, optimizer and process-wide setting comes back.
-"""
+"""``CompileStack``: the compile stack as one plain object, applied to a LightningModule. ``setup`` is the one
+ordered apply for every strategy; each step pushes its undo, which ``teardown`` runs in reverse."""
 
 from __future__ import annotations
 

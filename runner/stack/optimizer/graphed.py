@@ -43,11 +43,10 @@ def _constants(optimizer: Optimizer) -> list[tuple[Any, ...]]:
 
 
 def prime_momentum(optimizer: Optimizer) -> None:
-    """Give each parameter of a momentum group a zero momentum buffer before the first step. A fused SGD step
-    makes its buffers with ``empty_like`` on the first step and fills them in its kernel, so a first step
-    skipped on the device would leave them uninitialised for every later step; from zero, the first update is
-    ``momentum * 0 + grad``, exactly the ``grad`` it starts from (undampened: :func:`capture_blocker` refuses
-    dampening)."""
+    """Give each parameter of a momentum group a zero momentum buffer before the first step."""
+    # A fused SGD step makes its buffers with empty_like on the first step and fills them in its kernel, so a first
+    # step skipped on the device would leave them uninitialised; from zero, the first update is momentum * 0 + grad,
+    # exactly the grad it starts from (undampened: capture_blocker refuses dampening).
     for group in optimizer.param_groups:
         if not group.get("momentum"):  # no momentum buffer: Adam's groups have no such key, SGD's may be 0
             continue

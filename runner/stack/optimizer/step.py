@@ -131,10 +131,8 @@ class OptimizerStep:
             self.compiled_steps += 1
 
     def after_restore(self) -> None:
-        """After the optimizers' state was loaded from a checkpoint: each compiled optimizer's groups hold
-        the LR tensors installed here again (on the device, the restored values copied in); on CUDA a
-        torch optimizer's groups become capturable with their step counters on the device, as its first
-        compiled step would have made them (Dynamo sets ``capturable`` only while the state is empty)."""
+        """After the optimizers' state was loaded from a checkpoint: each compiled optimizer's groups hold the LR
+        tensors installed here again, the restored values copied in."""
         for optimizer, lrs in self._lrs:
             for group, lr in zip(optimizer.param_groups, lrs, strict=True):
                 restored = group["lr"]
@@ -142,6 +140,7 @@ class OptimizerStep:
                     with torch.no_grad():
                         lr.copy_(restored) if isinstance(restored, torch.Tensor) else lr.fill_(float(restored))
                     group["lr"] = lr
+                # As its first compiled step would have made them: Dynamo sets capturable only while the state is empty.
                 if lr.device.type == "cuda" and type(optimizer).__module__.startswith("torch.optim"):
                     _make_capturable(optimizer, group)
 
