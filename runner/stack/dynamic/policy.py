@@ -78,21 +78,6 @@ def format_recompile_error(exc: BaseException, step: int, cfg: DynamicConfig, sh
             "dynamic.after_warmup=eager_on_recompile to run unseen shapes eagerly.")
 
 
-class _StepScope:
-    """The training step's context (a class, not a generator: it is entered on every step)."""
-
-    __slots__ = ("owner",)
-
-    def __init__(self, owner: ShapePolicyComponent) -> None:
-        self.owner = owner
-
-    def __enter__(self) -> None:
-        self.owner._enter_step()
-
-    def __exit__(self, kind: Any, exc: BaseException | None, tb: Any) -> None:
-        self.owner._exit_step(exc)
-
-
 class ShapePolicyComponent(StackComponent):
     """Applies the shape policy: compiler settings once, dim marking per batch, the stance after warm-up
     and the agreement's eager holds (asked of the fit's step mode), and its own figures."""
@@ -177,13 +162,13 @@ class ShapePolicyComponent(StackComponent):
         return batch
 
     def step_context(self) -> ContextManager[Any]:
-        return _StepScope(self)
+        return self  # the training step's context: the component itself, not a generator (entered on every step)
 
-    def _enter_step(self) -> None:
+    def __enter__(self) -> None:
         self._before = observation.graphs_compiled()
         self._in_step = True
 
-    def _exit_step(self, exc: BaseException | None) -> None:
+    def __exit__(self, kind: Any, exc: BaseException | None, tb: Any) -> None:
         try:
             if isinstance(exc, RuntimeError) and errors.is_fail_on_recompile(exc):
                 shapes = shapes_of(list(iter_tensors(self._batch)))

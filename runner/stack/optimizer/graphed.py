@@ -185,13 +185,9 @@ class CapturedStep:
             if step.grads:
                 self._drop("a gradient was replaced (a hook set .grad), so the step was bound again")
             step.bind()
-        if not self.capture or self.stopped is not None:
-            self.uncaptured += 1
-            step()
-            return
         if self.replay is not None and _constants(step.optimizer) != self._constants:
             self._drop("a hyper-parameter the fused kernel takes as a constant changed (betas, weight decay, eps)")
-        if self.replay is None and self.stopped is not None:
+        if not self.capture or self.stopped is not None:
             self.uncaptured += 1
             step()
             return
@@ -210,9 +206,6 @@ class CapturedStep:
         self.replay, self._warmups = None, 0
         if self.recordings >= MAX_RECORDINGS:
             self.stopped = f"uncaptured after {self.recordings} captures: {why}"
-
-    def zero_grads(self) -> None:
-        self.step.zero_grads()
 
 
 def capture_figures(steps: list[CapturedStep]) -> dict[str, Any]:

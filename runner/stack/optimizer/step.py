@@ -99,8 +99,8 @@ class OptimizerStep:
         self._prior.append((optimizer, vars(optimizer).get("step", _MISSING)))
         # Not counted as compiled or eager steps: no stance changes what it runs (the speedup meter's eager
         # steps replay it too).
-        optimizer.step = _closure_step(optimizer, graphed, _uncounted,  # type: ignore[method-assign]
-                                       on_error=graphed.zero_grads)
+        optimizer.step = _closure_step(optimizer, graphed, None,  # type: ignore[method-assign]
+                                       on_error=graphed.step.zero_grads)
 
     def skip_on_device(self, limit: int) -> GraphSafeStep | None:
         """Hand ``reliability.on_nonfinite=skip`` to the graph-safe step (before the first step): it skips updates
@@ -215,14 +215,10 @@ def _make_capturable(optimizer: Optimizer, group: dict[str, Any]) -> None:
             state["step"] = state["step"].to(device=p.device, dtype=torch.float32)
 
 
-def _uncounted() -> None:
-    pass
-
-
-def _closure_step(optimizer: Optimizer, compiled: Callable[..., Any], count: Callable[[], None],
+def _closure_step(optimizer: Optimizer, compiled: Callable[..., Any], count: Callable[[], None] | None,
                   on_error: Callable[[], None] | None = None) -> Callable[..., Any]:
     """``optimizer.step(closure=None, **kwargs)`` as torch's optimizers run it, the update compiled (or graphed).
-    ``on_error``: after a closure that raised (the update skipped), before the error goes on."""
+    ``count``: each step counted (None: not); ``on_error``: after a closure that raised, before the error goes on."""
 
     def step(closure: Callable[[], Any] | None = None, **kwargs: Any) -> Any:
         loss = None
@@ -234,7 +230,8 @@ def _closure_step(optimizer: Optimizer, compiled: Callable[..., Any], count: Cal
                 if on_error is not None:
                     on_error()
                 raise
-        count()
+        if count is not None:
+            count()
         token = _IN_COMPILED_STEP.set(True)
         try:
             compiled(**kwargs)
