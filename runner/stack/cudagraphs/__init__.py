@@ -2,6 +2,6 @@
 and the count of what Inductor put in CUDA graphs."""
 
 from runner.stack.cudagraphs.partitions import PartitionCount
-from runner.stack.cudagraphs.trees import CudaGraphs, CudaGraphsInactive, build_cudagraphs, mark_optimizer_state_static
+from runner.stack.cudagraphs.trees import CudaGraphs, CudaGraphsInactive, build_cudagraphs
 
-__all__ = ["CudaGraphs", "CudaGraphsInactive", "PartitionCount", "build_cudagraphs", "mark_optimizer_state_static"]
+__all__ = ["CudaGraphs", "CudaGraphsInactive", "PartitionCount", "build_cudagraphs"]

@@ -128,7 +128,6 @@ class OffloadComponent(StackComponent):
     def __init__(self, cfg: OffloadConfig, device: torch.device) -> None:
         self.cfg = cfg
         self.device = device
-        self.steps = 0
         self.measured: dict[str, Any] = {}
 
     def current_path(self) -> str:
@@ -154,6 +153,7 @@ class HookOffload(OffloadComponent):
 
     def __init__(self, cfg: OffloadConfig, device: torch.device) -> None:
         super().__init__(cfg, device)
+        self.steps = 0
         codec = cfg.strategy.row.codec
         assert codec is not None, "a strategy that keeps saved tensors encoded names its codec"
         self.codec = SavedTensorCodec(codec, cfg.min_bytes, tuple(cfg.exclude))
@@ -212,10 +212,6 @@ class CheckpointOffload(OffloadComponent):
                           "(no nn.ModuleList and no matching block_types): nothing is recomputed.",
                           stacklevel=2)
 
-    def step_context(self) -> ContextManager[Any]:
-        self.steps += 1
-        return contextlib.nullcontext()
-
     def current_path(self) -> str:
         # The budget acts only on graphs AOTAutograd partitions: eagerly it saves nothing (the
         # measurement then reports path none).
@@ -249,7 +245,6 @@ class CudaOffload(OffloadComponent):
         self.hooks.excluded.attach(module, policy.excluded_module_names(module, self.cfg.exclude))
 
     def step_context(self) -> ContextManager[Any]:
-        self.steps += 1
         return _saved_tensor_hooks(self.hooks.begin_step, self.hooks.end_step, self.hooks.pack, self.hooks.unpack)
 
     def figures(self) -> dict[str, Any]:
