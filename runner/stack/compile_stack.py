@@ -256,7 +256,7 @@ class CompileStack:
         if self.backward_in_step:  # the step ran backward
             p.cudagraphs.after_backward()
         for storm in p.storms.check():
-            self._demote(storm)
+            self.demote(storm)
         return p.deferred.resolve(out) if self._capture else out
 
     def _compiled_autograd(self) -> contextlib.AbstractContextManager[Any]:
@@ -298,18 +298,35 @@ class CompileStack:
             p.shape.on_step_end(self.steps)
             p.cudagraphs.on_step_end(self.steps)
             for storm in p.storms.check():
-                self._demote(storm)
+                self.demote(storm)
 
     # -- demotion ----------------------------------------------------------------------------------
-    def _demote(self, storm: Storm) -> None:
-        """Stop recompiling a storming frame; the step or the undo it hands back."""
+    def demote(self, storm: Storm) -> None:
+        """Stop recompiling a storming frame: the whole step runs as compiled submodules, a compiled module or the
+        optimizer step eagerly, any other frame eagerly until teardown."""
         assert self._module is not None and self.parts is not None
-        done = demote(storm, self._module, self.parts, self.compiled, self.steps, whole_step=self._capture)
-        if done.step is not None:
-            self._step, self._capture = done.step, False
-        if done.undo is not None:
-            self._undo.append(done.undo)
-        self.demoted.append(done.entry)
+        module, parts, steps = self._module, self.parts, self.steps
+        own = code_of(user_step(module))
+        to = "eager"
+        if own is not None and (storm.name, storm.firstlineno) == (own.co_name, own.co_firstlineno) and self._capture:
+            # The training step is compiled whole (its Python side effects deferred): its submodules instead.
+            self._step, self._capture, to = user_step(module), False, "compiled submodules"
+            for m in compiled_submodules(module):
+                self.compiled.compile(m, parts.plan.kwargs)
+        elif (modules := [m for m in self.compiled.modules if type(m).forward.__code__.co_name == storm.name
+                          and type(m).forward.__code__.co_firstlineno == storm.firstlineno]):
+            self.compiled.restore(modules)
+        elif storm.name == "step" and parts.optimizer_step is not None and parts.optimizer_step._prior:
+            parts.optimizer_step.demote(steps)
+        elif (code := runtime.find_code(storm.filename, storm.firstlineno, storm.name)) is not None:
+            self._undo.append(runtime.run_code_eagerly(code))  # the skipped frame is put back at teardown
+        message = (f"compile: {storm.frame} recompiled twice on the same guard `{storm.guard}`; runner stops "
+                   f"recompiling it at step {steps} and runs it as {to} (reported as compile/demoted). "
+                   "Make that value stable, a tensor, or read it outside the step to keep it compiled.")
+        log.warning(message)
+        if parts.console is not None:
+            parts.console.say(message)
+        self.demoted.append({"frame": storm.frame, "guard": storm.guard, "step": steps, "to": to})
 
     # -- a Trainer is pickled and deep-copied (Lightning's own tests, notebooks, tuners) ------------------
     def __getstate__(self) -> dict[str, Any]:
@@ -432,40 +449,3 @@ def free_memory_share(device: torch.device) -> float | None:
 
 def _quiet(message: str) -> None:
     """No console (runner's own runs): the component's log line is what the user sees."""
-
-
-@dataclass(frozen=True)
-class Demotion:
-    """What one demotion did: its ``compile/demoted`` entry, the step to call from now on (None: the same step),
-    and what puts a skipped frame back at teardown (None: nothing to undo)."""
-
-    entry: dict[str, Any]
-    step: Callable[..., Any] | None = None
-    undo: Callable[[], None] | None = None
-
-
-def demote(storm: Storm, module: L.LightningModule, parts: FitParts, compiled: CompiledModules, steps: int,
-           whole_step: bool) -> Demotion:
-    """Stop recompiling ``storm``'s frame (see the module docstring); ``whole_step``: the training step is compiled
-    whole (its Python side effects deferred), ``steps``: optimizer steps so far."""
-    own = code_of(user_step(module))
-    to, step, undo = "eager", None, None
-    if own is not None and (storm.name, storm.firstlineno) == (own.co_name, own.co_firstlineno) and whole_step:
-        step, to = user_step(module), "compiled submodules"
-        for m in compiled_submodules(module):
-            compiled.compile(m, parts.plan.kwargs)
-    elif (modules := [m for m in compiled.modules if type(m).forward.__code__.co_name == storm.name
-                      and type(m).forward.__code__.co_firstlineno == storm.firstlineno]):
-        compiled.restore(modules)
-    elif storm.name == "step" and parts.optimizer_step is not None and parts.optimizer_step._prior:
-        parts.optimizer_step.demote(steps)
-    elif (code := runtime.find_code(storm.filename, storm.firstlineno, storm.name)) is not None:
-        undo = runtime.run_code_eagerly(code)
-    message = (f"compile: {storm.frame} recompiled twice on the same guard `{storm.guard}`; runner stops "
-               f"recompiling it at step {steps} and runs it as {to} (reported as compile/demoted). "
-               "Make that value stable, a tensor, or read it outside the step to keep it compiled.")
-    log.warning(message)
-    if parts.console is not None:
-        parts.console.say(message)
-    entry = {"frame": storm.frame, "guard": storm.guard, "step": steps, "to": to}
-    return Demotion(entry, step, undo)

@@ -49,7 +49,7 @@ def is_shape_guard(guard: str) -> bool:
 # full). A frame whose same non-shape guard caused a second recompile is a certain storm, reported then, saving the
 # remaining six compiles. Shape guards belong to the shape policy, and the two compiles a changing int or float costs
 # before it becomes a graph input are not a storm (their guard changes once, then holds). Demoting is the stack's
-# decision (compile_stack.demote); this only detects.
+# decision (CompileStack.demote); this only detects.
 class StormWatch:
     """Detects recompile storms from torch's compile records (see the module docstring)."""
 
