@@ -13,11 +13,6 @@ from runner.torch_internals import observation
 _KIND = {"LAZY_BACKWARD": "backward", "CUDAGRAPH_RECORDING": "cudagraph_recording"}
 
 
-def lightning_info_enabled() -> bool:
-    """Whether Lightning prints its info lines (the user's verbosity switch)."""
-    return logging.getLogger("lightning.pytorch").isEnabledFor(logging.INFO)
-
-
 class CompileConsole(StackComponent):
     """Compile progress lines while compiling, and the end-of-fit summary line."""
 
@@ -36,7 +31,7 @@ class CompileConsole(StackComponent):
 
     def say(self, message: str) -> None:
         """One line through the sink (progress, a demotion, the summary), where Lightning prints its info lines."""
-        if lightning_info_enabled():
+        if logging.getLogger("lightning.pytorch").isEnabledFor(logging.INFO):  # the user's verbosity switch
             self.sink(message)
 
     def configure(self) -> None:
