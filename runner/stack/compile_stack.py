@@ -412,12 +412,11 @@ def build_parts(settings: CompileSettings, module: L.LightningModule, lightning:
     log.info("CUDA graphs %s", plan.cudagraphs_decision.describe())
     # The rules the config check enforces too (runner.config.decisions.stack), here with what the fit found; refused
     # before the saved-activation measurement (setup's step 0) spends its compiles.
-    offload_cfg = s.offload
     # Which excluded modules run compiled matters only to a strategy whose hooks run eagerly (offload=cpu).
-    inside = [] if offload_cfg.strategy.row.traced else excluded_inside_compiled(offload_cfg.exclude, module, plan)
+    inside = [] if s.offload.strategy.row.traced else excluded_inside_compiled(s.offload.exclude, module, plan)
     for problem in (stack_rules.cudagraphs_with_accumulation(plan.cudagraphs, lightning.accumulate_grad_batches),
                     stack_rules.compiled_optimizer_with_scaler(s.compile.optimizer, lightning.scaler),
-                    stack_rules.offload_exclusions_lost(offload_cfg.strategy, offload_cfg.exclude,
+                    stack_rules.offload_exclusions_lost(s.offload.strategy, s.offload.exclude,
                                                         device.type == "cuda", plan.target, inside)):
         if problem:
             raise ValueError(problem)
@@ -428,8 +427,7 @@ def build_parts(settings: CompileSettings, module: L.LightningModule, lightning:
     # compile.on_error=raise: no storm is ever reported; it runs into torch's recompile limit, which stops the run.
     storms = StormWatch(threshold=math.inf if s.compile.on_error is OnError["raise"] else 2)
     shown = CompileConsole(lightning.sink) if console and lightning.sink is not None else None
-    background = build_background(s, plan, lightning, takes_dataloader_iter(step), shown.say if shown else _quiet,
-                                  step_mode)
+    background = build_background(s, plan, lightning, pulls, shown.say if shown else _quiet, step_mode)
     c = s.compile
     return FitParts(settings=s, plan=plan, errors=CompileErrorWatch(c.on_error),
                     shape=shape, state=PythonState(step), offload=offload, cudagraphs=cudagraphs, console=shown,
