@@ -194,7 +194,9 @@ def measure_offload(
 
         return compile_fn(_fresh_code(step)) if compile_fn is not None else step
 
-    dev = torch.device(device) if device is not None else _device_of(batch)
+    # The device of the batch's first tensor, where none is given.
+    tensors = [t for t in runtime.tree_leaves(batch) if isinstance(t, torch.Tensor)]
+    dev = torch.device(device) if device is not None else tensors[0].device if tensors else torch.device("cpu")
     return compare_with_none(model, batch, cfg, build_step, dev, compiled=compile_fn is not None)
 
 
@@ -202,13 +204,5 @@ def _fresh_code(fn: Callable[..., Any]) -> Callable[..., Any]:
     """``fn`` with its own code object, so Dynamo compiles it afresh."""
     code = fn.__code__
     name = f"{code.co_name}_{next(_VARIANT_IDS)}"
-    fresh = types.FunctionType(code.replace(co_name=name, co_qualname=name), fn.__globals__, name,
-                               fn.__defaults__, fn.__closure__)
-    return fresh
-
-
-def _device_of(batch: Any) -> torch.device:
-    for t in runtime.tree_leaves(batch):
-        if isinstance(t, torch.Tensor):
-            return t.device
-    return torch.device("cpu")
+    return types.FunctionType(code.replace(co_name=name, co_qualname=name), fn.__globals__, name, fn.__defaults__,
+                              fn.__closure__)
