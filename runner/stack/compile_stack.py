@@ -54,9 +54,6 @@ from runner.torch_internals import settings as torch_settings
 
 log = logging.getLogger(__name__)
 
-__all__ = ["CompileSettings", "CompileStack", "LightningSide", "stack_of"]
-
-
 @dataclass
 class FitParts:
     """The plan and every part of one fit, built before anything is applied."""
