@@ -182,12 +182,6 @@ class ShapePolicyComponent(StackComponent):
         self.steps = step
 
     # -- report --------------------------------------------------------------------------------
-    def padding_waste_pct(self) -> float | None:
-        """Share of target tokens that are padding, over every training batch seen."""
-        if not self._tokens:
-            return None
-        return 100.0 * float(self._padding) / self._tokens
-
     def teardown(self) -> None:
         # Freeze the figures first: restoring torch's compile-record limit may drop this run's records.
         self._final = self.figures()
@@ -203,7 +197,7 @@ class ShapePolicyComponent(StackComponent):
         records = [r for r in map(observation.to_record, observation.compilation_metrics())
                    if (r.start_us or 0) >= self._since_us and r.compile_id in self._step_compile_ids]
         reasons = [r.recompile_reason for r in records if r.is_forward and r.recompile_reason]
-        waste = self.padding_waste_pct()
+        waste = 100.0 * float(self._padding) / self._tokens if self._tokens else None  # of every batch's target tokens
         out: dict[str, Any] = {
             "dynamic/policy": self.cfg.policy.value,
             "dynamic/after_warmup": self.cfg.after_warmup.value,
