@@ -182,7 +182,7 @@ class BackgroundCompile(StackComponent):
             if self.room is not None:
                 self._start_if_room(step)
             elif self.eager_steps >= DECIDE_AFTER:
-                self._start_or_stay(step)
+                self._start_or_stay()
             return
         result = self.process.poll()
         if result is None and self.process.elapsed() > TIMEOUT_S:
@@ -205,7 +205,7 @@ class BackgroundCompile(StackComponent):
                    f"for a compile process ({self.room_said}); compile.background=shared compiles beside it regardless")
         self._switch(step)
 
-    def _start_or_stay(self, step: int) -> None:
+    def _start_or_stay(self) -> None:
         start, why = worth_starting(self.eager_ms(), steps_left(self._module), self._spare)
         if start:
             self._start()

@@ -17,15 +17,6 @@ from runner.stack.settings import CompileSettings, LightningSide
 from runner.torch_internals import runtime
 
 
-def skip_reason(module: L.LightningModule, lightning: LightningSide, settings: CompileSettings) -> str | None:
-    """Why the measurement does not run here (None: it runs)."""
-    if not module.automatic_optimization:
-        return "manual optimization: the step needs the trainer"
-    if lightning.shard is not None:
-        return "sharded strategy: each variant would copy the whole unsharded model onto every rank"
-    return None
-
-
 def measure_saved_activations(module: L.LightningModule, lightning: LightningSide, settings: CompileSettings,
                               plan: CompilePlan) -> dict[str, Any]:
     """``offload/*`` figures of the offload strategy against ``none`` (empty when there is nothing to
@@ -33,13 +24,14 @@ def measure_saved_activations(module: L.LightningModule, lightning: LightningSid
     offload = settings.offload
     if not offload.strategy.row.active or not offload.measure:
         return {}
-    reason = skip_reason(module, lightning, settings)
-    batch = None
-    if reason is None:
-        batch, why = lightning.sample_batch() if lightning.sample_batch else (None, "no sample batch was given")
-        reason = None if batch is not None else why
-    if reason is not None:
-        return {"offload/measure_skipped": reason}
+    if not module.automatic_optimization:
+        return {"offload/measure_skipped": "manual optimization: the step needs the trainer"}
+    if lightning.shard is not None:
+        return {"offload/measure_skipped": "sharded strategy: each variant would copy the whole unsharded model onto "
+                                           "every rank"}
+    batch, why = lightning.sample_batch() if lightning.sample_batch else (None, "no sample batch was given")
+    if batch is None:
+        return {"offload/measure_skipped": why}
     return measure_on_run_path(module, batch, lightning.device, lightning.step_context, settings, plan)
 
 
