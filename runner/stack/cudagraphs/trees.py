@@ -45,7 +45,6 @@ class CudaGraphs(StackComponent):
         self.cfg = cfg
         self.step_mode = step_mode or StepMode()
         self.device_index = device.index if device.index is not None else 0
-        self.steps = 0
         self.optimizers: list[Optimizer] = []
         self.static_state_tensors = 0
         self.batch = StaticBatch(device.type)
@@ -103,7 +102,6 @@ class CudaGraphs(StackComponent):
         self._recorded_in_step = 0  # a first recording of an evaluation graph since the last step is not this step's
         torch.compiler.cudagraph_mark_step_begin()
         yield
-        self.steps += 1
 
     @contextlib.contextmanager
     def eval_step_context(self) -> Iterator[None]:
