@@ -115,7 +115,10 @@ class CudaGraphs(StackComponent):
         # updated in place and never move: marked static, a captured graph that reads them (a compiled
         # optimizer step) reads them in place instead of copying each into a static buffer every replay.
         if self.static_state_tensors == 0:
-            self.static_state_tensors = mark_optimizer_state_static(self.optimizers)
+            for value in (v for opt in self.optimizers for state in opt.state.values() for v in state.values()):
+                if isinstance(value, torch.Tensor):
+                    runtime.mark_static_address(value)
+                    self.static_state_tensors += 1
         if self._recorded_in_step:
             self.recording_steps += 1
         elif self._state_after_backward == "EXECUTION":
@@ -150,18 +153,6 @@ class CudaGraphs(StackComponent):
             first = f["cudagraphs/eager_reasons"][0]
             text += f"; eager: {first['nodes']} nodes for {first['reason']} (fix: {first['fix']})"
         return text
-
-
-def mark_optimizer_state_static(optimizers: list[Optimizer]) -> int:
-    """Mark every tensor of the optimizers' state static-address; returns how many were marked."""
-    marked = 0
-    for opt in optimizers:
-        for state in opt.state.values():
-            for value in state.values():
-                if isinstance(value, torch.Tensor):
-                    runtime.mark_static_address(value)
-                    marked += 1
-    return marked
 
 
 class CudaGraphsInactive(StackComponent):

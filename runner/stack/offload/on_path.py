@@ -4,7 +4,7 @@ for every user of runner's strategies."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import lightning as L
@@ -63,15 +63,9 @@ def measure_on_run_path(module: L.LightningModule, batch: Any, device: torch.dev
     def forget() -> None:  # between variants: what the measurement compiled, and nothing else
         runtime.forget_codes(runtime.codes_compiled_since(snapshot))
 
-    with _run_random_state(device):
+    # The random state the run continues from, restored (the measurement's dropout draws are not the run's);
+    # Dynamo's settings are the run's own, set before this.
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         # compare_with_none measures each variant on its own copy of the module, moved to the device.
         return compare_with_none(module, batch, s.offload, build_step, device, tuple(s.compile.block_types),
                                  compiled=plan.compiles, fresh_compiler=forget)
-
-
-@contextlib.contextmanager
-def _run_random_state(device: torch.device) -> Iterator[None]:
-    """The random state the run continues from, restored (the measurement's dropout draws are not the run's).
-    Dynamo's settings are the run's own, set before this."""
-    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-        yield
