@@ -1,14 +1,11 @@
-"""``CompileStack``: the compile stack as one plain object, applied to a LightningModule.
-
-``setup`` is the one ordered apply, for every strategy (torchtitan's ``parallelize_llama`` is the model): measure,
-shape policy, saved activations, compile, shard, optimizers, CUDA graphs, bind. Each step pushes its undo on one
-list, which ``teardown`` runs in reverse, so every module, optimizer and process-wide setting comes back.
-"""
+"""``CompileStack``: the compile stack as one plain object, applied to a LightningModule. ``setup`` is the one
+ordered apply for every strategy; each step pushes its undo, which ``teardown`` runs in reverse."""
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -50,22 +47,12 @@ from runner.stack.offload.on_path import measure_saved_activations
 from runner.stack.optimizer.graphed import Clipping
 from runner.stack.optimizer.step import OptimizerStep
 from runner.stack.python_state import PythonState
-from runner.stack.settings import CacheArtifacts, CompileSettings, LightningSide
+from runner.stack.settings import CacheArtifacts, CompileSettings, LightningSide, StackComponent
 from runner.stack.step_mode import StepMode
 from runner.torch_internals import runtime
 from runner.torch_internals import settings as torch_settings
 
 log = logging.getLogger(__name__)
-
-__all__ = ["CompileSettings", "CompileStack", "LightningSide", "stack_of"]
-
-
-class _NoStorms(StormWatch):
-    """``compile.on_error=raise``: a storm runs into torch's recompile limit, which stops the run."""
-
-    def check(self) -> list[Any]:
-        return []
-
 
 @dataclass
 class FitParts:
@@ -145,31 +132,30 @@ class CompileStack:
                                          step_mode=self.step_mode)
         process = torch_settings.TorchSettings()  # the settings the compile config owns; restored last
         undo = self._undo = [process.restore, self.step_mode.close]
+
+        def use(part: StackComponent) -> None:  # a part's process-wide configuration; its teardown undoes it
+            part.configure()
+            undo.append(part.teardown)
+
         # How the step is traced, before its first trace: loss.backward() into the graph for step_backward.
         process.dynamo("trace_autograd_ops", parts.plan.backward_in_step)
         self.measured = measure_saved_activations(module, lightning, self.settings, parts.plan)  # on a copy
         parts.background.apply(module)  # untransformed, for a compile process beside the run
         undo.append(parts.background.teardown)
-        for part in (parts.local_cache, parts.remote_cache):  # caches before anything compiles
-            part.configure()
-            undo.append(part.teardown)
+        use(parts.local_cache)  # caches before anything compiles
+        use(parts.remote_cache)
         # on_error=eager: a frame that fails to compile runs eagerly (counted by telemetry).
         process.dynamo("suppress_errors", self.settings.compile.on_error is OnError["eager"])
         # An int attribute of the module that changes: one recompile, not a storm.
         torch_settings.lift_python_scalars(process)
-        parts.errors.configure()
-        undo.append(parts.errors.teardown)
+        use(parts.errors)
         if parts.console is not None:
-            parts.console.configure()
-            undo.append(parts.console.teardown)
-        parts.shape.configure()  # 1. shape policy: dynamic-shape settings, batch marks
-        undo.append(parts.shape.teardown)
-        parts.state.configure()
-        undo.append(parts.state.teardown)
-        parts.offload.configure()  # 2. saved activations: hooks or checkpoint wrappers, before compiling
+            use(parts.console)
+        use(parts.shape)  # 1. shape policy: dynamic-shape settings, batch marks
+        use(parts.state)
+        use(parts.offload)  # 2. saved activations: hooks or checkpoint wrappers, before compiling
         parts.offload.apply(module)
         parts.offload.measured = self.measured
-        undo.append(parts.offload.teardown)
         self._step = parts.background.compile_step(  # 3. compile (beside the run: at the switch)
             module, user_step(module), parts.plan, self.compiled, lightning.accumulate_grad_batches)
         undo.append(self.compiled.restore)
@@ -189,10 +175,9 @@ class CompileStack:
         for opt in optimizers:
             step.prepare(opt, lightning.device)
         undo.append(step.restore)
-        parts.cudagraphs.configure()  # 7. CUDA graphs: static addresses, step marking
+        use(parts.cudagraphs)  # 7. CUDA graphs: static addresses, step marking
         parts.cudagraphs.apply(module)
         parts.cudagraphs.bind_optimizers(optimizers)
-        undo.append(parts.cudagraphs.teardown)
         if plan.compiled_autograd:
             parts.compiled_autograd = torch.compile(**plan.compiled_autograd_kwargs)
         log.info("compile stack: scope=%s target=%s backend=%s optimizer=%s", plan.scope.value, plan.target_name,
@@ -268,7 +253,7 @@ class CompileStack:
         if self.backward_in_step:  # the step ran backward
             p.cudagraphs.after_backward()
         for storm in p.storms.check():
-            self._demote(storm)
+            self.demote(storm)
         return p.deferred.resolve(out) if self._capture else out
 
     def _compiled_autograd(self) -> contextlib.AbstractContextManager[Any]:
@@ -310,18 +295,35 @@ class CompileStack:
             p.shape.on_step_end(self.steps)
             p.cudagraphs.on_step_end(self.steps)
             for storm in p.storms.check():
-                self._demote(storm)
+                self.demote(storm)
 
     # -- demotion ----------------------------------------------------------------------------------
-    def _demote(self, storm: Storm) -> None:
-        """Stop recompiling a storming frame; the step or the undo it hands back."""
+    def demote(self, storm: Storm) -> None:
+        """Stop recompiling a storming frame: the whole step runs as compiled submodules, a compiled module or the
+        optimizer step eagerly, any other frame eagerly until teardown."""
         assert self._module is not None and self.parts is not None
-        done = demote(storm, self._module, self.parts, self.compiled, self.steps, whole_step=self._capture)
-        if done.step is not None:
-            self._step, self._capture = done.step, False
-        if done.undo is not None:
-            self._undo.append(done.undo)
-        self.demoted.append(done.entry)
+        module, parts, steps = self._module, self.parts, self.steps
+        own = code_of(user_step(module))
+        to = "eager"
+        if own is not None and (storm.name, storm.firstlineno) == (own.co_name, own.co_firstlineno) and self._capture:
+            # The training step is compiled whole (its Python side effects deferred): its submodules instead.
+            self._step, self._capture, to = user_step(module), False, "compiled submodules"
+            for m in compiled_submodules(module):
+                self.compiled.compile(m, parts.plan.kwargs)
+        elif (modules := [m for m in self.compiled.modules if type(m).forward.__code__.co_name == storm.name
+                          and type(m).forward.__code__.co_firstlineno == storm.firstlineno]):
+            self.compiled.restore(modules)
+        elif storm.name == "step" and parts.optimizer_step is not None and parts.optimizer_step._prior:
+            parts.optimizer_step.demote(steps)
+        elif (code := runtime.find_code(storm.filename, storm.firstlineno, storm.name)) is not None:
+            self._undo.append(runtime.run_code_eagerly(code))  # the skipped frame is put back at teardown
+        message = (f"compile: {storm.frame} recompiled twice on the same guard `{storm.guard}`; runner stops "
+                   f"recompiling it at step {steps} and runs it as {to} (reported as compile/demoted). "
+                   "Make that value stable, a tensor, or read it outside the step to keep it compiled.")
+        log.warning(message)
+        if parts.console is not None:
+            parts.console.say(message)
+        self.demoted.append({"frame": storm.frame, "guard": storm.guard, "step": steps, "to": to})
 
     # -- a Trainer is pickled and deep-copied (Lightning's own tests, notebooks, tuners) ------------------
     def __getstate__(self) -> dict[str, Any]:
@@ -407,12 +409,11 @@ def build_parts(settings: CompileSettings, module: L.LightningModule, lightning:
     log.info("CUDA graphs %s", plan.cudagraphs_decision.describe())
     # The rules the config check enforces too (runner.config.decisions.stack), here with what the fit found; refused
     # before the saved-activation measurement (setup's step 0) spends its compiles.
-    offload_cfg = s.offload
     # Which excluded modules run compiled matters only to a strategy whose hooks run eagerly (offload=cpu).
-    inside = [] if offload_cfg.strategy.row.traced else excluded_inside_compiled(offload_cfg.exclude, module, plan)
+    inside = [] if s.offload.strategy.row.traced else excluded_inside_compiled(s.offload.exclude, module, plan)
     for problem in (stack_rules.cudagraphs_with_accumulation(plan.cudagraphs, lightning.accumulate_grad_batches),
                     stack_rules.compiled_optimizer_with_scaler(s.compile.optimizer, lightning.scaler),
-                    stack_rules.offload_exclusions_lost(offload_cfg.strategy, offload_cfg.exclude,
+                    stack_rules.offload_exclusions_lost(s.offload.strategy, s.offload.exclude,
                                                         device.type == "cuda", plan.target, inside)):
         if problem:
             raise ValueError(problem)
@@ -420,10 +421,10 @@ def build_parts(settings: CompileSettings, module: L.LightningModule, lightning:
     blocker = step_blocker(module.automatic_optimization, pulls, reads)
     if (note := step_note(s.compile.scope, plan, blocker)) is not None:
         log.info(note)
-    storms = _NoStorms() if s.compile.on_error is OnError["raise"] else StormWatch()
+    # compile.on_error=raise: no storm is ever reported; it runs into torch's recompile limit, which stops the run.
+    storms = StormWatch(threshold=math.inf if s.compile.on_error is OnError["raise"] else 2)
     shown = CompileConsole(lightning.sink) if console and lightning.sink is not None else None
-    background = build_background(s, plan, lightning, takes_dataloader_iter(step), shown.say if shown else _quiet,
-                                  step_mode)
+    background = build_background(s, plan, lightning, pulls, shown.say if shown else _quiet, step_mode)
     c = s.compile
     return FitParts(settings=s, plan=plan, errors=CompileErrorWatch(c.on_error),
                     shape=shape, state=PythonState(step), offload=offload, cudagraphs=cudagraphs, console=shown,
@@ -443,40 +444,3 @@ def free_memory_share(device: torch.device) -> float | None:
 
 def _quiet(message: str) -> None:
     """No console (runner's own runs): the component's log line is what the user sees."""
-
-
-@dataclass(frozen=True)
-class Demotion:
-    """What one demotion did: its ``compile/demoted`` entry, the step to call from now on (None: the same step),
-    and what puts a skipped frame back at teardown (None: nothing to undo)."""
-
-    entry: dict[str, Any]
-    step: Callable[..., Any] | None = None
-    undo: Callable[[], None] | None = None
-
-
-def demote(storm: Storm, module: L.LightningModule, parts: FitParts, compiled: CompiledModules, steps: int,
-           whole_step: bool) -> Demotion:
-    """Stop recompiling ``storm``'s frame (see the module docstring); ``whole_step``: the training step is compiled
-    whole (its Python side effects deferred), ``steps``: optimizer steps so far."""
-    own = code_of(user_step(module))
-    to, step, undo = "eager", None, None
-    if own is not None and (storm.name, storm.firstlineno) == (own.co_name, own.co_firstlineno) and whole_step:
-        step, to = user_step(module), "compiled submodules"
-        for m in compiled_submodules(module):
-            compiled.compile(m, parts.plan.kwargs)
-    elif (modules := [m for m in compiled.modules if type(m).forward.__code__.co_name == storm.name
-                      and type(m).forward.__code__.co_firstlineno == storm.firstlineno]):
-        compiled.restore(modules)
-    elif storm.name == "step" and parts.optimizer_step is not None and parts.optimizer_step._prior:
-        parts.optimizer_step.demote(steps)
-    elif (code := runtime.find_code(storm.filename, storm.firstlineno, storm.name)) is not None:
-        undo = runtime.run_code_eagerly(code)
-    message = (f"compile: {storm.frame} recompiled twice on the same guard `{storm.guard}`; runner stops "
-               f"recompiling it at step {steps} and runs it as {to} (reported as compile/demoted). "
-               "Make that value stable, a tensor, or read it outside the step to keep it compiled.")
-    log.warning(message)
-    if parts.console is not None:
-        parts.console.say(message)
-    entry = {"frame": storm.frame, "guard": storm.guard, "step": steps, "to": to}
-    return Demotion(entry, step, undo)

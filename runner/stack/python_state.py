@@ -1,12 +1,5 @@
 """Python state read inside the compiled step: never stale, and no recompile per step."""
 
-# Users read ``self.current_epoch``, ``self.global_step``, ``self.trainer.*`` and ``self.hparams`` in
-# ``training_step``. Dynamo specialises every int it reaches through an ``nn.Module`` (the LightningModule is one):
-# ``self.global_step`` is guarded with ``== 3`` and the step recompiles every step until ``recompile_limit`` (8) and
-# then runs eagerly. (Lightning issue #17933, the stale ``current_epoch == 0``, comes from ``torch.compile(module)``
-# wrapping the module in a copy without the trainer; runner compiles in place, so every read is guarded or an input,
-# never stale.)
-
 from __future__ import annotations
 
 import inspect

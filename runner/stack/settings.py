@@ -14,6 +14,7 @@ from torch import nn
 from torch.optim import Optimizer
 
 from runner.config.schema import CompileConfig, CudaGraphsConfig, DynamicConfig, OffloadConfig
+from runner.torch_internals import observation
 from runner.torch_internals.settings import TorchSettings
 
 
@@ -39,10 +40,6 @@ class CompileSettings:
     artifacts: CacheArtifacts = field(default_factory=CacheArtifacts)
 
 
-def _no_batch() -> tuple[Any, str]:
-    return None, "no sample batch was given"
-
-
 @dataclass
 class LightningSide:
     """Lightning's side of ``CompileStack.setup``, handed over by the strategy."""
@@ -51,14 +48,13 @@ class LightningSide:
     optimizers: Callable[[], list[Optimizer]] = list  # as they will step (built after sharding under FSDP)
     accumulate_grad_batches: int = 1
     world_size: int = 1  # DDP/FSDP ranks: cudagraphs=auto stays off with several
-    sample_batch: Callable[[], tuple[Any, str]] = _no_batch  # for the saved-activation measurement, or (None, why)
+    sample_batch: Callable[[], tuple[Any, str]] | None = None  # for the saved-activation measurement, or (None, why)
     step_context: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext  # precision's
     shard: Callable[[nn.Module], None] | None = None  # FSDP; None where nothing is sharded
     scaler: bool = False  # a gradient scaler (16-mixed) steps the optimizer
     optimizer_lists: list[tuple[dict[str, Any], str]] = field(default_factory=list)  # (obj.__dict__, name)
     module_optimizers: Callable[[], list[Any]] = list  # LightningModule.optimizers() as a list
     sink: Callable[[str], None] | None = None  # where compile progress prints (None: nowhere)
-    automatic_optimization: bool = True
     gradient_clip_val: float | None = None
     gradient_clip_algorithm: str = "norm"
     # Hooks between backward and the update that may touch gradients: each keeps the step off the graph-safe path.
@@ -81,7 +77,26 @@ class StackComponent:
     def configure(self) -> None:
         """Set process-wide compiler configuration, once, before anything is compiled."""
 
+    # The per-fit and per-step hooks; a part that does nothing there (a no-op stand-in) keeps these.
+    def apply(self, module: nn.Module) -> None:
+        pass
+
+    def prepare_batch(self, batch: Any) -> Any:
+        return batch
+
+    def step_context(self) -> contextlib.AbstractContextManager[Any]:
+        return contextlib.nullcontext()
+
+    def on_step_end(self, step: int) -> None:
+        pass
+
+    def listen(self, on_start: observation.CompileCallback, on_end: observation.CompileCallback | None = None) -> None:
+        """Hear every compile's start (and end) until ``teardown``."""
+        vars(self).setdefault("_listening", []).append(observation.COMPILE_EVENT_SOURCE.subscribe(on_start, on_end))
+
     def teardown(self) -> None:
+        for unsubscribe in vars(self).pop("_listening", []):
+            unsubscribe()
         self.torch_settings.restore()
 
     def figures(self) -> dict[str, Any]:

@@ -3,7 +3,6 @@ fine-tuning, with no ``DTensor``, no ``_orig_mod.`` and no ``_checkpoint_wrapped
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +11,8 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from torch import nn
 
+from runner.atomic_files import atomic_write
+
 
 def full_state_dict(module: nn.Module) -> dict[str, Any]:
     """The module's whole state gathered to plain CPU tensors on rank 0 (empty on other ranks).
@@ -19,14 +20,6 @@ def full_state_dict(module: nn.Module) -> dict[str, Any]:
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
     return get_model_state_dict(module, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-
-
-def save_atomically(obj: Any, path: Path) -> None:
-    """``torch.save`` to a temporary file, then rename: never a half-written file at ``path``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
 
 
 class ConsolidatedCheckpoint(Callback):
@@ -40,7 +33,7 @@ class ConsolidatedCheckpoint(Callback):
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         state = full_state_dict(pl_module)
         if trainer.is_global_zero:
-            save_atomically(state, self.path)
+            atomic_write(self.path, lambda f: torch.save(state, f))  # never a half-written file at path
         self._figures = {"fsdp/consolidated_checkpoint": str(self.path)}
 
     def figures(self) -> dict[str, Any]:

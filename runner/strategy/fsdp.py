@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 from pathlib import Path
@@ -47,8 +48,8 @@ class FSDPCompileStrategy(CompileStrategyBase, ModelParallelStrategy):
         module = self.lightning_module
         assert module is not None
         if trainer.state.fn == TrainerFn.FITTING and not is_sharded(module):
-            side = self.lightning_side(trainer, optimizers=lambda: self._place_and_build_optimizers(trainer),
-                                      shard=lambda m: self.shard(m, trainer.precision))
+            side = self.lightning_side(trainer, optimizers=functools.partial(self._place_and_build_optimizers, trainer),
+                                      shard=functools.partial(self.shard, precision=trainer.precision))
             self.stack.setup(module, side)
             return
         if not is_sharded(module):

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-from collections.abc import Callable, Iterator
+import functools
+from collections.abc import Callable
 from typing import Any
 
 import lightning as L
@@ -93,26 +94,27 @@ class CompileStrategyBase:
         strategy: Any = self
         return LightningSide(
             device=strategy.root_device,
-            optimizers=optimizers or (lambda: list(strategy.optimizers)),
+            optimizers=optimizers or self._optimizers_now,
             accumulate_grad_batches=trainer.accumulate_grad_batches,
             world_size=trainer.world_size,
-            sample_batch=lambda: sample_batch(trainer, strategy.lightning_module),
+            sample_batch=functools.partial(sample_batch, trainer, strategy.lightning_module),
             step_context=strategy.precision_plugin.train_step_context,
             shard=shard,
             scaler=getattr(strategy.precision_plugin, "scaler", None) is not None,
             optimizer_lists=li.optimizer_lists(strategy),
-            module_optimizers=lambda: li.lightning_optimizers(strategy),
+            module_optimizers=functools.partial(li.lightning_optimizers, strategy),
             sink=progress_sink(trainer) if self.stack.console else None,
-            automatic_optimization=strategy.lightning_module.automatic_optimization,
             gradient_clip_val=trainer.gradient_clip_val,
             gradient_clip_algorithm=str(getattr(trainer.gradient_clip_algorithm, "value", None) or "norm"),
             # Lightning's callback connector sets ``trainer.callbacks`` at run time: the class does not declare it.
             gradient_hooks=gradient_hooks(strategy.lightning_module, trainer.callbacks),  # type: ignore[attr-defined]
         )
 
-    def _setup_lightning(self, trainer: L.Trainer) -> None:
-        """Lightning's own setup, with an empty optimizer explained in one paragraph."""
-        try:
+    def _optimizers_now(self) -> list[Optimizer]:
+        return list(self.optimizers)  # type: ignore[attr-defined]
+
+    def setup(self, trainer: L.Trainer) -> None:
+        try:  # Lightning's own setup, with an empty optimizer explained in one paragraph
             super().setup(trainer)  # type: ignore[misc]
         except ValueError as e:
             module: Any = getattr(self, "lightning_module", None)
@@ -120,9 +122,6 @@ class CompileStrategyBase:
                     not any(p.requires_grad for p in module.parameters()):
                 raise ValueError(NO_TRAINABLE_PARAMETERS.format(name=type(module).__name__, error=e)) from e
             raise
-
-    def setup(self, trainer: L.Trainer) -> None:
-        self._setup_lightning(trainer)
         if trainer.state.fn == TrainerFn.FITTING:
             self.stack.setup(self.lightning_module, self.lightning_side(trainer))  # type: ignore[attr-defined]
 
@@ -136,7 +135,8 @@ class CompileStrategyBase:
                        **kwargs: Any) -> Any:
         # Lightning's own step: its precision plugin calls optimizer.step(closure=..., **kwargs) and the
         # optimizer runs the closure (the stack only made the optimizer fused or compiled).
-        with self._optimizer_context():
+        # Not fitting through the stack (e.g. a bare strategy call): nothing to count.
+        with self.stack.optimizer_step_context() if self.stack.parts is not None else contextlib.nullcontext():
             return super().optimizer_step(optimizer, closure, model, **kwargs)  # type: ignore[misc]
 
     # Evaluation batches of a fit pass the stack too: under CUDA graphs each begins a new CUDA-graph step.
@@ -156,14 +156,6 @@ class CompileStrategyBase:
         # Lightning restores the optimizers after setup (a resume): the stack puts its LR tensors back.
         super().load_optimizer_state_dict(checkpoint)  # type: ignore[misc]
         self.stack.optimizers_restored()
-
-    @contextlib.contextmanager
-    def _optimizer_context(self) -> Iterator[None]:
-        if self.stack.parts is None:  # not fitting through the stack (e.g. a bare strategy call)
-            yield
-            return
-        with self.stack.optimizer_step_context():
-            yield
 
     def teardown(self) -> None:
         if self._log_fastpath is not None:

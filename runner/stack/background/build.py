@@ -12,6 +12,7 @@ from runner.config.schema import Background
 from runner.stack.background.policy import DeviceRoom, NoBackground, resolve_background
 from runner.stack.background.run_side import BackgroundCompile
 from runner.stack.compiling.plan import CompilePlan
+from runner.stack.dynamic.agreement import world_size
 from runner.stack.settings import CompileSettings, LightningSide
 from runner.stack.step_mode import StepMode
 
@@ -30,9 +31,7 @@ def cuda_room(device: torch.device) -> Callable[[], DeviceRoom]:
 def build_background(settings: CompileSettings, plan: CompilePlan, lightning: LightningSide, pulls_batches: bool,
                      say: Callable[[str], None], step_mode: StepMode) -> NoBackground | BackgroundCompile:
     """The component ``compile.background`` asks for on this machine (in the run where it cannot run beside)."""
-    world = torch.distributed.get_world_size() if torch.distributed.is_available() and \
-        torch.distributed.is_initialized() else 1
-    policy, why = resolve_background(settings.compile.background, plan, world, pulls_batches, lightning.device)
+    policy, why = resolve_background(settings.compile.background, plan, world_size(), pulls_batches, lightning.device)
     if policy is Background.disabled:
         if why is not None and settings.compile.background is not Background.auto:
             log.warning("compile.background=%s: %s; it compiles in the first step instead",

@@ -1,11 +1,5 @@
-"""``compile.background``'s decisions, pure: where a compile process beside the run can help
-(:func:`resolve_background`), whether ``auto`` has a core to spare (:func:`core_to_spare`) and starts a process
-(:func:`worth_starting`) and whether switching
-to its compiled step pays (:func:`switch_pays`), and on a CUDA device whether the process fits in its memory
-(:func:`room_for_process`), and after the switch whether the compiled steps run clearly slower than the eager
-ones (:func:`compiled_slower`); and the two small pieces those decisions pick between:
-:class:`NoBackground` (no process) and :class:`LateStep` (the step compiled at the switch).
-``runner.stack.background`` carries them out."""
+"""``compile.background``'s decisions, pure (where a compile process helps, whether it fits, whether switching pays),
+and the two small pieces they pick between: :class:`NoBackground` and :class:`LateStep`."""
 
 from __future__ import annotations
 
@@ -75,12 +69,10 @@ class DeviceRoom:
 
 
 def room_for_process(room: DeviceRoom) -> tuple[bool, str]:
-    """``auto`` on a CUDA device: whether a compile process fits beside the run, and the numbers it decided on.
-    The process holds what the run's step holds (:data:`PROCESS_FACTOR` times its peak, for Inductor's
-    benchmarking and autotuning buffers and a caching allocator of its own) plus its CUDA context
-    (:data:`PROCESS_OVERHEAD_BYTES`); the run keeps :data:`RUN_HEADROOM` of the device for batches longer than
-    its first."""
+    """``auto`` on a CUDA device: whether a compile process fits beside the run, and the numbers it decided on."""
     gib = 2**30
+    # The process holds PROCESS_FACTOR times the run step's peak (Inductor's benchmarking and autotuning buffers, a
+    # caching allocator of its own) plus its CUDA context; the run keeps RUN_HEADROOM for batches longer than its first.
     need = PROCESS_FACTOR * room.step_peak_bytes + PROCESS_OVERHEAD_BYTES
     keep = RUN_HEADROOM * room.total_bytes
     said = (f"{room.free_bytes / gib:.1f} of {room.total_bytes / gib:.1f} GiB free; a compile process needs about "
@@ -202,15 +194,6 @@ class NoBackground(StackComponent):
                      accumulate: int) -> Step:
         """Compile now, in the run."""
         return apply_compile(module, step, plan, compiled, accumulate)
-
-    def apply(self, module: Any) -> None:
-        pass
-
-    def prepare_batch(self, batch: Any) -> Any:
-        return batch
-
-    def on_step_end(self, step: int) -> None:
-        pass
 
     def __init__(self, policy: Background, why: str | None) -> None:
         self.policy, self.why = policy, why

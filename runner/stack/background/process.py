@@ -37,14 +37,10 @@ class ProcessResult:
     error: str | None = None
 
 
-def last_cpu() -> int:
-    """The highest-numbered CPU this process may run on (where ``pinned`` puts the compile process)."""
-    return max(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 0
-
-
-def first_cpu() -> int:
-    """The lowest-numbered CPU this process may run on (the one ``others`` leaves to the run)."""
-    return min(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 0
+def allowed_cpus() -> set[int]:
+    """The CPUs this process may run on: ``pinned`` puts the compile process on the highest, ``others`` leaves the
+    lowest to the run."""
+    return os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else {0}
 
 
 class CompileProcess:
@@ -84,9 +80,9 @@ class CompileProcess:
         torch.save({**payload, "batch": batch, "sys_path": list(sys.path)}, self.dir / "payload.pt")
         argv = [sys.executable, "-m", ENTRY_POINT, str(self.dir), f"--placement={self.placement}"]
         if self.placement == "pinned":
-            argv.append(f"--cpu={last_cpu()}")
+            argv.append(f"--cpu={max(allowed_cpus())}")
         elif self.placement == "others":
-            argv.append(f"--cpu={first_cpu()}")
+            argv.append(f"--cpu={min(allowed_cpus())}")
         # The run's import path, so the process resolves the module's classes as the run did (a project's
         # own classes on the current directory, tests' packages).
         path = os.pathsep.join(p for p in sys.path if p and os.path.isdir(p))

@@ -5,7 +5,6 @@ from __future__ import annotations
 import collections
 import dataclasses
 import logging
-import os
 import statistics
 import time
 from collections.abc import Callable
@@ -29,7 +28,7 @@ from runner.stack.background.policy import (
     switch_pays,
     worth_starting,
 )
-from runner.stack.background.process import CompileProcess, ProcessResult, last_cpu, start_process_for
+from runner.stack.background.process import CompileProcess, ProcessResult, allowed_cpus, start_process_for
 from runner.stack.compiling.compile import CompiledModules, apply_compile
 from runner.stack.compiling.plan import CompilePlan
 from runner.stack.settings import CacheArtifacts, CompileSettings, LightningSide, StackComponent
@@ -123,7 +122,7 @@ class BackgroundCompile(StackComponent):
         if self._checking:
             self._eager_now = self.step_mode.eager_because()
         if self.pending and self.process is not None and self.process.proc is None and self._batch is None:
-            cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else {0}
+            cpus = allowed_cpus()
             # Only auto asks whether other work keeps that core busy: pinned and shared start regardless.
             sampled = self.policy is Background.auto and self.room is None and len(cpus) > torch.get_num_threads()
             idle = idle_cores(cpus) if sampled else None
@@ -156,8 +155,8 @@ class BackgroundCompile(StackComponent):
             torch.set_num_threads(threads - 1)
         self._last = time.perf_counter()
         self.outcome = "not ready when training ended"
-        where = f"on core {last_cpu()}, which training does not use" if self._spare and self.placement == "pinned" \
-            else _SHOWN[self.placement]
+        apart = self._spare and self.placement == "pinned"
+        where = f"on core {max(allowed_cpus())}, which training does not use" if apart else _SHOWN[self.placement]
         self._tell(f"compile: compiling beside the run in a second process (compile.background={self.policy.value}, "
                    f"{where}{why}); the steps run eagerly until it is ready")
 
@@ -183,7 +182,7 @@ class BackgroundCompile(StackComponent):
             if self.room is not None:
                 self._start_if_room(step)
             elif self.eager_steps >= DECIDE_AFTER:
-                self._start_or_stay(step)
+                self._start_or_stay()
             return
         result = self.process.poll()
         if result is None and self.process.elapsed() > TIMEOUT_S:
@@ -206,7 +205,7 @@ class BackgroundCompile(StackComponent):
                    f"for a compile process ({self.room_said}); compile.background=shared compiles beside it regardless")
         self._switch(step)
 
-    def _start_or_stay(self, step: int) -> None:
+    def _start_or_stay(self) -> None:
         start, why = worth_starting(self.eager_ms(), steps_left(self._module), self._spare)
         if start:
             self._start()

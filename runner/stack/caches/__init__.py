@@ -1,9 +1,5 @@
-"""The compile caches, in one place: the local one (``compile.cache_dir`` and the cache artifacts saved with a
-run, ``local``), and ``compile.cache``, one shared by every process of a run or sweep (Redis, ``remote``) with
-its signed CPU kernels (``kernels``) and torch's signed entries (``entries``), and the server itself
-(``server``). Imports the spine, ``runner.config``'s checks and secret, ``runner.atomic_files`` and
-``torch_internals``.
-"""
+"""The compile caches: the local one (``compile.cache_dir``, the cache artifacts saved with a run) and
+``compile.cache``, one Redis server shared by every process of a run or sweep."""
 
 from runner.stack.caches.local import LocalCompileCache, load_artifacts, save_artifacts
 from runner.stack.caches.remote import NoRemoteCache, RemoteCompileCache, build_remote_cache

@@ -86,7 +86,7 @@ class LocalCompileCache(StackComponent):
 
     def configure(self) -> None:
         if self.cache_dir:  # per instruction set: torch's cache key does not cover it (settings.machine_cache_dir)
-            self.torch_settings.env(_CACHE_DIR_ENV, settings.machine_cache_dir(str(self.cache_dir)))
+            self.torch_settings.env("TORCHINDUCTOR_CACHE_DIR", settings.machine_cache_dir(str(self.cache_dir)))
         load = self.artifacts.load_from
         if load is None:
             return
@@ -99,8 +99,8 @@ class LocalCompileCache(StackComponent):
         log.info("compile cache: loaded %s from %s", self.loaded, load)
 
     def teardown(self) -> None:
-        save = self.artifacts.save_to
-        if save is not None and _first_rank():
+        save, dist = self.artifacts.save_to, torch.distributed
+        if save is not None and (not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0):
             try:
                 self.saved = save_artifacts(save)
             except Exception:  # the artifacts are an optimisation: never lose a run over them
@@ -112,12 +112,3 @@ class LocalCompileCache(StackComponent):
             "compile/cache_artifacts_loaded": dict(self.loaded) if self.artifacts.load_from else None,
             "compile/cache_artifacts_saved": str(self.artifacts.save_to) if self.saved else None,
         }
-
-
-_CACHE_DIR_ENV = "TORCHINDUCTOR_CACHE_DIR"
-
-
-def _first_rank() -> bool:
-    dist = torch.distributed
-    return not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0
-

@@ -107,13 +107,16 @@ class RemoteCompileCache(StackComponent):
 
     def on_step_end(self, step: int) -> None:
         self._steps += 1
-        if self._active and caches.remote_cache_stats()[2] > self._before[2]:  # an error torch raised, not Redis's
+        if self._torch_failed():
             self._off("torch's remote cache lookup or store failed")
         elif self._steps == 1 and self._client is not None:  # the first step compiled: share it while others start
             self._guarded("uploading kernels", self._upload_kernels)
 
+    def _torch_failed(self) -> bool:
+        return self._active and caches.remote_cache_stats()[2] > self._before[2]  # an error torch raised, not Redis's
+
     def teardown(self) -> None:
-        if self._active and caches.remote_cache_stats()[2] > self._before[2]:
+        if self._torch_failed():
             self._off("torch's remote cache lookup or store failed")
         if self._client is not None:
             self._guarded("uploading kernels", self._upload_kernels)  # what later steps compiled
@@ -252,9 +255,6 @@ def _decode(raw: bytes) -> str | None:
 
 class NoRemoteCache(StackComponent):
     """No ``compile.cache``: nothing shared."""
-
-    def on_step_end(self, step: int) -> None:
-        pass
 
 
 def build_remote_cache(url: str | None, device: torch.device,

@@ -45,10 +45,6 @@ class CompiledModules:
         self.modules.append(module)
         self.total += 1
 
-    def codes(self) -> list[types.CodeType]:
-        """The code objects Dynamo compiles for these modules (one per class)."""
-        return list({id(c): c for c in (type(m).forward.__code__ for m in self.modules)}.values())
-
     def restore(self, modules: list[nn.Module] | None = None) -> None:
         """Put ``modules`` (default: every module compiled here) back to their eager forward."""
         for m in list(self.modules if modules is None else modules):

@@ -11,18 +11,7 @@ from torch.optim import Optimizer
 
 from runner.config.decisions.stack import CudaGraphsDecision, CudaGraphsFacts, cudagraphs_decision
 from runner.config.schema import CompileConfig, CudaGraphsConfig, OptimizerPolicy, Scope
-from runner.stack.compiling.optimizer_policy import (
-    StepFacts,
-    capture_blocker,
-    eager_only,
-    holds_dtensors,
-    resolve_optimizer_policy,
-    supports_fused,
-)
-
-__all__ = ["CompilePlan", "StepFacts", "capture_blocker", "cudagraphs_facts", "cudagraphs_on", "eager_only",
-           "holds_dtensors", "resolve_compile_kwargs", "resolve_optimizer_policy", "resolve_optimizers", "resolve_plan",
-           "supports_fused"]
+from runner.stack.compiling.optimizer_policy import StepFacts, capture_blocker, resolve_optimizer_policy
 
 
 @dataclass(frozen=True)

@@ -28,14 +28,6 @@ def resolve_mixed_precision(setting: FsdpMixedPrecision, precision: str) -> Fsdp
     return FsdpMixedPrecision.bf16 if precision == "bf16-mixed" else FsdpMixedPrecision.none
 
 
-def mixed_precision_policy(setting: FsdpMixedPrecision) -> MixedPrecisionPolicy:
-    """FSDP2's policy: bf16 gathers parameters in bf16 and reduces gradients in fp32 (the sharded
-    parameters and the optimizer state stay fp32)."""
-    if setting is FsdpMixedPrecision.bf16:
-        return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-    return MixedPrecisionPolicy()
-
-
 def is_sharded(module: nn.Module) -> bool:
     """Whether ``fully_shard`` was already applied to ``module`` or one of its submodules."""
     return any(isinstance(m, FSDPModule) for m in module.modules())
@@ -44,7 +36,9 @@ def is_sharded(module: nn.Module) -> bool:
 def apply_sharding(blocks: list[nn.Module], roots: list[nn.Module], plan: ShardPlan) -> int:
     """``fully_shard`` each block, then each root (the parameters left outside the blocks). Returns
     how many FSDP units were made."""
-    policy = mixed_precision_policy(plan.mixed_precision)
+    # FSDP2 bf16: parameters gathered in bf16, gradients reduced in fp32 (shards and optimizer state stay fp32).
+    policy = (MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+              if plan.mixed_precision is FsdpMixedPrecision.bf16 else MixedPrecisionPolicy())
     for block in blocks:
         fully_shard(block, mesh=plan.mesh, reshard_after_forward=plan.reshard_after_forward, mp_policy=policy)
     for root in roots:

@@ -5,18 +5,12 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
 
 from runner.stack.console.progress import CompileProgress, Sink, default_sink
 from runner.stack.settings import StackComponent
 from runner.torch_internals import observation
 
 _KIND = {"LAZY_BACKWARD": "backward", "CUDAGRAPH_RECORDING": "cudagraph_recording"}
-
-
-def lightning_info_enabled() -> bool:
-    """Whether Lightning prints its info lines (the user's verbosity switch)."""
-    return logging.getLogger("lightning.pytorch").isEnabledFor(logging.INFO)
 
 
 class CompileConsole(StackComponent):
@@ -26,7 +20,7 @@ class CompileConsole(StackComponent):
 
     def __init__(self, sink: Sink = default_sink, heartbeat_s: float = 5.0) -> None:
         self.sink = sink
-        self.progress = CompileProgress(self._say, interval_s=heartbeat_s)
+        self.progress = CompileProgress(self.say, interval_s=heartbeat_s)
         self.compiles = 0
         self.recompiles = 0
         self.seconds = 0.0
@@ -34,15 +28,15 @@ class CompileConsole(StackComponent):
         self._seen: set[str] = set()
         self._open: dict[str, tuple[str, str, float]] = {}
         self._breaks_before = 0
-        self._unregister: Any = None
 
-    def _say(self, message: str) -> None:
-        if lightning_info_enabled():
+    def say(self, message: str) -> None:
+        """One line through the sink (progress, a demotion, the summary), where Lightning prints its info lines."""
+        if logging.getLogger("lightning.pytorch").isEnabledFor(logging.INFO):  # the user's verbosity switch
             self.sink(message)
 
     def configure(self) -> None:
         self._breaks_before = self._graph_breaks()
-        self._unregister = observation.COMPILE_EVENT_SOURCE.subscribe(self._on_start, self._on_end)
+        self.listen(self._on_start, self._on_end)
 
     @staticmethod
     def _graph_breaks() -> int:
@@ -81,14 +75,7 @@ class CompileConsole(StackComponent):
                 f"{self.seconds:.1f} s compiling")
         return text + (f"; {extra}" if extra else "")
 
-    def say(self, message: str) -> None:
-        """One line through the sink (a demotion, the summary)."""
-        self._say(message)
-
     def teardown(self) -> None:
-        if self._unregister is not None:
-            self._unregister()
-            self._unregister = None
         self.progress.close()
         super().teardown()
 

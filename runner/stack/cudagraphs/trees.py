@@ -45,7 +45,6 @@ class CudaGraphs(StackComponent):
         self.cfg = cfg
         self.step_mode = step_mode or StepMode()
         self.device_index = device.index if device.index is not None else 0
-        self.steps = 0
         self.optimizers: list[Optimizer] = []
         self.static_state_tensors = 0
         self.batch = StaticBatch(device.type)
@@ -58,7 +57,6 @@ class CudaGraphs(StackComponent):
         self._first_recorded: dict[str, int] = {}  # compile id -> the optimizer step it first recorded at
         self._recorded_in_step = 0
         self._state_after_backward: str | None = None
-        self._unregister: Any = None
 
     def configure(self) -> None:
         # Each new size would record (and keep) another graph: leave the nodes that use a dynamic size out of
@@ -71,7 +69,7 @@ class CudaGraphs(StackComponent):
         if self.cfg.skip_dynamic_graphs:
             partitions.partition_on_graph_symbols_only(self.torch_settings)
         self.partitions.install(self.torch_settings)
-        self._unregister = observation.COMPILE_EVENT_SOURCE.subscribe(self._on_compile_start)
+        self.listen(self._on_compile_start)
 
     def _on_compile_start(self, trigger: str, compile_id: str) -> None:
         if trigger == observation.CUDAGRAPH_RECORDING_TRIGGER:
@@ -100,31 +98,27 @@ class CudaGraphs(StackComponent):
         self.optimizers = list(optimizers)
 
     @contextlib.contextmanager
-    def _step(self) -> Iterator[None]:
+    def step_context(self) -> Iterator[None]:
         self._recorded_in_step = 0  # a first recording of an evaluation graph since the last step is not this step's
         torch.compiler.cudagraph_mark_step_begin()
         yield
-        self.steps += 1
-
-    def step_context(self) -> ContextManager[Any]:
-        return self._step()
 
     @contextlib.contextmanager
-    def _eval_step(self) -> Iterator[None]:
-        torch.compiler.cudagraph_mark_step_begin()
-        yield
-
-    def eval_step_context(self) -> ContextManager[Any]:
+    def eval_step_context(self) -> Iterator[None]:
         """Around each validation/test/predict batch of the fit: a new CUDA-graph step (see the module
         docstring); the training step's outputs from before are not read again."""
-        return self._eval_step()
+        torch.compiler.cudagraph_mark_step_begin()
+        yield
 
     def on_step_end(self, step: int) -> None:
         # Optimizer state (Adam's moments, step counters) is created by the first step. Its tensors are
         # updated in place and never move: marked static, a captured graph that reads them (a compiled
         # optimizer step) reads them in place instead of copying each into a static buffer every replay.
         if self.static_state_tensors == 0:
-            self.static_state_tensors = mark_optimizer_state_static(self.optimizers)
+            for value in (v for opt in self.optimizers for state in opt.state.values() for v in state.values()):
+                if isinstance(value, torch.Tensor):
+                    runtime.mark_static_address(value)
+                    self.static_state_tensors += 1
         if self._recorded_in_step:
             self.recording_steps += 1
         elif self._state_after_backward == "EXECUTION":
@@ -133,9 +127,6 @@ class CudaGraphs(StackComponent):
         self._recorded_in_step, self._state_after_backward = 0, None
 
     def teardown(self) -> None:
-        if self._unregister is not None:
-            self._unregister()
-            self._unregister = None
         self.batch.clear()  # the static buffers hold a batch's worth of device memory each
         super().teardown()
 
@@ -150,7 +141,6 @@ class CudaGraphs(StackComponent):
                 "cudagraphs/static_batch_passed_through": self.batch.passed_through,
                 **self.partitions.figures()}
 
-
     def summary(self) -> str:
         """One clause for the end-of-fit line: partitions in CUDA graphs, recordings, replays, the first
         reason a part of the step stays eager, with its fix."""
@@ -163,18 +153,6 @@ class CudaGraphs(StackComponent):
             first = f["cudagraphs/eager_reasons"][0]
             text += f"; eager: {first['nodes']} nodes for {first['reason']} (fix: {first['fix']})"
         return text
-
-
-def mark_optimizer_state_static(optimizers: list[Optimizer]) -> int:
-    """Mark every tensor of the optimizers' state static-address; returns how many were marked."""
-    marked = 0
-    for opt in optimizers:
-        for state in opt.state.values():
-            for value in state.values():
-                if isinstance(value, torch.Tensor):
-                    runtime.mark_static_address(value)
-                    marked += 1
-    return marked
 
 
 class CudaGraphsInactive(StackComponent):
@@ -198,22 +176,10 @@ class CudaGraphsInactive(StackComponent):
     def eval_step_context(self) -> ContextManager[Any]:
         return contextlib.nullcontext()
 
-    def step_context(self) -> ContextManager[Any]:
-        return contextlib.nullcontext()
-
-    def apply(self, module: nn.Module) -> None:
-        pass
-
     def bind_optimizers(self, optimizers: list[Optimizer]) -> None:
         pass
 
-    def prepare_batch(self, batch: Any) -> Any:
-        return batch
-
     def after_backward(self) -> None:
-        pass
-
-    def on_step_end(self, step: int) -> None:
         pass
 
     def summary(self) -> str:

@@ -1,15 +1,5 @@
 """Every rank takes the same dynamic-shape decision under DDP and FSDP, at the same step."""
 
-# Not torch's compiler collectives (``torch._dynamo.config.enable_compiler_collectives``): they need every rank to
-# compile at the same time, so they need guard collectives too (``set_enable_guard_collectives``:
-# ``all_gather_object`` of each guard result, i.e. two all-gathers and a host sync, at every entry into every compiled
-# frame: per block per step under ``compile.scope=blocks``, and the optimizer step's frames too: on NCCL each one a
-# device sync). They also still crash on CPU process groups, checked again on torch 2.13 and 2.15 (two gloo ranks, one
-# compiled function, lengths that differ): a ``gloo`` group fails in ``OutputGraph.run_compiler_collective``
-# (``TypeError: sequence item 0: expected str instance, torch.device found`` while formatting its one-device-type
-# assertion), a ``cpu:gloo`` group with ``ZeroDivisionError: integer modulo by zero``
-# (``torch.accelerator.device_count()`` is 0).
-
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
@@ -35,13 +25,11 @@ def resolve_agreement(policy: ShapePolicy, world_size: int, enabled: bool = True
     return Agreement.runner
 
 
-def process_group_info() -> tuple[int, str | None]:
-    """``(world_size, backend)`` of the default process group, ``(1, None)`` without one."""
+def world_size() -> int:
+    """The default process group's size, 1 without one."""
     import torch.distributed as dist
 
-    if not (dist.is_available() and dist.is_initialized()):
-        return 1, None
-    return dist.get_world_size(), str(dist.get_backend())
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
 
 
 MAX_CHECK_INTERVAL = 32
@@ -57,10 +45,12 @@ Dims = set[tuple[int, int]]
 # all_reduce(MAX) at the next check, so no rank waits; only a raised flag makes the ranks exchange shapes. Checks
 # come every step at first, then twice as far apart after each quiet one, up to MAX_CHECK_INTERVAL, on a schedule
 # every rank computes alike (benchmarks/shape_agreement.py: on average 1/32 of a one-integer all-reduce a step).
-# Not torch's compiler collectives (enable_compiler_collectives): they need guard collectives too, two all-gathers
-# and a host sync at every entry into every compiled frame, and on CPU process groups they still crash (checked on
-# torch 2.13 and 2.15: gloo fails in OutputGraph.run_compiler_collective with a TypeError, cpu:gloo with a
-# ZeroDivisionError, torch.accelerator.device_count() being 0).
+# Not torch's compiler collectives (enable_compiler_collectives): they need every rank to compile at the same time,
+# so guard collectives too (set_enable_guard_collectives: two all-gathers and a host sync at every entry into every
+# compiled frame, per block per step under compile.scope=blocks; on NCCL each a device sync), and on CPU process groups
+# they still crash (checked on torch 2.13 and 2.15, two gloo ranks: gloo fails in
+# OutputGraph.run_compiler_collective with "TypeError: sequence item 0: expected str instance, torch.device found",
+# cpu:gloo with "ZeroDivisionError: integer modulo by zero", torch.accelerator.device_count() being 0).
 class ShapeAgreement:
     """Runner's compiler collective: which (tensor, dim) of the batch are dynamic on every rank."""
 
@@ -89,9 +79,6 @@ class ShapeAgreement:
             new = self.varying(shapes) - self.dynamic
             self._seen |= new
         if self._step >= self._next_check:
-            # Checks follow a schedule every rank computes alike from what they agreed: every step at
-            # first and after an exchange, then twice as far apart after each quiet check, up to
-            # MAX_CHECK_INTERVAL steps. A rank that sees a new size meanwhile runs those steps eagerly.
             self._start_flag(bool(self._seen))
             self._next_check = self._step + self._interval
             self._interval = min(2 * self._interval, MAX_CHECK_INTERVAL)

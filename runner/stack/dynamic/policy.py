@@ -13,7 +13,7 @@ from runner.config.schema import AfterWarmup, DynamicConfig, ShapePolicy
 from runner.config.schema.options import Mark, Pad
 from runner.data.batch import iter_tensors
 from runner.data.sequences.padding import IGNORE_INDEX, PadTo
-from runner.stack.dynamic.agreement import Agreement, ShapeAgreement, process_group_info, resolve_agreement, shapes_of
+from runner.stack.dynamic.agreement import Agreement, ShapeAgreement, resolve_agreement, shapes_of, world_size
 from runner.stack.settings import StackComponent
 from runner.stack.step_mode import Eager, StepMode
 from runner.torch_internals import errors, observation, runtime
@@ -78,21 +78,6 @@ def format_recompile_error(exc: BaseException, step: int, cfg: DynamicConfig, sh
             "dynamic.after_warmup=eager_on_recompile to run unseen shapes eagerly.")
 
 
-class _StepScope:
-    """The training step's context (a class, not a generator: it is entered on every step)."""
-
-    __slots__ = ("owner",)
-
-    def __init__(self, owner: ShapePolicyComponent) -> None:
-        self.owner = owner
-
-    def __enter__(self) -> None:
-        self.owner._enter_step()
-
-    def __exit__(self, kind: Any, exc: BaseException | None, tb: Any) -> None:
-        self.owner._exit_step(exc)
-
-
 class ShapePolicyComponent(StackComponent):
     """Applies the shape policy: compiler settings once, dim marking per batch, the stance after warm-up
     and the agreement's eager holds (asked of the fit's step mode), and its own figures."""
@@ -116,12 +101,10 @@ class ShapePolicyComponent(StackComponent):
         self._final: dict[str, Any] | None = None
         self._in_step = False
         self._step_compile_ids: set[str] = set()
-        self._unregister: Any = None
 
     # -- once ----------------------------------------------------------------------------------
     def configure(self) -> None:
-        world, _ = process_group_info()
-        self.agreement = resolve_agreement(self.cfg.policy, world, self.cfg.compiler_collectives)
+        self.agreement = resolve_agreement(self.cfg.policy, world_size(), self.cfg.compiler_collectives)
         settings = self.torch_settings
         settings.dynamo("recompile_limit", self.cfg.recompile_limit)
         settings.dynamo("specialize_float", self.cfg.specialize_float)
@@ -136,7 +119,7 @@ class ShapePolicyComponent(StackComponent):
         if self.cfg.after_warmup is not AfterWarmup.none:  # inside training steps only: validation is unaffected
             self.step_mode.after_warmup(self.cfg.after_warmup.value, from_step=self.cfg.warmup_steps)
         self._since_us = _now_us()
-        self._unregister = observation.COMPILE_EVENT_SOURCE.subscribe(self._on_compile_start)
+        self.listen(self._on_compile_start)
 
     def _on_compile_start(self, trigger: str, compile_id: str) -> None:
         # The policy's figures are about the training step's frame: compiles started while a training
@@ -179,13 +162,13 @@ class ShapePolicyComponent(StackComponent):
         return batch
 
     def step_context(self) -> ContextManager[Any]:
-        return _StepScope(self)
+        return self  # the training step's context: the component itself, not a generator (entered on every step)
 
-    def _enter_step(self) -> None:
+    def __enter__(self) -> None:
         self._before = observation.graphs_compiled()
         self._in_step = True
 
-    def _exit_step(self, exc: BaseException | None) -> None:
+    def __exit__(self, kind: Any, exc: BaseException | None, tb: Any) -> None:
         try:
             if isinstance(exc, RuntimeError) and errors.is_fail_on_recompile(exc):
                 shapes = shapes_of(list(iter_tensors(self._batch)))
@@ -199,20 +182,11 @@ class ShapePolicyComponent(StackComponent):
         self.steps = step
 
     # -- report --------------------------------------------------------------------------------
-    def padding_waste_pct(self) -> float | None:
-        """Share of target tokens that are padding, over every training batch seen."""
-        if not self._tokens:
-            return None
-        return 100.0 * float(self._padding) / self._tokens
-
     def teardown(self) -> None:
         # Freeze the figures first: restoring torch's compile-record limit may drop this run's records.
         self._final = self.figures()
         if self._sync is not None:
             self._sync.close()
-        if self._unregister is not None:
-            self._unregister()
-            self._unregister = None
         super().teardown()
 
     def figures(self) -> dict[str, Any]:
@@ -223,7 +197,7 @@ class ShapePolicyComponent(StackComponent):
         records = [r for r in map(observation.to_record, observation.compilation_metrics())
                    if (r.start_us or 0) >= self._since_us and r.compile_id in self._step_compile_ids]
         reasons = [r.recompile_reason for r in records if r.is_forward and r.recompile_reason]
-        waste = self.padding_waste_pct()
+        waste = 100.0 * float(self._padding) / self._tokens if self._tokens else None  # of every batch's target tokens
         out: dict[str, Any] = {
             "dynamic/policy": self.cfg.policy.value,
             "dynamic/after_warmup": self.cfg.after_warmup.value,

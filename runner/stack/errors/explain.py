@@ -8,6 +8,7 @@ from typing import Any
 
 from runner.config.schema import OnError
 from runner.errors import RunStopped
+from runner.stack.errors.storms import guard_text
 from runner.stack.settings import StackComponent
 from runner.torch_internals import errors
 
@@ -18,11 +19,6 @@ class CompileFailure(RunStopped):
     """A compile error under ``compile.on_error=raise``; the message is the one paragraph."""
 
     exit_code = 3
-
-
-def _guard_text(reason: str) -> str:
-    # "0/1: n == 1    # def g(x, n): ...  # file:17 in g" -> "n == 1"
-    return reason.split(":", 1)[-1].split("#", 1)[0].strip() if reason else "unknown"
 
 
 class _Handler(logging.Handler):
@@ -53,7 +49,7 @@ class CompileErrorWatch(StackComponent):
     def on_record(self, record: logging.LogRecord) -> None:
         """One Dynamo warning: a limit hit or an eager fallback is logged in one line and kept."""
         if (hit := errors.limit_hit_from_record(record)) is not None:
-            hit = {"limit": hit["limit"], "function": hit["function"], "guard": _guard_text(hit["reason"])}
+            hit = {"limit": hit["limit"], "function": hit["function"], "guard": guard_text(hit["reason"]) or "unknown"}
             self.limit_hits.append(hit)
             then = ("the run stops (compile.on_error=raise)" if self.on_error is OnError["raise"] else
                     "that frame runs eagerly from now on, as torch.compile does (compile.on_error=raise would stop)")
@@ -97,7 +93,7 @@ def explain_compile_error(exc: BaseException, watch: CompileErrorWatch | None = 
                "at auto (the default) to demote that frame and go on")
     elif kind == "fail_on_recompile":
         m = re.search(r"function name: '([^']+)'.*?guard failure\(s\):\s*-\s*(.+?)\n", str(exc), re.S)
-        what = (f"recompile after warm-up in '{m[1]}'; failing guard: `{_guard_text(m[2])}`" if m
+        what = (f"recompile after warm-up in '{m[1]}'; failing guard: `{guard_text(m[2]) or 'unknown'}`" if m
                 else _first_lines(str(exc)))
         fix = ("use a shape policy that covers the new shapes (dynamic=bucket or dynamic=dynamic), or "
                "dynamic.after_warmup=eager_on_recompile to run new shapes eagerly")

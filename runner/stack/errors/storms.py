@@ -34,26 +34,16 @@ def guard_text(reason: str | None) -> str:
     return first.split(":", 1)[-1].split("#", 1)[0].strip()
 
 
-def guard_key(guard: str) -> str:
-    """The guard with its values blanked: ``x == 7`` and ``x == 8`` are the same guard failing again."""
-    return _NUMBER.sub("#", guard)
-
-
-def is_shape_guard(guard: str) -> bool:
-    """Whether a failed guard is about tensor sizes (the shape policy's business, not a storm)."""
-    return bool(_SHAPE.search(guard))
-
-
 # Some Python state a step reads cannot become a graph input (a value it branches on, a list that grows, an object
 # replaced every step): every step fails the same guard and recompiles until recompile_limit (8 compiles, each paid in
 # full). A frame whose same non-shape guard caused a second recompile is a certain storm, reported then, saving the
 # remaining six compiles. Shape guards belong to the shape policy, and the two compiles a changing int or float costs
 # before it becomes a graph input are not a storm (their guard changes once, then holds). Demoting is the stack's
-# decision (compile_stack.demote); this only detects.
+# decision (CompileStack.demote); this only detects.
 class StormWatch:
     """Detects recompile storms from torch's compile records (see the module docstring)."""
 
-    def __init__(self, threshold: int = 2) -> None:
+    def __init__(self, threshold: float = 2) -> None:
         self.threshold = threshold
         self._graphs = -1
         self._last: object | None = None  # the newest compile record already read (records are not
@@ -85,12 +75,13 @@ class StormWatch:
             if not record.is_forward:
                 continue
             guard = guard_text(record.recompile_reason)
-            if not guard or is_shape_guard(guard):
+            if not guard or _SHAPE.search(guard):  # a guard on tensor sizes: the shape policy's business, not a storm
                 continue
             name = observation.resume_parent(record.co_name) or record.co_name or "?"
             frame = (name, record.co_filename, record.co_firstlineno)
-            self._counts[(*frame, guard_key(guard))] += 1
-            if self._counts[(*frame, guard_key(guard))] >= self.threshold and frame not in self._reported:
+            key = (*frame, _NUMBER.sub("#", guard))  # values blanked: x == 7 and x == 8 are one guard failing again
+            self._counts[key] += 1
+            if self._counts[key] >= self.threshold and frame not in self._reported:
                 self._reported.add(frame)
                 storms.append(Storm(name, record.co_filename, record.co_firstlineno, guard))
         return storms

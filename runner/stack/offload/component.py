@@ -22,7 +22,7 @@ from runner.config.schema import OffloadConfig
 from runner.config.schema.options import Eagerly, Keeps
 from runner.stack.compiling.plan import CompilePlan
 from runner.stack.offload import policy
-from runner.stack.offload.hooks import SavedTensorCodec, expanded_dims, stored_nbytes
+from runner.stack.offload.hooks import SavedTensorCodec, compacted, restrided, stored_nbytes
 from runner.stack.settings import StackComponent
 from runner.torch_internals import runtime
 
@@ -82,10 +82,7 @@ class PinnedOffloadHooks:
         compute = torch.cuda.current_stream(x.device)
         self.stream.wait_stream(compute)
         # An expanded view (stride 0) is copied at its real size and expanded again on unpack.
-        broadcast = expanded_dims(x)
-        compact = x.detach()
-        for d in broadcast:
-            compact = compact.narrow(d, 0, 1)
+        compact, expanded = compacted(x.detach())
         with torch.cuda.stream(self.stream):
             # Stored contiguous (a strided view would pin its whole base); unpack re-strides.
             host = torch.empty(compact.size(), dtype=x.dtype, pin_memory=True)
@@ -94,7 +91,7 @@ class PinnedOffloadHooks:
             event.record(self.stream)
         x.record_stream(self.stream)
         self.offloaded_bytes += compact.numel() * compact.element_size()
-        packed = (host, event, x.device, tuple(x.size()), tuple(compact.stride()), bool(broadcast))
+        packed = (host, event, x.device, tuple(x.size()), tuple(compact.stride()), expanded)
         if self._dedupe is not None:
             self._dedupe[x] = packed
         return packed
@@ -109,9 +106,7 @@ class PinnedOffloadHooks:
         # Pinned memory stays valid until the copy ends: the caching host allocator records the use.
         y = host.to(device, non_blocking=True)
         if tuple(y.stride()) != stride:
-            out = torch.empty_strided(tuple(host.size()), stride, dtype=y.dtype, device=device)
-            out.copy_(y)
-            y = out
+            y = restrided(y, tuple(host.size()), stride)
         return y.expand(size) if expanded else y
 
 
@@ -133,20 +128,10 @@ class OffloadComponent(StackComponent):
     def __init__(self, cfg: OffloadConfig, device: torch.device) -> None:
         self.cfg = cfg
         self.device = device
-        self.steps = 0
         self.measured: dict[str, Any] = {}
 
     def current_path(self) -> str:
         return self.path
-
-    def apply(self, module: nn.Module) -> None:
-        pass
-
-    def prepare_batch(self, batch: Any) -> Any:
-        return batch
-
-    def step_context(self) -> ContextManager[Any]:
-        return contextlib.nullcontext()
 
     def figures(self) -> dict[str, Any]:
         # The measured path (on the run's path, before training) wins over the live counts: a
@@ -168,6 +153,7 @@ class HookOffload(OffloadComponent):
 
     def __init__(self, cfg: OffloadConfig, device: torch.device) -> None:
         super().__init__(cfg, device)
+        self.steps = 0
         codec = cfg.strategy.row.codec
         assert codec is not None, "a strategy that keeps saved tensors encoded names its codec"
         self.codec = SavedTensorCodec(codec, cfg.min_bytes, tuple(cfg.exclude))
@@ -226,10 +212,6 @@ class CheckpointOffload(OffloadComponent):
                           "(no nn.ModuleList and no matching block_types): nothing is recomputed.",
                           stacklevel=2)
 
-    def step_context(self) -> ContextManager[Any]:
-        self.steps += 1
-        return contextlib.nullcontext()
-
     def current_path(self) -> str:
         # The budget acts only on graphs AOTAutograd partitions: eagerly it saves nothing (the
         # measurement then reports path none).
@@ -263,7 +245,6 @@ class CudaOffload(OffloadComponent):
         self.hooks.excluded.attach(module, policy.excluded_module_names(module, self.cfg.exclude))
 
     def step_context(self) -> ContextManager[Any]:
-        self.steps += 1
         return _saved_tensor_hooks(self.hooks.begin_step, self.hooks.end_step, self.hooks.pack, self.hooks.unpack)
 
     def figures(self) -> dict[str, Any]:

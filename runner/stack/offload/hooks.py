@@ -27,14 +27,11 @@ def encode(x: torch.Tensor, codec: Codec) -> Packed:
     """Pack a floating tensor as the codec's payload dtype (its row in ``runner.config.schema.options``)."""
     # Detach: the pack hook must not record autograd history (it would keep ``x`` alive).
     x = x.detach()
-    broadcast = expanded_dims(x)
-    if broadcast:
+    compact, expanded = compacted(x)
+    if expanded:
         # An expanded view (stride 0) holds one copy of its data: pack that, expand again on decode.
         # Materialising it would store it at full size, and restoring its stride with
         # ``empty_strided`` + ``copy_`` fails (a write to overlapping memory).
-        compact = x
-        for d in broadcast:
-            compact = compact.narrow(d, 0, 1)
         return (_EXPANDED, encode(compact, codec), tuple(x.size()))
     dtype = getattr(torch, codec.payload)
     if not codec.scaled:
@@ -74,31 +71,30 @@ def decode(packed: Any) -> torch.Tensor:
     else:
         payload, scale, dtype, size, stride, restride = packed
         y = (payload.to(torch.float32) * scale).to(dtype)
-    if restride:
-        out = torch.empty_strided(size, stride, dtype=dtype, device=y.device)
-        out.copy_(y)
-        return out
-    return y
+    return restrided(y, size, stride) if restride else y
 
 
-def expanded_dims(x: torch.Tensor) -> list[int]:
-    """Dims of ``x`` that are broadcast (stride 0, size > 1). Strides are static in practice; a
-    symbolic one is treated as not broadcast rather than guarded on."""
-    dims = []
+def restrided(y: torch.Tensor, size: Any, stride: Any) -> torch.Tensor:
+    """``y``'s values in a new tensor of exactly ``size`` and ``stride`` (``.to`` only keeps dense layouts)."""
+    out = torch.empty_strided(size, stride, dtype=y.dtype, device=y.device)
+    out.copy_(y)
+    return out
+
+
+def compacted(x: torch.Tensor) -> tuple[torch.Tensor, bool]:
+    """``x`` narrowed to one element along each broadcast dim (stride 0, size > 1), and whether it had any. Strides
+    are static in practice; a symbolic one is treated as not broadcast rather than guarded on."""
+    compact = x
     for d, (size, stride) in enumerate(zip(x.size(), x.stride(), strict=True)):
         if isinstance(stride, int) and isinstance(size, int) and stride == 0 and size > 1:
-            dims.append(d)
-    return dims
-
-
-def _restride(payload: torch.Tensor, x: torch.Tensor) -> bool:
-    """Whether decode must copy into ``x``'s exact strides (``.to`` only keeps dense layouts)."""
-    return tuple(payload.stride()) != tuple(x.stride())
+            compact = compact.narrow(d, 0, 1)
+    return compact, compact is not x
 
 
 def _layout(payload: torch.Tensor, x: torch.Tensor) -> tuple[Any, Any, bool]:
-    """``(size, stride, restride)``: ``x``'s size and stride only when decode must restore them."""
-    restride = _restride(payload, x)
+    """``(size, stride, restride)``: ``x``'s size and stride only when decode must restore them (``.to`` only keeps
+    dense layouts)."""
+    restride = tuple(payload.stride()) != tuple(x.stride())
     return (tuple(x.size()), tuple(x.stride()), True) if restride else (None, None, False)
 
 

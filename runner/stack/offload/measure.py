@@ -5,13 +5,12 @@ from __future__ import annotations
 import copy
 import gc
 import itertools
-import time
 import types
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import replace
-from typing import Any, Optional, Union
+from typing import Any, Optional
 
 import torch
 from torch import nn
@@ -93,60 +92,8 @@ StepBuilder = Callable[[nn.Module], Callable[[Any], torch.Tensor]]
 _NO_REDUCTION = 1.02
 
 
-def run_variant(
-    model: Union[nn.Module, Callable[[], nn.Module]],
-    batch: Any,
-    cfg: OffloadConfig,
-    build_step: StepBuilder,
-    device: torch.device,
-    block_types: tuple[str, ...] = (),
-    reference: Optional[HostGrads] = None,
-) -> dict[str, Any]:
-    """One check step of ``cfg`` on a fresh copy of ``model``: saved bytes, loss, path, and either its gradients in host
-    memory (``grads``, a :class:`HostGrads`) or, given the ``reference`` gradients, their relative error
-    (``grad_rel_error``)."""
-    from runner.stack.offload.component import build_offload
-
-    m = (copy.deepcopy(model) if isinstance(model, nn.Module) else model()).to(device)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the cpu-on-CPU warning was already given by the run
-        comp = build_offload(cfg, device, block_types)
-    comp.configure()
-    try:
-        comp.apply(m)
-        fn = build_step(m)
-        b = comp.prepare_batch(batch)
-
-        def step(meter_cm: AbstractContextManager[Any]) -> tuple[torch.Tensor, Any]:
-            with meter_cm as meter, comp.step_context():  # the meter counts what the forward saves
-                loss = fn(b)
-            if loss.requires_grad:
-                loss.backward()
-            return loss, meter
-
-        t0 = time.perf_counter()
-        step(nullcontext())
-        first_s = time.perf_counter() - t0
-        m.zero_grad(set_to_none=True)
-        gc.collect()
-        loss, meter = step(saved_bytes_meter(device))
-        out: dict[str, Any] = {
-            "saved_bytes": meter.bytes,
-            "loss": float(loss.detach()),
-            "path": comp.current_path(),
-            "first_step_s": first_s,
-        }
-        if reference is not None:
-            out["grad_rel_error"] = reference.rel_error(m)
-        else:
-            out["grads"] = HostGrads(m)
-        return out
-    finally:
-        comp.teardown()
-
-
 def compare_with_none(
-    model: Union[nn.Module, Callable[[], nn.Module]],
+    model: nn.Module,
     batch: Any,
     cfg: OffloadConfig,
     build_step: StepBuilder,
@@ -158,15 +105,54 @@ def compare_with_none(
     """Compare ``cfg`` with ``strategy=none`` on one batch from identical weights, each variant on a fresh copy and a
     fresh compiler (Dynamo does not guard on settings such as the memory budget, so a variant could otherwise reuse the
     other's graphs). ``fresh_compiler`` forgets what was compiled (default: ``torch.compiler.reset()``, everything)."""
+    from runner.stack.offload.component import build_offload
+
+    def run(variant: OffloadConfig, reference: Optional[HostGrads] = None) -> dict[str, Any]:
+        # One check step of ``variant`` on a fresh copy of ``model``: saved bytes, loss, path, and either its gradients
+        # in host memory (``grads``) or, given the ``reference`` gradients, their relative error (``grad_rel_error``).
+        m = copy.deepcopy(model).to(device)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the cpu-on-CPU warning was already given by the run
+            comp = build_offload(variant, device, block_types)
+        comp.configure()
+        try:
+            comp.apply(m)
+            fn = build_step(m)
+            b = comp.prepare_batch(batch)
+
+            def step(meter_cm: AbstractContextManager[Any]) -> tuple[torch.Tensor, Any]:
+                with meter_cm as meter, comp.step_context():  # the meter counts what the forward saves
+                    loss = fn(b)
+                if loss.requires_grad:
+                    loss.backward()
+                return loss, meter
+
+            step(nullcontext())  # the first step compiles: not measured
+            m.zero_grad(set_to_none=True)
+            gc.collect()
+            loss, meter = step(saved_bytes_meter(device))
+            out: dict[str, Any] = {
+                "saved_bytes": meter.bytes,
+                "loss": float(loss.detach()),
+                "path": comp.current_path(),
+            }
+            if reference is not None:
+                out["grad_rel_error"] = reference.rel_error(m)
+            else:
+                out["grads"] = HostGrads(m)
+            return out
+        finally:
+            comp.teardown()
+
     fresh = fresh_compiler or runtime.reset_compiler
-    # run_variant copies ``model`` for each variant: both start from its weights as they are now. One copy
-    # at a time: the first one's compiled frames are forgotten and its reference cycles (a module's
-    # compiled instance forward holds the module) collected before the second copy is made.
+    # run copies ``model`` for each variant: both start from its weights as they are now. One copy at a time: the
+    # first one's compiled frames are forgotten and its reference cycles (a module's compiled instance forward holds
+    # the module) collected before the second copy is made.
     fresh()
-    base = run_variant(model, batch, replace(cfg, strategy=OffloadStrategy.none), build_step, device, block_types)
+    base = run(replace(cfg, strategy=OffloadStrategy.none))
     fresh()
     gc.collect()
-    var = run_variant(model, batch, cfg, build_step, device, block_types, reference=base.pop("grads"))
+    var = run(cfg, reference=base.pop("grads"))
     fresh()
     gc.collect()
     saved_none, saved = base["saved_bytes"], var["saved_bytes"]
@@ -192,7 +178,7 @@ def _measured_path(live: str, reduction: float) -> str:
 
 
 def measure_offload(
-    model: Union[nn.Module, Callable[[], nn.Module]],
+    model: nn.Module,
     batch: Any,
     loss_fn: LossFn,
     cfg: OffloadConfig,
@@ -208,7 +194,9 @@ def measure_offload(
 
         return compile_fn(_fresh_code(step)) if compile_fn is not None else step
 
-    dev = torch.device(device) if device is not None else _device_of(batch)
+    # The device of the batch's first tensor, where none is given.
+    tensors = [t for t in runtime.tree_leaves(batch) if isinstance(t, torch.Tensor)]
+    dev = torch.device(device) if device is not None else tensors[0].device if tensors else torch.device("cpu")
     return compare_with_none(model, batch, cfg, build_step, dev, compiled=compile_fn is not None)
 
 
@@ -216,13 +204,5 @@ def _fresh_code(fn: Callable[..., Any]) -> Callable[..., Any]:
     """``fn`` with its own code object, so Dynamo compiles it afresh."""
     code = fn.__code__
     name = f"{code.co_name}_{next(_VARIANT_IDS)}"
-    fresh = types.FunctionType(code.replace(co_name=name, co_qualname=name), fn.__globals__, name,
-                               fn.__defaults__, fn.__closure__)
-    return fresh
-
-
-def _device_of(batch: Any) -> torch.device:
-    for t in runtime.tree_leaves(batch):
-        if isinstance(t, torch.Tensor):
-            return t.device
-    return torch.device("cpu")
+    return types.FunctionType(code.replace(co_name=name, co_qualname=name), fn.__globals__, name, fn.__defaults__,
+                              fn.__closure__)

@@ -4,7 +4,7 @@ for every user of runner's strategies."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import lightning as L
@@ -17,15 +17,6 @@ from runner.stack.settings import CompileSettings, LightningSide
 from runner.torch_internals import runtime
 
 
-def skip_reason(module: L.LightningModule, lightning: LightningSide, settings: CompileSettings) -> str | None:
-    """Why the measurement does not run here (None: it runs)."""
-    if not module.automatic_optimization:
-        return "manual optimization: the step needs the trainer"
-    if lightning.shard is not None:
-        return "sharded strategy: each variant would copy the whole unsharded model onto every rank"
-    return None
-
-
 def measure_saved_activations(module: L.LightningModule, lightning: LightningSide, settings: CompileSettings,
                               plan: CompilePlan) -> dict[str, Any]:
     """``offload/*`` figures of the offload strategy against ``none`` (empty when there is nothing to
@@ -33,13 +24,14 @@ def measure_saved_activations(module: L.LightningModule, lightning: LightningSid
     offload = settings.offload
     if not offload.strategy.row.active or not offload.measure:
         return {}
-    reason = skip_reason(module, lightning, settings)
-    batch = None
-    if reason is None:
-        batch, why = lightning.sample_batch()
-        reason = None if batch is not None else why
-    if reason is not None:
-        return {"offload/measure_skipped": reason}
+    if not module.automatic_optimization:
+        return {"offload/measure_skipped": "manual optimization: the step needs the trainer"}
+    if lightning.shard is not None:
+        return {"offload/measure_skipped": "sharded strategy: each variant would copy the whole unsharded model onto "
+                                           "every rank"}
+    batch, why = lightning.sample_batch() if lightning.sample_batch else (None, "no sample batch was given")
+    if batch is None:
+        return {"offload/measure_skipped": why}
     return measure_on_run_path(module, batch, lightning.device, lightning.step_context, settings, plan)
 
 
@@ -71,15 +63,9 @@ def measure_on_run_path(module: L.LightningModule, batch: Any, device: torch.dev
     def forget() -> None:  # between variants: what the measurement compiled, and nothing else
         runtime.forget_codes(runtime.codes_compiled_since(snapshot))
 
-    with _run_random_state(device):
+    # The random state the run continues from, restored (the measurement's dropout draws are not the run's);
+    # Dynamo's settings are the run's own, set before this.
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         # compare_with_none measures each variant on its own copy of the module, moved to the device.
         return compare_with_none(module, batch, s.offload, build_step, device, tuple(s.compile.block_types),
                                  compiled=plan.compiles, fresh_compiler=forget)
-
-
-@contextlib.contextmanager
-def _run_random_state(device: torch.device) -> Iterator[None]:
-    """The random state the run continues from, restored (the measurement's dropout draws are not the run's).
-    Dynamo's settings are the run's own, set before this."""
-    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-        yield

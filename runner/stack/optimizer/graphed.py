@@ -43,11 +43,10 @@ def _constants(optimizer: Optimizer) -> list[tuple[Any, ...]]:
 
 
 def prime_momentum(optimizer: Optimizer) -> None:
-    """Give each parameter of a momentum group a zero momentum buffer before the first step. A fused SGD step
-    makes its buffers with ``empty_like`` on the first step and fills them in its kernel, so a first step
-    skipped on the device would leave them uninitialised for every later step; from zero, the first update is
-    ``momentum * 0 + grad``, exactly the ``grad`` it starts from (undampened: :func:`capture_blocker` refuses
-    dampening)."""
+    """Give each parameter of a momentum group a zero momentum buffer before the first step."""
+    # A fused SGD step makes its buffers with empty_like on the first step and fills them in its kernel, so a first
+    # step skipped on the device would leave them uninitialised; from zero, the first update is momentum * 0 + grad,
+    # exactly the grad it starts from (undampened: capture_blocker refuses dampening).
     for group in optimizer.param_groups:
         if not group.get("momentum"):  # no momentum buffer: Adam's groups have no such key, SGD's may be 0
             continue
@@ -186,13 +185,9 @@ class CapturedStep:
             if step.grads:
                 self._drop("a gradient was replaced (a hook set .grad), so the step was bound again")
             step.bind()
-        if not self.capture or self.stopped is not None:
-            self.uncaptured += 1
-            step()
-            return
         if self.replay is not None and _constants(step.optimizer) != self._constants:
             self._drop("a hyper-parameter the fused kernel takes as a constant changed (betas, weight decay, eps)")
-        if self.replay is None and self.stopped is not None:
+        if not self.capture or self.stopped is not None:
             self.uncaptured += 1
             step()
             return
@@ -211,9 +206,6 @@ class CapturedStep:
         self.replay, self._warmups = None, 0
         if self.recordings >= MAX_RECORDINGS:
             self.stopped = f"uncaptured after {self.recordings} captures: {why}"
-
-    def zero_grads(self) -> None:
-        self.step.zero_grads()
 
 
 def capture_figures(steps: list[CapturedStep]) -> dict[str, Any]:

@@ -13,7 +13,7 @@ import torch
 from torch.optim import Optimizer
 
 from runner.config.schema import OptimizerPolicy
-from runner.stack.compiling.plan import eager_only, supports_fused
+from runner.stack.compiling.optimizer_policy import eager_only, supports_fused
 from runner.stack.optimizer.graphed import CapturedStep, Clipping, GraphSafeStep, capture_figures
 from runner.stack.step_mode import StepMode
 from runner.torch_internals import runtime
@@ -60,7 +60,8 @@ class OptimizerStep:
 
     def prepare(self, optimizer: Optimizer, device: torch.device) -> None:
         """Adapt the optimizer once, before the first step."""
-        if self.policy is OptimizerPolicy.fused or self.policy is OptimizerPolicy.graphed:
+        graphed = self.policy is OptimizerPolicy.graphed
+        if self.policy is OptimizerPolicy.fused or graphed:
             if not supports_fused(optimizer, device):
                 raise ValueError(
                     f"compile.optimizer=fused: {type(optimizer).__name__} has no fused kernel on {device.type}. "
@@ -70,37 +71,36 @@ class OptimizerStep:
             optimizer.defaults.update(fused=True, foreach=False)
             for group in optimizer.param_groups:
                 group.update(fused=True, foreach=False)
-            if self.policy is OptimizerPolicy.graphed:
-                self._install_graphed(optimizer, device)
-        elif self.policy is OptimizerPolicy.compiled:
-            if (why := eager_only(optimizer)) is not None:
-                self.eager[type(optimizer).__name__] = why
-                log.info("compile.optimizer=compiled: %s runs eagerly: %s", type(optimizer).__name__, why)
-                return
-            self._install(optimizer, device)
-
-    def _tensor_lrs(self, optimizer: Optimizer, device: torch.device) -> None:
+        elif self.policy is OptimizerPolicy.compiled and (why := eager_only(optimizer)) is not None:
+            self.eager[type(optimizer).__name__] = why
+            log.info("compile.optimizer=compiled: %s runs eagerly: %s", type(optimizer).__name__, why)
+            return
+        if not graphed and self.policy is not OptimizerPolicy.compiled:
+            return
         # A Python-float LR is a guarded constant (every scheduler change would recompile) or, in a captured
         # graph, a constant baked in. A tensor LR on the device is an input; LRScheduler fills it in place.
         for group in optimizer.param_groups:
             if not isinstance(group["lr"], torch.Tensor) or group["lr"].device != device:
                 group["lr"] = torch.tensor(float(group["lr"]), device=device)
         self._lrs.append((optimizer, [group["lr"] for group in optimizer.param_groups]))
-
-    def _install_graphed(self, optimizer: Optimizer, device: torch.device) -> None:
-        """Clipping, the update and zeroing as one graph-safe function (``runner.stack.optimizer.graphed``), run
-        by the optimizer's ``step`` after Lightning's closure."""
-        self._tensor_lrs(optimizer, device)
-        if self.capture:
-            for group in optimizer.param_groups:
-                group["capturable"] = True  # torch's check before a capture; the fused state is on the device anyway
-        graphed = CapturedStep(GraphSafeStep(optimizer, self.clipping, device), self.capture, self.capturer)
-        self.graphed.append(graphed)
         self._prior.append((optimizer, vars(optimizer).get("step", _MISSING)))
-        # Not counted as compiled or eager steps: no stance changes what it runs (the speedup meter's eager
-        # steps replay it too).
-        optimizer.step = _closure_step(optimizer, graphed, _uncounted,  # type: ignore[method-assign]
-                                       on_error=graphed.zero_grads)
+        if graphed:
+            # Clipping, the update and zeroing as one graph-safe function (runner.stack.optimizer.graphed), run by
+            # the optimizer's step after Lightning's closure.
+            if self.capture:
+                for group in optimizer.param_groups:
+                    group["capturable"] = True  # torch's check before a capture; the fused state is on the device
+            captured = CapturedStep(GraphSafeStep(optimizer, self.clipping, device), self.capture, self.capturer)
+            self.graphed.append(captured)
+            # Not counted as compiled or eager steps: no stance changes what it runs (the speedup meter's eager
+            # steps replay it too).
+            optimizer.step = _closure_step(optimizer, captured, None,  # type: ignore[method-assign]
+                                           on_error=captured.step.zero_grads)
+            return
+        # The class's step, not ``optimizer.step``: an LR scheduler replaces the latter with a wrapper
+        # that Dynamo refuses to trace (a graph break and an eager step every time).
+        compiled = torch.compile(type(optimizer).step.__get__(optimizer), **self.compile_kwargs)
+        optimizer.step = _closure_step(optimizer, compiled, self._count)  # type: ignore[method-assign]
 
     def skip_on_device(self, limit: int) -> GraphSafeStep | None:
         """Hand ``reliability.on_nonfinite=skip`` to the graph-safe step (before the first step): it skips updates
@@ -110,14 +110,6 @@ class OptimizerStep:
             return None
         self.graphed[0].step.skip_on_device(limit)
         return self.graphed[0].step
-
-    def _install(self, optimizer: Optimizer, device: torch.device) -> None:
-        self._tensor_lrs(optimizer, device)
-        # The class's step, not ``optimizer.step``: an LR scheduler replaces the latter with a wrapper
-        # that Dynamo refuses to trace (a graph break and an eager step every time).
-        compiled = torch.compile(type(optimizer).step.__get__(optimizer), **self.compile_kwargs)
-        self._prior.append((optimizer, vars(optimizer).get("step", _MISSING)))
-        optimizer.step = _closure_step(optimizer, compiled, self._count)  # type: ignore[method-assign]
 
     @property
     def installed_lrs(self) -> list[torch.Tensor]:
@@ -131,10 +123,8 @@ class OptimizerStep:
             self.compiled_steps += 1
 
     def after_restore(self) -> None:
-        """After the optimizers' state was loaded from a checkpoint: each compiled optimizer's groups hold
-        the LR tensors installed here again (on the device, the restored values copied in); on CUDA a
-        torch optimizer's groups become capturable with their step counters on the device, as its first
-        compiled step would have made them (Dynamo sets ``capturable`` only while the state is empty)."""
+        """After the optimizers' state was loaded from a checkpoint: each compiled optimizer's groups hold the LR
+        tensors installed here again, the restored values copied in."""
         for optimizer, lrs in self._lrs:
             for group, lr in zip(optimizer.param_groups, lrs, strict=True):
                 restored = group["lr"]
@@ -142,6 +132,7 @@ class OptimizerStep:
                     with torch.no_grad():
                         lr.copy_(restored) if isinstance(restored, torch.Tensor) else lr.fill_(float(restored))
                     group["lr"] = lr
+                # As its first compiled step would have made them: Dynamo sets capturable only while the state is empty.
                 if lr.device.type == "cuda" and type(optimizer).__module__.startswith("torch.optim"):
                     _make_capturable(optimizer, group)
 
@@ -216,14 +207,10 @@ def _make_capturable(optimizer: Optimizer, group: dict[str, Any]) -> None:
             state["step"] = state["step"].to(device=p.device, dtype=torch.float32)
 
 
-def _uncounted() -> None:
-    pass
-
-
-def _closure_step(optimizer: Optimizer, compiled: Callable[..., Any], count: Callable[[], None],
+def _closure_step(optimizer: Optimizer, compiled: Callable[..., Any], count: Callable[[], None] | None,
                   on_error: Callable[[], None] | None = None) -> Callable[..., Any]:
     """``optimizer.step(closure=None, **kwargs)`` as torch's optimizers run it, the update compiled (or graphed).
-    ``on_error``: after a closure that raised (the update skipped), before the error goes on."""
+    ``count``: each step counted (None: not); ``on_error``: after a closure that raised, before the error goes on."""
 
     def step(closure: Callable[[], Any] | None = None, **kwargs: Any) -> Any:
         loss = None
@@ -235,7 +222,8 @@ def _closure_step(optimizer: Optimizer, compiled: Callable[..., Any], count: Cal
                 if on_error is not None:
                     on_error()
                 raise
-        count()
+        if count is not None:
+            count()
         token = _IN_COMPILED_STEP.set(True)
         try:
             compiled(**kwargs)
