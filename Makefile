@@ -1,7 +1,7 @@
 # Two entry points for a newcomer: `make run` (the quickstart job) and `make test`.
 # Both create .venv and install the pinned stack first (once; later calls skip it).
 # On a 2-core machine (README): `make run` trains for about 3.5 min (up to ~10 when other jobs share
-# the cores); `make test` takes about 19 min from a fresh clone (2026-12-02; docs/testing.md).
+# the cores); `make test` takes about 27 min from a fresh clone with redis-server (2026-12-02; docs/testing.md).
 VENV ?= .venv
 PY := $(VENV)/bin/python
 RECIPE ?= quickstart
