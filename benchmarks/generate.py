@@ -1,7 +1,7 @@
 """Decoding on the CPU: transformers' ``generate`` (its default cache, eager; then its static cache with
 ``torch.compile``, its best) against runner's decoder (``runner/models/decode.py``), side by side.
 
-    .venv/bin/python benchmarks/generate.py           # full run: batch 1 and 16, 128 new tokens, Inductor (~15 min)
+    .venv/bin/python benchmarks/generate.py           # full run: batch 1 and 16, 128 new tokens, Inductor (~6 min)
     .venv/bin/python benchmarks/generate.py --quick   # a tiny model, 8 new tokens, Dynamo's eager backend (plumbing)
 
 A Llama-style model (hidden 256, 4 layers, 8 heads over 4 key-value heads, 32,000 ids, random weights: tokens/s
