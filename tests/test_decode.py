@@ -86,10 +86,12 @@ def test_compiled_once_per_bucket_then_no_recompile_across_lengths_and_counts(ll
     decoder = Decoder(model, backend=counter)
     greedy = Sampling(max_new_tokens=8, temperature=0)
     expected = Decoder(model, compile=False).generate(PROMPTS, greedy).tokens
-    assert decoder.generate(PROMPTS, greedy).tokens == expected
+    first = decoder.generate(PROMPTS, greedy)
+    assert first.tokens == expected
     assert counter.frame_count == 2  # the prefill and the step, at batch 4, prompt 16, cache 128
+    assert first.compiled == ["the prefill of 4 x 16 into a cache of 128", "the step of 4 into a cache of 128"]
     for prompts in ([PROMPTS[1], PROMPTS[0], [3, 4]], PROMPTS[:3], [[7] * 14, [9], [1, 2, 3]]):
-        assert not decoder.generate(prompts, greedy).new_buckets
+        assert not decoder.generate(prompts, greedy).compiled
     assert counter.frame_count == 2
 
 

@@ -299,7 +299,7 @@ def generate(args: Any) -> int:
                                backend=backend if args.compile else None)
     for ask, answer in zip(asks, answers, strict=True):
         print(ask.prompt + answer + ("\n" if len(asks) > 1 else ""))
-    compiled = "".join(f"; compiled for batch {b} x {n} positions" for b, n in out.new_buckets if args.compile)
+    compiled = f"; compiled {', '.join(out.compiled)}" if out.compiled else ""
     print(f"{sum(map(len, out.tokens))} tokens for {len(asks)} prompt(s) in {out.seconds:.2f} s "
           f"({out.tokens_per_s:.1f} tokens/s), the first after {out.first_token_s:.3f} s{compiled}", file=sys.stderr)
     return 0

@@ -32,9 +32,9 @@ def generation_error(model: nn.Module, what: str) -> str | None:
     return not_a_language_model(what, kind)
 
 
-def generate_ids(model: nn.Module, prompt: list[int], sampling: Sampling, compile: bool = False) -> list[int]:
-    """The new token ids ``model`` (runner's GPT or ``runner.models.hf.CausalLM``) writes after ``prompt``."""
-    return Decoder(model, compile=compile).generate([prompt], sampling).tokens[0]
+def generate_ids(model: nn.Module, prompt: list[int], sampling: Sampling) -> list[int]:
+    """The new token ids ``model`` (runner's GPT or ``runner.models.hf.CausalLM``) writes after ``prompt``, eagerly."""
+    return Decoder(model, compile=False).generate([prompt], sampling).tokens[0]
 
 
 def write_texts(model: nn.Module, tokens: Tokens, prompts: Sequence[str], sampling: Sampling, special: bool = True,

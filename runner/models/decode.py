@@ -69,8 +69,8 @@ class Generated:
     tokens: list[list[int]]
     first_token_s: float
     seconds: float
-    # The (batch, cache length) buckets this call compiled for: none once they are warm.
-    new_buckets: list[tuple[int, int]] = field(default_factory=list)
+    # The graphs this call compiled, in words: none once its shapes have been seen (and none uncompiled).
+    compiled: list[str] = field(default_factory=list)
 
     @property
     def tokens_per_s(self) -> float:
@@ -166,9 +166,9 @@ class Decoder:
 
     def __init__(self, model: nn.Module, compile: bool = True, backend: Any = "inductor", mode: str | None = None,
                  min_batch: int = 1, min_prompt: int = 16, min_length: int = 128) -> None:
-        self.model, self.family = model, _family(model)
+        self.model, self.family, self.compiles = model, _family(model), compile
         self.floors = (min_batch, min_prompt, min_length)
-        self.warm: set[tuple[int, int]] = set()
+        self.seen: set[str] = set()  # the shapes the prefill and the step have been called at
 
         def prefill(cache: Any, ids: torch.Tensor, positions: torch.Tensor, at: torch.Tensor,
                     mask: torch.Tensor) -> torch.Tensor:
@@ -203,15 +203,14 @@ class Decoder:
             ids[i, width - len(row):width] = torch.tensor(row, device=device)
         real = torch.tensor([len(r) for r in rows], device=device)[:, None]  # each row's tokens so far
         generator = torch.Generator(device=device).manual_seed(sampling.seed) if sampling.temperature else None
-        new_buckets = [] if (batch, length) in self.warm else [(batch, length)]
-        self.warm.add((batch, length))
+        compiled: list[str] = []
         eos = torch.tensor(sampling.eos_ids or [-1], device=device)
         done = torch.zeros(batch, 1, dtype=torch.bool, device=device)
         pad = width - real  # each row's left padding, while the cache has room
         mask = self._mask(pad, length)
         with _eval_mode(self.model), torch._dynamo.config.patch(recompile_limit=64):
             cache = self.family.cache(batch, length)
-            logits = self._window(cache, ids[:, :width], real, length)
+            logits = self._window(cache, ids[:, :width], real, length, compiled)
             first_token_s = time.perf_counter() - start
             for i in range(new):
                 token = next_token(logits, sampling, generator)
@@ -224,18 +223,27 @@ class Decoder:
                 at = width + i
                 if at < length:  # room in the cache: one position
                     at_tensor = torch.tensor([at], device=device)
+                    self._note(f"the step of {batch} into a cache of {length}", compiled)
                     logits = self._step(cache, token, at_tensor - pad, at_tensor, mask)
                 else:  # runner's GPT past block_size: the last window again, whole
-                    logits = self._window(cache, ids[:, at + 1 - length:at + 1], real + i + 1, length)
+                    logits = self._window(cache, ids[:, at + 1 - length:at + 1], real + i + 1, length, compiled)
         tokens = []
         for row in ids[:count, width:width + i + 1].tolist():
             ends = [j for j, t in enumerate(row) if t in sampling.eos_ids]
             tokens.append(row[:ends[0]] if ends else row)
-        return Generated(tokens, first_token_s, time.perf_counter() - start, new_buckets)
+        return Generated(tokens, first_token_s, time.perf_counter() - start, compiled)
 
-    def _window(self, cache: Any, ids: torch.Tensor, real: torch.Tensor, length: int) -> torch.Tensor:
+    def _note(self, shape: str, compiled: list[str]) -> None:
+        """``shape`` into ``compiled`` the first time a compiled function runs at it: each shape is one graph."""
+        if self.compiles and shape not in self.seen:
+            compiled.append(shape)
+        self.seen.add(shape)
+
+    def _window(self, cache: Any, ids: torch.Tensor, real: torch.Tensor, length: int,
+                compiled: list[str]) -> torch.Tensor:
         """The prefill of left-padded ``ids`` (``real`` tokens in each row) into the start of ``cache``."""
-        width = ids.shape[1]
+        batch, width = ids.shape
+        self._note(f"the prefill of {batch} x {width} into a cache of {length}", compiled)
         pad = (width - real).clamp(min=0)
         positions = (torch.arange(width, device=ids.device)[None] - pad).clamp(min=0)
         return self._prefill(cache, ids, positions, torch.arange(width, device=ids.device), self._mask(pad, length))
