@@ -406,6 +406,21 @@ _ROWS: tuple[tuple[str, str, str], ...] = (
     ("eval/logps/chosen", "logps/chosen", "mean log-probability of the chosen completions (summed over their tokens; "
      "SimPO, ORPO: per token)"),
     ("eval/logps/rejected", "logps/rejected", "the same for the rejected completions"),
+    ("eval/answers/template", "answers: prompt format", "the prompt format the held-out prompts were written in"),
+    ("eval/answers/no_answer", "answers: no answer to score", "held-out examples whose prompt fills data.seq_len"),
+    ("eval/answers/examples", "answers: examples", "held-out prompts answered (runner eval --generate)"),
+    ("eval/answers/exact", "answers: exact match", "share of answers equal to the reference, both normalised"),
+    ("eval/answers/exact_count", "answers: exact matches", "answers equal to the reference, both normalised"),
+    ("eval/answers/contains", "answers: contains", "share of answers holding the normalised reference"),
+    ("eval/answers/contains_count", "answers: containing", "answers holding the normalised reference"),
+    ("eval/answers/regex", "answers: regex match", "share of answers whose regex match equals the reference"),
+    ("eval/answers/regex_count", "answers: regex matches", "answers whose regex match equals the reference"),
+    ("eval/answers/regex_pattern", "answers: regex", "the --regex pattern scored (None: none given)"),
+    ("eval/answers/cut", "answers: references cut", "references cut at data.seq_len (scored as cut)"),
+    ("eval/answers/max_new_tokens", "answers: max new tokens", "the longest answer written, in tokens"),
+    ("eval/answers/normalisation", "answers: normalisation", "what exact and contains compare"),
+    ("eval/answers/decode", "answers: decode", "eager, or compiled and the graphs it compiled"),
+    ("eval/answers/tokens_per_s", "answers: tokens/s", "new tokens written per second, over every batch"),
 
     # Fine-tuning through an adapter
     ("peft/method", "method", "how the model was fine-tuned: lora or qlora (peft.method)"),

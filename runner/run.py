@@ -94,6 +94,10 @@ def run(cfg: RunConfig, extra_callbacks: Sequence[Callback] = ()) -> RunResult:
     callbacks = build_callbacks(cfg, history)
     for lg in loggers:
         lg.log_hyperparams(config_hparams(cfg))
+    if cfg.eval.generate_every_n_steps:  # answers scored while training (runner.after.answers)
+        from runner.after.answers import AnswersDuringTraining
+
+        extra_callbacks = [*extra_callbacks, AnswersDuringTraining(cfg)]
     trainer = build_trainer(cfg, strategy, loggers, [*callbacks, *extra_callbacks])
 
     start = time.perf_counter()

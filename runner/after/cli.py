@@ -13,13 +13,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+from runner.atomic_files import atomic_write_bytes
 from runner.config import ConfigError
 from runner.config.errors import close_matches
 
 _USAGE = {
     "export": ("python -m runner export RUN_DIR [--ckpt last|best|PATH] [--out DIR] [--force] [--merge [--dequantize]] "
                "[--push-to-hub ORG/NAME [--private]]"),
-    "eval": "python -m runner eval RUN_DIR [--ckpt last|best|PATH] [--out FILE] [data.KEY=VALUE ...]",
+    "eval": ("python -m runner eval RUN_DIR [--ckpt last|best|PATH] [--out FILE] [--data FILE] [--generate "
+             "[--max-new-tokens N] [--regex PATTERN] [--limit N]] [data.KEY=VALUE ...]"),
     "generate": ("python -m runner generate RUN_DIR|EXPORT_DIR --prompt TEXT | --prompts-file FILE "
                  "[--max-new-tokens N] [--temperature T] [--top-k K] [--top-p P] [--seed S] [--compile] "
                  "[--ckpt last|best|PATH]"),
@@ -55,6 +57,14 @@ def _parser(command: str) -> argparse.ArgumentParser:
         p.add_argument("--private", action="store_true", help="with --push-to-hub: the repo it creates is private")
     if command == "eval":
         p.add_argument("--out", type=Path, help="the JSON file to write (default: RUN_DIR/eval.json)")
+        p.add_argument("--data", type=Path, help="score this file in place of the run's validation split (the same "
+                       "format and columns as its data; data.val_path=FILE says the same)")
+        p.add_argument("--generate", action="store_true", help="an instruction run: answer each held-out prompt "
+                       "(the run's template) and score the answers against the data's (docs/after-training.md)")
+        p.add_argument("--max-new-tokens", type=int, default=128, help="with --generate: the longest answer, in tokens")
+        p.add_argument("--regex", help="with --generate: also score the first match of PATTERN in each answer (its "
+                       "group 1 when it has one) against the reference")
+        p.add_argument("--limit", type=int, help="with --generate: the first N held-out examples only")
     if command == "generate":
         from runner.after.generate import Sampling
 
@@ -205,6 +215,9 @@ def evaluate(args: Any, overrides: list[str]) -> int:
     from runner.reliability.signals import exit_code
 
     refuse(overrides_error(overrides))
+    refuse(_generate_flags_error(args, overrides))
+    if args.data is not None:  # the file validates in place of the run's split: every row of it is scored
+        overrides = [*overrides, f"data.val_path={args.data}"]
     run_dir = args.run_dir
     refuse(run_dir_error(run_dir))
     checkpoint_path(run_dir, args.ckpt)  # a missing checkpoint is named before the config is composed
@@ -212,9 +225,13 @@ def evaluate(args: Any, overrides: list[str]) -> int:
     if overrides:
         refuse(data_error(run_config(run_dir, validated=False), cfg, run_dir))
     check(cfg)  # then the data family's own checks of the files named, as a run's
+    if args.generate:
+        refuse(answers_error(cfg, run_dir))
     trained = open_trained(run_dir, args.ckpt, cfg)
     datamodule: Any = build_datamodule(trained.cfg)
     datamodule.setup("validate")
+    if args.generate:
+        return _answer(args, trained, datamodule, overrides)
     loader = datamodule.val_dataloader()
     report = run_dir / "report.json"  # none when a failure stopped the run
     compiled, mode = ev.resolve_mode(trained.cfg, json.loads(report.read_text()) if report.is_file() else {},
@@ -238,6 +255,79 @@ def evaluate(args: Any, overrides: list[str]) -> int:
     written = ev.write_eval(figures, out)
     print(format_eval(figures, f"runner eval: {run_dir}"))
     print("written: " + ", ".join(map(str, written)))
+    return 0
+
+
+def _generate_flags_error(args: Any, overrides: list[str]) -> str | None:
+    """Why eval's flags do not go together, or None: --generate's own flags without it, values out of range."""
+    given = [flag for flag, value in (("--regex", args.regex), ("--limit", args.limit),
+                                      ("--max-new-tokens", args.max_new_tokens != 128)) if value]
+    if given and not args.generate:
+        return (f"{' and '.join(given)} go with --generate (they set how answers are written and scored); add "
+                f"--generate, or drop {given[0]}. Usage: {_USAGE['eval']}")
+    if args.data is not None and any(o.lstrip("+").startswith("data.val_path=") for o in overrides):
+        return "--data FILE and data.val_path=... name the same thing: give one of them."
+    if args.max_new_tokens < 1 or (args.limit is not None and args.limit < 1):
+        flag, value = ("--limit", args.limit) if args.max_new_tokens >= 1 else ("--max-new-tokens", args.max_new_tokens)
+        return f"{flag} {value}: give a number, at least 1."
+    if args.regex is not None:
+        import re
+
+        try:
+            re.compile(args.regex)
+        except re.error as e:
+            return (f"--regex {args.regex!r} is not a regular expression ({e}); give one in Python's re syntax, e.g. "
+                    "'answer: (\\w+)'.")
+    return None
+
+
+def answers_error(cfg: Any, run_dir: Path) -> str | None:
+    """Why ``runner eval --generate`` cannot score ``cfg``'s run by its answers, or None."""
+    from runner.config.schema.data import InstructDataSchema
+
+    if isinstance(cfg.data, InstructDataSchema):
+        return None
+    what = type(cfg.data).__name__.removesuffix("Schema").removesuffix("Data").lower() or "its"
+    return (f"{run_dir} trained on {what} data: --generate answers held-out instructions and scores them against the "
+            "data's answers, so it needs a run on instruction data (data=instruct, a prompt and a response per row, "
+            "or a chat). Without --generate, runner eval scores the run's validation loss.")
+
+
+def _answer(args: Any, trained: Any, datamodule: Any, overrides: list[str]) -> int:
+    """``runner eval --generate``: the held-out prompts answered and scored; eval.json and the answers beside it."""
+    import re
+
+    from runner.after.answers import answer_questions, questions
+    from runner.after.evaluate import write_eval
+    from runner.after.family import tokens_of
+    from runner.models.decode import Sampling
+
+    tokens = tokens_of(trained.cfg)
+    assert tokens is not None, "instruction data reads text"
+    dataset = datamodule.val_dataloader().dataset
+    examples = getattr(dataset, "examples", dataset)  # a packed split keeps its examples whole beneath the packs
+    eos = datamodule.prompt_format.get("eos_id")
+    asked, skipped = questions(examples, tokens, eos, args.limit)
+    if not asked:
+        raise ConfigError(f"no held-out example of {args.data or args.run_dir} has an answer to score (each prompt "
+                          f"fills data.seq_len={trained.cfg.data.seq_len}): raise data.seq_len, or give shorter "
+                          "prompts.")
+    sampling = Sampling(max_new_tokens=args.max_new_tokens, temperature=0, eos_ids=() if eos is None else (int(eos),))
+    compiles = trained.cfg.compile.scope.row.compiles
+    figures, rows = answer_questions(trained.model, tokens, asked, sampling,
+                                     re.compile(args.regex) if args.regex else None,
+                                     trained.cfg.compile.backend if compiles else None)
+    kind = datamodule.prompt_format.get("kind")
+    data = "the validation split of " + (str(args.data) if args.data else " ".join(overrides) or "the run's data")
+    figures = {"eval/checkpoint": str(trained.checkpoint), "eval/step": trained.step, "eval/data": data,
+               "eval/answers/template": f"the run's {kind} prompt format (prompt.json)",
+               "eval/answers/no_answer": skipped, **figures}
+    out = args.out or args.run_dir / "eval.json"
+    written = write_eval(figures, out)
+    answers = out.with_name(f"{out.stem}_answers.jsonl")
+    atomic_write_bytes("".join(json.dumps(r) + "\n" for r in rows).encode(), answers, one_writer=False)
+    print(format_eval(figures, f"runner eval --generate: {args.run_dir}"))
+    print("written: " + ", ".join(map(str, [*written, answers])))
     return 0
 
 

@@ -33,6 +33,8 @@ def check_positive_counts(cfg: RunConfig) -> str | None:
         "data.batch_size": getattr(cfg.data, "batch_size", None),
         "data.seq_len": getattr(cfg.data, "seq_len", None),
         "optimizer.lr": getattr(cfg.optimizer, "lr", None),
+        "eval.generate_examples": cfg.eval.generate_examples,
+        "eval.max_new_tokens": cfg.eval.max_new_tokens,
     }
     for key, value in values.items():
         if isinstance(value, (int, float)) and not isinstance(value, bool) and value <= 0:
@@ -49,6 +51,7 @@ def check_non_negative(cfg: RunConfig) -> str | None:
         "dynamic.warmup_steps": cfg.dynamic.warmup_steps,
         "cudagraphs.warmup_steps": cfg.cudagraphs.warmup_steps,
         "after.sample_tokens": cfg.after.sample_tokens,
+        "eval.generate_every_n_steps": cfg.eval.generate_every_n_steps,
     }
     for key, value in values.items():
         if value is not None and value < 0:
@@ -173,7 +176,24 @@ def check_trainer(cfg: RunConfig) -> str | None:
     return None
 
 
+def check_generate_every(cfg: RunConfig) -> str | None:
+    """Answers during training need prompts with answers, and the whole model on one rank."""
+    if not cfg.eval.generate_every_n_steps:
+        return None
+    n = cfg.eval.generate_every_n_steps
+    if not isinstance(cfg.data, InstructDataSchema):
+        return (f"eval.generate_every_n_steps={n}: answers are scored against instruction data's (data=instruct: a "
+                f"prompt and a response per row, or a chat), and this run's data is {type(cfg.data).__name__}. Drop "
+                "eval.generate_every_n_steps, or train on instruction data.")
+    if cfg.trainer.sharded:
+        return (f"eval.generate_every_n_steps={n} with trainer.distributed=fsdp: each rank holds a shard of the "
+                "weights, and the answers are written on one. Score the consolidated checkpoint after the run "
+                "instead: python -m runner eval RUN_DIR --generate --ckpt checkpoints/consolidated.pt.")
+    return None
+
+
 CHECKS = [
+    check_generate_every,
     check_positive_counts,
     check_non_negative,
     check_fractions,

@@ -2,7 +2,7 @@
 users swap, closed enums for the compile policies. Each group's root node is imported from here."""
 # ruff: noqa: F401 - this module re-exports each group's root node
 
-from runner.config.schema.after import AfterConfig
+from runner.config.schema.after import AfterConfig, EvalConfig
 from runner.config.schema.fsdp import Distributed, FsdpConfig, FsdpMixedPrecision
 from runner.config.schema.loss import LossConfig
 from runner.config.schema.objective import ObjectiveConfig

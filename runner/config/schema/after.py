@@ -1,5 +1,6 @@
 """Typed schema of ``after``: what a run leaves for use after training, and how a resume treats data that changed
-under it (docs/after-training.md), re-exported by ``runner.config.schema``."""
+under it (docs/after-training.md); and of ``eval``, answers scored while it trains. Re-exported by
+``runner.config.schema``."""
 
 from __future__ import annotations
 
@@ -29,3 +30,14 @@ class AfterConfig:
     # -m runner export RUN_DIR --push-to-hub ORG/NAME). None: nothing is pushed.
     push_to_hub: Optional[str] = None
     push_private: bool = False  # A repo push_to_hub creates is private (an existing repo keeps its visibility).
+
+
+@dataclass
+class EvalConfig:
+    """The ``eval`` node: answers scored during training (``runner eval --generate`` scores a checkpoint's)."""
+
+    # Every N training steps an instruction run answers the first generate_examples held-out prompts (greedy, its
+    # template) and logs eval/answers/exact and /contains (0: never).
+    generate_every_n_steps: int = 0
+    generate_examples: int = 16
+    max_new_tokens: int = 64  # The longest answer, in tokens.

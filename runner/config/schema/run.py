@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Optional
 
-from runner.config.schema.after import AfterConfig
+from runner.config.schema.after import AfterConfig, EvalConfig
 from runner.config.schema.fsdp import Distributed, FsdpConfig
 from runner.config.schema.loss import LossConfig
 from runner.config.schema.objective import ObjectiveConfig
@@ -250,6 +250,7 @@ class RunConfig:
     loss: LossConfig = field(default_factory=LossConfig)  # full or chunked logits (runner.config.schema.loss)
     # What the run leaves for after training: the exported model, a sample of a causal LM's text.
     after: AfterConfig = field(default_factory=AfterConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)  # answers scored while training (eval.generate_every_n_steps)
     # Lightning loggers by name, each a _target_ node; CSV is always added.
     logger: dict[str, Any] = field(default_factory=dict)
     seed: int = 1234
